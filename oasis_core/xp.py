@@ -1,0 +1,167 @@
+"""The array namespace the policies are written against.
+
+Every policy in ``oasis_core`` takes arrays and works on numpy arrays (simulator) and torch tensors (executor,
+CPU or CUDA) unchanged. ``namespace(x)`` returns a small object with the handful of operations the policies need,
+implemented for the library that owns ``x``. torch is never imported here: a tensor is recognised by its module.
+
+Rules the torch implementation keeps: no ``.item()``, ``.tolist()``, ``.cpu()`` and no Python branching on data,
+so a policy step never forces a host synchronisation. Sorting is stable everywhere so that numpy and torch break
+ties identically (equal keys keep their index order).
+"""
+from __future__ import annotations
+
+import numpy as np
+
+
+def is_torch(x) -> bool:
+    return type(x).__module__.startswith("torch")
+
+
+class _Numpy:
+    name = "numpy"
+    int64 = np.int64
+    float32 = np.float32
+    bool_ = np.bool_
+
+    def asarray(self, x, dtype=None, like=None):
+        return np.asarray(x, dtype=dtype)
+
+    def zeros(self, shape, dtype, like=None):
+        return np.zeros(shape, dtype=dtype)
+
+    def full(self, shape, value, dtype, like=None):
+        return np.full(shape, value, dtype=dtype)
+
+    def arange(self, n, dtype=np.int64, like=None):
+        return np.arange(n, dtype=dtype)
+
+    def argsort_desc(self, x, axis=-1):
+        """Stable descending argsort: equal keys keep their original order."""
+        # Sorting the negation stably is descending with index order kept among equal keys.
+        return np.argsort(-x, axis=axis, kind="stable")
+
+    def argsort_asc(self, x, axis=-1):
+        return np.argsort(x, axis=axis, kind="stable")
+
+    def take_along(self, x, idx, axis=-1):
+        return np.take_along_axis(x, idx, axis=axis)
+
+    def where(self, c, a, b):
+        return np.where(c, a, b)
+
+    def maximum(self, a, b):
+        return np.maximum(a, b)
+
+    def minimum(self, a, b):
+        return np.minimum(a, b)
+
+    def cumsum(self, x, axis=-1):
+        return np.cumsum(x, axis=axis)
+
+    def any(self, x, axis=None):
+        return np.any(x, axis=axis)
+
+    def sum(self, x, axis=None):
+        return np.sum(x, axis=axis)
+
+    def amax(self, x, axis):
+        return np.max(x, axis=axis)
+
+    def amin(self, x, axis):
+        return np.min(x, axis=axis)
+
+    def astype(self, x, dtype):
+        return x.astype(dtype)
+
+    def copy(self, x):
+        return x.copy()
+
+    def scatter(self, x, axis, idx, src):
+        """Return a copy of ``x`` with ``x[..., idx] = src`` along ``axis`` (torch.scatter semantics)."""
+        out = x.copy()
+        np.put_along_axis(out, idx, src, axis=axis)
+        return out
+
+
+class _Torch:
+    name = "torch"
+
+    def __init__(self):
+        import torch  # imported lazily: oasis_core must import without torch
+
+        self.t = torch
+        self.int64 = torch.int64
+        self.float32 = torch.float32
+        self.bool_ = torch.bool
+
+    def _dev(self, like):
+        return None if like is None else like.device
+
+    def asarray(self, x, dtype=None, like=None):
+        return self.t.as_tensor(x, dtype=dtype, device=self._dev(like))
+
+    def zeros(self, shape, dtype, like=None):
+        return self.t.zeros(shape, dtype=dtype, device=self._dev(like))
+
+    def full(self, shape, value, dtype, like=None):
+        return self.t.full(shape, value, dtype=dtype, device=self._dev(like))
+
+    def arange(self, n, dtype=None, like=None):
+        return self.t.arange(n, dtype=dtype or self.t.int64, device=self._dev(like))
+
+    def argsort_desc(self, x, axis=-1):
+        return self.t.sort(x, dim=axis, descending=True, stable=True).indices
+
+    def argsort_asc(self, x, axis=-1):
+        return self.t.sort(x, dim=axis, stable=True).indices
+
+    def take_along(self, x, idx, axis=-1):
+        return self.t.take_along_dim(x, idx, dim=axis)
+
+    def where(self, c, a, b):
+        return self.t.where(c, a, b)
+
+    def maximum(self, a, b):
+        return self.t.maximum(a, b)
+
+    def minimum(self, a, b):
+        return self.t.minimum(a, b)
+
+    def cumsum(self, x, axis=-1):
+        return self.t.cumsum(x, dim=axis)
+
+    def any(self, x, axis=None):
+        return x.any() if axis is None else x.any(dim=axis)
+
+    def sum(self, x, axis=None):
+        return x.sum() if axis is None else x.sum(dim=axis)
+
+    def amax(self, x, axis):
+        return x.amax(dim=axis)
+
+    def amin(self, x, axis):
+        return x.amin(dim=axis)
+
+    def astype(self, x, dtype):
+        return x.to(dtype)
+
+    def copy(self, x):
+        return x.clone()
+
+    def scatter(self, x, axis, idx, src):
+        return x.scatter(axis, idx, src)
+
+
+_NUMPY = _Numpy()
+_TORCH = None
+
+
+def namespace(*arrays):
+    """The namespace of the first array argument (torch if it is a tensor, else numpy)."""
+    global _TORCH
+    for a in arrays:
+        if a is not None and is_torch(a):
+            if _TORCH is None:
+                _TORCH = _Torch()
+            return _TORCH
+    return _NUMPY
