@@ -82,6 +82,25 @@ class _Numpy:
         np.put_along_axis(out, idx, src, axis=axis)
         return out
 
+    def concat(self, arrays, axis=-1):
+        return np.concatenate(arrays, axis=axis)
+
+    def swapaxes(self, x, a, b):
+        return np.swapaxes(x, a, b)
+
+    def searchsorted_rows(self, sorted_rows, values):
+        """Per row ``r``: left insertion points of ``values[r]`` in ``sorted_rows[r]`` (both integer, [R, M] / [R, V])."""
+        if sorted_rows.shape[0] == 0 or sorted_rows.shape[1] == 0:
+            return np.zeros(values.shape, dtype=np.int64)
+        # One flat search: shift every row into its own disjoint integer range.
+        lo = min(int(sorted_rows.min()), int(values.min(initial=0)))
+        hi = max(int(sorted_rows.max()), int(values.max(initial=0)))
+        span = hi - lo + 2
+        m = sorted_rows.shape[1]
+        off = np.arange(sorted_rows.shape[0], dtype=np.int64)[:, None] * span
+        flat = np.searchsorted((sorted_rows - lo + off).ravel(), (values - lo + off).ravel(), side="left")
+        return flat.reshape(values.shape) - np.arange(values.shape[0], dtype=np.int64)[:, None] * m
+
 
 class _Torch:
     name = "torch"
@@ -150,6 +169,15 @@ class _Torch:
 
     def scatter(self, x, axis, idx, src):
         return x.scatter(axis, idx, src)
+
+    def concat(self, arrays, axis=-1):
+        return self.t.cat(arrays, dim=axis)
+
+    def swapaxes(self, x, a, b):
+        return x.transpose(a, b)
+
+    def searchsorted_rows(self, sorted_rows, values):
+        return self.t.searchsorted(sorted_rows.contiguous(), values.contiguous(), side="left")
 
 
 _NUMPY = _Numpy()
