@@ -1,0 +1,115 @@
+"""KV-cache block geometry: how many bytes a token, a block and a (block, head) slice occupy, and the paper's
+capacity formulas built on them.
+
+Units: bytes, tokens, blocks, seconds. ``L`` is a context length in tokens, ``B`` a number of requests.
+A *block* holds ``block_size`` consecutive tokens of one request; a *(block, head)* slice is one block of one KV
+head of one layer -- the unit that the sparse policy selects, fetches and evicts.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from .specs import ModelSpec, _check_int, _check_real
+
+
+@dataclass(frozen=True)
+class KVGeometry:
+    """Byte sizes of the KV cache of ``model`` cut into blocks of ``block_size`` tokens.
+
+    ``dtype_bytes`` is the KV-cache element size (2 for bf16/fp16, 1 for an fp8 cache); it is independent of the
+    model's weight dtype.
+    """
+
+    model: ModelSpec
+    block_size: int = 16
+    dtype_bytes: int = 2
+
+    def __post_init__(self):
+        if not isinstance(self.model, ModelSpec):
+            raise ValueError(f"KVGeometry.model: must be a ModelSpec, got {self.model!r}")
+        _check_int("KVGeometry", "block_size", self.block_size, 1)
+        _check_int("KVGeometry", "dtype_bytes", self.dtype_bytes, 1)
+
+    # -- per token ----------------------------------------------------------------------------------------------
+    @property
+    def bytes_per_token(self) -> int:
+        """K and V of one token, all layers and KV heads: ``N_layer * 2 * N_kv * d_h * s``."""
+        m = self.model
+        return m.n_layers * 2 * m.n_kv_heads * m.head_dim * self.dtype_bytes
+
+    @property
+    def bytes_per_token_layer(self) -> int:
+        """K and V of one token in one layer (all KV heads)."""
+        return 2 * self.model.n_kv_heads * self.model.head_dim * self.dtype_bytes
+
+    # -- per block ----------------------------------------------------------------------------------------------
+    @property
+    def bytes_per_block(self) -> int:
+        """K and V of one block, all layers and KV heads."""
+        return self.block_size * self.bytes_per_token
+
+    @property
+    def bytes_per_block_head(self) -> int:
+        """K and V of one block of one KV head in one layer: the unit a fetch moves (8 KiB for d_h 128, bf16)."""
+        return 2 * self.block_size * self.model.head_dim * self.dtype_bytes
+
+    @property
+    def bytes_per_block_head_half(self) -> int:
+        """One of K or V of one block of one KV head in one layer (4 KiB for d_h 128, bf16)."""
+        return self.block_size * self.model.head_dim * self.dtype_bytes
+
+    @property
+    def rows_per_request(self) -> int:
+        """(layer, KV head) rows one request contributes to the policy's row dimension R."""
+        return self.model.n_layers * self.model.n_kv_heads
+
+    def n_blocks(self, L: int) -> int:
+        """Blocks covering ``L`` tokens (the last one may be partly filled)."""
+        _check_int("KVGeometry.n_blocks", "L", L, 0)
+        return -(-L // self.block_size)
+
+    # -- paper formulas -----------------------------------------------------------------------------------------
+    def m_kv(self, B: int, L: int) -> int:
+        """Paper eq. 1: ``M_KV(B, L) = B * L * N_layer * 2 * N_kv * d_h * s`` bytes (dense, token granularity)."""
+        _check_int("KVGeometry.m_kv", "B", B, 0)
+        _check_int("KVGeometry.m_kv", "L", L, 0)
+        return B * L * self.bytes_per_token
+
+    def b_max(self, budget_bytes: float, L: int) -> int:
+        """Largest number of ``L``-token requests whose dense KV fits in ``budget_bytes``: ``floor(budget / M_KV(1, L))``."""
+        _check_real("KVGeometry.b_max", "budget_bytes", budget_bytes, allow_zero=True)
+        _check_int("KVGeometry.b_max", "L", L, 1)
+        return int(budget_bytes // self.m_kv(1, L))
+
+    def resident_bytes(self, top_k: int, local_blocks: int = 1) -> int:
+        """GPU bytes of one request's sparse working set: ``top_k + local_blocks`` blocks in every layer and KV
+        head (the resident set is per head, so each head holds its own ``top_k`` blocks)."""
+        _check_int("KVGeometry.resident_bytes", "top_k", top_k, 0)
+        _check_int("KVGeometry.resident_bytes", "local_blocks", local_blocks, 0)
+        return (top_k + local_blocks) * self.rows_per_request * self.bytes_per_block_head
+
+    @property
+    def summary_bytes_per_block_head(self) -> int:
+        """Min and max key vectors of one block of one KV head: ``2 * d_h * s``."""
+        return 2 * self.model.head_dim * self.dtype_bytes
+
+    def summary_bytes(self, L: int) -> int:
+        """Bytes of the block summaries of an ``L``-token context, all layers and KV heads. At 16-token blocks this
+        is 1/16 of the blocks' K+V bytes (two vectors per block instead of 2 x 16)."""
+        return self.n_blocks(L) * self.rows_per_request * self.summary_bytes_per_block_head
+
+
+def c_token(link_bytes_per_s: float, t_decode_s: float, bytes_per_token: float) -> float:
+    """Paper eq. 3: tokens that can be newly activated per decode step, ``B_link * T_decode / bytes_per_token``.
+
+    What a "token" costs decides what the count means. With ``bytes_per_token = KVGeometry.bytes_per_token``
+    (K+V of all layers and heads) the result is the number of tokens the whole batch may activate per step; pass
+    ``B * bytes_per_token`` to get the share of each of ``B`` requests. The paper's example, 17 ms x 64 GB/s ->
+    ~118 tokens per request, is that per-request share at B = 64 with a Qwen3-8B token counted as 144 kB (its
+    144 KiB read as 144,000 bytes): 64e9 * 0.017 / (64 * 144e3) = 118.06. With the exact 147,456 bytes per token
+    the same batch gets 115.3 tokens per request.
+    """
+    _check_real("c_token", "link_bytes_per_s", link_bytes_per_s)
+    _check_real("c_token", "t_decode_s", t_decode_s, allow_zero=True)
+    _check_real("c_token", "bytes_per_token", bytes_per_token)
+    return link_bytes_per_s * t_decode_s / bytes_per_token

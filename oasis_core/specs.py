@@ -1,0 +1,427 @@
+"""Model, hardware, link and sparsity specifications, with the presets the project runs against.
+
+Every spec is a frozen dataclass. Fields carry their unit in the name (``hbm_bytes``, ``latency_s``,
+``max_context_tokens``); ``__post_init__`` rejects bad values with a message naming the class, the field and the
+value, e.g. ``ModelSpec.n_layers: must be >= 1, got 0``. Quantities that follow from the fields (parameter counts,
+weight bytes, KV bytes per token) are properties, computed once from the architecture and never stored twice.
+
+Presets live in ``MODELS``, ``HARDWARE`` and ``LINKS``; look them up with ``get_model``, ``get_hardware`` and
+``get_link``, which raise ``ValueError`` naming the unknown name and the valid choices.
+"""
+from __future__ import annotations
+
+import math
+import numbers
+from dataclasses import dataclass
+from typing import Mapping, Optional, Tuple
+
+# ----------------------------------------------------------------------------------------------------------------
+# Field checks shared by the specs. Each raises ValueError("<Owner>.<field>: <rule>, got <value>").
+
+
+def _type_name(value) -> str:
+    return type(value).__name__
+
+
+def _check_int(owner: str, name: str, value, minimum: int) -> None:
+    if isinstance(value, bool) or not isinstance(value, numbers.Integral):
+        raise ValueError(f"{owner}.{name}: must be an integer, got {value!r} ({_type_name(value)})")
+    if value < minimum:
+        raise ValueError(f"{owner}.{name}: must be >= {minimum}, got {value}")
+
+
+def _check_real(owner: str, name: str, value, *, positive: bool = True, allow_zero: bool = False) -> None:
+    if isinstance(value, bool) or not isinstance(value, numbers.Real):
+        raise ValueError(f"{owner}.{name}: must be a number, got {value!r} ({_type_name(value)})")
+    if not math.isfinite(value):
+        raise ValueError(f"{owner}.{name}: must be finite, got {value!r}")
+    if positive and allow_zero and value < 0:
+        raise ValueError(f"{owner}.{name}: must be >= 0, got {value!r}")
+    if positive and not allow_zero and value <= 0:
+        raise ValueError(f"{owner}.{name}: must be > 0, got {value!r}")
+
+
+def _check_bool(owner: str, name: str, value) -> None:
+    if not isinstance(value, bool):
+        raise ValueError(f"{owner}.{name}: must be a bool, got {value!r} ({_type_name(value)})")
+
+
+def _check_name(owner: str, value) -> None:
+    if not isinstance(value, str) or not value.strip():
+        raise ValueError(f"{owner}.name: must be a non-empty string, got {value!r}")
+
+
+# ----------------------------------------------------------------------------------------------------------------
+# Models
+
+
+@dataclass(frozen=True)
+class ModelSpec:
+    """A decoder-only transformer, described closely enough to size its KV cache, weights and GEMMs.
+
+    Dense models leave ``n_experts`` at 0. A mixture-of-experts model sets ``n_experts``, ``experts_active`` and
+    ``moe_mlp_hidden`` (the intermediate size of one expert); its ``mlp_hidden`` then describes no layer of the
+    model and is kept only as the config's nominal dense intermediate size.
+    Parameter counts are derived from the shapes (attention projections, SwiGLU MLP or experts plus router,
+    RMSNorm weights, embeddings and LM head), so they can be checked against the published totals.
+    """
+
+    name: str
+    n_layers: int
+    n_q_heads: int
+    n_kv_heads: int
+    head_dim: int
+    hidden: int
+    mlp_hidden: int
+    vocab: int
+    max_context_tokens: int
+    dtype_bytes: int = 2
+    qk_norm: bool = False
+    rope_theta: float = 10000.0
+    rms_eps: float = 1e-6
+    tie_embeddings: bool = False
+    n_experts: int = 0
+    experts_active: int = 0
+    moe_mlp_hidden: int = 0
+
+    def __post_init__(self):
+        owner = "ModelSpec"
+        _check_name(owner, self.name)
+        for name in ("n_layers", "n_q_heads", "n_kv_heads", "head_dim", "hidden", "mlp_hidden", "vocab",
+                     "max_context_tokens", "dtype_bytes"):
+            _check_int(owner, name, getattr(self, name), 1)
+        for name in ("n_experts", "experts_active", "moe_mlp_hidden"):
+            _check_int(owner, name, getattr(self, name), 0)
+        for name in ("qk_norm", "tie_embeddings"):
+            _check_bool(owner, name, getattr(self, name))
+        _check_real(owner, "rope_theta", self.rope_theta)
+        _check_real(owner, "rms_eps", self.rms_eps)
+        if self.n_q_heads % self.n_kv_heads:
+            raise ValueError(f"{owner}.n_q_heads: must be a multiple of n_kv_heads ({self.n_kv_heads}), "
+                             f"got {self.n_q_heads}")
+        if self.n_experts:
+            if not 1 <= self.experts_active <= self.n_experts:
+                raise ValueError(f"{owner}.experts_active: must be in [1, n_experts={self.n_experts}] "
+                                 f"for a mixture-of-experts model, got {self.experts_active}")
+            if self.moe_mlp_hidden < 1:
+                raise ValueError(f"{owner}.moe_mlp_hidden: must be >= 1 for a mixture-of-experts model, "
+                                 f"got {self.moe_mlp_hidden}")
+        else:
+            for name in ("experts_active", "moe_mlp_hidden"):
+                if getattr(self, name):
+                    raise ValueError(f"{owner}.{name}: must be 0 for a dense model (n_experts=0), "
+                                     f"got {getattr(self, name)}")
+
+    # -- shape facts ------------------------------------------------------------------------------------------
+    @property
+    def is_moe(self) -> bool:
+        return self.n_experts > 0
+
+    @property
+    def gqa_group(self) -> int:
+        """Query heads sharing one KV head."""
+        return self.n_q_heads // self.n_kv_heads
+
+    @property
+    def q_dim(self) -> int:
+        return self.n_q_heads * self.head_dim
+
+    @property
+    def kv_dim(self) -> int:
+        """Width of one of K or V for one token of one layer (all KV heads)."""
+        return self.n_kv_heads * self.head_dim
+
+    # -- parameter counts -------------------------------------------------------------------------------------
+    @property
+    def attn_params_per_layer(self) -> int:
+        proj = self.hidden * (self.q_dim + 2 * self.kv_dim) + self.q_dim * self.hidden  # Q, K, V, O
+        qk_norm = 2 * self.head_dim if self.qk_norm else 0
+        return proj + qk_norm
+
+    @property
+    def mlp_params_per_layer(self) -> int:
+        """All MLP parameters of one layer: the SwiGLU MLP, or every expert plus the router."""
+        if self.is_moe:
+            return self.n_experts * 3 * self.hidden * self.moe_mlp_hidden + self.hidden * self.n_experts
+        return 3 * self.hidden * self.mlp_hidden
+
+    @property
+    def active_mlp_params_per_layer(self) -> int:
+        """MLP parameters one token touches in one layer."""
+        if self.is_moe:
+            return self.experts_active * 3 * self.hidden * self.moe_mlp_hidden + self.hidden * self.n_experts
+        return self.mlp_params_per_layer
+
+    @property
+    def embedding_params(self) -> int:
+        """Input embedding plus LM head (counted once when tied)."""
+        return self.vocab * self.hidden * (1 if self.tie_embeddings else 2)
+
+    @property
+    def params_total(self) -> int:
+        norms = 2 * self.hidden  # two RMSNorms per layer
+        per_layer = self.attn_params_per_layer + self.mlp_params_per_layer + norms
+        return self.n_layers * per_layer + self.embedding_params + self.hidden  # + final norm
+
+    @property
+    def params_active(self) -> int:
+        """Parameters read per token: all of them for a dense model, the routed experts only for MoE."""
+        norms = 2 * self.hidden
+        per_layer = self.attn_params_per_layer + self.active_mlp_params_per_layer + norms
+        return self.n_layers * per_layer + self.embedding_params + self.hidden
+
+    # -- bytes ------------------------------------------------------------------------------------------------
+    @property
+    def weight_bytes(self) -> int:
+        return self.params_total * self.dtype_bytes
+
+    @property
+    def active_weight_bytes(self) -> int:
+        return self.params_active * self.dtype_bytes
+
+    @property
+    def kv_bytes_per_token(self) -> int:
+        """K and V of one token over all layers and KV heads, at the model's dtype (paper eq. 1 with B = L = 1)."""
+        return self.n_layers * 2 * self.n_kv_heads * self.head_dim * self.dtype_bytes
+
+
+# Sources: the HuggingFace config.json of each model (hidden_size, intermediate_size, num_hidden_layers,
+# num_attention_heads, num_key_value_heads, head_dim, vocab_size, max_position_embeddings, rope_theta,
+# rms_norm_eps, tie_word_embeddings):
+#   Qwen/Qwen3-8B          https://huggingface.co/Qwen/Qwen3-8B/blob/main/config.json
+#   Qwen/Qwen3-32B         https://huggingface.co/Qwen/Qwen3-32B/blob/main/config.json
+#   Qwen/Qwen3-235B-A22B   https://huggingface.co/Qwen/Qwen3-235B-A22B/blob/main/config.json
+#                          (num_experts 128, num_experts_per_tok 8, moe_intermediate_size 1536)
+#   meta-llama/Llama-3.1-8B https://huggingface.co/meta-llama/Llama-3.1-8B/blob/main/config.json
+# Published totals the derived counts are tested against: Qwen3 model cards (8.2B, 32.8B, 235B total / 22B
+# active) and the Llama 3.1 model card (8.03B). Qwen3's max_position_embeddings is 40,960 (32,768 native context
+# plus room for output; YaRN extends it to 131,072, which these presets do not assume).
+MODELS: Mapping[str, ModelSpec] = {
+    m.name: m
+    for m in (
+        ModelSpec(name="qwen3-8b", n_layers=36, n_q_heads=32, n_kv_heads=8, head_dim=128, hidden=4096,
+                  mlp_hidden=12288, vocab=151936, max_context_tokens=40960, qk_norm=True, rope_theta=1e6,
+                  rms_eps=1e-6),
+        ModelSpec(name="qwen3-32b", n_layers=64, n_q_heads=64, n_kv_heads=8, head_dim=128, hidden=5120,
+                  mlp_hidden=25600, vocab=151936, max_context_tokens=40960, qk_norm=True, rope_theta=1e6,
+                  rms_eps=1e-6),
+        ModelSpec(name="qwen3-235b-a22b", n_layers=94, n_q_heads=64, n_kv_heads=4, head_dim=128, hidden=4096,
+                  mlp_hidden=12288, vocab=151936, max_context_tokens=40960, qk_norm=True, rope_theta=1e6,
+                  rms_eps=1e-6, n_experts=128, experts_active=8, moe_mlp_hidden=1536),
+        ModelSpec(name="llama-3.1-8b", n_layers=32, n_q_heads=32, n_kv_heads=8, head_dim=128, hidden=4096,
+                  mlp_hidden=14336, vocab=128256, max_context_tokens=131072, qk_norm=False, rope_theta=5e5,
+                  rms_eps=1e-5),
+        # A toy shape for CPU tests: small enough to run a real forward pass in milliseconds.
+        ModelSpec(name="tiny", n_layers=2, n_q_heads=4, n_kv_heads=2, head_dim=16, hidden=64, mlp_hidden=128,
+                  vocab=256, max_context_tokens=4096, qk_norm=True, rope_theta=1e4, rms_eps=1e-6),
+    )
+}
+
+
+# ----------------------------------------------------------------------------------------------------------------
+# Links
+
+
+@dataclass(frozen=True)
+class LinkSpec:
+    """A point-to-point link. Rates are per direction.
+
+    ``bytes_per_s`` is the nominal (theoretical) rate; ``effective_bytes_per_s`` is what a large pinned transfer
+    achieves in practice (defaults to the nominal rate when unknown). ``latency_s`` is the fixed cost of one
+    transfer, so moving ``n`` bytes in one transfer takes ``latency_s + n / effective_bytes_per_s``.
+    """
+
+    name: str
+    bytes_per_s: float
+    latency_s: float
+    effective_bytes_per_s: Optional[float] = None
+
+    def __post_init__(self):
+        _check_name("LinkSpec", self.name)
+        _check_real("LinkSpec", "bytes_per_s", self.bytes_per_s)
+        _check_real("LinkSpec", "latency_s", self.latency_s, allow_zero=True)
+        if self.effective_bytes_per_s is not None:
+            _check_real("LinkSpec", "effective_bytes_per_s", self.effective_bytes_per_s)
+            if self.effective_bytes_per_s > self.bytes_per_s:
+                raise ValueError(f"LinkSpec.effective_bytes_per_s: must be <= bytes_per_s ({self.bytes_per_s!r}), "
+                                 f"got {self.effective_bytes_per_s!r}")
+
+    @property
+    def achieved_bytes_per_s(self) -> float:
+        return self.bytes_per_s if self.effective_bytes_per_s is None else self.effective_bytes_per_s
+
+    def transfer_s(self, n_bytes: float, n_transfers: int = 1) -> float:
+        """Time to move ``n_bytes`` split over ``n_transfers`` back-to-back transfers."""
+        return n_transfers * self.latency_s + n_bytes / self.achieved_bytes_per_s
+
+
+# PCIe Gen5 x16: 32 GT/s x 16 lanes with 128b/130b coding ~= 63 GB/s per direction, quoted as 64 GB/s (PCI-SIG
+# PCIe 5.0 base specification; the paper uses 64 GB/s). Effective: 55.3 GB/s for a 1 GiB pinned host->GPU copy on
+# the H200 machine here (DESIGN.md, "Measured on the GPU machine here"); the paper reports PCIe saturating at
+# 30-34 GB/s effective for its scattered block traffic. Latency: 20 us per transfer is what one `copy_` per 4 KiB
+# block achieves here (0.2 GB/s, DESIGN.md) -- an upper bound that includes framework dispatch.
+# RoCE 400G: 400 Gb/s line rate = 50 GB/s per direction. Latency 5 us per RDMA transfer is an estimate, not a
+# measurement.
+LINKS: Mapping[str, LinkSpec] = {
+    l.name: l
+    for l in (
+        LinkSpec(name="pcie-gen5-x16", bytes_per_s=64e9, latency_s=20e-6, effective_bytes_per_s=55.3e9),
+        LinkSpec(name="roce-400g", bytes_per_s=50e9, latency_s=5e-6),
+    )
+}
+
+
+# ----------------------------------------------------------------------------------------------------------------
+# Hardware
+
+
+@dataclass(frozen=True)
+class HardwareSpec:
+    """One GPU and the host it sits in.
+
+    Datasheet figures are required. ``measured_*`` figures come from benchmarks on a real machine and are ``None``
+    when nobody has measured them; the ``*_bytes_per_s`` properties fall back to the datasheet / link figures.
+    Gather rates are tuples of ``(n_blocks, bytes_per_s)`` pairs for random 4 KiB blocks, ascending in n_blocks.
+    """
+
+    name: str
+    hbm_bytes: int
+    hbm_bytes_per_s: float
+    bf16_flops: float  # dense tensor-core FLOP/s, no structured sparsity
+    n_sms: int
+    pcie_link: str  # a key of LINKS
+    host_dram_bytes: int  # per node
+    gpus_per_node: int = 1
+    measured_h2d_bytes_per_s: Optional[float] = None  # pinned host -> GPU, one large copy
+    measured_d2h_bytes_per_s: Optional[float] = None
+    measured_pageable_h2d_bytes_per_s: Optional[float] = None
+    measured_hbm_copy_bytes_per_s: Optional[float] = None  # device-to-device copy, read + write counted
+    measured_attn_read_bytes_per_s: Optional[float] = None  # KV bytes read per second by decode attention
+    measured_uva_gather_bytes_per_s: Tuple[Tuple[int, float], ...] = ()
+    measured_cpu_gather_bytes_per_s: Tuple[Tuple[int, float], ...] = ()
+
+    def __post_init__(self):
+        owner = "HardwareSpec"
+        _check_name(owner, self.name)
+        for name in ("hbm_bytes", "n_sms", "host_dram_bytes", "gpus_per_node"):
+            _check_int(owner, name, getattr(self, name), 1)
+        for name in ("hbm_bytes_per_s", "bf16_flops"):
+            _check_real(owner, name, getattr(self, name))
+        for name in ("measured_h2d_bytes_per_s", "measured_d2h_bytes_per_s", "measured_pageable_h2d_bytes_per_s",
+                     "measured_hbm_copy_bytes_per_s", "measured_attn_read_bytes_per_s"):
+            if getattr(self, name) is not None:
+                _check_real(owner, name, getattr(self, name))
+        if self.pcie_link not in LINKS:
+            raise ValueError(f"{owner}.pcie_link: must be one of {sorted(LINKS)}, got {self.pcie_link!r}")
+        for name in ("measured_uva_gather_bytes_per_s", "measured_cpu_gather_bytes_per_s"):
+            pairs = getattr(self, name)
+            last = 0
+            for pair in pairs:
+                if not (isinstance(pair, tuple) and len(pair) == 2):
+                    raise ValueError(f"{owner}.{name}: must hold (n_blocks, bytes_per_s) pairs, got {pair!r}")
+                _check_int(owner, name, pair[0], last + 1)
+                _check_real(owner, name, pair[1])
+                last = pair[0]
+
+    @property
+    def link(self) -> LinkSpec:
+        return LINKS[self.pcie_link]
+
+    @property
+    def h2d_bytes_per_s(self) -> float:
+        """Best known host -> GPU rate for large pinned copies."""
+        return self.measured_h2d_bytes_per_s or self.link.achieved_bytes_per_s
+
+    @property
+    def d2h_bytes_per_s(self) -> float:
+        return self.measured_d2h_bytes_per_s or self.link.achieved_bytes_per_s
+
+    @property
+    def attn_read_bytes_per_s(self) -> float:
+        """Rate at which decode attention reads KV: measured if known, else the HBM datasheet figure."""
+        return self.measured_attn_read_bytes_per_s or self.hbm_bytes_per_s
+
+    @property
+    def host_dram_bytes_per_gpu(self) -> int:
+        return self.host_dram_bytes // self.gpus_per_node
+
+
+_GB = 10**9
+_GIB = 2**30
+
+# H100 SXM5: 80 GB HBM3 at 3.35 TB/s, 989 TFLOP/s dense BF16 (1,979 with sparsity), 132 SMs, PCIe Gen5 x16
+# (NVIDIA H100 Tensor Core GPU datasheet, https://www.nvidia.com/en-us/data-center/h100/). "80 GB" is 80 GiB of
+# HBM on the device (81,559 MiB usable per nvidia-smi); we use 80e9 bytes, the paper's budget figure. Host:
+# DGX H100 has 2 TB of system memory for 8 GPUs (NVIDIA DGX H100 datasheet); the paper runs on 8x H100.
+# H200 SXM: 141 GB HBM3e at 4.8 TB/s, same GH100 compute as H100 (NVIDIA H200 datasheet,
+# https://www.nvidia.com/en-us/data-center/h200/). The measured figures and the 128 GiB of host memory are those of
+# the one-H200 machine here (DESIGN.md, "Measured on the GPU machine here", 2026-11-29).
+HARDWARE: Mapping[str, HardwareSpec] = {
+    h.name: h
+    for h in (
+        HardwareSpec(name="h100-sxm", hbm_bytes=80 * _GB, hbm_bytes_per_s=3.35e12, bf16_flops=989e12, n_sms=132,
+                     pcie_link="pcie-gen5-x16", host_dram_bytes=2048 * _GB, gpus_per_node=8),
+        HardwareSpec(name="h200", hbm_bytes=141 * _GB, hbm_bytes_per_s=4.8e12, bf16_flops=989e12, n_sms=132,
+                     pcie_link="pcie-gen5-x16", host_dram_bytes=128 * _GIB, gpus_per_node=1,
+                     measured_h2d_bytes_per_s=55.3e9, measured_d2h_bytes_per_s=55.1e9,
+                     measured_pageable_h2d_bytes_per_s=6.2e9, measured_hbm_copy_bytes_per_s=3.83e12,
+                     measured_attn_read_bytes_per_s=4.3e12,
+                     measured_uva_gather_bytes_per_s=((256, 21e9), (4096, 46e9), (32768, 49e9)),
+                     measured_cpu_gather_bytes_per_s=((256, 0.3e9), (4096, 28.6e9), (32768, 30.6e9))),
+    )
+}
+
+
+# ----------------------------------------------------------------------------------------------------------------
+# Sparsity
+
+
+@dataclass(frozen=True)
+class SparsityConfig:
+    """The paper's sparse-attention defaults: 16-token blocks, top-128 blocks per KV head plus the newest (local)
+    block, and a fetch cap of 5% of K per head per step."""
+
+    block_size: int = 16
+    top_k: int = 128
+    fetch_ratio: float = 0.05
+    local_blocks: int = 1
+
+    def __post_init__(self):
+        owner = "SparsityConfig"
+        _check_int(owner, "block_size", self.block_size, 1)
+        _check_int(owner, "top_k", self.top_k, 1)
+        _check_int(owner, "local_blocks", self.local_blocks, 0)
+        _check_real(owner, "fetch_ratio", self.fetch_ratio)
+        if self.fetch_ratio > 1:
+            raise ValueError(f"{owner}.fetch_ratio: must be in (0, 1], got {self.fetch_ratio!r}")
+
+    @property
+    def resident_blocks(self) -> int:
+        """Blocks per (request, layer, KV head) held on the GPU: top-K plus the local blocks (129 by default)."""
+        return self.top_k + self.local_blocks
+
+    @property
+    def resident_tokens(self) -> int:
+        return self.resident_blocks * self.block_size
+
+
+# ----------------------------------------------------------------------------------------------------------------
+# Lookup
+
+
+def _lookup(kind: str, table: Mapping, name):
+    if not isinstance(name, str) or name not in table:
+        raise ValueError(f"unknown {kind} {name!r}; choose one of: {', '.join(sorted(table))}")
+    return table[name]
+
+
+def get_model(name: str) -> ModelSpec:
+    return _lookup("model", MODELS, name)
+
+
+def get_hardware(name: str) -> HardwareSpec:
+    return _lookup("hardware", HARDWARE, name)
+
+
+def get_link(name: str) -> LinkSpec:
+    return _lookup("link", LINKS, name)
