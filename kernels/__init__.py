@@ -1,0 +1,75 @@
+"""Triton kernels for OasisKV, one file per kernel, each with a plain-torch reference beside it.
+
+| module | kernel |
+| --- | --- |
+| ``sparse_attn``    | decode attention over resident slots (per-head slot table), normal + draft query, GQA, split-K |
+| ``block_score``    | Quest upper-bound score of every block of every KV head against the min/max summaries |
+| ``summary_update`` | min/max of one block's keys written into the summary tensors |
+| ``gather``         | host->GPU copy into slots: persistent direct-read (UVA) kernel; host-side staging + scatter |
+| ``paged_attn``     | paged dense decode attention (dense baseline), split-K, GQA |
+| ``splitk``         | the reduction that merges split-K partial results (shared by both attentions) |
+
+Interpreter mode: ``triton.jit`` reads ``TRITON_INTERPRET`` when a kernel is *decorated*, i.e. when a kernel module
+is imported, not when triton is. So this package turns the interpreter on here, before any kernel module is
+imported, whenever CUDA is unavailable; importing ``triton`` earlier does no harm. Set ``TRITON_INTERPRET=0``
+explicitly to opt out. On a CUDA machine nothing changes.
+
+Interpreter fixes (Triton 3.6, applied only when interpreting; the compiled path is untouched):
+- with numpy >= 2.4, ``range(0, n)`` fails when ``n`` is a runtime scalar argument (``int()`` of a 1-element,
+  1-d array);
+- ``tl.dot`` on bfloat16 multiplies the raw uint16 bit patterns (bf16 is stored as uint16 there); the fix widens
+  bf16 operands to fp32 first, exact for bf16 values.
+"""
+import os
+
+
+def _cuda_available() -> bool:
+    try:
+        import torch
+    except ImportError:  # pragma: no cover - torch is required by every kernel module anyway
+        return False
+    return torch.cuda.is_available()
+
+
+if not _cuda_available():
+    os.environ.setdefault("TRITON_INTERPRET", "1")
+
+
+def _fix_interpreter() -> None:
+    import numpy as np
+    from triton import language as tl
+    from triton.runtime import interpreter
+
+    original = interpreter._patch_lang_tensor
+    if getattr(original, "_oasis_fixed", False):
+        return
+
+    def patched(tensor, scope):
+        original(tensor, scope)
+        scope.set_attr(tensor, "__index__", lambda self: int(self.handle.data.reshape(-1)[0]))
+
+    patched._oasis_fixed = True
+    interpreter._patch_lang_tensor = patched
+
+    builder = interpreter.InterpreterBuilder
+    dot = builder.create_dot
+
+    def widen(h):
+        if h.dtype.scalar == tl.bfloat16:
+            f32 = (h.data.astype(np.uint32) << 16).view(np.float32)
+            return interpreter.TensorHandle(f32, tl.float32)
+        return h
+
+    def create_dot(self, a, b, d, input_precision, max_num_imprecise_acc):
+        return dot(self, widen(a), widen(b), d, input_precision, max_num_imprecise_acc)
+
+    builder.create_dot = create_dot
+
+
+if os.environ.get("TRITON_INTERPRET", "0") == "1":
+    _fix_interpreter()
+
+
+def interpreting() -> bool:
+    """True when kernels run in Triton's CPU interpreter (decided once, at package import)."""
+    return os.environ.get("TRITON_INTERPRET", "0") == "1"
