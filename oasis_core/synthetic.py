@@ -1,0 +1,404 @@
+"""A seeded synthetic selection process: true next-step top-K, draft prediction and current-query proxy per row.
+
+Real attention decides how many blocks change per step, and dummy weights give near-random attention, so the
+backends can take their block sets from this generator instead (DESIGN.md, "Where the top-K sets come from").
+A row is one (request, layer, KV head), flattened in that order: row ``r`` belongs to request
+``r // (layers * kv_heads)`` and layer ``(r // kv_heads) % layers``.
+
+The model, per row
+------------------
+Every row holds a ranking ``perm`` of its eligible blocks ``0 .. n_blocks - 2`` (the newest block ``n_blocks - 1``
+is the always-resident local block and is never selected). The top-K set ``T_t`` is the first
+``k = min(top_k, n_blocks - 1)`` entries of the ranking, in rank order (read it as best first). Below the boundary
+sits a *window* of the next ``ceil(window_fraction * (n_eligible - k))`` outsiders: the near-misses.
+
+- **Hot blocks**: the first ``floor(hot_fraction * k)`` ranks never drift (attention sinks, persistent heavy hitters).
+- **Drift** (``T_t -> T_{t+1}``): each other member is swapped, with a probability chosen so that on average
+  ``drift_rate * k`` members per step are, with a distinct window block. Evicted blocks land in the window, so they
+  are likely to come back: the window is the temporal locality, and ``k + window`` bounds the blocks a row ever
+  selects (between shifts). Expected adjacent-step overlap ``|T_t ∩ T_{t+1}| / k = 1 - drift_rate``.
+- **Draft prediction** of ``T_{t+1}``: each entry of ``T_{t+1}`` is replaced, with the row's layer's error rate,
+  by a distinct window block (never a member of ``T_{t+1}``). Expected agreement ``1 - error``. The per-layer rate
+  rises linearly from ``draft_error_rate - spread/2`` (last layer) to ``draft_error_rate + spread/2`` (layer 0),
+  so the layer mean is exactly ``draft_error_rate``.
+- **Current-query proxy** for ``T_{t+1}``: ``T_t`` with each entry replaced, with probability
+  ``proxy_error_rate``, by a window block outside both ``T_t`` and ``T_{t+1}``. It stands for scoring the next step
+  with the current query; the extra error models that the paper measured the proxy on the top-20, where churn is
+  relatively larger than on the top-128 (set it to 0 to make the proxy exactly ``T_t``).
+  Expected recall ``(1 - drift_rate) * (1 - proxy_error_rate)``.
+- **Context shift** (a newly inserted document becoming important): at the chosen step the non-hot part of the set
+  is displaced by a contiguous range of ``floor(shift_fraction * k)`` blocks, the same start for every row of a
+  request; the range ranks right after the hot blocks. The context length itself does not grow.
+
+How the targets are measured (``measure``), pooled over rows and steps:
+agreement ``Σ|D ∩ T_{t+1}| / Σ|T_{t+1}|``, per layer the same sum restricted to its rows; proxy recall
+``Σ|P ∩ T_{t+1}| / Σ|T_{t+1}|`` ("recovers" = the fraction of true next-step blocks the proxy set contains);
+adjacent overlap ``Σ|T_t ∩ T_{t+1}| / Σ|T_{t+1}|``. All sets have the same size ``k``, so recall equals precision.
+
+Calibration of the defaults (paper, Qwen3-8B, K = 128): draft agreement 98.74% mean and >= 98.2% per layer
+(error 1.26%, per-layer spread 0.68 points: worst layer 98.40%); proxy recall 83.9%. Drift 0.11 comes from the
+fetch-ratio sweep (Table 2): fetch-all moves 5.05 GB per step; *assuming* batch 128 and 8 KiB per (block, head,
+layer), that is 16.7 blocks per row per step, and fetch-all traffic per row is ``|D_{t+1} \\ D_t| / k
+≈ 1 - (1 - drift)(1 - error)^2`` = 0.132 at drift 0.11 (16.9 blocks). The ratio-0.01 point (one block per row,
+0.30 GB) supports the same batch. Adjacent overlap is then 89% (> 80%) and the proxy error
+``1 - 0.839 / 0.89 = 0.0573``.
+
+Backends and determinism
+------------------------
+The state lives in arrays of the caller's library and device (``like``). Random numbers come from one generator
+per instance: ``numpy.random.Generator(PCG64(seed))`` on numpy, a ``torch.Generator`` on the tensor's device
+(Philox on CUDA) on torch. The same seed gives the same sequence within a backend and device; numpy and torch give
+*different* sequences (the statistics agree, the block ids do not). ``step()`` on torch never synchronises with
+the host: no ``.item()``, ``.tolist()``, ``.cpu()`` or branch on values; the only Python branch is on the step
+counter, which is host state.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field, fields
+from numbers import Integral, Real
+from typing import Any, Dict, Optional
+
+import numpy as np
+
+from .xp import namespace
+
+
+def _help(text: str, default):
+    return field(default=default, metadata={"help": text})
+
+
+@dataclass(frozen=True)
+class SyntheticParams:
+    """Parameters of the synthetic selection process; the defaults are calibrated to the paper (module docstring).
+
+    Every field carries ``metadata["help"]`` (see ``param_help()``) so that CLIs can expose them unchanged.
+    """
+
+    drift_rate: float = _help(
+        "mean fraction of a row's top-K replaced per step (adjacent-step overlap = 1 - drift_rate)", 0.11)
+    hot_fraction: float = _help(
+        "fraction of the top-K (its best ranks) that never drifts: sinks and persistent heavy hitters", 0.25)
+    window_fraction: float = _help(
+        "fraction of the blocks outside the top-K that drift draws from (near-misses just below the boundary); "
+        "small = blocks that leave soon come back (strong temporal locality), 1 = any block", 0.5)
+    draft_error_rate: float = _help(
+        "mean over layers of the fraction of the true next top-K the draft gets wrong (agreement = 1 - this)",
+        0.0126)
+    draft_layer_spread: float = _help(
+        "difference of the draft error rate between the worst (first) and the best (last) layer", 0.0068)
+    proxy_error_rate: float = _help(
+        "fraction of the current top-K the current-query proxy gets wrong on top of drift "
+        "(proxy recall = (1 - drift_rate) * (1 - proxy_error_rate))", 0.0573)
+    shift_step: int = _help(
+        "step at which a context shift (newly inserted document) happens for every row; -1 = never", -1)
+    shift_fraction: float = _help(
+        "fraction of the top-K that a context shift replaces with one contiguous range of blocks", 0.5)
+
+    def __post_init__(self):
+        def check(name, lo, hi, lo_open=False):
+            v = getattr(self, name)
+            if isinstance(v, bool) or not isinstance(v, Real):
+                raise ValueError(f"SyntheticParams.{name}: must be a number, got {v!r}")
+            if not (lo < v if lo_open else lo <= v) or not v <= hi:
+                lo_sign = "(" if lo_open else "["
+                raise ValueError(f"SyntheticParams.{name}: must be in {lo_sign}{lo}, {hi}], got {v!r}")
+
+        check("hot_fraction", 0.0, 1.0)
+        if self.hot_fraction >= 1.0:
+            raise ValueError(f"SyntheticParams.hot_fraction: must be < 1, got {self.hot_fraction!r}")
+        check("drift_rate", 0.0, 1.0 - self.hot_fraction)
+        check("window_fraction", 0.0, 1.0, lo_open=True)
+        check("draft_error_rate", 0.0, 1.0)
+        check("draft_layer_spread", 0.0, 1.0)
+        half = self.draft_layer_spread / 2
+        if self.draft_error_rate - half < 0 or self.draft_error_rate + half > 1:
+            raise ValueError(
+                f"SyntheticParams.draft_layer_spread: draft_error_rate ± spread/2 must stay in [0, 1], "
+                f"got {self.draft_layer_spread!r} around {self.draft_error_rate!r}")
+        check("proxy_error_rate", 0.0, 1.0)
+        check("shift_fraction", 0.0, 1.0 - self.hot_fraction)
+        if isinstance(self.shift_step, bool) or not isinstance(self.shift_step, Integral) or self.shift_step < -1:
+            raise ValueError(f"SyntheticParams.shift_step: must be an integer >= -1, got {self.shift_step!r}")
+
+    def layer_error_rates(self, layers: int) -> np.ndarray:
+        """Draft error rate per layer, float64 [layers]: linear from worst (layer 0) to best, mean = draft_error_rate."""
+        if layers == 1:
+            return np.array([self.draft_error_rate])
+        ramp = 0.5 - np.arange(layers) / (layers - 1)  # +0.5 at layer 0 .. -0.5 at the last layer
+        return self.draft_error_rate + self.draft_layer_spread * ramp
+
+    @property
+    def expected_agreement(self) -> float:
+        return 1.0 - self.draft_error_rate
+
+    @property
+    def expected_min_layer_agreement(self) -> float:
+        return 1.0 - self.draft_error_rate - self.draft_layer_spread / 2
+
+    @property
+    def expected_overlap(self) -> float:
+        return 1.0 - self.drift_rate
+
+    @property
+    def expected_proxy_recall(self) -> float:
+        return (1.0 - self.drift_rate) * (1.0 - self.proxy_error_rate)
+
+
+def param_help() -> Dict[str, str]:
+    """Field name -> help text of ``SyntheticParams``, in declaration order (for CLIs)."""
+    return {f.name: f.metadata["help"] for f in fields(SyntheticParams)}
+
+
+@dataclass(frozen=True)
+class SyntheticStep:
+    """One step's sets, int64 [R, K], -1 padded beyond ``min(K, n_blocks - 1)``, never the local block.
+
+    true_next: the true top-K of the next step, in rank order (best first).
+    draft: the draft's prediction of ``true_next`` (same positions, a few entries replaced).
+    proxy: the current-query proxy's prediction of ``true_next``.
+    """
+
+    step: int
+    true_next: Any
+    draft: Any
+    proxy: Any
+
+
+class _Random:
+    """Uniform [0, 1) floats from one seeded generator of the backend that owns ``like``."""
+
+    def __init__(self, seed: int, like):
+        if like is not None and namespace(like).name == "torch":
+            import torch  # lazily: oasis_core imports without torch
+
+            self._device = like.device
+            self._gen = torch.Generator(device=self._device)
+            self._gen.manual_seed(seed)
+            self._torch = torch
+        else:
+            self._torch = None
+            self._gen = np.random.Generator(np.random.PCG64(seed))
+
+    def uniform(self, shape):
+        if self._torch is None:
+            return self._gen.random(shape)
+        return self._torch.rand(shape, generator=self._gen, device=self._device)
+
+
+class SyntheticSelection:
+    """The synthetic selection process over ``rows`` rows (module docstring for the model).
+
+    rows: number of (request, layer, KV head) rows, in that order.
+    n_blocks: int or int array [R] — blocks of each row's context, the local (newest) block included.
+    top_k: K, the width of every returned set.
+    layers, kv_heads: the row layout (layer of a row picks its draft error rate; a request's rows share a shift).
+    like: an array or tensor whose library and device the state and outputs use (default: ``n_blocks`` if it is
+    an array, else numpy).
+    """
+
+    def __init__(self, rows: int, n_blocks, top_k: int, params: Optional[SyntheticParams] = None, seed: int = 0,
+                 *, layers: int = 1, kv_heads: int = 1, like=None):
+        if rows < 1 or top_k < 1 or layers < 1 or kv_heads < 1:
+            raise ValueError(f"SyntheticSelection: rows, top_k, layers, kv_heads must be >= 1, "
+                             f"got {rows}, {top_k}, {layers}, {kv_heads}")
+        if like is None and not isinstance(n_blocks, Integral):
+            like = n_blocks
+        self.params = params if params is not None else SyntheticParams()
+        self.rows, self.top_k, self.layers, self.kv_heads = rows, top_k, layers, kv_heads
+        xp = self.xp = namespace(like)
+        self._rng = _Random(seed, like)
+        p = self.params
+
+        if isinstance(n_blocks, Integral):
+            nb = xp.full((rows,), int(n_blocks), xp.int64, like=like)
+        else:
+            nb = xp.astype(xp.asarray(n_blocks, like=like), xp.int64)
+            if tuple(nb.shape) != (rows,):
+                raise ValueError(f"SyntheticSelection.n_blocks: expected shape ({rows},), got {tuple(nb.shape)}")
+        # Construction may synchronise (once); step() never does.
+        max_blocks = int(xp.amax(nb, 0))
+        if int(xp.amin(nb, 0)) < 1:
+            raise ValueError(f"SyntheticSelection.n_blocks: every row needs >= 1 block, got min {int(xp.amin(nb, 0))}")
+        self.width = max(max_blocks, top_k + 1)  # ranking width; ids >= n_eligible are padding that never ranks
+
+        r = xp.arange(rows, like=like)
+        self.layer_of_row = (r // kv_heads) % layers
+        self.request_of_row = r // (layers * kv_heads)
+        self.requests = (rows + layers * kv_heads - 1) // (layers * kv_heads)
+
+        n_elig = nb - 1
+        self.k = xp.minimum(n_elig, xp.full((rows,), top_k, xp.int64, like=like))  # [R] set size
+        self.hot = xp.astype(self.k * p.hot_fraction, xp.int64)
+        n_out = n_elig - self.k
+        self.win = n_out - xp.astype(n_out * (1.0 - p.window_fraction), xp.int64)  # ceil(frac * n_out)
+        self._win1 = xp.where(self.win > 0, self.win, 1)
+        movable = self.k - self.hot
+        self.p_swap = (self.k * p.drift_rate) / xp.where(movable > 0, movable, 1)
+        err = xp.asarray(p.layer_error_rates(layers), like=like)
+        self.p_draft = err[self.layer_of_row]
+        self.n_elig = n_elig
+
+        self.slot = xp.arange(top_k, like=like)[None, :] + xp.zeros((rows, 1), xp.int64, like=like)  # [R, K]
+        self._blocks = xp.arange(self.width, like=like)[None, :]  # [1, W]
+        keys = self._rng.uniform((rows, self.width))
+        keys = xp.where(self._blocks < n_elig[:, None], keys, 2.0 + self._blocks)  # padding ids rank last, in order
+        self.perm = xp.argsort_asc(keys)  # [R, W] block ids in rank order
+        self.t = 0
+        self._pending_shift = None
+
+    # -- the process -------------------------------------------------------------------------------------------
+
+    def current(self):
+        """T_t, int64 [R, K], -1 padded."""
+        return self._top(self.perm)
+
+    def inject_shift(self, rows=None):
+        """Make the next ``step()`` a context shift for the rows in bool mask ``rows`` [R] (default: all rows)."""
+        xp = self.xp
+        self._pending_shift = xp.full((self.rows,), True, xp.bool_, like=self.perm) if rows is None else rows
+
+    def step(self) -> SyntheticStep:
+        """Advance T_t -> T_{t+1} and return (true T_{t+1}, draft prediction, current-query proxy)."""
+        xp = self.xp
+        cur = self._top(self.perm)
+        drifted, n_swapped, off = self._drift(self.perm)
+        proxy = self._proxy(cur, drifted, n_swapped, off)
+        shift = self._pending_shift
+        if self.t == self.params.shift_step:
+            shift = xp.full((self.rows,), True, xp.bool_, like=self.perm)
+        self._pending_shift = None
+        nxt_perm = drifted if shift is None else self._shift(drifted, shift)
+        true_next = self._top(nxt_perm)
+        draft = self._draft(nxt_perm, true_next)
+        self.perm = nxt_perm
+        out = SyntheticStep(step=self.t, true_next=true_next, draft=draft, proxy=proxy)
+        self.t += 1
+        return out
+
+    # -- pieces (array code, no host sync) ---------------------------------------------------------------------
+
+    def _top(self, perm):
+        xp = self.xp
+        return xp.where(self.slot < self.k[:, None], perm[:, : self.top_k], -1)
+
+    def _window_positions(self, flag, start, count):
+        """Distinct ranking positions for the flagged slots: window positions ``start, start+1, ...`` (mod window),
+        at most ``count`` of them. Returns (positions [R, K], flags kept)."""
+        xp = self.xp
+        c = xp.cumsum(xp.astype(flag, xp.int64), axis=-1) - 1
+        flag = flag & (c < count[:, None])
+        c = xp.where(c > 0, c, 0)
+        pos = self.k[:, None] + (start[:, None] + c) % self._win1[:, None]
+        return pos, flag
+
+    def _offsets(self):
+        xp = self.xp
+        off = xp.astype(self._rng.uniform((self.rows,)) * self.win, xp.int64)
+        return xp.minimum(off, self._win1 - 1)  # guard a float rounding up to win
+
+    def _drift(self, perm):
+        xp = self.xp
+        u = self._rng.uniform((self.rows, self.top_k))
+        flag = (self.slot >= self.hot[:, None]) & (self.slot < self.k[:, None]) & (u < self.p_swap[:, None])
+        off = self._offsets()
+        pos, flag = self._window_positions(flag, off, self.win)
+        members = perm[:, : self.top_k]
+        incoming = xp.take_along(perm, pos)
+        out = xp.scatter(perm, -1, self.slot, xp.where(flag, incoming, members))
+        out = xp.scatter(out, -1, xp.where(flag, pos, self.slot), members)
+        return out, xp.sum(xp.astype(flag, xp.int64), axis=-1), off
+
+    def _proxy(self, cur, drifted, n_swapped, off):
+        """T_t with entries replaced by window blocks that the drift did not touch (outside T_t and T_{t+1})."""
+        xp = self.xp
+        u = self._rng.uniform((self.rows, self.top_k))
+        flag = (self.slot < self.k[:, None]) & (u < self.params.proxy_error_rate)
+        pos, flag = self._window_positions(flag, off + n_swapped, self.win - n_swapped)
+        return xp.where(flag, xp.take_along(drifted, pos), cur)
+
+    def _draft(self, perm, members):
+        """``members`` = T_{t+1} with entries replaced by window blocks of ``perm`` (outside T_{t+1})."""
+        xp = self.xp
+        u = self._rng.uniform((self.rows, self.top_k))
+        flag = (self.slot < self.k[:, None]) & (u < self.p_draft[:, None])
+        pos, flag = self._window_positions(flag, self._offsets(), self.win)
+        return xp.where(flag, xp.take_along(perm, pos), members)
+
+    def _shift(self, perm, rows_mask):
+        """Rank a contiguous block range right after the hot blocks, for the masked rows."""
+        xp = self.xp
+        m = xp.where(rows_mask, xp.astype(self.k * self.params.shift_fraction, xp.int64), 0)  # [R]
+        u = self._rng.uniform((self.requests,))[self.request_of_row]
+        start = xp.astype(u * (self.n_elig - m + 1), xp.int64)
+        start = xp.minimum(start, xp.where(self.n_elig - m > 0, self.n_elig - m, 0))
+        pos = self._blocks + xp.zeros((self.rows, 1), xp.int64, like=perm)
+        rank = xp.scatter(xp.zeros((self.rows, self.width), xp.int64, like=perm), -1, perm, pos)  # rank of block b
+        hot = self.hot[:, None]
+        in_range = (self._blocks >= start[:, None]) & (self._blocks < (start + m)[:, None]) & (rank >= hot)
+        key = xp.where(rank < hot, rank, rank + m[:, None])
+        key = xp.where(in_range, hot + (self._blocks - start[:, None]), key)
+        return xp.argsort_asc(key)
+
+
+# -- measurement shared by tests and calibration reports -----------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class SyntheticStats:
+    """Pooled statistics over ``row_steps`` (row, step) pairs; fractions in [0, 1]."""
+
+    row_steps: int
+    agreement: float
+    layer_agreement: np.ndarray  # [layers]
+    min_layer_agreement: float
+    proxy_recall: float
+    adjacent_overlap: float
+
+    def as_percent(self) -> Dict[str, float]:
+        return {"agreement": 100 * self.agreement, "min_layer_agreement": 100 * self.min_layer_agreement,
+                "proxy_recall": 100 * self.proxy_recall, "adjacent_overlap": 100 * self.adjacent_overlap}
+
+
+def set_hits(a, b, width: int):
+    """Per row, how many valid ids of ``b`` [R, K] are in ``a`` [R, K] (ids in [0, width), -1 = none): int64 [R]."""
+    xp = namespace(a, b)
+    rows = a.shape[0]
+    mark = xp.zeros((rows, width + 1), xp.int64, like=a)
+    ones = xp.full(tuple(a.shape), 1, xp.int64, like=a)
+    mark = xp.scatter(mark, -1, xp.where(a >= 0, a, width), ones)
+    hit = xp.take_along(mark, xp.where(b >= 0, b, width))
+    return xp.sum(xp.where(b >= 0, hit, 0), axis=-1)
+
+
+def _host(x) -> np.ndarray:
+    return np.asarray(x.detach().cpu().numpy() if namespace(x).name == "torch" else x)
+
+
+def measure(sel: SyntheticSelection, steps: int) -> SyntheticStats:
+    """Run ``steps`` steps of ``sel`` and measure agreement, per-layer agreement, proxy recall and adjacent overlap
+    as defined in the module docstring. Synchronises once at the end (not a decode-step path)."""
+    xp = sel.xp
+    zeros = xp.zeros((sel.rows,), xp.int64, like=sel.perm)
+    n_true, n_draft, n_proxy, n_adj = zeros, zeros, zeros, zeros
+    prev = sel.current()
+    for _ in range(steps):
+        s = sel.step()
+        n_true = n_true + xp.sum(xp.astype(s.true_next >= 0, xp.int64), axis=-1)
+        n_draft = n_draft + set_hits(s.draft, s.true_next, sel.width)
+        n_proxy = n_proxy + set_hits(s.proxy, s.true_next, sel.width)
+        n_adj = n_adj + set_hits(prev, s.true_next, sel.width)
+        prev = s.true_next
+    n_true, n_draft, n_proxy, n_adj = (_host(x).astype(np.float64) for x in (n_true, n_draft, n_proxy, n_adj))
+    layer = _host(sel.layer_of_row)
+    per_true = np.bincount(layer, weights=n_true, minlength=sel.layers)
+    per_draft = np.bincount(layer, weights=n_draft, minlength=sel.layers)
+    layer_agreement = per_draft / np.maximum(per_true, 1)
+    total = max(n_true.sum(), 1.0)
+    return SyntheticStats(
+        row_steps=sel.rows * steps,
+        agreement=float(n_draft.sum() / total),
+        layer_agreement=layer_agreement,
+        min_layer_agreement=float(layer_agreement.min()),
+        proxy_recall=float(n_proxy.sum() / total),
+        adjacent_overlap=float(n_adj.sum() / total),
+    )
