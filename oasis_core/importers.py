@@ -1,0 +1,307 @@
+"""Importers from public production traces to the OasisKV trace format (``traces/SCHEMA.md``).
+
+- ``import_mooncake``: Mooncake (FAST'25) JSONL -- ``timestamp`` (ms), ``input_length``, ``output_length``,
+  ``hash_ids`` (512-token prefix blocks). Its timestamps are quantised into ~3 s buckets; the importer spreads the
+  requests of each bucket over the bucket, keeping file order.
+- ``import_azure``: Azure LLM inference trace 2023 CSV -- ``TIMESTAMP`` (wall clock, 7 fractional digits),
+  ``ContextTokens``, ``GeneratedTokens``. Needs pandas (imported only when called).
+
+Both return a validated ``Trace`` whose ``meta`` records the source file name and the import options. Problems
+in the source raise ``TraceError("<file>: line <n>: <field>: <what>, got <value>")``.
+
+Regenerate the bundled slice (from the repository root)::
+
+    python -m oasis_core.importers mooncake ../shared/traces/mooncake_conversation_trace.jsonl \\
+        --limit 200 --model qwen3-8b --out traces/mooncake_slice.json
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import math
+from os import PathLike
+from pathlib import Path
+from typing import List, Optional, Sequence, Tuple, Union
+
+import numpy as np
+
+from .trace import Request, Trace, TraceError, _show, _show_typed, save_trace
+
+MOONCAKE_BLOCK_TOKENS = 512
+_SPREADS = ("uniform", "even", "none")
+_OVERFLOWS = ("clip", "drop")
+
+
+def _check_options(time_scale, max_context, limit, overflow=None, spread=None) -> None:
+    if isinstance(time_scale, bool) or not isinstance(time_scale, (int, float)) or not (
+            math.isfinite(time_scale) and time_scale > 0):
+        raise ValueError(f"time_scale: must be a finite number > 0, got {time_scale!r}")
+    for name, value, minimum in (("max_context", max_context, 2), ("limit", limit, 1)):
+        if value is not None and (isinstance(value, bool) or not isinstance(value, int) or value < minimum):
+            raise ValueError(f"{name}: must be None or an integer >= {minimum}, got {value!r}")
+    if overflow is not None and overflow not in _OVERFLOWS:
+        raise ValueError(f"overflow: must be one of {', '.join(_OVERFLOWS)}, got {overflow!r}")
+    if spread is not None and spread not in _SPREADS:
+        raise ValueError(f"spread: must be one of {', '.join(_SPREADS)}, got {spread!r}")
+
+
+def fit_context(prompt_tokens: int, output_tokens: int, max_context: Optional[int]) -> Tuple[int, int]:
+    """Clip a request so that ``prompt + output <= max_context``: the prompt loses its tail first (its beginning,
+    where shared prefixes live, is kept); the output is cut only if it alone leaves no room for a 1-token prompt."""
+    if max_context is None or prompt_tokens + output_tokens <= max_context:
+        return prompt_tokens, output_tokens
+    output_tokens = min(output_tokens, max_context - 1)
+    return min(prompt_tokens, max_context - output_tokens), output_tokens
+
+
+def _read_error(path, e: OSError) -> TraceError:
+    return TraceError(f"{path}: cannot read: {e.strerror or type(e).__name__}")
+
+
+# ----------------------------------------------------------------------------------------------------------------
+# Mooncake
+
+
+def _mooncake_field(path, line_no: int, row: dict, name: str, minimum: int) -> int:
+    if name not in row:
+        raise TraceError(f"{path}: line {line_no}: {name}: missing required field")
+    value = row[name]
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise TraceError(f"{path}: line {line_no}: {name}: must be an integer, got {_show_typed(value)}")
+    if value < minimum:
+        raise TraceError(f"{path}: line {line_no}: {name}: must be >= {minimum}, got {value}")
+    return value
+
+
+def _read_mooncake(path) -> List[Tuple[int, int, int, int, List[int]]]:
+    """Rows as (line number, timestamp_ms, input_length, output_length, hash_ids), validated."""
+    try:
+        with open(path, "rb") as f:
+            data = f.read()
+    except OSError as e:
+        raise _read_error(path, e) from None
+    try:
+        text = data.decode("utf-8")
+    except UnicodeDecodeError as e:
+        raise TraceError(f"{path}: not UTF-8 text: byte {e.object[e.start]:#04x} at offset {e.start}") from None
+    rows = []
+    last_ts = 0
+    for line_no, line in enumerate(text.splitlines(), start=1):
+        if not line.strip():
+            continue
+        try:
+            row = json.loads(line)
+        except (ValueError, RecursionError) as e:
+            msg = e.msg if isinstance(e, json.JSONDecodeError) else "unparseable"
+            raise TraceError(f"{path}: line {line_no}: invalid JSON: {msg}") from None
+        if not isinstance(row, dict):
+            raise TraceError(f"{path}: line {line_no}: must be a JSON object, got {_show_typed(row)}")
+        ts = _mooncake_field(path, line_no, row, "timestamp", 0)
+        if ts < last_ts:
+            raise TraceError(f"{path}: line {line_no}: timestamp: must be >= the previous row's {last_ts}, got {ts}")
+        last_ts = ts
+        n_in = _mooncake_field(path, line_no, row, "input_length", 1)
+        n_out = _mooncake_field(path, line_no, row, "output_length", 1)
+        hash_ids = row.get("hash_ids", [])
+        if not isinstance(hash_ids, list) or any(isinstance(h, bool) or not isinstance(h, int) or h < 0
+                                                 for h in hash_ids):
+            raise TraceError(f"{path}: line {line_no}: hash_ids: must be an array of integers >= 0, "
+                             f"got {_show(hash_ids)}")
+        if len(hash_ids) > -(-n_in // MOONCAKE_BLOCK_TOKENS):
+            raise TraceError(f"{path}: line {line_no}: hash_ids: must cover at most input_length = {n_in} tokens "
+                             f"in {MOONCAKE_BLOCK_TOKENS}-token blocks, got {len(hash_ids)} blocks")
+        rows.append((line_no, ts, n_in, n_out, hash_ids))
+    if not rows:
+        raise TraceError(f"{path}: empty file")
+    return rows
+
+
+def spread_buckets(timestamps_s: Sequence[float], spread: str = "uniform", seed: int = 0) -> np.ndarray:
+    """Spread requests that share a quantised timestamp over their bucket.
+
+    A bucket starts at a distinct timestamp and ends at the next distinct one; the last bucket gets the median
+    bucket width. ``uniform``: sorted seeded uniform draws in ``[start, end)``; ``even``: ``start + i * w / n`` for
+    the i-th of n requests; ``none``: unchanged. File order is kept and the result is non-decreasing and never
+    reaches the next bucket. Buckets are drawn in order from one generator, so the first n arrivals do not depend
+    on the rows after them.
+    """
+    t = np.asarray(timestamps_s, dtype=np.float64)
+    if spread == "none" or t.size == 0:
+        return t.copy()
+    starts, first, counts = np.unique(t, return_index=True, return_counts=True)
+    widths = np.diff(starts)
+    last_width = float(np.median(widths)) if widths.size else 0.0
+    widths = np.append(widths, last_width)
+    rng = np.random.default_rng(seed)
+    out = t.copy()
+    for start, i0, n, w in zip(starts, first, counts, widths):
+        if spread == "uniform":
+            offsets = np.sort(rng.random(n)) * w
+        else:
+            offsets = np.arange(n) * (w / n)
+        out[i0:i0 + n] = start + offsets
+    return out
+
+
+def import_mooncake(path: Union[str, PathLike], limit: Optional[int] = None, time_scale: float = 1.0,
+                    max_context: Optional[int] = None, seed: int = 0, spread: str = "uniform",
+                    overflow: str = "clip") -> Trace:
+    """Import a Mooncake JSONL trace.
+
+    - ``limit``: keep the first ``limit`` requests (after dropping, if ``overflow="drop"``).
+    - ``time_scale``: arrival times are multiplied by it (0.5 = the same requests in half the time, twice the rate).
+    - ``max_context``: cap on ``prompt + output`` tokens; ``overflow="clip"`` shortens the request (``fit_context``)
+      and truncates ``prefix_block_ids`` to the blocks of the shortened prompt, ``"drop"`` skips it.
+    - ``spread``/``seed``: how the ~3 s timestamp buckets are spread (``spread_buckets``).
+
+    Request ids are the 0-based row numbers of the source file (so they survive dropping and slicing);
+    ``prefix_block_ids`` are the rows' ``hash_ids`` with ``prefix_block_tokens = 512``. The first arrival is at
+    the first row's timestamp (0 in the published file), not shifted to 0.
+    """
+    _check_options(time_scale, max_context, limit, overflow, spread)
+    rows = _read_mooncake(path)
+    arrivals = spread_buckets([ts / 1000.0 for _, ts, _, _, _ in rows], spread, seed) * time_scale
+    requests = []
+    for index, ((_, _, n_in, n_out, hash_ids), arrival) in enumerate(zip(rows, arrivals)):
+        if limit is not None and len(requests) >= limit:
+            break
+        if max_context is not None and n_in + n_out > max_context and overflow == "drop":
+            continue
+        prompt, output = fit_context(n_in, n_out, max_context)
+        ids = tuple(hash_ids[: -(-prompt // MOONCAKE_BLOCK_TOKENS)])
+        requests.append(Request(id=index, arrival_s=round(float(arrival), 6), prompt_tokens=prompt,
+                                output_tokens=output, prefix_block_ids=ids,
+                                prefix_block_tokens=MOONCAKE_BLOCK_TOKENS))
+    if not requests:
+        raise TraceError(f"{path}: every request is longer than max_context = {max_context} (overflow='drop')")
+    meta = {"source": Path(path).name, "importer": "mooncake",
+            "options": {"limit": limit, "time_scale": time_scale, "max_context": max_context, "seed": seed,
+                        "spread": spread, "overflow": overflow}}
+    return Trace(requests=tuple(requests), meta=meta)
+
+
+# ----------------------------------------------------------------------------------------------------------------
+# Azure 2023
+
+
+AZURE_COLUMNS = ("TIMESTAMP", "ContextTokens", "GeneratedTokens")
+
+
+def import_azure(path: Union[str, PathLike], limit: Optional[int] = None, time_scale: float = 1.0,
+                 max_context: Optional[int] = None, overflow: str = "clip") -> Trace:
+    """Import an Azure LLM inference trace 2023 CSV (``TIMESTAMP,ContextTokens,GeneratedTokens``).
+
+    Arrivals are seconds since the first row's timestamp (parsed to the microsecond; the 7th fractional digit,
+    100 ns, is dropped), times ``time_scale``. Ids are 0-based data-row numbers. ``limit``, ``max_context`` and
+    ``overflow`` behave as in ``import_mooncake``. Error messages count lines from 1 with the header as line 1.
+    """
+    import pandas as pd  # imported here: oasis_core must import without pandas
+
+    _check_options(time_scale, max_context, limit, overflow)
+    try:
+        df = pd.read_csv(path, dtype=str, keep_default_na=False, nrows=None)
+    except OSError as e:
+        raise _read_error(path, e) from None
+    except pd.errors.EmptyDataError:
+        raise TraceError(f"{path}: empty file") from None
+    except (pd.errors.ParserError, UnicodeDecodeError, ValueError) as e:
+        raise TraceError(f"{path}: unreadable CSV: {' '.join(str(e).split())}") from None
+    missing = [c for c in AZURE_COLUMNS if c not in df.columns]
+    if missing:
+        raise TraceError(f"{path}: line 1: {missing[0]}: missing column (header has: {', '.join(map(str, df.columns))})")
+    if df.empty:
+        raise TraceError(f"{path}: no data rows")
+
+    raw_ts = df["TIMESTAMP"].str.strip()
+    # 7 fractional digits are 100 ns; keep 6 so the format is exact and portable across pandas versions.
+    ts = pd.to_datetime(raw_ts.str.replace(r"^(.*\.\d{6})\d+$", r"\1", regex=True),
+                        format="%Y-%m-%d %H:%M:%S.%f", errors="coerce")
+    bad = ts.isna().to_numpy()
+    if bad.any():
+        i = int(np.argmax(bad))
+        raise TraceError(f"{path}: line {i + 2}: TIMESTAMP: must be 'YYYY-MM-DD HH:MM:SS.fffffff', "
+                         f"got {_show(raw_ts.iloc[i])}")
+    seconds = (ts - ts.iloc[0]).dt.total_seconds().to_numpy()
+    back = np.flatnonzero(np.diff(seconds) < 0)
+    if back.size:
+        i = int(back[0]) + 1
+        raise TraceError(f"{path}: line {i + 2}: TIMESTAMP: must be >= the previous row's "
+                         f"{raw_ts.iloc[i - 1]}, got {raw_ts.iloc[i]}")
+
+    counts = {}
+    for name, minimum in (("ContextTokens", 1), ("GeneratedTokens", 1)):
+        text = df[name].str.strip()
+        ok = text.str.fullmatch(r"\d+").to_numpy()
+        if not ok.all():
+            i = int(np.argmin(ok))
+            raise TraceError(f"{path}: line {i + 2}: {name}: must be an integer, got {_show(df[name].iloc[i])}")
+        values = text.astype(np.int64).to_numpy()
+        low = values < minimum
+        if low.any():
+            i = int(np.argmax(low))
+            raise TraceError(f"{path}: line {i + 2}: {name}: must be >= {minimum}, got {int(values[i])}")
+        counts[name] = values
+
+    requests = []
+    for index, (arrival, n_in, n_out) in enumerate(zip(seconds * time_scale, counts["ContextTokens"],
+                                                       counts["GeneratedTokens"])):
+        if limit is not None and len(requests) >= limit:
+            break
+        n_in, n_out = int(n_in), int(n_out)
+        if max_context is not None and n_in + n_out > max_context and overflow == "drop":
+            continue
+        prompt, output = fit_context(n_in, n_out, max_context)
+        requests.append(Request(id=index, arrival_s=round(float(arrival), 6), prompt_tokens=prompt,
+                                output_tokens=output))
+    if not requests:
+        raise TraceError(f"{path}: every request is longer than max_context = {max_context} (overflow='drop')")
+    meta = {"source": Path(path).name, "importer": "azure", "start": str(raw_ts.iloc[0]),
+            "options": {"limit": limit, "time_scale": time_scale, "max_context": max_context,
+                        "overflow": overflow}}
+    return Trace(requests=tuple(requests), meta=meta)
+
+
+# ----------------------------------------------------------------------------------------------------------------
+# Command line
+
+
+def main(argv: Optional[Sequence[str]] = None) -> int:
+    """``python -m oasis_core.importers {mooncake,azure} SRC --out DST [options]``."""
+    from .specs import get_model
+
+    parser = argparse.ArgumentParser(prog="python -m oasis_core.importers",
+                                     description="Convert a public trace to an OasisKV trace (traces/SCHEMA.md).")
+    parser.add_argument("format", choices=("mooncake", "azure"))
+    parser.add_argument("source", help="the source trace file")
+    parser.add_argument("--out", required=True, help="where to write the OasisKV trace (JSON)")
+    parser.add_argument("--limit", type=int, default=None, help="keep the first N requests")
+    parser.add_argument("--time-scale", type=float, default=1.0, help="multiply arrival times by this")
+    parser.add_argument("--model", default=None, help="clip requests to this model preset's context")
+    parser.add_argument("--max-context", type=int, default=None, help="clip requests to this many tokens")
+    parser.add_argument("--overflow", choices=_OVERFLOWS, default="clip")
+    parser.add_argument("--seed", type=int, default=0, help="bucket spreading seed (mooncake)")
+    parser.add_argument("--spread", choices=_SPREADS, default="uniform", help="bucket spreading (mooncake)")
+    args = parser.parse_args(argv)
+    max_context = args.max_context
+    try:
+        if args.model is not None:
+            model_max = get_model(args.model).max_context_tokens
+            max_context = model_max if max_context is None else min(max_context, model_max)
+        if args.format == "mooncake":
+            trace = import_mooncake(args.source, limit=args.limit, time_scale=args.time_scale,
+                                    max_context=max_context, seed=args.seed, spread=args.spread,
+                                    overflow=args.overflow)
+        else:
+            trace = import_azure(args.source, limit=args.limit, time_scale=args.time_scale,
+                                 max_context=max_context, overflow=args.overflow)
+    except ValueError as e:  # TraceError included
+        parser.exit(2, f"error: {e}\n")
+    if args.model is not None:
+        trace = Trace(requests=trace.requests, meta={**trace.meta, "model": args.model})
+    save_trace(trace, args.out)
+    print(f"wrote {len(trace.requests)} requests over {trace.duration_s:.1f} s to {args.out}")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
