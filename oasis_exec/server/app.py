@@ -1,0 +1,307 @@
+"""The FastAPI application: OpenAI-compatible completions and chat completions over an `EngineLoop`.
+
+`create_app(engine, tokenizer, ...)` builds the app; the engine thread starts and stops with the app's lifespan.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+from contextlib import asynccontextmanager
+from dataclasses import dataclass
+from typing import Any, AsyncIterator, Callable
+
+from fastapi import FastAPI, Request
+from fastapi.exceptions import RequestValidationError
+from fastapi.responses import JSONResponse, Response, StreamingResponse
+from pydantic import BaseModel, ValidationError
+from starlette.exceptions import HTTPException as StarletteHTTPException
+
+from . import schemas as S
+from .engine_loop import EngineLoop, QueueFull, Rejected, RequestStream
+from .engine_protocol import Sampling, ServingEngine
+from .errors import APIError, error_body, error_response, from_validation_error
+from .generation import Outcome, text_pieces
+from .metrics import CONTENT_TYPE, ServerMetrics
+from .tokenizer import Tokenizer
+
+RETRY_AFTER_S = 1
+
+log = logging.getLogger("oasis_exec.server")
+
+
+@dataclass(frozen=True)
+class ServerConfig:
+    served_model_name: str
+    max_waiting: int = 256
+
+    def __post_init__(self) -> None:
+        if self.max_waiting < 0:
+            raise ValueError(f"max_waiting: must be >= 0, got {self.max_waiting}")
+
+
+def chat_prompt(messages: list[S.ChatMessage]) -> str:
+    """The minimal chat template: one `<|role|>` header line per message, then the assistant's header."""
+    parts = [f"<|{m.role}|>\n{m.content}\n" for m in messages]
+    return "".join(parts) + "<|assistant|>\n"
+
+
+def create_app(engine: ServingEngine, tokenizer: Tokenizer, config: ServerConfig) -> FastAPI:
+    info = engine.model_info
+    holder: dict[str, EngineLoop] = {}
+
+    def snapshot():
+        return holder["loop"].snapshot()
+
+    metrics = ServerMetrics(snapshot)
+    loop = EngineLoop(engine, max_waiting=config.max_waiting, metrics=metrics)
+    holder["loop"] = loop
+
+    @asynccontextmanager
+    async def lifespan(app: FastAPI):
+        loop.start()
+        try:
+            yield
+        finally:
+            await loop.stop()
+
+    app = FastAPI(title="OasisKV", lifespan=lifespan)
+    app.state.engine_loop = loop
+    app.state.metrics = metrics
+
+    @app.exception_handler(APIError)
+    async def _api_error(request: Request, exc: APIError):
+        return error_response(exc)
+
+    @app.exception_handler(StarletteHTTPException)
+    async def _http_error(request: Request, exc: StarletteHTTPException):
+        code = {404: "not_found", 405: "method_not_allowed"}.get(exc.status_code)
+        message = str(exc.detail)
+        if exc.status_code == 405:
+            message = f"method {request.method} is not allowed on {request.url.path}"
+        elif exc.status_code == 404:
+            message = f"no route {request.url.path}"
+        return JSONResponse(
+            error_body(exc.status_code, message, code=code), status_code=exc.status_code, headers=exc.headers
+        )
+
+    @app.exception_handler(RequestValidationError)
+    async def _validation_error(request: Request, exc: RequestValidationError):
+        return error_response(APIError(400, str(exc.errors()[0].get("msg")), code="invalid_request"))
+
+    # ---- helpers ----
+
+    async def parse(request: Request, model: type[BaseModel]) -> Any:
+        body = await request.body()
+        try:
+            return model.model_validate_json(body or b"")
+        except ValidationError as exc:
+            raise from_validation_error(exc) from None
+
+    def check_model(name: str) -> None:
+        if name != config.served_model_name:
+            raise APIError(
+                404,
+                f"the model '{name}' does not exist; this server serves '{config.served_model_name}'",
+                param="model",
+                code="model_not_found",
+            )
+
+    def prepare(prompt: str | list[int], req: S._SamplingFields) -> tuple[list[int], Sampling]:
+        if isinstance(prompt, str):
+            ids = tokenizer.encode(prompt)
+        else:
+            ids = list(prompt)
+            bad = [t for t in ids if t >= info.vocab_size]
+            if bad:
+                raise APIError(
+                    400, f"prompt: token id {bad[0]} is outside the vocabulary (size {info.vocab_size})",
+                    param="prompt", code="invalid_value",
+                )
+        if not ids:
+            raise APIError(400, "prompt: must not be empty", param="prompt", code="invalid_value")
+        max_tokens = req.max_tokens if req.max_tokens is not None else S.DEFAULT_MAX_TOKENS
+        if len(ids) >= info.max_model_len:
+            raise APIError(
+                400, f"prompt: {len(ids)} tokens leave no room in the model's context of {info.max_model_len}",
+                param="prompt", code="context_length_exceeded",
+            )
+        if len(ids) + max_tokens > info.max_model_len:
+            raise APIError(
+                400,
+                f"max_tokens: the prompt ({len(ids)} tokens) plus max_tokens ({max_tokens}) exceeds the model's "
+                f"context of {info.max_model_len} tokens",
+                param="max_tokens", code="context_length_exceeded",
+            )
+        sampling = Sampling(
+            max_tokens=max_tokens, temperature=req.temperature, top_p=req.top_p,
+            stop_token_ids=tuple(tokenizer.eos_token_ids), seed=req.seed,
+        )
+        return ids, sampling
+
+    async def submit(ids: list[int], sampling: Sampling) -> RequestStream:
+        try:
+            stream = await loop.submit(ids, sampling)
+        except QueueFull as exc:
+            metrics.rejected.labels("queue_full").inc()
+            raise APIError(
+                429, f"server overloaded: {exc}; retry later", code="rate_limit_exceeded",
+                headers={"Retry-After": str(RETRY_AFTER_S)},
+            ) from None
+        except Rejected as exc:
+            metrics.rejected.labels("engine").inc()
+            raise APIError(exc.status, exc.message, param="prompt" if exc.status == 400 else None) from None
+        metrics.prompt_tokens.inc(len(ids))
+        return stream
+
+    async def collect(request: Request, stream: RequestStream, pieces: AsyncIterator) -> str:
+        """Run a request to its end while watching for the client going away."""
+
+        async def watch() -> None:
+            while True:
+                message = await request.receive()
+                if message["type"] == "http.disconnect":
+                    loop.abort(stream)
+                    return
+
+        watcher = asyncio.create_task(watch())
+        try:
+            return "".join([text async for text, _ in pieces])
+        finally:
+            watcher.cancel()
+            loop.abort(stream)
+
+    def sse(stream: RequestStream, events: AsyncIterator[dict]) -> StreamingResponse:
+        async def body():
+            try:
+                async for ev in events:
+                    yield f"data: {json.dumps(ev, separators=(',', ':'))}\n\n"
+            except Exception as exc:  # headers are sent: report in-band, as OpenAI does
+                log.exception("streaming failed")
+                body = error_body(500, f"{type(exc).__name__}: {exc}", code="server_error")
+                yield f"data: {json.dumps(body)}\n\n"
+            finally:
+                loop.abort(stream)  # a no-op when the request has finished; frees it when the client left
+            yield "data: [DONE]\n\n"
+
+        return StreamingResponse(
+            body(), media_type="text/event-stream", headers={"Cache-Control": "no-cache", "X-Accel-Buffering": "no"}
+        )
+
+    def usage(prompt_len: int, outcome: Outcome) -> S.Usage:
+        return S.Usage(
+            prompt_tokens=prompt_len, completion_tokens=outcome.completion_tokens,
+            total_tokens=prompt_len + outcome.completion_tokens,
+        )
+
+    def engine_error(outcome: Outcome) -> APIError:
+        return APIError(500, outcome.error or "the request ended without output", code="engine_error")
+
+    def stream_error(outcome: Outcome) -> dict:
+        return error_body(500, outcome.error or "engine error", code="engine_error")
+
+    # ---- endpoints ----
+
+    @app.get("/health")
+    async def health():
+        _, _, healthy = loop.snapshot()
+        status = 200 if healthy else 503
+        return JSONResponse({"status": "ok" if healthy else "unhealthy"}, status_code=status)
+
+    @app.get("/metrics")
+    async def prometheus_metrics():
+        return Response(metrics.exposition(), media_type=CONTENT_TYPE)
+
+    @app.get("/v1/models")
+    async def models():
+        card = S.ModelCard(
+            id=config.served_model_name, created=S.now(), max_model_len=info.max_model_len,
+            tokenizer=tokenizer.describe(), dummy=info.dummy, mode=info.mode, device=info.device,
+        )
+        return S.ModelList(data=[card]).model_dump()
+
+    @app.post("/v1/completions")
+    async def completions(request: Request):
+        req: S.CompletionRequest = await parse(request, S.CompletionRequest)
+        check_model(req.model)
+        ids, sampling = prepare(req.prompt, req)
+        stream = await submit(ids, sampling)
+        rid, created = S.new_id("cmpl"), S.now()
+        outcome = Outcome()
+        pieces = text_pieces(stream, tokenizer.detokenizer(), req.stop, loop.abort, outcome)
+
+        def chunk(text: str, finish: str | None) -> dict:
+            return S.CompletionResponse(
+                id=rid, created=created, model=req.model,
+                choices=[S.CompletionChoice(text=text, finish_reason=finish)],
+            ).model_dump(exclude_none=False)
+
+        if not req.stream:
+            text = await collect(request, stream, pieces)
+            if outcome.finish_reason == "error":
+                raise engine_error(outcome)
+            return S.CompletionResponse(
+                id=rid, created=created, model=req.model,
+                choices=[S.CompletionChoice(text=text, finish_reason=outcome.finish_reason)],
+                usage=usage(len(ids), outcome),
+            ).model_dump()
+
+        async def events():
+            async for text, finish in pieces:
+                if finish == "error":
+                    yield stream_error(outcome)
+                    return
+                yield chunk(text, finish)
+            if req.stream_options and req.stream_options.include_usage:
+                last = chunk("", None)
+                last["choices"] = []
+                last["usage"] = usage(len(ids), outcome).model_dump()
+                yield last
+
+        return sse(stream, events())
+
+    @app.post("/v1/chat/completions")
+    async def chat_completions(request: Request):
+        req: S.ChatCompletionRequest = await parse(request, S.ChatCompletionRequest)
+        check_model(req.model)
+        ids, sampling = prepare(chat_prompt(req.messages), req)
+        stream = await submit(ids, sampling)
+        rid, created = S.new_id("chatcmpl"), S.now()
+        outcome = Outcome()
+        pieces = text_pieces(stream, tokenizer.detokenizer(), req.stop, loop.abort, outcome)
+
+        if not req.stream:
+            text = await collect(request, stream, pieces)
+            if outcome.finish_reason == "error":
+                raise engine_error(outcome)
+            return S.ChatCompletionResponse(
+                id=rid, created=created, model=req.model,
+                choices=[S.ChatChoice(message=S.ChatMessageOut(content=text), finish_reason=outcome.finish_reason)],
+                usage=usage(len(ids), outcome),
+            ).model_dump()
+
+        def chunk(delta: S.ChatDelta, finish: str | None) -> dict:
+            out = S.ChatCompletionChunk(
+                id=rid, created=created, model=req.model,
+                choices=[S.ChatChunkChoice(delta=delta, finish_reason=finish)],
+            ).model_dump(exclude={"usage"})
+            out["choices"][0]["delta"] = delta.model_dump(exclude_none=True)
+            return out
+
+        async def events():
+            yield chunk(S.ChatDelta(role="assistant", content=""), None)
+            async for text, finish in pieces:
+                if finish == "error":
+                    yield stream_error(outcome)
+                    return
+                yield chunk(S.ChatDelta(content=text), finish)
+            if req.stream_options and req.stream_options.include_usage:
+                last = chunk(S.ChatDelta(), None)
+                last["choices"] = []
+                last["usage"] = usage(len(ids), outcome).model_dump()
+                yield last
+
+        return sse(stream, events())
+
+    return app

@@ -1,0 +1,322 @@
+"""The engine runs in a thread of its own; HTTP handlers talk to it through queues.
+
+    handler --submit()--> command queue --> engine thread: add/abort, step(), publish stats
+    handler <-- asyncio.Queue per request <-- loop.call_soon_threadsafe(deliver, batch of events)
+
+New requests join the running batch between two steps (continuous batching); admission by GPU and host memory
+is the engine's business. The server bounds only the requests that are accepted but not running: past
+`max_waiting` a submission raises `QueueFull` at once (the handler answers 429), so nothing ever hangs.
+
+Every accepted request ends with exactly one terminal event: a finish reason, `"abort"`, or an error. If a step
+raises, every request in flight gets an error event and is aborted in the engine, and the loop carries on.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import queue
+import threading
+import time
+from dataclasses import dataclass, field
+from typing import Hashable, Sequence
+
+from .engine_protocol import EngineStats, Sampling, ServingEngine, StepOutput
+
+log = logging.getLogger("oasis_exec.server")
+
+_IDLE_POLL_S = 0.5
+
+
+class QueueFull(Exception):
+    """The waiting queue holds `max_waiting` requests already."""
+
+
+class Rejected(Exception):
+    """The engine refused a request at `add_request` (status 400 for ValueError, else 500)."""
+
+    def __init__(self, status: int, message: str) -> None:
+        super().__init__(message)
+        self.status = status
+        self.message = message
+
+
+@dataclass(frozen=True)
+class Event:
+    """One delivery to a request: new tokens, and whether (and why) it ended."""
+
+    token_ids: tuple[int, ...] = ()
+    finish_reason: str | None = None  # "length" | "stop" | "abort" | "error"
+    error: str | None = None
+
+    @property
+    def terminal(self) -> bool:
+        return self.finish_reason is not None
+
+
+@dataclass
+class RequestStream:
+    """Server-side view of one request; lives in the event loop thread."""
+
+    id: int
+    prompt_len: int
+    arrival: float
+    queue: asyncio.Queue = field(default_factory=asyncio.Queue)
+    accepted: asyncio.Future | None = None
+    first_token_at: float | None = None
+    last_token_at: float | None = None
+    n_tokens: int = 0
+    finished: bool = False
+
+
+@dataclass(frozen=True)
+class _Add:
+    sid: int
+    prompt_ids: tuple[int, ...]
+    sampling: Sampling
+
+
+@dataclass(frozen=True)
+class _Abort:
+    sid: int
+
+
+_STOP = object()
+
+
+class EngineLoop:
+    def __init__(self, engine: ServingEngine, *, max_waiting: int, metrics=None) -> None:
+        self.engine = engine
+        self.max_waiting = max_waiting
+        self.metrics = metrics
+        self._cmds: queue.Queue = queue.Queue()
+        self._thread: threading.Thread | None = None
+        self._aloop: asyncio.AbstractEventLoop | None = None
+        self._streams: dict[int, RequestStream] = {}  # event loop thread only
+        self._next_sid = 0
+        self._lock = threading.Lock()
+        self._handoff = 0  # submitted, not yet added to the engine
+        self._stats = EngineStats()
+        self._healthy = True
+        # engine thread only:
+        self._live: dict[int, Hashable] = {}
+        self._sid_of: dict[Hashable, int] = {}
+
+    # ---- event loop side ----
+
+    def start(self) -> None:
+        self._aloop = asyncio.get_running_loop()
+        self._thread = threading.Thread(target=self._run, name="oasis-engine", daemon=True)
+        self._thread.start()
+
+    async def stop(self, timeout_s: float = 10.0) -> None:
+        if self._thread is None:
+            return
+        self._cmds.put(_STOP)
+        await asyncio.to_thread(self._thread.join, timeout_s)
+        self._thread = None
+        for stream in list(self._streams.values()):  # anything the thread did not finish
+            self._deliver_one(stream.id, Event(finish_reason="error", error="server shutting down"))
+
+    def snapshot(self) -> tuple[EngineStats, int, bool]:
+        with self._lock:
+            return self._stats, self._handoff, self._healthy and self._thread is not None
+
+    def num_waiting(self) -> int:
+        stats, handoff, _ = self.snapshot()
+        return stats.waiting + handoff
+
+    @property
+    def in_flight(self) -> int:
+        return len(self._streams)
+
+    async def submit(self, prompt_ids: Sequence[int], sampling: Sampling) -> RequestStream:
+        """Queue a request; return once the engine has accepted it. Raises QueueFull or Rejected."""
+        if self._thread is None:
+            raise Rejected(503, "the engine is not running")
+        with self._lock:
+            if self._stats.waiting + self._handoff >= self.max_waiting:
+                raise QueueFull(f"{self._stats.waiting + self._handoff} requests are waiting (max {self.max_waiting})")
+            self._handoff += 1
+        sid = self._next_sid
+        self._next_sid += 1
+        stream = RequestStream(id=sid, prompt_len=len(prompt_ids), arrival=time.monotonic())
+        stream.accepted = asyncio.get_running_loop().create_future()
+        self._streams[sid] = stream
+        self._cmds.put(_Add(sid, tuple(int(t) for t in prompt_ids), sampling))
+        try:
+            await asyncio.shield(stream.accepted)
+        except asyncio.CancelledError:
+            self.abort(stream)
+            raise
+        return stream
+
+    def abort(self, stream: RequestStream) -> None:
+        """End a request early (client gone); a no-op once it has finished."""
+        if not stream.finished:
+            self._cmds.put(_Abort(stream.id))
+
+    def _post(self, batch: list[tuple[int, Event | Rejected | None]]) -> None:
+        """Engine thread -> event loop."""
+        if not batch or self._aloop is None:
+            return
+        try:
+            self._aloop.call_soon_threadsafe(self._deliver, batch)
+        except RuntimeError:  # the event loop is closed: shutting down
+            pass
+
+    def _deliver(self, batch: list[tuple[int, Event | Rejected | None]]) -> None:
+        for sid, item in batch:
+            stream = self._streams.get(sid)
+            if stream is None:
+                continue
+            if item is None or isinstance(item, Rejected):  # the answer to an add
+                if stream.accepted is not None and not stream.accepted.done():
+                    if item is None:
+                        stream.accepted.set_result(True)
+                    else:
+                        stream.accepted.set_exception(item)
+                        stream.finished = True
+                        self._streams.pop(sid, None)
+                continue
+            self._deliver_one(sid, item)
+
+    def _deliver_one(self, sid: int, ev: Event) -> None:
+        stream = self._streams.get(sid)
+        if stream is None:
+            return
+        now = time.monotonic()
+        if ev.token_ids:
+            if stream.first_token_at is None:
+                stream.first_token_at = now
+                if self.metrics:
+                    self.metrics.ttft.observe(now - stream.arrival)
+            stream.last_token_at = now
+            stream.n_tokens += len(ev.token_ids)
+            if self.metrics:
+                self.metrics.on_tokens(len(ev.token_ids))
+        if ev.terminal:
+            stream.finished = True
+            self._streams.pop(sid, None)
+            if stream.accepted is not None and not stream.accepted.done():
+                stream.accepted.set_exception(Rejected(503, ev.error or "request ended before it was accepted"))
+            if self.metrics:
+                self.metrics.requests.labels(ev.finish_reason).inc()
+                if stream.first_token_at is not None:
+                    self.metrics.e2e.observe(now - stream.arrival)
+                    if stream.n_tokens > 1:
+                        self.metrics.tpot.observe((now - stream.first_token_at) / (stream.n_tokens - 1))
+        stream.queue.put_nowait(ev)
+
+    # ---- engine thread ----
+
+    def _run(self) -> None:
+        eng = self.engine
+        while True:
+            batch: list[tuple[int, Event | Rejected | None]] = []
+            try:
+                cmds = self._drain(block=not eng.has_unfinished())
+            except Exception:  # has_unfinished itself failed
+                log.exception("engine has_unfinished() failed")
+                cmds = self._drain(block=True)
+            if _STOP in cmds:
+                self._shutdown()
+                return
+            for cmd in cmds:
+                self._apply(cmd, batch)
+            self._publish()
+            self._post(batch)
+            batch = []
+            try:
+                busy = eng.has_unfinished()
+            except Exception:
+                busy = False
+            if not busy:
+                continue
+            try:
+                outs = eng.step()
+            except Exception as exc:  # the engine failed: end every request in flight explicitly
+                log.exception("engine step failed")
+                self._fail_all(f"engine step failed: {type(exc).__name__}: {exc}", batch)
+                with self._lock:
+                    self._healthy = False
+            else:
+                self._collect(outs, batch)
+                with self._lock:
+                    self._healthy = True
+            self._publish()
+            self._post(batch)
+
+    def _drain(self, block: bool) -> list:
+        cmds = []
+        if block:
+            try:
+                cmds.append(self._cmds.get(timeout=_IDLE_POLL_S))
+            except queue.Empty:
+                return cmds
+        while True:
+            try:
+                cmds.append(self._cmds.get_nowait())
+            except queue.Empty:
+                return cmds
+
+    def _apply(self, cmd, batch: list) -> None:
+        if isinstance(cmd, _Add):
+            try:
+                eid = self.engine.add_request(list(cmd.prompt_ids), cmd.sampling)
+            except ValueError as exc:
+                batch.append((cmd.sid, Rejected(400, str(exc))))
+            except Exception as exc:
+                log.exception("engine add_request failed")
+                batch.append((cmd.sid, Rejected(500, f"engine add_request failed: {type(exc).__name__}: {exc}")))
+            else:
+                self._live[cmd.sid] = eid
+                self._sid_of[eid] = cmd.sid
+                batch.append((cmd.sid, None))
+            with self._lock:
+                self._handoff -= 1
+        elif isinstance(cmd, _Abort):
+            eid = self._live.pop(cmd.sid, None)
+            if eid is None:
+                return
+            del self._sid_of[eid]
+            try:
+                self.engine.abort(eid)
+            except Exception:
+                log.exception("engine abort failed")
+            batch.append((cmd.sid, Event(finish_reason="abort")))
+
+    def _collect(self, outs: list[StepOutput], batch: list) -> None:
+        for out in outs:
+            sid = self._sid_of.get(out.request_id)
+            if sid is None:
+                continue  # aborted meanwhile
+            if out.finish_reason is not None:
+                del self._sid_of[out.request_id]
+                del self._live[sid]
+            batch.append((sid, Event(tuple(out.new_token_ids), out.finish_reason)))
+
+    def _fail_all(self, message: str, batch: list) -> None:
+        for sid, eid in list(self._live.items()):
+            try:
+                self.engine.abort(eid)
+            except Exception:
+                log.exception("engine abort failed")
+            batch.append((sid, Event(finish_reason="error", error=message)))
+        self._live.clear()
+        self._sid_of.clear()
+
+    def _publish(self) -> None:
+        try:
+            stats = self.engine.stats()
+        except Exception:
+            log.exception("engine stats failed")
+            return
+        with self._lock:
+            self._stats = stats
+
+    def _shutdown(self) -> None:
+        batch: list = []
+        self._fail_all("server shutting down", batch)
+        self._publish()
+        self._post(batch)

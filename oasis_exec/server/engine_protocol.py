@@ -1,0 +1,100 @@
+"""The contract between the HTTP server and an inference engine.
+
+The server never touches the engine from more than one thread: every call below is made from the engine thread
+that `engine_loop.EngineLoop` owns, so an engine needs no locking of its own. The real executor engine is wrapped
+to this protocol by `adapter.py`; tests may implement it with a fake.
+
+Lifecycle of a request, as the server sees it:
+
+1. `add_request(prompt_ids, sampling)` returns an id (any hashable); it raises `ValueError` when the request can
+   never be served (too long for the context, or for the host pool), which the server turns into a 400.
+2. Each `step()` runs one schedule -> execute -> update iteration and returns, for every request that made
+   progress, the token ids it produced in that step and, when it ended in that step, why (`"length"` or
+   `"stop"`). A request that is merely waiting produces no output.
+3. `abort(id)` ends a request at once and frees whatever it holds (GPU slots, host blocks); aborting an unknown
+   or finished id is a no-op.
+4. `stats()` is a cheap snapshot for `/metrics`; when no request is in flight, the usage fields must read zero.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Hashable, Protocol, Sequence, runtime_checkable
+
+FINISH_REASONS = ("length", "stop")
+
+
+@dataclass(frozen=True)
+class Sampling:
+    """Sampling parameters the server passes to the engine (temperature 0 = greedy)."""
+
+    max_tokens: int
+    temperature: float = 0.0
+    top_p: float = 1.0
+    stop_token_ids: tuple[int, ...] = ()
+    seed: int | None = None
+
+    def __post_init__(self) -> None:
+        if self.max_tokens < 1:
+            raise ValueError(f"max_tokens: must be >= 1, got {self.max_tokens}")
+        if self.temperature < 0:
+            raise ValueError(f"temperature: must be >= 0, got {self.temperature}")
+        if not 0 < self.top_p <= 1:
+            raise ValueError(f"top_p: must be in (0, 1], got {self.top_p}")
+
+
+@dataclass(frozen=True)
+class StepOutput:
+    """What one request produced in one engine step."""
+
+    request_id: Hashable
+    new_token_ids: tuple[int, ...]
+    finish_reason: str | None = None  # None while running, else one of FINISH_REASONS
+
+
+@dataclass(frozen=True)
+class EngineStats:
+    """A snapshot of the engine's state. Byte and stall counters are cumulative since start."""
+
+    running: int = 0
+    waiting: int = 0
+    gpu_slots_used: int = 0
+    gpu_slots_total: int = 0
+    host_blocks_used: int = 0
+    host_blocks_total: int = 0
+    prefetch_bytes: int = 0
+    hidden_fraction: float = 0.0  # share of transfer time hidden behind compute, in [0, 1]
+    stalls: int = 0  # times a layer had to wait for its transfer
+    extra: dict[str, float] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class ModelInfo:
+    """What the server must know about the served model."""
+
+    name: str
+    max_model_len: int  # prompt + generated tokens, at most
+    vocab_size: int
+    eos_token_ids: tuple[int, ...] = ()
+    model_dir: str | None = None  # a local Hugging Face directory, when the weights come from one
+    dummy: bool = False
+    mode: str = "lookahead"
+    device: str = "cpu"
+
+
+@runtime_checkable
+class ServingEngine(Protocol):
+    """The engine API the server drives; see the module docstring for the contract."""
+
+    @property
+    def model_info(self) -> ModelInfo: ...
+
+    def add_request(self, prompt_ids: Sequence[int], sampling: Sampling) -> Hashable: ...
+
+    def step(self) -> list[StepOutput]: ...
+
+    def abort(self, request_id: Hashable) -> None: ...
+
+    def has_unfinished(self) -> bool: ...
+
+    def stats(self) -> EngineStats: ...

@@ -1,0 +1,83 @@
+"""OpenAI-style errors: `{"error": {"message", "type", "param", "code"}}` with the right HTTP status."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from fastapi.responses import JSONResponse
+from pydantic import ValidationError
+
+_TYPE_BY_STATUS = {
+    400: "invalid_request_error",
+    404: "invalid_request_error",
+    405: "invalid_request_error",
+    429: "rate_limit_error",
+    500: "server_error",
+    503: "server_error",
+}
+
+
+class APIError(Exception):
+    """Raised by a handler; rendered by `error_response`."""
+
+    def __init__(
+        self,
+        status: int,
+        message: str,
+        *,
+        param: str | None = None,
+        code: str | None = None,
+        headers: dict[str, str] | None = None,
+    ) -> None:
+        super().__init__(message)
+        self.status = status
+        self.message = message
+        self.param = param
+        self.code = code
+        self.headers = headers or {}
+
+    def body(self) -> dict[str, Any]:
+        return error_body(self.status, self.message, param=self.param, code=self.code)
+
+
+def error_body(status: int, message: str, *, param: str | None = None, code: str | None = None) -> dict[str, Any]:
+    return {
+        "error": {
+            "message": message,
+            "type": _TYPE_BY_STATUS.get(status, "invalid_request_error"),
+            "param": param,
+            "code": code,
+        }
+    }
+
+
+def error_response(err: APIError) -> JSONResponse:
+    return JSONResponse(err.body(), status_code=err.status, headers=err.headers)
+
+
+def _param_of(loc: tuple[Any, ...]) -> str | None:
+    """('messages', 0, 'content') -> 'messages[0].content'."""
+    out = ""
+    for part in loc:
+        if isinstance(part, int):
+            out += f"[{part}]"
+        else:
+            out += f".{part}" if out else str(part)
+    return out or None
+
+
+def from_validation_error(exc: ValidationError) -> APIError:
+    """The first problem of a pydantic validation error, as a 400 naming the field."""
+    first = exc.errors(include_url=False)[0]
+    kind = first["type"]
+    if kind == "json_invalid":
+        return APIError(400, f"request body is not valid JSON: {first['msg']}", code="invalid_json")
+    if kind == "model_type":
+        return APIError(400, "request body must be a JSON object", code="invalid_body")
+    param = _param_of(tuple(first["loc"]))
+    msg = first["msg"]
+    if kind == "missing":
+        msg = "field required"
+    elif kind == "value_error":
+        msg = msg.removeprefix("Value error, ")
+    return APIError(400, f"{param}: {msg}" if param else msg, param=param, code=kind)

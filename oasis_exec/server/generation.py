@@ -1,0 +1,77 @@
+"""From engine events to text: incremental detokenization and stop strings.
+
+`text_pieces` turns a request's event stream into `(text_delta, finish_reason)` pairs. Text that could be the
+start of a stop string is held back until it is known not to be one, so a stop string never reaches the client;
+when one appears the request is aborted in the engine and ends with finish reason "stop".
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import AsyncIterator, Callable
+
+from .engine_loop import Event, RequestStream
+from .tokenizer import Detokenizer
+
+
+class StopMatcher:
+    def __init__(self, stops: list[str]) -> None:
+        self.stops = stops
+        self.hold = max((len(s) for s in stops), default=1) - 1
+        self.buf = ""
+
+    def feed(self, text: str) -> tuple[str, bool]:
+        """Add text; return (text safe to emit, whether a stop string was found)."""
+        self.buf += text
+        hits = [i for i in (self.buf.find(s) for s in self.stops) if i >= 0]
+        if hits:
+            out, self.buf = self.buf[: min(hits)], ""
+            return out, True
+        cut = max(len(self.buf) - self.hold, 0)
+        out, self.buf = self.buf[:cut], self.buf[cut:]
+        return out, False
+
+    def flush(self) -> str:
+        out, self.buf = self.buf, ""
+        return out
+
+
+@dataclass
+class Outcome:
+    """Filled in as a request runs; read after the pieces are exhausted."""
+
+    completion_tokens: int = 0
+    finish_reason: str | None = None
+    error: str | None = None
+
+
+async def text_pieces(
+    stream: RequestStream,
+    detok: Detokenizer,
+    stops: list[str],
+    abort: Callable[[RequestStream], None],
+    outcome: Outcome,
+) -> AsyncIterator[tuple[str, str | None]]:
+    """Yield (text delta, None) while running and finally ("...", finish_reason); errors end in "error"."""
+    matcher = StopMatcher(stops)
+    while True:
+        ev: Event = await stream.queue.get()
+        outcome.completion_tokens += len(ev.token_ids)
+        text, hit = matcher.feed(detok.push(ev.token_ids))
+        if hit:
+            abort(stream)
+            outcome.finish_reason = "stop"
+            yield text, "stop"
+            return
+        if ev.terminal:
+            if ev.finish_reason == "error":
+                outcome.finish_reason, outcome.error = "error", ev.error
+                yield text, "error"
+                return
+            tail, hit = matcher.feed(detok.flush())
+            tail = tail if hit else tail + matcher.flush()
+            outcome.finish_reason = "stop" if hit else ev.finish_reason
+            yield text + tail, outcome.finish_reason
+            return
+        if text:
+            yield text, None

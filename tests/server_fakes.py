@@ -1,0 +1,70 @@
+"""A trivial in-process engine implementing the server's `ServingEngine` protocol, for failure injection.
+
+It is not the executor: the end-to-end server tests run the real engine. This fake exists to make an engine
+step fail on demand, which the real engine cannot be asked to do.
+"""
+
+from __future__ import annotations
+
+import itertools
+import time
+
+from oasis_exec.server.engine_protocol import EngineStats, ModelInfo, Sampling, StepOutput
+
+
+class FakeEngine:
+    SLOTS_PER_REQUEST = 4
+
+    def __init__(self, *, max_running: int = 8, max_model_len: int = 256, step_s: float = 0.002,
+                 fail_at_step: int | None = None) -> None:
+        self.model_info = ModelInfo(name="fake", max_model_len=max_model_len, vocab_size=256, dummy=True,
+                                    mode="dense", device="cpu")
+        self.max_running = max_running
+        self.step_s = step_s
+        self.fail_at_step = fail_at_step
+        self._ids = itertools.count()
+        self._waiting: list[int] = []
+        self._running: dict[int, list] = {}
+        self._req: dict[int, tuple[list[int], Sampling]] = {}
+        self.n_steps = 0
+
+    def add_request(self, prompt_ids, sampling: Sampling):
+        if len(prompt_ids) + sampling.max_tokens > self.model_info.max_model_len:
+            raise ValueError("too long")
+        rid = next(self._ids)
+        self._req[rid] = (list(prompt_ids), sampling)
+        self._waiting.append(rid)
+        return rid
+
+    def abort(self, rid) -> None:
+        self._req.pop(rid, None)
+        self._running.pop(rid, None)
+        if rid in self._waiting:
+            self._waiting.remove(rid)
+
+    def has_unfinished(self) -> bool:
+        return bool(self._waiting or self._running)
+
+    def step(self) -> list[StepOutput]:
+        self.n_steps += 1
+        if self.fail_at_step is not None and self.n_steps >= self.fail_at_step:
+            raise RuntimeError("injected failure")
+        while self._waiting and len(self._running) < self.max_running:
+            self._running[self._waiting.pop(0)] = []
+        time.sleep(self.step_s)
+        outs = []
+        for rid, toks in list(self._running.items()):
+            prompt, sampling = self._req[rid]
+            tok = 97 + (sum(prompt) + len(toks)) % 26  # 'a'..'z'
+            toks.append(tok)
+            done = len(toks) >= sampling.max_tokens
+            outs.append(StepOutput(rid, (tok,), "length" if done else None))
+            if done:
+                self.abort(rid)
+        return outs
+
+    def stats(self) -> EngineStats:
+        used = len(self._running) * self.SLOTS_PER_REQUEST
+        return EngineStats(running=len(self._running), waiting=len(self._waiting), gpu_slots_used=used,
+                           gpu_slots_total=self.max_running * self.SLOTS_PER_REQUEST,
+                           host_blocks_used=used, host_blocks_total=1024)
