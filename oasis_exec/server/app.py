@@ -217,6 +217,7 @@ def create_app(engine: ServingEngine, tokenizer: Tokenizer, config: ServerConfig
     async def models():
         card = S.ModelCard(
             id=config.served_model_name, created=S.now(), max_model_len=info.max_model_len,
+            vocab_size=info.vocab_size,
             tokenizer=tokenizer.describe(), dummy=info.dummy, mode=info.mode, device=info.device,
         )
         return S.ModelList(data=[card]).model_dump()

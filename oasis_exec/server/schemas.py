@@ -190,6 +190,7 @@ class ModelCard(BaseModel):
     created: int
     owned_by: str = "oasiskv"
     max_model_len: int
+    vocab_size: int
     tokenizer: str
     dummy: bool
     mode: str
