@@ -1,0 +1,303 @@
+"""Host->GPU gather of KV blocks into GPU slots: the two candidate transfer paths.
+
+Layout (one layer):
+
+- host pool ``host_k, host_v: [n_host_blocks, Hkv, block_size, D]`` in pinned host memory (a view of a pool with a
+  layer dim, ``pool[l]``, works too): one (block, KV head) of K, and of V, is ``block_size * D`` contiguous
+  elements (4 KiB at 16 x 128 bf16);
+- GPU slots ``k_slots, v_slots: [n_slots, block_size, D]`` (as in ``sparse_attn``);
+- the copy list: ``src_block, src_head, dst_slot: [C]`` int32 (fixed capacity C, -1 padded: an item with
+  ``src_block < 0`` or ``dst_slot < 0`` is skipped), optionally ``count: [1]`` int32 on the GPU bounding the live
+  prefix. ``copy_list`` builds it from a ``StepPlan``'s ``fetch_block/fetch_slot`` without a host sync.
+
+Path 1, direct read (``uva_gather``): a *persistent* kernel on ``n_programs`` programs (default 16) that loops over
+the copy list and reads the pinned pool through its unified-virtual-address pointer. Few programs leave the rest of
+the GPU to the decode step's compute (DESIGN.md: a full grid hid nothing, 16-32 programs hid 73-82%).
+Pinned tensors are passed through ``UVAPointer``: Triton takes any object with ``data_ptr()`` and ``dtype``, and
+its launcher maps the host address to the device address with ``cuPointerGetAttribute`` (identical under UVA for
+``cudaHostAlloc``/``cudaHostRegister`` memory, which is what ``pin_memory`` gives).
+
+Path 2, host-side gather (``HostStager``): CPU threads ``index_select`` the blocks into a pinned staging buffer
+(``host_gather_stage``), one DMA per tensor moves the live prefix to a GPU staging buffer (``upload``), and
+``scatter_slots`` copies each staged block into its slot. Here the copy list's sources must be CPU tensors (the
+host decides what to gather), while ``dst_slot`` for the scatter lives on the GPU.
+"""
+from __future__ import annotations
+
+from concurrent.futures import ThreadPoolExecutor
+
+import torch
+import triton
+import triton.language as tl
+
+from . import interpreting
+from ._util import H2D_ROOFLINE_GBPS, cdiv, check
+
+
+class UVAPointer:
+    """A pinned host tensor as a Triton pointer argument: the kernel reads host memory over PCIe."""
+
+    def __init__(self, t: torch.Tensor):
+        assert t.device.type == "cpu" and t.is_pinned(), "UVAPointer needs a pinned CPU tensor"
+        self.tensor = t
+        self.dtype = t.dtype
+
+    def data_ptr(self) -> int:
+        return self.tensor.data_ptr()
+
+
+def _host_arg(t: torch.Tensor):
+    """What to pass to a kernel for a host tensor: itself under the interpreter, else its UVA pointer."""
+    if t.device.type == "cuda" or interpreting():
+        return t
+    return UVAPointer(t)
+
+
+@triton.jit
+def uva_gather_kernel(
+    HK, HV, SRC_BLK, SRC_HEAD, DST, COUNT, KS, VS, n_items,
+    stride_hkb, stride_hkh, stride_hvb, stride_hvh, stride_ks, stride_vs,
+    CHUNK: tl.constexpr, IPI: tl.constexpr, NPROG: tl.constexpr, HAS_COUNT: tl.constexpr,
+):
+    """Persistent: program p copies items p*IPI.., (p+NPROG)*IPI.., ...; one item = one (block, head) of K and V."""
+    pid = tl.program_id(0)
+    n = n_items
+    if HAS_COUNT:
+        n = tl.minimum(tl.load(COUNT), n_items)
+    offs_i = tl.arange(0, IPI)
+    offs_c = tl.arange(0, CHUNK)
+    for i0 in range(pid * IPI, n, NPROG * IPI):
+        i = i0 + offs_i
+        in_list = i < n
+        blk = tl.load(SRC_BLK + i, mask=in_list, other=-1)
+        hd = tl.load(SRC_HEAD + i, mask=in_list, other=0)
+        dst = tl.load(DST + i, mask=in_list, other=-1)
+        live = (blk >= 0) & (dst >= 0)
+        blk64 = tl.where(live, blk, 0).to(tl.int64)
+        hd64 = tl.where(live, hd, 0).to(tl.int64)
+        dst64 = tl.where(live, dst, 0).to(tl.int64)
+        m = live[:, None]
+        k = tl.load(HK + (blk64 * stride_hkb + hd64 * stride_hkh)[:, None] + offs_c[None, :], mask=m)
+        v = tl.load(HV + (blk64 * stride_hvb + hd64 * stride_hvh)[:, None] + offs_c[None, :], mask=m)
+        tl.store(KS + (dst64 * stride_ks)[:, None] + offs_c[None, :], k, mask=m)
+        tl.store(VS + (dst64 * stride_vs)[:, None] + offs_c[None, :], v, mask=m)
+
+
+def _check_pool_and_slots(host_k, host_v, k_slots, v_slots):
+    nb, Hkv, BS, D = host_k.shape
+    check(host_k, "host_k", (nb, Hkv, BS, D), None, None, inner_contiguous=2)
+    check(host_v, "host_v", (nb, Hkv, BS, D), host_k.dtype, host_k.device, inner_contiguous=2)
+    n_slots = k_slots.shape[0]
+    check(k_slots, "k_slots", (n_slots, BS, D), host_k.dtype, None, inner_contiguous=2)
+    check(v_slots, "v_slots", (n_slots, BS, D), host_k.dtype, k_slots.device, inner_contiguous=2)
+    return nb, Hkv, BS, D
+
+
+def uva_gather(host_k, host_v, src_block, src_head, dst_slot, k_slots, v_slots, count=None, n_programs=16,
+               items_per_iter=2, num_warps=4):
+    """Direct-read gather of ``src (block, head)`` of the pinned host pool into ``dst_slot`` of the GPU slots.
+
+    Launches ``n_programs`` persistent programs; no host synchronisation (the list and ``count`` stay on the GPU).
+    """
+    nb, Hkv, BS, D = _check_pool_and_slots(host_k, host_v, k_slots, v_slots)
+    dev = k_slots.device
+    if dev.type == "cuda":
+        assert host_k.device.type == "cuda" or (host_k.is_pinned() and host_v.is_pinned()), \
+            "host_k/host_v must be pinned (or already on the GPU)"
+    C = src_block.shape[0]
+    for name, t in (("src_block", src_block), ("src_head", src_head), ("dst_slot", dst_slot)):
+        check(t, name, (C,), torch.int32, dev)
+    if count is not None:
+        check(count, "count", (1,), torch.int32, dev)
+    if C == 0:
+        return
+    n_programs = max(1, min(n_programs, cdiv(C, items_per_iter)))
+    uva_gather_kernel[(n_programs,)](
+        _host_arg(host_k), _host_arg(host_v), src_block, src_head, dst_slot,
+        count if count is not None else src_block, k_slots, v_slots, C,
+        host_k.stride(0), host_k.stride(1), host_v.stride(0), host_v.stride(1), k_slots.stride(0), v_slots.stride(0),
+        CHUNK=BS * D, IPI=items_per_iter, NPROG=n_programs, HAS_COUNT=count is not None, num_warps=num_warps,
+    )
+
+
+@triton.jit
+def scatter_slots_kernel(SK, SV, DST, KS, VS, stride_sk, stride_sv, stride_ks, stride_vs, CHUNK: tl.constexpr):
+    i = tl.program_id(0)
+    dst = tl.load(DST + i)
+    live = dst >= 0
+    offs = tl.arange(0, CHUNK)
+    m = live & (offs < CHUNK)
+    d64 = tl.where(live, dst, 0).to(tl.int64)
+    k = tl.load(SK + i.to(tl.int64) * stride_sk + offs, mask=m)
+    v = tl.load(SV + i.to(tl.int64) * stride_sv + offs, mask=m)
+    tl.store(KS + d64 * stride_ks + offs, k, mask=m)
+    tl.store(VS + d64 * stride_vs + offs, v, mask=m)
+
+
+def scatter_slots(stage_k, stage_v, dst_slot, k_slots, v_slots):
+    """Copy staged block i (``stage_k/v[i]: [block_size, D]`` on the GPU) into slot ``dst_slot[i]`` (-1 = skip).
+
+    stage_k, stage_v: [C, block_size, D]; dst_slot: [C] int32 on the same device (fixed capacity, -1 padded).
+    """
+    C, BS, D = stage_k.shape
+    dev = k_slots.device
+    check(stage_k, "stage_k", (C, BS, D), k_slots.dtype, dev, inner_contiguous=2)
+    check(stage_v, "stage_v", (C, BS, D), k_slots.dtype, dev, inner_contiguous=2)
+    n_slots = k_slots.shape[0]
+    check(k_slots, "k_slots", (n_slots, BS, D), None, dev, inner_contiguous=2)
+    check(v_slots, "v_slots", (n_slots, BS, D), k_slots.dtype, dev, inner_contiguous=2)
+    check(dst_slot, "dst_slot", (C,), torch.int32, dev)
+    if C == 0:
+        return
+    scatter_slots_kernel[(C,)](stage_k, stage_v, dst_slot, k_slots, v_slots, stage_k.stride(0), stage_v.stride(0),
+                               k_slots.stride(0), v_slots.stride(0), CHUNK=BS * D, num_warps=4)
+
+
+def host_gather_stage(host_k, host_v, src_block, src_head, stage_k, stage_v, pool=None, n_chunks=None):
+    """CPU gather of ``n = len(src_block)`` (block, head) pairs into ``stage_k/v[:n]`` (pinned, host side).
+
+    host_k, host_v: [n_host_blocks, Hkv, block_size, D] contiguous; src_block, src_head: [n] int64/int32 CPU
+    tensors, all valid (>= 0); stage_k, stage_v: [C >= n, block_size, D] contiguous CPU tensors. With a thread
+    ``pool`` the rows are split into ``n_chunks`` (default: the pool's thread count) gathered in parallel
+    (``index_select`` releases the GIL). Returns n.
+    """
+    nb, Hkv, BS, D = host_k.shape
+    n = src_block.shape[0]
+    assert host_k.is_contiguous() and host_v.is_contiguous(), "host pool must be contiguous"
+    assert stage_k.is_contiguous() and stage_v.is_contiguous(), "staging buffers must be contiguous"
+    assert stage_k.shape[0] >= n, f"staging capacity {stage_k.shape[0]} < {n} blocks"
+    assert src_block.device.type == "cpu" and src_head.device.type == "cpu", "host gather needs CPU indices"
+    if n == 0:
+        return 0
+    flat = (src_block.long() * Hkv + src_head.long())
+    hk, hv = host_k.view(nb * Hkv, BS * D), host_v.view(nb * Hkv, BS * D)
+    sk, sv = stage_k.view(-1, BS * D), stage_v.view(-1, BS * D)
+
+    def run(lo, hi):
+        torch.index_select(hk, 0, flat[lo:hi], out=sk[lo:hi])
+        torch.index_select(hv, 0, flat[lo:hi], out=sv[lo:hi])
+
+    if pool is None:
+        run(0, n)
+        return n
+    workers = n_chunks or getattr(pool, "_max_workers", 8)
+    step = cdiv(n, workers)
+    list(pool.map(lambda lo: run(lo, min(n, lo + step)), range(0, n, step)))
+    return n
+
+
+class HostStager:
+    """Path 2's buffers: pinned host staging, GPU staging, and the gather threads (one per layer pipeline).
+
+    ``gather(...)`` fills the host staging (blocking, on CPU threads); ``upload(n)`` issues the two DMAs on the
+    current stream; ``scatter(dst_slot, k_slots, v_slots)`` writes slots. Do not call ``gather`` again before the
+    previous ``upload`` has completed on the GPU (record an event after it and wait on it).
+    """
+
+    def __init__(self, capacity, block_size, head_dim, dtype=torch.bfloat16, device="cuda", n_threads=8):
+        pin = torch.device(device).type == "cuda"
+        shape = (capacity, block_size, head_dim)
+        self.stage_k = torch.empty(shape, dtype=dtype, pin_memory=pin)
+        self.stage_v = torch.empty(shape, dtype=dtype, pin_memory=pin)
+        self.gpu_k = torch.empty(shape, dtype=dtype, device=device)
+        self.gpu_v = torch.empty(shape, dtype=dtype, device=device)
+        self.pool = ThreadPoolExecutor(max_workers=n_threads) if n_threads > 1 else None
+
+    def gather(self, host_k, host_v, src_block, src_head) -> int:
+        return host_gather_stage(host_k, host_v, src_block, src_head, self.stage_k, self.stage_v, self.pool)
+
+    def upload(self, n: int):
+        if n:
+            self.gpu_k[:n].copy_(self.stage_k[:n], non_blocking=True)
+            self.gpu_v[:n].copy_(self.stage_v[:n], non_blocking=True)
+
+    def scatter(self, dst_slot, k_slots, v_slots):
+        """dst_slot: [capacity] int32 on the GPU, -1 past the staged prefix."""
+        scatter_slots(self.gpu_k, self.gpu_v, dst_slot, k_slots, v_slots)
+
+    def close(self):
+        if self.pool is not None:
+            self.pool.shutdown()
+
+
+def copy_list(fetch_block, fetch_slot, n_kv_heads, host_table=None):
+    """Flatten a layer's plan into the gather's copy list, without a host sync.
+
+    fetch_block, fetch_slot: [R, C] (R = B * Hkv rows, row = b * Hkv + h; host logical block ids / slots, -1 pad).
+    host_table: [B, max_blocks] (optional) maps request b's logical block to its host-pool block; without it the
+    logical id is the pool index. Returns ``(src_block, src_head, dst_slot)``, each [R * C] int32.
+    """
+    R, C = fetch_block.shape
+    rows = torch.arange(R, device=fetch_block.device)
+    head = (rows % n_kv_heads)[:, None].expand(R, C)
+    live = (fetch_block >= 0) & (fetch_slot >= 0)
+    blk = fetch_block.long().clamp(min=0)
+    if host_table is not None:
+        req = (rows // n_kv_heads)[:, None].expand(R, C)
+        blk = host_table.long()[req, blk]
+    src_block = torch.where(live, blk, -1).to(torch.int32).reshape(-1)
+    dst = torch.where(live, fetch_slot.long(), -1).to(torch.int32).reshape(-1)
+    return src_block, head.to(torch.int32).reshape(-1), dst
+
+
+def gather_ref(host_k, host_v, src_block, src_head, dst_slot, k_slots, v_slots, count=None):
+    """Plain-torch reference, in place: slot[dst] = pool[src_block, src_head] for the live items."""
+    n = src_block.shape[0] if count is None else min(int(count[0]), src_block.shape[0])
+    for i in range(n):
+        b, h, d = int(src_block[i]), int(src_head[i]), int(dst_slot[i])
+        if b >= 0 and d >= 0:
+            k_slots[d] = host_k[b, h].to(k_slots.device)
+            v_slots[d] = host_v[b, h].to(v_slots.device)
+
+
+def _bench_setup(n_items, pool_gb, n_kv_heads, block_size, head_dim, seed):
+    torch.manual_seed(seed)
+    n_host = max(n_items, int(pool_gb * 2**30 / (2 * n_kv_heads * block_size * head_dim * 2)))
+    host_k = torch.empty(n_host, n_kv_heads, block_size, head_dim, dtype=torch.bfloat16, pin_memory=True)
+    host_v = torch.empty_like(host_k, pin_memory=True)
+    host_k[:64].normal_()
+    host_v[:64].normal_()
+    n_slots = n_items + 16
+    k_slots = torch.empty(n_slots, block_size, head_dim, dtype=torch.bfloat16, device="cuda")
+    v_slots = torch.empty_like(k_slots)
+    src_block = torch.randint(0, n_host, (n_items,), dtype=torch.int32)
+    src_head = torch.randint(0, n_kv_heads, (n_items,), dtype=torch.int32)
+    dst_slot = torch.randperm(n_slots)[:n_items].to(torch.int32)
+    return host_k, host_v, k_slots, v_slots, src_block, src_head, dst_slot
+
+
+def bench_gather(n_items=4096, pool_gb=4.0, n_kv_heads=8, block_size=16, head_dim=128, n_programs=16,
+                 items_per_iter=2, num_warps=4, n_threads=8, seed=0):
+    """GB/s of both paths (K + V bytes moved), against the 55.3 GB/s pinned DMA rate; alone, not beside compute."""
+    from triton.testing import do_bench
+    host_k, host_v, k_slots, v_slots, sb, sh, ds = _bench_setup(n_items, pool_gb, n_kv_heads, block_size,
+                                                                 head_dim, seed)
+    dev = k_slots.device
+    sb_g, sh_g, ds_g = sb.to(dev), sh.to(dev), ds.to(dev)
+    nbytes = n_items * block_size * head_dim * 2 * 2
+    uva = lambda: uva_gather(host_k, host_v, sb_g, sh_g, ds_g, k_slots, v_slots, n_programs=n_programs,
+                             items_per_iter=items_per_iter, num_warps=num_warps)
+    uva()
+    torch.cuda.synchronize()
+    i = n_items // 2
+    ok_uva = torch.equal(k_slots[int(ds[i])].cpu(), host_k[int(sb[i]), int(sh[i])])
+    ms_uva = do_bench(uva, warmup=5, rep=100)
+    stager = HostStager(n_items, block_size, head_dim, device=dev, n_threads=n_threads)
+
+    def staged():
+        n = stager.gather(host_k, host_v, sb, sh)
+        stager.upload(n)
+        stager.scatter(ds_g, k_slots, v_slots)
+
+    staged()
+    torch.cuda.synchronize()
+    ok_staged = torch.equal(v_slots[int(ds[i])].cpu(), host_v[int(sb[i]), int(sh[i])])
+    ms_staged = do_bench(staged, warmup=5, rep=100)
+    stager.close()
+    res = []
+    for path, ms, ok in (("uva_persistent", ms_uva, ok_uva), ("host_stage_dma", ms_staged, ok_staged)):
+        gbps = nbytes / ms / 1e6
+        res.append(dict(kernel="gather", path=path, n_items=n_items, n_programs=n_programs, n_threads=n_threads,
+                        ms=ms, bytes=nbytes, gbps=gbps, roofline_gbps=H2D_ROOFLINE_GBPS,
+                        frac_roofline=gbps / H2D_ROOFLINE_GBPS, correct=bool(ok)))
+    return res
