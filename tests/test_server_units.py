@@ -1,0 +1,155 @@
+"""Server pieces in-process: schemas and errors, stop strings, detokenization, the engine loop's guarantees."""
+
+from __future__ import annotations
+
+import asyncio
+
+import pytest
+
+pytest.importorskip("fastapi")
+
+from pydantic import ValidationError
+
+from oasis_exec.server import schemas as S
+from oasis_exec.server.engine_loop import EngineLoop, QueueFull, Rejected
+from oasis_exec.server.engine_protocol import Sampling
+from oasis_exec.server.errors import from_validation_error
+from oasis_exec.server.generation import StopMatcher
+from oasis_exec.server.tokenizer import ByteTokenizer
+
+from server_fakes import FakeEngine
+
+
+def _param(model, body: str) -> tuple[str | None, str]:
+    with pytest.raises(ValidationError) as e:
+        model.model_validate_json(body)
+    err = from_validation_error(e.value)
+    assert err.status == 400
+    return err.param, err.message
+
+
+@pytest.mark.parametrize(
+    "body, param",
+    [
+        ('{"model": "m"}', "prompt"),
+        ('{"prompt": "x"}', "model"),
+        ('{"model": "m", "prompt": "x", "max_tokens": 0}', "max_tokens"),
+        ('{"model": "m", "prompt": "x", "max_tokens": "5"}', "max_tokens"),
+        ('{"model": "m", "prompt": "x", "max_tokens": 2.5}', "max_tokens"),
+        ('{"model": "m", "prompt": "x", "temperature": "hot"}', "temperature"),
+        ('{"model": "m", "prompt": "x", "temperature": -1}', "temperature"),
+        ('{"model": "m", "prompt": "x", "stream": "yes"}', "stream"),
+        ('{"model": "m", "prompt": "x", "stop": 3}', "stop"),
+        ('{"model": "m", "prompt": "x", "n": 2}', "n"),
+        ('{"model": "m", "prompt": 5}', "prompt"),
+        ('{"model": "m", "prompt": [1, "a"]}', "prompt"),
+        ('{"model": "m", "prompt": [1, -2]}', "prompt"),
+        ('{"model": "m", "prompt": ["a", "b"]}', "prompt"),
+        ('{"model": 7, "prompt": "x"}', "model"),
+    ],
+)
+def test_completion_request_errors_name_the_field(body, param):
+    assert _param(S.CompletionRequest, body)[0] == param
+
+
+@pytest.mark.parametrize(
+    "body, param",
+    [
+        ('{"model": "m"}', "messages"),
+        ('{"model": "m", "messages": []}', "messages"),
+        ('{"model": "m", "messages": [{"content": "hi"}]}', "messages[0].role"),
+        ('{"model": "m", "messages": [{"role": "robot", "content": "hi"}]}', "messages[0].role"),
+        ('{"model": "m", "messages": [{"role": "user", "content": 5}]}', "messages[0].content"),
+        ('{"model": "m", "messages": [{"role": "user", "content": "hi"}], "max_completion_tokens": 0}',
+         "max_completion_tokens"),
+    ],
+)
+def test_chat_request_errors_name_the_field(body, param):
+    assert _param(S.ChatCompletionRequest, body)[0] == param
+
+
+def test_malformed_json_and_non_object_body():
+    assert _param(S.CompletionRequest, '{"model": ')[0] is None
+    assert "not valid JSON" in _param(S.CompletionRequest, '{"model": ')[1]
+    assert "JSON object" in _param(S.CompletionRequest, "[1, 2]")[1]
+
+
+def test_request_normalisation():
+    r = S.CompletionRequest.model_validate_json('{"model": "m", "prompt": [[1, 2, 3]], "stop": "x"}')
+    assert (r.prompt, r.stop, r.max_tokens, r.temperature) == ([1, 2, 3], ["x"], None, 1.0)
+    c = S.ChatCompletionRequest.model_validate_json(
+        '{"model": "m", "messages": [{"role": "user", "content": [{"type": "text", "text": "a"},'
+        ' {"type": "text", "text": "b"}]}], "max_completion_tokens": 7, "unknown_field": 1}'
+    )
+    assert (c.messages[0].content, c.max_tokens) == ("ab", 7)
+
+
+def test_stop_matcher_holds_back_partial_matches():
+    m = StopMatcher(["END", "\n\n"])
+    assert m.feed("abcE") == ("ab", False)  # the last len("END") - 1 characters wait
+    assert m.feed("N") == ("c", False)
+    assert m.feed("Dtail") == ("", True)
+    m = StopMatcher(["xyz"])
+    assert m.feed("xy") == ("", False)
+    assert m.feed("q") == ("x", False)
+    assert m.flush() == "yq"
+    assert StopMatcher([]).feed("abc") == ("abc", False)
+
+
+def test_byte_detokenizer_never_splits_a_character():
+    tok = ByteTokenizer()
+    text = "héllo → wörld ✓"
+    ids = tok.encode(text)
+    detok = tok.detokenizer()
+    pieces = [detok.push([i]) for i in ids] + [detok.flush()]
+    assert "".join(pieces) == text == tok.decode(ids)
+    assert all("\ufffd" not in p for p in pieces)
+    assert tok.decode([256 + ord("a")]) == "a"  # ids past the byte range alias byte id % 256
+
+
+async def _run_requests(engine, n, max_tokens, max_waiting=64):
+    loop = EngineLoop(engine, max_waiting=max_waiting)
+    loop.start()
+    try:
+        streams = [await loop.submit([1, 2, 3], Sampling(max_tokens=max_tokens)) for _ in range(n)]
+        ends = []
+        for s in streams:
+            while True:
+                ev = await asyncio.wait_for(s.queue.get(), 10)
+                if ev.terminal:
+                    ends.append(ev)
+                    break
+        return ends, loop.snapshot()
+    finally:
+        await loop.stop()
+
+
+def test_engine_failure_ends_every_request_explicitly():
+    ends, (stats, handoff, healthy) = asyncio.run(_run_requests(FakeEngine(fail_at_step=3, step_s=0), 5, 50))
+    assert [e.finish_reason for e in ends] == ["error"] * 5
+    assert all("injected failure" in e.error for e in ends)
+    assert (stats.running, stats.waiting, stats.gpu_slots_used, handoff, healthy) == (0, 0, 0, 0, False)
+
+
+def test_engine_loop_completes_and_frees():
+    ends, (stats, handoff, healthy) = asyncio.run(_run_requests(FakeEngine(max_running=2, step_s=0), 6, 4))
+    assert [e.finish_reason for e in ends] == ["length"] * 6
+    assert (stats.running, stats.gpu_slots_used, handoff, healthy) == (0, 0, 0, True)
+
+
+def test_queue_full_and_engine_rejection():
+    async def go():
+        loop = EngineLoop(FakeEngine(max_model_len=8, step_s=0), max_waiting=0)
+        loop.start()
+        try:
+            with pytest.raises(QueueFull):
+                await loop.submit([1], Sampling(max_tokens=1))
+            loop.max_waiting = 4
+            with pytest.raises(Rejected) as e:
+                await loop.submit([1] * 8, Sampling(max_tokens=4))  # the fake refuses what exceeds its context
+            assert e.value.status == 400
+            assert loop.in_flight == 0
+        finally:
+            await loop.stop()
+
+    asyncio.run(go())
