@@ -121,7 +121,11 @@ def _check_request_values(id, arrival_s, prompt_tokens, output_tokens, prefix_bl
     prefix_block_tokens = _int_field("prefix_block_tokens", prefix_block_tokens, 1)
     if not isinstance(prefix_block_ids, (list, tuple)):
         raise _Problem("prefix_block_ids", f"must be an array of integers, got {_show_typed(prefix_block_ids)}")
-    ids = tuple(_int_field(f"prefix_block_ids[{j}]", b, 0) for j, b in enumerate(prefix_block_ids))
+    if set(map(type, prefix_block_ids)) <= {int} and 0 <= min(prefix_block_ids, default=0) \
+            and max(prefix_block_ids, default=0) <= _INT64_MAX:
+        ids = tuple(prefix_block_ids)  # fast path for the common case; the loop below names the bad entry
+    else:
+        ids = tuple(_int_field(f"prefix_block_ids[{j}]", b, 0) for j, b in enumerate(prefix_block_ids))
     most = -(-prompt_tokens // prefix_block_tokens)
     if len(ids) > most:
         raise _Problem("prefix_block_ids", f"must have at most ceil(prompt_tokens / prefix_block_tokens) = {most} "
