@@ -161,7 +161,8 @@ def import_mooncake(path: Union[str, PathLike], limit: Optional[int] = None, tim
 
     Request ids are the 0-based row numbers of the source file (so they survive dropping and slicing);
     ``prefix_block_ids`` are the rows' ``hash_ids`` with ``prefix_block_tokens = 512``. The first arrival is at
-    the first row's timestamp (0 in the published file), not shifted to 0.
+    the first row's timestamp (0 in the published file), not shifted to 0. Arrivals are rounded to the
+    microsecond so that saved traces stay short; rounding keeps them non-decreasing.
     """
     _check_options(time_scale, max_context, limit, overflow, spread)
     rows = _read_mooncake(path, need=limit if overflow == "clip" or max_context is None else None)
