@@ -26,6 +26,7 @@ from .engine_protocol import EngineStats, Sampling, ServingEngine, StepOutput
 log = logging.getLogger("oasis_exec.server")
 
 _IDLE_POLL_S = 0.5
+STATS_PERIOD_S = 0.05
 
 
 class QueueFull(Exception):
@@ -98,6 +99,7 @@ class EngineLoop:
         self._handoff = 0  # submitted, not yet added to the engine
         self._stats = EngineStats()
         self._healthy = True
+        self._published_at = 0.0
         # engine thread only:
         self._live: dict[int, Hashable] = {}
         self._sid_of: dict[Hashable, int] = {}
@@ -214,24 +216,17 @@ class EngineLoop:
         eng = self.engine
         while True:
             batch: list[tuple[int, Event | Rejected | None]] = []
-            try:
-                cmds = self._drain(block=not eng.has_unfinished())
-            except Exception:  # has_unfinished itself failed
-                log.exception("engine has_unfinished() failed")
-                cmds = self._drain(block=True)
+            cmds = self._drain(block=not self._busy())
             if _STOP in cmds:
                 self._shutdown()
                 return
             for cmd in cmds:
                 self._apply(cmd, batch)
-            self._publish()
+            if cmds or not self._busy():
+                self._publish()
             self._post(batch)
             batch = []
-            try:
-                busy = eng.has_unfinished()
-            except Exception:
-                busy = False
-            if not busy:
+            if not self._busy():
                 continue
             try:
                 outs = eng.step()
@@ -244,7 +239,9 @@ class EngineLoop:
                 self._collect(outs, batch)
                 with self._lock:
                     self._healthy = True
-            self._publish()
+            # stats may cost a device sync: refresh at most every STATS_PERIOD_S while busy, always when idle
+            if time.monotonic() - self._published_at >= STATS_PERIOD_S or not self._busy():
+                self._publish()
             self._post(batch)
 
     def _drain(self, block: bool) -> list:
@@ -306,7 +303,15 @@ class EngineLoop:
         self._live.clear()
         self._sid_of.clear()
 
+    def _busy(self) -> bool:
+        try:
+            return self.engine.has_unfinished()
+        except Exception:
+            log.exception("engine has_unfinished() failed")
+            return False
+
     def _publish(self) -> None:
+        self._published_at = time.monotonic()
         try:
             stats = self.engine.stats()
         except Exception:
