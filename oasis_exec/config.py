@@ -1,0 +1,84 @@
+"""The executor's configuration: one frozen dataclass, validated on construction; field help becomes the CLI."""
+from __future__ import annotations
+
+from dataclasses import dataclass, field, fields
+
+MODES = ("dense", "quest", "retrieval", "proxy", "lookahead")
+SPARSE_MODES = ("retrieval", "proxy", "lookahead")  # host pool + GPU working set
+SOURCES = ("model", "synthetic", "replay")
+TRANSFERS = ("host", "uva", "auto")
+GB = 1e9
+
+
+def _f(default, help):
+    return field(default=default, metadata={"help": help})
+
+
+@dataclass(frozen=True)
+class ExecConfig:
+    model: str = _f("tiny", "oasis_core model preset (qwen3-8b, llama-3.1-8b, tiny, ...)")
+    model_path: str | None = _f(None, "local Hugging Face directory (config.json + *.safetensors); None = dummy")
+    draft_path: str | None = _f(None, "local EAGLE-3 draft directory; None = random draft head")
+    draft_vocab: int = _f(32000, "draft vocabulary of a random draft head")
+    dtype: str = _f("bfloat16", "bfloat16 | float32 (CPU tests)")
+    device: str = _f("cuda", "cuda | cpu")
+    mode: str = _f("lookahead", "dense | quest | retrieval | proxy | lookahead")
+    selection: str = _f("model", "model | synthetic | replay: where the chosen block ids come from")
+    replay_path: str | None = _f(None, "recorded selections (.pt) for selection=replay")
+    record_path: str | None = _f(None, "write the predicted block sets of every step here (.pt)")
+    block_size: int = _f(16, "tokens per KV block")
+    top_k: int = _f(128, "resident blocks per KV head (the local block comes on top)")
+    fetch_ratio: float = _f(0.05, "fetch cap per head per step as a fraction of top_k (0 < r <= 1)")
+    max_context: int = _f(16384 + 1024, "most tokens of one request (prompt + output)")
+    kv_budget_gb: float | None = _f(None, "GPU memory for KV state (slots, summaries, caches), GB")
+    host_kv_gb: float | None = _f(None, "pinned host pool for the full KV cache, GB (sparse modes)")
+    max_lanes: int | None = _f(None, "cap on concurrent requests (default: what the budgets fit)")
+    transfer: str = _f("host", "host (threaded gather into pinned staging + one DMA) | uva (direct-read gather "
+                               "kernel) | auto")
+    host_threads: int = _f(8, "CPU threads of the host gather")
+    uva_programs: int = _f(32, "programs of the persistent UVA gather")
+    no_transfer: bool = _f(False, "plan selections but skip the copies (overlap reference; attention reads stale "
+                                  "slots)")
+    prefill_chunk: int = _f(2048, "tokens per prefill chunk")
+    seed: int = _f(0, "weights, sampling and synthetic-selection seed")
+    profile: bool = _f(False, "CUDA events per layer and stage (small overhead)")
+    synthetic: dict = _f(None, "SyntheticParams overrides, e.g. {'drift_rate': 0.1}")
+
+    def __post_init__(self):
+        def bad(name, why):
+            raise ValueError(f"ExecConfig.{name}: {why}, got {getattr(self, name)!r}")
+
+        if self.mode not in MODES:
+            bad("mode", f"must be one of {MODES}")
+        if self.selection not in SOURCES:
+            bad("selection", f"must be one of {SOURCES}")
+        if self.selection == "replay" and not self.replay_path:
+            bad("replay_path", "selection=replay needs a file")
+        if self.transfer not in TRANSFERS:
+            bad("transfer", f"must be one of {TRANSFERS}")
+        if self.dtype not in ("bfloat16", "float32"):
+            bad("dtype", "must be bfloat16 or float32")
+        if self.block_size < 1 or self.block_size & (self.block_size - 1):
+            bad("block_size", "must be a power of two")
+        if self.top_k < 1:
+            bad("top_k", "must be >= 1")
+        if not 0 < self.fetch_ratio <= 1:
+            bad("fetch_ratio", "must be in (0, 1]")
+        if self.max_context < self.block_size:
+            bad("max_context", "must hold at least one block")
+        for n in ("kv_budget_gb", "host_kv_gb"):
+            v = getattr(self, n)
+            if v is not None and v <= 0:
+                bad(n, "must be > 0")
+
+    @property
+    def sparse(self) -> bool:
+        return self.mode in SPARSE_MODES
+
+    @property
+    def max_blocks(self) -> int:
+        return -(-self.max_context // self.block_size)
+
+    @staticmethod
+    def help() -> dict:
+        return {f.name: f.metadata.get("help", "") for f in fields(ExecConfig)}

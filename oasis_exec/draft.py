@@ -1,0 +1,121 @@
+"""An EAGLE-3-style draft head in the published weight layout (as EAGLE-3 checkpoints and vLLM's
+``llama_eagle3`` name them):
+
+- ``fc.weight`` [hidden, 3 * target_hidden]: fuses the target's low / mid / high hidden states;
+- ``midlayer.*``: one decoder layer whose q/k/v projections take ``2 * hidden`` inputs (the normed token embedding
+  ``input_layernorm`` concatenated with the normed fused features ``hidden_norm``), then ``post_attention_layernorm``
+  and a SwiGLU MLP;
+- ``norm.weight``, ``lm_head.weight`` [draft_vocab, hidden], ``d2t`` [draft_vocab] (target id = draft id +
+  d2t[draft id]) and ``t2d`` [vocab] (bool: target ids inside the draft vocabulary). The token embedding is the
+  target's.
+
+At the end of a step (token x_t just sampled) the head reads the target's features at the previous position and
+x_t's embedding and proposes d_{t+1}, a guess of the token after x_t. The next decode step stacks the real token
+x_t and the draft token d_{t+1} (at the following position); the draft token's queries predict the blocks that the
+step after will need.
+
+Simplification (documented): the draft layer attends only to its own current position (no draft KV cache over
+past positions); with single-key attention the output is the value projection. Loaded checkpoints keep their
+weights; only this attention span differs from the trained head.
+"""
+from __future__ import annotations
+
+import json
+import math
+import os
+
+import torch
+import torch.nn.functional as F
+
+from .model import ModelShape, rms_norm
+
+NAMES = ("fc.weight", "midlayer.input_layernorm.weight", "midlayer.hidden_norm.weight",
+         "midlayer.post_attention_layernorm.weight", "midlayer.self_attn.q_proj.weight",
+         "midlayer.self_attn.k_proj.weight", "midlayer.self_attn.v_proj.weight", "midlayer.self_attn.o_proj.weight",
+         "midlayer.mlp.gate_proj.weight", "midlayer.mlp.up_proj.weight", "midlayer.mlp.down_proj.weight",
+         "norm.weight", "lm_head.weight", "d2t")
+
+
+def aux_layers(n_layers: int) -> tuple[int, int, int]:
+    """EAGLE-3's default feature layers: low, middle and high."""
+    return (min(2, n_layers - 1), n_layers // 2, max(n_layers - 3, 0))
+
+
+def random_draft_weights(shape: ModelShape, draft_vocab: int, seed: int = 1, dtype=torch.bfloat16, device="cpu"):
+    g = torch.Generator(device=device).manual_seed(seed)
+    h, d = shape.hidden, shape.head_dim
+
+    def mat(r, c):
+        return (torch.randn(r, c, generator=g, device=device) / math.sqrt(c)).to(dtype)
+
+    w = {"fc.weight": mat(h, 3 * h),
+         "midlayer.self_attn.q_proj.weight": mat(shape.n_q_heads * d, 2 * h),
+         "midlayer.self_attn.k_proj.weight": mat(shape.n_kv_heads * d, 2 * h),
+         "midlayer.self_attn.v_proj.weight": mat(shape.n_kv_heads * d, 2 * h),
+         "midlayer.self_attn.o_proj.weight": mat(h, shape.n_q_heads * d),
+         "midlayer.mlp.gate_proj.weight": mat(shape.mlp_hidden, h),
+         "midlayer.mlp.up_proj.weight": mat(shape.mlp_hidden, h),
+         "midlayer.mlp.down_proj.weight": mat(h, shape.mlp_hidden),
+         "lm_head.weight": mat(draft_vocab, h)}
+    for n in ("midlayer.input_layernorm.weight", "midlayer.hidden_norm.weight",
+              "midlayer.post_attention_layernorm.weight", "norm.weight"):
+        w[n] = torch.ones(h, dtype=dtype, device=device)
+    # Draft vocabulary = a seeded subset of the target's, sorted; d2t stores offsets as EAGLE-3 does.
+    ids = torch.randperm(shape.vocab, generator=torch.Generator().manual_seed(seed))[:draft_vocab].sort().values
+    w["d2t"] = (ids - torch.arange(draft_vocab)).to(device)
+    t2d = torch.zeros(shape.vocab, dtype=torch.bool)
+    t2d[ids] = True
+    w["t2d"] = t2d.to(device)
+    return w
+
+
+class DraftHead:
+    def __init__(self, shape: ModelShape, weights: dict, embed):
+        missing = [n for n in NAMES if n not in weights]
+        if missing:
+            raise KeyError(f"draft checkpoint lacks {missing[0]} (and {len(missing) - 1} more)")
+        self.shape, self.w, self.embed = shape, weights, embed
+        self.d2t = weights["d2t"].long()
+        self.layers = aux_layers(shape.n_layers)
+        hk, d = shape.n_kv_heads, shape.head_dim
+        self._v_rows = slice(0, hk * d)
+
+    @staticmethod
+    def build(shape, embed, path=None, draft_vocab=None, seed=1, dtype=torch.bfloat16, device="cpu"):
+        if path is None:
+            dv = draft_vocab or min(shape.vocab, 32000)
+            return DraftHead(shape, random_draft_weights(shape, dv, seed, dtype, device), embed)
+        from .model import load_safetensors_dir
+
+        w = load_safetensors_dir(path, dtype, device)
+        return DraftHead(shape, w, embed)
+
+    def save(self, path: str) -> None:
+        from safetensors.torch import save_file
+
+        os.makedirs(path, exist_ok=True)
+        cfg = {"architectures": ["LlamaForCausalLMEagle3"], "draft_vocab_size": int(self.d2t.shape[0]),
+               "eagle_config": {"eagle_aux_hidden_state_layer_ids": list(self.layers)}}
+        with open(os.path.join(path, "config.json"), "w") as fh:
+            json.dump(cfg, fh)
+        save_file({k: v.contiguous().cpu() for k, v in self.w.items()}, os.path.join(path, "model.safetensors"))
+
+    def propose(self, aux, token_ids):
+        """aux: [B, 3 * hidden] target features; token_ids: [B] the tokens just sampled -> draft ids [B] (target
+        vocabulary), greedy."""
+        s, w = self.shape, self.w
+        eps = s.rms_eps
+        feats = aux @ w["fc.weight"].t()
+        emb = self.embed[token_ids]
+        x = torch.cat([rms_norm(emb, w["midlayer.input_layernorm.weight"], eps),
+                       rms_norm(feats, w["midlayer.hidden_norm.weight"], eps)], dim=-1)
+        # Single-key attention: softmax over one key is 1, so the output is v (expanded over the GQA group).
+        v = (x @ w["midlayer.self_attn.v_proj.weight"].t()).view(-1, s.n_kv_heads, 1, s.head_dim)
+        attn = v.expand(-1, -1, s.group, -1).reshape(v.shape[0], -1)
+        h = feats + attn @ w["midlayer.self_attn.o_proj.weight"].t()
+        y = rms_norm(h, w["midlayer.post_attention_layernorm.weight"], eps)
+        h = h + (F.silu(y @ w["midlayer.mlp.gate_proj.weight"].t()) * (y @ w["midlayer.mlp.up_proj.weight"].t())) \
+            @ w["midlayer.mlp.down_proj.weight"].t()
+        logits = rms_norm(h, w["norm.weight"], eps) @ w["lm_head.weight"].t()
+        d = logits.argmax(-1)
+        return d + self.d2t[d]

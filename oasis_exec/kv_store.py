@@ -1,0 +1,112 @@
+"""KV storage: the pinned host pool, the sparse GPU working set, and the paged dense GPU cache.
+
+Layouts (``bs`` = block size, ``D`` = head dim, ``H`` = KV heads, ``L`` layers), chosen to match ``kernels/``:
+
+- ``HostPool.k`` / ``.v``: [L, N_host, H, bs, D] each, pinned. One (layer, block, KV head) of K, and of V, is one
+  contiguous run of bs * D elements (4 KiB at 16 x 128 bf16), so a fetch is two contiguous reads. Host block ids
+  are allocated by the scheduler (torch-free) and handed over per request as a block table.
+- ``SparseStore.k[l]`` / ``.v[l]``: [B_max * H * (S + 2), bs, D] per layer: the slot pool of ``kernels.sparse_attn``.
+  Row (lane, head) owns slots ``(lane * H + head) * (S + 2) + s``: ``s < S`` the selectable working set,
+  ``LOCAL = S`` the newest (partial) block, ``TRASH = S + 1`` absorbs padded writes of fixed-shape copies.
+- ``SparseStore.resident`` / ``last_sel``: [L, B_max * H, S] int64, the per-head mapping (slot -> host logical
+  block of the request, -1 empty), in the form ``oasis_core.selection.plan_step`` takes and returns.
+- ``kmin`` / ``kmax``: [L, B_max, H, NB_max, D] block summaries (Quest min/max) of every block of every context;
+  blocks not yet full hold +inf / -inf.
+- ``DenseStore.k[l]`` / ``.v[l]``: [B_max * P, H, bs, D] pages (``kernels.paged_attn``); lane b owns pages
+  ``b * P .. b * P + P - 1`` (P = blocks of the longest context), so its block table is fixed.
+"""
+from __future__ import annotations
+
+import math
+
+import torch
+
+
+class HostPool:
+    """The full KV cache of every admitted request, in (pinned, when CUDA is present) host memory."""
+
+    def __init__(self, n_layers, n_blocks, n_kv_heads, block_size, head_dim, dtype, pin):
+        shape = (n_layers, n_blocks, n_kv_heads, block_size, head_dim)
+        self.k = torch.empty(shape, dtype=dtype, pin_memory=pin)
+        self.v = torch.empty(shape, dtype=dtype, pin_memory=pin)
+        self.n_blocks = n_blocks
+
+    @property
+    def nbytes(self) -> int:
+        return 2 * self.k.numel() * self.k.element_size()
+
+    def fill_pattern(self, seed: int = 0, chunk: int = 1 << 24) -> None:
+        """Fill with a repeated random pattern (benchmarks: synthesized prefill; values need only be non-zero)."""
+        g = torch.Generator().manual_seed(seed)
+        for t in (self.k, self.v):
+            flat = t.view(-1)
+            pat = (torch.randn(min(flat.numel(), chunk), generator=g) * 0.5).to(flat.dtype)
+            for off in range(0, flat.numel(), pat.numel()):
+                n = min(pat.numel(), flat.numel() - off)
+                flat[off: off + n].copy_(pat[:n])
+
+
+class SparseStore:
+    def __init__(self, n_layers, max_lanes, n_kv_heads, slots, block_size, head_dim, max_blocks, dtype, device):
+        self.L, self.B, self.H, self.S, self.bs, self.D = n_layers, max_lanes, n_kv_heads, slots, block_size, head_dim
+        self.W = slots + 2  # slots per row
+        self.LOCAL, self.TRASH = slots, slots + 1
+        self.NB = max_blocks
+        n = max_lanes * n_kv_heads * self.W
+        self.k = [torch.zeros(n, block_size, head_dim, dtype=dtype, device=device) for _ in range(n_layers)]
+        self.v = [torch.zeros(n, block_size, head_dim, dtype=dtype, device=device) for _ in range(n_layers)]
+        rows = max_lanes * n_kv_heads
+        self.resident = torch.full((n_layers, rows, slots), -1, dtype=torch.int64, device=device)
+        self.last_sel = torch.full((n_layers, rows, slots), -1, dtype=torch.int64, device=device)
+        self.kmin = torch.full((n_layers, max_lanes, n_kv_heads, max_blocks, head_dim), math.inf, dtype=dtype,
+                               device=device)
+        self.kmax = torch.full_like(self.kmin, -math.inf)
+        self.host_table = torch.zeros(max_lanes, max_blocks, dtype=torch.int64, device=device)
+
+    @staticmethod
+    def bytes_per_lane(n_layers, n_kv_heads, slots, block_size, head_dim, max_blocks, dtype_bytes=2) -> int:
+        kv = n_layers * n_kv_heads * 2 * (slots + 2) * block_size * head_dim * dtype_bytes
+        summ = n_layers * n_kv_heads * max_blocks * 2 * head_dim * dtype_bytes
+        return kv + summ + 2 * n_layers * n_kv_heads * slots * 8
+
+    def slot_base(self, lanes):
+        """[B, H] int64: first slot of each (lane, head) row."""
+        h = torch.arange(self.H, device=lanes.device)
+        return (lanes[:, None] * self.H + h) * self.W
+
+    def reset_lane(self, lane: int, host_blocks) -> None:
+        h = self.H
+        self.resident[:, lane * h:(lane + 1) * h] = -1
+        self.last_sel[:, lane * h:(lane + 1) * h] = -1
+        self.kmin[:, lane] = math.inf
+        self.kmax[:, lane] = -math.inf
+        hb = torch.as_tensor(list(host_blocks), dtype=torch.int64)
+        self.host_table[lane, : hb.numel()] = hb.to(self.host_table.device)
+
+
+class DenseStore:
+    def __init__(self, n_layers, max_lanes, n_kv_heads, max_blocks, head_dim, block_size, dtype, device,
+                 summaries: bool):
+        self.L, self.B, self.H, self.P, self.D, self.bs = n_layers, max_lanes, n_kv_heads, max_blocks, head_dim, \
+            block_size
+        shape = (max_lanes * max_blocks, n_kv_heads, block_size, head_dim)
+        self.k = [torch.zeros(shape, dtype=dtype, device=device) for _ in range(n_layers)]
+        self.v = [torch.zeros(shape, dtype=dtype, device=device) for _ in range(n_layers)]
+        self.block_table = (torch.arange(max_lanes, device=device)[:, None] * max_blocks
+                            + torch.arange(max_blocks, device=device)).to(torch.int32)
+        if summaries:
+            self.kmin = torch.full((n_layers, max_lanes, n_kv_heads, max_blocks, head_dim), math.inf, dtype=dtype,
+                                   device=device)
+            self.kmax = torch.full_like(self.kmin, -math.inf)
+        else:
+            self.kmin = self.kmax = None
+
+    @staticmethod
+    def bytes_per_lane(n_layers, n_kv_heads, max_blocks, head_dim, block_size, summaries, dtype_bytes=2) -> int:
+        kv = n_layers * n_kv_heads * 2 * max_blocks * block_size * head_dim * dtype_bytes
+        return kv + (n_layers * n_kv_heads * max_blocks * 2 * head_dim * dtype_bytes if summaries else 0)
+
+    def reset_lane(self, lane: int) -> None:
+        if self.kmin is not None:
+            self.kmin[:, lane] = math.inf
+            self.kmax[:, lane] = -math.inf

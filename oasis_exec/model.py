@@ -1,0 +1,236 @@
+"""A Qwen3 / Llama-family decoder in plain torch: weights plus the per-layer pieces the runner composes.
+
+The runner, not the model, owns attention: a layer is split into ``qkv`` (norm, projections, q/k norm, RoPE)
+and ``finish`` (output projection, residual, MLP), so that each KV store plugs its own attention in between.
+Weights are bf16 (float32 on request for CPU tests), random (``dummy``) or loaded from a Hugging Face directory
+(``config.json`` + ``*.safetensors``) with the usual ``model.layers.{i}.self_attn.q_proj.weight`` names.
+"""
+from __future__ import annotations
+
+import json
+import math
+import os
+from dataclasses import dataclass
+
+import torch
+import torch.nn.functional as F
+
+
+@dataclass(frozen=True)
+class ModelShape:
+    """The shapes the executor needs; built from an ``oasis_core`` preset or a Hugging Face ``config.json``."""
+
+    name: str
+    n_layers: int
+    n_q_heads: int
+    n_kv_heads: int
+    head_dim: int
+    hidden: int
+    mlp_hidden: int
+    vocab: int
+    qk_norm: bool = False
+    rope_theta: float = 10000.0
+    rms_eps: float = 1e-6
+    tie_embeddings: bool = False
+
+    def __post_init__(self):
+        for f in ("n_layers", "n_q_heads", "n_kv_heads", "head_dim", "hidden", "mlp_hidden", "vocab"):
+            v = getattr(self, f)
+            if not isinstance(v, int) or v < 1:
+                raise ValueError(f"ModelShape.{f}: must be a positive int, got {v!r}")
+        if self.n_q_heads % self.n_kv_heads:
+            raise ValueError(f"ModelShape.n_q_heads: {self.n_q_heads} is not a multiple of n_kv_heads "
+                             f"{self.n_kv_heads}")
+
+    @property
+    def group(self) -> int:
+        return self.n_q_heads // self.n_kv_heads
+
+    @staticmethod
+    def from_spec(spec) -> "ModelShape":
+        return ModelShape(name=spec.name, n_layers=spec.n_layers, n_q_heads=spec.n_q_heads,
+                          n_kv_heads=spec.n_kv_heads, head_dim=spec.head_dim, hidden=spec.hidden,
+                          mlp_hidden=spec.mlp_hidden, vocab=spec.vocab, qk_norm=spec.qk_norm,
+                          rope_theta=float(spec.rope_theta), rms_eps=float(spec.rms_eps),
+                          tie_embeddings=spec.tie_embeddings)
+
+    @staticmethod
+    def from_hf_config(cfg: dict, name: str = "hf") -> "ModelShape":
+        n_q = cfg["num_attention_heads"]
+        head_dim = cfg.get("head_dim") or cfg["hidden_size"] // n_q
+        arch = " ".join(cfg.get("architectures", [])) + " " + cfg.get("model_type", "")
+        return ModelShape(name=name, n_layers=cfg["num_hidden_layers"], n_q_heads=n_q,
+                          n_kv_heads=cfg.get("num_key_value_heads", n_q), head_dim=head_dim,
+                          hidden=cfg["hidden_size"], mlp_hidden=cfg["intermediate_size"], vocab=cfg["vocab_size"],
+                          qk_norm="qwen3" in arch.lower(), rope_theta=float(cfg.get("rope_theta", 10000.0)),
+                          rms_eps=float(cfg.get("rms_norm_eps", 1e-6)),
+                          tie_embeddings=bool(cfg.get("tie_word_embeddings", False)))
+
+    def hf_config(self) -> dict:
+        return {"architectures": ["Qwen3ForCausalLM" if self.qk_norm else "LlamaForCausalLM"],
+                "model_type": "qwen3" if self.qk_norm else "llama", "num_hidden_layers": self.n_layers,
+                "num_attention_heads": self.n_q_heads, "num_key_value_heads": self.n_kv_heads,
+                "head_dim": self.head_dim, "hidden_size": self.hidden, "intermediate_size": self.mlp_hidden,
+                "vocab_size": self.vocab, "rope_theta": self.rope_theta, "rms_norm_eps": self.rms_eps,
+                "tie_word_embeddings": self.tie_embeddings}
+
+
+def get_shape(name: str) -> ModelShape:
+    from oasis_core.specs import get_model
+
+    return ModelShape.from_spec(get_model(name))
+
+
+def rms_norm(x, w, eps):
+    xf = x.float()
+    return (xf * torch.rsqrt(xf.pow(2).mean(-1, keepdim=True) + eps)).to(x.dtype) * w
+
+
+def rope(x, pos, theta):
+    """Rotate-half RoPE. x: [..., T, H, D]; pos: int64 [..., T]."""
+    d = x.shape[-1]
+    inv = 1.0 / (theta ** (torch.arange(0, d, 2, device=x.device, dtype=torch.float32) / d))
+    ang = pos.to(torch.float32)[..., None] * inv  # [..., T, D/2]
+    cos, sin = ang.cos()[..., None, :], ang.sin()[..., None, :]  # [..., T, 1, D/2]
+    xf = x.float()
+    x1, x2 = xf[..., : d // 2], xf[..., d // 2:]
+    return torch.cat([x1 * cos - x2 * sin, x2 * cos + x1 * sin], dim=-1).to(x.dtype)
+
+
+def _layer_names(i):
+    p = f"model.layers.{i}."
+    return {"q": p + "self_attn.q_proj.weight", "k": p + "self_attn.k_proj.weight",
+            "v": p + "self_attn.v_proj.weight", "o": p + "self_attn.o_proj.weight",
+            "q_norm": p + "self_attn.q_norm.weight", "k_norm": p + "self_attn.k_norm.weight",
+            "ln1": p + "input_layernorm.weight", "ln2": p + "post_attention_layernorm.weight",
+            "gate": p + "mlp.gate_proj.weight", "up": p + "mlp.up_proj.weight", "down": p + "mlp.down_proj.weight"}
+
+
+def random_weights(shape: ModelShape, seed: int = 0, dtype=torch.bfloat16, device="cpu") -> dict:
+    """Random weights with the Hugging Face names; scaled so activations stay O(1) through many layers."""
+    g = torch.Generator(device="cpu").manual_seed(seed)
+    dev_gen = g if torch.device(device).type == "cpu" else torch.Generator(device=device).manual_seed(seed)
+    h, d = shape.hidden, shape.head_dim
+
+    def mat(rows, cols):
+        return (torch.randn(rows, cols, generator=dev_gen, device=device, dtype=torch.float32)
+                / math.sqrt(cols)).to(dtype)
+
+    w = {"model.embed_tokens.weight": mat(shape.vocab, h) * math.sqrt(h) * 0.5,
+         "model.norm.weight": torch.ones(h, dtype=dtype, device=device)}
+    for i in range(shape.n_layers):
+        n = _layer_names(i)
+        w[n["q"]] = mat(shape.n_q_heads * d, h)
+        w[n["k"]] = mat(shape.n_kv_heads * d, h)
+        w[n["v"]] = mat(shape.n_kv_heads * d, h)
+        w[n["o"]] = mat(h, shape.n_q_heads * d) * 0.5
+        w[n["ln1"]] = torch.ones(h, dtype=dtype, device=device)
+        w[n["ln2"]] = torch.ones(h, dtype=dtype, device=device)
+        w[n["gate"]] = mat(shape.mlp_hidden, h)
+        w[n["up"]] = mat(shape.mlp_hidden, h)
+        w[n["down"]] = mat(h, shape.mlp_hidden) * 0.5
+        if shape.qk_norm:
+            w[n["q_norm"]] = torch.ones(d, dtype=dtype, device=device)
+            w[n["k_norm"]] = torch.ones(d, dtype=dtype, device=device)
+    if not shape.tie_embeddings:
+        w["lm_head.weight"] = mat(shape.vocab, h)
+    return w
+
+
+def load_safetensors_dir(path: str, dtype, device) -> dict:
+    from safetensors.torch import load_file
+
+    files = sorted(f for f in os.listdir(path) if f.endswith(".safetensors"))
+    if not files:
+        raise FileNotFoundError(f"{path}: no *.safetensors files")
+    w = {}
+    for f in files:
+        for k, v in load_file(os.path.join(path, f)).items():
+            w[k] = v.to(device=device, dtype=dtype if v.is_floating_point() else v.dtype)
+    return w
+
+
+def save_checkpoint(path: str, shape: ModelShape, weights: dict) -> None:
+    """Write ``config.json`` + ``model.safetensors`` (used by tests to make a small checkpoint)."""
+    from safetensors.torch import save_file
+
+    os.makedirs(path, exist_ok=True)
+    with open(os.path.join(path, "config.json"), "w") as fh:
+        json.dump(shape.hf_config(), fh, indent=1)
+    save_file({k: v.contiguous().cpu() for k, v in weights.items()}, os.path.join(path, "model.safetensors"))
+
+
+class Decoder:
+    """Weights and the pieces of a decoder layer. Activations: x [N, hidden] for N tokens (flattened batch)."""
+
+    def __init__(self, shape: ModelShape, weights: dict, dtype=torch.bfloat16):
+        self.shape, self.dtype = shape, dtype
+        self.device = weights["model.embed_tokens.weight"].device
+        self.embed = weights["model.embed_tokens.weight"]
+        self.norm = weights["model.norm.weight"]
+        self.lm_head = weights["model.embed_tokens.weight"] if shape.tie_embeddings else weights["lm_head.weight"]
+        self.layers = []
+        for i in range(shape.n_layers):
+            n = _layer_names(i)
+            missing = [v for k, v in n.items() if v not in weights and not (k.endswith("_norm") and not shape.qk_norm)]
+            if missing:
+                raise KeyError(f"checkpoint lacks {missing[0]} (and {len(missing) - 1} more)")
+            lw = {k: weights.get(v) for k, v in n.items()}
+            # Fused projections: one GEMM for q,k,v and one for gate,up.
+            lw["qkv"] = torch.cat([lw.pop("q"), lw.pop("k"), lw.pop("v")], 0).contiguous()
+            lw["gate_up"] = torch.cat([lw.pop("gate"), lw.pop("up")], 0).contiguous()
+            self.layers.append(lw)
+
+    @staticmethod
+    def build(shape: ModelShape, path: str | None = None, seed: int = 0, dtype=torch.bfloat16, device="cpu"):
+        if path is None:
+            return Decoder(shape, random_weights(shape, seed, dtype, device), dtype)
+        return Decoder(shape, load_safetensors_dir(path, dtype, device), dtype)
+
+    @staticmethod
+    def from_dir(path: str, dtype=torch.bfloat16, device="cpu") -> "Decoder":
+        with open(os.path.join(path, "config.json")) as fh:
+            shape = ModelShape.from_hf_config(json.load(fh), name=os.path.basename(path.rstrip("/")))
+        return Decoder.build(shape, path, dtype=dtype, device=device)
+
+    def qkv(self, i: int, x, pos):
+        """x: [N, hidden], pos: [N] -> q [N, Hq, D], k [N, Hkv, D], v [N, Hkv, D] (RoPE applied)."""
+        s, lw = self.shape, self.layers[i]
+        hq, hk, d = s.n_q_heads, s.n_kv_heads, s.head_dim
+        y = rms_norm(x, lw["ln1"], s.rms_eps) @ lw["qkv"].t()
+        q = y[:, : hq * d].view(-1, hq, d)
+        k = y[:, hq * d: (hq + hk) * d].view(-1, hk, d)
+        v = y[:, (hq + hk) * d:].view(-1, hk, d)
+        if s.qk_norm:
+            q = rms_norm(q, lw["q_norm"], s.rms_eps)
+            k = rms_norm(k, lw["k_norm"], s.rms_eps)
+        return rope(q, pos, s.rope_theta), rope(k, pos, s.rope_theta), v.contiguous()
+
+    def finish(self, i: int, x, attn):
+        """x: residual [N, hidden], attn: [N, Hq, D] -> next residual [N, hidden]."""
+        s, lw = self.shape, self.layers[i]
+        x = x + attn.reshape(attn.shape[0], -1) @ lw["o"].t()
+        gu = rms_norm(x, lw["ln2"], s.rms_eps) @ lw["gate_up"].t()
+        g, u = gu.chunk(2, dim=-1)
+        return x + (F.silu(g) * u) @ lw["down"].t()
+
+    def logits(self, x):
+        return (rms_norm(x, self.norm, self.shape.rms_eps) @ self.lm_head.t()).float()
+
+
+def attention_ref(q, k, v, mask=None):
+    """Plain attention in float32. q: [B, Hq, Tq, D]; k, v: [B, Hkv, Tk, D]; mask: bool broadcastable to
+    [B, Hkv, G, Tq, Tk] or [B, Hq, Tq, Tk] (True = attend). Returns [B, Hq, Tq, D] in q's dtype."""
+    b, hq, tq, d = q.shape
+    hk = k.shape[1]
+    g = hq // hk
+    qf = q.float().view(b, hk, g, tq, d)
+    s = torch.einsum("bhgtd,bhsd->bhgts", qf, k.float()) / math.sqrt(d)
+    if mask is not None:
+        if mask.dim() == 4:
+            mask = mask.view(b, hk, g, tq, -1) if mask.shape[1] == hq else mask[:, :, None]
+        s = s.masked_fill(~mask, -math.inf)
+    p = torch.softmax(s, dim=-1)
+    p = torch.nan_to_num(p)
+    o = torch.einsum("bhgts,bhsd->bhgtd", p, v.float())
+    return o.reshape(b, hq, tq, d).to(q.dtype)

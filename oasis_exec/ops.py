@@ -1,0 +1,55 @@
+"""Dispatch to the Triton kernels on CUDA and to their torch references elsewhere (CPU tests)."""
+from __future__ import annotations
+
+import torch
+
+
+def _cuda(t) -> bool:
+    return t.device.type == "cuda"
+
+
+def sparse_attn(q, k_slots, v_slots, slot_ids, local_slot, local_len, extra_k=None, extra_v=None):
+    """q [B, Hq, Tq, D]; see kernels.sparse_attn. Returns out [B, Hq, Tq, D]."""
+    if _cuda(q):
+        from kernels.sparse_attn import sparse_attn as k
+
+        return k(q, k_slots, v_slots, slot_ids, local_slot, local_len, extra_k, extra_v)
+    from kernels.sparse_attn import sparse_attn_ref
+
+    return sparse_attn_ref(q, k_slots, v_slots, slot_ids, local_slot, local_len, extra_k, extra_v)[0]
+
+
+def paged_attn(q, k_cache, v_cache, block_table, seq_lens):
+    if _cuda(q):
+        from kernels.paged_attn import paged_attn as k
+
+        return k(q, k_cache, v_cache, block_table, seq_lens)
+    from kernels.paged_attn import paged_attn_ref
+
+    out = paged_attn_ref(q, k_cache, v_cache, block_table, seq_lens)
+    return out[0] if isinstance(out, tuple) else out
+
+
+def block_score(q, kmin, kmax, n_blocks, seat=None):
+    """Scores [B, Hkv, Nmax] fp32, -inf where not eligible (local block and beyond)."""
+    if _cuda(q):
+        from kernels.block_score import block_score as k
+
+        return k(q, kmin, kmax, n_blocks, seat)
+    from kernels.block_score import block_score_ref
+
+    return block_score_ref(q, kmin, kmax, n_blocks, seat)
+
+
+def summary_update(k_src, src, dst_row, dst_block, n_valid, kmin, kmax):
+    if _cuda(k_src):
+        from kernels.summary_update import summary_update as k
+
+        return k(k_src, src, dst_row, dst_block, n_valid, kmin, kmax)
+    from kernels.summary_update import summary_update_ref
+
+    return summary_update_ref(k_src, src, dst_row, dst_block, n_valid, kmin, kmax)
+
+
+def i32(x):
+    return x.to(torch.int32)

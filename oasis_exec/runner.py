@@ -1,0 +1,490 @@
+"""The model runner: owns every GPU tensor and executes one ``BatchPlan`` (prefill chunk or decode step).
+
+Decode, per layer l (sparse modes): QKV for the real token (and, in ``lookahead``, the draft token stacked behind
+it) -> wait for layer l's transfer of the previous step -> write the real token's K/V into the local block ->
+(``retrieval``: select and copy now, on the critical path) -> sparse attention over the resident slots + local
+block (+ the draft token's own K/V for the draft query) -> flush a block that just filled (host copy, summary) ->
+launch prediction -> selection -> transfer of layer l for the next step in the background (``proxy``: from the
+real query; ``lookahead``: from the draft query) -> output projection and MLP.
+
+Dense modes keep the whole cache on the GPU in pages: ``dense`` attends every token (``kernels.paged_attn``),
+``quest`` attends the top-K blocks of the current query plus the local block (``kernels.sparse_attn`` over the
+pages seen as slots).
+
+Benchmarks synthesize prefill (``Admit.synthetic_prefill``): the KV of the prompt is filled with random values
+(host pool pattern, random summaries and slots) rather than computed, so that many 16K-token requests start in
+seconds. The real chunked-prefill path is used for correctness tests and serving.
+"""
+from __future__ import annotations
+
+import math
+
+import torch
+
+from oasis_core.fetchcap import Fixed, Unlimited
+from oasis_core.scoring import topk_blocks
+from oasis_core.selection import initial_plan
+
+from . import ops
+from .config import ExecConfig
+from .draft import DraftHead
+from .kv_store import DenseStore, HostPool, SparseStore
+from .model import Decoder, ModelShape
+from .pipeline import Prefetcher
+from .scheduler import BatchPlan
+
+
+def _dtype(name):
+    return torch.bfloat16 if name == "bfloat16" else torch.float32
+
+
+def _rows_of(lanes_list, H):
+    """Rows of the lanes: a slice when they are contiguous (views, no copies), else an index list."""
+    lo = lanes_list[0]
+    if lanes_list == list(range(lo, lo + len(lanes_list))):
+        return slice(lo * H, (lo + len(lanes_list)) * H)
+    return torch.tensor([b * H + h for b in lanes_list for h in range(H)])
+
+
+class Runner:
+    def __init__(self, cfg: ExecConfig, shape: ModelShape | None = None, decoder: Decoder | None = None):
+        self.cfg = cfg
+        self.device = dev = torch.device(cfg.device)
+        self.dtype = dt = _dtype(cfg.dtype)
+        if decoder is None:
+            if cfg.model_path:
+                decoder = Decoder.from_dir(cfg.model_path, dt, dev)
+            else:
+                from .model import get_shape
+
+                shape = shape or get_shape(cfg.model)
+                decoder = Decoder.build(shape, None, cfg.seed, dt, dev)
+        self.dec = decoder
+        self.shape = s = decoder.shape
+        self.draft = None
+        if cfg.mode == "lookahead":
+            self.draft = DraftHead.build(s, decoder.embed, cfg.draft_path, min(cfg.draft_vocab, s.vocab),
+                                         cfg.seed + 1, dt, dev)
+        bs, H, D, L = cfg.block_size, s.n_kv_heads, s.head_dim, s.n_layers
+        self.bs, self.H, self.L = bs, H, L
+        self.K = cfg.top_k
+        NB = cfg.max_blocks
+        ebytes = torch.tensor([], dtype=dt).element_size()
+        if cfg.sparse:
+            per_lane = SparseStore.bytes_per_lane(L, H, self.K, bs, D, NB, ebytes)
+        else:
+            per_lane = DenseStore.bytes_per_lane(L, H, NB, D, bs, cfg.mode == "quest", ebytes)
+        self.lane_bytes = per_lane
+        budget = cfg.kv_budget_gb * 1e9 if cfg.kv_budget_gb else None
+        lanes = cfg.max_lanes or (int(budget // per_lane) if budget else 4)
+        if budget is not None:
+            lanes = min(lanes, int(budget // per_lane))
+        if lanes < 1:
+            raise ValueError(f"kv_budget_gb={cfg.kv_budget_gb}: one request needs {per_lane / 1e9:.2f} GB")
+        self.max_lanes = lanes
+        self.host = None
+        self.host_blocks_total = 0
+        if cfg.sparse:
+            unit = L * H * bs * D * ebytes * 2  # one host block, every layer and head, K and V
+            hb = int(cfg.host_kv_gb * 1e9 // unit) if cfg.host_kv_gb else lanes * NB
+            self.host = HostPool(L, hb, H, bs, D, dt, pin=dev.type == "cuda")
+            self.host_blocks_total = hb
+            self.store = SparseStore(L, lanes, H, self.K, bs, D, NB, dt, dev)
+            if cfg.mode == "retrieval":
+                self.cap_policy = Unlimited()
+            else:
+                self.cap_policy = Fixed(cfg.fetch_ratio)
+            self.max_cap = self.cap_policy.max_cap(self.K)
+            self.pipe = Prefetcher(cfg, self.store, self.host, dev, self.max_cap)
+        else:
+            self.store = DenseStore(L, lanes, H, NB, D, bs, dt, dev, summaries=cfg.mode == "quest")
+            self.pipe = None
+        self.lane_blocks = {}  # lane -> host block ids (sparse modes)
+        self.draft_tok = torch.zeros(lanes, dtype=torch.int64, device=dev)
+        self.scratch = {}  # req_id -> (k [L, H, T, D], v) during a real prefill (sparse modes)
+        self.gen = torch.Generator(device=dev).manual_seed(cfg.seed)
+        self.synth = None  # (lanes tuple, SyntheticSelection)
+        self.replay = torch.load(cfg.replay_path) if cfg.selection == "replay" else None
+        self.record = [] if cfg.record_path else None
+        self.decode_steps = 0
+        self.stage_ms = {}
+
+    # -- plan entry point ---------------------------------------------------------------------------------------
+
+    @torch.inference_mode()
+    def execute(self, plan: BatchPlan) -> dict:
+        if plan.admit and self.pipe is not None:
+            self.pipe.wait_all()  # no background work may touch a lane being reset
+        for a in plan.admit:
+            self._admit(a)
+        if plan.prefill is not None:
+            return self._prefill(plan.prefill, plan.sampling)
+        if plan.decode:
+            return self._decode(plan)
+        return {}
+
+    def _admit(self, a) -> None:
+        if self.cfg.sparse:
+            self.lane_blocks[a.lane] = list(a.host_blocks)
+            self.store.reset_lane(a.lane, a.host_blocks)
+        else:
+            self.store.reset_lane(a.lane)
+        if a.synthetic_prefill:
+            self._synthesize(a)
+
+    # -- synthesized prefill (benchmarks) -----------------------------------------------------------------------
+
+    def _synthesize(self, a) -> None:
+        """KV of positions 0..prompt_len-2 filled with random values; the last prompt token decodes first."""
+        n_tok = a.prompt_len - 1
+        n_full = n_tok // self.bs
+        g = torch.Generator(device=self.device).manual_seed(a.seed)
+        st = self.store
+        for l in range(self.L):
+            if st.kmin is not None:
+                base = torch.randn(self.H, n_full, self.shape.head_dim, generator=g, device=self.device)
+                st.kmin[l, a.lane, :, :n_full] = (base - 1.0).to(self.dtype)
+                st.kmax[l, a.lane, :, :n_full] = (base + 1.0).to(self.dtype)
+        if self.cfg.sparse:
+            lane = torch.tensor([a.lane], device=self.device)
+            slots = (st.slot_base(lane)[0][:, None] + torch.arange(st.W, device=self.device)).reshape(-1)
+            for l in range(self.L):
+                st.k[l][slots] = torch.randn(slots.numel(), self.bs, self.shape.head_dim, generator=g,
+                                             device=self.device).to(self.dtype)
+                st.v[l][slots] = torch.randn(slots.numel(), self.bs, self.shape.head_dim, generator=g,
+                                             device=self.device).to(self.dtype)
+                # Initial working set: the first K eligible blocks (replaced by the synthetic set when used).
+                k = min(self.K, max(n_full, 0))
+                rows = slice(a.lane * self.H, (a.lane + 1) * self.H)
+                st.resident[l, rows, :k] = torch.arange(k, device=self.device)
+                st.last_sel[l, rows, :k] = 0
+        else:
+            pages = torch.arange(a.lane * st.P, a.lane * st.P + -(-a.prompt_len // self.bs), device=self.device)
+            for l in range(self.L):
+                st.k[l][pages] = torch.randn(pages.numel(), self.H, self.bs, self.shape.head_dim, generator=g,
+                                             device=self.device).to(self.dtype)
+                st.v[l][pages] = torch.randn(pages.numel(), self.H, self.bs, self.shape.head_dim, generator=g,
+                                             device=self.device).to(self.dtype)
+        self.draft_tok[a.lane] = 0
+
+    # -- real chunked prefill -----------------------------------------------------------------------------------
+
+    def _prefill(self, ch, sampling) -> dict:
+        dev, s, bs, H, D = self.device, self.shape, self.bs, self.H, self.shape.head_dim
+        n = len(ch.tokens)
+        start, end = ch.start, ch.start + n
+        pos = torch.arange(start, end, device=dev)
+        x = self.dec.embed[torch.tensor(ch.tokens, device=dev)]
+        sparse = self.cfg.sparse
+        if sparse and ch.req_id not in self.scratch:
+            tpad = self.cfg.max_blocks * bs
+            self.scratch[ch.req_id] = (torch.zeros(self.L, H, tpad, D, dtype=self.dtype, device=dev),
+                                       torch.zeros(self.L, H, tpad, D, dtype=self.dtype, device=dev))
+        aux, q_last = {}, []
+        layers_aux = self.draft.layers if self.draft is not None else ()
+        st = self.store
+        full_lo, full_hi = start // bs, end // bs  # blocks completed by this chunk: [full_lo, full_hi)
+        for l in range(self.L):
+            q, k, v = self.dec.qkv(l, x, pos)  # q [n, Hq, D], k/v [n, H, D]
+            if sparse:
+                sk, sv = self.scratch[ch.req_id]
+                sk[l, :, start:end] = k.transpose(0, 1)
+                sv[l, :, start:end] = v.transpose(0, 1)
+                keys, vals = sk[l, :, :end], sv[l, :, :end]
+            else:
+                page = ch.lane * st.P + pos // bs
+                st.k[l][page, :, pos % bs] = k
+                st.v[l][page, :, pos % bs] = v
+                npg = -(-end // bs)
+                pk = st.k[l][ch.lane * st.P: ch.lane * st.P + npg]
+                pv = st.v[l][ch.lane * st.P: ch.lane * st.P + npg]
+                keys = pk.permute(1, 0, 2, 3).reshape(H, -1, D)[:, :end]
+                vals = pv.permute(1, 0, 2, 3).reshape(H, -1, D)[:, :end]
+            attn = self._causal_attn(q, keys, vals, start)
+            if full_hi > full_lo:
+                kb = keys[:, full_lo * bs: full_hi * bs].reshape(H, full_hi - full_lo, bs, D)
+                if st.kmin is not None:
+                    st.kmin[l, ch.lane, :, full_lo:full_hi] = kb.amin(2)
+                    st.kmax[l, ch.lane, :, full_lo:full_hi] = kb.amax(2)
+                if sparse:
+                    vb = vals[:, full_lo * bs: full_hi * bs].reshape(H, full_hi - full_lo, bs, D)
+                    phys = torch.tensor(self.lane_blocks[ch.lane][full_lo:full_hi])
+                    self.host.k[l][phys] = kb.transpose(0, 1).to("cpu")
+                    self.host.v[l][phys] = vb.transpose(0, 1).to("cpu")
+            if ch.last:
+                q_last.append(q[-1])
+            x = self.dec.finish(l, x, attn)
+            if l in layers_aux:
+                aux[l] = x[-1]
+        if not ch.last:
+            return {}
+        if sparse:
+            self._first_working_set(ch, q_last, end)
+            del self.scratch[ch.req_id]
+        logits = self.dec.logits(x[-1:])
+        tok = self._sample(logits, [sampling[ch.req_id]])
+        if self.draft is not None:
+            self.draft_tok[ch.lane] = self.draft.propose(torch.cat([aux[i] for i in layers_aux])[None], tok)[0]
+        return {ch.req_id: int(tok[0])}
+
+    def _causal_attn(self, q, keys, vals, start):
+        """q [n, Hq, D] at positions start..; keys/vals [H, T, D] (T = start + n) -> [n, Hq, D]."""
+        n, Hq, D = q.shape
+        H, T, _ = keys.shape
+        G = Hq // H
+        qh = q.transpose(0, 1).reshape(H, G * n, D)
+        mask = torch.arange(T, device=q.device)[None, :] <= (start + torch.arange(n, device=q.device))[:, None]
+        mask = mask[None].expand(G, n, T).reshape(G * n, T)
+        sc = torch.einsum("hqd,htd->hqt", qh.float(), keys.float()) / math.sqrt(D)
+        sc = sc.masked_fill(~mask, -math.inf)
+        o = torch.einsum("hqt,htd->hqd", torch.softmax(sc, -1), vals.float())
+        return o.reshape(Hq, n, D).transpose(0, 1).to(q.dtype)
+
+    def _first_working_set(self, ch, q_last, n_tok) -> None:
+        """Local block from the prompt's tail; the first step's top-K from the last prompt token's query."""
+        st, bs, H, dev = self.store, self.bs, self.H, self.device
+        sk, sv = self.scratch[ch.req_id]
+        lane = torch.tensor([ch.lane], device=dev)
+        base = st.slot_base(lane)[0]  # [H]
+        tail0 = (n_tok // bs) * bs
+        nb = n_tok // bs + 1  # blocks incl. the (possibly empty) local one
+        rows = slice(ch.lane * H, (ch.lane + 1) * H)
+        for l in range(self.L):
+            m = n_tok - tail0
+            if m:
+                st.k[l][base + st.LOCAL, :m] = sk[l, :, tail0:n_tok]
+                st.v[l][base + st.LOCAL, :m] = sv[l, :, tail0:n_tok]
+            scores = ops.block_score(q_last[l][None], st.kmin[l], st.kmax[l],
+                                     torch.tensor([nb], dtype=torch.int32, device=dev),
+                                     lane.to(torch.int32))
+            pred = topk_blocks(scores.view(H, -1), self.K, torch.full((H,), nb, device=dev))  # [H, K]
+            plan = initial_plan(pred, step=self.decode_steps, slots=self.K)
+            st.resident[l, rows] = plan.resident
+            st.last_sel[l, rows] = plan.last_sel
+            blk = plan.resident.clamp(min=0)  # [H, K]
+            tok = blk[:, :, None] * bs + torch.arange(bs, device=dev)  # [H, K, bs]
+            kk = torch.gather(sk[l], 1, tok.reshape(H, -1, 1).expand(-1, -1, sk.shape[-1]))
+            vv = torch.gather(sv[l], 1, tok.reshape(H, -1, 1).expand(-1, -1, sv.shape[-1]))
+            dst = (base[:, None] + torch.arange(self.K, device=dev)).reshape(-1)
+            st.k[l][dst] = kk.reshape(H * self.K, bs, -1)
+            st.v[l][dst] = vv.reshape(H * self.K, bs, -1)
+
+    # -- decode ----------------------------------------------------------------------------------------------------
+
+    def _synthetic_sets(self, lanes_list, n_blocks):
+        """Per-step sets from ``oasis_core.synthetic`` for the rows (lane, layer, head): (current, next-step draft,
+        next-step proxy), each [B, L, H, K]."""
+        from oasis_core.synthetic import SyntheticParams, SyntheticSelection
+
+        key = tuple(lanes_list)
+        if self.synth is None or self.synth[0] != key:
+            B = len(lanes_list)
+            nb = torch.tensor(n_blocks, device=self.device).repeat_interleave(self.L * self.H)
+            params = SyntheticParams(**(self.cfg.synthetic or {}))
+            gen = SyntheticSelection(B * self.L * self.H, nb, self.K, params, self.cfg.seed, layers=self.L,
+                                     kv_heads=self.H, like=nb)
+            self.synth = (key, gen)
+            if self.cfg.sparse:  # start from the process's current sets: no cold-start transient
+                cur = gen.current().view(B, self.L, self.H, self.K)
+                for i, lane in enumerate(lanes_list):
+                    rows = slice(lane * self.H, (lane + 1) * self.H)
+                    self.store.resident[:, rows] = cur[i]
+                    self.store.last_sel[:, rows] = 0
+        gen = self.synth[1]
+        B = len(lanes_list)
+        cur = gen.current().view(B, self.L, self.H, self.K)
+        nxt = gen.step()
+        return cur, nxt.draft.view(B, self.L, self.H, self.K), nxt.proxy.view(B, self.L, self.H, self.K)
+
+    def _decode(self, plan: BatchPlan) -> dict:
+        cfg, dev, st, bs, H = self.cfg, self.device, self.store, self.bs, self.H
+        s = self.shape
+        items = plan.decode
+        B = len(items)
+        lanes_list = [it.lane for it in items]
+        lanes = torch.tensor(lanes_list, device=dev)
+        pos_list = [it.position for it in items]
+        pos = torch.tensor(pos_list, device=dev)
+        toks = torch.tensor([it.token for it in items], device=dev)
+        mode = cfg.mode
+        nq = 2 if mode == "lookahead" else 1
+        if nq == 2:
+            ids = torch.stack([toks, self.draft_tok[lanes]], 1).reshape(-1)
+            positions = torch.stack([pos, pos + 1], 1).reshape(-1)
+        else:
+            ids, positions = toks, pos
+        x = self.dec.embed[ids]
+        step = self.decode_steps
+        rows = _rows_of(lanes_list, H)
+        lanes32 = lanes.to(torch.int32)
+        nb_cur = pos // bs + 1  # blocks of the context incl. the local block (which holds ``pos``)
+        nb_next = (pos + 1) // bs + 1
+        full = [i for i, p in enumerate(pos_list) if p % bs == bs - 1]  # local blocks that fill in this step
+        sets = None
+        if cfg.selection == "synthetic" and mode != "dense":
+            sets = self._synthetic_sets(lanes_list, [p // bs + 1 for p in pos_list])
+        recorded = []
+        aux = {}
+        layers_aux = self.draft.layers if self.draft is not None else ()
+        if cfg.sparse:
+            base = st.slot_base(lanes)  # [B, H]
+            local_slot = base + st.LOCAL
+            local_len = (pos % bs + 1).to(torch.int32)
+            sel_off = torch.arange(st.S, device=dev)
+        else:
+            page_cur = lanes * st.P + pos // bs
+        prof = cfg.profile and dev.type == "cuda"
+        if prof:
+            ev_layers = []
+        for l in range(self.L):
+            if prof:
+                e = torch.cuda.Event(enable_timing=True)
+                e.record()
+                ev_layers.append(e)
+            q, k, v = self.dec.qkv(l, x, positions)
+            Hq = q.shape[1]
+            q = q.view(B, nq, Hq, -1)
+            k = k.view(B, nq, H, -1)
+            v = v.view(B, nq, H, -1)
+            if cfg.sparse:
+                self.pipe.wait(l)
+                off = (pos % bs)[:, None]
+                st.k[l][local_slot, off] = k[:, 0]
+                st.v[l][local_slot, off] = v[:, 0]
+                if mode == "retrieval":
+                    pred = self._predict(l, q[:, 0], lanes32, nb_cur, sets[0][:, l] if sets else None, step)
+                    self.pipe.fetch_now(l, pred, lanes, rows, step, self.max_cap)
+                res = st.resident[l][rows].view(B, H, st.S)
+                slot_ids = torch.where(res >= 0, base[:, :, None] + sel_off, -1).to(torch.int32)
+                ek = ev = None
+                if nq == 2:
+                    ek = k[:, 1:].transpose(1, 2).contiguous()
+                    ev = v[:, 1:].transpose(1, 2).contiguous()
+                attn = ops.sparse_attn(q.transpose(1, 2), st.k[l], st.v[l], slot_ids, local_slot.to(torch.int32),
+                                       local_len, ek, ev)  # [B, Hq, nq, D]
+                attn = attn.transpose(1, 2).reshape(B * nq, Hq, -1)
+                if full:
+                    self._flush_sparse(l, [lanes_list[i] for i in full], [pos_list[i] for i in full])
+                if mode in ("proxy", "lookahead"):
+                    after = None
+                    if dev.type == "cuda":
+                        after = torch.cuda.Event()
+                        after.record()
+                        for t in (q, lanes, lanes32, nb_next) + (tuple(sets) if sets else ()):
+                            t.record_stream(self.pipe.s_pred)
+                    qsel = q[:, nq - 1]
+                    src = None
+                    if sets is not None:
+                        src = (sets[1] if mode == "lookahead" else sets[2])[:, l]
+                    predict = (lambda l=l, qsel=qsel, src=src:
+                               self._predict(l, qsel, lanes32, nb_next, src, step + 1, recorded))
+                    self.pipe.launch(l, after, predict, lanes, rows, step + 1, self.max_cap)
+            else:
+                off = pos % bs
+                st.k[l][page_cur, :, off] = k[:, 0]
+                st.v[l][page_cur, :, off] = v[:, 0]
+                if mode == "dense":
+                    attn = ops.paged_attn(q[:, 0].contiguous(), st.k[l], st.v[l], st.block_table[lanes],
+                                          (pos + 1).to(torch.int32))
+                    attn = attn.reshape(B, Hq, -1)
+                else:  # quest
+                    ids_ = self._predict(l, q[:, 0], lanes32, nb_cur, sets[0][:, l] if sets else None, step,
+                                         recorded).view(B, H, -1)
+                    hh = torch.arange(H, device=dev)
+                    pg = lanes[:, None, None] * st.P + ids_.clamp(min=0)
+                    slot_ids = torch.where(ids_ >= 0, pg * H + hh[None, :, None], -1).to(torch.int32)
+                    lslot = (page_cur[:, None] * H + hh).to(torch.int32)
+                    kf = st.k[l].view(-1, bs, st.D)
+                    vf = st.v[l].view(-1, bs, st.D)
+                    attn = ops.sparse_attn(q[:, 0][:, :, None], kf, vf, slot_ids, lslot,
+                                           (pos % bs + 1).to(torch.int32))[:, :, 0]
+                    if full:
+                        fi = torch.tensor(full, device=dev)
+                        blk = (pos[fi] // bs)
+                        src = (page_cur[fi][:, None] * H + hh).reshape(-1).to(torch.int32)
+                        drow = (lanes[fi][:, None] * H + hh).reshape(-1).to(torch.int32)
+                        ops.summary_update(kf, src, drow, blk.repeat_interleave(H).to(torch.int32),
+                                           torch.full_like(src, bs), st.kmin[l].view(-1, st.P, st.D),
+                                           st.kmax[l].view(-1, st.P, st.D))
+            x = self.dec.finish(l, x, attn)
+            if l in layers_aux:
+                aux[l] = x.view(B, nq, -1)[:, 0]
+        if prof:
+            e = torch.cuda.Event(enable_timing=True)
+            e.record()
+            ev_layers.append(e)
+        logits = self.dec.logits(x.view(B, nq, -1)[:, 0])
+        tok = self._sample(logits, [plan.sampling[it.req_id] for it in items])
+        if self.draft is not None:
+            self.draft_tok[lanes] = self.draft.propose(torch.cat([aux[i] for i in layers_aux], -1), tok)
+        out = tok.tolist()  # the step's one host synchronisation
+        if prof:
+            t = sum(ev_layers[i].elapsed_time(ev_layers[i + 1]) for i in range(self.L))
+            self.stage_ms["layers"] = self.stage_ms.get("layers", 0.0) + t
+        if self.pipe is not None and cfg.profile and dev.type == "cuda":
+            for k_, v_ in self.pipe.collect().items():
+                self.stage_ms[k_] = self.stage_ms.get(k_, 0.0) + v_
+        if self.record is not None and recorded:
+            self.record.append(torch.stack(recorded).cpu())
+        self.decode_steps += 1
+        return {it.req_id: out[i] for i, it in enumerate(items)}
+
+    def _predict(self, l, qsel, lanes32, n_blocks, src, step, recorded=None):
+        """The top-K blocks per row [B * H, K] of layer ``l``: scored from ``qsel`` [B, Hq, D] against the summaries
+        (always run, so synthetic runs pay for it), then taken from the selection source."""
+        st = self.store
+        scores = ops.block_score(qsel.contiguous(), st.kmin[l], st.kmax[l], n_blocks.to(torch.int32), lanes32)
+        B = qsel.shape[0]
+        if src is not None:
+            pred = src.reshape(B * self.H, -1)
+        elif self.replay is not None:
+            pred = self.replay["pred"][step % len(self.replay["pred"])][l].to(self.device)
+        else:
+            pred = topk_blocks(scores.view(B * self.H, -1), self.K, n_blocks.repeat_interleave(self.H))
+        if recorded is not None and self.record is not None:
+            recorded.append(pred)
+        return pred
+
+    def _flush_sparse(self, l, lanes_full, pos_full) -> None:
+        """A local block filled: write it to the host pool and summarise it (its slot is reused next step)."""
+        st, bs, H, dev = self.store, self.bs, self.H, self.device
+        lanes = torch.tensor(lanes_full, device=dev)
+        blk = torch.tensor([p // bs for p in pos_full], device=dev)
+        src = (st.slot_base(lanes) + st.LOCAL).reshape(-1)  # [F * H]
+        drow = (lanes[:, None] * H + torch.arange(H, device=dev)).reshape(-1)
+        ops.summary_update(st.k[l], src.to(torch.int32), drow.to(torch.int32),
+                           blk.repeat_interleave(H).to(torch.int32), torch.full_like(src, bs).to(torch.int32),
+                           st.kmin[l].view(-1, st.NB, st.D), st.kmax[l].view(-1, st.NB, st.D))
+        kb = st.k[l][src].view(len(lanes_full), H, bs, -1)
+        vb = st.v[l][src].view(len(lanes_full), H, bs, -1)
+        for i, (lane, p) in enumerate(zip(lanes_full, pos_full)):
+            phys = self.lane_blocks[lane][p // bs]
+            self.host.k[l][phys].copy_(kb[i], non_blocking=True)
+            self.host.v[l][phys].copy_(vb[i], non_blocking=True)
+
+    def _sample(self, logits, sampling):
+        temps = [sp.temperature for sp in sampling]
+        greedy = logits.argmax(-1)
+        if all(t == 0 for t in temps):
+            return greedy
+        t = torch.tensor([max(x, 1e-6) for x in temps], device=logits.device)[:, None]
+        probs = torch.softmax(logits / t, -1)
+        drawn = torch.multinomial(probs, 1, generator=self.gen)[:, 0]
+        hot = torch.tensor([x > 0 for x in temps], device=logits.device)
+        return torch.where(hot, drawn, greedy)
+
+    # -- accounting -----------------------------------------------------------------------------------------------
+
+    def counters(self) -> dict:
+        if self.pipe is None:
+            return {"units_fetched": 0, "missing": 0}
+        return {"units_fetched": int(self.pipe.units), "missing": int(self.pipe.missing)}
+
+    def save_record(self) -> None:
+        if self.record is not None and self.cfg.record_path:
+            torch.save({"pred": self.record}, self.cfg.record_path)
+
+    def close(self) -> None:
+        if self.pipe is not None:
+            self.pipe.wait_all()
+            self.pipe.close()
