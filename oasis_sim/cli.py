@@ -1,0 +1,244 @@
+"""``python -m oasis_sim run|import|sweep`` (console script ``oasis-sim``).
+
+- ``run [TRACE] [--model ..] [--mode ..] ... [--config FILE.yaml] [--out DIR]``: every ``SimConfig`` field is an
+  option (``--top-k``, ``--fetch-ratio``, ...; booleans as ``--prefix-cache``), every synthetic-selection parameter
+  ``--syn-<name>``. No TRACE: the bundled Mooncake slice. Prints a summary table; writes ``DIR/summary.json``,
+  ``DIR/requests.csv``, ``DIR/steps.csv``, ``DIR/memory.csv``, ``DIR/timeline.json`` (byte-identical for the same
+  inputs and seed) and ``DIR/timing.json`` (wall-clock time and speed; differs run to run).
+- ``import mooncake|azure SRC -o OUT [--limit N] [--time-scale X] [--max-context N]``.
+- ``sweep GRID.yaml --out DIR [--workers N]``: see ``oasis_sim.sweep``.
+
+Any malformed trace, config or option exits with status 2 and one line on stderr naming the file, the record or
+option, the field and the bad value — never a traceback.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import os
+import sys
+from dataclasses import fields
+from typing import Optional, Sequence
+
+from oasis_core.synthetic import SyntheticParams, param_help
+from oasis_core.trace import TraceError
+
+from .config import ConfigError, SimConfig, config_fields, make_config
+
+EXIT_BAD_INPUT = 2
+
+# Value types of the fields whose default is None.
+_OPTIONAL_TYPES = {"concurrency": int, "rate_rps": float, "max_requests": int, "max_context": int,
+                   "hbm_bytes": float, "host_bytes": float, "h2d_bytes_per_s": float, "replay_file": str}
+
+
+class UsageError(Exception):
+    pass
+
+
+class _Parser(argparse.ArgumentParser):
+    def error(self, message):  # one line, exit 2 (argparse would print the usage too)
+        raise UsageError(" ".join(message.split()))
+
+
+def _number(kind):
+    def parse(text):
+        try:
+            v = kind(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"must be {'an integer' if kind is int else 'a number'}, "
+                                             f"got {text!r}") from None
+        if isinstance(v, float) and not math.isfinite(v):
+            raise argparse.ArgumentTypeError(f"must be finite, got {text!r}")
+        return v
+
+    parse.__name__ = kind.__name__
+    return parse
+
+
+def _add_config_options(p: argparse.ArgumentParser) -> None:
+    for name, (default, help_) in config_fields().items():
+        if name == "synthetic":
+            continue
+        flag = "--" + name.replace("_", "-")
+        if isinstance(default, bool):
+            p.add_argument(flag, dest=name, action=argparse.BooleanOptionalAction, default=None, help=help_)
+            continue
+        kind = _OPTIONAL_TYPES.get(name, type(default))
+        typ = _number(kind) if kind in (int, float) else str
+        p.add_argument(flag, dest=name, type=typ, default=None, metavar=kind.__name__.upper(),
+                       help=f"{help_} (default {default})")
+    for name, help_ in param_help().items():
+        kind = type(getattr(SyntheticParams(), name))
+        p.add_argument("--syn-" + name.replace("_", "-"), dest="syn_" + name, type=_number(kind), default=None,
+                       help=f"synthetic selection: {help_}")
+
+
+def build_parser() -> argparse.ArgumentParser:
+    p = _Parser(prog="oasis-sim", description="OasisKV SimPy simulator")
+    sub = p.add_subparsers(dest="cmd", required=True, parser_class=_Parser)
+    run = sub.add_parser("run", help="simulate a trace")
+    run.add_argument("trace", nargs="?", default=None, help="trace file (default: the bundled Mooncake slice)")
+    run.add_argument("--config", default=None, help="YAML/JSON file of SimConfig fields (options override it)")
+    run.add_argument("--out", default="out/run", help="output directory")
+    run.add_argument("--quiet", action="store_true", help="no summary table")
+    _add_config_options(run)
+    imp = sub.add_parser("import", help="convert a public trace to the OasisKV trace format")
+    imp.add_argument("kind", choices=("mooncake", "azure"))
+    imp.add_argument("src")
+    imp.add_argument("-o", "--out", required=True)
+    imp.add_argument("--limit", type=_number(int), default=None)
+    imp.add_argument("--time-scale", type=_number(float), default=1.0)
+    imp.add_argument("--max-context", type=_number(int), default=None)
+    sw = sub.add_parser("sweep", help="run the cartesian product of a parameter grid")
+    sw.add_argument("grid")
+    sw.add_argument("--out", required=True)
+    sw.add_argument("--workers", type=_number(int), default=None)
+    return p
+
+
+def load_config_file(path: str) -> dict:
+    import yaml
+
+    try:
+        with open(path, "rb") as f:
+            text = f.read().decode("utf-8")
+    except OSError as e:
+        raise ConfigError(f"{path}: cannot read: {e.strerror or type(e).__name__}") from None
+    except UnicodeDecodeError:
+        raise ConfigError(f"{path}: not UTF-8 text") from None
+    try:
+        obj = yaml.safe_load(text)
+    except yaml.YAMLError as e:
+        mark = getattr(e, "problem_mark", None)
+        where = f" at line {mark.line + 1} column {mark.column + 1}" if mark else ""
+        raise ConfigError(f"{path}: invalid YAML{where}: {getattr(e, 'problem', None) or 'syntax error'}") from None
+    if obj is None:
+        raise ConfigError(f"{path}: empty file")
+    if not isinstance(obj, dict):
+        raise ConfigError(f"{path}: top level: must be a mapping of SimConfig fields, got {type(obj).__name__}")
+    return obj
+
+
+def config_from_args(args) -> SimConfig:
+    values = {}
+    if args.config:
+        values.update(load_config_file(args.config))
+        source = args.config
+        try:
+            make_config(values)
+        except ConfigError as e:
+            raise ConfigError(f"{source}: {e}") from None
+    syn = dict(values.get("synthetic") or {})
+    for f in fields(SimConfig):
+        v = getattr(args, f.name, None)
+        if v is not None:
+            values[f.name] = v
+    for name in param_help():
+        v = getattr(args, "syn_" + name)
+        if v is not None:
+            syn[name] = v
+    if syn:
+        values["synthetic"] = syn
+    try:
+        return make_config(values)
+    except ConfigError as e:
+        name, _, rest = str(e).partition(":")
+        flag = "--" + name.replace("_", "-")
+        if name == "synthetic":  # "synthetic: SyntheticParams.<field>: ..." -> --syn-<field>
+            inner, _, rest2 = rest.strip().partition(":")
+            if inner.startswith("SyntheticParams."):
+                flag, rest = "--syn-" + inner.split(".", 1)[1].replace("_", "-"), rest2
+        raise ConfigError(f"options: {flag}:{rest}") from None
+
+
+def _fmt_bytes(b) -> str:
+    return "-" if b is None else f"{b / 1e9:.3f} GB"
+
+
+def summary_table(s: dict, wall_s: float) -> str:
+    def f(v, nd=2):
+        return "-" if v is None else f"{v:,.{nd}f}"
+
+    speed = s["simulated_s"] / wall_s if wall_s > 0 else float("inf")
+    rows = [
+        ("mode / model / hardware", f"{s['mode']} / {s['model']} / {s['hardware']} (split {s['split']})"),
+        ("requests completed", f"{s['requests_completed']} of {s['requests']} ({s['preemptions']} preemptions)"),
+        ("throughput", f"{f(s['throughput_tok_s'], 1)} tok/s"),
+        ("TPOT p50 / p99", f"{f(s['tpot_ms_p50'])} / {f(s['tpot_ms_p99'])} ms"),
+        ("TTFT p50 / p99", f"{f(s['ttft_ms_p50'], 1)} / {f(s['ttft_ms_p99'], 1)} ms"),
+        ("host->GPU / network", f"{_fmt_bytes(s['h2d_bytes'])} / {_fmt_bytes(s['net_bytes'])}"),
+        ("HBM / host peak", f"{_fmt_bytes(s['hbm_peak_bytes'])} / {_fmt_bytes(s['host_peak_bytes'])}"),
+        ("resident recall", f(s["resident_recall"], 4)),
+        ("stall total", f"{f(s['stall_ms_total'], 1)} ms"),
+        ("simulated / wall", f"{f(s['simulated_s'])} s / {wall_s:.2f} s ({speed:,.0f}x real time)"),
+    ]
+    w = max(len(k) for k, _ in rows)
+    return "\n".join(f"{k:<{w}}  {v}" for k, v in rows)
+
+
+def write_outputs(result, out_dir: str) -> None:
+    os.makedirs(out_dir, exist_ok=True)
+    for name, text in result.files().items():
+        with open(os.path.join(out_dir, name), "w", encoding="utf-8", newline="\n") as f:
+            f.write(text)
+    sim_s = result.summary["simulated_s"]
+    timing = {"wall_s": round(result.wall_s, 4), "simulated_s": sim_s, "steps": result.events,
+              "speedup_x": round(sim_s / result.wall_s, 2) if result.wall_s > 0 else None,
+              "steps_per_wall_s": round(result.events / result.wall_s, 1) if result.wall_s > 0 else None}
+    with open(os.path.join(out_dir, "timing.json"), "w", encoding="utf-8", newline="\n") as f:
+        f.write(json.dumps(timing, indent=2, sort_keys=True) + "\n")
+
+
+def cmd_run(args) -> int:
+    from .sim import simulate
+    from .workloads import load_workload
+
+    cfg = config_from_args(args)
+    trace = load_workload(args.trace)
+    result = simulate(cfg, trace)
+    write_outputs(result, args.out)
+    if not args.quiet:
+        print(summary_table(result.summary, result.wall_s))
+        print(f"wrote {args.out}/summary.json, requests.csv, steps.csv, memory.csv, timeline.json, timing.json")
+    return 0
+
+
+def cmd_import(args) -> int:
+    from oasis_core import importers
+    from oasis_core.trace import save_trace
+
+    fn = importers.import_mooncake if args.kind == "mooncake" else importers.import_azure
+    try:
+        trace = fn(args.src, limit=args.limit, time_scale=args.time_scale, max_context=args.max_context)
+    except ValueError as e:
+        if isinstance(e, TraceError):
+            raise
+        raise ConfigError(f"options: {' '.join(str(e).split())}") from None
+    try:
+        save_trace(trace, args.out)
+    except OSError as e:
+        raise ConfigError(f"{args.out}: cannot write: {e.strerror}") from None
+    print(f"wrote {args.out}: {len(trace.requests)} requests over {trace.duration_s:.1f} s")
+    return 0
+
+
+def cmd_sweep(args) -> int:
+    from .sweep import run_sweep
+
+    run_sweep(args.grid, args.out, workers=args.workers)
+    return 0
+
+
+def main(argv: Optional[Sequence[str]] = None) -> int:
+    try:
+        args = build_parser().parse_args(argv)
+        return {"run": cmd_run, "import": cmd_import, "sweep": cmd_sweep}[args.cmd](args)
+    except SystemExit as e:  # --help
+        return int(e.code or 0)
+    except (UsageError, ConfigError, TraceError) as e:
+        print(f"oasis-sim: error: {' '.join(str(e).split())}", file=sys.stderr)
+        return EXIT_BAD_INPUT
+    except KeyboardInterrupt:
+        return 130

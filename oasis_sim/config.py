@@ -1,0 +1,207 @@
+"""``SimConfig``: every knob of a simulation run, one frozen dataclass validated in ``__post_init__``.
+
+Each field carries ``metadata["help"]``; the CLI builds its ``run`` options from them and a sweep grid names the
+same fields. Errors are ``ConfigError("<field>: <rule>, got <value>")`` (the caller prefixes the file / record).
+"""
+from __future__ import annotations
+
+import math
+import numbers
+from dataclasses import dataclass, field, fields, replace
+from typing import Any, Mapping, Optional
+
+from oasis_core import specs
+from oasis_core.synthetic import SyntheticParams
+
+MODES = ("dense", "quest", "retrieval", "proxy", "lookahead")
+SPARSE_MODES = ("retrieval", "proxy", "lookahead")  # full KV in host DRAM, working set in HBM
+SPLITS = ("none", "full", "rpf")
+TRANSFER_PATHS = ("dma", "uva")
+SELECTION_SOURCES = ("synthetic", "replay")
+POLICY_SAMPLING = ("profile", "exact")
+EVENT_MODES = ("closed", "events")
+ARRIVALS = ("trace", "closed", "poisson")
+
+
+class ConfigError(ValueError):
+    """A bad configuration value; the message names the field and the value."""
+
+
+def _h(text: str, default, **kw):
+    return field(default=default, metadata={"help": text, **kw})
+
+
+@dataclass(frozen=True)
+class SimConfig:
+    # -- what runs --------------------------------------------------------------------------------------------
+    model: str = _h("model preset (oasis_core.specs.MODELS)", "qwen3-8b")
+    hardware: str = _h("GPU preset (oasis_core.specs.HARDWARE)", "h100-sxm")
+    mode: str = _h("dense | quest | retrieval | proxy | lookahead", "lookahead")
+    top_k: int = _h("selected blocks per KV head (plus the local block)", 128)
+    block_size: int = _h("tokens per KV block", 16)
+    fetch_ratio: float = _h("fetch cap per row per step as a fraction of top-K (1 = unlimited)", 0.05)
+    seed: int = _h("seed of every random choice (selection, arrivals)", 0)
+    # -- workload ---------------------------------------------------------------------------------------------
+    arrival: str = _h("trace: the trace's arrival times | closed: fixed concurrency | poisson: open loop", "trace")
+    concurrency: Optional[int] = _h("closed loop: requests kept in flight (implies arrival=closed)", None)
+    rate_rps: Optional[float] = _h("poisson: mean arrivals per second", None)
+    max_requests: Optional[int] = _h("use only the first N requests of the workload", None)
+    time_scale: float = _h("multiply trace arrival times by this", 1.0)
+    max_context: Optional[int] = _h("clip prompt+output to this many tokens (default: the model's limit)", None)
+    # -- serving engine ---------------------------------------------------------------------------------------
+    max_batch: int = _h("most requests in the running batch", 256)
+    chunk_tokens: int = _h("prefill tokens per step (chunked prefill)", 8192)
+    hbm_utilization: float = _h("share of HBM the engine may use (weights included)", 0.9)
+    hbm_bytes: Optional[float] = _h("override the GPU's HBM bytes", None)
+    host_bytes: Optional[float] = _h("host DRAM bytes for KV per GPU (default: the node's DRAM / GPUs, x0.9)", None)
+    draft_state_bytes: float = _h("per-request draft state kept in HBM (sparse modes)", 2 * 2 ** 20)
+    # -- transfers --------------------------------------------------------------------------------------------
+    transfer_path: str = _h("dma: host gather + one DMA | uva: direct-read gather kernel (steals SMs)", "dma")
+    h2d_bytes_per_s: Optional[float] = _h("effective host->GPU rate for scattered blocks (default: 0.55 x link)",
+                                          None)
+    gather_sm_share: float = _h("share of SMs a uva gather takes from compute while it runs", 0.24)
+    # -- selection --------------------------------------------------------------------------------------------
+    selection: str = _h("synthetic | replay", "synthetic")
+    replay_file: Optional[str] = _h("replay: JSON file of recorded per-step fetch/recall figures", None)
+    synthetic: Mapping[str, Any] = _h("overrides of oasis_core SyntheticParams fields", None)
+    policy_sampling: str = _h("profile: per context bucket, run oasis_core once and reuse | exact: every request",
+                              "profile")
+    policy_layers: int = _h("layers simulated per request (all their KV heads), scaled up to the model's layers",
+                            2)
+    profile_steps: int = _h("profile: steps per calibration episode (later steps reuse the tail mean)", 64)
+    # -- prefill/decode split, prefix cache -------------------------------------------------------------------
+    split: str = _h("none: one node | full: hand off the whole KV | rpf: remote partial fetching", "none")
+    nic: str = _h("link preset of the prefill->decode NIC", "roce-400g")
+    prefix_cache: bool = _h("reuse prompt prefix blocks (trace prefix_block_ids)", False)
+    prefix_cache_hbm_bytes: float = _h("prefix cache: HBM tier bytes", 4e9)
+    prefix_cache_host_bytes: float = _h("prefix cache: host tier bytes", 64e9)
+    # -- simulation -------------------------------------------------------------------------------------------
+    event_mode: str = _h("closed: closed-form per-layer timing | events: one SimPy event per layer stage",
+                         "closed")
+    timeline_steps: int = _h("steps recorded in timeline.json (0 = none)", 200)
+
+    def __post_init__(self):
+        def bad(name, rule):
+            raise ConfigError(f"{name}: {rule}, got {getattr(self, name)!r}")
+
+        def choice(name, options):
+            if getattr(self, name) not in options:
+                bad(name, f"must be one of {', '.join(options)}")
+
+        def integer(name, lo, optional=False):
+            v = getattr(self, name)
+            if optional and v is None:
+                return
+            if isinstance(v, bool) or not isinstance(v, numbers.Integral):
+                bad(name, "must be an integer")
+            if v < lo:
+                bad(name, f"must be >= {lo}")
+
+        def number(name, lo, hi=math.inf, lo_open=False, optional=False):
+            v = getattr(self, name)
+            if optional and v is None:
+                return
+            if isinstance(v, bool) or not isinstance(v, numbers.Real) or not math.isfinite(v):
+                bad(name, "must be a finite number")
+            if (v <= lo if lo_open else v < lo) or v > hi:
+                bad(name, f"must be in {'(' if lo_open else '['}{lo}, {hi}]")
+
+        for name, table in (("model", specs.MODELS), ("hardware", specs.HARDWARE), ("nic", specs.LINKS)):
+            if getattr(self, name) not in table:
+                bad(name, f"must be one of {', '.join(sorted(table))}")
+        choice("mode", MODES)
+        choice("arrival", ARRIVALS)
+        choice("transfer_path", TRANSFER_PATHS)
+        choice("selection", SELECTION_SOURCES)
+        choice("policy_sampling", POLICY_SAMPLING)
+        choice("split", SPLITS)
+        choice("event_mode", EVENT_MODES)
+        integer("top_k", 1)
+        integer("block_size", 1)
+        number("fetch_ratio", 0.0, 1.0, lo_open=True)
+        integer("seed", 0)
+        integer("concurrency", 1, optional=True)
+        number("rate_rps", 0.0, lo_open=True, optional=True)
+        integer("max_requests", 1, optional=True)
+        number("time_scale", 0.0, lo_open=True)
+        integer("max_context", 2, optional=True)
+        integer("max_batch", 1)
+        integer("chunk_tokens", 1)
+        number("hbm_utilization", 0.0, 1.0, lo_open=True)
+        number("hbm_bytes", 0.0, lo_open=True, optional=True)
+        number("host_bytes", 0.0, lo_open=True, optional=True)
+        number("draft_state_bytes", 0.0)
+        number("h2d_bytes_per_s", 0.0, lo_open=True, optional=True)
+        number("gather_sm_share", 0.0, 0.95)
+        integer("policy_layers", 1)
+        integer("profile_steps", 2)
+        number("prefix_cache_hbm_bytes", 0.0)
+        number("prefix_cache_host_bytes", 0.0)
+        integer("timeline_steps", 0)
+        if not isinstance(self.prefix_cache, bool):
+            bad("prefix_cache", "must be true or false")
+        if self.concurrency is not None and self.arrival == "trace":
+            object.__setattr__(self, "arrival", "closed")
+        if self.arrival == "closed" and self.concurrency is None:
+            bad("concurrency", "must be set for arrival=closed")
+        if self.arrival == "poisson" and self.rate_rps is None:
+            bad("rate_rps", "must be set for arrival=poisson")
+        if self.selection == "replay" and not self.replay_file:
+            bad("replay_file", "must name a file for selection=replay")
+        if self.split == "rpf" and self.mode not in SPARSE_MODES:
+            bad("split", f"rpf needs a sparse mode ({', '.join(SPARSE_MODES)}) but mode is {self.mode!r}")
+        if self.synthetic is not None:
+            if not isinstance(self.synthetic, Mapping):
+                bad("synthetic", "must be a mapping of SyntheticParams fields")
+            try:
+                self.synthetic_params
+            except (TypeError, ValueError) as e:
+                raise ConfigError(f"synthetic: {e}") from None
+
+    # -- derived ----------------------------------------------------------------------------------------------
+    @property
+    def synthetic_params(self) -> SyntheticParams:
+        names = {f.name for f in fields(SyntheticParams)}
+        over = dict(self.synthetic or {})
+        for k in over:
+            if k not in names:
+                raise ValueError(f"unknown field {k!r}; choose from {', '.join(sorted(names))}")
+        return SyntheticParams(**over)
+
+    @property
+    def sparse(self) -> bool:
+        return self.mode in SPARSE_MODES
+
+    @property
+    def model_spec(self) -> specs.ModelSpec:
+        return specs.get_model(self.model)
+
+    @property
+    def hardware_spec(self) -> specs.HardwareSpec:
+        return specs.get_hardware(self.hardware)
+
+    def with_(self, **kw) -> "SimConfig":
+        return replace(self, **kw)
+
+    def to_dict(self) -> dict:
+        return {f.name: (dict(getattr(self, f.name)) if isinstance(getattr(self, f.name), Mapping)
+                         else getattr(self, f.name)) for f in fields(self)}
+
+
+def config_fields() -> dict:
+    """name -> (default, help) of every SimConfig field, in declaration order."""
+    return {f.name: (f.default, f.metadata["help"]) for f in fields(SimConfig)}
+
+
+def make_config(values: Mapping[str, Any]) -> SimConfig:
+    """Build a config from a mapping; unknown keys and bad values raise ``ConfigError`` naming the key."""
+    names = {f.name for f in fields(SimConfig)}
+    for k in values:
+        if k not in names:
+            raise ConfigError(f"{k}: unknown parameter; choose from {', '.join(sorted(names))}")
+    try:
+        return SimConfig(**values)
+    except ConfigError:
+        raise
+    except (TypeError, ValueError) as e:
+        raise ConfigError(" ".join(str(e).split())) from None

@@ -1,0 +1,229 @@
+"""The decode node's engine: a SimPy process looping ``schedule → execute → update``.
+
+``execute`` turns a :class:`~oasis_sim.scheduler.BatchPlan` into a :class:`~oasis_sim.pipeline.LayerWork` (per-layer
+compute, background prediction/selection, transfer bytes per layer, all from the predictor and the copy path),
+asks the policy handle of every decode request for its blocks of this step (``oasis_sim.policy`` → oasis_core), then
+times the step with the closed-form pipeline and yields one SimPy event at the step's end (or, with
+``event_mode='events'``, runs the step as per-layer SimPy processes).
+
+Per step the engine records (``StepLog``): start, duration, decode and prefill tokens, host→GPU bytes, stall.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import simpy
+
+from oasis_core.geometry import KVGeometry
+
+from .config import SimConfig
+from .hardware import GPU
+from .pipeline import LayerPipeline, LayerWork, StepTiming, at
+from .predictor import TimePredictor
+from .scheduler import BatchPlan, Req, Scheduler
+
+
+@dataclass
+class StepLog:
+    t: list = field(default_factory=list)  # step start, s
+    dur: list = field(default_factory=list)  # s
+    decode: list = field(default_factory=list)  # requests decoding
+    prefill: list = field(default_factory=list)  # prefill tokens
+    h2d: list = field(default_factory=list)  # host->GPU bytes planned this step
+    net: list = field(default_factory=list)  # NIC bytes fetched remotely this step (split=rpf)
+    stall: list = field(default_factory=list)  # s
+
+
+class Engine:
+    def __init__(self, env: simpy.Environment, cfg: SimConfig, geo: KVGeometry, gpu: GPU, sched: Scheduler,
+                 predictor: TimePredictor, h2d_Bps: float, h2d_latency_s: float, timeline=None, remote=None):
+        self.env, self.cfg, self.geo, self.gpu, self.sched, self.pred = env, cfg, geo, gpu, sched, predictor
+        m = geo.model
+        self.L = m.n_layers
+        self.kvh = m.n_kv_heads
+        self.h2d_Bps = h2d_Bps
+        self.h2d_lat = h2d_latency_s
+        self.pipe = LayerPipeline(self.L)
+        self.log = StepLog()
+        self.timeline = timeline
+        self.remote = remote  # split.RemoteFetcher for split=rpf, else None
+        self.steps = 0
+        self.h2d_bytes = 0.0
+        self.d2h_bytes = 0.0
+        self.stall_s = 0.0
+        self.recall_sum = 0.0
+        self.recall_n = 0
+        self.pending_fill = 0.0  # (block, head) slices of first fills planned in the previous step
+        self._d2h_free = 0.0
+        self.wake = env.event()  # succeeded when work may have arrived while idle
+        self.bpbh = geo.bytes_per_block_head
+        self.bpt_layer = geo.bytes_per_token_layer
+        self.sum_bpbh = geo.summary_bytes_per_block_head
+        self.res_tokens = (cfg.top_k + 1) * cfg.block_size
+        self._events_out: list[StepTiming] = []
+
+    def notify(self) -> None:
+        if not self.wake.triggered:
+            self.wake.succeed()
+
+    # -- the loop -------------------------------------------------------------------------------------------------
+    def run(self, more_work):
+        """SimPy process: step while there is work; ``more_work()`` says whether requests may still come."""
+        env, sched = self.env, self.sched
+        while True:
+            plan = sched.schedule(env.now)
+            if plan.empty:
+                if not more_work() and not sched.waiting and not sched.running:
+                    return
+                nxt = self.next_ready_time()
+                self.wake = env.event()
+                if nxt is not None and nxt > env.now:
+                    yield env.any_of([self.wake, at(env, nxt)])
+                else:
+                    yield self.wake
+                continue
+            timing = yield from self.execute(plan)
+            sched.update(plan, timing.end)
+
+    def next_ready_time(self):
+        w = self.sched.waiting
+        if w and w[0].ready_t > self.env.now:
+            return w[0].ready_t
+        return None
+
+    # -- execute: the step's timing ---------------------------------------------------------------------------
+    def execute(self, plan: BatchPlan):
+        cfg, pred, L, kvh = self.cfg, self.pred, self.L, self.kvh
+        mode = cfg.mode
+        n_dec = len(plan.decode)
+        n_pf = 0
+        pf_attn = 0.0
+        for r, n in plan.prefill:
+            pf_attn += pred.time("attn_prefill", {"tokens": n, "past_tokens": r.prefill_done})
+            n_pf += n
+        gemm_tokens = n_dec + n_pf + (n_dec if mode == "lookahead" else 0)  # + draft token per request
+        c = pred.time("gemm_layer", {"tokens": gemm_tokens}) + pred.time("norm_rope", {"tokens": gemm_tokens})
+        c += pf_attn
+
+        # Decode attention, selection work and transfers.
+        fetch_slices = 0.0  # (block, head) slices over all layers planned this step for the next
+        inline_slices = 0.0
+        recall_sum = 0.0
+        remote_units = 0.0
+        rpf = self.remote is not None
+        ctx_tokens = 0
+        att_tokens = 0
+        blocks_sum = 0
+        bs = cfg.block_size
+        res_tokens = self.res_tokens
+        for r in plan.decode:
+            ctx = r.ctx
+            ctx_tokens += ctx
+            nb = -(-ctx // bs)
+            blocks_sum += nb
+            if mode != "dense":
+                att_tokens += ctx if ctx < res_tokens else res_tokens
+            if r.policy is not None:
+                f, _miss, rec, rem = r.policy.next()
+                sl = f * L * kvh
+                if rpf and rem:
+                    u = rem * L * kvh
+                    remote_units += u
+                    self.remote.received(r, u * self.bpbh)
+                r.fetch_blocks += sl
+                r.recall_sum += rec
+                r.recall_n += 1
+                recall_sum += rec
+                if mode == "retrieval":
+                    inline_slices += sl
+                else:
+                    fetch_slices += sl
+            elif n_dec:
+                r.recall_sum += 1.0
+                r.recall_n += 1
+                recall_sum += 1.0
+        self.recall_sum += recall_sum
+        self.recall_n += n_dec
+        if mode == "dense":
+            c += pred.time("attn_decode", {"kv_bytes": ctx_tokens * self.bpt_layer})
+        elif n_dec:
+            c += pred.time("attn_decode", {"kv_bytes": att_tokens * self.bpt_layer})
+        score_s = topk_s = sel_s = 0.0
+        if mode != "dense" and n_dec:
+            score_s = pred.time("score", {"summary_bytes": blocks_sum * kvh * self.sum_bpbh})
+            topk_s = pred.time("topk", {"elements": blocks_sum * kvh})
+            sel_s = pred.time("select", {"rows": n_dec * kvh}) if cfg.sparse else 0.0
+
+        # First fills of requests that finished prefill now (their first decode step waits for them).
+        fill = 0.0
+        for r, n in plan.prefill:
+            if r.policy is not None and r.prefill_done + n >= r.prefill_target:
+                sl = r.policy.first_fill() * L * kvh
+                r.fetch_blocks += sl
+                fill += sl
+
+        head_s = pred.time("step_overhead", {})
+        tail_s = pred.time("lm_head", {"tokens": n_dec + len(plan.prefill)})
+        background = mode in ("lookahead", "proxy")
+        if mode == "quest":
+            c += score_s + topk_s
+        net_bytes = 0.0
+        if mode == "retrieval":
+            layer_bytes = (inline_slices + fill) / L * self.bpbh
+            c += score_s + topk_s + sel_s + self._copy_s(layer_bytes)
+            h2d = (inline_slices + fill) * self.bpbh
+            x = 0.0
+        elif background:
+            layer_bytes = (fetch_slices + fill) / L * self.bpbh
+            x = self._copy_s(layer_bytes)
+            if rpf and remote_units > 0:
+                # Remote misses cross the NIC first; a layer's transfer waits for its share of them.
+                net_bytes = remote_units * self.bpbh
+                x = max(x, self.remote.fetch_s(net_bytes) / L)
+            if cfg.transfer_path == "uva":
+                c += cfg.gather_sm_share * x
+            h2d = layer_bytes * L
+        else:
+            h2d = 0.0
+            x = 0.0
+        self.h2d_bytes += h2d
+        if cfg.sparse and n_pf:  # prefill KV offloaded to host DRAM on the GPU->host path
+            nbytes = n_pf * self.geo.bytes_per_token
+            self.d2h_bytes += nbytes
+            self.gpu.d2h.account(nbytes, self.gpu.d2h.duration(nbytes))
+
+        work = LayerWork(L, head_s, c, tail_s, background, score_s + topk_s if background else 0.0,
+                         sel_s if background else 0.0, x)
+        t0 = self.env.now
+        record = self.timeline is not None and self.steps < cfg.timeline_steps
+        if cfg.event_mode == "events":
+            out = self._events_out
+            out.clear()
+            yield self.env.process(self.pipe.step_events(self.env, work, self.gpu.compute, self.gpu.side,
+                                                         self.gpu.h2d.resource, out))
+            timing = out[0]
+        else:
+            timing = self.pipe.step_closed(t0, work, record)
+            yield at(self.env, timing.end)
+        self.steps += 1
+        self.stall_s += timing.stall_s
+        if timing.stall_s and n_dec:
+            share = timing.stall_s / n_dec
+            for r in plan.decode:
+                r.stall_s += share
+        lg = self.log
+        lg.t.append(t0)
+        lg.dur.append(timing.end - t0)
+        lg.decode.append(n_dec)
+        lg.prefill.append(n_pf)
+        lg.h2d.append(h2d)
+        lg.net.append(net_bytes)
+        lg.stall.append(timing.stall_s)
+        if record:
+            self.timeline.add_step(self.steps - 1, timing, n_dec, n_pf, h2d)
+        return timing
+
+    def _copy_s(self, nbytes: float) -> float:
+        if nbytes <= 0:
+            return 0.0
+        return self.h2d_lat + nbytes / self.h2d_Bps

@@ -1,0 +1,101 @@
+"""Run results: the summary dict (``summary.json``), one row per request (``requests.csv``), per-step log
+(``steps.csv``) and memory occupancy series (``memory.csv``).
+
+Definitions: TTFT = first output token time − arrival; TPOT = (finish − first token) / (output − 1) per request
+with output > 1; percentiles are numpy's linear interpolation over requests. ``throughput_tok_s`` = output tokens
+of completed requests / ``simulated_s``; ``simulated_s`` = last completion − first arrival. ``resident_recall`` =
+mean over (request, decode step) of the share of the true top-K resident when the layer attends (1 for dense and
+quest). ``stall_ms_total`` = compute-stream time spent waiting for transfers (layer-local sync, summed over steps).
+Every value is a plain float/int rounded to fixed digits, so equal runs give byte-identical files. Wall-clock
+time is *not* here (it would break that): see ``timing.json``.
+"""
+from __future__ import annotations
+
+import csv
+import io
+import json
+
+import numpy as np
+
+REQUEST_COLUMNS = ("id", "arrival_s", "prompt_tokens", "output_tokens", "admit_s", "first_token_s", "finish_s",
+                   "ttft_ms", "tpot_ms", "preemptions", "prefix_hit_tokens", "fetched_slices", "h2d_bytes",
+                   "net_bytes", "stall_ms", "resident_recall")
+
+
+def _r(x, nd=6):
+    return None if x is None else float(round(float(x), nd))
+
+
+def _pct(values, q):
+    return _r(np.percentile(values, q), 4) if len(values) else None
+
+
+def request_rows(done, bpbh: float) -> list[dict]:
+    rows = []
+    for r in sorted(done, key=lambda r: r.id):
+        tpot = ((r.finish_t - r.first_token_t) / (r.output - 1) * 1e3) if r.output > 1 else None
+        rows.append({
+            "id": r.id, "arrival_s": _r(r.arrival), "prompt_tokens": r.prompt, "output_tokens": r.output,
+            "admit_s": _r(r.admit_t), "first_token_s": _r(r.first_token_t), "finish_s": _r(r.finish_t),
+            "ttft_ms": _r((r.first_token_t - r.arrival) * 1e3, 4), "tpot_ms": _r(tpot, 4),
+            "preemptions": r.preempted, "prefix_hit_tokens": r.prefix_hit_tokens,
+            "fetched_slices": _r(r.fetch_blocks, 2), "h2d_bytes": _r(r.fetch_blocks * bpbh, 0),
+            "net_bytes": _r(r.net_bytes, 0), "stall_ms": _r(r.stall_s * 1e3, 4),
+            "resident_recall": _r(r.recall_sum / r.recall_n if r.recall_n else 1.0),
+        })
+    return rows
+
+
+def summarize(cfg, rows, *, n_requests, preemptions, h2d_bytes, d2h_bytes, net_bytes, hbm_peak, host_peak,
+              recall_sum, recall_n, stall_s, steps, end_s, first_arrival_s, extra=None) -> dict:
+    ttft = [x["ttft_ms"] for x in rows]
+    tpot = [x["tpot_ms"] for x in rows if x["tpot_ms"] is not None]
+    out_tokens = sum(x["output_tokens"] for x in rows)
+    sim_s = max(end_s - first_arrival_s, 0.0)
+    s = {
+        "mode": cfg.mode, "model": cfg.model, "hardware": cfg.hardware, "split": cfg.split,
+        "selection": cfg.selection, "policy_sampling": cfg.policy_sampling,
+        "requests": n_requests, "requests_completed": len(rows), "output_tokens": out_tokens,
+        "throughput_tok_s": _r(out_tokens / sim_s if sim_s > 0 else 0.0, 4),
+        "tpot_ms_p50": _pct(tpot, 50), "tpot_ms_p99": _pct(tpot, 99),
+        "ttft_ms_p50": _pct(ttft, 50), "ttft_ms_p99": _pct(ttft, 99),
+        "preemptions": preemptions, "steps": steps,
+        "h2d_bytes": _r(h2d_bytes, 0), "d2h_bytes": _r(d2h_bytes, 0), "net_bytes": _r(net_bytes, 0),
+        "h2d_bytes_per_step": _r(h2d_bytes / steps if steps else 0.0, 1),
+        "hbm_peak_bytes": _r(hbm_peak, 0), "host_peak_bytes": _r(host_peak, 0),
+        "resident_recall": _r(recall_sum / recall_n if recall_n else 1.0),
+        "stall_ms_total": _r(stall_s * 1e3, 4), "simulated_s": _r(sim_s),
+    }
+    if extra:
+        s.update(extra)
+    return s
+
+
+def dumps_summary(summary: dict) -> str:
+    return json.dumps(summary, indent=2, sort_keys=True) + "\n"
+
+
+def dumps_csv(rows: list[dict], columns) -> str:
+    buf = io.StringIO()
+    w = csv.DictWriter(buf, fieldnames=list(columns), lineterminator="\n")
+    w.writeheader()
+    for row in rows:
+        w.writerow({k: ("" if row.get(k) is None else row[k]) for k in columns})
+    return buf.getvalue()
+
+
+def steps_csv(log) -> str:
+    cols = ("t_s", "dur_ms", "decode", "prefill_tokens", "h2d_bytes", "net_bytes", "stall_ms")
+    lines = [",".join(cols)]
+    for t, d, n, p, h, nb, st in zip(log.t, log.dur, log.decode, log.prefill, log.h2d, log.net, log.stall):
+        lines.append(f"{t:.6f},{d * 1e3:.4f},{n},{p},{h:.0f},{nb:.0f},{st * 1e3:.4f}")
+    return "\n".join(lines) + "\n"
+
+
+def memory_csv(series: dict) -> str:
+    """series: name -> [(t, bytes)]; one row per change, columns t_s, pool, bytes."""
+    lines = ["t_s,pool,bytes"]
+    for name in sorted(series):
+        for t, b in series[name]:
+            lines.append(f"{t:.6f},{name},{b:.0f}")
+    return "\n".join(lines) + "\n"

@@ -1,0 +1,295 @@
+"""The simulator's bridge to the ``oasis_core`` policies: which blocks each row fetches per step, and how many of
+the true top-K are resident when a layer attends.
+
+Every decision is made by ``oasis_core``: the sets come from ``synthetic.SyntheticSelection`` (or a replay file),
+the plan from ``selection.initial_plan`` / ``selection.plan_step`` under a ``fetchcap`` policy. This module only
+decides *which rows* are simulated and how their figures are scaled to the whole batch:
+
+- **rows**: ``policy_layers`` (P) layers per request are simulated, each with all the model's KV heads; they
+  stand for the request's ``layers × kv_heads`` rows. The generator is built with ``layers=P``, so its per-layer
+  draft error ramp spans the P sampled layers from the worst to the best and their mean is the model's layer mean
+  (P = 2 samples exactly the two ends). Per-row figures (blocks fetched, recall, remote units) are averaged over
+  the ``P × kv_heads`` rows and scaled by ``layers × kv_heads``.
+- **RPF** (``split='rpf'``): each episode also keeps an ``oasis_core.rpf.RemoteLedger`` over its sampled rows: the
+  hand-off sends the first predicted set (block granularity: union over the heads of a layer) and every later
+  step asks the ledger for the plan's fetched blocks, so a unit crosses the network at most once.
+- ``policy_sampling='exact'``: every request runs its own episode (its own seeded generator and plan state),
+  stepped once per decode step. Cost: one generator step + one ``plan_step`` per request per step.
+- ``policy_sampling='profile'`` (default, fast): one calibration episode per context-length bucket (quarter
+  octaves of the block count) of ``profile_steps`` steps, all buckets stepped together in one vectorised
+  generator; a request at decode step ``i`` uses its bucket's step-``i`` figures, and the mean of the episode's
+  second half beyond the episode. ``tests/test_sim_policy.py`` bounds the difference to 'exact' on throughput and
+  bytes.
+
+Step indexing: ``fetch[0]`` is the first fill at admission (``initial_plan``), ``fetch[i]`` (i >= 1) the blocks
+planned during decode step ``i - 1`` for step ``i``, ``recall[i]`` the share of step ``i``'s true top-K resident
+when it attends. Retrieval plans with the true set and no cap (fetched in the critical path), proxy with the
+current-query set, lookahead with the draft set.
+"""
+from __future__ import annotations
+
+import json
+import math
+from dataclasses import dataclass
+
+import numpy as np
+
+from oasis_core.fetchcap import CapContext, Fixed, Unlimited
+from oasis_core.rpf import RemoteLedger
+from oasis_core.selection import initial_plan, plan_step
+from oasis_core.synthetic import SyntheticSelection, SyntheticStep
+
+from .config import ConfigError, SimConfig
+
+
+def resident_recall(resident: np.ndarray, true_next: np.ndarray) -> np.ndarray:
+    """Per row: the share of ``true_next``'s valid entries present in ``resident`` (a metric, not a policy)."""
+    valid = true_next >= 0
+    srt = np.sort(resident, axis=1)
+    pos = np.minimum(np.array([np.searchsorted(srt[i], true_next[i]) for i in range(srt.shape[0])]),
+                     srt.shape[1] - 1)
+    hit = (np.take_along_axis(srt, pos, axis=1) == true_next) & valid
+    n = valid.sum(axis=1)
+    return np.where(n > 0, hit.sum(axis=1) / np.maximum(n, 1), 1.0)
+
+
+def cap_policy(cfg: SimConfig):
+    if cfg.mode == "retrieval" or cfg.fetch_ratio >= 1.0:
+        return Unlimited()
+    return Fixed(cfg.fetch_ratio)
+
+
+def _pred_of(mode: str, s: SyntheticStep):
+    if mode == "lookahead":
+        return s.draft
+    if mode == "proxy":
+        return s.proxy
+    return s.true_next  # retrieval: the real query's set, fetched on demand
+
+
+class ReplaySets:
+    """Recorded per-step sets standing in for the generator: a JSON object
+    ``{"top_k": K, "n_blocks": N, "initial": [[...] x P], "steps": [{"true_next": [[...] x P],
+    "draft": [...], "proxy": [...]}, ...]}`` (each set -1 padded to K). Steps beyond the recording repeat the last
+    one (no drift)."""
+
+    def __init__(self, path: str, top_k: int):
+        try:
+            with open(path, "rb") as f:
+                obj = json.loads(f.read().decode("utf-8"))
+        except OSError as e:
+            raise ConfigError(f"replay_file: cannot read {path}: {e.strerror}") from None
+        except (ValueError, UnicodeDecodeError) as e:
+            raise ConfigError(f"replay_file: {path} is not valid JSON: {' '.join(str(e).split())}") from None
+
+        def arr(where, v):
+            try:
+                a = np.asarray(v, dtype=np.int64)
+            except (TypeError, ValueError, OverflowError):
+                raise ConfigError(f"replay_file: {path}: {where}: must be an array of integer arrays, got "
+                                  f"{str(v)[:40]}") from None
+            if a.ndim != 2 or a.shape[1] != top_k:
+                raise ConfigError(f"replay_file: {path}: {where}: must have shape [rows, top_k={top_k}], "
+                                  f"got {list(a.shape)}")
+            return a
+
+        if not isinstance(obj, dict) or "steps" not in obj or "initial" not in obj:
+            raise ConfigError(f"replay_file: {path}: must be an object with 'initial' and 'steps'")
+        self.initial = arr("initial", obj["initial"])
+        self.steps = []
+        for i, s in enumerate(obj["steps"]):
+            if not isinstance(s, dict):
+                raise ConfigError(f"replay_file: {path}: steps[{i}]: must be an object, got {str(s)[:40]}")
+            got = {}
+            for key in ("true_next", "draft", "proxy"):
+                if key not in s:
+                    raise ConfigError(f"replay_file: {path}: steps[{i}].{key}: missing required field")
+                got[key] = arr(f"steps[{i}].{key}", s[key])
+                if got[key].shape[0] != self.initial.shape[0]:
+                    raise ConfigError(f"replay_file: {path}: steps[{i}].{key}: must have "
+                                      f"{self.initial.shape[0]} rows, got {got[key].shape[0]}")
+            self.steps.append(SyntheticStep(i, got["true_next"], got["draft"], got["proxy"]))
+        if not self.steps:
+            raise ConfigError(f"replay_file: {path}: steps: must hold at least 1 step, got 0")
+        self.rows = self.initial.shape[0]
+
+
+class _ReplayGen:
+    def __init__(self, sets: ReplaySets):
+        self.sets = sets
+        self.t = 0
+
+    def current(self):
+        return self.sets.initial
+
+    def step(self) -> SyntheticStep:
+        s = self.sets.steps[min(self.t, len(self.sets.steps) - 1)]
+        self.t += 1
+        return s
+
+
+class Runner:
+    """Groups of rows stepped together through oasis_core: ``groups`` block counts, each group ``P × kv_heads``
+    rows (P = ``policy_layers``). One group is one request (exact) or one context bucket (profile)."""
+
+    def __init__(self, cfg: SimConfig, group_blocks, seed: int, replay: "ReplaySets | None" = None):
+        self.mode, self.top_k = cfg.mode, cfg.top_k
+        self.kvh = cfg.model_spec.n_kv_heads
+        self.P = cfg.policy_layers
+        self.cap = cap_policy(cfg)
+        self.max_cap = self.cap.max_cap(cfg.top_k)
+        self.nb = [max(int(n), 2) for n in group_blocks]
+        if replay is not None:
+            self.gen = _ReplayGen(replay)
+            self.rows = replay.rows
+            self.group_rows = replay.rows
+        else:
+            self.group_rows = self.P * self.kvh
+            self.rows = self.group_rows * len(self.nb)
+            nb = np.repeat(np.asarray(self.nb, dtype=np.int64), self.group_rows)
+            self.gen = SyntheticSelection(self.rows, nb, cfg.top_k, cfg.synthetic_params, seed,
+                                          layers=self.P, kv_heads=self.kvh)
+        first = initial_plan(self.gen.current())
+        self.resident, self.last_sel = first.resident, first.last_sel
+        self.first_fetch = first.n_fetch
+        self.ledgers = None
+        self.handoff_units = None
+        if cfg.split == "rpf" and replay is None:
+            # Unit bytes are applied by the caller (1 here): the ledgers count (layer, head, block) units.
+            self.ledgers = [RemoteLedger(self.P, self.kvh, n, 1) for n in self.nb]
+            cur = self.gen.current().reshape(len(self.nb), self.P, self.kvh, -1)
+            for g, led in enumerate(self.ledgers):
+                led.handoff(cur[g], "block")
+            self.handoff_units = np.array([led.handoff_units for led in self.ledgers], dtype=float)
+        self.i = 0
+        self.record = False
+        self.plans = []
+
+    def step(self):
+        """Per-row arrays (fetch, missing, recall) and per-group remote units per row (or None)."""
+        s = self.gen.step()
+        self.i += 1
+        cap = self.cap.cap(CapContext(step=self.i, top_k=self.top_k, rows=self.rows))
+        plan = plan_step(self.resident, self.last_sel, _pred_of(self.mode, s), cap, self.i, self.max_cap)
+        self.resident, self.last_sel = plan.resident, plan.last_sel
+        if self.record:
+            self.plans.append((s, plan))
+        rec = resident_recall(plan.resident, s.true_next)
+        remote = None
+        if self.ledgers is not None:
+            fb = plan.fetch_block.reshape(len(self.nb), self.P, self.kvh, -1)
+            remote = np.array([led.request(fb[g]).n_fetch.sum() for g, led in enumerate(self.ledgers)],
+                              dtype=float) / self.group_rows
+        return plan.n_fetch, plan.n_missing, rec, remote
+
+
+class Episode:
+    """One request's sampled rows, stepped once per decode step (``policy_sampling='exact'``)."""
+
+    def __init__(self, cfg: SimConfig, n_blocks: int, seed: int, replay: ReplaySets | None = None):
+        self.runner = Runner(cfg, [n_blocks], seed, replay)
+        self.initial_fetch = float(self.runner.first_fetch.mean())
+        self.handoff_units = (float(self.runner.handoff_units[0] / self.runner.group_rows)
+                              if self.runner.handoff_units is not None else 0.0)
+
+    def step(self) -> tuple[float, float, float, float]:
+        f, m, r, rem = self.runner.step()
+        return float(f.mean()), float(m.mean()), float(r.mean()), (float(rem[0]) if rem is not None else 0.0)
+
+
+@dataclass
+class Profile:
+    """Per-row figures by decode step of one context bucket; index 0 is the first fill."""
+
+    fetch: np.ndarray  # [N + 1]
+    missing: np.ndarray  # [N + 1]
+    recall: np.ndarray  # [N + 1] (recall[0] = 1: the first fill is exact)
+    remote: np.ndarray  # [N + 1] RPF units per row fetched over the network (remote[0] = hand-off)
+    tail: tuple
+
+    def at(self, i: int) -> tuple:
+        if i < len(self.fetch):
+            return self.fetch[i], self.missing[i], self.recall[i], self.remote[i]
+        return self.tail
+
+
+def bucket_of(n_blocks: int) -> int:
+    """Quarter-octave bucket representative of a block count (>= 2)."""
+    n = max(int(n_blocks), 2)
+    return max(2, int(round(2 ** (round(math.log2(n) * 4) / 4))))
+
+
+class ProfileBank:
+    """Profiles for every context bucket the workload needs, computed together in one vectorised runner."""
+
+    def __init__(self, cfg: SimConfig, block_counts, seed: int):
+        buckets = sorted({bucket_of(n) for n in block_counts})
+        self.profiles: dict[int, Profile] = {}
+        if not buckets:
+            return
+        n = cfg.profile_steps
+        run = Runner(cfg, buckets, seed)
+        g, gr = len(buckets), run.group_rows
+        fetch = np.zeros((n + 1, g))
+        missing = np.zeros((n + 1, g))
+        recall = np.ones((n + 1, g))
+        remote = np.zeros((n + 1, g))
+        fetch[0] = run.first_fetch.reshape(g, gr).mean(1)
+        if run.handoff_units is not None:
+            remote[0] = run.handoff_units / gr
+        for i in range(1, n + 1):
+            f, m, r, rem = run.step()
+            fetch[i], missing[i], recall[i] = (a.reshape(g, gr).mean(1) for a in (f, m, r))
+            if rem is not None:
+                remote[i] = rem
+        half = 1 + n // 2
+        for j, b in enumerate(buckets):
+            cols = (fetch[:, j], missing[:, j], recall[:, j], remote[:, j])
+            self.profiles[b] = Profile(*cols, tail=tuple(float(c[half:].mean()) for c in cols))
+
+    def get(self, n_blocks: int) -> Profile:
+        return self.profiles[bucket_of(n_blocks)]
+
+
+class RequestPolicy:
+    """Per-request handle the engine steps: ``first_fill()`` then ``next()`` once per decode step."""
+
+    __slots__ = ("profile", "episode", "i")
+
+    def __init__(self, profile: Profile | None = None, episode: Episode | None = None):
+        self.profile, self.episode, self.i = profile, episode, 0
+
+    def first_fill(self) -> float:
+        """(block, head) slices per row fetched at admission."""
+        return float(self.profile.fetch[0]) if self.episode is None else self.episode.initial_fetch
+
+    def handoff_units(self) -> float:
+        """RPF: units per row sent at hand-off (predicted union + local block)."""
+        return float(self.profile.remote[0]) if self.episode is None else self.episode.handoff_units
+
+    def next(self) -> tuple:
+        """(fetched, missing, recall, remote units) per row for the next decode step."""
+        self.i += 1
+        if self.episode is not None:
+            return self.episode.step()
+        return self.profile.at(self.i)
+
+
+class PolicySource:
+    """Hands out a :class:`RequestPolicy` per admitted request according to the config."""
+
+    def __init__(self, cfg: SimConfig, block_counts):
+        self.cfg = cfg
+        self.replay = ReplaySets(cfg.replay_file, cfg.top_k) if cfg.selection == "replay" else None
+        self.bank = None
+        if cfg.sparse and cfg.policy_sampling == "profile" and self.replay is None:
+            self.bank = ProfileBank(cfg, block_counts, cfg.seed)
+
+    def for_request(self, req_id: int, n_blocks: int) -> RequestPolicy | None:
+        if not self.cfg.sparse:
+            return None
+        if self.bank is not None:
+            return RequestPolicy(profile=self.bank.get(n_blocks))
+        # Exact: one episode per request, seeded by (seed, request id) so the order of admission does not matter.
+        seed = (self.cfg.seed * 1_000_003 + int(req_id) * 7919) % (2 ** 63)
+        return RequestPolicy(episode=Episode(self.cfg, n_blocks, seed, self.replay))

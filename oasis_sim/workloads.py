@@ -1,0 +1,92 @@
+"""Workloads: trace files (``oasis_core.trace``), closed-loop fixed concurrency, open-loop Poisson.
+
+- ``trace``: requests arrive at the trace's ``arrival_s`` (times ``time_scale``).
+- ``closed``: ``concurrency`` requests are in flight from t = 0; each completion releases the next request of the
+  trace at that instant (the paper's Fig. 11 setting: maximum concurrency); arrival times in the trace are ignored.
+- ``poisson``: arrivals from a seeded exponential inter-arrival process at ``rate_rps``; prompt/output lengths
+  are the trace's, in order.
+"""
+from __future__ import annotations
+
+import os
+from importlib import resources
+from pathlib import Path
+
+import numpy as np
+
+from oasis_core.importers import fit_context
+from oasis_core.trace import Trace, TraceError, load_trace
+
+from .config import SimConfig
+from .scheduler import Req
+
+BUNDLED_NAME = "mooncake_slice.json"
+
+
+def bundled_trace_path() -> Path:
+    """The bundled Mooncake slice: ``traces/`` of a source checkout if present, else the package's copy
+    (``oasis_sim/data/``, installed as package data)."""
+    repo = Path(__file__).resolve().parent.parent / "traces" / BUNDLED_NAME
+    if repo.is_file():
+        return repo
+    try:
+        return Path(str(resources.files("oasis_sim") / "data" / BUNDLED_NAME))
+    except (ModuleNotFoundError, AttributeError):  # pragma: no cover - very old importlib
+        return Path(__file__).resolve().parent / "data" / BUNDLED_NAME
+
+
+def load_workload(path) -> Trace:
+    """Load and validate a trace (raises ``TraceError`` with a one-line message)."""
+    if path is not None and os.path.isdir(path):
+        raise TraceError(f"{path}: cannot read: is a directory")
+    return load_trace(bundled_trace_path() if path is None else path)
+
+
+def make_requests(trace: Trace, cfg: SimConfig) -> list[Req]:
+    reqs = trace.requests
+    if cfg.max_requests is not None:
+        reqs = reqs[: cfg.max_requests]
+    max_ctx = cfg.max_context if cfg.max_context is not None else cfg.model_spec.max_context_tokens
+    out = []
+    t0 = reqs[0].arrival_s if reqs else 0.0
+    if cfg.arrival == "poisson":
+        rng = np.random.default_rng(np.random.PCG64(cfg.seed))
+        arrivals = np.cumsum(rng.exponential(1.0 / cfg.rate_rps, size=len(reqs)))
+    for i, q in enumerate(reqs):
+        prompt, output = fit_context(q.prompt_tokens, q.output_tokens, max_ctx)
+        if cfg.arrival == "trace":
+            arrival = (q.arrival_s - t0) * cfg.time_scale
+        elif cfg.arrival == "poisson":
+            arrival = float(arrivals[i])
+        else:
+            arrival = 0.0
+        ids = q.prefix_block_ids
+        if ids is not None:
+            ids = ids[: -(-prompt // q.prefix_block_tokens)]
+        r = Req(q.id, arrival, prompt, output, ids, q.prefix_block_tokens)
+        r.ready_t = arrival
+        out.append(r)
+    return out
+
+
+class ClosedLoop:
+    """Keeps ``concurrency`` requests in flight: the first N at t = 0, then one per completion."""
+
+    def __init__(self, reqs: list[Req], concurrency: int, submit):
+        self.pending = list(reversed(reqs))
+        self.submit = submit
+        for _ in range(min(concurrency, len(self.pending))):
+            self._release(0.0)
+
+    def _release(self, now: float) -> None:
+        r = self.pending.pop()
+        r.arrival = now
+        r.ready_t = now
+        self.submit(r)
+
+    def on_done(self, _req, now: float) -> None:
+        if self.pending:
+            self._release(now)
+
+    def more(self) -> bool:
+        return bool(self.pending)
