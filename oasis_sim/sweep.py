@@ -1,0 +1,136 @@
+"""``python -m oasis_sim sweep GRID.yaml --out DIR``: the cartesian product of any ``SimConfig`` fields.
+
+GRID.yaml::
+
+    trace: traces/mooncake_slice.json   # optional; default the bundled slice
+    base:                               # optional; fields every point shares
+      model: qwen3-8b
+      max_requests: 100
+    grid:                               # field -> list of values; the product is run
+      mode: [dense, lookahead]
+      concurrency: [16, 32, 64]
+      synthetic.drift_rate: [0.05, 0.11]   # a SyntheticParams field
+    workers: 2                          # optional; default: CPU count
+
+Every point is validated before anything runs (a bad value exits 2 naming the file, the point and the field).
+Points run in a local process pool with a tqdm progress bar; ``DIR/sweep.csv`` holds one row per point, in grid
+order: the point's parameters, every summary field, and ``wall_s`` — load it with ``pandas.read_csv``. Each
+point's own outputs are not kept (run it alone with ``oasis-sim run`` to get them).
+
+Running the same sweep on a Ray cluster
+---------------------------------------
+The points are independent and pure (inputs → summary dict), so any task runner scales them. With Ray::
+
+    import ray, pandas as pd
+    from oasis_sim.sweep import load_grid, run_point
+
+    ray.init(address="auto")                      # on a node of the cluster
+    trace_path, points = load_grid("GRID.yaml")   # validated dicts of SimConfig fields
+    remote = ray.remote(num_cpus=1)(run_point)
+    rows = ray.get([remote.remote(trace_path, p) for p in points])
+    pd.DataFrame(rows).to_csv("sweep.csv", index=False)
+
+Ship the repository to the workers with ``ray.init(runtime_env={"working_dir": "."})`` (or ``pip install`` it
+in the cluster image) and make the trace path valid on every node (a shared file system, or pass the trace text).
+"""
+from __future__ import annotations
+
+import itertools
+import os
+from concurrent.futures import ProcessPoolExecutor
+
+from .config import ConfigError, make_config
+
+
+def _points(path: str, obj: dict) -> tuple:
+    if not isinstance(obj, dict):
+        raise ConfigError(f"{path}: top level: must be a mapping with 'grid', got {type(obj).__name__}")
+    for key in obj:
+        if key not in ("trace", "base", "grid", "workers"):
+            raise ConfigError(f"{path}: {key}: unknown key (allowed: trace, base, grid, workers)")
+    base = obj.get("base") or {}
+    grid = obj.get("grid")
+    if not isinstance(base, dict):
+        raise ConfigError(f"{path}: base: must be a mapping of SimConfig fields, got {base!r}")
+    if not isinstance(grid, dict) or not grid:
+        raise ConfigError(f"{path}: grid: must be a non-empty mapping of field -> list of values, got {grid!r}")
+    for k, v in grid.items():
+        if not isinstance(v, list) or not v:
+            raise ConfigError(f"{path}: grid.{k}: must be a non-empty list of values, got {v!r}")
+    keys = list(grid)
+    points = []
+    for i, combo in enumerate(itertools.product(*(grid[k] for k in keys))):
+        values = dict(base)
+        syn = dict(values.get("synthetic") or {})
+        for k, v in zip(keys, combo):
+            if str(k).startswith("synthetic."):
+                syn[k.split(".", 1)[1]] = v
+            else:
+                values[k] = v
+        if syn:
+            values["synthetic"] = syn
+        try:
+            make_config(values)
+        except ConfigError as e:
+            label = ", ".join(f"{k}={v}" for k, v in zip(keys, combo))
+            raise ConfigError(f"{path}: point {i} ({label}): {e}") from None
+        points.append((dict(zip(keys, combo)), values))
+    return points
+
+
+def load_grid(path: str):
+    """(trace path or None, [(point params, SimConfig field values)]) after validating every point."""
+    from .cli import load_config_file
+
+    obj = load_config_file(path)
+    trace = obj.get("trace")
+    if trace is not None and not isinstance(trace, str):
+        raise ConfigError(f"{path}: trace: must be a file path, got {trace!r}")
+    workers = obj.get("workers")
+    if workers is not None and (isinstance(workers, bool) or not isinstance(workers, int) or workers < 1):
+        raise ConfigError(f"{path}: workers: must be an integer >= 1, got {workers!r}")
+    if trace is not None and not os.path.isabs(trace) and not os.path.exists(trace):
+        near = os.path.join(os.path.dirname(os.path.abspath(path)), trace)
+        if os.path.exists(near):
+            trace = near
+    return trace, _points(path, obj), workers
+
+
+def run_point(trace_path, point) -> dict:
+    """Run one point; returns its CSV row (parameters, summary fields, wall_s)."""
+    from .sim import simulate
+    from .workloads import load_workload
+
+    params, values = point
+    result = simulate(make_config(values), load_workload(trace_path))
+    row = {f"param.{k}": v for k, v in params.items()}
+    row.update(result.summary)
+    row["wall_s"] = round(result.wall_s, 4)
+    return row
+
+
+def run_sweep(path: str, out_dir: str, workers: int | None = None) -> str:
+    import pandas as pd
+    from tqdm import tqdm
+
+    from .workloads import load_workload
+
+    trace, points, file_workers = load_grid(path)
+    load_workload(trace)  # a bad trace fails once, before the pool starts
+    workers = workers or file_workers or os.cpu_count() or 1
+    rows = [None] * len(points)
+    if workers == 1:
+        for i, p in enumerate(tqdm(points, desc="sweep", unit="pt")):
+            rows[i] = run_point(trace, p)
+    else:
+        with ProcessPoolExecutor(max_workers=workers) as pool:
+            futs = {pool.submit(run_point, trace, p): i for i, p in enumerate(points)}
+            from concurrent.futures import as_completed
+
+            for fut in tqdm(as_completed(futs), total=len(futs), desc="sweep", unit="pt"):
+                rows[futs[fut]] = fut.result()
+    os.makedirs(out_dir, exist_ok=True)
+    out = os.path.join(out_dir, "sweep.csv")
+    pd.DataFrame(rows).to_csv(out, index=False)
+    print(f"wrote {out}: {len(rows)} points")
+    return out
