@@ -143,6 +143,11 @@ class Scheduler:
         self._resize(r, 0.0, 0.0)
         r.staging = 0.0
 
+    def ensure_policy(self, r: Req) -> None:
+        """Give ``r`` its policy handle (sized by its mean context: prompt + half the output)."""
+        if r.policy is None and self.policy_source is not None:
+            r.policy = self.policy_source.for_request(r.id, self._blocks(r.prompt + (r.output + 1) // 2))
+
     # -- the three calls ------------------------------------------------------------------------------------------
     def add(self, r: Req) -> None:
         self.waiting.append(r)
@@ -164,8 +169,7 @@ class Scheduler:
             r.admit_t = now if r.admit_t is None else r.admit_t
             self._seq += 1
             r.seq = self._seq
-            if r.policy is None and self.policy_source is not None:
-                r.policy = self.policy_source.for_request(r.id, self._blocks(r.prompt + (r.output + 1) // 2))
+            self.ensure_policy(r)
             self.running.append(r)
         plan = BatchPlan()
         budget = cfg.chunk_tokens

@@ -152,6 +152,7 @@ class PrefillNode:
         if self.decode_cache is not None and r.prefix_ids:
             local = min(self.decode_cache.lookup_insert(r.prefix_ids, r.prefix_block_tokens), r.prompt)
             keep = 1.0 - local / r.prompt
+        self.sched.ensure_policy(r)
         if cfg.split == "full" or r.policy is None:
             nbytes = full * keep
         else:

@@ -90,3 +90,15 @@ class ClosedLoop:
 
     def more(self) -> bool:
         return bool(self.pending)
+
+
+def uniform_trace(n: int, prompt_tokens: int, output_tokens: int, gap_s: float = 0.0, prefix_ids=None):
+    """A hand-made trace of ``n`` equal requests arriving every ``gap_s`` seconds (tests, examples)."""
+    from oasis_core.trace import Request
+
+    reqs = []
+    for i in range(n):
+        ids = None if prefix_ids is None else tuple(prefix_ids(i))
+        reqs.append(Request(id=i, arrival_s=i * gap_s, prompt_tokens=prompt_tokens, output_tokens=output_tokens,
+                            prefix_block_ids=ids, prefix_block_tokens=None if ids is None else 512))
+    return Trace(requests=tuple(reqs))
