@@ -1,6 +1,8 @@
 """Small helpers shared by the kernel wrappers: input checks and launch-shape arithmetic."""
 from __future__ import annotations
 
+import functools
+
 import torch
 
 HBM_ROOFLINE_GBPS = 4300.0  # measured HBM read rate on the H200 here (DESIGN.md), GB/s
@@ -36,7 +38,18 @@ def check(t: torch.Tensor, name: str, shape: tuple, dtype=None, device=None, inn
         expect *= t.shape[-i]
 
 
+def default_n_split(rows: int, n_iters: int, device: torch.device, programs_per_sm: int = 4) -> int:
+    """Split-K factor: enough programs for ``programs_per_sm`` per SM (several waves soften the tail), never more
+    splits than the longest row has loop iterations."""
+    return max(1, min(cdiv(programs_per_sm * num_sms(device), rows), max(1, n_iters)))
+
+
 def num_sms(device: torch.device) -> int:
     if device.type == "cuda":
-        return torch.cuda.get_device_properties(device).multi_processor_count
+        return _cuda_sms(device.index if device.index is not None else torch.cuda.current_device())
     return 4  # interpreter: a few splits exercise the split-K path without slowing tests down
+
+
+@functools.lru_cache(maxsize=None)
+def _cuda_sms(index: int) -> int:
+    return torch.cuda.get_device_properties(index).multi_processor_count

@@ -255,14 +255,15 @@ def _bench_setup(n_items, pool_gb, n_kv_heads, block_size, head_dim, seed):
     n_host = max(n_items, int(pool_gb * 2**30 / (2 * n_kv_heads * block_size * head_dim * 2)))
     host_k = torch.empty(n_host, n_kv_heads, block_size, head_dim, dtype=torch.bfloat16, pin_memory=True)
     host_v = torch.empty_like(host_k, pin_memory=True)
-    host_k[:64].normal_()
-    host_v[:64].normal_()
     n_slots = n_items + 16
     k_slots = torch.empty(n_slots, block_size, head_dim, dtype=torch.bfloat16, device="cuda")
     v_slots = torch.empty_like(k_slots)
     src_block = torch.randint(0, n_host, (n_items,), dtype=torch.int32)
     src_head = torch.randint(0, n_kv_heads, (n_items,), dtype=torch.int32)
     dst_slot = torch.randperm(n_slots)[:n_items].to(torch.int32)
+    i = n_items // 2  # the item the benchmark checks: give it known contents (the rest of the pool is uninitialised)
+    host_k[int(src_block[i]), int(src_head[i])].normal_()
+    host_v[int(src_block[i]), int(src_head[i])].normal_()
     return host_k, host_v, k_slots, v_slots, src_block, src_head, dst_slot
 
 

@@ -23,7 +23,7 @@ import torch
 import triton
 import triton.language as tl
 
-from ._util import HBM_ROOFLINE_GBPS, cdiv, check, next_pow2, num_sms
+from ._util import HBM_ROOFLINE_GBPS, cdiv, check, default_n_split, next_pow2
 from .splitk import merge, online_softmax_step, store_partial_or_final
 
 
@@ -61,10 +61,14 @@ def paged_attn_kernel(
     bt_row = BT + b.to(tl.int64) * stride_bt
     k_base = K + h * stride_kh
     v_base = V + h * stride_vh
+    # The page ids of iteration i + 1 are loaded in iteration i, so the K/V loads do not wait on a load of their
+    # own iteration and the software pipeliner can keep several K/V tiles in flight.
+    page_next = tl.load(bt_row + start + pg_in, mask=start + pg_in < end, other=0)
     for p0 in range(start, end, PPI):
         p = p0 + pg_in
         valid = (p < end) & (p * BS + tok < seq_len)
-        page = tl.load(bt_row + p, mask=valid, other=0).to(tl.int64)
+        page = page_next.to(tl.int64)
+        page_next = tl.load(bt_row + p + PPI, mask=p + PPI < end, other=0)
         k = tl.load(k_base + page[:, None] * stride_kp + (tok * D)[:, None] + offs_d[None, :],
                     mask=valid[:, None], other=0.0)
         v = tl.load(v_base + page[:, None] * stride_vp + (tok * D)[:, None] + offs_d[None, :],
@@ -76,15 +80,13 @@ def paged_attn_kernel(
                            HKV, G, 1, D, BLOCK_M, DIRECT, WRITE_LSE)
 
 
-def default_n_split(batch: int, n_kv_heads: int, max_pages: int, pages_per_iter: int, device) -> int:
-    """Splits so that about two programs run per SM, never more than the loop iterations of the longest row."""
-    rows = batch * n_kv_heads
-    return max(1, min(cdiv(2 * num_sms(device), rows), cdiv(max(max_pages, 1), pages_per_iter)))
-
-
 def paged_attn(q, k_cache, v_cache, block_table, seq_lens, sm_scale=None, return_lse=False, out=None, lse=None,
                n_split=None, pages_per_iter=4, num_warps=4, num_stages=3):
-    """Paged dense decode attention; see the module docstring for layouts. Returns ``out`` or ``(out, lse)``."""
+    """Paged dense decode attention; see the module docstring for layouts. Returns ``out`` or ``(out, lse)``.
+
+    ``n_split=None`` picks about four programs per SM (``_util.default_n_split``); ``pages_per_iter`` pages form
+    one tile of ``pages_per_iter * page_size`` tokens; ``num_stages - 1`` tiles are in flight per program.
+    """
     B, Hq, D = q.shape
     n_pages, Hkv, BS, _ = k_cache.shape
     max_pages = block_table.shape[1]
@@ -108,7 +110,7 @@ def paged_attn(q, k_cache, v_cache, block_table, seq_lens, sm_scale=None, return
     sm_scale = 1.0 / math.sqrt(D) if sm_scale is None else sm_scale
     ppi = max(1, min(pages_per_iter, next_pow2(max_pages)))
     if n_split is None:
-        n_split = default_n_split(B, Hkv, max_pages, ppi, dev)
+        n_split = default_n_split(B * Hkv, cdiv(max_pages, ppi), dev)
     block_m = max(16, next_pow2(G))
     rows = B * Hkv
     direct = n_split == 1

@@ -31,7 +31,7 @@ import torch
 import triton
 import triton.language as tl
 
-from ._util import HBM_ROOFLINE_GBPS, cdiv, check, next_pow2, num_sms
+from ._util import HBM_ROOFLINE_GBPS, cdiv, check, default_n_split, next_pow2
 from .splitk import merge, online_softmax_step, store_partial_or_final
 
 
@@ -76,9 +76,14 @@ def sparse_attn_kernel(
         llen = tl.load(LOCAL_LEN + b)
     start = split * n_per_split
     end = tl.minimum(start + n_per_split, n_ent)
+    # Slot ids of iteration i + 1 are loaded in iteration i, so the K/V loads do not depend on a load of their own
+    # iteration and the software pipeliner keeps num_stages - 1 tiles in flight.
+    s_end = tl.minimum(end, S)
+    slot_next = tl.load(slot_row + start + ent_in, mask=start + ent_in < s_end, other=-1)
     for e0 in range(0, n_per_split, BPI):
         e = start + e0 + ent_in
-        slot = tl.load(slot_row + e, mask=e < tl.minimum(end, S), other=-1)
+        slot = slot_next
+        slot_next = tl.load(slot_row + e + BPI, mask=e + BPI < s_end, other=-1)
         n_valid = BS
         if HAS_LOCAL:
             is_local = e == S
@@ -110,11 +115,12 @@ def sparse_attn_kernel(
 
 def sparse_attn(q, k_slots, v_slots, slot_ids, local_slot=None, local_len=None, extra_k=None, extra_v=None,
                 sm_scale=None, return_lse=False, out=None, lse=None, n_split=None, blocks_per_iter=4,
-                num_warps=4, num_stages=2):
+                num_warps=4, num_stages=3):
     """Sparse decode attention; see the module docstring for layouts. Returns ``out`` or ``(out, lse)``.
 
-    ``n_split=None`` picks enough splits for about two programs per SM; ``blocks_per_iter`` slots are loaded per
-    loop iteration (a tile of ``blocks_per_iter * block_size`` tokens). ``out``/``lse`` may be passed preallocated.
+    ``n_split=None`` picks about four programs per SM (``_util.default_n_split``); ``blocks_per_iter`` slots are
+    loaded per loop iteration (a tile of ``blocks_per_iter * block_size`` tokens); ``num_stages - 1`` tiles are in
+    flight per program. ``out``/``lse`` may be passed preallocated.
     """
     B, Hq, Tq, D = q.shape
     n_slots, BS, _ = k_slots.shape
@@ -151,7 +157,7 @@ def sparse_attn(q, k_slots, v_slots, slot_ids, local_slot=None, local_len=None, 
     n_ent = S + int(has_local)
     bpi = max(1, min(blocks_per_iter, next_pow2(max(n_ent, 1))))
     if n_split is None:
-        n_split = max(1, cdiv(2 * num_sms(dev), rows))
+        n_split = default_n_split(rows, cdiv(max(n_ent, 1), bpi), dev)
     n_split = max(1, min(n_split, cdiv(max(n_ent, 1), bpi)))
     n_per_split = cdiv(cdiv(max(n_ent, 1), n_split), bpi) * bpi
     n_split = cdiv(max(n_ent, 1), n_per_split)
@@ -221,7 +227,7 @@ def sparse_attn_ref(q, k_slots, v_slots, slot_ids, local_slot=None, local_len=No
 
 
 def bench_sparse_attn(batch=64, n_q_heads=32, n_kv_heads=8, head_dim=128, block_size=16, top_k=128,
-                      local_len=9, tq=2, n_split=None, blocks_per_iter=4, num_warps=4, num_stages=2, seed=0):
+                      local_len=9, tq=2, n_split=None, blocks_per_iter=4, num_warps=4, num_stages=3, seed=0):
     """GB/s of the resident KV bytes read (top-K + local block per row), against the 4.3 TB/s HBM roofline."""
     from triton.testing import do_bench
     torch.manual_seed(seed)
