@@ -158,3 +158,27 @@ def test_sparse_equals_dense_gpu_16k():
         n = torch.softmax(qf[b, :, 0:1] @ k.transpose(1, 2) / math.sqrt(D), -1) @ v
         d = torch.softmax(qf[b, :, 1:2] @ ke.transpose(1, 2) / math.sqrt(D), -1) @ ve
         torch.testing.assert_close(out[b].float(), torch.cat([n, d], 1), atol=2e-2, rtol=2e-2)
+
+
+@pytest.mark.parametrize("S,n_split", [(0, 1), (3, 2)])
+def test_sparse_attn_rows_without_keys(S, n_split):
+    """A row with no resident block and an empty local block: the normal query gets out = 0 and lse = -inf (no
+    NaN), the draft query still attends its own extra token."""
+    g = torch.Generator().manual_seed(S)
+    B, Hkv, G, Tq, D, BS = 2, 2, 2, 2, 16, 4
+    ks = torch.randn(8, BS, D, generator=g).to(torch.bfloat16)
+    vs = torch.randn(8, BS, D, generator=g).to(torch.bfloat16)
+    sid = torch.full((B, Hkv, S), -1, dtype=torch.int32)
+    ls = torch.tensor([[0, 1], [2, 3]], dtype=torch.int32)
+    ll = torch.tensor([0, 2], dtype=torch.int32)
+    q = torch.randn(B, Hkv * G, Tq, D, generator=g).to(torch.bfloat16)
+    ek = torch.randn(B, Hkv, 1, D, generator=g).to(torch.bfloat16)
+    ev = torch.randn(B, Hkv, 1, D, generator=g).to(torch.bfloat16)
+    out, lse = sparse_attn(*(t.to(DEV) for t in (q, ks, vs, sid, ls, ll, ek, ev)), return_lse=True,
+                           n_split=n_split)
+    out, lse = out.cpu(), lse.cpu()
+    assert torch.equal(out[0, :, 0], torch.zeros(Hkv * G, D, dtype=out.dtype))
+    assert torch.isneginf(lse[0, :, 0]).all()
+    torch.testing.assert_close(out[0, :, 1], ev[0].repeat_interleave(G, 0)[:, 0])  # softmax over one key
+    ref, ref_lse = sparse_attn_ref(q, ks, vs, sid, ls, ll, ek, ev)
+    torch.testing.assert_close(out.float(), ref.float(), atol=2e-2, rtol=2e-2)
