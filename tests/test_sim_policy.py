@@ -1,0 +1,75 @@
+"""The simulator's selection decisions are oasis_core's, and the profile fast path stays close to exact."""
+import numpy as np
+import pytest
+
+from oasis_core.fetchcap import CapContext, Fixed, Unlimited
+from oasis_core.rpf import RemoteLedger
+from oasis_core.selection import initial_plan, plan_step
+from oasis_core.synthetic import SyntheticSelection
+from oasis_sim.config import SimConfig
+from oasis_sim.policy import Episode, ProfileBank, Runner, bucket_of, resident_recall
+from oasis_sim.sim import simulate
+from oasis_sim.workloads import uniform_trace
+
+
+@pytest.mark.parametrize("mode,pred_key", [("lookahead", "draft"), ("proxy", "proxy"), ("retrieval", "true_next")])
+def test_plans_equal_oasis_core_called_directly(mode, pred_key):
+    cfg = SimConfig(mode=mode, top_k=32, policy_layers=2, fetch_ratio=0.1)
+    run = Runner(cfg, [300, 90], seed=11)
+    run.record = True
+    for _ in range(12):
+        run.step()
+    # The same thing by hand, straight from oasis_core.
+    kvh = cfg.model_spec.n_kv_heads
+    nb = np.repeat(np.array([300, 90]), 2 * kvh)
+    gen = SyntheticSelection(len(nb), nb, 32, cfg.synthetic_params, 11, layers=2, kv_heads=kvh)
+    first = initial_plan(gen.current())
+    np.testing.assert_array_equal(first.n_fetch, run.first_fetch)
+    res, ls = first.resident, first.last_sel
+    policy = Unlimited() if mode == "retrieval" else Fixed(0.1)
+    for i, (s_sim, plan_sim) in enumerate(run.plans, start=1):
+        s = gen.step()
+        cap = policy.cap(CapContext(step=i, top_k=32, rows=len(nb)))
+        plan = plan_step(res, ls, getattr(s, pred_key), cap, i, policy.max_cap(32))
+        res, ls = plan.resident, plan.last_sel
+        for field in ("fetch_block", "fetch_slot", "n_fetch", "n_missing", "resident", "last_sel"):
+            np.testing.assert_array_equal(getattr(plan, field), getattr(plan_sim, field))
+
+
+def test_rpf_units_come_from_the_core_ledger():
+    cfg = SimConfig(split="rpf", top_k=16, policy_layers=1, policy_sampling="exact")
+    ep = Episode(cfg, 200, seed=5)
+    kvh = cfg.model_spec.n_kv_heads
+    gen = SyntheticSelection(kvh, 200, 16, cfg.synthetic_params, 5, layers=1, kv_heads=kvh)
+    led = RemoteLedger(1, kvh, 200, 1)
+    led.handoff(gen.current().reshape(1, kvh, -1), "block")
+    assert ep.handoff_units == led.handoff_units / kvh
+    total = 0.0
+    for _ in range(20):
+        total += ep.step()[3] * kvh
+    assert total == ep.runner.ledgers[0].decode_units
+    ep.runner.ledgers[0].check()
+
+
+def test_resident_recall_metric():
+    res = np.array([[1, 2, 3, -1], [5, 6, 7, 8]])
+    true = np.array([[1, 2, 9, -1], [5, 6, 7, 8]])
+    np.testing.assert_allclose(resident_recall(res, true), [2 / 3, 1.0])
+
+
+def test_buckets_are_quarter_octaves():
+    assert bucket_of(1024) == 1024 and bucket_of(1) == 2
+    assert bucket_of(1100) == 1024 and bucket_of(1300) == 1218
+    bank = ProfileBank(SimConfig(top_k=16, policy_layers=1, profile_steps=6), [40, 1000], 0)
+    p = bank.get(1000)
+    assert p.fetch[0] == 16 and p.at(100) == p.tail and len(p.fetch) == 7
+
+
+def test_profile_fast_path_is_within_tolerance_of_exact():
+    """Stated tolerance: throughput, h2d bytes and recall within 5% of per-request exact episodes."""
+    tr = uniform_trace(12, 6000, 60, gap_s=0.02)
+    base = dict(top_k=32, policy_layers=1, profile_steps=24, timeline_steps=0, seed=2)
+    exact = simulate(SimConfig(policy_sampling="exact", **base), tr).summary
+    prof = simulate(SimConfig(policy_sampling="profile", **base), tr).summary
+    for key in ("throughput_tok_s", "h2d_bytes", "resident_recall", "tpot_ms_p50"):
+        assert prof[key] == pytest.approx(exact[key], rel=0.05), key
