@@ -28,9 +28,10 @@ from oasis_core.selection import plan_step
 
 
 class Prefetcher:
-    def __init__(self, cfg, store, host, device, max_cap: int):
+    def __init__(self, cfg, store, host, device, max_cap: int, synchronous: bool = False):
         self.cfg, self.store, self.host, self.device = cfg, store, host, device
-        self.cuda = device.type == "cuda"
+        # synchronous: every stage inline on the current stream (the reference the tests compare against)
+        self.cuda = device.type == "cuda" and not synchronous
         self.max_cap = max_cap
         L = store.L
         self.done = [None] * L  # CUDA event: layer l's transfer finished
@@ -202,7 +203,7 @@ class Prefetcher:
         self.units += live.sum()
         s, h, d = src[live].long(), head[live].long(), dst[live].long()
         hk, hv = self.host.k[layer], self.host.v[layer]
-        if self.cuda:
+        if self.device.type == "cuda":
             s, h = s.cpu(), h.cpu()
             self.store.k[layer][d] = hk[s, h].to(self.device, non_blocking=True)
             self.store.v[layer][d] = hv[s, h].to(self.device, non_blocking=True)

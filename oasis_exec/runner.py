@@ -113,6 +113,7 @@ class Runner:
 
     @torch.inference_mode()
     def execute(self, plan: BatchPlan) -> dict:
+        self.last_logits = {}
         if plan.admit and self.pipe is not None:
             self.pipe.wait_all()  # no background work may touch a lane being reset
         for a in plan.admit:
@@ -222,6 +223,7 @@ class Runner:
             self._first_working_set(ch, q_last, end)
             del self.scratch[ch.req_id]
         logits = self.dec.logits(x[-1:])
+        self.last_logits = {ch.req_id: logits[0]}
         tok = self._sample(logits, [sampling[ch.req_id]])
         if self.draft is not None:
             self.draft_tok[ch.lane] = self.draft.propose(torch.cat([aux[i] for i in layers_aux])[None], tok)[0]
@@ -320,6 +322,10 @@ class Runner:
         nb_cur = pos // bs + 1  # blocks of the context incl. the local block (which holds ``pos``)
         nb_next = (pos + 1) // bs + 1
         full = [i for i, p in enumerate(pos_list) if p % bs == bs - 1]  # local blocks that fill in this step
+        if full:  # host-built index tensors are made here, before the layers: an H2D copy mid-step would sync
+            fi = torch.tensor(full, device=dev)
+            lanes_full = lanes[fi]
+            blk_full = pos[fi] // bs
         sets = None
         if cfg.selection == "synthetic" and mode != "dense":
             sets = self._synthetic_sets(lanes_list, [p // bs + 1 for p in pos_list])
@@ -364,7 +370,8 @@ class Runner:
                                        local_len, ek, ev)  # [B, Hq, nq, D]
                 attn = attn.transpose(1, 2).reshape(B * nq, Hq, -1)
                 if full:
-                    self._flush_sparse(l, [lanes_list[i] for i in full], [pos_list[i] for i in full])
+                    self._flush_sparse(l, lanes_full, blk_full, [lanes_list[i] for i in full],
+                                       [pos_list[i] for i in full])
                 if mode in ("proxy", "lookahead"):
                     after = None
                     if dev.type == "cuda":
@@ -399,11 +406,9 @@ class Runner:
                     attn = ops.sparse_attn(q[:, 0][:, :, None], kf, vf, slot_ids, lslot,
                                            (pos % bs + 1).to(torch.int32))[:, :, 0]
                     if full:
-                        fi = torch.tensor(full, device=dev)
-                        blk = (pos[fi] // bs)
                         src = (page_cur[fi][:, None] * H + hh).reshape(-1).to(torch.int32)
-                        drow = (lanes[fi][:, None] * H + hh).reshape(-1).to(torch.int32)
-                        ops.summary_update(kf, src, drow, blk.repeat_interleave(H).to(torch.int32),
+                        drow = (lanes_full[:, None] * H + hh).reshape(-1).to(torch.int32)
+                        ops.summary_update(kf, src, drow, blk_full.repeat_interleave(H).to(torch.int32),
                                            torch.full_like(src, bs), st.kmin[l].view(-1, st.P, st.D),
                                            st.kmax[l].view(-1, st.P, st.D))
             x = self.dec.finish(l, x, attn)
@@ -414,6 +419,7 @@ class Runner:
             e.record()
             ev_layers.append(e)
         logits = self.dec.logits(x.view(B, nq, -1)[:, 0])
+        self.last_logits = {it.req_id: logits[i] for i, it in enumerate(items)}
         tok = self._sample(logits, [plan.sampling[it.req_id] for it in items])
         if self.draft is not None:
             self.draft_tok[lanes] = self.draft.propose(torch.cat([aux[i] for i in layers_aux], -1), tok)
@@ -445,11 +451,10 @@ class Runner:
             recorded.append(pred)
         return pred
 
-    def _flush_sparse(self, l, lanes_full, pos_full) -> None:
-        """A local block filled: write it to the host pool and summarise it (its slot is reused next step)."""
+    def _flush_sparse(self, l, lanes, blk, lanes_full, pos_full) -> None:
+        """A local block filled: write it to the host pool and summarise it (its slot is reused next step).
+        lanes, blk: device tensors [F]; lanes_full, pos_full: the same on the host."""
         st, bs, H, dev = self.store, self.bs, self.H, self.device
-        lanes = torch.tensor(lanes_full, device=dev)
-        blk = torch.tensor([p // bs for p in pos_full], device=dev)
         src = (st.slot_base(lanes) + st.LOCAL).reshape(-1)  # [F * H]
         drow = (lanes[:, None] * H + torch.arange(H, device=dev)).reshape(-1)
         ops.summary_update(st.k[l], src.to(torch.int32), drow.to(torch.int32),

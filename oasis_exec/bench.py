@@ -1,0 +1,122 @@
+"""Closed-loop decode benchmark at fixed concurrency (the paper's Fig. 11 setup).
+
+N requests with a ``context``-token prompt each are admitted together; their prefill is synthesized (KV filled
+with random values, see ``runner``), then every request decodes ``warmup + steps`` tokens in lockstep. Steps
+after the warm-up are timed on the host around the step (which ends with the sampled tokens reaching the host).
+One JSON record per run; fields are listed in ``RECORD_FIELDS``.
+"""
+from __future__ import annotations
+
+import datetime
+import json
+import os
+import platform
+import resource
+import statistics
+import subprocess
+import time
+
+import torch
+
+from .config import ExecConfig
+from .engine import Engine
+from .scheduler import SamplingParams
+
+RECORD_FIELDS = ("mode", "context", "concurrency", "kv_budget_gb", "throughput_tok_s", "tpot_ms_p50", "tpot_ms_p99",
+                 "layer_ms", "stage_ms_per_step", "bytes_moved_per_step", "transfer_gb_s", "hidden_fraction",
+                 "peak_gpu_bytes", "peak_host_bytes", "selection", "device", "date", "commit")
+
+
+def _commit() -> str:
+    if os.environ.get("OASIS_COMMIT"):
+        return os.environ["OASIS_COMMIT"]
+    try:
+        return subprocess.check_output(["git", "rev-parse", "--short", "HEAD"], stderr=subprocess.DEVNULL,
+                                       cwd=os.path.dirname(__file__)).decode().strip()
+    except Exception:
+        return "unknown"
+
+
+def _pct(xs, p):
+    xs = sorted(xs)
+    return xs[min(len(xs) - 1, int(round(p / 100 * (len(xs) - 1))))]
+
+
+def run_bench(cfg: ExecConfig, context: int, concurrency: int, steps: int, warmup: int = 5) -> dict:
+    t_build = time.perf_counter()
+    eng = Engine(cfg)
+    runner = eng.runner
+    if runner.host is not None and context > 0:
+        runner.host.fill_pattern(cfg.seed)
+    n = min(concurrency, eng.max_lanes)
+    if cfg.sparse:
+        per_req = -(-(context + warmup + steps) // cfg.block_size)
+        n = min(n, runner.host_blocks_total // per_req)
+    if n < 1:
+        raise ValueError(f"no request fits: lanes {eng.max_lanes}, host blocks {runner.host_blocks_total}")
+    sp = SamplingParams(max_tokens=warmup + steps)
+    vocab = runner.shape.vocab
+    for i in range(n):
+        eng.add_request([(7 * i + j) % (vocab - 1) + 1 for j in range(context)], sp, synthetic_prefill=True)
+    build_s = time.perf_counter() - t_build
+    times = []
+    for i in range(warmup + steps):
+        if i == warmup:
+            if cfg.device == "cuda":
+                torch.cuda.synchronize()
+            runner.stage_ms = {}
+            c0 = runner.counters()
+        t0 = time.perf_counter()
+        out = eng.step()
+        times.append(time.perf_counter() - t0)
+        if not out:
+            break
+    timed = times[warmup:]
+    c1 = runner.counters()
+    shape = runner.shape
+    unit_bytes = 2 * cfg.block_size * shape.head_dim * torch.tensor([], dtype=runner.dtype).element_size()
+    units = c1["units_fetched"] - c0["units_fetched"]
+    total_s = sum(timed)
+    stage = {k: v / max(len(timed), 1) for k, v in runner.stage_ms.items()}
+    transfer_ms = stage.get("transfer", 0.0)
+    stall_ms = stage.get("stall", 0.0)
+    bytes_step = units * unit_bytes / max(len(timed), 1)
+    dev_name = torch.cuda.get_device_name() if cfg.device == "cuda" else platform.processor() or "cpu"
+    rec = {
+        "mode": cfg.mode, "context": context, "concurrency": n, "requested_concurrency": concurrency,
+        "max_lanes": eng.max_lanes, "kv_budget_gb": cfg.kv_budget_gb, "host_kv_gb": cfg.host_kv_gb,
+        "steps": len(timed), "warmup": warmup,
+        "throughput_tok_s": n * len(timed) / total_s if total_s else 0.0,
+        "tpot_ms_p50": 1e3 * statistics.median(timed) if timed else None,
+        "tpot_ms_p99": 1e3 * _pct(timed, 99) if timed else None,
+        "tpot_ms_mean": 1e3 * total_s / max(len(timed), 1),
+        "layer_ms": stage.get("layers", 0.0) / shape.n_layers if "layers" in stage else None,
+        "stage_ms_per_step": stage,
+        "bytes_moved_per_step": bytes_step,
+        "bytes_moved_total": units * unit_bytes,
+        "transfer_gb_s": bytes_step / (transfer_ms * 1e6) if transfer_ms else None,
+        "hidden_fraction": max(0.0, 1.0 - stall_ms / transfer_ms) if transfer_ms else None,
+        "drift_blocks_per_step": (c1["missing"] - c0["missing"]) / max(len(timed), 1),
+        "peak_gpu_bytes": torch.cuda.max_memory_allocated() if cfg.device == "cuda" else None,
+        "host_pool_bytes": runner.host.nbytes if runner.host is not None else 0,
+        "peak_host_bytes": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024,
+        "selection": cfg.selection, "transfer": cfg.transfer if cfg.sparse else None,
+        "no_transfer": cfg.no_transfer, "fetch_ratio": cfg.fetch_ratio, "top_k": cfg.top_k,
+        "model": cfg.model_path or cfg.model, "dummy_weights": cfg.model_path is None,
+        "synthetic_params": cfg.synthetic, "prefill": "synthesized (random KV)", "build_s": build_s,
+        "device": dev_name, "date": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
+        "commit": _commit(),
+    }
+    eng.close()
+    return rec
+
+
+def write_record(rec: dict, path: str | None) -> None:
+    line = json.dumps(rec)
+    if path:
+        d = os.path.dirname(path)
+        if d:
+            os.makedirs(d, exist_ok=True)
+        with open(path, "a") as fh:
+            fh.write(line + "\n")
+    print(line)
