@@ -6,11 +6,11 @@ OUT=${OUT:-/tmp/out}; mkdir -p "$OUT"
 export PYTHONUNBUFFERED=1 PYTHONPATH=$PWD
 CTX=${CTX:-4096}; N=${N:-8}; STEPS=${STEPS:-16}
 nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv > "$OUT/exec_device.txt" 2>&1
-timeout 240 python3 -m pytest -q -m gpu -p no:cacheprovider tests 2>&1 | tail -40 > "$OUT/exec_pytest_gpu.txt"
+timeout 240 python3 -m pytest -q -m gpu -p no:cacheprovider tests > "$OUT/exec_pytest_gpu.txt" 2>&1
 tail -5 "$OUT/exec_pytest_gpu.txt"
 if [ -f kernels/bench.py ]; then timeout 120 python3 -m kernels.bench --out "$OUT/kernels_bench.json" > "$OUT/kernels_bench.log" 2>&1; fi
 B="python3 -m oasis_exec bench --model qwen3-8b --dummy --context $CTX --concurrency $N --steps $STEPS --warmup 4 \
-   --max-lanes $N --kv-budget-gb 40 --host-kv-gb 24 --selection synthetic --profile --out $OUT/exec_bench_check.jsonl"
+   --max-lanes $N --kv-budget-gb 40 --host-kv-gb 6 --selection synthetic --profile --out $OUT/exec_bench_check.jsonl"
 for m in dense quest retrieval proxy lookahead; do
   timeout 150 $B --mode $m > /dev/null 2>> "$OUT/exec_bench_err.txt" || echo "bench $m failed" | tee -a "$OUT/exec_bench_err.txt"
 done

@@ -48,7 +48,7 @@ class Prefetcher:
             self.gather_pool = ThreadPoolExecutor(max_workers=cfg.host_threads) if cfg.host_threads > 1 else None
             cap = store.B * store.H * max(max_cap, 1)
             self._stagers = []
-            for _ in range(L):  # one per layer: reused a step later, after wait(layer) joined its job
+            for _ in range(L if cfg.mode in ("proxy", "lookahead") else 0):  # one per layer: reused a step later, after wait(layer) joined its job
                 from kernels.gather import HostStager
 
                 st = HostStager(cap, store.bs, store.D, dtype=store.k[0].dtype, device=device, n_threads=1)
