@@ -117,14 +117,20 @@ class Engine:
         bs = cfg.block_size
         res_tokens = self.res_tokens
         for r in plan.decode:
-            ctx = r.ctx
+            ctx = r.prompt + r.generated  # == r.ctx while decoding
             ctx_tokens += ctx
             nb = -(-ctx // bs)
             blocks_sum += nb
             if mode != "dense":
                 att_tokens += ctx if ctx < res_tokens else res_tokens
-            if r.policy is not None:
-                f, _miss, rec, rem = r.policy.next()
+            pol = r.policy
+            if pol is not None:
+                prof = pol.profile
+                if prof is not None:  # inlined RequestPolicy.next() for the profile fast path
+                    pol.i += 1
+                    f, _miss, rec, rem = prof.tail if pol.i >= prof.n else prof.rows[pol.i]
+                else:
+                    f, _miss, rec, rem = pol.next()
                 sl = f * L * kvh
                 if rpf and rem:
                     u = rem * L * kvh

@@ -33,22 +33,27 @@ class MemoryPool(simpy.Container):
     def free(self) -> float:
         return self.capacity - self.level
 
+    # The scheduler never waits on memory, so reserve/release change the Container's level directly (what an
+    # immediately granted put/get would do) without creating SimPy events: ~10x cheaper on the decode hot path.
+    # Processes that want to block on the pool may still ``yield pool.put(n)``; reserve/release wake them.
     def try_reserve(self, nbytes: float) -> bool:
         if nbytes <= 0:
             return True
-        if nbytes > self.capacity - self.level:
+        if nbytes > self.capacity - self._level:
             return False
-        self.put(nbytes)  # granted synchronously: there is room
+        self._level += nbytes
         self._note()
+        if self.get_queue:
+            self._trigger_get(None)
         return True
 
     def release(self, nbytes: float) -> None:
         if nbytes <= 0:
             return
-        nbytes = min(nbytes, self.level)
-        if nbytes > 0:
-            self.get(nbytes)  # granted synchronously: the level covers it
+        self._level -= min(nbytes, self._level)
         self._note()
+        if self.put_queue:
+            self._trigger_put(None)
 
     def _note(self) -> None:
         lvl = self.level

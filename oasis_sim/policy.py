@@ -45,10 +45,14 @@ from .config import ConfigError, SimConfig
 def resident_recall(resident: np.ndarray, true_next: np.ndarray) -> np.ndarray:
     """Per row: the share of ``true_next``'s valid entries present in ``resident`` (a metric, not a policy)."""
     valid = true_next >= 0
-    srt = np.sort(resident, axis=1)
-    pos = np.minimum(np.array([np.searchsorted(srt[i], true_next[i]) for i in range(srt.shape[0])]),
-                     srt.shape[1] - 1)
-    hit = (np.take_along_axis(srt, pos, axis=1) == true_next) & valid
+    r, s = resident.shape
+    # One searchsorted over all rows: offset each row's ids into its own disjoint range.
+    span = int(max(resident.max(initial=0), true_next.max(initial=0))) + 2
+    off = np.arange(r, dtype=np.int64)[:, None] * span
+    flat = (np.sort(resident, axis=1) + off).ravel()
+    want = true_next + off
+    pos = np.minimum(np.searchsorted(flat, want.ravel()), flat.size - 1).reshape(want.shape)
+    hit = (flat[pos] == want) & valid
     n = valid.sum(axis=1)
     return np.where(n > 0, hit.sum(axis=1) / np.maximum(n, 1), 1.0)
 
@@ -207,10 +211,14 @@ class Profile:
     remote: np.ndarray  # [N + 1] RPF units per row fetched over the network (remote[0] = hand-off)
     tail: tuple
 
+    def __post_init__(self):
+        self.n = len(self.fetch)
+        # Python floats per step, so the engine's hot loop indexes a list instead of four arrays.
+        self.rows = [tuple(float(a[i]) for a in (self.fetch, self.missing, self.recall, self.remote))
+                     for i in range(self.n)]
+
     def at(self, i: int) -> tuple:
-        if i < len(self.fetch):
-            return self.fetch[i], self.missing[i], self.recall[i], self.remote[i]
-        return self.tail
+        return self.rows[i] if i < self.n else self.tail
 
 
 def bucket_of(n_blocks: int) -> int:

@@ -217,10 +217,10 @@ class Scheduler:
         """Take one more block for decode requests that crossed a block boundary; preempt when a pool is full."""
         bs = self.bs
         for r in plan.decode:
-            if r.state != "decode":
-                continue
-            ctx = r.ctx
+            ctx = r.prompt + r.generated  # == r.ctx while decoding
             if ctx % bs != 1 and bs != 1:
+                continue
+            if r.state != "decode":
                 continue
             while not self._resize(r, self.hbm_need(ctx), self.host_need(ctx, r)):
                 victim = max((x for x in self.running if x.state != "done"), key=lambda x: x.seq)
