@@ -1,1 +1,22 @@
-"""OpenAI-compatible HTTP server over the executor engine (`python -m oasis_exec serve`)."""
+"""OpenAI-compatible HTTP server over the executor engine: `python -m oasis_exec serve` or `python -m
+oasis_exec.server`.
+
+    python -m oasis_exec serve --model tiny --dummy --device cpu --port 8000
+    curl localhost:8000/v1/completions -d '{"model": "tiny", "prompt": "Hello", "max_tokens": 8, "stream": true}'
+
+Modules: `app` (FastAPI endpoints), `schemas` (pydantic requests and responses), `errors` (OpenAI error bodies),
+`engine_protocol` (the engine contract), `adapter` (the executor's engine to that contract), `engine_loop` (the
+engine thread and per-request queues), `generation` (detokenization, stop strings), `tokenizer`, `metrics`
+(Prometheus), `cli`.
+"""
+
+
+def add_serve_command(subparsers) -> None:
+    """Register `serve` on `python -m oasis_exec`'s subcommands (imports nothing heavy until it runs)."""
+    from .cli import add_server_args, serve
+    from .adapter import add_engine_args
+
+    p = subparsers.add_parser("serve", help="OpenAI-compatible streaming server (completions, chat, /metrics)")
+    add_engine_args(p)
+    add_server_args(p)
+    p.set_defaults(func=serve)

@@ -1,8 +1,17 @@
-"""Wrap the executor's engine (`oasis_exec.engine`) to the server's `ServingEngine` protocol.
+"""Wrap the executor's engine (`oasis_exec.engine.Engine`) to the server's `ServingEngine` protocol.
 
 Engine options come from `oasis_exec.config.ExecConfig`: every field becomes a `--kebab-case` flag with the
-field's help, so the server accepts exactly the options the executor does. `--model` names a preset or a local
-Hugging Face directory; `--dummy` forces random weights.
+field's help, so the server accepts exactly the options the executor does. `--model` names a preset (or a local
+Hugging Face directory, as a shorthand for `--model-path`); `--dummy` asks for random weights.
+
+Accounting for `/metrics` (the same definitions as `oasis_exec.bench`):
+
+- GPU slots: a lane is one request's reservation in the GPU KV store; a lane holds `L * H * top_k` selectable
+  block slots in the sparse modes and `L * H * max_blocks` paged blocks in `dense` / `quest`.
+- Host blocks: the scheduler's host pool blocks in use (sparse modes; dense modes keep no host copy).
+- Prefetch bytes: (block, KV head) units fetched host -> GPU, times the bytes of one unit's K and V.
+- Hidden fraction and stall time: from the runner's per-stage times, which it records with `--profile` on CUDA;
+  without them the hidden fraction reads NaN.
 """
 
 from __future__ import annotations
@@ -15,7 +24,8 @@ from typing import Any
 
 from .engine_protocol import EngineStats, ModelInfo, Sampling, StepOutput
 
-_SKIP = {"model", "model_path"}  # handled by --model / --dummy
+_SKIP = {"model"}  # --model is declared here: a preset or a directory
+_DEFAULTS = {"model": "qwen3-8b"}  # as `python -m oasis_exec bench`
 
 
 def _arg_type(annotation: str):
@@ -27,8 +37,9 @@ def add_engine_args(p: argparse.ArgumentParser) -> None:
     from oasis_exec.config import ExecConfig
 
     g = p.add_argument_group("engine (oasis_exec.config.ExecConfig)")
-    g.add_argument("--model", default="tiny", help="oasis_core model preset, or a local Hugging Face directory")
-    g.add_argument("--dummy", action="store_true", help="random weights (the model's shape from the preset)")
+    g.add_argument("--model", default=_DEFAULTS["model"],
+                   help="oasis_core model preset, or a local Hugging Face directory (as --model-path)")
+    g.add_argument("--dummy", action="store_true", help="random weights, the shape from the --model preset")
     for f in dataclasses.fields(ExecConfig):
         if f.name in _SKIP:
             continue
@@ -45,47 +56,77 @@ def add_engine_args(p: argparse.ArgumentParser) -> None:
 def exec_config_from_args(args: argparse.Namespace):
     from oasis_exec.config import ExecConfig
 
-    kw: dict[str, Any] = {}
-    for f in dataclasses.fields(ExecConfig):
-        if f.name not in _SKIP and hasattr(args, f.name):
-            kw[f.name] = getattr(args, f.name)
-    if args.dummy or not os.path.isdir(args.model):
-        kw["model"], kw["model_path"] = args.model, None
-    else:
+    kw: dict[str, Any] = {f.name: getattr(args, f.name) for f in dataclasses.fields(ExecConfig)
+                          if f.name not in _SKIP and hasattr(args, f.name)}
+    kw["model"] = args.model
+    if os.path.isdir(args.model) and not kw.get("model_path"):
         kw["model"], kw["model_path"] = os.path.basename(os.path.normpath(args.model)), args.model
+    if args.dummy and kw.get("model_path"):
+        raise ValueError("--dummy and --model-path exclude each other")
     return ExecConfig(**kw)
 
 
-def build_engine(args: argparse.Namespace):
+def build_engine(args: argparse.Namespace) -> "ExecutorEngine":
     cfg = exec_config_from_args(args)
-    from oasis_exec.engine import Engine  # the executor's engine; imports torch
+    from oasis_exec.engine import Engine  # imports torch
 
-    return ExecutorEngine(Engine(cfg), cfg)
+    return ExecutorEngine(Engine(cfg))
 
 
 class ExecutorEngine:
-    """`ServingEngine` over `oasis_exec.engine.Engine`."""
+    """`ServingEngine` over `oasis_exec.engine.Engine` (request ids are the engine's)."""
 
-    def __init__(self, engine, cfg) -> None:
-        self._eng = engine
-        self._cfg = cfg
+    def __init__(self, engine) -> None:
+        import torch
+
+        self.engine = engine
+        cfg, runner = engine.cfg, engine.runner
+        self._sched = engine.scheduler
+        self._runner = runner
+        shape = runner.shape
         self.model_info = ModelInfo(
-            name=cfg.model, max_model_len=cfg.max_context, vocab_size=engine.vocab_size,
-            eos_token_ids=(), model_dir=cfg.model_path, dummy=cfg.model_path is None, mode=cfg.mode,
-            device=cfg.device,
+            name=cfg.model, max_model_len=cfg.max_context, vocab_size=shape.vocab, eos_token_ids=(),
+            model_dir=cfg.model_path, dummy=cfg.model_path is None, mode=cfg.mode, device=cfg.device,
         )
+        L, H = shape.n_layers, shape.n_kv_heads
+        self._slots_per_lane = L * H * (cfg.top_k if cfg.sparse else cfg.max_blocks)
+        self._unit_bytes = 2 * cfg.block_size * shape.head_dim * torch.tensor([], dtype=runner.dtype).element_size()
 
     def add_request(self, prompt_ids, sampling: Sampling):
-        raise NotImplementedError
+        from oasis_exec.scheduler import SamplingParams
+
+        if sampling.top_p != 1.0:
+            raise ValueError(f"top_p: the engine samples from the full distribution; got {sampling.top_p}")
+        sp = SamplingParams(max_tokens=sampling.max_tokens, temperature=sampling.temperature,
+                            stop_ids=tuple(sampling.stop_token_ids), seed=sampling.seed)
+        return self.engine.add_request(list(prompt_ids), sp)
 
     def step(self) -> list[StepOutput]:
-        raise NotImplementedError
+        outs = [StepOutput(o.request_id, tuple(o.new_token_ids), o.finish_reason) for o in self.engine.step()]
+        for o in outs:  # the scheduler keeps every finished request; a long-running server must not
+            if o.finish_reason is not None:
+                self._sched.finished.pop(o.request_id, None)
+        return outs
 
     def abort(self, request_id) -> None:
-        raise NotImplementedError
+        self.engine.abort(request_id)
+        self._sched.finished.pop(request_id, None)  # the server keeps no use for finished requests
 
     def has_unfinished(self) -> bool:
-        raise NotImplementedError
+        return self.engine.has_work()
 
     def stats(self) -> EngineStats:
-        raise NotImplementedError
+        s, r = self._sched, self._runner
+        lanes_used = r.max_lanes - len(s.free_lanes)
+        host_total = r.host_blocks_total
+        stage = r.stage_ms
+        transfer_ms, stall_ms = stage.get("transfer", 0.0), stage.get("stall", 0.0)
+        return EngineStats(
+            running=len(s.running), waiting=len(s.waiting),
+            gpu_slots_used=lanes_used * self._slots_per_lane, gpu_slots_total=r.max_lanes * self._slots_per_lane,
+            host_blocks_used=host_total - len(s.free_host) if host_total else 0, host_blocks_total=host_total,
+            prefetch_bytes=r.counters()["units_fetched"] * self._unit_bytes,
+            hidden_fraction=max(0.0, 1.0 - stall_ms / transfer_ms) if transfer_ms else float("nan"),
+            stall_s=stall_ms / 1e3,
+            extra={"gpu_lanes_used": lanes_used, "gpu_lanes_total": r.max_lanes},
+        )

@@ -49,7 +49,11 @@ def serve(args: argparse.Namespace) -> int:
     if args.max_waiting < 0:
         print(f"--max-waiting: must be >= 0, got {args.max_waiting}", file=sys.stderr)
         return 2
-    engine = build_engine(args)
+    try:
+        engine = build_engine(args)
+    except ValueError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
     info = engine.model_info
     tokenizer = load_tokenizer(None if info.dummy else info.model_dir)
     config = ServerConfig(served_model_name=args.served_model_name or args.model, max_waiting=args.max_waiting)

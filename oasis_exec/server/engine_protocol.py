@@ -63,8 +63,8 @@ class EngineStats:
     host_blocks_used: int = 0
     host_blocks_total: int = 0
     prefetch_bytes: int = 0
-    hidden_fraction: float = 0.0  # share of transfer time hidden behind compute, in [0, 1]
-    stalls: int = 0  # times a layer had to wait for its transfer
+    hidden_fraction: float = float("nan")  # share of transfer time hidden behind compute; NaN = not measured
+    stall_s: float = 0.0  # time layers spent waiting for their transfers
     extra: dict[str, float] = field(default_factory=dict)
 
 

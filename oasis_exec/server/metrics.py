@@ -104,10 +104,16 @@ class _EngineCollector:
         yield gauge(
             "oasis_host_pool_usage", "Share of host pool blocks in use", ratio(s.host_blocks_used, s.host_blocks_total)
         )
-        yield gauge("oasis_prefetch_hidden_fraction", "Share of transfer time hidden behind compute", s.hidden_fraction)
+        yield gauge(
+            "oasis_prefetch_hidden_fraction", "Share of transfer time hidden behind compute (NaN: not measured)",
+            s.hidden_fraction,
+        )
         yield gauge("oasis_generation_tokens_per_second", "Generated tokens per second, last 10 s", self._tokens_per_s())
         yield gauge("oasis_engine_healthy", "1 while the engine thread runs and its last step succeeded", float(healthy))
         yield CounterMetricFamily("oasis_prefetch_bytes", "Bytes copied host to GPU by the prefetcher", value=s.prefetch_bytes)
-        yield CounterMetricFamily("oasis_prefetch_stalls", "Times a layer waited for its transfer", value=s.stalls)
+        yield CounterMetricFamily(
+            "oasis_prefetch_stall_seconds", "Time layers waited for their transfers (measured with --profile)",
+            value=s.stall_s,
+        )
         for key, value in sorted(s.extra.items()):
             yield gauge(f"oasis_engine_{key}", f"Engine statistic {key}", value)

@@ -1,0 +1,232 @@
+"""The real server (tiny dummy model on the CPU, in a subprocess) driven by the official `openai` client and httpx."""
+
+from __future__ import annotations
+
+import json
+import time
+
+import pytest
+
+pytest.importorskip("fastapi")
+openai = pytest.importorskip("openai")
+import httpx
+
+from server_proc import TINY, ServerProcess
+
+MODEL = "tiny"
+CONTEXT = 256  # --max-context: small, so that overflow is cheap to provoke
+
+
+@pytest.fixture(scope="module")
+def server():
+    srv = ServerProcess(*TINY, "--max-context", str(CONTEXT), "--dtype", "float32")
+    yield srv
+    srv.stop()
+
+
+@pytest.fixture(scope="module")
+def client(server):
+    return openai.OpenAI(base_url=f"{server.base_url}/v1", api_key="unused", max_retries=0, timeout=30)
+
+
+def _post(server, path, body, timeout=30):
+    data = body if isinstance(body, (bytes, str)) else json.dumps(body)
+    return httpx.post(f"{server.base_url}{path}", content=data, headers={"content-type": "application/json"},
+                      timeout=timeout)
+
+
+# ---- happy paths with the official client ----
+
+
+def test_models_health_and_tokenizer(server, client):
+    models = client.models.list().data
+    assert [m.id for m in models] == [MODEL]
+    card = models[0].model_dump()
+    assert card["dummy"] is True and card["max_model_len"] == CONTEXT and card["tokenizer"].startswith("byte-level")
+    assert httpx.get(f"{server.base_url}/health").json() == {"status": "ok"}
+
+
+def test_completion_greedy_is_deterministic_and_stream_matches(client):
+    a = client.completions.create(model=MODEL, prompt="The quick brown fox", max_tokens=7, temperature=0)
+    b = client.completions.create(model=MODEL, prompt="The quick brown fox", max_tokens=7, temperature=0)
+    assert a.choices[0].text == b.choices[0].text
+    assert a.choices[0].finish_reason == "length"
+    assert (a.usage.prompt_tokens, a.usage.completion_tokens) == (19, 7)
+    chunks = list(client.completions.create(model=MODEL, prompt="The quick brown fox", max_tokens=7, temperature=0,
+                                            stream=True, stream_options={"include_usage": True}))
+    text = "".join(c.choices[0].text for c in chunks if c.choices)
+    assert text == a.choices[0].text
+    assert [c.choices[0].finish_reason for c in chunks if c.choices][-1] == "length"
+    assert chunks[-1].usage.completion_tokens == 7
+
+
+def test_token_id_prompt_and_sampling(client):
+    r = client.completions.create(model=MODEL, prompt=[72, 105, 33], max_tokens=4, temperature=0.8, seed=3)
+    assert r.usage.prompt_tokens == 3 and r.usage.completion_tokens == 4
+
+
+def test_chat_completion_stream_and_not(client):
+    msgs = [{"role": "system", "content": "Be brief."}, {"role": "user", "content": "Hi!"}]
+    r = client.chat.completions.create(model=MODEL, messages=msgs, max_tokens=5, temperature=0)
+    assert r.choices[0].message.role == "assistant"
+    assert r.choices[0].finish_reason == "length" and r.usage.completion_tokens == 5
+    chunks = list(client.chat.completions.create(model=MODEL, messages=msgs, max_tokens=5, temperature=0, stream=True))
+    assert chunks[0].choices[0].delta.role == "assistant"
+    assert "".join(c.choices[0].delta.content or "" for c in chunks) == r.choices[0].message.content
+    assert chunks[-1].choices[0].finish_reason == "length"
+
+
+def test_stop_string_truncates_and_finishes_with_stop(client):
+    full = client.completions.create(model=MODEL, prompt="abc", max_tokens=12, temperature=0).choices[0].text
+    stop = next((full[i:i + 2] for i in range(2, len(full) - 1) if "\ufffd" not in full[i:i + 2]), None)
+    if stop is None:
+        pytest.skip(f"greedy output {full!r} has no clean two-character substring")
+    r = client.completions.create(model=MODEL, prompt="abc", max_tokens=12, temperature=0, stop=[stop])
+    assert r.choices[0].text == full[: full.index(stop)]
+    assert r.choices[0].finish_reason == "stop"
+    s = client.completions.create(model=MODEL, prompt="abc", max_tokens=12, temperature=0, stop=stop, stream=True)
+    chunks = list(s)
+    assert "".join(c.choices[0].text for c in chunks) == full[: full.index(stop)]
+    assert chunks[-1].choices[0].finish_reason == "stop"
+
+
+# ---- bad input ----
+
+
+BAD = [
+    ("malformed json", "/v1/completions", '{"model": "tiny", "prompt": ', None),
+    ("body not an object", "/v1/completions", "[1, 2]", None),
+    ("missing prompt", "/v1/completions", {"model": MODEL}, "prompt"),
+    ("missing model", "/v1/completions", {"prompt": "x"}, "model"),
+    ("max_tokens as string", "/v1/completions", {"model": MODEL, "prompt": "x", "max_tokens": "4"}, "max_tokens"),
+    ("max_tokens zero", "/v1/completions", {"model": MODEL, "prompt": "x", "max_tokens": 0}, "max_tokens"),
+    ("max_tokens negative", "/v1/completions", {"model": MODEL, "prompt": "x", "max_tokens": -3}, "max_tokens"),
+    ("temperature typed", "/v1/completions", {"model": MODEL, "prompt": "x", "temperature": "0"}, "temperature"),
+    ("stream typed", "/v1/completions", {"model": MODEL, "prompt": "x", "stream": "true"}, "stream"),
+    ("stop typed", "/v1/completions", {"model": MODEL, "prompt": "x", "stop": [1]}, "stop"),
+    ("prompt typed", "/v1/completions", {"model": MODEL, "prompt": {"text": "x"}}, "prompt"),
+    ("empty prompt", "/v1/completions", {"model": MODEL, "prompt": ""}, "prompt"),
+    ("token id past vocab", "/v1/completions", {"model": MODEL, "prompt": [1, 999999]}, "prompt"),
+    ("n > 1", "/v1/completions", {"model": MODEL, "prompt": "x", "n": 3}, "n"),
+    ("prompt + max_tokens > context", "/v1/completions",
+     {"model": MODEL, "prompt": [65] * (CONTEXT - 10), "max_tokens": 11}, "max_tokens"),
+    ("prompt alone fills context", "/v1/completions", {"model": MODEL, "prompt": [65] * CONTEXT}, "prompt"),
+    ("chat messages missing", "/v1/chat/completions", {"model": MODEL}, "messages"),
+    ("chat role invalid", "/v1/chat/completions",
+     {"model": MODEL, "messages": [{"role": "wizard", "content": "x"}]}, "messages[0].role"),
+    ("chat content typed", "/v1/chat/completions",
+     {"model": MODEL, "messages": [{"role": "user", "content": 42}]}, "messages[0].content"),
+    ("chat too long", "/v1/chat/completions",
+     {"model": MODEL, "messages": [{"role": "user", "content": "x" * CONTEXT}], "max_tokens": 1}, "prompt"),
+]
+
+
+@pytest.mark.parametrize("name, path, body, param", BAD, ids=[b[0] for b in BAD])
+def test_bad_input_is_400_naming_the_field(server, name, path, body, param):
+    r = _post(server, path, body)
+    assert r.status_code == 400, r.text
+    err = r.json()["error"]
+    assert set(err) == {"message", "type", "param", "code"}
+    assert err["type"] == "invalid_request_error" and err["message"]
+    assert err["param"] == param
+    if param:
+        assert param.split("[")[0] in err["message"]
+
+
+def test_openai_client_sees_bad_request_with_param(client):
+    with pytest.raises(openai.BadRequestError) as e:
+        client.completions.create(model=MODEL, prompt="x", max_tokens=0)
+    assert e.value.param == "max_tokens"
+    with pytest.raises(openai.BadRequestError) as e:
+        client.completions.create(model=MODEL, prompt="x" * (CONTEXT - 4), max_tokens=8)
+    assert e.value.param == "max_tokens" and e.value.code == "context_length_exceeded"
+
+
+def test_unknown_model_is_404(server, client):
+    r = _post(server, "/v1/completions", {"model": "gpt-17", "prompt": "x"})
+    assert r.status_code == 404 and r.json()["error"]["param"] == "model"
+    with pytest.raises(openai.NotFoundError):
+        client.chat.completions.create(model="gpt-17", messages=[{"role": "user", "content": "x"}])
+
+
+@pytest.mark.parametrize("method, path", [("GET", "/v1/completions"), ("PUT", "/v1/chat/completions"),
+                                          ("POST", "/v1/models"), ("DELETE", "/health")])
+def test_wrong_method_is_405(server, method, path):
+    r = httpx.request(method, f"{server.base_url}{path}", timeout=10)
+    assert r.status_code == 405
+    assert r.json()["error"]["code"] == "method_not_allowed" and "allow" in r.headers
+
+
+def test_unknown_route_is_404(server):
+    r = httpx.get(f"{server.base_url}/v1/engines", timeout=10)
+    assert r.status_code == 404 and "error" in r.json()
+
+
+# ---- disconnects free what the request held ----
+
+
+def _wait_metric(server, name, value, timeout_s=10.0) -> dict:
+    deadline = time.monotonic() + timeout_s
+    while (m := server.metrics()).get(name) != value:
+        assert time.monotonic() < deadline, f"{name} never reached {value}: {m.get(name)}"
+        time.sleep(0.02)
+    return m
+
+
+def _aborts(server) -> float:
+    return server.metrics().get('oasis_requests_total{outcome="abort"}', 0.0)
+
+
+def test_stream_disconnect_aborts_and_frees(server):
+    before = _aborts(server)
+    body = {"model": MODEL, "prompt": "hello", "max_tokens": CONTEXT - 8, "stream": True}
+    with httpx.stream("POST", f"{server.base_url}/v1/completions", json=body, timeout=30) as r:
+        assert r.status_code == 200
+        lines = r.iter_lines()
+        got = [next(lines) for _ in range(3)]
+        assert got[0].startswith("data: ")
+        m = _wait_metric(server, "oasis_num_requests_running", 1)  # /metrics lags the engine by <= 50 ms
+        assert m["oasis_gpu_slots_used"] > 0 and m["oasis_host_blocks_used"] > 0
+    m = server.wait_idle()
+    assert _aborts(server) == before + 1
+    assert m["oasis_host_blocks_used"] == 0 and m["oasis_gpu_slots_used"] == 0
+
+
+def test_non_stream_disconnect_aborts_and_frees(server):
+    before = _aborts(server)
+    body = {"model": MODEL, "prompt": "hello", "max_tokens": CONTEXT - 8}
+    with pytest.raises(httpx.ReadTimeout):
+        _post(server, "/v1/completions", body, timeout=httpx.Timeout(30, read=0.5))
+    _wait_metric(server, 'oasis_requests_total{outcome="abort"}', before + 1)
+    server.wait_idle()
+
+
+# ---- overload ----
+
+
+@pytest.fixture(scope="module")
+def one_lane_server():
+    srv = ServerProcess(*TINY, "--max-context", str(CONTEXT), "--dtype", "float32", "--max-lanes", "1",
+                        "--max-waiting", "1")
+    yield srv
+    srv.stop()
+
+
+def test_queue_full_is_429_with_retry_after(one_lane_server):
+    srv = one_lane_server
+    long = {"model": MODEL, "prompt": "a", "max_tokens": CONTEXT - 8, "stream": True}
+    with httpx.Client(base_url=srv.base_url, timeout=30) as c:
+        with c.stream("POST", "/v1/completions", json=long) as running:  # takes the only lane
+            assert running.status_code == 200
+            next(running.iter_lines())
+            with c.stream("POST", "/v1/completions", json=long) as waiting:  # waits for it
+                assert waiting.status_code == 200
+                t0 = time.monotonic()
+                r = c.post("/v1/completions", json={"model": MODEL, "prompt": "b", "max_tokens": 2})
+                assert time.monotonic() - t0 < 5
+                assert r.status_code == 429, r.text
+                assert r.headers["retry-after"] == "1"
+                assert r.json()["error"]["code"] == "rate_limit_exceeded"
+    srv.wait_idle()
+    ok = httpx.post(f"{srv.base_url}/v1/completions", json={"model": MODEL, "prompt": "b", "max_tokens": 2})
+    assert ok.status_code == 200
