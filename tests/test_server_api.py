@@ -76,7 +76,8 @@ def test_chat_completion_stream_and_not(client):
     assert chunks[-1].choices[0].finish_reason == "length"
 
 
-def test_stop_string_truncates_and_finishes_with_stop(client):
+def test_stop_string_truncates_and_finishes_with_stop(server, client):
+    stops_before = server.metrics().get('oasis_requests_total{outcome="stop"}', 0.0)
     full = client.completions.create(model=MODEL, prompt="abc", max_tokens=12, temperature=0).choices[0].text
     stop = next((full[i:i + 2] for i in range(2, len(full) - 1) if "\ufffd" not in full[i:i + 2]), None)
     if stop is None:
@@ -88,6 +89,8 @@ def test_stop_string_truncates_and_finishes_with_stop(client):
     chunks = list(s)
     assert "".join(c.choices[0].text for c in chunks) == full[: full.index(stop)]
     assert chunks[-1].choices[0].finish_reason == "stop"
+    _wait_metric(server, 'oasis_requests_total{outcome="stop"}', stops_before + 2)  # ended as stops, not aborts
+    server.wait_idle()
 
 
 # ---- bad input ----

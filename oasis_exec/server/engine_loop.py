@@ -80,6 +80,7 @@ class _Add:
 @dataclass(frozen=True)
 class _Abort:
     sid: int
+    reason: str
 
 
 _STOP = object()
@@ -153,10 +154,11 @@ class EngineLoop:
             raise
         return stream
 
-    def abort(self, stream: RequestStream) -> None:
-        """End a request early (client gone); a no-op once it has finished."""
+    def abort(self, stream: RequestStream, reason: str = "abort") -> None:
+        """End a request early: `"abort"` when the client went away, `"stop"` on a stop string. A no-op once it
+        has finished."""
         if not stream.finished:
-            self._cmds.put(_Abort(stream.id))
+            self._cmds.put(_Abort(stream.id, reason))
 
     def _post(self, batch: list[tuple[int, Event | Rejected | None]]) -> None:
         """Engine thread -> event loop."""
@@ -281,7 +283,7 @@ class EngineLoop:
                 self.engine.abort(eid)
             except Exception:
                 log.exception("engine abort failed")
-            batch.append((cmd.sid, Event(finish_reason="abort")))
+            batch.append((cmd.sid, Event(finish_reason=cmd.reason)))
 
     def _collect(self, outs: list[StepOutput], batch: list) -> None:
         for out in outs:

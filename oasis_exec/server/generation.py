@@ -49,7 +49,7 @@ async def text_pieces(
     stream: RequestStream,
     detok: Detokenizer,
     stops: list[str],
-    abort: Callable[[RequestStream], None],
+    abort: Callable[[RequestStream, str], None],
     outcome: Outcome,
 ) -> AsyncIterator[tuple[str, str | None]]:
     """Yield (text delta, None) while running and finally ("...", finish_reason); errors end in "error"."""
@@ -59,7 +59,7 @@ async def text_pieces(
         outcome.completion_tokens += len(ev.token_ids)
         text, hit = matcher.feed(detok.push(ev.token_ids))
         if hit:
-            abort(stream)
+            abort(stream, "stop")
             outcome.finish_reason = "stop"
             yield text, "stop"
             return
