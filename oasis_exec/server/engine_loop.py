@@ -206,7 +206,7 @@ class EngineLoop:
                 stream.accepted.set_exception(Rejected(503, ev.error or "request ended before it was accepted"))
             if self.metrics:
                 self.metrics.requests.labels(ev.finish_reason).inc()
-                if stream.first_token_at is not None:
+                if stream.first_token_at is not None and ev.finish_reason in ("length", "stop"):
                     self.metrics.e2e.observe(now - stream.arrival)
                     if stream.n_tokens > 1:
                         self.metrics.tpot.observe((now - stream.first_token_at) / (stream.n_tokens - 1))
