@@ -1,0 +1,355 @@
+"""Executor recordings: a trace (``oasis_core.trace``) whose ``config`` holds the full configuration of a measured
+run and whose ``results`` hold what the run measured. Documented in ``traces/SCHEMA.md`` ("Recordings").
+
+A recording is what the simulator replays and is scored against::
+
+    rec = build_recording(config={...}, results={...})      # validates; raises RecordingError
+    save_recording(rec, "traces/recordings/x.json")
+    rec = load_recording("traces/recordings/x.json")         # RecordingError("x.json: config.top_k: ...")
+
+``RecordingError`` is a ``TraceError``: one line, ``<file>: <where>: <what is wrong>, got <value>``, exactly as
+``load_trace`` words it. The optional selected block sets live beside the recording in a compressed ``.npz``
+(``save_selection`` / ``load_selection``), named by ``results.selection_file``.
+
+numpy only; no torch.
+"""
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+from os import PathLike
+from typing import Any, Dict, Mapping, Optional, Sequence, Union
+
+import numpy as np
+
+from .trace import (Request, Trace, TraceError, _int_field, _key, _number_field, _Problem, _show, _show_typed,
+                    dumps_trace, load_trace, parse_trace)
+
+KIND = "oasiskv-recording"
+RECORDING_VERSION = 1
+
+MODES = ("dense", "quest", "retrieval", "proxy", "lookahead")
+SELECTIONS = ("model", "synthetic", "replay")
+TRANSFER_PATHS = ("dma", "uva")
+WORKLOADS = ("closed-loop", "trace")
+# Stage names of results.stage_ms_per_step (ms per timed step, summed over layers). Others are stored as is.
+STAGES = ("layers", "attn", "gemm", "pred", "select", "transfer", "host_gather", "stall")
+SAMPLED_STEPS_MAX = 64  # recommended cap on results.steps entries
+
+_CONFIG_REQUIRED = ("mode", "model", "hardware", "workload", "context", "concurrency", "kv_budget_gb", "top_k",
+                    "block_size", "fetch_ratio", "transfer_path", "selection", "seed", "warmup_steps", "steps")
+_RESULTS_REQUIRED = ("tpot_ms_p50", "tpot_ms_p99", "throughput_tok_s", "ttft_ms_p50", "stage_ms_per_step",
+                     "bytes_per_step", "stall_ms_per_step", "hidden_fraction", "device", "date", "commit")
+
+
+class RecordingError(TraceError):
+    """A recording (or its selection file) is unreadable or invalid; one-line message naming file and field."""
+
+
+# ----------------------------------------------------------------------------------------------------------------
+# Field checks (raise _Problem like trace.py, so messages read the same)
+
+
+def _str_field(where, value, choices=None, nullable=False):
+    if value is None and nullable:
+        return None
+    if not isinstance(value, str) or not value:
+        raise _Problem(where, f"must be a non-empty string{' or null' if nullable else ''}, got {_show_typed(value)}")
+    if choices is not None and value not in choices:
+        raise _Problem(where, f"must be one of {', '.join(choices)}, got {_show(value)}")
+    return value
+
+
+def _num_or_null(where, value, minimum=0.0, maximum=None):
+    if value is None:
+        return None
+    v = _number_field(where, value, minimum)
+    if maximum is not None and v > maximum:
+        raise _Problem(where, f"must be <= {maximum}, got {value!r}")
+    return v
+
+
+def _missing(where: str, obj: Mapping, required: Sequence[str]) -> None:
+    for k in required:
+        if k not in obj:
+            raise _Problem(_key(where, k), "missing required field")
+
+
+def _check_config(c) -> None:
+    if not isinstance(c, dict):
+        raise _Problem("config", f"must be an object, got {_show_typed(c)}")
+    _missing("config", c, _CONFIG_REQUIRED)
+    _str_field("config.mode", c["mode"], MODES)
+    _str_field("config.model", c["model"])
+    _str_field("config.hardware", c["hardware"])
+    _str_field("config.workload", c["workload"], WORKLOADS)
+    _int_field("config.context", c["context"], 1)
+    _int_field("config.concurrency", c["concurrency"], 1)
+    if c["kv_budget_gb"] is not None:
+        v = _number_field("config.kv_budget_gb", c["kv_budget_gb"], 0.0)
+        if v <= 0:
+            raise _Problem("config.kv_budget_gb", f"must be > 0 or null, got {c['kv_budget_gb']!r}")
+    _int_field("config.top_k", c["top_k"], 1)
+    _int_field("config.block_size", c["block_size"], 1)
+    fr = _number_field("config.fetch_ratio", c["fetch_ratio"], 0.0)
+    if not 0.0 < fr <= 1.0:
+        raise _Problem("config.fetch_ratio", f"must be in (0, 1], got {c['fetch_ratio']!r}")
+    _str_field("config.transfer_path", c["transfer_path"], TRANSFER_PATHS, nullable=True)
+    if c["transfer_path"] is None and c["mode"] in ("retrieval", "proxy", "lookahead"):
+        raise _Problem("config.transfer_path", f"must be one of {', '.join(TRANSFER_PATHS)} for mode "
+                                               f"{_show(c['mode'])}, got null")
+    _str_field("config.selection", c["selection"], SELECTIONS)
+    _int_field("config.seed", c["seed"], 0)
+    _int_field("config.warmup_steps", c["warmup_steps"], 0)
+    _int_field("config.steps", c["steps"], 1)
+
+
+def _check_results(r, config) -> None:
+    if not isinstance(r, dict):
+        raise _Problem("results", f"must be an object, got {_show_typed(r)}")
+    _missing("results", r, _RESULTS_REQUIRED)
+    for k in ("tpot_ms_p50", "tpot_ms_p99", "throughput_tok_s"):
+        _number_field(f"results.{k}", r[k], 0.0)
+    if r["tpot_ms_p99"] < r["tpot_ms_p50"]:
+        raise _Problem("results.tpot_ms_p99", f"must be >= results.tpot_ms_p50 ({r['tpot_ms_p50']!r}), "
+                                              f"got {r['tpot_ms_p99']!r}")
+    _num_or_null("results.ttft_ms_p50", r["ttft_ms_p50"])
+    _num_or_null("results.stall_ms_per_step", r["stall_ms_per_step"])
+    _num_or_null("results.hidden_fraction", r["hidden_fraction"], 0.0, 1.0)
+    for name in ("stage_ms_per_step", "bytes_per_step"):
+        obj = r[name]
+        if not isinstance(obj, dict):
+            raise _Problem(f"results.{name}", f"must be an object, got {_show_typed(obj)}")
+        for k, v in obj.items():
+            _number_field(_key(f"results.{name}", k), v, 0.0)
+    for k in ("device", "date", "commit"):
+        _str_field(f"results.{k}", r[k])
+    if "layer_events" in r:
+        _check_layer_events(r["layer_events"])
+    steps = r.get("steps")
+    if steps is not None and config["workload"] == "closed-loop":
+        last = -1
+        for j, s in enumerate(steps):
+            if s["step"] <= last:
+                raise _Problem(f"results.steps[{j}].step", f"must be > results.steps[{j - 1}].step ({last}), "
+                                                           f"got {s['step']}")
+            last = s["step"]
+        if last >= config["steps"]:
+            raise _Problem(f"results.steps[{len(steps) - 1}].step",
+                           f"must be < config.steps ({config['steps']}), got {last}")
+
+
+def _check_layer_events(ev) -> None:
+    """``[[step, layer, stage, start_ms, end_ms], ...]`` (ms since the first timed step began)."""
+    if not isinstance(ev, list):
+        raise _Problem("results.layer_events", f"must be an array, got {_show_typed(ev)}")
+    for j, e in enumerate(ev):
+        w = f"results.layer_events[{j}]"
+        if not isinstance(e, list) or len(e) != 5:
+            raise _Problem(w, f"must be [step, layer, stage, start_ms, end_ms], got {_show(e)}")
+        _int_field(f"{w}[0]", e[0], 0)
+        _int_field(f"{w}[1]", e[1], 0)
+        _str_field(f"{w}[2]", e[2])
+        a = _number_field(f"{w}[3]", e[3], 0.0)
+        b = _number_field(f"{w}[4]", e[4], 0.0)
+        if b < a:
+            raise _Problem(f"{w}[4]", f"must be >= start_ms ({e[3]!r}), got {e[4]!r}")
+
+
+def _check_recording(trace: Trace) -> None:
+    meta = trace.meta or {}
+    if meta.get("kind") != KIND:
+        raise _Problem("meta.kind", f"must be {_show(KIND)} (this is a plain trace, not a recording), "
+                                    f"got {_show_typed(meta.get('kind'))}")
+    v = meta.get("recording_version")
+    if isinstance(v, bool) or v != RECORDING_VERSION:
+        raise _Problem("meta.recording_version", f"must be {RECORDING_VERSION} (the version this loader reads), "
+                                                 f"got {_show_typed(v)}")
+    if trace.config is None:
+        raise _Problem("config", "missing required field")
+    if trace.results is None:
+        raise _Problem("results", "missing required field")
+    _check_config(trace.config)
+    _check_results(trace.results, trace.config)
+    c = trace.config
+    if c["workload"] == "closed-loop":
+        if len(trace.requests) != c["concurrency"]:
+            raise _Problem("requests", f"must hold config.concurrency ({c['concurrency']}) requests for a "
+                                       f"closed-loop recording, got {len(trace.requests)}")
+        bad = [i for i, q in enumerate(trace.requests) if q.prompt_tokens != c["context"]]
+        if bad:
+            raise _Problem(f"requests[{bad[0]}].prompt_tokens", f"must equal config.context ({c['context']}), "
+                                                                f"got {trace.requests[bad[0]].prompt_tokens}")
+
+
+# ----------------------------------------------------------------------------------------------------------------
+# The recording object
+
+
+@dataclass(frozen=True)
+class Recording:
+    """A validated recording. ``source`` is the file it came from (None if built in memory); relative paths in it
+    (``results.selection_file``) resolve against that file's directory."""
+
+    trace: Trace
+    source: Optional[str] = None
+
+    @property
+    def config(self) -> Dict[str, Any]:
+        return self.trace.config
+
+    @property
+    def results(self) -> Dict[str, Any]:
+        return self.trace.results
+
+    @property
+    def meta(self) -> Dict[str, Any]:
+        return self.trace.meta
+
+    @property
+    def name(self) -> str:
+        """Short label: the file name without ``.json``, else ``mode-ctx-conc[-fr]``."""
+        if self.source:
+            base = os.path.basename(self.source)
+            return base[:-5] if base.endswith(".json") else base
+        return label(self.config)
+
+    def selection_path(self) -> Optional[str]:
+        f = self.results.get("selection_file")
+        if f is None:
+            return None
+        if os.path.isabs(f) or not self.source:
+            return f
+        return os.path.join(os.path.dirname(self.source), f)
+
+    def step_durations_ms(self) -> list:
+        """The sampled per-step durations (ms), in step order; empty if none were recorded."""
+        return [1e3 * s["duration_s"] for s in self.results.get("steps") or ()]
+
+
+def label(config: Mapping[str, Any]) -> str:
+    """``lookahead-16k-c32-fr0.05`` style label of a configuration."""
+    ctx = config["context"]
+    c = f"{ctx // 1024}k" if ctx % 1024 == 0 else str(ctx)
+    out = f"{config['mode']}-{c}-c{config['concurrency']}"
+    if config["mode"] != "dense":
+        out += f"-fr{config['fetch_ratio']:g}"
+    return out
+
+
+def closed_loop_requests(concurrency: int, context: int, output_tokens: int) -> tuple:
+    """The bench workload: ``concurrency`` requests of ``context`` prompt tokens, all arriving at t = 0."""
+    return tuple(Request(id=i, arrival_s=0.0, prompt_tokens=context, output_tokens=output_tokens)
+                 for i in range(concurrency))
+
+
+def build_recording(config: Mapping[str, Any], results: Mapping[str, Any], meta: Optional[Mapping] = None,
+                    requests: Optional[Sequence[Request]] = None, source: str = "<recording>") -> Recording:
+    """Assemble and validate a recording. ``requests`` default to the closed-loop bench workload (config
+    ``concurrency`` requests of ``context`` tokens decoding ``warmup_steps + steps`` tokens each).
+    Raises ``RecordingError("<source>: <where>: ...")``."""
+    m = {"kind": KIND, "recording_version": RECORDING_VERSION}
+    m.update(meta or {})
+    m["kind"], m["recording_version"] = KIND, RECORDING_VERSION
+    config, results = dict(config), dict(results)
+    try:
+        _check_config(config)
+        if requests is None:
+            requests = closed_loop_requests(config["concurrency"], config["context"],
+                                            config["warmup_steps"] + config["steps"])
+    except _Problem as p:
+        raise RecordingError(f"{source}: {p.where}: {p.text}") from None
+    try:
+        trace = Trace(requests=tuple(requests), meta=m, config=config, results=results)
+    except ValueError as e:  # Trace's own checks ("Trace.results.steps[0].step: ...")
+        raise RecordingError(f"{source}: {str(e).removeprefix('Trace.')}") from None
+    return _validated(trace, source)
+
+
+def _validated(trace: Trace, source: str) -> Recording:
+    try:
+        _check_recording(trace)
+    except _Problem as p:
+        raise RecordingError(f"{source}: {p.where}: {p.text}") from None
+    return Recording(trace, None if source == "<recording>" else source)
+
+
+def parse_recording(obj, source: str = "<recording>") -> Recording:
+    try:
+        trace = parse_trace(obj, source)
+    except TraceError as e:
+        raise RecordingError(str(e)) from None
+    return _validated(trace, source)
+
+
+def load_recording(path: Union[str, PathLike]) -> Recording:
+    """Read and validate the recording at ``path``; raises ``RecordingError`` (only), message starting with
+    ``str(path)``. The selection file is not opened here (see :func:`load_selection`)."""
+    try:
+        trace = load_trace(path)
+    except TraceError as e:
+        raise RecordingError(str(e)) from None
+    return _validated(trace, str(path))
+
+
+def save_recording(rec: Recording, path: Union[str, PathLike]) -> None:
+    """Byte-stable, as ``save_trace``."""
+    text = dumps_trace(rec.trace)
+    d = os.path.dirname(str(path))
+    if d:
+        os.makedirs(d, exist_ok=True)
+    with open(path, "w", encoding="utf-8", newline="\n") as f:
+        f.write(text)
+
+
+def find_recordings(directory: Union[str, PathLike]) -> list:
+    """Paths of ``*.json`` files under ``directory`` (sorted, recursive); none if it does not exist."""
+    out = []
+    if not os.path.isdir(directory):
+        return out
+    for root, _dirs, files in os.walk(directory):
+        out += [os.path.join(root, f) for f in files if f.endswith(".json")]
+    return sorted(out)
+
+
+# ----------------------------------------------------------------------------------------------------------------
+# Selected block sets beside the recording (compressed .npz)
+
+
+def save_selection(path: Union[str, PathLike], sets, layers: Sequence[int], request: int = 0) -> None:
+    """Write recorded predicted block sets: ``sets[steps + 1, rows, K]`` (-1 padded; index 0 = the first fill,
+    index i = the set planned during timed step i - 1), rows = ``len(layers) × kv_heads`` of request ``request``,
+    layer-major. Stored as int16 when the ids fit, else int32, with ``np.savez_compressed``."""
+    a = np.asarray(sets)
+    if a.ndim != 3 or not np.issubdtype(a.dtype, np.integer):
+        raise ValueError(f"save_selection: sets must be an integer array [steps, rows, K], got {a.dtype} {a.shape}")
+    dt = np.int16 if a.size == 0 or int(a.max()) < 2**15 else np.int32
+    np.savez_compressed(path, sets=a.astype(dt), layers=np.asarray(layers, dtype=np.int32),
+                        request=np.asarray(request, dtype=np.int32))
+
+
+def load_selection(path: Union[str, PathLike], top_k: Optional[int] = None):
+    """``(sets[steps, rows, K] int64, layers[P] int64)``; raises ``RecordingError("<path>: <key>: ...")``."""
+    source = str(path)
+    try:
+        with np.load(path, allow_pickle=False) as z:
+            data = {k: z[k] for k in z.files}
+    except OSError as e:
+        raise RecordingError(f"{source}: cannot read: {e.strerror or ' '.join(str(e).split())}") from None
+    except ValueError as e:
+        raise RecordingError(f"{source}: not a numpy .npz file: {' '.join(str(e).split())[:80]}") from None
+    for k in ("sets", "layers"):
+        if k not in data:
+            raise RecordingError(f"{source}: {k}: missing required array")
+    sets, layers = data["sets"], data["layers"]
+    if sets.ndim != 3 or not np.issubdtype(sets.dtype, np.integer) or sets.shape[0] < 2:
+        raise RecordingError(f"{source}: sets: must be an integer array [steps >= 2, rows, top_k], got "
+                             f"{sets.dtype} {list(sets.shape)}")
+    if top_k is not None and sets.shape[2] != top_k:
+        raise RecordingError(f"{source}: sets: must have top_k = {top_k} columns, got {sets.shape[2]}")
+    if int(sets.min(initial=0)) < -1:
+        raise RecordingError(f"{source}: sets: block ids must be >= -1, got {int(sets.min())}")
+    if layers.ndim != 1 or not layers.size or sets.shape[1] % layers.size:
+        raise RecordingError(f"{source}: layers: must be a 1-d array dividing the {sets.shape[1]} rows, got "
+                             f"{list(layers.shape)}")
+    return sets.astype(np.int64), layers.astype(np.int64)
