@@ -111,6 +111,7 @@ BAD = [
     ("empty prompt", "/v1/completions", {"model": MODEL, "prompt": ""}, "prompt"),
     ("token id past vocab", "/v1/completions", {"model": MODEL, "prompt": [1, 999999]}, "prompt"),
     ("n > 1", "/v1/completions", {"model": MODEL, "prompt": "x", "n": 3}, "n"),
+    ("top_p the engine cannot honour", "/v1/completions", {"model": MODEL, "prompt": "x", "top_p": 0.5}, "top_p"),
     ("prompt + max_tokens > context", "/v1/completions",
      {"model": MODEL, "prompt": [65] * (CONTEXT - 10), "max_tokens": 11}, "max_tokens"),
     ("prompt alone fills context", "/v1/completions", {"model": MODEL, "prompt": [65] * CONTEXT}, "prompt"),

@@ -47,16 +47,16 @@ def chat_prompt(messages: list[S.ChatMessage]) -> str:
     return "".join(parts) + "<|assistant|>\n"
 
 
+def _leading_field(message: str) -> str | None:
+    """'top_p: not supported' -> 'top_p'; the engine names the field it refuses that way, when it can."""
+    head, sep, _ = message.partition(":")
+    return head if sep and head.isidentifier() else None
+
+
 def create_app(engine: ServingEngine, tokenizer: Tokenizer, config: ServerConfig) -> FastAPI:
     info = engine.model_info
-    holder: dict[str, EngineLoop] = {}
-
-    def snapshot():
-        return holder["loop"].snapshot()
-
-    metrics = ServerMetrics(snapshot)
+    metrics = ServerMetrics(lambda: loop.snapshot())  # read at scrape time, after `loop` exists
     loop = EngineLoop(engine, max_waiting=config.max_waiting, metrics=metrics)
-    holder["loop"] = loop
 
     @asynccontextmanager
     async def lifespan(app: FastAPI):
@@ -151,7 +151,8 @@ def create_app(engine: ServingEngine, tokenizer: Tokenizer, config: ServerConfig
             ) from None
         except Rejected as exc:
             metrics.rejected.labels("engine").inc()
-            raise APIError(exc.status, exc.message, param="prompt" if exc.status == 400 else None) from None
+            raise APIError(exc.status, exc.message, param=_leading_field(exc.message) if exc.status == 400 else None,
+                           code="engine_rejected") from None
         metrics.prompt_tokens.inc(len(ids))
         return stream
 
@@ -179,8 +180,8 @@ def create_app(engine: ServingEngine, tokenizer: Tokenizer, config: ServerConfig
                     yield f"data: {json.dumps(ev, separators=(',', ':'))}\n\n"
             except Exception as exc:  # headers are sent: report in-band, as OpenAI does
                 log.exception("streaming failed")
-                body = error_body(500, f"{type(exc).__name__}: {exc}", code="server_error")
-                yield f"data: {json.dumps(body)}\n\n"
+                err = error_body(500, f"{type(exc).__name__}: {exc}", code="server_error")
+                yield f"data: {json.dumps(err)}\n\n"
             finally:
                 loop.abort(stream)  # a no-op when the request has finished; frees it when the client left
             yield "data: [DONE]\n\n"
