@@ -1,4 +1,4 @@
-"""``python -m oasis_sim run|import|sweep`` (console script ``oasis-sim``).
+"""``python -m oasis_sim run|import|sweep|replay|validate`` (console script ``oasis-sim``).
 
 - ``run [TRACE] [--model ..] [--mode ..] ... [--config FILE.yaml] [--out DIR]``: every ``SimConfig`` field is an
   option (``--top-k``, ``--fetch-ratio``, ...; booleans as ``--prefix-cache``), every synthetic-selection parameter
@@ -7,6 +7,8 @@
   inputs and seed) and ``DIR/timing.json`` (wall-clock time and speed; differs run to run).
 - ``import mooncake|azure SRC -o OUT [--limit N] [--time-scale X] [--max-context N]``.
 - ``sweep GRID.yaml --out DIR [--workers N]``: see ``oasis_sim.sweep``.
+- ``replay RECORDING [--out DIR]`` and ``validate RECORDING... [--calibrate-from RECORDING...] [--out DIR]``:
+  executor recordings in the simulator, see ``oasis_sim.replay`` and ``oasis_sim.validate``.
 
 Any malformed trace, config or option exits with status 2 and one line on stderr naming the file, the record or
 option, the field and the bad value — never a traceback.
@@ -95,6 +97,9 @@ def build_parser() -> argparse.ArgumentParser:
     sw.add_argument("grid")
     sw.add_argument("--out", required=True)
     sw.add_argument("--workers", type=_number(int), default=None)
+    from .validate import add_subcommands
+
+    add_subcommands(sub)
     return p
 
 
@@ -234,7 +239,10 @@ def cmd_sweep(args) -> int:
 def main(argv: Optional[Sequence[str]] = None) -> int:
     try:
         args = build_parser().parse_args(argv)
-        return {"run": cmd_run, "import": cmd_import, "sweep": cmd_sweep}[args.cmd](args)
+        from .validate import cmd_replay, cmd_validate
+
+        return {"run": cmd_run, "import": cmd_import, "sweep": cmd_sweep, "replay": cmd_replay,
+                "validate": cmd_validate}[args.cmd](args)
     except SystemExit as e:  # --help
         return int(e.code or 0)
     except (UsageError, ConfigError, TraceError) as e:
