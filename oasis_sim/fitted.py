@@ -145,14 +145,18 @@ def sample_of(rec: Recording, roofline_replay) -> Sample:
 # Fitting
 
 
-def nnls_relative(X: np.ndarray, y: np.ndarray) -> np.ndarray:
-    """argmin_{c >= 0} Σ ((X c - y) / y)² over rows with y > 0, by trying every column subset (k <= 4)."""
+def nnls_relative(X: np.ndarray, y: np.ndarray, tol: float = 1e-6) -> np.ndarray:
+    """argmin_{c >= 0} Σ ((X c - y) / y)² over rows with y > 0, by trying every column subset (k <= 4).
+
+    Ties (residual within ``tol`` relative of the best, as when a feature is constant over the data and so
+    collinear with the intercept) go to the subset with the fewest columns, then to the one without the last column
+    (the intercept): a scale of the roofline extrapolates to unseen shapes, a constant does not."""
     X = np.asarray(X, dtype=float)
     y = np.asarray(y, dtype=float)
     keep = y > 0
     X, y = X[keep] / y[keep, None], np.ones(int(keep.sum()))
     k = X.shape[1]
-    best, best_r = np.zeros(k), np.inf
+    found = []
     for mask in itertools.product((0, 1), repeat=k):
         cols = [j for j in range(k) if mask[j]]
         if not cols or len(y) == 0:
@@ -162,10 +166,12 @@ def nnls_relative(X: np.ndarray, y: np.ndarray) -> np.ndarray:
             continue
         full = np.zeros(k)
         full[cols] = coef
-        r = float(np.sum((X @ full - y) ** 2))
-        if r < best_r - 1e-15:
-            best, best_r = full, r
-    return best
+        found.append((float(np.sum((X @ full - y) ** 2)), len(cols), k - 1 in cols, full))
+    if not found:
+        return np.zeros(k)
+    best = min(r for r, *_ in found)
+    ok = [f for f in found if f[0] <= best + tol * max(best, 1e-12) + 1e-12]
+    return min(ok, key=lambda f: (f[1], f[2]))[3]
 
 
 def _fit_group(rows: Sequence[tuple], n_features: int) -> Optional[np.ndarray]:
