@@ -191,3 +191,30 @@ def test_committed_recordings_validate(tmp_path):
     for p in V.PREDICTORS:
         for row in rep["predictors"][p]["recordings"]:
             assert row["metrics"]["tpot_ms_p50"]["predicted"] > 0
+
+
+def _analysis():
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location("sim_vs_exec", os.path.join(REPO, "analysis", "sim_vs_exec.py"))
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    return mod
+
+
+def test_analysis_with_zero_recordings(tmp_path):
+    (tmp_path / "none").mkdir()
+    rep = _analysis().run(str(tmp_path / "none"), str(tmp_path / "out"))
+    assert rep["n_recordings"] == 0
+    assert "No executor recordings" in (tmp_path / "out" / "sim_vs_exec.md").read_text()
+    assert not (tmp_path / "out" / "sim_vs_exec.png").exists()
+
+
+def test_analysis_with_recordings(tmp_path, synth):
+    for i, rec in enumerate(synth[:4]):
+        save_recording(rec, tmp_path / "recs" / f"r{i}.json")
+    rep = _analysis().run(str(tmp_path / "recs"), str(tmp_path / "out"))
+    md = (tmp_path / "out" / "sim_vs_exec.md").read_text()
+    assert rep["n_recordings"] == 4 and "| r0 |" in md and "leave-one-out" in md
+    assert (tmp_path / "out" / "sim_vs_exec.png").stat().st_size > 10_000
+    assert "median_abs_err_pct_tpot_p50" in json.loads((tmp_path / "out" / "sim_vs_exec.json").read_text())
