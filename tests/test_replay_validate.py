@@ -218,3 +218,18 @@ def test_analysis_with_recordings(tmp_path, synth):
     assert rep["n_recordings"] == 4 and "| r0 |" in md and "leave-one-out" in md
     assert (tmp_path / "out" / "sim_vs_exec.png").stat().st_size > 10_000
     assert "median_abs_err_pct_tpot_p50" in json.loads((tmp_path / "out" / "sim_vs_exec.json").read_text())
+
+
+def test_record_matrix_dry_run_plans_the_issue_matrix(capsys):
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location("record_matrix", os.path.join(REPO, "analysis", "record_matrix.py"))
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    runs = mod.plan("all")
+    assert len(runs) == 12 + 12 + 24
+    assert {(m, fr) for m, _c, _n, fr in runs} == {("dense", 0.05), ("lookahead", 0.02), ("lookahead", 0.05),
+                                                    ("lookahead", 0.1)}
+    assert mod.main(["--dry-run", "--out", "/nonexistent-dir"]) == 0
+    out = capsys.readouterr().out
+    assert "estimated" in out and "dense-8k-c8" in out and "lookahead-16k-c8-fr0.02" in out
