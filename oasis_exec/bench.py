@@ -106,6 +106,7 @@ def run_bench(cfg: ExecConfig, context: int, concurrency: int, steps: int, warmu
         "synthetic_params": cfg.synthetic, "prefill": "synthesized (random KV)", "build_s": build_s,
         "device": dev_name, "date": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
         "commit": _commit(),
+        "step_ms": [1e3 * t for t in timed],  # every timed step (oasis_exec.recorder samples them)
     }
     eng.close()
     return rec

@@ -192,3 +192,20 @@ def test_recorder_and_format_import_without_torch():
             "oasis_sim.replay, oasis_sim.validate, oasis_sim.fitted; print('ok')")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
     assert out.stdout.strip() == "ok", out.stderr
+
+
+def test_real_cpu_bench_record_becomes_a_replayable_recording(tmp_path):
+    pytest.importorskip("torch")
+    from oasis_exec.bench import run_bench
+    from oasis_exec.config import ExecConfig
+    from oasis_sim.replay import replay
+
+    cfg = ExecConfig(model="tiny", device="cpu", dtype="float32", mode="lookahead", selection="synthetic", top_k=4,
+                     max_context=256, host_kv_gb=0.01, kv_budget_gb=0.05, max_lanes=2)
+    bench = run_bench(cfg, 128, 2, 3, 1)
+    path = str(tmp_path / "cpu.json")
+    rec = write_bench_recording(path, bench, cfg, hardware="h200")
+    assert [s["step"] for s in rec.results["steps"]] == [0, 1, 2]
+    assert rec.config["top_k"] == 4 and rec.config["concurrency"] == 2 and rec.config["transfer_path"] == "dma"
+    res = replay(load_recording(path))
+    assert len(res.window) == 3 and res.predicted["tpot_ms_p50"] > 0
