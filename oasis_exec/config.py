@@ -41,6 +41,8 @@ class ExecConfig:
                                   "slots)")
     prefill_chunk: int = _f(2048, "tokens per prefill chunk")
     seed: int = _f(0, "weights, sampling and synthetic-selection seed")
+    cuda_graph: bool = _f(True, "capture whole decode steps as CUDA graphs where the step is device-only (dense, "
+                                "quest, uva transfers)")
     profile: bool = _f(False, "CUDA events per layer and stage (small overhead)")
     synthetic: dict = _f(None, "SyntheticParams overrides, e.g. {'drift_rate': 0.1}")
 

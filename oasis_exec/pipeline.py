@@ -103,8 +103,10 @@ class Prefetcher:
     def select(self, layer, pred, rows, step, cap):
         """Algorithm 2 on this layer's rows (``oasis_core.selection.plan_step``); updates the mapping in place."""
         st = self.store
-        res, ls = st.resident[layer][rows], st.last_sel[layer][rows]
-        plan = plan_step(res, ls, pred, cap, step, self.max_cap if cap <= self.max_cap else cap)
+        # last_sel is kept relative to the current step (0 = now, older is more negative): one decrement per step
+        # keeps the least-recently-selected order and lets a captured CUDA graph pass the constant step 0.
+        res, ls = st.resident[layer][rows], st.last_sel[layer][rows] - 1
+        plan = plan_step(res, ls, pred, cap, 0, self.max_cap if cap <= self.max_cap else cap)
         st.resident[layer][rows] = plan.resident
         st.last_sel[layer][rows] = plan.last_sel
         self.missing += plan.n_missing.sum()
@@ -158,8 +160,9 @@ class Prefetcher:
                 uva_gather(self.host.k[layer], self.host.v[layer], src, head, dst, self.store.k[layer],
                            self.store.v[layer], n_programs=self.cfg.uva_programs)
                 t1 = ev(); t1.record()
-            for t in (src, head, dst):
-                t.record_stream(self.s_copy)
+            if not torch.cuda.is_current_stream_capturing():
+                for t in (src, head, dst):
+                    t.record_stream(self.s_copy)
             if prof:
                 self.prof.append(("transfer", layer, t0, t1))
             self.done[layer] = t1

@@ -32,6 +32,7 @@ from .kv_store import DenseStore, HostPool, SparseStore
 from .model import Decoder, ModelShape
 from .pipeline import Prefetcher
 from .scheduler import BatchPlan
+from .writeback import writeback_full
 
 
 def _dtype(name):
@@ -107,6 +108,9 @@ class Runner:
         self.replay = torch.load(cfg.replay_path) if cfg.selection == "replay" else None
         self.record = [] if cfg.record_path else None
         self.decode_steps = 0
+        self.graphs = {}  # batch size -> (graph, static inputs, logits, aux)
+        self._capturing = False
+        self._warm = set()
         self.stage_ms = {}
 
     # -- plan entry point ---------------------------------------------------------------------------------------
@@ -260,7 +264,7 @@ class Runner:
                                      torch.tensor([nb], dtype=torch.int32, device=dev),
                                      lane.to(torch.int32))
             pred = topk_blocks(scores.view(H, -1), self.K, torch.full((H,), nb, device=dev))  # [H, K]
-            plan = initial_plan(pred, step=self.decode_steps, slots=self.K)
+            plan = initial_plan(pred, step=0, slots=self.K)
             st.resident[l, rows] = plan.resident
             st.last_sel[l, rows] = plan.last_sel
             blk = plan.resident.clamp(min=0)  # [H, K]
@@ -299,15 +303,86 @@ class Runner:
         return cur, nxt.draft.view(B, self.L, self.H, self.K), nxt.proxy.view(B, self.L, self.H, self.K)
 
     def _decode(self, plan: BatchPlan) -> dict:
-        cfg, dev, st, bs, H = self.cfg, self.device, self.store, self.bs, self.H
-        s = self.shape
+        cfg, dev = self.cfg, self.device
         items = plan.decode
         B = len(items)
         lanes_list = [it.lane for it in items]
-        lanes = torch.tensor(lanes_list, device=dev)
         pos_list = [it.position for it in items]
-        pos = torch.tensor(pos_list, device=dev)
         toks = torch.tensor([it.token for it in items], device=dev)
+        pos = torch.tensor(pos_list, device=dev)
+        sets = None
+        if cfg.selection == "synthetic" and cfg.mode != "dense":
+            sets = torch.stack(self._synthetic_sets(lanes_list, [p // self.bs + 1 for p in pos_list]))
+        recorded = [] if self.record is not None else None
+        if self._graph_ok(lanes_list):
+            logits, aux = self._replay(lanes_list, toks, pos, sets)
+        else:
+            lanes = torch.tensor(lanes_list, device=dev)
+            logits, aux = self._decode_core(lanes, _rows_of(lanes_list, self.H), toks, pos, sets, recorded)
+        self.last_logits = {it.req_id: logits[i] for i, it in enumerate(items)}
+        tok = self._sample(logits, [plan.sampling[it.req_id] for it in items])
+        if self.draft is not None:
+            self.draft_tok[torch.tensor(lanes_list, device=dev)] = self.draft.propose(aux, tok)
+        out = tok.tolist()  # the step's one host synchronisation
+        if self.pipe is not None and cfg.profile and dev.type == "cuda":
+            for k_, v_ in self.pipe.collect().items():
+                self.stage_ms[k_] = self.stage_ms.get(k_, 0.0) + v_
+        if recorded:
+            self.record.append(torch.stack(recorded).cpu())
+        self.decode_steps += 1
+        return {it.req_id: out[i] for i, it in enumerate(items)}
+
+    # -- CUDA graphs ----------------------------------------------------------------------------------------------
+
+    def _graph_ok(self, lanes_list) -> bool:
+        """Whole-step CUDA graphs: device-only steps (no host-gather worker, no profiling events), lanes 0..B-1."""
+        cfg = self.cfg
+        if not cfg.cuda_graph or self.device.type != "cuda" or cfg.profile or self.record is not None \
+                or cfg.selection == "replay":
+            return False
+        if cfg.sparse and cfg.transfer != "uva" and not cfg.no_transfer:
+            return False
+        return lanes_list == list(range(len(lanes_list)))
+
+    def _replay(self, lanes_list, toks, pos, sets):
+        B = len(lanes_list)
+        g = self.graphs.get(B)
+        if g is None and B not in self._warm:  # one eager step first: kernels compile, workspaces allocate
+            self._warm.add(B)
+            lanes = torch.arange(B, device=self.device)
+            return self._decode_core(lanes, slice(0, B * self.H), toks, pos, sets, None)
+        if g is None:
+            if self.pipe is not None:
+                self.pipe.wait_all()
+            st = {"toks": toks.clone(), "pos": pos.clone(), "sets": None if sets is None else sets.clone(),
+                  "lanes": torch.arange(B, device=self.device)}
+            torch.cuda.synchronize()
+            graph = torch.cuda.CUDAGraph()
+            self._capturing = True
+            try:
+                with torch.cuda.graph(graph):
+                    logits, aux = self._decode_core(st["lanes"], slice(0, B * self.H), st["toks"], st["pos"],
+                                                    st["sets"], None)
+                    if self.pipe is not None:
+                        self.pipe.wait_all()  # every side stream joins before the capture ends
+            finally:
+                self._capturing = False
+            g = self.graphs[B] = (graph, st, logits, aux)
+        graph, st, logits, aux = g
+        st["toks"].copy_(toks)
+        st["pos"].copy_(pos)
+        if sets is not None:
+            st["sets"].copy_(sets)
+        graph.replay()
+        return logits, aux
+
+    # -- the decode step (device work only: eager, or captured into a graph) --------------------------------------
+
+    def _decode_core(self, lanes, rows, toks, pos, sets, recorded):
+        """One decode step for lanes [B]; rows: the lanes' rows (slice or index). Reads only device tensors, so the
+        same code runs eagerly and under CUDA-graph capture. Returns (logits [B, V], aux [B, 3 * hidden])."""
+        cfg, dev, st, bs, H = self.cfg, self.device, self.store, self.bs, self.H
+        B = lanes.shape[0]
         mode = cfg.mode
         nq = 2 if mode == "lookahead" else 1
         if nq == 2:
@@ -316,29 +391,26 @@ class Runner:
         else:
             ids, positions = toks, pos
         x = self.dec.embed[ids]
-        step = self.decode_steps
-        rows = _rows_of(lanes_list, H)
         lanes32 = lanes.to(torch.int32)
         nb_cur = pos // bs + 1  # blocks of the context incl. the local block (which holds ``pos``)
         nb_next = (pos + 1) // bs + 1
-        full = [i for i, p in enumerate(pos_list) if p % bs == bs - 1]  # local blocks that fill in this step
-        if full:  # host-built index tensors are made here, before the layers: an H2D copy mid-step would sync
-            fi = torch.tensor(full, device=dev)
-            lanes_full = lanes[fi]
-            blk_full = pos[fi] // bs
-        sets = None
-        if cfg.selection == "synthetic" and mode != "dense":
-            sets = self._synthetic_sets(lanes_list, [p // bs + 1 for p in pos_list])
-        recorded = []
+        local_len = (pos % bs + 1).to(torch.int32)
+        hh = torch.arange(H, device=dev)
+        item_row = (lanes[:, None] * H + hh).reshape(-1).to(torch.int32)  # summary / write-back items [B * H]
+        item_blk = (pos // bs).repeat_interleave(H).to(torch.int32)
+        item_len = local_len.repeat_interleave(H)
         aux = {}
         layers_aux = self.draft.layers if self.draft is not None else ()
         if cfg.sparse:
             base = st.slot_base(lanes)  # [B, H]
             local_slot = base + st.LOCAL
-            local_len = (pos % bs + 1).to(torch.int32)
+            item_src = local_slot.reshape(-1).to(torch.int32)
+            phys = st.host_table[lanes, pos // bs]  # host block of each lane's local block
+            item_dst = (phys[:, None] * H + hh).reshape(-1).to(torch.int32)
             sel_off = torch.arange(st.S, device=dev)
         else:
             page_cur = lanes * st.P + pos // bs
+            item_src = (page_cur[:, None] * H + hh).reshape(-1).to(torch.int32)
         prof = cfg.profile and dev.type == "cuda"
         if prof:
             ev_layers = []
@@ -358,8 +430,9 @@ class Runner:
                 st.k[l][local_slot, off] = k[:, 0]
                 st.v[l][local_slot, off] = v[:, 0]
                 if mode == "retrieval":
-                    pred = self._predict(l, q[:, 0], lanes32, nb_cur, sets[0][:, l] if sets else None, step)
-                    self.pipe.fetch_now(l, pred, lanes, rows, step, self.max_cap)
+                    pred = self._predict(l, q[:, 0], lanes32, nb_cur, sets[0][:, l] if sets is not None else None,
+                                         recorded)
+                    self.pipe.fetch_now(l, pred, lanes, rows, 0, self.max_cap)
                 res = st.resident[l][rows].view(B, H, st.S)
                 slot_ids = torch.where(res >= 0, base[:, :, None] + sel_off, -1).to(torch.int32)
                 ek = ev = None
@@ -369,23 +442,26 @@ class Runner:
                 attn = ops.sparse_attn(q.transpose(1, 2), st.k[l], st.v[l], slot_ids, local_slot.to(torch.int32),
                                        local_len, ek, ev)  # [B, Hq, nq, D]
                 attn = attn.transpose(1, 2).reshape(B * nq, Hq, -1)
-                if full:
-                    self._flush_sparse(l, lanes_full, blk_full, [lanes_list[i] for i in full],
-                                       [pos_list[i] for i in full])
+                # The local block's summary (exact for its valid tokens) and, once full, its host copy.
+                ops.summary_update(st.k[l], item_src, item_row, item_blk, item_len,
+                                   st.kmin[l].view(-1, st.NB, st.D), st.kmax[l].view(-1, st.NB, st.D))
+                writeback_full(st.k[l], st.v[l], self.host.k[l], self.host.v[l], item_src, item_dst, item_len, bs)
                 if mode in ("proxy", "lookahead"):
                     after = None
-                    if dev.type == "cuda":
+                    if dev.type == "cuda" and self.pipe.cuda:
                         after = torch.cuda.Event()
                         after.record()
-                        for t in (q, lanes, lanes32, nb_next) + (tuple(sets) if sets else ()):
-                            t.record_stream(self.pipe.s_pred)
+                        if not self._capturing:
+                            extra = (sets,) if sets is not None else ()
+                            for t in (q, lanes, lanes32, nb_next) + extra:
+                                t.record_stream(self.pipe.s_pred)
                     qsel = q[:, nq - 1]
                     src = None
                     if sets is not None:
                         src = (sets[1] if mode == "lookahead" else sets[2])[:, l]
                     predict = (lambda l=l, qsel=qsel, src=src:
-                               self._predict(l, qsel, lanes32, nb_next, src, step + 1, recorded))
-                    self.pipe.launch(l, after, predict, lanes, rows, step + 1, self.max_cap)
+                               self._predict(l, qsel, lanes32, nb_next, src, recorded))
+                    self.pipe.launch(l, after, predict, lanes, rows, 0, self.max_cap)
             else:
                 off = pos % bs
                 st.k[l][page_cur, :, off] = k[:, 0]
@@ -395,22 +471,16 @@ class Runner:
                                           (pos + 1).to(torch.int32))
                     attn = attn.reshape(B, Hq, -1)
                 else:  # quest
-                    ids_ = self._predict(l, q[:, 0], lanes32, nb_cur, sets[0][:, l] if sets else None, step,
+                    ids_ = self._predict(l, q[:, 0], lanes32, nb_cur, sets[0][:, l] if sets is not None else None,
                                          recorded).view(B, H, -1)
-                    hh = torch.arange(H, device=dev)
                     pg = lanes[:, None, None] * st.P + ids_.clamp(min=0)
                     slot_ids = torch.where(ids_ >= 0, pg * H + hh[None, :, None], -1).to(torch.int32)
                     lslot = (page_cur[:, None] * H + hh).to(torch.int32)
                     kf = st.k[l].view(-1, bs, st.D)
                     vf = st.v[l].view(-1, bs, st.D)
-                    attn = ops.sparse_attn(q[:, 0][:, :, None], kf, vf, slot_ids, lslot,
-                                           (pos % bs + 1).to(torch.int32))[:, :, 0]
-                    if full:
-                        src = (page_cur[fi][:, None] * H + hh).reshape(-1).to(torch.int32)
-                        drow = (lanes_full[:, None] * H + hh).reshape(-1).to(torch.int32)
-                        ops.summary_update(kf, src, drow, blk_full.repeat_interleave(H).to(torch.int32),
-                                           torch.full_like(src, bs), st.kmin[l].view(-1, st.P, st.D),
-                                           st.kmax[l].view(-1, st.P, st.D))
+                    attn = ops.sparse_attn(q[:, 0][:, :, None], kf, vf, slot_ids, lslot, local_len)[:, :, 0]
+                    ops.summary_update(kf, item_src, item_row, item_blk, item_len,
+                                       st.kmin[l].view(-1, st.P, st.D), st.kmax[l].view(-1, st.P, st.D))
             x = self.dec.finish(l, x, attn)
             if l in layers_aux:
                 aux[l] = x.view(B, nq, -1)[:, 0]
@@ -418,24 +488,14 @@ class Runner:
             e = torch.cuda.Event(enable_timing=True)
             e.record()
             ev_layers.append(e)
-        logits = self.dec.logits(x.view(B, nq, -1)[:, 0])
-        self.last_logits = {it.req_id: logits[i] for i, it in enumerate(items)}
-        tok = self._sample(logits, [plan.sampling[it.req_id] for it in items])
-        if self.draft is not None:
-            self.draft_tok[lanes] = self.draft.propose(torch.cat([aux[i] for i in layers_aux], -1), tok)
-        out = tok.tolist()  # the step's one host synchronisation
-        if prof:
+            torch.cuda.current_stream().synchronize()
             t = sum(ev_layers[i].elapsed_time(ev_layers[i + 1]) for i in range(self.L))
             self.stage_ms["layers"] = self.stage_ms.get("layers", 0.0) + t
-        if self.pipe is not None and cfg.profile and dev.type == "cuda":
-            for k_, v_ in self.pipe.collect().items():
-                self.stage_ms[k_] = self.stage_ms.get(k_, 0.0) + v_
-        if self.record is not None and recorded:
-            self.record.append(torch.stack(recorded).cpu())
-        self.decode_steps += 1
-        return {it.req_id: out[i] for i, it in enumerate(items)}
+        logits = self.dec.logits(x.view(B, nq, -1)[:, 0])
+        aux_t = torch.cat([aux[i] for i in layers_aux], -1) if layers_aux else None
+        return logits, aux_t
 
-    def _predict(self, l, qsel, lanes32, n_blocks, src, step, recorded=None):
+    def _predict(self, l, qsel, lanes32, n_blocks, src, recorded=None):
         """The top-K blocks per row [B * H, K] of layer ``l``: scored from ``qsel`` [B, Hq, D] against the summaries
         (always run, so synthetic runs pay for it), then taken from the selection source."""
         st = self.store
@@ -444,28 +504,12 @@ class Runner:
         if src is not None:
             pred = src.reshape(B * self.H, -1)
         elif self.replay is not None:
-            pred = self.replay["pred"][step % len(self.replay["pred"])][l].to(self.device)
+            pred = self.replay["pred"][self.decode_steps % len(self.replay["pred"])][l].to(self.device)
         else:
             pred = topk_blocks(scores.view(B * self.H, -1), self.K, n_blocks.repeat_interleave(self.H))
-        if recorded is not None and self.record is not None:
+        if recorded is not None:
             recorded.append(pred)
         return pred
-
-    def _flush_sparse(self, l, lanes, blk, lanes_full, pos_full) -> None:
-        """A local block filled: write it to the host pool and summarise it (its slot is reused next step).
-        lanes, blk: device tensors [F]; lanes_full, pos_full: the same on the host."""
-        st, bs, H, dev = self.store, self.bs, self.H, self.device
-        src = (st.slot_base(lanes) + st.LOCAL).reshape(-1)  # [F * H]
-        drow = (lanes[:, None] * H + torch.arange(H, device=dev)).reshape(-1)
-        ops.summary_update(st.k[l], src.to(torch.int32), drow.to(torch.int32),
-                           blk.repeat_interleave(H).to(torch.int32), torch.full_like(src, bs).to(torch.int32),
-                           st.kmin[l].view(-1, st.NB, st.D), st.kmax[l].view(-1, st.NB, st.D))
-        kb = st.k[l][src].view(len(lanes_full), H, bs, -1)
-        vb = st.v[l][src].view(len(lanes_full), H, bs, -1)
-        for i, (lane, p) in enumerate(zip(lanes_full, pos_full)):
-            phys = self.lane_blocks[lane][p // bs]
-            self.host.k[l][phys].copy_(kb[i], non_blocking=True)
-            self.host.v[l][phys].copy_(vb[i], non_blocking=True)
 
     def _sample(self, logits, sampling):
         temps = [sp.temperature for sp in sampling]
