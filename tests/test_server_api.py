@@ -14,7 +14,8 @@ import httpx
 from server_proc import TINY, ServerProcess
 
 MODEL = "tiny"
-CONTEXT = 256  # --max-context: small, so that overflow is cheap to provoke
+CONTEXT = 1024  # --max-context: small enough that overflow is cheap to provoke, long enough that a
+# max-length request outlives any disconnect test (about 8 ms a token on the CPU)
 
 
 @pytest.fixture(scope="module")
@@ -222,13 +223,15 @@ def test_queue_full_is_429_with_retry_after(one_lane_server):
     with httpx.Client(base_url=srv.base_url, timeout=30) as c:
         with c.stream("POST", "/v1/completions", json=long) as running:  # takes the only lane
             assert running.status_code == 200
-            next(running.iter_lines())
+            lines = running.iter_lines()  # keep a reference: a collected iterator closes the response
+            next(lines)
             with c.stream("POST", "/v1/completions", json=long) as waiting:  # waits for it
                 assert waiting.status_code == 200
                 t0 = time.monotonic()
                 r = c.post("/v1/completions", json={"model": MODEL, "prompt": "b", "max_tokens": 2})
                 assert time.monotonic() - t0 < 5
                 assert r.status_code == 429, r.text
+                assert srv.metrics()["oasis_num_requests_waiting"] == 1
                 assert r.headers["retry-after"] == "1"
                 assert r.json()["error"]["code"] == "rate_limit_exceeded"
     srv.wait_idle()

@@ -20,12 +20,14 @@ import argparse
 import dataclasses
 import json
 import os
+import time
 from typing import Any
 
 from .engine_protocol import EngineStats, ModelInfo, Sampling, StepOutput
 
 _SKIP = {"model"}  # --model is declared here: a preset or a directory
 _DEFAULTS = {"model": "qwen3-8b"}  # as `python -m oasis_exec bench`
+COUNTER_PERIOD_S = 0.1  # refresh of the prefetch byte counter while busy
 
 
 def _arg_type(annotation: str):
@@ -90,6 +92,7 @@ class ExecutorEngine:
         )
         L, H = shape.n_layers, shape.n_kv_heads
         self._slots_per_lane = L * H * (cfg.top_k if cfg.sparse else cfg.max_blocks)
+        self._units, self._units_at = 0, 0.0
         self._unit_bytes = 2 * cfg.block_size * shape.head_dim * torch.tensor([], dtype=runner.dtype).element_size()
 
     def add_request(self, prompt_ids, sampling: Sampling):
@@ -121,11 +124,14 @@ class ExecutorEngine:
         host_total = r.host_blocks_total
         stage = r.stage_ms
         transfer_ms, stall_ms = stage.get("transfer", 0.0), stage.get("stall", 0.0)
+        now = time.monotonic()
+        if now - self._units_at >= COUNTER_PERIOD_S or not s.has_work():  # reading it syncs the device
+            self._units, self._units_at = r.counters()["units_fetched"], now
         return EngineStats(
             running=len(s.running), waiting=len(s.waiting),
             gpu_slots_used=lanes_used * self._slots_per_lane, gpu_slots_total=r.max_lanes * self._slots_per_lane,
             host_blocks_used=host_total - len(s.free_host) if host_total else 0, host_blocks_total=host_total,
-            prefetch_bytes=r.counters()["units_fetched"] * self._unit_bytes,
+            prefetch_bytes=self._units * self._unit_bytes,
             hidden_fraction=max(0.0, 1.0 - stall_ms / transfer_ms) if transfer_ms else float("nan"),
             stall_s=stall_ms / 1e3,
             extra={"gpu_lanes_used": lanes_used, "gpu_lanes_total": r.max_lanes},

@@ -26,7 +26,6 @@ from .engine_protocol import EngineStats, Sampling, ServingEngine, StepOutput
 log = logging.getLogger("oasis_exec.server")
 
 _IDLE_POLL_S = 0.5
-STATS_PERIOD_S = 0.05
 
 
 class QueueFull(Exception):
@@ -100,7 +99,6 @@ class EngineLoop:
         self._handoff = 0  # submitted, not yet added to the engine
         self._stats = EngineStats()
         self._healthy = True
-        self._published_at = 0.0
         # engine thread only:
         self._live: dict[int, Hashable] = {}
         self._sid_of: dict[Hashable, int] = {}
@@ -241,9 +239,7 @@ class EngineLoop:
                 self._collect(outs, batch)
                 with self._lock:
                     self._healthy = True
-            # stats may cost a device sync: refresh at most every STATS_PERIOD_S while busy, always when idle
-            if time.monotonic() - self._published_at >= STATS_PERIOD_S or not self._busy():
-                self._publish()
+            self._publish()  # the waiting count gates admission: keep it exact
             self._post(batch)
 
     def _drain(self, block: bool) -> list:
@@ -313,7 +309,6 @@ class EngineLoop:
             return False
 
     def _publish(self) -> None:
-        self._published_at = time.monotonic()
         try:
             stats = self.engine.stats()
         except Exception:

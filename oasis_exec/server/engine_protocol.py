@@ -13,7 +13,9 @@ Lifecycle of a request, as the server sees it:
    `"stop"`). A request that is merely waiting produces no output.
 3. `abort(id)` ends a request at once and frees whatever it holds (GPU slots, host blocks); aborting an unknown
    or finished id is a no-op.
-4. `stats()` is a cheap snapshot for `/metrics`; when no request is in flight, the usage fields must read zero.
+4. `stats()` is a snapshot for `/metrics` and for admission (its `waiting` count gates 429s), called after
+   every step: it must be cheap, so an engine caches whatever costs a device synchronisation. When no request is
+   in flight, the usage fields must read zero.
 """
 
 from __future__ import annotations
