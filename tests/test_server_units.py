@@ -153,3 +153,19 @@ def test_queue_full_and_engine_rejection():
             await loop.stop()
 
     asyncio.run(go())
+
+
+def test_engine_flags_mirror_exec_config():
+    import argparse
+
+    from oasis_exec.config import ExecConfig
+    from oasis_exec.server.adapter import add_engine_args, exec_config_from_args
+
+    p = argparse.ArgumentParser()
+    add_engine_args(p)
+    assert exec_config_from_args(p.parse_args(["--model", "tiny", "--dummy"])) == ExecConfig(model="tiny")
+    cfg = exec_config_from_args(p.parse_args(["--model", "tiny", "--device", "cpu", "--max-lanes", "3",
+                                              "--no-cuda-graph", "--synthetic", '{"drift_rate": 0.2}']))
+    assert (cfg.device, cfg.max_lanes, cfg.cuda_graph, cfg.synthetic) == ("cpu", 3, False, {"drift_rate": 0.2})
+    with pytest.raises(ValueError, match="--dummy"):
+        exec_config_from_args(p.parse_args(["--dummy", "--model-path", "/some/dir"]))

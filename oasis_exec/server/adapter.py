@@ -47,7 +47,10 @@ def add_engine_args(p: argparse.ArgumentParser) -> None:
             continue
         flag = "--" + f.name.replace("_", "-")
         helptext = f.metadata.get("help", "")
-        if str(f.type) == "bool":
+        if str(f.type) == "bool" and f.default:  # on by default: offer the switch that turns it off
+            g.add_argument("--no-" + f.name.replace("_", "-"), dest=f.name, action="store_false",
+                           help=f"turn off: {helptext}")
+        elif str(f.type) == "bool":
             g.add_argument(flag, action="store_true", help=helptext)
         else:
             default = f.default if f.default is not dataclasses.MISSING else None
