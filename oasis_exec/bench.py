@@ -42,11 +42,12 @@ def _pct(xs, p):
     return xs[min(len(xs) - 1, int(round(p / 100 * (len(xs) - 1))))]
 
 
-def run_bench(cfg: ExecConfig, context: int, concurrency: int, steps: int, warmup: int = 5) -> dict:
+def run_bench(cfg: ExecConfig, context: int, concurrency: int, steps: int, warmup: int = 5,
+              host_fill: bool = True) -> dict:
     t_build = time.perf_counter()
     eng = Engine(cfg)
     runner = eng.runner
-    if runner.host is not None and context > 0:
+    if runner.host is not None and context > 0 and host_fill:
         runner.host.fill_pattern(cfg.seed)
     n = min(concurrency, eng.max_lanes)
     if cfg.sparse:
@@ -103,7 +104,8 @@ def run_bench(cfg: ExecConfig, context: int, concurrency: int, steps: int, warmu
         "selection": cfg.selection, "transfer": cfg.transfer if cfg.sparse else None,
         "no_transfer": cfg.no_transfer, "fetch_ratio": cfg.fetch_ratio, "top_k": cfg.top_k,
         "model": cfg.model_path or cfg.model, "dummy_weights": cfg.model_path is None,
-        "synthetic_params": cfg.synthetic, "prefill": "synthesized (random KV)", "build_s": build_s,
+        "synthetic_params": cfg.synthetic, "prefill": "synthesized (random KV)",
+        "host_pool_filled": bool(host_fill and runner.host is not None), "build_s": build_s,
         "device": dev_name, "date": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
         "commit": _commit(),
         "step_ms": [1e3 * t for t in timed],  # every timed step (oasis_exec.recorder samples them)

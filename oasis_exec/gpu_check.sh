@@ -7,8 +7,8 @@ export PYTHONUNBUFFERED=1 PYTHONPATH=$PWD
 TAG=${TAG:-check}; MATRIX=${1:-oasis_exec/matrix_check.txt}
 nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv > "$OUT/exec_device.txt" 2>&1
 if [ "${TESTS:-1}" = 1 ]; then
-  timeout ${TEST_TIMEOUT:-240} python3 -m pytest -q -m gpu -p no:cacheprovider tests/test_exec_engine.py \
-    tests/test_exec_gpu.py $(ls tests/test_kernels_*.py tests/test_policy_gpu.py 2>/dev/null) > "$OUT/exec_pytest_gpu.txt" 2>&1
+  FILES=${TEST_FILES:-"tests/test_exec_engine.py tests/test_exec_gpu.py $(ls tests/test_kernels_*.py tests/test_policy_gpu.py 2>/dev/null)"}
+  timeout ${TEST_TIMEOUT:-240} python3 -m pytest -q -m gpu -p no:cacheprovider $FILES > "$OUT/exec_pytest_gpu.txt" 2>&1
   tail -4 "$OUT/exec_pytest_gpu.txt"
 fi
 if [ "${KBENCH:-0}" = 1 ] && [ -f kernels/bench.py ]; then
@@ -16,7 +16,7 @@ if [ "${KBENCH:-0}" = 1 ] && [ -f kernels/bench.py ]; then
 fi
 while read -r line; do
   [ -z "$line" ] && continue; case "$line" in \#*) continue;; esac
-  timeout ${BENCH_TIMEOUT:-150} python3 -m oasis_exec bench --model qwen3-8b --dummy --out "$OUT/exec_bench_$TAG.jsonl" \
+  timeout ${BENCH_TIMEOUT:-150} python3 -X faulthandler -m oasis_exec bench --model qwen3-8b --dummy --out "$OUT/exec_bench_$TAG.jsonl" \
     $line > /dev/null 2>> "$OUT/exec_bench_err.txt" || echo "FAILED: $line" | tee -a "$OUT/exec_bench_err.txt"
 done < "$MATRIX"
 python3 - "$OUT/exec_bench_$TAG.jsonl" <<'PY'

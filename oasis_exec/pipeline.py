@@ -40,6 +40,7 @@ class Prefetcher:
         self.missing = torch.zeros((), dtype=torch.int64, device=device)
         self.path = cfg.transfer if cfg.transfer != "auto" else "host"
         self.prof = []  # per layer-step records when profiling
+        self.keep = []  # tensors a captured graph reads across streams (moved to the graph after capture)
         self.host_gather_s = []
         if self.cuda:
             self.s_pred = torch.cuda.Stream(device)
@@ -160,14 +161,21 @@ class Prefetcher:
                 uva_gather(self.host.k[layer], self.host.v[layer], src, head, dst, self.store.k[layer],
                            self.store.v[layer], n_programs=self.cfg.uva_programs)
                 t1 = ev(); t1.record()
-            if not torch.cuda.is_current_stream_capturing():
-                for t in (src, head, dst):
-                    t.record_stream(self.s_copy)
+            self._cross_stream(self.s_copy, src, head, dst)
             if prof:
                 self.prof.append(("transfer", layer, t0, t1))
             self.done[layer] = t1
         else:
             self.jobs[layer] = self.worker.submit(self._host_job, layer, stg, n, planned)
+
+    def _cross_stream(self, stream, *tensors) -> None:
+        """Tensors read on ``stream`` but allocated on another: eagerly, tell the allocator (record_stream); under
+        graph capture, keep them alive with the graph so no later capture allocation reuses their memory."""
+        if torch.cuda.is_current_stream_capturing():
+            self.keep.extend(tensors)
+        else:
+            for t in tensors:
+                t.record_stream(stream)
 
     def _host_job(self, layer, stg, n, planned):
         from kernels.gather import host_gather_stage

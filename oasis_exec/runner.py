@@ -338,7 +338,7 @@ class Runner:
         """Whole-step CUDA graphs: device-only steps (no host-gather worker, no profiling events), lanes 0..B-1."""
         cfg = self.cfg
         if not cfg.cuda_graph or self.device.type != "cuda" or cfg.profile or self.record is not None \
-                or cfg.selection == "replay":
+                or cfg.selection == "replay" or (self.pipe is not None and not self.pipe.cuda):
             return False
         if cfg.sparse and cfg.transfer != "uva" and not cfg.no_transfer:
             return False
@@ -367,6 +367,8 @@ class Runner:
                         self.pipe.wait_all()  # every side stream joins before the capture ends
             finally:
                 self._capturing = False
+            if self.pipe is not None:
+                st["keep"], self.pipe.keep = self.pipe.keep, []
             g = self.graphs[B] = (graph, st, logits, aux)
         graph, st, logits, aux = g
         st["toks"].copy_(toks)
@@ -451,10 +453,8 @@ class Runner:
                     if dev.type == "cuda" and self.pipe.cuda:
                         after = torch.cuda.Event()
                         after.record()
-                        if not self._capturing:
-                            extra = (sets,) if sets is not None else ()
-                            for t in (q, lanes, lanes32, nb_next) + extra:
-                                t.record_stream(self.pipe.s_pred)
+                        extra = (sets,) if sets is not None else ()
+                        self.pipe._cross_stream(self.pipe.s_pred, q, lanes, lanes32, nb_next, *extra)
                     qsel = q[:, nq - 1]
                     src = None
                     if sets is not None:
