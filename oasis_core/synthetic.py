@@ -13,10 +13,20 @@ is the always-resident local block and is never selected). The top-K set ``T_t``
 sits a *window* of the next ``ceil(window_fraction * (n_eligible - k))`` outsiders: the near-misses.
 
 - **Hot blocks**: the first ``floor(hot_fraction * k)`` ranks never drift (attention sinks, persistent heavy hitters).
-- **Drift** (``T_t -> T_{t+1}``): each other member is swapped, with a probability chosen so that on average
-  ``drift_rate * k`` members per step are, with a distinct window block. Evicted blocks land in the window, so they
-  are likely to come back: the window is the temporal locality, and ``k + window`` bounds the blocks a row ever
-  selects (between shifts). Expected adjacent-step overlap ``|T_t ∩ T_{t+1}| / k = 1 - drift_rate``.
+- **Drift** (``T_t -> T_{t+1}``): only the *drift zone*, the last ``ceil(drift_zone * k)`` ranks (never a hot one),
+  changes per step: each member there is swapped, with a probability chosen so that on average ``drift_rate * k``
+  members per step are, with a distinct window block. The churn is thus the marginal blocks near the cut-off
+  flickering in and out: evicted blocks land in the (small) window and soon come back, the ranks above the zone
+  only change at a context shift, and ``k + window`` bounds the blocks a row ever selects (between shifts). This is
+  why a capped resident set (fetch ratio 0.05) keeps nearly all of the important blocks (``capped_recall``).
+  Expected adjacent-step overlap ``|T_t ∩ T_{t+1}| / k = 1 - drift_rate``.
+- **Heads** (a row's (request, layer) is its *group*): the group has one ranking; each top-K or window position
+  of it is *shared*, with probability ``head_share`` (drawn per group and position), and the blocks at the other
+  positions (and everything beyond the window) are shuffled per head. The drift draws are per group, so the heads
+  of a layer move in lock-step and a shared position keeps holding the same block in every head; the draft and
+  proxy errors are per head. The union over a layer's heads of their sets (the RPF hand-off at block granularity,
+  ``head_union``) is then about ``k * (share + heads * (1 - share))``. A context shift is applied per head in
+  block space, so after one the heads' rankings are no longer aligned and sharing slowly decays.
 - **Draft prediction** of ``T_{t+1}``: each entry of ``T_{t+1}`` is replaced, with the row's layer's error rate,
   by a distinct window block (never a member of ``T_{t+1}``). Expected agreement ``1 - error``. The per-layer rate
   rises linearly from ``draft_error_rate - spread/2`` (last layer) to ``draft_error_rate + spread/2`` (layer 0),
@@ -36,12 +46,28 @@ agreement ``Σ|D ∩ T_{t+1}| / Σ|T_{t+1}|``, per layer the same sum restricted
 adjacent overlap ``Σ|T_t ∩ T_{t+1}| / Σ|T_{t+1}|``. All sets have the same size ``k``, so recall equals precision.
 
 Calibration of the defaults (paper, Qwen3-8B, K = 128): draft agreement 98.74% mean and >= 98.2% per layer
-(error 1.26%, per-layer spread 0.68 points: worst layer 98.40%); proxy recall 83.9%. Drift 0.11 comes from the
-fetch-ratio sweep (Table 2): fetch-all moves 5.05 GB per step; *assuming* batch 128 and 8 KiB per (block, head,
-layer), that is 16.7 blocks per row per step, and fetch-all traffic per row is ``|D_{t+1} \\ D_t| / k
-≈ 1 - (1 - drift)(1 - error)^2`` = 0.132 at drift 0.11 (16.9 blocks). The ratio-0.01 point (one block per row,
-0.30 GB) supports the same batch. Adjacent overlap is then 89% (> 80%) and the proxy error
-``1 - 0.839 / 0.89 = 0.0573``.
+(error 1.26%, per-layer spread 0.68 points: worst layer 98.40%); proxy recall 83.9%.
+
+- Drift comes from the fetch-ratio sweep (Table 2): fetch-all moves 5.05 GB per step; *assuming* batch 128 and
+  8 KiB per (block, head, layer), that is 16.7 blocks per row per step (the ratio-0.01 point, one block per row at
+  0.30 GB, supports the same batch). Fetch-all traffic per row is ``|D_{t+1} \\ D_t|``, nominally
+  ``k (1 - (1 - drift)(1 - error)^2)``; with the small flicker window a draft error often names a block that was
+  selected a step or two earlier, which costs nothing, so the measured traffic is lower than that formula: drift
+  0.12 gives 16.7 blocks at 16K tokens (16.7 / 17.3 / 17.5 at 1,024 / 1,536 / 2,048 blocks); 0.11 would give 15.6.
+  Adjacent overlap is then 88% (> 80%) and the proxy error ``1 - 0.839 / 0.88 = 0.0466``.
+- Drift zone 0.25 and window 0.04 (36 / 57 / 77 near-misses at 16K / 24K / 32K tokens): the paper reports a
+  negligible accuracy loss at fetch ratio 0.05 (6 blocks per row per step against ~17 changing), i.e. the churn
+  is marginal. Measured at 16K, numpy, Algorithm 2 on the draft under ``Fixed(0.05)`` (``capped_recall``): the
+  resident set holds 91% of the true top-K, 99.8% of its best half, 98% reciprocal-rank weighted (with the old
+  uniform drift over all non-hot ranks and a window of half the outsiders: 59%, 98%, 90%).
+- Head share 0.89 from the RPF hand-off (Fig. 14, Qwen3-8B: 0.52 GiB at 24K, 0.46 GiB at 32K, against 3.37 and
+  4.50 GiB full). A block of one layer at block granularity is 8 heads x 8 KiB, so *taking these as the KV of
+  the sent blocks only* (the local block included; not the summaries, not the draft state), the union over a
+  layer's heads is 0.52 GiB / (36 x 64 KiB) = 237 blocks at 24K and 209 at 32K. (Were the summaries, 1/16 of
+  the full KV = 0.21 / 0.28 GiB, included, 32K would leave 80 blocks: fewer than the 129 of one head, so they
+  cannot be.) One share cannot make the union shrink with context; 0.89 gives 226 blocks with the local one
+  (0.50 GiB) at both lengths, between the two (within -5% / +8%). The first step's *draft* adds ~10 per layer
+  (its errors are per head), the hand-off in the backends uses ``current()``.
 
 Backends and determinism
 ------------------------
@@ -75,12 +101,19 @@ class SyntheticParams:
     """
 
     drift_rate: float = _help(
-        "mean fraction of a row's top-K replaced per step (adjacent-step overlap = 1 - drift_rate)", 0.11)
+        "mean fraction of a row's top-K replaced per step (adjacent-step overlap = 1 - drift_rate)", 0.12)
     hot_fraction: float = _help(
         "fraction of the top-K (its best ranks) that never drifts: sinks and persistent heavy hitters", 0.25)
+    drift_zone: float = _help(
+        "fraction of the top-K, its lowest ranks just above the cut-off, in which per-step drift happens: marginal "
+        "blocks flicker in and out while the ranks above stay put (1 - hot_fraction or more = every non-hot rank)",
+        0.25)
     window_fraction: float = _help(
         "fraction of the blocks outside the top-K that drift draws from (near-misses just below the boundary); "
-        "small = blocks that leave soon come back (strong temporal locality), 1 = any block", 0.5)
+        "small = blocks that leave soon come back (strong temporal locality), 1 = any block", 0.04)
+    head_share: float = _help(
+        "fraction of a row's ranking (top-K and window positions) whose block is shared by every KV head of its "
+        "(request, layer); the rest is the head's own; drift moves a layer's heads in lock-step", 0.89)
     draft_error_rate: float = _help(
         "mean over layers of the fraction of the true next top-K the draft gets wrong (agreement = 1 - this)",
         0.0126)
@@ -88,7 +121,7 @@ class SyntheticParams:
         "difference of the draft error rate between the worst (first) and the best (last) layer", 0.0068)
     proxy_error_rate: float = _help(
         "fraction of the current top-K the current-query proxy gets wrong on top of drift "
-        "(proxy recall = (1 - drift_rate) * (1 - proxy_error_rate))", 0.0573)
+        "(proxy recall = (1 - drift_rate) * (1 - proxy_error_rate))", 0.0466)
     shift_step: int = _help(
         "step at which a context shift (newly inserted document) happens for every row; -1 = never", -1)
     shift_fraction: float = _help(
@@ -106,8 +139,10 @@ class SyntheticParams:
         check("hot_fraction", 0.0, 1.0)
         if self.hot_fraction >= 1.0:
             raise ValueError(f"SyntheticParams.hot_fraction: must be < 1, got {self.hot_fraction!r}")
-        check("drift_rate", 0.0, 1.0 - self.hot_fraction)
+        check("drift_zone", 0.0, 1.0, lo_open=True)
+        check("drift_rate", 0.0, min(1.0 - self.hot_fraction, self.drift_zone))
         check("window_fraction", 0.0, 1.0, lo_open=True)
+        check("head_share", 0.0, 1.0)
         check("draft_error_rate", 0.0, 1.0)
         check("draft_layer_spread", 0.0, 1.0)
         half = self.draft_layer_spread / 2
@@ -225,6 +260,8 @@ class SyntheticSelection:
         self.layer_of_row = (r // kv_heads) % layers
         self.request_of_row = r // (layers * kv_heads)
         self.requests = (rows + layers * kv_heads - 1) // (layers * kv_heads)
+        self.group_of_row = r // kv_heads  # (request, layer): the heads that share blocks and drift draws
+        self.groups = (rows + kv_heads - 1) // kv_heads
 
         n_elig = nb - 1
         self.k = xp.minimum(n_elig, xp.full((rows,), top_k, xp.int64, like=like))  # [R] set size
@@ -232,19 +269,38 @@ class SyntheticSelection:
         n_out = n_elig - self.k
         self.win = n_out - xp.astype(n_out * (1.0 - p.window_fraction), xp.int64)  # ceil(frac * n_out)
         self._win1 = xp.where(self.win > 0, self.win, 1)
-        movable = self.k - self.hot
-        self.p_swap = (self.k * p.drift_rate) / xp.where(movable > 0, movable, 1)
+        zone = self.k - xp.astype(self.k * (1.0 - p.drift_zone), xp.int64)  # ceil(drift_zone * k)
+        self.drift_lo = xp.maximum(self.hot, self.k - zone)  # first rank that drifts
+        movable = self.k - self.drift_lo
+        self.p_swap = (self.k * p.drift_rate) / xp.where(movable > 0, movable, 1)  # <= 1: drift <= zone
         err = xp.asarray(p.layer_error_rates(layers), like=like)
         self.p_draft = err[self.layer_of_row]
         self.n_elig = n_elig
 
         self.slot = xp.arange(top_k, like=like)[None, :] + xp.zeros((rows, 1), xp.int64, like=like)  # [R, K]
         self._blocks = xp.arange(self.width, like=like)[None, :]  # [1, W]
-        keys = self._rng.uniform((rows, self.width))
-        keys = xp.where(self._blocks < n_elig[:, None], keys, 2.0 + self._blocks)  # padding ids rank last, in order
-        self.perm = xp.argsort_asc(keys)  # [R, W] block ids in rank order
+        self.perm = self._initial_ranking()  # [R, W] block ids in rank order
         self.t = 0
         self._pending_shift = None
+
+    def _group_uniform(self, shape):
+        """Uniform draws per (request, layer), repeated for each of its heads: [R, *shape]."""
+        return self._rng.uniform((self.groups,) + tuple(shape))[self.group_of_row]
+
+    def _initial_ranking(self):
+        """The layer's ranking, with its private positions refilled per head (module docstring, "Heads")."""
+        xp = self.xp
+        pos = self._blocks + xp.zeros((self.rows, 1), xp.int64, like=self.k)  # [R, W] positions (and block ids)
+        pad = pos >= self.n_elig[:, None]
+        keys = xp.where(pad, 2.0 + pos, self._group_uniform((self.width,)))  # padding ids rank last, in order
+        layer_perm = xp.argsort_asc(keys)
+        near = pos < (self.k + self.win)[:, None]  # top-K and window positions
+        fixed = pad | (near & (self._group_uniform((self.width,)) < self.params.head_share))
+        # Private positions ascending, and the same positions in a random order per row; fixed positions follow,
+        # ascending, in both lists, so scattering one onto the other shuffles the private blocks only.
+        private_pos = xp.argsort_asc(xp.where(fixed, self.width + pos, pos))
+        shuffled = xp.argsort_asc(xp.where(fixed, self.width + pos, self._rng.uniform((self.rows, self.width))))
+        return xp.scatter(layer_perm, -1, private_pos, xp.take_along(layer_perm, shuffled))
 
     # -- the process -------------------------------------------------------------------------------------------
 
@@ -291,16 +347,16 @@ class SyntheticSelection:
         pos = self.k[:, None] + (start[:, None] + c) % self._win1[:, None]
         return pos, flag
 
-    def _offsets(self):
+    def _offsets(self, u):
         xp = self.xp
-        off = xp.astype(self._rng.uniform((self.rows,)) * self.win, xp.int64)
+        off = xp.astype(u * self.win, xp.int64)
         return xp.minimum(off, self._win1 - 1)  # guard a float rounding up to win
 
     def _drift(self, perm):
         xp = self.xp
-        u = self._rng.uniform((self.rows, self.top_k))
-        flag = (self.slot >= self.hot[:, None]) & (self.slot < self.k[:, None]) & (u < self.p_swap[:, None])
-        off = self._offsets()
+        u = self._group_uniform((self.top_k,))
+        flag = (self.slot >= self.drift_lo[:, None]) & (self.slot < self.k[:, None]) & (u < self.p_swap[:, None])
+        off = self._offsets(self._group_uniform(()))
         pos, flag = self._window_positions(flag, off, self.win)
         members = perm[:, : self.top_k]
         incoming = xp.take_along(perm, pos)
@@ -321,7 +377,7 @@ class SyntheticSelection:
         xp = self.xp
         u = self._rng.uniform((self.rows, self.top_k))
         flag = (self.slot < self.k[:, None]) & (u < self.p_draft[:, None])
-        pos, flag = self._window_positions(flag, self._offsets(), self.win)
+        pos, flag = self._window_positions(flag, self._offsets(self._rng.uniform((self.rows,))), self.win)
         return xp.where(flag, xp.take_along(perm, pos), members)
 
     def _shift(self, perm, rows_mask):
@@ -401,4 +457,82 @@ def measure(sel: SyntheticSelection, steps: int) -> SyntheticStats:
         min_layer_agreement=float(layer_agreement.min()),
         proxy_recall=float(n_proxy.sum() / total),
         adjacent_overlap=float(n_adj.sum() / total),
+    )
+
+
+def head_union(sets, kv_heads: int, width: int):
+    """Per group of ``kv_heads`` consecutive rows (one (request, layer)), the number of distinct valid block ids in
+    their sets ``sets`` [R, K] (ids in [0, width), -1 = none): int64 [R // kv_heads]. This is the RPF hand-off at
+    block granularity of the first step's sets, *without* the local block. Array code, no host sync."""
+    xp = namespace(sets)
+    rows, k = sets.shape
+    if rows % kv_heads:
+        raise ValueError(f"head_union: rows ({rows}) must be a multiple of kv_heads ({kv_heads})")
+    ids = xp.where(sets >= 0, sets, width).reshape(rows // kv_heads, kv_heads * k)
+    mark = xp.zeros((rows // kv_heads, width + 1), xp.int64, like=sets)
+    mark = xp.scatter(mark, -1, ids, xp.full(tuple(ids.shape), 1, xp.int64, like=sets))
+    return xp.sum(mark[:, :width], axis=-1)
+
+
+@dataclass(frozen=True)
+class CappedRecall:
+    """What a capped resident set holds of the true top-K, pooled over rows and measured steps; fractions in [0, 1].
+
+    recall: of the whole true set; top_half_recall: of its best ``ceil(k / 2)`` ranks; weighted_recall: with weight
+    ``1 / (rank + 1)`` (reciprocal rank); fetch_per_row / missing_per_row: blocks fetched / predicted but not
+    resident, per row per step.
+    """
+
+    row_steps: int
+    recall: float
+    top_half_recall: float
+    weighted_recall: float
+    fetch_per_row: float
+    missing_per_row: float
+
+
+def capped_recall(sel: SyntheticSelection, steps: int, cap=None, warmup: int = 20) -> CappedRecall:
+    """Run paper Algorithm 2 (``selection.plan_step``) on ``sel``'s draft predictions under a fetch-cap policy
+    (default ``Fixed(0.05)``), starting from the current sets fully resident, and measure after ``warmup`` steps how
+    much of each step's true top-K the resident set holds. Synchronises once at the end."""
+    from .fetchcap import CapContext, Fixed
+    from .selection import initial_plan, plan_step
+
+    cap = Fixed() if cap is None else cap
+    xp = sel.xp
+    max_cap = cap.max_cap(sel.top_k)
+    first = initial_plan(sel.current())
+    resident, last_sel = first.resident, first.last_sel
+    rank = xp.arange(sel.top_k, like=sel.perm)[None, :]
+    weight = 1.0 / (rank + 1.0)
+    half = rank < ((sel.k + 1) // 2)[:, None]
+    acc = dict.fromkeys(("hit", "n", "hit_half", "n_half", "w_hit", "w_n", "fetch", "missing"), 0)
+    for i in range(1, warmup + steps + 1):
+        s = sel.step()
+        plan = plan_step(resident, last_sel, s.draft, cap.cap(CapContext(step=i, top_k=sel.top_k, rows=sel.rows)),
+                         i, max_cap)
+        resident, last_sel = plan.resident, plan.last_sel
+        if i <= warmup:
+            continue
+        true = s.true_next
+        valid = true >= 0
+        mark = xp.zeros((sel.rows, sel.width + 1), xp.int64, like=true)
+        mark = xp.scatter(mark, -1, xp.where(resident >= 0, resident, sel.width),
+                          xp.full(tuple(resident.shape), 1, xp.int64, like=true))
+        hit = (xp.take_along(mark, xp.where(valid, true, sel.width)) > 0) & valid
+        for key, num in (("hit", hit), ("n", valid), ("hit_half", hit & half), ("n_half", valid & half)):
+            acc[key] = acc[key] + xp.sum(xp.astype(num, xp.int64), axis=-1)
+        acc["w_hit"] = acc["w_hit"] + xp.sum(xp.where(hit, weight, 0.0 * weight), axis=-1)
+        acc["w_n"] = acc["w_n"] + xp.sum(xp.where(valid, weight, 0.0 * weight), axis=-1)
+        acc["fetch"] = acc["fetch"] + plan.n_fetch
+        acc["missing"] = acc["missing"] + plan.n_missing
+    a = {k: float(_host(v).astype(np.float64).sum()) for k, v in acc.items()}
+    row_steps = sel.rows * steps
+    return CappedRecall(
+        row_steps=row_steps,
+        recall=a["hit"] / max(a["n"], 1.0),
+        top_half_recall=a["hit_half"] / max(a["n_half"], 1.0),
+        weighted_recall=a["w_hit"] / max(a["w_n"], 1e-12),
+        fetch_per_row=a["fetch"] / max(row_steps, 1),
+        missing_per_row=a["missing"] / max(row_steps, 1),
     )

@@ -1,8 +1,11 @@
-"""The synthetic selection process: calibration to the paper, shift bursts, determinism, torch without host sync."""
+"""The synthetic selection process: calibration to the paper, heads sharing blocks (RPF hand-off), recall of a
+capped resident set, shift bursts, determinism, torch without host sync."""
 import numpy as np
 import pytest
 
-from oasis_core.synthetic import SyntheticParams, SyntheticSelection, measure, param_help, set_hits
+from oasis_core.fetchcap import Fixed, Unlimited
+from oasis_core.synthetic import (SyntheticParams, SyntheticSelection, capped_recall, head_union, measure,
+                                  param_help, set_hits)
 
 LAYERS, HEADS, REQUESTS = 36, 8, 4
 ROWS = LAYERS * HEADS * REQUESTS  # 1,152 rows
@@ -18,7 +21,7 @@ def _check_calibration(stats):
     assert pct["min_layer_agreement"] >= 98.2, pct
     assert abs(pct["min_layer_agreement"] - 98.40) <= TOL, pct  # worst layer, by construction
     assert abs(pct["proxy_recall"] - 83.9) <= TOL, pct
-    assert pct["adjacent_overlap"] > 80.0 and abs(pct["adjacent_overlap"] - 89.0) <= TOL, pct
+    assert pct["adjacent_overlap"] > 80.0 and abs(pct["adjacent_overlap"] - 88.0) <= TOL, pct
     assert stats.layer_agreement.shape == (LAYERS,)
     assert stats.layer_agreement[0] < stats.layer_agreement[-1]  # layer 0 is the worst by construction
 
@@ -131,7 +134,8 @@ def test_torch_step_never_syncs_with_host(monkeypatch):
     assert steps[0].true_next.dtype == torch.int64
 
 
-@pytest.mark.parametrize("field,value", [("drift_rate", 0.8), ("drift_rate", -0.1), ("window_fraction", 0.0),
+@pytest.mark.parametrize("field,value", [("drift_rate", 0.8), ("drift_rate", -0.1), ("drift_rate", 0.3),
+                                         ("drift_zone", 0.0), ("head_share", 1.5), ("window_fraction", 0.0),
                                          ("hot_fraction", 1.0), ("draft_error_rate", 0.002),
                                          ("proxy_error_rate", 1.5), ("shift_step", -2), ("shift_fraction", 0.9)])
 def test_params_validation_names_the_field(field, value):
@@ -141,6 +145,78 @@ def test_params_validation_names_the_field(field, value):
 
 def test_every_param_has_help():
     helps = param_help()
-    assert list(helps) == ["drift_rate", "hot_fraction", "window_fraction", "draft_error_rate",
-                           "draft_layer_spread", "proxy_error_rate", "shift_step", "shift_fraction"]
+    assert list(helps) == ["drift_rate", "hot_fraction", "drift_zone", "window_fraction", "head_share",
+                           "draft_error_rate", "draft_layer_spread", "proxy_error_rate", "shift_step",
+                           "shift_fraction"]
     assert all(len(h) > 20 for h in helps.values())
+
+
+# -- heads of a layer share blocks: the RPF hand-off (union over heads, block granularity) -----------------------
+
+GIB, BLOCK_LAYER_BYTES = 2 ** 30, LAYERS * HEADS * 8 * 2 ** 10  # Qwen3-8B: 8 KiB per (block, head), 36 x 8
+
+
+@pytest.mark.parametrize("n_blocks,paper_gib", [(1536, 0.52), (2048, 0.46)])  # 24K and 32K tokens
+def test_union_over_heads_matches_the_paper_handoff(n_blocks, paper_gib):
+    paper_union = paper_gib * GIB / BLOCK_LAYER_BYTES  # 236.7 blocks at 24K, 209.4 at 32K (local block included)
+    sel = SyntheticSelection(ROWS, n_blocks, K, seed=3, layers=LAYERS, kv_heads=HEADS)
+    union = head_union(sel.current(), HEADS, sel.width) + 1  # + the local block, sent for every layer
+    share = SyntheticParams().head_share
+    assert union.shape == (LAYERS * REQUESTS,)
+    assert union.mean() == pytest.approx(K * (share + HEADS * (1 - share)), rel=0.03)  # ~226
+    assert abs(union.mean() / paper_union - 1) <= 0.09, (union.mean(), paper_union)
+    assert abs(union.mean() * BLOCK_LAYER_BYTES / GIB - paper_gib) <= 0.04
+    assert union.mean() < 0.16 * n_blocks  # a small part of the context, unlike independent heads
+
+
+def test_heads_share_positions_and_drift_in_lock_step():
+    sel = SyntheticSelection(2 * HEADS, 1024, K, seed=4, kv_heads=HEADS)  # 2 groups (request, layer) of 8 heads
+    for _ in range(10):
+        s = sel.step()
+        for g in range(2):
+            heads = s.true_next[g * HEADS:(g + 1) * HEADS]
+            same = (heads == heads[0]).all(axis=0)  # positions holding one block in every head
+            assert 0.8 <= same.mean() <= 0.97, same.mean()
+            # the other positions hold each head's own blocks: (nearly always) 8 distinct ids
+            distinct = [len(set(col.tolist())) for col in heads[:, ~same].T]
+            assert np.mean(distinct) >= HEADS - 0.5 and min(distinct) >= 2, distinct
+    indep = SyntheticSelection(HEADS, 1024, K, SyntheticParams(head_share=0.0), seed=4, kv_heads=HEADS)
+    assert head_union(indep.current(), HEADS, indep.width)[0] > 0.6 * HEADS * K
+    full = SyntheticSelection(HEADS, 1024, K, SyntheticParams(head_share=1.0), seed=4, kv_heads=HEADS)
+    assert head_union(full.current(), HEADS, full.width)[0] == K
+
+
+def test_union_over_heads_torch_matches_numpy_rule():
+    torch = pytest.importorskip("torch")
+    sel = SyntheticSelection(HEADS * 4, torch.full((HEADS * 4,), 1536), K, seed=1, kv_heads=HEADS)
+    cur = sel.current()
+    u = head_union(cur, HEADS, sel.width)
+    ref = [len(set(cur[g * HEADS:(g + 1) * HEADS].flatten().tolist()) - {-1}) for g in range(4)]
+    assert u.tolist() == ref
+
+
+# -- recall of a capped resident set: the churn is marginal blocks flickering at the cut-off ---------------------
+
+
+def test_capped_resident_set_keeps_the_important_blocks():
+    """Algorithm 2 on the draft under the paper's default cap (ratio 0.05: 6 of K = 128) at 16K tokens."""
+    sel = SyntheticSelection(LAYERS * HEADS, N_BLOCKS, K, seed=5, layers=LAYERS, kv_heads=HEADS)
+    got = capped_recall(sel, steps=30, cap=Fixed(0.05), warmup=20)
+    assert got.fetch_per_row == pytest.approx(6.0)  # the cap binds every step
+    assert got.missing_per_row > 12  # ~17 predicted blocks a step are not resident: the flicker
+    assert got.top_half_recall >= 0.99, got
+    assert got.weighted_recall >= 0.96, got
+    assert 0.85 <= got.recall <= 0.95, got
+    # uniform drift over every non-hot rank with a wide window (the earlier model) loses far more of the set
+    old = SyntheticSelection(LAYERS * HEADS, N_BLOCKS, K, SyntheticParams(drift_zone=0.75, window_fraction=0.5),
+                             seed=5, layers=LAYERS, kv_heads=HEADS)
+    worse = capped_recall(old, steps=30, cap=Fixed(0.05), warmup=20)
+    assert worse.recall < 0.7 and worse.weighted_recall < got.weighted_recall - 0.05, worse
+
+
+def test_fetch_all_traffic_matches_table2():
+    """Unlimited cap: |D_{t+1} \\ D_t| is 16.7 blocks per row per step (5.05 GB at batch 128, module docstring)."""
+    sel = SyntheticSelection(LAYERS * HEADS, N_BLOCKS, K, seed=6, layers=LAYERS, kv_heads=HEADS)
+    got = capped_recall(sel, steps=30, cap=Unlimited(), warmup=5)
+    assert got.fetch_per_row == pytest.approx(16.7, abs=0.4)
+    assert got.recall >= 0.98  # uncapped: the resident set is the draft
