@@ -9,10 +9,12 @@
 | ``paged_attn``     | paged dense decode attention (dense baseline), split-K, GQA |
 | ``splitk``         | the reduction that merges split-K partial results (shared by both attentions) |
 
-Interpreter mode: ``triton.jit`` reads ``TRITON_INTERPRET`` when a kernel is *decorated*, i.e. when a kernel module
-is imported, not when triton is. So this package turns the interpreter on here, before any kernel module is
-imported, whenever CUDA is unavailable; importing ``triton`` earlier does no harm. Set ``TRITON_INTERPRET=0``
-explicitly to opt out. On a CUDA machine nothing changes.
+Interpreter mode: ``triton.jit`` reads ``TRITON_INTERPRET`` when a function is *decorated*. That covers triton's own
+``@jit`` helpers too (the combine functions behind ``tl.max``/``tl.min``/``tl.sum``, decorated when ``triton`` is
+first imported), so the variable must be set before ``triton`` is imported anywhere in the process: a kernel
+decorated under the interpreter that calls a compiled-mode helper fails with "Cannot call @triton.jit'd outside of
+the scope of a kernel". This package sets it whenever CUDA is unavailable; any module that imports ``triton`` must
+import ``kernels`` first. Set ``TRITON_INTERPRET=0`` explicitly to opt out. On a CUDA machine nothing changes.
 
 Interpreter fixes (Triton 3.6, applied only when interpreting; the compiled path is untouched):
 - with numpy >= 2.4, ``range(0, n)`` fails when ``n`` is a runtime scalar argument (``int()`` of a 1-element,
@@ -21,6 +23,8 @@ Interpreter fixes (Triton 3.6, applied only when interpreting; the compiled path
   bf16 operands to fp32 first, exact for bf16 values.
 """
 import os
+import sys
+import warnings
 
 
 def _cuda_available() -> bool:
@@ -31,8 +35,12 @@ def _cuda_available() -> bool:
     return torch.cuda.is_available()
 
 
-if not _cuda_available():
-    os.environ.setdefault("TRITON_INTERPRET", "1")
+if not _cuda_available() and "TRITON_INTERPRET" not in os.environ:
+    if "triton" in sys.modules:
+        warnings.warn("triton was imported before kernels on a machine without CUDA: its own @jit helpers are "
+                      "compiled-mode, so interpreted kernels that reduce (tl.max, tl.sum) will fail; import kernels "
+                      "first or set TRITON_INTERPRET=1 in the environment", RuntimeWarning, stacklevel=2)
+    os.environ["TRITON_INTERPRET"] = "1"
 
 
 def _fix_interpreter() -> None:

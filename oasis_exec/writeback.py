@@ -9,6 +9,8 @@ from __future__ import annotations
 
 import torch
 
+import kernels  # noqa: F401  -- decides TRITON_INTERPRET before triton is first imported (see kernels/__init__.py)
+
 try:
     import triton
     import triton.language as tl
