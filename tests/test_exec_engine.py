@@ -78,9 +78,11 @@ def _poison_hook(runner):
 
     def poisoned(layer, pred, rows, step, cap):
         plan = select(layer, pred, rows, step, cap)
-        live = plan.fetch_slot >= 0
-        lanes_of_row = torch.arange(runner.max_lanes * runner.H, device=plan.fetch_slot.device)[rows]
-        dst = (lanes_of_row[:, None] * runner.store.W + plan.fetch_slot.clamp(min=0))[live]
+        # Fixed shape, no host sync (the step may be under CUDA-graph capture): padding hits the TRASH slot.
+        st = runner.store
+        row_ids = torch.arange(runner.max_lanes * runner.H, device=plan.fetch_slot.device)[rows]
+        slot = torch.where(plan.fetch_slot >= 0, plan.fetch_slot, st.TRASH)
+        dst = (row_ids[:, None] * st.W + slot).reshape(-1)
         runner.store.k[layer][dst] = float("nan")
         runner.store.v[layer][dst] = float("nan")
         return plan
