@@ -83,8 +83,8 @@ def _poison_hook(runner):
         row_ids = torch.arange(runner.max_lanes * runner.H, device=plan.fetch_slot.device)[rows]
         slot = torch.where(plan.fetch_slot >= 0, plan.fetch_slot, st.TRASH)
         dst = (row_ids[:, None] * st.W + slot).reshape(-1)
-        runner.store.k[layer][dst] = float("nan")
-        runner.store.v[layer][dst] = float("nan")
+        runner.store.k[layer].index_fill_(0, dst, float("nan"))  # a scalar fill: no CPU tensor, capture-safe
+        runner.store.v[layer].index_fill_(0, dst, float("nan"))
         return plan
 
     pipe.select = poisoned
