@@ -2,7 +2,7 @@
 
 Layouts (``bs`` = block size, ``D`` = head dim, ``H`` = KV heads, ``L`` layers), chosen to match ``kernels/``:
 
-- ``HostPool.k`` / ``.v``: [L, N_host, H, bs, D] each, pinned. One (layer, block, KV head) of K, and of V, is one
+- ``HostPool.k[l]`` / ``.v[l]``: [N_host, H, bs, D] per layer, pinned. One (layer, block, KV head) of K, and of V, is one
   contiguous run of bs * D elements (4 KiB at 16 x 128 bf16), so a fetch is two contiguous reads. Host block ids
   are allocated by the scheduler (torch-free) and handed over per request as a block table.
 - ``SparseStore.k[l]`` / ``.v[l]``: [B_max * H * (S + 2), bs, D] per layer: the slot pool of ``kernels.sparse_attn``.
@@ -23,24 +23,31 @@ import torch
 
 
 class HostPool:
-    """The full KV cache of every admitted request, in (pinned, when CUDA is present) host memory."""
+    """The full KV cache of every admitted request, in (pinned, when CUDA is present) host memory.
+
+    ``k[l]`` / ``v[l]``: [N_host, H, bs, D], one tensor per layer (pinned in pieces of N_host * H * bs * D
+    elements rather than one allocation: a single 48 GB ``cudaHostAlloc`` of the whole pool was refused on the
+    H200 machine where 40 GB in one piece succeeded).
+    """
 
     def __init__(self, n_layers, n_blocks, n_kv_heads, block_size, head_dim, dtype, pin):
-        shape = (n_layers, n_blocks, n_kv_heads, block_size, head_dim)
-        self.k = torch.empty(shape, dtype=dtype, pin_memory=pin)
-        self.v = torch.empty(shape, dtype=dtype, pin_memory=pin)
+        shape = (n_blocks, n_kv_heads, block_size, head_dim)
+        self.k = [torch.empty(shape, dtype=dtype, pin_memory=pin) for _ in range(n_layers)]
+        self.v = [torch.empty(shape, dtype=dtype, pin_memory=pin) for _ in range(n_layers)]
         self.n_blocks = n_blocks
 
     @property
     def nbytes(self) -> int:
-        return 2 * self.k.numel() * self.k.element_size()
+        return sum(t.numel() * t.element_size() for t in self.k + self.v)
 
     def fill_pattern(self, seed: int = 0, chunk: int = 1 << 24) -> None:
         """Fill with a repeated random pattern (benchmarks: synthesized prefill; values need only be non-zero)."""
         g = torch.Generator().manual_seed(seed)
-        for t in (self.k, self.v):
+        pat = None
+        for t in self.k + self.v:
             flat = t.view(-1)
-            pat = (torch.randn(min(flat.numel(), chunk), generator=g) * 0.5).to(flat.dtype)
+            if pat is None:
+                pat = (torch.randn(min(flat.numel(), chunk), generator=g) * 0.5).to(flat.dtype)
             for off in range(0, flat.numel(), pat.numel()):
                 n = min(pat.numel(), flat.numel() - off)
                 flat[off: off + n].copy_(pat[:n])
