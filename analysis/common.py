@@ -34,6 +34,11 @@ def provenance() -> dict:
             return "unknown"
 
     dirty = git("status", "--porcelain", "--", "oasis_sim", "oasis_core")
+    import hashlib
+    h = hashlib.sha256()
+    for f in sorted(list((REPO / "oasis_sim").glob("*.py")) + list((REPO / "oasis_core").glob("*.py"))):
+        h.update(f.name.encode())
+        h.update(f.read_bytes())
     cpu = platform.processor() or platform.machine()
     try:
         with open("/proc/cpuinfo") as f:
@@ -45,14 +50,19 @@ def provenance() -> dict:
         pass
     return {"commit": git("rev-parse", "--short", "HEAD"),
             "sim_tree_dirty": bool(dirty and dirty != "unknown"),
+            "sim_tree_dirty_files": dirty.replace("\n", "; ") if dirty and dirty != "unknown" else "",
+            "sim_source_sha256": h.hexdigest()[:16],
             "date_utc": datetime.now(timezone.utc).strftime("%Y-%m-%d %H:%M UTC"),
             "machine": f"{platform.node()}: {cpu}, {os.cpu_count()} CPUs, Python {platform.python_version()}, "
                        f"{platform.system()} {platform.release()}"}
 
 
 def provenance_md(p: dict) -> str:
-    dirty = " (oasis_sim/oasis_core had uncommitted changes)" if p["sim_tree_dirty"] else ""
-    return f"Commit `{p['commit']}`{dirty}, {p['date_utc']}, machine: {p['machine']}."
+    dirty = (f" plus uncommitted changes in the working tree ({p.get('sim_tree_dirty_files', '')})"
+             if p["sim_tree_dirty"] else "")
+    return (f"Commit `{p['commit']}`{dirty}; oasis_sim + oasis_core sources sha256 "
+            f"`{p.get('sim_source_sha256', '?')}` (read when the script started); {p['date_utc']}; machine: "
+            f"{p['machine']}.")
 
 
 def step_stats(log, warmup_s: float = 0.0) -> dict:
