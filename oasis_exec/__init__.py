@@ -1,0 +1,16 @@
+"""OasisKV's PyTorch + Triton executor.
+
+Module map (files named by role):
+
+- ``config.py``    ``ExecConfig``: one frozen, validated dataclass; its field help is the CLI's.
+- ``model.py``     Qwen3 / Llama decoder pieces (RMSNorm, RoPE, GQA, SwiGLU, q/k norm), random or HF safetensors weights.
+- ``draft.py``     EAGLE-3-style draft head in the published weight layout (fc, midlayer, lm_head, d2t/t2d).
+- ``kv_store.py``  pinned host pool, sparse GPU slot pool + per-head mapping + summaries, paged dense cache.
+- ``pipeline.py``  per-layer prediction -> selection -> transfer on side streams (UVA gather or host gather + DMA).
+- ``writeback.py`` device-decided copy of filled local blocks to the host pool (UVA kernel).
+- ``ops.py``       kernel dispatch: ``kernels/`` on CUDA, their torch references elsewhere.
+- ``scheduler.py`` torch-free continuous batching, admission, chunked prefill; ``BatchPlan`` is the contract.
+- ``runner.py``    owns GPU state; executes a ``BatchPlan`` (prefill chunk or decode step; CUDA graphs).
+- ``engine.py``    schedule -> execute -> update; ``add_request`` / ``step`` / ``abort`` / ``generate``.
+- ``bench.py``     closed-loop benchmark record; ``__main__.py``: ``python -m oasis_exec bench|generate|serve``.
+"""
