@@ -34,7 +34,7 @@ class ExecConfig:
     host_kv_gb: float | None = _f(None, "pinned host pool for the full KV cache, GB (sparse modes)")
     max_lanes: int | None = _f(None, "cap on concurrent requests (default: what the budgets fit)")
     transfer: str = _f("host", "host (threaded gather into pinned staging + one DMA) | uva (direct-read gather "
-                               "kernel) | auto")
+                               "kernel) | auto (the measured choice: uva)")
     host_threads: int = _f(8, "CPU threads of the host gather")
     uva_programs: int = _f(32, "programs of the persistent UVA gather")
     no_transfer: bool = _f(False, "plan selections but skip the copies (overlap reference; attention reads stale "

@@ -38,7 +38,8 @@ class Prefetcher:
         self.jobs = [None] * L  # host path: future that has enqueued layer l's transfer
         self.units = torch.zeros((), dtype=torch.int64, device=device)  # (block, head) units fetched, cumulative
         self.missing = torch.zeros((), dtype=torch.int64, device=device)
-        self.path = cfg.transfer if cfg.transfer != "auto" else "host"
+        # "auto" takes the path the H200 runs chose (analysis/results/exec_h200_2026-11-30.md): the UVA gather.
+        self.path = cfg.transfer if cfg.transfer != "auto" else "uva"
         self.prof = []  # per layer-step records when profiling
         self.keep = []  # tensors a captured graph reads across streams (moved to the graph after capture)
         self.host_gather_s = []

@@ -340,7 +340,7 @@ class Runner:
         if not cfg.cuda_graph or self.device.type != "cuda" or cfg.profile or self.record is not None \
                 or cfg.selection == "replay" or (self.pipe is not None and not self.pipe.cuda):
             return False
-        if cfg.sparse and cfg.transfer != "uva" and not cfg.no_transfer:
+        if cfg.sparse and self.pipe.path != "uva" and not cfg.no_transfer:
             return False
         return lanes_list == list(range(len(lanes_list)))
 
