@@ -29,7 +29,7 @@ def _engine_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--kv-budget-gb", type=float, default=None, help=h["kv_budget_gb"])
     p.add_argument("--host-kv-gb", type=float, default=None, help=h["host_kv_gb"])
     p.add_argument("--max-lanes", type=int, default=None, help=h["max_lanes"])
-    p.add_argument("--transfer", default="host", help=h["transfer"])
+    p.add_argument("--transfer", default="auto", help=h["transfer"])
     p.add_argument("--host-threads", type=int, default=8, help=h["host_threads"])
     p.add_argument("--uva-programs", type=int, default=32, help=h["uva_programs"])
     p.add_argument("--no-transfer", action="store_true", help=h["no_transfer"])

@@ -33,7 +33,7 @@ class ExecConfig:
     kv_budget_gb: float | None = _f(None, "GPU memory for KV state (slots, summaries, caches), GB")
     host_kv_gb: float | None = _f(None, "pinned host pool for the full KV cache, GB (sparse modes)")
     max_lanes: int | None = _f(None, "cap on concurrent requests (default: what the budgets fit)")
-    transfer: str = _f("host", "host (threaded gather into pinned staging + one DMA) | uva (direct-read gather "
+    transfer: str = _f("auto", "host (threaded gather into pinned staging + one DMA) | uva (direct-read gather "
                                "kernel) | auto (the measured choice: uva)")
     host_threads: int = _f(8, "CPU threads of the host gather")
     uva_programs: int = _f(32, "programs of the persistent UVA gather")
