@@ -22,18 +22,112 @@ import math
 import torch
 
 
+# -- exact-size pinned host memory ----------------------------------------------------------------------------
+# ``torch.empty(..., pin_memory=True)`` goes through PyTorch's caching host allocator, which rounds every request up
+# to the next power of two: a 48.5 GB piece takes 64 GiB, and 72 per-layer pieces of 1.35 GB (40 requests at 16K)
+# take 72 x 2 GiB = 155 GB -- more than this 128 GiB machine has. That rounding, not the driver, refused the H200
+# runs' pools. So the pool is pageable memory of exactly the size needed, page-locked with ``cudaHostRegister``
+# (mapped: the UVA gather reads it through its host pointer). Registration costs about as much as the pinning did
+# (the guest's memory grows at ~2.7 GB/s on the lent machine), so the registered pieces are kept for the life of
+# the process and reused by the next pool that fits in them (a benchmark that runs several configurations in one
+# process pins its largest pool once).
+
+_PINNED = {"pieces": [], "piece_bytes": 0}  # registered flat uint8 buffers, kept for reuse
+
+
+def _cuda_register(ptr: int, nbytes: int) -> int:
+    err = torch.cuda.cudart().cudaHostRegister(ptr, nbytes, 3)  # cudaHostRegisterPortable | Mapped
+    return int(getattr(err, "value", err))
+
+
+def _cuda_unregister(ptr: int) -> int:
+    err = torch.cuda.cudart().cudaHostUnregister(ptr)
+    return int(getattr(err, "value", err))
+
+
+def _cudart_libs() -> list:
+    """ctypes handles of the CUDA runtime(s) this process has loaded (torch's)."""
+    import ctypes
+
+    with open("/proc/self/maps") as f:
+        libs = sorted({ln.split()[-1] for ln in f if "libcudart" in ln})
+    return [ctypes.CDLL(lib) for lib in libs]
+
+
+def _clear_cuda_error() -> None:
+    """Reset the runtime's last error after a refused registration (else the next kernel launch check raises it)."""
+    try:
+        for lib in _cudart_libs():
+            lib.cudaGetLastError()
+    except Exception:
+        pass
+
+
+def _same_device_pointer(ptr: int) -> bool:
+    """Whether the GPU reaches registered memory at its host address (the UVA gather passes the host pointer)."""
+    try:
+        import ctypes
+
+        for lib in _cudart_libs():
+            dptr = ctypes.c_void_p()
+            if lib.cudaHostGetDevicePointer(ctypes.byref(dptr), ctypes.c_void_p(ptr), 0) == 0:
+                return dptr.value == ptr
+    except Exception:
+        pass
+    return True  # unknown: cudaDevAttrCanUseHostPointerForRegisteredMem is 1 on x86-64 Linux
+
+
+def release_pinned() -> None:
+    """Unregister and drop the kept pinned pieces (views still alive become pageable memory)."""
+    for t in _PINNED["pieces"]:
+        _cuda_unregister(t.data_ptr())
+    _PINNED["pieces"], _PINNED["piece_bytes"] = [], 0
+
+
+def pinned_pieces(n: int, nbytes: int) -> list:
+    """``n`` page-locked flat uint8 tensors of ``nbytes`` each (exact size), reusing the kept ones when they fit."""
+    kept = _PINNED["pieces"]
+    if len(kept) >= n and _PINNED["piece_bytes"] >= nbytes:
+        return [t[:nbytes] for t in kept[:n]]
+    release_pinned()  # free the smaller pieces first: host memory, not address space, is what binds
+    pieces = []
+    for i in range(n):
+        t = torch.empty(nbytes, dtype=torch.uint8)
+        rc = _cuda_register(t.data_ptr(), nbytes) if nbytes else 0
+        if rc != 0:
+            for p in pieces:
+                _cuda_unregister(p.data_ptr())
+            del pieces, t
+            _clear_cuda_error()
+            raise RuntimeError(f"cudaHostRegister refused piece {i + 1} of {n} ({nbytes / 1e9:.2f} GB each, "
+                               f"{i * nbytes / 1e9:.1f} GB already pinned): error {rc}")
+        pieces.append(t)
+        if i == 0 and nbytes and not _same_device_pointer(t.data_ptr()):
+            _cuda_unregister(t.data_ptr())  # the GPU would need another address: use PyTorch's pinned allocator
+            pieces = [torch.empty(nbytes, dtype=torch.uint8, pin_memory=True) for _ in range(n)]
+            _PINNED["pieces"], _PINNED["piece_bytes"] = [], 0
+            return pieces
+    _PINNED["pieces"], _PINNED["piece_bytes"] = pieces, nbytes
+    return pieces
+
+
 class HostPool:
     """The full KV cache of every admitted request, in (pinned, when CUDA is present) host memory.
 
-    ``k[l]`` / ``v[l]``: [N_host, H, bs, D], one tensor per layer (pinned in pieces of N_host * H * bs * D
-    elements rather than one allocation: a single 48 GB ``cudaHostAlloc`` of the whole pool was refused on the
-    H200 machine where 40 GB in one piece succeeded).
+    ``k[l]`` / ``v[l]``: [N_host, H, bs, D], one tensor per layer, each its own exact-size page-locked piece
+    (``pinned_pieces``; see the note above on why not ``pin_memory=True``).
     """
 
     def __init__(self, n_layers, n_blocks, n_kv_heads, block_size, head_dim, dtype, pin):
         shape = (n_blocks, n_kv_heads, block_size, head_dim)
-        self.k = [torch.empty(shape, dtype=dtype, pin_memory=pin) for _ in range(n_layers)]
-        self.v = [torch.empty(shape, dtype=dtype, pin_memory=pin) for _ in range(n_layers)]
+        if pin:
+            nbytes = math.prod(shape) * torch.tensor([], dtype=dtype).element_size()
+            flat = pinned_pieces(2 * n_layers, nbytes)
+            views = [f.view(dtype).view(shape) for f in flat]
+            self.k, self.v = views[0::2], views[1::2]
+        else:
+            self.k = [torch.empty(shape, dtype=dtype) for _ in range(n_layers)]
+            self.v = [torch.empty(shape, dtype=dtype) for _ in range(n_layers)]
         self.n_blocks = n_blocks
 
     @property
