@@ -32,7 +32,7 @@ class ExecConfig:
     max_context: int = _f(16384 + 1024, "most tokens of one request (prompt + output)")
     kv_budget_gb: float | None = _f(None, "GPU memory for KV state (slots, summaries, caches), GB")
     host_kv_gb: float | None = _f(None, "pinned host pool for the full KV cache, GB (sparse modes)")
-    max_lanes: int | None = _f(None, "cap on concurrent requests (default: what the budgets fit)")
+    max_lanes: int | None = _f(None, "cap on concurrent requests (default: what --kv-budget-gb fits; else only 4)")
     transfer: str = _f("auto", "host (threaded gather into pinned staging + one DMA) | uva (direct-read gather "
                                "kernel) | auto (the measured choice: uva)")
     host_threads: int = _f(8, "CPU threads of the host gather")

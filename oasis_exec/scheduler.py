@@ -2,8 +2,9 @@
 
 The scheduler owns requests, lanes (the executor's batch rows) and host block ids. ``schedule()`` returns one
 ``StepPlan``-like ``BatchPlan`` (the only object the executor reads), ``update(plan, result)`` folds the sampled
-tokens back and retires finished requests. A step is either one prefill chunk of one request or one decode token
-for every running request (nano-vllm's split), so the executor runs one kind of batch at a time.
+tokens back and retires finished requests. A retired (finished or aborted) request is handed to the caller once and
+then forgotten, so nothing accumulates in a long-running server. A step is either one prefill chunk of one request
+or one decode token for every running request (nano-vllm's split), so the executor runs one kind of batch at a time.
 
 Admission needs a free lane (GPU budget: the executor sizes lanes from ``--kv-budget-gb``) and enough free host
 blocks for the whole request (prompt + max_tokens, host budget from ``--host-kv-gb``; dense and quest modes keep
@@ -21,13 +22,16 @@ class SamplingParams:
     max_tokens: int = 16
     temperature: float = 0.0
     stop_ids: tuple = ()
-    seed: int | None = None
+    seed: int | None = None  # None: a key derived from the engine seed and the request id
+    top_p: float = 1.0  # nucleus sampling: draw from the smallest top set holding this much probability
 
     def __post_init__(self):
         if not isinstance(self.max_tokens, int) or self.max_tokens < 1:
             raise ValueError(f"SamplingParams.max_tokens: must be an int >= 1, got {self.max_tokens!r}")
         if self.temperature < 0:
             raise ValueError(f"SamplingParams.temperature: must be >= 0, got {self.temperature!r}")
+        if not 0 < self.top_p <= 1:
+            raise ValueError(f"SamplingParams.top_p: must be in (0, 1], got {self.top_p!r}")
 
 
 @dataclass
@@ -101,8 +105,7 @@ class Scheduler:
         self.free_lanes = list(range(max_lanes))
         self.free_host = deque(range(host_blocks))
         self.waiting: deque[Request] = deque()
-        self.running: dict[int, Request] = {}
-        self.finished: dict[int, Request] = {}
+        self.running: dict[int, Request] = {}  # admitted (prefilling or decoding); retired requests are dropped
         self._released: list[int] = []
         self._ids = itertools.count()
         self.step = 0
@@ -114,19 +117,20 @@ class Scheduler:
         self.waiting.append(Request(rid, list(prompt), sampling, synthetic_prefill))
         return rid
 
-    def abort(self, req_id) -> bool:
-        for r in list(self.waiting):
+    def abort(self, req_id) -> Request | None:
+        """End a waiting or running request now and free its lane and host blocks. Returns the request (state
+        "aborted", finish_reason "abort"), or None when the id is unknown or already retired."""
+        for r in self.waiting:
             if r.id == req_id:
                 self.waiting.remove(r)
                 r.state, r.finish_reason = "aborted", "abort"
-                self.finished[r.id] = r
-                return True
+                return r
         r = self.running.get(req_id)
         if r is None:
-            return False
+            return None
         self._retire(r, "abort")
         r.state = "aborted"
-        return True
+        return r
 
     def has_work(self) -> bool:
         return bool(self.waiting or self.running)
@@ -148,8 +152,9 @@ class Scheduler:
                                 r.sampling.seed if r.sampling.seed is not None else r.id))
         release, self._released = tuple(self._released), []
         sampling = {r.id: r.sampling for r in self.running.values()}
-        # Prefill first (one chunk of the oldest prefilling request), else decode everyone ready.
-        for r in sorted(self.running.values(), key=lambda x: x.lane):
+        # Prefill first (one chunk of the oldest prefilling request: ``running`` is in admission order, so one
+        # prompt is finished before the next starts and one prompt's scratch KV is alive at a time), else decode.
+        for r in self.running.values():
             if r.state == "prefill" and not r.synthetic_prefill:
                 n = min(self.prefill_chunk, len(r.prompt) - r.n_prefilled)
                 chunk = PrefillChunk(r.id, r.lane, r.n_prefilled, tuple(r.prompt[r.n_prefilled: r.n_prefilled + n]),
@@ -165,7 +170,8 @@ class Scheduler:
         return BatchPlan(self.step, tuple(admits), release, None, tuple(items), sampling)
 
     def update(self, plan: BatchPlan, tokens: dict) -> list:
-        """tokens: req_id -> sampled token id. Returns the requests finished in this step."""
+        """tokens: req_id -> sampled token id. Returns the requests finished in this step; the scheduler keeps no
+        reference to them."""
         self.step += 1
         done = []
         if plan.prefill is not None:
@@ -200,4 +206,3 @@ class Scheduler:
         self._released.append(r.lane)
         self.free_host.extend(r.host_blocks)
         r.host_blocks = []
-        self.finished[r.id] = r

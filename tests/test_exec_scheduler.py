@@ -1,6 +1,11 @@
-"""The executor's scheduler is torch-free: admission by lanes and host blocks, chunked prefill, retirement."""
+"""The executor's scheduler is torch-free: admission by lanes and host blocks, chunked prefill, retirement. The
+engine forgets retired requests (bounded state), reports `stats()`, and samples per request (seed, top_p)."""
+import math
+import random
 import subprocess
 import sys
+
+import pytest
 
 from oasis_exec.scheduler import SamplingParams, Scheduler
 
@@ -33,10 +38,12 @@ def test_admission_chunked_prefill_and_retirement():
     p = s.schedule()
     assert [(d.req_id, d.token, d.position) for d in p.decode] == [(a, 5, 70), (b, 9, 20)]
     assert not p.admit  # c needs 4 blocks, 3 are free
+    done = []
     for _ in range(9):
-        s.update(p, {a: 1, b: 2})
+        done += s.update(p, {a: 1, b: 2})
         p = s.schedule()
-    assert s.finished[a].finish_reason == "length" and len(s.finished[a].output) == 10
+    assert [(r.id, r.finish_reason, len(r.output)) for r in done] == [(a, "length", 10)]
+    assert a not in s.running
     assert [x.req_id for x in p.admit] == [c] and p.admit[0].lane == 0 and p.release == (0,)
 
 
@@ -45,11 +52,15 @@ def test_stop_and_abort_free_resources():
     a = s.add([1, 2, 3], SamplingParams(max_tokens=8, stop_ids=(42,)), synthetic_prefill=True)
     p = s.schedule()
     assert p.prefill is None and [(d.token, d.position) for d in p.decode] == [(3, 2)]
-    s.update(p, {a: 42})
-    assert s.finished[a].finish_reason == "stop" and s.free_lanes == [0] and len(s.free_host) == 4
+    (r,) = s.update(p, {a: 42})
+    assert r.finish_reason == "stop" and s.free_lanes == [0] and len(s.free_host) == 4
     b = s.add([1, 2], SamplingParams(max_tokens=8))
     s.schedule()
-    assert s.abort(b) and s.free_lanes == [0] and not s.abort(b)
+    assert s.abort(b).finish_reason == "abort" and s.free_lanes == [0] and s.abort(b) is None
+    c = s.add([1, 2], SamplingParams(max_tokens=8))
+    assert s.abort(c).state == "aborted" and not s.has_work()  # aborted while waiting
+    with pytest.raises(ValueError, match="top_p"):
+        SamplingParams(top_p=0.0)
 
 
 def test_bench_cli_writes_a_record(tmp_path):
@@ -67,3 +78,140 @@ def test_bench_cli_writes_a_record(tmp_path):
               "date", "commit"):
         assert k in rec
     assert rec["concurrency"] == 2 and rec["steps"] == 4 and rec["selection"] == "synthetic"
+
+
+# ---- the engine: bounded state, stats, per-request sampling ----
+
+
+def _engine(mode="lookahead", **kw):
+    from oasis_exec.config import ExecConfig
+    from oasis_exec.engine import Engine
+
+    base = dict(model="tiny", device="cpu", dtype="float32", mode=mode, top_k=4, max_context=320, max_lanes=3,
+                block_size=16, draft_vocab=64, prefill_chunk=24)
+    base.update(kw)
+    return Engine(ExecConfig(**base))
+
+
+def _prompt(rng, n):
+    return [rng.randrange(1, 250) for _ in range(n)]
+
+
+def _run(eng, reqs):
+    """reqs: [(prompt, SamplingParams)] -> the token list of each, by running the engine dry."""
+    ids = [eng.add_request(p, sp) for p, sp in reqs]
+    outs = {i: [] for i in ids}
+    while eng.has_work():
+        for o in eng.step():
+            outs[o.request_id].extend(o.new_token_ids)
+    return [outs[i] for i in ids]
+
+
+@pytest.mark.parametrize("mode", ["lookahead", "dense"])
+def test_engine_state_stays_bounded_over_many_requests(mode):
+    """Many requests, some aborted while waiting, mid-prefill or mid-decode: nothing accumulates in the engine, the
+    scheduler or the runner, and every pool is back to empty at the end."""
+    import torch
+
+    torch.set_num_threads(1)
+    eng = _engine(mode)
+    rng = random.Random(0)
+    sizes = []
+    live, ended, aborted = set(), 0, 0
+    for i in range(120):
+        sp = SamplingParams(max_tokens=rng.randrange(1, 6), temperature=rng.choice([0.0, 0.9]), seed=i)
+        live.add(eng.add_request(_prompt(rng, rng.randrange(1, 60)), sp))
+        for _ in range(rng.randrange(0, 4)):
+            for o in eng.step():
+                if o.finish_reason is not None:
+                    live.discard(o.request_id)
+                    ended += 1
+        if live and rng.random() < 0.2:
+            rid = rng.choice(sorted(live))
+            assert eng.abort(rid)
+            live.discard(rid)
+            aborted += 1
+        s, r = eng.scheduler, eng.runner
+        sizes.append((len(s.running) + len(s.waiting), len(eng._keys), len(r.scratch), len(r.lane_blocks)))
+    while eng.has_work():
+        for o in eng.step():
+            if o.finish_reason is not None:
+                live.discard(o.request_id)
+                ended += 1
+    assert not live and ended + aborted == 120 and aborted > 10
+    s, r = eng.scheduler, eng.runner
+    assert not hasattr(s, "finished")
+    assert (len(s.running), len(s.waiting), len(eng._keys), len(r.scratch)) == (0, 0, 0, 0)
+    assert len(s._released) <= eng.max_lanes  # lanes freed since the last step: told to the runner by the next
+    assert max(n for _, n, _, _ in sizes) <= max(n for n, _, _, _ in sizes) <= 120
+    assert max(n for _, _, n, _ in sizes) <= 1 and max(n for _, _, _, n in sizes) <= eng.max_lanes
+    st = eng.stats()
+    assert (st.running, st.waiting, st.lanes_used, st.gpu_slots_used, st.host_blocks_used) == (0, 0, 0, 0, 0)
+    assert st.lanes_free == eng.max_lanes and st.host_blocks_free == r.host_blocks_total
+
+
+def test_engine_stats_while_busy():
+    eng = _engine("lookahead", max_lanes=2)
+    rng = random.Random(1)
+    for _ in range(3):
+        eng.add_request(_prompt(rng, 40), SamplingParams(max_tokens=30))
+    for _ in range(12):
+        eng.step()
+    st = eng.stats()
+    sh = eng.runner.shape
+    assert (st.running, st.waiting, st.lanes_used, st.lanes_free, st.lanes_total) == (2, 1, 2, 0, 2)
+    assert st.slots_per_lane == sh.n_layers * sh.n_kv_heads * 4 and st.gpu_slots_used == 2 * st.slots_per_lane
+    assert st.host_blocks_used == 2 * 5 and st.host_blocks_total == eng.runner.host_blocks_total
+    assert st.prefetch_bytes == st.prefetch_units * eng.unit_bytes and st.prefetch_units >= 0
+    assert math.isnan(st.hidden_fraction) and st.stall_s == 0.0 and isinstance(st.stage_ms, dict)  # not profiled
+    assert eng.stats(read_counters=False).prefetch_units == st.prefetch_units
+
+
+@pytest.mark.parametrize("mode", ["lookahead", "dense"])
+def test_seeded_request_is_deterministic_whatever_the_batch(mode):
+    rng = random.Random(2)
+    target = _prompt(rng, 37)
+    others = [_prompt(rng, n) for n in (50, 12, 70, 25)]
+    sp = SamplingParams(max_tokens=12, temperature=1.0, seed=1234)
+    alone = _run(_engine(mode), [(target, sp)])[0]
+    # In a batch: other sampled requests before and after it, with other seeds (and one unseeded), fewer lanes.
+    mix = [(others[0], SamplingParams(max_tokens=9, temperature=1.0, seed=1)),
+           (others[1], SamplingParams(max_tokens=15, temperature=0.7)),
+           (target, sp),
+           (others[2], SamplingParams(max_tokens=5, temperature=1.3, seed=1234)),
+           (others[3], SamplingParams(max_tokens=8))]
+    assert _run(_engine(mode), mix)[2] == alone
+    assert _run(_engine(mode, max_lanes=2), mix[::-1])[2] == alone  # other order, fewer lanes
+    assert _run(_engine(mode), [(target, SamplingParams(max_tokens=12, temperature=1.0, seed=99))])[0] != alone
+    # Unseeded requests follow the engine seed.
+    un = SamplingParams(max_tokens=12, temperature=1.0)
+    assert _run(_engine(mode, seed=4), [(target, un)]) == _run(_engine(mode, seed=4), [(target, un)])
+    assert _run(_engine(mode, seed=4), [(target, un)]) != _run(_engine(mode, seed=5), [(target, un)])
+
+
+def test_sample_top_p_and_temperature():
+    import torch
+
+    from oasis_exec.sampling import sample, uniform
+
+    logits = torch.log(torch.tensor([[0.5, 0.3, 0.15, 0.05]] * 4))
+    P = [SamplingParams(temperature=1.0, top_p=p) for p in (1.0, 0.5, 0.8, 0.81)]
+    draws = [[uniform(7, i)] * 4 for i in range(4000)]
+    got = torch.stack([sample(logits, P, d) for d in draws])  # [n, 4]
+    freq = [torch.bincount(got[:, j], minlength=4).float() / len(draws) for j in range(4)]
+    assert torch.allclose(freq[0], torch.tensor([0.5, 0.3, 0.15, 0.05]), atol=0.03)
+    assert freq[1].tolist() == [1.0, 0.0, 0.0, 0.0]  # the top token holds 0.5 >= top_p
+    assert freq[2][2:].sum() == 0 and abs(freq[2][0] - 0.5 / 0.8) < 0.03  # {0, 1} hold 0.8
+    assert freq[3][3] == 0 and freq[3][2] > 0.1  # 0.81 needs the third token
+    greedy = sample(logits, [SamplingParams()] * 4, [0.99] * 4)
+    assert greedy.tolist() == [0] * 4
+    assert 0.0 <= min(uniform(k, i) for k in range(50) for i in range(50)) < 1.0
+
+
+def test_top_p_reaches_the_engine():
+    rng = random.Random(3)
+    p = _prompt(rng, 30)
+    greedy = _run(_engine("dense"), [(p, SamplingParams(max_tokens=10))])[0]
+    tiny_p = _run(_engine("dense"), [(p, SamplingParams(max_tokens=10, temperature=5.0, top_p=1e-6, seed=3))])[0]
+    hot = _run(_engine("dense"), [(p, SamplingParams(max_tokens=10, temperature=5.0, seed=3))])[0]
+    assert tiny_p == greedy != hot  # a vanishing nucleus is the argmax; a hot full distribution is not

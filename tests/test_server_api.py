@@ -66,6 +66,17 @@ def test_token_id_prompt_and_sampling(client):
     assert r.usage.prompt_tokens == 3 and r.usage.completion_tokens == 4
 
 
+def test_seed_and_top_p_are_honoured(client):
+    def text(**kw):
+        return client.completions.create(model=MODEL, prompt="Once upon", max_tokens=8, **kw).choices[0].text
+
+    greedy = text(temperature=0)
+    seeded = text(temperature=1.5, seed=11)
+    assert text(temperature=1.5, seed=11) == seeded  # the same seed, the same tokens
+    assert seeded != greedy
+    assert text(temperature=1.5, top_p=1e-6, seed=11) == greedy  # a vanishing nucleus keeps only the argmax
+
+
 def test_chat_completion_stream_and_not(client):
     msgs = [{"role": "system", "content": "Be brief."}, {"role": "user", "content": "Hi!"}]
     r = client.chat.completions.create(model=MODEL, messages=msgs, max_tokens=5, temperature=0)
@@ -112,7 +123,8 @@ BAD = [
     ("empty prompt", "/v1/completions", {"model": MODEL, "prompt": ""}, "prompt"),
     ("token id past vocab", "/v1/completions", {"model": MODEL, "prompt": [1, 999999]}, "prompt"),
     ("n > 1", "/v1/completions", {"model": MODEL, "prompt": "x", "n": 3}, "n"),
-    ("top_p the engine cannot honour", "/v1/completions", {"model": MODEL, "prompt": "x", "top_p": 0.5}, "top_p"),
+    ("top_p zero", "/v1/completions", {"model": MODEL, "prompt": "x", "top_p": 0}, "top_p"),
+    ("top_p above one", "/v1/completions", {"model": MODEL, "prompt": "x", "top_p": 1.5}, "top_p"),
     ("prompt + max_tokens > context", "/v1/completions",
      {"model": MODEL, "prompt": [65] * (CONTEXT - 10), "max_tokens": 11}, "max_tokens"),
     ("prompt alone fills context", "/v1/completions", {"model": MODEL, "prompt": [65] * CONTEXT}, "prompt"),

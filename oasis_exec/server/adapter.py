@@ -4,7 +4,7 @@ Engine options come from `oasis_exec.config.ExecConfig`: every field becomes a `
 field's help, so the server accepts exactly the options the executor does. `--model` names a preset (or a local
 Hugging Face directory, as a shorthand for `--model-path`); `--dummy` asks for random weights.
 
-Accounting for `/metrics` (the same definitions as `oasis_exec.bench`):
+Accounting for `/metrics`, read from the public `Engine.stats()` (the same definitions as `oasis_exec.bench`):
 
 - GPU slots: a lane is one request's reservation in the GPU KV store; a lane holds `L * H * top_k` selectable
   block slots in the sparse modes and `L * H * max_blocks` paged blocks in `dense` / `quest`.
@@ -82,60 +82,41 @@ class ExecutorEngine:
     """`ServingEngine` over `oasis_exec.engine.Engine` (request ids are the engine's)."""
 
     def __init__(self, engine) -> None:
-        import torch
-
         self.engine = engine
-        cfg, runner = engine.cfg, engine.runner
-        self._sched = engine.scheduler
-        self._runner = runner
-        shape = runner.shape
+        cfg, shape = engine.cfg, engine.runner.shape
         self.model_info = ModelInfo(
             name=cfg.model, max_model_len=cfg.max_context, vocab_size=shape.vocab, eos_token_ids=(),
             model_dir=cfg.model_path, dummy=cfg.model_path is None, mode=cfg.mode, device=cfg.device,
         )
-        L, H = shape.n_layers, shape.n_kv_heads
-        self._slots_per_lane = L * H * (cfg.top_k if cfg.sparse else cfg.max_blocks)
-        self._units, self._units_at = 0, 0.0
-        self._unit_bytes = 2 * cfg.block_size * shape.head_dim * torch.tensor([], dtype=runner.dtype).element_size()
+        self._counters_at = float("-inf")
 
     def add_request(self, prompt_ids, sampling: Sampling):
         from oasis_exec.scheduler import SamplingParams
 
-        if sampling.top_p != 1.0:
-            raise ValueError(f"top_p: the engine samples from the full distribution; got {sampling.top_p}")
-        sp = SamplingParams(max_tokens=sampling.max_tokens, temperature=sampling.temperature,
+        sp = SamplingParams(max_tokens=sampling.max_tokens, temperature=sampling.temperature, top_p=sampling.top_p,
                             stop_ids=tuple(sampling.stop_token_ids), seed=sampling.seed)
         return self.engine.add_request(list(prompt_ids), sp)
 
     def step(self) -> list[StepOutput]:
-        outs = [StepOutput(o.request_id, tuple(o.new_token_ids), o.finish_reason) for o in self.engine.step()]
-        for o in outs:  # the scheduler keeps every finished request; a long-running server must not
-            if o.finish_reason is not None:
-                self._sched.finished.pop(o.request_id, None)
-        return outs
+        return [StepOutput(o.request_id, tuple(o.new_token_ids), o.finish_reason) for o in self.engine.step()]
 
     def abort(self, request_id) -> None:
         self.engine.abort(request_id)
-        self._sched.finished.pop(request_id, None)  # the server keeps no use for finished requests
 
     def has_unfinished(self) -> bool:
         return self.engine.has_work()
 
     def stats(self) -> EngineStats:
-        s, r = self._sched, self._runner
-        lanes_used = r.max_lanes - len(s.free_lanes)
-        host_total = r.host_blocks_total
-        stage = r.stage_ms
-        transfer_ms, stall_ms = stage.get("transfer", 0.0), stage.get("stall", 0.0)
         now = time.monotonic()
-        if now - self._units_at >= COUNTER_PERIOD_S or not s.has_work():  # reading it syncs the device
-            self._units, self._units_at = r.counters()["units_fetched"], now
+        # Reading the prefetch counter syncs the device: at most every COUNTER_PERIOD_S while busy, always when idle.
+        read = now - self._counters_at >= COUNTER_PERIOD_S or not self.engine.has_work()
+        if read:
+            self._counters_at = now
+        s = self.engine.stats(read_counters=read)
         return EngineStats(
-            running=len(s.running), waiting=len(s.waiting),
-            gpu_slots_used=lanes_used * self._slots_per_lane, gpu_slots_total=r.max_lanes * self._slots_per_lane,
-            host_blocks_used=host_total - len(s.free_host) if host_total else 0, host_blocks_total=host_total,
-            prefetch_bytes=self._units * self._unit_bytes,
-            hidden_fraction=max(0.0, 1.0 - stall_ms / transfer_ms) if transfer_ms else float("nan"),
-            stall_s=stall_ms / 1e3,
-            extra={"gpu_lanes_used": lanes_used, "gpu_lanes_total": r.max_lanes},
+            running=s.running, waiting=s.waiting,
+            gpu_slots_used=s.gpu_slots_used, gpu_slots_total=s.gpu_slots_used + s.gpu_slots_free,
+            host_blocks_used=s.host_blocks_used, host_blocks_total=s.host_blocks_total,
+            prefetch_bytes=s.prefetch_bytes, hidden_fraction=s.hidden_fraction, stall_s=s.stall_s,
+            extra={"gpu_lanes_used": s.lanes_used, "gpu_lanes_total": s.lanes_total},
         )
