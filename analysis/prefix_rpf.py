@@ -80,7 +80,8 @@ def write_md(res: dict, outdir: Path) -> None:
              "the near-ideal case). Policy figures: "
              f"`policy_sampling={o['sampling']}`, `profile_steps={o['profile_steps']}` (longer than every output, "
              "so no request's figures are extrapolated; on a 150-request slice this gave RPF network bytes within "
-             "0.5% of `policy_sampling=exact`, 214.5 vs 215.6 GiB, at 1/10 of its run time).", "",
+             "0.5% of `policy_sampling=exact`, 214.5 vs 215.6 GiB, at 1/10 of its run time; "
+             "measured with the synthetic generator of commit `0505666`).", "",
              "| prefix cache (host tier) | hand-off | TTFT p50 ms | TTFT p99 ms | TPOT p50 ms | network GiB | of which at hand-off "
              "| GiB / request | share of full KV | prefix-hit tokens | prefill busy s |",
              "| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |"]
