@@ -20,6 +20,7 @@ TRANSFER_PATHS = ("dma", "uva")
 SELECTION_SOURCES = ("synthetic", "replay")
 POLICY_SAMPLING = ("profile", "exact")
 EVENT_MODES = ("closed", "events")
+RPF_GRANULARITIES = ("block", "head")
 ARRIVALS = ("trace", "closed", "poisson")
 
 
@@ -68,10 +69,14 @@ class SimConfig:
                               "profile")
     policy_layers: int = _h("layers simulated per request (all their KV heads), scaled up to the model's layers",
                             2)
-    profile_steps: int = _h("profile: steps per calibration episode (later steps reuse the tail mean)", 64)
+    profile_steps: int = _h("profile: steps per calibration episode (later steps reuse the tail mean; RPF misses are stepped over the longest decode instead)", 64)
     # -- prefill/decode split, prefix cache -------------------------------------------------------------------
     split: str = _h("none: one node | full: hand off the whole KV | rpf: remote partial fetching", "none")
     nic: str = _h("link preset of the prefill->decode NIC", "roce-400g")
+    rpf_granularity: str = _h("rpf hand-off unit: block (union over a layer's KV heads) | head (each head's own set)",
+                              "block")
+    rpf_send_summaries: bool = _h("rpf: the hand-off also carries every block summary (1/16 of the KV at K,V min/max)",
+                                  True)
     prefix_cache: bool = _h("reuse prompt prefix blocks (trace prefix_block_ids)", False)
     prefix_cache_hbm_bytes: float = _h("prefix cache: HBM tier bytes", 4e9)
     prefix_cache_host_bytes: float = _h("prefix cache: host tier bytes", 64e9)
@@ -116,6 +121,7 @@ class SimConfig:
         choice("policy_sampling", POLICY_SAMPLING)
         choice("split", SPLITS)
         choice("event_mode", EVENT_MODES)
+        choice("rpf_granularity", RPF_GRANULARITIES)
         integer("top_k", 1)
         integer("block_size", 1)
         number("fetch_ratio", 0.0, 1.0, lo_open=True)
@@ -138,8 +144,9 @@ class SimConfig:
         number("prefix_cache_hbm_bytes", 0.0)
         number("prefix_cache_host_bytes", 0.0)
         integer("timeline_steps", 0)
-        if not isinstance(self.prefix_cache, bool):
-            bad("prefix_cache", "must be true or false")
+        for name in ("prefix_cache", "rpf_send_summaries"):
+            if not isinstance(getattr(self, name), bool):
+                bad(name, "must be true or false")
         if self.concurrency is not None and self.arrival == "trace":
             object.__setattr__(self, "arrival", "closed")
         if self.arrival == "closed" and self.concurrency is None:

@@ -129,6 +129,7 @@ class Engine:
                 if prof is not None:  # inlined RequestPolicy.next() for the profile fast path
                     pol.i += 1
                     f, _miss, rec, rem = prof.tail if pol.i >= prof.n else prof.rows[pol.i]
+                    rem *= pol.rscale
                 else:
                     f, _miss, rec, rem = pol.next()
                 sl = f * L * kvh

@@ -18,7 +18,9 @@ decides *which rows* are simulated and how their figures are scaled to the whole
 - ``policy_sampling='profile'`` (default, fast): one calibration episode per context-length bucket (quarter
   octaves of the block count) of ``profile_steps`` steps, all buckets stepped together in one vectorised
   generator; a request at decode step ``i`` uses its bucket's step-``i`` figures, and the mean of the episode's
-  second half beyond the episode. ``tests/test_sim_policy.py`` bounds the difference to 'exact' on throughput and
+  second half beyond the episode — except RPF remote units, which honour the ledger's at-most-once rule: with
+  ``split='rpf'`` the episode's ledger is stepped over the workload's longest decode and its per-step misses used
+  as they are (no extrapolation; 0 beyond). ``tests/test_sim_policy.py`` bounds the difference to 'exact' on throughput and
   bytes.
 
 Step indexing: ``fetch[0]`` is the first fill at admission (``initial_plan``), ``fetch[i]`` (i >= 1) the blocks
@@ -163,14 +165,15 @@ class Runner:
             self.ledgers = [RemoteLedger(self.P, self.kvh, n, 1) for n in self.nb]
             cur = self.gen.current().reshape(len(self.nb), self.P, self.kvh, -1)
             for g, led in enumerate(self.ledgers):
-                led.handoff(cur[g], "block")
+                led.handoff(cur[g], cfg.rpf_granularity)
             self.handoff_units = np.array([led.handoff_units for led in self.ledgers], dtype=float)
         self.i = 0
         self.record = False
         self.plans = []
 
-    def step(self):
-        """Per-row arrays (fetch, missing, recall) and per-group remote units per row (or None)."""
+    def step(self, recall: bool = True):
+        """Per-row arrays (fetch, missing, recall) and per-group remote units per row (or None).
+        ``recall=False`` skips the recall metric (returns None for it)."""
         s = self.gen.step()
         self.i += 1
         cap = self.cap.cap(CapContext(step=self.i, top_k=self.top_k, rows=self.rows))
@@ -178,7 +181,7 @@ class Runner:
         self.resident, self.last_sel = plan.resident, plan.last_sel
         if self.record:
             self.plans.append((s, plan))
-        rec = resident_recall(plan.resident, s.true_next)
+        rec = resident_recall(plan.resident, s.true_next) if recall else None
         remote = None
         if self.ledgers is not None:
             fb = plan.fetch_block.reshape(len(self.nb), self.P, self.kvh, -1)
@@ -203,19 +206,31 @@ class Episode:
 
 @dataclass
 class Profile:
-    """Per-row figures by decode step of one context bucket; index 0 is the first fill."""
+    """Per-row figures by decode step of one context bucket; index 0 is the first fill.
+
+    ``fetch``/``missing``/``recall`` cover the calibration episode (``profile_steps``); beyond it a step reuses
+    ``tail`` (the mean of the episode's second half). ``remote`` (RPF units per row fetched over the network) is
+    *not* extrapolated that way: a unit crosses the network at most once (the ledger), so its per-step mean decays
+    to zero and reusing it would invent traffic. The bank steps the episode's ledger over the workload's whole
+    decode length instead, so ``remote`` may be longer than ``fetch``; beyond it a step fetches nothing remotely.
+    """
 
     fetch: np.ndarray  # [N + 1]
     missing: np.ndarray  # [N + 1]
     recall: np.ndarray  # [N + 1] (recall[0] = 1: the first fill is exact)
-    remote: np.ndarray  # [N + 1] RPF units per row fetched over the network (remote[0] = hand-off)
-    tail: tuple
+    remote: np.ndarray  # [M + 1], M >= N: RPF units per row fetched over the network (remote[0] = hand-off)
+    tail: tuple  # (fetch, missing, recall, 0.0): steps beyond the episode
 
     def __post_init__(self):
-        self.n = len(self.fetch)
+        self.n_fit = len(self.fetch)
+        tf, tm, tr = self.tail[:3]
+        self.tail = (tf, tm, tr, 0.0)
+        rem = [float(x) for x in self.remote]
         # Python floats per step, so the engine's hot loop indexes a list instead of four arrays.
-        self.rows = [tuple(float(a[i]) for a in (self.fetch, self.missing, self.recall, self.remote))
-                     for i in range(self.n)]
+        self.rows = [tuple(float(a[i]) for a in (self.fetch, self.missing, self.recall)) + (rem[i],)
+                     for i in range(self.n_fit)]
+        self.rows += [(tf, tm, tr, rem[i]) for i in range(self.n_fit, len(rem))]
+        self.n = len(self.rows)
 
     def at(self, i: int) -> tuple:
         return self.rows[i] if i < self.n else self.tail
@@ -230,7 +245,9 @@ def bucket_of(n_blocks: int) -> int:
 class ProfileBank:
     """Profiles for every context bucket the workload needs, computed together in one vectorised runner."""
 
-    def __init__(self, cfg: SimConfig, block_counts, seed: int):
+    def __init__(self, cfg: SimConfig, block_counts, seed: int, max_steps: int | None = None):
+        """``max_steps``: the longest decode (output tokens) of the workload; with ``split='rpf'`` the episode's
+        ledger is stepped that far (remote units only) so that no step's misses are extrapolated."""
         buckets = sorted({bucket_of(n) for n in block_counts})
         self.profiles: dict[int, Profile] = {}
         if not buckets:
@@ -250,10 +267,15 @@ class ProfileBank:
             fetch[i], missing[i], recall[i] = (a.reshape(g, gr).mean(1) for a in (f, m, r))
             if rem is not None:
                 remote[i] = rem
+        if run.ledgers is not None and max_steps is not None and max_steps > n:
+            ext = np.zeros((max_steps - n, g))
+            for i in range(max_steps - n):
+                ext[i] = run.step(recall=False)[3]
+            remote = np.concatenate([remote, ext])
         half = 1 + n // 2
         for j, b in enumerate(buckets):
-            cols = (fetch[:, j], missing[:, j], recall[:, j], remote[:, j])
-            self.profiles[b] = Profile(*cols, tail=tuple(float(c[half:].mean()) for c in cols))
+            cols = (fetch[:, j], missing[:, j], recall[:, j])
+            self.profiles[b] = Profile(*cols, remote[:, j], tail=tuple(float(c[half:].mean()) for c in cols))
 
     def get(self, n_blocks: int) -> Profile:
         return self.profiles[bucket_of(n_blocks)]
@@ -262,10 +284,13 @@ class ProfileBank:
 class RequestPolicy:
     """Per-request handle the engine steps: ``first_fill()`` then ``next()`` once per decode step."""
 
-    __slots__ = ("profile", "episode", "i")
+    __slots__ = ("profile", "episode", "i", "rscale")
 
-    def __init__(self, profile: Profile | None = None, episode: Episode | None = None):
+    def __init__(self, profile: Profile | None = None, episode: Episode | None = None, rscale: float = 1.0):
         self.profile, self.episode, self.i = profile, episode, 0
+        # Profile: decode-time remote units scale with the request's blocks over its bucket's (the synthetic
+        # near-miss window, hence the never-sent blocks a row drifts into, is a fixed share of the context).
+        self.rscale = rscale
 
     def first_fill(self) -> float:
         """(block, head) slices per row fetched at admission."""
@@ -280,24 +305,25 @@ class RequestPolicy:
         self.i += 1
         if self.episode is not None:
             return self.episode.step()
-        return self.profile.at(self.i)
+        f, m, r, rem = self.profile.at(self.i)
+        return f, m, r, rem * self.rscale
 
 
 class PolicySource:
     """Hands out a :class:`RequestPolicy` per admitted request according to the config."""
 
-    def __init__(self, cfg: SimConfig, block_counts):
+    def __init__(self, cfg: SimConfig, block_counts, max_steps: int | None = None):
         self.cfg = cfg
         self.replay = ReplaySets(cfg.replay_file, cfg.top_k) if cfg.selection == "replay" else None
         self.bank = None
         if cfg.sparse and cfg.policy_sampling == "profile" and self.replay is None:
-            self.bank = ProfileBank(cfg, block_counts, cfg.seed)
+            self.bank = ProfileBank(cfg, block_counts, cfg.seed, max_steps)
 
     def for_request(self, req_id: int, n_blocks: int) -> RequestPolicy | None:
         if not self.cfg.sparse:
             return None
         if self.bank is not None:
-            return RequestPolicy(profile=self.bank.get(n_blocks))
+            return RequestPolicy(profile=self.bank.get(n_blocks), rscale=max(int(n_blocks), 2) / bucket_of(n_blocks))
         # Exact: one episode per request, seeded by (seed, request id) so the order of admission does not matter.
         seed = (self.cfg.seed * 1_000_003 + int(req_id) * 7919) % (2 ** 63)
         return RequestPolicy(episode=Episode(self.cfg, n_blocks, seed, self.replay))

@@ -75,7 +75,8 @@ def simulate(cfg: SimConfig, trace: Trace, predictor: TimePredictor | None = Non
 
     reqs = make_requests(trace, cfg)
     bs = cfg.block_size
-    policy = PolicySource(cfg, [-(-(r.prompt + (r.output + 1) // 2) // bs) for r in reqs])
+    policy = PolicySource(cfg, [-(-(r.prompt + (r.output + 1) // 2) // bs) for r in reqs],
+                          max_steps=max((r.output for r in reqs), default=0))
     sched = Scheduler(cfg, geo, node.gpu.hbm, node.host, weights, policy)
     timeline = Timeline() if cfg.timeline_steps > 0 else None
 

@@ -9,9 +9,13 @@
   :class:`~oasis_sim.hardware.FairLink`; hand-offs of different requests share it):
 
   * ``split='full'``: the whole prompt KV (less blocks the decode node already holds in its prefix cache);
-  * ``split='rpf'``: remote partial fetching — the first step's predicted units (union over heads, from the
-    request's ``oasis_core.rpf.RemoteLedger`` in ``oasis_sim.policy``), the local block, all block summaries and the
-    draft state; later misses are fetched remotely during decode (:class:`RemoteFetcher`), each unit at most once.
+  * ``split='rpf'``: remote partial fetching — the first step's predicted units (``rpf_granularity='block'``: the
+    union over a layer's heads; ``'head'``: each head's own set; from the request's
+    ``oasis_core.rpf.RemoteLedger`` in ``oasis_sim.policy``), the local block, the block summaries (only with
+    ``rpf_send_summaries``, the default) and the draft state; later misses are fetched remotely during decode
+    (:class:`RemoteFetcher`), each unit at most once. ``summary.json`` reports the parts separately:
+    ``handoff_kv_bytes``, ``handoff_summary_bytes``, ``handoff_draft_bytes`` (their sum is ``handoff_bytes``) and
+    the decode-time misses ``rpf_remote_bytes``.
 
   TTFT in split runs is measured when the hand-off completes (the decode node streams tokens from then on).
 - :class:`RemoteFetcher` — the decode engine's RPF hook: a step's remote misses become one NIC flow; the step's
@@ -102,7 +106,10 @@ class PrefillNode:
             self.cache = PrefixCache(cfg.prefix_cache_hbm_bytes, cfg.prefix_cache_host_bytes, geo.bytes_per_token)
             # The decode node keeps prefix blocks it received in host DRAM: they need not cross again.
             self.decode_cache = PrefixCache(0.0, cfg.prefix_cache_host_bytes, geo.bytes_per_token)
-        self.handoff_bytes = 0.0
+        self.handoff_bytes = 0.0  # = kv + summaries + draft state
+        self.handoff_kv_bytes = 0.0
+        self.handoff_summary_bytes = 0.0
+        self.handoff_draft_bytes = 0.0
         self.full_kv_bytes = 0.0
         self.busy_s = 0.0
         self.prefix_hit_tokens = 0
@@ -154,13 +161,19 @@ class PrefillNode:
             keep = 1.0 - local / r.prompt
         self.sched.ensure_policy(r)
         if cfg.split == "full" or r.policy is None:
-            nbytes = full * keep
+            kv, summ, draft = full * keep, 0.0, 0.0
         else:
             rows = geo.rows_per_request
             units = r.policy.handoff_units() * rows
-            nbytes = (units * geo.bytes_per_block_head + geo.summary_bytes(r.prompt)) * keep + cfg.draft_state_bytes
+            kv = units * geo.bytes_per_block_head * keep
+            summ = geo.summary_bytes(r.prompt) * keep if cfg.rpf_send_summaries else 0.0
+            draft = cfg.draft_state_bytes
+        nbytes = kv + summ + draft
         self.full_kv_bytes += full
         self.handoff_bytes += nbytes
+        self.handoff_kv_bytes += kv
+        self.handoff_summary_bytes += summ
+        self.handoff_draft_bytes += draft
         t0 = env.now
         yield self.nic.send(nbytes, tag="handoff")
         if self.timeline is not None and len(self.timeline.events) < 20000:
@@ -173,5 +186,11 @@ class PrefillNode:
         self.engine.notify()
 
     def stats(self) -> dict:
+        remote = self.engine.remote.remote_bytes if self.engine.remote is not None else 0.0
         return {"handoff_bytes": round(self.handoff_bytes), "handoff_full_kv_bytes": round(self.full_kv_bytes),
+                "handoff_kv_bytes": round(self.handoff_kv_bytes),
+                "handoff_summary_bytes": round(self.handoff_summary_bytes),
+                "handoff_draft_bytes": round(self.handoff_draft_bytes),
+                "rpf_remote_bytes": round(remote), "rpf_granularity": self.cfg.rpf_granularity,
+                "rpf_send_summaries": self.cfg.rpf_send_summaries,
                 "prefill_busy_s": round(self.busy_s, 6), "prefix_hit_tokens": self.prefix_hit_tokens}

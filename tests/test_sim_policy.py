@@ -73,3 +73,30 @@ def test_profile_fast_path_is_within_tolerance_of_exact():
     prof = simulate(SimConfig(policy_sampling="profile", **base), tr).summary
     for key in ("throughput_tok_s", "h2d_bytes", "resident_recall", "tpot_ms_p50"):
         assert prof[key] == pytest.approx(exact[key], rel=0.05), key
+
+
+def test_profile_rpf_misses_honour_the_at_most_once_ledger():
+    """RPF remote misses decay to zero (each unit crosses once): the profile must not extrapolate their mean past
+    its episode. Stated tolerance: decode-time remote bytes within 5% of per-request exact episodes."""
+    tr = uniform_trace(6, 6000, 500, gap_s=0.02)
+    base = dict(top_k=32, policy_layers=2, profile_steps=24, timeline_steps=0, seed=2, split="rpf")
+    exact = simulate(SimConfig(policy_sampling="exact", **base), tr).summary
+    prof = simulate(SimConfig(policy_sampling="profile", **base), tr).summary
+    assert exact["rpf_remote_bytes"] > 0
+    assert prof["rpf_remote_bytes"] == pytest.approx(exact["rpf_remote_bytes"], rel=0.05)
+    for s in (exact, prof):
+        assert s["net_bytes"] == pytest.approx(s["handoff_bytes"] + s["rpf_remote_bytes"], rel=1e-6)
+
+
+def test_rpf_granularity_and_summaries_are_knobs_reported_apart():
+    tr = uniform_trace(3, 4000, 40, gap_s=0.02)
+    base = dict(top_k=32, policy_layers=1, profile_steps=8, timeline_steps=0, seed=1, split="rpf")
+    blk = simulate(SimConfig(**base), tr).summary
+    head = simulate(SimConfig(rpf_granularity="head", **base), tr).summary
+    bare = simulate(SimConfig(rpf_send_summaries=False, **base), tr).summary
+    for s in (blk, head, bare):
+        assert s["handoff_bytes"] == s["handoff_kv_bytes"] + s["handoff_summary_bytes"] + s["handoff_draft_bytes"]
+    assert (blk["rpf_granularity"], head["rpf_granularity"]) == ("block", "head")
+    assert head["handoff_kv_bytes"] < blk["handoff_kv_bytes"]  # a head's own set is inside the layer's union
+    assert blk["handoff_summary_bytes"] > 0 and bare["handoff_summary_bytes"] == 0
+    assert bare["handoff_kv_bytes"] == blk["handoff_kv_bytes"]
