@@ -61,6 +61,10 @@ class Engine:
         self.sum_bpbh = geo.summary_bytes_per_block_head
         self.res_tokens = (cfg.top_k + 1) * cfg.block_size
         self._events_out: list[StepTiming] = []
+        self._memo = bool(getattr(type(predictor), "memoisable", False))
+        self._tok_cache: dict = {}
+        self._lm_cache: dict = {}
+        self._head_s = predictor.time("step_overhead", {}) if self._memo else 0.0
 
     def notify(self) -> None:
         if not self.wake.triggered:
@@ -92,6 +96,17 @@ class Engine:
         return None
 
     # -- execute: the step's timing ---------------------------------------------------------------------------
+    def _per_token(self, tokens: int) -> float:
+        """gemm_layer + norm_rope for a token count; memoised when the predictor says its times depend
+        only on the shape (``memoisable`` class attribute), otherwise asked every step (e.g. a recording tap)."""
+        v = self._tok_cache.get(tokens) if self._memo else None
+        if v is None:
+            pred = self.pred
+            v = pred.time("gemm_layer", {"tokens": tokens}) + pred.time("norm_rope", {"tokens": tokens})
+            if self._memo:
+                self._tok_cache[tokens] = v
+        return v
+
     def execute(self, plan: BatchPlan):
         cfg, pred, L, kvh = self.cfg, self.pred, self.L, self.kvh
         mode = cfg.mode
@@ -102,8 +117,7 @@ class Engine:
             pf_attn += pred.time("attn_prefill", {"tokens": n, "past_tokens": r.prefill_done})
             n_pf += n
         gemm_tokens = n_dec + n_pf + (n_dec if mode == "lookahead" else 0)  # + draft token per request
-        c = pred.time("gemm_layer", {"tokens": gemm_tokens}) + pred.time("norm_rope", {"tokens": gemm_tokens})
-        c += pf_attn
+        c = self._per_token(gemm_tokens) + pf_attn
 
         # Decode attention, selection work and transfers.
         fetch_slices = 0.0  # (block, head) slices over all layers planned this step for the next
@@ -116,39 +130,40 @@ class Engine:
         blocks_sum = 0
         bs = cfg.block_size
         res_tokens = self.res_tokens
-        for r in plan.decode:
-            ctx = r.prompt + r.generated  # == r.ctx while decoding
-            ctx_tokens += ctx
-            nb = -(-ctx // bs)
-            blocks_sum += nb
-            if mode != "dense":
+        if mode == "dense" or mode == "quest" or not n_dec:
+            for r in plan.decode:
+                ctx = r.prompt + r.generated  # == r.ctx while decoding
+                ctx_tokens += ctx
+                blocks_sum += -(-ctx // bs)
                 att_tokens += ctx if ctx < res_tokens else res_tokens
-            pol = r.policy
-            if pol is not None:
+                r.recall_sum += 1.0
+                r.recall_n += 1
+            recall_sum = float(n_dec)
+        else:
+            remote = self.remote
+            for r in plan.decode:
+                ctx = r.prompt + r.generated
+                blocks_sum += -(-ctx // bs)
+                att_tokens += ctx if ctx < res_tokens else res_tokens
+                pol = r.policy
                 prof = pol.profile
                 if prof is not None:  # inlined RequestPolicy.next() for the profile fast path
-                    pol.i += 1
-                    f, _miss, rec, rem = prof.tail if pol.i >= prof.n else prof.rows[pol.i]
-                    rem *= pol.rscale
+                    i = pol.i = pol.i + 1
+                    f, _miss, rec, rem = prof.tail if i >= prof.n else prof.rows[i]
                 else:
-                    f, _miss, rec, rem = pol.next()
-                sl = f * L * kvh
+                    f, _miss, rec, rem = pol.next()  # an exact episode (rscale 1)
                 if rpf and rem:
-                    u = rem * L * kvh
+                    u = rem * pol.rscale * L * kvh
                     remote_units += u
-                    self.remote.received(r, u * self.bpbh)
+                    remote.received(r, u * self.bpbh)
+                sl = f * L * kvh
                 r.fetch_blocks += sl
                 r.recall_sum += rec
                 r.recall_n += 1
                 recall_sum += rec
-                if mode == "retrieval":
-                    inline_slices += sl
-                else:
-                    fetch_slices += sl
-            elif n_dec:
-                r.recall_sum += 1.0
-                r.recall_n += 1
-                recall_sum += 1.0
+                fetch_slices += sl
+            if mode == "retrieval":
+                inline_slices, fetch_slices = fetch_slices, 0.0
         self.recall_sum += recall_sum
         self.recall_n += n_dec
         if mode == "dense":
@@ -156,10 +171,15 @@ class Engine:
         elif n_dec:
             c += pred.time("attn_decode", {"kv_bytes": att_tokens * self.bpt_layer})
         score_s = topk_s = sel_s = 0.0
+        side_bytes = 0.0  # HBM bytes per layer the side stream moves (summary reads, top-K, landing transfers)
         if mode != "dense" and n_dec:
-            score_s = pred.time("score", {"summary_bytes": blocks_sum * kvh * self.sum_bpbh})
+            summary_bytes = blocks_sum * kvh * self.sum_bpbh
+            score_s = pred.time("score", {"summary_bytes": summary_bytes})
             topk_s = pred.time("topk", {"elements": blocks_sum * kvh})
-            sel_s = pred.time("select", {"rows": n_dec * kvh}) if cfg.sparse else 0.0
+            side_bytes = summary_bytes + 8.0 * blocks_sum * kvh
+            if cfg.sparse:
+                sel_s = pred.time("select", {"rows": n_dec * kvh})
+                c += pred.time("sparse_overhead", {"requests": n_dec})
 
         # First fills of requests that finished prefill now (their first decode step waits for them).
         fill = 0.0
@@ -169,9 +189,8 @@ class Engine:
                 r.fetch_blocks += sl
                 fill += sl
 
-        head_s = pred.time("step_overhead", {})
-        tail_s = pred.time("lm_head", {"tokens": n_dec + len(plan.prefill)})
         background = mode in ("lookahead", "proxy")
+        head_s = self._head_s if self._memo else pred.time("step_overhead", {})
         if mode == "quest":
             c += score_s + topk_s
         net_bytes = 0.0
@@ -190,9 +209,19 @@ class Engine:
             if cfg.transfer_path == "uva":
                 c += cfg.gather_sm_share * x
             h2d = layer_bytes * L
+            side_bytes += layer_bytes
+            # Side work overlapped with compute is not free: its HBM traffic is taken from the compute stream's.
+            c += pred.time("side_contention", {"hbm_bytes": side_bytes})
         else:
             h2d = 0.0
             x = 0.0
+        n_tail = n_dec + len(plan.prefill)
+        if self._memo:
+            tail_s = self._lm_cache.get(n_tail)
+            if tail_s is None:
+                tail_s = self._lm_cache[n_tail] = pred.time("lm_head", {"tokens": n_tail})
+        else:
+            tail_s = pred.time("lm_head", {"tokens": n_tail})  # a step's last predictor call
         self.h2d_bytes += h2d
         if cfg.sparse and n_pf:  # prefill KV offloaded to host DRAM on the GPU->host path
             nbytes = n_pf * self.geo.bytes_per_token

@@ -22,6 +22,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 from heapq import heappush
+from itertools import accumulate, repeat
 from typing import Sequence
 
 import simpy
@@ -82,13 +83,57 @@ class LayerPipeline:
 
     def __init__(self, n_layers: int):
         self.n_layers = n_layers
-        self.ready = [0.0] * n_layers  # time layer l's latest transfer completes
+        self._ready = [0.0] * n_layers  # time layer l's latest transfer completes
+        self._lazy = None  # (compute end times, pred, sel, xfer) of a fast-forwarded step: ready not yet built
         self.side_free = 0.0
         self.link_free = 0.0
         self._ready_ev: list[simpy.Event | None] = [None] * n_layers  # event mode only
 
+    @property
+    def ready(self) -> list[float]:
+        """Per layer, when its latest transfer completes (built on demand after a fast-forwarded step, with the
+        operations the loop would have done)."""
+        if self._lazy is not None:
+            ends, p, s, x = self._lazy
+            self._lazy = None
+            if x > 0:
+                self._ready = [((e + p) + s) + x for e in ends]
+            else:
+                self._ready = [(e + p) + s for e in ends]
+        return self._ready
+
     # -- closed form ------------------------------------------------------------------------------------------
     def step_closed(self, t0: float, w: LayerWork, record: bool = False) -> StepTiming:
+        """The recurrence of the module docstring. Fast path (no records, scalar durations): when every layer's
+        previous transfer is done before this step's first layer may start (``max(side_free, link_free) <= t0 +
+        head``: no stall is possible) and each layer's side work plus transfer is shorter than a layer's compute
+        by more than the rounding of the clock (no queueing on the side stream or the link), the step is
+        ``head + L·c + tail`` computed by the same sequential additions as the loop, and ``ready`` is kept as those
+        compute end times, to be expanded only if a later step needs it. Bit-identical to the loop and to
+        :meth:`step_events` (``tests/test_sim_pipeline.py``)."""
+        c = w.compute_s
+        if not record and type(c) is float and c > 0.0:
+            t = t0 + w.head_s
+            sf, lf = self.side_free, self.link_free
+            if t >= (sf if sf > lf else lf):
+                bg = w.background
+                if bg:
+                    p, sl, x = w.pred_s, w.select_s, w.xfer_s
+                    if type(p) is float and type(sl) is float and type(x) is float:
+                        ends = list(accumulate(repeat(c, self.n_layers), initial=t))
+                        t_end = ends[-1]
+                        margin = 1e-13 * (t_end if t_end > 1.0 else 1.0)
+                        if (p + sl) + (x if x > 0 else 0.0) < c - margin:
+                            del ends[0]
+                            side = (t_end + p) + sl
+                            self.side_free = side
+                            if x > 0:
+                                self.link_free = side + x
+                            self._lazy = (ends, p, sl, x)
+                            return StepTiming(t0, t_end + w.tail_s, 0.0)
+                else:
+                    ends = list(accumulate(repeat(c, self.n_layers), initial=t))
+                    return StepTiming(t0, ends[-1] + w.tail_s, 0.0)
         c = w.per_layer("compute_s")
         ready = self.ready
         stall = 0.0

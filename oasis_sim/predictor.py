@@ -15,6 +15,12 @@ op                 shape keys                                    roofline model
 ``score``          ``summary_bytes``                             lookahead scoring reads the block summaries
 ``topk``           ``elements``                                  top-K over the scores: ``elements·4 B`` read twice
 ``select``         ``rows``                                      Algorithm 2 on the GPU: fixed cost + per row
+``sparse_overhead`` ``requests``                                  per-request cost of the sparse machinery that is
+                                                                 not hidden: ``requests · sparse_request_layer_s``
+``side_contention`` ``hbm_bytes``                                 HBM bytes the side stream moves while compute
+                                                                 runs (summary reads, top-K, landing transfers),
+                                                                 charged to compute: ``side_hbm_contention ·
+                                                                 bytes / A``
 ``lm_head``        ``tokens``                                    final norm, LM head GEMM, sampling (per step)
 ``step_overhead``  (none)                                        launch/scheduling overhead per step
 =================  ============================================  =================================================
@@ -31,8 +37,8 @@ from typing import Mapping
 
 from oasis_core.specs import HardwareSpec, ModelSpec
 
-OPS = ("gemm_layer", "attn_decode", "attn_prefill", "norm_rope", "score", "topk", "select", "lm_head",
-       "step_overhead")
+OPS = ("gemm_layer", "attn_decode", "attn_prefill", "norm_rope", "score", "topk", "select", "sparse_overhead",
+       "side_contention", "lm_head", "step_overhead")
 
 
 class TimePredictor(ABC):
@@ -62,6 +68,8 @@ class RooflineParams:
     sampling_fixed_s: float = 50e-6  # per step
     step_overhead_s: float = 300e-6  # per step: scheduling, launch (CUDA graphs assumed)
     layer_overhead_s: float = 4e-6  # per layer: kernel launches not hidden by graphs
+    sparse_request_layer_s: float = 0.0  # per request per layer (sparse modes): see the class docstring
+    side_hbm_contention: float = 0.0  # share of the side stream's HBM bytes charged to the compute stream
 
     def __post_init__(self):
         for f in fields(self):
@@ -74,6 +82,8 @@ class RooflineParams:
 
 class RooflinePredictor(TimePredictor):
     """Analytic per-operation times from a model and a GPU spec (see the module docstring)."""
+
+    memoisable = True  # times depend on (op, shape) only: the engine may cache them per token count
 
     def __init__(self, model: ModelSpec, hardware: HardwareSpec, params: RooflineParams | None = None):
         self.model = model
@@ -89,6 +99,7 @@ class RooflinePredictor(TimePredictor):
             "gemm_layer": self._gemm_layer, "attn_decode": self._attn_decode, "attn_prefill": self._attn_prefill,
             "norm_rope": self._norm_rope, "score": self._score, "topk": self._topk, "select": self._select,
             "lm_head": self._lm_head, "step_overhead": self._step_overhead,
+            "sparse_overhead": self._sparse_overhead, "side_contention": self._side_contention,
         }
 
     def time(self, op: str, shape: Mapping[str, float]) -> float:
@@ -140,6 +151,12 @@ class RooflinePredictor(TimePredictor):
         memory = m.hidden * m.vocab * m.dtype_bytes / (self.hbm * self.p.gemm_mem_eff)
         logits = tokens * m.vocab * 4.0 / (self.hbm * self.p.elementwise_eff)
         return (compute if compute > memory else memory) + logits + self.p.sampling_fixed_s
+
+    def _sparse_overhead(self, s) -> float:
+        return s["requests"] * self.p.sparse_request_layer_s
+
+    def _side_contention(self, s) -> float:
+        return self.p.side_hbm_contention * s["hbm_bytes"] / self.attn_Bps
 
     def _step_overhead(self, s) -> float:
         return self.p.step_overhead_s

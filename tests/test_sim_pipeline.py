@@ -91,3 +91,51 @@ def test_at_fires_at_the_exact_absolute_time():
     env.process(p())
     env.run()
     assert seen == [t]
+
+
+def _closed_fast(works, n_layers):
+    """Closed form without records: the engine's path, which fast-forwards steps that cannot stall."""
+    pipe = LayerPipeline(n_layers)
+    t, out = 0.0, []
+    for w in works:
+        r = pipe.step_closed(t, w)
+        out.append(r)
+        t = r.end
+    return out, pipe
+
+
+@settings(max_examples=80, deadline=None)
+@given(st.integers(1, 6), st.integers(1, 6), st.integers(0, 2 ** 32 - 1))
+def test_fast_forward_equals_per_layer_events_bit_for_bit(n_layers, n_steps, seed):
+    # Scalar steps (the engine's shape), mostly in the no-stall regime, mixed with per-layer steps that stall.
+    rnd = random.Random(seed)
+    works = []
+    for _ in range(n_steps):
+        c = rnd.random() * 0.2 + 1e-3
+        if rnd.random() < 0.7:
+            works.append(LayerWork(n_layers, rnd.random() * 0.3, c, rnd.random() * 0.1, rnd.random() < 0.8,
+                                   rnd.random() * c * 0.5, rnd.random() * c * 0.2,
+                                   rnd.choice([0.0, rnd.random() * c * 0.3, rnd.random() * 2 * c])))
+        else:
+            works.append(LayerWork(n_layers, 0.0, [rnd.random() * 0.1 for _ in range(n_layers)], 0.0, True,
+                                   0.01, 0.0, [rnd.random() for _ in range(n_layers)]))
+    fast, pipe = _closed_fast(works, n_layers)
+    slow = _closed(works, n_layers)
+    ev = _events(works, n_layers)
+    for a, b, e in zip(fast, slow, ev):
+        assert (a.start, a.end, a.stall_s) == (b.start, b.end, b.stall_s) == (e.start, e.end, e.stall_s)
+    ref = LayerPipeline(n_layers)
+    t = 0.0
+    for w in works:
+        t = ref.step_closed(t, w, record=True).end
+    assert (pipe.ready, pipe.side_free, pipe.link_free) == (ref.ready, ref.side_free, ref.link_free)
+
+
+def test_fast_forward_is_taken_in_steady_state():
+    pipe = LayerPipeline(36)
+    w = LayerWork(36, 1e-4, 2e-4, 3e-4, True, 1e-5, 2e-5, 5e-5)
+    t = 0.0
+    for _ in range(3):
+        t = pipe.step_closed(t, w).end
+        assert pipe._lazy is not None  # no per-layer list was built
+    assert len(pipe.ready) == 36 and pipe._lazy is None
