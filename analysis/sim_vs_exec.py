@@ -9,7 +9,7 @@ all the others. With no recordings it says so in the .md/.json and draws nothing
 
 A configuration whose TPOT p50 or throughput error exceeds 10% (either predictor) is listed with the stage whose
 predicted time is furthest from its measured time (ms per step) -- a pointer for finding the cause, which is then
-written down in the .md by hand (section "Causes").
+written down by hand in ``analysis/sim_vs_exec_causes.md``, which the .md includes as its section "Causes".
 """
 from __future__ import annotations
 
@@ -92,8 +92,14 @@ def markdown(report: dict, flags: list) -> str:
             errs = ", ".join(f"{k} {v:+.1f}" for k, v in f["errors_pct"].items())
             L.append(f"| {f['predictor']} | {f['recording']} | {errs} | {f['largest_stage_gap'] or '-'} | "
                      f"{_f(f['largest_stage_gap_ms_per_step'], 2)} |")
-        L += ["", "## Causes", "", "(to be written after inspecting the flagged configurations: the stage gap above "
-              "is where to start; compare `python -m oasis_sim replay` timelines with the executor's)"]
+        causes = os.path.join(REPO, "analysis", "sim_vs_exec_causes.md")  # written by hand after inspection
+        if os.path.exists(causes):
+            with open(causes) as f:
+                L += ["", f.read().rstrip()]
+        else:
+            L += ["", "## Causes", "", "(to be written after inspecting the flagged configurations: the stage gap "
+                  "above is where to start; compare `python -m oasis_sim replay` timelines with the executor's; "
+                  "put them in analysis/sim_vs_exec_causes.md)"]
     L += ["", "![predicted vs measured](sim_vs_exec.png)", ""]
     return "\n".join(L)
 

@@ -34,7 +34,7 @@ def test_pool_is_registered_exactly_per_layer_and_reused(fake_cuda):
     ptrs = {t.data_ptr() for t in pool.k + pool.v}
     assert len(ptrs) == 2 * L  # every layer's K and V is its own piece
     pool.k[1][3, 1] = 1.5
-    assert pool.k[1][3, 1].float().mean() == 1.5 and pool.k[0].abs().sum() >= 0
+    assert pool.k[1][3, 1].float().mean() == 1.5
     # a smaller pool in the same process reuses the registered pieces: no new registration
     small = KS.HostPool(L, 6, H, bs, D, torch.bfloat16, pin=True)
     assert len(fake_cuda["reg"]) == 2 * L and not fake_cuda["unreg"]
