@@ -24,6 +24,9 @@ step           ``tpot_mean - layers`` (per step)             ``a·lm_head + c`` 
 copy rate      ``(transfer + host_gather) / L`` vs bytes     ``latency + bytes / rate`` per transfer path
 =============  ============================================  ====================================================
 
+The roofline's ``sparse_overhead`` and ``side_contention`` terms are not fitted: they are subtracted from the
+compute target and passed through unchanged.
+
 Without stage times (a run without ``--profile``) the compute target falls back to
 ``(tpot_mean - roofline head and tail - stall) / L``. Each group is solved by non-negative least squares on rows
 divided by their target (relative error); with fewer recordings than coefficients it drops the intercept, then
@@ -109,7 +112,8 @@ def sample_of(rec: Recording, roofline_replay) -> Sample:
     """``roofline_replay``: ``oasis_sim.replay.replay(rec)`` run with the roofline predictor."""
     res = roofline_replay
     L = res.cfg.model_spec.n_layers
-    acc = {"gemm": 0.0, "attn": 0.0, "side": 0.0, "select": 0.0, "lm_head": 0.0, "step_overhead": 0.0}
+    acc = {"gemm": 0.0, "attn": 0.0, "side": 0.0, "select": 0.0, "lm_head": 0.0, "step_overhead": 0.0,
+           "unfitted": 0.0}
     for ops in res.op_steps:
         for op, _shape, t in ops:
             if op in ("gemm_layer", "norm_rope"):
@@ -120,6 +124,8 @@ def sample_of(rec: Recording, roofline_replay) -> Sample:
                 acc["side"] += t
             elif op in ("select", "lm_head", "step_overhead"):
                 acc[op] += t
+            elif op in ("sparse_overhead", "side_contention"):  # taken from the roofline as they are, not fitted
+                acc["unfitted"] += t
     k = max(len(res.op_steps), 1)
     feat = {n: v / k for n, v in acc.items()}
     r = rec.results
@@ -230,6 +236,7 @@ def fit(samples: Sequence[Sample]) -> FittedModel:
                 y = (s.meas["layers"] - stall) / s.n_layers
             else:
                 y = (s.meas["tpot_mean"] - s.feat["lm_head"] - s.feat["step_overhead"] - stall) / s.n_layers
+            y -= s.feat.get("unfitted", 0.0)  # per-layer roofline terms the fitted predictor passes through
             rows.append(([s.feat["gemm"], s.feat["attn"], 1.0], y))
         c = _fit_group(rows, 3)
         if c is not None:

@@ -58,3 +58,22 @@ def test_efficiencies_are_parameters_and_validated():
         RooflineParams(gemm_mem_eff=1.5)
     with pytest.raises(ValueError, match="unknown 'nope'"):
         fast.time("nope", {})
+
+
+def test_sparse_overhead_and_side_contention_terms():
+    from oasis_sim.config import SimConfig
+    from oasis_sim.sim import simulate
+    from oasis_sim.workloads import uniform_trace
+
+    m, hw = get_model("qwen3-8b"), get_hardware("h100-sxm")
+    p = RooflinePredictor(m, hw)
+    assert p.time("sparse_overhead", {"requests": 10}) == pytest.approx(10 * 6.7e-6)
+    assert p.time("side_contention", {"hbm_bytes": 1e6}) == pytest.approx(1e6 / p.attn_Bps)
+    off = RooflinePredictor(m, hw, RooflineParams(sparse_request_layer_s=0.0, side_hbm_contention=0.0))
+    assert off.time("sparse_overhead", {"requests": 10}) == 0.0 == off.time("side_contention", {"hbm_bytes": 1e6})
+    # In a lookahead step both lengthen the compute stream: 36 layers x 8 requests x 6.7 us and more.
+    tr = uniform_trace(8, 4000, 20, gap_s=0.0)
+    cfg = SimConfig(mode="lookahead", top_k=32, policy_layers=1, profile_steps=8, timeline_steps=0, concurrency=8)
+    with_terms = simulate(cfg, tr, p).summary["tpot_ms_p50"]
+    without = simulate(cfg, tr, off).summary["tpot_ms_p50"]
+    assert with_terms - without > 36 * 8 * 6.7e-3
