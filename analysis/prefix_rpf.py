@@ -55,6 +55,9 @@ def run_cell(trace, split: str, prefix: bool, sampling: str, profile_steps: int,
             "ttft_ms_p50": s["ttft_ms_p50"], "ttft_ms_p99": s["ttft_ms_p99"], "ttft_ms_mean": float(ttft.mean()),
             "tpot_ms_p50": s["tpot_ms_p50"], "throughput_tok_s": s["throughput_tok_s"],
             "net_bytes": s["net_bytes"], "handoff_bytes": handoff, "decode_remote_bytes": s["net_bytes"] - handoff,
+            "handoff_kv_bytes": s.get("handoff_kv_bytes", 0.0),
+            "handoff_summary_bytes": s.get("handoff_summary_bytes", 0.0),
+            "handoff_draft_bytes": s.get("handoff_draft_bytes", 0.0),
             "full_kv_bytes": full, "net_share_of_full": s["net_bytes"] / full if full else None,
             "net_gib_per_req": s["net_bytes"] / n / GIB, "prefix_hit_tokens": s.get("prefix_hit_tokens", 0),
             "prompt_tokens": int(sum(r["prompt_tokens"] for r in rows)),
@@ -78,23 +81,24 @@ def write_md(res: dict, outdir: Path) -> None:
              "400G; prefix cache tiers 4 GB HBM + 64 GB host (simulator defaults; a 64 GB tier holds only ≈870 "
              "prefix blocks of 512 tokens, so a second setting with a 1.5 TB host tier, most of a DGX's 2 TB, shows "
              "the near-ideal case). Policy figures: "
-             f"`policy_sampling={o['sampling']}`, `profile_steps={o['profile_steps']}` (longer than every output, "
-             "so no request's figures are extrapolated; on a 150-request slice this gave RPF network bytes within "
-             "0.5% of `policy_sampling=exact`, 214.5 vs 215.6 GiB, at 1/10 of its run time; "
-             "measured with the synthetic generator of commit `0505666`).", "",
+             f"`policy_sampling={o['sampling']}`, `profile_steps={o['profile_steps']}` (the simulator's default; "
+             "since the fix of the at-most-once ledger the profile steps RPF misses over the longest decode instead "
+             "of extrapolating their mean, so the episode length no longer changes them: see the check below).", "",
              "| prefix cache (host tier) | hand-off | TTFT p50 ms | TTFT p99 ms | TPOT p50 ms | network GiB | of which at hand-off "
+             "| of which hand-off summaries | of which decode misses "
              "| GiB / request | share of full KV | prefix-hit tokens | prefill busy s |",
-             "| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |"]
+             "| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |"]
     for c in res["cells"]:
         lines.append("| " + " | ".join([
             f"on ({c['cache_host_gb']:,.0f} GB)" if c["prefix_cache"] else "off", c["split"], f(c["ttft_ms_p50"], 0),
             f(c["ttft_ms_p99"], 0),
             f(c["tpot_ms_p50"]), f(c["net_bytes"] / GIB, 1), f(c["handoff_bytes"] / GIB, 1),
+            f(c.get("handoff_summary_bytes", 0.0) / GIB, 1), f(c["decode_remote_bytes"] / GIB, 1),
             f(c["net_gib_per_req"], 3), f"{c['net_share_of_full']:.1%}", f"{c['prefix_hit_tokens']:,}",
             f(c["prefill_busy_s"], 1)]) + " |")
     if res.get("profile_check"):
-        lines += ["", "Same cells with the simulator's default `profile_steps=64` (later decode steps reuse the mean of "
-                  "the episode's second half — including its RPF misses), for comparison:", "",
+        lines += ["", "Check: the same cells with `profile_steps` = the longest output + 1 (no step of any request "
+                  "beyond the episode), for comparison:", "",
                   "| prefix cache | hand-off | network GiB | TTFT p50 ms |", "| --- | --- | --- | --- |"]
         for c in res["profile_check"]:
             lines.append(f"| {'on' if c['prefix_cache'] else 'off'} | {c['split']} | {c['net_bytes'] / GIB:.1f} | "
@@ -110,11 +114,10 @@ def main(argv=None) -> int:
     ap.add_argument("--limit", type=int, default=1000)
     ap.add_argument("--time-scale", type=float, default=2.0)
     ap.add_argument("--sampling", default="profile", choices=("exact", "profile"))
-    ap.add_argument("--profile-steps", type=int, default=None,
-                    help="profile episode length (default: the slice's longest output + 1, so that no request "
-                         "decodes beyond the episode and RPF misses are never extrapolated)")
+    ap.add_argument("--profile-steps", type=int, default=64,
+                    help="profile episode length (default: the simulator's 64)")
     ap.add_argument("--profile-check", action="store_true",
-                    help="also run the four cells with the simulator's default profile_steps (64)")
+                    help="also run the four cells with profile_steps = the slice's longest output + 1")
     ap.add_argument("--big-cache", type=float, default=1.5e12,
                     help="host-tier bytes of the larger prefix cache (the default tier is 64 GB)")
     ap.add_argument("--trace", default=str(TRACE))
@@ -147,9 +150,6 @@ def main(argv=None) -> int:
                      "output_mean": float(np.mean([q.output_tokens for q in reqs])),
                      "ideal_hit_share": hit_tokens / sum(q.prompt_tokens for q in raw.requests)},
            "cells": []}
-    if args.profile_steps is None:
-        args.profile_steps = max(q.output_tokens for q in reqs) + 1
-        res["options"]["profile_steps"] = args.profile_steps
     for prefix, cache in ((False, 64e9), (True, 64e9), (True, args.big_cache)):
         for split in ("full", "rpf"):
             c = run_cell(trace, split, prefix, args.sampling, args.profile_steps, cache)
@@ -161,7 +161,8 @@ def main(argv=None) -> int:
         res["profile_check"] = []
         for prefix in (False, True):
             for split in ("full", "rpf"):
-                res["profile_check"].append(run_cell(trace, split, prefix, "profile", 64))
+                res["profile_check"].append(run_cell(trace, split, prefix, "profile",
+                                                     max(q.output_tokens for q in reqs) + 1))
     res["wall_s"] = round(time.perf_counter() - t0, 1)
     common.write_json(outdir / "sim_prefix_rpf.json", res)
     write_md(res, outdir)
