@@ -77,7 +77,7 @@ class Engine:
         self._plan: BatchPlan | None = None  # the plan being executed (rows of the sampling call)
         self._keys: dict = {}  # req_id -> random key, for requests the scheduler holds
         self._units = 0  # prefetch units at the last counter read
-        self.runner._sample = self._sample  # the runner samples through the engine: per-request keys and top_p
+        self.runner.sampler = self._sample  # the runner samples through the engine: per-request keys and top_p
         shape = self.runner.shape
         self.slots_per_lane = shape.n_layers * shape.n_kv_heads * (cfg.top_k if cfg.sparse else cfg.max_blocks)
         self.unit_bytes = 2 * cfg.block_size * shape.head_dim * _element_size(self.runner.dtype)
@@ -158,10 +158,7 @@ class Engine:
 
     def _forget(self, req_id) -> None:
         self._keys.pop(req_id, None)
-        # A request aborted in the middle of a chunked prefill leaves its prompt KV scratch in the runner.
-        scratch = getattr(self.runner, "scratch", None)
-        if scratch is not None:
-            scratch.pop(req_id, None)
+        self.runner.release(req_id)  # a request aborted mid chunked prefill leaves its prompt KV in the runner
 
     def _sample(self, logits, params):
         """The runner's sampling call: ``params`` are the plan's SamplingParams in the order of the logits rows,

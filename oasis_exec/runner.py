@@ -104,6 +104,9 @@ class Runner:
         self.draft_tok = torch.zeros(lanes, dtype=torch.int64, device=dev)
         self.scratch = {}  # req_id -> (k [L, H, T, D], v) during a real prefill (sparse modes)
         self.gen = torch.Generator(device=dev).manual_seed(cfg.seed)
+        # sampler(logits [rows, V], sampling params a row) -> token ids [rows]; rows are the plan's prefill
+        # request, else its decode items, in order. The Engine installs its per-request-seeded sampler here.
+        self.sampler = self._sample_default
         self.synth = None  # (lanes tuple, SyntheticSelection)
         self.replay = torch.load(cfg.replay_path) if cfg.selection == "replay" else None
         self.record = [] if cfg.record_path else None
@@ -228,7 +231,7 @@ class Runner:
             del self.scratch[ch.req_id]
         logits = self.dec.logits(x[-1:])
         self.last_logits = {ch.req_id: logits[0]}
-        tok = self._sample(logits, [sampling[ch.req_id]])
+        tok = self.sampler(logits, [sampling[ch.req_id]])
         if self.draft is not None:
             self.draft_tok[ch.lane] = self.draft.propose(torch.cat([aux[i] for i in layers_aux])[None], tok)[0]
         return {ch.req_id: int(tok[0])}
@@ -320,7 +323,7 @@ class Runner:
             lanes = torch.tensor(lanes_list, device=dev)
             logits, aux = self._decode_core(lanes, _rows_of(lanes_list, self.H), toks, pos, sets, recorded)
         self.last_logits = {it.req_id: logits[i] for i, it in enumerate(items)}
-        tok = self._sample(logits, [plan.sampling[it.req_id] for it in items])
+        tok = self.sampler(logits, [plan.sampling[it.req_id] for it in items])
         if self.draft is not None:
             self.draft_tok[torch.tensor(lanes_list, device=dev)] = self.draft.propose(aux, tok)
         out = tok.tolist()  # the step's one host synchronisation
@@ -511,7 +514,7 @@ class Runner:
             recorded.append(pred)
         return pred
 
-    def _sample(self, logits, sampling):
+    def _sample_default(self, logits, sampling):
         temps = [sp.temperature for sp in sampling]
         greedy = logits.argmax(-1)
         if all(t == 0 for t in temps):
@@ -523,6 +526,10 @@ class Runner:
         return torch.where(hot, drawn, greedy)
 
     # -- accounting -----------------------------------------------------------------------------------------------
+
+    def release(self, req_id) -> None:
+        """Drop what the runner holds for a request that ended early (the prompt KV scratch of a chunked prefill)."""
+        self.scratch.pop(req_id, None)
 
     def counters(self) -> dict:
         if self.pipe is None:
