@@ -11,6 +11,8 @@ Module map (files named by role):
 - ``ops.py``       kernel dispatch: ``kernels/`` on CUDA, their torch references elsewhere.
 - ``scheduler.py`` torch-free continuous batching, admission, chunked prefill; ``BatchPlan`` is the contract.
 - ``runner.py``    owns GPU state; executes a ``BatchPlan`` (prefill chunk or decode step; CUDA graphs).
-- ``engine.py``    schedule -> execute -> update; ``add_request`` / ``step`` / ``abort`` / ``generate``.
-- ``bench.py``     closed-loop benchmark record; ``__main__.py``: ``python -m oasis_exec bench|generate|serve``.
+- ``engine.py``    schedule -> execute -> update; ``add_request`` / ``step`` / ``abort`` / ``stats`` / ``generate``.
+- ``sampling.py``  greedy, temperature and top-p sampling with per-request counter-based draws (seeds).
+- ``bench.py``     closed-loop benchmark record; ``recorder.py``: bench results as recordings (traces/SCHEMA.md).
+- ``server/``      the OpenAI-compatible server; ``__main__.py``: ``python -m oasis_exec bench|generate|serve``.
 """
