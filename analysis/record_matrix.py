@@ -2,11 +2,14 @@
 
     python analysis/record_matrix.py --out traces/recordings [--steps 24] [--warmup 4] [--budget-s 540]
     python analysis/record_matrix.py --dry-run          # the plan and the time estimate only (no torch needed)
+    python analysis/record_matrix.py --no-profile ...   # graph mode: whole-step CUDA graphs, no stage times
+    python analysis/record_matrix.py --device cpu --model tiny --hardware h200 --contexts 64 --concurrency 2 \
+        --transfer host --out /tmp/rec                  # CPU smoke test of the whole path
 
 Matrix (issue 7): concurrency {8, 16, 32, 64} x context {8K, 16K, 32K} for ``dense`` and ``lookahead`` (fetch
 ratio 0.05), plus ``lookahead`` at fetch ratios 0.02 and 0.10 at the contexts of ``--fr-contexts`` (default 16K;
 ``all`` for every context). Each run is ``oasis_exec.bench.run_bench`` (closed loop, synthesized prefill, dummy
-weights, synthetic selection by default, ``--profile`` stage timing) and is written at once as
+weights, synthetic selection by default; ``--profile`` stage timing unless ``--no-profile``) and is written at once as
 ``<out>/<label>.json`` with ``oasis_exec.recorder`` (a few KB: summaries and sampled steps). Existing recordings
 are skipped unless ``--overwrite``, so a matrix cut short by the budget resumes where it stopped on the next call.
 
@@ -19,7 +22,13 @@ Memory: dense runs get ``--kv-budget-gb`` of HBM for KV (the executor admits few
 budget is short: the recording keeps both numbers); sparse runs pin a host pool of what the batch needs, capped at
 ``--max-host-gb`` (pinning costs ~2.5 GB/s here), which again lowers the admitted concurrency of the largest
 configurations; a run that would admit the same number of requests as a smaller one of the same mode, context
-and fetch ratio is skipped as a duplicate. A log of every run (status, wall time, estimate) goes to ``<out>/_matrix_log.jsonl``.
+and fetch ratio is skipped as a duplicate.
+
+Profiled or not: ``--profile`` (the default) puts CUDA events around every layer's stages, which turns the
+executor's CUDA graphs off, so the steps are eager and launch-bound (the 2026-11-30 recordings: 2.5-6.4x slower
+than the engine's real, graph-captured step). ``--no-profile`` records the engine as it serves: whole-step CUDA
+graphs; the recording then has TPOT p50/p99, throughput, the sampled step durations and the bytes per link, but no
+per-stage times (``stage_ms_per_step`` empty; ``oasis_sim.fitted`` falls back to the TPOT for its compute target). A log of every run (status, wall time, estimate) goes to ``<out>/_matrix_log.jsonl``.
 """
 from __future__ import annotations
 
@@ -44,17 +53,17 @@ FETCH_RATIOS = (0.02, 0.05, 0.10)
 DEFAULT_FR = 0.05
 
 
-def plan(fr_contexts="16384", modes=("dense", "lookahead")) -> list:
+def plan(fr_contexts="16384", modes=("dense", "lookahead"), contexts=CONTEXTS, concurrency=CONCURRENCY) -> list:
     """[(mode, context, concurrency, fetch_ratio)] of the matrix."""
     runs = []
     for mode in modes:
-        for ctx in CONTEXTS:
-            for n in CONCURRENCY:
+        for ctx in contexts:
+            for n in concurrency:
                 runs.append((mode, ctx, n, DEFAULT_FR))
     if "lookahead" in modes:
-        ctxs = CONTEXTS if fr_contexts == "all" else tuple(int(c) for c in fr_contexts.split(",") if c)
+        ctxs = contexts if fr_contexts == "all" else tuple(int(c) for c in fr_contexts.split(",") if c)
         for ctx in ctxs:
-            for n in CONCURRENCY:
+            for n in concurrency:
                 for fr in FETCH_RATIOS:
                     if fr != DEFAULT_FR:
                         runs.append(("lookahead", ctx, n, fr))
@@ -65,7 +74,7 @@ def host_gb(mode, ctx, n, steps, warmup, geo, cap_gb) -> float:
     if mode == "dense":
         return 0.0
     need = n * (ctx + steps + warmup + 2 * geo.block_size) * geo.bytes_per_token * 1.02 / 1e9
-    return round(min(need, cap_gb), 2)
+    return round(min(need, cap_gb), 4)
 
 
 def admitted(mode, ctx, n, a, geo) -> int:
@@ -90,7 +99,8 @@ def estimate_s(mode, ctx, n, fr, a, geo, hw) -> float:
     step = L * (0.15e-3 + attn) + 1e-3
     if mode != "dense":  # the prefetch: ~fr x K blocks per head and layer, at ~30 GB/s, partly hidden
         step += n * L * geo.model.n_kv_heads * fr * 128 * geo.bytes_per_block_head / 30e9 * 0.3
-    build = 3.0 + host_gb(mode, ctx, n, a.steps, a.warmup, geo, a.max_host_gb) / 2.5
+    pin = 0.0 if a.prepin else host_gb(mode, ctx, n, a.steps, a.warmup, geo, a.max_host_gb) / 2.5
+    build = 3.0 + pin  # with --prepin the pool is pinned once up front (counted in the total, not per run)
     return build + (a.steps + a.warmup) * step * a.slowdown
 
 
@@ -98,7 +108,7 @@ def exec_config(mode, ctx, n, fr, a, geo):
     from oasis_exec.config import ExecConfig
 
     sparse = mode != "dense"
-    return ExecConfig(model=a.model, device="cuda", dtype="bfloat16", mode=mode, selection=a.selection,
+    return ExecConfig(model=a.model, device=a.device, dtype="bfloat16" if a.device == "cuda" else "float32", mode=mode, selection=a.selection,
                       top_k=128, block_size=geo.block_size, fetch_ratio=fr,
                       max_context=ctx + a.warmup + a.steps + 2 * geo.block_size, kv_budget_gb=a.kv_budget_gb,
                       host_kv_gb=host_gb(mode, ctx, n, a.steps, a.warmup, geo, a.max_host_gb) if sparse else None,
@@ -123,7 +133,13 @@ def main(argv=None) -> int:
     ap.add_argument("--selection", default="synthetic", help="synthetic (dummy weights) | model")
     ap.add_argument("--transfer", default="host", help="host | uva")
     ap.add_argument("--seed", type=int, default=0)
-    ap.add_argument("--no-profile", action="store_true", help="no per-stage CUDA events (no stage times)")
+    ap.add_argument("--no-profile", action="store_true", help="no per-stage CUDA events (no stage times): CUDA "
+                                                               "graphs on, the engine's real step")
+    ap.add_argument("--contexts", default=",".join(map(str, CONTEXTS)), help="contexts of the matrix")
+    ap.add_argument("--concurrency", default=",".join(map(str, CONCURRENCY)), help="concurrencies of the matrix")
+    ap.add_argument("--device", default="cuda", help="cuda | cpu (a smoke test: --model tiny --hardware h200)")
+    ap.add_argument("--hardware", default=None, help="simulator preset of the recordings (default: from the "
+                                                     "device name)")
     ap.add_argument("--overwrite", action="store_true")
     ap.add_argument("--no-host-fill", action="store_true", help="leave the pinned host pool unwritten (copies time "
                                                                  "the same; saves a pass over it per run)")
@@ -138,7 +154,9 @@ def main(argv=None) -> int:
     hw = get_hardware("h200")
     runs = []
     seen = {}
-    for mode, ctx, n, fr in plan(a.fr_contexts, tuple(a.modes.split(","))):
+    contexts = tuple(int(c) for c in a.contexts.split(",") if c)
+    concurrency = tuple(int(c) for c in a.concurrency.split(",") if c)
+    for mode, ctx, n, fr in plan(a.fr_contexts, tuple(a.modes.split(",")), contexts, concurrency):
         name = label({"mode": mode, "context": ctx, "concurrency": n, "fetch_ratio": fr})
         if a.only and not re.search(a.only, name):
             continue
@@ -156,9 +174,14 @@ def main(argv=None) -> int:
             continue
         runs.append((estimate_s(mode, ctx, n, fr, a, geo, hw), name, path, mode, ctx, n, fr))
     runs.sort()
-    total = a.startup_s + sum(r[0] for r in runs)
+    pin_s = 0.0
+    if a.prepin:
+        pin_s = max([host_gb(r[3], r[4], r[5], a.steps, a.warmup, geo, a.max_host_gb) for r in runs] + [0.0]) / 2.5
+    total = a.startup_s + pin_s + sum(r[0] for r in runs)
     print(f"{len(runs)} runs, {a.warmup} + {a.steps} steps each; estimated {total:.0f} s "
-          f"(budget {a.budget_s:.0f} s, slowdown x{a.slowdown:g} over the analytic step time)")
+          f"(budget {a.budget_s:.0f} s, slowdown x{a.slowdown:g} over the analytic step time"
+          f"{f', prepin ~{pin_s:.0f} s' if pin_s else ''}; {'graphs, no stage times' if a.no_profile else 'profiled'})",
+          flush=True)
     for est, name, *_rest in runs:
         print(f"  {name:<28} ~{est:6.1f} s")
     if a.dry_run:
@@ -172,7 +195,7 @@ def main(argv=None) -> int:
     from oasis_exec.recorder import write_bench_recording
 
     os.makedirs(a.out, exist_ok=True)
-    if a.prepin:
+    if a.prepin and a.device == "cuda":
         sparse_gb = [host_gb(r[3], r[4], r[5], a.steps, a.warmup, geo, a.max_host_gb) for r in runs if r[3] != "dense"]
         if sparse_gb:
             from oasis_exec.kv_store import pinned_pieces
@@ -200,7 +223,9 @@ def main(argv=None) -> int:
         try:
             cfg = exec_config(mode, ctx, n, fr, a, geo)
             bench = run_bench(cfg, ctx, n, a.steps, a.warmup, host_fill=not a.no_host_fill)
-            rec = write_bench_recording(path, bench, cfg, meta={"made_by": "analysis/record_matrix.py"})
+            rec = write_bench_recording(path, bench, cfg, hardware=a.hardware,
+                                        meta={"made_by": "analysis/record_matrix.py",
+                                              "cuda_graph": bool(cfg.cuda_graph and not cfg.profile)})
             entry.update(status="ok", concurrency=rec.config["concurrency"], tpot_ms_p50=bench["tpot_ms_p50"])
         except Exception as e:  # one failed configuration must not lose the others
             entry.update(status="error", error=" ".join(f"{type(e).__name__}: {e}".split())[:300])
@@ -212,7 +237,8 @@ def main(argv=None) -> int:
         with open(log_path, "a") as f:
             f.write(json.dumps(entry) + "\n")
         gc.collect()
-        torch.cuda.empty_cache()
+        if torch.cuda.is_available():
+            torch.cuda.empty_cache()
     print(f"done in {time.perf_counter() - t_start:.0f} s; skipped {len(skipped)}: {' '.join(skipped) or '-'}")
     return 0
 
