@@ -62,6 +62,10 @@ def main(argv=None) -> int:
     b.add_argument("--steps", type=int, default=32)
     b.add_argument("--warmup", type=int, default=5)
     b.add_argument("--out", default=None, help="append the JSON record to this file")
+    b.add_argument("--record", default=None, metavar="FILE",
+                   help="also write the run as a recording (traces/SCHEMA.md) for `python -m oasis_sim replay|validate`")
+    b.add_argument("--record-hardware", default=None, metavar="PRESET",
+                   help="simulator hardware preset of the recording (default: told from the GPU's name)")
     b.add_argument("--no-host-fill", action="store_true",
                    help="leave the pinned host pool unwritten (copies time the same; saves a pass over it)")
     g = sub.add_parser("generate", help="generate from token ids (smoke test)")
@@ -80,7 +84,13 @@ def main(argv=None) -> int:
         from .bench import run_bench, write_record
 
         cfg = _config(a, a.context + a.warmup + a.steps + 2 * a.block_size)
-        write_record(run_bench(cfg, a.context, a.concurrency, a.steps, a.warmup, not a.no_host_fill), a.out)
+        rec = run_bench(cfg, a.context, a.concurrency, a.steps, a.warmup, not a.no_host_fill)
+        write_record(rec, a.out)
+        if a.record:
+            from .recorder import write_bench_recording
+
+            write_bench_recording(a.record, rec, cfg, hardware=a.record_hardware)
+            print(f"wrote recording {a.record}", file=sys.stderr)
         return 0
     if a.cmd == "generate":
         from .engine import Engine

@@ -68,16 +68,22 @@ def test_bench_cli_writes_a_record(tmp_path):
 
     from oasis_exec.__main__ import main
 
-    out = tmp_path / "r.json"
+    out, recording = tmp_path / "r.json", tmp_path / "rec.json"
     main(["bench", "--model", "tiny", "--device", "cpu", "--dtype", "float32", "--mode", "lookahead", "--context",
           "300", "--concurrency", "2", "--steps", "4", "--warmup", "1", "--top-k", "8", "--kv-budget-gb", "0.01",
-          "--selection", "synthetic", "--out", str(out)])
+          "--selection", "synthetic", "--out", str(out), "--record", str(recording), "--record-hardware", "h200"])
     rec = json.loads(out.read_text().splitlines()[-1])
     for k in ("mode", "context", "concurrency", "kv_budget_gb", "throughput_tok_s", "tpot_ms_p50", "tpot_ms_p99",
               "bytes_moved_per_step", "hidden_fraction", "peak_gpu_bytes", "peak_host_bytes", "selection", "device",
               "date", "commit"):
         assert k in rec
     assert rec["concurrency"] == 2 and rec["steps"] == 4 and rec["selection"] == "synthetic"
+
+    from oasis_core.recording import load_recording
+
+    r = load_recording(recording)  # --record: the same run as a recording the simulator can replay
+    assert (r.config["mode"], r.config["concurrency"], r.config["hardware"]) == ("lookahead", 2, "h200")
+    assert r.results["tpot_ms_p50"] == pytest.approx(rec["tpot_ms_p50"])
 
 
 # ---- the engine: bounded state, stats, per-request sampling ----
