@@ -5,6 +5,9 @@ Open-loop arrivals from a workload trace: the Mooncake conversation trace (JSONL
 is sent at its (scaled) arrival time, but at most `--concurrency` are in flight: an arrival that finds no free
 slot waits, and the wait is recorded (`start_lag_s`), so an overloaded server shows up as lag, not as unbounded
 client memory. Lengths are capped to fit the served model's context (read from `/v1/models`).
+`--deadline-s` bounds the run in time: at the deadline, requests still streaming are cut (outcome `cut`, their
+connection closed, so the server aborts them) and requests not yet sent are dropped (`not_sent`); the record covers
+what completed inside the window.
 
 Prompts are token ids. Mooncake's `hash_ids` name 512-token prefix blocks; equal ids yield equal token blocks
 (seeded by the id), so shared prefixes stay shared. Requests stream (`stream_options.include_usage`), and a
@@ -58,6 +61,7 @@ class Record:
     status: int | None = None
     prompt_tokens: int = 0
     completion_tokens: int = 0
+    streamed_chunks: int = 0  # content chunks received (one engine step each), counted also for cut requests
     finish_reason: str | None = None
     start_lag_s: float = 0.0
     ttft_s: float | None = None
@@ -82,6 +86,7 @@ class LoadConfig:
     timeout_s: float = 600.0
     model: str | None = None
     per_request: bool = False
+    deadline_s: float | None = None
     extra: dict = field(default_factory=dict)
 
 
@@ -183,6 +188,7 @@ async def _one(client: httpx.AsyncClient, cfg: LoadConfig, model: str, job: Job,
                     first = first if first is not None else now
                     last = now
                     chunks += 1
+                    rec.streamed_chunks = chunks
                     if ch.get("finish_reason"):
                         rec.finish_reason = ch["finish_reason"]
                 if job.disconnect_after is not None and chunks > job.disconnect_after:
@@ -230,6 +236,7 @@ async def run_load(cfg: LoadConfig) -> dict:
         jobs = make_jobs(cfg, card["max_model_len"], card.get("vocab_size", 256))
         records = [Record(j.index) for j in jobs]
         sem = asyncio.Semaphore(cfg.concurrency)
+        sent: set[int] = set()
         t0 = time.perf_counter()
 
         async def launch(job: Job, rec: Record) -> None:
@@ -237,13 +244,21 @@ async def run_load(cfg: LoadConfig) -> dict:
             due = time.perf_counter()
             async with sem:
                 rec.start_lag_s = time.perf_counter() - due
+                sent.add(job.index)
                 try:
                     await _one(client, cfg, model, job, rec)
                 except (httpx.HTTPError, json.JSONDecodeError) as exc:
                     rec.outcome, rec.error = "error", f"{type(exc).__name__}: {exc}"
 
-        await asyncio.gather(*(launch(j, r) for j, r in zip(jobs, records)))
+        tasks = [asyncio.create_task(launch(j, r)) for j, r in zip(jobs, records)]
+        _, pending = await asyncio.wait(tasks, timeout=cfg.deadline_s)
+        for t in pending:
+            t.cancel()
+        await asyncio.gather(*pending, return_exceptions=True)
         wall = time.perf_counter() - t0
+        for r in records:
+            if r.outcome == "pending":
+                r.outcome = "cut" if r.index in sent else "not_sent"
         metrics_text = (await client.get("/metrics")).text
 
     ok = [r for r in records if r.outcome == "ok"]
@@ -260,6 +275,8 @@ async def run_load(cfg: LoadConfig) -> dict:
         "outcomes": outcomes,
         "wall_s": wall,
         "throughput_tok_s": out_tokens / wall if wall > 0 else 0.0,
+        # every chunk streamed inside the window, also of requests cut at the deadline (one token a chunk)
+        "throughput_streamed_tok_s": sum(r.streamed_chunks for r in records) / wall if wall > 0 else 0.0,
         "request_rate_per_s": len(ok) / wall if wall > 0 else 0.0,
         "prompt_tokens": sum(r.prompt_tokens for r in ok),
         "completion_tokens": out_tokens,
@@ -268,12 +285,16 @@ async def run_load(cfg: LoadConfig) -> dict:
         "e2e_s": _pct([r.e2e_s for r in ok]),
         "start_lag_s": _pct([r.start_lag_s for r in records]),
         "server_metrics_after": parse_metrics(metrics_text),
-        "errors": [asdict(r) for r in records if r.outcome not in ("ok", "disconnected")][:20],
+        "errors": [asdict(r) for r in records if r.outcome not in ("ok", "disconnected", "cut", "not_sent")][:20],
         "per_request": [asdict(r) for r in records] if cfg.per_request else None,
     }
 
 
 def _commit() -> str | None:
+    import os
+
+    if os.environ.get("OASIS_COMMIT"):  # a copy without .git (e.g. a `git archive` on a device machine)
+        return os.environ["OASIS_COMMIT"]
     try:
         return subprocess.run(["git", "rev-parse", "HEAD"], cwd=ROOT, capture_output=True, text=True,
                               timeout=5).stdout.strip() or None
@@ -297,14 +318,18 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--timeout-s", type=float, default=600.0, help="per-request read timeout")
     p.add_argument("--model", help="model name to send (default: the server's)")
     p.add_argument("--per-request", action="store_true", help="include every request's record")
+    p.add_argument("--deadline-s", type=float, help="end the run this many seconds after the first arrival: "
+                                                    "cut requests in flight, drop those not yet sent")
     p.add_argument("--out", help="write the JSON record here (default: stdout)")
     a = p.parse_args(argv)
     if a.concurrency < 1 or a.limit < 1 or a.max_output < 1 or not 0 <= a.disconnect_frac <= 1:
         p.error("--concurrency, --limit, --max-output must be >= 1 and --disconnect-frac in [0, 1]")
+    if a.deadline_s is not None and a.deadline_s <= 0:
+        p.error("--deadline-s must be > 0")
     cfg = LoadConfig(base_url=a.base_url, trace=a.trace, limit=a.limit, time_scale=a.time_scale,
                      concurrency=a.concurrency, max_prompt=a.max_prompt, max_output=a.max_output,
                      disconnect_frac=a.disconnect_frac, retry_429=a.retry_429, seed=a.seed, timeout_s=a.timeout_s,
-                     model=a.model, per_request=a.per_request)
+                     model=a.model, per_request=a.per_request, deadline_s=a.deadline_s)
     result = asyncio.run(run_load(cfg))
     text = json.dumps(result, indent=2)
     if a.out:
