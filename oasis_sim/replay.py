@@ -15,6 +15,10 @@ runs it, and reads the simulated run the way the executor's bench reads the real
   end with ``lm_head``), giving the predicted per-layer stage times -- ``gemm`` (QKV/O/MLP + norms), ``attn``,
   ``pred`` (score + top-K), ``select``, ``transfer`` (the copy path: latency + bytes / rate), ``layers`` (all of
   the compute stream's layer time, stalls included) and ``stall``.
+- **trace recordings** (``workload = "trace"``, written by ``serve --record``): the recorded requests run
+  open-loop at their arrival times, at most ``max_lanes`` in the batch, prefill chunked as the server did; the
+  window is every step that decoded, TPOT / TTFT / throughput are the simulator's own per-request figures (the
+  recorder measures the served requests the same way), and per-step figures are per decode step.
 - **selections**: when the recording names a selection file (``results.selection_file``), its recorded block
   sets drive the policy (``selection=replay``, converted to the simulator's replay JSON); otherwise the seeded
   synthetic generator with the recording's parameters.
@@ -128,6 +132,18 @@ def sim_config(rec: Recording, h2d_bytes_per_s: Optional[float] = None, replay_f
                   concurrency=n, max_batch=max(256, n), chunk_tokens=n * ctx,
                   transfer_path=c["transfer_path"] or "dma", timeline_steps=out_tokens + 1,
                   profile_steps=max(64, out_tokens + 1))
+    requests = [(n, ctx, out_tokens)]  # (count, prompt, output) the memory must hold at once
+    if c["workload"] == "trace":  # open loop at the recorded arrival times, the server's batch and chunk limits
+        reqs = rec.trace.requests
+        longest = max(q.output_tokens for q in reqs)
+        del values["concurrency"]
+        values.update(max_batch=c.get("max_lanes") or max(256, n), timeline_steps=min(c["steps"] + 1, 1000),
+                      profile_steps=max(64, longest + 1))
+        if c.get("prefill_chunk"):
+            values["chunk_tokens"] = c["prefill_chunk"]
+        else:
+            del values["chunk_tokens"]
+        requests = [(1, q.prompt_tokens, q.output_tokens) for q in reqs]
     if c.get("synthetic"):
         values["synthetic"] = dict(c["synthetic"])
     if h2d_bytes_per_s:
@@ -140,9 +156,10 @@ def sim_config(rec: Recording, h2d_bytes_per_s: Optional[float] = None, replay_f
         geo = KVGeometry(cfg.model_spec, cfg.block_size)
     except ConfigError as e:
         raise ConfigError(f"{rec.source or rec.name}: config: {e}") from None
-    # Memory that admits the whole recorded batch at once.
-    kv = n * (ctx + out_tokens + cfg.block_size) * geo.bytes_per_token
-    need_hbm = cfg.model_spec.weight_bytes + kv + n * (geo.resident_bytes(cfg.top_k) + cfg.draft_state_bytes)
+    # Memory that admits the whole recorded batch (every recorded request of a trace) at once.
+    kv = sum(k * (p + o + cfg.block_size) for k, p, o in requests) * geo.bytes_per_token
+    count = sum(k for k, _p, _o in requests)
+    need_hbm = cfg.model_spec.weight_bytes + kv + count * (geo.resident_bytes(cfg.top_k) + cfg.draft_state_bytes)
     hbm = max(cfg.hardware_spec.hbm_bytes, need_hbm * 1.1 / cfg.hbm_utilization)
     return cfg.with_(hbm_bytes=float(hbm), host_bytes=float(max(kv * 1.1, 1e9)))
 
@@ -213,10 +230,16 @@ def replay(rec: Recording, predictor: Optional[TimePredictor] = None, work_dir: 
         raise RuntimeError(f"replay: predictor tap saw {len(tap.steps)} steps, the engine ran {len(log.dur)}")
     c = rec.config
     n = c["concurrency"]
-    full = [i for i in range(len(log.dur)) if log.decode[i] == n and log.prefill[i] == 0]
-    window = full[c["warmup_steps"]: c["warmup_steps"] + c["steps"]]
-    if not window:
-        raise RuntimeError(f"{rec.name}: replay: no decode step ran the whole batch of {n}")
+    trace = c["workload"] == "trace"
+    if trace:
+        window = [i for i in range(len(log.dur)) if log.decode[i] > 0]
+        if not window:
+            raise RuntimeError(f"{rec.name}: replay: no step decoded")
+    else:
+        full = [i for i in range(len(log.dur)) if log.decode[i] == n and log.prefill[i] == 0]
+        window = full[c["warmup_steps"]: c["warmup_steps"] + c["steps"]]
+        if not window:
+            raise RuntimeError(f"{rec.name}: replay: no decode step ran the whole batch of {n}")
     L = cfg.model_spec.n_layers
     rate, lat = _copy_rate(cfg)
     durs = [log.dur[i] for i in window]
@@ -242,6 +265,10 @@ def replay(rec: Recording, predictor: Optional[TimePredictor] = None, work_dir: 
                 throughput_tok_s=n * k / sum(durs), ttft_ms_p50=res.summary["ttft_ms_p50"],
                 pcie_h2d_bytes_per_step=sum(log.h2d[i] for i in window) / k,
                 stall_ms_per_step=stage_ms["stall"])
+    if trace:  # per request, as the recorder measured the served requests
+        sm = res.summary
+        pred.update(tpot_ms_p50=sm["tpot_ms_p50"] or 0.0, tpot_ms_p99=sm["tpot_ms_p99"] or 0.0,
+                    throughput_tok_s=sm["throughput_tok_s"])
     for s in ("layers", "gemm", "attn", "pred", "select", "transfer"):
         pred[f"layer_ms_{s}"] = stage_ms[s] / L
     return ReplayResult(rec, cfg, res, window, pred, stage_ms, [tap.steps[i] for i in window])

@@ -53,10 +53,11 @@ def _leading_field(message: str) -> str | None:
     return head if sep and head.isidentifier() else None
 
 
-def create_app(engine: ServingEngine, tokenizer: Tokenizer, config: ServerConfig) -> FastAPI:
+def create_app(engine: ServingEngine, tokenizer: Tokenizer, config: ServerConfig, served=None) -> FastAPI:
+    """`served`: a `record.ServeLog` (`serve --record`), written once the engine thread has stopped."""
     info = engine.model_info
     metrics = ServerMetrics(lambda: loop.snapshot())  # read at scrape time, after `loop` exists
-    loop = EngineLoop(engine, max_waiting=config.max_waiting, metrics=metrics)
+    loop = EngineLoop(engine, max_waiting=config.max_waiting, metrics=metrics, served=served)
 
     @asynccontextmanager
     async def lifespan(app: FastAPI):
@@ -65,6 +66,8 @@ def create_app(engine: ServingEngine, tokenizer: Tokenizer, config: ServerConfig
             yield
         finally:
             await loop.stop()
+            if served is not None:
+                served.write()
 
     app = FastAPI(title="OasisKV", lifespan=lifespan)
     app.state.engine_loop = loop

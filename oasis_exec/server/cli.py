@@ -2,6 +2,10 @@
 
 `--port 0` binds a free port chosen by the OS. Once the socket is bound the server prints one line,
 `OASIS_SERVER_LISTENING http://HOST:PORT`, on stdout, which scripts and tests read instead of guessing ports.
+
+`--record FILE` (with `--record-hardware PRESET` off an H200/H100): when the server shuts down (SIGINT, SIGTERM),
+what it served is written as a recording (`record.ServeLog`, `oasis_exec.recorder.recording_from_serve`) that
+`python -m oasis_sim replay FILE` runs as an open-loop trace.
 """
 
 from __future__ import annotations
@@ -24,6 +28,11 @@ def add_server_args(p: argparse.ArgumentParser) -> None:
         help="requests accepted but not yet running, at most; beyond it the server answers 429",
     )
     g.add_argument("--log-level", default="warning", choices=["debug", "info", "warning", "error"])
+    g.add_argument("--record", default=None, metavar="FILE",
+                   help="at shutdown, write what was served as a recording (traces/SCHEMA.md, workload \"trace\") "
+                        "for `python -m oasis_sim replay|validate`")
+    g.add_argument("--record-hardware", default=None, metavar="PRESET",
+                   help="simulator hardware preset of the recording (default: told from the GPU's name)")
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -57,7 +66,25 @@ def serve(args: argparse.Namespace) -> int:
     info = engine.model_info
     tokenizer = load_tokenizer(None if info.dummy else info.model_dir)
     config = ServerConfig(served_model_name=args.served_model_name or args.model, max_waiting=args.max_waiting)
-    app = create_app(engine, tokenizer, config)
+    served = None
+    if getattr(args, "record", None):
+        from oasis_exec.recorder import hardware_preset
+
+        from .record import ServeLog
+
+        device = info.device
+        if device == "cuda":
+            import torch
+
+            device = torch.cuda.get_device_name()
+        hardware = args.record_hardware or hardware_preset(device)
+        if hardware is None:
+            print(f"--record-hardware: cannot tell the simulator preset from device {device!r}; pass one",
+                  file=sys.stderr)
+            return 2
+        served = ServeLog(args.record, engine, hardware=hardware,
+                          server={"max_waiting": args.max_waiting, "served_model_name": config.served_model_name})
+    app = create_app(engine, tokenizer, config, served)
 
     family = socket.AF_INET6 if ":" in args.host else socket.AF_INET
     sock = socket.socket(family, socket.SOCK_STREAM)

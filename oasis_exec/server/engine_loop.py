@@ -86,10 +86,11 @@ _STOP = object()
 
 
 class EngineLoop:
-    def __init__(self, engine: ServingEngine, *, max_waiting: int, metrics=None) -> None:
+    def __init__(self, engine: ServingEngine, *, max_waiting: int, metrics=None, served=None) -> None:
         self.engine = engine
         self.max_waiting = max_waiting
         self.metrics = metrics
+        self.served = served  # record.ServeLog of `serve --record`, or None
         self._cmds: queue.Queue = queue.Queue()
         self._thread: threading.Thread | None = None
         self._aloop: asyncio.AbstractEventLoop | None = None
@@ -107,6 +108,8 @@ class EngineLoop:
 
     def start(self) -> None:
         self._aloop = asyncio.get_running_loop()
+        if self.served is not None:
+            self.served.start()
         self._thread = threading.Thread(target=self._run, name="oasis-engine", daemon=True)
         self._thread.start()
 
@@ -202,6 +205,8 @@ class EngineLoop:
             self._streams.pop(sid, None)
             if stream.accepted is not None and not stream.accepted.done():
                 stream.accepted.set_exception(Rejected(503, ev.error or "request ended before it was accepted"))
+            if self.served is not None:
+                self.served.on_end(stream, ev.finish_reason, now)
             if self.metrics:
                 self.metrics.requests.labels(ev.finish_reason).inc()
                 if stream.first_token_at is not None and ev.finish_reason in ("length", "stop"):
@@ -228,6 +233,7 @@ class EngineLoop:
             batch = []
             if not self._busy():
                 continue
+            t_step = time.perf_counter()
             try:
                 outs = eng.step()
             except Exception as exc:  # the engine failed: end every request in flight explicitly
@@ -240,6 +246,8 @@ class EngineLoop:
                 with self._lock:
                     self._healthy = True
             self._publish()  # the waiting count gates admission: keep it exact
+            if self.served is not None:
+                self.served.on_step(time.perf_counter() - t_step, self._stats.running)
             self._post(batch)
 
     def _drain(self, block: bool) -> list:
