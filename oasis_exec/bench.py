@@ -3,7 +3,11 @@
 N requests with a ``context``-token prompt each are admitted together; their prefill is synthesized (KV filled
 with random values, see ``runner``), then every request decodes ``warmup + steps`` tokens in lockstep. Steps
 after the warm-up are timed on the host around the step (which ends with the sampled tokens reaching the host).
-One JSON record per run; fields are listed in ``RECORD_FIELDS``.
+One JSON record per run; fields are listed in ``RECORD_FIELDS``. With ``--profile`` (eager) the record also holds
+``layer_events``: ``[[step, layer, stage, start_ms, end_ms], ...]`` of up to ``LAYER_EVENT_STEPS`` sampled timed
+steps, ms since the first timed step began (stage ``layers`` on the main stream, ``stall``, and ``pred``,
+``select``, ``transfer`` on the side streams; CUDA events on a GPU -- that path is untested on a GPU so far --,
+``time.perf_counter`` on the CPU, where the stages run inline, one after the other).
 """
 from __future__ import annotations
 
@@ -27,6 +31,9 @@ RECORD_FIELDS = ("mode", "context", "concurrency", "kv_budget_gb", "throughput_t
                  "peak_gpu_bytes", "peak_host_bytes", "selection", "device", "date", "commit")
 
 
+LAYER_EVENT_STEPS = 4  # timed steps whose per-layer stage timestamps a --profile run keeps (record "layer_events")
+
+
 def _commit() -> str:
     if os.environ.get("OASIS_COMMIT"):
         return os.environ["OASIS_COMMIT"]
@@ -40,6 +47,13 @@ def _commit() -> str:
 def _pct(xs, p):
     xs = sorted(xs)
     return xs[min(len(xs) - 1, int(round(p / 100 * (len(xs) - 1))))]
+
+
+def layer_event_steps(steps: int, most: int = LAYER_EVENT_STEPS) -> list:
+    """Timed-step indices whose per-layer stage times ``--profile`` keeps: at most ``most``, evenly spaced."""
+    if steps <= most:
+        return list(range(steps))
+    return sorted({round(j * (steps - 1) / (most - 1)) for j in range(most)})
 
 
 def run_bench(cfg: ExecConfig, context: int, concurrency: int, steps: int, warmup: int = 5,
@@ -61,17 +75,28 @@ def run_bench(cfg: ExecConfig, context: int, concurrency: int, steps: int, warmu
         eng.add_request([(7 * i + j) % (vocab - 1) + 1 for j in range(context)], sp, synthetic_prefill=True)
     build_s = time.perf_counter() - t_build
     times = []
+    traced = set(layer_event_steps(steps)) if cfg.profile else set()
+    layer_events, t_first = [], None
     for i in range(warmup + steps):
         if i == warmup:
             if cfg.device == "cuda":
                 torch.cuda.synchronize()
             runner.stage_ms = {}
             c0 = runner.counters()
+        runner.trace_step = i - warmup if i - warmup in traced else None
         t0 = time.perf_counter()
+        if i == warmup:
+            t_first = t0
         out = eng.step()
         times.append(time.perf_counter() - t0)
+        if runner.layer_events:  # ms since the step began -> ms since the first timed step began (host clock)
+            off = 1e3 * (t0 - t_first)
+            layer_events += [[s, l, k, round(off + a, 4), round(off + max(a, b), 4)]
+                             for s, l, k, a, b in runner.layer_events]
+            runner.layer_events = []
         if not out:
             break
+    runner.trace_step = None
     timed = times[warmup:]
     c1 = runner.counters()
     shape = runner.shape
@@ -110,6 +135,8 @@ def run_bench(cfg: ExecConfig, context: int, concurrency: int, steps: int, warmu
         "commit": _commit(),
         "step_ms": [1e3 * t for t in timed],  # every timed step (oasis_exec.recorder samples them)
     }
+    if layer_events:
+        rec["layer_events"] = sorted(layer_events, key=lambda e: (e[0], e[3], e[1]))
     eng.close()
     return rec
 

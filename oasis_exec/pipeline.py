@@ -41,6 +41,8 @@ class Prefetcher:
         # "auto" takes the path the H200 runs chose (analysis/results/exec_h200_2026-11-30.md): the UVA gather.
         self.path = cfg.transfer if cfg.transfer != "auto" else "uva"
         self.prof = []  # per layer-step records when profiling
+        self.events = []  # (stage, layer, start_ms, end_ms) from the ref event collect() was given (CUDA)
+        self.trace = None  # CPU: a list while the runner traces a step: (stage, layer, start_s, end_s) perf_counter
         self.keep = []  # tensors a captured graph reads across streams (moved to the graph after capture)
         self.host_gather_s = []
         if self.cuda:
@@ -120,9 +122,18 @@ class Prefetcher:
         predict(): -> pred [R, K] (runs on the prediction stream); rows: the layer's rows (slice or index).
         """
         if not self.cuda:
-            plan = self.select(layer, predict(), rows, step, cap)
+            tr = self.trace
+            t0 = time.perf_counter()
+            pred = predict()
+            t1 = time.perf_counter()
+            plan = self.select(layer, pred, rows, step, cap)
+            t2 = time.perf_counter()
+            if tr is not None:  # inline, in order: the "side streams" of the CPU run one after the other
+                tr += [("pred", layer, t0, t1), ("select", layer, t1, t2)]
             if not self.cfg.no_transfer:
                 self._transfer_inline(layer, plan, lanes)
+                if tr is not None:
+                    tr.append(("transfer", layer, t2, time.perf_counter()))
             return
         prof = self.cfg.profile
         def ev():
@@ -240,11 +251,14 @@ class Prefetcher:
 
     # -- accounting ---------------------------------------------------------------------------------------------
 
-    def collect(self) -> dict:
-        """Sum the profiled stage times (ms) since the last call; call after a device synchronisation."""
+    def collect(self, ref=None) -> dict:
+        """Sum the profiled stage times (ms) since the last call; call after a device synchronisation. With ``ref``
+        (an event of the main stream), also append each record to ``events`` as ms since ``ref``."""
         out = {}
         for kind, layer, a, b in self.prof:
             out[kind] = out.get(kind, 0.0) + a.elapsed_time(b)
+            if ref is not None:  # untested on a GPU (written on a CPU-only session)
+                self.events.append((kind, layer, ref.elapsed_time(a), ref.elapsed_time(b)))
         self.prof = []
         if self.host_gather_s:
             out["host_gather"] = 1e3 * sum(self.host_gather_s)

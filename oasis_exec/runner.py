@@ -18,6 +18,7 @@ seconds. The real chunked-prefill path is used for correctness tests and serving
 from __future__ import annotations
 
 import math
+import time
 
 import torch
 
@@ -115,6 +116,12 @@ class Runner:
         self._capturing = False
         self._warm = set()
         self.stage_ms = {}
+        # With cfg.profile, the bench sets trace_step (its index of the step about to run) on a few sampled steps;
+        # those steps append [step, layer, stage, start_ms, end_ms] (ms since layer 0 began) to layer_events:
+        # "layers" (main stream, stalls included), "stall", and the prefetch stages "pred", "select", "transfer".
+        self.trace_step = None
+        self.layer_events = []
+        self._step_ref = None  # CUDA: the event layer 0 of a traced step began with
 
     # -- plan entry point ---------------------------------------------------------------------------------------
 
@@ -328,8 +335,12 @@ class Runner:
             self.draft_tok[torch.tensor(lanes_list, device=dev)] = self.draft.propose(aux, tok)
         out = tok.tolist()  # the step's one host synchronisation
         if self.pipe is not None and cfg.profile and dev.type == "cuda":
-            for k_, v_ in self.pipe.collect().items():
+            for k_, v_ in self.pipe.collect(self._step_ref).items():
                 self.stage_ms[k_] = self.stage_ms.get(k_, 0.0) + v_
+            if self._step_ref is not None:  # untested on a GPU (written on a CPU-only session)
+                self.layer_events += [[self.trace_step, l, k_, a, b] for k_, l, a, b in self.pipe.events if a >= 0]
+                self.pipe.events = []
+        self._step_ref = None
         if recorded:
             self.record.append(torch.stack(recorded).cpu())
         self.decode_steps += 1
@@ -417,6 +428,10 @@ class Runner:
             page_cur = lanes * st.P + pos // bs
             item_src = (page_cur[:, None] * H + hh).reshape(-1).to(torch.int32)
         prof = cfg.profile and dev.type == "cuda"
+        trace = cfg.profile and self.trace_step is not None and not self._capturing
+        cpu_marks = [] if trace and not prof else None  # CPU: perf_counter as each layer begins, then the end
+        if cpu_marks is not None and self.pipe is not None:
+            self.pipe.trace = []
         if prof:
             ev_layers = []
         for l in range(self.L):
@@ -424,6 +439,8 @@ class Runner:
                 e = torch.cuda.Event(enable_timing=True)
                 e.record()
                 ev_layers.append(e)
+            if cpu_marks is not None:
+                cpu_marks.append(time.perf_counter())
             q, k, v = self.dec.qkv(l, x, positions)
             Hq = q.shape[1]
             q = q.view(B, nq, Hq, -1)
@@ -494,6 +511,18 @@ class Runner:
             torch.cuda.current_stream().synchronize()
             t = sum(ev_layers[i].elapsed_time(ev_layers[i + 1]) for i in range(self.L))
             self.stage_ms["layers"] = self.stage_ms.get("layers", 0.0) + t
+            if trace:  # untested on a GPU (written on a CPU-only session); side-stream stages: _decode, collect
+                ref = self._step_ref = ev_layers[0]
+                self.layer_events += [[self.trace_step, i, "layers", ref.elapsed_time(ev_layers[i]),
+                                       ref.elapsed_time(ev_layers[i + 1])] for i in range(self.L)]
+        if cpu_marks is not None:
+            cpu_marks.append(time.perf_counter())
+            t0 = cpu_marks[0]
+            ev = [("layers", i, cpu_marks[i], cpu_marks[i + 1]) for i in range(self.L)]
+            if self.pipe is not None:
+                ev += self.pipe.trace
+                self.pipe.trace = None
+            self.layer_events += [[self.trace_step, l, k_, 1e3 * (a - t0), 1e3 * (b - t0)] for k_, l, a, b in ev]
         logits = self.dec.logits(x.view(B, nq, -1)[:, 0])
         aux_t = torch.cat([aux[i] for i in layers_aux], -1) if layers_aux else None
         return logits, aux_t
