@@ -29,7 +29,7 @@ from oasis_core.recording import (SAMPLED_STEPS_MAX, Recording, build_recording,
 from oasis_core.trace import Request
 
 # executor transfer path -> the simulator's / recording's name
-TRANSFER_NAMES = {"host": "dma", "uva": "uva", "auto": "dma"}
+TRANSFER_NAMES = {"host": "dma", "uva": "uva", "auto": "uva"}  # "auto" runs the UVA gather (pipeline.py)
 # substrings of torch.cuda.get_device_name() -> oasis_core.specs hardware preset
 DEVICE_PRESETS = (("H200", "h200"), ("H100", "h100-sxm"))
 _EXTRA_RESULTS = ("tpot_ms_mean", "layer_ms", "transfer_gb_s", "drift_blocks_per_step", "peak_gpu_bytes",

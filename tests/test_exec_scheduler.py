@@ -83,6 +83,7 @@ def test_bench_cli_writes_a_record(tmp_path):
 
     r = load_recording(recording)  # --record: the same run as a recording the simulator can replay
     assert (r.config["mode"], r.config["concurrency"], r.config["hardware"]) == ("lookahead", 2, "h200")
+    assert r.config["transfer_path"] == "uva"  # the default --transfer auto runs the UVA gather
     assert r.results["tpot_ms_p50"] == pytest.approx(rec["tpot_ms_p50"])
 
 
