@@ -22,13 +22,13 @@ from typing import Any, Dict, Mapping, Optional, Sequence, Union
 
 import numpy as np
 
+from .specs import MODES, SPARSE_MODES
 from .trace import (Request, Trace, TraceError, _int_field, _key, _number_field, _Problem, _show, _show_typed,
                     dumps_trace, load_trace, parse_trace)
 
 KIND = "oasiskv-recording"
 RECORDING_VERSION = 1
 
-MODES = ("dense", "quest", "retrieval", "proxy", "lookahead")
 SELECTIONS = ("model", "synthetic", "replay")
 TRANSFER_PATHS = ("dma", "uva")
 WORKLOADS = ("closed-loop", "trace")
@@ -95,7 +95,7 @@ def _check_config(c) -> None:
     if not 0.0 < fr <= 1.0:
         raise _Problem("config.fetch_ratio", f"must be in (0, 1], got {c['fetch_ratio']!r}")
     _str_field("config.transfer_path", c["transfer_path"], TRANSFER_PATHS, nullable=True)
-    if c["transfer_path"] is None and c["mode"] in ("retrieval", "proxy", "lookahead"):
+    if c["transfer_path"] is None and c["mode"] in SPARSE_MODES:
         raise _Problem("config.transfer_path", f"must be one of {', '.join(TRANSFER_PATHS)} for mode "
                                                f"{_show(c['mode'])}, got null")
     _str_field("config.selection", c["selection"], SELECTIONS)

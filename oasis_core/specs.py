@@ -5,6 +5,7 @@ Every spec is a frozen dataclass. Fields carry their unit in the name (``hbm_byt
 value, e.g. ``ModelSpec.n_layers: must be >= 1, got 0``. Quantities that follow from the fields (parameter counts,
 weight bytes, KV bytes per token) are properties, computed once from the architecture and never stored twice.
 
+The attention modes are ``MODES`` (``SPARSE_MODES`` those that keep the full KV in host memory).
 Presets live in ``MODELS``, ``HARDWARE`` and ``LINKS``; look them up with ``get_model``, ``get_hardware`` and
 ``get_link``, which raise ``ValueError`` naming the unknown name and the valid choices.
 """
@@ -374,6 +375,9 @@ HARDWARE: Mapping[str, HardwareSpec] = {
 
 # ----------------------------------------------------------------------------------------------------------------
 # Sparsity
+
+MODES = ("dense", "quest", "retrieval", "proxy", "lookahead")  # attention modes of both backends and recordings
+SPARSE_MODES = ("retrieval", "proxy", "lookahead")  # full KV in host memory, a selected working set on the GPU
 
 
 @dataclass(frozen=True)

@@ -3,8 +3,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field, fields
 
-MODES = ("dense", "quest", "retrieval", "proxy", "lookahead")
-SPARSE_MODES = ("retrieval", "proxy", "lookahead")  # host pool + GPU working set
+from oasis_core.specs import MODES, SPARSE_MODES
+
 SOURCES = ("model", "synthetic", "replay")
 TRANSFERS = ("host", "uva", "auto")
 GB = 1e9
@@ -40,6 +40,8 @@ class ExecConfig:
     no_transfer: bool = _f(False, "plan selections but skip the copies (overlap reference; attention reads stale "
                                   "slots)")
     prefill_chunk: int = _f(2048, "tokens per prefill chunk")
+    prefill_interleave: bool = _f(True, "after a prefill chunk, run a decode step before the next chunk when requests "
+                                        "are decoding (bounds their wait to one chunk); off: prompts first")
     seed: int = _f(0, "weights, sampling and synthetic-selection seed")
     cuda_graph: bool = _f(True, "capture whole decode steps as CUDA graphs where the step is device-only (dense, "
                                 "quest, uva transfers)")

@@ -11,10 +11,9 @@ from dataclasses import dataclass, field, fields, replace
 from typing import Any, Mapping, Optional
 
 from oasis_core import specs
+from oasis_core.specs import MODES, SPARSE_MODES
 from oasis_core.synthetic import SyntheticParams
 
-MODES = ("dense", "quest", "retrieval", "proxy", "lookahead")
-SPARSE_MODES = ("retrieval", "proxy", "lookahead")  # full KV in host DRAM, working set in HBM
 SPLITS = ("none", "full", "rpf")
 TRANSFER_PATHS = ("dma", "uva")
 SELECTION_SOURCES = ("synthetic", "replay")
