@@ -73,7 +73,7 @@ class Engine:
         self.cfg = cfg
         self.runner = runner or Runner(cfg)
         self.scheduler = Scheduler(self.runner.max_lanes, self.runner.host_blocks_total, cfg.block_size,
-                                   cfg.prefill_chunk, needs_host=cfg.sparse)
+                                   cfg.prefill_chunk, needs_host=cfg.sparse, interleave=cfg.prefill_interleave)
         self._plan: BatchPlan | None = None  # the plan being executed (rows of the sampling call)
         self._keys: dict = {}  # req_id -> random key, for requests the scheduler holds
         self._units = 0  # prefetch units at the last counter read

@@ -98,10 +98,15 @@ class BatchPlan:
 
 class Scheduler:
     def __init__(self, max_lanes: int, host_blocks: int, block_size: int, prefill_chunk: int = 2048,
-                 needs_host: bool = True):
+                 needs_host: bool = True, interleave: bool = True):
         if max_lanes < 1:
             raise ValueError(f"max_lanes: must be >= 1, got {max_lanes} (the KV budget fits no request)")
         self.block_size, self.prefill_chunk, self.needs_host = block_size, prefill_chunk, needs_host
+        # interleave: a prefill chunk is never followed by another while requests are decoding, so a decoding
+        # request waits at most one chunk between its tokens (prompts-first starved decodes on the H200 server:
+        # TPOT p50 131 ms against a ~20 ms step, analysis/results/serve_h200_2026-11-30.md).
+        self.interleave = interleave
+        self._last_prefill = False
         self.free_lanes = list(range(max_lanes))
         self.free_host = deque(range(host_blocks))
         self.waiting: deque[Request] = deque()
@@ -153,9 +158,14 @@ class Scheduler:
         release, self._released = tuple(self._released), []
         sampling = {r.id: r.sampling for r in self.running.values()}
         # Prefill first (one chunk of the oldest prefilling request: ``running`` is in admission order, so one
-        # prompt is finished before the next starts and one prompt's scratch KV is alive at a time), else decode.
+        # prompt is finished before the next starts and one prompt's scratch KV is alive at a time), else decode;
+        # with ``interleave``, a decode step comes between two chunks whenever some request is decoding.
+        decoding = any(r.state == "running" for r in self.running.values())
+        prefill_turn = not (self.interleave and self._last_prefill and decoding)
+        self._last_prefill = False
         for r in self.running.values():
-            if r.state == "prefill" and not r.synthetic_prefill:
+            if prefill_turn and r.state == "prefill" and not r.synthetic_prefill:
+                self._last_prefill = True
                 n = min(self.prefill_chunk, len(r.prompt) - r.n_prefilled)
                 chunk = PrefillChunk(r.id, r.lane, r.n_prefilled, tuple(r.prompt[r.n_prefilled: r.n_prefilled + n]),
                                      r.n_prefilled + n == len(r.prompt))

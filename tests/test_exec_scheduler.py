@@ -17,7 +17,7 @@ def test_scheduler_imports_without_torch():
 
 
 def test_admission_chunked_prefill_and_retirement():
-    s = Scheduler(max_lanes=2, host_blocks=10, block_size=16, prefill_chunk=32)
+    s = Scheduler(max_lanes=2, host_blocks=10, block_size=16, prefill_chunk=32, interleave=False)  # prompts first
     a = s.add(list(range(70)), SamplingParams(max_tokens=10))  # needs ceil(80/16) = 5 host blocks
     b = s.add(list(range(20)), SamplingParams(max_tokens=12))  # needs 2
     c = s.add(list(range(60)), SamplingParams(max_tokens=4))  # needs 4: waits for host blocks
@@ -45,6 +45,25 @@ def test_admission_chunked_prefill_and_retirement():
     assert [(r.id, r.finish_reason, len(r.output)) for r in done] == [(a, "length", 10)]
     assert a not in s.running
     assert [x.req_id for x in p.admit] == [c] and p.admit[0].lane == 0 and p.release == (0,)
+
+
+def test_interleave_puts_a_decode_step_between_prefill_chunks():
+    s = Scheduler(max_lanes=3, host_blocks=30, block_size=16, prefill_chunk=32)
+    a = s.add(list(range(20)), SamplingParams(max_tokens=50))
+    b = s.add(list(range(70)), SamplingParams(max_tokens=50))
+    c = s.add(list(range(40)), SamplingParams(max_tokens=50))
+    kinds = []
+    for _ in range(10):
+        p = s.schedule()
+        if p.prefill is not None:
+            kinds.append(("P", p.prefill.req_id, p.prefill.start))
+            s.update(p, {p.prefill.req_id: 7} if p.prefill.last else {})
+        else:
+            kinds.append(("D",) + tuple(d.req_id for d in p.decode))
+            s.update(p, {d.req_id: 1 for d in p.decode})
+    # a's one chunk, then b's three and c's chunks, each followed by a decode step of whoever is decoding
+    assert kinds == [("P", a, 0), ("D", a), ("P", b, 0), ("D", a), ("P", b, 32), ("D", a), ("P", b, 64),
+                     ("D", a, b), ("P", c, 0), ("D", a, b)]
 
 
 def test_stop_and_abort_free_resources():
