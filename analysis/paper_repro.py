@@ -310,7 +310,7 @@ def plots(res: dict, outdir: Path) -> list[str]:
     if "fig14" in res:
         core = res["fig14"]["core"]
         fig, (a, b) = plt.subplots(1, 2, figsize=(12, 4.2))
-        labels, xs = [], np.arange(2)
+        xs = np.arange(2)
         w = 0.2
         for k, (name, get) in enumerate((
                 ("paper RPF", lambda c: PAPER_FIG14[c]["rpf_gib"]),

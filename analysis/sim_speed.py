@@ -92,7 +92,6 @@ def profile_run(trace, cfg: SimConfig, top: int = 25) -> dict:
 
 
 def write_md(res: dict, outdir: Path) -> None:
-    f = common.fmt
     m = res["main"]
     lines = ["# Simulator speed: the one-hour Mooncake conversation trace on one decode GPU", "",
              common.provenance_md(res["provenance"]), "",

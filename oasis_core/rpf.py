@@ -25,7 +25,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from numbers import Integral
-from typing import Sequence, Tuple, Union
+from typing import Tuple, Union
 
 import numpy as np
 

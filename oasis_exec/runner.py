@@ -185,7 +185,7 @@ class Runner:
     # -- real chunked prefill -----------------------------------------------------------------------------------
 
     def _prefill(self, ch, sampling) -> dict:
-        dev, s, bs, H, D = self.device, self.shape, self.bs, self.H, self.shape.head_dim
+        dev, bs, H, D = self.device, self.bs, self.H, self.shape.head_dim
         n = len(ch.tokens)
         start, end = ch.start, ch.start + n
         pos = torch.arange(start, end, device=dev)
@@ -315,7 +315,6 @@ class Runner:
     def _decode(self, plan: BatchPlan) -> dict:
         cfg, dev = self.cfg, self.device
         items = plan.decode
-        B = len(items)
         lanes_list = [it.lane for it in items]
         pos_list = [it.position for it in items]
         toks = torch.tensor([it.token for it in items], device=dev)

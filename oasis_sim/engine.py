@@ -20,7 +20,7 @@ from .config import SimConfig
 from .hardware import GPU
 from .pipeline import LayerPipeline, LayerWork, StepTiming, at
 from .predictor import TimePredictor
-from .scheduler import BatchPlan, Req, Scheduler
+from .scheduler import BatchPlan, Scheduler
 
 
 @dataclass

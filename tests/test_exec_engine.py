@@ -1,8 +1,6 @@
 """Executor correctness on the CPU with a tiny random model (float32): sparse == dense when top-K covers every
 block, copies complete before attention (poisoned slots), mapping == slot contents over many steps, the torch
 policy path == oasis_core on numpy, determinism, checkpoint round trip."""
-import math
-
 import numpy as np
 import pytest
 import torch

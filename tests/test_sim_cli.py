@@ -4,7 +4,6 @@ import os
 import subprocess
 import sys
 
-import pytest
 from hypothesis import HealthCheck, given, settings, strategies as st
 
 from oasis_sim.cli import main

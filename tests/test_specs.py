@@ -2,8 +2,7 @@ import dataclasses
 
 import pytest
 
-from oasis_core.specs import (HARDWARE, LINKS, MODELS, HardwareSpec, LinkSpec, ModelSpec, SparsityConfig,
-                              get_hardware, get_link, get_model)
+from oasis_core.specs import HARDWARE, LINKS, MODELS, LinkSpec, SparsityConfig, get_hardware, get_link, get_model
 
 
 def test_presets_have_the_published_shapes():
