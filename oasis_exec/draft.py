@@ -27,7 +27,9 @@ import os
 import torch
 import torch.nn.functional as F
 
-from .model import ModelShape, rms_norm
+from oasis_core.specs import ModelSpec
+
+from .model import rms_norm
 
 NAMES = ("fc.weight", "midlayer.input_layernorm.weight", "midlayer.hidden_norm.weight",
          "midlayer.post_attention_layernorm.weight", "midlayer.self_attn.q_proj.weight",
@@ -41,7 +43,7 @@ def aux_layers(n_layers: int) -> tuple[int, int, int]:
     return (min(2, n_layers - 1), n_layers // 2, max(n_layers - 3, 0))
 
 
-def random_draft_weights(shape: ModelShape, draft_vocab: int, seed: int = 1, dtype=torch.bfloat16, device="cpu"):
+def random_draft_weights(shape: ModelSpec, draft_vocab: int, seed: int = 1, dtype=torch.bfloat16, device="cpu"):
     g = torch.Generator(device=device).manual_seed(seed)
     h, d = shape.hidden, shape.head_dim
 
@@ -70,7 +72,7 @@ def random_draft_weights(shape: ModelShape, draft_vocab: int, seed: int = 1, dty
 
 
 class DraftHead:
-    def __init__(self, shape: ModelShape, weights: dict, embed):
+    def __init__(self, shape: ModelSpec, weights: dict, embed):
         missing = [n for n in NAMES if n not in weights]
         if missing:
             raise KeyError(f"draft checkpoint lacks {missing[0]} (and {len(missing) - 1} more)")
@@ -111,7 +113,7 @@ class DraftHead:
                        rms_norm(feats, w["midlayer.hidden_norm.weight"], eps)], dim=-1)
         # Single-key attention: softmax over one key is 1, so the output is v (expanded over the GQA group).
         v = (x @ w["midlayer.self_attn.v_proj.weight"].t()).view(-1, s.n_kv_heads, 1, s.head_dim)
-        attn = v.expand(-1, -1, s.group, -1).reshape(v.shape[0], -1)
+        attn = v.expand(-1, -1, s.gqa_group, -1).reshape(v.shape[0], -1)
         h = feats + attn @ w["midlayer.self_attn.o_proj.weight"].t()
         y = rms_norm(h, w["midlayer.post_attention_layernorm.weight"], eps)
         h = h + (F.silu(y @ w["midlayer.mlp.gate_proj.weight"].t()) * (y @ w["midlayer.mlp.up_proj.weight"].t())) \

@@ -10,75 +10,35 @@ from __future__ import annotations
 import json
 import math
 import os
-from dataclasses import dataclass
 
 import torch
 import torch.nn.functional as F
 
-
-@dataclass(frozen=True)
-class ModelShape:
-    """The shapes the executor needs; built from an ``oasis_core`` preset or a Hugging Face ``config.json``."""
-
-    name: str
-    n_layers: int
-    n_q_heads: int
-    n_kv_heads: int
-    head_dim: int
-    hidden: int
-    mlp_hidden: int
-    vocab: int
-    qk_norm: bool = False
-    rope_theta: float = 10000.0
-    rms_eps: float = 1e-6
-    tie_embeddings: bool = False
-
-    def __post_init__(self):
-        for f in ("n_layers", "n_q_heads", "n_kv_heads", "head_dim", "hidden", "mlp_hidden", "vocab"):
-            v = getattr(self, f)
-            if not isinstance(v, int) or v < 1:
-                raise ValueError(f"ModelShape.{f}: must be a positive int, got {v!r}")
-        if self.n_q_heads % self.n_kv_heads:
-            raise ValueError(f"ModelShape.n_q_heads: {self.n_q_heads} is not a multiple of n_kv_heads "
-                             f"{self.n_kv_heads}")
-
-    @property
-    def group(self) -> int:
-        return self.n_q_heads // self.n_kv_heads
-
-    @staticmethod
-    def from_spec(spec) -> "ModelShape":
-        return ModelShape(name=spec.name, n_layers=spec.n_layers, n_q_heads=spec.n_q_heads,
-                          n_kv_heads=spec.n_kv_heads, head_dim=spec.head_dim, hidden=spec.hidden,
-                          mlp_hidden=spec.mlp_hidden, vocab=spec.vocab, qk_norm=spec.qk_norm,
-                          rope_theta=float(spec.rope_theta), rms_eps=float(spec.rms_eps),
-                          tie_embeddings=spec.tie_embeddings)
-
-    @staticmethod
-    def from_hf_config(cfg: dict, name: str = "hf") -> "ModelShape":
-        n_q = cfg["num_attention_heads"]
-        head_dim = cfg.get("head_dim") or cfg["hidden_size"] // n_q
-        arch = " ".join(cfg.get("architectures", [])) + " " + cfg.get("model_type", "")
-        return ModelShape(name=name, n_layers=cfg["num_hidden_layers"], n_q_heads=n_q,
-                          n_kv_heads=cfg.get("num_key_value_heads", n_q), head_dim=head_dim,
-                          hidden=cfg["hidden_size"], mlp_hidden=cfg["intermediate_size"], vocab=cfg["vocab_size"],
-                          qk_norm="qwen3" in arch.lower(), rope_theta=float(cfg.get("rope_theta", 10000.0)),
-                          rms_eps=float(cfg.get("rms_norm_eps", 1e-6)),
-                          tie_embeddings=bool(cfg.get("tie_word_embeddings", False)))
-
-    def hf_config(self) -> dict:
-        return {"architectures": ["Qwen3ForCausalLM" if self.qk_norm else "LlamaForCausalLM"],
-                "model_type": "qwen3" if self.qk_norm else "llama", "num_hidden_layers": self.n_layers,
-                "num_attention_heads": self.n_q_heads, "num_key_value_heads": self.n_kv_heads,
-                "head_dim": self.head_dim, "hidden_size": self.hidden, "intermediate_size": self.mlp_hidden,
-                "vocab_size": self.vocab, "rope_theta": self.rope_theta, "rms_norm_eps": self.rms_eps,
-                "tie_word_embeddings": self.tie_embeddings}
+from oasis_core.specs import ModelSpec
 
 
-def get_shape(name: str) -> ModelShape:
-    from oasis_core.specs import get_model
+def spec_from_hf_config(cfg: dict, name: str = "hf") -> ModelSpec:
+    """The ``oasis_core`` spec of a Hugging Face Qwen3 / Llama ``config.json`` (a dense model)."""
+    n_q = cfg["num_attention_heads"]
+    head_dim = cfg.get("head_dim") or cfg["hidden_size"] // n_q
+    arch = " ".join(cfg.get("architectures", [])) + " " + cfg.get("model_type", "")
+    return ModelSpec(name=name, n_layers=cfg["num_hidden_layers"], n_q_heads=n_q,
+                     n_kv_heads=cfg.get("num_key_value_heads", n_q), head_dim=head_dim, hidden=cfg["hidden_size"],
+                     mlp_hidden=cfg["intermediate_size"], vocab=cfg["vocab_size"],
+                     max_context_tokens=cfg["max_position_embeddings"], qk_norm="qwen3" in arch.lower(),
+                     rope_theta=float(cfg.get("rope_theta", 10000.0)), rms_eps=float(cfg.get("rms_norm_eps", 1e-6)),
+                     tie_embeddings=bool(cfg.get("tie_word_embeddings", False)))
 
-    return ModelShape.from_spec(get_model(name))
+
+def hf_config(spec: ModelSpec) -> dict:
+    """The ``config.json`` of a dense ``spec`` (inverse of :func:`spec_from_hf_config`)."""
+    return {"architectures": ["Qwen3ForCausalLM" if spec.qk_norm else "LlamaForCausalLM"],
+            "model_type": "qwen3" if spec.qk_norm else "llama", "num_hidden_layers": spec.n_layers,
+            "num_attention_heads": spec.n_q_heads, "num_key_value_heads": spec.n_kv_heads,
+            "head_dim": spec.head_dim, "hidden_size": spec.hidden, "intermediate_size": spec.mlp_hidden,
+            "vocab_size": spec.vocab, "max_position_embeddings": spec.max_context_tokens,
+            "rope_theta": spec.rope_theta, "rms_norm_eps": spec.rms_eps,
+            "tie_word_embeddings": spec.tie_embeddings}
 
 
 def rms_norm(x, w, eps):
@@ -106,7 +66,7 @@ def _layer_names(i):
             "gate": p + "mlp.gate_proj.weight", "up": p + "mlp.up_proj.weight", "down": p + "mlp.down_proj.weight"}
 
 
-def random_weights(shape: ModelShape, seed: int = 0, dtype=torch.bfloat16, device="cpu") -> dict:
+def random_weights(shape: ModelSpec, seed: int = 0, dtype=torch.bfloat16, device="cpu") -> dict:
     """Random weights with the Hugging Face names; scaled so activations stay O(1) through many layers."""
     g = torch.Generator(device="cpu").manual_seed(seed)
     dev_gen = g if torch.device(device).type == "cpu" else torch.Generator(device=device).manual_seed(seed)
@@ -150,20 +110,20 @@ def load_safetensors_dir(path: str, dtype, device) -> dict:
     return w
 
 
-def save_checkpoint(path: str, shape: ModelShape, weights: dict) -> None:
+def save_checkpoint(path: str, shape: ModelSpec, weights: dict) -> None:
     """Write ``config.json`` + ``model.safetensors`` (used by tests to make a small checkpoint)."""
     from safetensors.torch import save_file
 
     os.makedirs(path, exist_ok=True)
     with open(os.path.join(path, "config.json"), "w") as fh:
-        json.dump(shape.hf_config(), fh, indent=1)
+        json.dump(hf_config(shape), fh, indent=1)
     save_file({k: v.contiguous().cpu() for k, v in weights.items()}, os.path.join(path, "model.safetensors"))
 
 
 class Decoder:
     """Weights and the pieces of a decoder layer. Activations: x [N, hidden] for N tokens (flattened batch)."""
 
-    def __init__(self, shape: ModelShape, weights: dict, dtype=torch.bfloat16):
+    def __init__(self, shape: ModelSpec, weights: dict, dtype=torch.bfloat16):
         self.shape, self.dtype = shape, dtype
         self.device = weights["model.embed_tokens.weight"].device
         self.embed = weights["model.embed_tokens.weight"]
@@ -182,7 +142,7 @@ class Decoder:
             self.layers.append(lw)
 
     @staticmethod
-    def build(shape: ModelShape, path: str | None = None, seed: int = 0, dtype=torch.bfloat16, device="cpu"):
+    def build(shape: ModelSpec, path: str | None = None, seed: int = 0, dtype=torch.bfloat16, device="cpu"):
         if path is None:
             return Decoder(shape, random_weights(shape, seed, dtype, device), dtype)
         return Decoder(shape, load_safetensors_dir(path, dtype, device), dtype)
@@ -190,7 +150,7 @@ class Decoder:
     @staticmethod
     def from_dir(path: str, dtype=torch.bfloat16, device="cpu") -> "Decoder":
         with open(os.path.join(path, "config.json")) as fh:
-            shape = ModelShape.from_hf_config(json.load(fh), name=os.path.basename(path.rstrip("/")))
+            shape = spec_from_hf_config(json.load(fh), name=os.path.basename(path.rstrip("/")))
         return Decoder.build(shape, path, dtype=dtype, device=device)
 
     def qkv(self, i: int, x, pos):

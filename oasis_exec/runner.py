@@ -25,12 +25,13 @@ import torch
 from oasis_core.fetchcap import Fixed, Unlimited
 from oasis_core.scoring import topk_blocks
 from oasis_core.selection import initial_plan
+from oasis_core.specs import ModelSpec, get_model
 
 from . import ops
 from .config import ExecConfig
 from .draft import DraftHead
 from .kv_store import DenseStore, HostPool, SparseStore
-from .model import Decoder, ModelShape
+from .model import Decoder
 from .pipeline import Prefetcher
 from .scheduler import BatchPlan
 from .writeback import writeback_full
@@ -49,7 +50,7 @@ def _rows_of(lanes_list, H):
 
 
 class Runner:
-    def __init__(self, cfg: ExecConfig, shape: ModelShape | None = None, decoder: Decoder | None = None):
+    def __init__(self, cfg: ExecConfig, shape: ModelSpec | None = None, decoder: Decoder | None = None):
         self.cfg = cfg
         self.device = dev = torch.device(cfg.device)
         self.dtype = dt = _dtype(cfg.dtype)
@@ -57,9 +58,7 @@ class Runner:
             if cfg.model_path:
                 decoder = Decoder.from_dir(cfg.model_path, dt, dev)
             else:
-                from .model import get_shape
-
-                shape = shape or get_shape(cfg.model)
+                shape = shape or get_model(cfg.model)
                 decoder = Decoder.build(shape, None, cfg.seed, dt, dev)
         self.dec = decoder
         self.shape = s = decoder.shape

@@ -208,9 +208,10 @@ def test_abort_frees_the_lane():
 
 def test_checkpoint_round_trip(tmp_path):
     from oasis_exec.draft import DraftHead
-    from oasis_exec.model import Decoder, get_shape, random_weights, save_checkpoint
+    from oasis_core.specs import get_model
+    from oasis_exec.model import Decoder, random_weights, save_checkpoint
 
-    shape = get_shape("tiny")
+    shape = get_model("tiny")
     w = random_weights(shape, seed=3, dtype=torch.float32)
     save_checkpoint(str(tmp_path / "m"), shape, w)
     a = Decoder(shape, w, torch.float32)
