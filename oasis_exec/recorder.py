@@ -44,6 +44,14 @@ def hardware_preset(device: str) -> Optional[str]:
     return None
 
 
+def _hardware(caller: str, hardware: Optional[str], device: str) -> str:
+    """``hardware`` if given, else the preset of ``device``; ``ValueError`` naming ``caller`` when neither tells."""
+    hw = hardware or hardware_preset(device)
+    if hw is None:
+        raise ValueError(f"{caller}: hardware: cannot tell the preset from device {device!r}; pass hardware=")
+    return hw
+
+
 def sample_steps(step_ms, most: int = SAMPLED_STEPS_MAX) -> list:
     """At most ``most`` evenly spaced entries ``{"step": i, "duration_s": s}`` of the per-step durations (ms),
     always including the slowest step so the recorded p99 stays visible."""
@@ -77,10 +85,7 @@ def recording_from_bench(bench: Mapping[str, Any], exec_config=None, *, hardware
     c = _fields(exec_config)
     b = dict(bench)
     device = str(b.get("device") or "unknown")
-    hw = hardware or hardware_preset(device)
-    if hw is None:
-        raise ValueError(f"recording_from_bench: hardware: cannot tell the preset from device {device!r}; "
-                         f"pass hardware=")
+    hw = _hardware("recording_from_bench", hardware, device)
     mode = b["mode"]
     sparse = mode in SPARSE_MODES
     transfer_raw = b.get("transfer") or c.get("transfer") or "host"
@@ -177,10 +182,7 @@ def recording_from_serve(serve: Mapping[str, Any], exec_config=None, *, hardware
     c = _fields(exec_config)
     s = dict(serve)
     device = str(s.get("device") or "unknown")
-    hw = hardware or hardware_preset(device)
-    if hw is None:
-        raise ValueError(f"recording_from_serve: hardware: cannot tell the preset from device {device!r}; "
-                         f"pass hardware=")
+    hw = _hardware("recording_from_serve", hardware, device)
     ended = list(s.get("requests") or ())
     kept = sorted((q for q in ended if q["output_tokens"] >= 1), key=lambda q: (round(q["arrival_s"], 6), q["id"]))
     if not kept:
