@@ -33,7 +33,6 @@ from oasis_core.importers import import_mooncake  # noqa: E402
 from oasis_sim.config import SimConfig  # noqa: E402
 from oasis_sim.sim import simulate  # noqa: E402
 
-TRACE = Path("/work/shared/traces/mooncake_conversation_trace.jsonl")
 GIB = common.GIB
 
 
@@ -120,7 +119,7 @@ def main(argv=None) -> int:
                     help="also run the four cells with profile_steps = the slice's longest output + 1")
     ap.add_argument("--big-cache", type=float, default=1.5e12,
                     help="host-tier bytes of the larger prefix cache (the default tier is 64 GB)")
-    ap.add_argument("--trace", default=str(TRACE))
+    ap.add_argument("--trace", default=str(common.MOONCAKE_TRACE))
     ap.add_argument("--out", default=str(common.RESULTS))
     ap.add_argument("--md-only", action="store_true")
     args = ap.parse_args(argv)

@@ -35,8 +35,6 @@ from oasis_core.importers import import_mooncake  # noqa: E402
 from oasis_sim import sim as sim_module  # noqa: E402
 from oasis_sim.config import SimConfig  # noqa: E402
 
-TRACE = Path("/work/shared/traces/mooncake_conversation_trace.jsonl")
-
 
 class _CountingEnv(simpy.Environment):
     """A SimPy environment that remembers itself, so the number of events scheduled can be read afterwards
@@ -140,7 +138,7 @@ def main(argv=None) -> int:
     ap.add_argument("--repeats", type=int, default=3)
     ap.add_argument("--limit", type=int, default=None, help="first N requests only (smoke runs)")
     ap.add_argument("--no-profile", action="store_true")
-    ap.add_argument("--trace", default=str(TRACE))
+    ap.add_argument("--trace", default=str(common.MOONCAKE_TRACE))
     ap.add_argument("--out", default=str(common.RESULTS))
     ap.add_argument("--md-only", action="store_true")
     args = ap.parse_args(argv)
