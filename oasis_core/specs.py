@@ -409,6 +409,9 @@ class SparsityConfig:
         return self.resident_blocks * self.block_size
 
 
+PAPER_SPARSITY = SparsityConfig()  # the defaults of the simulator's and the executor's configs
+
+
 # ----------------------------------------------------------------------------------------------------------------
 # Lookup
 

@@ -3,7 +3,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field, fields
 
-from oasis_core.specs import MODES, SPARSE_MODES
+from oasis_core.specs import MODES, PAPER_SPARSITY, SPARSE_MODES
 
 SOURCES = ("model", "synthetic", "replay")
 TRANSFERS = ("host", "uva", "auto")
@@ -26,9 +26,10 @@ class ExecConfig:
     selection: str = _f("model", "model | synthetic | replay: where the chosen block ids come from")
     replay_path: str | None = _f(None, "recorded selections (.pt) for selection=replay")
     record_path: str | None = _f(None, "write the predicted block sets of every step here (.pt)")
-    block_size: int = _f(16, "tokens per KV block")
-    top_k: int = _f(128, "resident blocks per KV head (the local block comes on top)")
-    fetch_ratio: float = _f(0.05, "fetch cap per head per step as a fraction of top_k (0 < r <= 1)")
+    block_size: int = _f(PAPER_SPARSITY.block_size, "tokens per KV block")
+    top_k: int = _f(PAPER_SPARSITY.top_k, "resident blocks per KV head (the local block comes on top)")
+    fetch_ratio: float = _f(PAPER_SPARSITY.fetch_ratio,
+                            "fetch cap per head per step as a fraction of top_k (0 < r <= 1)")
     max_context: int = _f(16384 + 1024, "most tokens of one request (prompt + output)")
     kv_budget_gb: float | None = _f(None, "GPU memory for KV state (slots, summaries, caches), GB")
     host_kv_gb: float | None = _f(None, "pinned host pool for the full KV cache, GB (sparse modes)")

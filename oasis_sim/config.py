@@ -11,7 +11,7 @@ from dataclasses import dataclass, field, fields, replace
 from typing import Any, Mapping, Optional
 
 from oasis_core import specs
-from oasis_core.specs import MODES, SPARSE_MODES
+from oasis_core.specs import MODES, PAPER_SPARSITY, SPARSE_MODES
 from oasis_core.synthetic import SyntheticParams
 
 SPLITS = ("none", "full", "rpf")
@@ -37,9 +37,10 @@ class SimConfig:
     model: str = _h("model preset (oasis_core.specs.MODELS)", "qwen3-8b")
     hardware: str = _h("GPU preset (oasis_core.specs.HARDWARE)", "h100-sxm")
     mode: str = _h("dense | quest | retrieval | proxy | lookahead", "lookahead")
-    top_k: int = _h("selected blocks per KV head (plus the local block)", 128)
-    block_size: int = _h("tokens per KV block", 16)
-    fetch_ratio: float = _h("fetch cap per row per step as a fraction of top-K (1 = unlimited)", 0.05)
+    top_k: int = _h("selected blocks per KV head (plus the local block)", PAPER_SPARSITY.top_k)
+    block_size: int = _h("tokens per KV block", PAPER_SPARSITY.block_size)
+    fetch_ratio: float = _h("fetch cap per row per step as a fraction of top-K (1 = unlimited)",
+                            PAPER_SPARSITY.fetch_ratio)
     seed: int = _h("seed of every random choice (selection, arrivals)", 0)
     # -- workload ---------------------------------------------------------------------------------------------
     arrival: str = _h("trace: the trace's arrival times | closed: fixed concurrency | poisson: open loop", "trace")
