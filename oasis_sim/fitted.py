@@ -17,20 +17,43 @@ recording's timed window, taken from a roofline replay):
 =============  ============================================  ====================================================
 group          target                                        model
 =============  ============================================  ====================================================
-compute        ``(layers - stall) / L``                      ``a·(gemm_layer + norm_rope) + b·attn_decode + c``
+compute        ``(layers - stall) / L``                      ``a·(gemm_layer + norm_rope) + b·attn_decode
+                                                             + s·sparse_overhead + c``
 side           ``pred / L``                                  ``a·(score + topk) + c``
 select         ``select / L``                                ``a·select + c``
 step           ``tpot_mean - layers`` (per step)             ``a·lm_head + c`` (``c`` becomes ``step_overhead``)
 copy rate      ``(transfer + host_gather) / L`` vs bytes     ``latency + bytes / rate`` per transfer path
+gather         TPOT vs bytes copied (see below)              ``gather_sm_share`` and, without transfer stage
+                                                             times, the copy rate of the ``uva`` path
 =============  ============================================  ====================================================
 
-The roofline's ``sparse_overhead`` and ``side_contention`` terms are not fitted: they are subtracted from the
-compute target and passed through unchanged.
+The roofline's ``side_contention`` term is not fitted: it is subtracted from the compute target and passed through
+unchanged. ``sparse_overhead`` (per request per layer, sparse modes; zero in the dense family) is fitted with its own
+scale ``s``: the roofline's 6.7 µs was calibrated at 16 requests and over-predicts the sparse step at 64.
 
 Without stage times (a run without ``--profile``) the compute target falls back to
 ``(tpot_mean - roofline head and tail - stall) / L``. Each group is solved by non-negative least squares on rows
 divided by their target (relative error); with fewer recordings than coefficients it drops the intercept, then
 keeps a pure scale, and with none it keeps the roofline.
+
+**Transfer settings from TPOT** (sparse family, background modes on the ``uva`` path with bytes copied): the UVA
+gather's SM share ``g`` (``SimConfig.gather_sm_share``: the compute stream of a layer grows by ``g · x``, with
+``x = latency + bytes_per_layer / rate`` the layer's copy) and, when no recording of the path carries transfer stage
+times, the copy rate ``r`` are fitted *jointly with the compute group* from the recordings' TPOT against their bytes
+per step. For each ``(g, r)`` of a bounded grid -- ``g`` in [0, 0.5], ``r`` from 10 GB/s to the link's measured
+host->GPU rate (55.3 GB/s on the H200), log-spaced; 11 × 13 points, then twice 9 × 9 around the best with a quarter
+of the span -- the compute target of each such recording loses ``g · x(r)``, the compute group is solved as above,
+and each training recording's TPOT is predicted with the simulator's steady-state step ``max(L · (compute + g · x)
++ head and tail, L · x)`` (the copy path is one FIFO: once ``L · x`` exceeds the compute stream's step, the step is
+copy-bound). A recording without a measured stall whose ``L · x`` reaches its TPOT is copy-bound at that rate and
+is left out of the compute rows (its TPOT holds an unmeasured stall). The chosen point minimises
+``mean(((TPOT_pred - TPOT) / TPOT)²) + w · (ln(r / r0)² + (g - g0)²)``: the data term decides ``g / r`` (compute
+time lost per byte copied) and, where a recording is copy-bound, ``r``; the prior term (``w`` = 1e-4: a 1% TPOT
+error on every recording costs as much as ``r`` off ``r0`` by a factor e; ``r0``: the hardware's measured UVA
+gather rate, 49 GB/s on the H200; ``g0``: the configuration's share, 0.24) only settles directions the TPOTs leave
+flat -- above all ``r`` when no training recording is copy-bound, where any rate that keeps them compute-bound fits
+equally. With a measured rate (transfer stage times) only ``g`` is searched. The compute group is then solved at the
+chosen point; ``dma`` recordings keep the configuration's share (the simulator applies it to ``uva`` only).
 
 **Never scored on its own data**: :class:`FittedModel` carries ``fitted_on``, the content keys of the recordings
 it was fitted from; ``oasis_sim.validate`` builds one model per scored recording without it (leave-one-out, or the
@@ -70,15 +93,18 @@ class OpFit:
 
 class FittedPredictor(TimePredictor):
     """``scale · base.time(op, shape) + offset`` per op (ops without a fit: the base's time). ``h2d_bytes_per_s``
-    (fitted copy rate of scattered blocks, or None) is read by ``oasis_sim.replay`` to set the copy path."""
+    (fitted copy rate of scattered blocks, or None) and ``gather_sm_share`` (fitted SM share of the UVA gather, or
+    None) are read by ``oasis_sim.replay`` to set the copy path; None keeps the configuration's value."""
 
-    def __init__(self, base: TimePredictor, fits: Mapping[str, OpFit], h2d_bytes_per_s: Optional[float] = None):
+    def __init__(self, base: TimePredictor, fits: Mapping[str, OpFit], h2d_bytes_per_s: Optional[float] = None,
+                 gather_sm_share: Optional[float] = None):
         for op in fits:
             if op not in OPS:
                 raise ValueError(f"FittedPredictor: unknown op {op!r}; choose one of: {', '.join(OPS)}")
         self.base = base
         self.fits = dict(fits)
         self.h2d_bytes_per_s = h2d_bytes_per_s
+        self.gather_sm_share = gather_sm_share
 
     def time(self, op, shape) -> float:
         t = self.base.time(op, shape)
@@ -106,6 +132,10 @@ class Sample:
     meas: Mapping[str, Optional[float]]  # layers, stall, pred, select, transfer (per step); tpot_mean
     bytes_per_step: float
     link_latency_s: float
+    background: bool = False  # lookahead / proxy: copies on the copy path, overlapped with compute
+    link_bytes_per_s: float = 0.0  # upper bound of a fitted copy rate (the link's measured host->GPU rate)
+    prior_bytes_per_s: float = 0.0  # r0 of the TPOT fit (measured UVA gather rate, else the default copy rate)
+    prior_gather_sm_share: float = 0.0  # g0 of the TPOT fit (the configuration's gather_sm_share)
 
 
 def sample_of(rec: Recording, roofline_replay) -> Sample:
@@ -113,7 +143,7 @@ def sample_of(rec: Recording, roofline_replay) -> Sample:
     res = roofline_replay
     L = res.cfg.model_spec.n_layers
     acc = {"gemm": 0.0, "attn": 0.0, "side": 0.0, "select": 0.0, "lm_head": 0.0, "step_overhead": 0.0,
-           "unfitted": 0.0}
+           "sparse": 0.0, "unfitted": 0.0}
     for ops in res.op_steps:
         for op, _shape, t in ops:
             if op in ("gemm_layer", "norm_rope"):
@@ -124,7 +154,9 @@ def sample_of(rec: Recording, roofline_replay) -> Sample:
                 acc["side"] += t
             elif op in ("select", "lm_head", "step_overhead"):
                 acc[op] += t
-            elif op in ("sparse_overhead", "side_contention"):  # taken from the roofline as they are, not fitted
+            elif op == "sparse_overhead":
+                acc["sparse"] += t
+            elif op == "side_contention":  # taken from the roofline as it is, not fitted
                 acc["unfitted"] += t
     k = max(len(res.op_steps), 1)
     feat = {n: v / k for n, v in acc.items()}
@@ -142,9 +174,17 @@ def sample_of(rec: Recording, roofline_replay) -> Sample:
             "transfer": transfer, "tpot_mean": r.get("tpot_ms_mean", r["tpot_ms_p50"]) / 1e3}
     from oasis_core.specs import get_link
 
-    lat = get_link(res.cfg.hardware_spec.pcie_link).latency_s
+    from .sim import SCATTER_EFFICIENCY
+
+    hw = res.cfg.hardware_spec
+    lat = get_link(hw.pcie_link).latency_s
+    default_rate = res.cfg.h2d_bytes_per_s or hw.h2d_bytes_per_s * SCATTER_EFFICIENCY
+    uva = [v for _chunk, v in hw.measured_uva_gather_bytes_per_s]
+    prior = max(uva) if uva and rec.config["transfer_path"] == "uva" else default_rate
     return Sample(recording_key(rec), rec.name, family(rec.config["mode"]), rec.config["transfer_path"], L, feat,
-                  meas, float(r["bytes_per_step"].get("pcie_h2d", 0.0)), lat)
+                  meas, float(r["bytes_per_step"].get("pcie_h2d", 0.0)), lat,
+                  background=rec.config["mode"] in ("lookahead", "proxy"), link_bytes_per_s=hw.h2d_bytes_per_s,
+                  prior_bytes_per_s=prior, prior_gather_sm_share=res.cfg.gather_sm_share)
 
 
 # ----------------------------------------------------------------------------------------------------------------
@@ -195,12 +235,15 @@ def _fit_group(rows: Sequence[tuple], n_features: int) -> Optional[np.ndarray]:
 
 @dataclass
 class FittedModel:
-    """Per family: op -> OpFit; per transfer path: fitted copy rate; ``fitted_on``: recording keys used."""
+    """Per family: op -> OpFit; per transfer path: fitted copy rate and (``uva``) gather SM share; ``fitted_on``:
+    recording keys used."""
 
     fits: dict = field(default_factory=dict)  # family -> {op: OpFit}
     h2d_bytes_per_s: dict = field(default_factory=dict)  # transfer path -> B/s
     fitted_on: tuple = ()
     fitted_names: tuple = ()
+    gather_sm_share: dict = field(default_factory=dict)  # transfer path -> share of SMs (uva only)
+    gather_fit: dict = field(default_factory=dict)  # transfer path -> how g and r were found (describe())
 
     def predictor_for(self, rec: Recording) -> FittedPredictor:
         from oasis_core.specs import get_hardware, get_model
@@ -212,44 +255,147 @@ class FittedModel:
         rate = self.h2d_bytes_per_s.get(path)
         if rate is None and self.h2d_bytes_per_s:
             rate = float(np.median(list(self.h2d_bytes_per_s.values())))
-        return FittedPredictor(base, fits, rate)
+        return FittedPredictor(base, fits, rate, self.gather_sm_share.get(path))
 
     def describe(self) -> dict:
         return {"fitted_on": list(self.fitted_names),
                 "fits": {fam: {op: {"scale": round(f.scale, 6), "offset_us": round(f.offset_s * 1e6, 3)}
                                for op, f in ops.items()} for fam, ops in self.fits.items()},
-                "h2d_gb_s": {p: round(v / 1e9, 3) for p, v in self.h2d_bytes_per_s.items()}}
+                "h2d_gb_s": {p: round(v / 1e9, 3) for p, v in self.h2d_bytes_per_s.items()},
+                "gather_sm_share": {p: round(v, 4) for p, v in self.gather_sm_share.items()},
+                "gather_fit": self.gather_fit}
+
+
+# TPOT fit of the transfer settings (module docstring, "Transfer settings from TPOT")
+GATHER_SHARE_BOUNDS = (0.0, 0.5)
+MIN_COPY_BYTES_PER_S = 10e9
+PRIOR_WEIGHT = 1e-4
+
+
+def _copy_layer_s(s: Sample, rate: float) -> float:
+    """The simulator's copy of one layer: ``latency + bytes / rate`` (0 with nothing to copy)."""
+    return s.link_latency_s + s.bytes_per_step / s.n_layers / rate if s.bytes_per_step > 0 else 0.0
+
+
+def _compute_fit(ss: Sequence[Sample], share: float, rate: Optional[float], gathered: set):
+    """The compute group at gather share ``share`` and copy rate ``rate`` (for the samples in ``gathered``).
+    A recording without a measured stall whose copies alone take its TPOT at this rate is copy-bound: left out."""
+    rows = []
+    for s in ss:
+        stall = s.meas["stall"] or 0.0
+        if s.key in gathered and s.meas["stall"] is None and s.n_layers * _copy_layer_s(s, rate) >= s.meas["tpot_mean"]:
+            continue  # copy-bound at this rate: its TPOT holds an unmeasured stall, and says nothing of compute
+        if s.meas["layers"] is not None:
+            y = (s.meas["layers"] - stall) / s.n_layers
+        else:
+            y = (s.meas["tpot_mean"] - s.feat["lm_head"] - s.feat["step_overhead"] - stall) / s.n_layers
+        y -= s.feat.get("unfitted", 0.0)  # per-layer roofline terms the fitted predictor passes through
+        if s.key in gathered:
+            y -= share * _copy_layer_s(s, rate)  # the gather's SM share, charged to the compute stream
+        rows.append(([s.feat["gemm"], s.feat["attn"], s.feat.get("sparse", 0.0), 1.0], y))
+    return _fit_group(rows, 4)
+
+
+def _tpot_objective(ss, share, rate, gathered, step, prior) -> tuple:
+    """(objective, compute coefficients) of one grid point: mean squared relative TPOT error of the steady-state
+    step plus the weak prior (module docstring)."""
+    c = _compute_fit(ss, share, rate, gathered)
+    if c is None:
+        return float("inf"), None
+    errs = []
+    for s in ss:
+        x = _copy_layer_s(s, rate) if s.key in gathered else 0.0
+        layer = (c[0] * s.feat["gemm"] + c[1] * s.feat["attn"] + c[2] * s.feat.get("sparse", 0.0) + c[3]
+                 + s.feat.get("unfitted", 0.0) + share * x)
+        t = s.n_layers * layer + step(s)
+        if x > 0 and s.n_layers * x > t:  # copy-bound: the copy path sets the step
+            t = s.n_layers * x
+        errs.append((t - s.meas["tpot_mean"]) / s.meas["tpot_mean"])
+    g0, r0 = prior
+    pen = (np.log(rate / r0) ** 2 if rate and r0 else 0.0) + (share - g0) ** 2
+    return float(np.mean(np.square(errs))) + PRIOR_WEIGHT * pen, c
+
+
+def _fit_gather(ss, gathered, step, rate_measured: Optional[float]) -> tuple:
+    """(share, rate, objective) by a zooming bounded grid: 11 shares × 13 log-spaced rates, then twice 9 × 9
+    around the best point with a quarter of the span."""
+    gs = [s for s in ss if s.key in gathered]
+    r_hi = min(s.link_bytes_per_s for s in gs) or float(np.median([s.prior_bytes_per_s for s in gs]))
+    r_lo = min(MIN_COPY_BYTES_PER_S, r_hi)
+    prior = (float(np.median([s.prior_gather_sm_share for s in gs])),
+             float(np.median([s.prior_bytes_per_s for s in gs])))
+    if rate_measured:
+        prior = (prior[0], rate_measured)
+    g_lo, g_hi = GATHER_SHARE_BOUNDS
+    shares = np.linspace(g_lo, g_hi, 11)
+    rates = [rate_measured] if rate_measured else list(np.geomspace(r_lo, r_hi, 13))
+    g_step = shares[1] - shares[0]
+    r_step = 1.0 if rate_measured else rates[1] / rates[0]
+    best = (float("inf"), g_lo, rates[0])
+    for _level in range(3):
+        for g in shares:
+            for r in rates:
+                obj, _c = _tpot_objective(ss, float(g), float(r), gathered, step, prior)
+                if obj < best[0] - 1e-15:
+                    best = (obj, float(g), float(r))
+        _o, g, r = best
+        g_step /= 4.0
+        shares = np.clip(g + g_step * np.arange(-4, 5), g_lo, g_hi)
+        if not rate_measured:
+            r_step = r_step ** 0.25
+            rates = list(np.clip(r * r_step ** np.arange(-4, 5), r_lo, r_hi))
+    return best[1], best[2], best[0]
 
 
 def fit(samples: Sequence[Sample]) -> FittedModel:
     model = FittedModel(fitted_on=tuple(s.key for s in samples), fitted_names=tuple(s.name for s in samples))
+    for path in sorted({s.transfer_path for s in samples if s.transfer_path}):
+        num = den = 0.0
+        for s in samples:
+            if s.transfer_path != path or s.meas["transfer"] is None or s.bytes_per_step <= 0:
+                continue
+            t = s.meas["transfer"] / s.n_layers - s.link_latency_s
+            if t > 0:
+                num += s.bytes_per_step / s.n_layers
+                den += t
+        if den > 0:
+            model.h2d_bytes_per_s[path] = num / den
     for fam in ("dense", "sparse"):
         ss = [s for s in samples if s.family == fam]
         if not ss:
             continue
         ops: dict = {}
-        # compute: a·gemm + b·attn + c per layer
-        rows = []
-        for s in ss:
-            stall = s.meas["stall"] or 0.0
-            if s.meas["layers"] is not None:
-                y = (s.meas["layers"] - stall) / s.n_layers
-            else:
-                y = (s.meas["tpot_mean"] - s.feat["lm_head"] - s.feat["step_overhead"] - stall) / s.n_layers
-            y -= s.feat.get("unfitted", 0.0)  # per-layer roofline terms the fitted predictor passes through
-            rows.append(([s.feat["gemm"], s.feat["attn"], 1.0], y))
-        c = _fit_group(rows, 3)
-        if c is not None:
-            ops["gemm_layer"] = OpFit(c[0], c[2])
-            ops["norm_rope"] = OpFit(c[0], 0.0)
-            ops["attn_decode"] = OpFit(c[1], 0.0)
         # step: a·lm_head + c per step (c -> step_overhead)
         rows = [([s.feat["lm_head"], 1.0], s.meas["tpot_mean"] - s.meas["layers"]) for s in ss
                 if s.meas["layers"] is not None]
-        c = _fit_group(rows, 2)
+        cs = _fit_group(rows, 2)
+        if cs is not None:
+            ops["lm_head"] = OpFit(cs[0], 0.0)
+            ops["step_overhead"] = OpFit(0.0, cs[1])
+
+        def step(s, cs=cs):  # head and tail of a step, as the fitted predictor will time them
+            if cs is None:
+                return s.feat["lm_head"] + s.feat["step_overhead"]
+            return max(0.0, cs[0] * s.feat["lm_head"]) + max(0.0, cs[1])
+
+        # gather share (and, without stage times, copy rate) of the uva path, jointly with the compute group
+        gathered = {s.key for s in ss if s.background and s.transfer_path == "uva" and s.bytes_per_step > 0}
+        share, rate = 0.0, None
+        if gathered:
+            measured = model.h2d_bytes_per_s.get("uva")
+            share, rate, obj = _fit_gather(ss, gathered, step, measured)
+            model.gather_sm_share["uva"] = share
+            model.h2d_bytes_per_s["uva"] = rate
+            model.gather_fit["uva"] = {"rate_from": "stage times" if measured else "tpot",
+                                       "recordings": len(gathered), "objective": round(float(obj), 8)}
+        # compute: a·gemm + b·attn + c per layer
+        c = _compute_fit(ss, share, rate, gathered)
         if c is not None:
-            ops["lm_head"] = OpFit(c[0], 0.0)
-            ops["step_overhead"] = OpFit(0.0, c[1])
+            ops["gemm_layer"] = OpFit(c[0], c[3])
+            ops["norm_rope"] = OpFit(c[0], 0.0)
+            ops["attn_decode"] = OpFit(c[1], 0.0)
+            if any(s.feat.get("sparse", 0.0) > 0 for s in ss):
+                ops["sparse_overhead"] = OpFit(c[2], 0.0)
         if fam == "sparse":
             rows = [([s.feat["side"], 1.0], s.meas["pred"] / s.n_layers) for s in ss if s.meas["pred"] is not None]
             c = _fit_group(rows, 2)
@@ -262,15 +408,4 @@ def fit(samples: Sequence[Sample]) -> FittedModel:
             if c is not None:
                 ops["select"] = OpFit(c[0], c[1])
         model.fits[fam] = ops
-    for path in sorted({s.transfer_path for s in samples if s.transfer_path}):
-        num = den = 0.0
-        for s in samples:
-            if s.transfer_path != path or s.meas["transfer"] is None or s.bytes_per_step <= 0:
-                continue
-            t = s.meas["transfer"] / s.n_layers - s.link_latency_s
-            if t > 0:
-                num += s.bytes_per_step / s.n_layers
-                den += t
-        if den > 0:
-            model.h2d_bytes_per_s[path] = num / den
     return model

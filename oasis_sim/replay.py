@@ -205,9 +205,12 @@ def _copy_rate(cfg: SimConfig) -> tuple:
 def replay(rec: Recording, predictor: Optional[TimePredictor] = None, work_dir: Optional[str] = None,
            use_selection: bool = True) -> ReplayResult:
     """Simulate the recording. ``predictor``: default the roofline of its model and hardware; a predictor with an
-    ``h2d_bytes_per_s`` attribute (the fitted one) also sets the copy rate. ``work_dir``: where the converted
-    selection file goes (a temporary directory by default)."""
+    ``h2d_bytes_per_s`` attribute (the fitted one) also sets the copy rate, and one with a ``gather_sm_share``
+    other than None the UVA gather's SM share. ``work_dir``: where the converted selection file goes (a temporary
+    directory by default)."""
     h2d = getattr(predictor, "h2d_bytes_per_s", None) if predictor is not None else None
+    share = getattr(predictor, "gather_sm_share", None) if predictor is not None else None
+    overrides = {} if share is None else {"gather_sm_share": float(share)}
     tmp = None
     replay_file = policy_layers = None
     if use_selection and rec.selection_path():
@@ -218,7 +221,7 @@ def replay(rec: Recording, predictor: Optional[TimePredictor] = None, work_dir: 
         replay_file = os.path.join(work_dir, "selection_replay.json")
         policy_layers = _replay_sets_json(rec, replay_file)
     try:
-        cfg = sim_config(rec, h2d, replay_file, policy_layers)
+        cfg = sim_config(rec, h2d, replay_file, policy_layers, **overrides)
         inner = predictor or RooflinePredictor(cfg.model_spec, cfg.hardware_spec)
         tap = TapPredictor(inner)
         res = simulate(cfg, workload(rec), tap)

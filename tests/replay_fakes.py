@@ -40,23 +40,33 @@ def fake_results(**over):
     return r
 
 
-def synthetic_recording(**cfg_kw) -> Recording:
-    """A recording whose 'measurements' come from the simulator run with the hidden truth predictor."""
+def synthetic_recording(truth_share=None, truth_h2d=None, with_stages=True, **cfg_kw) -> Recording:
+    """A recording whose 'measurements' come from the simulator run with the hidden truth predictor.
+    ``truth_share`` / ``truth_h2d``: hidden UVA gather SM share and copy rate (default: the configuration's share,
+    ``TRUTH_H2D``); ``with_stages=False``: no per-stage times, as a CUDA-graph recording (TPOT and bytes only)."""
     c = base_config(**cfg_kw)
     shell = build_recording(c, fake_results())
     cfg = sim_config(shell)
-    res = replay(shell, _TruthPredictor(cfg.model_spec, cfg.hardware_spec))
+    truth = _TruthPredictor(cfg.model_spec, cfg.hardware_spec)
+    if truth_share is not None:
+        truth.gather_sm_share = truth_share
+    if truth_h2d is not None:
+        truth.h2d_bytes_per_s = truth_h2d
+    res = replay(shell, truth)
     p, st = res.predicted, res.stage_ms_per_step
     stages = {"layers": st["layers"], "pred": st["pred"], "select": st["select"], "stall": st["stall"]}
     if c["mode"] != "dense":
         stages["transfer"] = st["transfer"]
     else:
         stages = {"layers": st["layers"]}
+    stall = p["stall_ms_per_step"]
+    if not with_stages:
+        stages, stall = {}, None
     durs = [res.sim.steps.dur[i] for i in res.window]
     results = fake_results(
         tpot_ms_p50=p["tpot_ms_p50"], tpot_ms_p99=p["tpot_ms_p99"], throughput_tok_s=p["throughput_tok_s"],
         tpot_ms_mean=1e3 * sum(durs) / len(durs), stage_ms_per_step=stages,
-        bytes_per_step={"pcie_h2d": p["pcie_h2d_bytes_per_step"]}, stall_ms_per_step=p["stall_ms_per_step"],
+        bytes_per_step={"pcie_h2d": p["pcie_h2d_bytes_per_step"]}, stall_ms_per_step=stall,
         hidden_fraction=None, steps=[{"step": j, "duration_s": d} for j, d in enumerate(durs)])
     return build_recording(c, results, meta={"synthetic": "tests/replay_fakes.py"})
 

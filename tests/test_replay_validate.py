@@ -128,6 +128,61 @@ def test_fit_is_per_family(synth):
     assert set(model.fits) == {"dense", "sparse"}
     assert "score" in model.fits["sparse"] and "score" not in model.fits["dense"]
     assert 15e9 < model.h2d_bytes_per_s["dma"] < 35e9
+    assert model.gather_sm_share == {}  # dma: no gather kernel on the GPU, the simulator applies no share
+
+
+# Hidden transfer settings of the synthetic "hardware" below: UVA gather SM share and copy rate, both away from
+# the fit's prior (the configuration's 0.24, the H200's measured 49 GB/s UVA gather).
+HIDDEN_SHARE, HIDDEN_RATE = 0.12, 30e9
+UVA_CONFIGS = [(n, fr) for n in (4, 8, 16, 32) for fr in (0.02, 0.1)] + [(16, 0.2), (32, 0.05)]
+
+
+@pytest.fixture(scope="module")
+def uva_graph():
+    """CUDA-graph-like uva recordings (TPOT and bytes per step, no stage times); the two largest copy volumes are
+    copy-bound at the hidden rate, which pins it."""
+    return [synthetic_recording(mode="lookahead", context=16384, concurrency=n, fetch_ratio=fr, transfer_path="uva",
+                                truth_share=HIDDEN_SHARE, truth_h2d=HIDDEN_RATE, with_stages=False)
+            for n, fr in UVA_CONFIGS]
+
+
+def test_fit_recovers_hidden_gather_share_and_copy_rate_from_tpot(uva_graph):
+    assert all(r.results["stage_ms_per_step"] == {} for r in uva_graph)
+    model = fit([V.sample_of(r, replay(r)) for r in uva_graph])
+    assert model.gather_fit["uva"]["rate_from"] == "tpot"
+    assert model.gather_sm_share["uva"] == pytest.approx(HIDDEN_SHARE, abs=0.02)
+    assert model.h2d_bytes_per_s["uva"] == pytest.approx(HIDDEN_RATE, rel=0.05)
+    p = model.predictor_for(uva_graph[0])
+    assert (p.gather_sm_share, p.h2d_bytes_per_s) == (model.gather_sm_share["uva"], model.h2d_bytes_per_s["uva"])
+    assert replay(uva_graph[0], p).cfg.gather_sm_share == model.gather_sm_share["uva"]  # reaches the simulator
+
+
+def test_gather_share_with_measured_copy_rate():
+    recs = [synthetic_recording(mode="lookahead", context=16384, concurrency=n, fetch_ratio=fr, transfer_path="uva",
+                                truth_share=HIDDEN_SHARE, truth_h2d=HIDDEN_RATE) for n, fr in UVA_CONFIGS[:6]]
+    model = fit([V.sample_of(r, replay(r)) for r in recs])
+    assert model.gather_fit["uva"]["rate_from"] == "stage times"
+    assert model.h2d_bytes_per_s["uva"] == pytest.approx(HIDDEN_RATE, rel=1e-6)  # the stage times' rate, kept
+    assert model.gather_sm_share["uva"] == pytest.approx(HIDDEN_SHARE, abs=0.02)
+
+
+def test_gather_fit_leave_one_out(uva_graph, monkeypatch):
+    seen = []
+    real_fit = V.fit
+
+    def spy(samples):
+        seen.append({s.key for s in samples})
+        return real_fit(samples)
+
+    monkeypatch.setattr(V, "fit", spy)
+    rep = V.validate(uva_graph)
+    assert rep["median_abs_err_pct_tpot_p50"] < 1.0 and rep["p90_abs_err_pct_tpot_p50"] < 5.0
+    assert rep["roofline_median_abs_err_pct_tpot_p50"] > 5.0
+    assert len(seen) == len(uva_graph)
+    for rec, keys, row in zip(uva_graph, seen, rep["predictors"]["fitted"]["recordings"]):
+        assert recording_key(rec) not in keys and len(keys) == len(uva_graph) - 1
+        assert row["recording"] not in row["model"]["fitted_on"]
+        assert 0.0 <= row["model"]["gather_sm_share"]["uva"] <= 0.5
 
 
 def test_measured_metrics_sums_transfer_stages():
