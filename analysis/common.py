@@ -17,7 +17,7 @@ import numpy as np
 REPO = Path(__file__).resolve().parent.parent
 RESULTS = REPO / "analysis" / "results"
 GIB = 2 ** 30
-MOONCAKE_TRACE = Path("/work/shared/traces/mooncake_conversation_trace.jsonl")  # default --trace of the scripts
+MOONCAKE_TRACE = Path(__file__).resolve().parents[1] / "traces" / "public" / "mooncake_conversation_trace.jsonl"  # default --trace of the scripts
 
 
 def ensure_repo_on_path() -> None:

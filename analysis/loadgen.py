@@ -40,7 +40,7 @@ ROOT = Path(__file__).resolve().parents[1]
 if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
-DEFAULT_TRACE = ROOT.parent / "shared" / "traces" / "mooncake_conversation_trace.jsonl"
+DEFAULT_TRACE = ROOT / "traces" / "public" / "mooncake_conversation_trace.jsonl"
 FALLBACK_TRACE = ROOT / "traces" / "mooncake_slice.json"
 PREFIX_BLOCK_TOKENS = 512
 

@@ -11,7 +11,7 @@ in the source raise ``TraceError("<file>: line <n>: <field>: <what>, got <value>
 
 Regenerate the bundled slice (from the repository root)::
 
-    python -m oasis_core.importers mooncake ../shared/traces/mooncake_conversation_trace.jsonl \\
+    python -m oasis_core.importers mooncake traces/public/mooncake_conversation_trace.jsonl \\
         --limit 200 --model qwen3-8b --out traces/mooncake_slice.json
 """
 from __future__ import annotations

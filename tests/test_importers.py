@@ -8,9 +8,9 @@ from oasis_core.importers import fit_context, import_azure, import_mooncake, mai
 from oasis_core.trace import TraceError, load_trace
 
 REPO = Path(__file__).resolve().parents[1]
-SHARED = REPO / ".." / "shared" / "traces"
-MOONCAKE = SHARED / "mooncake_conversation_trace.jsonl"
-AZURE = SHARED / "azure2023_code.csv"
+PUBLIC = REPO / "traces" / "public"  # the published files, copied unchanged (traces/public/README.md)
+MOONCAKE = PUBLIC / "mooncake_conversation_trace.jsonl"
+AZURE = PUBLIC / "azure2023_code.csv"
 
 needs_mooncake = pytest.mark.skipif(not MOONCAKE.exists(), reason=f"public trace not found at {MOONCAKE}")
 needs_azure = pytest.mark.skipif(not AZURE.exists(), reason=f"public trace not found at {AZURE}")
@@ -27,7 +27,7 @@ def azure():
 
 
 # ----------------------------------------------------------------------------------------------------------------
-# Real files, statistics from ../shared/traces/README.md
+# Real files, statistics from the traces' published descriptions
 
 
 @needs_mooncake
