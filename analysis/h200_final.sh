@@ -8,21 +8,11 @@
 #   3. analysis/record_matrix.py (issue 7 recordings)               -> $OUT/rec.tar.gz
 # Progress lines with timestamps go to stdout and $OUT/progress.log.
 set -u
-OUT=${OUT:-/tmp/out}; mkdir -p "$OUT"
-export PYTHONUNBUFFERED=1 PYTHONPATH=$PWD OASIS_COMMIT=${OASIS_COMMIT:-unknown}
-PY=${PY:-python3}
 DEADLINE_S=${DEADLINE_S:-440}
-T0=$(date +%s)
-el() { echo $(( $(date +%s) - T0 )); }
-left() { echo $(( DEADLINE_S - $(el) )); }
-say() { echo "[$(date -u +%H:%M:%S) +$(el)s] $*" | tee -a "$OUT/progress.log"; }
-min() { [ "$1" -lt "$2" ] && echo "$1" || echo "$2"; }
+. "$(dirname "$0")/h200_lib.sh"  # OUT, PY, el/left/say/min, device_info
 
 say "commit $OASIS_COMMIT"
-nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv > "$OUT/device.txt" 2>&1
-free -g >> "$OUT/device.txt" 2>&1
-$PY -c 'import torch, triton; print("torch", torch.__version__, "triton", triton.__version__)' >> "$OUT/device.txt" 2>&1
-cat "$OUT/device.txt"
+device_info
 
 # 1. GPU tests (run 4: 40 s for these files)
 T1=$(min 85 $(( $(left) - 300 )))

@@ -4,14 +4,11 @@
 # MAXP tokens, <= MAXO output tokens, <= CONC in flight, a fixed LOAD_S window), in one device call:
 #   cd .h200_src && OASIS_COMMIT=<hash> WHL=../.whl TRACE=mooncake_head.jsonl bash analysis/h200_serve.sh
 # A CPU dry run of the same script:
-#   MODEL=tiny DEVICE=cpu MAXP=192 LOAD_S=15 OUT=/tmp/serve_dry bash analysis/h200_serve.sh
+#   MODEL=tiny DEVICE=cpu MAXP=192 LOAD_S=15 KV_GB=0.05 LA_KV_GB=0.05 HOST_GB=0.05 OUT=/tmp/serve_dry bash analysis/h200_serve.sh
 # Every step runs under `timeout`, progress lines carry timestamps (stdout and $OUT/progress.log), a failed mode
 # does not stop the next. Records: $OUT/serve_<mode>.json; logs: $OUT/server_<mode>.log, $OUT/aux.log (pip,
 # warm-ups, loadgen); six files in all (a device call returns at most 8).
 set -u
-OUT=${OUT:-/tmp/out}; mkdir -p "$OUT"
-export PYTHONUNBUFFERED=1 PYTHONPATH=$PWD OASIS_COMMIT=${OASIS_COMMIT:-unknown}
-PY=${PY:-python3}
 MODEL=${MODEL:-qwen3-8b}; DEVICE=${DEVICE:-cuda}
 MAXP=${MAXP:-16320}        # prompt cap: 16K context less the output
 MAXO=${MAXO:-64}           # output cap
@@ -27,11 +24,7 @@ WARM_TOK=${WARM_TOK:-2100} # warm-up prompt (two prefill chunks)
 DEADLINE_S=${DEADLINE_S:-118}
 TRACE=${TRACE:-}
 WHL=${WHL:-}
-T0=$(date +%s)
-el() { echo $(( $(date +%s) - T0 )); }
-left() { echo $(( DEADLINE_S - $(el) )); }
-say() { echo "[$(date -u +%H:%M:%S) +$(el)s] $*" | tee -a "$OUT/progress.log"; }
-min() { [ "$1" -lt "$2" ] && echo "$1" || echo "$2"; }
+. "$(dirname "$0")/h200_lib.sh"  # OUT, PY, el/left/say/min, device_info
 
 say "commit $OASIS_COMMIT model $MODEL device $DEVICE prompts<=$MAXP out<=$MAXO limit $LIMIT scale $SCALE conc $CONC window ${LOAD_S}s"
 if [ -n "$WHL" ]; then

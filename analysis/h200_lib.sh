@@ -1,0 +1,18 @@
+# Shared preamble of the one-call H200 scripts (h200_final.sh, h200_graph.sh, h200_serve.sh); source it after
+# setting DEADLINE_S (seconds the whole script may take). Gives OUT, PY, PYTHONPATH/OASIS_COMMIT exported, and:
+#   el (seconds since start), left (seconds to DEADLINE_S), say MSG (timestamped line to stdout and
+#   $OUT/progress.log), min A B, and device_info (GPU, memory, torch/triton versions into $OUT/device.txt).
+OUT=${OUT:-/tmp/out}; mkdir -p "$OUT"
+export PYTHONUNBUFFERED=1 PYTHONPATH=$PWD OASIS_COMMIT=${OASIS_COMMIT:-unknown}
+PY=${PY:-python3}
+T0=$(date +%s)
+el() { echo $(( $(date +%s) - T0 )); }
+left() { echo $(( DEADLINE_S - $(el) )); }
+say() { echo "[$(date -u +%H:%M:%S) +$(el)s] $*" | tee -a "$OUT/progress.log"; }
+min() { [ "$1" -lt "$2" ] && echo "$1" || echo "$2"; }
+device_info() {
+  nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv > "$OUT/device.txt" 2>&1
+  free -g >> "$OUT/device.txt" 2>&1
+  $PY -c 'import torch, triton; print("torch", torch.__version__, "triton", triton.__version__)' >> "$OUT/device.txt" 2>&1
+  cat "$OUT/device.txt"
+}
