@@ -17,8 +17,8 @@ Pinned tensors are passed through ``UVAPointer``: Triton takes any object with `
 its launcher maps the host address to the device address with ``cuPointerGetAttribute`` (identical under UVA for
 ``cudaHostAlloc``/``cudaHostRegister`` memory, which is what ``pin_memory`` gives).
 
-Path 2, host-side gather (``HostStager``): CPU threads ``index_select`` the blocks into a pinned staging buffer
-(``host_gather_stage``), one DMA per tensor moves the live prefix to a GPU staging buffer (``upload``), and
+Path 2, host-side gather (``HostStager``): one ``index_select`` per tensor, parallel on torch's intra-op threads,
+copies the blocks into a pinned staging buffer (``host_gather_stage``), one DMA per tensor moves the live prefix to a GPU staging buffer (``upload``), and
 ``scatter_slots`` copies each staged block into its slot. Here the copy list's sources must be CPU tensors (the
 host decides what to gather), while ``dst_slot`` for the scatter lives on the GPU.
 """
@@ -153,45 +153,70 @@ def scatter_slots(stage_k, stage_v, dst_slot, k_slots, v_slots):
                                k_slots.stride(0), v_slots.stride(0), CHUNK=BS * D, num_warps=4)
 
 
-def host_gather_stage(host_k, host_v, src_block, src_head, stage_k, stage_v, pool=None, n_chunks=None):
-    """CPU gather of ``n = len(src_block)`` (block, head) pairs into ``stage_k/v[:n]`` (pinned, host side).
+def _init_intra_threads(n: int) -> None:
+    torch.set_num_threads(n)
+    torch.zeros(64, 4).index_select(0, torch.zeros(64, dtype=torch.int64))  # at::parallel_for: lazy thread init
 
-    host_k, host_v: [n_host_blocks, Hkv, block_size, D] contiguous; src_block, src_head: [n] int64/int32 CPU
-    tensors, all valid (>= 0); stage_k, stage_v: [C >= n, block_size, D] contiguous CPU tensors. With a thread
-    ``pool`` the rows are split into ``n_chunks`` (default: the pool's thread count) gathered in parallel
-    (``index_select`` releases the GIL). Returns n.
+
+def gather_thread(n_threads: int) -> ThreadPoolExecutor:
+    """A one-thread executor whose thread has ``n_threads`` torch intra-op (OpenMP) threads of its own.
+
+    ``torch.set_num_threads`` sets the calling thread's count and also the default that threads torch has not yet
+    initialised adopt; the new thread sets its own, runs one parallel op so it is initialised with it, and the caller
+    then puts the default back (its own count is unchanged)."""
+    prev = torch.get_num_threads()
+    ex = ThreadPoolExecutor(max_workers=1, initializer=_init_intra_threads, initargs=(n_threads,))
+    ex.submit(lambda: None).result()
+    torch.set_num_threads(prev)
+    return ex
+
+
+def host_gather_stage(host_k, host_v, src_block, src_head, stage_k, stage_v, flat=None):
+    """CPU gather of ``n`` (block, head) pairs into ``stage_k/v[:n]`` (pinned, host side). Returns n.
+
+    host_k, host_v: [n_host_blocks, Hkv, block_size, D] contiguous; src_block, src_head: [n] int32/int64 CPU
+    tensors, all valid (>= 0); or ``flat``: [n] int32/int64, the row ``block * Hkv + head`` of the
+    ``[n_host_blocks * Hkv, block_size * D]`` view, already computed (then src_block/src_head may be None);
+    stage_k, stage_v: [C >= n, block_size, D] contiguous CPU tensors.
+
+    One ``index_select`` per tensor over the flat view (a parallel memcpy of 4 KiB rows inside ATen, on the calling
+    thread's torch intra-op threads: ``gather_thread`` makes a dedicated thread with its own count). No Python thread
+    pool and as few torch calls as possible: each call releases and re-takes the GIL, and with the main thread busy
+    launching kernels every re-take can wait for Python's switch interval (5 ms). That, not memory bandwidth, made
+    the old version (a Python pool of chunked ``index_select`` calls) slow beside a running step
+    (analysis/results/host_gather_cpu_2026-11-30.md).
     """
     nb, Hkv, BS, D = host_k.shape
-    n = src_block.shape[0]
     assert host_k.is_contiguous() and host_v.is_contiguous(), "host pool must be contiguous"
     assert stage_k.is_contiguous() and stage_v.is_contiguous(), "staging buffers must be contiguous"
+    if flat is None:
+        assert src_block.device.type == "cpu" and src_head.device.type == "cpu", "host gather needs CPU indices"
+        n = src_block.shape[0]
+        if n == 0:
+            return 0
+        flat = torch.addcmul(src_head.long(), src_block.long(), torch.tensor(Hkv, dtype=torch.int64))
+    else:
+        assert flat.device.type == "cpu", "host gather needs CPU indices"
+        n = flat.shape[0]
+        if n == 0:
+            return 0
     assert stage_k.shape[0] >= n, f"staging capacity {stage_k.shape[0]} < {n} blocks"
-    assert src_block.device.type == "cpu" and src_head.device.type == "cpu", "host gather needs CPU indices"
-    if n == 0:
-        return 0
-    flat = (src_block.long() * Hkv + src_head.long())
-    hk, hv = host_k.view(nb * Hkv, BS * D), host_v.view(nb * Hkv, BS * D)
-    sk, sv = stage_k.view(-1, BS * D), stage_v.view(-1, BS * D)
-
-    def run(lo, hi):
-        torch.index_select(hk, 0, flat[lo:hi], out=sk[lo:hi])
-        torch.index_select(hv, 0, flat[lo:hi], out=sv[lo:hi])
-
-    if pool is None:
-        run(0, n)
-        return n
-    workers = n_chunks or getattr(pool, "_max_workers", 8)
-    step = cdiv(n, workers)
-    list(pool.map(lambda lo: run(lo, min(n, lo + step)), range(0, n, step)))
+    W = BS * D
+    torch.index_select(host_k.view(nb * Hkv, W), 0, flat, out=stage_k.view(-1, W)[:n])
+    torch.index_select(host_v.view(nb * Hkv, W), 0, flat, out=stage_v.view(-1, W)[:n])
     return n
 
 
 class HostStager:
-    """Path 2's buffers: pinned host staging, GPU staging, and the gather threads (one per layer pipeline).
+    """Path 2's buffers: pinned host staging, GPU staging, and the gather thread (one per layer pipeline).
 
-    ``gather(...)`` fills the host staging (blocking, on CPU threads); ``upload(n)`` issues the two DMAs on the
-    current stream; ``scatter(dst_slot, k_slots, v_slots)`` writes slots. Do not call ``gather`` again before the
-    previous ``upload`` has completed on the GPU (record an event after it and wait on it).
+    ``gather(...)`` fills the host staging (blocking); ``upload(n)`` issues the two DMAs on the current stream;
+    ``scatter(dst_slot, k_slots, v_slots)`` writes slots. Do not call ``gather`` again before the previous ``upload``
+    has completed on the GPU (record an event after it and wait on it).
+
+    n_threads: with an int, ``gather`` runs on a dedicated thread holding that many torch intra-op threads (the
+    caller's own thread count is left alone); with ``None`` it runs inline on the calling thread, on whatever
+    intra-op threads that thread has (the pipeline's host worker, itself a ``gather_thread``).
     """
 
     def __init__(self, capacity, block_size, head_dim, dtype=torch.bfloat16, device="cuda", n_threads=8):
@@ -201,10 +226,16 @@ class HostStager:
         self.stage_v = torch.empty(shape, dtype=dtype, pin_memory=pin)
         self.gpu_k = torch.empty(shape, dtype=dtype, device=device)
         self.gpu_v = torch.empty(shape, dtype=dtype, device=device)
-        self.pool = ThreadPoolExecutor(max_workers=n_threads) if n_threads > 1 else None
+        self.n_threads = n_threads
+        self.pool = None
+        if n_threads is not None:
+            self.pool = gather_thread(n_threads)
 
-    def gather(self, host_k, host_v, src_block, src_head) -> int:
-        return host_gather_stage(host_k, host_v, src_block, src_head, self.stage_k, self.stage_v, self.pool)
+    def gather(self, host_k, host_v, src_block, src_head, flat=None) -> int:
+        args = (host_k, host_v, src_block, src_head, self.stage_k, self.stage_v, flat)
+        if self.pool is None:
+            return host_gather_stage(*args)
+        return self.pool.submit(host_gather_stage, *args).result()
 
     def upload(self, n: int):
         if n:

@@ -10,8 +10,9 @@ Transfer paths (``ExecConfig.transfer``):
 
 - ``uva``: ``kernels.gather.uva_gather``, a persistent kernel on a bounded number of programs reading the pinned
   pool directly; fixed-shape copy list, no host sync at all.
-- ``host``: the copy list goes to pinned memory, a worker thread waits for it, CPU threads gather the blocks into
-  the layer's pinned staging buffer (``kernels.gather.host_gather_stage``), one DMA per K/V moves them, ``scatter_slots``
+- ``host``: the copy list (flat pool rows, destinations) goes to pinned memory, a worker thread waits for it and
+  gathers the blocks into the layer's pinned staging buffer with one ``index_select`` per K/V on its own
+  ``host_threads`` torch intra-op threads (``kernels.gather.host_gather_stage``), one DMA per K/V moves them, ``scatter_slots``
   writes the slots.
 
 On CPU (tests) every stage runs inline, in order.
@@ -47,15 +48,18 @@ class Prefetcher:
         if self.cuda:
             self.s_pred = torch.cuda.Stream(device)
             self.s_copy = torch.cuda.Stream(device)
-            self.worker = ThreadPoolExecutor(max_workers=1)
-            self.gather_pool = ThreadPoolExecutor(max_workers=cfg.host_threads) if cfg.host_threads > 1 else None
+            from kernels.gather import gather_thread
+
+            # the host path's worker: one thread gathering with cfg.host_threads torch intra-op threads of its own
+            # (no Python pool: every extra torch call or thread hand-off re-takes the GIL from the main thread)
+            self.worker = gather_thread(cfg.host_threads) if self.path == "host" else ThreadPoolExecutor(max_workers=1)
             cap = store.B * store.H * max(max_cap, 1)
             self._stagers = []
             for _ in range(L if cfg.mode in ("proxy", "lookahead") else 0):  # one per layer: reused a step later, after wait(layer) joined its job
                 from kernels.gather import HostStager
 
-                st = HostStager(cap, store.bs, store.D, dtype=store.k[0].dtype, device=device, n_threads=1)
-                st.src = torch.empty(3, cap, dtype=torch.int32, pin_memory=True)  # src_block, src_head, dst
+                st = HostStager(cap, store.bs, store.D, dtype=store.k[0].dtype, device=device, n_threads=None)
+                st.src = torch.empty(2, cap, dtype=torch.int32, pin_memory=True)  # flat row (block * H + head), dst
                 st.dst_pin = torch.empty(cap, dtype=torch.int32, pin_memory=True)
                 st.dst_gpu = torch.empty(cap, dtype=torch.int32, device=device)
                 st.free = None  # event: its last upload has completed
@@ -158,9 +162,9 @@ class Prefetcher:
             else:
                 stg = self._stagers[layer]
                 n = src.shape[0]
-                stg.src[0, :n].copy_(src, non_blocking=True)
-                stg.src[1, :n].copy_(head, non_blocking=True)
-                stg.src[2, :n].copy_(dst, non_blocking=True)
+                flat = torch.where(src >= 0, src * self.host.k[layer].shape[1] + head, -1)  # row of the flat view
+                stg.src[0, :n].copy_(flat, non_blocking=True)
+                stg.src[1, :n].copy_(dst, non_blocking=True)
                 planned = torch.cuda.Event()
                 planned.record()
         if self.path == "uva":
@@ -195,12 +199,11 @@ class Prefetcher:
         t_start = time.perf_counter()
         ids = stg.src[:, :n]
         live = ids[0] >= 0
-        srcb, head, dst = ids[0][live], ids[1][live], ids[2][live]
-        m = int(srcb.shape[0])
+        flat, dst = ids[0][live], ids[1][live]
+        m = int(flat.shape[0])
         if stg.free is not None:
             stg.free.synchronize()  # the previous upload from this staging buffer has completed
-        host_gather_stage(self.host.k[layer], self.host.v[layer], srcb, head, stg.stage_k, stg.stage_v,
-                          self.gather_pool)
+        host_gather_stage(self.host.k[layer], self.host.v[layer], None, None, stg.stage_k, stg.stage_v, flat=flat)
         stg.dst_pin.fill_(-1)
         stg.dst_pin[:m].copy_(dst)
         self.host_gather_s.append(time.perf_counter() - t_start)
@@ -267,5 +270,3 @@ class Prefetcher:
     def close(self) -> None:
         if self.cuda:
             self.worker.shutdown()
-            if self.gather_pool is not None:
-                self.gather_pool.shutdown()

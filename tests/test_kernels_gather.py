@@ -110,3 +110,36 @@ def test_host_stager_gpu():
     stager.close()
     assert torch.equal(k_slots[ds.long()].cpu(), host_k[sb.long(), sh.long()])
     assert torch.equal(v_slots[ds.long()].cpu(), host_v[sb.long(), sh.long()])
+
+
+@pytest.mark.parametrize("n_threads", [None, 1, 2])
+def test_host_gather_stage_many_blocks_flat_rows(n_threads):
+    """Many (block, head) items across heads, by (block, head) or by precomputed flat row with -1 padding dropped."""
+    from kernels.gather import host_gather_stage
+
+    n_host, Hkv, BS, D, C = 300, 4, 4, 16, 700
+    host_k, host_v, _, _ = make_pool(n_host, Hkv, BS, D, 1, seed=7)
+    g = torch.Generator().manual_seed(7)
+    sb = torch.randint(0, n_host, (C,), generator=g, dtype=torch.int32)
+    sh = torch.randint(0, Hkv, (C,), generator=g, dtype=torch.int32)
+    stager = HostStager(C + 5, BS, D, device="cpu", n_threads=n_threads)
+    assert stager.gather(host_k, host_v, sb, sh) == C
+    assert torch.equal(stager.stage_k[:C], host_k[sb.long(), sh.long()])
+    assert torch.equal(stager.stage_v[:C], host_v[sb.long(), sh.long()])
+    flat = torch.where(torch.arange(C) % 3 == 0, -1, sb * Hkv + sh).to(torch.int32)  # padded copy list
+    live = flat >= 0
+    m = host_gather_stage(host_k, host_v, None, None, stager.stage_k, stager.stage_v, flat=flat[live])
+    assert m == int(live.sum())
+    assert torch.equal(stager.stage_v[:m], host_v[sb[live].long(), sh[live].long()])
+    assert host_gather_stage(host_k, host_v, sb[:0], sh[:0], stager.stage_k, stager.stage_v) == 0
+    stager.close()
+
+
+def test_gather_thread_owns_its_thread_count():
+    from kernels.gather import gather_thread
+
+    before = torch.get_num_threads()
+    ex = gather_thread(1)
+    assert ex.submit(torch.get_num_threads).result() == 1
+    assert torch.get_num_threads() == before
+    ex.shutdown()
