@@ -11,14 +11,18 @@ A policy has two faces:
   branch on array values: on the executor the context arrays live on the GPU and the step must not synchronise.
 
 Adaptive policies (drift-aware, link-rate-aware, byte budgets from paper eq. 3) subclass ``FetchCapPolicy`` and
-read whatever they need from the context; callers never change.
+read whatever they need from the context; callers never change. ``LinkBudget`` is the shipped example: eq. 3's
+per-step byte budget ``B_link · T_decode`` split over the rows that miss blocks. ``register_policy`` adds a name to
+``get_policy`` (the simulator's ``--fetch-policy``). Researcher guide: ``docs/policies.md``.
 """
 from __future__ import annotations
 
 import math
 from abc import ABC, abstractmethod
 from dataclasses import dataclass
-from typing import Any, Optional
+from typing import Any, Callable, Optional
+
+from .xp import namespace
 
 DEFAULT_FETCH_RATIO = 0.05  # paper default: 0.05 of K, about 6 blocks per head per step at K = 128
 
@@ -37,6 +41,9 @@ class CapContext:
     last_step_time_s: wall (or simulated) time of the previous step in seconds, None before the first.
     link_bytes_per_s: bandwidth of the link the blocks cross, bytes per second, None when unknown.
     bytes_per_block_head: bytes of one block of one KV head (K and V), None when unknown.
+    row_weight: how many rows of the step each context row stands for (1 when the caller plans every row, as the
+        executor would; the simulator samples rows and sets it to the rows each sampled row represents). A byte
+        budget over the whole step is divided by it before it is split over the context rows.
     """
 
     step: int
@@ -48,6 +55,7 @@ class CapContext:
     last_step_time_s: Optional[float] = None
     link_bytes_per_s: Optional[float] = None
     bytes_per_block_head: Optional[int] = None
+    row_weight: float = 1.0
 
     def __post_init__(self):
         if self.step < 0:
@@ -56,10 +64,19 @@ class CapContext:
             raise ValueError(f"CapContext.top_k: must be >= 0, got {self.top_k}")
         if self.rows < 0:
             raise ValueError(f"CapContext.rows: must be >= 0, got {self.rows}")
+        if not (isinstance(self.row_weight, (int, float)) and math.isfinite(self.row_weight) and self.row_weight > 0):
+            raise ValueError(f"CapContext.row_weight: must be a finite number > 0, got {self.row_weight!r}")
 
 
 class FetchCapPolicy(ABC):
-    """Base of every fetch-cap policy (see the module docstring for the contract)."""
+    """Base of every fetch-cap policy (see the module docstring for the contract).
+
+    ``static``: True when ``cap`` depends on ``ctx.top_k`` only (no runtime state), so a caller may evaluate it once
+    and reuse it (the simulator's ``policy_sampling='profile'`` precomputes per-step figures before any step is
+    timed). Default False: adaptive policies are stepped with the live context.
+    """
+
+    static = False
 
     @abstractmethod
     def max_cap(self, top_k: int) -> int:
@@ -94,6 +111,7 @@ class Fixed(FetchCapPolicy):
     """The same cap every step and row: ``ratio_cap(ratio, K)`` blocks (paper default ratio 0.05)."""
 
     ratio: float = DEFAULT_FETCH_RATIO
+    static = True  # no annotation: a class attribute, not a field
 
     def __post_init__(self):
         if not (isinstance(self.ratio, (int, float)) and 0.0 <= self.ratio <= 1.0):
@@ -114,6 +132,8 @@ class Fixed(FetchCapPolicy):
 class Unlimited(FetchCapPolicy):
     """No cap: every missing block is fetched (up to K, the most a row can miss)."""
 
+    static = True
+
     def max_cap(self, top_k: int) -> int:
         return max(0, top_k)
 
@@ -125,27 +145,195 @@ class Unlimited(FetchCapPolicy):
         return "unlimited"
 
 
-POLICY_NAMES = ("fixed", "unlimited")
+def _num(x: float) -> str:
+    """Shortest text that parses back to exactly ``x`` (``:g`` when it round-trips, else ``repr``)."""
+    g = f"{x:g}"
+    return g if float(g) == float(x) else repr(float(x))
+
+
+def split_budget(n_missing, budget: int, max_cap: int, min_cap: int = 0):
+    """Split ``budget`` blocks over rows in proportion to their missing blocks; integer caps [R].
+
+    n_missing: integer array [R] (numpy or torch, any device); budget: blocks for all these rows together (a host
+    int: it comes from step time and link rate, never from array values). Each row gets
+    ``floor(B · n_r / N)`` (``B = min(budget, N)``, ``N = sum n``) and the ``B - sum floor`` blocks left over go one
+    each to the rows with the largest remainders (ties: lower row first), so ``sum cap == B`` and ``cap_r <= n_r``.
+    Then the floor ``min(n_r, min_cap)`` (takes precedence over the budget: a missing row is never starved) and the
+    ceiling ``max_cap`` apply. Integer arithmetic only: numpy and torch give identical results, torch never
+    synchronises.
+    """
+    xp = namespace(n_missing)
+    n = xp.astype(xp.asarray(n_missing, like=n_missing), xp.int64)
+    r = n.shape[0]
+    zero = xp.full((), 0, xp.int64, like=n)
+    n = xp.maximum(n, zero)
+    total = xp.sum(n)
+    b = xp.minimum(xp.full((), max(int(budget), 0), xp.int64, like=n), total)
+    denom = xp.maximum(total, xp.full((), 1, xp.int64, like=n))
+    num = b * n
+    base = num // denom
+    rem = num % denom
+    left = b - xp.sum(base)  # in [0, R): the sum of the remainders is left * denom
+    order = xp.argsort_desc(rem)
+    rank = xp.scatter(xp.zeros((r,), xp.int64, like=n), 0, order, xp.arange(r, like=n))
+    cap = base + xp.astype(rank < left, xp.int64)
+    cap = xp.maximum(cap, xp.minimum(n, xp.full((), max(int(min_cap), 0), xp.int64, like=n)))
+    return xp.minimum(cap, xp.full((), int(max_cap), xp.int64, like=n))
+
+
+@dataclass(frozen=True)
+class LinkBudget(FetchCapPolicy):
+    """Paper eq. 3 as a fetch cap: each step may move ``B_link · T_decode`` bytes, so the transfers planned for the
+    next step fit the time the last step gave the link.
+
+    Budget of the context's rows this step, in block-heads::
+
+        budget = floor(link_bytes_per_s · last_step_time_s · link_fraction / (bytes_per_block_head · row_weight))
+
+    split over the rows in proportion to ``n_missing`` (``split_budget``: largest remainder, ``sum == budget``
+    while the rows miss more than it), each row floored at ``min(n_missing, min_cap)`` and capped at
+    ``max_cap(K) = ratio_cap(max_ratio, K)``. Without ``n_missing`` the budget is split evenly. Before the first
+    step (no ``last_step_time_s``) or when the link rate or block bytes are unknown it falls back to the fixed cap
+    ``ratio_cap(first_ratio, K)``.
+
+    link_fraction: share of the link the fetches may take (> 0; above 1 deliberately oversubscribes it).
+    min_cap: per-row floor in blocks (>= 0). It takes precedence over the budget, so the planned bytes may exceed
+        the budget by at most ``sum_r min(n_missing_r, min_cap)`` block-heads; 0 makes the budget a hard bound.
+    max_ratio: ``max_cap`` as a fraction of K (0, 1]; sizes the executor's per-step transfer buffers.
+    first_ratio: fixed cap ratio [0, 1] used when there is no budget yet.
+    """
+
+    link_fraction: float = 1.0
+    min_cap: int = 1
+    max_ratio: float = 0.25
+    first_ratio: float = DEFAULT_FETCH_RATIO
+
+    def __post_init__(self):
+        def real(v):
+            return isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v)
+
+        if not (real(self.link_fraction) and self.link_fraction > 0):
+            raise ValueError(f"LinkBudget.link_fraction: must be a finite number > 0, got {self.link_fraction!r}")
+        if isinstance(self.min_cap, bool) or not isinstance(self.min_cap, int) or self.min_cap < 0:
+            raise ValueError(f"LinkBudget.min_cap: must be an integer >= 0, got {self.min_cap!r}")
+        if not (real(self.max_ratio) and 0 < self.max_ratio <= 1):
+            raise ValueError(f"LinkBudget.max_ratio: must be a number in (0, 1], got {self.max_ratio!r}")
+        if not (real(self.first_ratio) and 0 <= self.first_ratio <= 1):
+            raise ValueError(f"LinkBudget.first_ratio: must be a number in [0, 1], got {self.first_ratio!r}")
+
+    def max_cap(self, top_k: int) -> int:
+        return ratio_cap(self.max_ratio, top_k)
+
+    def budget_blocks(self, ctx: CapContext) -> Optional[int]:
+        """Block-heads the context's rows may fetch this step, or None when the context cannot say (first step,
+        unknown link rate or block bytes)."""
+        if ctx.last_step_time_s is None or ctx.link_bytes_per_s is None or not ctx.bytes_per_block_head:
+            return None
+        budget_bytes = ctx.link_bytes_per_s * ctx.last_step_time_s * self.link_fraction
+        return max(0, math.floor(budget_bytes / (ctx.bytes_per_block_head * ctx.row_weight)))
+
+    def cap(self, ctx: CapContext):
+        c = self.max_cap(ctx.top_k)
+        budget = self.budget_blocks(ctx)
+        if budget is None:
+            return min(ratio_cap(self.first_ratio, ctx.top_k), c)
+        if ctx.n_missing is None:
+            return min(max(budget // max(ctx.rows, 1), min(self.min_cap, c)), c)
+        return split_budget(ctx.n_missing, budget, c, self.min_cap)
+
+    @property
+    def spec(self) -> str:
+        out = f"budget:{_num(self.link_fraction)}"
+        default = LinkBudget()
+        for name in ("min_cap", "max_ratio", "first_ratio"):
+            v = getattr(self, name)
+            if v != getattr(default, name):
+                out += f",{name}={v if name == 'min_cap' else _num(v)}"
+        return out
+
+
+# -- parsing and registration ------------------------------------------------------------------------------------
+# name -> (usage shown in errors, parse(spec, arg) -> policy); arg is the text after ':' or None when there is none.
+_REGISTRY: dict[str, tuple[str, Callable[[str, Optional[str]], FetchCapPolicy]]] = {}
+
+
+def register_policy(name: str, usage: str, parse: Callable[[str, Optional[str]], FetchCapPolicy]) -> None:
+    """Make ``get_policy`` (and so the simulator's ``--fetch-policy``) know ``name``.
+
+    parse(spec, arg): ``spec`` is the whole string (for error messages), ``arg`` the text after the first ':'
+    (stripped, lower case) or None. It returns the policy or raises ``ValueError`` naming the spec and the bad
+    value. The policy's ``spec`` property must parse back to an equal policy.
+    """
+    name = name.strip().lower()
+    if not name or ":" in name:
+        raise ValueError(f"register_policy: name must be a non-empty word without ':', got {name!r}")
+    _REGISTRY[name] = (usage, parse)
+
+
+def _parse_fixed(spec, arg):
+    if arg is None:
+        return Fixed()
+    try:
+        ratio = float(arg)
+    except ValueError:
+        raise ValueError(f"fetch cap {spec!r}: ratio must be a number in [0, 1], got {arg!r}") from None
+    if not 0.0 <= ratio <= 1.0:
+        raise ValueError(f"fetch cap {spec!r}: ratio must be a number in [0, 1], got {arg!r}")
+    return Fixed(ratio)
+
+
+def _parse_unlimited(spec, arg):
+    if arg is not None:
+        raise ValueError(f"fetch cap {spec!r}: 'unlimited' takes no argument")
+    return Unlimited()
+
+
+def _parse_budget(spec, arg):
+    if arg is None or arg == "":
+        return LinkBudget()
+    parts = [p.strip() for p in arg.split(",")]
+    kw = {}
+    if "=" not in parts[0]:
+        kw["link_fraction"] = parts.pop(0)
+    for p in parts:
+        key, eq, val = (x.strip() for x in p.partition("="))
+        if not eq or key not in ("link_fraction", "min_cap", "max_ratio", "first_ratio"):
+            raise ValueError(f"fetch cap {spec!r}: {p!r} is not FIELD=VALUE with FIELD one of link_fraction, "
+                             "min_cap, max_ratio, first_ratio")
+        if key in kw:
+            raise ValueError(f"fetch cap {spec!r}: {key} given twice")
+        kw[key] = val
+    for key, val in kw.items():
+        try:
+            kw[key] = int(val) if key == "min_cap" else float(val)
+        except ValueError:
+            kind = "an integer" if key == "min_cap" else "a number"
+            raise ValueError(f"fetch cap {spec!r}: LinkBudget.{key}: must be {kind}, got {val!r}") from None
+    try:
+        return LinkBudget(**kw)
+    except ValueError as e:
+        raise ValueError(f"fetch cap {spec!r}: {e}") from None
+
+
+register_policy("fixed", "fixed[:RATIO]", _parse_fixed)
+register_policy("unlimited", "unlimited", _parse_unlimited)
+register_policy("budget", "budget[:FRACTION][,min_cap=N][,max_ratio=R][,first_ratio=R]", _parse_budget)
+
+
+def policy_names() -> tuple:
+    """Registered policy names, in registration order."""
+    return tuple(_REGISTRY)
 
 
 def get_policy(spec: str) -> FetchCapPolicy:
-    """Parse a CLI spec: ``"fixed"`` (ratio 0.05), ``"fixed:0.1"``, ``"unlimited"``. Case and spaces ignored."""
+    """Parse a spec: ``"fixed"`` (ratio 0.05), ``"fixed:0.1"``, ``"unlimited"``, ``"budget"``, ``"budget:0.8"``,
+    ``"budget:0.8,min_cap=0,max_ratio=0.5"``, or any name added with ``register_policy``. Case and spaces ignored."""
     if not isinstance(spec, str):
         raise ValueError(f"fetch cap: expected a string such as 'fixed:0.05', got {spec!r}")
     name, sep, arg = spec.strip().lower().partition(":")
     name, arg = name.strip(), arg.strip()
-    if name == "fixed":
-        if not sep:
-            return Fixed()
-        try:
-            ratio = float(arg)
-        except ValueError:
-            raise ValueError(f"fetch cap {spec!r}: ratio must be a number in [0, 1], got {arg!r}") from None
-        if not 0.0 <= ratio <= 1.0:
-            raise ValueError(f"fetch cap {spec!r}: ratio must be a number in [0, 1], got {arg!r}")
-        return Fixed(ratio)
-    if name == "unlimited":
-        if sep:
-            raise ValueError(f"fetch cap {spec!r}: 'unlimited' takes no argument")
-        return Unlimited()
-    raise ValueError(f"fetch cap {spec!r}: unknown policy {name!r}; choices: fixed[:RATIO], unlimited")
+    entry = _REGISTRY.get(name)
+    if entry is None:
+        choices = ", ".join(usage for usage, _ in _REGISTRY.values())
+        raise ValueError(f"fetch cap {spec!r}: unknown policy {name!r}; choices: {choices}")
+    return entry[1](spec, arg if sep else None)

@@ -77,6 +77,15 @@ def _pad_cols(xp, x, width, fill):
     return xp.concat([x, xp.full((r, width - m), fill, x.dtype, like=x)], axis=1)
 
 
+def count_missing(resident, pred):
+    """Per row, the predicted blocks not resident (``plan_step``'s ``n_missing``) without planning anything: what an
+    adaptive cap policy reads (``CapContext.n_missing``) before it picks the cap of the step. int64 [R], no sync."""
+    xp = namespace(resident, pred)
+    resident = xp.astype(resident, xp.int64)
+    pred = xp.astype(xp.asarray(pred, like=resident), xp.int64)
+    return xp.sum(xp.astype((pred >= 0) & ~_member(xp, pred, resident), xp.int64), axis=1)
+
+
 def plan_step(resident, last_sel, pred, cap, step: int, max_cap: int) -> StepPlan:
     """Plan and apply one step of Algorithm 2 for every row.
 

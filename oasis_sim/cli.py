@@ -32,7 +32,8 @@ EXIT_BAD_INPUT = 2
 
 # Value types of the fields whose default is None.
 _OPTIONAL_TYPES = {"concurrency": int, "rate_rps": float, "max_requests": int, "max_context": int,
-                   "hbm_bytes": float, "host_bytes": float, "h2d_bytes_per_s": float, "replay_file": str}
+                   "hbm_bytes": float, "host_bytes": float, "h2d_bytes_per_s": float, "replay_file": str,
+                   "fetch_policy": str}
 
 
 class UsageError(Exception):

@@ -41,6 +41,10 @@ class SimConfig:
     block_size: int = _h("tokens per KV block", PAPER_SPARSITY.block_size)
     fetch_ratio: float = _h("fetch cap per row per step as a fraction of top-K (1 = unlimited)",
                             PAPER_SPARSITY.fetch_ratio)
+    fetch_policy: Optional[str] = _h("fetch-cap policy spec (oasis_core.fetchcap.get_policy: fixed:R, unlimited, "
+                                     "budget:F[,min_cap=N,max_ratio=R,first_ratio=R]); unset: fixed at fetch_ratio "
+                                     "(unlimited at 1); adaptive ones need policy_sampling=exact; ignored by retrieval",
+                                     None)
     seed: int = _h("seed of every random choice (selection, arrivals)", 0)
     # -- workload ---------------------------------------------------------------------------------------------
     arrival: str = _h("trace: the trace's arrival times | closed: fixed concurrency | poisson: open loop", "trace")
@@ -126,6 +130,19 @@ class SimConfig:
         integer("block_size", 1)
         number("fetch_ratio", 0.0, 1.0, lo_open=True)
         integer("seed", 0)
+        if self.fetch_policy is not None:
+            from oasis_core.fetchcap import get_policy
+
+            if not isinstance(self.fetch_policy, str):
+                bad("fetch_policy", "must be a policy spec string such as 'budget:0.8'")
+            try:
+                pol = get_policy(self.fetch_policy)
+            except ValueError as e:  # the message already names the spec and the bad value
+                raise ConfigError(f"fetch_policy: {' '.join(str(e).split())}") from None
+            if not pol.static and self.policy_sampling == "profile" and self.selection != "replay" \
+                    and self.mode in SPARSE_MODES and self.mode != "retrieval":
+                bad("fetch_policy", f"{pol.spec!r} adapts to each step's timing, which policy_sampling=profile "
+                                    "(precomputed per context bucket) cannot follow; set policy_sampling=exact")
         integer("concurrency", 1, optional=True)
         number("rate_rps", 0.0, lo_open=True, optional=True)
         integer("max_requests", 1, optional=True)

@@ -19,6 +19,7 @@ from oasis_core.geometry import KVGeometry
 from .config import SimConfig
 from .hardware import GPU
 from .pipeline import LayerPipeline, LayerWork, StepTiming, at
+from .policy import StepLink, cap_policy
 from .predictor import TimePredictor
 from .scheduler import BatchPlan, Scheduler
 
@@ -65,6 +66,8 @@ class Engine:
         self._tok_cache: dict = {}
         self._lm_cache: dict = {}
         self._head_s = predictor.time("step_overhead", {}) if self._memo else 0.0
+        # Adaptive cap policies (exact episodes) get the step's link view; static ones never look at it.
+        self._adaptive = cfg.sparse and not cap_policy(cfg).static
 
     def notify(self) -> None:
         if not self.wake.triggered:
@@ -141,6 +144,10 @@ class Engine:
             recall_sum = float(n_dec)
         else:
             remote = self.remote
+            link = None
+            if self._adaptive:
+                lg = self.log
+                link = StepLink(lg.dur[-1] if lg.dur else None, self.h2d_Bps, self.bpbh, n_dec)
             for r in plan.decode:
                 ctx = r.prompt + r.generated
                 blocks_sum += -(-ctx // bs)
@@ -151,7 +158,7 @@ class Engine:
                     i = pol.i = pol.i + 1
                     f, _miss, rec, rem = prof.tail if i >= prof.n else prof.rows[i]
                 else:
-                    f, _miss, rec, rem = pol.next()  # an exact episode (rscale 1)
+                    f, _miss, rec, rem = pol.next(link)  # an exact episode (rscale 1)
                 if rpf and rem:
                     u = rem * pol.rscale * L * kvh
                     remote_units += u

@@ -66,6 +66,10 @@ def summarize(cfg, rows, *, n_requests, preemptions, h2d_bytes, d2h_bytes, net_b
         "resident_recall": _r(recall_sum / recall_n if recall_n else 1.0),
         "stall_ms_total": _r(stall_s * 1e3, 4), "simulated_s": _r(sim_s),
     }
+    if getattr(cfg, "fetch_policy", None) is not None:  # only when chosen: default runs keep their bytes
+        from oasis_core.fetchcap import get_policy
+
+        s["fetch_policy"] = get_policy(cfg.fetch_policy).spec
     if extra:
         s.update(extra)
     return s

@@ -36,9 +36,9 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from oasis_core.fetchcap import CapContext, Fixed, Unlimited
+from oasis_core.fetchcap import CapContext, Fixed, Unlimited, get_policy
 from oasis_core.rpf import RemoteLedger
-from oasis_core.selection import initial_plan, plan_step
+from oasis_core.selection import count_missing, initial_plan, plan_step
 from oasis_core.synthetic import SyntheticSelection, SyntheticStep
 
 from .config import ConfigError, SimConfig
@@ -60,9 +60,27 @@ def resident_recall(resident: np.ndarray, true_next: np.ndarray) -> np.ndarray:
 
 
 def cap_policy(cfg: SimConfig):
-    if cfg.mode == "retrieval" or cfg.fetch_ratio >= 1.0:
+    """The run's ``FetchCapPolicy``: ``cfg.fetch_policy`` when set, else ``Fixed(fetch_ratio)`` (``Unlimited`` at
+    ratio 1); retrieval always fetches its whole set (``Unlimited``)."""
+    if cfg.mode == "retrieval":
+        return Unlimited()
+    if cfg.fetch_policy is not None:
+        return get_policy(cfg.fetch_policy)
+    if cfg.fetch_ratio >= 1.0:
         return Unlimited()
     return Fixed(cfg.fetch_ratio)
+
+
+@dataclass(frozen=True)
+class StepLink:
+    """What the engine knows of the step being planned, for adaptive cap policies (``CapContext``'s runtime
+    fields): the previous step's simulated duration (None before the first), the effective host->GPU rate, bytes
+    of one block-head, and the requests decoding this step (the link is shared by all of them)."""
+
+    last_step_time_s: float | None
+    link_bytes_per_s: float
+    bytes_per_block_head: int
+    decode_requests: int
 
 
 def _pred_of(mode: str, s: SyntheticStep):
@@ -144,6 +162,8 @@ class Runner:
         self.P = cfg.policy_layers
         self.cap = cap_policy(cfg)
         self.max_cap = self.cap.max_cap(cfg.top_k)
+        self.adaptive = not self.cap.static
+        self.row_span = cfg.model_spec.n_layers * self.kvh  # rows of a request (all layers and KV heads)
         self.nb = [max(int(n), 2) for n in group_blocks]
         if replay is not None:
             self.gen = _ReplayGen(replay)
@@ -170,15 +190,34 @@ class Runner:
         self.i = 0
         self.record = False
         self.plans = []
+        self.drift = np.zeros(self.rows, dtype=np.int64)  # cumulative missing blocks per row (adaptive policies)
+        self.moved_bytes = 0.0
 
-    def step(self, recall: bool = True):
+    def step(self, recall: bool = True, link: StepLink | None = None):
         """Per-row arrays (fetch, missing, recall) and per-group remote units per row (or None).
-        ``recall=False`` skips the recall metric (returns None for it)."""
+        ``recall=False`` skips the recall metric (returns None for it). ``link``: the engine's view of the step,
+        passed to adaptive policies through ``CapContext`` (static policies never look at it)."""
         s = self.gen.step()
         self.i += 1
-        cap = self.cap.cap(CapContext(step=self.i, top_k=self.top_k, rows=self.rows))
-        plan = plan_step(self.resident, self.last_sel, _pred_of(self.mode, s), cap, self.i, self.max_cap)
+        pred = _pred_of(self.mode, s)
+        if self.adaptive:
+            # Each sampled row stands for (rows of a request / sampled rows) rows of each of the decoding requests.
+            n_dec = link.decode_requests if link is not None else 1
+            ctx = CapContext(step=self.i, top_k=self.top_k, rows=self.rows, drift_so_far=self.drift.copy(),
+                             n_missing=count_missing(self.resident, pred), bytes_moved_total=self.moved_bytes,
+                             last_step_time_s=link.last_step_time_s if link is not None else None,
+                             link_bytes_per_s=link.link_bytes_per_s if link is not None else None,
+                             bytes_per_block_head=link.bytes_per_block_head if link is not None else None,
+                             row_weight=max(n_dec, 1) * self.row_span / self.rows)
+            cap = self.cap.cap(ctx)
+        else:
+            cap = self.cap.cap(CapContext(step=self.i, top_k=self.top_k, rows=self.rows))
+        plan = plan_step(self.resident, self.last_sel, pred, cap, self.i, self.max_cap)
         self.resident, self.last_sel = plan.resident, plan.last_sel
+        if self.adaptive:
+            self.drift += plan.n_missing
+            if link is not None:
+                self.moved_bytes += float(plan.n_fetch.sum()) * link.bytes_per_block_head
         if self.record:
             self.plans.append((s, plan))
         rec = resident_recall(plan.resident, s.true_next) if recall else None
@@ -199,8 +238,8 @@ class Episode:
         self.handoff_units = (float(self.runner.handoff_units[0] / self.runner.group_rows)
                               if self.runner.handoff_units is not None else 0.0)
 
-    def step(self) -> tuple[float, float, float, float]:
-        f, m, r, rem = self.runner.step()
+    def step(self, link: StepLink | None = None) -> tuple[float, float, float, float]:
+        f, m, r, rem = self.runner.step(link=link)
         return float(f.mean()), float(m.mean()), float(r.mean()), (float(rem[0]) if rem is not None else 0.0)
 
 
@@ -300,11 +339,12 @@ class RequestPolicy:
         """RPF: units per row sent at hand-off (predicted union + local block)."""
         return float(self.profile.remote[0]) if self.episode is None else self.episode.handoff_units
 
-    def next(self) -> tuple:
-        """(fetched, missing, recall, remote units) per row for the next decode step."""
+    def next(self, link: StepLink | None = None) -> tuple:
+        """(fetched, missing, recall, remote units) per row for the next decode step (``link``: see ``StepLink``,
+        read by adaptive cap policies in exact episodes only)."""
         self.i += 1
         if self.episode is not None:
-            return self.episode.step()
+            return self.episode.step(link)
         f, m, r, rem = self.profile.at(self.i)
         return f, m, r, rem * self.rscale
 
