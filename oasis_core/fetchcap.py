@@ -155,18 +155,18 @@ def split_budget(n_missing, budget: int, max_cap: int, min_cap: int = 0):
     """Split ``budget`` blocks over rows in proportion to their missing blocks; integer caps [R].
 
     n_missing: integer array [R] (numpy or torch, any device); budget: blocks for all these rows together (a host
-    int: it comes from step time and link rate, never from array values). Each row gets
-    ``floor(B · n_r / N)`` (``B = min(budget, N)``, ``N = sum n``) and the ``B - sum floor`` blocks left over go one
-    each to the rows with the largest remainders (ties: lower row first), so ``sum cap == B`` and ``cap_r <= n_r``.
-    Then the floor ``min(n_r, min_cap)`` (takes precedence over the budget: a missing row is never starved) and the
-    ceiling ``max_cap`` apply. Integer arithmetic only: numpy and torch give identical results, torch never
-    synchronises.
+    int: it comes from step time and link rate, never from array values). With the demand ``n_r = min(n_missing_r,
+    max_cap)`` (what a row can take), each row gets ``floor(B · n_r / N)`` (``B = min(budget, N)``, ``N = sum n``)
+    and the ``B - sum floor`` blocks left over go one each to the rows with the largest remainders (ties: lower row
+    first), so ``sum cap == B`` (work-conserving) and ``cap_r <= n_r <= max_cap``. Then the floor
+    ``min(n_r, min_cap)`` applies (it takes precedence over the budget: a missing row is never starved). Integer
+    arithmetic only: numpy and torch give identical results, torch never synchronises.
     """
     xp = namespace(n_missing)
     n = xp.astype(xp.asarray(n_missing, like=n_missing), xp.int64)
     r = n.shape[0]
     zero = xp.full((), 0, xp.int64, like=n)
-    n = xp.maximum(n, zero)
+    n = xp.minimum(xp.maximum(n, zero), xp.full((), max(int(max_cap), 0), xp.int64, like=n))
     total = xp.sum(n)
     b = xp.minimum(xp.full((), max(int(budget), 0), xp.int64, like=n), total)
     denom = xp.maximum(total, xp.full((), 1, xp.int64, like=n))
@@ -177,8 +177,7 @@ def split_budget(n_missing, budget: int, max_cap: int, min_cap: int = 0):
     order = xp.argsort_desc(rem)
     rank = xp.scatter(xp.zeros((r,), xp.int64, like=n), 0, order, xp.arange(r, like=n))
     cap = base + xp.astype(rank < left, xp.int64)
-    cap = xp.maximum(cap, xp.minimum(n, xp.full((), max(int(min_cap), 0), xp.int64, like=n)))
-    return xp.minimum(cap, xp.full((), int(max_cap), xp.int64, like=n))
+    return xp.maximum(cap, xp.minimum(n, xp.full((), max(int(min_cap), 0), xp.int64, like=n)))
 
 
 @dataclass(frozen=True)
@@ -190,9 +189,9 @@ class LinkBudget(FetchCapPolicy):
 
         budget = floor(link_bytes_per_s · last_step_time_s · link_fraction / (bytes_per_block_head · row_weight))
 
-    split over the rows in proportion to ``n_missing`` (``split_budget``: largest remainder, ``sum == budget``
-    while the rows miss more than it), each row floored at ``min(n_missing, min_cap)`` and capped at
-    ``max_cap(K) = ratio_cap(max_ratio, K)``. Without ``n_missing`` the budget is split evenly. Before the first
+    split over the rows in proportion to ``min(n_missing, max_cap)`` (``split_budget``: largest remainder,
+    ``sum == budget`` while the rows can take more than it), each row floored at ``min(n_missing, min_cap)`` and
+    never above ``max_cap(K) = ratio_cap(max_ratio, K)``. Without ``n_missing`` the budget is split evenly. Before the first
     step (no ``last_step_time_s``) or when the link rate or block bytes are unknown it falls back to the fixed cap
     ``ratio_cap(first_ratio, K)``.
 

@@ -125,6 +125,9 @@ def test_split_budget_by_hand():
     assert split_budget(np.array([1, 4, 0, 3]), 100, 32).tolist() == [1, 4, 0, 3]
     # ... but never above max_cap.
     assert split_budget(np.array([1, 4, 0, 3]), 100, 2).tolist() == [1, 2, 0, 2]
+    # The split is over what a row can take (min(n, max_cap)), so a binding max_cap does not waste budget:
+    # n = [1, 6], max_cap 1 -> demands [1, 1]; a split over [1, 6] would give [0, 3] -> [0, 1], leaving 1 unused.
+    assert split_budget(np.array([1, 6]), 3, 1).tolist() == [1, 1]
     # Equal remainders: lower row first. n = [2, 2, 2], B = 4: floors [1, 1, 1], remainders [2, 2, 2], 1 left.
     assert split_budget(np.array([2, 2, 2]), 4, 32).tolist() == [2, 1, 1]
     # Zero budget: the min_cap floor alone (a missing row is never starved), not above its missing count.
@@ -139,8 +142,9 @@ def test_link_budget_eq3_by_hand():
     p = LinkBudget(link_fraction=0.5, min_cap=0, max_ratio=0.25)
     c = budget_ctx([10, 20, 30, 40], t=0.020, link=30e9, weight=1000)
     assert p.budget_blocks(c) == 36
-    # N = 100, B = 36: 36n/100 = [3.6, 7.2, 10.8, 14.4] -> floors [3, 7, 10, 14] (34), 2 left to rows 2 (0.8), 0 (0.6).
-    assert p.cap(c).tolist() == [4, 7, 11, 14]
+    # max_cap 32: demands [10, 20, 30, 32], N = 92, B = 36: 36n/92 = [3.91, 7.83, 11.74, 12.52] -> floors
+    # [3, 7, 11, 12] (33), 3 left to the largest remainders: rows 0, 1, 2.
+    assert p.cap(c).tolist() == [4, 8, 12, 12]
     # max_cap = ratio_cap(0.25, 128) = 32; a big budget gives each row its missing blocks up to 32.
     big = budget_ctx([10, 20, 30, 40], t=0.020, link=30e9, weight=1)
     assert p.max_cap(128) == 32 and p.cap(big).tolist() == [10, 20, 30, 32]
