@@ -20,6 +20,14 @@ sits a *window* of the next ``ceil(window_fraction * (n_eligible - k))`` outside
   only change at a context shift, and ``k + window`` bounds the blocks a row ever selects (between shifts). This is
   why a capped resident set (fetch ratio 0.05) keeps nearly all of the important blocks (``capped_recall``).
   Expected adjacent-step overlap ``|T_t ∩ T_{t+1}| / k = 1 - drift_rate``.
+- **Novelty** (opt-in, ``novelty_rate``, default 0 = off): a slow inflow of blocks the row never selected, on top
+  of the flicker. Each drift-zone slot is, with probability ``novelty_rate / zone size`` (per group, like the drift),
+  swapped with a distinct block from beyond the window that the row has never had in its top-K, uniformly over
+  those; the evicted member takes that block's rank position beyond the window, so it does not come back. Expected
+  never-seen blocks per row per step = ``novelty_rate`` (once the initial window has been used up, and while
+  unseen blocks remain). It is what remote drift after an RPF hand-off needs (the paper's Fig. 14 implies ~0.45);
+  with 0 the code path is skipped and no random numbers are drawn, so outputs are bit-identical to the generator
+  without it. It lowers adjacent overlap by about ``novelty_rate / k``.
 - **Heads** (a row's (request, layer) is its *group*): the group has one ranking; each top-K or window position
   of it is *shared*, with probability ``head_share`` (drawn per group and position), and the blocks at the other
   positions (and everything beyond the window) are shuffled per head. The drift draws are per group, so the heads
@@ -126,6 +134,11 @@ class SyntheticParams:
         "step at which a context shift (newly inserted document) happens for every row; -1 = never", -1)
     shift_fraction: float = _help(
         "fraction of the top-K that a context shift replaces with one contiguous range of blocks", 0.5)
+    novelty_rate: float = _help(
+        "opt-in slow inflow of new blocks: expected drift-zone slots per row per step that take a block never "
+        "selected before in that row, drawn uniformly from the context beyond the near-miss window (the evicted "
+        "member leaves the window for good); 0 = off, the generator is then exactly the flicker-only process; "
+        "per-slot probability novelty_rate / drift-zone size, capped at 1", 0.0)
 
     def __post_init__(self):
         def check(name, lo, hi, lo_open=False):
@@ -152,6 +165,9 @@ class SyntheticParams:
                 f"got {self.draft_layer_spread!r} around {self.draft_error_rate!r}")
         check("proxy_error_rate", 0.0, 1.0)
         check("shift_fraction", 0.0, 1.0 - self.hot_fraction)
+        if isinstance(self.novelty_rate, bool) or not isinstance(self.novelty_rate, Real) \
+                or not 0.0 <= self.novelty_rate < float("inf"):
+            raise ValueError(f"SyntheticParams.novelty_rate: must be a finite number >= 0, got {self.novelty_rate!r}")
         if isinstance(self.shift_step, bool) or not isinstance(self.shift_step, Integral) or self.shift_step < -1:
             raise ValueError(f"SyntheticParams.shift_step: must be an integer >= -1, got {self.shift_step!r}")
 
@@ -273,6 +289,8 @@ class SyntheticSelection:
         self.drift_lo = xp.maximum(self.hot, self.k - zone)  # first rank that drifts
         movable = self.k - self.drift_lo
         self.p_swap = (self.k * p.drift_rate) / xp.where(movable > 0, movable, 1)  # <= 1: drift <= zone
+        self.p_novel = xp.minimum(p.novelty_rate / xp.where(movable > 0, movable, 1) + 0.0 * self.p_swap,
+                                  1.0 + 0.0 * self.p_swap)
         err = xp.asarray(p.layer_error_rates(layers), like=like)
         self.p_draft = err[self.layer_of_row]
         self.n_elig = n_elig
@@ -281,6 +299,10 @@ class SyntheticSelection:
         self._blocks = xp.arange(self.width, like=like)[None, :]  # [1, W]
         self.perm = self._initial_ranking()  # [R, W] block ids in rank order
         self.t = 0
+        # novelty_rate > 0 only: per row, the blocks ever in its top-K (column ``width`` absorbs the -1 padding).
+        self.seen = None
+        if p.novelty_rate > 0:
+            self.seen = self._mark_seen(xp.zeros((rows, self.width + 1), xp.bool_, like=self.perm), self.current())
         self._pending_shift = None
 
     def _group_uniform(self, shape):
@@ -319,6 +341,8 @@ class SyntheticSelection:
         cur = self._top(self.perm)
         drifted, n_swapped, off = self._drift(self.perm)
         proxy = self._proxy(cur, drifted, n_swapped, off)
+        if self.seen is not None:  # host state (a parameter), not a value: novelty_rate == 0 draws nothing
+            drifted = self._novelty(drifted)
         shift = self._pending_shift
         if self.t == self.params.shift_step:
             shift = xp.full((self.rows,), True, xp.bool_, like=self.perm)
@@ -327,6 +351,8 @@ class SyntheticSelection:
         true_next = self._top(nxt_perm)
         draft = self._draft(nxt_perm, true_next)
         self.perm = nxt_perm
+        if self.seen is not None:
+            self.seen = self._mark_seen(self.seen, true_next)
         out = SyntheticStep(step=self.t, true_next=true_next, draft=draft, proxy=proxy)
         self.t += 1
         return out
@@ -363,6 +389,32 @@ class SyntheticSelection:
         out = xp.scatter(perm, -1, self.slot, xp.where(flag, incoming, members))
         out = xp.scatter(out, -1, xp.where(flag, pos, self.slot), members)
         return out, xp.sum(xp.astype(flag, xp.int64), axis=-1), off
+
+    def _mark_seen(self, seen, sets):
+        xp = self.xp
+        ids = xp.where(sets >= 0, sets, self.width)
+        return xp.scatter(seen, -1, ids, xp.full(tuple(ids.shape), True, xp.bool_, like=sets))
+
+    def _novelty(self, perm):
+        """Swap drift-zone members (each with probability ``p_novel``, drawn per group like the drift) with distinct
+        blocks beyond the window that the row never selected, uniformly over those; the member takes the new
+        block's rank position (beyond the window, so it does not flicker back)."""
+        xp = self.xp
+        u = self._group_uniform((self.top_k,))
+        flag = (self.slot >= self.drift_lo[:, None]) & (self.slot < self.k[:, None]) & (u < self.p_novel[:, None])
+        pos_all = self._blocks + xp.zeros((self.rows, 1), xp.int64, like=perm)  # [R, W] rank positions
+        seen_at = xp.take_along(self.seen, perm)  # [R, W] block at position p already selected by this row
+        cand = (pos_all >= (self.k + self.win)[:, None]) & (pos_all < self.n_elig[:, None]) & ~seen_at
+        keys = xp.where(cand, self._rng.uniform((self.rows, self.width)), 2.0 + 0.0 * pos_all)
+        order = xp.argsort_asc(keys)[:, : self.top_k]  # candidate positions in random order, then the rest
+        n_cand = xp.sum(xp.astype(cand, xp.int64), axis=-1)
+        c = xp.cumsum(xp.astype(flag, xp.int64), axis=-1) - 1
+        flag = flag & (c < n_cand[:, None])
+        pos = xp.take_along(order, xp.where(c > 0, c, 0))
+        members = perm[:, : self.top_k]
+        incoming = xp.take_along(perm, pos)
+        out = xp.scatter(perm, -1, self.slot, xp.where(flag, incoming, members))
+        return xp.scatter(out, -1, xp.where(flag, pos, self.slot), members)
 
     def _proxy(self, cur, drifted, n_swapped, off):
         """T_t with entries replaced by window blocks that the drift did not touch (outside T_t and T_{t+1})."""
