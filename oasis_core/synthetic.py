@@ -220,7 +220,7 @@ class _Random:
 
     def __init__(self, seed: int, like):
         if like is not None and namespace(like).name == "torch":
-            import torch  # lazily: oasis_core imports without torch
+            torch = namespace(like).t  # the torch module, loaded lazily by oasis_core.xp
 
             self._device = like.device
             self._gen = torch.Generator(device=self._device)

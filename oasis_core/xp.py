@@ -10,6 +10,8 @@ ties identically (equal keys keep their index order).
 """
 from __future__ import annotations
 
+import importlib
+
 import numpy as np
 
 
@@ -106,9 +108,8 @@ class _Torch:
     name = "torch"
 
     def __init__(self):
-        import torch  # imported lazily: oasis_core must import without torch
-
-        self.t = torch
+        # Loaded on first use of a tensor, never at import: oasis_core must import without torch.
+        torch = self.t = importlib.import_module("torch")
         self.int64 = torch.int64
         self.float32 = torch.float32
         self.bool_ = torch.bool
