@@ -17,7 +17,15 @@ import numpy as np
 REPO = Path(__file__).resolve().parent.parent
 RESULTS = REPO / "analysis" / "results"
 GIB = 2 ** 30
-MOONCAKE_TRACE = Path(__file__).resolve().parents[1] / "traces" / "public" / "mooncake_conversation_trace.jsonl"  # default --trace of the scripts
+MOONCAKE_TRACE = REPO / "traces" / "public" / "mooncake_conversation_trace.jsonl"  # default --trace of the scripts
+
+
+def write_markdown(path: Path, lines: list, notes: str) -> None:
+    """Write ``lines`` to ``path``, followed by the hand-written ``analysis/<notes>`` when it exists."""
+    notes_file = REPO / "analysis" / notes
+    if notes_file.is_file():
+        lines = lines + ["", notes_file.read_text().rstrip()]
+    Path(path).write_text("\n".join(lines) + "\n")
 
 
 def ensure_repo_on_path() -> None:

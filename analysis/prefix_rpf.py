@@ -102,10 +102,7 @@ def write_md(res: dict, outdir: Path) -> None:
         for c in res["profile_check"]:
             lines.append(f"| {'on' if c['prefix_cache'] else 'off'} | {c['split']} | {c['net_bytes'] / GIB:.1f} | "
                          f"{c['ttft_ms_p50']:,.0f} |")
-    notes = Path(__file__).resolve().parent / "prefix_rpf_notes.md"
-    if notes.is_file():
-        lines += ["", notes.read_text().rstrip()]
-    (outdir / "sim_prefix_rpf.md").write_text("\n".join(lines) + "\n")
+    common.write_markdown(outdir / "sim_prefix_rpf.md", lines, "prefix_rpf_notes.md")
 
 
 def main(argv=None) -> int:

@@ -127,10 +127,7 @@ def write_md(res: dict, outdir: Path) -> None:
         for e in p["top_cumtime"][:15]:
             lines.append(f"| `{e['function']}` | {e['calls']:,} | {e['cumtime_s']:.3f} | "
                          f"{e['cumtime_s'] / p['profiled_total_s']:.1%} |")
-    notes = Path(__file__).resolve().parent / "sim_speed_notes.md"
-    if notes.is_file():
-        lines += ["", notes.read_text().rstrip()]
-    (outdir / "sim_speed.md").write_text("\n".join(lines) + "\n")
+    common.write_markdown(outdir / "sim_speed.md", lines, "sim_speed_notes.md")
 
 
 def main(argv=None) -> int:
