@@ -44,6 +44,8 @@ class ExecConfig:
     prefill_interleave: bool = _f(True, "after a prefill chunk, run a decode step before the next chunk when requests "
                                         "are decoding (bounds their wait to one chunk); off: prompts first")
     seed: int = _f(0, "weights, sampling and synthetic-selection seed")
+    fused_ops: bool = _f(True, "fused Triton kernels for RMSNorm, q/k norm + RoPE and SwiGLU on CUDA (off: the plain "
+                                "torch ops, which are the reference)")
     cuda_graph: bool = _f(True, "capture whole decode steps as CUDA graphs where the step is device-only (dense, "
                                 "quest, uva transfers)")
     profile: bool = _f(False, "CUDA events per layer and stage (small overhead)")
