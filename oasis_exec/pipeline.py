@@ -6,7 +6,9 @@ synchronisation on the main thread, except the host-gather path's hand-off: its 
 a worker thread waits for (the main thread blocks only if that worker has not yet enqueued layer l's DMA when
 layer l of the next step begins).
 
-Transfer paths (``ExecConfig.transfer``):
+Transfer paths (``ExecConfig.transfer``; ``auto`` takes path and programs from the measured table,
+``oasis_exec.transfer_choice``, for the store's lane count; the chosen values are ``path``, ``uva_programs``,
+``host_threads``):
 
 - ``uva``: ``kernels.gather.uva_gather``, a persistent kernel on a bounded number of programs reading the pinned
   pool directly; fixed-shape copy list, no host sync at all.
@@ -38,8 +40,26 @@ class Prefetcher:
         self.jobs = [None] * L  # host path: future that has enqueued layer l's transfer
         self.units = torch.zeros((), dtype=torch.int64, device=device)  # (block, head) units fetched, cumulative
         self.missing = torch.zeros((), dtype=torch.int64, device=device)
-        # "auto" takes the path the H200 runs chose (analysis/results/exec_h200_2026-11-30.md): the UVA gather.
-        self.path = cfg.transfer if cfg.transfer != "auto" else "uva"
+        # transfer="uva" / "host": that path, on cfg.uva_programs programs / cfg.host_threads threads. "auto": path
+        # AND programs (threads, when a host entry names them) from the measured table for this engine's lane count
+        # (oasis_exec/transfer_choice.py, oasis_exec/transfer_table.json).
+        self.path, self.uva_programs, self.host_threads = cfg.transfer, cfg.uva_programs, cfg.host_threads
+        self.choice = None
+        if cfg.transfer == "auto":
+            from .transfer_choice import explain
+
+            self.choice = c = explain(store.B)
+            if c["entry"] is None:
+                import warnings
+
+                warnings.warn(c["reason"], RuntimeWarning, stacklevel=2)
+            self.path = c["path"]
+            if self.path == "uva":
+                self.uva_programs = c["uva_programs"]
+            elif cfg.mode == "retrieval":  # copies on the critical path (fetch_now): no host-staged version there
+                self.path = "uva"
+            elif c["host_threads"]:
+                self.host_threads = c["host_threads"]
         self.prof = []  # per layer-step records when profiling
         self.events = []  # (stage, layer, start_ms, end_ms) from the ref event collect() was given (CUDA)
         self.trace = None  # CPU: a list while the runner traces a step: (stage, layer, start_s, end_s) perf_counter
@@ -50,9 +70,9 @@ class Prefetcher:
             self.s_copy = torch.cuda.Stream(device)
             from kernels.gather import gather_thread
 
-            # the host path's worker: one thread gathering with cfg.host_threads torch intra-op threads of its own
+            # the host path's worker: one thread gathering with self.host_threads torch intra-op threads of its own
             # (no Python pool: every extra torch call or thread hand-off re-takes the GIL from the main thread)
-            self.worker = gather_thread(cfg.host_threads) if self.path == "host" else ThreadPoolExecutor(max_workers=1)
+            self.worker = gather_thread(self.host_threads) if self.path == "host" else ThreadPoolExecutor(max_workers=1)
             cap = store.B * store.H * max(max_cap, 1)
             self._stagers = []
             for _ in range(L if cfg.mode in ("proxy", "lookahead") else 0):  # one per layer: reused a step later, after wait(layer) joined its job
@@ -174,7 +194,7 @@ class Prefetcher:
                 self.s_copy.wait_event(planned)
                 t0 = ev(); t0.record()
                 uva_gather(self.host.k[layer], self.host.v[layer], src, head, dst, self.store.k[layer],
-                           self.store.v[layer], n_programs=self.cfg.uva_programs)
+                           self.store.v[layer], n_programs=self.uva_programs)
                 t1 = ev(); t1.record()
             self._cross_stream(self.s_copy, src, head, dst)
             if prof:
@@ -247,7 +267,7 @@ class Prefetcher:
             src, head, dst = self._copy_list(layer, plan, lanes)
             self.units += (src >= 0).sum()
             uva_gather(self.host.k[layer], self.host.v[layer], src, head, dst, self.store.k[layer],
-                       self.store.v[layer], n_programs=self.cfg.uva_programs)
+                       self.store.v[layer], n_programs=self.uva_programs)
         else:
             self._transfer_inline(layer, plan, lanes)
 
