@@ -56,9 +56,11 @@ def layer_event_steps(steps: int, most: int = LAYER_EVENT_STEPS) -> list:
     return sorted({round(j * (steps - 1) / (most - 1)) for j in range(most)})
 
 
-def run_bench(cfg: ExecConfig, context: int, concurrency: int, steps: int, warmup: int = 5,
-              host_fill: bool = True) -> dict:
-    t_build = time.perf_counter()
+def build_bench_engine(cfg: ExecConfig, context: int, concurrency: int, steps: int, warmup: int = 5,
+                       host_fill: bool = True) -> tuple:
+    """The benchmark's engine: built, its host pool filled (``host_fill``), and ``n`` requests of ``context``
+    tokens (synthesized prefill, ``warmup + steps`` output tokens each) queued; they are admitted by the first
+    step. ``n`` is ``concurrency`` bounded by the lanes and, in sparse modes, the host blocks. Returns (engine, n)."""
     eng = Engine(cfg)
     runner = eng.runner
     if runner.host is not None and context > 0 and host_fill:
@@ -73,6 +75,14 @@ def run_bench(cfg: ExecConfig, context: int, concurrency: int, steps: int, warmu
     vocab = runner.shape.vocab
     for i in range(n):
         eng.add_request([(7 * i + j) % (vocab - 1) + 1 for j in range(context)], sp, synthetic_prefill=True)
+    return eng, n
+
+
+def run_bench(cfg: ExecConfig, context: int, concurrency: int, steps: int, warmup: int = 5,
+              host_fill: bool = True) -> dict:
+    t_build = time.perf_counter()
+    eng, n = build_bench_engine(cfg, context, concurrency, steps, warmup, host_fill)
+    runner = eng.runner
     build_s = time.perf_counter() - t_build
     times = []
     traced = set(layer_event_steps(steps)) if cfg.profile else set()
