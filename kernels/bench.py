@@ -18,6 +18,7 @@ import sys
 import torch
 
 from .block_score import bench_block_score
+from .fused_ops import bench_fused_ops
 from .gather import bench_gather
 from .paged_attn import bench_paged_attn
 from .sparse_attn import bench_sparse_attn
@@ -59,6 +60,8 @@ def _other_runs(quick):
         ("block_score", bench_block_score, dict(batch=64, context=16384)),
         ("block_score", bench_block_score, dict(batch=8, context=16384)),
         ("summary_update", bench_summary_update, dict(batch=64)),
+        ("fused_ops", bench_fused_ops, dict(batch=8)),
+        ("fused_ops", bench_fused_ops, dict(batch=64)),
     ]
     for n in (256, 4096, 24576):
         for p, t in (((16, 8), (32, 16)) if not quick else ((16, 8),)):

@@ -121,10 +121,18 @@ def save_checkpoint(path: str, shape: ModelSpec, weights: dict) -> None:
 
 
 class Decoder:
-    """Weights and the pieces of a decoder layer. Activations: x [N, hidden] for N tokens (flattened batch)."""
+    """Weights and the pieces of a decoder layer. Activations: x [N, hidden] for N tokens (flattened batch).
 
-    def __init__(self, shape: ModelSpec, weights: dict, dtype=torch.bfloat16):
+    ``fused=True`` runs the elementwise ops of ``qkv``, ``finish`` and ``logits`` as the Triton kernels of
+    ``kernels.fused_ops`` (one launch each for RMSNorm, residual add + RMSNorm, q/k norm + RoPE + v copy, SwiGLU)
+    on whatever device the weights are on: on CPU they run in Triton's interpreter, which is how the CPU tests check
+    them against the plain path. The caller decides: the runner asks for them only on CUDA
+    (``ExecConfig.fused_ops``). ``fused=False`` (default) is the plain torch code, the reference.
+    """
+
+    def __init__(self, shape: ModelSpec, weights: dict, dtype=torch.bfloat16, fused: bool = False):
         self.shape, self.dtype = shape, dtype
+        self.fused = bool(fused)
         self.device = weights["model.embed_tokens.weight"].device
         self.embed = weights["model.embed_tokens.weight"]
         self.norm = weights["model.norm.weight"]
@@ -140,23 +148,35 @@ class Decoder:
             lw["qkv"] = torch.cat([lw.pop("q"), lw.pop("k"), lw.pop("v")], 0).contiguous()
             lw["gate_up"] = torch.cat([lw.pop("gate"), lw.pop("up")], 0).contiguous()
             self.layers.append(lw)
+        self._fk = self._inv_freq = None
+        if self.fused:
+            from kernels import fused_ops  # imports kernels first: the interpreter switch precedes triton
+
+            self._fk = fused_ops
+            self._inv_freq = fused_ops.rope_inv_freq(shape.head_dim, shape.rope_theta, self.device)
 
     @staticmethod
-    def build(shape: ModelSpec, path: str | None = None, seed: int = 0, dtype=torch.bfloat16, device="cpu"):
+    def build(shape: ModelSpec, path: str | None = None, seed: int = 0, dtype=torch.bfloat16, device="cpu",
+              fused: bool = False):
         if path is None:
-            return Decoder(shape, random_weights(shape, seed, dtype, device), dtype)
-        return Decoder(shape, load_safetensors_dir(path, dtype, device), dtype)
+            return Decoder(shape, random_weights(shape, seed, dtype, device), dtype, fused)
+        return Decoder(shape, load_safetensors_dir(path, dtype, device), dtype, fused)
 
     @staticmethod
-    def from_dir(path: str, dtype=torch.bfloat16, device="cpu") -> "Decoder":
+    def from_dir(path: str, dtype=torch.bfloat16, device="cpu", fused: bool = False) -> "Decoder":
         with open(os.path.join(path, "config.json")) as fh:
             shape = spec_from_hf_config(json.load(fh), name=os.path.basename(path.rstrip("/")))
-        return Decoder.build(shape, path, dtype=dtype, device=device)
+        return Decoder.build(shape, path, dtype=dtype, device=device, fused=fused)
 
     def qkv(self, i: int, x, pos):
         """x: [N, hidden], pos: [N] -> q [N, Hq, D], k [N, Hkv, D], v [N, Hkv, D] (RoPE applied)."""
         s, lw = self.shape, self.layers[i]
         hq, hk, d = s.n_q_heads, s.n_kv_heads, s.head_dim
+        if self.fused:
+            fk = self._fk
+            y = fk.rms_norm(x, lw["ln1"], s.rms_eps) @ lw["qkv"].t()
+            qw, kw = (lw["q_norm"], lw["k_norm"]) if s.qk_norm else (None, None)
+            return fk.qk_norm_rope(y, pos, hq, hk, d, qw, kw, s.rms_eps, s.rope_theta, self._inv_freq)
         y = rms_norm(x, lw["ln1"], s.rms_eps) @ lw["qkv"].t()
         q = y[:, : hq * d].view(-1, hq, d)
         k = y[:, hq * d: (hq + hk) * d].view(-1, hk, d)
@@ -169,13 +189,18 @@ class Decoder:
     def finish(self, i: int, x, attn):
         """x: residual [N, hidden], attn: [N, Hq, D] -> next residual [N, hidden]."""
         s, lw = self.shape, self.layers[i]
+        if self.fused:
+            fk = self._fk
+            x, h = fk.add_rms_norm(x, attn.reshape(attn.shape[0], -1) @ lw["o"].t(), lw["ln2"], s.rms_eps)
+            return x + fk.silu_mul(h @ lw["gate_up"].t()) @ lw["down"].t()
         x = x + attn.reshape(attn.shape[0], -1) @ lw["o"].t()
         gu = rms_norm(x, lw["ln2"], s.rms_eps) @ lw["gate_up"].t()
         g, u = gu.chunk(2, dim=-1)
         return x + (F.silu(g) * u) @ lw["down"].t()
 
     def logits(self, x):
-        return (rms_norm(x, self.norm, self.shape.rms_eps) @ self.lm_head.t()).float()
+        norm = self._fk.rms_norm if self.fused else rms_norm
+        return (norm(x, self.norm, self.shape.rms_eps) @ self.lm_head.t()).float()
 
 
 def attention_ref(q, k, v, mask=None):

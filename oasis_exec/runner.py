@@ -55,11 +55,12 @@ class Runner:
         self.device = dev = torch.device(cfg.device)
         self.dtype = dt = _dtype(cfg.dtype)
         if decoder is None:
+            fused = cfg.fused_ops and dev.type == "cuda"  # on CPU the kernels would run in Triton's interpreter
             if cfg.model_path:
-                decoder = Decoder.from_dir(cfg.model_path, dt, dev)
+                decoder = Decoder.from_dir(cfg.model_path, dt, dev, fused)
             else:
                 shape = shape or get_model(cfg.model)
-                decoder = Decoder.build(shape, None, cfg.seed, dt, dev)
+                decoder = Decoder.build(shape, None, cfg.seed, dt, dev, fused)
         self.dec = decoder
         self.shape = s = decoder.shape
         self.draft = None
