@@ -109,6 +109,7 @@ class Runner:
         # request, else its decode items, in order. The Engine installs its per-request-seeded sampler here.
         self.sampler = self._sample_default
         self.synth = None  # (lanes tuple, SyntheticSelection)
+        self._s_synth, self._pre_synth = None, None  # next step's synthetic sets, drawn during this step (CUDA)
         self.replay = torch.load(cfg.replay_path) if cfg.selection == "replay" else None
         self.record = [] if cfg.record_path else None
         self.decode_steps = 0
@@ -312,6 +313,32 @@ class Runner:
         nxt = gen.step()
         return cur, nxt.draft.view(B, self.L, self.H, self.K), nxt.proxy.view(B, self.L, self.H, self.K)
 
+    def _presynth(self, lanes_list, after) -> None:
+        """Draw the next step's synthetic sets now, on a side stream, while the GPU runs this step.
+
+        The generator advances exactly as it would at the next step's start (its draws do not depend on the step's
+        outputs), so the sets are the same; only the host time of its ~90 small launches leaves the critical path.
+        ``after``: an event recorded once this step's sets were drawn (the generator's last use on the main stream).
+        """
+        if self._s_synth is None:
+            self._s_synth = torch.cuda.Stream(self.device)
+        with torch.cuda.stream(self._s_synth):
+            self._s_synth.wait_event(after)
+            nxt = torch.stack(self._synthetic_sets(lanes_list, None))
+            done = torch.cuda.Event()
+            done.record()
+        self._pre_synth = (tuple(lanes_list), nxt, done)
+
+    def _presynth_take(self, lanes_list):
+        """The sets ``_presynth`` drew for these lanes (None when there are none or the lanes changed)."""
+        pre, self._pre_synth = self._pre_synth, None
+        if pre is None or pre[0] != tuple(lanes_list) or self.synth is None or self.synth[0] != pre[0]:
+            return None
+        main = torch.cuda.current_stream()
+        main.wait_event(pre[2])
+        pre[1].record_stream(main)
+        return pre[1]
+
     def _decode(self, plan: BatchPlan) -> dict:
         cfg, dev = self.cfg, self.device
         items = plan.decode
@@ -320,14 +347,22 @@ class Runner:
         toks = torch.tensor([it.token for it in items], device=dev)
         pos = torch.tensor(pos_list, device=dev)
         sets = None
+        synth_ready = None
         if cfg.selection == "synthetic" and cfg.mode != "dense":
-            sets = torch.stack(self._synthetic_sets(lanes_list, [p // self.bs + 1 for p in pos_list]))
+            sets = self._presynth_take(lanes_list)
+            if sets is None:
+                sets = torch.stack(self._synthetic_sets(lanes_list, [p // self.bs + 1 for p in pos_list]))
+            if dev.type == "cuda":
+                synth_ready = torch.cuda.Event()
+                synth_ready.record()
         recorded = [] if self.record is not None else None
         if self._graph_ok(lanes_list):
             logits, aux = self._replay(lanes_list, toks, pos, sets)
         else:
             lanes = torch.tensor(lanes_list, device=dev)
             logits, aux = self._decode_core(lanes, _rows_of(lanes_list, self.H), toks, pos, sets, recorded)
+        if synth_ready is not None:
+            self._presynth(lanes_list, synth_ready)
         self.last_logits = {it.req_id: logits[i] for i, it in enumerate(items)}
         tok = self.sampler(logits, [plan.sampling[it.req_id] for it in items])
         if self.draft is not None:

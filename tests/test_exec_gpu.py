@@ -51,3 +51,31 @@ def test_mapping_matches_slots_on_gpu(graph):
                                 assert torch.equal(st.v[l][row * st.W + s].cpu(), r.host.v[l][blocks[b], h])
     assert eng.runner.counters()["units_fetched"] > 100
     eng.close()
+
+
+@pytest.mark.parametrize("graph", [False, True])
+def test_synthetic_sets_drawn_ahead_equal_drawn_in_step(graph):
+    """The runner draws the next step's synthetic sets on a side stream during the step (``_presynth``); the
+    selections, mappings and tokens must equal those of drawing them at the step's start."""
+    ps = prompts(3, (70, 90))
+    kw = dict(top_k=3, fetch_ratio=0.67, transfer="uva", selection="synthetic", cuda_graph=graph)
+    states = []
+    for ahead in (False, True):
+        def hook(r, ahead=ahead):
+            if not ahead:
+                r._presynth = lambda *a: None
+        eng = Engine(cfg("lookahead", "cuda", **kw))
+        hook(eng.runner)
+        for p in ps:
+            eng.add_request(p, SamplingParams(max_tokens=30))
+        toks = []
+        while eng.has_work():
+            toks += [o.new_token_ids for o in eng.step()]
+        torch.cuda.synchronize()
+        st = eng.runner.store
+        states.append((toks, st.resident.clone(), st.last_sel.clone(), eng.runner.counters()["units_fetched"]))
+        eng.close()
+    (t0, r0, l0, u0), (t1, r1, l1, u1) = states
+    assert t0 == t1
+    assert torch.equal(r0, r1) and torch.equal(l0, l1)
+    assert u0 == u1 > 0
