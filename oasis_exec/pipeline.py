@@ -17,6 +17,12 @@ Transfer paths (``ExecConfig.transfer``; ``auto`` takes path and programs from t
   ``host_threads`` torch intra-op threads (``kernels.gather.host_gather_stage``), one DMA per K/V moves them, ``scatter_slots``
   writes the slots.
 
+Selection on CUDA (``self.cuda``): one ``kernels.plan_select`` launch per layer plans Algorithm 2 in place on the
+layer's mapping, writes the copy list into buffers allocated once (stable addresses for CUDA-graph capture) and
+adds the step's missing blocks and copies into ``counts`` on the device (``missing`` / ``units`` are views of it).
+The torch path (``oasis_core.selection.plan_step`` + ``_copy_list``) is the reference: it runs on CPU and in the
+synchronous mode. Both go through ``select`` (what profiler ranges and tests' hooks wrap).
+
 On CPU (tests) every stage runs inline, in order.
 """
 from __future__ import annotations
@@ -38,8 +44,9 @@ class Prefetcher:
         L = store.L
         self.done = [None] * L  # CUDA event: layer l's transfer finished
         self.jobs = [None] * L  # host path: future that has enqueued layer l's transfer
-        self.units = torch.zeros((), dtype=torch.int64, device=device)  # (block, head) units fetched, cumulative
-        self.missing = torch.zeros((), dtype=torch.int64, device=device)
+        # cumulative [predicted blocks not resident, (block, head) units fetched]; plan_select adds into it
+        self.counts = torch.zeros(2, dtype=torch.int64, device=device)
+        self.missing, self.units = self.counts[0], self.counts[1]  # views: `+=` on them updates counts
         # transfer="uva" / "host": that path, on cfg.uva_programs programs / cfg.host_threads threads. "auto": path
         # AND programs (threads, when a host entry names them) from the measured table for this engine's lane count
         # (oasis_exec/transfer_choice.py, oasis_exec/transfer_table.json).
@@ -65,6 +72,23 @@ class Prefetcher:
         self.trace = None  # CPU: a list while the runner traces a step: (stage, layer, start_s, end_s) perf_counter
         self.keep = []  # tensors a captured graph reads across streams (moved to the graph after capture)
         self.host_gather_s = []
+        # plan_select's inputs/outputs, allocated once (stable addresses under graph capture): row ids (a slice of
+        # rows is a view of them) and the copy list [B_max * H * C] + plan fields: one set per layer in the
+        # background modes (a layer's list is read by its transfer until the next step's wait(layer)), one shared set
+        # in retrieval (fetch_now consumes it on the same stream). Allocated on CPU too (tests force the fused path).
+        n_rows = store.B * store.H
+        self._row_ids = torch.arange(n_rows, dtype=torch.int64, device=device)
+        self._rows_key = self._rows_dev = None
+        self._lanes = None  # the copy list's lanes during launch / fetch_now's select
+        from kernels.plan_select import PlanSelectOut
+
+        def bufs():
+            n = n_rows * max_cap
+            i32 = [torch.full((n,), -1, dtype=torch.int32, device=device) for _ in range(3)]
+            i64 = [torch.full((x,), -1, dtype=torch.int64, device=device) for x in (n, n, n_rows, n_rows, n_rows)]
+            return PlanSelectOut(*i32, *i64)
+
+        self._lists = [bufs() for _ in range(L if cfg.mode in ("proxy", "lookahead") else 1)]
         if self.cuda:
             self.s_pred = torch.cuda.Stream(device)
             self.s_copy = torch.cuda.Stream(device)
@@ -128,7 +152,16 @@ class Prefetcher:
                 torch.where(live, dst, neg).to(torch.int32).reshape(-1))
 
     def select(self, layer, pred, rows, step, cap):
-        """Algorithm 2 on this layer's rows (``oasis_core.selection.plan_step``); updates the mapping in place."""
+        """Algorithm 2 on this layer's rows; updates the mapping in place.
+
+        On CUDA: one ``kernels.plan_select`` launch (``_select_fused``) that also writes the copy list for the lanes
+        ``launch`` / ``fetch_now`` set in ``_lanes`` and counts into ``counts``; returns a ``PlanSelectOut``
+        (``fetch_block``, ``fetch_slot``, ``n_fetch``, ``n_missing``, ``n_kept``, and ``src``/``head``/``dst``).
+        Else (CPU, synchronous mode: the reference) ``oasis_core.selection.plan_step`` in torch; returns its
+        ``StepPlan``. The signature stays (layer, pred, rows, step, cap) for the wrappers that hook it (profiler
+        ranges, tests)."""
+        if self._fused(cap):
+            return self._select_fused(layer, pred, rows, cap, self._lanes)
         st = self.store
         # last_sel is kept relative to the current step (0 = now, older is more negative): one decrement per step
         # keeps the least-recently-selected order and lets a captured CUDA graph pass the constant step 0.
@@ -138,6 +171,51 @@ class Prefetcher:
         st.last_sel[layer][rows] = plan.last_sel
         self.missing += plan.n_missing.sum()
         return plan
+
+    def _fused(self, cap) -> bool:
+        """Whether select plans with plan_select: on CUDA (not synchronous), with a cap its buffers hold."""
+        return self.cuda and (not isinstance(cap, int) or cap <= self.max_cap)
+
+    def _rows_tensor(self, rows):
+        """The layer's rows as an int64 device tensor: a view of the row ids for a slice (no kernel), else the
+        index converted once per step (the runner passes the same object to every layer of a step)."""
+        if isinstance(rows, slice):
+            return self._row_ids[rows]
+        if rows is not self._rows_key:
+            r = rows.pin_memory() if rows.device.type == "cpu" and self.device.type == "cuda" else rows
+            self._rows_key, self._rows_dev = rows, r.to(self.device, torch.int64, non_blocking=True)
+        return self._rows_dev
+
+    def _select_fused(self, layer, pred, rows, cap, lanes=None):
+        """Selection (+ the copy list when ``lanes`` is given and transfers are on) of a layer in one launch on the
+        current stream, into the layer's preallocated buffers; missing blocks and copies are added into ``counts``
+        on the device. No host sync."""
+        from kernels.plan_select import plan_select
+
+        st = self.store
+        if pred.dtype not in (torch.int64, torch.int32):
+            pred = pred.long()
+        copy = lanes is not None and not self.cfg.no_transfer
+        return plan_select(st.resident[layer], st.last_sel[layer], self._rows_tensor(rows), pred, cap, self.max_cap,
+                           0, lanes=lanes, H=st.H, W=st.W, host_table=st.host_table if copy else None,
+                           counters=self.counts, plan=True, out=self._lists[layer % len(self._lists)])
+
+    def _plan_list(self, layer, plan, lanes):
+        """(src, head, dst, preallocated) of a plan: plan_select's own list (its copies already counted), else
+        ``_copy_list`` of the plan (counted here)."""
+        if getattr(plan, "src", None) is not None:
+            return plan.src, plan.head, plan.dst, True
+        src, head, dst = self._copy_list(layer, plan, lanes)
+        self.units += (src >= 0).sum()
+        return src, head, dst, False
+
+    def _select_for(self, layer, pred, lanes, rows, step, cap):
+        """select with the copy list's lanes handed over aside (select's signature has none)."""
+        self._lanes = lanes
+        try:
+            return self.select(layer, pred, rows, step, cap)
+        finally:
+            self._lanes = None
 
     def launch(self, layer, after, predict, lanes, rows, step, cap) -> None:
         """Background prediction -> selection -> transfer of ``layer`` once event ``after`` (main stream) fires.
@@ -167,7 +245,8 @@ class Prefetcher:
             e0 = ev(); e0.record()
             pred = predict()
             e1 = ev(); e1.record()
-            plan = self.select(layer, pred, rows, step, cap)
+            # one plan_select launch: selection, copy list and counters (the "select" stage includes the copy list)
+            plan = self._select_for(layer, pred, lanes, rows, step, cap)
             e2 = ev(); e2.record()
             if prof:
                 self.prof.append(("pred", layer, e0, e1))
@@ -175,8 +254,7 @@ class Prefetcher:
             if self.cfg.no_transfer:
                 self.done[layer] = e2  # the next step's attention reads the mapping this stage rewrote
                 return
-            src, head, dst = self._copy_list(layer, plan, lanes)
-            self.units += (src >= 0).sum()
+            src, head, dst, prealloc = self._plan_list(layer, plan, lanes)
             if self.path == "uva":
                 planned = ev(); planned.record()
             else:
@@ -196,7 +274,8 @@ class Prefetcher:
                 uva_gather(self.host.k[layer], self.host.v[layer], src, head, dst, self.store.k[layer],
                            self.store.v[layer], n_programs=self.uva_programs)
                 t1 = ev(); t1.record()
-            self._cross_stream(self.s_copy, src, head, dst)
+            if not prealloc:  # plan_select's lists live in buffers allocated once: nothing to hand across
+                self._cross_stream(self.s_copy, src, head, dst)
             if prof:
                 self.prof.append(("transfer", layer, t0, t1))
             self.done[layer] = t1
@@ -243,9 +322,8 @@ class Prefetcher:
 
     def _transfer_inline(self, layer, plan, lanes) -> None:
         """CPU (and synchronous CUDA) transfer: same copy list, plain indexing."""
-        src, head, dst = self._copy_list(layer, plan, lanes)
+        src, head, dst, _ = self._plan_list(layer, plan, lanes)
         live = src >= 0
-        self.units += live.sum()
         s, h, d = src[live].long(), head[live].long(), dst[live].long()
         hk, hv = self.host.k[layer], self.host.v[layer]
         if self.device.type == "cuda":
@@ -258,14 +336,13 @@ class Prefetcher:
 
     def fetch_now(self, layer, pred, lanes, rows, step, cap) -> None:
         """Synchronous selection + transfer on the current stream (retrieval mode: copies on the critical path)."""
-        plan = self.select(layer, pred, rows, step, cap)
+        plan = self._select_for(layer, pred, lanes, rows, step, cap)
         if self.cfg.no_transfer:
             return
         if self.cuda and self.path == "uva":
             from kernels.gather import uva_gather
 
-            src, head, dst = self._copy_list(layer, plan, lanes)
-            self.units += (src >= 0).sum()
+            src, head, dst, _ = self._plan_list(layer, plan, lanes)
             uva_gather(self.host.k[layer], self.host.v[layer], src, head, dst, self.store.k[layer],
                        self.store.v[layer], n_programs=self.uva_programs)
         else:

@@ -1,0 +1,273 @@
+"""One-launch selection + copy list of a layer: ``oasis_core.selection.plan_step`` (paper Algorithm 2) and
+``Prefetcher._copy_list`` fused into one Triton program per row.
+
+A *row* is one (lane, KV head) of the layer. Per program ``r`` (R = B * H programs, row ``r`` = lane ``r // H``,
+head ``r % H``):
+
+- reads ``res = resident[rows[r]]`` and ``ls = last_sel[rows[r]] - 1`` (last_sel is kept relative to the current
+  step: one decrement per step, folded in here) and ``pred[r]`` (best first, -1 padded);
+- plans exactly what ``plan_step(res, ls, pred, cap, step, max_cap)`` plans: ``keep = P ∩ R``; ``missing = P \\ R``
+  in prediction order (ranks by ``tl.cumsum``); victims ``R \\ P``: empty slots first (lower slot first), then
+  least-recently-selected (ties: lower slot), ranked by broadcast compares (no sort);
+  ``admit = min(n_missing, clip(cap, 0, max_cap), n_victims)``; ``missing[j]`` goes into ``victims[j]``, ``j < admit``;
+- writes the row's ``resident`` / ``last_sel`` back in place (a program owns its row);
+- writes the layer's copy list in ``kernels.gather.uva_gather``'s format, flat row-major [R, C] int32:
+  ``src = host_table[lanes[b], fetch_block]``, ``head = h``, ``dst = (lanes[b] * H + h) * W + fetch_slot``, with
+  ``src = dst = -1`` for ``j >= admit`` (``head`` is ``h`` everywhere, as in ``_copy_list``);
+- optionally writes the ``StepPlan`` fields ``fetch_block`` / ``fetch_slot`` [R, C] and ``n_fetch`` / ``n_missing`` /
+  ``n_kept`` [R] (int64);
+- optionally adds ``n_missing`` and ``n_fetch`` (the live copies, when a copy list is written) atomically into an
+  int64 ``counters[2]`` tensor, so the host needs no per-layer reductions.
+
+Shapes S (slots), K (predicted), C (max_cap) are arbitrary (padded to powers of two with masks). No host sync.
+The [S, K] membership and [S, S] victim-rank compares run over chunks of ``chunk`` slots / predictions (reloaded from
+memory, before the in-place stores): at S = K = 128 that is 111 registers and no spills at 4 warps on sm_90 (the
+unchunked form took 255 registers and spilled). Rows must be distinct (each program owns its row).
+The kernel uses no sentinel keys: ``plan_step`` orders victims by a key with ``±2**62`` sentinels for empty / kept
+slots, which equals this explicit ordering as long as real ``last_sel`` values stay inside ``(-2**62, 2**62)``.
+"""
+from __future__ import annotations
+
+from numbers import Integral
+from typing import NamedTuple
+
+import torch
+import triton
+import triton.language as tl
+
+from ._util import check, next_pow2
+
+
+class PlanSelectOut(NamedTuple):
+    """Outputs of ``plan_select`` (None where not requested). Copy list: [R * C] int32; plan fields int64."""
+
+    src: torch.Tensor | None
+    head: torch.Tensor | None
+    dst: torch.Tensor | None
+    fetch_block: torch.Tensor | None  # [R, C]
+    fetch_slot: torch.Tensor | None  # [R, C]
+    n_fetch: torch.Tensor | None  # [R]
+    n_missing: torch.Tensor | None  # [R]
+    n_kept: torch.Tensor | None  # [R]
+
+
+@triton.jit
+def plan_select_kernel(
+    RES, LS, ROWS, PRED, CAP, LANES, HT, SRC, HEAD, DST, FB, FS, NF, NM, NK, CNT,
+    cap_scalar, step, H, W, S, K, C,
+    stride_res, stride_ls, stride_pr, stride_pk, stride_ht,
+    SP: tl.constexpr, KP: tl.constexpr, CP: tl.constexpr, TB: tl.constexpr, KB: tl.constexpr,
+    CAP_T: tl.constexpr, COPY: tl.constexpr, PLAN: tl.constexpr, COUNT: tl.constexpr,
+):
+    r = tl.program_id(0)
+    row = tl.load(ROWS + r).to(tl.int64)
+    offs_s = tl.arange(0, SP)
+    offs_k = tl.arange(0, KP)
+    offs_c = tl.arange(0, CP)
+    s_ok = offs_s < S
+    k_ok = offs_k < K
+    c_ok = offs_c < C
+
+    res = tl.load(RES + row * stride_res + offs_s, mask=s_ok, other=-1).to(tl.int64)
+    ls = tl.load(LS + row * stride_ls + offs_s, mask=s_ok, other=0).to(tl.int64) - 1
+    pred = tl.load(PRED + r.to(tl.int64) * stride_pr + offs_k * stride_pk, mask=k_ok, other=-1).to(tl.int64)
+    res_valid = s_ok & (res >= 0)
+    pred_valid = k_ok & (pred >= 0)
+
+    # Membership, chunked so no [S, K] / [S, S] tensor is live at once (registers at S = K = 128).
+    # keep[s] = resident block s is predicted: over chunks of the prediction (reloaded from memory).
+    keep_i = tl.zeros([SP], dtype=tl.int32)
+    for k0 in range(0, KP, KB):
+        offs_kb = k0 + tl.arange(0, KB)
+        pk = tl.load(PRED + r.to(tl.int64) * stride_pr + offs_kb * stride_pk, mask=offs_kb < K, other=-1)
+        pk = pk.to(tl.int64)
+        m = (res[:, None] == pk[None, :]) & res_valid[:, None] & (pk >= 0)[None, :]
+        keep_i = tl.maximum(keep_i, tl.max(m.to(tl.int32), axis=1))
+    keep = keep_i > 0
+    # Over chunks t of the slots (reloaded): predicted blocks resident there, and the victim ranks: the candidates
+    # (slots not kept) t that come before s in the order (non-empty, last_sel, slot).
+    cand = s_ok & ~keep
+    full_s = res_valid.to(tl.int32)[None, :]
+    key_s = tl.where(res_valid, ls, 0)[None, :]
+    in_res = tl.zeros([KP], dtype=tl.int32)
+    v_rank = tl.zeros([SP], dtype=tl.int32)  # meaningful where cand
+    for t0 in range(0, SP, TB):
+        offs_t = t0 + tl.arange(0, TB)
+        t_ok = offs_t < S
+        rt = tl.load(RES + row * stride_res + offs_t, mask=t_ok, other=-1).to(tl.int64)
+        lt = tl.load(LS + row * stride_ls + offs_t, mask=t_ok, other=0).to(tl.int64) - 1
+        rt_valid = t_ok & (rt >= 0)
+        m = ((rt[:, None] == pred[None, :]) & rt_valid[:, None] & pred_valid[None, :]).to(tl.int32)
+        in_res = tl.maximum(in_res, tl.max(m, axis=0))
+        cand_t = t_ok & (tl.max(m, axis=1) == 0)
+        full_t = rt_valid.to(tl.int32)[:, None]
+        key_t = tl.where(rt_valid, lt, 0)[:, None]
+        before = (full_t < full_s) | ((full_t == full_s) & (
+            (key_t < key_s) | ((key_t == key_s) & (offs_t[:, None] < offs_s[None, :]))))
+        v_rank += tl.sum((before & cand_t[:, None]).to(tl.int32), axis=0)
+    missing = pred_valid & (in_res == 0)  # [KP]
+    miss_i = missing.to(tl.int32)
+    n_missing = tl.sum(miss_i, axis=0)
+    n_kept = tl.sum(keep.to(tl.int32), axis=0)
+    miss_rank = tl.cumsum(miss_i, axis=0) - miss_i  # j of missing block k (prediction order)
+    n_victims = S - n_kept
+
+    if CAP_T:
+        cap = tl.load(CAP + r).to(tl.int64)  # clipped in int64: a huge cap must not wrap
+    else:
+        cap = cap_scalar
+    cap = tl.minimum(tl.maximum(cap, 0), C)
+    admit = tl.minimum(tl.minimum(n_missing, cap), n_victims)
+
+    # The j-th missing block and the j-th victim slot, j < admit: [C, K] and [C, S] one-hot selections.
+    live = c_ok & (offs_c < admit)
+    pick_b = missing[None, :] & (miss_rank[None, :] == offs_c[:, None])
+    fb = tl.sum(tl.where(pick_b, pred[None, :], 0), axis=1)
+    pick_s = cand[None, :] & (v_rank[None, :] == offs_c[:, None])
+    fs = tl.sum(tl.where(pick_s, offs_s[None, :], 0), axis=1).to(tl.int64)
+    fb = tl.where(live, fb, -1)
+    fs = tl.where(live, fs, -1)
+
+    # Apply: slot fs[j] takes block fb[j] ([S, C] one-hot); kept and filled slots are selected now.
+    hit = (offs_s[:, None] == fs[None, :]) & live[None, :]
+    filled = tl.max(hit.to(tl.int32), axis=1) > 0
+    new_blk = tl.sum(tl.where(hit, fb[None, :], 0), axis=1)
+    new_res = tl.where(filled, new_blk, res)
+    new_ls = tl.where(keep | filled, step, ls)
+    tl.store(RES + row * stride_res + offs_s, new_res, mask=s_ok)
+    tl.store(LS + row * stride_ls + offs_s, new_ls, mask=s_ok)
+
+    out_c = r.to(tl.int64) * C + offs_c
+    if COPY:
+        b = r // H
+        h = r - b * H
+        lane = tl.load(LANES + b).to(tl.int64)
+        src = tl.load(HT + lane * stride_ht + tl.where(live, fb, 0), mask=live, other=-1)
+        dst = (lane * H + h) * W + fs
+        tl.store(SRC + out_c, tl.where(live, src, -1).to(tl.int32), mask=c_ok)
+        tl.store(HEAD + out_c, tl.zeros([CP], dtype=tl.int32) + h, mask=c_ok)
+        tl.store(DST + out_c, tl.where(live, dst, -1).to(tl.int32), mask=c_ok)
+    if PLAN:
+        tl.store(FB + out_c, fb, mask=c_ok)
+        tl.store(FS + out_c, fs, mask=c_ok)
+        tl.store(NF + r, admit.to(tl.int64))
+        tl.store(NM + r, n_missing.to(tl.int64))
+        tl.store(NK + r, n_kept.to(tl.int64))
+    if COUNT:
+        tl.atomic_add(CNT, n_missing.to(tl.int64))
+        if COPY:
+            tl.atomic_add(CNT + 1, admit.to(tl.int64))
+
+
+def plan_select(resident, last_sel, rows, pred, cap, max_cap, step=0, *, lanes=None, H=None, W=None,
+                host_table=None, counters=None, plan=False, out=None, chunk=16, num_warps=4) -> PlanSelectOut:
+    """Plan one step of Algorithm 2 for ``rows`` of a layer in place and write its copy list.
+
+    resident, last_sel: int64 [N_rows, S] (the layer's tables, last dim contiguous), updated in place at ``rows``;
+    rows: int64 [R] distinct row indices (program r plans row ``rows[r]``; a slice ``lo:hi`` of the table is
+    ``arange(lo, hi)``); pred: int32/int64 [R, K], best first, -1 padded;
+    cap: int in [0, max_cap] or integer tensor [R] (clipped to [0, max_cap]); step: written into ``last_sel`` of
+    kept and filled slots (the others get ``last_sel - 1``).
+    Copy list (when ``host_table`` is given): lanes int [B] with ``R == B * H``, ``W`` slots per row of the slot
+    pool, host_table int64 [B_max, NB] (host block of each lane's logical block). plan=True also returns the
+    ``StepPlan`` fields. counters: int64 [2] on the device, += (sum n_missing, sum live copies); the second only with
+    a copy list.
+    out: a ``PlanSelectOut`` of preallocated buffers of at least the needed sizes (flat [>= R * C] for the copy
+    list, [>= R * C] or [>= R, C] for fetch_block/fetch_slot, [>= R] for the counts): the results are their leading
+    views (stable addresses for CUDA-graph capture).
+    """
+    N, S = resident.shape
+    dev = resident.device
+    check(resident, "resident", (N, S), torch.int64, dev)
+    check(last_sel, "last_sel", (N, S), torch.int64, dev)
+    R = rows.shape[0]
+    check(rows, "rows", (R,), (torch.int64, torch.int32), dev)
+    K = pred.shape[-1]
+    check(pred, "pred", (R, K), (torch.int64, torch.int32), dev, inner_contiguous=0)
+    C = int(max_cap)
+    if C < 0:
+        raise ValueError(f"max_cap: must be >= 0, got {max_cap}")
+    cap_t = None
+    if isinstance(cap, Integral):
+        if not 0 <= cap <= C:
+            raise ValueError(f"cap: must be in [0, max_cap={C}], got {cap}")
+    else:
+        cap_t = cap
+        check(cap_t, "cap", (R,), (torch.int64, torch.int32), dev)
+    copy = host_table is not None
+    if copy:
+        assert lanes is not None and H is not None and W is not None, "a copy list needs lanes, H and W"
+        assert lanes.dim() == 1 and lanes.shape[0] * H == R, \
+            f"rows: R={R} must be lanes ({tuple(lanes.shape)}) x H ({H})"
+        check(lanes, "lanes", (R // H,), (torch.int64, torch.int32), dev)
+        check(host_table, "host_table", (None, None), (torch.int64, torch.int32), dev)
+    if counters is not None:
+        check(counters, "counters", (2,), torch.int64, dev)
+
+    def buf(name, shape, dtype):
+        t = getattr(out, name) if out is not None else None
+        n = 1
+        for x in shape:
+            n *= x
+        if t is None:
+            return torch.empty(shape, dtype=dtype, device=dev)
+        assert t.dtype == dtype and t.device == dev and t.is_contiguous() and t.numel() >= n, \
+            f"out.{name}: need a contiguous {dtype} buffer of >= {n} elements on {dev}"
+        return t.view(-1)[:n].view(shape)
+
+    src = head = dst = fb = fs = nf = nm = nk = None
+    if copy:
+        src, head, dst = (buf(n, (R * C,), torch.int32) for n in ("src", "head", "dst"))
+    if plan:
+        fb, fs = (buf(n, (R, C), torch.int64) for n in ("fetch_block", "fetch_slot"))
+        nf, nm, nk = (buf(n, (R,), torch.int64) for n in ("n_fetch", "n_missing", "n_kept"))
+    if R > 0:
+        dummy = resident
+        SP, KP = next_pow2(max(S, 1)), next_pow2(max(K, 1))
+        plan_select_kernel[(R,)](
+            resident, last_sel, rows, pred, cap_t if cap_t is not None else dummy,
+            lanes if copy else dummy, host_table if copy else dummy,
+            src if copy else dummy, head if copy else dummy, dst if copy else dummy,
+            fb if plan else dummy, fs if plan else dummy, nf if plan else dummy, nm if plan else dummy,
+            nk if plan else dummy, counters if counters is not None else dummy,
+            0 if cap_t is not None else int(cap), int(step), int(H or 1), int(W or 0), S, K, C,
+            resident.stride(0), last_sel.stride(0), pred.stride(0), pred.stride(1) if K else 1,
+            host_table.stride(0) if copy else 0,
+            SP=SP, KP=KP, CP=next_pow2(max(C, 1)), TB=min(SP, chunk), KB=min(KP, chunk),
+            CAP_T=cap_t is not None, COPY=copy, PLAN=plan, COUNT=counters is not None, num_warps=num_warps,
+        )
+    return PlanSelectOut(src, head, dst, fb, fs, nf, nm, nk)
+
+
+def plan_select_ref(resident, last_sel, rows, pred, cap, max_cap, step=0, *, lanes=None, H=None, W=None,
+                    host_table=None, counters=None, plan=False) -> PlanSelectOut:
+    """Torch reference of ``plan_select``, built on ``oasis_core.selection.plan_step`` (same arguments, same
+    in-place updates and outputs)."""
+    from oasis_core.selection import plan_step
+
+    rows = rows.long()
+    C = int(max_cap)
+    if not isinstance(cap, Integral):
+        cap = cap.long()
+    p = plan_step(resident[rows], last_sel[rows] - 1, pred.long(), cap, int(step), C)
+    resident[rows] = p.resident
+    last_sel[rows] = p.last_sel
+    src = head = dst = None
+    live = p.fetch_block >= 0
+    if host_table is not None:
+        R = rows.shape[0]
+        lane_r = lanes.long().repeat_interleave(H)[:, None].expand(-1, C)
+        hd = torch.arange(H, device=resident.device).repeat(R // H)[:, None].expand(-1, C)
+        s = host_table[lane_r, p.fetch_block.clamp(min=0)]
+        d = (lane_r * H + hd) * W + p.fetch_slot.clamp(min=0)
+        neg = torch.full_like(s, -1)
+        src = torch.where(live, s, neg).to(torch.int32).reshape(-1)
+        head = hd.to(torch.int32).reshape(-1)
+        dst = torch.where(live, d, neg).to(torch.int32).reshape(-1)
+    if counters is not None:
+        counters[0] += p.n_missing.sum()
+        if host_table is not None:
+            counters[1] += live.sum()
+    if not plan:
+        return PlanSelectOut(src, head, dst, None, None, None, None, None)
+    return PlanSelectOut(src, head, dst, p.fetch_block, p.fetch_slot, p.n_fetch, p.n_missing, p.n_kept)
