@@ -35,6 +35,9 @@ import torch
 from oasis_core.selection import plan_step
 
 
+FUSED_SELECT = True  # False: never plan_select (analysis/h200_issue5.py --torch-select, if its GPU test fails)
+
+
 class Prefetcher:
     def __init__(self, cfg, store, host, device, max_cap: int, synchronous: bool = False):
         self.cfg, self.store, self.host, self.device = cfg, store, host, device
@@ -173,8 +176,9 @@ class Prefetcher:
         return plan
 
     def _fused(self, cap) -> bool:
-        """Whether select plans with plan_select: on CUDA (not synchronous), with a cap its buffers hold."""
-        return self.cuda and (not isinstance(cap, int) or cap <= self.max_cap)
+        """Whether select plans with plan_select: on CUDA (not synchronous), ``cfg.fused_ops`` on (off: the torch
+        ``plan_step``, the reference), with a cap its buffers hold."""
+        return FUSED_SELECT and self.cfg.fused_ops and self.cuda and (not isinstance(cap, int) or cap <= self.max_cap)
 
     def _rows_tensor(self, rows):
         """The layer's rows as an int64 device tensor: a view of the row ids for a slice (no kernel), else the
