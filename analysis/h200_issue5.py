@@ -10,7 +10,8 @@
 
 The headline pins its largest pool first (``oasis_exec.kv_store.pinned_pieces`` keeps it); the transfer runs reuse
 it. ``--torch-select``: plan the selection with the torch ``oasis_core.selection.plan_step`` instead of the fused
-``kernels.plan_select`` (the fallback if that kernel's GPU test fails). Each part resumes by label when re-run.
+``kernels.plan_select`` (the fallback if that kernel's GPU test fails); ``--plain-kv-write`` likewise for
+``kernels.kv_write``. Each part resumes by label when re-run.
 """
 from __future__ import annotations
 
@@ -30,6 +31,8 @@ def main(argv=None) -> int:
     ap.add_argument("--budget-s", type=float, default=420.0, help="both parts together (s)")
     ap.add_argument("--headline-share", type=float, default=0.6, help="share of the budget the headline may use")
     ap.add_argument("--torch-select", action="store_true")
+    ap.add_argument("--plain-kv-write", action="store_true", help="the K/V write by advanced indexing instead of "
+                    "kernels.kv_write (the fallback if that kernel's GPU test fails)")
     ap.add_argument("--dry-run", action="store_true")
     ap.add_argument("--device", default="cuda")
     ap.add_argument("--headline-args", default="", help="extra arguments for h200_headline.py (one string)")
@@ -40,6 +43,10 @@ def main(argv=None) -> int:
         import oasis_exec.pipeline as pipeline
 
         pipeline.FUSED_SELECT = False
+    if a.plain_kv_write:
+        import oasis_exec.runner as runner
+
+        runner.FUSED_KV_WRITE = False
     from analysis import h200_headline, transfer_paths
 
     t0 = time.perf_counter()

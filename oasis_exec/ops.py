@@ -57,5 +57,18 @@ def summary_update(k_src, src, dst_row, dst_block, n_valid, kmin, kmax):
     kmax[dst_row, dst_block] = keys.masked_fill(~valid, float("-inf")).amax(1).to(kmax.dtype)
 
 
+def kv_write(k_new, v_new, k_cache, v_cache, row, off, fused: bool = True):
+    """The step's K/V into ``cache[row, off]`` (``kernels.kv_write``): one launch on CUDA when ``fused``, else the
+    plain-torch assignment (``kernels.kv_write_ref`` without its -1 skip: the runner's rows are all live)."""
+    if fused and _cuda(k_new):
+        from kernels.kv_write import kv_write as k
+
+        return k(k_new, v_new, k_cache, v_cache, row, off)
+    B, H = k_new.shape[:2]  # plain advanced indexing, no host sync (every row is live here)
+    r, o = row.long().view(B, H), off.long()[:, None]
+    k_cache[r, o] = k_new
+    v_cache[r, o] = v_new
+
+
 def i32(x):
     return x.to(torch.int32)

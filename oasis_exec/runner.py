@@ -36,6 +36,8 @@ from .pipeline import Prefetcher
 from .scheduler import BatchPlan
 from .writeback import writeback_full
 
+FUSED_KV_WRITE = True  # False: the K/V write by advanced indexing (analysis/h200_issue5.py --plain-kv-write)
+
 
 def _dtype(name):
     return torch.bfloat16 if name == "bfloat16" else torch.float32
@@ -461,6 +463,8 @@ class Runner:
         else:
             page_cur = lanes * st.P + pos // bs
             item_src = (page_cur[:, None] * H + hh).reshape(-1).to(torch.int32)
+        off32 = (pos % bs).to(torch.int32)  # the new token's offset in its block
+        fused_kv = cfg.fused_ops and FUSED_KV_WRITE
         prof = cfg.profile and dev.type == "cuda"
         trace = cfg.profile and self.trace_step is not None and not self._capturing
         cpu_marks = [] if trace and not prof else None  # CPU: perf_counter as each layer begins, then the end
@@ -482,9 +486,7 @@ class Runner:
             v = v.view(B, nq, H, -1)
             if cfg.sparse:
                 self.pipe.wait(l)
-                off = (pos % bs)[:, None]
-                st.k[l][local_slot, off] = k[:, 0]
-                st.v[l][local_slot, off] = v[:, 0]
+                ops.kv_write(k[:, 0], v[:, 0], st.k[l], st.v[l], item_src, off32, fused_kv)
                 if mode == "retrieval":
                     pred = self._predict(l, q[:, 0], lanes32, nb_cur, sets[0][:, l] if sets is not None else None,
                                          recorded)
@@ -517,9 +519,8 @@ class Runner:
                                self._predict(l, qsel, lanes32, nb_next, src, recorded))
                     self.pipe.launch(l, after, predict, lanes, rows, 0, self.max_cap)
             else:
-                off = pos % bs
-                st.k[l][page_cur, :, off] = k[:, 0]
-                st.v[l][page_cur, :, off] = v[:, 0]
+                ops.kv_write(k[:, 0], v[:, 0], st.k[l].view(-1, bs, st.D), st.v[l].view(-1, bs, st.D), item_src,
+                             off32, fused_kv)
                 if mode == "dense":
                     attn = ops.paged_attn(q[:, 0].contiguous(), st.k[l], st.v[l], st.block_table[lanes],
                                           (pos + 1).to(torch.int32))
