@@ -1,11 +1,11 @@
 """Issue 5's report from the sweep's records: dense against lookahead at 52 GB, overlap, dense against vLLM.
 
     python analysis/issue5_report.py --sweep OUT/issue5.jsonl [--sweep MORE.jsonl] [--transfer-paths TP.jsonl] \\
-        [--out-dir analysis/results] [--date YYYY-MM-DD]
+        [--out-dir analysis/results] [--date YYYY-MM-DD] [--name issue5]
 
 Reads the JSON lines of ``analysis/h200_headline.py`` (bench records plus ``label``, ``kind``, ``variant``,
 ``status``; older files without ``kind`` / ``variant`` are classified from the record's fields) and writes
-``issue5_<date>.md`` and ``issue5_headline_<date>.png`` (throughput and TPOT against concurrency, dense and lookahead
+``<name>_<date>.md`` and ``<name>_headline_<date>.png`` (name default ``issue5``) (throughput and TPOT against concurrency, dense and lookahead
 per context, the sensitivity variants as extra curves). ``<date>`` is the latest record's date unless given.
 Every measured number comes from the records; a figure the issue asks for whose record is missing reads "not run".
 The fixed figures are issue 5's: goals (2.5x, 1.05x, 10%, 1.25x), the paper's 2.07x and vLLM 0.26's figures on the
@@ -451,6 +451,7 @@ def main(argv=None) -> int:
     ap.add_argument("--transfer-paths", default=None, help="JSON lines of analysis/transfer_paths.py (listed)")
     ap.add_argument("--out-dir", default=str(RESULTS))
     ap.add_argument("--date", default=None, help="YYYY-MM-DD of the file names (default: the latest record's)")
+    ap.add_argument("--name", default="issue5", help="file-name stem: NAME_<date>.md, NAME_headline_<date>.png")
     a = ap.parse_args(argv)
     recs, died = load(a.sweep)
     idx = Index(recs)
@@ -458,7 +459,7 @@ def main(argv=None) -> int:
     date = a.date or (dates[-1] if dates else datetime.now(timezone.utc).strftime("%Y-%m-%d"))
     out = Path(a.out_dir)
     out.mkdir(parents=True, exist_ok=True)
-    md, png = out / f"issue5_{date}.md", out / f"issue5_headline_{date}.png"
+    md, png = out / f"{a.name}_{date}.md", out / f"{a.name}_headline_{date}.png"
     tp = None
     if a.transfer_paths:
         tp = load([a.transfer_paths])[0] if Path(a.transfer_paths).exists() else []
