@@ -8,6 +8,9 @@
 | ``gather``         | host->GPU copy into slots: persistent direct-read (UVA) kernel; host-side staging + scatter |
 | ``paged_attn``     | paged dense decode attention (dense baseline), split-K, GQA |
 | ``splitk``         | the reduction that merges split-K partial results (shared by both attentions) |
+| ``fused_ops``      | one-launch RMSNorm, residual add + RMSNorm, q/k norm + RoPE + v copy, SwiGLU (the decoder layer) |
+| ``plan_select``    | Algorithm 2 (``oasis_core.selection.plan_step``) in place, sort-free, + the UVA copy list, per layer |
+| ``kv_write``       | the decode step's new K/V of every (request, head) into its block, one launch for both |
 
 Interpreter mode: ``triton.jit`` reads ``TRITON_INTERPRET`` when a function is *decorated*. That covers triton's own
 ``@jit`` helpers too (the combine functions behind ``tl.max``/``tl.min``/``tl.sum``, decorated when ``triton`` is
