@@ -94,7 +94,7 @@ def _check_pool_and_slots(host_k, host_v, k_slots, v_slots):
 
 
 def uva_gather(host_k, host_v, src_block, src_head, dst_slot, k_slots, v_slots, count=None, n_programs=16,
-               items_per_iter=4, num_warps=4):
+               items_per_iter=2, num_warps=4):
     """Direct-read gather of ``src (block, head)`` of the pinned host pool into ``dst_slot`` of the GPU slots.
 
     Launches ``n_programs`` persistent programs; no host synchronisation (the list and ``count`` stay on the GPU).
