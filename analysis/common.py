@@ -125,6 +125,21 @@ def fmt_pct(x):
     return "–" if x is None else f"{x:+.0f}%"
 
 
+def read_jsonl(path) -> list:
+    """The JSON-object lines of ``path`` (a missing file: none; lines that do not parse or are not objects are
+    skipped: a run killed mid-write leaves a partial last line)."""
+    out = []
+    if os.path.exists(path):
+        for line in open(path):
+            try:
+                r = json.loads(line)
+            except ValueError:
+                continue
+            if isinstance(r, dict):
+                out.append(r)
+    return out
+
+
 def write_json(path: Path, obj) -> None:
     path.parent.mkdir(parents=True, exist_ok=True)
     path.write_text(json.dumps(obj, indent=2, sort_keys=True) + "\n")

@@ -423,18 +423,15 @@ def print_plan(runs: list, a, geo: Geometry, log, done: dict) -> None:
 def load_done(path: str) -> tuple:
     """({label: 'ok'|'error'} of finished runs, [labels whose last line is 'started': the run took the process down],
     {label: record} of ok runs). 'skipped' runs are not finished: a later invocation evaluates them again."""
+    from analysis.common import read_jsonl
+
     last, ok = {}, {}
-    if os.path.exists(path):
-        for line in open(path):
-            try:
-                r = json.loads(line)
-            except ValueError:
-                continue
-            if not isinstance(r, dict) or "label" not in r:
-                continue
-            last[r["label"]] = r.get("status", "ok")
-            if last[r["label"]] == "ok":
-                ok[r["label"]] = r
+    for r in read_jsonl(path):
+        if "label" not in r:
+            continue
+        last[r["label"]] = r.get("status", "ok")
+        if last[r["label"]] == "ok":
+            ok[r["label"]] = r
     died = [k for k, v in last.items() if v == "started" and k not in ok]
     done = {k: ("ok" if k in ok else v) for k, v in last.items() if k in ok or v == "error"}
     return done, died, ok

@@ -86,16 +86,10 @@ def est_s(role: str, ex: str, n: int) -> float:
 
 
 def load_done(path: str, retry_errors: bool) -> set:
-    done = set()
-    if os.path.exists(path):
-        for line in open(path):
-            try:
-                r = json.loads(line)
-            except ValueError:
-                continue
-            if "label" in r and (r.get("status", "ok") == "ok" or not retry_errors):
-                done.add(r["label"])
-    return done
+    from analysis.common import read_jsonl
+
+    return {r["label"] for r in read_jsonl(path)
+            if "label" in r and (r.get("status", "ok") == "ok" or not retry_errors)}
 
 
 def run(a) -> int:

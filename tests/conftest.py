@@ -18,3 +18,15 @@ def pytest_collection_modifyitems(config, items):
     for item in items:
         if "gpu" in item.keywords:
             item.add_marker(skip)
+
+
+@pytest.fixture(scope="module")
+def one_torch_thread():
+    """Tiny ops: one intra-op thread avoids OpenMP spinning on the shared CI cores (10x faster here). Use with
+    ``pytestmark = pytest.mark.usefixtures("one_torch_thread")``."""
+    import torch
+
+    n = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(n)

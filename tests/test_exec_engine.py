@@ -12,13 +12,7 @@ from oasis_exec.scheduler import SamplingParams
 
 
 
-@pytest.fixture(autouse=True, scope="module")
-def _one_thread():
-    """Tiny ops: one intra-op thread avoids OpenMP spinning on the shared CI cores (10x faster here)."""
-    n = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(n)
+pytestmark = pytest.mark.usefixtures("one_torch_thread")
 
 MODES = ("dense", "quest", "retrieval", "proxy", "lookahead")
 

@@ -14,12 +14,7 @@ sp = importlib.util.module_from_spec(_spec)
 _spec.loader.exec_module(sp)
 
 
-@pytest.fixture(autouse=True, scope="module")
-def _one_thread():
-    n = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(n)
+pytestmark = pytest.mark.usefixtures("one_torch_thread")
 
 
 def _run(tmp_path, mode, *extra):
