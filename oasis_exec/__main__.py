@@ -36,6 +36,7 @@ def _engine_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--seed", type=int, default=0, help=h["seed"])
     p.add_argument("--profile", action="store_true", help=h["profile"])
     p.add_argument("--no-cuda-graph", action="store_true", help="run decode steps eagerly (" + h["cuda_graph"] + ")")
+    p.add_argument("--no-fused-ops", action="store_true", help="turn off: " + h["fused_ops"])
     p.add_argument("--synthetic", default=None, help="JSON of SyntheticParams overrides, e.g. '{\"drift_rate\": 0.2}'")
 
 
@@ -48,7 +49,7 @@ def _config(a, max_context: int) -> ExecConfig:
                       max_context=max_context, kv_budget_gb=a.kv_budget_gb, host_kv_gb=a.host_kv_gb,
                       max_lanes=a.max_lanes, transfer=a.transfer, host_threads=a.host_threads,
                       uva_programs=a.uva_programs, no_transfer=a.no_transfer, seed=a.seed, profile=a.profile,
-                      cuda_graph=not a.no_cuda_graph,
+                      cuda_graph=not a.no_cuda_graph, fused_ops=not a.no_fused_ops,
                       synthetic=json.loads(a.synthetic) if a.synthetic else None)
 
 

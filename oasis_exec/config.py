@@ -37,16 +37,17 @@ class ExecConfig:
     transfer: str = _f("auto", "host (threaded gather into pinned staging + one DMA) | uva (direct-read gather "
                                "kernel) | auto (path and programs measured on the H200: oasis_exec/transfer_table.json)")
     host_threads: int = _f(8, "CPU threads of the host gather")
-    uva_programs: int = _f(32, "programs of the persistent UVA gather")
+    uva_programs: int = _f(32, "programs of the persistent UVA gather with transfer=uva (auto takes them from the "
+                                "measured table)")
     no_transfer: bool = _f(False, "plan selections but skip the copies (overlap reference; attention reads stale "
                                   "slots)")
     prefill_chunk: int = _f(2048, "tokens per prefill chunk")
     prefill_interleave: bool = _f(True, "after a prefill chunk, run a decode step before the next chunk when requests "
                                         "are decoding (bounds their wait to one chunk); off: prompts first")
     seed: int = _f(0, "weights, sampling and synthetic-selection seed")
-    fused_ops: bool = _f(True, "fused Triton kernels on CUDA: RMSNorm, q/k norm + RoPE, SwiGLU (kernels.fused_ops) "
-                                "and selection + copy list (kernels.plan_select); off: the plain torch ops, which are "
-                                "the reference")
+    fused_ops: bool = _f(True, "fused Triton kernels on CUDA: RMSNorm, q/k norm + RoPE, SwiGLU (kernels.fused_ops), "
+                                "selection + copy list (kernels.plan_select) and the KV write (kernels.kv_write); off: "
+                                "the plain torch ops, which are the reference")
     cuda_graph: bool = _f(True, "capture whole decode steps as CUDA graphs where the step is device-only (dense, "
                                 "quest, uva transfers)")
     profile: bool = _f(False, "CUDA events per layer and stage (small overhead)")
