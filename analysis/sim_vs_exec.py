@@ -231,12 +231,13 @@ def provenance(recs, pool) -> dict:
             "device": sorted({r.results["device"] for r in recs})}
 
 
-def copy_cost_from_twins(paths, rate_bytes_per_s=None) -> list:
+def copy_cost_from_twins(paths, rate_bytes_per_s=None, floor_bytes_per_s=None) -> list:
     """Pairs each ok, graph-mode, fused lookahead record that copied with a no-transfer record of the same
     configuration (commit, context, concurrency, fetch ratio, synthetic parameters; the UVA program count does not
     matter without copies), from the same file when it has one, else from another file of the same commit: the step
     time the copies cost, per 100 MB copied, and the SM share ``g`` it implies at copy rate ``rate``
-    (``Δ = g · bytes / rate``)."""
+    (``Δ = g · bytes / rate``); ``floor``: a rate the copy path is known to reach (the highest bytes / TPOT of the
+    scored recordings), giving the copy's time at that rate and its ratio to the no-transfer step."""
     recs = []
     for p in paths:
         with open(p) as f:
@@ -266,6 +267,10 @@ def copy_cost_from_twins(paths, rate_bytes_per_s=None) -> list:
         if rate_bytes_per_s:
             row["copy_ms_at_rate"] = 1e3 * c["bytes_moved_per_step"] / rate_bytes_per_s
             row["implied_share"] = d / row["copy_ms_at_rate"]
+        if floor_bytes_per_s:
+            row["copy_ms_at_floor"] = 1e3 * c["bytes_moved_per_step"] / floor_bytes_per_s
+            row["copy_over_no_transfer_step"] = row["copy_ms_at_floor"] / t["tpot_ms_p50"]
+            row["delta_over_copy_at_floor"] = d / row["copy_ms_at_floor"]
         out.append(row)
     return sorted(out, key=lambda r: (r["commit"] or "", r["context"], r["concurrency"], r["uva_programs"] or 0,
                                       r["copied"]))
@@ -409,9 +414,13 @@ def extended_report(recs, pool, control=None, twins=(), progress=None, set_aside
                              "roofline_summary": summarize(roof)}
     if twins:
         rate = (m_all.h2d_bytes_per_s or {}).get("uva")
+        floors = [(r.results["bytes_per_step"].get("pcie_h2d", 0.0) / (r.results["tpot_ms_p50"] / 1e3), r.name)
+                  for r in recs if r.results["tpot_ms_p50"] > 0]
+        floor, floor_of = max(floors) if floors else (None, None)
         report["copy_cost_twins"] = {"rate_gb_s": rate / 1e9 if rate else None,
+                                     "floor_gb_s": floor / 1e9 if floor else None, "floor_from": floor_of,
                                      "sources": [os.path.relpath(p, REPO) for p in twins],
-                                     "pairs": copy_cost_from_twins(twins, rate)}
+                                     "pairs": copy_cost_from_twins(twins, rate, floor)}
     return report
 
 
@@ -427,7 +436,7 @@ def _pe(v, nd=1):
 def markdown_extended(rep: dict, recordings_rel: str, calibration_rel: str, prefix: str, causes: str = None) -> str:
     pv = rep["provenance"]
     P = EXT_PREDICTORS
-    L = ["# Simulator vs executor: the fused-kernel executor", "",
+    L = ["# Simulator vs executor: new recordings against an old calibration", "",
          f"{rep['n_recordings']} recordings from `{recordings_rel}/` ({rep['n_configs']} distinct simulated "
          f"configurations; records of commit{'s' if len(pv['record_commits']) > 1 else ''} "
          f"{', '.join(pv['record_commits'])}, {', '.join(pv['device'])}, {', '.join(pv['record_dates'])}). Old fit: "
@@ -521,15 +530,20 @@ def markdown_extended(rep: dict, recordings_rel: str, calibration_rel: str, pref
               f"Each no-transfer record (selections planned, copies skipped; not replayable) beside the record of "
               f"the same configuration that copied ({', '.join(f'`{s}`' for s in tw['sources'])}). Implied share: "
               f"the step time added by the copies over the copy's own time at the refit's rate "
-              f"({_f(tw['rate_gb_s'], 1)} GB/s); copy-bound rate: bytes per step / TPOT (a floor on the rate).", "",
+              f"({_f(tw['rate_gb_s'], 1)} GB/s); bytes / TPOT: a floor on the copy rate. Copy / step: the copy's "
+              f"time at the highest bytes / TPOT of the scored recordings ({_f(tw['floor_gb_s'], 1)} GB/s, "
+              f"{tw['floor_from']}) over the no-transfer step; Δ / copy: the share of that copy time the step "
+              "grew by.", "",
               "| copied | no-transfer twin | commit | ctx | n | UVA programs | MB/step | TPOT ms | no-transfer ms | "
-              "Δ ms | Δ ms / 100 MB | implied share | bytes / TPOT GB/s |", "| --- |" + " --- |" * 12]
+              "Δ ms | Δ ms / 100 MB | implied share | bytes / TPOT GB/s | copy / step | Δ / copy |",
+              "| --- |" + " --- |" * 14]
         for t in tw["pairs"]:
             twin = t["twin"] + ("" if t["same_file"] else " (other file)")
             L.append(f"| {t['copied']} | {twin} | {t['commit']} | {t['context'] // 1024}K | {t['concurrency']} | "
                      f"{t['uva_programs']} | {t['mb_per_step']:.0f} | {t['tpot_ms_p50']:.2f} | "
                      f"{t['tpot_ms_p50_no_transfer']:.2f} | {t['delta_ms']:+.2f} | {_f(t['delta_ms_per_100mb'], 2)} | "
-                     f"{_f(t.get('implied_share'), 2)} | {t['copy_bound_gb_s']:.1f} |")
+                     f"{_f(t.get('implied_share'), 2)} | {t['copy_bound_gb_s']:.1f} | "
+                     f"{_f(t.get('copy_over_no_transfer_step'), 2)} | {_f(t.get('delta_over_copy_at_floor'), 2)} |")
     ctl = rep.get("control")
     if ctl:
         L += ["", "## Control: the old fit on the fused-off twins", "",
