@@ -521,7 +521,7 @@ def markdown_extended(rep: dict, recordings_rel: str, calibration_rel: str, pref
         r = lr.get(k)
         L.append(f"| {name} | {_f(po[k], nd)} | {_f(pn[k], nd)} | "
                  f"{'' if not r else f'{r[0]:.{nd}f} – {r[1]:.{nd}f}'} |")
-    L += ["", f"Fit objectives (mean squared relative TPOT error of the uva rows + prior): old "
+    L += ["", f"Fit objectives (mean squared relative TPOT error of the sparse-family rows + prior): old "
           f"{m['old_all']['gather_fit'].get('uva', {}).get('objective')}, new "
           f"{m['new_all']['gather_fit'].get('uva', {}).get('objective')}."]
     tw = rep.get("copy_cost_twins")
