@@ -10,9 +10,10 @@ weights, ``--kv-budget-gb`` 52, ``max_lanes`` = concurrency, host pool sized per
 
 - ``c{n}-notransfer-graph``: the step without the copies, CUDA graphs (the reference of the UVA runs);
 - ``c{n}-uva{p}-graph``: the UVA gather on ``p`` programs, CUDA graphs, for each ``--programs``;
-- ``c{n}-notransfer-eager``: the step without the copies, eager (the reference of the host path, which cannot be
-  captured);
-- ``c{n}-host{t}-eager``: the host-threaded gather into pinned staging + one DMA, ``t`` threads, eager;
+- ``c{n}-notransfer-eager``: the step without the copies, eager (the reference of the eager host path);
+- ``c{n}-host{t}-graph``: the host-threaded gather into pinned staging + one DMA, ``t`` threads, in CUDA graphs
+  (external events hand the copy list to the worker and its copies back: ``oasis_exec.pipeline``);
+- ``c{n}-host{t}-eager``: the same path run eagerly;
 - then, for each transferring configuration, ``...-profile``: the same eager with ``profile=True`` (per-stage CUDA
   events), for the copy time per step, its GB/s and the stall-based hidden fraction.
 
@@ -26,7 +27,7 @@ skipped (``--retry-errors``: except those that failed), so a rerun resumes. ``--
 it is spent. Timestamped progress lines on stdout.
 
 Summarize mode writes ``OUT_PREFIX.md`` (per concurrency: config, TPOT p50, throughput, exposed ms = TPOT - the
-matching no-transfer TPOT (graph for uva, eager for host), copy ms per step and GB/s from the profiled run, hidden
+matching no-transfer TPOT (graph or eager, as the run), copy ms per step and GB/s from the profiled run, hidden
 fraction = 1 - exposed / copy ms clipped to [0, 1]; the winner = lowest TPOT p50 among the transferring configs)
 and the engine's choice table ``OUT_PREFIX_table.json`` (or ``--table-out``) in the format of
 ``oasis_exec/transfer_table.json``, which ``oasis_exec.transfer_choice`` reads.
@@ -72,6 +73,8 @@ def plan(a) -> list:
         tpot.append((f"c{n}-notransfer-eager", n, "notransfer", "eager", "reference",
                      dict(transfer="uva", no_transfer=True, cuda_graph=False)))
         for t in a.threads:
+            tpot.append((f"c{n}-host{t}-graph", n, f"host{t}", "graph", "transfer",
+                         dict(transfer="host", host_threads=t, cuda_graph=True)))
             tpot.append((f"c{n}-host{t}-eager", n, f"host{t}", "eager", "transfer",
                          dict(transfer="host", host_threads=t, cuda_graph=False)))
             prof.append((f"c{n}-host{t}-profile", n, f"host{t}", "eager", "profile",
@@ -279,8 +282,8 @@ def summarize(inp: str, prefix: str, table_out: str | None = None) -> dict:
              f"{any_rec.get('fetch_ratio', '?')}, top-K {any_rec.get('top_k', '?')}, KV budget "
              f"{any_rec.get('kv_budget_gb', '?')} GB, model {any_rec.get('model', '?')} (dummy weights), "
              f"{any_rec.get('steps', '?')} timed steps after {any_rec.get('warmup', '?')} warm-up.", "",
-             "Exposed = TPOT − the matching no-transfer TPOT (graph for UVA, eager for the host path, which cannot "
-             "be captured). Copy ms / step, GB/s and MB / step come from the same configuration's eager profiled "
+             "Exposed = TPOT − the matching no-transfer TPOT (graph-captured runs against the graph reference, eager "
+             "runs against the eager one). Copy ms / step, GB/s and MB / step come from the same configuration's eager profiled "
              "run (CUDA events around the copy stream's work: for the host path the DMA + scatter, the CPU gather is "
              "its own column). Hidden = 1 − exposed / copy ms, clipped to [0, 1]; hidden (prof.) is the profiled "
              "run's own 1 − stall / copy. Winner = lowest TPOT p50 among the transferring configurations.", ""]

@@ -17,6 +17,14 @@ Transfer paths (``ExecConfig.transfer``; ``auto`` takes path and programs from t
   ``host_threads`` torch intra-op threads (``kernels.gather.host_gather_stage``), one DMA per K/V moves them, ``scatter_slots``
   writes the slots.
 
+  Under a CUDA graph (``graph_host``: the step is captured with this path too) the hand-offs become *external*
+  events (``torch.cuda.Event(external=True)``): the captured step records ``planned_x[l]`` once layer l's copy list
+  has reached pinned memory and, before layer l attends, waits on ``copied_x[l]``, which the worker records after
+  that layer's DMA + scatter of the previous step, outside the graph. The runner brackets each replay:
+  ``before_replay()`` joins the previous step's jobs (so every ``copied_x`` record is issued before the graph that
+  waits on it is launched), ``after_replay(key)`` submits this step's jobs. Written on a CPU-only machine: this
+  graph mode has not yet run on a GPU.
+
 Selection on CUDA (``self.cuda``): one ``kernels.plan_select`` launch per layer plans Algorithm 2 in place on the
 layer's mapping, writes the copy list into buffers allocated once (stable addresses for CUDA-graph capture) and
 adds the step's missing blocks and copies into ``counts`` on the device (``missing`` / ``units`` are views of it).
@@ -92,6 +100,8 @@ class Prefetcher:
             return PlanSelectOut(*i32, *i64)
 
         self._lists = [bufs() for _ in range(L if cfg.mode in ("proxy", "lookahead") else 1)]
+        self.graph_host = False  # the host path captured in CUDA graphs (set below when torch has external events)
+        self._capture_key, self._graph_layers = None, {}
         if self.cuda:
             self.s_pred = torch.cuda.Stream(device)
             self.s_copy = torch.cuda.Stream(device)
@@ -102,6 +112,18 @@ class Prefetcher:
             self.worker = gather_thread(self.host_threads) if self.path == "host" else ThreadPoolExecutor(max_workers=1)
             cap = store.B * store.H * max(max_cap, 1)
             self._stagers = []
+            # graph mode of the host path: external events and the layers captured per graph key
+            if self.path == "host" and cfg.mode in ("proxy", "lookahead") and not cfg.profile:
+                try:
+                    self.planned_x = [torch.cuda.Event(external=True) for _ in range(L)]
+                    self.copied_x = [torch.cuda.Event(external=True) for _ in range(L)]
+                except TypeError:  # an older torch: the host path stays eager
+                    pass
+                else:
+                    with torch.cuda.stream(self.s_copy):
+                        for e in self.copied_x:  # created now: a wait on a never-created event captures nothing
+                            e.record()
+                    self.graph_host = True
             for _ in range(L if cfg.mode in ("proxy", "lookahead") else 0):  # one per layer: reused a step later, after wait(layer) joined its job
                 from kernels.gather import HostStager
 
@@ -114,8 +136,12 @@ class Prefetcher:
 
     # -- main-stream side -------------------------------------------------------------------------------------
 
-    def wait(self, layer: int) -> None:
-        """Make the current stream wait for layer ``layer``'s outstanding transfer."""
+    def wait(self, layer: int, external: bool = True) -> None:
+        """Make the current stream wait for layer ``layer``'s outstanding transfer (``external``: under capture in
+        the host path's graph mode, also for the worker's copies of the previous step)."""
+        if external and self.cuda and self.graph_host and not self.cfg.no_transfer \
+                and torch.cuda.is_current_stream_capturing():
+            torch.cuda.current_stream().wait_event(self.copied_x[layer])  # recorded by the worker, a step earlier
         fut = self.jobs[layer]
         if fut is not None:
             fut.result()
@@ -135,7 +161,7 @@ class Prefetcher:
 
     def wait_all(self) -> None:
         for layer in range(len(self.done)):
-            self.wait(layer)
+            self.wait(layer, external=False)
 
     # -- the stages ---------------------------------------------------------------------------------------------
 
@@ -267,6 +293,13 @@ class Prefetcher:
                 flat = torch.where(src >= 0, src * self.host.k[layer].shape[1] + head, -1)  # row of the flat view
                 stg.src[0, :n].copy_(flat, non_blocking=True)
                 stg.src[1, :n].copy_(dst, non_blocking=True)
+                if torch.cuda.is_current_stream_capturing():  # graph mode: the worker starts after each replay
+                    self.planned_x[layer].record()
+                    joined = torch.cuda.Event()
+                    joined.record()
+                    self.done[layer] = joined  # the prediction stream rejoins the main stream by the capture's end
+                    self._graph_layers.setdefault(self._capture_key, []).append((layer, n))
+                    return
                 planned = torch.cuda.Event()
                 planned.record()
         if self.path == "uva":
@@ -295,7 +328,28 @@ class Prefetcher:
             for t in tensors:
                 t.record_stream(stream)
 
-    def _host_job(self, layer, stg, n, planned):
+    def begin_capture(self, key) -> None:
+        """The runner is about to capture the step of graph ``key``: host-path layers launched now belong to it."""
+        self._capture_key = key
+        self._graph_layers[key] = []
+
+    def before_replay(self) -> None:
+        """Join the host worker's jobs of the previous step (their ``copied_x`` records are then issued)."""
+        for layer, fut in enumerate(self.jobs):
+            if fut is not None:
+                fut.result()
+                self.jobs[layer] = None
+                self.done[layer] = None  # the graph waits on copied_x itself
+
+    def after_replay(self, key) -> None:
+        """Submit the host worker's jobs for the replay of graph ``key`` just launched (graph mode of the host path)."""
+        for layer, n in self._graph_layers.get(key, ()):
+            self.jobs[layer] = self.worker.submit(self._host_job, layer, self._stagers[layer], n,
+                                                  self.planned_x[layer], self.copied_x[layer])
+
+    def _host_job(self, layer, stg, n, planned, end=None):
+        """Gather layer ``layer``'s blocks on the CPU once ``planned`` fired, then DMA + scatter them on the copy
+        stream; ``end`` (graph mode: the external ``copied_x[layer]``) is recorded after them, else a new event."""
         from kernels.gather import host_gather_stage
 
         planned.synchronize()
@@ -317,7 +371,7 @@ class Prefetcher:
             stg.upload(m)
             stg.dst_gpu.copy_(stg.dst_pin, non_blocking=True)
             stg.scatter(stg.dst_gpu, self.store.k[layer], self.store.v[layer])
-            t1 = torch.cuda.Event(enable_timing=prof)
+            t1 = end if end is not None else torch.cuda.Event(enable_timing=prof)
             t1.record()
         stg.free = t1
         if prof:

@@ -390,7 +390,7 @@ class Runner:
         if not cfg.cuda_graph or self.device.type != "cuda" or cfg.profile or self.record is not None \
                 or cfg.selection == "replay" or (self.pipe is not None and not self.pipe.cuda):
             return False
-        if cfg.sparse and self.pipe.path != "uva" and not cfg.no_transfer:
+        if cfg.sparse and self.pipe.path != "uva" and not cfg.no_transfer and not self.pipe.graph_host:
             return False
         return lanes_list == list(range(len(lanes_list)))
 
@@ -408,6 +408,8 @@ class Runner:
                   "lanes": torch.arange(B, device=self.device)}
             torch.cuda.synchronize()
             graph = torch.cuda.CUDAGraph()
+            if self.pipe is not None:
+                self.pipe.begin_capture(B)
             self._capturing = True
             try:
                 with torch.cuda.graph(graph):
@@ -425,7 +427,11 @@ class Runner:
         st["pos"].copy_(pos)
         if sets is not None:
             st["sets"].copy_(sets)
+        if self.pipe is not None:
+            self.pipe.before_replay()  # the host path's graph mode: last step's copies are enqueued
         graph.replay()
+        if self.pipe is not None:
+            self.pipe.after_replay(B)
         return logits, aux
 
     # -- the decode step (device work only: eager, or captured into a graph) --------------------------------------

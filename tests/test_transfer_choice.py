@@ -191,13 +191,13 @@ def test_transfer_paths_cpu_smoke(tmp_path):
     assert main(args) == 0
     recs = [json.loads(x) for x in out.read_text().splitlines()]
     labels = [r["label"] for r in recs]
-    assert labels == ["c2-notransfer-graph", "c2-uva4-graph", "c2-notransfer-eager", "c2-host2-eager",
-                      "c2-uva4-profile", "c2-host2-profile"]
+    assert labels == ["c2-notransfer-graph", "c2-uva4-graph", "c2-notransfer-eager", "c2-host2-graph",
+                      "c2-host2-eager", "c2-uva4-profile", "c2-host2-profile"]
     assert all(r["status"] == "ok" for r in recs), [r.get("error") for r in recs]
     by = {r["label"]: r for r in recs}
     assert (by["c2-uva4-graph"]["transfer_path"], by["c2-uva4-graph"]["uva_programs"]) == ("uva", 4)
     assert (by["c2-host2-eager"]["transfer_path"], by["c2-host2-eager"]["host_threads"]) == ("host", 2)
     assert by["c2-uva4-profile"]["profile"] and not by["c2-notransfer-eager"]["cuda_graph"]
-    assert main(args) == 0 and len(out.read_text().splitlines()) == 6  # rerun: every label done, nothing added
+    assert main(args) == 0 and len(out.read_text().splitlines()) == 7  # rerun: every label done, nothing added
     assert main(["--summarize", str(out), str(tmp_path / "s")]) == 0
     assert json.loads((tmp_path / "s_table.json").read_text())["choices"][0]["concurrency"] == 2
