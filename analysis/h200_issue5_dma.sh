@@ -1,0 +1,49 @@
+#!/usr/bin/env bash
+# Issue 5, next H200 call: measure the host-gather + DMA path captured in CUDA graphs (09060ff, written CPU-only),
+# let the measurement pick the engine's transfer table, and re-run the 16K headline points with it. On a 256 GiB
+# host (kind nvidia-h200-x2, one GPU used), in one command:
+#   cd .h200_src && OASIS_COMMIT=<hash> bash analysis/h200_issue5_dma.sh
+# 1. pytest -m gpu: the graph-mode host path (graph == eager, slots == host pool) and the executor   -> pytest_gpu.txt
+# 2. transfer_paths.py at 64/32/8: uva 8/16 (graph) against host 8/16 threads (graph and eager)    -> transfer_paths.jsonl
+# 3. its summary on the device: the choice table the engine reads (oasis_exec/transfer_table.json) -> transfer_table.json
+# 4. h200_headline.py: dense at 21 and lookahead at 16/40/48/56/64 (+ no-transfer at 16/64) with transfer=auto,
+#    i.e. with the table just measured                                                              -> issue5_dma.jsonl
+# Progress lines with timestamps go to stdout and $OUT/progress.log. Step 4 runs even if the host path failed (the
+# table then holds the UVA choices again).
+set -u
+DEADLINE_S=${DEADLINE_S:-560}
+. "$(dirname "$0")/h200_lib.sh"  # OUT, PY, el/left/say/min, device_info
+
+say "commit $OASIS_COMMIT"
+device_info
+grep -E 'MemTotal|MemAvailable' /proc/meminfo | tee -a "$OUT/device.txt"
+export CUDA_VISIBLE_DEVICES=${CUDA_VISIBLE_DEVICES:-0}
+
+T1=$(min 120 $(( $(left) - 400 )))
+say "1. pytest -m gpu (timeout ${T1}s)"
+timeout -k 5 "$T1" $PY -m pytest -m gpu -q -p no:cacheprovider tests/test_exec_gpu.py tests/test_kernels_gather.py \
+  > "$OUT/pytest_gpu.txt" 2>&1
+say "1. pytest rc=$? : $(tail -1 "$OUT/pytest_gpu.txt")"
+
+B=$(min 240 $(( $(left) - 200 )))
+say "2. transfer_paths (budget ${B}s)"
+timeout -k 10 $(( B + 30 )) $PY -X faulthandler analysis/transfer_paths.py --out "$OUT/transfer_paths.jsonl" \
+  --budget-s "$B" --concurrency 64,32,8 --programs 8,16 --threads 8,16 --steps 12 --warmup 3 2>&1 \
+  | tee "$OUT/transfer_paths.log"
+say "2. rc=${PIPESTATUS[0]}"
+
+say "3. summary -> oasis_exec/transfer_table.json"
+$PY analysis/transfer_paths.py --summarize "$OUT/transfer_paths.jsonl" "$OUT/transfer_paths" \
+  --table-out oasis_exec/transfer_table.json 2>&1 | tail -2
+cp oasis_exec/transfer_table.json "$OUT/transfer_table.json"
+
+B=$(( $(left) - 15 ))
+if [ "$B" -gt 40 ]; then
+  say "4. headline with the new table (budget ${B}s)"
+  timeout -k 10 $(( B + 10 )) $PY -X faulthandler analysis/h200_headline.py --out "$OUT/issue5_dma.jsonl" \
+    --contexts 16k --dense-n 21 --la-n '16k=16,40,48,56,64' --max-n none --nt-n '16k=16,64' --sens-n none \
+    --anchors none --transfer auto --budget-s "$B" 2>&1 | grep -v "plan " | tee "$OUT/issue5_dma.log"
+else
+  say "4. no time left for the headline"
+fi
+say "done"
