@@ -221,14 +221,14 @@ def _git(*args) -> str:
         return "unknown"
 
 
-def provenance(recs, pool) -> dict:
+def provenance(recs, pool, command=None) -> dict:
     dirty = _git("status", "--porcelain", "--", "oasis_sim", "oasis_core", "analysis/sim_vs_exec.py")
     return {"date": datetime.date.today().isoformat(), "analysis_commit": _git("rev-parse", "--short", "HEAD"),
             "analysis_tree_dirty": bool(dirty and dirty != "unknown"),
             "record_commits": sorted({r.results["commit"] for r in recs}),
             "record_dates": sorted({r.results["date"][:10] for r in recs}),
             "calibration_commits": sorted({r.results["commit"] for r in pool}),
-            "device": sorted({r.results["device"] for r in recs})}
+            "device": sorted({r.results["device"] for r in recs}), "command": command}
 
 
 def copy_cost_from_twins(paths, rate_bytes_per_s=None, floor_bytes_per_s=None) -> list:
@@ -316,7 +316,7 @@ def _range(vals):
     return [min(vals), max(vals)] if vals else None
 
 
-def extended_report(recs, pool, control=None, twins=(), progress=None, set_aside=()) -> dict:
+def extended_report(recs, pool, control=None, twins=(), progress=None, set_aside=(), command=None) -> dict:
     """The report of the module docstring's "Against an earlier calibration" (JSON-ready). ``set_aside``:
     recording names also summarized apart (a second summary without them; they stay in every fit)."""
     say = progress or (lambda *_: None)
@@ -388,7 +388,7 @@ def extended_report(recs, pool, control=None, twins=(), progress=None, set_aside
                 row["model"] = _model_params(row["model"], feat)
     report = {"scheme": "roofline, leave-one-out, leave-config-out, in-sample, old fit (held-out)",
               "n_recordings": len(recs), "n_calibration": len(pool), "recordings": [r.name for r in recs],
-              "calibration": [r.name for r in pool], "provenance": provenance(recs, pool),
+              "calibration": [r.name for r in pool], "provenance": provenance(recs, pool, command),
               "predictor_names": EXT_NAMES,
               "predictors": {p: {"summary": summarize(rows[p]), "recordings": rows[p]} for p in EXT_PREDICTORS},
               "groups": groups, "worst_tpot_p50": worst, "models": models,
@@ -443,7 +443,8 @@ def markdown_extended(rep: dict, recordings_rel: str, calibration_rel: str, pref
          f"the fitted predictor fitted on the {rep['n_calibration']} recordings of `{calibration_rel}/` (commit"
          f"{'s' if len(pv['calibration_commits']) > 1 else ''} {', '.join(pv['calibration_commits'])}), applied "
          f"without refitting. Analysis: `analysis/sim_vs_exec.py` at {pv['analysis_commit']}"
-         f"{' (tree with uncommitted changes)' if pv['analysis_tree_dirty'] else ''}, {pv['date']}.", "",
+         f"{' (tree with uncommitted changes)' if pv['analysis_tree_dirty'] else ''}, {pv['date']}."
+         + (f" Command: `{pv['command']}`." if pv.get("command") else ""), "",
          "Predictors: " + "; ".join(f"**{EXT_NAMES[p]}**" for p in P) + ". Leave-config-out leaves out every "
          "recording of the scored one's simulated configuration (the same configuration at both commits, or with "
          "other UVA program counts), since leave-one-out lets those twins score each other. In-sample is the "
@@ -580,7 +581,7 @@ def _json_ready(obj):
 
 
 def run(recordings_dir: str, out_dir: str, out_prefix: str = "sim_vs_exec", calibrate_from: str = None,
-        control: str = None, twins=(), causes: str = None, set_aside=()) -> dict:
+        control: str = None, twins=(), causes: str = None, set_aside=(), command: str = None) -> dict:
     os.makedirs(out_dir, exist_ok=True)
     md_path, js_path, png_path = (os.path.join(out_dir, f"{out_prefix}.{e}") for e in ("md", "json", "png"))
     files = find_recordings(recordings_dir)
@@ -605,7 +606,8 @@ def run(recordings_dir: str, out_dir: str, out_prefix: str = "sim_vs_exec", cali
             raise SystemExit(f"sim_vs_exec: no recordings in --calibrate-from {calibrate_from}")
         ctl = V.load_all([control]) if control else None
         report = extended_report(recs, pool, ctl, tuple(twins or ()),
-                                 progress=lambda m: print(m, file=sys.stderr), set_aside=tuple(set_aside or ()))
+                                 progress=lambda m: print(m, file=sys.stderr), set_aside=tuple(set_aside or ()),
+                                 command=command)
         report = _json_ready(report)
         with open(js_path, "w") as f:
             f.write(json.dumps(report, indent=1, sort_keys=True) + "\n")
@@ -655,7 +657,10 @@ def main(argv=None) -> int:
     a = ap.parse_args(argv)
     if (a.control or a.twins or a.set_aside) and not a.calibrate_from:
         ap.error("--control, --twins and --set-aside need --calibrate-from")
-    run(a.recordings, a.out, a.out_prefix, a.calibrate_from, a.control, a.twins, a.causes, a.set_aside)
+    args = sys.argv[1:] if argv is None else list(argv)
+    command = " ".join(["python analysis/sim_vs_exec.py"] + [
+        os.path.relpath(x, REPO) if os.path.isabs(x) and x.startswith(REPO) else x for x in args])
+    run(a.recordings, a.out, a.out_prefix, a.calibrate_from, a.control, a.twins, a.causes, a.set_aside, command)
     return 0
 
 
