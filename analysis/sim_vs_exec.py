@@ -123,7 +123,7 @@ def markdown(report: dict, flags: list, recordings_rel: str = "traces/recordings
     return "\n".join(L)
 
 
-def plot(report: dict, path: str, predictors=None, title=None) -> None:
+def plot(report: dict, path: str, predictors=None, suptitle=None) -> None:
     import matplotlib
 
     matplotlib.use("Agg")
@@ -151,7 +151,7 @@ def plot(report: dict, path: str, predictors=None, title=None) -> None:
         ax.set_xlabel(f"measured {title}")
         ax.set_ylabel(f"predicted {title}")
         ax.legend()
-    fig.suptitle(title or "OasisKV simulator vs H200 executor recordings (fitted: leave-one-out)")
+    fig.suptitle(suptitle or "OasisKV simulator vs H200 executor recordings (fitted: leave-one-out)")
     fig.tight_layout()
     fig.savefig(path, dpi=120)
     plt.close(fig)
@@ -615,7 +615,7 @@ def run(recordings_dir: str, out_dir: str, out_prefix: str = "sim_vs_exec", cali
             f.write(markdown_extended(report, rel, os.path.relpath(os.path.abspath(calibrate_from), REPO),
                                       out_prefix, causes))
         plot(report, png_path, predictors=("roofline", "fitted_loo", "old_fit"),
-             title="OasisKV simulator vs H200 recordings: roofline, refit (leave-one-out), old fit")
+             suptitle="OasisKV simulator vs H200 recordings: roofline, refit (leave-one-out), old fit")
         for p in EXT_PREDICTORS:
             sm = report["predictors"][p]["summary"]
             print(f"{EXT_NAMES[p]:>40}: TPOT p50 {sm['median_abs_err_pct_tpot_p50']:.1f} / "
