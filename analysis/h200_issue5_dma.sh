@@ -16,8 +16,6 @@ DEADLINE_S=${DEADLINE_S:-560}
 
 say "commit $OASIS_COMMIT"
 device_info
-grep -E 'MemTotal|MemAvailable' /proc/meminfo | tee -a "$OUT/device.txt"
-export CUDA_VISIBLE_DEVICES=${CUDA_VISIBLE_DEVICES:-0}
 
 T1=$(min 120 $(( $(left) - 400 )))
 say "1. pytest -m gpu (timeout ${T1}s)"

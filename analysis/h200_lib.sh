@@ -4,6 +4,7 @@
 #   $OUT/progress.log), min A B, and device_info (GPU, memory, torch/triton versions into $OUT/device.txt).
 OUT=${OUT:-/tmp/out}; mkdir -p "$OUT"
 export PYTHONUNBUFFERED=1 PYTHONPATH=$PWD OASIS_COMMIT=${OASIS_COMMIT:-unknown}
+export CUDA_VISIBLE_DEVICES=${CUDA_VISIBLE_DEVICES:-0}  # one GPU, also on a lent machine with several
 PY=${PY:-python3}
 T0=$(date +%s)
 el() { echo $(( $(date +%s) - T0 )); }
@@ -13,6 +14,7 @@ min() { [ "$1" -lt "$2" ] && echo "$1" || echo "$2"; }
 device_info() {
   nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv > "$OUT/device.txt" 2>&1
   free -g >> "$OUT/device.txt" 2>&1
+  grep -E 'MemTotal|MemAvailable' /proc/meminfo >> "$OUT/device.txt" 2>&1
   $PY -c 'import torch, triton; print("torch", torch.__version__, "triton", triton.__version__)' >> "$OUT/device.txt" 2>&1
   cat "$OUT/device.txt"
 }

@@ -24,6 +24,26 @@ def test_cuda_graph_steps_equal_eager_steps(mode):
     assert out == out_ref
 
 
+def _assert_slots_hold_their_blocks(eng) -> int:
+    """Every resident (layer, row, slot) holds the host pool's copy of its block; returns how many were checked."""
+    torch.cuda.synchronize()
+    r = eng.runner
+    st = r.store
+    checked = 0
+    for lane, req in [(q.lane, q) for q in eng.scheduler.running.values()]:
+        blocks = r.lane_blocks[lane]
+        for l in range(r.L):
+            for h in range(r.H):
+                row = lane * r.H + h
+                for s, b in enumerate(st.resident[l, row].tolist()):
+                    if b >= 0:
+                        assert b < req.n_tokens // r.bs
+                        assert torch.equal(st.k[l][row * st.W + s].cpu(), r.host.k[l][blocks[b], h])
+                        assert torch.equal(st.v[l][row * st.W + s].cpu(), r.host.v[l][blocks[b], h])
+                        checked += 1
+    return checked
+
+
 @pytest.mark.parametrize("graph", [False, True])
 def test_mapping_matches_slots_on_gpu(graph):
     c = cfg("lookahead", "cuda", top_k=3, fetch_ratio=0.67, max_context=900, max_lanes=2, transfer="uva",
@@ -36,19 +56,7 @@ def test_mapping_matches_slots_on_gpu(graph):
         eng.step()
         steps += 1
         if steps % 200 == 0:
-            torch.cuda.synchronize()
-            r = eng.runner
-            st = r.store
-            for lane, req in [(q.lane, q) for q in eng.scheduler.running.values()]:
-                blocks = r.lane_blocks[lane]
-                for l in range(r.L):
-                    for h in range(r.H):
-                        row = lane * r.H + h
-                        for s, b in enumerate(st.resident[l, row].tolist()):
-                            if b >= 0:
-                                assert b < req.n_tokens // r.bs
-                                assert torch.equal(st.k[l][row * st.W + s].cpu(), r.host.k[l][blocks[b], h])
-                                assert torch.equal(st.v[l][row * st.W + s].cpu(), r.host.v[l][blocks[b], h])
+            _assert_slots_hold_their_blocks(eng)
     assert eng.runner.counters()["units_fetched"] > 100
     eng.close()
 
@@ -123,20 +131,7 @@ def test_host_path_in_graphs_mapping_matches_slots():
     for _ in range(250):
         eng.step()
     r = eng.runner
-    r.pipe.wait_all()
-    torch.cuda.synchronize()
-    st = r.store
-    checked = 0
-    for lane, req in [(q.lane, q) for q in eng.scheduler.running.values()]:
-        blocks = r.lane_blocks[lane]
-        for l in range(r.L):
-            for h in range(r.H):
-                row = lane * r.H + h
-                for s_, b in enumerate(st.resident[l, row].tolist()):
-                    if b >= 0:
-                        assert torch.equal(st.k[l][row * st.W + s_].cpu(), r.host.k[l][blocks[b], h])
-                        assert torch.equal(st.v[l][row * st.W + s_].cpu(), r.host.v[l][blocks[b], h])
-                        checked += 1
-    assert checked > 0 and r.counters()["units_fetched"] > 100
+    r.pipe.wait_all()  # the worker's last jobs
+    assert _assert_slots_hold_their_blocks(eng) > 0 and r.counters()["units_fetched"] > 100
     assert r.graphs  # the steps ran as graphs
     eng.close()
