@@ -1,8 +1,10 @@
 """Closed-loop decode benchmark at fixed concurrency (the paper's Fig. 11 setup).
 
 N requests with a ``context``-token prompt each are admitted together; their prefill is synthesized (KV filled
-with random values, see ``runner``), then every request decodes ``warmup + steps`` tokens in lockstep. Steps
-after the warm-up are timed on the host around the step (which ends with the sampled tokens reaching the host).
+with random values, see ``runner``), then every request decodes ``warmup + steps + 1`` tokens in lockstep. The
+``steps`` steps after the warm-up are timed on the host around the step (which ends with the sampled tokens
+reaching the host); the last step, in which every request finishes and its lane is released, is not timed (steady
+decode, as vLLM's decode-only figures; records before this rule timed it as their last step).
 One JSON record per run; fields are listed in ``RECORD_FIELDS``. With ``--profile`` (eager) the record also holds
 ``layer_events``: ``[[step, layer, stage, start_ms, end_ms], ...]`` of up to ``LAYER_EVENT_STEPS`` sampled timed
 steps, ms since the first timed step began (stage ``layers`` on the main stream, ``stall``, and ``pred``,
@@ -59,7 +61,7 @@ def layer_event_steps(steps: int, most: int = LAYER_EVENT_STEPS) -> list:
 def build_bench_engine(cfg: ExecConfig, context: int, concurrency: int, steps: int, warmup: int = 5,
                        host_fill: bool = True) -> tuple:
     """The benchmark's engine: built, its host pool filled (``host_fill``), and ``n`` requests of ``context``
-    tokens (synthesized prefill, ``warmup + steps`` output tokens each) queued; they are admitted by the first
+    tokens (synthesized prefill, ``warmup + steps + 1`` output tokens each: none finishes in a timed step) queued; they are admitted by the first
     step. ``n`` is ``concurrency`` bounded by the lanes and, in sparse modes, the host blocks. Returns (engine, n)."""
     eng = Engine(cfg)
     runner = eng.runner
@@ -67,11 +69,11 @@ def build_bench_engine(cfg: ExecConfig, context: int, concurrency: int, steps: i
         runner.host.fill_pattern(cfg.seed)
     n = min(concurrency, eng.max_lanes)
     if cfg.sparse:
-        per_req = -(-(context + warmup + steps) // cfg.block_size)
+        per_req = -(-(context + warmup + steps + 1) // cfg.block_size)
         n = min(n, runner.host_blocks_total // per_req)
     if n < 1:
         raise ValueError(f"no request fits: lanes {eng.max_lanes}, host blocks {runner.host_blocks_total}")
-    sp = SamplingParams(max_tokens=warmup + steps)
+    sp = SamplingParams(max_tokens=warmup + steps + 1)
     vocab = runner.shape.vocab
     for i in range(n):
         eng.add_request([(7 * i + j) % (vocab - 1) + 1 for j in range(context)], sp, synthetic_prefill=True)
@@ -149,6 +151,8 @@ def run_bench(cfg: ExecConfig, context: int, concurrency: int, steps: int, warmu
     }
     if layer_events:
         rec["layer_events"] = sorted(layer_events, key=lambda e: (e[0], e[3], e[1]))
+    while eng.has_work():  # the untimed last step: every request finishes
+        eng.step()
     eng.close()
     return rec
 

@@ -72,3 +72,22 @@ def test_dense_profile_has_main_stream_only_and_no_profile_has_none():
     ev = run_bench(_cfg("dense"), 64, 1, 2, 1)["layer_events"]
     assert {e[2] for e in ev} == {"layers"} and sorted({e[0] for e in ev}) == [0, 1]
     assert "layer_events" not in run_bench(_cfg(profile=False), 64, 1, 2, 1)
+
+
+def test_bench_times_steady_steps_only(monkeypatch):
+    """No request finishes inside a timed step: the bench gives each request one token more and runs the step in
+    which they all finish untimed, after the timed ones."""
+    from oasis_exec.engine import Engine
+
+    finishing, real_step = [], Engine.step
+
+    def step(self):
+        out = real_step(self)
+        finishing.append(sum(o.finish_reason is not None for o in out))
+        return out
+
+    monkeypatch.setattr(Engine, "step", step)
+    rec = run_bench(_cfg(profile=False), 64, 2, 3, 1)
+    assert len(rec["step_ms"]) == 3
+    # 1 warm-up + 3 timed steps (the loop), then the untimed one in which both requests finish
+    assert finishing == [0, 0, 0, 0, 2]
