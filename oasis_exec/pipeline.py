@@ -6,9 +6,9 @@ synchronisation on the main thread, except the host-gather path's hand-off: its 
 a worker thread waits for (the main thread blocks only if that worker has not yet enqueued layer l's DMA when
 layer l of the next step begins).
 
-Transfer paths (``ExecConfig.transfer``; ``auto`` takes path and programs from the measured table,
-``oasis_exec.transfer_choice``, for the store's lane count; the chosen values are ``path``, ``uva_programs``,
-``host_threads``):
+Transfer paths (``ExecConfig.transfer``; ``auto`` takes the path from the measured table,
+``oasis_exec.transfer_choice``, for the store's lane count, and the UVA programs for each step's batch,
+``gather_programs``; the chosen values are ``path``, ``uva_programs``, ``host_threads``):
 
 - ``uva``: ``kernels.gather.uva_gather``, a persistent kernel on a bounded number of programs reading the pinned
   pool directly; fixed-shape copy list, no host sync at all.
@@ -63,6 +63,7 @@ class Prefetcher:
         # (oasis_exec/transfer_choice.py, oasis_exec/transfer_table.json).
         self.path, self.uva_programs, self.host_threads = cfg.transfer, cfg.uva_programs, cfg.host_threads
         self.choice = None
+        self._programs_by_batch = {}  # auto: the table's UVA programs per live batch (gather_programs)
         if cfg.transfer == "auto":
             from .transfer_choice import explain
 
@@ -309,7 +310,7 @@ class Prefetcher:
                 self.s_copy.wait_event(planned)
                 t0 = ev(); t0.record()
                 uva_gather(self.host.k[layer], self.host.v[layer], src, head, dst, self.store.k[layer],
-                           self.store.v[layer], n_programs=self.uva_programs)
+                           self.store.v[layer], n_programs=self.gather_programs(lanes.shape[0]))
                 t1 = ev(); t1.record()
             if not prealloc:  # plan_select's lists live in buffers allocated once: nothing to hand across
                 self._cross_stream(self.s_copy, src, head, dst)
@@ -318,6 +319,21 @@ class Prefetcher:
             self.done[layer] = t1
         else:
             self.jobs[layer] = self.worker.submit(self._host_job, layer, stg, n, planned)
+
+    def gather_programs(self, batch: int) -> int:
+        """UVA gather programs for a step of ``batch`` lanes. ``transfer="auto"``: the measured table's choice for
+        that batch when it is a UVA entry (the path itself was fixed at construction, for the lane count), so a
+        server with many lanes but few live requests uses the programs measured for few; else ``uva_programs``."""
+        if self.choice is None or self.path != "uva":
+            return self.uva_programs
+        got = self._programs_by_batch.get(batch)
+        if got is None:
+            from .transfer_choice import explain
+
+            c = explain(batch)
+            got = c["uva_programs"] if c["entry"] is not None and c["path"] == "uva" else self.uva_programs
+            self._programs_by_batch[batch] = got
+        return got
 
     def _cross_stream(self, stream, *tensors) -> None:
         """Tensors read on ``stream`` but allocated on another: eagerly, tell the allocator (record_stream); under
@@ -402,7 +418,7 @@ class Prefetcher:
 
             src, head, dst, _ = self._plan_list(layer, plan, lanes)
             uva_gather(self.host.k[layer], self.host.v[layer], src, head, dst, self.store.k[layer],
-                       self.store.v[layer], n_programs=self.uva_programs)
+                       self.store.v[layer], n_programs=self.gather_programs(lanes.shape[0]))
         else:
             self._transfer_inline(layer, plan, lanes)
 

@@ -107,6 +107,24 @@ def test_prefetcher_auto_takes_the_tables_path_and_explicit_wins(tmp_path, monke
         assert p.path == "uva"  # retrieval fetches on the critical path: no host-staged version there
 
 
+def test_gather_programs_follow_the_live_batch_under_auto(tmp_path, monkeypatch):
+    """auto: the path is fixed for the lane count, the UVA programs follow each step's batch (its uva entries)."""
+    torch = pytest.importorskip("torch")
+    from oasis_exec.config import ExecConfig
+    from oasis_exec.runner import Runner
+
+    _use_table(tmp_path, monkeypatch, TABLE)
+    kw = dict(model="tiny", device="cpu", dtype="float32", mode="lookahead", selection="synthetic", top_k=4,
+              max_context=128, host_kv_gb=0.01)
+    with torch.inference_mode():
+        pipe = Runner(ExecConfig(max_lanes=60, **kw)).pipe  # 60 lanes: uva on 16
+        assert (pipe.path, pipe.uva_programs) == ("uva", 16)
+        # 4 live: the 8-entry (uva8); 30 live: the 32-entry is host, so the lanes' own 16; 64: uva16
+        assert [pipe.gather_programs(b) for b in (4, 30, 64)] == [8, 16, 16]
+        p = Runner(ExecConfig(max_lanes=60, transfer="uva", uva_programs=4, **kw)).pipe
+        assert [p.gather_programs(b) for b in (4, 64)] == [4, 4]  # explicit: what was asked
+
+
 def test_prefetcher_auto_follows_the_committed_table_and_the_record_names_it():
     pytest.importorskip("torch")
     from oasis_exec.bench import run_bench
