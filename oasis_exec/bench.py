@@ -61,8 +61,8 @@ def layer_event_steps(steps: int, most: int = LAYER_EVENT_STEPS) -> list:
 def build_bench_engine(cfg: ExecConfig, context: int, concurrency: int, steps: int, warmup: int = 5,
                        host_fill: bool = True) -> tuple:
     """The benchmark's engine: built, its host pool filled (``host_fill``), and ``n`` requests of ``context``
-    tokens (synthesized prefill, ``warmup + steps + 1`` output tokens each: none finishes in a timed step) queued; they are admitted by the first
-    step. ``n`` is ``concurrency`` bounded by the lanes and, in sparse modes, the host blocks. Returns (engine, n)."""
+    tokens (synthesized prefill, ``warmup + steps + 1`` output tokens each: none finishes in a timed step) queued;
+    they are admitted by the first step. ``n`` is ``concurrency`` bounded by the lanes and, in sparse modes, the host blocks. Returns (engine, n)."""
     eng = Engine(cfg)
     runner = eng.runner
     if runner.host is not None and context > 0 and host_fill:

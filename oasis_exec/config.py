@@ -48,8 +48,8 @@ class ExecConfig:
     fused_ops: bool = _f(True, "fused Triton kernels on CUDA: RMSNorm, q/k norm + RoPE, SwiGLU (kernels.fused_ops), "
                                 "selection + copy list (kernels.plan_select) and the KV write (kernels.kv_write); off: "
                                 "the plain torch ops, which are the reference")
-    cuda_graph: bool = _f(True, "capture whole decode steps as CUDA graphs where the step is device-only (dense, "
-                                "quest, uva transfers)")
+    cuda_graph: bool = _f(True, "capture whole decode steps as CUDA graphs (not with --profile, recording or replayed "
+                                "selections, nor the host transfer path in retrieval mode)")
     profile: bool = _f(False, "CUDA events per layer and stage (small overhead)")
     synthetic: dict = _f(None, "SyntheticParams overrides, e.g. {'drift_rate': 0.1}")
 

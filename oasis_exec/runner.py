@@ -385,7 +385,8 @@ class Runner:
     # -- CUDA graphs ----------------------------------------------------------------------------------------------
 
     def _graph_ok(self, lanes_list) -> bool:
-        """Whole-step CUDA graphs: device-only steps (no host-gather worker, no profiling events), lanes 0..B-1."""
+        """Whole-step CUDA graphs: no profiling events, no recording or replayed selection, lanes 0..B-1; the host
+        transfer path only where its graph mode is available (``Prefetcher.graph_host``)."""
         cfg = self.cfg
         if not cfg.cuda_graph or self.device.type != "cuda" or cfg.profile or self.record is not None \
                 or cfg.selection == "replay" or (self.pipe is not None and not self.pipe.cuda):
