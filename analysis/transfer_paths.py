@@ -257,14 +257,11 @@ def choice_table(summary: dict, recs: list, source: str) -> dict:
 
 def summarize(inp: str, prefix: str, table_out: str | None = None) -> dict:
     sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-    from common import provenance, write_markdown
+    from common import provenance, read_jsonl, write_markdown
 
-    recs = []
-    for line in open(inp):
-        try:
-            recs.append(json.loads(line))
-        except ValueError:
-            continue
+    if not os.path.exists(inp):
+        raise FileNotFoundError(inp)
+    recs = read_jsonl(inp)
     src = os.path.relpath(os.path.abspath(inp), REPO)
     if src.startswith(".."):
         src = inp
