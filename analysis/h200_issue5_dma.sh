@@ -4,9 +4,10 @@
 # host (kind nvidia-h200-x2, one GPU used), in one command:
 #   cd .h200_src && OASIS_COMMIT=<hash> bash analysis/h200_issue5_dma.sh
 # 1. pytest -m gpu: the graph-mode host path (graph == eager, slots == host pool) and the executor   -> pytest_gpu.txt
-# 2. transfer_paths.py at 64/32/8: uva 8/16 (graph) against host 8/16 threads (graph and eager)    -> transfer_paths.jsonl
+# 2. transfer_paths.py at 64/32/8: uva 8/16 (graph) against host 16 threads (graph and eager), each with the side
+#    streams at normal and at high CUDA priority                                                    -> transfer_paths.jsonl
 # 3. its summary on the device: the choice table the engine reads (oasis_exec/transfer_table.json) -> transfer_table.json
-# 4. h200_headline.py: dense at 21 and lookahead at 16/40/48/56/64 (+ no-transfer at 16/64) with transfer=auto,
+# 4. h200_headline.py: dense at 21 and lookahead at 16/40/48/56 (+ no-transfer at 16) with transfer=auto,
 #    i.e. with the table just measured                                                              -> issue5_dma.jsonl
 # Progress lines with timestamps go to stdout and $OUT/progress.log. Step 4 runs even if the host path failed (the
 # table then holds the UVA choices again).
@@ -26,7 +27,8 @@ say "1. pytest rc=$? : $(tail -1 "$OUT/pytest_gpu.txt")"
 B=$(min 240 $(( $(left) - 200 )))
 say "2. transfer_paths (budget ${B}s)"
 timeout -k 10 $(( B + 30 )) $PY -X faulthandler analysis/transfer_paths.py --out "$OUT/transfer_paths.jsonl" \
-  --budget-s "$B" --concurrency 64,32,8 --programs 8,16 --threads 8,16 --steps 12 --warmup 3 2>&1 \
+  --budget-s "$B" --concurrency 64,32,8 --programs 8,16 --threads 16 --priorities normal,high --steps 12 --warmup 3 \
+  2>&1 \
   | tee "$OUT/transfer_paths.log"
 say "2. rc=${PIPESTATUS[0]}"
 
@@ -39,7 +41,7 @@ B=$(( $(left) - 15 ))
 if [ "$B" -gt 40 ]; then
   say "4. headline with the new table (budget ${B}s)"
   timeout -k 10 $(( B + 10 )) $PY -X faulthandler analysis/h200_headline.py --out "$OUT/issue5_dma.jsonl" \
-    --contexts 16k --dense-n 21 --la-n '16k=16,40,48,56,64' --max-n none --nt-n '16k=16,64' --sens-n none \
+    --contexts 16k --dense-n 21 --la-n '16k=16,40,48,56' --max-n none --nt-n '16k=16' --sens-n none \
     --anchors none --transfer auto --budget-s "$B" 2>&1 | grep -v "plan " | tee "$OUT/issue5_dma.log"
 else
   say "4. no time left for the headline"

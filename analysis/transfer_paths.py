@@ -60,25 +60,28 @@ def host_gb(n: int, context: int, steps: int, warmup: int, unit: int) -> float:
 
 
 def plan(a) -> list:
-    """[(label, n, config, exec, role, ExecConfig overrides)]: TPOT runs of every concurrency, then profiled runs."""
+    """[(label, n, config, exec, role, ExecConfig overrides)]: TPOT runs of every concurrency, then profiled runs.
+    A config is ``uva{p}`` / ``host{t}``, with ``-hi`` appended for side streams at high priority."""
     tpot, prof = [], []
+
+    def add(n, conf, eager_tpot, kw):
+        for prio in a.priorities:
+            c = conf + ("-hi" if prio == "high" else "")
+            kw2 = dict(kw, stream_priority=prio)
+            tpot.append((f"c{n}-{c}-graph", n, c, "graph", "transfer", dict(kw2, cuda_graph=True)))
+            if eager_tpot:  # the host path eager too (its graph mode is new); UVA's would repeat its profiled run
+                tpot.append((f"c{n}-{c}-eager", n, c, "eager", "transfer", dict(kw2, cuda_graph=False)))
+            prof.append((f"c{n}-{c}-profile", n, c, "eager", "profile", dict(kw2, cuda_graph=False, profile=True)))
+
     for n in a.concurrency:
         tpot.append((f"c{n}-notransfer-graph", n, "notransfer", "graph", "reference",
                      dict(transfer="uva", no_transfer=True, cuda_graph=True)))
         for p in a.programs:
-            tpot.append((f"c{n}-uva{p}-graph", n, f"uva{p}", "graph", "transfer",
-                         dict(transfer="uva", uva_programs=p, cuda_graph=True)))
-            prof.append((f"c{n}-uva{p}-profile", n, f"uva{p}", "eager", "profile",
-                         dict(transfer="uva", uva_programs=p, cuda_graph=False, profile=True)))
+            add(n, f"uva{p}", False, dict(transfer="uva", uva_programs=p))
         tpot.append((f"c{n}-notransfer-eager", n, "notransfer", "eager", "reference",
                      dict(transfer="uva", no_transfer=True, cuda_graph=False)))
         for t in a.threads:
-            tpot.append((f"c{n}-host{t}-graph", n, f"host{t}", "graph", "transfer",
-                         dict(transfer="host", host_threads=t, cuda_graph=True)))
-            tpot.append((f"c{n}-host{t}-eager", n, f"host{t}", "eager", "transfer",
-                         dict(transfer="host", host_threads=t, cuda_graph=False)))
-            prof.append((f"c{n}-host{t}-profile", n, f"host{t}", "eager", "profile",
-                         dict(transfer="host", host_threads=t, cuda_graph=False, profile=True)))
+            add(n, f"host{t}", True, dict(transfer="host", host_threads=t))
     return tpot + prof
 
 
@@ -196,17 +199,19 @@ def summarize_records(recs: list) -> dict:
             if r.get("role") not in ("reference", "transfer"):
                 continue
             conf, ex = r["config"], r["exec"]
+            base = conf.split("-")[0]  # uva16 of uva16-hi
             row = {"label": r["label"], "config": conf, "exec": ex, "role": r["role"], "tpot_ms": r["tpot_ms_p50"],
                    "throughput_tok_s": r["throughput_tok_s"], "admitted": r.get("concurrency"),
                    "path": "host" if conf.startswith("host") else "uva" if conf.startswith("uva") else None,
+                   "stream_priority": r.get("stream_priority") or ("high" if conf.endswith("-hi") else "normal"),
                    "uva_programs": r.get("uva_programs") if conf.startswith("uva") else None,
                    "host_threads": r.get("host_threads") if conf.startswith("host") else None,
                    "exposed_ms": None, "copy_ms": None, "gb_s": None, "mb_step": None, "hidden": None,
                    "hidden_profiled": None, "cpu_gather_ms": None}
             if row["path"] == "uva" and row["uva_programs"] is None:
-                row["uva_programs"] = int(conf[3:])
+                row["uva_programs"] = int(base[3:])
             if row["path"] == "host" and row["host_threads"] is None:
-                row["host_threads"] = int(conf[4:])
+                row["host_threads"] = int(base[4:])
             if r["role"] == "transfer":
                 ref = refs.get(ex)
                 if ref is not None:
@@ -227,7 +232,7 @@ def summarize_records(recs: list) -> dict:
             rows.append(row)
         order = {"reference": 0, "transfer": 1}
         rows.sort(key=lambda w: (order[w["role"]], w["exec"] != "graph", w["path"] or "",
-                                 w["uva_programs"] or 0, w["host_threads"] or 0))
+                                 w["uva_programs"] or 0, w["host_threads"] or 0, w["stream_priority"]))
         cands = [w for w in rows if w["role"] == "transfer" and w["tpot_ms"] is not None]
         winner = min(cands, key=lambda w: w["tpot_ms"]) if cands else None
         out[n] = {"rows": rows, "winner": winner, "refs": refs}
@@ -246,7 +251,8 @@ def choice_table(summary: dict, recs: list, source: str) -> dict:
             continue
         ref = summary[n]["refs"].get(w["exec"])
         choices.append({"concurrency": n, "path": w["path"], "uva_programs": w["uva_programs"],
-                        "host_threads": w["host_threads"], "tpot_ms": round(w["tpot_ms"], 3),
+                        "host_threads": w["host_threads"], "stream_priority": w["stream_priority"],
+                        "tpot_ms": round(w["tpot_ms"], 3),
                         "no_transfer_tpot_ms": round(ref, 3) if ref is not None else None,
                         "throughput_tok_s": round(w["throughput_tok_s"], 1), "label": w["label"], "exec": w["exec"]})
     return {"source": f"{source}: analysis/transfer_paths.py --summarize (per concurrency, the transferring "
@@ -304,11 +310,12 @@ def summarize(inp: str, prefix: str, table_out: str | None = None) -> dict:
     lines += ["## The engine's choice (`transfer=auto`)", "",
               "`oasis_exec.transfer_choice.choose(lanes)` takes the entry with the nearest concurrency (ties: the "
               "smaller).", "",
-              "| concurrency | path | UVA programs | host threads | TPOT p50 ms | no-transfer ms | exec |",
-              "| ---: | --- | ---: | ---: | ---: | ---: | --- |"]
+              "| concurrency | path | UVA programs | host threads | side streams | TPOT p50 ms | no-transfer ms | exec |",
+              "| ---: | --- | ---: | ---: | --- | ---: | ---: | --- |"]
     for c in table["choices"]:
         lines.append(f"| {c['concurrency']} | {c['path']} | {c['uva_programs'] or '–'} | "
-                     f"{c['host_threads'] or '–'} | {_f(c['tpot_ms'])} | {_f(c['no_transfer_tpot_ms'])} | "
+                     f"{c['host_threads'] or '–'} | {c.get('stream_priority', 'normal')} | {_f(c['tpot_ms'])} | "
+                     f"{_f(c['no_transfer_tpot_ms'])} | "
                      f"{c['exec']} |")
     tpath = table_out or f"{prefix}_table.json"
     shown = os.path.relpath(os.path.abspath(tpath), REPO)
@@ -330,6 +337,8 @@ def main(argv=None) -> int:
     ap.add_argument("--concurrency", type=ints, default=[64, 32, 8])
     ap.add_argument("--programs", type=ints, default=[4, 8, 16, 32])
     ap.add_argument("--threads", type=ints, default=[8, 16])
+    ap.add_argument("--priorities", type=lambda x: [v for v in x.split(",") if v], default=["normal"],
+                    help="side-stream priorities to run each transferring config at: normal,high")
     ap.add_argument("--steps", type=int, default=12)
     ap.add_argument("--warmup", type=int, default=3)
     ap.add_argument("--budget-s", type=float, default=480.0)

@@ -142,6 +142,7 @@ def run_bench(cfg: ExecConfig, context: int, concurrency: int, steps: int, warmu
         "transfer_path": runner.pipe.path if runner.pipe is not None else None,  # what "auto" resolved to
         "uva_programs": runner.pipe.gather_programs(n) if runner.pipe is not None and runner.pipe.path == "uva"
         else None,  # the programs the steps of n lanes used
+        "stream_priority": runner.pipe.priority if runner.pipe is not None else None,
         "no_transfer": cfg.no_transfer, "fetch_ratio": cfg.fetch_ratio, "top_k": cfg.top_k,
         "model": cfg.model_path or cfg.model, "dummy_weights": cfg.model_path is None,
         "synthetic_params": cfg.synthetic, "prefill": "synthesized (random KV)",

@@ -7,6 +7,7 @@ from oasis_core.specs import MODES, PAPER_SPARSITY, SPARSE_MODES
 
 SOURCES = ("model", "synthetic", "replay")
 TRANSFERS = ("host", "uva", "auto")
+PRIORITIES = ("normal", "high", "auto")
 GB = 1e9
 
 
@@ -39,6 +40,9 @@ class ExecConfig:
     host_threads: int = _f(8, "CPU threads of the host gather")
     uva_programs: int = _f(32, "programs of the persistent UVA gather with transfer=uva (auto takes them from the "
                                 "measured table)")
+    stream_priority: str = _f("auto", "CUDA priority of the prediction and copy streams: normal | high (their "
+                                      "kernels are scheduled ahead of the step's waiting ones) | auto (the measured "
+                                      "table's choice with transfer=auto, else normal)")
     no_transfer: bool = _f(False, "plan selections but skip the copies (overlap reference; attention reads stale "
                                   "slots)")
     prefill_chunk: int = _f(2048, "tokens per prefill chunk")
@@ -65,6 +69,8 @@ class ExecConfig:
             bad("replay_path", "selection=replay needs a file")
         if self.transfer not in TRANSFERS:
             bad("transfer", f"must be one of {TRANSFERS}")
+        if self.stream_priority not in PRIORITIES:
+            bad("stream_priority", f"must be one of {PRIORITIES}")
         if self.dtype not in ("bfloat16", "float32"):
             bad("dtype", "must be bfloat16 or float32")
         if self.block_size < 1 or self.block_size & (self.block_size - 1):

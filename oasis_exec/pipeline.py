@@ -8,7 +8,8 @@ layer l of the next step begins).
 
 Transfer paths (``ExecConfig.transfer``; ``auto`` takes the path from the measured table,
 ``oasis_exec.transfer_choice``, for the store's lane count, and the UVA programs for each step's batch,
-``gather_programs``; the chosen values are ``path``, ``uva_programs``, ``host_threads``):
+``gather_programs``; the chosen values are ``path``, ``uva_programs``, ``host_threads``, and ``priority``: the CUDA
+priority of both side streams, ``ExecConfig.stream_priority`` or the table's):
 
 - ``uva``: ``kernels.gather.uva_gather``, a persistent kernel on a bounded number of programs reading the pinned
   pool directly; fixed-shape copy list, no host sync at all.
@@ -62,6 +63,7 @@ class Prefetcher:
         # AND programs (threads, when a host entry names them) from the measured table for this engine's lane count
         # (oasis_exec/transfer_choice.py, oasis_exec/transfer_table.json).
         self.path, self.uva_programs, self.host_threads = cfg.transfer, cfg.uva_programs, cfg.host_threads
+        self.priority = "normal" if cfg.stream_priority == "auto" else cfg.stream_priority
         self.choice = None
         self._programs_by_batch = {}  # auto: the table's UVA programs per live batch (gather_programs)
         if cfg.transfer == "auto":
@@ -73,6 +75,8 @@ class Prefetcher:
 
                 warnings.warn(c["reason"], RuntimeWarning, stacklevel=2)
             self.path = c["path"]
+            if cfg.stream_priority == "auto":
+                self.priority = c["stream_priority"]
             if self.path == "uva":
                 self.uva_programs = c["uva_programs"]
             elif cfg.mode == "retrieval":  # copies on the critical path (fetch_now): no host-staged version there
@@ -104,8 +108,11 @@ class Prefetcher:
         self.graph_host = False  # the host path captured in CUDA graphs (set below when torch has external events)
         self._capture_key, self._graph_layers = None, {}
         if self.cuda:
-            self.s_pred = torch.cuda.Stream(device)
-            self.s_copy = torch.cuda.Stream(device)
+            # high: the side streams' blocks are scheduled ahead of the main stream's waiting ones (a layer's
+            # plan_select and gather do not queue behind a wide kernel of the step); CUDA maps -1 to its highest
+            prio = -1 if self.priority == "high" else 0
+            self.s_pred = torch.cuda.Stream(device, priority=prio)
+            self.s_copy = torch.cuda.Stream(device, priority=prio)
             from kernels.gather import gather_thread
 
             # the host path's worker: one thread gathering with self.host_threads torch intra-op threads of its own

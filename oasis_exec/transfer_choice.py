@@ -8,7 +8,8 @@
 ``analysis/transfer_paths.py --summarize`` writes it from an H200 run (per concurrency, the configuration with the
 lowest TPOT p50 inside the real decode step). ``choose(concurrency)`` picks the entry whose concurrency is nearest
 to the engine's lane count (ties: the smaller concurrency) and returns ``(path, uva_programs)``; a host entry may
-also carry ``host_threads`` (``explain`` returns the whole entry). Without a usable table the answer is the old
+also carry ``host_threads``, and any entry ``stream_priority`` ("normal" / "high": the side streams' CUDA priority
+that won; absent = normal) (``explain`` returns the whole entry). Without a usable table the answer is the old
 default, UVA on 32 programs, with the reason in ``explain(...)["reason"]`` and a warning.
 
 torch-free: only json.
@@ -22,6 +23,7 @@ import warnings
 TABLE = os.path.join(os.path.dirname(os.path.abspath(__file__)), "transfer_table.json")
 DEFAULT = ("uva", 32)  # ExecConfig's defaults: what "auto" meant before the table
 PATHS = ("uva", "host")
+PRIORITIES = ("normal", "high")
 
 
 class TableError(ValueError):
@@ -56,26 +58,31 @@ def load_table(table=None) -> dict:
         t = c.get("host_threads")
         if t is not None and (not isinstance(t, int) or t < 1):
             raise bad("host_threads must be an int >= 1")
+        if c.get("stream_priority", "normal") not in PRIORITIES:
+            raise bad(f"stream_priority must be one of {PRIORITIES}")
     return table
 
 
 def explain(concurrency: int, table=None) -> dict:
     """The choice for ``concurrency`` lanes with its reason: ``{"path", "uva_programs", "host_threads",
-    "entry", "reason"}`` (``host_threads`` None unless a host entry names it; ``uva_programs`` None for host)."""
+    "stream_priority", "entry", "reason"}`` (``host_threads`` None unless a host entry names it; ``uva_programs``
+    None for host; ``stream_priority`` "normal" unless the entry says "high")."""
     try:
         tab = load_table(table)
     except (OSError, TableError) as e:
         path, progs = DEFAULT
-        return {"path": path, "uva_programs": progs, "host_threads": None, "entry": None,
+        return {"path": path, "uva_programs": progs, "host_threads": None, "stream_priority": "normal", "entry": None,
                 "reason": f"no usable transfer table ({type(e).__name__}: {e}); default {path} on {progs} programs"}
     best = min(tab["choices"], key=lambda c: (abs(c["concurrency"] - concurrency), c["concurrency"]))
     path = best["path"]
     progs = best["uva_programs"] if path == "uva" else None
     src = tab.get("source", "?")
+    prio = best.get("stream_priority", "normal")
     return {"path": path, "uva_programs": progs, "host_threads": best.get("host_threads") if path == "host" else None,
-            "entry": best,
+            "stream_priority": prio, "entry": best,
             "reason": f"table entry for concurrency {best['concurrency']} (nearest to {concurrency}): {path}"
                       + (f" on {progs} programs" if path == "uva" else "")
+                      + (f", side streams at {prio} priority" if prio != "normal" else "")
                       + f"; measured on {tab.get('device', '?')} {tab.get('date', '?')} (source: {src[:120]})"}
 
 

@@ -44,10 +44,10 @@ def _assert_slots_hold_their_blocks(eng) -> int:
     return checked
 
 
-@pytest.mark.parametrize("graph", [False, True])
-def test_mapping_matches_slots_on_gpu(graph):
+@pytest.mark.parametrize("graph, prio", [(False, "normal"), (True, "normal"), (True, "high")])
+def test_mapping_matches_slots_on_gpu(graph, prio):
     c = cfg("lookahead", "cuda", top_k=3, fetch_ratio=0.67, max_context=900, max_lanes=2, transfer="uva",
-            cuda_graph=graph)
+            cuda_graph=graph, stream_priority=prio)
     eng = Engine(c)
     for p in prompts(2, (40, 65)):
         eng.add_request(p, SamplingParams(max_tokens=700))
@@ -122,9 +122,10 @@ def test_host_path_in_graphs_equals_eager():
     assert out == out_ref
 
 
-def test_host_path_in_graphs_mapping_matches_slots():
+@pytest.mark.parametrize("prio", ["normal", "high"])
+def test_host_path_in_graphs_mapping_matches_slots(prio):
     c = cfg("lookahead", "cuda", top_k=3, fetch_ratio=0.67, max_context=900, max_lanes=2, transfer="host",
-            host_threads=2, cuda_graph=True)
+            host_threads=2, cuda_graph=True, stream_priority=prio)
     eng = Engine(c)
     for p in prompts(4, (40, 65)):
         eng.add_request(p, SamplingParams(max_tokens=300))

@@ -44,6 +44,15 @@ def test_explain_carries_host_threads_and_the_reason():
     assert tc.explain(8, TABLE)["host_threads"] is None
 
 
+def test_stream_priority_of_an_entry_is_carried_and_checked():
+    tab = dict(TABLE, choices=[dict(TABLE["choices"][0], stream_priority="high"), TABLE["choices"][2]])
+    assert tc.explain(8, tab)["stream_priority"] == "high" and "high priority" in tc.explain(8, tab)["reason"]
+    assert tc.explain(64, tab)["stream_priority"] == "normal"  # absent: normal
+    bad = dict(TABLE, choices=[dict(TABLE["choices"][0], stream_priority="urgent")])
+    e = tc.explain(8, bad)
+    assert e["entry"] is None and e["stream_priority"] == "normal" and "stream_priority must be one of" in e["reason"]
+
+
 def test_table_from_a_file_and_order_does_not_matter(tmp_path):
     p = tmp_path / "t.json"
     p.write_text(json.dumps(dict(TABLE, choices=TABLE["choices"][::-1])))
@@ -107,6 +116,25 @@ def test_prefetcher_auto_takes_the_tables_path_and_explicit_wins(tmp_path, monke
         assert p.path == "uva"  # retrieval fetches on the critical path: no host-staged version there
 
 
+def test_stream_priority_auto_takes_the_tables_and_explicit_wins(tmp_path, monkeypatch):
+    torch = pytest.importorskip("torch")
+    from oasis_exec.config import ExecConfig
+    from oasis_exec.runner import Runner
+
+    tab = dict(TABLE, choices=[dict(TABLE["choices"][0], stream_priority="high"), TABLE["choices"][2]])
+    _use_table(tmp_path, monkeypatch, tab)
+    kw = dict(model="tiny", device="cpu", dtype="float32", mode="lookahead", selection="synthetic", top_k=4,
+              max_context=128, host_kv_gb=0.01)
+    with torch.inference_mode():
+        assert Runner(ExecConfig(max_lanes=2, **kw)).pipe.priority == "high"
+        assert Runner(ExecConfig(max_lanes=60, **kw)).pipe.priority == "normal"
+        assert Runner(ExecConfig(max_lanes=2, stream_priority="normal", **kw)).pipe.priority == "normal"
+        assert Runner(ExecConfig(max_lanes=60, transfer="uva", stream_priority="high", **kw)).pipe.priority == "high"
+        assert Runner(ExecConfig(max_lanes=2, transfer="uva", **kw)).pipe.priority == "normal"  # no table: normal
+    with pytest.raises(ValueError, match="stream_priority"):
+        ExecConfig(stream_priority="urgent")
+
+
 def test_gather_programs_follow_the_live_batch_under_auto(tmp_path, monkeypatch):
     """auto: the path is fixed for the lane count, the UVA programs follow each step's batch (its uva entries)."""
     torch = pytest.importorskip("torch")
@@ -143,9 +171,9 @@ def _rec(label, n, config, ex, role, tpot, **kw):
          "commit": "fab", "context": 16384, "fetch_ratio": 0.05, "top_k": 128, "kv_budget_gb": 52.0,
          "model": "qwen3-8b", "steps": 12, "warmup": 3, "bytes_moved_per_step": 2e8}
     if config.startswith("uva"):
-        r["uva_programs"] = int(config[3:])
+        r["uva_programs"] = int(config.split("-")[0][3:])
     if config.startswith("host"):
-        r["host_threads"] = int(config[4:])
+        r["host_threads"] = int(config.split("-")[0][4:])
     r.update(kw)
     return r
 
@@ -170,6 +198,7 @@ def test_summarize_arithmetic_on_fabricated_records(tmp_path):
         _rec("c64-host16-profile", 64, "host16", "eager", "profile", 120.0, stage_ms_per_step={"transfer": 8.0},
              transfer_gb_s=30.0),
         _rec("c64-uva4-graph", 64, "uva4", "graph", "transfer", 200.0),  # no profiled run: no hidden figure
+        _rec("c64-uva4-hi-graph", 64, "uva4-hi", "graph", "transfer", 150.0, uva_programs=4),
         {"label": "c64-uva8-graph", "n": 64, "status": "error", "error": "RuntimeError: fabricated"},
     ]
     inp = tmp_path / "runs.jsonl"
@@ -187,6 +216,8 @@ def test_summarize_arithmetic_on_fabricated_records(tmp_path):
     assert s[8]["winner"]["label"] == "c8-uva8-graph"
     rows64 = {r["config"]: r for r in s[64]["rows"] if r["role"] == "transfer"}
     assert rows64["host16"]["hidden"] == 1.0 and rows64["uva4"]["hidden"] is None
+    assert (rows64["uva4-hi"]["stream_priority"], rows64["uva4-hi"]["uva_programs"]) == ("high", 4)
+    assert rows64["uva4"]["stream_priority"] == "normal"
     assert s[64]["winner"]["label"] == "c64-host16-eager"
     md = (tmp_path / "out" / "tp.md").read_text()
     assert "FAKE GPU" in md and "`fab`" in md and "c64-uva8-graph" in md and "**uva8**" in md and "75%" in md
