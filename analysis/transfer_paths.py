@@ -9,7 +9,8 @@ weights, ``--kv-budget-gb`` 52, ``max_lanes`` = concurrency, host pool sized per
 ``h200_headline.host_gb``): for each concurrency, ``oasis_exec.bench.run_bench`` of
 
 - ``c{n}-notransfer-graph``: the step without the copies, CUDA graphs (the reference of the UVA runs);
-- ``c{n}-uva{p}-graph``: the UVA gather on ``p`` programs, CUDA graphs, for each ``--programs``;
+- ``c{n}-uva{p}-graph``: the UVA gather on ``p`` programs, CUDA graphs, for each ``--programs`` (the copies in a
+  graph of their own, ``copy_graph``; ``--in-graph`` adds ``c{n}-uva{p}-ig-graph`` with them inside the step's);
 - ``c{n}-notransfer-eager``: the step without the copies, eager (the reference of the eager host path);
 - ``c{n}-host{t}-graph``: the host-threaded gather into pinned staging + one DMA, ``t`` threads, in CUDA graphs
   (external events hand the copy list to the worker and its copies back: ``oasis_exec.pipeline``);
@@ -61,7 +62,8 @@ def host_gb(n: int, context: int, steps: int, warmup: int, unit: int) -> float:
 
 def plan(a) -> list:
     """[(label, n, config, exec, role, ExecConfig overrides)]: TPOT runs of every concurrency, then profiled runs.
-    A config is ``uva{p}`` / ``host{t}``, with ``-hi`` appended for side streams at high priority."""
+    A config is ``uva{p}`` / ``host{t}``, with ``-hi`` appended for side streams at high priority and, with
+    ``--in-graph``, ``-ig`` for UVA copies inside the step's graph (``copy_graph=False``)."""
     tpot, prof = [], []
 
     def add(n, conf, eager_tpot, kw):
@@ -69,6 +71,9 @@ def plan(a) -> list:
             c = conf + ("-hi" if prio == "high" else "")
             kw2 = dict(kw, stream_priority=prio)
             tpot.append((f"c{n}-{c}-graph", n, c, "graph", "transfer", dict(kw2, cuda_graph=True)))
+            if not eager_tpot and a.in_graph:  # UVA: also with the copies inside the step's graph
+                tpot.append((f"c{n}-{c}-ig-graph", n, c + "-ig", "graph", "transfer",
+                             dict(kw2, cuda_graph=True, copy_graph=False)))
             if eager_tpot:  # the host path eager too (its graph mode is new); UVA's would repeat its profiled run
                 tpot.append((f"c{n}-{c}-eager", n, c, "eager", "transfer", dict(kw2, cuda_graph=False)))
             prof.append((f"c{n}-{c}-profile", n, c, "eager", "profile", dict(kw2, cuda_graph=False, profile=True)))
@@ -203,7 +208,8 @@ def summarize_records(recs: list) -> dict:
             row = {"label": r["label"], "config": conf, "exec": ex, "role": r["role"], "tpot_ms": r["tpot_ms_p50"],
                    "throughput_tok_s": r["throughput_tok_s"], "admitted": r.get("concurrency"),
                    "path": "host" if conf.startswith("host") else "uva" if conf.startswith("uva") else None,
-                   "stream_priority": r.get("stream_priority") or ("high" if conf.endswith("-hi") else "normal"),
+                   "stream_priority": r.get("stream_priority") or ("high" if "-hi" in conf else "normal"),
+                   "copy_graph": not conf.endswith("-ig"),
                    "uva_programs": r.get("uva_programs") if conf.startswith("uva") else None,
                    "host_threads": r.get("host_threads") if conf.startswith("host") else None,
                    "exposed_ms": None, "copy_ms": None, "gb_s": None, "mb_step": None, "hidden": None,
@@ -252,6 +258,7 @@ def choice_table(summary: dict, recs: list, source: str) -> dict:
         ref = summary[n]["refs"].get(w["exec"])
         choices.append({"concurrency": n, "path": w["path"], "uva_programs": w["uva_programs"],
                         "host_threads": w["host_threads"], "stream_priority": w["stream_priority"],
+                        "copy_graph": w["copy_graph"],
                         "tpot_ms": round(w["tpot_ms"], 3),
                         "no_transfer_tpot_ms": round(ref, 3) if ref is not None else None,
                         "throughput_tok_s": round(w["throughput_tok_s"], 1), "label": w["label"], "exec": w["exec"]})
@@ -339,6 +346,8 @@ def main(argv=None) -> int:
     ap.add_argument("--threads", type=ints, default=[8, 16])
     ap.add_argument("--priorities", type=lambda x: [v for v in x.split(",") if v], default=["normal"],
                     help="side-stream priorities to run each transferring config at: normal,high")
+    ap.add_argument("--in-graph", action="store_true",
+                    help="also run each UVA config with its copies inside the step's graph (copy_graph off)")
     ap.add_argument("--steps", type=int, default=12)
     ap.add_argument("--warmup", type=int, default=3)
     ap.add_argument("--budget-s", type=float, default=480.0)

@@ -109,12 +109,17 @@ def run_bench(cfg: ExecConfig, context: int, concurrency: int, steps: int, warmu
         if not out:
             break
     runner.trace_step = None
+    t_end = time.perf_counter()
+    if cfg.device == "cuda":
+        torch.cuda.synchronize()  # copies still running past the last timed step (UVA copy graphs) count too
+        t_end = time.perf_counter()
     timed = times[warmup:]
     c1 = runner.counters()
     shape = runner.shape
     unit_bytes = 2 * cfg.block_size * shape.head_dim * torch.tensor([], dtype=runner.dtype).element_size()
     units = c1["units_fetched"] - c0["units_fetched"]
-    total_s = sum(timed)
+    # the timed steps' wall time, from the first one's start (all copies drained) until the device is idle
+    total_s = t_end - t_first if timed else 0.0
     stage = {k: v / max(len(timed), 1) for k, v in runner.stage_ms.items()}
     transfer_ms = stage.get("transfer", 0.0)
     stall_ms = stage.get("stall", 0.0)
@@ -143,6 +148,7 @@ def run_bench(cfg: ExecConfig, context: int, concurrency: int, steps: int, warmu
         "uva_programs": runner.pipe.gather_programs(n) if runner.pipe is not None and runner.pipe.path == "uva"
         else None,  # the programs the steps of n lanes used
         "stream_priority": runner.pipe.priority if runner.pipe is not None else None,
+        "copy_graph": bool(runner.pipe is not None and runner.pipe.copy_graph and runner.graphs),
         "no_transfer": cfg.no_transfer, "fetch_ratio": cfg.fetch_ratio, "top_k": cfg.top_k,
         "model": cfg.model_path or cfg.model, "dummy_weights": cfg.model_path is None,
         "synthetic_params": cfg.synthetic, "prefill": "synthesized (random KV)",

@@ -54,6 +54,9 @@ class ExecConfig:
                                 "the plain torch ops, which are the reference")
     cuda_graph: bool = _f(True, "capture whole decode steps as CUDA graphs (not with --profile, recording or replayed "
                                 "selections, nor the host transfer path in retrieval mode)")
+    copy_graph: bool = _f(True, "UVA path under CUDA graphs: a step's copies form a graph of their own, launched on "
+                                "the copy stream after the step's, so layer l's copy may run on until layer l of the "
+                                "next step (off: inside the step's graph, which then ends only once they have)")
     profile: bool = _f(False, "CUDA events per layer and stage (small overhead)")
     synthetic: dict = _f(None, "SyntheticParams overrides, e.g. {'drift_rate': 0.1}")
 

@@ -12,7 +12,11 @@ Transfer paths (``ExecConfig.transfer``; ``auto`` takes the path from the measur
 priority of both side streams, ``ExecConfig.stream_priority`` or the table's):
 
 - ``uva``: ``kernels.gather.uva_gather``, a persistent kernel on a bounded number of programs reading the pinned
-  pool directly; fixed-shape copy list, no host sync at all.
+  pool directly; fixed-shape copy list, no host sync at all. Under a CUDA graph with ``copy_graph`` (the default)
+  the step's copies are captured as a graph of their own on the copy stream (``capture_copies``), launched after
+  each replay of the step (``after_replay``) and tied to it by the same external events as the host path's graph
+  mode: a layer's copy may then run past the end of its step, until that layer of the next step; inside the step's
+  graph (``copy_graph=False``) every copy must end before the step does.
 - ``host``: the copy list (flat pool rows, destinations) goes to pinned memory, a worker thread waits for it and
   gathers the blocks into the layer's pinned staging buffer with one ``index_select`` per K/V on its own
   ``host_threads`` torch intra-op threads (``kernels.gather.host_gather_stage``), one DMA per K/V moves them, ``scatter_slots``
@@ -106,7 +110,8 @@ class Prefetcher:
 
         self._lists = [bufs() for _ in range(L if cfg.mode in ("proxy", "lookahead") else 1)]
         self.graph_host = False  # the host path captured in CUDA graphs (set below when torch has external events)
-        self._capture_key, self._graph_layers = None, {}
+        self.copy_graph = False  # UVA under graphs: the copies in a graph of their own (set below, likewise)
+        self._capture_key, self._graph_layers, self._copy_graphs = None, {}, {}
         if self.cuda:
             # high: the side streams' blocks are scheduled ahead of the main stream's waiting ones (a layer's
             # plan_select and gather do not queue behind a wide kernel of the step); CUDA maps -1 to its highest
@@ -120,18 +125,21 @@ class Prefetcher:
             self.worker = gather_thread(self.host_threads) if self.path == "host" else ThreadPoolExecutor(max_workers=1)
             cap = store.B * store.H * max(max_cap, 1)
             self._stagers = []
-            # graph mode of the host path: external events and the layers captured per graph key
-            if self.path == "host" and cfg.mode in ("proxy", "lookahead") and not cfg.profile:
+            # external events between a captured step and the copies outside it: the host path's graph mode
+            # (graph_host) and the UVA path's copy graphs (copy_graph); the layers captured per graph key
+            if cfg.mode in ("proxy", "lookahead") and not cfg.profile and not cfg.no_transfer \
+                    and (self.path == "host" or (cfg.copy_graph and (self.choice or {}).get("copy_graph", True))):
                 try:
                     self.planned_x = [torch.cuda.Event(external=True) for _ in range(L)]
                     self.copied_x = [torch.cuda.Event(external=True) for _ in range(L)]
-                except TypeError:  # an older torch: the host path stays eager
+                except TypeError:  # an older torch: the host path stays eager, UVA copies stay in the step's graph
                     pass
                 else:
                     with torch.cuda.stream(self.s_copy):
                         for e in self.copied_x:  # created now: a wait on a never-created event captures nothing
                             e.record()
-                    self.graph_host = True
+                    self.graph_host = self.path == "host"
+                    self.copy_graph = self.path == "uva"
             for _ in range(L if cfg.mode in ("proxy", "lookahead") else 0):  # one per layer: reused a step later, after wait(layer) joined its job
                 from kernels.gather import HostStager
 
@@ -146,8 +154,9 @@ class Prefetcher:
 
     def wait(self, layer: int, external: bool = True) -> None:
         """Make the current stream wait for layer ``layer``'s outstanding transfer (``external``: under capture in
-        the host path's graph mode, also for the worker's copies of the previous step)."""
-        if external and self.cuda and self.graph_host and not self.cfg.no_transfer \
+        the host path's graph mode or with UVA copy graphs, also for the previous step's copies, outside the
+        graph)."""
+        if external and self.cuda and (self.graph_host or self.copy_graph) and not self.cfg.no_transfer \
                 and torch.cuda.is_current_stream_capturing():
             torch.cuda.current_stream().wait_event(self.copied_x[layer])  # recorded by the worker, a step earlier
         fut = self.jobs[layer]
@@ -293,6 +302,17 @@ class Prefetcher:
                 self.done[layer] = e2  # the next step's attention reads the mapping this stage rewrote
                 return
             src, head, dst, prealloc = self._plan_list(layer, plan, lanes)
+            if self.path == "uva" and self.copy_graph and torch.cuda.is_current_stream_capturing():
+                # the copy goes into this key's copy graph (capture_copies), launched after each replay
+                self.planned_x[layer].record()
+                joined = torch.cuda.Event()
+                joined.record()
+                self.done[layer] = joined  # the prediction stream rejoins the main stream by the capture's end
+                if not prealloc:
+                    self._cross_stream(self.s_copy, src, head, dst)  # kept with the step's graph
+                self._graph_layers.setdefault(self._capture_key, []).append(
+                    (layer, (src, head, dst, self.gather_programs(lanes.shape[0]))))
+                return
             if self.path == "uva":
                 planned = ev(); planned.record()
             else:
@@ -364,8 +384,37 @@ class Prefetcher:
                 self.jobs[layer] = None
                 self.done[layer] = None  # the graph waits on copied_x itself
 
+    def capture_copies(self, key) -> None:
+        """After the step of graph ``key`` was captured (UVA path, ``copy_graph``): capture its copies as a graph of
+        their own on the copy stream; per layer, in order: wait for ``planned_x[l]`` (recorded by the step's graph
+        once layer l's copy list is written), gather, record ``copied_x[l]`` (which the next step's graph waits for
+        before layer l attends). ``after_replay`` launches it after each replay of the step."""
+        layers = self._graph_layers.get(key)
+        if not (self.copy_graph and layers):
+            return
+        from kernels.gather import uva_gather
+
+        g = torch.cuda.CUDAGraph()
+        with torch.cuda.graph(g, stream=self.s_copy):
+            s = torch.cuda.current_stream()
+            for layer, (src, head, dst, progs) in layers:
+                s.wait_event(self.planned_x[layer])
+                uva_gather(self.host.k[layer], self.host.v[layer], src, head, dst, self.store.k[layer],
+                           self.store.v[layer], n_programs=progs)
+                self.copied_x[layer].record()
+        self._copy_graphs[key] = g
+
     def after_replay(self, key) -> None:
-        """Submit the host worker's jobs for the replay of graph ``key`` just launched (graph mode of the host path)."""
+        """After the replay of graph ``key`` was launched: launch its copy graph on the copy stream (UVA,
+        ``copy_graph``; an eager step or a capture after it waits for them through ``done``), or submit the host
+        worker's jobs (the host path's graph mode)."""
+        g = self._copy_graphs.get(key)
+        if g is not None:
+            with torch.cuda.stream(self.s_copy):
+                g.replay()
+            for layer, _ in self._graph_layers[key]:
+                self.done[layer] = self.copied_x[layer]
+            return
         for layer, n in self._graph_layers.get(key, ()):
             self.jobs[layer] = self.worker.submit(self._host_job, layer, self._stagers[layer], n,
                                                   self.planned_x[layer], self.copied_x[layer])

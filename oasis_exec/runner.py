@@ -422,6 +422,7 @@ class Runner:
                 self._capturing = False
             if self.pipe is not None:
                 st["keep"], self.pipe.keep = self.pipe.keep, []
+                self.pipe.capture_copies(B)  # UVA copy graphs: this step's copies, a graph of their own
             g = self.graphs[B] = (graph, st, logits, aux)
         graph, st, logits, aux = g
         st["toks"].copy_(toks)
@@ -432,7 +433,7 @@ class Runner:
             self.pipe.before_replay()  # the host path's graph mode: last step's copies are enqueued
         graph.replay()
         if self.pipe is not None:
-            self.pipe.after_replay(B)
+            self.pipe.after_replay(B)  # UVA copy graphs: its copies; host path's graph mode: the worker's jobs
         return logits, aux
 
     # -- the decode step (device work only: eager, or captured into a graph) --------------------------------------

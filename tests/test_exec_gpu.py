@@ -44,11 +44,13 @@ def _assert_slots_hold_their_blocks(eng) -> int:
     return checked
 
 
-@pytest.mark.parametrize("graph, prio", [(False, "normal"), (True, "normal"), (True, "high")])
-def test_mapping_matches_slots_on_gpu(graph, prio):
+@pytest.mark.parametrize("graph, prio, cg", [(False, "normal", True), (True, "normal", True), (True, "high", True),
+                                             (True, "normal", False)])
+def test_mapping_matches_slots_on_gpu(graph, prio, cg):
     c = cfg("lookahead", "cuda", top_k=3, fetch_ratio=0.67, max_context=900, max_lanes=2, transfer="uva",
-            cuda_graph=graph, stream_priority=prio)
+            cuda_graph=graph, stream_priority=prio, copy_graph=cg)
     eng = Engine(c)
+    assert eng.runner.pipe.copy_graph == cg
     for p in prompts(2, (40, 65)):
         eng.add_request(p, SamplingParams(max_tokens=700))
     steps = 0
@@ -136,3 +138,18 @@ def test_host_path_in_graphs_mapping_matches_slots(prio):
     assert _assert_slots_hold_their_blocks(eng) > 0 and r.counters()["units_fetched"] > 100
     assert r.graphs  # the steps ran as graphs
     eng.close()
+
+
+def test_uva_copy_graphs_equal_copies_inside_the_step_graph():
+    """UVA copies captured as a graph of their own (copy_graph, launched after each step's graph, joined by external
+    events) give the logits, tokens and mapping of the same copies captured inside the step's graph."""
+    ps = prompts(11, (90, 120, 64))
+    kw = dict(top_k=3, fetch_ratio=0.67, transfer="uva", cuda_graph=True)
+    ref, out_ref = run_logits(cfg("lookahead", "cuda", copy_graph=False, **kw), ps, 40)
+    seen = []
+    got, out = run_logits(cfg("lookahead", "cuda", copy_graph=True, **kw), ps, 40, runner_hook=seen.append)
+    assert seen[0].pipe.copy_graph and seen[0].pipe._copy_graphs  # the steps' copies ran as graphs of their own
+    assert out == out_ref
+    for rid in ref:
+        for a, b in zip(ref[rid], got[rid]):
+            assert torch.allclose(a, b, atol=1e-2, rtol=1e-2)

@@ -49,6 +49,11 @@ def test_stream_priority_of_an_entry_is_carried_and_checked():
     assert tc.explain(8, tab)["stream_priority"] == "high" and "high priority" in tc.explain(8, tab)["reason"]
     assert tc.explain(64, tab)["stream_priority"] == "normal"  # absent: normal
     bad = dict(TABLE, choices=[dict(TABLE["choices"][0], stream_priority="urgent")])
+    assert tc.explain(8, tab)["copy_graph"] is True  # absent: true
+    ig = dict(TABLE, choices=[dict(TABLE["choices"][0], copy_graph=False)])
+    assert tc.explain(8, ig)["copy_graph"] is False
+    assert "copy_graph must be" in tc.explain(8, dict(TABLE, choices=[dict(TABLE["choices"][0], copy_graph=1)]))[
+        "reason"]
     e = tc.explain(8, bad)
     assert e["entry"] is None and e["stream_priority"] == "normal" and "stream_priority must be one of" in e["reason"]
 
@@ -199,6 +204,7 @@ def test_summarize_arithmetic_on_fabricated_records(tmp_path):
              transfer_gb_s=30.0),
         _rec("c64-uva4-graph", 64, "uva4", "graph", "transfer", 200.0),  # no profiled run: no hidden figure
         _rec("c64-uva4-hi-graph", 64, "uva4-hi", "graph", "transfer", 150.0, uva_programs=4),
+        _rec("c64-uva4-hi-ig-graph", 64, "uva4-hi-ig", "graph", "transfer", 160.0, uva_programs=4),
         {"label": "c64-uva8-graph", "n": 64, "status": "error", "error": "RuntimeError: fabricated"},
     ]
     inp = tmp_path / "runs.jsonl"
@@ -217,7 +223,8 @@ def test_summarize_arithmetic_on_fabricated_records(tmp_path):
     rows64 = {r["config"]: r for r in s[64]["rows"] if r["role"] == "transfer"}
     assert rows64["host16"]["hidden"] == 1.0 and rows64["uva4"]["hidden"] is None
     assert (rows64["uva4-hi"]["stream_priority"], rows64["uva4-hi"]["uva_programs"]) == ("high", 4)
-    assert rows64["uva4"]["stream_priority"] == "normal"
+    assert rows64["uva4"]["stream_priority"] == "normal" and rows64["uva4"]["copy_graph"]
+    assert rows64["uva4-hi-ig"]["stream_priority"] == "high" and rows64["uva4-hi-ig"]["copy_graph"] is False
     assert s[64]["winner"]["label"] == "c64-host16-eager"
     md = (tmp_path / "out" / "tp.md").read_text()
     assert "FAKE GPU" in md and "`fab`" in md and "c64-uva8-graph" in md and "**uva8**" in md and "75%" in md
