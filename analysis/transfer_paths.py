@@ -29,7 +29,8 @@ it is spent. Timestamped progress lines on stdout.
 
 Summarize mode writes ``OUT_PREFIX.md`` (per concurrency: config, TPOT p50, throughput, exposed ms = TPOT - the
 matching no-transfer TPOT (graph or eager, as the run), copy ms per step and GB/s from the profiled run, hidden
-fraction = 1 - exposed / copy ms clipped to [0, 1]; the winner = lowest TPOT p50 among the transferring configs)
+fraction = 1 - exposed / copy ms clipped to [0, 1]; the winner = lowest TPOT p50 among the transferring configs,
+the experimental ``-tma`` ones excepted)
 and the engine's choice table ``OUT_PREFIX_table.json`` (or ``--table-out``) in the format of
 ``oasis_exec/transfer_table.json``, which ``oasis_exec.transfer_choice`` reads.
 """
@@ -63,17 +64,18 @@ def host_gb(n: int, context: int, steps: int, warmup: int, unit: int) -> float:
 def plan(a) -> list:
     """[(label, n, config, exec, role, ExecConfig overrides)]: TPOT runs of every concurrency, then profiled runs.
     A config is ``uva{p}`` / ``host{t}``, with ``-hi`` appended for side streams at high priority and, with
-    ``--in-graph``, ``-ig`` for UVA copies inside the step's graph (``copy_graph=False``)."""
+    ``--in-graph``, ``-ig`` for UVA copies inside the step's graph (``copy_graph="off"``; else ``"on"``)."""
     tpot, prof = [], []
 
     def add(n, conf, eager_tpot, kw):
         for prio in a.priorities:
             c = conf + ("-hi" if prio == "high" else "")
             kw2 = dict(kw, stream_priority=prio)
-            tpot.append((f"c{n}-{c}-graph", n, c, "graph", "transfer", dict(kw2, cuda_graph=True)))
+            cg = {} if eager_tpot else {"copy_graph": "on"}  # UVA: its copies as a graph of their own
+            tpot.append((f"c{n}-{c}-graph", n, c, "graph", "transfer", dict(kw2, cuda_graph=True, **cg)))
             if not eager_tpot and a.in_graph:  # UVA: also with the copies inside the step's graph
                 tpot.append((f"c{n}-{c}-ig-graph", n, c + "-ig", "graph", "transfer",
-                             dict(kw2, cuda_graph=True, copy_graph=False)))
+                             dict(kw2, cuda_graph=True, copy_graph="off")))
             if eager_tpot:  # the host path eager too (its graph mode is new); UVA's would repeat its profiled run
                 tpot.append((f"c{n}-{c}-eager", n, c, "eager", "transfer", dict(kw2, cuda_graph=False)))
             prof.append((f"c{n}-{c}-profile", n, c, "eager", "profile", dict(kw2, cuda_graph=False, profile=True)))
@@ -82,7 +84,9 @@ def plan(a) -> list:
         tpot.append((f"c{n}-notransfer-graph", n, "notransfer", "graph", "reference",
                      dict(transfer="uva", no_transfer=True, cuda_graph=True)))
         for p in a.programs:
-            add(n, f"uva{p}", False, dict(transfer="uva", uva_programs=p))
+            for kern in a.uva_kernels:  # tma: the experimental TMA gather (config uva{p}-tma)
+                add(n, f"uva{p}" + ("-tma" if kern == "tma" else ""), False,
+                    dict(transfer="uva", uva_programs=p, uva_kernel=kern))
         tpot.append((f"c{n}-notransfer-eager", n, "notransfer", "eager", "reference",
                      dict(transfer="uva", no_transfer=True, cuda_graph=False)))
         for t in a.threads:
@@ -210,6 +214,7 @@ def summarize_records(recs: list) -> dict:
                    "path": "host" if conf.startswith("host") else "uva" if conf.startswith("uva") else None,
                    "stream_priority": r.get("stream_priority") or ("high" if "-hi" in conf else "normal"),
                    "copy_graph": not conf.endswith("-ig"),
+                   "uva_kernel": "tma" if "-tma" in conf else "loads" if conf.startswith("uva") else None,
                    "uva_programs": r.get("uva_programs") if conf.startswith("uva") else None,
                    "host_threads": r.get("host_threads") if conf.startswith("host") else None,
                    "exposed_ms": None, "copy_ms": None, "gb_s": None, "mb_step": None, "hidden": None,
@@ -222,7 +227,7 @@ def summarize_records(recs: list) -> dict:
                 ref = refs.get(ex)
                 if ref is not None:
                     row["exposed_ms"] = r["tpot_ms_p50"] - ref
-                p = prof.get(conf)
+                p = prof.get(conf, prof.get(conf.removesuffix("-ig")))  # eager profile: the same for -ig
                 if p is not None:
                     st = p.get("stage_ms_per_step") or {}
                     row["copy_ms"] = st.get("transfer")
@@ -239,7 +244,8 @@ def summarize_records(recs: list) -> dict:
         order = {"reference": 0, "transfer": 1}
         rows.sort(key=lambda w: (order[w["role"]], w["exec"] != "graph", w["path"] or "",
                                  w["uva_programs"] or 0, w["host_threads"] or 0, w["stream_priority"]))
-        cands = [w for w in rows if w["role"] == "transfer" and w["tpot_ms"] is not None]
+        # the experimental TMA gather (-tma) is reported, not chosen: the engine's table has no field for it
+        cands = [w for w in rows if w["role"] == "transfer" and w["tpot_ms"] is not None and w["uva_kernel"] != "tma"]
         winner = min(cands, key=lambda w: w["tpot_ms"]) if cands else None
         out[n] = {"rows": rows, "winner": winner, "refs": refs}
     return out
@@ -317,11 +323,13 @@ def summarize(inp: str, prefix: str, table_out: str | None = None) -> dict:
     lines += ["## The engine's choice (`transfer=auto`)", "",
               "`oasis_exec.transfer_choice.choose(lanes)` takes the entry with the nearest concurrency (ties: the "
               "smaller).", "",
-              "| concurrency | path | UVA programs | host threads | side streams | TPOT p50 ms | no-transfer ms | exec |",
-              "| ---: | --- | ---: | ---: | --- | ---: | ---: | --- |"]
+              "| concurrency | path | UVA programs | host threads | side streams | copy graph | TPOT p50 ms | "
+              "no-transfer ms | exec |",
+              "| ---: | --- | ---: | ---: | --- | --- | ---: | ---: | --- |"]
     for c in table["choices"]:
+        cg = "–" if c["path"] != "uva" else "on" if c.get("copy_graph") else "off"
         lines.append(f"| {c['concurrency']} | {c['path']} | {c['uva_programs'] or '–'} | "
-                     f"{c['host_threads'] or '–'} | {c.get('stream_priority', 'normal')} | {_f(c['tpot_ms'])} | "
+                     f"{c['host_threads'] or '–'} | {c.get('stream_priority', 'normal')} | {cg} | {_f(c['tpot_ms'])} | "
                      f"{_f(c['no_transfer_tpot_ms'])} | "
                      f"{c['exec']} |")
     tpath = table_out or f"{prefix}_table.json"
@@ -346,6 +354,8 @@ def main(argv=None) -> int:
     ap.add_argument("--threads", type=ints, default=[8, 16])
     ap.add_argument("--priorities", type=lambda x: [v for v in x.split(",") if v], default=["normal"],
                     help="side-stream priorities to run each transferring config at: normal,high")
+    ap.add_argument("--uva-kernels", type=lambda x: [v for v in x.split(",") if v], default=["loads"],
+                    help="the UVA gather's kernels to run: loads,tma (tma configs end in -tma)")
     ap.add_argument("--in-graph", action="store_true",
                     help="also run each UVA config with its copies inside the step's graph (copy_graph off)")
     ap.add_argument("--steps", type=int, default=12)

@@ -8,6 +8,7 @@ from oasis_core.specs import MODES, PAPER_SPARSITY, SPARSE_MODES
 SOURCES = ("model", "synthetic", "replay")
 TRANSFERS = ("host", "uva", "auto")
 PRIORITIES = ("normal", "high", "auto")
+SWITCHES = ("on", "off", "auto")
 GB = 1e9
 
 
@@ -40,6 +41,8 @@ class ExecConfig:
     host_threads: int = _f(8, "CPU threads of the host gather")
     uva_programs: int = _f(32, "programs of the persistent UVA gather with transfer=uva (auto takes them from the "
                                 "measured table)")
+    uva_kernel: str = _f("loads", "the UVA gather's kernel: loads (kernels.gather.uva_gather, thread loads) | tma "
+                                  "(experimental kernels.gather_tma: TMA tile loads from the pinned pool)")
     stream_priority: str = _f("auto", "CUDA priority of the prediction and copy streams: normal | high (their "
                                       "kernels are scheduled ahead of the step's waiting ones) | auto (the measured "
                                       "table's choice with transfer=auto, else normal)")
@@ -54,9 +57,10 @@ class ExecConfig:
                                 "the plain torch ops, which are the reference")
     cuda_graph: bool = _f(True, "capture whole decode steps as CUDA graphs (not with --profile, recording or replayed "
                                 "selections, nor the host transfer path in retrieval mode)")
-    copy_graph: bool = _f(True, "UVA path under CUDA graphs: a step's copies form a graph of their own, launched on "
-                                "the copy stream after the step's, so layer l's copy may run on until layer l of the "
-                                "next step (off: inside the step's graph, which then ends only once they have)")
+    copy_graph: str = _f("auto", "UVA path under CUDA graphs: on (a step's copies form a graph of their own, launched "
+                                 "on the copy stream after the step's, so layer l's copy may run on until layer l of "
+                                 "the next step) | off (inside the step's graph, which then ends only once they have) "
+                                 "| auto (the measured table's choice with transfer=auto, else off)")
     profile: bool = _f(False, "CUDA events per layer and stage (small overhead)")
     synthetic: dict = _f(None, "SyntheticParams overrides, e.g. {'drift_rate': 0.1}")
 
@@ -74,6 +78,10 @@ class ExecConfig:
             bad("transfer", f"must be one of {TRANSFERS}")
         if self.stream_priority not in PRIORITIES:
             bad("stream_priority", f"must be one of {PRIORITIES}")
+        if self.uva_kernel not in ("loads", "tma"):
+            bad("uva_kernel", "must be loads or tma")
+        if self.copy_graph not in SWITCHES:
+            bad("copy_graph", f"must be one of {SWITCHES}")
         if self.dtype not in ("bfloat16", "float32"):
             bad("dtype", "must be bfloat16 or float32")
         if self.block_size < 1 or self.block_size & (self.block_size - 1):

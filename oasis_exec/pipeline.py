@@ -12,11 +12,12 @@ Transfer paths (``ExecConfig.transfer``; ``auto`` takes the path from the measur
 priority of both side streams, ``ExecConfig.stream_priority`` or the table's):
 
 - ``uva``: ``kernels.gather.uva_gather``, a persistent kernel on a bounded number of programs reading the pinned
-  pool directly; fixed-shape copy list, no host sync at all. Under a CUDA graph with ``copy_graph`` (the default)
+  pool directly; fixed-shape copy list, no host sync at all. Under a CUDA graph with ``copy_graph`` on
   the step's copies are captured as a graph of their own on the copy stream (``capture_copies``), launched after
   each replay of the step (``after_replay``) and tied to it by the same external events as the host path's graph
   mode: a layer's copy may then run past the end of its step, until that layer of the next step; inside the step's
-  graph (``copy_graph=False``) every copy must end before the step does.
+  graph (off; measured faster on the H200, where the gather copies faster alone than beside the step's kernels) every
+  copy must end before the step does.
 - ``host``: the copy list (flat pool rows, destinations) goes to pinned memory, a worker thread waits for it and
   gathers the blocks into the layer's pinned staging buffer with one ``index_select`` per K/V on its own
   ``host_threads`` torch intra-op threads (``kernels.gather.host_gather_stage``), one DMA per K/V moves them, ``scatter_slots``
@@ -128,7 +129,8 @@ class Prefetcher:
             # external events between a captured step and the copies outside it: the host path's graph mode
             # (graph_host) and the UVA path's copy graphs (copy_graph); the layers captured per graph key
             if cfg.mode in ("proxy", "lookahead") and not cfg.profile and not cfg.no_transfer \
-                    and (self.path == "host" or (cfg.copy_graph and (self.choice or {}).get("copy_graph", True))):
+                    and (self.path == "host" or cfg.copy_graph == "on"
+                         or (cfg.copy_graph == "auto" and (self.choice or {}).get("copy_graph", False))):
                 try:
                     self.planned_x = [torch.cuda.Event(external=True) for _ in range(L)]
                     self.copied_x = [torch.cuda.Event(external=True) for _ in range(L)]
@@ -331,13 +333,10 @@ class Prefetcher:
                 planned = torch.cuda.Event()
                 planned.record()
         if self.path == "uva":
-            from kernels.gather import uva_gather
-
             with torch.cuda.stream(self.s_copy):
                 self.s_copy.wait_event(planned)
                 t0 = ev(); t0.record()
-                uva_gather(self.host.k[layer], self.host.v[layer], src, head, dst, self.store.k[layer],
-                           self.store.v[layer], n_programs=self.gather_programs(lanes.shape[0]))
+                self._gather(layer, src, head, dst, self.gather_programs(lanes.shape[0]))
                 t1 = ev(); t1.record()
             if not prealloc:  # plan_select's lists live in buffers allocated once: nothing to hand across
                 self._cross_stream(self.s_copy, src, head, dst)
@@ -346,6 +345,19 @@ class Prefetcher:
             self.done[layer] = t1
         else:
             self.jobs[layer] = self.worker.submit(self._host_job, layer, stg, n, planned)
+
+    def _gather(self, layer, src, head, dst, programs) -> None:
+        """The UVA path's copy of one layer's list on the current stream: ``kernels.gather.uva_gather`` (thread
+        loads), or with ``uva_kernel="tma"`` the experimental ``kernels.gather_tma.tma_gather`` (TMA tile loads)."""
+        args = (self.host.k[layer], self.host.v[layer], src, head, dst, self.store.k[layer], self.store.v[layer])
+        if self.cfg.uva_kernel == "tma":
+            from kernels.gather_tma import tma_gather
+
+            tma_gather(*args, n_programs=programs)
+        else:
+            from kernels.gather import uva_gather
+
+            uva_gather(*args, n_programs=programs)
 
     def gather_programs(self, batch: int) -> int:
         """UVA gather programs for a step of ``batch`` lanes. ``transfer="auto"``: the measured table's choice for
@@ -392,15 +404,14 @@ class Prefetcher:
         layers = self._graph_layers.get(key)
         if not (self.copy_graph and layers):
             return
-        from kernels.gather import uva_gather
+        from .runner import no_gc
 
         g = torch.cuda.CUDAGraph()
-        with torch.cuda.graph(g, stream=self.s_copy):
+        with no_gc(), torch.cuda.graph(g, stream=self.s_copy):
             s = torch.cuda.current_stream()
             for layer, (src, head, dst, progs) in layers:
                 s.wait_event(self.planned_x[layer])
-                uva_gather(self.host.k[layer], self.host.v[layer], src, head, dst, self.store.k[layer],
-                           self.store.v[layer], n_programs=progs)
+                self._gather(layer, src, head, dst, progs)
                 self.copied_x[layer].record()
         self._copy_graphs[key] = g
 
@@ -470,11 +481,8 @@ class Prefetcher:
         if self.cfg.no_transfer:
             return
         if self.cuda and self.path == "uva":
-            from kernels.gather import uva_gather
-
             src, head, dst, _ = self._plan_list(layer, plan, lanes)
-            uva_gather(self.host.k[layer], self.host.v[layer], src, head, dst, self.store.k[layer],
-                       self.store.v[layer], n_programs=self.gather_programs(lanes.shape[0]))
+            self._gather(layer, src, head, dst, self.gather_programs(lanes.shape[0]))
         else:
             self._transfer_inline(layer, plan, lanes)
 
@@ -497,3 +505,4 @@ class Prefetcher:
     def close(self) -> None:
         if self.cuda:
             self.worker.shutdown()
+        self._copy_graphs.clear()  # with the runner's graphs: freed at close, never mid-capture

@@ -17,6 +17,8 @@ seconds. The real chunked-prefill path is used for correctness tests and serving
 """
 from __future__ import annotations
 
+import contextlib
+import gc
 import math
 import time
 
@@ -413,7 +415,7 @@ class Runner:
                 self.pipe.begin_capture(B)
             self._capturing = True
             try:
-                with torch.cuda.graph(graph):
+                with no_gc(), torch.cuda.graph(graph):
                     logits, aux = self._decode_core(st["lanes"], slice(0, B * self.H), st["toks"], st["pos"],
                                                     st["sets"], None)
                     if self.pipe is not None:
@@ -616,3 +618,21 @@ class Runner:
         if self.pipe is not None:
             self.pipe.wait_all()
             self.pipe.close()
+        if self.graphs and self.device.type == "cuda":
+            torch.cuda.synchronize()
+        self.graphs.clear()  # freed now, not by a garbage collection in the middle of another engine's capture
+
+
+@contextlib.contextmanager
+def no_gc():
+    """No garbage collection inside: one that frees CUDA objects (a dropped engine's graphs, events, memory) during
+    a stream capture invalidates the capture ("operation failed due to a previous error during capture"). Collects
+    first, so a capture starts with no such garbage pending."""
+    gc.collect()
+    was = gc.isenabled()
+    gc.disable()
+    try:
+        yield
+    finally:
+        if was:
+            gc.enable()

@@ -9,7 +9,8 @@
 lowest TPOT p50 inside the real decode step). ``choose(concurrency)`` picks the entry whose concurrency is nearest
 to the engine's lane count (ties: the smaller concurrency) and returns ``(path, uva_programs)``; a host entry may
 also carry ``host_threads``, and any entry ``stream_priority`` ("normal" / "high": the side streams' CUDA priority
-that won; absent = normal) and ``copy_graph`` (false: the UVA copies inside the step's graph won; absent = true)
+that won; absent = normal) and ``copy_graph`` (true: the UVA copies as a graph of their own won; absent = false,
+inside the step's graph)
 (``explain`` returns the whole entry). Without a usable table the answer is the old
 default, UVA on 32 programs, with the reason in ``explain(...)["reason"]`` and a warning.
 
@@ -61,7 +62,7 @@ def load_table(table=None) -> dict:
             raise bad("host_threads must be an int >= 1")
         if c.get("stream_priority", "normal") not in PRIORITIES:
             raise bad(f"stream_priority must be one of {PRIORITIES}")
-        if not isinstance(c.get("copy_graph", True), bool):
+        if not isinstance(c.get("copy_graph", False), bool):
             raise bad("copy_graph must be true or false")
     return table
 
@@ -69,14 +70,14 @@ def load_table(table=None) -> dict:
 def explain(concurrency: int, table=None) -> dict:
     """The choice for ``concurrency`` lanes with its reason: ``{"path", "uva_programs", "host_threads",
     "stream_priority", "copy_graph", "entry", "reason"}`` (``host_threads`` None unless a host entry names it;
-    ``uva_programs`` None for host; ``stream_priority`` "normal" unless the entry says "high"; ``copy_graph`` True
-    unless the entry says false)."""
+    ``uva_programs`` None for host; ``stream_priority`` "normal" unless the entry says "high"; ``copy_graph`` False
+    unless the entry says true)."""
     try:
         tab = load_table(table)
     except (OSError, TableError) as e:
         path, progs = DEFAULT
         return {"path": path, "uva_programs": progs, "host_threads": None, "stream_priority": "normal",
-                "copy_graph": True, "entry": None,
+                "copy_graph": False, "entry": None,
                 "reason": f"no usable transfer table ({type(e).__name__}: {e}); default {path} on {progs} programs"}
     best = min(tab["choices"], key=lambda c: (abs(c["concurrency"] - concurrency), c["concurrency"]))
     path = best["path"]
@@ -84,7 +85,7 @@ def explain(concurrency: int, table=None) -> dict:
     src = tab.get("source", "?")
     prio = best.get("stream_priority", "normal")
     return {"path": path, "uva_programs": progs, "host_threads": best.get("host_threads") if path == "host" else None,
-            "stream_priority": prio, "copy_graph": best.get("copy_graph", True), "entry": best,
+            "stream_priority": prio, "copy_graph": best.get("copy_graph", False), "entry": best,
             "reason": f"table entry for concurrency {best['concurrency']} (nearest to {concurrency}): {path}"
                       + (f" on {progs} programs" if path == "uva" else "")
                       + (f", side streams at {prio} priority" if prio != "normal" else "")

@@ -44,13 +44,14 @@ def _assert_slots_hold_their_blocks(eng) -> int:
     return checked
 
 
-@pytest.mark.parametrize("graph, prio, cg", [(False, "normal", True), (True, "normal", True), (True, "high", True),
-                                             (True, "normal", False)])
-def test_mapping_matches_slots_on_gpu(graph, prio, cg):
+@pytest.mark.parametrize("graph, prio, cg, kern", [(False, "normal", "on", "loads"), (True, "normal", "on", "loads"),
+                                                   (True, "high", "on", "loads"), (True, "normal", "off", "loads"),
+                                                   (True, "normal", "off", "tma")])
+def test_mapping_matches_slots_on_gpu(graph, prio, cg, kern):
     c = cfg("lookahead", "cuda", top_k=3, fetch_ratio=0.67, max_context=900, max_lanes=2, transfer="uva",
-            cuda_graph=graph, stream_priority=prio, copy_graph=cg)
+            cuda_graph=graph, stream_priority=prio, copy_graph=cg, uva_kernel=kern)
     eng = Engine(c)
-    assert eng.runner.pipe.copy_graph == cg
+    assert eng.runner.pipe.copy_graph == (cg == "on")
     for p in prompts(2, (40, 65)):
         eng.add_request(p, SamplingParams(max_tokens=700))
     steps = 0
@@ -145,9 +146,9 @@ def test_uva_copy_graphs_equal_copies_inside_the_step_graph():
     events) give the logits, tokens and mapping of the same copies captured inside the step's graph."""
     ps = prompts(11, (90, 120, 64))
     kw = dict(top_k=3, fetch_ratio=0.67, transfer="uva", cuda_graph=True)
-    ref, out_ref = run_logits(cfg("lookahead", "cuda", copy_graph=False, **kw), ps, 40)
+    ref, out_ref = run_logits(cfg("lookahead", "cuda", copy_graph="off", **kw), ps, 40)
     seen = []
-    got, out = run_logits(cfg("lookahead", "cuda", copy_graph=True, **kw), ps, 40, runner_hook=seen.append)
+    got, out = run_logits(cfg("lookahead", "cuda", copy_graph="on", **kw), ps, 40, runner_hook=seen.append)
     assert seen[0].pipe.copy_graph and seen[0].pipe._copy_graphs  # the steps' copies ran as graphs of their own
     assert out == out_ref
     for rid in ref:

@@ -49,9 +49,9 @@ def test_stream_priority_of_an_entry_is_carried_and_checked():
     assert tc.explain(8, tab)["stream_priority"] == "high" and "high priority" in tc.explain(8, tab)["reason"]
     assert tc.explain(64, tab)["stream_priority"] == "normal"  # absent: normal
     bad = dict(TABLE, choices=[dict(TABLE["choices"][0], stream_priority="urgent")])
-    assert tc.explain(8, tab)["copy_graph"] is True  # absent: true
-    ig = dict(TABLE, choices=[dict(TABLE["choices"][0], copy_graph=False)])
-    assert tc.explain(8, ig)["copy_graph"] is False
+    assert tc.explain(8, tab)["copy_graph"] is False  # absent: false (inside the step's graph)
+    cg = dict(TABLE, choices=[dict(TABLE["choices"][0], copy_graph=True)])
+    assert tc.explain(8, cg)["copy_graph"] is True
     assert "copy_graph must be" in tc.explain(8, dict(TABLE, choices=[dict(TABLE["choices"][0], copy_graph=1)]))[
         "reason"]
     e = tc.explain(8, bad)
@@ -138,6 +138,8 @@ def test_stream_priority_auto_takes_the_tables_and_explicit_wins(tmp_path, monke
         assert Runner(ExecConfig(max_lanes=2, transfer="uva", **kw)).pipe.priority == "normal"  # no table: normal
     with pytest.raises(ValueError, match="stream_priority"):
         ExecConfig(stream_priority="urgent")
+    with pytest.raises(ValueError, match="copy_graph"):
+        ExecConfig(copy_graph=True)  # on | off | auto
 
 
 def test_gather_programs_follow_the_live_batch_under_auto(tmp_path, monkeypatch):
