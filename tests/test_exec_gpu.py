@@ -147,9 +147,14 @@ def test_uva_copy_graphs_equal_copies_inside_the_step_graph():
     ps = prompts(11, (90, 120, 64))
     kw = dict(top_k=3, fetch_ratio=0.67, transfer="uva", cuda_graph=True)
     ref, out_ref = run_logits(cfg("lookahead", "cuda", copy_graph="off", **kw), ps, 40)
-    seen = []
-    got, out = run_logits(cfg("lookahead", "cuda", copy_graph="on", **kw), ps, 40, runner_hook=seen.append)
-    assert seen[0].pipe.copy_graph and seen[0].pipe._copy_graphs  # the steps' copies ran as graphs of their own
+    launched = []  # per replay: whether its copies went out as a copy graph (close() frees them, so count here)
+
+    def hook(r):
+        orig = r.pipe.after_replay
+        r.pipe.after_replay = lambda key: (launched.append(key in r.pipe._copy_graphs), orig(key))
+
+    got, out = run_logits(cfg("lookahead", "cuda", copy_graph="on", **kw), ps, 40, runner_hook=hook)
+    assert launched and all(launched)  # every replayed step's copies ran as a graph of their own
     assert out == out_ref
     for rid in ref:
         for a, b in zip(ref[rid], got[rid]):
