@@ -6,6 +6,7 @@
 | ``block_score``    | Quest upper-bound score of every block of every KV head against the min/max summaries |
 | ``summary_update`` | min/max of one block's keys written into the summary tensors |
 | ``gather``         | host->GPU copy into slots: persistent direct-read (UVA) kernel; host-side staging + scatter |
+| ``gather_tma``     | experimental: the direct-read gather with TMA tile loads (measured slower in the step; not used) |
 | ``paged_attn``     | paged dense decode attention (dense baseline), split-K, GQA |
 | ``splitk``         | the reduction that merges split-K partial results (shared by both attentions) |
 | ``fused_ops``      | one-launch RMSNorm, residual add + RMSNorm, q/k norm + RoPE + v copy, SwiGLU (the decoder layer) |
