@@ -39,7 +39,6 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import re
 import sys
 import time
 from collections import defaultdict
@@ -87,11 +86,7 @@ def plan(a) -> list:
         for p in a.programs:
             for kern in a.uva_kernels:  # tma: the experimental TMA gather (config uva{p}-tma)
                 add(n, f"uva{p}" + ("-tma" if kern == "tma" else ""), False,
-                    dict(transfer="uva", uva_programs=p, uva_kernel=kern, host_every=0))
-            for e in a.host_every:  # a host share: every e-th item by the host path (config uva{p}-h{e})
-                tpot.append((f"c{n}-uva{p}-h{e}-graph", n, f"uva{p}-h{e}", "graph", "transfer",
-                             dict(transfer="uva", uva_programs=p, host_every=e, host_threads=a.share_threads,
-                                  cuda_graph=True, copy_graph="off")))
+                    dict(transfer="uva", uva_programs=p, uva_kernel=kern))
         tpot.append((f"c{n}-notransfer-eager", n, "notransfer", "eager", "reference",
                      dict(transfer="uva", no_transfer=True, cuda_graph=False)))
         for t in a.threads:
@@ -159,8 +154,7 @@ def run(a) -> int:
                              kv_budget_gb=a.kv_budget_gb, host_kv_gb=gb, max_lanes=n, **kw)
             rec = run_bench(cfg, a.context, n, a.steps, a.warmup, host_fill=False)
             rec.update(meta, status="ok", wall_s=round(time.perf_counter() - t1, 1), cuda_graph=cfg.cuda_graph,
-                       profile=cfg.profile,
-                       host_threads=cfg.host_threads if cfg.transfer == "host" or rec.get("host_every") else None)
+                       profile=cfg.profile, host_threads=cfg.host_threads if cfg.transfer == "host" else None)
             if rec["concurrency"] < n:
                 rec["status_note"] = f"admitted {rec['concurrency']} of {n}"
             st = rec.get("stage_ms_per_step") or {}
@@ -215,22 +209,19 @@ def summarize_records(recs: list) -> dict:
                 continue
             conf, ex = r["config"], r["exec"]
             base = conf.split("-")[0]  # uva16 of uva16-hi
-            m = re.search(r"-h(\d+)", conf)  # uva16-h8: a host share of every 8th item
-            every = int(m.group(1)) if m else 0
             row = {"label": r["label"], "config": conf, "exec": ex, "role": r["role"], "tpot_ms": r["tpot_ms_p50"],
                    "throughput_tok_s": r["throughput_tok_s"], "admitted": r.get("concurrency"),
                    "path": "host" if conf.startswith("host") else "uva" if conf.startswith("uva") else None,
                    "stream_priority": r.get("stream_priority") or ("high" if "-hi" in conf else "normal"),
-                   "copy_graph": not conf.endswith("-ig") and not every,  # a host share runs in the step's graph
+                   "copy_graph": not conf.endswith("-ig"),
                    "uva_kernel": "tma" if "-tma" in conf else "loads" if conf.startswith("uva") else None,
-                   "host_every": every,
                    "uva_programs": r.get("uva_programs") if conf.startswith("uva") else None,
-                   "host_threads": r.get("host_threads") if conf.startswith("host") or every else None,
+                   "host_threads": r.get("host_threads") if conf.startswith("host") else None,
                    "exposed_ms": None, "copy_ms": None, "gb_s": None, "mb_step": None, "hidden": None,
                    "hidden_profiled": None, "cpu_gather_ms": None}
             if row["path"] == "uva" and row["uva_programs"] is None:
                 row["uva_programs"] = int(base[3:])
-            if row["path"] == "host" and row["host_threads"] is None:  # (a host share's come from its record)
+            if row["path"] == "host" and row["host_threads"] is None:
                 row["host_threads"] = int(base[4:])
             if r["role"] == "transfer":
                 ref = refs.get(ex)
@@ -273,7 +264,7 @@ def choice_table(summary: dict, recs: list, source: str) -> dict:
         ref = summary[n]["refs"].get(w["exec"])
         choices.append({"concurrency": n, "path": w["path"], "uva_programs": w["uva_programs"],
                         "host_threads": w["host_threads"], "stream_priority": w["stream_priority"],
-                        "copy_graph": w["copy_graph"], "host_every": w["host_every"],
+                        "copy_graph": w["copy_graph"],
                         "tpot_ms": round(w["tpot_ms"], 3),
                         "no_transfer_tpot_ms": round(ref, 3) if ref is not None else None,
                         "throughput_tok_s": round(w["throughput_tok_s"], 1), "label": w["label"], "exec": w["exec"]})
@@ -332,15 +323,13 @@ def summarize(inp: str, prefix: str, table_out: str | None = None) -> dict:
     lines += ["## The engine's choice (`transfer=auto`)", "",
               "`oasis_exec.transfer_choice.choose(lanes)` takes the entry with the nearest concurrency (ties: the "
               "smaller).", "",
-              "| concurrency | path | UVA programs | host threads | side streams | copy graph | host share | "
-              "TPOT p50 ms | no-transfer ms | exec |",
-              "| ---: | --- | ---: | ---: | --- | --- | --- | ---: | ---: | --- |"]
+              "| concurrency | path | UVA programs | host threads | side streams | copy graph | TPOT p50 ms | "
+              "no-transfer ms | exec |",
+              "| ---: | --- | ---: | ---: | --- | --- | ---: | ---: | --- |"]
     for c in table["choices"]:
         cg = "–" if c["path"] != "uva" else "on" if c.get("copy_graph") else "off"
-        share = f"1/{c['host_every']}" if c.get("host_every") else "–"
         lines.append(f"| {c['concurrency']} | {c['path']} | {c['uva_programs'] or '–'} | "
-                     f"{c['host_threads'] or '–'} | {c.get('stream_priority', 'normal')} | {cg} | {share} | "
-                     f"{_f(c['tpot_ms'])} | "
+                     f"{c['host_threads'] or '–'} | {c.get('stream_priority', 'normal')} | {cg} | {_f(c['tpot_ms'])} | "
                      f"{_f(c['no_transfer_tpot_ms'])} | "
                      f"{c['exec']} |")
     tpath = table_out or f"{prefix}_table.json"
@@ -367,9 +356,6 @@ def main(argv=None) -> int:
                     help="side-stream priorities to run each transferring config at: normal,high")
     ap.add_argument("--uva-kernels", type=lambda x: [v for v in x.split(",") if v], default=["loads"],
                     help="the UVA gather's kernels to run: loads,tma (tma configs end in -tma)")
-    ap.add_argument("--host-every", type=ints, default=[],
-                    help="UVA with a host share: every N-th item by the host path, graph runs (configs uva{p}-h{N})")
-    ap.add_argument("--share-threads", type=int, default=16, help="host threads of the host share's worker")
     ap.add_argument("--in-graph", action="store_true",
                     help="also run each UVA config with its copies inside the step's graph (copy_graph off)")
     ap.add_argument("--steps", type=int, default=12)

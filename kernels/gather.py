@@ -57,10 +57,9 @@ def _host_arg(t: torch.Tensor):
 def uva_gather_kernel(
     HK, HV, SRC_BLK, SRC_HEAD, DST, COUNT, KS, VS, n_items,
     stride_hkb, stride_hkh, stride_hvb, stride_hvh, stride_ks, stride_vs,
-    CHUNK: tl.constexpr, IPI: tl.constexpr, NPROG: tl.constexpr, HAS_COUNT: tl.constexpr, SKIP: tl.constexpr,
+    CHUNK: tl.constexpr, IPI: tl.constexpr, NPROG: tl.constexpr, HAS_COUNT: tl.constexpr,
 ):
-    """Persistent: program p copies items p*IPI.., (p+NPROG)*IPI.., ...; one item = one (block, head) of K and V.
-    SKIP > 0: items i with i % SKIP == 0 are left out (another path copies them)."""
+    """Persistent: program p copies items p*IPI.., (p+NPROG)*IPI.., ...; one item = one (block, head) of K and V."""
     pid = tl.program_id(0)
     n = n_items
     if HAS_COUNT:
@@ -74,8 +73,6 @@ def uva_gather_kernel(
         hd = tl.load(SRC_HEAD + i, mask=in_list, other=0)
         dst = tl.load(DST + i, mask=in_list, other=-1)
         live = (blk >= 0) & (dst >= 0)
-        if SKIP > 0:
-            live = live & (i % SKIP != 0)
         blk64 = tl.where(live, blk, 0).to(tl.int64)
         hd64 = tl.where(live, hd, 0).to(tl.int64)
         dst64 = tl.where(live, dst, 0).to(tl.int64)
@@ -97,12 +94,10 @@ def _check_pool_and_slots(host_k, host_v, k_slots, v_slots):
 
 
 def uva_gather(host_k, host_v, src_block, src_head, dst_slot, k_slots, v_slots, count=None, n_programs=16,
-               items_per_iter=2, num_warps=4, skip_every=0):
+               items_per_iter=2, num_warps=4):
     """Direct-read gather of ``src (block, head)`` of the pinned host pool into ``dst_slot`` of the GPU slots.
 
     Launches ``n_programs`` persistent programs; no host synchronisation (the list and ``count`` stay on the GPU).
-    ``skip_every`` > 0: items ``i`` with ``i % skip_every == 0`` are skipped (the host path takes them:
-    ``ExecConfig.host_every``).
     """
     nb, Hkv, BS, D = _check_pool_and_slots(host_k, host_v, k_slots, v_slots)
     dev = k_slots.device
@@ -121,8 +116,7 @@ def uva_gather(host_k, host_v, src_block, src_head, dst_slot, k_slots, v_slots, 
         _host_arg(host_k), _host_arg(host_v), src_block, src_head, dst_slot,
         count if count is not None else src_block, k_slots, v_slots, C,
         host_k.stride(0), host_k.stride(1), host_v.stride(0), host_v.stride(1), k_slots.stride(0), v_slots.stride(0),
-        CHUNK=BS * D, IPI=items_per_iter, NPROG=n_programs, HAS_COUNT=count is not None, SKIP=skip_every,
-        num_warps=num_warps,
+        CHUNK=BS * D, IPI=items_per_iter, NPROG=n_programs, HAS_COUNT=count is not None, num_warps=num_warps,
     )
 
 

@@ -35,7 +35,6 @@ def _engine_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--stream-priority", default="auto", help=h["stream_priority"])
     p.add_argument("--copy-graph", default="auto", help=h["copy_graph"])
     p.add_argument("--uva-kernel", default="loads", help=h["uva_kernel"])
-    p.add_argument("--host-every", type=int, default=None, help=h["host_every"])
     p.add_argument("--no-transfer", action="store_true", help=h["no_transfer"])
     p.add_argument("--seed", type=int, default=0, help=h["seed"])
     p.add_argument("--profile", action="store_true", help=h["profile"])
@@ -53,8 +52,7 @@ def _config(a, max_context: int) -> ExecConfig:
                       max_context=max_context, kv_budget_gb=a.kv_budget_gb, host_kv_gb=a.host_kv_gb,
                       max_lanes=a.max_lanes, transfer=a.transfer, host_threads=a.host_threads,
                       uva_programs=a.uva_programs, stream_priority=a.stream_priority, copy_graph=a.copy_graph,
-                      uva_kernel=a.uva_kernel, host_every=a.host_every, no_transfer=a.no_transfer, seed=a.seed,
-                      profile=a.profile,
+                      uva_kernel=a.uva_kernel, no_transfer=a.no_transfer, seed=a.seed, profile=a.profile,
                       cuda_graph=not a.no_cuda_graph, fused_ops=not a.no_fused_ops,
                       synthetic=json.loads(a.synthetic) if a.synthetic else None)
 

@@ -149,7 +149,6 @@ def run_bench(cfg: ExecConfig, context: int, concurrency: int, steps: int, warmu
         else None,  # the programs the steps of n lanes used
         "stream_priority": runner.pipe.priority if runner.pipe is not None else None,
         "uva_kernel": cfg.uva_kernel if runner.pipe is not None and runner.pipe.path == "uva" else None,
-        "host_every": runner.pipe.host_every if runner.pipe is not None and runner.pipe.host_share else 0,
         "copy_graph": bool(runner.pipe is not None and runner.pipe.copy_graph and runner.graphs),
         "no_transfer": cfg.no_transfer, "fetch_ratio": cfg.fetch_ratio, "top_k": cfg.top_k,
         "model": cfg.model_path or cfg.model, "dummy_weights": cfg.model_path is None,

@@ -43,10 +43,6 @@ class ExecConfig:
                                 "measured table)")
     uva_kernel: str = _f("loads", "the UVA gather's kernel: loads (kernels.gather.uva_gather, thread loads) | tma "
                                   "(experimental kernels.gather_tma: TMA tile loads from the pinned pool)")
-    host_every: int | None = _f(None, "UVA path under CUDA graphs: every N-th item of each layer's copy list goes by "
-                                      "the host path (CPU gather into pinned staging + DMA) beside the UVA gather, for "
-                                      "link bandwidth the gather leaves; 0 = none; None = the measured table's with "
-                                      "transfer=auto, else 0")
     stream_priority: str = _f("auto", "CUDA priority of the prediction and copy streams: normal | high (their "
                                       "kernels are scheduled ahead of the step's waiting ones) | auto (the measured "
                                       "table's choice with transfer=auto, else normal)")
@@ -84,10 +80,6 @@ class ExecConfig:
             bad("stream_priority", f"must be one of {PRIORITIES}")
         if self.uva_kernel not in ("loads", "tma"):
             bad("uva_kernel", "must be loads or tma")
-        if self.host_every is not None and (not isinstance(self.host_every, int) or self.host_every < 0):
-            bad("host_every", "must be None or an int >= 0")
-        if self.host_every and self.uva_kernel == "tma":
-            bad("host_every", "the TMA gather takes no host share")
         if self.copy_graph not in SWITCHES:
             bad("copy_graph", f"must be one of {SWITCHES}")
         if self.dtype not in ("bfloat16", "float32"):

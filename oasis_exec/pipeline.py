@@ -17,9 +17,7 @@ priority of both side streams, ``ExecConfig.stream_priority`` or the table's):
   each replay of the step (``after_replay``) and tied to it by the same external events as the host path's graph
   mode: a layer's copy may then run past the end of its step, until that layer of the next step; inside the step's
   graph (off; measured faster on the H200, where the gather copies faster alone than beside the step's kernels) every
-  copy must end before the step does. With ``host_every`` N > 0 (``host_share``, under graphs) every N-th item of a
-  layer's list goes by the host path's worker (external events, as its graph mode) and the gather skips it: the
-  copy engines then use link bandwidth the gather leaves.
+  copy must end before the step does.
 - ``host``: the copy list (flat pool rows, destinations) goes to pinned memory, a worker thread waits for it and
   gathers the blocks into the layer's pinned staging buffer with one ``index_select`` per K/V on its own
   ``host_threads`` torch intra-op threads (``kernels.gather.host_gather_stage``), one DMA per K/V moves them, ``scatter_slots``
@@ -71,7 +69,6 @@ class Prefetcher:
         # (oasis_exec/transfer_choice.py, oasis_exec/transfer_table.json).
         self.path, self.uva_programs, self.host_threads = cfg.transfer, cfg.uva_programs, cfg.host_threads
         self.priority = "normal" if cfg.stream_priority == "auto" else cfg.stream_priority
-        self.host_every = cfg.host_every or 0
         self.choice = None
         self._programs_by_batch = {}  # auto: the table's UVA programs per live batch (gather_programs)
         if cfg.transfer == "auto":
@@ -85,12 +82,8 @@ class Prefetcher:
             self.path = c["path"]
             if cfg.stream_priority == "auto":
                 self.priority = c["stream_priority"]
-            if cfg.host_every is None:
-                self.host_every = c["host_every"]
             if self.path == "uva":
                 self.uva_programs = c["uva_programs"]
-                if c["host_threads"] and cfg.host_every is None:  # the threads its host share was measured with
-                    self.host_threads = c["host_threads"]
             elif cfg.mode == "retrieval":  # copies on the critical path (fetch_now): no host-staged version there
                 self.path = "uva"
             elif c["host_threads"]:
@@ -119,7 +112,6 @@ class Prefetcher:
         self._lists = [bufs() for _ in range(L if cfg.mode in ("proxy", "lookahead") else 1)]
         self.graph_host = False  # the host path captured in CUDA graphs (set below when torch has external events)
         self.copy_graph = False  # UVA under graphs: the copies in a graph of their own (set below, likewise)
-        self.host_share = False  # UVA under graphs: every host_every-th item by the host path (set below, likewise)
         self._capture_key, self._graph_layers, self._copy_graphs = None, {}, {}
         if self.cuda:
             # high: the side streams' blocks are scheduled ahead of the main stream's waiting ones (a layer's
@@ -131,18 +123,14 @@ class Prefetcher:
 
             # the host path's worker: one thread gathering with self.host_threads torch intra-op threads of its own
             # (no Python pool: every extra torch call or thread hand-off re-takes the GIL from the main thread)
-            split = self.path == "uva" and self.host_every > 0
-            self.worker = gather_thread(self.host_threads) if self.path == "host" or split \
-                else ThreadPoolExecutor(max_workers=1)
+            self.worker = gather_thread(self.host_threads) if self.path == "host" else ThreadPoolExecutor(max_workers=1)
             cap = store.B * store.H * max(max_cap, 1)
             self._stagers = []
             # external events between a captured step and the copies outside it: the host path's graph mode
-            # (graph_host), the UVA path's copy graphs (copy_graph) or its split with the host path (host_share);
-            # the layers captured per graph key
-            cg = not split and (cfg.copy_graph == "on"
-                                or (cfg.copy_graph == "auto" and (self.choice or {}).get("copy_graph", False)))
+            # (graph_host) and the UVA path's copy graphs (copy_graph); the layers captured per graph key
             if cfg.mode in ("proxy", "lookahead") and not cfg.profile and not cfg.no_transfer \
-                    and (self.path == "host" or cg or split):
+                    and (self.path == "host" or cfg.copy_graph == "on"
+                         or (cfg.copy_graph == "auto" and (self.choice or {}).get("copy_graph", False))):
                 try:
                     self.planned_x = [torch.cuda.Event(external=True) for _ in range(L)]
                     self.copied_x = [torch.cuda.Event(external=True) for _ in range(L)]
@@ -153,8 +141,7 @@ class Prefetcher:
                         for e in self.copied_x:  # created now: a wait on a never-created event captures nothing
                             e.record()
                     self.graph_host = self.path == "host"
-                    self.copy_graph = cg
-                    self.host_share = split
+                    self.copy_graph = self.path == "uva"
             for _ in range(L if cfg.mode in ("proxy", "lookahead") else 0):  # one per layer: reused a step later, after wait(layer) joined its job
                 from kernels.gather import HostStager
 
@@ -171,8 +158,7 @@ class Prefetcher:
         """Make the current stream wait for layer ``layer``'s outstanding transfer (``external``: under capture in
         the host path's graph mode or with UVA copy graphs, also for the previous step's copies, outside the
         graph)."""
-        if external and self.cuda and (self.graph_host or self.copy_graph or self.host_share) \
-                and not self.cfg.no_transfer \
+        if external and self.cuda and (self.graph_host or self.copy_graph) and not self.cfg.no_transfer \
                 and torch.cuda.is_current_stream_capturing():
             torch.cuda.current_stream().wait_event(self.copied_x[layer])  # recorded by the worker, a step earlier
         fut = self.jobs[layer]
@@ -329,9 +315,7 @@ class Prefetcher:
                 self._graph_layers.setdefault(self._capture_key, []).append(
                     (layer, (src, head, dst, self.gather_programs(lanes.shape[0]))))
                 return
-            # host_share under capture: the worker copies every host_every-th item, the UVA gather the rest
-            split = self.host_share and torch.cuda.is_current_stream_capturing()
-            if self.path == "uva" and not split:
+            if self.path == "uva":
                 planned = ev(); planned.record()
             else:
                 stg = self._stagers[layer]
@@ -341,20 +325,18 @@ class Prefetcher:
                 stg.src[1, :n].copy_(dst, non_blocking=True)
                 if torch.cuda.is_current_stream_capturing():  # graph mode: the worker starts after each replay
                     self.planned_x[layer].record()
+                    joined = torch.cuda.Event()
+                    joined.record()
+                    self.done[layer] = joined  # the prediction stream rejoins the main stream by the capture's end
                     self._graph_layers.setdefault(self._capture_key, []).append((layer, n))
-                    if not split:
-                        joined = torch.cuda.Event()
-                        joined.record()
-                        self.done[layer] = joined  # the prediction stream rejoins the main stream by the capture's end
-                        return
+                    return
                 planned = torch.cuda.Event()
                 planned.record()
         if self.path == "uva":
             with torch.cuda.stream(self.s_copy):
                 self.s_copy.wait_event(planned)
                 t0 = ev(); t0.record()
-                self._gather(layer, src, head, dst, self.gather_programs(lanes.shape[0]),
-                             self.host_every if split else 0)
+                self._gather(layer, src, head, dst, self.gather_programs(lanes.shape[0]))
                 t1 = ev(); t1.record()
             if not prealloc:  # plan_select's lists live in buffers allocated once: nothing to hand across
                 self._cross_stream(self.s_copy, src, head, dst)
@@ -364,10 +346,9 @@ class Prefetcher:
         else:
             self.jobs[layer] = self.worker.submit(self._host_job, layer, stg, n, planned)
 
-    def _gather(self, layer, src, head, dst, programs, skip_every=0) -> None:
+    def _gather(self, layer, src, head, dst, programs) -> None:
         """The UVA path's copy of one layer's list on the current stream: ``kernels.gather.uva_gather`` (thread
-        loads; ``skip_every``: items the host path takes), or with ``uva_kernel="tma"`` the experimental
-        ``kernels.gather_tma.tma_gather`` (TMA tile loads; never with a host share, ``ExecConfig`` refuses it)."""
+        loads), or with ``uva_kernel="tma"`` the experimental ``kernels.gather_tma.tma_gather`` (TMA tile loads)."""
         args = (self.host.k[layer], self.host.v[layer], src, head, dst, self.store.k[layer], self.store.v[layer])
         if self.cfg.uva_kernel == "tma":
             from kernels.gather_tma import tma_gather
@@ -376,7 +357,7 @@ class Prefetcher:
         else:
             from kernels.gather import uva_gather
 
-            uva_gather(*args, n_programs=programs, skip_every=skip_every)
+            uva_gather(*args, n_programs=programs)
 
     def gather_programs(self, batch: int) -> int:
         """UVA gather programs for a step of ``batch`` lanes. ``transfer="auto"``: the measured table's choice for
@@ -445,20 +426,18 @@ class Prefetcher:
             for layer, _ in self._graph_layers[key]:
                 self.done[layer] = self.copied_x[layer]
             return
-        every = self.host_every if self.host_share else 0  # host share: the worker's items of the list
         for layer, n in self._graph_layers.get(key, ()):
             self.jobs[layer] = self.worker.submit(self._host_job, layer, self._stagers[layer], n,
-                                                  self.planned_x[layer], self.copied_x[layer], every)
+                                                  self.planned_x[layer], self.copied_x[layer])
 
-    def _host_job(self, layer, stg, n, planned, end=None, every=0):
+    def _host_job(self, layer, stg, n, planned, end=None):
         """Gather layer ``layer``'s blocks on the CPU once ``planned`` fired, then DMA + scatter them on the copy
-        stream; ``end`` (graph mode: the external ``copied_x[layer]``) is recorded after them, else a new event.
-        ``every`` > 0 (host share): only the list's items ``0, every, 2 * every, ...`` (the UVA gather skips them)."""
+        stream; ``end`` (graph mode: the external ``copied_x[layer]``) is recorded after them, else a new event."""
         from kernels.gather import host_gather_stage
 
         planned.synchronize()
         t_start = time.perf_counter()
-        ids = stg.src[:, :n:every] if every else stg.src[:, :n]
+        ids = stg.src[:, :n]
         live = ids[0] >= 0
         flat, dst = ids[0][live], ids[1][live]
         m = int(flat.shape[0])

@@ -10,8 +10,8 @@ lowest TPOT p50 inside the real decode step). ``choose(concurrency)`` picks the 
 to the engine's lane count (ties: the smaller concurrency) and returns ``(path, uva_programs)``; a host entry may
 also carry ``host_threads``, and any entry ``stream_priority`` ("normal" / "high": the side streams' CUDA priority
 that won; absent = normal) and ``copy_graph`` (true: the UVA copies as a graph of their own won; absent = false,
-inside the step's graph) and ``host_every`` (N > 0: every N-th item of a UVA entry's copy list went by the host
-path beside the gather; absent = 0) (``explain`` returns the whole entry). Without a usable table the answer is the old
+inside the step's graph)
+(``explain`` returns the whole entry). Without a usable table the answer is the old
 default, UVA on 32 programs, with the reason in ``explain(...)["reason"]`` and a warning.
 
 torch-free: only json.
@@ -64,16 +64,12 @@ def load_table(table=None) -> dict:
             raise bad(f"stream_priority must be one of {PRIORITIES}")
         if not isinstance(c.get("copy_graph", False), bool):
             raise bad("copy_graph must be true or false")
-        e = c.get("host_every", 0)
-        if not isinstance(e, int) or isinstance(e, bool) or e < 0:
-            raise bad("host_every must be an int >= 0")
     return table
 
 
 def explain(concurrency: int, table=None) -> dict:
     """The choice for ``concurrency`` lanes with its reason: ``{"path", "uva_programs", "host_threads",
-    "stream_priority", "copy_graph", "host_every", "entry", "reason"}`` (``host_threads`` None unless a host entry,
-    or a UVA entry with a host share, names it;
+    "stream_priority", "copy_graph", "entry", "reason"}`` (``host_threads`` None unless a host entry names it;
     ``uva_programs`` None for host; ``stream_priority`` "normal" unless the entry says "high"; ``copy_graph`` False
     unless the entry says true)."""
     try:
@@ -81,18 +77,15 @@ def explain(concurrency: int, table=None) -> dict:
     except (OSError, TableError) as e:
         path, progs = DEFAULT
         return {"path": path, "uva_programs": progs, "host_threads": None, "stream_priority": "normal",
-                "copy_graph": False, "host_every": 0, "entry": None,
+                "copy_graph": False, "entry": None,
                 "reason": f"no usable transfer table ({type(e).__name__}: {e}); default {path} on {progs} programs"}
     best = min(tab["choices"], key=lambda c: (abs(c["concurrency"] - concurrency), c["concurrency"]))
     path = best["path"]
     progs = best["uva_programs"] if path == "uva" else None
     src = tab.get("source", "?")
     prio = best.get("stream_priority", "normal")
-    every = best.get("host_every", 0) if path == "uva" else 0
-    return {"path": path, "uva_programs": progs,
-            "host_threads": best.get("host_threads") if path == "host" or every else None,
-            "stream_priority": prio, "copy_graph": best.get("copy_graph", False),
-            "host_every": every, "entry": best,
+    return {"path": path, "uva_programs": progs, "host_threads": best.get("host_threads") if path == "host" else None,
+            "stream_priority": prio, "copy_graph": best.get("copy_graph", False), "entry": best,
             "reason": f"table entry for concurrency {best['concurrency']} (nearest to {concurrency}): {path}"
                       + (f" on {progs} programs" if path == "uva" else "")
                       + (f", side streams at {prio} priority" if prio != "normal" else "")

@@ -143,20 +143,3 @@ def test_gather_thread_owns_its_thread_count():
     assert ex.submit(torch.get_num_threads).result() == 1
     assert torch.get_num_threads() == before
     ex.shutdown()
-
-
-@pytest.mark.parametrize("every", [1, 3])
-def test_uva_gather_skip_every_leaves_those_items_to_the_host_path(every):
-    """skip_every=K copies every item but those with i % K == 0 (ExecConfig.host_every: the host path copies them)."""
-    n_host, Hkv, BS, D, n_slots, C = 9, 2, 4, 16, 20, 13
-    host_k, host_v, k_slots, v_slots = make_pool(n_host, Hkv, BS, D, n_slots, seed=every)
-    sb, sh, ds = random_list(C, n_host, Hkv, n_slots, torch.Generator().manual_seed(every))
-    keep = torch.tensor([i % every != 0 for i in range(C)])
-    want_k, want_v = k_slots.cpu().clone(), v_slots.cpu().clone()
-    gather_ref(host_k, host_v, torch.where(keep, sb, -1), sh, ds, want_k, want_v)
-    pin = (lambda t: t.to(DEV)) if DEV == "cpu" else (lambda t: t.pin_memory())
-    uva_gather(pin(host_k), pin(host_v), sb.to(DEV), sh.to(DEV), ds.to(DEV), k_slots, v_slots, n_programs=2,
-               skip_every=every)
-    assert torch.equal(k_slots.cpu().isnan(), want_k.isnan())
-    assert torch.equal(k_slots.cpu().nan_to_num(), want_k.nan_to_num())
-    assert torch.equal(v_slots.cpu().nan_to_num(), want_v.nan_to_num())

@@ -54,11 +54,6 @@ def test_stream_priority_of_an_entry_is_carried_and_checked():
     assert tc.explain(8, cg)["copy_graph"] is True
     assert "copy_graph must be" in tc.explain(8, dict(TABLE, choices=[dict(TABLE["choices"][0], copy_graph=1)]))[
         "reason"]
-    share = dict(TABLE, choices=[dict(TABLE["choices"][0], host_every=4, host_threads=16)])
-    assert (tc.explain(8, share)["host_every"], tc.explain(8, share)["host_threads"]) == (4, 16)
-    assert tc.explain(8, TABLE)["host_every"] == 0 and tc.explain(8, TABLE)["host_threads"] is None
-    assert "host_every must be" in tc.explain(8, dict(TABLE, choices=[dict(TABLE["choices"][0], host_every=-1)]))[
-        "reason"]
     e = tc.explain(8, bad)
     assert e["entry"] is None and e["stream_priority"] == "normal" and "stream_priority must be one of" in e["reason"]
 
@@ -145,16 +140,6 @@ def test_stream_priority_auto_takes_the_tables_and_explicit_wins(tmp_path, monke
         ExecConfig(stream_priority="urgent")
     with pytest.raises(ValueError, match="copy_graph"):
         ExecConfig(copy_graph=True)  # on | off | auto
-    with pytest.raises(ValueError, match="host_every"):
-        ExecConfig(host_every=-2)
-    with pytest.raises(ValueError, match="no host share"):
-        ExecConfig(host_every=4, uva_kernel="tma")
-    share = dict(TABLE, choices=[dict(TABLE["choices"][0], host_every=4, host_threads=12)])
-    _use_table(tmp_path, monkeypatch, share)
-    with torch.inference_mode():
-        p = Runner(ExecConfig(max_lanes=2, **kw)).pipe
-        assert (p.host_every, p.host_threads, p.host_share) == (4, 12, False)  # no CUDA: the share never runs
-        assert Runner(ExecConfig(max_lanes=2, host_every=0, **kw)).pipe.host_every == 0  # explicit wins
 
 
 def test_gather_programs_follow_the_live_batch_under_auto(tmp_path, monkeypatch):
@@ -222,7 +207,6 @@ def test_summarize_arithmetic_on_fabricated_records(tmp_path):
         _rec("c64-uva4-graph", 64, "uva4", "graph", "transfer", 200.0),  # no profiled run: no hidden figure
         _rec("c64-uva4-hi-graph", 64, "uva4-hi", "graph", "transfer", 150.0, uva_programs=4),
         _rec("c64-uva4-hi-ig-graph", 64, "uva4-hi-ig", "graph", "transfer", 160.0, uva_programs=4),
-        _rec("c64-uva4-h8-graph", 64, "uva4-h8", "graph", "transfer", 98.0, uva_programs=4, host_threads=16),
         {"label": "c64-uva8-graph", "n": 64, "status": "error", "error": "RuntimeError: fabricated"},
     ]
     inp = tmp_path / "runs.jsonl"
@@ -243,18 +227,15 @@ def test_summarize_arithmetic_on_fabricated_records(tmp_path):
     assert (rows64["uva4-hi"]["stream_priority"], rows64["uva4-hi"]["uva_programs"]) == ("high", 4)
     assert rows64["uva4"]["stream_priority"] == "normal" and rows64["uva4"]["copy_graph"]
     assert rows64["uva4-hi-ig"]["stream_priority"] == "high" and rows64["uva4-hi-ig"]["copy_graph"] is False
-    assert rows64["uva4-h8"]["host_every"] == 8 and rows64["uva4-h8"]["host_threads"] == 16
-    assert rows64["uva4"]["host_every"] == 0 and rows64["uva4"]["host_threads"] is None
-    assert s[64]["winner"]["label"] == "c64-uva4-h8-graph"
+    assert s[64]["winner"]["label"] == "c64-host16-eager"
     md = (tmp_path / "out" / "tp.md").read_text()
     assert "FAKE GPU" in md and "`fab`" in md and "c64-uva8-graph" in md and "**uva8**" in md and "75%" in md
     table = json.loads((tmp_path / "out" / "tp_table.json").read_text())
     assert table["device"] == "FAKE GPU" and table["commit"] == "fab" and table["date"] == "2026-12-01"
-    assert [(c["concurrency"], c["path"], c["uva_programs"], c["host_threads"], c["host_every"])
-            for c in table["choices"]] == [(8, "uva", 8, None, 0), (64, "uva", 4, 16, 8)]
-    assert table["choices"][1]["no_transfer_tpot_ms"] == 30.0  # the graph reference
-    assert tc.choose(30, table) == ("uva", 8) and tc.choose(40, table) == ("uva", 4)
-    assert tc.explain(40, table)["host_every"] == 8
+    assert [(c["concurrency"], c["path"], c["uva_programs"], c["host_threads"]) for c in table["choices"]] == \
+        [(8, "uva", 8, None), (64, "host", None, 16)]
+    assert table["choices"][1]["no_transfer_tpot_ms"] == 100.0
+    assert tc.choose(30, table) == ("uva", 8) and tc.choose(40, table) == ("host", None)
     assert tc.load_table(str(tmp_path / "out" / "tp_table.json"))["choices"]
 
 
