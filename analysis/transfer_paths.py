@@ -213,7 +213,7 @@ def summarize_records(recs: list) -> dict:
                    "throughput_tok_s": r["throughput_tok_s"], "admitted": r.get("concurrency"),
                    "path": "host" if conf.startswith("host") else "uva" if conf.startswith("uva") else None,
                    "stream_priority": r.get("stream_priority") or ("high" if "-hi" in conf else "normal"),
-                   "copy_graph": not conf.endswith("-ig"),
+                   "copy_graph": conf.startswith("uva") and not conf.endswith("-ig"),
                    "uva_kernel": "tma" if "-tma" in conf else "loads" if conf.startswith("uva") else None,
                    "uva_programs": r.get("uva_programs") if conf.startswith("uva") else None,
                    "host_threads": r.get("host_threads") if conf.startswith("host") else None,

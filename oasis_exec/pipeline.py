@@ -115,7 +115,8 @@ class Prefetcher:
         self._capture_key, self._graph_layers, self._copy_graphs = None, {}, {}
         if self.cuda:
             # high: the side streams' blocks are scheduled ahead of the main stream's waiting ones (a layer's
-            # plan_select and gather do not queue behind a wide kernel of the step); CUDA maps -1 to its highest
+            # plan_select and gather do not queue behind a wide kernel of the step); -1 is above the main stream's 0,
+            # and torch graphs keep a captured kernel's priority (they instantiate with use-node-priority)
             prio = -1 if self.priority == "high" else 0
             self.s_pred = torch.cuda.Stream(device, priority=prio)
             self.s_copy = torch.cuda.Stream(device, priority=prio)
