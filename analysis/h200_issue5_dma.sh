@@ -13,7 +13,7 @@
 # table then holds the UVA choices again).
 set -u
 DEADLINE_S=${DEADLINE_S:-560}
-. "$(dirname "$0")/h200_lib.sh"  # OUT, PY, el/left/say/min, device_info
+. "$(dirname "$0")/h200_lib.sh"  # OUT, PY, el/left/say/min, device_info, table_from
 
 say "commit $OASIS_COMMIT"
 device_info
@@ -33,9 +33,7 @@ timeout -k 10 $(( B + 30 )) $PY -X faulthandler analysis/transfer_paths.py --out
 say "2. rc=${PIPESTATUS[0]}"
 
 say "3. summary -> oasis_exec/transfer_table.json"
-$PY analysis/transfer_paths.py --summarize "$OUT/transfer_paths.jsonl" "$OUT/transfer_paths" \
-  --table-out oasis_exec/transfer_table.json 2>&1 | tail -2
-cp oasis_exec/transfer_table.json "$OUT/transfer_table.json"
+table_from "$OUT/transfer_paths.jsonl" "$OUT/transfer_paths"
 
 B=$(( $(left) - 15 ))
 if [ "$B" -gt 40 ]; then
