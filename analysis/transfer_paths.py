@@ -90,7 +90,11 @@ def plan(a) -> list:
         tpot.append((f"c{n}-notransfer-eager", n, "notransfer", "eager", "reference",
                      dict(transfer="uva", no_transfer=True, cuda_graph=False)))
         for t in a.threads:
-            add(n, f"host{t}", True, dict(transfer="host", host_threads=t))
+            for kern in a.host_kernels:  # native: the C gather (config host{t}-nat)
+                for sw in a.switch_us:  # > 0: Python's switch interval in microseconds for the run (-sw{us})
+                    conf = f"host{t}" + ("-nat" if kern == "native" else "") + (f"-sw{sw}" if sw else "")
+                    add(n, conf, True, dict(transfer="host", host_threads=t, host_kernel=kern,
+                                            **({"_switch_us": sw} if sw else {})))
     return tpot + prof
 
 
@@ -147,6 +151,12 @@ def run(a) -> int:
         meta = {"label": label, "n": n, "config": conf, "exec": ex, "role": role}
         log(f"start {label}")
         t1 = time.perf_counter()
+        kw = dict(kw)
+        sw = kw.pop("_switch_us", None)
+        prev_sw = sys.getswitchinterval()
+        if sw:
+            sys.setswitchinterval(sw * 1e-6)
+            meta["switch_interval_us"] = sw
         try:
             cfg = ExecConfig(model=a.model, device=a.device, dtype="bfloat16" if cuda else "float32",
                              mode="lookahead", selection="synthetic", top_k=a.top_k, block_size=BS,
@@ -154,7 +164,8 @@ def run(a) -> int:
                              kv_budget_gb=a.kv_budget_gb, host_kv_gb=gb, max_lanes=n, **kw)
             rec = run_bench(cfg, a.context, n, a.steps, a.warmup, host_fill=False)
             rec.update(meta, status="ok", wall_s=round(time.perf_counter() - t1, 1), cuda_graph=cfg.cuda_graph,
-                       profile=cfg.profile, host_threads=cfg.host_threads if cfg.transfer == "host" else None)
+                       profile=cfg.profile, host_threads=cfg.host_threads if cfg.transfer == "host" else None,
+                       host_kernel=cfg.host_kernel if cfg.transfer == "host" else None)
             if rec["concurrency"] < n:
                 rec["status_note"] = f"admitted {rec['concurrency']} of {n}"
             st = rec.get("stage_ms_per_step") or {}
@@ -167,6 +178,7 @@ def run(a) -> int:
             rec = dict(meta, status="error", host_kv_gb=gb, wall_s=round(time.perf_counter() - t1, 1),
                        error=" ".join(f"{type(e).__name__}: {e}".split())[:400])
             log(f"FAIL  {label}: {rec['error']}")
+        sys.setswitchinterval(prev_sw)
         d = os.path.dirname(a.out)
         if d:
             os.makedirs(d, exist_ok=True)
@@ -217,6 +229,8 @@ def summarize_records(recs: list) -> dict:
                    "uva_kernel": "tma" if "-tma" in conf else "loads" if conf.startswith("uva") else None,
                    "uva_programs": r.get("uva_programs") if conf.startswith("uva") else None,
                    "host_threads": r.get("host_threads") if conf.startswith("host") else None,
+                   "host_kernel": ("native" if "-nat" in conf else "torch") if conf.startswith("host") else None,
+                   "switch_us": r.get("switch_interval_us"),
                    "exposed_ms": None, "copy_ms": None, "gb_s": None, "mb_step": None, "hidden": None,
                    "hidden_profiled": None, "cpu_gather_ms": None}
             if row["path"] == "uva" and row["uva_programs"] is None:
@@ -244,8 +258,10 @@ def summarize_records(recs: list) -> dict:
         order = {"reference": 0, "transfer": 1}
         rows.sort(key=lambda w: (order[w["role"]], w["exec"] != "graph", w["path"] or "",
                                  w["uva_programs"] or 0, w["host_threads"] or 0, w["stream_priority"]))
-        # the experimental TMA gather (-tma) is reported, not chosen: the engine's table has no field for it
-        cands = [w for w in rows if w["role"] == "transfer" and w["tpot_ms"] is not None and w["uva_kernel"] != "tma"]
+        # reported, not chosen (the engine's table has no field for them): the experimental TMA gather (-tma) and
+        # runs under a changed switch interval (-sw)
+        cands = [w for w in rows if w["role"] == "transfer" and w["tpot_ms"] is not None and w["uva_kernel"] != "tma"
+                 and not w["switch_us"]]
         winner = min(cands, key=lambda w: w["tpot_ms"]) if cands else None
         out[n] = {"rows": rows, "winner": winner, "refs": refs}
     return out
@@ -264,6 +280,7 @@ def choice_table(summary: dict, recs: list, source: str) -> dict:
         ref = summary[n]["refs"].get(w["exec"])
         choices.append({"concurrency": n, "path": w["path"], "uva_programs": w["uva_programs"],
                         "host_threads": w["host_threads"], "stream_priority": w["stream_priority"],
+                        **({"host_kernel": w["host_kernel"]} if w["path"] == "host" else {}),
                         "copy_graph": w["copy_graph"],
                         "tpot_ms": round(w["tpot_ms"], 3),
                         "no_transfer_tpot_ms": round(ref, 3) if ref is not None else None,
@@ -352,6 +369,11 @@ def main(argv=None) -> int:
     ap.add_argument("--concurrency", type=ints, default=[64, 32, 8])
     ap.add_argument("--programs", type=ints, default=[4, 8, 16, 32])
     ap.add_argument("--threads", type=ints, default=[8, 16])
+    ap.add_argument("--host-kernels", type=lambda x: [v for v in x.split(",") if v], default=["torch"],
+                    help="host path gathers: torch,native (native: config host{t}-nat)")
+    ap.add_argument("--switch-us", type=ints, default=[0],
+                    help="host path runs under these sys.setswitchinterval values, microseconds (0: the default, "
+                         "5000; others: config suffix -sw{us}, reported but never chosen)")
     ap.add_argument("--priorities", type=lambda x: [v for v in x.split(",") if v], default=["normal"],
                     help="side-stream priorities to run each transferring config at: normal,high")
     ap.add_argument("--uva-kernels", type=lambda x: [v for v in x.split(",") if v], default=["loads"],

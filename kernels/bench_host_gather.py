@@ -8,8 +8,10 @@ serve repeats. Two implementations:
 
 - ``legacy``: the version before 2026-11-30 (a Python ``ThreadPoolExecutor`` of n threads, the rows split in n
   chunks, one ``index_select`` per chunk and tensor, torch intra-op threads left at the process default);
-- ``flat``: the current one (one ``index_select`` per tensor over the ``[n_host_blocks * Hkv, bs * D]`` view on a
-  dedicated thread holding n torch intra-op threads: ``HostStager(n_threads=n).gather``).
+- ``flat``: the torch one (one ``index_select`` per tensor over the ``[n_host_blocks * Hkv, bs * D]`` view on a
+  dedicated thread holding n torch intra-op threads: ``HostStager(n_threads=n).gather``);
+- ``native``: the C one (``kernels.host_native``: compaction, both copies on n OpenMP threads and the slot list in
+  one GIL-free call, on the calling thread), from the same flat rows.
 
 and three conditions for the calling process: ``idle``; ``launcher`` (another Python thread runs a loop of tiny
 torch ops, as the main thread does while it launches a decode step's kernels); ``python`` (another thread spins in
@@ -29,6 +31,7 @@ from concurrent.futures import ThreadPoolExecutor
 import torch
 
 from ._util import cdiv
+from . import host_native
 from .gather import HostStager
 
 HKV, BS, D = 8, 16, 128
@@ -85,6 +88,22 @@ class Contender:
             self.th.join()
 
 
+def _native(n, n_threads):
+    """The native gather as the benchmark calls it: flat rows and slots built outside the timed call would hide
+    their cost, so the rows are computed here as the pipeline's copy list has them (int32 block * Hkv + head)."""
+    if not host_native.available():
+        return None
+    g = host_native.Gatherer(n, n_threads)
+    dst = torch.arange(n, dtype=torch.int32)
+    dst_out = torch.empty(n, dtype=torch.int32)
+
+    def fn(host_k, host_v, sb, sh, stage_k, stage_v):
+        flat = sb * HKV + sh
+        return g.gather_rows(host_k, host_v, flat, dst, n, stage_k, stage_v, dst_out)
+
+    return fn
+
+
 def run(threads=(1, 2), blocks=(256, 768, 4096, 24576), pool_gb=2.0, conditions=("idle", "launcher", "python"),
         impls=("legacy", "flat"), min_s=0.6, seed=0):
     n_host = int(pool_gb * 2**30 / (HKV * BS * D * 2))
@@ -101,12 +120,17 @@ def run(threads=(1, 2), blocks=(256, 768, 4096, 24576), pool_gb=2.0, conditions=
         for nt in threads:
             stager = HostStager(n, BS, D, device="cpu", n_threads=nt)
             pool = ThreadPoolExecutor(max_workers=nt) if nt > 1 else None
+            nat = _native(n, nt)
             fns = {"flat": lambda sb, sh: stager.gather(host_k, host_v, sb, sh),
+                   "native": lambda sb, sh: nat(host_k, host_v, sb, sh, stager.stage_k, stager.stage_v),
                    "legacy": lambda sb, sh: legacy_host_gather_stage(host_k, host_v, sb, sh, stager.stage_k,
                                                                      stager.stage_v, pool)}
             for cond in conditions:
                 for impl in impls:
                     fn = fns[impl]
+                    if fn is None:
+                        print(f"{impl}: not available (no C compiler)", flush=True)
+                        continue
                     for sb, sh in sets[:2]:
                         fn(sb, sh)  # warm-up
                     ts = []

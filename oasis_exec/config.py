@@ -39,6 +39,9 @@ class ExecConfig:
     transfer: str = _f("auto", "host (threaded gather into pinned staging + one DMA) | uva (direct-read gather "
                                "kernel) | auto (path and programs measured on the H200: oasis_exec/transfer_table.json)")
     host_threads: int = _f(8, "CPU threads of the host gather")
+    host_kernel: str = _f("auto", "the host gather's CPU code: torch (index_select, kernels.gather.host_gather_stage) | "
+                                  "native (one GIL-free C call a layer, kernels.host_native; needs a C compiler) | "
+                                  "auto (the measured table's choice with transfer=auto, else torch)")
     uva_programs: int = _f(32, "programs of the persistent UVA gather with transfer=uva (auto takes them from the "
                                 "measured table)")
     uva_kernel: str = _f("loads", "the UVA gather's kernel: loads (kernels.gather.uva_gather, thread loads) | tma "
@@ -78,6 +81,8 @@ class ExecConfig:
             bad("transfer", f"must be one of {TRANSFERS}")
         if self.stream_priority not in PRIORITIES:
             bad("stream_priority", f"must be one of {PRIORITIES}")
+        if self.host_kernel not in ("auto", "torch", "native"):
+            bad("host_kernel", "must be auto, torch or native")
         if self.uva_kernel not in ("loads", "tma"):
             bad("uva_kernel", "must be loads or tma")
         if self.copy_graph not in SWITCHES:

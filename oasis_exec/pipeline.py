@@ -69,6 +69,7 @@ class Prefetcher:
         # (oasis_exec/transfer_choice.py, oasis_exec/transfer_table.json).
         self.path, self.uva_programs, self.host_threads = cfg.transfer, cfg.uva_programs, cfg.host_threads
         self.priority = "normal" if cfg.stream_priority == "auto" else cfg.stream_priority
+        self.host_kernel = "torch" if cfg.host_kernel == "auto" else cfg.host_kernel
         self.choice = None
         self._programs_by_batch = {}  # auto: the table's UVA programs per live batch (gather_programs)
         if cfg.transfer == "auto":
@@ -86,13 +87,15 @@ class Prefetcher:
                 self.uva_programs = c["uva_programs"]
             elif cfg.mode == "retrieval":  # copies on the critical path (fetch_now): no host-staged version there
                 self.path = "uva"
-            elif c["host_threads"]:
-                self.host_threads = c["host_threads"]
+            else:
+                self.host_threads = c["host_threads"] or self.host_threads
+                if cfg.host_kernel == "auto":
+                    self.host_kernel = c["host_kernel"]
         self.prof = []  # per layer-step records when profiling
         self.events = []  # (stage, layer, start_ms, end_ms) from the ref event collect() was given (CUDA)
         self.trace = None  # CPU: a list while the runner traces a step: (stage, layer, start_s, end_s) perf_counter
         self.keep = []  # tensors a captured graph reads across streams (moved to the graph after capture)
-        self.host_gather_s = []
+        self.host_gather_s, self.host_wait_s = [], []  # host path: the worker's gather / its wait for copy lists
         # plan_select's inputs/outputs, allocated once (stable addresses under graph capture): row ids (a slice of
         # rows is a view of them) and the copy list [B_max * H * C] + plan fields: one set per layer in the
         # background modes (a layer's list is read by its transfer until the next step's wait(layer)), one shared set
@@ -123,9 +126,16 @@ class Prefetcher:
             from kernels.gather import gather_thread
 
             # the host path's worker: one thread gathering with self.host_threads torch intra-op threads of its own
-            # (no Python pool: every extra torch call or thread hand-off re-takes the GIL from the main thread)
-            self.worker = gather_thread(self.host_threads) if self.path == "host" else ThreadPoolExecutor(max_workers=1)
+            # (no Python pool: every extra torch call or thread hand-off re-takes the GIL from the main thread);
+            # host_kernel="native": one C call a layer on its own OpenMP threads, the worker a plain thread
+            host, native = self.path == "host", self.host_kernel == "native"
+            self.worker = gather_thread(self.host_threads) if host and not native else ThreadPoolExecutor(max_workers=1)
             cap = store.B * store.H * max(max_cap, 1)
+            self.native = None
+            if host and native:
+                from kernels.host_native import Gatherer
+
+                self.native = Gatherer(cap, self.host_threads)
             self._stagers = []
             # external events between a captured step and the copies outside it: the host path's graph mode
             # (graph_host) and the UVA path's copy graphs (copy_graph); the layers captured per graph key
@@ -436,17 +446,23 @@ class Prefetcher:
         stream; ``end`` (graph mode: the external ``copied_x[layer]``) is recorded after them, else a new event."""
         from kernels.gather import host_gather_stage
 
+        t_wait = time.perf_counter()
         planned.synchronize()
         t_start = time.perf_counter()
-        ids = stg.src[:, :n]
-        live = ids[0] >= 0
-        flat, dst = ids[0][live], ids[1][live]
-        m = int(flat.shape[0])
         if stg.free is not None:
             stg.free.synchronize()  # the previous upload from this staging buffer has completed
-        host_gather_stage(self.host.k[layer], self.host.v[layer], None, None, stg.stage_k, stg.stage_v, flat=flat)
-        stg.dst_pin.fill_(-1)
-        stg.dst_pin[:m].copy_(dst)
+        hk, hv = self.host.k[layer], self.host.v[layer]
+        if self.native is not None:  # compaction, both gathers and the slot list in one GIL-free call
+            m = self.native.gather_rows(hk, hv, stg.src[0], stg.src[1], n, stg.stage_k, stg.stage_v, stg.dst_pin)
+        else:
+            ids = stg.src[:, :n]
+            live = ids[0] >= 0
+            flat, dst = ids[0][live], ids[1][live]
+            m = int(flat.shape[0])
+            host_gather_stage(hk, hv, None, None, stg.stage_k, stg.stage_v, flat=flat)
+            stg.dst_pin.fill_(-1)
+            stg.dst_pin[:m].copy_(dst)
+        self.host_wait_s.append(t_start - t_wait)
         self.host_gather_s.append(time.perf_counter() - t_start)
         prof = self.cfg.profile
         with torch.cuda.stream(self.s_copy):
@@ -500,7 +516,8 @@ class Prefetcher:
         self.prof = []
         if self.host_gather_s:
             out["host_gather"] = 1e3 * sum(self.host_gather_s)
-            self.host_gather_s = []
+            out["host_wait"] = 1e3 * sum(self.host_wait_s)
+            self.host_gather_s, self.host_wait_s = [], []
         return out
 
     def close(self) -> None:

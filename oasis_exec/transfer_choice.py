@@ -8,7 +8,8 @@
 ``analysis/transfer_paths.py --summarize`` writes it from an H200 run (per concurrency, the configuration with the
 lowest TPOT p50 inside the real decode step). ``choose(concurrency)`` picks the entry whose concurrency is nearest
 to the engine's lane count (ties: the smaller concurrency) and returns ``(path, uva_programs)``; a host entry may
-also carry ``host_threads``, and any entry ``stream_priority`` ("normal" / "high": the side streams' CUDA priority
+also carry ``host_threads`` and ``host_kernel`` ("torch" / "native"; absent = torch), and any entry
+``stream_priority`` ("normal" / "high": the side streams' CUDA priority
 that won; absent = normal) and ``copy_graph`` (true: the UVA copies as a graph of their own won; absent = false,
 inside the step's graph)
 (``explain`` returns the whole entry). Without a usable table the answer is the old
@@ -26,6 +27,7 @@ TABLE = os.path.join(os.path.dirname(os.path.abspath(__file__)), "transfer_table
 DEFAULT = ("uva", 32)  # ExecConfig's defaults: what "auto" meant before the table
 PATHS = ("uva", "host")
 PRIORITIES = ("normal", "high")
+HOST_KERNELS = ("torch", "native")
 
 
 class TableError(ValueError):
@@ -60,6 +62,8 @@ def load_table(table=None) -> dict:
         t = c.get("host_threads")
         if t is not None and (not isinstance(t, int) or t < 1):
             raise bad("host_threads must be an int >= 1")
+        if c.get("host_kernel", "torch") not in HOST_KERNELS:
+            raise bad(f"host_kernel must be one of {HOST_KERNELS}")
         if c.get("stream_priority", "normal") not in PRIORITIES:
             raise bad(f"stream_priority must be one of {PRIORITIES}")
         if not isinstance(c.get("copy_graph", False), bool):
@@ -69,14 +73,16 @@ def load_table(table=None) -> dict:
 
 def explain(concurrency: int, table=None) -> dict:
     """The choice for ``concurrency`` lanes with its reason: ``{"path", "uva_programs", "host_threads",
-    "stream_priority", "copy_graph", "entry", "reason"}`` (``host_threads`` None unless a host entry names it;
+    "host_kernel", "stream_priority", "copy_graph", "entry", "reason"}`` (``host_threads`` None unless a host entry
+    names it; ``host_kernel`` None for uva, else the entry's or "torch";
     ``uva_programs`` None for host; ``stream_priority`` "normal" unless the entry says "high"; ``copy_graph`` False
     unless the entry says true)."""
     try:
         tab = load_table(table)
     except (OSError, TableError) as e:
         path, progs = DEFAULT
-        return {"path": path, "uva_programs": progs, "host_threads": None, "stream_priority": "normal",
+        return {"path": path, "uva_programs": progs, "host_threads": None, "host_kernel": None,
+                "stream_priority": "normal",
                 "copy_graph": False, "entry": None,
                 "reason": f"no usable transfer table ({type(e).__name__}: {e}); default {path} on {progs} programs"}
     best = min(tab["choices"], key=lambda c: (abs(c["concurrency"] - concurrency), c["concurrency"]))
@@ -85,9 +91,11 @@ def explain(concurrency: int, table=None) -> dict:
     src = tab.get("source", "?")
     prio = best.get("stream_priority", "normal")
     return {"path": path, "uva_programs": progs, "host_threads": best.get("host_threads") if path == "host" else None,
+            "host_kernel": best.get("host_kernel", "torch") if path == "host" else None,
             "stream_priority": prio, "copy_graph": best.get("copy_graph", False), "entry": best,
             "reason": f"table entry for concurrency {best['concurrency']} (nearest to {concurrency}): {path}"
-                      + (f" on {progs} programs" if path == "uva" else "")
+                      + (f" on {progs} programs" if path == "uva" else
+                         f" ({best.get('host_kernel', 'torch')} gather)")
                       + (f", side streams at {prio} priority" if prio != "normal" else "")
                       + f"; measured on {tab.get('device', '?')} {tab.get('date', '?')} (source: {src[:120]})"}
 

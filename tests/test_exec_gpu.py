@@ -109,26 +109,28 @@ def test_fused_kv_write_equals_indexed_write(mode, monkeypatch):
             assert torch.equal(a, b)
 
 
-def test_host_path_in_graphs_equals_eager():
+@pytest.mark.parametrize("kernel", ["torch", "native"])
+def test_host_path_in_graphs_equals_eager(kernel):
     """The host-gather path captured in CUDA graphs (external events, worker after each replay) gives the logits
-    and tokens of the same path run eagerly."""
+    and tokens of the same path run eagerly with the torch gather; with ``host_kernel="native"`` the C gather."""
     ps = prompts(9, (90, 120, 64))
     kw = dict(top_k=3, fetch_ratio=0.67, transfer="host", host_threads=2)
-    ref, out_ref = run_logits(cfg("lookahead", "cuda", cuda_graph=False, **kw), ps, 40)
-    eng_probe = Engine(cfg("lookahead", "cuda", cuda_graph=True, **kw))
+    ref, out_ref = run_logits(cfg("lookahead", "cuda", cuda_graph=False, host_kernel="torch", **kw), ps, 40)
+    eng_probe = Engine(cfg("lookahead", "cuda", cuda_graph=True, host_kernel=kernel, **kw))
     assert eng_probe.runner.pipe.graph_host  # this torch has external events: the graph mode is what runs below
+    assert (eng_probe.runner.pipe.native is not None) == (kernel == "native")
     eng_probe.close()
-    got, out = run_logits(cfg("lookahead", "cuda", cuda_graph=True, **kw), ps, 40)
+    got, out = run_logits(cfg("lookahead", "cuda", cuda_graph=True, host_kernel=kernel, **kw), ps, 40)
     for rid in ref:
         for a, b in zip(ref[rid], got[rid]):
             assert torch.allclose(a, b, atol=1e-2, rtol=1e-2)
     assert out == out_ref
 
 
-@pytest.mark.parametrize("prio", ["normal", "high"])
-def test_host_path_in_graphs_mapping_matches_slots(prio):
+@pytest.mark.parametrize("prio,kernel", [("normal", "torch"), ("high", "torch"), ("normal", "native")])
+def test_host_path_in_graphs_mapping_matches_slots(prio, kernel):
     c = cfg("lookahead", "cuda", top_k=3, fetch_ratio=0.67, max_context=900, max_lanes=2, transfer="host",
-            host_threads=2, cuda_graph=True, stream_priority=prio)
+            host_threads=2, cuda_graph=True, stream_priority=prio, host_kernel=kernel)
     eng = Engine(c)
     for p in prompts(4, (40, 65)):
         eng.add_request(p, SamplingParams(max_tokens=300))

@@ -116,7 +116,7 @@ def test_prefetcher_auto_takes_the_tables_path_and_explicit_wins(tmp_path, monke
         p = Runner(ExecConfig(max_lanes=30, transfer="uva", uva_programs=4, **kw)).pipe
         assert (p.path, p.uva_programs, p.choice) == ("uva", 4, None)
         p = Runner(ExecConfig(max_lanes=2, transfer="host", host_threads=3, **kw)).pipe
-        assert (p.path, p.host_threads) == ("host", 3)
+        assert (p.path, p.host_threads, p.host_kernel) == ("host", 3, "torch")
         p = Runner(ExecConfig(max_lanes=30, mode="retrieval", **{k: v for k, v in kw.items() if k != "mode"})).pipe
         assert p.path == "uva"  # retrieval fetches on the critical path: no host-staged version there
 
@@ -259,3 +259,25 @@ def test_transfer_paths_cpu_smoke(tmp_path):
     assert main(args) == 0 and len(out.read_text().splitlines()) == 7  # rerun: every label done, nothing added
     assert main(["--summarize", str(out), str(tmp_path / "s")]) == 0
     assert json.loads((tmp_path / "s_table.json").read_text())["choices"][0]["concurrency"] == 2
+
+
+def test_host_kernel_auto_takes_the_tables_and_explicit_wins(tmp_path, monkeypatch):
+    torch = pytest.importorskip("torch")
+    from oasis_exec.config import ExecConfig
+    from oasis_exec.runner import Runner
+
+    tab = dict(TABLE, choices=[TABLE["choices"][0], dict(TABLE["choices"][1], host_kernel="native")])
+    _use_table(tmp_path, monkeypatch, tab)
+    assert tc.explain(30)["host_kernel"] == "native" and tc.explain(2)["host_kernel"] is None
+    assert "native gather" in tc.explain(30)["reason"]
+    kw = dict(model="tiny", device="cpu", dtype="float32", mode="lookahead", selection="synthetic", top_k=4,
+              max_context=128, host_kv_gb=0.01)
+    with torch.inference_mode():
+        assert Runner(ExecConfig(max_lanes=30, **kw)).pipe.host_kernel == "native"
+        assert Runner(ExecConfig(max_lanes=30, host_kernel="torch", **kw)).pipe.host_kernel == "torch"
+    _use_table(tmp_path, monkeypatch, TABLE)  # an entry without the field: torch
+    assert tc.explain(30)["host_kernel"] == "torch"
+    with pytest.raises(tc.TableError, match="host_kernel"):
+        tc.load_table(dict(TABLE, choices=[dict(TABLE["choices"][1], host_kernel="rust")]))
+    with pytest.raises(ValueError, match="host_kernel"):
+        ExecConfig(host_kernel="rust")
