@@ -16,7 +16,8 @@ export OASIS_CACHE_DIR=${OASIS_CACHE_DIR:-/tmp/oasis-cache}
 say "commit $OASIS_COMMIT"
 device_info
 { nproc; lscpu 2>&1 | grep -E "Model name|Socket|NUMA|Thread|Core|L3"; } >> "$OUT/device.txt" 2>&1
-tail -9 "$OUT/device.txt"
+$PY -c "from kernels import host_native as h; print(\"native gather openmp:\", h.openmp())" >> "$OUT/device.txt" 2>&1
+tail -10 "$OUT/device.txt"
 
 say "1. pytest (native gather + host path GPU tests)"
 timeout -k 5 120 $PY -m pytest -q -p no:cacheprovider tests/test_kernels_host_native.py \
