@@ -95,7 +95,8 @@ class Prefetcher:
         self.events = []  # (stage, layer, start_ms, end_ms) from the ref event collect() was given (CUDA)
         self.trace = None  # CPU: a list while the runner traces a step: (stage, layer, start_s, end_s) perf_counter
         self.keep = []  # tensors a captured graph reads across streams (moved to the graph after capture)
-        self.host_gather_s, self.host_wait_s = [], []  # host path: the worker's gather / its wait for copy lists
+        # host path, per layer-step: the worker's gather / its wait for the copy list and for its staging buffer
+        self.host_gather_s, self.host_wait_s = [], []
         # plan_select's inputs/outputs, allocated once (stable addresses under graph capture): row ids (a slice of
         # rows is a view of them) and the copy list [B_max * H * C] + plan fields: one set per layer in the
         # background modes (a layer's list is read by its transfer until the next step's wait(layer)), one shared set
@@ -448,9 +449,9 @@ class Prefetcher:
 
         t_wait = time.perf_counter()
         planned.synchronize()
-        t_start = time.perf_counter()
         if stg.free is not None:
             stg.free.synchronize()  # the previous upload from this staging buffer has completed
+        t_start = time.perf_counter()
         hk, hv = self.host.k[layer], self.host.v[layer]
         if self.native is not None:  # compaction, both gathers and the slot list in one GIL-free call
             m = self.native.gather_rows(hk, hv, stg.src[0], stg.src[1], n, stg.stage_k, stg.stage_v, stg.dst_pin)
@@ -470,7 +471,12 @@ class Prefetcher:
             t0.record()
             stg.upload(m)
             stg.dst_gpu.copy_(stg.dst_pin, non_blocking=True)
-            stg.scatter(stg.dst_gpu, self.store.k[layer], self.store.v[layer])
+            if prof:
+                t_dma = torch.cuda.Event(enable_timing=True)
+                t_dma.record()
+                self.prof.append(("host_dma", layer, t0, t_dma))
+            sp = self.cfg.scatter_programs
+            stg.scatter(stg.dst_gpu, self.store.k[layer], self.store.v[layer], count=m, n_programs=sp or None)
             t1 = end if end is not None else torch.cuda.Event(enable_timing=prof)
             t1.record()
         stg.free = t1
