@@ -3,8 +3,10 @@
     python -m kernels.bench_host_gather [--threads 1 2] [--blocks 256 768 4096 24576] [--pool-gb 2] [--out PATH]
 
 K + V bytes moved per second, random (block, head) 4 KiB items (16 x 128 bf16) from a host pool of ``--pool-gb`` GiB
-per tensor. Each repetition uses a fresh index set (sets rotate over > 64 MiB of sources) so the L3 cache does not
-serve repeats. Two implementations:
+per tensor. Each repetition uses a fresh index set (sets rotate over ``--rotate-mb`` MiB of sources, default 1,024)
+so the L3 cache does not serve repeats: a 64 MiB rotation, enough on the 32 MiB L3 of the CPU VM, let the H200 host's
+300 MiB L3 serve them (125 GB/s "alone" at 16 threads on 2026-11-30 against 39 GB/s from DRAM,
+``analysis/host_dma_pipeline.py``). Two implementations:
 
 - ``legacy``: the version before 2026-11-30 (a Python ``ThreadPoolExecutor`` of n threads, the rows split in n
   chunks, one ``index_select`` per chunk and tensor, torch intra-op threads left at the process default);
@@ -105,7 +107,7 @@ def _native(n, n_threads):
 
 
 def run(threads=(1, 2), blocks=(256, 768, 4096, 24576), pool_gb=2.0, conditions=("idle", "launcher", "python"),
-        impls=("legacy", "flat"), min_s=0.6, seed=0):
+        impls=("legacy", "flat"), min_s=0.6, seed=0, rotate_mb=1024):
     n_host = int(pool_gb * 2**30 / (HKV * BS * D * 2))
     host_k = torch.empty(n_host, HKV, BS, D, dtype=torch.bfloat16)
     host_v = torch.empty_like(host_k)
@@ -113,7 +115,7 @@ def run(threads=(1, 2), blocks=(256, 768, 4096, 24576), pool_gb=2.0, conditions=
     g = torch.Generator().manual_seed(seed)
     rows = []
     for n in blocks:
-        n_sets = max(4, cdiv(64 << 20, n * BS * D * 2 * 2))
+        n_sets = max(4, cdiv(rotate_mb << 20, n * BS * D * 2 * 2))
         sets = [(torch.randint(0, n_host, (n,), generator=g, dtype=torch.int32),
                  torch.randint(0, HKV, (n,), generator=g, dtype=torch.int32)) for _ in range(n_sets)]
         nbytes = n * BS * D * 2 * 2
@@ -174,13 +176,15 @@ def main(argv=None):
     p.add_argument("--impls", nargs="+", default=["legacy", "flat"])
     p.add_argument("--pool-gb", type=float, default=2.0, help="host pool GiB per tensor (K and V each)")
     p.add_argument("--min-s", type=float, default=0.6, help="seconds of repetitions per configuration")
+    p.add_argument("--rotate-mb", type=int, default=1024, help="MiB of source rows the index sets rotate over")
     p.add_argument("--out", default=None, help="write the JSON here")
     a = p.parse_args(argv)
-    rows = run(a.threads, a.blocks, a.pool_gb, a.conditions, a.impls, a.min_s)
+    rows = run(a.threads, a.blocks, a.pool_gb, a.conditions, a.impls, a.min_s, rotate_mb=a.rotate_mb)
     meta = dict(date=time.strftime("%Y-%m-%d"), commit=_commit(), torch=torch.__version__,
                 cpu=platform.processor() or platform.machine(), cores=torch.get_num_threads(),
                 parallel_backend=torch.__config__.parallel_info().splitlines()[-1].strip(),
                 item=f"{BS}x{D} bf16 (4 KiB) per (block, head), K and V", hkv=HKV, pool_gb_per_tensor=a.pool_gb,
+                rotate_mib=a.rotate_mb,
                 design_ref_gbps_per_thread=5.0, gpu=False)
     out = dict(meta=meta, rows=rows)
     if a.out:
