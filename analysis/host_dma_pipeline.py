@@ -1,7 +1,8 @@
 """The host path's per-layer pipeline without the model: where does its in-step rate go? (issue 5 item 1)
 
     python analysis/host_dma_pipeline.py --out FILE.json [--layers 36] [--items 3072] [--threads 16]
-        [--pool-gb 32] [--reps 5] [--gemms 24]
+        [--pool-gb 32] [--reps 5] [--gemms 800]
+    python analysis/host_dma_pipeline.py --summarize FILE.json [FILE.json ...] --md OUT.md
 
 Inside the decode step at 64 requests the host path's native CPU gather moved ~26 GB/s and its DMAs ~26 GB/s
 (``transfer_paths_native_2026-11-30.md``), against 125 GB/s for the gather alone on the same host and 55.3 GB/s for
@@ -16,7 +17,8 @@ in five modes:
 - ``dma+load``: the DMAs beside the same load.
 
 Per mode: wall ms for all layers, GB/s (K + V bytes / wall), and for the pipeline modes the CPU gather's and the
-DMAs' own ms (perf_counter around each gather call; CUDA events around each layer's DMAs). One JSON file.
+DMAs' own ms (perf_counter around each gather call; CUDA events around each layer's DMAs). One JSON file;
+``--summarize`` tabulates several (e.g. one per thread count) into markdown.
 """
 from __future__ import annotations
 
@@ -34,9 +36,42 @@ if REPO not in sys.path:
 HKV, BS, D = 8, 16, 128
 
 
+def summarize(files, md) -> None:
+    from common import provenance
+
+    runs = []
+    for f in files:
+        with open(f) as fh:
+            runs.append(json.load(fh))
+    runs.sort(key=lambda r: r["meta"]["threads"])
+    m0 = runs[0]["meta"]
+    prov = provenance()
+    f1 = lambda x: "–" if x is None else f"{x:.1f}"  # noqa: E731
+    lines = ["# The host path's worker loop without the model (issue 5 item 1)", "",
+             f"Measured on **{m0['device']}** ({m0['date'][:10]}, commit `{m0['commit']}`, torch {m0['torch']}); "
+             f"summarized at `{prov['commit']}`. Per repetition: {m0['layers']} layers x {m0['items']:,} (block, "
+             f"head) rows of K and V ({m0['bytes'] / 1e6:.0f} MB: one step at 64 requests), random rows of a "
+             f"{m0['pool_gb']:.0f} GB pool registered like the engine's; median of the repetitions. Load = "
+             f"{m0['load_gemms']} bf16 GEMMs [64, 4096] x [4096, 16384] on the main stream "
+             f"({m0['load_alone_ms']:.0f} ms alone, longer than every loop). Sources: "
+             + ", ".join(f"`{os.path.basename(f)}`" for f in files) + ".", "",
+             "| threads | mode | wall ms | GB/s (wall) | CPU gather GB/s | DMA GB/s |",
+             "| ---: | --- | ---: | ---: | ---: | ---: |"]
+    for r in runs:
+        for row in r["rows"]:
+            lines.append(f"| {r['meta']['threads']} | {row['mode']} | {row['wall_ms']:.2f} | {row['gb_s']:.1f} | "
+                         f"{f1(row['gather_gb_s'])} | {f1(row['dma_gb_s'])} |"
+                         + ("" if row["correct"] else " (copy check FAILED)"))
+    with open(md, "w") as fh:
+        fh.write("\n".join(lines) + "\n")
+    print(f"wrote {md}")
+
+
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    ap.add_argument("--out", required=True)
+    ap.add_argument("--out")
+    ap.add_argument("--summarize", nargs="+", metavar="FILE.json")
+    ap.add_argument("--md", help="--summarize: the markdown to write")
     ap.add_argument("--layers", type=int, default=36)
     ap.add_argument("--items", type=int, default=3072, help="rows per layer: 3,072 = one layer at 64 requests")
     ap.add_argument("--threads", type=int, default=16)
@@ -44,6 +79,12 @@ def main(argv=None) -> int:
     ap.add_argument("--reps", type=int, default=5)
     ap.add_argument("--gemms", type=int, default=800, help="GEMMs of the load per repetition")
     a = ap.parse_args(argv)
+    if a.summarize:
+        sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+        summarize(a.summarize, a.md or "host_dma_pipeline.md")
+        return 0
+    if not a.out:
+        ap.error("--out is required to measure")
 
     import torch
 
@@ -87,7 +128,7 @@ def main(argv=None) -> int:
         gather_s = 0.0
         t = time.perf_counter()
         for l in range(L):
-            if mode != "dma":
+            if not mode.startswith("dma"):
                 t1 = time.perf_counter()
                 g.gather_rows(pk, pv, fl[l], dst, n, stg[l].stage_k, stg[l].stage_v, outs[l])
                 gather_s += time.perf_counter() - t1
@@ -104,7 +145,7 @@ def main(argv=None) -> int:
         dma_ms = sum(e0.elapsed_time(e1) for e0, e1 in ev)
         ok = torch.equal(stg[L - 1].gpu_k[n // 2].cpu(), pk.view(-1, BS, D)[int(fl[L - 1][n // 2])]) \
             if mode != "gather" else torch.equal(stg[L - 1].stage_k[n // 2], pk.view(-1, BS, D)[int(fl[L - 1][n // 2])])
-        return dict(wall_ms=1e3 * wall, gather_ms=1e3 * gather_s if mode != "dma" else None,
+        return dict(wall_ms=1e3 * wall, gather_ms=1e3 * gather_s if not mode.startswith("dma") else None,
                     dma_ms=dma_ms if ev else None, correct=bool(ok))
 
     torch.cuda.synchronize()

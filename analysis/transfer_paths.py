@@ -92,11 +92,9 @@ def plan(a) -> list:
         for t in a.threads:
             for kern in a.host_kernels:  # native: the C gather (config host{t}-nat)
                 for sw in a.switch_us:  # > 0: Python's switch interval in microseconds for the run (-sw{us})
-                    for sp in a.scatter_programs:  # the scatter's programs (-sc{p} when several are compared)
-                        conf = f"host{t}" + ("-nat" if kern == "native" else "") + (f"-sw{sw}" if sw else "") \
-                            + (f"-sc{sp}" if len(a.scatter_programs) > 1 else "")
-                        add(n, conf, True, dict(transfer="host", host_threads=t, host_kernel=kern, scatter_programs=sp,
-                                                **({"_switch_us": sw} if sw else {})))
+                    conf = f"host{t}" + ("-nat" if kern == "native" else "") + (f"-sw{sw}" if sw else "")
+                    add(n, conf, True, dict(transfer="host", host_threads=t, host_kernel=kern,
+                                            **({"_switch_us": sw} if sw else {})))
     return tpot + prof
 
 
@@ -167,8 +165,7 @@ def run(a) -> int:
             rec = run_bench(cfg, a.context, n, a.steps, a.warmup, host_fill=False)
             rec.update(meta, status="ok", wall_s=round(time.perf_counter() - t1, 1), cuda_graph=cfg.cuda_graph,
                        profile=cfg.profile, host_threads=cfg.host_threads if cfg.transfer == "host" else None,
-                       host_kernel=cfg.host_kernel if cfg.transfer == "host" else None,
-                       scatter_programs=cfg.scatter_programs if cfg.transfer == "host" else None)
+                       host_kernel=cfg.host_kernel if cfg.transfer == "host" else None)
             if rec["concurrency"] < n:
                 rec["status_note"] = f"admitted {rec['concurrency']} of {n}"
             st = rec.get("stage_ms_per_step") or {}
@@ -374,8 +371,6 @@ def main(argv=None) -> int:
     ap.add_argument("--threads", type=ints, default=[8, 16])
     ap.add_argument("--host-kernels", type=lambda x: [v for v in x.split(",") if v], default=["torch"],
                     help="host path gathers: torch,native (native: config host{t}-nat)")
-    ap.add_argument("--scatter-programs", type=ints, default=[16],
-                    help="host path: the scatter kernel's programs (0: one per block; several: config suffix -sc{p})")
     ap.add_argument("--switch-us", type=ints, default=[0],
                     help="host path runs under these sys.setswitchinterval values, microseconds (0: the default, "
                          "5000; others: config suffix -sw{us}, reported but never chosen)")

@@ -121,30 +121,23 @@ def uva_gather(host_k, host_v, src_block, src_head, dst_slot, k_slots, v_slots, 
 
 
 @triton.jit
-def scatter_slots_kernel(SK, SV, DST, KS, VS, N, stride_sk, stride_sv, stride_ks, stride_vs, CHUNK: tl.constexpr):
-    """Persistent: program p copies staged blocks p, p + P, ... < N into their slots (slot -1: skipped)."""
-    pid = tl.program_id(0)
-    P = tl.num_programs(0)
+def scatter_slots_kernel(SK, SV, DST, KS, VS, stride_sk, stride_sv, stride_ks, stride_vs, CHUNK: tl.constexpr):
+    i = tl.program_id(0)
+    dst = tl.load(DST + i)
+    live = dst >= 0
     offs = tl.arange(0, CHUNK)
-    for i in range(pid, N, P):
-        dst = tl.load(DST + i)
-        live = dst >= 0
-        m = live & (offs < CHUNK)
-        d64 = tl.where(live, dst, 0).to(tl.int64)
-        i64 = tl.cast(i, tl.int64)
-        k = tl.load(SK + i64 * stride_sk + offs, mask=m)
-        v = tl.load(SV + i64 * stride_sv + offs, mask=m)
-        tl.store(KS + d64 * stride_ks + offs, k, mask=m)
-        tl.store(VS + d64 * stride_vs + offs, v, mask=m)
+    m = live & (offs < CHUNK)
+    d64 = tl.where(live, dst, 0).to(tl.int64)
+    k = tl.load(SK + i.to(tl.int64) * stride_sk + offs, mask=m)
+    v = tl.load(SV + i.to(tl.int64) * stride_sv + offs, mask=m)
+    tl.store(KS + d64 * stride_ks + offs, k, mask=m)
+    tl.store(VS + d64 * stride_vs + offs, v, mask=m)
 
 
-def scatter_slots(stage_k, stage_v, dst_slot, k_slots, v_slots, count=None, n_programs=None):
+def scatter_slots(stage_k, stage_v, dst_slot, k_slots, v_slots):
     """Copy staged block i (``stage_k/v[i]: [block_size, D]`` on the GPU) into slot ``dst_slot[i]`` (-1 = skip).
 
-    stage_k, stage_v: [C, block_size, D]; dst_slot: [C] int32 on the same device (fixed capacity, -1 padded);
-    count: only blocks ``< count`` (a host int; default C); n_programs: persistent programs looping over the blocks
-    (default: one per block). Few programs keep the kernel from queueing thousands of blocks behind the step's
-    kernels when it runs on a side stream.
+    stage_k, stage_v: [C, block_size, D]; dst_slot: [C] int32 on the same device (fixed capacity, -1 padded).
     """
     C, BS, D = stage_k.shape
     dev = k_slots.device
@@ -154,13 +147,10 @@ def scatter_slots(stage_k, stage_v, dst_slot, k_slots, v_slots, count=None, n_pr
     check(k_slots, "k_slots", (n_slots, BS, D), None, dev, inner_contiguous=2)
     check(v_slots, "v_slots", (n_slots, BS, D), k_slots.dtype, dev, inner_contiguous=2)
     check(dst_slot, "dst_slot", (C,), torch.int32, dev)
-    n = C if count is None else int(count)
-    assert 0 <= n <= C, f"count {n} outside [0, {C}]"
-    if n == 0:
+    if C == 0:
         return
-    grid = n if n_programs is None else max(1, min(int(n_programs), n))
-    scatter_slots_kernel[(grid,)](stage_k, stage_v, dst_slot, k_slots, v_slots, n, stage_k.stride(0),
-                                  stage_v.stride(0), k_slots.stride(0), v_slots.stride(0), CHUNK=BS * D, num_warps=4)
+    scatter_slots_kernel[(C,)](stage_k, stage_v, dst_slot, k_slots, v_slots, stage_k.stride(0), stage_v.stride(0),
+                               k_slots.stride(0), v_slots.stride(0), CHUNK=BS * D, num_warps=4)
 
 
 def _init_intra_threads(n: int) -> None:
@@ -252,9 +242,9 @@ class HostStager:
             self.gpu_k[:n].copy_(self.stage_k[:n], non_blocking=True)
             self.gpu_v[:n].copy_(self.stage_v[:n], non_blocking=True)
 
-    def scatter(self, dst_slot, k_slots, v_slots, count=None, n_programs=None):
-        """dst_slot: [capacity] int32 on the GPU, -1 past the staged prefix; count, n_programs: ``scatter_slots``."""
-        scatter_slots(self.gpu_k, self.gpu_v, dst_slot, k_slots, v_slots, count, n_programs)
+    def scatter(self, dst_slot, k_slots, v_slots):
+        """dst_slot: [capacity] int32 on the GPU, -1 past the staged prefix."""
+        scatter_slots(self.gpu_k, self.gpu_v, dst_slot, k_slots, v_slots)
 
     def close(self):
         if self.pool is not None:

@@ -41,9 +41,8 @@ class ExecConfig:
     host_threads: int = _f(8, "CPU threads of the host gather")
     host_kernel: str = _f("auto", "the host gather's CPU code: torch (index_select, kernels.gather.host_gather_stage) | "
                                   "native (one GIL-free C call a layer, kernels.host_native; needs a C compiler) | "
-                                  "auto (the measured table's choice with transfer=auto, else torch)")
-    scatter_programs: int = _f(16, "persistent programs of the host path's scatter from GPU staging into slots (0: one "
-                                   "program per staged block)")
+                                  "auto (the measured table's choice where its entry names one, else native when a C "
+                                  "compiler is found, else torch)")
     uva_programs: int = _f(32, "programs of the persistent UVA gather with transfer=uva (auto takes them from the "
                                 "measured table)")
     uva_kernel: str = _f("loads", "the UVA gather's kernel: loads (kernels.gather.uva_gather, thread loads) | tma "
@@ -85,8 +84,6 @@ class ExecConfig:
             bad("stream_priority", f"must be one of {PRIORITIES}")
         if self.host_kernel not in ("auto", "torch", "native"):
             bad("host_kernel", "must be auto, torch or native")
-        if self.scatter_programs < 0:
-            bad("scatter_programs", "must be >= 0")
         if self.uva_kernel not in ("loads", "tma"):
             bad("uva_kernel", "must be loads or tma")
         if self.copy_graph not in SWITCHES:

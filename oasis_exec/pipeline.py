@@ -19,9 +19,11 @@ priority of both side streams, ``ExecConfig.stream_priority`` or the table's):
   graph (off; measured faster on the H200, where the gather copies faster alone than beside the step's kernels) every
   copy must end before the step does.
 - ``host``: the copy list (flat pool rows, destinations) goes to pinned memory, a worker thread waits for it and
-  gathers the blocks into the layer's pinned staging buffer with one ``index_select`` per K/V on its own
-  ``host_threads`` torch intra-op threads (``kernels.gather.host_gather_stage``), one DMA per K/V moves them, ``scatter_slots``
-  writes the slots.
+  gathers the blocks into the layer's pinned staging buffer: with ``host_kernel="native"`` in one GIL-free C call on
+  ``host_threads`` OpenMP threads (``kernels.host_native``), with ``"torch"`` by one ``index_select`` per K/V on its
+  own ``host_threads`` torch intra-op threads (``kernels.gather.host_gather_stage``); one DMA per K/V moves them,
+  ``scatter_slots`` writes the slots. Each copied byte crosses host DRAM three times (pool read, staging write, DMA
+  read), which bounds this path by the host's memory bandwidth (analysis/results/host_dma_pipeline_2026-11-30.md).
 
   Under a CUDA graph (``graph_host``: the step is captured with this path too) the hand-offs become *external*
   events (``torch.cuda.Event(external=True)``): the captured step records ``planned_x[l]`` once layer l's copy list
@@ -69,7 +71,11 @@ class Prefetcher:
         # (oasis_exec/transfer_choice.py, oasis_exec/transfer_table.json).
         self.path, self.uva_programs, self.host_threads = cfg.transfer, cfg.uva_programs, cfg.host_threads
         self.priority = "normal" if cfg.stream_priority == "auto" else cfg.stream_priority
-        self.host_kernel = "torch" if cfg.host_kernel == "auto" else cfg.host_kernel
+        self.host_kernel = cfg.host_kernel
+        if self.host_kernel == "auto":  # the table may name one below; else the C gather where it can be built
+            from kernels.host_native import available
+
+            self.host_kernel = "native" if available() else "torch"
         self.choice = None
         self._programs_by_batch = {}  # auto: the table's UVA programs per live batch (gather_programs)
         if cfg.transfer == "auto":
@@ -89,7 +95,7 @@ class Prefetcher:
                 self.path = "uva"
             else:
                 self.host_threads = c["host_threads"] or self.host_threads
-                if cfg.host_kernel == "auto":
+                if cfg.host_kernel == "auto" and c["host_kernel"]:
                     self.host_kernel = c["host_kernel"]
         self.prof = []  # per layer-step records when profiling
         self.events = []  # (stage, layer, start_ms, end_ms) from the ref event collect() was given (CUDA)
@@ -475,8 +481,7 @@ class Prefetcher:
                 t_dma = torch.cuda.Event(enable_timing=True)
                 t_dma.record()
                 self.prof.append(("host_dma", layer, t0, t_dma))
-            sp = self.cfg.scatter_programs
-            stg.scatter(stg.dst_gpu, self.store.k[layer], self.store.v[layer], count=m, n_programs=sp or None)
+            stg.scatter(stg.dst_gpu, self.store.k[layer], self.store.v[layer])
             t1 = end if end is not None else torch.cuda.Event(enable_timing=prof)
             t1.record()
         stg.free = t1

@@ -8,7 +8,7 @@
 ``analysis/transfer_paths.py --summarize`` writes it from an H200 run (per concurrency, the configuration with the
 lowest TPOT p50 inside the real decode step). ``choose(concurrency)`` picks the entry whose concurrency is nearest
 to the engine's lane count (ties: the smaller concurrency) and returns ``(path, uva_programs)``; a host entry may
-also carry ``host_threads`` and ``host_kernel`` ("torch" / "native"; absent = torch), and any entry
+also carry ``host_threads`` and ``host_kernel`` ("torch" / "native"; absent = the engine's default), and any entry
 ``stream_priority`` ("normal" / "high": the side streams' CUDA priority
 that won; absent = normal) and ``copy_graph`` (true: the UVA copies as a graph of their own won; absent = false,
 inside the step's graph)
@@ -74,7 +74,7 @@ def load_table(table=None) -> dict:
 def explain(concurrency: int, table=None) -> dict:
     """The choice for ``concurrency`` lanes with its reason: ``{"path", "uva_programs", "host_threads",
     "host_kernel", "stream_priority", "copy_graph", "entry", "reason"}`` (``host_threads`` None unless a host entry
-    names it; ``host_kernel`` None for uva, else the entry's or "torch";
+    names it; ``host_kernel`` likewise;
     ``uva_programs`` None for host; ``stream_priority`` "normal" unless the entry says "high"; ``copy_graph`` False
     unless the entry says true)."""
     try:
@@ -91,11 +91,11 @@ def explain(concurrency: int, table=None) -> dict:
     src = tab.get("source", "?")
     prio = best.get("stream_priority", "normal")
     return {"path": path, "uva_programs": progs, "host_threads": best.get("host_threads") if path == "host" else None,
-            "host_kernel": best.get("host_kernel", "torch") if path == "host" else None,
+            "host_kernel": best.get("host_kernel") if path == "host" else None,
             "stream_priority": prio, "copy_graph": best.get("copy_graph", False), "entry": best,
             "reason": f"table entry for concurrency {best['concurrency']} (nearest to {concurrency}): {path}"
                       + (f" on {progs} programs" if path == "uva" else
-                         f" ({best.get('host_kernel', 'torch')} gather)")
+                         f" ({best['host_kernel']} gather)" if best.get("host_kernel") else "")
                       + (f", side streams at {prio} priority" if prio != "normal" else "")
                       + f"; measured on {tab.get('device', '?')} {tab.get('date', '?')} (source: {src[:120]})"}
 

@@ -48,10 +48,7 @@ def test_uva_gather_persistent_matches_reference(n_programs, ipi, use_count):
     assert (~want_k.isnan().reshape(n_slots, -1).all(1)).sum() == n_live
 
 
-@pytest.mark.parametrize("count,n_programs", [(False, None), (True, 3), (True, 1), (False, 64)])
-def test_host_stage_then_scatter_matches_reference(count, n_programs):
-    """One program per staged block, or a few persistent ones looping over them (up to the count, or over the whole
-    -1-padded capacity): the same slots."""
+def test_host_stage_then_scatter_matches_reference():
     n_host, Hkv, BS, D, n_slots, C = 9, 2, 4, 16, 20, 11
     host_k, host_v, k_slots, v_slots = make_pool(n_host, Hkv, BS, D, n_slots, seed=4)
     g = torch.Generator().manual_seed(4)
@@ -63,7 +60,7 @@ def test_host_stage_then_scatter_matches_reference(count, n_programs):
     stager.upload(n)
     dst = torch.full((16,), -1, dtype=torch.int32)
     dst[:n] = ds[live]
-    stager.scatter(dst.to(DEV), k_slots, v_slots, count=n if count else None, n_programs=n_programs)
+    stager.scatter(dst.to(DEV), k_slots, v_slots)
     stager.close()
     want_k, want_v = torch.full_like(k_slots.cpu(), float("nan")), torch.full_like(v_slots.cpu(), float("nan"))
     gather_ref(host_k, host_v, sb, sh, ds, want_k, want_v)

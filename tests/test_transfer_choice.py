@@ -116,7 +116,10 @@ def test_prefetcher_auto_takes_the_tables_path_and_explicit_wins(tmp_path, monke
         p = Runner(ExecConfig(max_lanes=30, transfer="uva", uva_programs=4, **kw)).pipe
         assert (p.path, p.uva_programs, p.choice) == ("uva", 4, None)
         p = Runner(ExecConfig(max_lanes=2, transfer="host", host_threads=3, **kw)).pipe
-        assert (p.path, p.host_threads, p.host_kernel) == ("host", 3, "torch")
+        assert (p.path, p.host_threads) == ("host", 3)
+        from kernels.host_native import available
+
+        assert p.host_kernel == ("native" if available() else "torch")  # auto, no table entry: C where it builds
         p = Runner(ExecConfig(max_lanes=30, mode="retrieval", **{k: v for k, v in kw.items() if k != "mode"})).pipe
         assert p.path == "uva"  # retrieval fetches on the critical path: no host-staged version there
 
@@ -275,8 +278,8 @@ def test_host_kernel_auto_takes_the_tables_and_explicit_wins(tmp_path, monkeypat
     with torch.inference_mode():
         assert Runner(ExecConfig(max_lanes=30, **kw)).pipe.host_kernel == "native"
         assert Runner(ExecConfig(max_lanes=30, host_kernel="torch", **kw)).pipe.host_kernel == "torch"
-    _use_table(tmp_path, monkeypatch, TABLE)  # an entry without the field: torch
-    assert tc.explain(30)["host_kernel"] == "torch"
+    _use_table(tmp_path, monkeypatch, TABLE)  # an entry without the field: the engine's default
+    assert tc.explain(30)["host_kernel"] is None
     with pytest.raises(tc.TableError, match="host_kernel"):
         tc.load_table(dict(TABLE, choices=[dict(TABLE["choices"][1], host_kernel="rust")]))
     with pytest.raises(ValueError, match="host_kernel"):
