@@ -31,6 +31,7 @@ def _engine_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--max-lanes", type=int, default=None, help=h["max_lanes"])
     p.add_argument("--transfer", default="auto", help=h["transfer"])
     p.add_argument("--host-threads", type=int, default=8, help=h["host_threads"])
+    p.add_argument("--host-kernel", default="auto", help=h["host_kernel"])
     p.add_argument("--uva-programs", type=int, default=32, help=h["uva_programs"])
     p.add_argument("--stream-priority", default="auto", help=h["stream_priority"])
     p.add_argument("--copy-graph", default="auto", help=h["copy_graph"])
@@ -51,7 +52,7 @@ def _config(a, max_context: int) -> ExecConfig:
                       record_path=a.record_path, top_k=a.top_k, block_size=a.block_size, fetch_ratio=a.fetch_ratio,
                       max_context=max_context, kv_budget_gb=a.kv_budget_gb, host_kv_gb=a.host_kv_gb,
                       max_lanes=a.max_lanes, transfer=a.transfer, host_threads=a.host_threads,
-                      uva_programs=a.uva_programs, stream_priority=a.stream_priority, copy_graph=a.copy_graph,
+                      host_kernel=a.host_kernel, uva_programs=a.uva_programs, stream_priority=a.stream_priority, copy_graph=a.copy_graph,
                       uva_kernel=a.uva_kernel, no_transfer=a.no_transfer, seed=a.seed, profile=a.profile,
                       cuda_graph=not a.no_cuda_graph, fused_ops=not a.no_fused_ops,
                       synthetic=json.loads(a.synthetic) if a.synthetic else None)

@@ -39,8 +39,9 @@ class ExecConfig:
     transfer: str = _f("auto", "host (threaded gather into pinned staging + one DMA) | uva (direct-read gather "
                                "kernel) | auto (path and programs measured on the H200: oasis_exec/transfer_table.json)")
     host_threads: int = _f(8, "CPU threads of the host gather")
-    host_kernel: str = _f("auto", "the host gather's CPU code: torch (index_select, kernels.gather.host_gather_stage) | "
-                                  "native (one GIL-free C call a layer, kernels.host_native; needs a C compiler) | "
+    host_kernel: str = _f("auto", "the host gather's CPU code: torch (index_select, kernels.gather."
+                                  "host_gather_stage) | native (one GIL-free C call a layer, kernels.host_native; "
+                                  "needs a C compiler) | "
                                   "auto (the measured table's choice where its entry names one, else native when a C "
                                   "compiler is found, else torch)")
     uva_programs: int = _f(32, "programs of the persistent UVA gather with transfer=uva (auto takes them from the "
