@@ -52,7 +52,8 @@ def _config(a, max_context: int) -> ExecConfig:
                       record_path=a.record_path, top_k=a.top_k, block_size=a.block_size, fetch_ratio=a.fetch_ratio,
                       max_context=max_context, kv_budget_gb=a.kv_budget_gb, host_kv_gb=a.host_kv_gb,
                       max_lanes=a.max_lanes, transfer=a.transfer, host_threads=a.host_threads,
-                      host_kernel=a.host_kernel, uva_programs=a.uva_programs, stream_priority=a.stream_priority, copy_graph=a.copy_graph,
+                      host_kernel=a.host_kernel, uva_programs=a.uva_programs, stream_priority=a.stream_priority,
+                      copy_graph=a.copy_graph,
                       uva_kernel=a.uva_kernel, no_transfer=a.no_transfer, seed=a.seed, profile=a.profile,
                       cuda_graph=not a.no_cuda_graph, fused_ops=not a.no_fused_ops,
                       synthetic=json.loads(a.synthetic) if a.synthetic else None)
