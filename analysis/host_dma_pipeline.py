@@ -5,9 +5,10 @@
     python analysis/host_dma_pipeline.py --summarize FILE.json [FILE.json ...] --md OUT.md
 
 Inside the decode step at 64 requests the host path's native CPU gather moved ~26 GB/s and its DMAs ~26 GB/s
-(``transfer_paths_native_2026-11-30.md``), against 125 GB/s for the gather alone on the same host and 55.3 GB/s for
-one large pinned copy. This replays the worker's loop on synthetic copy lists (``--items`` (block, head) rows of
-K and V per layer, random rows of a pool registered like the engine's, ``oasis_exec.kv_store.pinned_pieces``),
+(``transfer_paths_native_2026-11-30.md``), against 55.3 GB/s for one large pinned copy (125 GB/s for the gather
+alone turned out to be the host's L3, not DRAM: see ``kernels/bench_host_gather.py``). This replays the worker's
+loop on synthetic copy lists (``--items`` (block, head) rows of K and V per layer, random rows of a pool registered
+like the engine's, ``oasis_exec.kv_store.pinned_pieces``),
 with the engine's own pieces (``kernels.host_native.Gatherer``, pinned staging per layer, ``HostStager.upload``),
 in five modes:
 
@@ -48,7 +49,8 @@ def summarize(files, md) -> None:
     prov = provenance()
     f1 = lambda x: "–" if x is None else f"{x:.1f}"  # noqa: E731
     lines = ["# The host path's worker loop without the model (issue 5 item 1)", "",
-             f"Measured on **{m0['device']}** ({m0['date'][:10]}, the commit of each run in the table, torch {m0['torch']}); "
+             f"Measured on **{m0['device']}** ({m0['date'][:10]}, the commit of each run in the table, torch "
+             f"{m0['torch']}); "
              f"summarized at `{prov['commit']}`. Per repetition: {m0['layers']} layers x {m0['items']:,} (block, "
              f"head) rows of K and V ({m0['bytes'] / 1e6:.0f} MB: one step at 64 requests), random rows of a "
              f"{m0['pool_gb']:.0f} GB pool registered like the engine's; median of the repetitions. Load = "
@@ -63,8 +65,8 @@ def summarize(files, md) -> None:
             mode = row["mode"]
             if mode == "dma+load" and row.get("gather_ms") is not None:  # before 0e771b7 its loop gathered too
                 mode, mislabelled = "dma+load\\*", True
-            lines.append(f"| {r['meta']['threads']} (`{r['meta']['commit']}`) | {mode} | {row['wall_ms']:.2f} | {row['gb_s']:.1f} | "
-                         f"{f1(row['gather_gb_s'])} | {f1(row['dma_gb_s'])} |"
+            lines.append(f"| {r['meta']['threads']} (`{r['meta']['commit']}`) | {mode} | {row['wall_ms']:.2f} | "
+                         f"{row['gb_s']:.1f} | {f1(row['gather_gb_s'])} | {f1(row['dma_gb_s'])} |"
                          + ("" if row["correct"] else " (copy check FAILED)"))
     if mislabelled:
         lines += ["", "\\* Runs before 0e771b7 gathered inside the `dma+load` loop too (the DMA-only test re-gathered "
@@ -103,7 +105,8 @@ def main(argv=None) -> int:
     row = BS * D * 2
     n_rows = int(a.pool_gb * 1e9 / 2 / row)
     t0 = time.perf_counter()
-    pk, pv = [p.view(torch.bfloat16).view(n_rows // HKV, HKV, BS, D) for p in pinned_pieces(2, (n_rows // HKV) * HKV * row)]
+    pk, pv = [p.view(torch.bfloat16).view(n_rows // HKV, HKV, BS, D)
+              for p in pinned_pieces(2, (n_rows // HKV) * HKV * row)]
     pin_s = time.perf_counter() - t0
     L, n = a.layers, a.items
     stg = [HostStager(n, BS, D, device=dev, n_threads=None) for _ in range(L)]
@@ -150,8 +153,9 @@ def main(argv=None) -> int:
         wall = time.perf_counter() - t
         torch.cuda.synchronize()
         dma_ms = sum(e0.elapsed_time(e1) for e0, e1 in ev)
-        ok = torch.equal(stg[L - 1].gpu_k[n // 2].cpu(), pk.view(-1, BS, D)[int(fl[L - 1][n // 2])]) \
-            if mode != "gather" else torch.equal(stg[L - 1].stage_k[n // 2], pk.view(-1, BS, D)[int(fl[L - 1][n // 2])])
+        want = pk.view(-1, BS, D)[int(fl[L - 1][n // 2])]  # the last layer's middle row, where it should have landed
+        got = stg[L - 1].stage_k[n // 2] if mode == "gather" else stg[L - 1].gpu_k[n // 2].cpu()
+        ok = torch.equal(got, want)
         return dict(wall_ms=1e3 * wall, gather_ms=1e3 * gather_s if not mode.startswith("dma") else None,
                     dma_ms=dma_ms if ev else None, correct=bool(ok))
 
