@@ -17,6 +17,22 @@ import torch.nn.functional as F
 from oasis_core.specs import ModelSpec
 
 
+def rope_theta_of(cfg: dict) -> float:
+    """RoPE base of a ``config.json``: top-level ``rope_theta`` or, as transformers 5 writes it, inside
+    ``rope_parameters``; RoPE scaling (llama3, YaRN, linear, dynamic, ...) is refused, never ignored."""
+    params = cfg.get("rope_parameters") or {}
+    scaling = cfg.get("rope_scaling") or {}
+    for d in (params, scaling):
+        kind = d.get("rope_type", d.get("type", "default"))
+        if kind not in ("default", None):
+            raise ValueError(f"config.json: RoPE scaling {kind!r} is not implemented (only plain RoPE); refusing "
+                             "rather than running with wrong positions")
+    theta = cfg.get("rope_theta", params.get("rope_theta"))
+    if theta is None:
+        raise ValueError("config.json: no rope_theta (top level or in rope_parameters)")
+    return float(theta)
+
+
 def spec_from_hf_config(cfg: dict, name: str = "hf") -> ModelSpec:
     """The ``oasis_core`` spec of a Hugging Face Qwen3 / Llama ``config.json`` (a dense model)."""
     n_q = cfg["num_attention_heads"]
@@ -26,7 +42,7 @@ def spec_from_hf_config(cfg: dict, name: str = "hf") -> ModelSpec:
                      n_kv_heads=cfg.get("num_key_value_heads", n_q), head_dim=head_dim, hidden=cfg["hidden_size"],
                      mlp_hidden=cfg["intermediate_size"], vocab=cfg["vocab_size"],
                      max_context_tokens=cfg["max_position_embeddings"], qk_norm="qwen3" in arch.lower(),
-                     rope_theta=float(cfg.get("rope_theta", 10000.0)), rms_eps=float(cfg.get("rms_norm_eps", 1e-6)),
+                     rope_theta=rope_theta_of(cfg), rms_eps=float(cfg.get("rms_norm_eps", 1e-6)),
                      tie_embeddings=bool(cfg.get("tie_word_embeddings", False)))
 
 
@@ -167,6 +183,37 @@ class Decoder:
         with open(os.path.join(path, "config.json")) as fh:
             shape = spec_from_hf_config(json.load(fh), name=os.path.basename(path.rstrip("/")))
         return Decoder.build(shape, path, dtype=dtype, device=device, fused=fused)
+
+    @staticmethod
+    def from_path(path: str, dtype=torch.bfloat16, device="cpu", fused: bool = False) -> "Decoder":
+        """A real model from a ``.gguf`` file or a Hugging Face directory."""
+        if str(path).endswith(".gguf"):
+            from .gguf_model import load_gguf_weights, read_gguf
+
+            g = read_gguf(path)
+            return Decoder(g.spec, load_gguf_weights(g, dtype, device), dtype, fused)
+        if not os.path.isdir(path):
+            raise FileNotFoundError(f"{path}: neither a .gguf file nor a Hugging Face directory")
+        return Decoder.from_dir(path, dtype, device, fused)
+
+    def forward_dense(self, tokens, hook=None):
+        """Plain causal forward of one sequence (the reference path; no KV store): tokens [T] -> logits [T, V].
+
+        ``hook(layer, q, k, v, x_out)`` is called per layer with q [T, Hq, D], k/v [T, Hkv, D] (RoPE applied) and
+        the residual after the layer [T, hidden] (analysis and draft training read queries, keys and features)."""
+        tokens = torch.as_tensor(tokens, device=self.device)
+        pos = torch.arange(tokens.shape[0], device=self.device)
+        x = self.embed[tokens]
+        g = self.shape.gqa_group
+        for i in range(self.shape.n_layers):
+            q, k, v = self.qkv(i, x, pos)
+            attn = F.scaled_dot_product_attention(
+                q.transpose(0, 1)[None], k.transpose(0, 1).repeat_interleave(g, 0)[None],
+                v.transpose(0, 1).repeat_interleave(g, 0)[None], is_causal=True)[0].transpose(0, 1)
+            x = self.finish(i, x, attn)
+            if hook is not None:
+                hook(i, q, k, v, x)
+        return self.logits(x)
 
     def qkv(self, i: int, x, pos):
         """x: [N, hidden], pos: [N] -> q [N, Hq, D], k [N, Hkv, D], v [N, Hkv, D] (RoPE applied)."""

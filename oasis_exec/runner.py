@@ -61,12 +61,16 @@ class Runner:
         if decoder is None:
             fused = cfg.fused_ops and dev.type == "cuda"  # on CPU the kernels would run in Triton's interpreter
             if cfg.model_path:
-                decoder = Decoder.from_dir(cfg.model_path, dt, dev, fused)
+                decoder = Decoder.from_path(cfg.model_path, dt, dev, fused)
             else:
                 shape = shape or get_model(cfg.model)
                 decoder = Decoder.build(shape, None, cfg.seed, dt, dev, fused)
         self.dec = decoder
         self.shape = s = decoder.shape
+        if cfg.model_path and cfg.max_context > s.max_context_tokens:  # dummy weights have no trained positions
+            raise ValueError(f"ExecConfig.max_context: {cfg.max_context} tokens exceed the model's "
+                             f"{s.max_context_tokens} positions ({s.name}); pass --max-context "
+                             f"{s.max_context_tokens} or less")
         self.draft = None
         if cfg.mode == "lookahead":
             self.draft = DraftHead.build(s, decoder.embed, cfg.draft_path, min(cfg.draft_vocab, s.vocab),
