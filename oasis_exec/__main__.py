@@ -86,6 +86,9 @@ def main(argv=None) -> int:
         add_serve_command = None
     if add_serve_command is not None:
         add_serve_command(sub)
+    from .quality.cli import add_quality_command
+
+    add_quality_command(sub)
     a = ap.parse_args(argv)
     if a.cmd == "bench":
         from .bench import run_bench, write_record
