@@ -15,8 +15,13 @@ x_t and the draft token d_{t+1} (at the following position); the draft token's q
 step after will need.
 
 Simplification (documented): the draft layer attends only to its own current position (no draft KV cache over
-past positions); with single-key attention the output is the value projection. Loaded checkpoints keep their
-weights; only this attention span differs from the trained head.
+past positions); with single-key attention the output is the value projection, so ``q_proj``/``k_proj`` are never
+read (a checkpoint may omit them). Heads trained here (``oasis_exec.draft_train``) are trained with exactly this
+forward (``draft_logits``); a published EAGLE-3 checkpoint keeps its weights but loses its attention over past
+positions.
+
+A checkpoint without ``lm_head.weight`` (and ``d2t``) uses the target's own LM head over the full vocabulary, as
+EAGLE-1 did; the SmolLM2 head in ``analysis/draft_head/`` is of that kind (a third of the size).
 """
 from __future__ import annotations
 
@@ -32,10 +37,9 @@ from oasis_core.specs import ModelSpec
 from .model import rms_norm
 
 NAMES = ("fc.weight", "midlayer.input_layernorm.weight", "midlayer.hidden_norm.weight",
-         "midlayer.post_attention_layernorm.weight", "midlayer.self_attn.q_proj.weight",
-         "midlayer.self_attn.k_proj.weight", "midlayer.self_attn.v_proj.weight", "midlayer.self_attn.o_proj.weight",
-         "midlayer.mlp.gate_proj.weight", "midlayer.mlp.up_proj.weight", "midlayer.mlp.down_proj.weight",
-         "norm.weight", "lm_head.weight", "d2t")
+         "midlayer.post_attention_layernorm.weight", "midlayer.self_attn.v_proj.weight",
+         "midlayer.self_attn.o_proj.weight", "midlayer.mlp.gate_proj.weight", "midlayer.mlp.up_proj.weight",
+         "midlayer.mlp.down_proj.weight", "norm.weight")  # required; lm_head.weight + d2t optional (module doc)
 
 
 def aux_layers(n_layers: int) -> tuple[int, int, int]:
@@ -71,16 +75,35 @@ def random_draft_weights(shape: ModelSpec, draft_vocab: int, seed: int = 1, dtyp
     return w
 
 
+def draft_logits(w: dict, shape: ModelSpec, aux, emb, lm_head):
+    """The head's forward, differentiable (training uses it as is): aux [B, 3 * hidden] target features, emb
+    [B, hidden] the embedding of the token just sampled, lm_head [V', hidden] -> logits [B, V'] (float32)."""
+    eps = shape.rms_eps
+    feats = aux @ w["fc.weight"].t()
+    x = torch.cat([rms_norm(emb, w["midlayer.input_layernorm.weight"], eps),
+                   rms_norm(feats, w["midlayer.hidden_norm.weight"], eps)], dim=-1)
+    # Single-key attention: softmax over one key is 1, so the output is v (expanded over the GQA group).
+    v = (x @ w["midlayer.self_attn.v_proj.weight"].t()).view(-1, shape.n_kv_heads, 1, shape.head_dim)
+    attn = v.expand(-1, -1, shape.gqa_group, -1).reshape(v.shape[0], -1)
+    h = feats + attn @ w["midlayer.self_attn.o_proj.weight"].t()
+    y = rms_norm(h, w["midlayer.post_attention_layernorm.weight"], eps)
+    h = h + (F.silu(y @ w["midlayer.mlp.gate_proj.weight"].t()) * (y @ w["midlayer.mlp.up_proj.weight"].t())) \
+        @ w["midlayer.mlp.down_proj.weight"].t()
+    return (rms_norm(h, w["norm.weight"], eps) @ lm_head.t()).float()
+
+
 class DraftHead:
     def __init__(self, shape: ModelSpec, weights: dict, embed):
         missing = [n for n in NAMES if n not in weights]
         if missing:
             raise KeyError(f"draft checkpoint lacks {missing[0]} (and {len(missing) - 1} more)")
+        if ("lm_head.weight" in weights) != ("d2t" in weights):
+            raise KeyError("draft checkpoint: lm_head.weight and d2t come together (neither = the target's LM head)")
         self.shape, self.w, self.embed = shape, weights, embed
-        self.d2t = weights["d2t"].long()
+        self.own_head = "lm_head.weight" in weights
+        self.lm_head = weights["lm_head.weight"] if self.own_head else embed
+        self.d2t = weights["d2t"].long() if self.own_head else None
         self.layers = aux_layers(shape.n_layers)
-        hk, d = shape.n_kv_heads, shape.head_dim
-        self._v_rows = slice(0, hk * d)
 
     @staticmethod
     def build(shape, embed, path=None, draft_vocab=None, seed=1, dtype=torch.bfloat16, device="cpu"):
@@ -92,32 +115,23 @@ class DraftHead:
         w = load_safetensors_dir(path, dtype, device)
         return DraftHead(shape, w, embed)
 
-    def save(self, path: str) -> None:
+    def save(self, path: str, extra: dict | None = None) -> None:
         from safetensors.torch import save_file
 
         os.makedirs(path, exist_ok=True)
-        cfg = {"architectures": ["LlamaForCausalLMEagle3"], "draft_vocab_size": int(self.d2t.shape[0]),
-               "eagle_config": {"eagle_aux_hidden_state_layer_ids": list(self.layers)}}
+        cfg = {"architectures": ["LlamaForCausalLMEagle3"],
+               "draft_vocab_size": int(self.lm_head.shape[0]), "target_lm_head": not self.own_head,
+               "eagle_config": {"eagle_aux_hidden_state_layer_ids": list(self.layers)}, **(extra or {})}
         with open(os.path.join(path, "config.json"), "w") as fh:
-            json.dump(cfg, fh)
+            json.dump(cfg, fh, indent=1)
         save_file({k: v.contiguous().cpu() for k, v in self.w.items()}, os.path.join(path, "model.safetensors"))
+
+    def logits(self, aux, token_ids):
+        """Draft logits [B, V'] over the draft vocabulary (the target's when the head has none of its own)."""
+        return draft_logits(self.w, self.shape, aux, self.embed[token_ids], self.lm_head)
 
     def propose(self, aux, token_ids):
         """aux: [B, 3 * hidden] target features; token_ids: [B] the tokens just sampled -> draft ids [B] (target
         vocabulary), greedy."""
-        s, w = self.shape, self.w
-        eps = s.rms_eps
-        feats = aux @ w["fc.weight"].t()
-        emb = self.embed[token_ids]
-        x = torch.cat([rms_norm(emb, w["midlayer.input_layernorm.weight"], eps),
-                       rms_norm(feats, w["midlayer.hidden_norm.weight"], eps)], dim=-1)
-        # Single-key attention: softmax over one key is 1, so the output is v (expanded over the GQA group).
-        v = (x @ w["midlayer.self_attn.v_proj.weight"].t()).view(-1, s.n_kv_heads, 1, s.head_dim)
-        attn = v.expand(-1, -1, s.gqa_group, -1).reshape(v.shape[0], -1)
-        h = feats + attn @ w["midlayer.self_attn.o_proj.weight"].t()
-        y = rms_norm(h, w["midlayer.post_attention_layernorm.weight"], eps)
-        h = h + (F.silu(y @ w["midlayer.mlp.gate_proj.weight"].t()) * (y @ w["midlayer.mlp.up_proj.weight"].t())) \
-            @ w["midlayer.mlp.down_proj.weight"].t()
-        logits = rms_norm(h, w["norm.weight"], eps) @ w["lm_head.weight"].t()
-        d = logits.argmax(-1)
-        return d + self.d2t[d]
+        d = self.logits(aux, token_ids).argmax(-1)
+        return d + self.d2t[d] if self.own_head else d
