@@ -59,6 +59,15 @@ def _config(a, max_context: int) -> ExecConfig:
                       synthetic=json.loads(a.synthetic) if a.synthetic else None)
 
 
+def _prompt_tokens(path: str, model_path: str | None) -> list:
+    if not model_path:
+        raise SystemExit("--prompt-text needs --model-path (a real model and its tokenizer)")
+    from .server.tokenizer import load_tokenizer
+
+    with open(path, encoding="utf-8", errors="replace") as fh:
+        return load_tokenizer(model_path).encode(fh.read())
+
+
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(prog="oasis_exec", description="OasisKV GPU executor")
     sub = ap.add_subparsers(dest="cmd", required=True)
@@ -73,6 +82,9 @@ def main(argv=None) -> int:
                    help="also write the run as a recording (traces/SCHEMA.md) for `python -m oasis_sim replay|validate`")
     b.add_argument("--record-hardware", default=None, metavar="PRESET",
                    help="simulator hardware preset of the recording (default: told from the GPU's name)")
+    b.add_argument("--prompt-text", default=None, metavar="FILE",
+                   help="cut the prompts from this real text (tokenized by the model's tokenizer) and prefill them for "
+                        "real, instead of synthesizing random KV; for selection=model on real weights")
     b.add_argument("--no-host-fill", action="store_true",
                    help="leave the pinned host pool unwritten (copies time the same; saves a pass over it)")
     g = sub.add_parser("generate", help="generate from token ids (smoke test)")
@@ -94,7 +106,8 @@ def main(argv=None) -> int:
         from .bench import run_bench, write_record
 
         cfg = _config(a, a.context + a.warmup + a.steps + 2 * a.block_size)
-        rec = run_bench(cfg, a.context, a.concurrency, a.steps, a.warmup, not a.no_host_fill)
+        toks = _prompt_tokens(a.prompt_text, a.model_path) if a.prompt_text else None
+        rec = run_bench(cfg, a.context, a.concurrency, a.steps, a.warmup, not a.no_host_fill, toks, a.prompt_text)
         write_record(rec, a.out)
         if a.record:
             from .recorder import write_bench_recording

@@ -58,14 +58,28 @@ def layer_event_steps(steps: int, most: int = LAYER_EVENT_STEPS) -> list:
     return sorted({round(j * (steps - 1) / (most - 1)) for j in range(most)})
 
 
+def real_prompts(tokens, context: int, n: int) -> list:
+    """``n`` prompts of ``context`` tokens cut from the token stream ``tokens`` (real text) at evenly spaced
+    offsets, wrapping around: each request reads different text."""
+    if not len(tokens):
+        raise ValueError("real_prompts: no tokens")
+    reps = -(-(context + len(tokens)) // len(tokens))
+    stream = list(tokens) * reps
+    step = max(1, len(tokens) // max(n, 1))
+    return [stream[(i * step) % len(tokens):(i * step) % len(tokens) + context] for i in range(n)]
+
+
 def build_bench_engine(cfg: ExecConfig, context: int, concurrency: int, steps: int, warmup: int = 5,
-                       host_fill: bool = True) -> tuple:
+                       host_fill: bool = True, prompt_tokens=None) -> tuple:
     """The benchmark's engine: built, its host pool filled (``host_fill``), and ``n`` requests of ``context``
     tokens (synthesized prefill, ``warmup + steps + 1`` output tokens each: none finishes in a timed step) queued;
-    they are admitted by the first step. ``n`` is ``concurrency`` bounded by the lanes and, in sparse modes, the host blocks. Returns (engine, n)."""
+    they are admitted by the first step. ``n`` is ``concurrency`` bounded by the lanes and, in sparse modes, the host
+    blocks. With ``prompt_tokens`` (a real text's token ids) the prompts are cut from that text and prefilled for real
+    (``run_bench`` runs every prefill before the warm-up), so that ``selection=model`` on real weights selects from
+    real keys. Returns (engine, n)."""
     eng = Engine(cfg)
     runner = eng.runner
-    if runner.host is not None and context > 0 and host_fill:
+    if runner.host is not None and context > 0 and host_fill and prompt_tokens is None:
         runner.host.fill_pattern(cfg.seed)
     n = min(concurrency, eng.max_lanes)
     if cfg.sparse:
@@ -73,19 +87,33 @@ def build_bench_engine(cfg: ExecConfig, context: int, concurrency: int, steps: i
         n = min(n, runner.host_blocks_total // per_req)
     if n < 1:
         raise ValueError(f"no request fits: lanes {eng.max_lanes}, host blocks {runner.host_blocks_total}")
-    sp = SamplingParams(max_tokens=warmup + steps + 1)
+    sp = SamplingParams(max_tokens=warmup + steps + 1 + (prompt_tokens is not None))
     vocab = runner.shape.vocab
+    if prompt_tokens is not None:
+        for p in real_prompts(prompt_tokens, context, n):
+            eng.add_request(p, sp)
+        return eng, n
     for i in range(n):
         eng.add_request([(7 * i + j) % (vocab - 1) + 1 for j in range(context)], sp, synthetic_prefill=True)
     return eng, n
 
 
+def _prefill_all(eng) -> float:
+    """Step until every request is admitted and decoding (real prefill); returns the seconds it took."""
+    t0 = time.perf_counter()
+    sch = eng.scheduler
+    while sch.waiting or any(r.state != "running" for r in sch.running.values()):
+        eng.step()
+    return time.perf_counter() - t0
+
+
 def run_bench(cfg: ExecConfig, context: int, concurrency: int, steps: int, warmup: int = 5,
-              host_fill: bool = True) -> dict:
+              host_fill: bool = True, prompt_tokens=None, prompt_name: str | None = None) -> dict:
     t_build = time.perf_counter()
-    eng, n = build_bench_engine(cfg, context, concurrency, steps, warmup, host_fill)
+    eng, n = build_bench_engine(cfg, context, concurrency, steps, warmup, host_fill, prompt_tokens)
     runner = eng.runner
     build_s = time.perf_counter() - t_build
+    prefill_s = _prefill_all(eng) if prompt_tokens is not None else 0.0
     times = []
     traced = set(layer_event_steps(steps)) if cfg.profile else set()
     layer_events, t_first = [], None
@@ -152,7 +180,9 @@ def run_bench(cfg: ExecConfig, context: int, concurrency: int, steps: int, warmu
         "copy_graph": bool(runner.pipe is not None and runner.pipe.copy_graph and runner.graphs),
         "no_transfer": cfg.no_transfer, "fetch_ratio": cfg.fetch_ratio, "top_k": cfg.top_k,
         "model": cfg.model_path or cfg.model, "dummy_weights": cfg.model_path is None,
-        "synthetic_params": cfg.synthetic, "prefill": "synthesized (random KV)",
+        "synthetic_params": cfg.synthetic,
+        "prefill": f"real ({prompt_name or 'given tokens'})" if prompt_tokens is not None else "synthesized (random KV)",
+        "prefill_s": prefill_s, "draft": cfg.draft_path if cfg.mode == "lookahead" else None,
         "host_pool_filled": bool(host_fill and runner.host is not None), "build_s": build_s,
         "device": dev_name, "date": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
         "commit": _commit(),
