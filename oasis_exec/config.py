@@ -26,8 +26,12 @@ class ExecConfig:
     device: str = _f("cuda", "cuda | cpu")
     mode: str = _f("lookahead", "dense | quest | retrieval | proxy | lookahead")
     selection: str = _f("model", "model | synthetic | replay: where the chosen block ids come from")
-    replay_path: str | None = _f(None, "recorded selections (.pt) for selection=replay")
-    record_path: str | None = _f(None, "write the predicted block sets of every step here (.pt)")
+    replay_path: str | None = _f(None, "recorded selections for selection=replay: a --record-path file (.npz, "
+                                       "oasis_core.setrecord), at any model shape")
+    replay_ids: str = _f("wrap", "selection=replay at another context: block ids wrap (kept where the context has "
+                                 "them, else mod its eligible blocks) | scale (proportional); oasis_core.setrecord")
+    record_path: str | None = _f(None, "write the predicted block sets of every decode step here when the engine "
+                                       "closes (.npz, oasis_core.setrecord; also a traces/SCHEMA.md selection file)")
     block_size: int = _f(PAPER_SPARSITY.block_size, "tokens per KV block")
     top_k: int = _f(PAPER_SPARSITY.top_k, "resident blocks per KV head (the local block comes on top)")
     fetch_ratio: float = _f(PAPER_SPARSITY.fetch_ratio,
@@ -79,6 +83,8 @@ class ExecConfig:
             bad("selection", f"must be one of {SOURCES}")
         if self.selection == "replay" and not self.replay_path:
             bad("replay_path", "selection=replay needs a file")
+        if self.replay_ids not in ("wrap", "scale"):
+            bad("replay_ids", "must be wrap or scale")
         if self.transfer not in TRANSFERS:
             bad("transfer", f"must be one of {TRANSFERS}")
         if self.stream_priority not in PRIORITIES:

@@ -118,8 +118,14 @@ class Runner:
         self.sampler = self._sample_default
         self.synth = None  # (lanes tuple, SyntheticSelection)
         self._s_synth, self._pre_synth = None, None  # next step's synthetic sets, drawn during this step (CUDA)
-        self.replay = torch.load(cfg.replay_path) if cfg.selection == "replay" else None
-        self.record = [] if cfg.record_path else None
+        # selection=replay: recorded sets (oasis_core.setrecord), mapped to this run's shape; record_path: this
+        # run's predicted sets, kept on the host and written when the engine closes (close / save_record).
+        self.replay = None
+        if cfg.selection == "replay":
+            from oasis_core.setrecord import SetReplay, load_setrecord
+
+            self.replay = SetReplay(load_setrecord(cfg.replay_path), L, H, self.K, cfg.replay_ids)
+        self.record = self._recorder() if cfg.record_path else None
         self.decode_steps = 0
         self.graphs = {}  # batch size -> (graph, static inputs, logits, aux)
         self._capturing = False
@@ -148,6 +154,8 @@ class Runner:
         return {}
 
     def _admit(self, a) -> None:
+        if self.replay is not None:
+            self.replay.admit(a.lane)
         if self.cfg.sparse:
             self.lane_blocks[a.lane] = list(a.host_blocks)
             self.store.reset_lane(a.lane, a.host_blocks)
@@ -363,6 +371,8 @@ class Runner:
             if dev.type == "cuda":
                 synth_ready = torch.cuda.Event()
                 synth_ready.record()
+        elif self.replay is not None and cfg.mode != "dense":
+            sets = self._replay_sets(lanes_list, pos_list)
         recorded = [] if self.record is not None else None
         if self._graph_ok(lanes_list):
             logits, aux = self._replay(lanes_list, toks, pos, sets)
@@ -384,7 +394,10 @@ class Runner:
                 self.pipe.events = []
         self._step_ref = None
         if recorded:
-            self.record.append(torch.stack(recorded).cpu())
+            if dev.type == "cuda":
+                torch.cuda.synchronize()  # lookahead / proxy predict on the side stream
+            nb = [self._pred_blocks(p) for p in pos_list]
+            self.record.add_step(torch.stack(recorded).cpu().numpy(), [it.req_id for it in items], pos_list, nb)
         self.decode_steps += 1
         return {it.req_id: out[i] for i, it in enumerate(items)}
 
@@ -395,7 +408,7 @@ class Runner:
         transfer path only where its graph mode is available (``Prefetcher.graph_host``)."""
         cfg = self.cfg
         if not cfg.cuda_graph or self.device.type != "cuda" or cfg.profile or self.record is not None \
-                or cfg.selection == "replay" or (self.pipe is not None and not self.pipe.cuda):
+                or (self.pipe is not None and not self.pipe.cuda):
             return False
         if cfg.sparse and self.pipe.path != "uva" and not cfg.no_transfer and not self.pipe.graph_host:
             return False
@@ -584,8 +597,6 @@ class Runner:
         B = qsel.shape[0]
         if src is not None:
             pred = src.reshape(B * self.H, -1)
-        elif self.replay is not None:
-            pred = self.replay["pred"][self.decode_steps % len(self.replay["pred"])][l].to(self.device)
         else:
             pred = topk_blocks(scores.view(B * self.H, -1), self.K, n_blocks.repeat_interleave(self.H))
         if recorded is not None:
@@ -614,13 +625,48 @@ class Runner:
             return {"units_fetched": 0, "missing": 0}
         return {"units_fetched": int(self.pipe.units), "missing": int(self.pipe.missing)}
 
+    # -- recorded and replayed selections (oasis_core.setrecord) -------------------------------------------------
+
+    def _recorder(self):
+        from oasis_core.setrecord import SetRecorder
+
+        from .bench import _commit
+
+        c = self.cfg
+        meta = {"mode": c.mode, "selection": c.selection, "model": self.shape.name, "model_path": c.model_path,
+                "n_layers": self.L, "n_kv_heads": self.H, "top_k": self.K, "block_size": self.bs,
+                "fetch_ratio": c.fetch_ratio, "max_context": c.max_context, "dtype": c.dtype,
+                "device": str(self.device), "seed": c.seed, "commit": _commit(),
+                "date": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())}
+        return SetRecorder(c.record_path, meta)
+
+    def _pred_blocks(self, pos: int) -> int:
+        """The block count the mode's prediction sees at a decode step of position ``pos``: the next step's
+        (lookahead, proxy) or the current one's (quest, retrieval)."""
+        return (pos + 1) // self.bs + 1 if self.cfg.mode in ("proxy", "lookahead") else pos // self.bs + 1
+
+    def _replay_sets(self, lanes_list, pos_list):
+        """The replayed sets of this step as the synthetic source's triple [3, B, L, H, K] (current, lookahead,
+        proxy: the mode reads its own; all three are the recorded set)."""
+        nb = [self._pred_blocks(p) for p in pos_list]
+        s = torch.from_numpy(self.replay.sets(lanes_list, nb)).to(self.device)
+        return s[None].expand(3, *s.shape)
+
     def save_record(self) -> None:
-        if self.record is not None and self.cfg.record_path:
-            torch.save({"pred": self.record}, self.cfg.record_path)
+        """Write the recorded sets (once; ``close`` calls it)."""
+        if self.record is not None:
+            path = self.record.write()
+            if path:
+                import sys
+
+                print(f"record: {self.record.meta['mode']} sets of {len(self.record.batch)} decode steps -> {path}",
+                      file=sys.stderr)
 
     def close(self) -> None:
         if self.pipe is not None:
             self.pipe.wait_all()
+        self.save_record()
+        if self.pipe is not None:
             self.pipe.close()
         if self.graphs and self.device.type == "cuda":
             torch.cuda.synchronize()
