@@ -1,8 +1,10 @@
 """Wrap the executor's engine (`oasis_exec.engine.Engine`) to the server's `ServingEngine` protocol.
 
 Engine options come from `oasis_exec.config.ExecConfig`: every field becomes a `--kebab-case` flag with the
-field's help, so the server accepts exactly the options the executor does. `--model` names a preset (or a local
-Hugging Face directory, as a shorthand for `--model-path`); `--dummy` asks for random weights.
+field's help, so the server accepts exactly the options the executor does. `--model` names a preset, or a real
+model (a `.gguf` file or a local Hugging Face directory) as a shorthand for `--model-path`; `--dummy` asks for random
+weights. A real model is served under its own name (GGUF `general.name`, else the directory's name) and, unless
+`--max-context` says otherwise, with a context of its trained positions.
 
 Accounting for `/metrics`, read from the public `Engine.stats()` (the same definitions as `oasis_exec.bench`):
 
@@ -40,7 +42,8 @@ def add_engine_args(p: argparse.ArgumentParser) -> None:
 
     g = p.add_argument_group("engine (oasis_exec.config.ExecConfig)")
     g.add_argument("--model", default=_DEFAULTS["model"],
-                   help="oasis_core model preset, or a local Hugging Face directory (as --model-path)")
+                   help="oasis_core model preset, or a real model: a .gguf file or a local Hugging Face directory "
+                        "(as --model-path)")
     g.add_argument("--dummy", action="store_true", help="random weights, the shape from the --model preset")
     for f in dataclasses.fields(ExecConfig):
         if f.name in _SKIP:
@@ -52,6 +55,9 @@ def add_engine_args(p: argparse.ArgumentParser) -> None:
                            help=f"turn off: {helptext}")
         elif str(f.type) == "bool":
             g.add_argument(flag, action="store_true", help=helptext)
+        elif f.name == "max_context":  # None: filled in by exec_config_from_args
+            g.add_argument(flag, type=int, default=None,
+                           help=f"{helptext} (default: a real model's positions, else {f.default})")
         else:
             default = f.default if f.default is not dataclasses.MISSING else None
             g.add_argument(flag, type=_arg_type(str(f.type)), default=default,
@@ -64,11 +70,33 @@ def exec_config_from_args(args: argparse.Namespace):
     kw: dict[str, Any] = {f.name: getattr(args, f.name) for f in dataclasses.fields(ExecConfig)
                           if f.name not in _SKIP and hasattr(args, f.name)}
     kw["model"] = args.model
-    if os.path.isdir(args.model) and not kw.get("model_path"):
-        kw["model"], kw["model_path"] = os.path.basename(os.path.normpath(args.model)), args.model
+    if not kw.get("model_path") and (os.path.isdir(args.model) or args.model.endswith(".gguf")):
+        kw["model_path"] = args.model
     if args.dummy and kw.get("model_path"):
         raise ValueError("--dummy and --model-path exclude each other")
+    if kw.get("model_path"):
+        kw["model"], positions = real_model(kw["model_path"])
+        if kw.get("max_context") is None:
+            kw["max_context"] = positions
+    if kw.get("max_context") is None:
+        kw.pop("max_context", None)
     return ExecConfig(**kw)
+
+
+def real_model(path: str) -> tuple[str, int]:
+    """(name, trained positions) of a `.gguf` file (its `general.name`) or a Hugging Face directory (its name)."""
+    if path.endswith(".gguf"):
+        from oasis_exec.gguf_model import read_gguf
+
+        g = read_gguf(path)
+        return g.name, g.spec.max_context_tokens
+    from oasis_exec.model import spec_from_hf_config
+
+    cfg_path = os.path.join(path, "config.json")
+    if not os.path.isfile(cfg_path):
+        raise ValueError(f"--model-path {path}: neither a .gguf file nor a Hugging Face directory with config.json")
+    with open(cfg_path) as fh:
+        return os.path.basename(os.path.normpath(path)), spec_from_hf_config(json.load(fh)).max_context_tokens
 
 
 def build_engine(args: argparse.Namespace) -> "ExecutorEngine":

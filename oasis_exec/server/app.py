@@ -41,12 +41,6 @@ class ServerConfig:
             raise ValueError(f"max_waiting: must be >= 0, got {self.max_waiting}")
 
 
-def chat_prompt(messages: list[S.ChatMessage]) -> str:
-    """The minimal chat template: one `<|role|>` header line per message, then the assistant's header."""
-    parts = [f"<|{m.role}|>\n{m.content}\n" for m in messages]
-    return "".join(parts) + "<|assistant|>\n"
-
-
 def _leading_field(message: str) -> str | None:
     """'top_p: not supported' -> 'top_p'; the engine names the field it refuses that way, when it can."""
     head, sep, _ = message.partition(":")
@@ -111,9 +105,9 @@ def create_app(engine: ServingEngine, tokenizer: Tokenizer, config: ServerConfig
                 code="model_not_found",
             )
 
-    def prepare(prompt: str | list[int], req: S._SamplingFields) -> tuple[list[int], Sampling]:
-        if isinstance(prompt, str):
-            ids = tokenizer.encode(prompt)
+    def prepare(prompt: str | list[int], req: S._SamplingFields, chat: bool = False) -> tuple[list[int], Sampling]:
+        if isinstance(prompt, str):  # a rendered chat template holds its own special tokens
+            ids = tokenizer.encode(prompt, add_special_tokens=not chat)
         else:
             ids = list(prompt)
             bad = [t for t in ids if t >= info.vocab_size]
@@ -270,7 +264,11 @@ def create_app(engine: ServingEngine, tokenizer: Tokenizer, config: ServerConfig
     async def chat_completions(request: Request):
         req: S.ChatCompletionRequest = await parse(request, S.ChatCompletionRequest)
         check_model(req.model)
-        ids, sampling = prepare(chat_prompt(req.messages), req)
+        try:
+            prompt = tokenizer.apply_chat_template([m.model_dump(exclude_none=True) for m in req.messages])
+        except ValueError as exc:  # no template, or the template refused the conversation (raise_exception)
+            raise APIError(400, f"messages: {exc}", param="messages", code="invalid_value") from None
+        ids, sampling = prepare(prompt, req, chat=True)
         stream = await submit(ids, sampling)
         rid, created = S.new_id("chatcmpl"), S.now()
         outcome = Outcome()

@@ -22,7 +22,8 @@ def add_server_args(p: argparse.ArgumentParser) -> None:
     g = p.add_argument_group("server")
     g.add_argument("--host", default="127.0.0.1", help="address to bind")
     g.add_argument("--port", type=int, default=8000, help="TCP port; 0 picks a free one")
-    g.add_argument("--served-model-name", help="name clients send as `model` (default: --model)")
+    g.add_argument("--served-model-name", help="name clients send as `model` (default: the --model preset, or a real "
+                   "model's own name)")
     g.add_argument(
         "--max-waiting", type=int, default=256,
         help="requests accepted but not yet running, at most; beyond it the server answers 429",
@@ -60,12 +61,16 @@ def serve(args: argparse.Namespace) -> int:
         return 2
     try:
         engine = build_engine(args)
-    except ValueError as exc:
+    except (ValueError, OSError) as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2
     info = engine.model_info
-    tokenizer = load_tokenizer(None if info.dummy else info.model_dir)
-    config = ServerConfig(served_model_name=args.served_model_name or args.model, max_waiting=args.max_waiting)
+    try:
+        tokenizer = load_tokenizer(None if info.dummy else info.model_dir)
+    except (ValueError, OSError, ImportError) as exc:  # a real model is never served with the byte tokenizer
+        print(f"error: the tokenizer of {info.model_dir}: {exc}", file=sys.stderr)
+        return 2
+    config = ServerConfig(served_model_name=args.served_model_name or info.name, max_waiting=args.max_waiting)
     served = None
     if getattr(args, "record", None):
         from oasis_exec.recorder import hardware_preset

@@ -1,6 +1,10 @@
-"""Tokenizers for the server: a Hugging Face tokenizer from the model directory, or a byte-level one.
+"""Tokenizers for the server: the model's own (from its GGUF metadata or its Hugging Face directory), or a byte-level
+one for a dummy model.
 
-A dummy (random-weight) model has no vocabulary, so it is served with `ByteTokenizer`: text is encoded as its
+`HFTokenizer` wraps a `tokenizers` tokenizer with the model's BOS/EOS, special tokens and chat template, rendered
+with jinja2 as transformers' `apply_chat_template` renders it. From a `.gguf` file it is built from the
+`tokenizer.ggml.*` metadata (byte-level BPE, `tokenizer.ggml.model` "gpt2"); anything it cannot build is an error,
+never a silent fall back to bytes. A dummy (random-weight) model has no vocabulary, so it is served with `ByteTokenizer`: text is encoded as its
 UTF-8 bytes (ids 0..255); an id of 256 or more, which random weights do emit, decodes as the byte `id % 256`.
 `describe()` states which tokenizer is in use; `/v1/models` reports it.
 
@@ -11,16 +15,25 @@ arrive and returns only text that is final, so the concatenated deltas equal the
 from __future__ import annotations
 
 import codecs
-import importlib.util
+import datetime
+import functools
 import json
 from pathlib import Path
 from typing import Protocol, Sequence
 
 
+SPECIAL_TOKEN_NAMES = ("bos_token", "eos_token", "unk_token", "sep_token", "pad_token", "cls_token", "mask_token")
+_CONTROL, _USER_DEFINED = 3, 4  # llama.cpp's token types (tokenizer.ggml.token_type)
+GGUF_PRE_TOKENIZERS = ("smollm",)  # the tokenizer.ggml.pre values `_gguf_pre_tokenizer` knows
+
+
 class Tokenizer(Protocol):
     eos_token_ids: tuple[int, ...]
 
-    def encode(self, text: str) -> list[int]: ...
+    def encode(self, text: str, add_special_tokens: bool = True) -> list[int]: ...
+
+    def apply_chat_template(self, messages: list[dict]) -> str:
+        """The prompt of a chat, ending with the assistant's header (encode it with add_special_tokens=False)."""
 
     def decode(self, ids: Sequence[int]) -> str: ...
 
@@ -42,8 +55,12 @@ class ByteTokenizer:
 
     eos_token_ids: tuple[int, ...] = ()
 
-    def encode(self, text: str) -> list[int]:
+    def encode(self, text: str, add_special_tokens: bool = True) -> list[int]:
         return list(text.encode("utf-8"))
+
+    def apply_chat_template(self, messages: list[dict]) -> str:
+        """The minimal chat template: one `<|role|>` header line per message, then the assistant's header."""
+        return "".join(f"<|{m['role']}|>\n{m['content']}\n" for m in messages) + "<|assistant|>\n"
 
     def decode(self, ids: Sequence[int]) -> str:
         return bytes(int(i) % 256 for i in ids).decode("utf-8", errors="replace")
@@ -67,26 +84,106 @@ class _ByteDetokenizer:
 
 
 class HFTokenizer:
-    """A `tokenizers` tokenizer loaded from `tokenizer.json` in a model directory."""
+    """A `tokenizers` tokenizer with the model's special tokens, BOS/EOS and chat template.
 
-    def __init__(self, model_dir: Path) -> None:
-        from tokenizers import Tokenizer as _Tok  # optional dependency, imported only when used
+    `encode(text)` tokenizes as transformers' `tokenizer(text)` does (the post-processor adds BOS where the model
+    asks for it); `encode(text, add_special_tokens=False)` as `apply_chat_template(..., tokenize=True)` does, since
+    a chat template writes its own special tokens. `decode` skips special tokens.
+    """
 
-        self._tok = _Tok.from_file(str(model_dir / "tokenizer.json"))
-        self._path = model_dir / "tokenizer.json"
-        self.eos_token_ids = _eos_ids(model_dir, self._tok)
+    def __init__(self, tok, eos_token_ids: Sequence[int], chat_template: str | None, special_tokens: dict,
+                 source: str) -> None:
+        self._tok = tok
+        self.eos_token_ids = tuple(eos_token_ids)
+        self.chat_template = chat_template
+        self._special = {k: v for k, v in special_tokens.items() if v is not None}  # bos_token -> "<s>", ...
+        self._source = source
 
-    def encode(self, text: str) -> list[int]:
-        return self._tok.encode(text, add_special_tokens=False).ids
+    @classmethod
+    def from_dir(cls, model_dir: Path) -> "HFTokenizer":
+        """`tokenizer.json`, with `tokenizer_config.json` (special tokens, chat template) and `config.json`."""
+        from tokenizers import Tokenizer as _Tok
+
+        path = model_dir / "tokenizer.json"
+        if not path.exists():
+            raise FileNotFoundError(f"{model_dir}: no tokenizer.json (a real model is never served with the byte "
+                                    "tokenizer)")
+        tok = _Tok.from_file(str(path))
+        tcfg_path = model_dir / "tokenizer_config.json"
+        tcfg = json.loads(tcfg_path.read_text()) if tcfg_path.exists() else {}
+        special = {k: (v.get("content") if isinstance(v, dict) else v) for k, v in tcfg.items()
+                   if k in SPECIAL_TOKEN_NAMES}
+        template = tcfg.get("chat_template")
+        if isinstance(template, list):  # named templates: transformers' default is "default"
+            template = {t["name"]: t["template"] for t in template}.get("default")
+        if (model_dir / "chat_template.jinja").exists():
+            template = (model_dir / "chat_template.jinja").read_text()
+        return cls(tok, _eos_ids(model_dir, tok, special.get("eos_token")), template, special, f"huggingface "
+                   f"tokenizers ({path})")
+
+    @classmethod
+    def from_gguf(cls, path: str) -> "HFTokenizer":
+        """Byte-level BPE from a GGUF's `tokenizer.ggml.*` metadata (`tokenizer.ggml.model` "gpt2"), as llama.cpp
+        and transformers read it: tokens, merges, control tokens (token_type 3) as special tokens, user-defined
+        ones (4) as added tokens, the pre-tokenizer named by `tokenizer.ggml.pre`, BOS/EOS and `add_bos_token`,
+        and `tokenizer.chat_template`."""
+        from tokenizers import AddedToken, Tokenizer as _Tok, decoders, models, processors
+
+        from oasis_exec.gguf_model import read_gguf
+
+        f = read_gguf(path).tokenizer_fields()
+        kind, pre = f.get("tokenizer.ggml.model"), f.get("tokenizer.ggml.pre")
+        if kind != "gpt2":
+            raise ValueError(f"{path}: tokenizer.ggml.model {kind!r} is not supported (only gpt2, byte-level BPE)")
+        if pre not in GGUF_PRE_TOKENIZERS:
+            raise ValueError(f"{path}: tokenizer.ggml.pre {pre!r} is not supported (supported: "
+                             f"{', '.join(GGUF_PRE_TOKENIZERS)})")
+        tokens = list(f["tokenizer.ggml.tokens"])
+        types = list(f.get("tokenizer.ggml.token_type") or [1] * len(tokens))
+        merges = [tuple(m.split(" ")) for m in f["tokenizer.ggml.merges"]]
+        tok = _Tok(models.BPE({t: i for i, t in enumerate(tokens)}, merges))
+        tok.pre_tokenizer = _gguf_pre_tokenizer(pre)
+        tok.decoder = decoders.ByteLevel()
+        tok.add_special_tokens([AddedToken(t, special=True, normalized=False)
+                                for t, ty in zip(tokens, types) if ty == _CONTROL])
+        tok.add_tokens([AddedToken(t, special=False, normalized=False)
+                        for t, ty in zip(tokens, types) if ty == _USER_DEFINED])
+
+        def token(key):
+            i = f.get(f"tokenizer.ggml.{key}")
+            return None if i is None else tokens[int(i)]
+
+        bos = token("bos_token_id")
+        if f.get("tokenizer.ggml.add_bos_token") and bos is not None:
+            tok.post_processor = processors.TemplateProcessing(
+                single=f"{bos} $A", special_tokens=[(bos, int(f["tokenizer.ggml.bos_token_id"]))])
+        special = {"bos_token": bos, "eos_token": token("eos_token_id"), "unk_token": token("unknown_token_id"),
+                   "pad_token": token("padding_token_id")}
+        eos = f.get("tokenizer.ggml.eos_token_id")
+        return cls(tok, () if eos is None else (int(eos),), f.get("tokenizer.chat_template"), special,
+                   f"gguf byte-level BPE, pre-tokenizer {pre!r} ({path})")
+
+    def encode(self, text: str, add_special_tokens: bool = True) -> list[int]:
+        return self._tok.encode(text, add_special_tokens=add_special_tokens).ids
 
     def decode(self, ids: Sequence[int]) -> str:
         return self._tok.decode(list(ids), skip_special_tokens=True)
+
+    def apply_chat_template(self, messages: list[dict]) -> str:
+        if not self.chat_template:
+            raise ValueError("this model has no chat template; use /v1/completions")
+        import jinja2
+
+        try:
+            return render_chat_template(self.chat_template, messages, **self._special)
+        except jinja2.TemplateError as exc:  # a syntax error, or the template's raise_exception
+            raise ValueError(f"chat template: {exc}") from None
 
     def detokenizer(self) -> "_PrefixDetokenizer":
         return _PrefixDetokenizer(self.decode)
 
     def describe(self) -> str:
-        return f"huggingface tokenizers ({self._path})"
+        return self._source
 
 
 class _PrefixDetokenizer:
@@ -113,25 +210,63 @@ class _PrefixDetokenizer:
         return new
 
 
-def _eos_ids(model_dir: Path, tok) -> tuple[int, ...]:
+def _gguf_pre_tokenizer(pre: str):
+    """The split of `tokenizer.ggml.pre`, as llama.cpp defines it, before the byte-level BPE."""
+    from tokenizers import pre_tokenizers as P
+
+    byte_level = P.ByteLevel(add_prefix_space=False, use_regex=True)  # GPT-2's regex, then bytes -> its alphabet
+    if pre == "smollm":  # llama.cpp: \p{N}, then the GPT-2 regex; SmolLM2's tokenizer.json: Digits + ByteLevel
+        return P.Sequence([P.Digits(individual_digits=True), byte_level])
+    raise ValueError(f"tokenizer.ggml.pre {pre!r} is not supported")
+
+
+def _eos_ids(model_dir: Path, tok, eos_name: str | None) -> tuple[int, ...]:
+    """EOS ids of `generation_config.json` and `config.json` (transformers' generate stops on these) and the
+    tokenizer's `eos_token`."""
     ids: list[int] = []
-    cfg = model_dir / "config.json"
-    if cfg.exists():
-        eos = json.loads(cfg.read_text()).get("eos_token_id")
-        ids.extend(eos if isinstance(eos, list) else [eos] if isinstance(eos, int) else [])
-    tcfg = model_dir / "tokenizer_config.json"
-    if tcfg.exists():
-        name = json.loads(tcfg.read_text()).get("eos_token")
-        name = name.get("content") if isinstance(name, dict) else name
-        if isinstance(name, str) and tok.token_to_id(name) is not None:
-            ids.append(tok.token_to_id(name))
+    for name in ("generation_config.json", "config.json"):
+        if (model_dir / name).exists():
+            eos = json.loads((model_dir / name).read_text()).get("eos_token_id")
+            ids.extend(eos if isinstance(eos, list) else [eos] if isinstance(eos, int) else [])
+    if eos_name is not None and tok.token_to_id(eos_name) is not None:
+        ids.append(tok.token_to_id(eos_name))
     return tuple(dict.fromkeys(ids))
 
 
-def load_tokenizer(model_dir: str | None) -> Tokenizer:
-    """The model directory's tokenizer when it has one and `tokenizers` is installed, else `ByteTokenizer`."""
-    if model_dir is not None:
-        path = Path(model_dir)
-        if (path / "tokenizer.json").exists() and importlib.util.find_spec("tokenizers") is not None:
-            return HFTokenizer(path)
-    return ByteTokenizer()
+def render_chat_template(template: str, messages: list[dict], add_generation_prompt: bool = True,
+                         **special_tokens: str) -> str:
+    """Render a chat template as transformers' `apply_chat_template(..., tokenize=False)` does: a sandboxed jinja2
+    environment with trim_blocks / lstrip_blocks and loop controls, its `tojson`, `raise_exception` and
+    `strftime_now`, and the special tokens (`bos_token`, `eos_token`, ...) as variables."""
+    return _compile_template(template).render(messages=messages, tools=None, documents=None,
+                                              add_generation_prompt=add_generation_prompt, **special_tokens)
+
+
+@functools.lru_cache(maxsize=8)
+def _compile_template(template: str):
+    import jinja2
+    import jinja2.ext
+    from jinja2.sandbox import ImmutableSandboxedEnvironment
+
+    def raise_exception(message):
+        raise jinja2.exceptions.TemplateError(message)
+
+    def tojson(x, ensure_ascii=False, indent=None, separators=None, sort_keys=False):
+        return json.dumps(x, ensure_ascii=ensure_ascii, indent=indent, separators=separators, sort_keys=sort_keys)
+
+    env = ImmutableSandboxedEnvironment(trim_blocks=True, lstrip_blocks=True, extensions=[jinja2.ext.loopcontrols])
+    env.filters["tojson"] = tojson
+    env.globals.update(raise_exception=raise_exception,
+                       strftime_now=lambda fmt: datetime.datetime.now().strftime(fmt))
+    return env.from_string(template)
+
+
+def load_tokenizer(model_path: str | None) -> Tokenizer:
+    """`ByteTokenizer` for a dummy model (`model_path` None); else the model's own tokenizer, from a `.gguf` file's
+    metadata or a Hugging Face directory's `tokenizer.json`. A real model never falls back to the byte tokenizer:
+    what cannot be built raises (ValueError, FileNotFoundError, ImportError without `tokenizers`)."""
+    if model_path is None:
+        return ByteTokenizer()
+    if str(model_path).endswith(".gguf"):
+        return HFTokenizer.from_gguf(str(model_path))
+    return HFTokenizer.from_dir(Path(model_path))
