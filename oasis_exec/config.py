@@ -71,7 +71,8 @@ class ExecConfig:
                                  "the next step) | off (inside the step's graph, which then ends only once they have) "
                                  "| auto (the measured table's choice with transfer=auto, else off)")
     profile: bool = _f(False, "CUDA events per layer and stage (small overhead)")
-    synthetic: dict = _f(None, "SyntheticParams overrides, e.g. {'drift_rate': 0.1}")
+    synthetic: dict = _f(None, "SyntheticParams overrides, e.g. {'drift_rate': 0.1}; 'preset' names a base "
+                               "(oasis_core.synthetic_presets: paper | smollm2), e.g. {'preset': 'smollm2'}")
 
     def __post_init__(self):
         def bad(name, why):

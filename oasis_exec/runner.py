@@ -307,13 +307,14 @@ class Runner:
     def _synthetic_sets(self, lanes_list, n_blocks):
         """Per-step sets from ``oasis_core.synthetic`` for the rows (lane, layer, head): (current, next-step draft,
         next-step proxy), each [B, L, H, K]."""
-        from oasis_core.synthetic import SyntheticParams, SyntheticSelection
+        from oasis_core.synthetic import SyntheticSelection
+        from oasis_core.synthetic_presets import resolve
 
         key = tuple(lanes_list)
         if self.synth is None or self.synth[0] != key:
             B = len(lanes_list)
             nb = torch.tensor(n_blocks, device=self.device).repeat_interleave(self.L * self.H)
-            params = SyntheticParams(**(self.cfg.synthetic or {}))
+            params = resolve(self.cfg.synthetic)
             gen = SyntheticSelection(B * self.L * self.H, nb, self.K, params, self.cfg.seed, layers=self.L,
                                      kv_heads=self.H, like=nb)
             self.synth = (key, gen)

@@ -72,6 +72,10 @@ def _add_config_options(p: argparse.ArgumentParser) -> None:
         typ = _number(kind) if kind in (int, float) else str
         p.add_argument(flag, dest=name, type=typ, default=None, metavar=kind.__name__.upper(),
                        help=f"{help_} (default {default})")
+    from oasis_core.synthetic_presets import PRESETS
+
+    p.add_argument("--syn-preset", dest="syn_preset", choices=sorted(PRESETS), default=None,
+                   help="synthetic selection: the named parameter set the --syn-* options override (default paper)")
     for name, help_ in param_help().items():
         kind = type(getattr(SyntheticParams(), name))
         p.add_argument("--syn-" + name.replace("_", "-"), dest="syn_" + name, type=_number(kind), default=None,
@@ -145,6 +149,8 @@ def config_from_args(args) -> SimConfig:
         v = getattr(args, "syn_" + name)
         if v is not None:
             syn[name] = v
+    if getattr(args, "syn_preset", None):
+        syn["preset"] = args.syn_preset
     if syn:
         values["synthetic"] = syn
     try:

@@ -68,7 +68,8 @@ class SimConfig:
     # -- selection --------------------------------------------------------------------------------------------
     selection: str = _h("synthetic | replay", "synthetic")
     replay_file: Optional[str] = _h("replay: JSON file of recorded per-step fetch/recall figures", None)
-    synthetic: Mapping[str, Any] = _h("overrides of oasis_core SyntheticParams fields", None)
+    synthetic: Mapping[str, Any] = _h("overrides of oasis_core SyntheticParams fields; 'preset': a named base "
+                                      "(oasis_core.synthetic_presets: paper | smollm2)", None)
     policy_sampling: str = _h("profile: per context bucket, run oasis_core once and reuse | exact: every request",
                               "profile")
     policy_layers: int = _h("layers simulated per request (all their KV heads), scaled up to the model's layers",
@@ -185,12 +186,9 @@ class SimConfig:
     # -- derived ----------------------------------------------------------------------------------------------
     @property
     def synthetic_params(self) -> SyntheticParams:
-        names = {f.name for f in fields(SyntheticParams)}
-        over = dict(self.synthetic or {})
-        for k in over:
-            if k not in names:
-                raise ValueError(f"unknown field {k!r}; choose from {', '.join(sorted(names))}")
-        return SyntheticParams(**over)
+        from oasis_core.synthetic_presets import resolve
+
+        return resolve(self.synthetic)
 
     @property
     def sparse(self) -> bool:

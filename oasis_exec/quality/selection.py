@@ -15,7 +15,8 @@ forced: the token after ``x_t`` is the text's ``x_{t+1}``), per layer and KV hea
   *adjacent*: ``|T_t ∩ T_{t+1}| / K``; *recall*: of the top-K blocks by ``q_{t+1}``'s true softmax mass (per KV
   head, mean over its query heads), the share that ``T_{t+1}`` holds; *mass*: the attention mass of ``q_{t+1}`` in
   ``T_{t+1}`` + the local block; *heads*: ``T_{t+1}`` overlap between the KV heads of a layer (mean over pairs);
-  *new*: blocks per row per step entering ``T`` that no earlier measured step held; *entering rank*: mean rank
+  *new*: blocks per row per step entering ``T`` that no earlier measured step held (*new_late*: the same over the
+  second half of the steps); *entering rank*: mean rank
   fraction in ``T_{t+1}`` (0 best, 1 last) of the blocks not in ``T_t``.
 
 The statistics then fit ``SyntheticParams`` (``oasis_core.synthetic_fit``), one fit per draft; the JSON keeps them.
@@ -42,7 +43,7 @@ from .draft_pass import DraftPass, dense_mask, resident_mask
 from .drafts import DRAFTS, draft_tokens
 from .texts import TEXTS
 
-SELECTION_STATS = ("proxy", "adjacent", "recall", "mass", "heads", "new", "entering_rank")
+SELECTION_STATS = ("proxy", "adjacent", "recall", "mass", "heads", "new", "new_late", "entering_rank")
 
 
 @dataclass
@@ -150,6 +151,7 @@ def measure_tokens(dec, tokens, setup: Setup, head=None, progress=None) -> list[
             metrics.new_blocks(hist, seq[0])
             fresh = [metrics.new_blocks(hist, seq[i]).float().mean().item() for i in range(1, len(seq))]
             a["new"].append(float(np.mean(fresh)))
+            a["new_late"].append(float(np.mean(fresh[len(fresh) // 2:])))
             rs, rc = metrics.entering_ranks(seq[:-1].reshape(-1, k), seq[1:].reshape(-1, k))
             a["entering_rank"].append((rs.sum() / rc.sum().clamp(min=1)).item())
         masks = [dense_mask(ts_d, n_ctx).expand(-1, hkv, -1) if k is None else
@@ -296,6 +298,8 @@ def add_command(sub) -> None:
     p.add_argument("--fit-draft", default=None, help="draft whose agreement the printed SyntheticParams fit uses "
                    "(default: eagle3 with --draft-path, else ngram); the JSON has every draft's fit")
     p.add_argument("--no-fit", action="store_true", help="skip the SyntheticParams fit")
+    p.add_argument("--refit", default=None, metavar="JSON", help="measure nothing: fit the averages of an earlier "
+                   "result file again and write it to --out (default: in place)")
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--commit", default=None, help="commit to record when the tree has no git (default: git)")
     p.add_argument("--out", default=None, help="JSON results (default: analysis/results/quality_selection_<date>.json)")
@@ -335,9 +339,36 @@ def _head(args, dec):
     return head, info
 
 
+def _print_fits(doc: dict, fit_draft: str) -> None:
+    keys = ("drift_rate", "drift_zone", "hot_fraction", "head_share", "draft_error_rate", "draft_layer_spread",
+            "proxy_error_rate", "novelty_rate")
+    for key, avg in doc["average"].items():
+        if fit_draft in avg.get("fit", {}):
+            pr = avg["fit"][fit_draft]["params"]
+            print(f"fit {key} ({fit_draft}): " + ", ".join(f"{k_}={pr[k_]:.4g}" for k_ in keys))
+
+
+def refit(args) -> int:
+    with open(args.refit) as fh:
+        doc = json.load(fh)
+    layers, hkv = doc["weights"]["layers_used"], doc["weights"].get("kv_heads", 3)
+    for avg in doc["average"].values():
+        avg["fit"] = fit_all(avg, layers, hkv, doc["setup"]["positions"], doc["setup"]["seed"])
+    out = args.out or args.refit
+    with open(out, "w") as fh:
+        json.dump(doc, fh, indent=1)
+    print(table(doc))
+    _print_fits(doc, args.fit_draft or ("eagle3" if doc.get("draft_head", {}) and
+                                        doc["draft_head"].get("path") else "ngram"))
+    print(f"wrote {out}")
+    return 0
+
+
 def run(args) -> int:
     from .texts import token_ids
 
+    if args.refit:
+        return refit(args)
     t0 = time.time()
     path, dec, tok = _load(args)
     head, head_info = _head(args, dec) if "eagle3" in args.drafts else (None, None)
@@ -366,7 +397,7 @@ def run(args) -> int:
             average_[f"{n}@{f}"] = {"n_tokens_requested": n, **average(grp)}
     weights = {"source": "real", "file": os.path.basename(path),
                "sha256": _sha256(path) if os.path.isfile(path) else None, "model": dec.shape.name,
-               "layers_used": dec.shape.n_layers}
+               "layers_used": dec.shape.n_layers, "kv_heads": dec.shape.n_kv_heads}
     doc = {"what": "quality selection: lookahead agreement per draft and real-attention selection statistics",
            "selection_source": "model", "weights": weights, "draft_head": head_info,
            "true_query": "dense teacher-forced forward of the text (its K/V are the draft's context too)",
@@ -393,11 +424,6 @@ def run(args) -> int:
         json.dump(doc, fh, indent=1)
     print(table(doc))
     if not args.no_fit:
-        for key, avg in average_.items():
-            if fit_draft in avg["fit"]:
-                pr = avg["fit"][fit_draft]["params"]
-                keys = ("drift_rate", "drift_zone", "hot_fraction", "head_share", "draft_error_rate",
-                        "draft_layer_spread", "proxy_error_rate", "novelty_rate")
-                print(f"fit {key} ({fit_draft}): " + ", ".join(f"{k_}={pr[k_]:.4g}" for k_ in keys))
+        _print_fits(doc, fit_draft)
     print(f"wrote {out} ({doc['elapsed_s']} s)")
     return 0
