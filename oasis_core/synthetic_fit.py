@@ -12,9 +12,9 @@ searches the parameters until the generator's statistics match:
 | ``proxy_recall`` | current-query proxy vs ``T_{t+1}`` | ``proxy_error_rate`` |
 | ``adjacent_overlap`` | ``|T_t ∩ T_{t+1}| / K`` | ``drift_rate`` |
 | ``head_overlap`` | ``T_{t+1}`` of two KV heads of a layer, mean over pairs | ``head_share`` |
-| ``new_late`` | blocks per row per step in ``T`` that no earlier measured step held, second half of the steps | ``novelty_rate`` |
-| ``new_per_step`` | the same over all steps: its excess over ``new_late`` is the near-miss window being explored | ``window_fraction`` |
-| ``entering_rank`` | mean rank fraction ``(rank + 0.5) / K`` in ``T_{t+1}`` of its blocks not in ``T_t`` | ``drift_zone`` |
+| ``new_late`` | blocks per row per step in ``T`` no earlier measured step held (2nd half) | ``novelty_rate`` |
+| ``new_per_step`` | the same over all steps: the excess is the window being explored | ``window_fraction`` |
+| ``entering_rank`` | mean ``(rank + 0.5) / K`` in ``T_{t+1}`` of its blocks not in ``T_t`` | ``drift_zone`` |
 
 (``hot_fraction`` follows the zone: ``min(0.25, 1 - drift_zone)``. The window never shrinks below what the drift,
 draft and proxy replacements need: each draws distinct window blocks, and too small a window caps the churn.)
@@ -63,7 +63,8 @@ class MeasuredSelection:
         m, d = avg["mean"], avg["drafts"][draft]["sparse"]
         return cls(agreement=d["mean"], min_layer_agreement=d["min_layer"], proxy_recall=m["proxy"],
                    adjacent_overlap=m["adjacent"], head_overlap=m["heads"], new_per_step=m["new"],
-                   new_late=m.get("new_late", m["new"]), entering_rank=m["entering_rank"], k=int(round(avg["k"])), n_blocks=int(round(avg["n_blocks"])),
+                   new_late=m.get("new_late", m["new"]), entering_rank=m["entering_rank"], k=int(round(avg["k"])),
+                   n_blocks=int(round(avg["n_blocks"])),
                    layers=layers, kv_heads=kv_heads, steps=steps)
 
 

@@ -192,13 +192,20 @@ def _sha256(path: str) -> str:
     return h.hexdigest()
 
 
+MEASURED_SOURCES = ("oasis_exec/quality/selection.py", "oasis_exec/quality/drafts.py",
+                    "oasis_exec/quality/draft_pass.py", "oasis_exec/quality/metrics.py", "oasis_exec/quality/texts.py", "oasis_exec/prompt_lookup.py",
+                    "oasis_exec/model.py", "oasis_exec/gguf_model.py", "oasis_exec/draft.py", "oasis_core",
+                    "traces/texts")
+
+
 def _commit() -> str:
+    """HEAD, with ``+dirty`` when a file the measurement depends on differs from it."""
     try:
         root = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
         c = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=root, capture_output=True, text=True,
                            check=True).stdout.strip()
-        dirty = subprocess.run(["git", "status", "--porcelain", "--", "oasis_exec/quality", "oasis_core"], cwd=root,
-                               capture_output=True, text=True, check=True).stdout.strip()
+        dirty = subprocess.run(["git", "status", "--porcelain", "--untracked-files=no", "--", *MEASURED_SOURCES],
+                               cwd=root, capture_output=True, text=True, check=True).stdout.strip()
         return c + ("+dirty" if dirty else "")
     except (OSError, subprocess.CalledProcessError):
         return "unknown"
@@ -262,9 +269,9 @@ def table(doc: dict) -> str:
 
     def row(n, name, r):
         m = r["mean"]
-        cells = " ".join(f"{r['drafts'][d]['sparse']['mean'] * 100:3.0f}/{r['drafts'][d]['sparse']['min_layer'] * 100:2.0f}"
-                         f"/{r['drafts'][d]['dense']['mean'] * 100:3.0f}/{r['drafts'][d]['token_accuracy'] * 100:2.0f}"
-                         for d in drafts)
+        f = r["drafts"]
+        cells = " ".join(f"{f[d]['sparse']['mean'] * 100:3.0f}/{f[d]['sparse']['min_layer'] * 100:2.0f}"
+                         f"/{f[d]['dense']['mean'] * 100:3.0f}/{f[d]['token_accuracy'] * 100:2.0f}" for d in drafts)
         return (f"{n:>5} {name[:11]:<11} {int(r['n_tokens']):>5} {r['k']:>4.0f} | {_pct(m['proxy'])} "
                 f"{_pct(m['adjacent'])} {_pct(m['recall'])} {_pct(m['mass'])} {_pct(m['heads'])} {m['new']:5.2f} | "
                 + cells)
