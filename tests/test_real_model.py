@@ -19,6 +19,7 @@ import numpy as np
 import pytest
 import torch
 
+import kernels  # noqa: F401  -- before transformers imports triton (see kernels/__init__.py)
 from oasis_core.specs import ModelSpec
 from oasis_exec.config import ExecConfig
 from oasis_exec.model import Decoder, random_weights, rope_theta_of, save_checkpoint
@@ -123,17 +124,24 @@ def gguf_path():
 
 
 @pytest.fixture(scope="module")
-def hf(gguf_path):
-    """transformers' model and tokenizer from the same GGUF (fp32)."""
+def hf_tokenizer(gguf_path):
     transformers = pytest.importorskip("transformers")
     d, name = os.path.split(gguf_path)
-    model = transformers.AutoModelForCausalLM.from_pretrained(d, gguf_file=name, dtype=torch.float32).eval()
-    return model, transformers.AutoTokenizer.from_pretrained(d, gguf_file=name)
+    return transformers.AutoTokenizer.from_pretrained(d, gguf_file=name)
 
 
 @pytest.fixture(scope="module")
-def prompts(hf):
-    tok = hf[1]
+def hf(gguf_path, hf_tokenizer):
+    """transformers' model (fp32) and tokenizer from the same GGUF."""
+    transformers = pytest.importorskip("transformers")
+    d, name = os.path.split(gguf_path)
+    model = transformers.AutoModelForCausalLM.from_pretrained(d, gguf_file=name, dtype=torch.float32).eval()
+    return model, hf_tokenizer
+
+
+@pytest.fixture(scope="module")
+def prompts(hf_tokenizer):
+    tok = hf_tokenizer
     chat = tok.apply_chat_template([{"role": "user", "content": "Write a short poem about the sea."}],
                                    add_generation_prompt=True, tokenize=False)
     return [tok.encode(p) for p in ("The capital of France is", "def fibonacci(n):\n", chat)]
@@ -220,8 +228,8 @@ def tokenizer(gguf_path):
 
 
 @pytest.mark.parametrize("text", TEXTS)
-def test_gguf_tokenizer_matches_transformers(tokenizer, hf, text):
-    ref = hf[1]
+def test_gguf_tokenizer_matches_transformers(tokenizer, hf_tokenizer, text):
+    ref = hf_tokenizer
     ids = tokenizer.encode(text)
     assert ids == ref.encode(text)
     assert tokenizer.decode(ids) == ref.decode(ids, skip_special_tokens=True)
@@ -242,10 +250,10 @@ def test_gguf_tokenizer_metadata_and_digit_split(tokenizer):
     [{"role": "system", "content": "Be brief."}, {"role": "user", "content": "Hi"},
      {"role": "assistant", "content": "Hello! How can I help?"}, {"role": "user", "content": "Tell me a joke."}],
 ])
-def test_chat_template_renders_as_transformers(tokenizer, hf, messages):
-    want = hf[1].apply_chat_template(messages, add_generation_prompt=True, tokenize=False)
+def test_chat_template_renders_as_transformers(tokenizer, hf_tokenizer, messages):
+    want = hf_tokenizer.apply_chat_template(messages, add_generation_prompt=True, tokenize=False)
     assert tokenizer.apply_chat_template(messages) == want
-    assert tokenizer.encode(want, add_special_tokens=False) == hf[1].apply_chat_template(
+    assert tokenizer.encode(want, add_special_tokens=False) == hf_tokenizer.apply_chat_template(
         messages, add_generation_prompt=True, tokenize=True, return_dict=False)
 
 
@@ -258,7 +266,7 @@ def test_server_cli_defaults_for_a_gguf(gguf_path):
     p = argparse.ArgumentParser()
     add_engine_args(p)
     name = read_gguf(gguf_path).name
-    for argv in (["--model", gguf_path], ["--model-path", gguf_path]):
+    for argv in (["--model", gguf_path], ["--model-path", gguf_path]):  # the GGUF is read once (cached)
         cfg = exec_config_from_args(p.parse_args(argv + ["--device", "cpu"]))
         assert (cfg.model, cfg.model_path, cfg.max_context) == (name, gguf_path, 8192)
     assert exec_config_from_args(p.parse_args(["--model", gguf_path, "--max-context", "512"])).max_context == 512

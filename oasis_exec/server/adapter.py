@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
+import functools
 import json
 import os
 import time
@@ -83,6 +84,7 @@ def exec_config_from_args(args: argparse.Namespace):
     return ExecConfig(**kw)
 
 
+@functools.lru_cache(maxsize=4)
 def real_model(path: str) -> tuple[str, int]:
     """(name, trained positions) of a `.gguf` file (its `general.name`) or a Hugging Face directory (its name)."""
     if path.endswith(".gguf"):
