@@ -139,17 +139,21 @@ def hf(gguf_path, hf_tokenizer):
     return model, hf_tokenizer
 
 
-@pytest.fixture(scope="module")
-def prompts(hf_tokenizer):
-    tok = hf_tokenizer
+def prompt_ids(tok) -> list:
+    """The three prompts (token ids): a fact, code, and a chat through the model's template."""
     chat = tok.apply_chat_template([{"role": "user", "content": "Write a short poem about the sea."}],
                                    add_generation_prompt=True, tokenize=False)
     return [tok.encode(p) for p in ("The capital of France is", "def fibonacci(n):\n", chat)]
 
 
+@pytest.fixture(scope="module")
+def prompts(hf_tokenizer):
+    return prompt_ids(hf_tokenizer)
+
+
 def hf_greedy(model, ids, n, eos=False):
     """transformers' greedy output (``n`` tokens, through EOS unless ``eos``), with the attention mask given."""
-    x = torch.tensor([ids])
+    x = torch.tensor([ids], device=model.device)
     kw = {} if eos else {"eos_token_id": None}
     with torch.no_grad():
         out = model.generate(x, attention_mask=torch.ones_like(x), max_new_tokens=n, do_sample=False, **kw)
