@@ -108,7 +108,7 @@ def test_dense_bf16_greedy_matches_transformers_bf16(hf, prompts, dense, referen
 
 
 @pytest.mark.parametrize("mode", SPARSE)
-def test_sparse_bf16_greedy_matches_dense_when_top_k_covers_every_block(mode, gguf_path, hf, prompts, dense,
+def test_sparse_bf16_greedy_matches_transformers_when_top_k_covers_every_block(mode, gguf_path, hf, prompts, dense,
                                                                          reference):
     from oasis_exec.engine import Engine
     from oasis_exec.runner import Runner
