@@ -32,6 +32,32 @@ def test_variants_order_and_contents():
     assert [x.label for x in only] == ["dense", "quest K=0.25"]
 
 
+def test_full_k_check_variants():
+    v = E.variants(["dense", "quest", "proxy", "lookahead"], [0.125], [0.02, 0.05], full_k_at=2048)
+    assert [x.label for x in v[:4]] == ["dense", "quest K=all", "proxy K=all f=0.05", "lookahead K=all f=0.05 head"]
+    assert all(x.only_n == 2048 for x in v[1:4]) and all(x.only_n is None for x in v[4:])
+    assert E.Variant("quest", k_frac=1.0).k_of(2048, 16) == 128
+
+
+def test_oracle_and_ngram_choosers():
+    """The oracle draft proposes the sequence's token after the one just sampled; n-gram looks the context up."""
+    from types import SimpleNamespace as NS
+
+    running = {0: NS(prompt=[5, 6, 7], output=[]), 1: NS(prompt=[1, 2, 3, 1, 2], output=[3, 1])}
+    eng = NS(scheduler=NS(running=running))
+    tasks = {0: E.Task("ppl", "t", [5, 6, 7], 4, forced=[8, 9, 10, 11]), 1: E.Task("greedy", "g", [1], 3)}
+    oracle = E._chooser("oracle", eng, tasks, {0: [8, 9, 10, 11]}, {"greedy:g": [3, 1, 2]})
+    assert oracle(0, 8) == 9  # output 0 is 8; the draft guesses output 1
+    running[0].output = [8, 9, 10]
+    assert oracle(0, 11) == 11  # past the end: repeat the token
+    assert oracle(1, 2) == 2  # greedy request: dense's tokens (output 2 is the last one: repeat)
+    running[1].output = [3]
+    assert oracle(1, 1) == 2
+    ngram = E._chooser("ngram", eng, tasks, {}, {})
+    running[1].output = [3, 1]
+    assert ngram(1, 2) == 3  # context 1 2 3 1 2 3 1 2: after "1 2" came 3
+
+
 def test_agreement():
     assert E.agreement([1, 2, 3, 4], [1, 2, 3, 4]) == {"first_divergence": 4, "prefix": 1.0, "match": 1.0,
                                                        "tokens": 4}

@@ -75,12 +75,13 @@ class Variant:
     top_k: int | None = None  # absolute K (--top-k)
     fetch_ratio: float | None = None  # proxy / lookahead only (retrieval fetches all, quest and dense nothing)
     draft: str | None = None  # lookahead only
+    only_n: int | None = None  # run in this group only (the full-K check)
 
     @property
     def label(self) -> str:
         s = self.mode
         if self.mode != "dense":
-            s += f" K={self.top_k}" if self.top_k else f" K={self.k_frac:g}"
+            s += f" K={self.top_k}" if self.top_k else (" K=all" if self.k_frac >= 1 else f" K={self.k_frac:g}")
         if self.fetch_ratio is not None:
             s += " f=" + ("all" if self.fetch_ratio >= 1 else f"{self.fetch_ratio:g}")
         if self.draft:
@@ -95,12 +96,21 @@ class Variant:
         return max(1, round(self.k_frac * n_tokens / block_size))
 
 
-def variants(modes=MODES, k_fracs=K_FRACS, fetch_ratios=FETCH_RATIOS, drafts=("head",), top_k=None) -> list:
-    """The variants in run order: dense; then per fetch ratio (the paper's 0.05 first, then the others as given)
-    lookahead (each draft) and proxy, with quest and retrieval after the first ratio; each at every K."""
+def variants(modes=MODES, k_fracs=K_FRACS, fetch_ratios=FETCH_RATIOS, drafts=("head",), top_k=None,
+             full_k_at: int | None = None) -> list:
+    """The variants in run order: dense; with ``full_k_at`` (a group's N) every sparse mode at K = every block of
+    that group (it must equal dense up to float rounding: a check of the path, not a measurement); then per fetch
+    ratio (the paper's 0.05 first, then the others as given) lookahead (each draft) and proxy, with quest and
+    retrieval after the first ratio; each at every K."""
     ks = [dict(top_k=top_k)] if top_k else [dict(k_frac=f) for f in k_fracs]
     ratios = sorted(fetch_ratios, key=lambda r: (r != 0.05, fetch_ratios.index(r)))
     out = [Variant("dense")] if "dense" in modes else []
+    if full_k_at:
+        r0 = 0.05 if 0.05 in fetch_ratios or not fetch_ratios else fetch_ratios[0]
+        for m in ("quest", "retrieval", "proxy", "lookahead"):
+            if m in modes:
+                out.append(Variant(m, k_frac=1.0, fetch_ratio=r0 if m in ("proxy", "lookahead") else None,
+                                   draft=drafts[0] if m == "lookahead" else None, only_n=full_k_at))
     for i, r in enumerate(ratios):
         for k in ks:
             if "lookahead" in modes:
@@ -169,7 +179,7 @@ def passkey_key(seed: int, n_tokens: int, depth_i: int, trial: int) -> int:
     return random.Random(f"passkey/{seed}/{n_tokens}/{depth_i}/{trial}").randint(10000, 99999)
 
 
-def build_tasks(tok, n_tokens: int, *, texts=TEXTS, ppl_tokens=256, greedy_tokens=256, passkey=True,
+def build_tasks(tok, n_tokens: int, *, texts=TEXTS, ppl_tokens=255, greedy_tokens=256, passkey=True,
                 depths=DEPTHS, trials=1, answer_tokens=16, seed=0, filler=None) -> list:
     """The requests of one group, in admission (lane) order: longest outputs first, so that when the short ones end
     the remaining lanes stay 0..B-1 (CUDA graphs)."""
@@ -333,6 +343,9 @@ def summarize(run: dict, dense_run: dict | None, tok) -> dict:
            "ppl_all": round(math.exp(sum(nll) / len(nll)), 4) if nll else None,
            "nll_mean": sum(nll) / len(nll) if nll else None, "nll_tokens": len(nll)}
     if dense_run is not None:
+        diffs = [abs(a - b) for n, r in tasks.items() if r["kind"] == "ppl"
+                 for a, b in zip(r["nll"], dense_run["tasks"][n]["nll"])]
+        out["nll_max_abs_diff_vs_dense"] = max(diffs) if diffs else None
         ag = {}
         for n, r in tasks.items():
             if r["kind"] == "greedy":
@@ -401,7 +414,7 @@ def exec_config(v: Variant, n_tokens: int, tasks, *, model_path, device, dtype, 
 
 
 def run_matrix(dec, tok, model_path, *, lengths=LENGTHS, var_list=None, device="cpu", dtype="float32",
-               block_size=16, seed=0, draft_path=None, texts=TEXTS, ppl_tokens=256, greedy_tokens=256,
+               block_size=16, seed=0, draft_path=None, texts=TEXTS, ppl_tokens=255, greedy_tokens=256,
                passkey_lengths=None, depths=DEPTHS, trials=1, answer_tokens=16, cuda_graph=True,
                prefill_chunk=2048, time_budget_s=None, on_result=None, progress=True) -> dict:
     """Every variant over every group (``lengths``); returns {"rows": [...], "skipped": [...]}. ``on_result(doc)``
@@ -421,7 +434,8 @@ def run_matrix(dec, tok, model_path, *, lengths=LENGTHS, var_list=None, device="
         try:
             from tqdm import tqdm
 
-            bar = tqdm(total=len(var_list) * len(groups), unit="engine", file=sys.stderr)
+            total = sum(1 for v in var_list for n in groups if v.only_n in (None, n))
+            bar = tqdm(total=total, unit="engine", file=sys.stderr)
         except ImportError:
             bar = None
     rows, skipped, dense = [], [], {}
@@ -431,6 +445,8 @@ def run_matrix(dec, tok, model_path, *, lengths=LENGTHS, var_list=None, device="
                       for n, ts in groups.items()}}
     for v in var_list:
         for n, ts in groups.items():
+            if v.only_n is not None and v.only_n != n:
+                continue
             if time_budget_s is not None and time.perf_counter() - t_start > time_budget_s and v.mode != "dense":
                 skipped.append({"variant": v.label, "n_tokens": n, "why": f"time budget {time_budget_s:g} s"})
                 if bar is not None:
@@ -509,6 +525,8 @@ def add_command(sub) -> None:
                    help="proxy / lookahead fetch caps as fractions of K (1.0 = unlimited)")
     p.add_argument("--k-fracs", nargs="+", type=float, default=list(K_FRACS), help="K as a fraction of N's blocks")
     p.add_argument("--top-k", type=int, default=None, help="absolute K instead of --k-fracs")
+    p.add_argument("--full-k-check", type=int, default=None, metavar="N", help="also run every sparse mode with K "
+                   "covering every block in group N, right after dense (must match dense up to rounding)")
     p.add_argument("--lengths", nargs="+", type=int, default=list(LENGTHS), help="context lengths N (groups)")
     p.add_argument("--passkey-lengths", nargs="*", type=int, default=None, help="groups with passkey requests "
                    "(default: every length; give none to skip)")
@@ -516,7 +534,8 @@ def add_command(sub) -> None:
     p.add_argument("--passkey-trials", type=int, default=1, help="passkey prompts per (length, depth)")
     p.add_argument("--answer-tokens", type=int, default=16)
     p.add_argument("--texts", nargs="+", default=list(TEXTS), choices=TEXTS)
-    p.add_argument("--ppl-tokens", type=int, default=256, help="M: teacher-forced decode steps scored per text")
+    p.add_argument("--ppl-tokens", type=int, default=255, help="M: teacher-forced decode steps scored per text "
+                   "(M + 1 outputs: with G = M + 1 both kinds of request end in the same step)")
     p.add_argument("--greedy-tokens", type=int, default=256, help="G: greedy tokens compared with dense")
     p.add_argument("--block-size", type=int, default=16)
     p.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
@@ -525,7 +544,7 @@ def add_command(sub) -> None:
     p.add_argument("--no-cuda-graph", action="store_true", help="eager decode steps on CUDA")
     p.add_argument("--prefill-chunk", type=int, default=2048)
     p.add_argument("--quick", action="store_true", help="a trimmed matrix: K 12.5%%, fetch 0.02 / 0.05 / all, "
-                   "lengths 2048 and 8192, M = G = 128 (the issue wants G >= 256: not with --quick)")
+                   "lengths 2048 and 8192, M = 127, G = 128 (the issue wants G >= 256: not with --quick)")
     p.add_argument("--time-budget-s", type=float, default=None, help="start no engine past this many seconds "
                    "(the JSON lists what was skipped)")
     p.add_argument("--threads", type=int, default=None, help="torch CPU threads")
@@ -546,7 +565,7 @@ def run(args) -> int:
         torch.set_num_threads(args.threads)
     if args.quick:
         args.k_fracs, args.fetch_ratios, args.lengths = [0.125], [0.02, 0.05, 1.0], [2048, 8192]
-        args.ppl_tokens = args.greedy_tokens = 128
+        args.ppl_tokens, args.greedy_tokens = 127, 128
     dtype = args.dtype or ("bfloat16" if args.device == "cuda" else "float32")
     path = args.model_path
     if path is None:
@@ -560,7 +579,7 @@ def run(args) -> int:
     date = datetime.datetime.now(datetime.timezone.utc)
     out = args.out or os.path.join("analysis", "results", f"quality_endtoend_{date.strftime('%Y-%m-%d')}.json")
     var_list = variants(args.modes if "dense" in args.modes else ["dense"] + list(args.modes), args.k_fracs,
-                        args.fetch_ratios, args.drafts, args.top_k)
+                        args.fetch_ratios, args.drafts, args.top_k, args.full_k_check)
     head = ({"path": args.draft_path, "weights": "trained", "sha256": _dir_sha(args.draft_path)}
             if args.draft_path else {"path": None, "weights": "random (seed 1): no lookahead signal expected"})
     dev_name = args.device + (f" ({torch.cuda.get_device_name()})" if args.device == "cuda" else "")
@@ -576,7 +595,7 @@ def run(args) -> int:
             "date": date.strftime("%Y-%m-%d %H:%M UTC"), "commit": args.commit or _commit(),
             "command": command,
             "settings": {"lengths": args.lengths, "k_fracs": args.k_fracs, "top_k": args.top_k,
-                         "fetch_ratios": args.fetch_ratios, "modes": args.modes, "ppl_tokens": args.ppl_tokens,
+                         "fetch_ratios": args.fetch_ratios, "modes": args.modes, "full_k_check": args.full_k_check, "ppl_tokens": args.ppl_tokens,
                          "greedy_tokens": args.greedy_tokens, "passkey_depths": args.passkey_depths,
                          "passkey_trials": args.passkey_trials, "passkey_lengths": args.passkey_lengths,
                          "answer_tokens": args.answer_tokens, "texts": args.texts, "block_size": args.block_size,
