@@ -183,7 +183,7 @@ def run_bench(cfg: ExecConfig, context: int, concurrency: int, steps: int, warmu
         "synthetic_params": cfg.synthetic,
         "prefill": f"real ({prompt_name or 'given tokens'})" if prompt_tokens is not None else "synthesized (random KV)",
         "prefill_s": prefill_s, "draft": cfg.draft_path if cfg.mode == "lookahead" else None,
-        "host_pool_filled": bool(host_fill and runner.host is not None), "build_s": build_s,
+        "host_pool_filled": bool(host_fill and runner.host is not None and prompt_tokens is None), "build_s": build_s,
         "device": dev_name, "date": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
         "commit": _commit(),
         "step_ms": [1e3 * t for t in timed],  # every timed step (oasis_exec.recorder samples them)

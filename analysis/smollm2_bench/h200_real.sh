@@ -1,0 +1,51 @@
+#!/usr/bin/env bash
+# The real model on one H200, in calls back to back while the machine stays warm (it goes back 30 s after a call):
+#   call 1 (carry .models/a): mkdir -p /tmp/m && cp .models/a/part_aa /tmp/m/
+#   call 2 (carry .models/b): STAGE=quality bash analysis/smollm2_bench/h200_real.sh   # GPU tests, quality runs
+#   call 3 (no carry):        STAGE=bench   bash analysis/smollm2_bench/h200_real.sh   # five modes at 8K
+# .models/b holds part_ab and the gguf wheel (../shared/models/README.md says how to make them).
+set -uo pipefail
+OUT=${OUT:-/tmp/out}; mkdir -p "$OUT"
+export PYTHONUNBUFFERED=1 PYTHONPATH=/tmp/site:$PWD OASIS_GGUF=/tmp/m/model.gguf
+M=/tmp/m/model.gguf
+DRAFT=analysis/draft_head/smollm2-eagle3
+T0=$(date +%s); say() { echo "[+$(( $(date +%s) - T0 ))s] $*"; }
+if [ ! -f $M ]; then cat /tmp/m/part_aa .models/b/part_ab > $M; fi
+echo "b179c9523d0e6a0f98a330c7562b682750a6f8c8c15e5bc70ea373728110db53  $M" | sha256sum -c - || exit 1
+[ -d /tmp/site/gguf ] || python3 -m pip install -q --no-index --no-deps --target /tmp/site .models/b/gguf-*.whl || exit 1
+nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv,noheader > "$OUT/device.txt"
+python3 -c 'import torch, triton; print("torch", torch.__version__, "triton", triton.__version__)' >> "$OUT/device.txt"
+COMMIT=${OASIS_COMMIT:-unknown}
+case "${STAGE:-quality}" in
+quality)
+  say "pytest -m gpu"
+  timeout 200 python3 -m pytest -q -m gpu -p no:cacheprovider tests/ 2>&1 | tail -15 > "$OUT/pytest_gpu.txt"; cat "$OUT/pytest_gpu.txt"
+  say "quality selection"
+  timeout ${SEL_S:-170} $QUALITY_SELECTION 2>&1 | tail -40
+  say "quality endtoend"
+  timeout ${E2E_S:-220} $QUALITY_E2E 2>&1 | tail -40
+  say done ;;
+bench)
+  for mode in dense quest proxy retrieval lookahead; do
+    say "bench $mode"
+    timeout 120 python3 -m oasis_exec bench --model-path $M --mode $mode --context 8096 --concurrency ${N:-32} \
+      --max-lanes ${N:-32} --top-k ${K:-64} --steps 32 --warmup 5 --prompt-text traces/texts/argparse.py.txt \
+      --draft-path $DRAFT --out "$OUT/bench_smollm2_8k.jsonl" > /dev/null 2> "$OUT/bench_$mode.err" || tail -5 "$OUT/bench_$mode.err"
+  done
+  for preset in paper smollm2; do
+    say "bench lookahead synthetic $preset"
+    timeout 120 python3 -m oasis_exec bench --model-path $M --mode lookahead --context 8096 --concurrency ${N:-32} \
+      --max-lanes ${N:-32} --top-k ${K:-64} --steps 32 --warmup 5 --prompt-text traces/texts/argparse.py.txt \
+      --draft-path $DRAFT --selection synthetic --synthetic "{\"preset\": \"$preset\"}" \
+      --out "$OUT/bench_smollm2_8k.jsonl" > /dev/null 2> "$OUT/bench_syn_$preset.err" || tail -5 "$OUT/bench_syn_$preset.err"
+  done
+  python3 - "$OUT/bench_smollm2_8k.jsonl" <<'PY'
+import json, sys
+for l in open(sys.argv[1]):
+    r = json.loads(l)
+    print(f"{r['mode']:9s} {r['selection']:9s} {str(r.get('synthetic_params')):22s} n={r['concurrency']:3d} "
+          f"tok/s={r['throughput_tok_s']:8.1f} tpot={r['tpot_ms_p50']:.2f}ms bytes/step={r['bytes_moved_per_step']/1e6:.2f}MB "
+          f"drift/step={r['drift_blocks_per_step']:.0f} path={r['transfer_path']}")
+PY
+  say done ;;
+esac
