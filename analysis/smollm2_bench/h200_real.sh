@@ -32,6 +32,13 @@ bench)
       --max-lanes ${N:-32} --top-k ${K:-64} --steps 32 --warmup 5 --prompt-text traces/texts/argparse.py.txt \
       --draft-path $DRAFT --out "$OUT/bench_smollm2_8k.jsonl" > /dev/null 2> "$OUT/bench_$mode.err" || tail -5 "$OUT/bench_$mode.err"
   done
+  for extra in "--no-transfer" "--profile"; do  # the overlap reference and the eager, profiled hidden fraction
+    say "bench lookahead $extra"
+    timeout 120 python3 -m oasis_exec bench --model-path $M --mode lookahead --context 8096 --concurrency ${N:-32} \
+      --max-lanes ${N:-32} --top-k ${K:-64} --steps 32 --warmup 5 --prompt-text traces/texts/argparse.py.txt \
+      --draft-path $DRAFT $extra --out "$OUT/bench_smollm2_8k.jsonl" > /dev/null 2> "$OUT/bench_la$extra.err" \
+      || tail -5 "$OUT/bench_la$extra.err"
+  done
   for preset in paper smollm2; do
     say "bench lookahead synthetic $preset"
     timeout 120 python3 -m oasis_exec bench --model-path $M --mode lookahead --context 8096 --concurrency ${N:-32} \
@@ -45,7 +52,8 @@ for l in open(sys.argv[1]):
     r = json.loads(l)
     print(f"{r['mode']:9s} {r['selection']:9s} {str(r.get('synthetic_params')):22s} n={r['concurrency']:3d} "
           f"tok/s={r['throughput_tok_s']:8.1f} tpot={r['tpot_ms_p50']:.2f}ms bytes/step={r['bytes_moved_per_step']/1e6:.2f}MB "
-          f"drift/step={r['drift_blocks_per_step']:.0f} path={r['transfer_path']}")
+          f"drift/step={r['drift_blocks_per_step']:.0f} path={r['transfer_path']} hidden={r['hidden_fraction']} "
+          f"no_transfer={r['no_transfer']} profiled={'layer_ms' in r and r['layer_ms'] is not None}")
 PY
   say done ;;
 esac
