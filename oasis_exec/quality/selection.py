@@ -193,9 +193,9 @@ def _sha256(path: str) -> str:
 
 
 MEASURED_SOURCES = ("oasis_exec/quality/selection.py", "oasis_exec/quality/drafts.py",
-                    "oasis_exec/quality/draft_pass.py", "oasis_exec/quality/metrics.py", "oasis_exec/quality/texts.py", "oasis_exec/prompt_lookup.py",
-                    "oasis_exec/model.py", "oasis_exec/gguf_model.py", "oasis_exec/draft.py", "oasis_core",
-                    "traces/texts")
+                    "oasis_exec/quality/draft_pass.py", "oasis_exec/quality/metrics.py", "oasis_exec/quality/texts.py",
+                    "oasis_exec/prompt_lookup.py", "oasis_exec/model.py", "oasis_exec/gguf_model.py",
+                    "oasis_exec/draft.py", "oasis_core", "traces/texts")
 
 
 def _commit() -> str:
@@ -241,14 +241,17 @@ def average(results: list[dict]) -> dict:
             "mean": {s: float(np.mean(v)) for s, v in per_layer.items()}, "per_layer": per_layer, "drafts": drafts}
 
 
-def fit_all(avg: dict, layers: int, kv_heads: int, positions: int, seed: int = 0) -> dict:
-    """One ``SyntheticParams`` fit per draft (its sparse agreement) from an average over texts."""
+def fit_all(avg: dict, layers: int, kv_heads: int, positions: int, seed: int = 0, drafts=None) -> dict:
+    """One ``SyntheticParams`` fit per draft of ``drafts`` (default all; its sparse agreement) from an average over
+    texts."""
     from dataclasses import asdict
 
     from oasis_core.synthetic_fit import MeasuredSelection, fit_params
 
     fits = {}
-    for d, fig in avg["drafts"].items():
+    for d in avg["drafts"]:
+        if drafts is not None and d not in drafts:
+            continue
         m = MeasuredSelection.from_harness(avg, d, layers=layers, kv_heads=kv_heads, steps=positions)
         params, achieved = fit_params(m, seed=seed)
         fits[d] = {"params": asdict(params), "target": asdict(m), "achieved": asdict(achieved)}
@@ -302,8 +305,10 @@ def add_command(sub) -> None:
     p.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
     p.add_argument("--dtype", default="float32", choices=("float32", "bfloat16"))
     p.add_argument("--n-layers", type=int, default=None, help="use only the first L layers (quick checks)")
-    p.add_argument("--fit-draft", default=None, help="draft whose agreement the printed SyntheticParams fit uses "
-                   "(default: eagle3 with --draft-path, else ngram); the JSON has every draft's fit")
+    p.add_argument("--fit-draft", default=None, choices=DRAFTS, help="draft whose agreement the printed "
+                   "SyntheticParams fit uses (default: eagle3 with --draft-path, else ngram)")
+    p.add_argument("--fit-drafts", nargs="+", default=None, choices=DRAFTS,
+                   help="drafts to fit SyntheticParams for (default: the --fit-draft one)")
     p.add_argument("--no-fit", action="store_true", help="skip the SyntheticParams fit")
     p.add_argument("--refit", default=None, metavar="JSON", help="measure nothing: fit the averages of an earlier "
                    "result file again and write it to --out (default: in place)")
@@ -359,14 +364,15 @@ def refit(args) -> int:
     with open(args.refit) as fh:
         doc = json.load(fh)
     layers, hkv = doc["weights"]["layers_used"], doc["weights"].get("kv_heads", 3)
+    fit_draft = args.fit_draft or ("eagle3" if (doc.get("draft_head") or {}).get("path") else "ngram")
     for avg in doc["average"].values():
-        avg["fit"] = fit_all(avg, layers, hkv, doc["setup"]["positions"], doc["setup"]["seed"])
+        avg["fit"] = fit_all(avg, layers, hkv, doc["setup"]["positions"], doc["setup"]["seed"],
+                             args.fit_drafts or [fit_draft])
     out = args.out or args.refit
     with open(out, "w") as fh:
         json.dump(doc, fh, indent=1)
     print(table(doc))
-    _print_fits(doc, args.fit_draft or ("eagle3" if doc.get("draft_head", {}) and
-                                        doc["draft_head"].get("path") else "ngram"))
+    _print_fits(doc, fit_draft)
     print(f"wrote {out}")
     return 0
 
@@ -387,13 +393,17 @@ def run(args) -> int:
         bar = tqdm(total=len(args.texts) * len(args.n_tokens) * dec.shape.n_layers, unit="layer", file=sys.stderr)
     except ImportError:
         bar = None
-    results = []
+    results, done = [], {}
     for n in args.n_tokens:
         for name in args.texts:
             ids = token_ids(tok, name, n)
             if bar is not None:
                 bar.set_description(f"{name} {len(ids)} tok")
-            for r in measure_tokens(dec, ids, setup, head, bar):
+            if (name, len(ids)) not in done:  # a text shorter than several N is measured once
+                done[(name, len(ids))] = measure_tokens(dec, ids, setup, head, bar)
+            elif bar is not None:
+                bar.update(dec.shape.n_layers)
+            for r in done[(name, len(ids))]:
                 results.append({"text": name, "n_tokens_requested": n, **r})
     if bar is not None:
         bar.close()
@@ -422,7 +432,8 @@ def run(args) -> int:
     fit_draft = args.fit_draft or ("eagle3" if args.draft_path else "ngram")
     if not args.no_fit:
         for key, avg in average_.items():
-            avg["fit"] = fit_all(avg, dec.shape.n_layers, dec.shape.n_kv_heads, args.positions, args.seed)
+            avg["fit"] = fit_all(avg, dec.shape.n_layers, dec.shape.n_kv_heads, args.positions, args.seed,
+                                 args.fit_drafts or [fit_draft])
     doc["elapsed_s"] = round(time.time() - t0, 1)
     out = args.out or os.path.join("analysis", "results",
                                    f"quality_selection_{datetime.date.today().isoformat()}.json")
