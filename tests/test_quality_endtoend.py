@@ -112,6 +112,7 @@ def test_teacher_forced_nll_equals_the_plain_dense_forward(smol):
     assert max(abs(a - b) for a, b in zip(got, want)) < 1e-3, (got, want)
 
 
+@pytest.mark.slow
 def test_sparse_nll_equals_dense_when_k_covers_every_block(smol):
     """K >= every block of the context: each sparse mode attends everything, so its teacher-forced NLL and its
     greedy tokens are dense's (fp32, float tolerance); the fetch cap (0.05: one block a step) still admits the one
@@ -148,6 +149,7 @@ def test_passkey_prompt(smol):
     assert all(len(t.prompt) + t.max_tokens <= 512 for t in tasks)
 
 
+@pytest.mark.slow
 def test_the_command_tiny(smol, tmp_path, capsys):
     """Two modes, N = 256, M = 16: the JSON names weights (sha256), draft, selection, device, commit, command."""
     from oasis_exec.__main__ import main
