@@ -324,7 +324,7 @@ class SetReplay:
     """Recorded sets for a run of shape (``n_layers``, ``n_kv_heads``, ``top_k``); see the module docstring.
 
     ``admit(lane)`` when a request takes a lane (the next recorded request, cyclically; its step counter starts at
-    0); ``sets(lanes, n_blocks)`` -> int64 ``[B, L, H, K]`` for one decode step of those lanes (each lane's
+    0); ``sets(lanes, n_blocks)`` -> int32 ``[B, L, H, K]`` for one decode step of those lanes (each lane's
     counter advances), ``n_blocks[b]`` the block count its prediction sees (eligible ids ``< n_blocks - 1``)."""
 
     def __init__(self, rec: SetRecord, n_layers: int, n_kv_heads: int, top_k: int, ids: str = "wrap"):
@@ -337,7 +337,7 @@ class SetReplay:
         self.hi = np.arange(n_kv_heads) % rec.H
         self._admitted = 0
         self.lane_req, self.lane_step = {}, {}
-        self._span = {}
+        self._prep = {}
 
     def admit(self, lane: int) -> int:
         r = self.rec.requests[self._admitted % len(self.rec.requests)]
@@ -345,23 +345,31 @@ class SetReplay:
         self.lane_req[lane], self.lane_step[lane] = r, 0
         return r
 
-    def _span_of(self, r) -> int:
-        if r not in self._span:
-            self._span[r] = int(self.rec.request_sets(r)[1].max()) - 1
-        return max(self._span[r], 1)
+    def _prepared(self, r):
+        """Recorded request ``r`` at this run's rows and columns, once: (sets [S_r, L, H, K] int32, their largest id
+        per step [S_r], eligible blocks of each recorded step [S_r])."""
+        if r not in self._prep:
+            sets, nbs = self.rec.request_sets(r)  # [S_r, L_src, H_src, K_src]
+            span = max(int(nbs.max()) - 1, 1)
+            cols = map_columns(sets[:, self.li][:, :, self.hi], self.K, span).astype(np.int32)
+            self._prep[r] = (np.ascontiguousarray(cols), cols.reshape(cols.shape[0], -1).max(1), nbs - 1)
+        return self._prep[r]
 
     def sets(self, lanes, n_blocks) -> np.ndarray:
-        out = np.empty((len(lanes), self.L, self.H, self.K), dtype=np.int64)
+        """int32 ``[B, L, H, K]``: one decode step of ``lanes`` (see the class docstring)."""
+        out = np.empty((len(lanes), self.L, self.H, self.K), dtype=np.int32)
         for i, (lane, nb) in enumerate(zip(lanes, n_blocks)):
             if lane not in self.lane_req:
                 self.admit(lane)
             r = self.lane_req[lane]
-            k = self.lane_step[lane] % self.rec.request_steps(r)
+            cols, top, elig = self._prepared(r)
+            k = self.lane_step[lane] % cols.shape[0]
             self.lane_step[lane] += 1
-            src, nb_src = self.rec.request_step(r, k)  # [L_src, H_src, K_src]
-            rows = src[self.li][:, self.hi]  # [L, H, K_src]
-            cols = map_columns(rows, self.K, self._span_of(r))
-            out[i] = map_ids(cols, int(nb) - 1, nb_src - 1, self.ids)
+            e = int(nb) - 1  # eligible blocks of this lane's step
+            if self.ids == "wrap" and e > 0 and top[k] < e:
+                out[i] = cols[k]  # every id exists in the target context: as recorded
+            else:
+                out[i] = map_ids(cols[k].astype(np.int64), e, int(elig[k]), self.ids)
         return out
 
 

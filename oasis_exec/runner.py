@@ -650,7 +650,7 @@ class Runner:
         """The replayed sets of this step as the synthetic source's triple [3, B, L, H, K] (current, lookahead,
         proxy: the mode reads its own; all three are the recorded set)."""
         nb = [self._pred_blocks(p) for p in pos_list]
-        s = torch.from_numpy(self.replay.sets(lanes_list, nb)).to(self.device)
+        s = torch.from_numpy(self.replay.sets(lanes_list, nb)).to(self.device).long()
         return s[None].expand(3, *s.shape)
 
     def save_record(self) -> None:
