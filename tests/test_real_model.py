@@ -261,6 +261,24 @@ def test_chat_template_renders_as_transformers(tokenizer, hf_tokenizer, messages
         messages, add_generation_prompt=True, tokenize=True, return_dict=False)
 
 
+def test_hf_directory_tokenizer_matches_transformers(tmp_path, hf_tokenizer):
+    """The Hugging Face directory path: transformers' own save (tokenizer.json, tokenizer_config.json,
+    chat_template.jinja) read back by ours."""
+    pytest.importorskip("tokenizers")
+    from oasis_exec.server.tokenizer import load_tokenizer
+
+    hf_tokenizer.save_pretrained(tmp_path)
+    ours = load_tokenizer(str(tmp_path))
+    messages = [{"role": "user", "content": "What is 2 + 2?"}]
+    assert ours.eos_token_ids == (2,)
+    assert ours.apply_chat_template(messages) == hf_tokenizer.apply_chat_template(messages, add_generation_prompt=True,
+                                                                                  tokenize=False)
+    assert [ours.encode(t) for t in TEXTS] == [hf_tokenizer.encode(t) for t in TEXTS]
+    (tmp_path / "tokenizer.json").unlink()
+    with pytest.raises(FileNotFoundError, match="never served with the byte tokenizer"):
+        load_tokenizer(str(tmp_path))
+
+
 def test_server_cli_defaults_for_a_gguf(gguf_path):
     import argparse
 

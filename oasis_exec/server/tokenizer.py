@@ -4,8 +4,9 @@ one for a dummy model.
 `HFTokenizer` wraps a `tokenizers` tokenizer with the model's BOS/EOS, special tokens and chat template, rendered
 with jinja2 as transformers' `apply_chat_template` renders it. From a `.gguf` file it is built from the
 `tokenizer.ggml.*` metadata (byte-level BPE, `tokenizer.ggml.model` "gpt2"); anything it cannot build is an error,
-never a silent fall back to bytes. A dummy (random-weight) model has no vocabulary, so it is served with `ByteTokenizer`: text is encoded as its
-UTF-8 bytes (ids 0..255); an id of 256 or more, which random weights do emit, decodes as the byte `id % 256`.
+never a silent fall back to bytes. A dummy (random-weight) model has no vocabulary, so it is served with
+`ByteTokenizer`: text is encoded as its UTF-8 bytes (ids 0..255); an id of 256 or more, which random weights do emit,
+decodes as the byte `id % 256`.
 `describe()` states which tokenizer is in use; `/v1/models` reports it.
 
 Streaming needs incremental decoding that never splits a multi-byte character: `Detokenizer` takes ids as they
@@ -24,7 +25,6 @@ from typing import Protocol, Sequence
 
 SPECIAL_TOKEN_NAMES = ("bos_token", "eos_token", "unk_token", "sep_token", "pad_token", "cls_token", "mask_token")
 _CONTROL, _USER_DEFINED = 3, 4  # llama.cpp's token types (tokenizer.ggml.token_type)
-GGUF_PRE_TOKENIZERS = ("smollm",)  # the tokenizer.ggml.pre values `_gguf_pre_tokenizer` knows
 
 
 class Tokenizer(Protocol):
@@ -135,14 +135,12 @@ class HFTokenizer:
         kind, pre = f.get("tokenizer.ggml.model"), f.get("tokenizer.ggml.pre")
         if kind != "gpt2":
             raise ValueError(f"{path}: tokenizer.ggml.model {kind!r} is not supported (only gpt2, byte-level BPE)")
-        if pre not in GGUF_PRE_TOKENIZERS:
-            raise ValueError(f"{path}: tokenizer.ggml.pre {pre!r} is not supported (supported: "
-                             f"{', '.join(GGUF_PRE_TOKENIZERS)})")
+        pre_tokenizer = _gguf_pre_tokenizer(pre, path)
         tokens = list(f["tokenizer.ggml.tokens"])
         types = list(f.get("tokenizer.ggml.token_type") or [1] * len(tokens))
         merges = [tuple(m.split(" ")) for m in f["tokenizer.ggml.merges"]]
         tok = _Tok(models.BPE({t: i for i, t in enumerate(tokens)}, merges))
-        tok.pre_tokenizer = _gguf_pre_tokenizer(pre)
+        tok.pre_tokenizer = pre_tokenizer
         tok.decoder = decoders.ByteLevel()
         tok.add_special_tokens([AddedToken(t, special=True, normalized=False)
                                 for t, ty in zip(tokens, types) if ty == _CONTROL])
@@ -210,14 +208,14 @@ class _PrefixDetokenizer:
         return new
 
 
-def _gguf_pre_tokenizer(pre: str):
+def _gguf_pre_tokenizer(pre: str | None, path: str):
     """The split of `tokenizer.ggml.pre`, as llama.cpp defines it, before the byte-level BPE."""
     from tokenizers import pre_tokenizers as P
 
     byte_level = P.ByteLevel(add_prefix_space=False, use_regex=True)  # GPT-2's regex, then bytes -> its alphabet
     if pre == "smollm":  # llama.cpp: \p{N}, then the GPT-2 regex; SmolLM2's tokenizer.json: Digits + ByteLevel
         return P.Sequence([P.Digits(individual_digits=True), byte_level])
-    raise ValueError(f"tokenizer.ggml.pre {pre!r} is not supported")
+    raise ValueError(f"{path}: tokenizer.ggml.pre {pre!r} is not supported (supported: smollm)")
 
 
 def _eos_ids(model_dir: Path, tok, eos_name: str | None) -> tuple[int, ...]:
