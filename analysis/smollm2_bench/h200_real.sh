@@ -21,9 +21,14 @@ quality)
   say "pytest -m gpu"
   timeout 200 python3 -m pytest -q -m gpu -p no:cacheprovider tests/ 2>&1 | tail -15 > "$OUT/pytest_gpu.txt"; cat "$OUT/pytest_gpu.txt"
   say "quality selection"
-  timeout ${SEL_S:-170} $QUALITY_SELECTION 2>&1 | tail -40
+  timeout ${SEL_S:-200} python3 -m oasis_exec quality selection --model-path $M \
+    --texts GPL-3 MPL-2.0 Apache-2.0 argparse.py shlex.py --n-tokens 4096 8192 --k-frac 0.125 0.25 \
+    --block-size 16 --positions 64 --drafts eagle3 ngram oracle random --draft-path $DRAFT \
+    --device cuda --dtype bfloat16 --fit-draft eagle3 --commit $COMMIT \
+    --out $OUT/quality_selection_h200_2026-12-01.json 2>&1 | tr '\r' '\n' | grep -v -e Warning -e clean_up \
+    | tee $OUT/selection.log | tail -30
   say "quality endtoend"
-  timeout ${E2E_S:-220} $QUALITY_E2E 2>&1 | tail -40
+  OUT=$OUT BUDGET_S=${E2E_BUDGET_S:-190} DRAFT=$DRAFT bash analysis/real_attention_e2e/h200_e2e.sh | tail -40
   say done ;;
 bench)
   for mode in dense quest proxy retrieval lookahead; do
