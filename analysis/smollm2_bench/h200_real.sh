@@ -35,21 +35,21 @@ bench)
     say "bench $mode"
     timeout 120 python3 -m oasis_exec bench --model-path $M --mode $mode --context 8096 --concurrency ${N:-32} \
       --max-lanes ${N:-32} --top-k ${K:-64} --steps 32 --warmup 5 --prompt-text traces/texts/argparse.py.txt \
-      --draft-path $DRAFT --out "$OUT/bench_smollm2_8k.jsonl" > /dev/null 2> "$OUT/bench_$mode.err" || tail -5 "$OUT/bench_$mode.err"
+      --draft-path $DRAFT --out "$OUT/bench_smollm2_8k.jsonl" > /dev/null 2>> "$OUT/bench.err" || tail -5 "$OUT/bench.err"
   done
   for extra in "--no-transfer" "--profile"; do  # the overlap reference and the eager, profiled hidden fraction
     say "bench lookahead $extra"
     timeout 120 python3 -m oasis_exec bench --model-path $M --mode lookahead --context 8096 --concurrency ${N:-32} \
       --max-lanes ${N:-32} --top-k ${K:-64} --steps 32 --warmup 5 --prompt-text traces/texts/argparse.py.txt \
-      --draft-path $DRAFT $extra --out "$OUT/bench_smollm2_8k.jsonl" > /dev/null 2> "$OUT/bench_la$extra.err" \
-      || tail -5 "$OUT/bench_la$extra.err"
+      --draft-path $DRAFT $extra --out "$OUT/bench_smollm2_8k.jsonl" > /dev/null 2>> "$OUT/bench.err" \
+      || tail -5 "$OUT/bench.err"
   done
   for preset in paper smollm2; do
     say "bench lookahead synthetic $preset"
     timeout 120 python3 -m oasis_exec bench --model-path $M --mode lookahead --context 8096 --concurrency ${N:-32} \
       --max-lanes ${N:-32} --top-k ${K:-64} --steps 32 --warmup 5 --prompt-text traces/texts/argparse.py.txt \
       --draft-path $DRAFT --selection synthetic --synthetic "{\"preset\": \"$preset\"}" \
-      --out "$OUT/bench_smollm2_8k.jsonl" > /dev/null 2> "$OUT/bench_syn_$preset.err" || tail -5 "$OUT/bench_syn_$preset.err"
+      --out "$OUT/bench_smollm2_8k.jsonl" > /dev/null 2>> "$OUT/bench.err" || tail -5 "$OUT/bench.err"
   done
   python3 - "$OUT/bench_smollm2_8k.jsonl" <<'PY'
 import json, sys
