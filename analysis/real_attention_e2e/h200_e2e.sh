@@ -11,7 +11,7 @@ set -uo pipefail
 OUT=${OUT:-/tmp/out}; mkdir -p "$OUT"
 export PYTHONUNBUFFERED=1 PYTHONPATH=/tmp/site:$PWD${PYTHONPATH:+:$PYTHONPATH}
 mkdir -p /tmp/m
-[ -f /tmp/m/model.gguf ] || cat /tmp/m/part_aa .models/b/part_ab > /tmp/m/model.gguf
+[ -f /tmp/m/model.gguf ] || cat /tmp/m/p_aa /tmp/m/p_ab .models/b/p_ac > /tmp/m/model.gguf
 echo "b179c9523d0e6a0f98a330c7562b682750a6f8c8c15e5bc70ea373728110db53  /tmp/m/model.gguf" | sha256sum -c - || exit 1
 python3 -c 'import gguf' 2>/dev/null || python3 -m pip install -q --no-index --no-deps --target /tmp/site \
   .models/b/gguf-*.whl || exit 1

@@ -1,16 +1,17 @@
 #!/usr/bin/env bash
 # The real model on one H200, in calls back to back while the machine stays warm (it goes back 30 s after a call):
-#   call 1 (carry .models/a): mkdir -p /tmp/m && cp .models/a/part_aa /tmp/m/
-#   call 2 (carry .models/b): STAGE=quality bash analysis/smollm2_bench/h200_real.sh   # GPU tests, quality runs
-#   call 3 (no carry):        STAGE=bench   bash analysis/smollm2_bench/h200_real.sh   # five modes at 8K
-# .models/b holds part_ab and the gguf wheel (../shared/models/README.md says how to make them).
+#   calls 1, 2 (carry .models/a, then .models/c): mkdir -p /tmp/m && cp .models/[ac]/p_a? /tmp/m/
+#   call 3 (carry .models/b): STAGE=quality bash analysis/smollm2_bench/h200_real.sh   # GPU tests, quality runs
+#   call 4 (no carry):        STAGE=bench   bash analysis/smollm2_bench/h200_real.sh   # five modes at 8K
+# The GGUF goes in three 36 MB pieces (`split -b 36M FILE .models/p_`: p_aa in .models/a, p_ab in .models/c, p_ac
+# with the gguf wheel in .models/b): with the trained head the working tree is 19 MB, and a call carries 64 MiB.
 set -uo pipefail
 OUT=${OUT:-/tmp/out}; mkdir -p "$OUT"
 export PYTHONUNBUFFERED=1 PYTHONPATH=/tmp/site:$PWD OASIS_GGUF=/tmp/m/model.gguf
 M=/tmp/m/model.gguf
 DRAFT=analysis/draft_head/smollm2-eagle3
 T0=$(date +%s); say() { echo "[+$(( $(date +%s) - T0 ))s] $*"; }
-if [ ! -f $M ]; then cat /tmp/m/part_aa .models/b/part_ab > $M; fi
+if [ ! -f $M ]; then cat /tmp/m/p_aa /tmp/m/p_ab .models/b/p_ac > $M; fi
 echo "b179c9523d0e6a0f98a330c7562b682750a6f8c8c15e5bc70ea373728110db53  $M" | sha256sum -c - || exit 1
 [ -d /tmp/site/gguf ] || python3 -m pip install -q --no-index --no-deps --target /tmp/site .models/b/gguf-*.whl || exit 1
 nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv,noheader > "$OUT/device.txt"
