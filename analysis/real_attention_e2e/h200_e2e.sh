@@ -7,6 +7,7 @@
 #   BUDGET_S=190      no engine starts after this many seconds of the matrix (what is left is listed as skipped)
 #   DRAFT=analysis/draft_head/smollm2-eagle3   the trained head ("none": the random head)
 #   E2E_ARGS=...      extra options (e.g. --quick, --drafts head oracle, --lengths 2048 8192)
+#   OASIS_COMMIT=sha  the commit the results name (the device's copy has no git history)
 set -uo pipefail
 OUT=${OUT:-/tmp/out}; mkdir -p "$OUT"
 export PYTHONUNBUFFERED=1 PYTHONPATH=/tmp/site:$PWD${PYTHONPATH:+:$PYTHONPATH}
@@ -23,6 +24,6 @@ nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv,noheader | 
 # rounding), then lookahead / proxy / quest / retrieval at K = 12.5% and 25%, fetch 0.05 first, then 0.02, 0.10, all.
 timeout $(( ${BUDGET_S:-190} + 45 )) python3 -m oasis_exec quality endtoend --model-path /tmp/m/model.gguf \
   --device cuda "${DRAFT_ARGS[@]}" --full-k-check 2048 --time-budget-s "${BUDGET_S:-190}" \
-  --commit "${OASIS_COMMIT:-unknown}" --out "$OUT/quality_endtoend_h200.json" ${E2E_ARGS:-} 2>&1 \
+  --out "$OUT/quality_endtoend_h200.json" ${E2E_ARGS:-} 2>&1 \
   | tr '\r' '\n' | grep -v -e Warning -e clean_up_tokenization | tee "$OUT/e2e.log" | grep -v -E 'engine(/s)?\]$'
 echo "rc=${PIPESTATUS[0]}"
