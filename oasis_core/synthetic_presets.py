@@ -12,17 +12,17 @@ from typing import Any, Mapping, Optional
 from .synthetic import SyntheticParams
 
 SMOLLM2 = SyntheticParams(
-    drift_rate=0.2334, drift_zone=0.555, hot_fraction=0.25, window_fraction=0.1688, head_share=0.5825,
-    draft_error_rate=0.18, draft_layer_spread=0.1718, proxy_error_rate=0.0, novelty_rate=0.4305)
-"""SmolLM2-135M-Instruct (Q4_1 GGUF), fitted by ``synthetic_fit.fit_params`` to the CPU measurement (fp32,
-2026-12-01, ``analysis/results/quality_selection_cpu_2026-12-01.json``, ``analysis/real_attention/README.md``):
-the five evaluation texts at N = 4,096 tokens (2,224-4,096 used), block 16, K = 12.5% of the blocks (17-32),
-64 decode positions each, averaged over texts. The draft is the prompt-lookup n-gram (sparse, engine view:
-agreement 81.9%, worst layer 73.4%): no trained head existed yet; with one, refit from the H200 run (``fit`` in
-that JSON, ``--fit-draft eagle3``). Measured vs the paper's preset: adjacent overlap 75.8% (88%), proxy 76.0%
-(83.9%, so ``proxy_error_rate`` 0: the proxy is as good as the step-to-step overlap), KV-head overlap 54% (0.89
-share), 0.43 never-seen blocks per row per step after the first 32 steps, entering blocks at mean rank 0.71 of K
-(so the drift zone is the lower 55% of the ranks, not 25%), and a near-miss window of 17% of the outsiders.
+    drift_rate=0.2334, drift_zone=0.5549, hot_fraction=0.25, window_fraction=0.1667, head_share=0.5815,
+    draft_error_rate=0.1896, draft_layer_spread=0.1771, proxy_error_rate=0.0, novelty_rate=0.4303)
+"""SmolLM2-135M-Instruct (Q4_1 GGUF) with its trained EAGLE-3 head (``analysis/draft_head/smollm2-eagle3``), fitted
+by ``synthetic_fit.fit_params`` to the CPU measurement (fp32, 2026-12-01, commit ec734bc,
+``analysis/results/quality_selection_cpu_eagle3_2026-12-01.json``; ``analysis/real_attention/README.md``): the five
+evaluation texts at N = 4,096 tokens (2,224-4,096 used), block 16, K = 12.5% of the blocks (17-32), 64 decode
+positions each, averaged over texts; the head's sparse (engine-view) agreement 81.0%, worst layer 72.1%. The lead
+refits from the H200 run (bf16, 4K and 8K: ``fit`` in that JSON). Against the paper's preset: adjacent overlap 75.8%
+(88%), proxy 76.0% (83.9%; ``proxy_error_rate`` 0: the proxy is as good as the step-to-step overlap), KV-head
+overlap 54% (0.89 share), 0.43 never-seen blocks per row per step after the first 32 steps, entering blocks at mean
+rank 0.71 of K (the drift zone is the lower 55% of the ranks, not 25%), a near-miss window of 17% of the outsiders.
 ``novelty_rate`` is in blocks per row per step at K = 17-32; applied at K = 128 it is a smaller fraction of K."""
 PRESETS = {"paper": SyntheticParams(), "smollm2": SMOLLM2}
 
