@@ -13,6 +13,7 @@ steps, ms since the first timed step began (stage ``layers`` on the main stream,
 """
 from __future__ import annotations
 
+import dataclasses
 import datetime
 import json
 import os
@@ -77,6 +78,10 @@ def build_bench_engine(cfg: ExecConfig, context: int, concurrency: int, steps: i
     blocks. With ``prompt_tokens`` (a real text's token ids) the prompts are cut from that text and prefilled for real
     (``run_bench`` runs every prefill before the warm-up), so that ``selection=model`` on real weights selects from
     real keys. Returns (engine, n)."""
+    if prompt_tokens is not None:
+        # every prompt prefilled before any request decodes: interleaved decode steps would let the first requests
+        # finish (or run ahead) before the timed steps, which must see all n decoding together
+        cfg = dataclasses.replace(cfg, prefill_interleave=False)
     eng = Engine(cfg)
     runner = eng.runner
     if runner.host is not None and context > 0 and host_fill and prompt_tokens is None:
@@ -98,12 +103,17 @@ def build_bench_engine(cfg: ExecConfig, context: int, concurrency: int, steps: i
     return eng, n
 
 
-def _prefill_all(eng) -> float:
-    """Step until every request is admitted and decoding (real prefill); returns the seconds it took."""
+def _prefill_all(eng, n: int) -> float:
+    """Step until every request is admitted and decoding (real prefill); returns the seconds it took. Raises if any
+    request has finished or decoded ahead of the others by then (the timed steps need all ``n`` in lockstep)."""
     t0 = time.perf_counter()
     sch = eng.scheduler
     while sch.waiting or any(r.state != "running" for r in sch.running.values()):
         eng.step()
+    outs = [len(r.output) for r in sch.running.values()]
+    if len(outs) != n or max(outs) != 1:
+        raise RuntimeError(f"bench: after the prefill {len(outs)} of {n} requests decode, with {min(outs, default=0)}"
+                           f"..{max(outs, default=0)} tokens each (expected all {n} with 1)")
     return time.perf_counter() - t0
 
 
@@ -113,7 +123,7 @@ def run_bench(cfg: ExecConfig, context: int, concurrency: int, steps: int, warmu
     eng, n = build_bench_engine(cfg, context, concurrency, steps, warmup, host_fill, prompt_tokens)
     runner = eng.runner
     build_s = time.perf_counter() - t_build
-    prefill_s = _prefill_all(eng) if prompt_tokens is not None else 0.0
+    prefill_s = _prefill_all(eng, n) if prompt_tokens is not None else 0.0
     times = []
     traced = set(layer_event_steps(steps)) if cfg.profile else set()
     layer_events, t_first = [], None

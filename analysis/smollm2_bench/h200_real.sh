@@ -32,23 +32,23 @@ quality)
   OUT=$OUT BUDGET_S=${E2E_BUDGET_S:-190} DRAFT=$DRAFT bash analysis/real_attention_e2e/h200_e2e.sh | tail -40
   say done ;;
 bench)
-  for mode in dense quest proxy retrieval lookahead; do
+  for mode in ${MODES:-lookahead dense proxy quest retrieval}; do
     say "bench $mode"
-    timeout 120 python3 -m oasis_exec bench --model-path $M --mode $mode --context 8096 --concurrency ${N:-32} \
-      --max-lanes ${N:-32} --top-k ${K:-64} --steps 32 --warmup 5 --prompt-text traces/texts/argparse.py.txt \
+    timeout ${RUN_S:-120} python3 -m oasis_exec bench --model-path $M --mode $mode --context 8096 --concurrency ${N:-32} \
+      --max-lanes ${N:-32} --top-k ${K:-64} --steps ${STEPS:-32} --warmup ${WARMUP:-5} --prompt-text traces/texts/argparse.py.txt \
       --draft-path $DRAFT --out "$OUT/bench_smollm2_8k.jsonl" > /dev/null 2>> "$OUT/bench.err" || tail -5 "$OUT/bench.err"
   done
-  for extra in "--no-transfer" "--profile"; do  # the overlap reference and the eager, profiled hidden fraction
+  for extra in ${EXTRAS:---no-transfer --profile}; do  # the overlap reference and the eager, profiled hidden fraction
     say "bench lookahead $extra"
-    timeout 120 python3 -m oasis_exec bench --model-path $M --mode lookahead --context 8096 --concurrency ${N:-32} \
-      --max-lanes ${N:-32} --top-k ${K:-64} --steps 32 --warmup 5 --prompt-text traces/texts/argparse.py.txt \
+    timeout ${RUN_S:-120} python3 -m oasis_exec bench --model-path $M --mode lookahead --context 8096 --concurrency ${N:-32} \
+      --max-lanes ${N:-32} --top-k ${K:-64} --steps ${STEPS:-32} --warmup ${WARMUP:-5} --prompt-text traces/texts/argparse.py.txt \
       --draft-path $DRAFT $extra --out "$OUT/bench_smollm2_8k.jsonl" > /dev/null 2>> "$OUT/bench.err" \
       || tail -5 "$OUT/bench.err"
   done
-  for preset in paper smollm2; do
+  for preset in ${PRESETS:-paper smollm2}; do
     say "bench lookahead synthetic $preset"
-    timeout 120 python3 -m oasis_exec bench --model-path $M --mode lookahead --context 8096 --concurrency ${N:-32} \
-      --max-lanes ${N:-32} --top-k ${K:-64} --steps 32 --warmup 5 --prompt-text traces/texts/argparse.py.txt \
+    timeout ${RUN_S:-120} python3 -m oasis_exec bench --model-path $M --mode lookahead --context 8096 --concurrency ${N:-32} \
+      --max-lanes ${N:-32} --top-k ${K:-64} --steps ${STEPS:-32} --warmup ${WARMUP:-5} --prompt-text traces/texts/argparse.py.txt \
       --draft-path $DRAFT --selection synthetic --synthetic "{\"preset\": \"$preset\"}" \
       --out "$OUT/bench_smollm2_8k.jsonl" > /dev/null 2>> "$OUT/bench.err" || tail -5 "$OUT/bench.err"
   done
