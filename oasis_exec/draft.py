@@ -93,7 +93,9 @@ def draft_logits(w: dict, shape: ModelSpec, aux, emb, lm_head):
 
 
 class DraftHead:
-    def __init__(self, shape: ModelSpec, weights: dict, embed):
+    def __init__(self, shape: ModelSpec, weights: dict, embed, lm_head=None):
+        """embed: the target's token embedding; lm_head: the target's LM head, used when the checkpoint has none
+        (default: ``embed``, i.e. tied embeddings)."""
         missing = [n for n in NAMES if n not in weights]
         if missing:
             raise KeyError(f"draft checkpoint lacks {missing[0]} (and {len(missing) - 1} more)")
@@ -101,19 +103,19 @@ class DraftHead:
             raise KeyError("draft checkpoint: lm_head.weight and d2t come together (neither = the target's LM head)")
         self.shape, self.w, self.embed = shape, weights, embed
         self.own_head = "lm_head.weight" in weights
-        self.lm_head = weights["lm_head.weight"] if self.own_head else embed
+        self.lm_head = weights["lm_head.weight"] if self.own_head else (embed if lm_head is None else lm_head)
         self.d2t = weights["d2t"].long() if self.own_head else None
         self.layers = aux_layers(shape.n_layers)
 
     @staticmethod
-    def build(shape, embed, path=None, draft_vocab=None, seed=1, dtype=torch.bfloat16, device="cpu"):
+    def build(shape, embed, path=None, draft_vocab=None, seed=1, dtype=torch.bfloat16, device="cpu", lm_head=None):
         if path is None:
             dv = draft_vocab or min(shape.vocab, 32000)
-            return DraftHead(shape, random_draft_weights(shape, dv, seed, dtype, device), embed)
+            return DraftHead(shape, random_draft_weights(shape, dv, seed, dtype, device), embed, lm_head)
         from .model import load_safetensors_dir
 
         w = load_safetensors_dir(path, dtype, device)
-        return DraftHead(shape, w, embed)
+        return DraftHead(shape, w, embed, lm_head)
 
     def save(self, path: str, extra: dict | None = None) -> None:
         from safetensors.torch import save_file

@@ -297,8 +297,8 @@ def cmd_train(a) -> int:
     aux, last = features(dec, train_s)
     w = train_head(dec, train_s, aux, last, a.steps, a.batch, a.lr, a.mlp_hidden, a.seed, log)
     del aux, last
-    head = DraftHead(dec.shape, {k: v.to(torch.bfloat16) for k, v in w.items()}, dec.embed)
-    head_eval = DraftHead(dec.shape, {k: v.to(dt) for k, v in w.items()}, dec.embed)
+    head = DraftHead(dec.shape, {k: v.to(torch.bfloat16) for k, v in w.items()}, dec.embed, dec.lm_head)
+    head_eval = DraftHead(dec.shape, {k: v.to(dt) for k, v in w.items()}, dec.embed, dec.lm_head)
     P = train_p.shape[1]
     res = {"held_generated": acceptance(dec, head_eval, held_s, skip=P - 1),
            "held_prompts_real_text": acceptance(dec, head_eval, held_p)}

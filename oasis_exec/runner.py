@@ -74,7 +74,7 @@ class Runner:
         self.draft = None
         if cfg.mode == "lookahead":
             self.draft = DraftHead.build(s, decoder.embed, cfg.draft_path, min(cfg.draft_vocab, s.vocab),
-                                         cfg.seed + 1, dt, dev)
+                                         cfg.seed + 1, dt, dev, lm_head=decoder.lm_head)
         bs, H, D, L = cfg.block_size, s.n_kv_heads, s.head_dim, s.n_layers
         self.bs, self.H, self.L = bs, H, L
         self.K = cfg.top_k

@@ -342,7 +342,8 @@ def _head(args, dec):
     from oasis_exec.draft import DraftHead
 
     dtype = getattr(torch, args.dtype)
-    head = DraftHead.build(dec.shape, dec.embed, path=args.draft_path, dtype=dtype, device=args.device)
+    head = DraftHead.build(dec.shape, dec.embed, path=args.draft_path, dtype=dtype, device=args.device,
+                           lm_head=dec.lm_head)
     info = {"path": args.draft_path, "weights": "trained" if args.draft_path else "random (seed 1)"}
     if args.draft_path:
         f = os.path.join(args.draft_path, "model.safetensors")
