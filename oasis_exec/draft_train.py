@@ -33,6 +33,7 @@ import torch
 import torch.nn.functional as F
 
 from .draft import NAMES, DraftHead, aux_layers, draft_logits
+from .gguf_model import sha256_file
 from .model import Decoder
 
 EVAL_TEXT_FILES = ("argparse.py", "shlex.py")  # CPython files among traces/texts/ (the licences are not in the pool)
@@ -255,12 +256,6 @@ def _tokenizer(model_path):
                                          gguf_file=os.path.basename(model_path))
 
 
-def _sha256(path):
-    h = hashlib.sha256()
-    with open(path, "rb") as fh:
-        for chunk in iter(lambda: fh.read(1 << 20), b""):
-            h.update(chunk)
-    return h.hexdigest()
 
 
 def cmd_corpus(a) -> int:
@@ -306,8 +301,8 @@ def cmd_train(a) -> int:
         if k.startswith("text:"):
             ids = torch.from_numpy(z[k].astype(np.int64)).to(dev)[None]
             res[k] = acceptance(dec, head_eval, ids)
-    prov = {"model": os.path.basename(a.model_path), "model_sha256": _sha256(a.model_path),
-            "corpus": os.path.basename(a.corpus), "corpus_sha256": _sha256(a.corpus),
+    prov = {"model": os.path.basename(a.model_path), "model_sha256": sha256_file(a.model_path),
+            "corpus": os.path.basename(a.corpus), "corpus_sha256": sha256_file(a.corpus),
             "train_prompts": int(train_p.shape[0]), "prompt_len": int(P), "gen_len": a.gen_len,
             "steps": a.steps, "batch": a.batch, "lr": a.lr, "mlp_hidden": a.mlp_hidden, "seed": a.seed,
             "dtype": a.dtype, "device": torch.cuda.get_device_name(dev) if dev.type == "cuda" else "cpu",

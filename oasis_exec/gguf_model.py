@@ -50,6 +50,17 @@ def smollm2_path() -> str:
     return path
 
 
+def sha256_file(path: str) -> str:
+    """Hex sha256 of a file (provenance of weights, draft heads and corpora), read in 1 MiB pieces."""
+    import hashlib
+
+    h = hashlib.sha256()
+    with open(path, "rb") as fh:
+        for chunk in iter(lambda: fh.read(1 << 20), b""):
+            h.update(chunk)
+    return h.hexdigest()
+
+
 def is_gguf(path: str | None) -> bool:
     return bool(path) and str(path).endswith(".gguf") and os.path.isfile(path)
 

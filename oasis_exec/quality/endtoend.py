@@ -34,7 +34,6 @@ The JSON (``analysis/results/quality_endtoend_<date>.json`` unless ``--out``) is
 from __future__ import annotations
 
 import datetime
-import hashlib
 import json
 import math
 import os
@@ -47,6 +46,7 @@ from dataclasses import asdict, dataclass, field
 
 import torch
 
+from ..gguf_model import sha256_file
 from .texts import TEXTS
 
 SCHEMA = "oasiskv-quality-endtoend"
@@ -374,12 +374,6 @@ def summarize(run: dict, dense_run: dict | None, tok) -> dict:
 # -- the command ----------------------------------------------------------------------------------------------------
 
 
-def _sha256(path: str) -> str:
-    h = hashlib.sha256()
-    with open(path, "rb") as fh:
-        for chunk in iter(lambda: fh.read(1 << 20), b""):
-            h.update(chunk)
-    return h.hexdigest()
 
 
 def _commit() -> str:
@@ -587,7 +581,7 @@ def run(args) -> int:
             "what": "end-to-end quality of the sparse modes through the engine on a real model: teacher-forced "
                     "perplexity, greedy agreement with dense, passkey retrieval",
             "weights": {"source": "real", "path": path, "file": os.path.basename(path),
-                        "sha256": _sha256(path) if os.path.isfile(path) else None, "model": dec.shape.name},
+                        "sha256": sha256_file(path) if os.path.isfile(path) else None, "model": dec.shape.name},
             "draft": {"drafts": args.drafts, "head": head,
                       "oracle": "the true next token (text for teacher-forced requests, dense greedy otherwise)",
                       "ngram": "prompt lookup, n = 3..1 (oasis_exec.prompt_lookup)"},
@@ -648,4 +642,4 @@ def _command(args) -> str:
 
 def _dir_sha(path: str):
     f = os.path.join(path, "model.safetensors")
-    return _sha256(f) if os.path.isfile(f) else None
+    return sha256_file(f) if os.path.isfile(f) else None

@@ -38,6 +38,7 @@ import torch
 
 from oasis_core.scoring import build_summaries, num_blocks, score_blocks, topk_blocks
 
+from ..gguf_model import sha256_file
 from . import metrics
 from .draft_pass import DraftPass, dense_mask, resident_mask
 from .drafts import DRAFTS, draft_tokens
@@ -184,12 +185,6 @@ def measure_tokens(dec, tokens, setup: Setup, head=None, progress=None) -> list[
 # -- provenance, averaging, report ---------------------------------------------------------------------------------
 
 
-def _sha256(path: str) -> str:
-    h = hashlib.sha256()
-    with open(path, "rb") as fh:
-        for chunk in iter(lambda: fh.read(1 << 20), b""):
-            h.update(chunk)
-    return h.hexdigest()
 
 
 MEASURED_SOURCES = ("oasis_exec/quality/selection.py", "oasis_exec/quality/drafts.py",
@@ -348,7 +343,7 @@ def _head(args, dec):
     if args.draft_path:
         f = os.path.join(args.draft_path, "model.safetensors")
         if os.path.isfile(f):
-            info["sha256"] = _sha256(f)
+            info["sha256"] = sha256_file(f)
     return head, info
 
 
@@ -414,7 +409,7 @@ def run(args) -> int:
             grp = [r for r in results if r["n_tokens_requested"] == n and r["k_frac"] == f]
             average_[f"{n}@{f}"] = {"n_tokens_requested": n, **average(grp)}
     weights = {"source": "real", "file": os.path.basename(path),
-               "sha256": _sha256(path) if os.path.isfile(path) else None, "model": dec.shape.name,
+               "sha256": sha256_file(path) if os.path.isfile(path) else None, "model": dec.shape.name,
                "layers_used": dec.shape.n_layers, "kv_heads": dec.shape.n_kv_heads}
     doc = {"what": "quality selection: lookahead agreement per draft and real-attention selection statistics",
            "selection_source": "model", "weights": weights, "draft_head": head_info,
