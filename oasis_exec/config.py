@@ -106,6 +106,13 @@ class ExecConfig:
             bad("fetch_ratio", "must be in (0, 1]")
         if self.max_context < self.block_size:
             bad("max_context", "must hold at least one block")
+        if self.synthetic is not None:
+            from oasis_core.synthetic_presets import resolve
+
+            try:
+                resolve(self.synthetic)  # an unknown preset, field or value fails here, not at the first step
+            except (TypeError, ValueError) as e:
+                bad("synthetic", str(e))
         for n in ("kv_budget_gb", "host_kv_gb"):
             v = getattr(self, n)
             if v is not None and v <= 0:

@@ -26,3 +26,13 @@ def test_bench_real_prefill_runs_every_request_in_lockstep(mode):
     assert not rec["host_pool_filled"]
     if mode == "lookahead":
         assert rec["bytes_moved_per_step"] > 0
+
+
+def test_bad_synthetic_overrides_fail_when_the_config_is_built():
+    with pytest.raises(ValueError, match="ExecConfig.synthetic.*unknown preset"):
+        ExecConfig(model="tiny", device="cpu", synthetic={"preset": "nope"})
+    with pytest.raises(ValueError, match="ExecConfig.synthetic.*unknown field"):
+        ExecConfig(model="tiny", device="cpu", synthetic={"drift": 0.1})
+    with pytest.raises(ValueError, match="ExecConfig.synthetic"):
+        ExecConfig(model="tiny", device="cpu", synthetic={"drift_rate": 7.0})
+    assert ExecConfig(model="tiny", device="cpu", synthetic={"preset": "smollm2"}).synthetic == {"preset": "smollm2"}
