@@ -14,6 +14,7 @@ from __future__ import annotations
 import csv
 import io
 import json
+import math
 
 import numpy as np
 
@@ -75,8 +76,21 @@ def summarize(cfg, rows, *, n_requests, preemptions, h2d_bytes, d2h_bytes, net_b
     return s
 
 
+def finite_json(obj):
+    """``obj`` with every NaN / ±Infinity float (at any depth of dicts, lists and tuples) replaced by None, so that
+    the JSON written is standard (``json.dumps`` would write the non-standard ``NaN`` / ``Infinity``)."""
+    if isinstance(obj, float):
+        return obj if math.isfinite(obj) else None
+    if isinstance(obj, dict):
+        return {k: finite_json(v) for k, v in obj.items()}
+    if isinstance(obj, (list, tuple)):
+        return [finite_json(v) for v in obj]
+    return obj
+
+
 def dumps_summary(summary: dict) -> str:
-    return json.dumps(summary, indent=2, sort_keys=True) + "\n"
+    """The summary as standard JSON: non-finite numbers become null (``finite_json``)."""
+    return json.dumps(finite_json(summary), indent=2, sort_keys=True, allow_nan=False) + "\n"
 
 
 def dumps_csv(rows: list[dict], columns) -> str:

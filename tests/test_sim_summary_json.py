@@ -1,0 +1,14 @@
+"""summary.json is standard JSON: NaN and infinities become null at any depth."""
+import json
+import math
+
+from oasis_sim.metrics import dumps_summary, finite_json
+
+
+def test_non_finite_numbers_become_null():
+    s = {"a": float("nan"), "b": [1.0, float("inf"), {"c": -math.inf}], "d": (2, 3.5), "e": "NaN", "f": 0}
+    text = dumps_summary(s)
+    assert "NaN" not in text.replace('"NaN"', "") and "Infinity" not in text
+    back = json.loads(text, parse_constant=lambda c: (_ for _ in ()).throw(ValueError(c)))
+    assert back == {"a": None, "b": [1.0, None, {"c": None}], "d": [2, 3.5], "e": "NaN", "f": 0}
+    assert finite_json(1.5) == 1.5 and finite_json(True) is True
