@@ -190,8 +190,20 @@ def summary_table(s: dict, wall_s: float) -> str:
     return "\n".join(f"{k:<{w}}  {v}" for k, v in rows)
 
 
+def prepare_out_dir(out_dir: str) -> None:
+    """Create ``out_dir`` (a folder) before any work, so a bad ``--out`` costs one line, not a finished run."""
+    if os.path.exists(out_dir) and not os.path.isdir(out_dir):
+        raise ConfigError(f"--out {out_dir}: exists and is not a folder")
+    try:
+        os.makedirs(out_dir, exist_ok=True)
+    except OSError as e:
+        raise ConfigError(f"--out {out_dir}: cannot create: {e.strerror}") from None
+    if not os.access(out_dir, os.W_OK | os.X_OK):
+        raise ConfigError(f"--out {out_dir}: not writable")
+
+
 def write_outputs(result, out_dir: str) -> None:
-    os.makedirs(out_dir, exist_ok=True)
+    prepare_out_dir(out_dir)
     for name, text in result.files().items():
         with open(os.path.join(out_dir, name), "w", encoding="utf-8", newline="\n") as f:
             f.write(text)
@@ -208,6 +220,7 @@ def cmd_run(args) -> int:
     from .workloads import load_workload
 
     cfg = config_from_args(args)
+    prepare_out_dir(args.out)
     trace = load_workload(args.trace)
     result = simulate(cfg, trace)
     write_outputs(result, args.out)
@@ -257,3 +270,9 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
         return EXIT_BAD_INPUT
     except KeyboardInterrupt:
         return 130
+    except BrokenPipeError:  # stdout closed early (`... | head`): not an error of the run
+        try:
+            os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        except OSError:
+            pass
+        return 0

@@ -12,3 +12,14 @@ def test_non_finite_numbers_become_null():
     back = json.loads(text, parse_constant=lambda c: (_ for _ in ()).throw(ValueError(c)))
     assert back == {"a": None, "b": [1.0, None, {"c": None}], "d": [2, 3.5], "e": "NaN", "f": 0}
     assert finite_json(1.5) == 1.5 and finite_json(True) is True
+
+
+def test_bad_out_is_refused_before_the_run(tmp_path, capsys):
+    from oasis_sim.cli import main
+
+    f = tmp_path / "afile"
+    f.write_text("x")
+    assert main(["run", "--out", str(f), "--quiet"]) == 2
+    assert "exists and is not a folder" in capsys.readouterr().err
+    assert main(["run", "--out", str(f / "sub"), "--quiet"]) == 2
+    assert "cannot create" in capsys.readouterr().err
