@@ -31,6 +31,9 @@ def _h(text: str, default, **kw):
     return field(default=default, metadata={"help": text, **kw})
 
 
+MAX_PROFILE_STEPS = 1 << 20  # a calibration episode's steps: beyond this the vectorised episode outgrows memory
+
+
 @dataclass(frozen=True)
 class SimConfig:
     # -- what runs --------------------------------------------------------------------------------------------
@@ -98,7 +101,7 @@ class SimConfig:
             if getattr(self, name) not in options:
                 bad(name, f"must be one of {', '.join(options)}")
 
-        def integer(name, lo, optional=False):
+        def integer(name, lo, optional=False, hi=None):
             v = getattr(self, name)
             if optional and v is None:
                 return
@@ -106,6 +109,8 @@ class SimConfig:
                 bad(name, "must be an integer")
             if v < lo:
                 bad(name, f"must be >= {lo}")
+            if hi is not None and v > hi:
+                bad(name, f"must be <= {hi:,}")
 
         def number(name, lo, hi=math.inf, lo_open=False, optional=False):
             v = getattr(self, name)
@@ -158,7 +163,7 @@ class SimConfig:
         number("h2d_bytes_per_s", 0.0, lo_open=True, optional=True)
         number("gather_sm_share", 0.0, 0.95)
         integer("policy_layers", 1)
-        integer("profile_steps", 2)
+        integer("profile_steps", 2, hi=MAX_PROFILE_STEPS)
         number("prefix_cache_hbm_bytes", 0.0)
         number("prefix_cache_host_bytes", 0.0)
         integer("timeline_steps", 0)

@@ -23,3 +23,11 @@ def test_bad_out_is_refused_before_the_run(tmp_path, capsys):
     assert "exists and is not a folder" in capsys.readouterr().err
     assert main(["run", "--out", str(f / "sub"), "--quiet"]) == 2
     assert "cannot create" in capsys.readouterr().err
+
+
+def test_runaway_profile_steps_are_refused(tmp_path, capsys):
+    from oasis_sim.cli import main
+    from oasis_sim.config import MAX_PROFILE_STEPS
+
+    assert main(["run", "--profile-steps", str(MAX_PROFILE_STEPS + 1), "--quiet", "--out", str(tmp_path)]) == 2
+    assert "--profile-steps: must be <=" in capsys.readouterr().err
