@@ -5,8 +5,8 @@
 
 Each JSONL line is one ``oasis_exec.bench.run_bench`` record plus the runner's fields (``label``, ``kind``,
 ``status``, ``cuda_graph``, ``fused_ops``, ``uva_programs``, ...), as written by ``analysis/h200_headline.py`` /
-``h200_issue5.py`` and ``analysis/transfer_paths.py``. The records do not carry the run's ``ExecConfig``; it is
-rebuilt from their fields (:func:`exec_config_of`: mode, context, concurrency, kv_budget_gb, host_kv_gb,
+``h200_sweep_with_transfer_paths.py`` and ``analysis/transfer_paths.py``. The records do not carry the run's
+``ExecConfig``; it is rebuilt from their fields (:func:`exec_config_of`: mode, context, concurrency, kv_budget_gb, host_kv_gb,
 fetch_ratio, top_k, transfer and the path it resolved to, uva_programs, no_transfer, fused_ops, cuda_graph,
 synthetic parameters; the rest at the executor's defaults, which is what those runners used) and validated by
 ``ExecConfig`` itself, then ``oasis_exec.recorder.recording_from_bench`` makes the recording. Files are named

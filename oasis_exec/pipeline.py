@@ -51,7 +51,8 @@ import torch
 from oasis_core.selection import plan_step
 
 
-FUSED_SELECT = True  # False: never plan_select (analysis/h200_issue5.py --torch-select, if its GPU test fails)
+# False: never plan_select (analysis/h200_sweep_with_transfer_paths.py --torch-select, if its GPU test fails)
+FUSED_SELECT = True
 
 
 class Prefetcher:

@@ -38,7 +38,8 @@ from .pipeline import Prefetcher
 from .scheduler import BatchPlan
 from .writeback import writeback_full
 
-FUSED_KV_WRITE = True  # False: the K/V write by advanced indexing (analysis/h200_issue5.py --plain-kv-write)
+# False: the K/V write by advanced indexing (analysis/h200_sweep_with_transfer_paths.py --plain-kv-write)
+FUSED_KV_WRITE = True
 
 
 def _dtype(name):

@@ -2,7 +2,7 @@
 # Issue 5, closing call at one commit: the GPU tests, the experimental TMA gather beside the thread-load gather
 # (alone, beside a GEMM load, and inside the step), then the 52 GB headline at 16K and 32K with the engine's table.
 # On a 256 GiB host (kind nvidia-h200-x2, one GPU used), in one command:
-#   cd .h200_src && OASIS_COMMIT=<hash> bash analysis/h200_issue5_final.sh
+#   cd .h200_src && OASIS_COMMIT=<hash> bash analysis/h200_tma_gather_headline.sh
 # 1. pytest -m gpu (the files that have GPU tests) + the gather kernel tests natively                                -> pytest_gpu.txt
 # 2. uva_gather_variants.py --kernel uva,tma                                                -> gather_variants.json
 # 3. transfer_paths.py at 64/48: uva16 thread loads vs TMA (copies in the step's graph)     -> transfer_paths.jsonl

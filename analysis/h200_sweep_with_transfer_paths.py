@@ -1,6 +1,6 @@
 """Issue 5's H200 measurements in one process, so the pinned host pool is pinned once for all of them.
 
-    python analysis/h200_issue5.py --out-dir DIR [--budget-s 420] [--torch-select] [--dry-run]
+    python analysis/h200_sweep_with_transfer_paths.py --out-dir DIR [--budget-s 420] [--torch-select] [--dry-run]
 
 1. ``h200_headline.py --preset issue5`` (dense vs lookahead at 52 GB, 16K and 32K, to each mode's maximum; the
    no-transfer twins; the whole-H200 dense anchors; fused vs plain twins; the sensitivity variants at a few 16K
@@ -57,7 +57,7 @@ def main(argv=None) -> int:
     if rc1 == 3:  # the headline stopped on a sticky CUDA error: this process's GPU state is gone
         return rc1
     left = a.budget_s - (time.perf_counter() - t0)
-    print(f"[h200_issue5] headline rc={rc1}, {left:.0f} s left for the transfer paths", flush=True)
+    print(f"[h200_sweep_with_transfer_paths] headline rc={rc1}, {left:.0f} s left for the transfer paths", flush=True)
     rc2 = 0
     if left > 30 or a.dry_run:
         rc2 = transfer_paths.main(["--out", os.path.join(a.out_dir, "transfer_paths.jsonl"),

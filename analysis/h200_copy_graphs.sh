@@ -2,7 +2,7 @@
 # Issue 5: UVA copies as graphs of their own (copy_graph: a layer's copy may run past its step's end, until that layer
 # of the next step) and side-stream priority, measured in the real step; the engine's table rewritten from it; the
 # 16K headline re-run with it. On a 256 GiB host (kind nvidia-h200-x2, one GPU used), in one command:
-#   cd .h200_src && OASIS_COMMIT=<hash> bash analysis/h200_issue5_cg.sh
+#   cd .h200_src && OASIS_COMMIT=<hash> bash analysis/h200_copy_graphs.sh
 # 1. pytest -m gpu: copy graphs == copies in the step's graph, slots == host pool (and the rest)     -> pytest_gpu.txt
 # 2. transfer_paths.py at 64/48/32/16/8: uva 8/16, normal/high priority, copy graph / in the step's graph (-ig)
 #    (the host path lost 2-3x in the previous call, exec_h200_transfer_paths_prio_2026-11-30)        -> transfer_paths.jsonl

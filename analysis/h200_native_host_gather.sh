@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Issue 5, session 4: the host path with the native (C, GIL-free) gather (kernels/host_native.py) and the
 # persistent scatter against UVA inside the real step. On a 256 GiB host (kind nvidia-h200-x2, one GPU used), in one command:
-#   cd .h200_src && OASIS_COMMIT=<hash> bash analysis/h200_issue5_native.sh
+#   cd .h200_src && OASIS_COMMIT=<hash> bash analysis/h200_native_host_gather.sh
 # 1. the native gather's tests + the GPU tests of the host path (graph == eager, slots == host pool)  -> pytest_gpu.txt
 # 2. kernels.bench_host_gather: torch vs native gather alone and beside a launching thread, 8/16/24
 #    threads, at the per-layer sizes of 8 and 64 requests (384 and 3,072 items)                    -> host_gather.json

@@ -2,7 +2,7 @@
 # Issue 5, session 4's closing call: the 52 GB headline at 16K and 32K with the engine's table (transfer=auto), the
 # overlap twins at 16 and 64, and the drift x2/x4 and fetch 0.02/0.10 points at 48 and 64. On a 256 GiB host (kind
 # nvidia-h200-x2, one GPU used), in one command:
-#   cd .h200_src && OASIS_COMMIT=<hash> bash analysis/h200_issue5_headline.sh
+#   cd .h200_src && OASIS_COMMIT=<hash> bash analysis/h200_headline_at_52gb.sh
 # (CPU dry run of the plan: python analysis/h200_headline.py --out /tmp/x.jsonl <the flags below> --dry-run
 #  --assume-mem-gb 262)                                                                     -> headline.jsonl, .log
 set -u

@@ -1,4 +1,4 @@
-"""Issue 5's sweep runner (analysis/h200_headline.py) and its report (analysis/issue5_report.py) on the CPU: the plan
+"""The headline sweep runner (analysis/h200_headline.py) and its report (analysis/dense_vs_lookahead_report.py) on the CPU: the plan
 and its estimate (--dry-run), a tiny sweep (guard skip, died run, resume, variants, twins), the report's sections."""
 import importlib.util
 import json
@@ -62,7 +62,7 @@ def test_dense_and_lookahead_maxima_are_the_engines(tmp_path):
 
 
 def test_cpu_sweep_resume_and_report(tmp_path):
-    H, R = _load("h200_headline"), _load("issue5_report")
+    H, R = _load("h200_headline"), _load("dense_vs_lookahead_report")
     out = tmp_path / "sweep.jsonl"
     # a run that took an earlier process down: recorded as an error, never run again
     out.write_text(json.dumps({"label": "c64-lookahead-2-drift4", "status": "started"}) + "\n")

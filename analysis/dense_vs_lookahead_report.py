@@ -1,6 +1,6 @@
 """Issue 5's report from the sweep's records: dense against lookahead at 52 GB, overlap, dense against vLLM.
 
-    python analysis/issue5_report.py --sweep OUT/issue5.jsonl [--sweep MORE.jsonl] [--transfer-paths TP.jsonl] \\
+    python analysis/dense_vs_lookahead_report.py --sweep OUT/issue5.jsonl [--sweep MORE.jsonl] [--transfer-paths TP.jsonl] \\
         [--out-dir analysis/results] [--date YYYY-MM-DD] [--name issue5]
 
 Reads the JSON lines of ``analysis/h200_headline.py`` (bench records plus ``label``, ``kind``, ``variant``,

@@ -2,7 +2,7 @@
 # Issue 5, next H200 call: measure the host-gather + DMA path captured in CUDA graphs (09060ff, written CPU-only),
 # let the measurement pick the engine's transfer table, and re-run the 16K headline points with it. On a 256 GiB
 # host (kind nvidia-h200-x2, one GPU used), in one command:
-#   cd .h200_src && OASIS_COMMIT=<hash> bash analysis/h200_issue5_dma.sh
+#   cd .h200_src && OASIS_COMMIT=<hash> bash analysis/h200_host_path_in_graphs.sh
 # 1. pytest -m gpu: the graph-mode host path (graph == eager, slots == host pool) and the executor   -> pytest_gpu.txt
 # 2. transfer_paths.py at 64/32/8: uva 8/16 (graph) against host 16 threads (graph and eager), each with the side
 #    streams at normal and at high CUDA priority                                                    -> transfer_paths.jsonl
