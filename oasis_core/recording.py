@@ -328,16 +328,22 @@ def save_selection(path: Union[str, PathLike], sets, layers: Sequence[int], requ
                         request=np.asarray(request, dtype=np.int32))
 
 
+def read_npz(path, error=ValueError) -> dict:
+    """Every array of the ``.npz`` at ``path`` (no pickles); an unreadable or non-npz file raises ``error`` with one
+    line naming the path (the selection files of both backends read through this)."""
+    try:
+        with np.load(path, allow_pickle=False) as z:
+            return {k: z[k] for k in z.files}
+    except OSError as e:
+        raise error(f"{path}: cannot read: {e.strerror or ' '.join(str(e).split())}") from None
+    except ValueError as e:
+        raise error(f"{path}: not a numpy .npz file: {' '.join(str(e).split())[:80]}") from None
+
+
 def load_selection(path: Union[str, PathLike], top_k: Optional[int] = None):
     """``(sets[steps, rows, K] int64, layers[P] int64)``; raises ``RecordingError("<path>: <key>: ...")``."""
     source = str(path)
-    try:
-        with np.load(path, allow_pickle=False) as z:
-            data = {k: z[k] for k in z.files}
-    except OSError as e:
-        raise RecordingError(f"{source}: cannot read: {e.strerror or ' '.join(str(e).split())}") from None
-    except ValueError as e:
-        raise RecordingError(f"{source}: not a numpy .npz file: {' '.join(str(e).split())[:80]}") from None
+    data = read_npz(path, RecordingError)
     for k in ("sets", "layers"):
         if k not in data:
             raise RecordingError(f"{source}: {k}: missing required array")

@@ -57,6 +57,8 @@ from typing import Optional
 
 import numpy as np
 
+from .recording import read_npz
+
 FORMAT = "oasiskv-selected-sets"
 VERSION = 1
 ID_MAPS = ("wrap", "scale")
@@ -269,14 +271,7 @@ class SetRecord:
 
 
 def load_setrecord(path: str) -> SetRecord:
-    try:
-        with np.load(path, allow_pickle=False) as z:
-            arrays = {k: z[k] for k in z.files}
-    except OSError as e:
-        raise SetRecordError(f"{path}: cannot read: {e.strerror or ' '.join(str(e).split())}") from None
-    except ValueError as e:
-        raise SetRecordError(f"{path}: not a numpy .npz file: {' '.join(str(e).split())[:80]}") from None
-    return SetRecord(arrays, str(path))
+    return SetRecord(read_npz(path, SetRecordError), str(path))
 
 
 # -- replay at any shape --------------------------------------------------------------------------------------------
