@@ -30,7 +30,6 @@ import time
 
 import numpy as np
 import torch
-import torch.nn.functional as F
 
 from .draft import NAMES, DraftHead, aux_layers, draft_logits
 from .gguf_model import sha256_file
@@ -100,35 +99,18 @@ def build_corpus(tokenize, files, n_train: int, n_held: int, length: int, seed: 
 
 # -- the target: batched greedy generation and teacher-forced features -------------------------------------------
 
-def _attn(q, k, v, causal):
-    """q [B, T, Hq, D], k/v [B, S, Hkv, D] -> [B * T, Hq, D] (SDPA, GQA by repetition)."""
-    g = q.shape[2] // k.shape[2]
-    o = F.scaled_dot_product_attention(q.transpose(1, 2), k.transpose(1, 2).repeat_interleave(g, 1),
-                                       v.transpose(1, 2).repeat_interleave(g, 1), is_causal=causal)
-    return o.transpose(1, 2).reshape(-1, q.shape[2], q.shape[3])
-
-
 @torch.inference_mode()
 def forward_batch(dec: Decoder, tokens, want=(), cache=None, start=0):
-    """Causal forward of tokens [B, T] at positions start..; returns (logits [B, T, V], {layer: residual [B, T, h]}).
-    ``cache``: list of per-layer (k, v) [B, S, Hkv, D] to attend before these tokens; appended in place."""
+    """``Decoder.forward`` of tokens [B, T] (``cache``/``start`` as there) -> (logits [B, T, V], {layer: residual
+    after it [B, T, hidden]} for the layers in ``want``)."""
     B, T = tokens.shape
-    pos = (torch.arange(start, start + T, device=tokens.device)).repeat(B)
-    x = dec.embed[tokens.reshape(-1)]
     feats = {}
-    for i in range(dec.shape.n_layers):
-        q, k, v = dec.qkv(i, x, pos)
-        q, k, v = (t.view(B, T, t.shape[1], t.shape[2]) for t in (q, k, v))
-        if cache is not None:
-            if len(cache) <= i:
-                cache.append((k, v))
-            else:
-                cache[i] = (torch.cat([cache[i][0], k], 1), torch.cat([cache[i][1], v], 1))
-            k, v = cache[i]
-        x = dec.finish(i, x, _attn(q, k, v, causal=T > 1))
+
+    def keep(i, q, k, v, x):
         if i in want:
             feats[i] = x.view(B, T, -1)
-    return dec.logits(x).view(B, T, -1), feats
+
+    return dec.forward(tokens, keep, cache, start), feats
 
 
 @torch.inference_mode()
@@ -156,12 +138,10 @@ def features(dec: Decoder, seqs, batch: int = 64):
     """Per sequence position p: aux features [N, T, 3h] (bf16) and the final residual [N, T, h] (the target's logits
     at p come from it through ``Decoder.logits``)."""
     layers = aux_layers(dec.shape.n_layers)
+    want = set(layers) | {dec.shape.n_layers - 1}
     aux, last = [], []
     for b0 in range(0, seqs.shape[0], batch):
-        s = seqs[b0:b0 + batch]
-        fe = {}
-        want = set(layers) | {dec.shape.n_layers - 1}
-        _, fe = forward_batch(dec, s, want=want)
+        _, fe = forward_batch(dec, seqs[b0:b0 + batch], want=want)
         aux.append(torch.cat([fe[i] for i in layers], -1).to(torch.bfloat16))
         last.append(fe[dec.shape.n_layers - 1].to(torch.bfloat16))
     return torch.cat(aux), torch.cat(last)

@@ -24,7 +24,6 @@ import torch
 from oasis_core.specs import ModelSpec
 
 SMOLLM2_FILE = "SmolLM2-135M-Instruct.Q4_1.gguf"
-SMOLLM2_SHA256 = "b179c9523d0e6a0f98a330c7562b682750a6f8c8c15e5bc70ea373728110db53"
 ARCHS = ("llama", "qwen3")
 
 _LAYER = {"attn_norm": "input_layernorm", "ffn_norm": "post_attention_layernorm", "attn_q": "self_attn.q_proj",
@@ -59,10 +58,6 @@ def sha256_file(path: str) -> str:
         for chunk in iter(lambda: fh.read(1 << 20), b""):
             h.update(chunk)
     return h.hexdigest()
-
-
-def is_gguf(path: str | None) -> bool:
-    return bool(path) and str(path).endswith(".gguf") and os.path.isfile(path)
 
 
 @dataclass

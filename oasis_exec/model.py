@@ -196,24 +196,42 @@ class Decoder:
             raise FileNotFoundError(f"{path}: neither a .gguf file nor a Hugging Face directory")
         return Decoder.from_dir(path, dtype, device, fused)
 
-    def forward_dense(self, tokens, hook=None):
-        """Plain causal forward of one sequence (the reference path; no KV store): tokens [T] -> logits [T, V].
+    def forward(self, tokens, hook=None, cache=None, start=0):
+        """Plain causal forward of a batch of sequences (the reference path; no KV store): tokens [B, T] at positions
+        start.. -> logits [B, T, V].
 
-        ``hook(layer, q, k, v, x_out)`` is called per layer with q [T, Hq, D], k/v [T, Hkv, D] (RoPE applied) and
-        the residual after the layer [T, hidden] (analysis and draft training read queries, keys and features)."""
+        ``hook(layer, q, k, v, x_out)`` is called per layer with q [B * T, Hq, D], k/v [B * T, Hkv, D] (RoPE applied)
+        and the residual after the layer [B * T, hidden] (analysis and draft training read queries, keys and
+        features). ``cache``: a list of per-layer (k, v) [B, S, Hkv, D] attended before these tokens, appended in
+        place (an empty list starts one: batched greedy generation)."""
         tokens = torch.as_tensor(tokens, device=self.device)
-        pos = torch.arange(tokens.shape[0], device=self.device)
-        x = self.embed[tokens]
+        B, T = tokens.shape
+        if cache and T > 1:  # SDPA's causal mask is aligned to the first key: right only without earlier keys
+            raise ValueError("Decoder.forward: several tokens after a non-empty cache are not supported")
+        pos = torch.arange(start, start + T, device=self.device).repeat(B)
+        x = self.embed[tokens.reshape(-1)]
         g = self.shape.gqa_group
         for i in range(self.shape.n_layers):
             q, k, v = self.qkv(i, x, pos)
+            qb, kb, vb = (t.view(B, T, t.shape[1], t.shape[2]) for t in (q, k, v))
+            if cache is not None:
+                if len(cache) <= i:
+                    cache.append((kb, vb))
+                else:
+                    cache[i] = (torch.cat([cache[i][0], kb], 1), torch.cat([cache[i][1], vb], 1))
+                kb, vb = cache[i]
             attn = F.scaled_dot_product_attention(
-                q.transpose(0, 1)[None], k.transpose(0, 1).repeat_interleave(g, 0)[None],
-                v.transpose(0, 1).repeat_interleave(g, 0)[None], is_causal=True)[0].transpose(0, 1)
+                qb.transpose(1, 2), kb.transpose(1, 2).repeat_interleave(g, 1),
+                vb.transpose(1, 2).repeat_interleave(g, 1), is_causal=T > 1)
+            attn = attn.transpose(1, 2).reshape(B * T, q.shape[1], q.shape[2])
             x = self.finish(i, x, attn)
             if hook is not None:
                 hook(i, q, k, v, x)
-        return self.logits(x)
+        return self.logits(x).view(B, T, -1)
+
+    def forward_dense(self, tokens, hook=None):
+        """``forward`` of one sequence: tokens [T] -> logits [T, V]; the hook's tensors are [T, ...]."""
+        return self.forward(torch.as_tensor(tokens, device=self.device)[None], hook)[0]
 
     def qkv(self, i: int, x, pos):
         """x: [N, hidden], pos: [N] -> q [N, Hq, D], k [N, Hkv, D], v [N, Hkv, D] (RoPE applied)."""
