@@ -5,7 +5,7 @@ Every spec is a frozen dataclass. Fields carry their unit in the name (``hbm_byt
 value, e.g. ``ModelSpec.n_layers: must be >= 1, got 0``. Quantities that follow from the fields (parameter counts,
 weight bytes, KV bytes per token) are properties, computed once from the architecture and never stored twice.
 
-The attention modes are ``MODES`` (``SPARSE_MODES`` those that keep the full KV in host memory).
+The attention modes are ``oasis_core.modes`` (re-exported here as ``MODES`` and ``SPARSE_MODES``).
 Presets live in ``MODELS``, ``HARDWARE`` and ``LINKS``; look them up with ``get_model``, ``get_hardware`` and
 ``get_link``, which raise ``ValueError`` naming the unknown name and the valid choices.
 """
@@ -15,6 +15,8 @@ import math
 import numbers
 from dataclasses import dataclass
 from typing import Mapping, Optional, Tuple
+from .modes import MODES, SPARSE_MODES  # noqa: F401  (re-exported; the modes live in oasis_core.modes)
+
 
 # ----------------------------------------------------------------------------------------------------------------
 # Field checks shared by the specs. Each raises ValueError("<Owner>.<field>: <rule>, got <value>").
@@ -376,8 +378,6 @@ HARDWARE: Mapping[str, HardwareSpec] = {
 # ----------------------------------------------------------------------------------------------------------------
 # Sparsity
 
-MODES = ("dense", "quest", "retrieval", "proxy", "lookahead")  # attention modes of both backends and recordings
-SPARSE_MODES = ("retrieval", "proxy", "lookahead")  # full KV in host memory, a selected working set on the GPU
 
 
 @dataclass(frozen=True)

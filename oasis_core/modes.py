@@ -1,0 +1,82 @@
+"""The attention modes, in one place: what each keeps on the GPU, whether it transfers, where its selection comes from.
+
+Both backends and every tool ask a ``Mode`` for its properties instead of comparing mode names; ``get(name)`` is the
+only lookup and fails with the list of names. A new mode is one entry here.
+
+==========  ======================  ===========  ===================  ==========================================
+mode        on the GPU              host copy    selection query      transfer
+==========  ======================  ===========  ===================  ==========================================
+dense       the whole KV            no           none (attends all)   none
+quest       the whole KV            no           current              none (top-K attended in place)
+retrieval   top-K working set       yes          current              on the critical path, uncapped
+proxy       top-K working set       yes          previous step's      in the background, capped
+lookahead   top-K working set       yes          draft token's        in the background, capped
+==========  ======================  ===========  ===================  ==========================================
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+QUERY_NONE, QUERY_CURRENT, QUERY_PREVIOUS, QUERY_DRAFT = "none", "current", "previous", "draft"
+
+
+@dataclass(frozen=True)
+class Mode:
+    name: str
+    whole_kv_on_gpu: bool  # the full KV cache sits in HBM (dense, quest); else only a top-K working set does
+    selects: bool  # attention reads a selected top-K of blocks (everything but dense)
+    query: str  # what predicts the set: none | current (this step's query) | previous (last step's) | draft
+    background: bool  # the set is fetched ahead by the prefetch pipeline, under the fetch cap
+    summaries: bool  # keeps per-block min/max key summaries
+
+    @property
+    def sparse(self) -> bool:
+        """Full KV in host memory, a selected working set on the GPU (the modes that transfer)."""
+        return not self.whole_kv_on_gpu
+
+    @property
+    def transfers(self) -> bool:
+        return self.sparse
+
+    @property
+    def on_demand(self) -> bool:
+        """Fetches its set on the step's critical path (no prediction ahead, no cap)."""
+        return self.sparse and not self.background
+
+    @property
+    def drafts(self) -> bool:
+        """Runs a draft token through the model each step for its query (the extra GEMM row)."""
+        return self.query == QUERY_DRAFT
+
+    @property
+    def attends_next_block(self) -> bool:
+        """Background modes plan a step ahead, so their local (newest) block is the one the next token lands in."""
+        return self.background
+
+    @property
+    def family(self) -> str:
+        """The timing family a fitted predictor uses: 'dense' (whole KV in HBM) or 'sparse'."""
+        return "dense" if self.whole_kv_on_gpu else "sparse"
+
+
+REGISTRY: dict[str, Mode] = {m.name: m for m in (
+    Mode("dense", whole_kv_on_gpu=True, selects=False, query=QUERY_NONE, background=False, summaries=False),
+    Mode("quest", whole_kv_on_gpu=True, selects=True, query=QUERY_CURRENT, background=False, summaries=True),
+    Mode("retrieval", whole_kv_on_gpu=False, selects=True, query=QUERY_CURRENT, background=False, summaries=True),
+    Mode("proxy", whole_kv_on_gpu=False, selects=True, query=QUERY_PREVIOUS, background=True, summaries=True),
+    Mode("lookahead", whole_kv_on_gpu=False, selects=True, query=QUERY_DRAFT, background=True, summaries=True),
+)}
+
+MODES = tuple(REGISTRY)
+SPARSE_MODES = tuple(n for n, m in REGISTRY.items() if m.sparse)
+BACKGROUND_MODES = tuple(n for n, m in REGISTRY.items() if m.background)
+
+
+def get(mode: str | Mode) -> Mode:
+    """The ``Mode`` of a name (a ``Mode`` passes through); ValueError naming the known modes otherwise."""
+    if isinstance(mode, Mode):
+        return mode
+    try:
+        return REGISTRY[mode]
+    except (KeyError, TypeError):
+        raise ValueError(f"mode: must be one of {', '.join(MODES)}, got {mode!r}") from None

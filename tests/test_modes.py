@@ -1,0 +1,26 @@
+"""The mode registry: every property the backends read, per mode, and the lookup's error."""
+import pytest
+
+from oasis_core import modes
+
+
+def test_registry_properties_match_the_table():
+    got = {n: (m.whole_kv_on_gpu, m.selects, m.query, m.background, m.on_demand, m.drafts)
+           for n, m in modes.REGISTRY.items()}
+    assert got == {
+        "dense": (True, False, "none", False, False, False),
+        "quest": (True, True, "current", False, False, False),
+        "retrieval": (False, True, "current", False, True, False),
+        "proxy": (False, True, "previous", True, False, False),
+        "lookahead": (False, True, "draft", True, False, True),
+    }
+    assert modes.SPARSE_MODES == ("retrieval", "proxy", "lookahead")
+    assert modes.BACKGROUND_MODES == ("proxy", "lookahead")
+    assert [modes.get(n).family for n in modes.MODES] == ["dense", "dense", "sparse", "sparse", "sparse"]
+
+
+def test_get_passes_modes_and_names_the_choices():
+    m = modes.get("proxy")
+    assert modes.get(m) is m
+    with pytest.raises(ValueError, match="dense, quest, retrieval, proxy, lookahead.*'sparse'"):
+        modes.get("sparse")
