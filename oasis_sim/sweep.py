@@ -97,40 +97,73 @@ def load_grid(path: str):
 
 
 def run_point(trace_path, point) -> dict:
-    """Run one point; returns its CSV row (parameters, summary fields, wall_s)."""
+    """Run one point; returns its CSV row (parameters, summary fields, wall_s, and ``error``: empty, or why the
+    point failed, in which case the summary fields are missing)."""
     from .sim import simulate
     from .workloads import load_workload
 
     params, values = point
-    result = simulate(make_config(values), load_workload(trace_path))
     row = {f"param.{k}": v for k, v in params.items()}
+    try:
+        result = simulate(make_config(values), load_workload(trace_path))
+    except Exception as e:  # noqa: BLE001 - one point's failure is that row's result, not the sweep's end
+        row["error"] = f"{type(e).__name__}: {' '.join(str(e).split())}"[:500]
+        return row
     row.update(result.summary)
     row["wall_s"] = round(result.wall_s, 4)
+    row["error"] = ""
     return row
 
 
-def run_sweep(path: str, out_dir: str, workers: int | None = None) -> str:
-    import pandas as pd
+def _label(i: int, point) -> str:
+    return f"point {i} ({', '.join(f'{k}={v}' for k, v in point[0].items())})"
+
+
+def _run_local(trace, points, workers: int) -> list:
+    from concurrent.futures import as_completed
+    from concurrent.futures.process import BrokenProcessPool
+
     from tqdm import tqdm
 
-    from .workloads import load_workload
-
-    trace, points, file_workers = load_grid(path)
-    load_workload(trace)  # a bad trace fails once, before the pool starts
-    workers = workers or file_workers or os.cpu_count() or 1
     rows = [None] * len(points)
     if workers == 1:
         for i, p in enumerate(tqdm(points, desc="sweep", unit="pt")):
             rows[i] = run_point(trace, p)
-    else:
-        with ProcessPoolExecutor(max_workers=workers) as pool:
-            futs = {pool.submit(run_point, trace, p): i for i, p in enumerate(points)}
-            from concurrent.futures import as_completed
+        return rows
+    with ProcessPoolExecutor(max_workers=workers) as pool:
+        futs = {pool.submit(run_point, trace, p): i for i, p in enumerate(points)}
+        for fut in tqdm(as_completed(futs), total=len(futs), desc="sweep", unit="pt"):
+            i = futs[fut]
+            try:
+                rows[i] = fut.result()
+            except BrokenProcessPool:  # a worker died (killed for memory, ...): its point and the rest not run
+                rows[i] = {**{f"param.{k}": v for k, v in points[i][0].items()},
+                           "error": "BrokenProcessPool: the worker process died (out of memory?)"}
+    return rows
 
-            for fut in tqdm(as_completed(futs), total=len(futs), desc="sweep", unit="pt"):
-                rows[futs[fut]] = fut.result()
-    os.makedirs(out_dir, exist_ok=True)
+
+def run_sweep(path: str, out_dir: str, workers: int | None = None) -> str:
+    """Run every point of the grid file at ``path`` and write ``out_dir/sweep.csv``. Raises ``ConfigError`` for a
+    bad grid, trace, worker count or output folder before any point runs, and after writing the CSV when a point
+    failed (naming the first failed point and why)."""
+    import pandas as pd
+
+    from .cli import prepare_out_dir
+    from .workloads import load_workload
+
+    if workers is not None and (isinstance(workers, bool) or not isinstance(workers, int) or workers < 1):
+        raise ConfigError(f"--workers: must be an integer >= 1, got {workers!r}")
+    trace, points, file_workers = load_grid(path)
+    prepare_out_dir(out_dir)
+    load_workload(trace)  # a bad trace fails once, before the pool starts
+    workers = min(workers or file_workers or os.cpu_count() or 1, len(points))
+    rows = _run_local(trace, points, workers)
     out = os.path.join(out_dir, "sweep.csv")
     pd.DataFrame(rows).to_csv(out, index=False)
-    print(f"wrote {out}: {len(rows)} points")
+    failed = [i for i, r in enumerate(rows) if r.get("error")]
+    print(f"wrote {out}: {len(rows)} points" + (f", {len(failed)} failed" if failed else ""))
+    if failed:
+        i = failed[0]
+        raise ConfigError(f"sweep: {len(failed)} of {len(rows)} points failed (see the error column of {out}); "
+                          f"first: {_label(i, points[i])}: {rows[i]['error']}")
     return out

@@ -218,8 +218,10 @@ def _one_line_errors(fn):
 
 @_one_line_errors
 def cmd_replay(args) -> int:
+    from .cli import prepare_out_dir
     from .replay import replay_table, write_replay
 
+    prepare_out_dir(args.out)
     rec = load_recording(args.recording)
     predictor = None
     if args.calibrate_from:
@@ -237,6 +239,9 @@ def cmd_replay(args) -> int:
 
 @_one_line_errors
 def cmd_validate(args) -> int:
+    from .cli import prepare_out_dir
+
+    prepare_out_dir(args.out)
     recs = load_all(args.recordings)
     if not recs:
         raise ValueError(f"validate: no recordings found in {' '.join(args.recordings)}")

@@ -43,6 +43,8 @@ def load_workload(path) -> Trace:
 
 
 def make_requests(trace: Trace, cfg: SimConfig) -> list[Req]:
+    """The run's requests (lengths clipped to the context limit, arrivals per ``cfg.arrival``); refuses a
+    configuration whose selection simulation would not fit in memory (``limits.check_footprint``)."""
     reqs = trace.requests
     if cfg.max_requests is not None:
         reqs = reqs[: cfg.max_requests]
@@ -66,6 +68,11 @@ def make_requests(trace: Trace, cfg: SimConfig) -> list[Req]:
         r = Req(q.id, arrival, prompt, output, ids, q.prefix_block_tokens)
         r.ready_t = arrival
         out.append(r)
+    from .limits import check_footprint
+
+    bs = cfg.block_size
+    check_footprint(cfg, [-(-(r.prompt + (r.output + 1) // 2) // bs) for r in out],
+                    min(cfg.max_batch, cfg.concurrency or len(out)))
     return out
 
 
