@@ -410,6 +410,7 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
         args = parser.parse_args(argv)
         trace = import_from_args(args)
         print(f"wrote {len(trace.requests)} requests over {trace.duration_s:.1f} s to {args.out}")
+        sys.stdout.flush()  # a closed stdout fails here, inside the handler below, not at interpreter exit
     except SystemExit as e:  # --help
         return int(e.code or 0)
     except ValueError as e:  # UsageError, TraceError

@@ -252,8 +252,10 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
         args = build_parser().parse_args(argv)
         from .validate import cmd_replay, cmd_validate
 
-        return {"run": cmd_run, "import": cmd_import, "sweep": cmd_sweep, "replay": cmd_replay,
-                "validate": cmd_validate}[args.cmd](args)
+        rc = {"run": cmd_run, "import": cmd_import, "sweep": cmd_sweep, "replay": cmd_replay,
+              "validate": cmd_validate}[args.cmd](args)
+        sys.stdout.flush()  # a closed stdout fails here, inside the handler below, not at interpreter exit
+        return rc
     except SystemExit as e:  # --help
         return int(e.code or 0)
     except (UsageError, ImportUsageError, ConfigError, TraceError) as e:
