@@ -221,10 +221,14 @@ def cmd_run(args) -> int:
     from .sim import simulate
     from .workloads import load_workload
 
+    from .metrics import provenance
+    from .workloads import bundled_trace_path
+
     cfg = config_from_args(args)
     prepare_out_dir(args.out)
     trace = load_workload(args.trace)
     result = simulate(cfg, trace)
+    result.summary.update(provenance(cfg, args.trace or bundled_trace_path()))
     write_outputs(result, args.out)
     if not args.quiet:
         print(summary_table(result.summary, result.wall_s))

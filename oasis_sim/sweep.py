@@ -97,21 +97,26 @@ def load_grid(path: str):
 
 
 def run_point(trace_path, point) -> dict:
-    """Run one point; returns its CSV row (parameters, summary fields, wall_s, and ``error``: empty, or why the
-    point failed, in which case the summary fields are missing)."""
+    """Run one point; returns its CSV row: parameters (``param.<name>``), summary fields, ``wall_s``, ``error``
+    (empty, or why the point failed, in which case the other columns are missing) and the configuration that
+    produced it (``metrics.flat_provenance``: ``config.<field>`` for every SimConfig field, ``trace.path``,
+    ``trace.sha256``)."""
+    from .metrics import flat_provenance, provenance
     from .sim import simulate
-    from .workloads import load_workload
+    from .workloads import bundled_trace_path, load_workload
 
     params, values = point
     row = {f"param.{k}": v for k, v in params.items()}
     try:
-        result = simulate(make_config(values), load_workload(trace_path))
+        cfg = make_config(values)
+        result = simulate(cfg, load_workload(trace_path))
     except Exception as e:  # noqa: BLE001 - one point's failure is that row's result, not the sweep's end
         row["error"] = f"{type(e).__name__}: {' '.join(str(e).split())}"[:500]
         return row
     row.update(result.summary)
     row["wall_s"] = round(result.wall_s, 4)
     row["error"] = ""
+    row.update(flat_provenance(provenance(cfg, trace_path or bundled_trace_path())))
     return row
 
 
