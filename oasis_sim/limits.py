@@ -4,7 +4,8 @@
 The dominant allocation of a run is the selection simulation (``oasis_sim.policy``): ``rows`` sampled KV-head rows
 stepped together, each holding arrays over the context's blocks and over the top-K slots. ``policy_bytes``
 estimates it from the configuration and the workload; ``check_footprint`` refuses a run whose estimate exceeds
-``limit_bytes()`` with a ``ConfigError`` naming the fields that drive it.
+``limit_bytes()`` with a ``ConfigError`` naming the fields that drive it. ``check_rates`` refuses a copy rate
+faster than the hardware's link.
 """
 from __future__ import annotations
 
@@ -55,3 +56,11 @@ def check_footprint(cfg: SimConfig, block_counts, concurrent: int) -> None:
             f"needs ~{need / 2 ** 30:,.1f} GiB for the selection simulation ({rows:,} rows x {width + cfg.top_k:,} "
             f"slots), more than the {limit / 2 ** 30:.1f} GiB limit; lower --top-k, --policy-layers or "
             f"--max-context, or raise --block-size")
+
+
+def check_rates(cfg: SimConfig) -> None:
+    """Refuse a host->GPU copy rate above the hardware preset's link (``HardwareSpec.h2d_bytes_per_s``)."""
+    link = cfg.hardware_spec.h2d_bytes_per_s
+    if cfg.h2d_bytes_per_s is not None and cfg.h2d_bytes_per_s > link * (1 + 1e-9):
+        raise ConfigError(f"h2d_bytes_per_s: must be <= the {cfg.hardware} link's {link:.4g} B/s, "
+                          f"got {cfg.h2d_bytes_per_s!r}")

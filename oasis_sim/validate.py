@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import json
 import os
+import sys
 from typing import Optional, Sequence
 
 import numpy as np
@@ -230,6 +231,9 @@ def cmd_replay(args) -> int:
         model = fitted_model_for(rec, pool, samples)
         predictor = model.predictor_for(rec) if model.fitted_on else None
     res = replay(rec, predictor, work_dir=args.out, use_selection=not args.no_selection)
+    note = predictor.clamp_note() if predictor is not None else None
+    if note:
+        print(f"oasis-sim: warning: {note}", file=sys.stderr)
     names = write_replay(res, args.out)
     print(f"replay of {rec.name} ({'fitted' if predictor else 'roofline'} predictor, {len(res.window)} timed steps)")
     print(replay_table(res))

@@ -99,13 +99,14 @@ def make_requests(trace: Trace, cfg: SimConfig) -> list[Req]:
         r.ready_t = arrival
         out.append(r)
     from .config import ConfigError
-    from .limits import check_footprint
+    from .limits import check_footprint, check_rates
 
     last = max((r.arrival for r in out), default=0.0)
     if last > MAX_ARRIVAL_S:
         name = "rate_rps" if cfg.arrival == "poisson" else "time_scale"
         raise ConfigError(f"{name}: {getattr(cfg, name)!r} puts the last arrival at {last:.3g} s, later than "
                           f"{MAX_ARRIVAL_S:.0e} s, where float times lose the 0.1 us precision latencies are reported at")
+    check_rates(cfg)
     bs = cfg.block_size
     check_footprint(cfg, [-(-(r.prompt + (r.output + 1) // 2) // bs) for r in out],
                     min(cfg.max_batch, cfg.concurrency or len(out)))
