@@ -5,13 +5,17 @@
   ``--syn-<name>``. No TRACE: the bundled Mooncake slice. Prints a summary table; writes ``DIR/summary.json``,
   ``DIR/requests.csv``, ``DIR/steps.csv``, ``DIR/memory.csv``, ``DIR/timeline.json`` (byte-identical for the same
   inputs and seed) and ``DIR/timing.json`` (wall-clock time and speed; differs run to run).
-- ``import mooncake|azure SRC -o OUT [--limit N] [--time-scale X] [--max-context N]``.
+- ``import mooncake|azure SRC -o OUT [--limit N] [--time-scale X] [--model NAME] [--max-context N]
+  [--overflow clip|drop] [--seed N] [--spread auto|uniform|even|none]``: ``oasis_core.importers``' options.
 - ``sweep GRID.yaml --out DIR [--workers N]``: see ``oasis_sim.sweep``.
 - ``replay RECORDING [--out DIR]`` and ``validate RECORDING... [--calibrate-from RECORDING...] [--out DIR]``:
   executor recordings in the simulator, see ``oasis_sim.replay`` and ``oasis_sim.validate``.
 
 Any malformed trace, config or option exits with status 2 and one line on stderr naming the file, the record or
-option, the field and the bad value — never a traceback.
+option, the field and the bad value — never a traceback; so do sizes that cannot be held in memory
+(``oasis_sim.limits``) and an ``--out`` that cannot be written (checked before the work). ``run`` adds the
+configuration and the trace's path and sha256 to ``summary.json`` (``metrics.provenance``). A closed stdout
+(``... | head``) ends the command quietly with status 0.
 """
 from __future__ import annotations
 

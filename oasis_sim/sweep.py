@@ -12,20 +12,25 @@ GRID.yaml::
       synthetic.drift_rate: [0.05, 0.11]   # a SyntheticParams field
     workers: 2                          # optional; default: CPU count
 
-Every point is validated before anything runs (a bad value exits 2 naming the file, the point and the field).
-Points run in a local process pool with a tqdm progress bar; ``DIR/sweep.csv`` holds one row per point, in grid
-order: the point's parameters, every summary field, and ``wall_s`` — load it with ``pandas.read_csv``. Each
-point's own outputs are not kept (run it alone with ``oasis-sim run`` to get them).
+Every point is validated before anything runs (a bad value exits 2 naming the file, the point and the field), and
+so are ``--workers`` (>= 1) and ``--out`` (a writable folder). Points run in a local process pool with a tqdm
+progress bar; ``DIR/sweep.csv`` holds one row per point, in grid order: the point's parameters (``param.<name>``),
+every summary field, ``wall_s``, ``error`` and the configuration that produced the row (``config.<field>`` for
+every SimConfig field, ``trace.path``, ``trace.sha256``) — load it with ``pandas.read_csv``. A point that fails
+(in its worker, or a worker that dies) keeps its row with ``error`` saying why; the CSV is still written and the
+command then exits 2 naming the first failed point. Each point's own outputs are not kept (run it alone with
+``oasis-sim run`` to get them).
 
 Running the same sweep on a Ray cluster
 ---------------------------------------
-The points are independent and pure (inputs → summary dict), so any task runner scales them. With Ray::
+The points are independent and pure (inputs → row dict), so any task runner scales them. With Ray (not a
+dependency of the project; untested here)::
 
     import ray, pandas as pd
     from oasis_sim.sweep import load_grid, run_point
 
-    ray.init(address="auto")                      # on a node of the cluster
-    trace_path, points = load_grid("GRID.yaml")   # validated dicts of SimConfig fields
+    ray.init(address="auto")                         # on a node of the cluster
+    trace_path, points, _workers = load_grid("GRID.yaml")   # validated points
     remote = ray.remote(num_cpus=1)(run_point)
     rows = ray.get([remote.remote(trace_path, p) for p in points])
     pd.DataFrame(rows).to_csv("sweep.csv", index=False)
