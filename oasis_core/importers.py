@@ -25,10 +25,11 @@ from typing import List, Optional, Sequence, Tuple, Union
 
 import numpy as np
 
-from .trace import Request, Trace, TraceError, _show, _show_typed, save_trace
+from .trace import MAX_REQUEST_TOKENS, Request, Trace, TraceError, _show, _show_typed, save_trace
 
 MOONCAKE_BLOCK_TOKENS = 512
-_SPREADS = ("uniform", "even", "none")
+MAX_TIMESTAMP_MS = 10**12  # ~31.7 years: a later Mooncake timestamp is corrupt
+_SPREADS = ("auto", "uniform", "even", "none")
 _OVERFLOWS = ("clip", "drop")
 
 
@@ -62,7 +63,7 @@ def _read_error(path, e: OSError) -> TraceError:
 # Mooncake
 
 
-def _mooncake_field(path, line_no: int, row: dict, name: str, minimum: int) -> int:
+def _mooncake_field(path, line_no: int, row: dict, name: str, minimum: int, maximum: int) -> int:
     if name not in row:
         raise TraceError(f"{path}: line {line_no}: {name}: missing required field")
     value = row[name]
@@ -70,6 +71,8 @@ def _mooncake_field(path, line_no: int, row: dict, name: str, minimum: int) -> i
         raise TraceError(f"{path}: line {line_no}: {name}: must be an integer, got {_show_typed(value)}")
     if value < minimum:
         raise TraceError(f"{path}: line {line_no}: {name}: must be >= {minimum}, got {value}")
+    if value > maximum:
+        raise TraceError(f"{path}: line {line_no}: {name}: must be <= {maximum}, got {_show(value)}")
     return value
 
 
@@ -99,12 +102,12 @@ def _read_mooncake(path, need: Optional[int] = None) -> List[Tuple[int, int, int
             raise TraceError(f"{path}: line {line_no}: invalid JSON: {msg}") from None
         if not isinstance(row, dict):
             raise TraceError(f"{path}: line {line_no}: must be a JSON object, got {_show_typed(row)}")
-        ts = _mooncake_field(path, line_no, row, "timestamp", 0)
+        ts = _mooncake_field(path, line_no, row, "timestamp", 0, MAX_TIMESTAMP_MS)
         if ts < last_ts:
             raise TraceError(f"{path}: line {line_no}: timestamp: must be >= the previous row's {last_ts}, got {ts}")
         last_ts = ts
-        n_in = _mooncake_field(path, line_no, row, "input_length", 1)
-        n_out = _mooncake_field(path, line_no, row, "output_length", 1)
+        n_in = _mooncake_field(path, line_no, row, "input_length", 1, MAX_REQUEST_TOKENS)
+        n_out = _mooncake_field(path, line_no, row, "output_length", 1, MAX_REQUEST_TOKENS)
         hash_ids = row.get("hash_ids", [])
         # set(map(type, ...)) rejects bools (type bool, not int) and is fast on ~300k ids
         if not isinstance(hash_ids, list) or not set(map(type, hash_ids)) <= {int} or min(hash_ids, default=0) < 0:
@@ -121,22 +124,42 @@ def _read_mooncake(path, need: Optional[int] = None) -> List[Tuple[int, int, int
     return rows
 
 
+def bucket_width(timestamps_s: Sequence[float]) -> Optional[float]:
+    """The bucket width of quantised timestamps (Mooncake's ~3 s), or None when they are not bucketed.
+
+    Bucketed: at least two distinct timestamps, and every gap between consecutive distinct ones is within 1% of a
+    positive multiple of the median gap (empty buckets make multiples). Arrivals of a Poisson process are not:
+    their gaps are exponential, not multiples of one width."""
+    starts = np.unique(np.asarray(timestamps_s, dtype=np.float64))
+    if starts.size < 2:
+        return None
+    gaps = np.diff(starts)
+    width = float(np.median(gaps))
+    multiple = np.round(gaps / width)
+    if np.any(multiple < 1) or np.any(np.abs(gaps - multiple * width) > 0.01 * width):
+        return None
+    return width
+
+
 def spread_buckets(timestamps_s: Sequence[float], spread: str = "uniform", seed: int = 0) -> np.ndarray:
-    """Spread requests that share a quantised timestamp over their bucket.
+    """Spread requests that share a quantised timestamp over their bucket (``bucket_width`` must find buckets).
 
     A bucket starts at a distinct timestamp and ends at the next distinct one; the last bucket gets the median
     bucket width. ``uniform``: sorted seeded uniform draws in ``[start, end)``; ``even``: ``start + i * w / n`` for
     the i-th of n requests; ``none``: unchanged. File order is kept and the result is non-decreasing and never
     reaches the next bucket. Buckets are drawn in order from one generator, so the first n arrivals do not depend
-    on the rows after them.
+    on the rows after them. Timestamps that are not bucketed raise ``ValueError`` (spreading them would invent
+    gaps the trace does not have).
     """
     t = np.asarray(timestamps_s, dtype=np.float64)
     if spread == "none" or t.size == 0:
         return t.copy()
+    last_width = bucket_width(t)
+    if last_width is None:
+        raise ValueError(f"spread: {spread!r} spreads quantised timestamp buckets (Mooncake's ~3 s), but these "
+                         "timestamps are not bucketed; use spread 'none' (or 'auto')")
     starts, first, counts = np.unique(t, return_index=True, return_counts=True)
-    widths = np.diff(starts)
-    last_width = float(np.median(widths)) if widths.size else 0.0
-    widths = np.append(widths, last_width)
+    widths = np.append(np.diff(starts), last_width)
     rng = np.random.default_rng(seed)
     out = t.copy()
     for start, i0, n, w in zip(starts, first, counts, widths):
@@ -149,7 +172,7 @@ def spread_buckets(timestamps_s: Sequence[float], spread: str = "uniform", seed:
 
 
 def import_mooncake(path: Union[str, PathLike], limit: Optional[int] = None, time_scale: float = 1.0,
-                    max_context: Optional[int] = None, seed: int = 0, spread: str = "uniform",
+                    max_context: Optional[int] = None, seed: int = 0, spread: str = "auto",
                     overflow: str = "clip") -> Trace:
     """Import a Mooncake JSONL trace.
 
@@ -157,7 +180,9 @@ def import_mooncake(path: Union[str, PathLike], limit: Optional[int] = None, tim
     - ``time_scale``: arrival times are multiplied by it (0.5 = the same requests in half the time, twice the rate).
     - ``max_context``: cap on ``prompt + output`` tokens; ``overflow="clip"`` shortens the request (``fit_context``)
       and truncates ``prefix_block_ids`` to the blocks of the shortened prompt, ``"drop"`` skips it.
-    - ``spread``/``seed``: how the ~3 s timestamp buckets are spread (``spread_buckets``).
+    - ``spread``/``seed``: how the ~3 s timestamp buckets are spread (``spread_buckets``); ``"auto"`` spreads
+      ``uniform`` when the timestamps are bucketed (``bucket_width``) and leaves them as they are otherwise.
+      ``meta.options.spread`` records the spread applied.
 
     Request ids are the 0-based row numbers of the source file (so they survive dropping and slicing);
     ``prefix_block_ids`` are the rows' ``hash_ids`` with ``prefix_block_tokens = 512``. The first arrival is at
@@ -166,7 +191,13 @@ def import_mooncake(path: Union[str, PathLike], limit: Optional[int] = None, tim
     """
     _check_options(time_scale, max_context, limit, overflow, spread)
     rows = _read_mooncake(path, need=limit if overflow == "clip" or max_context is None else None)
-    arrivals = spread_buckets([ts / 1000.0 for _, ts, _, _, _ in rows], spread, seed) * time_scale
+    seconds = [ts / 1000.0 for _, ts, _, _, _ in rows]
+    if spread == "auto":
+        spread = "uniform" if bucket_width(seconds) is not None else "none"
+    try:
+        arrivals = spread_buckets(seconds, spread, seed) * time_scale
+    except ValueError as e:
+        raise TraceError(f"{path}: {e}") from None
     requests = []
     for index, ((_, _, n_in, n_out, hash_ids), arrival) in enumerate(zip(rows, arrivals)):
         if limit is not None and len(requests) >= limit:
@@ -241,11 +272,12 @@ def import_azure(path: Union[str, PathLike], limit: Optional[int] = None, time_s
         if not ok.all():
             i = int(np.argmin(ok))
             raise TraceError(f"{path}: line {i + 2}: {name}: must be an integer, got {_show(df[name].iloc[i])}")
-        values = text.astype(np.int64).to_numpy()
-        low = values < minimum
-        if low.any():
-            i = int(np.argmax(low))
-            raise TraceError(f"{path}: line {i + 2}: {name}: must be >= {minimum}, got {int(values[i])}")
+        long = (text.str.lstrip("0").str.len() > len(str(MAX_REQUEST_TOKENS))).to_numpy()  # int64 could overflow
+        values = np.where(long, MAX_REQUEST_TOKENS + 1, text.where(~long, "0").astype(np.int64).to_numpy())
+        for bad, rule in ((values < minimum, f">= {minimum}"), (values > MAX_REQUEST_TOKENS, f"<= {MAX_REQUEST_TOKENS}")):
+            if bad.any():
+                i = int(np.argmax(bad))
+                raise TraceError(f"{path}: line {i + 2}: {name}: must be {rule}, got {df[name].iloc[i].strip()}")
         counts[name] = values
 
     requests = []
@@ -268,28 +300,80 @@ def import_azure(path: Union[str, PathLike], limit: Optional[int] = None, time_s
 
 
 # ----------------------------------------------------------------------------------------------------------------
-# Command line
+# Command line (``python -m oasis_core.importers`` and ``python -m oasis_sim import`` share these options)
 
 
-def main(argv: Optional[Sequence[str]] = None) -> int:
-    """``python -m oasis_core.importers {mooncake,azure} SRC --out DST [options]``."""
+class UsageError(ValueError):
+    """A bad command line; ``str(err)`` is one line."""
+
+
+class OneLineParser(argparse.ArgumentParser):
+    """argparse that raises ``UsageError`` (one line) instead of printing the usage and exiting."""
+
+    def error(self, message):
+        raise UsageError(" ".join(message.split()))
+
+
+def _int_option(text: str) -> int:
+    try:
+        return int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"must be an integer, got {text!r}") from None
+
+
+def _float_option(text: str) -> float:
+    try:
+        v = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"must be a number, got {text!r}") from None
+    if not math.isfinite(v):
+        raise argparse.ArgumentTypeError(f"must be finite, got {text!r}")
+    return v
+
+
+def add_import_arguments(parser: argparse.ArgumentParser) -> None:
+    """The importer's positional arguments and options (documented in ``traces/SCHEMA.md``)."""
+    parser.add_argument("format", choices=("mooncake", "azure"), help="the source trace's format")
+    parser.add_argument("source", help="the source trace file")
+    parser.add_argument("-o", "--out", required=True, help="where to write the OasisKV trace (JSON; overwritten)")
+    parser.add_argument("--limit", type=_int_option, default=None, help="keep the first N requests")
+    parser.add_argument("--time-scale", type=_float_option, default=1.0,
+                        help="multiply arrival times by this (0.5: twice the rate)")
+    parser.add_argument("--model", default=None, help="clip requests to this model preset's context")
+    parser.add_argument("--max-context", type=_int_option, default=None,
+                        help="clip prompt + output to this many tokens")
+    parser.add_argument("--overflow", choices=_OVERFLOWS, default="clip",
+                        help="a request longer than the context: clip it (the prompt's tail first) or drop it")
+    parser.add_argument("--seed", type=_int_option, default=0, help="bucket spreading seed (mooncake)")
+    parser.add_argument("--spread", choices=_SPREADS, default="auto",
+                        help="how requests sharing a ~3 s timestamp bucket are spread over it (mooncake): auto = "
+                             "uniform if the timestamps are bucketed, else none")
+
+
+def check_out_file(path: str) -> None:
+    """Refuse an output path that cannot be written (a folder, a missing or read-only parent) before any work."""
+    import os
+
+    if os.path.isdir(path):
+        raise UsageError(f"--out {path}: is a folder, not a file")
+    parent = os.path.dirname(os.path.abspath(path))
+    if not os.path.isdir(parent):
+        raise UsageError(f"--out {path}: folder {parent} does not exist")
+    if not os.access(parent, os.W_OK | os.X_OK) or (os.path.exists(path) and not os.access(path, os.W_OK)):
+        raise UsageError(f"--out {path}: not writable")
+
+
+def import_from_args(args) -> Trace:
+    """Import the trace that ``add_import_arguments``' options describe and write it to ``args.out``.
+
+    Raises ``TraceError`` for a bad source and ``UsageError`` for bad options or output path (one line each)."""
     from .specs import get_model
 
-    parser = argparse.ArgumentParser(prog="python -m oasis_core.importers",
-                                     description="Convert a public trace to an OasisKV trace (traces/SCHEMA.md).")
-    parser.add_argument("format", choices=("mooncake", "azure"))
-    parser.add_argument("source", help="the source trace file")
-    parser.add_argument("--out", required=True, help="where to write the OasisKV trace (JSON)")
-    parser.add_argument("--limit", type=int, default=None, help="keep the first N requests")
-    parser.add_argument("--time-scale", type=float, default=1.0, help="multiply arrival times by this")
-    parser.add_argument("--model", default=None, help="clip requests to this model preset's context")
-    parser.add_argument("--max-context", type=int, default=None, help="clip requests to this many tokens")
-    parser.add_argument("--overflow", choices=_OVERFLOWS, default="clip")
-    parser.add_argument("--seed", type=int, default=0, help="bucket spreading seed (mooncake)")
-    parser.add_argument("--spread", choices=_SPREADS, default="uniform", help="bucket spreading (mooncake)")
-    args = parser.parse_args(argv)
+    check_out_file(args.out)
     max_context = args.max_context
     try:
+        if args.seed < 0:
+            raise ValueError(f"seed: must be >= 0, got {args.seed}")
         if args.model is not None:
             model_max = get_model(args.model).max_context_tokens
             max_context = model_max if max_context is None else min(max_context, model_max)
@@ -300,12 +384,43 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
         else:
             trace = import_azure(args.source, limit=args.limit, time_scale=args.time_scale,
                                  max_context=max_context, overflow=args.overflow)
-    except ValueError as e:  # TraceError included
-        parser.exit(2, f"error: {e}\n")
+    except TraceError:
+        raise
+    except ValueError as e:  # an option: the message names it
+        raise UsageError(f"options: {' '.join(str(e).split())}") from None
     if args.model is not None:
         trace = Trace(requests=trace.requests, meta={**trace.meta, "model": args.model})
-    save_trace(trace, args.out)
-    print(f"wrote {len(trace.requests)} requests over {trace.duration_s:.1f} s to {args.out}")
+    try:
+        save_trace(trace, args.out)
+    except OSError as e:
+        raise UsageError(f"--out {args.out}: cannot write: {e.strerror or type(e).__name__}") from None
+    return trace
+
+
+def main(argv: Optional[Sequence[str]] = None) -> int:
+    """``python -m oasis_core.importers {mooncake,azure} SRC --out DST [options]``: exit 0, or 2 with one line on
+    stderr for any bad input."""
+    import os
+    import sys
+
+    parser = OneLineParser(prog="python -m oasis_core.importers",
+                           description="Convert a public trace to an OasisKV trace (traces/SCHEMA.md).")
+    add_import_arguments(parser)
+    try:
+        args = parser.parse_args(argv)
+        trace = import_from_args(args)
+        print(f"wrote {len(trace.requests)} requests over {trace.duration_s:.1f} s to {args.out}")
+        sys.stdout.flush()  # a closed stdout fails here, inside the handler below, not at interpreter exit
+    except SystemExit as e:  # --help
+        return int(e.code or 0)
+    except ValueError as e:  # UsageError, TraceError
+        print(f"{parser.prog}: error: {' '.join(str(e).split())}", file=sys.stderr)
+        return 2
+    except BrokenPipeError:  # stdout closed early: the trace is written, nothing to report
+        try:
+            os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        except OSError:
+            pass
     return 0
 
 

@@ -23,8 +23,8 @@ from typing import Any, Dict, Mapping, Optional, Sequence, Union
 import numpy as np
 
 from .specs import MODES, SPARSE_MODES
-from .trace import (Request, Trace, TraceError, _int_field, _key, _number_field, _Problem, _show, _show_typed,
-                    dumps_trace, load_trace, parse_trace)
+from .trace import (MAX_REQUEST_TOKENS, Request, Trace, TraceError, _int_field, _key, _number_field, _Problem, _show,
+                    _show_typed, dumps_trace, load_trace, parse_trace)
 
 KIND = "oasiskv-recording"
 RECORDING_VERSION = 1
@@ -35,6 +35,10 @@ WORKLOADS = ("closed-loop", "trace")
 # Stage names of results.stage_ms_per_step (ms per timed step, summed over layers). Others are stored as is.
 STAGES = ("layers", "attn", "gemm", "pred", "select", "transfer", "host_gather", "stall")
 SAMPLED_STEPS_MAX = 64  # recommended cap on results.steps entries
+# Bounds on what a recording may claim, so that replaying a corrupt one is refused instead of simulating for days:
+# 65,536 decode steps (warm-up and timed, each; the bench times 24) and 65,536 concurrent requests.
+MAX_RECORDED_STEPS = 1 << 16
+MAX_RECORDED_CONCURRENCY = 1 << 16
 
 _CONFIG_REQUIRED = ("mode", "model", "hardware", "workload", "context", "concurrency", "kv_budget_gb", "top_k",
                     "block_size", "fetch_ratio", "transfer_path", "selection", "seed", "warmup_steps", "steps")
@@ -83,8 +87,8 @@ def _check_config(c) -> None:
     _str_field("config.model", c["model"])
     _str_field("config.hardware", c["hardware"])
     _str_field("config.workload", c["workload"], WORKLOADS)
-    _int_field("config.context", c["context"], 1)
-    _int_field("config.concurrency", c["concurrency"], 1)
+    _int_field("config.context", c["context"], 1, MAX_REQUEST_TOKENS)
+    _int_field("config.concurrency", c["concurrency"], 1, MAX_RECORDED_CONCURRENCY)
     if c["kv_budget_gb"] is not None:
         v = _number_field("config.kv_budget_gb", c["kv_budget_gb"], 0.0)
         if v <= 0:
@@ -100,8 +104,8 @@ def _check_config(c) -> None:
                                                f"{_show(c['mode'])}, got null")
     _str_field("config.selection", c["selection"], SELECTIONS)
     _int_field("config.seed", c["seed"], 0)
-    _int_field("config.warmup_steps", c["warmup_steps"], 0)
-    _int_field("config.steps", c["steps"], 1)
+    _int_field("config.warmup_steps", c["warmup_steps"], 0, MAX_RECORDED_STEPS)
+    _int_field("config.steps", c["steps"], 1, MAX_RECORDED_STEPS)
 
 
 def _check_results(r, config) -> None:

@@ -22,6 +22,9 @@ SCHEMA_NAME = "oasiskv-trace"
 SCHEMA_VERSION = 1
 
 _INT64_MAX = 2**63 - 1
+# The most tokens one request may hold (prompt or output): ~1.07 billion, 100x the longest context of any model
+# preset; more is a corrupt trace, not a workload.
+MAX_REQUEST_TOKENS = 2**30
 _TOP_REQUIRED = ("schema", "version", "requests")
 _TOP_OPTIONAL = ("meta", "config", "results")
 _REQ_REQUIRED = ("id", "arrival_s", "prompt_tokens", "output_tokens")
@@ -84,13 +87,13 @@ def _key(where: str, key) -> str:
 # Field checks: raise _Problem(field, text).
 
 
-def _int_field(where: str, value, minimum: int) -> int:
+def _int_field(where: str, value, minimum: int, maximum: int = _INT64_MAX) -> int:
     if isinstance(value, bool) or not isinstance(value, numbers.Integral):
         raise _Problem(where, f"must be an integer, got {_show_typed(value)}")
     if value < minimum:
         raise _Problem(where, f"must be >= {minimum}, got {value}")
-    if value > _INT64_MAX:
-        raise _Problem(where, f"must be <= {_INT64_MAX}, got {_show(value)}")
+    if value > maximum:
+        raise _Problem(where, f"must be <= {maximum}, got {_show(value)}")
     return int(value)
 
 
@@ -110,8 +113,8 @@ def _check_request_values(id, arrival_s, prompt_tokens, output_tokens, prefix_bl
     """Validate one request's values; returns them normalised (ints, float arrival, tuple of block ids)."""
     id = _int_field("id", id, 0)
     arrival_s = _number_field("arrival_s", arrival_s, 0.0)
-    prompt_tokens = _int_field("prompt_tokens", prompt_tokens, 1)
-    output_tokens = _int_field("output_tokens", output_tokens, 1)
+    prompt_tokens = _int_field("prompt_tokens", prompt_tokens, 1, MAX_REQUEST_TOKENS)
+    output_tokens = _int_field("output_tokens", output_tokens, 1, MAX_REQUEST_TOKENS)
     if prefix_block_ids is None and prefix_block_tokens is None:
         return id, arrival_s, prompt_tokens, output_tokens, None, None
     if prefix_block_ids is None:

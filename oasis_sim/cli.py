@@ -5,13 +5,17 @@
   ``--syn-<name>``. No TRACE: the bundled Mooncake slice. Prints a summary table; writes ``DIR/summary.json``,
   ``DIR/requests.csv``, ``DIR/steps.csv``, ``DIR/memory.csv``, ``DIR/timeline.json`` (byte-identical for the same
   inputs and seed) and ``DIR/timing.json`` (wall-clock time and speed; differs run to run).
-- ``import mooncake|azure SRC -o OUT [--limit N] [--time-scale X] [--max-context N]``.
+- ``import mooncake|azure SRC -o OUT [--limit N] [--time-scale X] [--model NAME] [--max-context N]
+  [--overflow clip|drop] [--seed N] [--spread auto|uniform|even|none]``: ``oasis_core.importers``' options.
 - ``sweep GRID.yaml --out DIR [--workers N]``: see ``oasis_sim.sweep``.
 - ``replay RECORDING [--out DIR]`` and ``validate RECORDING... [--calibrate-from RECORDING...] [--out DIR]``:
   executor recordings in the simulator, see ``oasis_sim.replay`` and ``oasis_sim.validate``.
 
 Any malformed trace, config or option exits with status 2 and one line on stderr naming the file, the record or
-option, the field and the bad value — never a traceback.
+option, the field and the bad value — never a traceback; so do sizes that cannot be held in memory
+(``oasis_sim.limits``) and an ``--out`` that cannot be written (checked before the work). ``run`` adds the
+configuration and the trace's path and sha256 to ``summary.json`` (``metrics.provenance``). A closed stdout
+(``... | head``) ends the command quietly with status 0.
 """
 from __future__ import annotations
 
@@ -20,9 +24,11 @@ import json
 import math
 import os
 import sys
+import typing
 from dataclasses import fields
 from typing import Optional, Sequence
 
+from oasis_core.importers import UsageError as ImportUsageError
 from oasis_core.synthetic import SyntheticParams, param_help
 from oasis_core.trace import TraceError
 
@@ -30,10 +36,12 @@ from .config import ConfigError, SimConfig, config_fields, make_config
 
 EXIT_BAD_INPUT = 2
 
-# Value types of the fields whose default is None.
-_OPTIONAL_TYPES = {"concurrency": int, "rate_rps": float, "max_requests": int, "max_context": int,
-                   "hbm_bytes": float, "host_bytes": float, "h2d_bytes_per_s": float, "replay_file": str,
-                   "fetch_policy": str}
+
+
+def _field_type(hint) -> type:
+    """int, float, bool or str: a SimConfig field's annotation without its Optional."""
+    args = [a for a in typing.get_args(hint) if a is not type(None)]
+    return args[0] if typing.get_origin(hint) is typing.Union and len(args) == 1 else hint
 
 
 class UsageError(Exception):
@@ -61,14 +69,15 @@ def _number(kind):
 
 
 def _add_config_options(p: argparse.ArgumentParser) -> None:
+    hints = typing.get_type_hints(SimConfig)
     for name, (default, help_) in config_fields().items():
         if name == "synthetic":
             continue
         flag = "--" + name.replace("_", "-")
-        if isinstance(default, bool):
+        kind = _field_type(hints[name])
+        if kind is bool:
             p.add_argument(flag, dest=name, action=argparse.BooleanOptionalAction, default=None, help=help_)
             continue
-        kind = _OPTIONAL_TYPES.get(name, type(default))
         typ = _number(kind) if kind in (int, float) else str
         p.add_argument(flag, dest=name, type=typ, default=None, metavar=kind.__name__.upper(),
                        help=f"{help_} (default {default})")
@@ -91,13 +100,10 @@ def build_parser() -> argparse.ArgumentParser:
     run.add_argument("--out", default="out/run", help="output directory")
     run.add_argument("--quiet", action="store_true", help="no summary table")
     _add_config_options(run)
-    imp = sub.add_parser("import", help="convert a public trace to the OasisKV trace format")
-    imp.add_argument("kind", choices=("mooncake", "azure"))
-    imp.add_argument("src")
-    imp.add_argument("-o", "--out", required=True)
-    imp.add_argument("--limit", type=_number(int), default=None)
-    imp.add_argument("--time-scale", type=_number(float), default=1.0)
-    imp.add_argument("--max-context", type=_number(int), default=None)
+    from oasis_core.importers import add_import_arguments
+
+    imp = sub.add_parser("import", help="convert a public trace to the OasisKV trace format (traces/SCHEMA.md)")
+    add_import_arguments(imp)
     sw = sub.add_parser("sweep", help="run the cartesian product of a parameter grid")
     sw.add_argument("grid")
     sw.add_argument("--out", required=True)
@@ -219,10 +225,14 @@ def cmd_run(args) -> int:
     from .sim import simulate
     from .workloads import load_workload
 
+    from .metrics import provenance
+    from .workloads import bundled_trace_path
+
     cfg = config_from_args(args)
     prepare_out_dir(args.out)
     trace = load_workload(args.trace)
     result = simulate(cfg, trace)
+    result.summary.update(provenance(cfg, args.trace or bundled_trace_path()))
     write_outputs(result, args.out)
     if not args.quiet:
         print(summary_table(result.summary, result.wall_s))
@@ -231,20 +241,9 @@ def cmd_run(args) -> int:
 
 
 def cmd_import(args) -> int:
-    from oasis_core import importers
-    from oasis_core.trace import save_trace
+    from oasis_core.importers import import_from_args
 
-    fn = importers.import_mooncake if args.kind == "mooncake" else importers.import_azure
-    try:
-        trace = fn(args.src, limit=args.limit, time_scale=args.time_scale, max_context=args.max_context)
-    except ValueError as e:
-        if isinstance(e, TraceError):
-            raise
-        raise ConfigError(f"options: {' '.join(str(e).split())}") from None
-    try:
-        save_trace(trace, args.out)
-    except OSError as e:
-        raise ConfigError(f"{args.out}: cannot write: {e.strerror}") from None
+    trace = import_from_args(args)
     print(f"wrote {args.out}: {len(trace.requests)} requests over {trace.duration_s:.1f} s")
     return 0
 
@@ -261,11 +260,13 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
         args = build_parser().parse_args(argv)
         from .validate import cmd_replay, cmd_validate
 
-        return {"run": cmd_run, "import": cmd_import, "sweep": cmd_sweep, "replay": cmd_replay,
-                "validate": cmd_validate}[args.cmd](args)
+        rc = {"run": cmd_run, "import": cmd_import, "sweep": cmd_sweep, "replay": cmd_replay,
+              "validate": cmd_validate}[args.cmd](args)
+        sys.stdout.flush()  # a closed stdout fails here, inside the handler below, not at interpreter exit
+        return rc
     except SystemExit as e:  # --help
         return int(e.code or 0)
-    except (UsageError, ConfigError, TraceError) as e:
+    except (UsageError, ImportUsageError, ConfigError, TraceError) as e:
         print(f"oasis-sim: error: {' '.join(str(e).split())}", file=sys.stderr)
         return EXIT_BAD_INPUT
     except KeyboardInterrupt:

@@ -103,8 +103,15 @@ class FittedPredictor(TimePredictor):
                 raise ValueError(f"FittedPredictor: unknown op {op!r}; choose one of: {', '.join(OPS)}")
         self.base = base
         self.fits = dict(fits)
-        self.h2d_bytes_per_s = h2d_bytes_per_s
         self.gather_sm_share = gather_sm_share
+        # The roofline floor of the base's hardware (a base that is not a roofline has none).
+        self.floor = RooflinePredictor.floor(base.model, base.hw) if isinstance(base, RooflinePredictor) else None
+        self.below_floor: dict = {}  # op -> calls whose fitted time was below the floor
+        self.rate_clamped_from = None  # a fitted copy rate above the hardware's link, lowered to the link
+        link = base.hw.h2d_bytes_per_s if isinstance(base, RooflinePredictor) else None
+        if h2d_bytes_per_s is not None and link is not None and h2d_bytes_per_s > link:
+            self.rate_clamped_from, h2d_bytes_per_s = h2d_bytes_per_s, link
+        self.h2d_bytes_per_s = h2d_bytes_per_s
 
     def time(self, op, shape) -> float:
         t = self.base.time(op, shape)
@@ -112,7 +119,21 @@ class FittedPredictor(TimePredictor):
         if f is None:
             return t
         v = f.scale * t + f.offset_s
+        if self.floor is not None and v < self.floor.time(op, shape):
+            # Counted, not clamped (yet): the fit trades time between collinear ops (a sparse fit puts attention
+            # at 0 and charges the GEMMs for it), so raising one op to its floor without refitting the others
+            # would double-count; clamping needs a fit whose coefficients are bounded below by the floor.
+            self.below_floor[op] = self.below_floor.get(op, 0) + 1
         return v if v > 0.0 else 0.0
+
+    def clamp_note(self) -> str | None:
+        """One line saying which fitted times were below the roofline floor and whether the copy rate was clamped
+        to the link, or None."""
+        parts = [f"{op} faster than the roofline floor {n:,}x" for op, n in sorted(self.below_floor.items())]
+        if self.rate_clamped_from is not None:
+            parts.append(f"copy rate {self.rate_clamped_from / 1e9:.1f} GB/s clamped to the link's "
+                         f"{self.h2d_bytes_per_s / 1e9:.1f} GB/s")
+        return ("fitted predictor beyond the hardware's limits: " + "; ".join(parts)) if parts else None
 
 
 # ----------------------------------------------------------------------------------------------------------------

@@ -76,6 +76,29 @@ def summarize(cfg, rows, *, n_requests, preemptions, h2d_bytes, d2h_bytes, net_b
     return s
 
 
+def provenance(cfg, trace_path) -> dict:
+    """What produced a result: every ``SimConfig`` field (``config``) and the trace file (``trace``: its path and the
+    sha256 of its bytes). ``run`` adds it to ``summary.json``; ``sweep`` flattens it into ``config.<field>``,
+    ``trace.path`` and ``trace.sha256`` columns."""
+    import hashlib
+
+    h = hashlib.sha256()
+    with open(trace_path, "rb") as f:
+        for chunk in iter(lambda: f.read(1 << 20), b""):
+            h.update(chunk)
+    return {"config": cfg.to_dict(), "trace": {"path": str(trace_path), "sha256": h.hexdigest()}}
+
+
+def flat_provenance(prov: dict) -> dict:
+    """``provenance`` as one level of ``section.field`` columns (``synthetic`` overrides as ``config.synthetic``,
+    a JSON object)."""
+    out = {}
+    for section, values in prov.items():
+        for k, v in values.items():
+            out[f"{section}.{k}"] = json.dumps(v, sort_keys=True) if isinstance(v, dict) else v
+    return out
+
+
 def finite_json(obj):
     """``obj`` with every NaN / ±Infinity float (at any depth of dicts, lists and tuples) replaced by None, so that
     the JSON written is standard (``json.dumps`` would write the non-standard ``NaN`` / ``Infinity``)."""

@@ -97,6 +97,10 @@ class RooflineParams:
                 raise ValueError(f"RooflineParams.{f.name}: must be in (0, 1], got {v!r}")
 
 
+# Efficiencies 1, overheads 0 (``RooflinePredictor.floor``).
+PEAK_PARAMS = RooflineParams(**{f.name: (1.0 if f.name.endswith("_eff") else 0.0) for f in fields(RooflineParams)})
+
+
 class RooflinePredictor(TimePredictor):
     """Analytic per-operation times from a model and a GPU spec (see the module docstring)."""
 
@@ -118,6 +122,14 @@ class RooflinePredictor(TimePredictor):
             "lm_head": self._lm_head, "step_overhead": self._step_overhead,
             "sparse_overhead": self._sparse_overhead, "side_contention": self._side_contention,
         }
+
+    @classmethod
+    def floor(cls, model: ModelSpec, hardware: HardwareSpec) -> "RooflinePredictor":
+        """The physical floor: every byte at the datasheet HBM bandwidth, every FLOP at peak BF16 FLOP/s, no fixed
+        overheads. No implementation of an op can be faster; a fitted predictor is clamped to it."""
+        fl = cls(model, hardware, PEAK_PARAMS)
+        fl.attn_Bps = fl.hbm  # not the measured attention read rate: the datasheet peak
+        return fl
 
     def time(self, op: str, shape: Mapping[str, float]) -> float:
         try:

@@ -12,20 +12,25 @@ GRID.yaml::
       synthetic.drift_rate: [0.05, 0.11]   # a SyntheticParams field
     workers: 2                          # optional; default: CPU count
 
-Every point is validated before anything runs (a bad value exits 2 naming the file, the point and the field).
-Points run in a local process pool with a tqdm progress bar; ``DIR/sweep.csv`` holds one row per point, in grid
-order: the point's parameters, every summary field, and ``wall_s`` — load it with ``pandas.read_csv``. Each
-point's own outputs are not kept (run it alone with ``oasis-sim run`` to get them).
+Every point is validated before anything runs (a bad value exits 2 naming the file, the point and the field), and
+so are ``--workers`` (>= 1) and ``--out`` (a writable folder). Points run in a local process pool with a tqdm
+progress bar; ``DIR/sweep.csv`` holds one row per point, in grid order: the point's parameters (``param.<name>``),
+every summary field, ``wall_s``, ``error`` and the configuration that produced the row (``config.<field>`` for
+every SimConfig field, ``trace.path``, ``trace.sha256``) — load it with ``pandas.read_csv``. A point that fails
+(in its worker, or a worker that dies) keeps its row with ``error`` saying why; the CSV is still written and the
+command then exits 2 naming the first failed point. Each point's own outputs are not kept (run it alone with
+``oasis-sim run`` to get them).
 
 Running the same sweep on a Ray cluster
 ---------------------------------------
-The points are independent and pure (inputs → summary dict), so any task runner scales them. With Ray::
+The points are independent and pure (inputs → row dict), so any task runner scales them. With Ray (not a
+dependency of the project; untested here)::
 
     import ray, pandas as pd
     from oasis_sim.sweep import load_grid, run_point
 
-    ray.init(address="auto")                      # on a node of the cluster
-    trace_path, points = load_grid("GRID.yaml")   # validated dicts of SimConfig fields
+    ray.init(address="auto")                         # on a node of the cluster
+    trace_path, points, _workers = load_grid("GRID.yaml")   # validated points
     remote = ray.remote(num_cpus=1)(run_point)
     rows = ray.get([remote.remote(trace_path, p) for p in points])
     pd.DataFrame(rows).to_csv("sweep.csv", index=False)
@@ -97,40 +102,78 @@ def load_grid(path: str):
 
 
 def run_point(trace_path, point) -> dict:
-    """Run one point; returns its CSV row (parameters, summary fields, wall_s)."""
+    """Run one point; returns its CSV row: parameters (``param.<name>``), summary fields, ``wall_s``, ``error``
+    (empty, or why the point failed, in which case the other columns are missing) and the configuration that
+    produced it (``metrics.flat_provenance``: ``config.<field>`` for every SimConfig field, ``trace.path``,
+    ``trace.sha256``)."""
+    from .metrics import flat_provenance, provenance
     from .sim import simulate
-    from .workloads import load_workload
+    from .workloads import bundled_trace_path, load_workload
 
     params, values = point
-    result = simulate(make_config(values), load_workload(trace_path))
     row = {f"param.{k}": v for k, v in params.items()}
+    try:
+        cfg = make_config(values)
+        result = simulate(cfg, load_workload(trace_path))
+    except Exception as e:  # noqa: BLE001 - one point's failure is that row's result, not the sweep's end
+        row["error"] = f"{type(e).__name__}: {' '.join(str(e).split())}"[:500]
+        return row
     row.update(result.summary)
     row["wall_s"] = round(result.wall_s, 4)
+    row["error"] = ""
+    row.update(flat_provenance(provenance(cfg, trace_path or bundled_trace_path())))
     return row
 
 
-def run_sweep(path: str, out_dir: str, workers: int | None = None) -> str:
-    import pandas as pd
+def _label(i: int, point) -> str:
+    return f"point {i} ({', '.join(f'{k}={v}' for k, v in point[0].items())})"
+
+
+def _run_local(trace, points, workers: int) -> list:
+    from concurrent.futures import as_completed
+    from concurrent.futures.process import BrokenProcessPool
+
     from tqdm import tqdm
 
-    from .workloads import load_workload
-
-    trace, points, file_workers = load_grid(path)
-    load_workload(trace)  # a bad trace fails once, before the pool starts
-    workers = workers or file_workers or os.cpu_count() or 1
     rows = [None] * len(points)
     if workers == 1:
         for i, p in enumerate(tqdm(points, desc="sweep", unit="pt")):
             rows[i] = run_point(trace, p)
-    else:
-        with ProcessPoolExecutor(max_workers=workers) as pool:
-            futs = {pool.submit(run_point, trace, p): i for i, p in enumerate(points)}
-            from concurrent.futures import as_completed
+        return rows
+    with ProcessPoolExecutor(max_workers=workers) as pool:
+        futs = {pool.submit(run_point, trace, p): i for i, p in enumerate(points)}
+        for fut in tqdm(as_completed(futs), total=len(futs), desc="sweep", unit="pt"):
+            i = futs[fut]
+            try:
+                rows[i] = fut.result()
+            except BrokenProcessPool:  # a worker died (killed for memory, ...): its point and the rest not run
+                rows[i] = {**{f"param.{k}": v for k, v in points[i][0].items()},
+                           "error": "BrokenProcessPool: the worker process died (out of memory?)"}
+    return rows
 
-            for fut in tqdm(as_completed(futs), total=len(futs), desc="sweep", unit="pt"):
-                rows[futs[fut]] = fut.result()
-    os.makedirs(out_dir, exist_ok=True)
+
+def run_sweep(path: str, out_dir: str, workers: int | None = None) -> str:
+    """Run every point of the grid file at ``path`` and write ``out_dir/sweep.csv``. Raises ``ConfigError`` for a
+    bad grid, trace, worker count or output folder before any point runs, and after writing the CSV when a point
+    failed (naming the first failed point and why)."""
+    import pandas as pd
+
+    from .cli import prepare_out_dir
+    from .workloads import load_workload
+
+    if workers is not None and (isinstance(workers, bool) or not isinstance(workers, int) or workers < 1):
+        raise ConfigError(f"--workers: must be an integer >= 1, got {workers!r}")
+    trace, points, file_workers = load_grid(path)
+    prepare_out_dir(out_dir)
+    load_workload(trace)  # a bad trace fails once, before the pool starts
+    workers = min(workers or file_workers or os.cpu_count() or 1, len(points))
+    rows = _run_local(trace, points, workers)
     out = os.path.join(out_dir, "sweep.csv")
     pd.DataFrame(rows).to_csv(out, index=False)
-    print(f"wrote {out}: {len(rows)} points")
+    failed = [i for i, r in enumerate(rows) if r.get("error")]
+    print(f"wrote {out}: {len(rows)} points" + (f", {len(failed)} failed" if failed else ""))
+    if failed:
+        i = failed[0]
+        raise ConfigError(f"sweep: {len(failed)} of {len(rows)} points failed (see the error column of {out}); "
+                          f"first: {_label(i, points[i])}: {rows[i]['error']}")
     return out

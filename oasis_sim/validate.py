@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import json
 import os
+import sys
 from typing import Optional, Sequence
 
 import numpy as np
@@ -218,8 +219,10 @@ def _one_line_errors(fn):
 
 @_one_line_errors
 def cmd_replay(args) -> int:
+    from .cli import prepare_out_dir
     from .replay import replay_table, write_replay
 
+    prepare_out_dir(args.out)
     rec = load_recording(args.recording)
     predictor = None
     if args.calibrate_from:
@@ -228,6 +231,9 @@ def cmd_replay(args) -> int:
         model = fitted_model_for(rec, pool, samples)
         predictor = model.predictor_for(rec) if model.fitted_on else None
     res = replay(rec, predictor, work_dir=args.out, use_selection=not args.no_selection)
+    note = predictor.clamp_note() if predictor is not None else None
+    if note:
+        print(f"oasis-sim: warning: {note}", file=sys.stderr)
     names = write_replay(res, args.out)
     print(f"replay of {rec.name} ({'fitted' if predictor else 'roofline'} predictor, {len(res.window)} timed steps)")
     print(replay_table(res))
@@ -237,6 +243,9 @@ def cmd_replay(args) -> int:
 
 @_one_line_errors
 def cmd_validate(args) -> int:
+    from .cli import prepare_out_dir
+
+    prepare_out_dir(args.out)
     recs = load_all(args.recordings)
     if not recs:
         raise ValueError(f"validate: no recordings found in {' '.join(args.recordings)}")

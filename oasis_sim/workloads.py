@@ -9,13 +9,14 @@
 from __future__ import annotations
 
 import os
+import sys
 from importlib import resources
 from pathlib import Path
 
 import numpy as np
 
 from oasis_core.importers import fit_context
-from oasis_core.trace import Trace, TraceError, load_trace
+from oasis_core.trace import Trace, TraceError, loads_trace
 
 from .config import SimConfig
 from .scheduler import Req
@@ -35,14 +36,45 @@ def bundled_trace_path() -> Path:
         return Path(__file__).resolve().parent / "data" / BUNDLED_NAME
 
 
+# Traces larger than this are read in chunks behind a tqdm progress bar on stderr.
+PROGRESS_BYTES = 32 * 2 ** 20
+# The latest arrival a run may simulate: 1e8 s (~3 years). Times are absolute floats, so at 1e8 s their spacing
+# is 1.5e-8 s, below the 1e-7 s (4 decimals of ms) TTFT and TPOT are reported at; far later arrivals would round
+# short latencies to 0.
+MAX_ARRIVAL_S = 1e8
+
+
+def _read(path) -> bytes:
+    try:
+        size = os.path.getsize(path)
+        with open(path, "rb") as f:
+            if size < PROGRESS_BYTES:
+                return f.read()
+            from tqdm import tqdm
+
+            chunks = []
+            with tqdm(total=size, unit="B", unit_scale=True, desc=f"reading {Path(path).name}", file=sys.stderr,
+                      leave=False) as bar:
+                for chunk in iter(lambda: f.read(1 << 20), b""):
+                    chunks.append(chunk)
+                    bar.update(len(chunk))
+            return b"".join(chunks)
+    except OSError as e:
+        raise TraceError(f"{path}: cannot read: {e.strerror or type(e).__name__}") from None
+
+
 def load_workload(path) -> Trace:
-    """Load and validate a trace (raises ``TraceError`` with a one-line message)."""
+    """Load and validate a trace (raises ``TraceError`` with a one-line message); a file of ``PROGRESS_BYTES`` or
+    more is read in 1 MiB chunks with a progress bar on stderr."""
     if path is not None and os.path.isdir(path):
         raise TraceError(f"{path}: cannot read: is a directory")
-    return load_trace(bundled_trace_path() if path is None else path)
+    path = bundled_trace_path() if path is None else path
+    return loads_trace(_read(path), str(path))
 
 
 def make_requests(trace: Trace, cfg: SimConfig) -> list[Req]:
+    """The run's requests (lengths clipped to the context limit, arrivals per ``cfg.arrival``); refuses a
+    configuration whose selection simulation would not fit in memory (``limits.check_footprint``)."""
     reqs = trace.requests
     if cfg.max_requests is not None:
         reqs = reqs[: cfg.max_requests]
@@ -66,6 +98,18 @@ def make_requests(trace: Trace, cfg: SimConfig) -> list[Req]:
         r = Req(q.id, arrival, prompt, output, ids, q.prefix_block_tokens)
         r.ready_t = arrival
         out.append(r)
+    from .config import ConfigError
+    from .limits import check_footprint, check_rates
+
+    last = max((r.arrival for r in out), default=0.0)
+    if last > MAX_ARRIVAL_S:
+        name = "rate_rps" if cfg.arrival == "poisson" else "time_scale"
+        raise ConfigError(f"{name}: {getattr(cfg, name)!r} puts the last arrival at {last:.3g} s, later than "
+                          f"{MAX_ARRIVAL_S:.0e} s, where float times lose the 0.1 us precision latencies are reported at")
+    check_rates(cfg)
+    bs = cfg.block_size
+    check_footprint(cfg, [-(-(r.prompt + (r.output + 1) // 2) // bs) for r in out],
+                    min(cfg.max_batch, cfg.concurrency or len(out)))
     return out
 
 

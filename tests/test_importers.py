@@ -173,7 +173,7 @@ def test_importer_option_errors(tmp_path):
     path = _jsonl(tmp_path, [GOOD])
     for kwargs, message in [({"time_scale": 0}, "time_scale: must be a finite number > 0, got 0"),
                             ({"limit": 0}, "limit: must be None or an integer >= 1, got 0"),
-                            ({"spread": "wide"}, "spread: must be one of uniform, even, none, got 'wide'")]:
+                            ({"spread": "wide"}, "spread: must be one of auto, uniform, even, none, got 'wide'")]:
         with pytest.raises(ValueError) as e:
             import_mooncake(path, **kwargs)
         assert str(e.value) == message

@@ -199,3 +199,30 @@ def test_fuzz_loader_path_never_crashes(tmp_path, capsys, data):
     assert rc in (0, 2)
     if rc == 2:
         assert err.count("\n") == 1 and "fuzz.json" in err
+
+
+def test_summary_and_sweep_record_the_configuration_and_trace(tmp_path):
+    import hashlib
+
+    import pandas as pd
+
+    from oasis_sim.config import config_fields
+
+    trace = _trace(tmp_path, [_req(0), _req(1, 0.5)])
+    digest = hashlib.sha256(open(trace, "rb").read()).hexdigest()
+    out = tmp_path / "o"
+    assert main(["run", trace, "--out", str(out), *QUICK, "--top-k", "24", "--fetch-ratio", "0.2",
+                 "--block-size", "32", "--seed", "7"]) == 0
+    s = json.loads((out / "summary.json").read_text())
+    assert set(s["config"]) == set(config_fields())
+    assert (s["config"]["top_k"], s["config"]["fetch_ratio"], s["config"]["block_size"], s["config"]["seed"]) == \
+        (24, 0.2, 32, 7)
+    assert s["trace"] == {"path": trace, "sha256": digest}
+    grid = tmp_path / "g.yaml"
+    grid.write_text(f"trace: {trace}\nbase: {{top_k: 16, policy_layers: 1, profile_steps: 4, timeline_steps: 0}}\n"
+                    "grid:\n  seed: [1, 2]\nworkers: 1\n")
+    assert main(["sweep", str(grid), "--out", str(tmp_path / "sw")]) == 0
+    df = pd.read_csv(tmp_path / "sw" / "sweep.csv")
+    assert {f"config.{k}" for k in config_fields()} <= set(df.columns)
+    assert list(df["config.seed"]) == [1, 2] and (df["config.top_k"] == 16).all()
+    assert (df["trace.sha256"] == digest).all() and (df["trace.path"] == trace).all()

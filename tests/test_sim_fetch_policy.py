@@ -35,6 +35,7 @@ def test_spelling_out_the_default_changes_only_the_summary_label(tmp_path, sampl
     for f in FILES[1:]:
         assert base[f] == same[f], f
     a, b = json.loads(base["summary.json"]), json.loads(same["summary.json"])
+    assert a["config"].pop("fetch_policy") is None and b["config"].pop("fetch_policy") == "fixed:0.05"
     assert "fetch_policy" not in a and b.pop("fetch_policy") == "fixed:0.05" and a == b
 
 
