@@ -26,13 +26,22 @@ import dataclasses
 import json
 import math
 import re
-import sys
 import types
 import typing
-from typing import Any, Iterable, Mapping
+from collections.abc import Iterable, Mapping
+from typing import Any
 
-__all__ = ["CliError", "OneLineParser", "add_options", "values", "build", "option_message", "fail", "flag",
-           "parse_json_object", "one_line"]
+__all__ = [
+    "CliError",
+    "OneLineParser",
+    "add_options",
+    "build",
+    "flag",
+    "one_line",
+    "option_message",
+    "parse_json_object",
+    "values",
+]
 
 
 class CliError(ValueError):
@@ -142,7 +151,8 @@ def add_options(parser, cls, *, exclude: Iterable[str] = (), prefix: str = "", d
         negative = tp is bool and f.name.startswith("no_")
         if default is not dataclasses.MISSING and default is not None and not negative:
             text = f"{text} (default: {_shown(default)})"
-        kw: dict[str, Any] = dict(dest=dest_prefix + f.name, default=argparse.SUPPRESS, help=text.replace("%", "%%"))
+        kw: dict[str, Any] = {"dest": dest_prefix + f.name, "default": argparse.SUPPRESS,
+                              "help": text.replace("%", "%%")}
         if default is dataclasses.MISSING:
             kw["required"] = True
         if tp is bool:  # a negative name (no_transfer) gets its one flag: --no-no-transfer would read badly
@@ -201,8 +211,3 @@ def option_message(cls, message: str, prefix: str = "", skip: Iterable[str] = ()
         msg = flag(head, prefix) + sep + rest
     return msg
 
-
-def fail(parser: argparse.ArgumentParser, message: str) -> typing.NoReturn:
-    """Report ``message`` as ``parser``'s usage error (one line, exit 2 with ``OneLineParser``)."""
-    parser.error(one_line(message))
-    sys.exit(2)  # a parser whose error() returned

@@ -16,8 +16,14 @@ import sys
 from oasis_core import cliargs
 from oasis_core.cliargs import CliError, OneLineParser
 
-from .config import (BenchConfig, ExecConfig, add_bench_options, add_engine_options, bench_config,
-                     engine_config)
+from .config import (
+    BenchConfig,
+    ExecConfig,
+    add_bench_options,
+    add_engine_options,
+    bench_config,
+    engine_config,
+)
 
 BENCH_SETS = ("max_context",)  # ExecConfig fields bench derives from its own options
 ENGINE_GROUP = "engine (oasis_exec.config.ExecConfig)"

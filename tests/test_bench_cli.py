@@ -49,13 +49,13 @@ def test_unclipped_runs_say_so(tmp_path, caplog):
 def test_the_announcement_is_one_line_on_stderr_of_the_process(tmp_path):
     env = {**os.environ, "PYTHONPATH": ROOT}
     p = subprocess.run([sys.executable, "-m", "oasis_exec", "bench", *TINY, *SMALL, "--concurrency", "5"],
-                       capture_output=True, text=True, env=env, cwd=ROOT, timeout=300)
+                       capture_output=True, text=True, env=env, cwd=ROOT, timeout=300, check=False)
     assert p.returncode == 0, p.stderr
     assert p.stderr.strip() == ("bench: concurrency 5 clipped to 4: the lanes the GPU KV store holds "
                                 "(--kv-budget-gb, --max-lanes; without either: 4)")
     assert json.loads(p.stdout)["clipped_by"] == "gpu_lanes"
     bad = subprocess.run([sys.executable, "-m", "oasis_exec", "bench", "--top-k", "1e9"], capture_output=True,
-                         text=True, env=env, cwd=ROOT, timeout=300)
+                         text=True, env=env, cwd=ROOT, timeout=300, check=False)
     assert bad.returncode == 2 and bad.stdout == ""
     assert bad.stderr == "python -m oasis_exec bench: error: argument --top-k: must be an integer, got '1e9'\n"
 

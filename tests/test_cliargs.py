@@ -2,8 +2,9 @@
 from __future__ import annotations
 
 import argparse
+from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import Any, Mapping, Optional
+from typing import Any
 
 import pytest
 
@@ -19,7 +20,7 @@ class Demo:
     name: str = _h("a name", "x")
     count: int = _h("how many", 3)
     ratio: float = _h("a share", 0.5)
-    limit: Optional[int] = _h("at most this many", None)
+    limit: int | None = _h("at most this many", None)
     budget: float | None = _h("GB", None)
     fast: bool = _h("go fast", True)
     loud: bool = _h("say more", False)
@@ -47,8 +48,9 @@ def test_only_given_options_reach_the_dataclass_so_its_defaults_are_the_defaults
     assert cliargs.build(Demo, p.parse_args([])) == Demo()
     ns = p.parse_args(["--count", "7", "--limit", "2", "--budget", "1.5", "--no-fast", "--loud", "--no-copy",
                        "--kind", "b", "--extra", '{"k": [1, 2]}', "--name", "y", "--path", "f.txt"])
-    assert cliargs.values(ns, Demo) == dict(count=7, limit=2, budget=1.5, fast=False, loud=True, no_copy=True,
-                                            kind="b", extra={"k": [1, 2]}, name="y", path="f.txt")
+    assert cliargs.values(ns, Demo) == {"count": 7, "limit": 2, "budget": 1.5, "fast": False, "loud": True,
+                                        "no_copy": True, "kind": "b", "extra": {"k": [1, 2]}, "name": "y",
+                                        "path": "f.txt"}
     assert cliargs.build(Demo, p.parse_args(["--fast"])).fast is True
     assert cliargs.build(Demo, p.parse_args(["--count", "4"]), count=9).count == 9  # fixed fields win
 

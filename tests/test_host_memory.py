@@ -10,8 +10,8 @@ from oasis_exec.config import ExecConfig
 from oasis_exec.host_memory import HostMemoryError, check_fits, host_pool_blocks
 
 GB = 1e9
-TINY = dict(model="tiny", device="cpu", dtype="float32", mode="lookahead", selection="synthetic", top_k=4,
-            max_context=256)
+TINY = {"model": "tiny", "device": "cpu", "dtype": "float32", "mode": "lookahead", "selection": "synthetic",
+        "top_k": 4, "max_context": 256}
 
 
 def test_pool_sizing_follows_host_kv_gb_then_host_requests_then_the_lanes():
