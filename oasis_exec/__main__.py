@@ -1,132 +1,172 @@
 """``python -m oasis_exec <command>``: ``bench`` (closed-loop decode benchmark) and ``generate`` (smoke run).
 
-The server adds ``serve`` through ``add_serve_command(subparsers)`` in ``oasis_exec.server`` when it exists.
+Their options are generated from the dataclasses in ``oasis_exec.config`` (``oasis_core.cliargs``): every
+``ExecConfig`` field is an engine option and every ``BenchConfig`` field a bench option, with the fields' defaults
+and help; ``bench`` sets ``max_context`` itself (the prompt plus every decoded token). A bad option or value is one
+line on stderr and exit status 2, checked before any work. The server adds ``serve`` through
+``add_serve_command(subparsers)`` in ``oasis_exec.server`` when it exists, and ``quality`` its own commands.
 """
 from __future__ import annotations
 
-import argparse
 import json
+import logging
+import os
 import sys
 
-from .config import ExecConfig
+from oasis_core import cliargs
+from oasis_core.cliargs import CliError, OneLineParser
+
+from .config import (
+    BenchConfig,
+    ExecConfig,
+    add_bench_options,
+    add_engine_options,
+    bench_config,
+    engine_config,
+)
+
+BENCH_SETS = ("max_context",)  # ExecConfig fields bench derives from its own options
+ENGINE_GROUP = "engine (oasis_exec.config.ExecConfig)"
 
 
-def _engine_args(p: argparse.ArgumentParser) -> None:
-    h = ExecConfig.help()
-    p.add_argument("--model", default="qwen3-8b", help=h["model"])
-    p.add_argument("--model-path", default=None, help=h["model_path"])
-    p.add_argument("--dummy", action="store_true", help="random weights (the default when no --model-path)")
-    p.add_argument("--draft-path", default=None, help=h["draft_path"])
-    p.add_argument("--device", default="cuda", help=h["device"])
-    p.add_argument("--dtype", default="bfloat16", help=h["dtype"])
-    p.add_argument("--mode", default="lookahead", help=h["mode"])
-    p.add_argument("--selection", default="model", help=h["selection"])
-    p.add_argument("--replay-path", default=None, help=h["replay_path"])
-    p.add_argument("--record-path", default=None, help=h["record_path"])
-    p.add_argument("--top-k", type=int, default=128, help=h["top_k"])
-    p.add_argument("--block-size", type=int, default=16, help=h["block_size"])
-    p.add_argument("--fetch-ratio", type=float, default=0.05, help=h["fetch_ratio"])
-    p.add_argument("--kv-budget-gb", type=float, default=None, help=h["kv_budget_gb"])
-    p.add_argument("--host-kv-gb", type=float, default=None, help=h["host_kv_gb"])
-    p.add_argument("--max-lanes", type=int, default=None, help=h["max_lanes"])
-    p.add_argument("--transfer", default="auto", help=h["transfer"])
-    p.add_argument("--host-threads", type=int, default=8, help=h["host_threads"])
-    p.add_argument("--host-kernel", default="auto", help=h["host_kernel"])
-    p.add_argument("--uva-programs", type=int, default=32, help=h["uva_programs"])
-    p.add_argument("--stream-priority", default="auto", help=h["stream_priority"])
-    p.add_argument("--copy-graph", default="auto", help=h["copy_graph"])
-    p.add_argument("--uva-kernel", default="loads", help=h["uva_kernel"])
-    p.add_argument("--no-transfer", action="store_true", help=h["no_transfer"])
-    p.add_argument("--seed", type=int, default=0, help=h["seed"])
-    p.add_argument("--profile", action="store_true", help=h["profile"])
-    p.add_argument("--no-cuda-graph", action="store_true", help="run decode steps eagerly (" + h["cuda_graph"] + ")")
-    p.add_argument("--no-fused-ops", action="store_true", help="turn off: " + h["fused_ops"])
-    p.add_argument("--synthetic", default=None, help="JSON of SyntheticParams overrides, e.g. '{\"drift_rate\": 0.2}'")
-
-
-def _config(a, max_context: int) -> ExecConfig:
-    if a.model_path and a.dummy:
-        raise SystemExit("--dummy and --model-path exclude each other")
-    return ExecConfig(model=a.model, model_path=a.model_path, draft_path=a.draft_path, device=a.device,
-                      dtype=a.dtype, mode=a.mode, selection=a.selection, replay_path=a.replay_path,
-                      record_path=a.record_path, top_k=a.top_k, block_size=a.block_size, fetch_ratio=a.fetch_ratio,
-                      max_context=max_context, kv_budget_gb=a.kv_budget_gb, host_kv_gb=a.host_kv_gb,
-                      max_lanes=a.max_lanes, transfer=a.transfer, host_threads=a.host_threads,
-                      host_kernel=a.host_kernel, uva_programs=a.uva_programs, stream_priority=a.stream_priority,
-                      copy_graph=a.copy_graph,
-                      uva_kernel=a.uva_kernel, no_transfer=a.no_transfer, seed=a.seed, profile=a.profile,
-                      cuda_graph=not a.no_cuda_graph, fused_ops=not a.no_fused_ops,
-                      synthetic=json.loads(a.synthetic) if a.synthetic else None)
-
-
-def _prompt_tokens(path: str, model_path: str | None) -> list:
-    if not model_path:
-        raise SystemExit("--prompt-text needs --model-path (a real model and its tokenizer)")
-    from .server.tokenizer import load_tokenizer
-
-    with open(path, encoding="utf-8", errors="replace") as fh:
-        return load_tokenizer(model_path).encode(fh.read())
-
-
-def main(argv=None) -> int:
-    ap = argparse.ArgumentParser(prog="oasis_exec", description="OasisKV GPU executor")
-    sub = ap.add_subparsers(dest="cmd", required=True)
+def build_parser() -> OneLineParser:
+    ap = OneLineParser(prog="python -m oasis_exec", description="OasisKV GPU executor")
+    sub = ap.add_subparsers(dest="cmd", required=True, parser_class=OneLineParser)
     b = sub.add_parser("bench", help="closed-loop decode benchmark at fixed concurrency")
-    _engine_args(b)
-    b.add_argument("--context", type=int, default=16384)
-    b.add_argument("--concurrency", type=int, default=8)
-    b.add_argument("--steps", type=int, default=32)
-    b.add_argument("--warmup", type=int, default=5)
-    b.add_argument("--out", default=None, help="append the JSON record to this file")
-    b.add_argument("--record", default=None, metavar="FILE",
-                   help="also write the run as a recording (traces/SCHEMA.md) for `python -m oasis_sim replay|validate`")
-    b.add_argument("--record-hardware", default=None, metavar="PRESET",
-                   help="simulator hardware preset of the recording (default: told from the GPU's name)")
-    b.add_argument("--prompt-text", default=None, metavar="FILE",
-                   help="cut the prompts from this real text (tokenized by the model's tokenizer) and prefill them for "
-                        "real, instead of synthesizing random KV; for selection=model on real weights")
-    b.add_argument("--no-host-fill", action="store_true",
-                   help="leave the pinned host pool unwritten (copies time the same; saves a pass over it)")
+    add_engine_options(b.add_argument_group(ENGINE_GROUP), exclude=BENCH_SETS)
+    add_bench_options(b.add_argument_group("bench (oasis_exec.config.BenchConfig)"))
     g = sub.add_parser("generate", help="generate from token ids (smoke test)")
-    _engine_args(g)
-    g.add_argument("--prompt-ids", default="1,2,3,4", help="comma-separated token ids")
-    g.add_argument("--max-tokens", type=int, default=16)
-    g.add_argument("--max-context", type=int, default=4096)
+    add_engine_options(g.add_argument_group(ENGINE_GROUP))
+    g.add_argument("--prompt-ids", default="1,2,3,4", help="comma-separated token ids (default: 1,2,3,4)")
+    g.add_argument("--max-tokens", type=int, default=16, help="tokens to generate (default: 16)")
     try:
-        from .server import add_serve_command  # noqa: F401  (the server engineer's hook)
-    except Exception:
+        from .server import add_serve_command  # the server's hook
+    except ImportError:
         add_serve_command = None
     if add_serve_command is not None:
         add_serve_command(sub)
     from .quality.cli import add_quality_command
 
     add_quality_command(sub)
-    a = ap.parse_args(argv)
-    if a.cmd == "bench":
-        from .bench import run_bench, write_record
+    return ap
 
-        cfg = _config(a, a.context + a.warmup + a.steps + 2 * a.block_size)
-        toks = _prompt_tokens(a.prompt_text, a.model_path) if a.prompt_text else None
-        rec = run_bench(cfg, a.context, a.concurrency, a.steps, a.warmup, not a.no_host_fill, toks, a.prompt_text)
-        write_record(rec, a.out)
-        if a.record:
-            from .recorder import write_bench_recording
 
-            write_bench_recording(a.record, rec, cfg, hardware=a.record_hardware)
-            print(f"wrote recording {a.record}", file=sys.stderr)
-        return 0
-    if a.cmd == "generate":
-        from .engine import Engine
-        from .scheduler import SamplingParams
+def _writable_file(option: str, path: str | None) -> None:
+    """Refuse an output file that cannot be written, before the run rather than after it."""
+    if path is None:
+        return
+    if os.path.isdir(path):
+        raise CliError(f"{option} {path}: is a folder")
+    d = os.path.dirname(os.path.abspath(path))
+    while not os.path.exists(d):  # the nearest existing folder must let us create the rest
+        d = os.path.dirname(d)
+    if not os.path.isdir(d) or not os.access(d, os.W_OK | os.X_OK) or (os.path.exists(path)
+                                                                       and not os.access(path, os.W_OK)):
+        raise CliError(f"{option} {path}: not writable")
 
-        eng = Engine(_config(a, a.max_context))
-        out = eng.generate([[int(t) for t in a.prompt_ids.split(",")]], SamplingParams(max_tokens=a.max_tokens))
-        print(json.dumps({"output_ids": out[0]}))
+
+def prepare_bench(a) -> tuple[ExecConfig, BenchConfig]:
+    """The configs of a ``bench`` command line, validated, and its files checked; ``CliError`` when bad."""
+    bc = bench_config(a)
+    if bc.prompt_text is not None:
+        if not getattr(a, "model_path", None):
+            raise CliError("--prompt-text needs --model-path (a real model and its tokenizer)")
+        if not os.path.isfile(bc.prompt_text):
+            raise CliError(f"--prompt-text {bc.prompt_text}: no such file")
+    block_size = getattr(a, "block_size", ExecConfig.block_size)
+    cfg = engine_config(a, exclude=BENCH_SETS, max_context=bc.engine_max_context(block_size))
+    if bc.record_hardware is not None:
+        from oasis_core.specs import HARDWARE
+
+        if bc.record_hardware not in HARDWARE:
+            raise CliError(f"--record-hardware: must be one of {', '.join(sorted(HARDWARE))}, "
+                           f"got {bc.record_hardware!r}")
+    elif bc.record is not None and cfg.device == "cpu":
+        raise CliError("--record on the CPU needs --record-hardware (the simulator preset the recording is for)")
+    _writable_file("--out", bc.out)
+    _writable_file("--record", bc.record)
+    return cfg, bc
+
+
+def prepare_generate(a) -> tuple[ExecConfig, list[int]]:
+    cfg = engine_config(a)
+    try:
+        ids = [int(t) for t in a.prompt_ids.split(",")]
+    except ValueError:
+        raise CliError(f"--prompt-ids: must be comma-separated integers, got {a.prompt_ids!r}") from None
+    if not ids or min(ids) < 0:
+        raise CliError(f"--prompt-ids: must be one or more integers >= 0, got {a.prompt_ids!r}")
+    if a.max_tokens < 1:
+        raise CliError(f"--max-tokens: must be >= 1, got {a.max_tokens}")
+    if len(ids) + a.max_tokens > cfg.max_context:
+        raise CliError(f"--prompt-ids and --max-tokens: {len(ids)} + {a.max_tokens} tokens exceed --max-context "
+                       f"{cfg.max_context}")
+    return cfg, ids
+
+
+def _prompt_tokens(path: str, model_path: str) -> list:
+    from .server.tokenizer import load_tokenizer
+
+    with open(path, encoding="utf-8", errors="replace") as fh:
+        return load_tokenizer(model_path).encode(fh.read())
+
+
+def run_bench_command(cfg: ExecConfig, bc: BenchConfig) -> int:
+    from .bench import run_bench, write_record
+
+    toks = _prompt_tokens(bc.prompt_text, cfg.model_path) if bc.prompt_text else None
+    rec = run_bench(cfg, bc.context, bc.concurrency, bc.steps, bc.warmup, bc.host_fill, toks, bc.prompt_text)
+    write_record(rec, bc.out)
+    if bc.record:
+        from .recorder import write_bench_recording
+
+        write_bench_recording(bc.record, rec, cfg, hardware=bc.record_hardware)
+        print(f"wrote recording {bc.record}", file=sys.stderr)
+    return 0
+
+
+def run_generate_command(cfg: ExecConfig, ids: list[int], max_tokens: int) -> int:
+    from .engine import Engine
+    from .scheduler import SamplingParams
+
+    eng = Engine(cfg)
+    try:
+        vocab = eng.runner.shape.vocab
+        if max(ids) >= vocab:
+            raise CliError(f"--prompt-ids: token ids must be < the model's vocabulary of {vocab}, got {max(ids)}")
+        out = eng.generate([ids], SamplingParams(max_tokens=max_tokens))
+    finally:
         eng.close()
-        return 0
-    if hasattr(a, "func"):
-        return a.func(a) or 0
-    return 1
+    print(json.dumps({"output_ids": out[0]}))
+    return 0
+
+
+def _out_of_memory(e: BaseException) -> bool:
+    torch = sys.modules.get("torch")
+    return isinstance(e, MemoryError) or (torch is not None and isinstance(e, torch.OutOfMemoryError))
+
+
+def main(argv=None) -> int:
+    ap = build_parser()
+    a = ap.parse_args(argv)
+    if a.cmd not in ("bench", "generate"):
+        return a.func(a) or 0 if hasattr(a, "func") else 1
+    logging.basicConfig(level=logging.INFO, format="%(message)s")  # the library's notes (clipping) on stderr
+    prog = f"{ap.prog} {a.cmd}"
+    try:
+        if a.cmd == "bench":
+            return run_bench_command(*prepare_bench(a))
+        cfg, ids = prepare_generate(a)
+        return run_generate_command(cfg, ids, a.max_tokens)
+    except CliError as e:
+        print(f"{prog}: error: {e}", file=sys.stderr)
+    except (ValueError, OSError) as e:  # bad input found while building or running: the engine's own message
+        print(f"{prog}: error: {cliargs.option_message(ExecConfig, str(e))}", file=sys.stderr)
+    except Exception as e:
+        if not _out_of_memory(e):
+            raise
+        print(f"{prog}: error: out of memory: {cliargs.one_line(e)}", file=sys.stderr)
+    return 2
 
 
 if __name__ == "__main__":

@@ -5,7 +5,9 @@ with random values, see ``runner``), then every request decodes ``warmup + steps
 ``steps`` steps after the warm-up are timed on the host around the step (which ends with the sampled tokens
 reaching the host); the last step, in which every request finishes and its lane is released, is not timed (steady
 decode, as vLLM's decode-only figures; records before this rule timed it as their last step).
-One JSON record per run; fields are listed in ``RECORD_FIELDS``. With ``--profile`` (eager) the record also holds
+One JSON record per run; fields are listed in ``RECORD_FIELDS``. ``concurrency`` is the requests that ran:
+``requested_concurrency`` bounded by the GPU lanes and the host pool, ``clipped_by`` naming the bound that took
+requests away (``gpu_lanes`` | ``host_pool``; null when none did). With ``--profile`` (eager) the record also holds
 ``layer_events``: ``[[step, layer, stage, start_ms, end_ms], ...]`` of up to ``LAYER_EVENT_STEPS`` sampled timed
 steps, ms since the first timed step began (stage ``layers`` on the main stream, ``stall``, and ``pred``,
 ``select``, ``transfer`` on the side streams; CUDA events on a GPU -- that path is untested on a GPU so far --,
@@ -16,6 +18,7 @@ from __future__ import annotations
 import dataclasses
 import datetime
 import json
+import logging
 import os
 import platform
 import resource
@@ -29,8 +32,10 @@ from .config import ExecConfig
 from .engine import Engine
 from .scheduler import SamplingParams
 
-RECORD_FIELDS = ("mode", "context", "concurrency", "kv_budget_gb", "throughput_tok_s", "tpot_ms_p50", "tpot_ms_p99",
-                 "layer_ms", "stage_ms_per_step", "bytes_moved_per_step", "transfer_gb_s", "hidden_fraction",
+log = logging.getLogger(__name__)
+
+RECORD_FIELDS = ("mode", "context", "requested_concurrency", "concurrency", "clipped_by", "kv_budget_gb",
+                 "throughput_tok_s", "tpot_ms_p50", "tpot_ms_p99", "layer_ms", "stage_ms_per_step", "bytes_moved_per_step", "transfer_gb_s", "hidden_fraction",
                  "peak_gpu_bytes", "peak_host_bytes", "selection", "device", "date", "commit")
 
 
@@ -70,28 +75,49 @@ def real_prompts(tokens, context: int, n: int) -> list:
     return [stream[(i * step) % len(tokens):(i * step) % len(tokens) + context] for i in range(n)]
 
 
+def bench_requests(eng, context: int, concurrency: int, steps: int, warmup: int) -> tuple:
+    """(n, clipped_by): the requests the bench runs on ``eng``, ``concurrency`` bounded by the GPU lanes and, in
+    sparse modes, by the host pool's blocks; ``clipped_by`` names the bound that took requests away (``"gpu_lanes"``,
+    ``"host_pool"``), else None. Raises ``ValueError`` if not one request fits."""
+    n, clipped_by = concurrency, None
+    if eng.max_lanes < n:
+        n, clipped_by = eng.max_lanes, "gpu_lanes"
+    if eng.cfg.sparse:
+        per_req = -(-(context + warmup + steps + 1) // eng.cfg.block_size)
+        if eng.runner.host_blocks_total // per_req < n:
+            n, clipped_by = eng.runner.host_blocks_total // per_req, "host_pool"
+    if n < 1:
+        raise ValueError(f"no request fits: lanes {eng.max_lanes}, host blocks {eng.runner.host_blocks_total}")
+    return n, clipped_by
+
+
+CLIP_REASONS = {"gpu_lanes": "lanes the GPU KV store holds (--kv-budget-gb, --max-lanes; without either: 4)",
+                "host_pool": "requests the host pool holds (--host-kv-gb)"}
+
+
 def build_bench_engine(cfg: ExecConfig, context: int, concurrency: int, steps: int, warmup: int = 5,
                        host_fill: bool = True, prompt_tokens=None) -> tuple:
     """The benchmark's engine: built, its host pool filled (``host_fill``), and ``n`` requests of ``context``
     tokens (synthesized prefill, ``warmup + steps + 1`` output tokens each: none finishes in a timed step) queued;
     they are admitted by the first step. ``n`` is ``concurrency`` bounded by the lanes and, in sparse modes, the host
-    blocks. With ``prompt_tokens`` (a real text's token ids) the prompts are cut from that text and prefilled for real
-    (``run_bench`` runs every prefill before the warm-up), so that ``selection=model`` on real weights selects from
-    real keys. Returns (engine, n)."""
+    blocks (``bench_requests``; a clipped run logs a warning). Unless ``cfg`` says otherwise (``host_kv_gb``,
+    ``host_requests``) the host pool is sized for ``concurrency`` requests, not for every lane
+    (``oasis_exec.host_memory``). With ``prompt_tokens`` (a real text's token ids) the prompts are cut from that
+    text and prefilled for real (``run_bench`` runs every prefill before the warm-up), so that ``selection=model``
+    on real weights selects from real keys. Returns (engine, n)."""
     if prompt_tokens is not None:
         # every prompt prefilled before any request decodes: interleaved decode steps would let the first requests
         # finish (or run ahead) before the timed steps, which must see all n decoding together
         cfg = dataclasses.replace(cfg, prefill_interleave=False)
+    if cfg.host_requests is None:
+        cfg = dataclasses.replace(cfg, host_requests=concurrency)
     eng = Engine(cfg)
     runner = eng.runner
+    n, clipped_by = bench_requests(eng, context, concurrency, steps, warmup)
+    if clipped_by:
+        log.warning("bench: concurrency %d clipped to %d: the %s", concurrency, n, CLIP_REASONS[clipped_by])
     if runner.host is not None and context > 0 and host_fill and prompt_tokens is None:
         runner.host.fill_pattern(cfg.seed)
-    n = min(concurrency, eng.max_lanes)
-    if cfg.sparse:
-        per_req = -(-(context + warmup + steps + 1) // cfg.block_size)
-        n = min(n, runner.host_blocks_total // per_req)
-    if n < 1:
-        raise ValueError(f"no request fits: lanes {eng.max_lanes}, host blocks {runner.host_blocks_total}")
     sp = SamplingParams(max_tokens=warmup + steps + 1 + (prompt_tokens is not None))
     vocab = runner.shape.vocab
     if prompt_tokens is not None:
@@ -121,6 +147,7 @@ def run_bench(cfg: ExecConfig, context: int, concurrency: int, steps: int, warmu
               host_fill: bool = True, prompt_tokens=None, prompt_name: str | None = None) -> dict:
     t_build = time.perf_counter()
     eng, n = build_bench_engine(cfg, context, concurrency, steps, warmup, host_fill, prompt_tokens)
+    clipped_by = bench_requests(eng, context, concurrency, steps, warmup)[1]
     runner = eng.runner
     build_s = time.perf_counter() - t_build
     prefill_s = _prefill_all(eng, n) if prompt_tokens is not None else 0.0
@@ -164,7 +191,7 @@ def run_bench(cfg: ExecConfig, context: int, concurrency: int, steps: int, warmu
     bytes_step = units * unit_bytes / max(len(timed), 1)
     dev_name = torch.cuda.get_device_name() if cfg.device == "cuda" else platform.processor() or "cpu"
     rec = {
-        "mode": cfg.mode, "context": context, "concurrency": n, "requested_concurrency": concurrency,
+        "mode": cfg.mode, "context": context, "concurrency": n, "requested_concurrency": concurrency, "clipped_by": clipped_by,
         "max_lanes": eng.max_lanes, "kv_budget_gb": cfg.kv_budget_gb, "host_kv_gb": cfg.host_kv_gb,
         "steps": len(timed), "warmup": warmup,
         "throughput_tok_s": n * len(timed) / total_s if total_s else 0.0,

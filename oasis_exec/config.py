@@ -1,35 +1,50 @@
-"""The executor's configuration: one frozen dataclass, validated on construction; field help becomes the CLI."""
+"""The executor's configurations: frozen dataclasses, validated on construction, whose fields become the CLIs.
+
+``ExecConfig`` is the engine (every ``python -m oasis_exec`` command that builds one: ``bench``, ``generate``,
+``serve``); ``BenchConfig`` what ``bench`` runs on it. ``add_engine_options`` / ``engine_config`` and
+``add_bench_options`` / ``bench_config`` generate the options from the fields (``oasis_core.cliargs``) and build the
+dataclasses back from what the command line gave, so the field defaults below are the only defaults.
+"""
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass, field, fields
 
-from oasis_core.specs import MODES, PAPER_SPARSITY, SPARSE_MODES
+from oasis_core import cliargs
+from oasis_core.specs import MODELS, MODES, PAPER_SPARSITY, SPARSE_MODES
 
 SOURCES = ("model", "synthetic", "replay")
 TRANSFERS = ("host", "uva", "auto")
 PRIORITIES = ("normal", "high", "auto")
 SWITCHES = ("on", "off", "auto")
+DTYPES = ("bfloat16", "float32")
 GB = 1e9
 
 
-def _f(default, help):
-    return field(default=default, metadata={"help": help})
+def _f(default, help, choices=None, metavar=None):
+    meta = {"help": help}
+    if choices is not None:
+        meta["choices"] = tuple(choices)
+    if metavar is not None:
+        meta["metavar"] = metavar
+    return field(default=default, metadata=meta)
 
 
 @dataclass(frozen=True)
 class ExecConfig:
-    model: str = _f("tiny", "oasis_core model preset (qwen3-8b, llama-3.1-8b, tiny, ...)")
+    model: str = _f("qwen3-8b", "oasis_core model preset (qwen3-8b, llama-3.1-8b, tiny, ...)")
     model_path: str | None = _f(None, "local Hugging Face directory (config.json + *.safetensors); None = dummy")
     draft_path: str | None = _f(None, "local EAGLE-3 draft directory; None = random draft head")
     draft_vocab: int = _f(32000, "draft vocabulary of a random draft head")
-    dtype: str = _f("bfloat16", "bfloat16 | float32 (CPU tests)")
-    device: str = _f("cuda", "cuda | cpu")
-    mode: str = _f("lookahead", "dense | quest | retrieval | proxy | lookahead")
-    selection: str = _f("model", "model | synthetic | replay: where the chosen block ids come from")
+    dtype: str = _f("bfloat16", "bfloat16 | float32 (CPU tests)", DTYPES)
+    device: str = _f("cuda", "cuda | cuda:N | cpu")
+    mode: str = _f("lookahead", "dense | quest | retrieval | proxy | lookahead", MODES)
+    selection: str = _f("model", "model | synthetic | replay: where the chosen block ids come from", SOURCES)
     replay_path: str | None = _f(None, "recorded selections for selection=replay: a --record-path file (.npz, "
                                        "oasis_core.setrecord), at any model shape")
     replay_ids: str = _f("wrap", "selection=replay at another context: block ids wrap (kept where the context has "
-                                 "them, else mod its eligible blocks) | scale (proportional); oasis_core.setrecord")
+                                 "them, else mod its eligible blocks) | scale (proportional); oasis_core.setrecord",
+                         ("wrap", "scale"))
     record_path: str | None = _f(None, "write the predicted block sets of every decode step here when the engine "
                                        "closes (.npz, oasis_core.setrecord; also a traces/SCHEMA.md selection file)")
     block_size: int = _f(PAPER_SPARSITY.block_size, "tokens per KV block")
@@ -38,23 +53,29 @@ class ExecConfig:
                             "fetch cap per head per step as a fraction of top_k (0 < r <= 1)")
     max_context: int = _f(16384 + 1024, "most tokens of one request (prompt + output)")
     kv_budget_gb: float | None = _f(None, "GPU memory for KV state (slots, summaries, caches), GB")
-    host_kv_gb: float | None = _f(None, "pinned host pool for the full KV cache, GB (sparse modes)")
+    host_kv_gb: float | None = _f(None, "pinned host pool for the full KV cache, GB (sparse modes; default: "
+                                        "host_requests requests of max_context tokens)")
+    host_requests: int | None = _f(None, "without host_kv_gb, size the host pool for this many requests of "
+                                         "max_context tokens (default: every lane; bench: its concurrency); the "
+                                         "pool is checked against the host's available memory before it is pinned")
     max_lanes: int | None = _f(None, "cap on concurrent requests (default: what --kv-budget-gb fits; else only 4)")
     transfer: str = _f("auto", "host (threaded gather into pinned staging + one DMA) | uva (direct-read gather "
-                               "kernel) | auto (path and programs measured on the H200: oasis_exec/transfer_table.json)")
+                               "kernel) | auto (path and programs measured on the H200: oasis_exec/transfer_table.json)",
+                       TRANSFERS)
     host_threads: int = _f(8, "CPU threads of the host gather")
     host_kernel: str = _f("auto", "the host gather's CPU code: torch (index_select, kernels.gather."
                                   "host_gather_stage) | native (one GIL-free C call a layer, kernels.host_native; "
                                   "needs a C compiler) | "
                                   "auto (the measured table's choice where its entry names one, else native when a C "
-                                  "compiler is found, else torch)")
+                                  "compiler is found, else torch)", ("auto", "torch", "native"))
     uva_programs: int = _f(32, "programs of the persistent UVA gather with transfer=uva (auto takes them from the "
                                 "measured table)")
     uva_kernel: str = _f("loads", "the UVA gather's kernel: loads (kernels.gather.uva_gather, thread loads) | tma "
-                                  "(experimental kernels.gather_tma: TMA tile loads from the pinned pool)")
+                                  "(experimental kernels.gather_tma: TMA tile loads from the pinned pool)",
+                          ("loads", "tma"))
     stream_priority: str = _f("auto", "CUDA priority of the prediction and copy streams: normal | high (their "
                                       "kernels are scheduled ahead of the step's waiting ones) | auto (the measured "
-                                      "table's choice with transfer=auto, else normal)")
+                                      "table's choice with transfer=auto, else normal)", PRIORITIES)
     no_transfer: bool = _f(False, "plan selections but skip the copies (overlap reference; attention reads stale "
                                   "slots)")
     prefill_chunk: int = _f(2048, "tokens per prefill chunk")
@@ -69,35 +90,22 @@ class ExecConfig:
     copy_graph: str = _f("auto", "UVA path under CUDA graphs: on (a step's copies form a graph of their own, launched "
                                  "on the copy stream after the step's, so layer l's copy may run on until layer l of "
                                  "the next step) | off (inside the step's graph, which then ends only once they have) "
-                                 "| auto (the measured table's choice with transfer=auto, else off)")
+                                 "| auto (the measured table's choice with transfer=auto, else off)", SWITCHES)
     profile: bool = _f(False, "CUDA events per layer and stage (small overhead)")
-    synthetic: dict = _f(None, "SyntheticParams overrides, e.g. {'drift_rate': 0.1}; 'preset' names a base "
+    synthetic: dict | None = _f(None, "SyntheticParams overrides, e.g. {'drift_rate': 0.1}; 'preset' names a base "
                                "(oasis_core.synthetic_presets: paper | smollm2), e.g. {'preset': 'smollm2'}")
 
     def __post_init__(self):
         def bad(name, why):
             raise ValueError(f"ExecConfig.{name}: {why}, got {getattr(self, name)!r}")
 
-        if self.mode not in MODES:
-            bad("mode", f"must be one of {MODES}")
-        if self.selection not in SOURCES:
-            bad("selection", f"must be one of {SOURCES}")
+        for f in fields(self):
+            if "choices" in f.metadata and getattr(self, f.name) not in f.metadata["choices"]:
+                bad(f.name, f"must be one of {', '.join(f.metadata['choices'])}")
+        if not isinstance(self.device, str) or not re.fullmatch(r"cpu|cuda(:\d+)?", self.device):
+            bad("device", "must be cpu, cuda or cuda:N")
         if self.selection == "replay" and not self.replay_path:
             bad("replay_path", "selection=replay needs a file")
-        if self.replay_ids not in ("wrap", "scale"):
-            bad("replay_ids", "must be wrap or scale")
-        if self.transfer not in TRANSFERS:
-            bad("transfer", f"must be one of {TRANSFERS}")
-        if self.stream_priority not in PRIORITIES:
-            bad("stream_priority", f"must be one of {PRIORITIES}")
-        if self.host_kernel not in ("auto", "torch", "native"):
-            bad("host_kernel", "must be auto, torch or native")
-        if self.uva_kernel not in ("loads", "tma"):
-            bad("uva_kernel", "must be loads or tma")
-        if self.copy_graph not in SWITCHES:
-            bad("copy_graph", f"must be one of {SWITCHES}")
-        if self.dtype not in ("bfloat16", "float32"):
-            bad("dtype", "must be bfloat16 or float32")
         if self.block_size < 1 or self.block_size & (self.block_size - 1):
             bad("block_size", "must be a power of two")
         if self.top_k < 1:
@@ -117,6 +125,10 @@ class ExecConfig:
             v = getattr(self, n)
             if v is not None and v <= 0:
                 bad(n, "must be > 0")
+        for n in ("max_lanes", "host_requests", "draft_vocab", "host_threads", "uva_programs", "prefill_chunk"):
+            v = getattr(self, n)
+            if v is not None and v < 1:
+                bad(n, "must be >= 1")
 
     @property
     def sparse(self) -> bool:
@@ -129,3 +141,66 @@ class ExecConfig:
     @staticmethod
     def help() -> dict:
         return {f.name: f.metadata.get("help", "") for f in fields(ExecConfig)}
+
+
+@dataclass(frozen=True)
+class BenchConfig:
+    """What ``python -m oasis_exec bench`` runs on the engine (``oasis_exec.bench``)."""
+
+    context: int = _f(16384, "prompt tokens of every request")
+    concurrency: int = _f(8, "requests decoding together; clipped to the lanes the GPU KV budget holds and, in sparse "
+                             "modes, to the host pool (announced on stderr; the record says why: clipped_by)")
+    steps: int = _f(32, "timed decode steps")
+    warmup: int = _f(5, "untimed decode steps before them")
+    out: str | None = _f(None, "append the JSON record to this file", metavar="FILE")
+    record: str | None = _f(None, "also write the run as a recording (traces/SCHEMA.md) for `python -m oasis_sim "
+                                  "replay|validate`", metavar="FILE")
+    record_hardware: str | None = _f(None, "simulator hardware preset of the recording (default: told from the "
+                                           "GPU's name)", metavar="PRESET")
+    prompt_text: str | None = _f(None, "cut the prompts from this real text file (tokenized by the model's "
+                                       "tokenizer; needs --model-path) and prefill them for real, instead of "
+                                       "synthesizing random KV; for selection=model on real weights",
+                                metavar="FILE")
+    host_fill: bool = _f(True, "write a pattern into the host pool before the run (off: left unwritten; copies "
+                               "time the same, it saves a pass over the pool)")
+
+    def __post_init__(self):
+        for name, least in (("context", 1), ("concurrency", 1), ("steps", 1), ("warmup", 0)):
+            v = getattr(self, name)
+            if not isinstance(v, int) or v < least:
+                raise ValueError(f"BenchConfig.{name}: must be an integer >= {least}, got {v!r}")
+
+    def engine_max_context(self, block_size: int) -> int:
+        """The engine's ``max_context`` for this run: the prompt, every decoded token and two blocks of slack."""
+        return self.context + self.warmup + self.steps + 2 * block_size
+
+
+# -- the command-line options of both (oasis_core.cliargs) -------------------------------------------------------
+
+DUMMY_HELP = "random weights, the shape from the --model preset (the default without --model-path)"
+
+
+def add_engine_options(p, *, exclude=(), helps=None) -> None:
+    """The ``ExecConfig`` options (every field but ``exclude``) and ``--dummy`` on parser or group ``p``."""
+    cliargs.add_options(p, ExecConfig, exclude=exclude, helps=helps)
+    p.add_argument("--dummy", action="store_true", help=DUMMY_HELP)
+
+
+def engine_config(ns, *, exclude=(), **fixed) -> ExecConfig:
+    """The ``ExecConfig`` of the options given in ``ns`` (``fixed`` fields set by the caller); a bad value or
+    ``--dummy`` with ``--model-path`` raises ``cliargs.CliError`` naming the option."""
+    if getattr(ns, "dummy", False) and (fixed.get("model_path") or getattr(ns, "model_path", None)):
+        raise cliargs.CliError("--dummy and --model-path exclude each other")
+    cfg = cliargs.build(ExecConfig, ns, exclude=exclude, **fixed)
+    if cfg.model_path is None and cfg.model not in MODELS:  # checked here: records name real models in `model`
+        raise cliargs.CliError(f"--model: must be a preset ({', '.join(sorted(MODELS))}) or a real model "
+                               f"(--model-path), got {cfg.model!r}")
+    return cfg
+
+
+def add_bench_options(p) -> None:
+    cliargs.add_options(p, BenchConfig)
+
+
+def bench_config(ns) -> BenchConfig:
+    return cliargs.build(BenchConfig, ns)

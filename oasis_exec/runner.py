@@ -32,6 +32,7 @@ from oasis_core.specs import ModelSpec, get_model
 from . import ops
 from .config import ExecConfig
 from .draft import DraftHead
+from .host_memory import host_pool_blocks
 from .kv_store import DenseStore, HostPool, SparseStore
 from .model import Decoder
 from .pipeline import Prefetcher
@@ -97,7 +98,7 @@ class Runner:
         self.host_blocks_total = 0
         if cfg.sparse:
             unit = L * H * bs * D * ebytes * 2  # one host block, every layer and head, K and V
-            hb = int(cfg.host_kv_gb * 1e9 // unit) if cfg.host_kv_gb else lanes * NB
+            hb = host_pool_blocks(cfg, lanes=lanes, block_bytes=unit)  # sized for what runs, checked before pinning
             self.host = HostPool(L, hb, H, bs, D, dt, pin=dev.type == "cuda")
             self.host_blocks_total = hb
             self.store = SparseStore(L, lanes, H, self.K, bs, D, NB, dt, dev)

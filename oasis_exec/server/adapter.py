@@ -19,7 +19,6 @@ Accounting for `/metrics`, read from the public `Engine.stats()` (the same defin
 from __future__ import annotations
 
 import argparse
-import dataclasses
 import functools
 import json
 import os
@@ -28,60 +27,36 @@ from typing import Any
 
 from .engine_protocol import EngineStats, ModelInfo, Sampling, StepOutput
 
-_SKIP = {"model"}  # --model is declared here: a preset or a directory
-_DEFAULTS = {"model": "qwen3-8b"}  # as `python -m oasis_exec bench`
 COUNTER_PERIOD_S = 0.1  # refresh of the prefetch byte counter while busy
-
-
-def _arg_type(annotation: str):
-    base = annotation.replace(" ", "").replace("|None", "").replace("None|", "")
-    return {"int": int, "float": float, "str": str, "dict": json.loads}.get(base, str)
+MODEL_HELP = ("oasis_core model preset, or a real model: a .gguf file or a local Hugging Face directory (as "
+              "--model-path)")
+MAX_CONTEXT_HELP = "most tokens of one request (prompt + output); a real model's default: its trained positions"
 
 
 def add_engine_args(p: argparse.ArgumentParser) -> None:
-    from oasis_exec.config import ExecConfig
+    """The engine options (`oasis_exec.config.add_engine_options`: every ExecConfig field, its default, and
+    `--dummy`), with `--model` also taking a real model."""
+    from oasis_exec.config import add_engine_options
 
-    g = p.add_argument_group("engine (oasis_exec.config.ExecConfig)")
-    g.add_argument("--model", default=_DEFAULTS["model"],
-                   help="oasis_core model preset, or a real model: a .gguf file or a local Hugging Face directory "
-                        "(as --model-path)")
-    g.add_argument("--dummy", action="store_true", help="random weights, the shape from the --model preset")
-    for f in dataclasses.fields(ExecConfig):
-        if f.name in _SKIP:
-            continue
-        flag = "--" + f.name.replace("_", "-")
-        helptext = f.metadata.get("help", "")
-        if str(f.type) == "bool" and f.default:  # on by default: offer the switch that turns it off
-            g.add_argument("--no-" + f.name.replace("_", "-"), dest=f.name, action="store_false",
-                           help=f"turn off: {helptext}")
-        elif str(f.type) == "bool":
-            g.add_argument(flag, action="store_true", help=helptext)
-        elif f.name == "max_context":  # None: filled in by exec_config_from_args
-            g.add_argument(flag, type=int, default=None,
-                           help=f"{helptext} (default: a real model's positions, else {f.default})")
-        else:
-            default = f.default if f.default is not dataclasses.MISSING else None
-            g.add_argument(flag, type=_arg_type(str(f.type)), default=default,
-                           help=f"{helptext} (default: {default})")
+    add_engine_options(p.add_argument_group("engine (oasis_exec.config.ExecConfig)"),
+                       helps={"model": MODEL_HELP, "max_context": MAX_CONTEXT_HELP})
 
 
 def exec_config_from_args(args: argparse.Namespace):
-    from oasis_exec.config import ExecConfig
+    from oasis_exec.config import engine_config
 
-    kw: dict[str, Any] = {f.name: getattr(args, f.name) for f in dataclasses.fields(ExecConfig)
-                          if f.name not in _SKIP and hasattr(args, f.name)}
-    kw["model"] = args.model
-    if not kw.get("model_path") and (os.path.isdir(args.model) or args.model.endswith(".gguf")):
-        kw["model_path"] = args.model
-    if args.dummy and kw.get("model_path"):
+    fixed: dict[str, Any] = {}
+    model = getattr(args, "model", None)
+    path = getattr(args, "model_path", None)
+    if not path and model and (os.path.isdir(model) or model.endswith(".gguf")):
+        path = fixed["model_path"] = model
+    if path and getattr(args, "dummy", False):
         raise ValueError("--dummy and --model-path exclude each other")
-    if kw.get("model_path"):
-        kw["model"], positions = real_model(kw["model_path"])
-        if kw.get("max_context") is None:
-            kw["max_context"] = positions
-    if kw.get("max_context") is None:
-        kw.pop("max_context", None)
-    return ExecConfig(**kw)
+    if path:
+        fixed["model"], positions = real_model(path)
+        if getattr(args, "max_context", None) is None:
+            fixed["max_context"] = positions
+    return engine_config(args, **fixed)
 
 
 @functools.lru_cache(maxsize=4)
