@@ -9,7 +9,6 @@ import asyncio
 import json
 import logging
 from contextlib import asynccontextmanager
-from dataclasses import dataclass
 from typing import Any, AsyncIterator
 
 from fastapi import FastAPI, Request
@@ -19,6 +18,7 @@ from pydantic import BaseModel, ValidationError
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from . import schemas as S
+from .config import ServerConfig
 from .engine_loop import EngineLoop, QueueFull, Rejected, RequestStream
 from .engine_protocol import Sampling, ServingEngine
 from .errors import APIError, error_body, error_response, from_validation_error
@@ -31,16 +31,6 @@ RETRY_AFTER_S = 1
 log = logging.getLogger("oasis_exec.server")
 
 
-@dataclass(frozen=True)
-class ServerConfig:
-    served_model_name: str
-    max_waiting: int = 256
-
-    def __post_init__(self) -> None:
-        if self.max_waiting < 0:
-            raise ValueError(f"max_waiting: must be >= 0, got {self.max_waiting}")
-
-
 def _leading_field(message: str) -> str | None:
     """'top_p: not supported' -> 'top_p'; the engine names the field it refuses that way, when it can."""
     head, sep, _ = message.partition(":")
@@ -48,8 +38,12 @@ def _leading_field(message: str) -> str | None:
 
 
 def create_app(engine: ServingEngine, tokenizer: Tokenizer, config: ServerConfig, served=None) -> FastAPI:
-    """`served`: a `record.ServeLog` (`serve --record`), written once the engine thread has stopped."""
+    """`served`: a `record.ServeLog` (`serve --record`), written once the engine thread has stopped.
+
+    Request bodies are read incrementally up to `config.max_body_bytes` (413 beyond); parsing, validation and
+    tokenisation run in a worker thread, so a large body never blocks the event loop (streams, /health)."""
     info = engine.model_info
+    model_name = config.served_model_name or info.name
     metrics = ServerMetrics(lambda: loop.snapshot())  # read at scrape time, after `loop` exists
     loop = EngineLoop(engine, max_waiting=config.max_waiting, metrics=metrics, served=served)
 
@@ -89,18 +83,33 @@ def create_app(engine: ServingEngine, tokenizer: Tokenizer, config: ServerConfig
 
     # ---- helpers ----
 
-    async def parse(request: Request, model: type[BaseModel]) -> Any:
-        body = await request.body()
+    async def read_body(request: Request) -> bytes:
+        """The body, read chunk by chunk; 413 as soon as it exceeds the limit (or declares that it will)."""
+        limit = config.max_body_bytes
+        too_large = APIError(413, f"request body exceeds the limit of {limit} bytes (--max-body-bytes)",
+                             code="request_too_large")
+        declared = request.headers.get("content-length", "")
+        if declared.isdigit() and int(declared) > limit:
+            raise too_large
+        chunks, size = [], 0
+        async for chunk in request.stream():
+            size += len(chunk)
+            if size > limit:
+                raise too_large
+            chunks.append(chunk)
+        return b"".join(chunks)
+
+    def parse(body: bytes, model: type[BaseModel]) -> Any:
         try:
             return model.model_validate_json(body or b"")
         except ValidationError as exc:
             raise from_validation_error(exc) from None
 
     def check_model(name: str) -> None:
-        if name != config.served_model_name:
+        if name != model_name:
             raise APIError(
                 404,
-                f"the model '{name}' does not exist; this server serves '{config.served_model_name}'",
+                f"the model '{name}' does not exist; this server serves '{model_name}'",
                 param="model",
                 code="model_not_found",
             )
@@ -214,7 +223,7 @@ def create_app(engine: ServingEngine, tokenizer: Tokenizer, config: ServerConfig
     @app.get("/v1/models")
     async def models():
         card = S.ModelCard(
-            id=config.served_model_name, created=S.now(), max_model_len=info.max_model_len,
+            id=model_name, created=S.now(), max_model_len=info.max_model_len,
             vocab_size=info.vocab_size,
             tokenizer=tokenizer.describe(), dummy=info.dummy, mode=info.mode, device=info.device,
         )
@@ -222,9 +231,14 @@ def create_app(engine: ServingEngine, tokenizer: Tokenizer, config: ServerConfig
 
     @app.post("/v1/completions")
     async def completions(request: Request):
-        req: S.CompletionRequest = await parse(request, S.CompletionRequest)
-        check_model(req.model)
-        ids, sampling = prepare(req.prompt, req)
+        body = await read_body(request)
+
+        def decode() -> tuple[S.CompletionRequest, list[int], Sampling]:  # a worker thread
+            req = parse(body, S.CompletionRequest)
+            check_model(req.model)
+            return req, *prepare(req.prompt, req)
+
+        req, ids, sampling = await asyncio.to_thread(decode)
         stream = await submit(ids, sampling)
         rid, created = S.new_id("cmpl"), S.now()
         outcome = Outcome()
@@ -262,13 +276,18 @@ def create_app(engine: ServingEngine, tokenizer: Tokenizer, config: ServerConfig
 
     @app.post("/v1/chat/completions")
     async def chat_completions(request: Request):
-        req: S.ChatCompletionRequest = await parse(request, S.ChatCompletionRequest)
-        check_model(req.model)
-        try:
-            prompt = tokenizer.apply_chat_template([m.model_dump(exclude_none=True) for m in req.messages])
-        except ValueError as exc:  # no template, or the template refused the conversation (raise_exception)
-            raise APIError(400, f"messages: {exc}", param="messages", code="invalid_value") from None
-        ids, sampling = prepare(prompt, req, chat=True)
+        body = await read_body(request)
+
+        def decode() -> tuple[S.ChatCompletionRequest, list[int], Sampling]:  # a worker thread
+            req = parse(body, S.ChatCompletionRequest)
+            check_model(req.model)
+            try:
+                prompt = tokenizer.apply_chat_template([m.model_dump(exclude_none=True) for m in req.messages])
+            except ValueError as exc:  # no template, or the template refused the conversation (raise_exception)
+                raise APIError(400, f"messages: {exc}", param="messages", code="invalid_value") from None
+            return req, *prepare(prompt, req, chat=True)
+
+        req, ids, sampling = await asyncio.to_thread(decode)
         stream = await submit(ids, sampling)
         rid, created = S.new_id("chatcmpl"), S.now()
         outcome = Outcome()

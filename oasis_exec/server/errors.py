@@ -9,8 +9,11 @@ from pydantic import ValidationError
 
 _TYPE_BY_STATUS = {
     400: "invalid_request_error",
+    401: "invalid_request_error",
     404: "invalid_request_error",
     405: "invalid_request_error",
+    413: "invalid_request_error",
+    415: "invalid_request_error",
     429: "rate_limit_error",
     500: "server_error",
     503: "server_error",
