@@ -19,9 +19,9 @@ import queue
 import threading
 import time
 from dataclasses import dataclass, field
-from typing import Hashable, Sequence
+from typing import Any, Callable, Hashable, Sequence
 
-from .engine_protocol import EngineStats, Sampling, ServingEngine, StepOutput
+from .engine_protocol import EngineStats, Sampling, ServingEngine, StepOutput, TokenLogprobs
 
 log = logging.getLogger("oasis_exec.server")
 
@@ -35,10 +35,11 @@ class QueueFull(Exception):
 class Rejected(Exception):
     """The engine refused a request at `add_request` (status 400 for ValueError, else 500)."""
 
-    def __init__(self, status: int, message: str) -> None:
+    def __init__(self, status: int, message: str, code: str = "engine_rejected") -> None:
         super().__init__(message)
         self.status = status
         self.message = message
+        self.code = code
 
 
 @dataclass(frozen=True)
@@ -48,6 +49,8 @@ class Event:
     token_ids: tuple[int, ...] = ()
     finish_reason: str | None = None  # "length" | "stop" | "abort" | "error"
     error: str | None = None
+    logprobs: tuple[TokenLogprobs, ...] | None = None  # one a token, when the request asked for them
+    error_code: str = "engine_error"  # with finish_reason "error": "engine_error" | "server_shutting_down"
 
     @property
     def terminal(self) -> bool:
@@ -80,6 +83,12 @@ class _Add:
 class _Abort:
     sid: int
     reason: str
+
+
+@dataclass(frozen=True)
+class _Call:
+    fn: Callable[[], Any]
+    done: Callable[[BaseException | None, Any], None]
 
 
 _STOP = object()
@@ -155,6 +164,27 @@ class EngineLoop:
             raise
         return stream
 
+    async def call(self, fn: Callable[[], Any]) -> Any:
+        """Run `fn()` on the engine thread between two steps (the only thread that may touch the engine); return
+        its result or raise its exception."""
+        if self._thread is None:
+            raise Rejected(503, "the engine is not running")
+        aloop = asyncio.get_running_loop()
+        fut = aloop.create_future()
+
+        def done(exc: BaseException | None, result: Any) -> None:  # engine thread
+            def settle() -> None:
+                if not fut.done():
+                    fut.set_exception(exc) if exc is not None else fut.set_result(result)
+
+            try:
+                aloop.call_soon_threadsafe(settle)
+            except RuntimeError:  # the event loop is closed: shutting down
+                pass
+
+        self._cmds.put(_Call(fn, done))
+        return await fut
+
     def abort(self, stream: RequestStream, reason: str = "abort") -> None:
         """End a request early: `"abort"` when the client went away, `"stop"` on a stop string. A no-op once it
         has finished."""
@@ -223,6 +253,9 @@ class EngineLoop:
             batch: list[tuple[int, Event | Rejected | None]] = []
             cmds = self._drain(block=not self._busy())
             if _STOP in cmds:
+                for cmd in cmds:
+                    if isinstance(cmd, _Call):
+                        cmd.done(Rejected(503, "server shutting down", "server_shutting_down"), None)
                 self._shutdown()
                 return
             for cmd in cmds:
@@ -278,6 +311,13 @@ class EngineLoop:
                 batch.append((cmd.sid, None))
             with self._lock:
                 self._handoff -= 1
+        elif isinstance(cmd, _Call):
+            try:
+                result = cmd.fn()
+            except Exception as exc:
+                cmd.done(exc, None)
+            else:
+                cmd.done(None, result)
         elif isinstance(cmd, _Abort):
             eid = self._live.pop(cmd.sid, None)
             if eid is None:
@@ -297,7 +337,7 @@ class EngineLoop:
             if out.finish_reason is not None:
                 del self._sid_of[out.request_id]
                 del self._live[sid]
-            batch.append((sid, Event(tuple(out.new_token_ids), out.finish_reason)))
+            batch.append((sid, Event(tuple(out.new_token_ids), out.finish_reason, logprobs=out.logprobs)))
 
     def _fail_all(self, message: str, batch: list) -> None:
         for sid, eid in list(self._live.items()):

@@ -81,6 +81,11 @@ def from_validation_error(exc: ValidationError) -> APIError:
     msg = first["msg"]
     if kind == "missing":
         msg = "field required"
+    elif kind == "extra_forbidden":
+        msg, kind = "this server does not implement this parameter", "unsupported_parameter"
     elif kind == "value_error":
         msg = msg.removeprefix("Value error, ")
+        head, sep, rest = msg.partition(": ")
+        if param is None and sep and head.isidentifier():  # a check across fields names the one it refuses
+            return APIError(400, msg, param=head, code=kind)
     return APIError(400, f"{param}: {msg}" if param else msg, param=param, code=kind)
