@@ -21,12 +21,17 @@ class FakeEngine:
     SLOTS_PER_REQUEST = 4
 
     def __init__(self, *, max_running: int = 8, max_model_len: int = 256, step_s: float = 0.002,
-                 fail_at_step: int | None = None) -> None:
+                 fail_at_step: int | None = None, fail_steps: tuple[int, ...] = (), checkable: bool = False) -> None:
         self.model_info = ModelInfo(name="fake", max_model_len=max_model_len, vocab_size=256, dummy=True,
                                     mode="dense", device="cpu")
         self.max_running = max_running
         self.step_s = step_s
-        self.fail_at_step = fail_at_step
+        self.fail_at_step = fail_at_step  # this step and every later one raise
+        self.fail_steps = set(fail_steps)  # only these steps raise
+        self.broken = False  # check() raises while set
+        self.gate: threading.Event | None = None  # when set to an Event, step() waits for it (a hung engine)
+        if checkable:
+            self.check = self._check
         self._ids = itertools.count()
         self._waiting: list[int] = []
         self._running: dict[int, list] = {}
@@ -52,7 +57,9 @@ class FakeEngine:
 
     def step(self) -> list[StepOutput]:
         self.n_steps += 1
-        if self.fail_at_step is not None and self.n_steps >= self.fail_at_step:
+        if self.gate is not None:
+            self.gate.wait(30)
+        if (self.fail_at_step is not None and self.n_steps >= self.fail_at_step) or self.n_steps in self.fail_steps:
             raise RuntimeError("injected failure")
         while self._waiting and len(self._running) < self.max_running:
             self._running[self._waiting.pop(0)] = []
@@ -67,6 +74,10 @@ class FakeEngine:
             if done:
                 self.abort(rid)
         return outs
+
+    def _check(self) -> None:
+        if self.broken:
+            raise RuntimeError("still broken")
 
     def stats(self) -> EngineStats:
         used = len(self._running) * self.SLOTS_PER_REQUEST

@@ -46,7 +46,8 @@ def create_app(engine: ServingEngine, tokenizer: Tokenizer, config: ServerConfig
     info = engine.model_info
     model_name = config.served_model_name or info.name
     metrics = ServerMetrics(lambda: loop.snapshot())  # read at scrape time, after `loop` exists
-    loop = EngineLoop(engine, max_waiting=config.max_waiting, metrics=metrics, served=served)
+    loop = EngineLoop(engine, max_waiting=config.max_waiting, metrics=metrics, served=served,
+                      stall_timeout_s=config.stall_timeout_s)
 
     @asynccontextmanager
     async def lifespan(app: FastAPI):
@@ -250,9 +251,10 @@ def create_app(engine: ServingEngine, tokenizer: Tokenizer, config: ServerConfig
 
     @app.get("/health")
     async def health():
-        _, _, healthy = loop.snapshot()
-        status = 200 if healthy else 503
-        return JSONResponse({"status": "ok" if healthy else "unhealthy"}, status_code=status)
+        status, reason = loop.health()
+        if status == "ok":
+            return JSONResponse({"status": "ok"})
+        return JSONResponse({"status": status, "reason": reason}, status_code=503)
 
     @app.get("/metrics")
     async def prometheus_metrics():

@@ -9,6 +9,10 @@ is the engine's business. The server bounds only the requests that are accepted 
 
 Every accepted request ends with exactly one terminal event: a finish reason, `"abort"`, or an error. If a step
 raises, every request in flight gets an error event and is aborted in the engine, and the loop carries on.
+
+Health (`health()`, `/health`): unhealthy from a failed step until the engine is shown healthy again -- by a step
+that succeeds, or, while idle, by the engine's optional `check()` -- and stalled while requests are in flight but
+the engine thread has made no progress (a step, an add, or an idle wait ending) for `stall_timeout_s`.
 """
 
 from __future__ import annotations
@@ -95,9 +99,11 @@ _STOP = object()
 
 
 class EngineLoop:
-    def __init__(self, engine: ServingEngine, *, max_waiting: int, metrics=None, served=None) -> None:
+    def __init__(self, engine: ServingEngine, *, max_waiting: int, metrics=None, served=None,
+                 stall_timeout_s: float = 60.0) -> None:
         self.engine = engine
         self.max_waiting = max_waiting
+        self.stall_timeout_s = stall_timeout_s
         self.metrics = metrics
         self.served = served  # record.ServeLog of `serve --record`, or None
         self._cmds: queue.Queue = queue.Queue()
@@ -108,7 +114,8 @@ class EngineLoop:
         self._lock = threading.Lock()
         self._handoff = 0  # submitted, not yet added to the engine
         self._stats = EngineStats()
-        self._healthy = True
+        self._failure: str | None = None  # why the last step failed, until the engine is healthy again
+        self._progress_at = time.monotonic()  # the engine thread's last sign of life
         # engine thread only:
         self._live: dict[int, Hashable] = {}
         self._sid_of: dict[Hashable, int] = {}
@@ -132,8 +139,21 @@ class EngineLoop:
             self._deliver_one(stream.id, Event(finish_reason="error", error="server shutting down"))
 
     def snapshot(self) -> tuple[EngineStats, int, bool]:
+        stats, handoff = self._stats, self._handoff
+        return stats, handoff, self.health()[0] == "ok"
+
+    def health(self) -> tuple[str, str | None]:
+        """("ok", None), or ("unhealthy" | "stalled", why)."""
+        if self._thread is None:
+            return "unhealthy", "the engine thread is not running"
         with self._lock:
-            return self._stats, self._handoff, self._healthy and self._thread is not None
+            failure, idle_s, handoff = self._failure, time.monotonic() - self._progress_at, self._handoff
+        if failure is not None:
+            return "unhealthy", failure
+        if idle_s > self.stall_timeout_s and (handoff or self._streams):
+            return "stalled", (f"no engine progress for {idle_s:.1f} s while {len(self._streams)} requests are in "
+                               f"flight (stall timeout {self.stall_timeout_s:g} s)")
+        return "ok", None
 
     def num_waiting(self) -> int:
         stats, handoff, _ = self.snapshot()
@@ -264,7 +284,9 @@ class EngineLoop:
                 self._publish()
             self._post(batch)
             batch = []
+            self._alive()
             if not self._busy():
+                self._probe()
                 continue
             t_step = time.perf_counter()
             try:
@@ -273,15 +295,34 @@ class EngineLoop:
                 log.exception("engine step failed")
                 self._fail_all(f"engine step failed: {type(exc).__name__}: {exc}", batch)
                 with self._lock:
-                    self._healthy = False
+                    self._failure = f"the last engine step failed: {type(exc).__name__}: {exc}"
             else:
                 self._collect(outs, batch)
                 with self._lock:
-                    self._healthy = True
+                    self._failure = None
+            self._alive()
             self._publish()  # the waiting count gates admission: keep it exact
             if self.served is not None:
                 self.served.on_step(time.perf_counter() - t_step, self._stats.running)
             self._post(batch)
+
+    def _alive(self) -> None:
+        with self._lock:
+            self._progress_at = time.monotonic()
+
+    def _probe(self) -> None:
+        """Idle after a failed step: ask the engine whether it can serve again."""
+        check = getattr(self.engine, "check", None)
+        if self._failure is None or not callable(check):
+            return
+        try:
+            check()
+        except Exception as exc:
+            log.warning("engine still unhealthy: %s: %s", type(exc).__name__, exc)
+            return
+        with self._lock:
+            self._failure = None
+        log.warning("engine healthy again")
 
     def _drain(self, block: bool) -> list:
         cmds = []
