@@ -71,10 +71,11 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def serve(args: argparse.Namespace) -> int:
-    import uvicorn
+    from uvicorn import Config
 
     from .adapter import build_engine
     from .app import create_app
+    from .lifecycle import GracefulServer
     from .tokenizer import load_tokenizer
 
     try:
@@ -127,8 +128,9 @@ def serve(args: argparse.Namespace) -> int:
     host, port = sock.getsockname()[:2]
     shown = f"[{host}]" if family == socket.AF_INET6 else host
     print(f"{LISTENING_PREFIX} http://{shown}:{port}", flush=True)
-    server = uvicorn.Server(
-        uvicorn.Config(app, log_level=config.log_level, timeout_graceful_shutdown=5, access_log=False)
+    server = GracefulServer(
+        Config(app, log_level=config.log_level, timeout_graceful_shutdown=5, access_log=False),
+        engine_loop=app.state.engine_loop, grace_s=config.shutdown_grace_s,
     )
     server.run(sockets=[sock])
     return 0

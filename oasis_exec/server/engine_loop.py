@@ -114,6 +114,7 @@ class EngineLoop:
         self._lock = threading.Lock()
         self._handoff = 0  # submitted, not yet added to the engine
         self._stats = EngineStats()
+        self._draining = False  # shutting down: no new requests
         self._failure: str | None = None  # why the last step failed, until the engine is healthy again
         self._progress_at = time.monotonic()  # the engine thread's last sign of life
         # engine thread only:
@@ -129,14 +130,32 @@ class EngineLoop:
         self._thread = threading.Thread(target=self._run, name="oasis-engine", daemon=True)
         self._thread.start()
 
+    async def drain(self, grace_s: float) -> None:
+        """Shutting down: refuse new requests, let those in flight run for up to `grace_s`, then end every one
+        still running with an explicit error (`error_code` "server_shutting_down") and free it in the engine."""
+        self._draining = True
+        deadline = time.monotonic() + grace_s
+        while self._streams and time.monotonic() < deadline:
+            await asyncio.sleep(0.02)
+        if self._streams:
+            log.warning("shutting down: ending %d requests still running after the %g s grace period",
+                        len(self._streams), grace_s)
+        for stream in list(self._streams.values()):
+            self.abort(stream)
+            self._deliver_one(stream.id, Event(
+                finish_reason="error", error_code="server_shutting_down",
+                error=f"server shutting down: the request did not finish within the {grace_s:g} s grace period"))
+
     async def stop(self, timeout_s: float = 10.0) -> None:
         if self._thread is None:
             return
+        self._draining = True
         self._cmds.put(_STOP)
         await asyncio.to_thread(self._thread.join, timeout_s)
         self._thread = None
         for stream in list(self._streams.values()):  # anything the thread did not finish
-            self._deliver_one(stream.id, Event(finish_reason="error", error="server shutting down"))
+            self._deliver_one(stream.id, Event(finish_reason="error", error="server shutting down",
+                                               error_code="server_shutting_down"))
 
     def snapshot(self) -> tuple[EngineStats, int, bool]:
         stats, handoff = self._stats, self._handoff
@@ -167,6 +186,8 @@ class EngineLoop:
         """Queue a request; return once the engine has accepted it. Raises QueueFull or Rejected."""
         if self._thread is None:
             raise Rejected(503, "the engine is not running")
+        if self._draining:
+            raise Rejected(503, "server shutting down: no new requests", "server_shutting_down")
         with self._lock:
             if self._stats.waiting + self._handoff >= self.max_waiting:
                 raise QueueFull(f"{self._stats.waiting + self._handoff} requests are waiting (max {self.max_waiting})")
@@ -381,12 +402,13 @@ class EngineLoop:
             batch.append((sid, Event(tuple(out.new_token_ids), out.finish_reason, logprobs=out.logprobs)))
 
     def _fail_all(self, message: str, batch: list) -> None:
+        code = "server_shutting_down" if message == "server shutting down" else "engine_error"
         for sid, eid in list(self._live.items()):
             try:
                 self.engine.abort(eid)
             except Exception:
                 log.exception("engine abort failed")
-            batch.append((sid, Event(finish_reason="error", error=message)))
+            batch.append((sid, Event(finish_reason="error", error=message, error_code=code)))
         self._live.clear()
         self._sid_of.clear()
 
