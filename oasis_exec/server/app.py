@@ -18,6 +18,7 @@ from pydantic import BaseModel, ValidationError
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from . import schemas as S
+from . import security
 from .config import ServerConfig
 from .engine_loop import EngineLoop, QueueFull, Rejected, RequestStream
 from .engine_protocol import Sampling, ServingEngine
@@ -62,6 +63,7 @@ def create_app(engine: ServingEngine, tokenizer: Tokenizer, config: ServerConfig
     app = FastAPI(title="OasisKV", lifespan=lifespan)
     app.state.engine_loop = loop
     app.state.metrics = metrics
+    security.install(app, config)
 
     @app.exception_handler(APIError)
     async def _api_error(request: Request, exc: APIError):
