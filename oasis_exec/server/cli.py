@@ -136,5 +136,16 @@ def serve(args: argparse.Namespace) -> int:
     return 0
 
 
+def parse_config(argv: list[str] | None = None) -> tuple[argparse.Namespace, ServerConfig]:
+    """Parse and validate the server's options without starting anything; bad input exits 2 with one line."""
+    p = build_parser()
+    args = p.parse_args(argv)
+    try:
+        return args, server_config_from_args(args)
+    except ValueError as exc:
+        p.error(str(exc))
+
+
 def main(argv: list[str] | None = None) -> int:
-    return serve(build_parser().parse_args(argv))
+    args, _ = parse_config(argv)
+    return serve(args)
