@@ -249,3 +249,86 @@ def test_queue_full_is_429_with_retry_after(one_lane_server):
     srv.wait_idle()
     ok = httpx.post(f"{srv.base_url}/v1/completions", json={"model": MODEL, "prompt": "b", "max_tokens": 2})
     assert ok.status_code == 200
+
+
+# ---- logprobs and echo ----
+
+
+def _token_id(text: str) -> int:
+    """The tiny model's vocabulary is the 256 bytes: a token's text is its byte (`bytes:\\xNN` when not UTF-8)."""
+    return int(text[len("bytes:\\x"):], 16) if text.startswith("bytes:") else ord(text)
+
+
+def test_completion_logprobs_are_the_models_and_greedy_picks_the_top(server):
+    r = _post(server, "/v1/completions", {"model": MODEL, "prompt": "Hello there", "max_tokens": 6,
+                                          "temperature": 0, "logprobs": 3})
+    assert r.status_code == 200, r.text
+    choice = r.json()["choices"][0]
+    lp = choice["logprobs"]
+    assert set(lp) == {"tokens", "token_logprobs", "top_logprobs", "text_offset"}
+    assert len(lp["tokens"]) == len(lp["token_logprobs"]) == len(lp["top_logprobs"]) == 6
+    for chosen, top in zip(lp["token_logprobs"], lp["top_logprobs"]):
+        assert chosen <= 0 and 1 <= len(top) <= 3
+        assert chosen == pytest.approx(max(top.values()), abs=1e-6)  # greedy: the chosen token is the most likely
+    assert lp["text_offset"][0] == 0 and lp["text_offset"] == sorted(lp["text_offset"])
+    stream = list(_sse(server, {"model": MODEL, "prompt": "Hello there", "max_tokens": 6, "temperature": 0,
+                                "logprobs": 3, "stream": True}))
+    streamed = [x for c in stream if c["choices"] and c["choices"][0]["logprobs"]
+                for x in c["choices"][0]["logprobs"]["token_logprobs"]]
+    assert streamed == pytest.approx(lp["token_logprobs"], abs=1e-6)
+
+
+def test_echo_scores_the_prompt_as_decoding_scored_the_completion(server):
+    prompt = [72, 101, 108, 108, 111, 44, 32, 119]
+    a = _post(server, "/v1/completions", {"model": MODEL, "prompt": prompt, "max_tokens": 4, "temperature": 0,
+                                          "logprobs": 2, "echo": True}).json()["choices"][0]
+    lp = a["logprobs"]
+    assert len(lp["tokens"]) == len(prompt) + 4
+    assert lp["token_logprobs"][0] is None and lp["top_logprobs"][0] is None
+    assert a["text"].startswith("Hello, w") and lp["text_offset"][len(prompt)] == len("Hello, w")
+    generated = [_token_id(t) for t in lp["tokens"][len(prompt):]]
+    # the same tokens, now all in the prompt: the dense forward over the prompt must give what decoding gave
+    b = _post(server, "/v1/completions", {"model": MODEL, "prompt": prompt + generated, "max_tokens": 0,
+                                          "logprobs": 2, "echo": True})
+    assert b.status_code == 200, b.text
+    blp = b.json()["choices"][0]["logprobs"]
+    assert b.json()["usage"] == {"prompt_tokens": len(prompt) + 4, "completion_tokens": 0,
+                                 "total_tokens": len(prompt) + 4}
+    assert blp["token_logprobs"][1:] == pytest.approx(lp["token_logprobs"][1:], abs=1e-3)
+    plain = _post(server, "/v1/completions", {"model": MODEL, "prompt": "abc", "max_tokens": 2, "echo": True,
+                                              "temperature": 0}).json()["choices"][0]
+    assert plain["text"].startswith("abc") and plain["logprobs"] is None
+
+
+def test_chat_logprobs_and_default_max_tokens_fill_the_context(server):
+    msgs = [{"role": "user", "content": "Hi"}]
+    r = _post(server, "/v1/chat/completions", {"model": MODEL, "messages": msgs, "max_tokens": 5,
+                                               "temperature": 0, "logprobs": True, "top_logprobs": 2}).json()
+    content = r["choices"][0]["logprobs"]["content"]
+    assert len(content) == r["usage"]["completion_tokens"] == 5
+    for entry in content:
+        assert set(entry) == {"token", "logprob", "bytes", "top_logprobs"} and len(entry["top_logprobs"]) == 2
+        assert entry["top_logprobs"][0]["logprob"] == pytest.approx(entry["logprob"], abs=1e-6)
+        assert len(entry["bytes"]) == 1  # one byte a token in the tiny vocabulary
+    r = _post(server, "/v1/chat/completions", {"model": MODEL, "messages": msgs, "temperature": 0,
+                                               "max_tokens": None}).json()  # null: the default
+    assert r["usage"]["total_tokens"] == CONTEXT and r["choices"][0]["finish_reason"] == "length"
+
+
+def test_unimplemented_parameter_is_400_naming_it(server, client):
+    with pytest.raises(openai.BadRequestError) as e:
+        client.completions.create(model=MODEL, prompt="x", max_tokens=2, frequency_penalty=0.5)
+    assert e.value.param == "frequency_penalty"
+    r = _post(server, "/v1/chat/completions", {"model": MODEL, "messages": [{"role": "user", "content": "x"}],
+                                               "max_tokens": 2, "tools": [{"type": "function"}]})
+    assert r.status_code == 400 and r.json()["error"]["param"] == "tools"
+    ok = client.completions.create(model=MODEL, prompt="x", max_tokens=2, frequency_penalty=0, presence_penalty=0)
+    assert ok.usage.completion_tokens == 2
+
+
+def _sse(server, body):
+    with httpx.stream("POST", f"{server.base_url}/v1/completions", json=body, timeout=30) as r:
+        assert r.status_code == 200
+        for line in r.iter_lines():
+            if line.startswith("data: ") and line != "data: [DONE]":
+                yield json.loads(line[len("data: "):])

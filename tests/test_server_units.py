@@ -79,9 +79,50 @@ def test_request_normalisation():
     assert (r.prompt, r.stop, r.max_tokens, r.temperature) == ([1, 2, 3], ["x"], None, 1.0)
     c = S.ChatCompletionRequest.model_validate_json(
         '{"model": "m", "messages": [{"role": "user", "content": [{"type": "text", "text": "a"},'
-        ' {"type": "text", "text": "b"}]}], "max_completion_tokens": 7, "unknown_field": 1}'
+        ' {"type": "text", "text": "b"}]}], "max_completion_tokens": 7}'
     )
     assert (c.messages[0].content, c.max_tokens) == ("ab", 7)
+
+
+@pytest.mark.parametrize("model, extra, param", [
+    (S.CompletionRequest, '"unknown_field": 1', "unknown_field"),
+    (S.CompletionRequest, '"frequency_penalty": 0.5', "frequency_penalty"),
+    (S.CompletionRequest, '"presence_penalty": -1', "presence_penalty"),
+    (S.CompletionRequest, '"logit_bias": {"5": 10}', "logit_bias"),
+    (S.CompletionRequest, '"best_of": 3', "best_of"),
+    (S.CompletionRequest, '"suffix": "end"', "suffix"),
+    (S.CompletionRequest, '"logprobs": 21', "logprobs"),
+    (S.CompletionRequest, '"max_tokens": 0', "max_tokens"),  # 0 only with echo
+    (S.ChatCompletionRequest, '"tools": [{"type": "function"}]', "tools"),
+    (S.ChatCompletionRequest, '"tool_choice": "auto"', "tool_choice"),
+    (S.ChatCompletionRequest, '"response_format": {"type": "json_object"}', "response_format"),
+    (S.ChatCompletionRequest, '"top_logprobs": 2', "top_logprobs"),  # without logprobs: true
+    (S.ChatCompletionRequest, '"logprobs": 3', "logprobs"),  # chat's logprobs is a boolean
+    (S.ChatCompletionRequest, '"functions": []', "functions"),
+])
+def test_unimplemented_parameters_are_refused_by_name(model, extra, param):
+    base = '"prompt": "x"' if model is S.CompletionRequest else '"messages": [{"role": "user", "content": "x"}]'
+    got, message = _param(model, f'{{"model": "m", {base}, {extra}}}')
+    assert got == param and message.startswith(param)
+
+
+def test_no_op_values_and_explicit_nulls_are_accepted():
+    nulls = ", ".join(f'"{k}": null' for k in ("max_tokens", "temperature", "top_p", "stop", "stream", "n", "seed",
+                                              "stream_options", "user", "frequency_penalty", "logit_bias"))
+    r = S.CompletionRequest.model_validate_json(
+        f'{{"model": "m", "prompt": "x", {nulls}, "logprobs": null, "echo": null, "best_of": null, "suffix": null,'
+        ' "presence_penalty": 0, "user": "me"}')
+    assert (r.max_tokens, r.temperature, r.top_p, r.stop, r.stream, r.logprobs, r.echo) == (
+        None, 1.0, 1.0, [], False, None, False)
+    c = S.ChatCompletionRequest.model_validate_json(
+        f'{{"model": "m", "messages": [{{"role": "user", "content": null, "name": null}}], {nulls},'
+        ' "logprobs": true, "top_logprobs": null, "tools": [], "tool_choice": "none", "response_format": null,'
+        ' "max_completion_tokens": null}')
+    assert (c.messages[0].content, c.top_n(), c.max_tokens) == ("", 0, None)
+    e = S.CompletionRequest.model_validate_json('{"model": "m", "prompt": "x", "echo": true, "max_tokens": 0}')
+    assert (e.max_tokens, e.top_n()) == (0, None)
+    with pytest.raises(ValidationError):  # the required fields are not nullable
+        S.CompletionRequest.model_validate_json('{"model": null, "prompt": "x"}')
 
 
 def test_stop_matcher_holds_back_partial_matches():

@@ -4,10 +4,12 @@ oasis_exec.server`.
     python -m oasis_exec serve --model tiny --dummy --device cpu --port 8000
     curl localhost:8000/v1/completions -d '{"model": "tiny", "prompt": "Hello", "max_tokens": 8, "stream": true}'
 
-Modules: `app` (FastAPI endpoints), `schemas` (pydantic requests and responses), `errors` (OpenAI error bodies),
+Modules: `app` (FastAPI endpoints), `config` (`ServerConfig`, the server's options), `schemas` (pydantic requests
+and responses), `errors` (OpenAI error bodies), `security` (API key, Host allow-list, CORS, content type),
 `engine_protocol` (the engine contract), `adapter` (the executor's engine to that contract), `engine_loop` (the
-engine thread and per-request queues), `generation` (detokenization, stop strings), `tokenizer`, `metrics`
-(Prometheus), `cli`.
+engine thread, per-request queues, health, draining), `lifecycle` (graceful shutdown), `generation` (stop strings,
+pieces), `logprobs` (OpenAI logprob shapes), `tokenizer` (incl. incremental detokenisation), `metrics`
+(Prometheus), `cli`. docs/server.md describes the whole.
 """
 
 

@@ -14,6 +14,11 @@ Accounting for `/metrics`, read from the public `Engine.stats()` (the same defin
 - Prefetch bytes: (block, KV head) units fetched host -> GPU, times the bytes of one unit's K and V.
 - Hidden fraction and stall time: from the runner's per-stage times, which it records with `--profile` on CUDA;
   without them the hidden fraction reads NaN.
+
+Log-probabilities: the engine's runner keeps the logits each step sampled from (`Runner.last_logits`, request id
+-> row), which `step` reads right after the engine's step for the requests that asked; a prompt is scored with the
+model's dense reference forward (`Decoder.forward_dense`), the same weights and attention as the chunked prefill,
+whose logits for the whole prompt ([T, vocab] float32) it keeps for the moment of the call.
 """
 
 from __future__ import annotations
@@ -25,7 +30,7 @@ import os
 import time
 from typing import Any
 
-from .engine_protocol import EngineStats, ModelInfo, Sampling, StepOutput
+from .engine_protocol import EngineStats, ModelInfo, Sampling, StepOutput, TokenLogprobs
 
 COUNTER_PERIOD_S = 0.1  # refresh of the prefetch byte counter while busy
 MODEL_HELP = ("oasis_core model preset, or a real model: a .gguf file or a local Hugging Face directory (as "
@@ -94,18 +99,57 @@ class ExecutorEngine:
             model_dir=cfg.model_path, dummy=cfg.model_path is None, mode=cfg.mode, device=cfg.device,
         )
         self._counters_at = float("-inf")
+        self._top_n: dict = {}  # request id -> alternatives a token, for the requests that asked for logprobs
 
     def add_request(self, prompt_ids, sampling: Sampling):
         from oasis_exec.scheduler import SamplingParams
 
         sp = SamplingParams(max_tokens=sampling.max_tokens, temperature=sampling.temperature, top_p=sampling.top_p,
                             stop_ids=tuple(sampling.stop_token_ids), seed=sampling.seed)
-        return self.engine.add_request(list(prompt_ids), sp)
+        rid = self.engine.add_request(list(prompt_ids), sp)
+        if sampling.logprobs is not None:
+            self._top_n[rid] = sampling.logprobs
+        return rid
 
     def step(self) -> list[StepOutput]:
-        return [StepOutput(o.request_id, tuple(o.new_token_ids), o.finish_reason) for o in self.engine.step()]
+        outs = self.engine.step()
+        asked = [o for o in outs if o.request_id in self._top_n]
+        scored = self._score(asked) if asked else {}
+        for o in outs:
+            if o.finish_reason is not None:
+                self._top_n.pop(o.request_id, None)
+        return [StepOutput(o.request_id, tuple(o.new_token_ids), o.finish_reason, scored.get(o.request_id))
+                for o in outs]
+
+    def _score(self, outs) -> dict:
+        """request id -> (TokenLogprobs of its one new token,), from the logits the step sampled from."""
+        import torch
+
+        logits = self.engine.runner.last_logits
+        if any(len(o.new_token_ids) != 1 or o.request_id not in logits for o in outs):
+            raise RuntimeError("logprobs: the engine's step did not leave one logits row per new token")
+        rows = torch.log_softmax(torch.stack([logits[o.request_id] for o in outs]).float(), -1)
+        chosen = torch.tensor([[o.new_token_ids[0]] for o in outs], device=rows.device)
+        return dict(zip((o.request_id for o in outs),
+                        ((lp,) for lp in _token_logprobs(rows, chosen, [self._top_n[o.request_id] for o in outs]))))
+
+    def prompt_logprobs(self, prompt_ids, top_n: int) -> list:
+        import torch
+
+        with torch.inference_mode():
+            logits = self.engine.runner.dec.forward_dense(list(prompt_ids))  # [T, V]
+            rows = torch.log_softmax(logits[:-1].float(), -1)
+            chosen = torch.tensor(list(prompt_ids[1:]), device=rows.device)[:, None]
+            return [None, *_token_logprobs(rows, chosen, [top_n] * len(chosen))]
+
+    def check(self) -> None:
+        if self.model_info.device.startswith("cuda"):
+            import torch
+
+            torch.cuda.synchronize()  # a lost device or a sticky kernel fault raises here
 
     def abort(self, request_id) -> None:
+        self._top_n.pop(request_id, None)
         self.engine.abort(request_id)
 
     def has_unfinished(self) -> bool:
@@ -125,3 +169,14 @@ class ExecutorEngine:
             prefetch_bytes=s.prefetch_bytes, hidden_fraction=s.hidden_fraction, stall_s=s.stall_s,
             extra={"gpu_lanes_used": s.lanes_used, "gpu_lanes_total": s.lanes_total},
         )
+
+
+def _token_logprobs(rows, chosen, top_n: list[int]) -> list[TokenLogprobs]:
+    """rows: log-probabilities [N, V]; chosen: token ids [N, 1]; top_n: alternatives a row. One device -> host copy."""
+    k = max(top_n, default=0)
+    picked = rows.gather(1, chosen)[:, 0].tolist()
+    if k == 0:
+        return [TokenLogprobs(lp) for lp in picked]
+    vals, ids = rows.topk(min(k, rows.shape[-1]), dim=-1)
+    vals, ids = vals.tolist(), ids.tolist()
+    return [TokenLogprobs(lp, tuple(zip(i[:n], v[:n]))) for lp, i, v, n in zip(picked, ids, vals, top_n)]

@@ -9,7 +9,6 @@ import asyncio
 import json
 import logging
 from contextlib import asynccontextmanager
-from dataclasses import dataclass
 from typing import Any, AsyncIterator
 
 from fastapi import FastAPI, Request
@@ -19,26 +18,19 @@ from pydantic import BaseModel, ValidationError
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from . import schemas as S
+from . import security
+from .config import ServerConfig
 from .engine_loop import EngineLoop, QueueFull, Rejected, RequestStream
 from .engine_protocol import Sampling, ServingEngine
 from .errors import APIError, error_body, error_response, from_validation_error
-from .generation import Outcome, text_pieces
+from .generation import Outcome, Piece, text_pieces
+from .logprobs import CompletionLogprobs, chat_entries
 from .metrics import CONTENT_TYPE, ServerMetrics
 from .tokenizer import Tokenizer
 
 RETRY_AFTER_S = 1
 
 log = logging.getLogger("oasis_exec.server")
-
-
-@dataclass(frozen=True)
-class ServerConfig:
-    served_model_name: str
-    max_waiting: int = 256
-
-    def __post_init__(self) -> None:
-        if self.max_waiting < 0:
-            raise ValueError(f"max_waiting: must be >= 0, got {self.max_waiting}")
 
 
 def _leading_field(message: str) -> str | None:
@@ -48,10 +40,15 @@ def _leading_field(message: str) -> str | None:
 
 
 def create_app(engine: ServingEngine, tokenizer: Tokenizer, config: ServerConfig, served=None) -> FastAPI:
-    """`served`: a `record.ServeLog` (`serve --record`), written once the engine thread has stopped."""
+    """`served`: a `record.ServeLog` (`serve --record`), written once the engine thread has stopped.
+
+    Request bodies are read incrementally up to `config.max_body_bytes` (413 beyond); parsing, validation and
+    tokenisation run in a worker thread, so a large body never blocks the event loop (streams, /health)."""
     info = engine.model_info
+    model_name = config.served_model_name or info.name
     metrics = ServerMetrics(lambda: loop.snapshot())  # read at scrape time, after `loop` exists
-    loop = EngineLoop(engine, max_waiting=config.max_waiting, metrics=metrics, served=served)
+    loop = EngineLoop(engine, max_waiting=config.max_waiting, metrics=metrics, served=served,
+                      stall_timeout_s=config.stall_timeout_s)
 
     @asynccontextmanager
     async def lifespan(app: FastAPI):
@@ -66,6 +63,7 @@ def create_app(engine: ServingEngine, tokenizer: Tokenizer, config: ServerConfig
     app = FastAPI(title="OasisKV", lifespan=lifespan)
     app.state.engine_loop = loop
     app.state.metrics = metrics
+    security.install(app, config)
 
     @app.exception_handler(APIError)
     async def _api_error(request: Request, exc: APIError):
@@ -89,23 +87,40 @@ def create_app(engine: ServingEngine, tokenizer: Tokenizer, config: ServerConfig
 
     # ---- helpers ----
 
-    async def parse(request: Request, model: type[BaseModel]) -> Any:
-        body = await request.body()
+    async def read_body(request: Request) -> bytes:
+        """The body, read chunk by chunk; 413 as soon as it exceeds the limit (or declares that it will)."""
+        limit = config.max_body_bytes
+        too_large = APIError(413, f"request body exceeds the limit of {limit} bytes (--max-body-bytes)",
+                             code="request_too_large")
+        declared = request.headers.get("content-length", "")
+        if declared.isdigit() and int(declared) > limit:
+            raise too_large
+        chunks, size = [], 0
+        async for chunk in request.stream():
+            size += len(chunk)
+            if size > limit:
+                raise too_large
+            chunks.append(chunk)
+        return b"".join(chunks)
+
+    def parse(body: bytes, model: type[BaseModel]) -> Any:
         try:
             return model.model_validate_json(body or b"")
         except ValidationError as exc:
             raise from_validation_error(exc) from None
 
     def check_model(name: str) -> None:
-        if name != config.served_model_name:
+        if name != model_name:
             raise APIError(
                 404,
-                f"the model '{name}' does not exist; this server serves '{config.served_model_name}'",
+                f"the model '{name}' does not exist; this server serves '{model_name}'",
                 param="model",
                 code="model_not_found",
             )
 
-    def prepare(prompt: str | list[int], req: S._SamplingFields, chat: bool = False) -> tuple[list[int], Sampling]:
+    def prepare(prompt: str | list[int], req: S._SamplingFields, chat: bool = False
+                ) -> tuple[list[int], Sampling | None]:
+        """Token ids and sampling of a request; sampling is None for `max_tokens` 0 (an echo that only scores)."""
         if isinstance(prompt, str):  # a rendered chat template holds its own special tokens
             ids = tokenizer.encode(prompt, add_special_tokens=not chat)
         else:
@@ -118,12 +133,19 @@ def create_app(engine: ServingEngine, tokenizer: Tokenizer, config: ServerConfig
                 )
         if not ids:
             raise APIError(400, "prompt: must not be empty", param="prompt", code="invalid_value")
-        max_tokens = req.max_tokens if req.max_tokens is not None else S.DEFAULT_MAX_TOKENS
+        if req.max_tokens == 0:
+            if len(ids) > info.max_model_len:
+                raise APIError(400, f"prompt: {len(ids)} tokens exceed the model's context of {info.max_model_len}",
+                               param="prompt", code="context_length_exceeded")
+            return ids, None
         if len(ids) >= info.max_model_len:
             raise APIError(
                 400, f"prompt: {len(ids)} tokens leave no room in the model's context of {info.max_model_len}",
                 param="prompt", code="context_length_exceeded",
             )
+        max_tokens = req.max_tokens
+        if max_tokens is None:
+            max_tokens = info.max_model_len - len(ids) if chat else S.DEFAULT_MAX_TOKENS
         if len(ids) + max_tokens > info.max_model_len:
             raise APIError(
                 400,
@@ -133,7 +155,7 @@ def create_app(engine: ServingEngine, tokenizer: Tokenizer, config: ServerConfig
             )
         sampling = Sampling(
             max_tokens=max_tokens, temperature=req.temperature, top_p=req.top_p,
-            stop_token_ids=tuple(tokenizer.eos_token_ids), seed=req.seed,
+            stop_token_ids=tuple(tokenizer.eos_token_ids), seed=req.seed, logprobs=req.top_n(),
         )
         return ids, sampling
 
@@ -149,12 +171,26 @@ def create_app(engine: ServingEngine, tokenizer: Tokenizer, config: ServerConfig
         except Rejected as exc:
             metrics.rejected.labels("engine").inc()
             raise APIError(exc.status, exc.message, param=_leading_field(exc.message) if exc.status == 400 else None,
-                           code="engine_rejected") from None
+                           code=exc.code) from None
         metrics.prompt_tokens.inc(len(ids))
         return stream
 
-    async def collect(request: Request, stream: RequestStream, pieces: AsyncIterator) -> str:
+    async def score_prompt(ids: list[int], top_n: int) -> list:
+        if not callable(getattr(engine, "prompt_logprobs", None)):
+            raise APIError(400, "echo: this engine cannot score a prompt; send echo without logprobs", param="echo",
+                           code="unsupported_parameter")
+        try:
+            return await loop.call(lambda: engine.prompt_logprobs(ids, top_n))
+        except Rejected as exc:
+            raise APIError(exc.status, exc.message, code=exc.code) from None
+        except Exception as exc:
+            log.exception("scoring the prompt failed")
+            raise APIError(500, f"scoring the prompt failed: {type(exc).__name__}: {exc}", code="engine_error") from None
+
+    async def collect(request: Request, stream: RequestStream | None, pieces: AsyncIterator[Piece]) -> list[Piece]:
         """Run a request to its end while watching for the client going away."""
+        if stream is None:
+            return [p async for p in pieces]
 
         async def watch() -> None:
             while True:
@@ -165,12 +201,12 @@ def create_app(engine: ServingEngine, tokenizer: Tokenizer, config: ServerConfig
 
         watcher = asyncio.create_task(watch())
         try:
-            return "".join([text async for text, _ in pieces])
+            return [p async for p in pieces]
         finally:
             watcher.cancel()
             loop.abort(stream)
 
-    def sse(stream: RequestStream, events: AsyncIterator[dict]) -> StreamingResponse:
+    def sse(stream: RequestStream | None, events: AsyncIterator[dict]) -> StreamingResponse:
         async def body():
             try:
                 async for ev in events:
@@ -180,7 +216,8 @@ def create_app(engine: ServingEngine, tokenizer: Tokenizer, config: ServerConfig
                 err = error_body(500, f"{type(exc).__name__}: {exc}", code="server_error")
                 yield f"data: {json.dumps(err)}\n\n"
             finally:
-                loop.abort(stream)  # a no-op when the request has finished; frees it when the client left
+                if stream is not None:
+                    loop.abort(stream)  # a no-op when the request has finished; frees it when the client left
             yield "data: [DONE]\n\n"
 
         return StreamingResponse(
@@ -193,19 +230,33 @@ def create_app(engine: ServingEngine, tokenizer: Tokenizer, config: ServerConfig
             total_tokens=prompt_len + outcome.completion_tokens,
         )
 
-    def engine_error(outcome: Outcome) -> APIError:
-        return APIError(500, outcome.error or "the request ended without output", code="engine_error")
+    def ended_in_error(outcome: Outcome) -> APIError:
+        status = 503 if outcome.error_code == "server_shutting_down" else 500
+        return APIError(status, outcome.error or "the request ended without output", code=outcome.error_code)
 
     def stream_error(outcome: Outcome) -> dict:
-        return error_body(500, outcome.error or "engine error", code="engine_error")
+        return ended_in_error(outcome).body()
+
+    async def start(ids: list[int], sampling: Sampling | None, stops: list[str], outcome: Outcome
+                    ) -> tuple[RequestStream | None, AsyncIterator[Piece]]:
+        """Submit; the pieces of its output (for `max_tokens` 0: nothing, ended by "length")."""
+        if sampling is None:
+            async def nothing():
+                outcome.finish_reason = "length"
+                yield Piece("", "length")
+
+            return None, nothing()
+        stream = await submit(ids, sampling)
+        return stream, text_pieces(stream, tokenizer.detokenizer(), stops, loop.abort, outcome)
 
     # ---- endpoints ----
 
     @app.get("/health")
     async def health():
-        _, _, healthy = loop.snapshot()
-        status = 200 if healthy else 503
-        return JSONResponse({"status": "ok" if healthy else "unhealthy"}, status_code=status)
+        status, reason = loop.health()
+        if status == "ok":
+            return JSONResponse({"status": "ok"})
+        return JSONResponse({"status": status, "reason": reason}, status_code=503)
 
     @app.get("/metrics")
     async def prometheus_metrics():
@@ -214,7 +265,7 @@ def create_app(engine: ServingEngine, tokenizer: Tokenizer, config: ServerConfig
     @app.get("/v1/models")
     async def models():
         card = S.ModelCard(
-            id=config.served_model_name, created=S.now(), max_model_len=info.max_model_len,
+            id=model_name, created=S.now(), max_model_len=info.max_model_len,
             vocab_size=info.vocab_size,
             tokenizer=tokenizer.describe(), dummy=info.dummy, mode=info.mode, device=info.device,
         )
@@ -222,36 +273,61 @@ def create_app(engine: ServingEngine, tokenizer: Tokenizer, config: ServerConfig
 
     @app.post("/v1/completions")
     async def completions(request: Request):
-        req: S.CompletionRequest = await parse(request, S.CompletionRequest)
-        check_model(req.model)
-        ids, sampling = prepare(req.prompt, req)
-        stream = await submit(ids, sampling)
-        rid, created = S.new_id("cmpl"), S.now()
-        outcome = Outcome()
-        pieces = text_pieces(stream, tokenizer.detokenizer(), req.stop, loop.abort, outcome)
+        body = await read_body(request)
 
-        def chunk(text: str, finish: str | None) -> dict:
-            return S.CompletionResponse(
-                id=rid, created=created, model=req.model,
-                choices=[S.CompletionChoice(text=text, finish_reason=finish)],
-            ).model_dump(exclude_none=False)
+        def decode() -> tuple[S.CompletionRequest, list[int], Sampling | None]:  # a worker thread
+            req = parse(body, S.CompletionRequest)
+            check_model(req.model)
+            return req, *prepare(req.prompt, req)
+
+        req, ids, sampling = await asyncio.to_thread(decode)
+        top_n = req.top_n()
+        lp = CompletionLogprobs(tokenizer) if top_n is not None else None
+        echo = (req.prompt if isinstance(req.prompt, str) else tokenizer.decode(ids)) if req.echo else ""
+        prompt_lp = None
+        if lp is not None:
+            if req.echo:
+                prompt_lp = CompletionLogprobs(tokenizer).entries(ids, await score_prompt(ids, top_n))
+            lp.skip_text(echo)  # the completion's offsets start after the echoed prompt
+        outcome = Outcome()
+        stream, pieces = await start(ids, sampling, req.stop, outcome)
+        rid, created = S.new_id("cmpl"), S.now()
+
+        def choice(text: str, finish: str | None, logprobs: dict | None) -> S.CompletionChoice:
+            return S.CompletionChoice(text=text, finish_reason=finish, logprobs=logprobs)
+
+        def merged(parts: list[dict]) -> dict:
+            return {k: [v for p in parts for v in p[k]] for k in ("tokens", "token_logprobs", "top_logprobs",
+                                                                  "text_offset")}
 
         if not req.stream:
-            text = await collect(request, stream, pieces)
+            got = await collect(request, stream, pieces)
             if outcome.finish_reason == "error":
-                raise engine_error(outcome)
+                raise ended_in_error(outcome)
+            logprobs = None
+            if lp is not None:
+                parts = [lp.entries(p.token_ids, p.logprobs) for p in got if p.logprobs is not None]
+                logprobs = merged(([prompt_lp] if prompt_lp else []) + parts)
             return S.CompletionResponse(
                 id=rid, created=created, model=req.model,
-                choices=[S.CompletionChoice(text=text, finish_reason=outcome.finish_reason)],
+                choices=[choice(echo + "".join(p.text for p in got), outcome.finish_reason, logprobs)],
                 usage=usage(len(ids), outcome),
             ).model_dump()
 
+        def chunk(text: str, finish: str | None, logprobs: dict | None = None) -> dict:
+            return S.CompletionResponse(
+                id=rid, created=created, model=req.model, choices=[choice(text, finish, logprobs)],
+            ).model_dump(exclude_none=False)
+
         async def events():
-            async for text, finish in pieces:
-                if finish == "error":
+            if echo:
+                yield chunk(echo, None, prompt_lp)
+            async for p in pieces:
+                if p.finish_reason == "error":
                     yield stream_error(outcome)
                     return
-                yield chunk(text, finish)
+                logprobs = lp.entries(p.token_ids, p.logprobs) if lp is not None and p.logprobs is not None else None
+                yield chunk(p.text, p.finish_reason, logprobs)
             if req.stream_options and req.stream_options.include_usage:
                 last = chunk("", None)
                 last["choices"] = []
@@ -262,43 +338,55 @@ def create_app(engine: ServingEngine, tokenizer: Tokenizer, config: ServerConfig
 
     @app.post("/v1/chat/completions")
     async def chat_completions(request: Request):
-        req: S.ChatCompletionRequest = await parse(request, S.ChatCompletionRequest)
-        check_model(req.model)
-        try:
-            prompt = tokenizer.apply_chat_template([m.model_dump(exclude_none=True) for m in req.messages])
-        except ValueError as exc:  # no template, or the template refused the conversation (raise_exception)
-            raise APIError(400, f"messages: {exc}", param="messages", code="invalid_value") from None
-        ids, sampling = prepare(prompt, req, chat=True)
-        stream = await submit(ids, sampling)
-        rid, created = S.new_id("chatcmpl"), S.now()
+        body = await read_body(request)
+
+        def decode() -> tuple[S.ChatCompletionRequest, list[int], Sampling]:  # a worker thread
+            req = parse(body, S.ChatCompletionRequest)
+            check_model(req.model)
+            try:
+                prompt = tokenizer.apply_chat_template([m.model_dump(exclude_none=True) for m in req.messages])
+            except ValueError as exc:  # no template, or the template refused the conversation (raise_exception)
+                raise APIError(400, f"messages: {exc}", param="messages", code="invalid_value") from None
+            return req, *prepare(prompt, req, chat=True)
+
+        req, ids, sampling = await asyncio.to_thread(decode)
+        want_lp = req.top_n() is not None
         outcome = Outcome()
-        pieces = text_pieces(stream, tokenizer.detokenizer(), req.stop, loop.abort, outcome)
+        stream, pieces = await start(ids, sampling, req.stop, outcome)
+        rid, created = S.new_id("chatcmpl"), S.now()
+
+        def logprobs_of(got: list[Piece]) -> dict | None:
+            if not want_lp:
+                return None
+            ids_, lps = [t for p in got for t in p.token_ids], [x for p in got for x in (p.logprobs or ())]
+            return chat_entries(tokenizer, ids_, lps)
 
         if not req.stream:
-            text = await collect(request, stream, pieces)
+            got = await collect(request, stream, pieces)
             if outcome.finish_reason == "error":
-                raise engine_error(outcome)
+                raise ended_in_error(outcome)
             return S.ChatCompletionResponse(
                 id=rid, created=created, model=req.model,
-                choices=[S.ChatChoice(message=S.ChatMessageOut(content=text), finish_reason=outcome.finish_reason)],
+                choices=[S.ChatChoice(message=S.ChatMessageOut(content="".join(p.text for p in got)),
+                                      finish_reason=outcome.finish_reason, logprobs=logprobs_of(got))],
                 usage=usage(len(ids), outcome),
             ).model_dump()
 
-        def chunk(delta: S.ChatDelta, finish: str | None) -> dict:
+        def chunk(delta: S.ChatDelta, finish: str | None, logprobs: dict | None = None) -> dict:
             out = S.ChatCompletionChunk(
                 id=rid, created=created, model=req.model,
-                choices=[S.ChatChunkChoice(delta=delta, finish_reason=finish)],
+                choices=[S.ChatChunkChoice(delta=delta, finish_reason=finish, logprobs=logprobs)],
             ).model_dump(exclude={"usage"})
             out["choices"][0]["delta"] = delta.model_dump(exclude_none=True)
             return out
 
         async def events():
             yield chunk(S.ChatDelta(role="assistant", content=""), None)
-            async for text, finish in pieces:
-                if finish == "error":
+            async for p in pieces:
+                if p.finish_reason == "error":
                     yield stream_error(outcome)
                     return
-                yield chunk(S.ChatDelta(content=text), finish)
+                yield chunk(S.ChatDelta(content=p.text), p.finish_reason, logprobs_of([p]) if p.logprobs else None)
             if req.stream_options and req.stream_options.include_usage:
                 last = chunk(S.ChatDelta(), None)
                 last["choices"] = []

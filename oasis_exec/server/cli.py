@@ -14,26 +14,48 @@ import argparse
 import logging
 import socket
 import sys
+import typing
+
+from .config import FIELDS, ServerConfig
 
 LISTENING_PREFIX = "OASIS_SERVER_LISTENING"
 
 
+def _one_line_error(parser: argparse.ArgumentParser):
+    def error(message: str):  # one line, exit 2 (argparse would print the usage too)
+        parser.exit(2, f"{parser.prog}: error: {message}\n")
+
+    return error
+
+
 def add_server_args(p: argparse.ArgumentParser) -> None:
-    g = p.add_argument_group("server")
-    g.add_argument("--host", default="127.0.0.1", help="address to bind")
-    g.add_argument("--port", type=int, default=8000, help="TCP port; 0 picks a free one")
-    g.add_argument("--served-model-name", help="name clients send as `model` (default: the --model preset, or a real "
-                   "model's own name)")
-    g.add_argument(
-        "--max-waiting", type=int, default=256,
-        help="requests accepted but not yet running, at most; beyond it the server answers 429",
-    )
-    g.add_argument("--log-level", default="warning", choices=["debug", "info", "warning", "error"])
-    g.add_argument("--record", default=None, metavar="FILE",
-                   help="at shutdown, write what was served as a recording (traces/SCHEMA.md, workload \"trace\") "
-                        "for `python -m oasis_sim replay|validate`")
-    g.add_argument("--record-hardware", default=None, metavar="PRESET",
-                   help="simulator hardware preset of the recording (default: told from the GPU's name)")
+    """One flag a `ServerConfig` field, with the field's help (see config.py)."""
+    p.error = _one_line_error(p)  # also on `python -m oasis_exec serve`, a subparser of another parser
+    g = p.add_argument_group("server (oasis_exec.server.config.ServerConfig)")
+    hints = typing.get_type_hints(ServerConfig)
+    for f in FIELDS:
+        flag, kind, meta = "--" + f.name.replace("_", "-"), hints[f.name], f.metadata
+        if kind is bool:
+            g.add_argument(flag, action="store_true", help=meta["help"])
+            continue
+        if typing.get_origin(kind) is tuple:
+            g.add_argument(flag, nargs="+", default=f.default, metavar=meta.get("metavar", "VALUE"),
+                           help=f"{meta['help']} (default: {' '.join(f.default) or 'none'})")
+            continue
+        base = next((t for t in typing.get_args(kind) if t is not type(None)), kind)  # X | None -> X
+        g.add_argument(flag, type=base, default=f.default, choices=meta.get("choices"), metavar=meta.get("metavar"),
+                       help=f"{meta['help']} (default: {f.default})")
+
+
+def server_config_from_args(args: argparse.Namespace) -> ServerConfig:
+    """Raises ValueError naming the field (`--flag: why, got value`)."""
+    kw = {f.name: getattr(args, f.name) for f in FIELDS}
+    kw.update({k: tuple(v) for k, v in kw.items() if isinstance(v, list)})
+    try:
+        return ServerConfig(**kw)
+    except ValueError as exc:
+        name, sep, rest = str(exc).partition(":")
+        raise ValueError(f"--{name.replace('_', '-')}:{rest}" if sep else str(exc)) from None
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -49,16 +71,19 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def serve(args: argparse.Namespace) -> int:
-    import uvicorn
+    from uvicorn import Config
 
     from .adapter import build_engine
-    from .app import ServerConfig, create_app
+    from .app import create_app
+    from .lifecycle import GracefulServer
     from .tokenizer import load_tokenizer
 
-    logging.basicConfig(level=args.log_level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s")
-    if args.max_waiting < 0:
-        print(f"--max-waiting: must be >= 0, got {args.max_waiting}", file=sys.stderr)
+    try:
+        config = server_config_from_args(args)
+    except ValueError as exc:
+        print(f"error: {exc}", file=sys.stderr)
         return 2
+    logging.basicConfig(level=config.log_level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     try:
         engine = build_engine(args)
     except (ValueError, OSError) as exc:
@@ -70,9 +95,9 @@ def serve(args: argparse.Namespace) -> int:
     except (ValueError, OSError, ImportError) as exc:  # a real model is never served with the byte tokenizer
         print(f"error: the tokenizer of {info.model_dir}: {exc}", file=sys.stderr)
         return 2
-    config = ServerConfig(served_model_name=args.served_model_name or info.name, max_waiting=args.max_waiting)
+    served_name = config.served_model_name or info.name
     served = None
-    if getattr(args, "record", None):
+    if config.record:
         from oasis_exec.recorder import hardware_preset
 
         from .record import ServeLog
@@ -82,33 +107,45 @@ def serve(args: argparse.Namespace) -> int:
             import torch
 
             device = torch.cuda.get_device_name()
-        hardware = args.record_hardware or hardware_preset(device)
+        hardware = config.record_hardware or hardware_preset(device)
         if hardware is None:
             print(f"--record-hardware: cannot tell the simulator preset from device {device!r}; pass one",
                   file=sys.stderr)
             return 2
-        served = ServeLog(args.record, engine, hardware=hardware,
-                          server={"max_waiting": args.max_waiting, "served_model_name": config.served_model_name})
+        served = ServeLog(config.record, engine, hardware=hardware,
+                          server={"max_waiting": config.max_waiting, "served_model_name": served_name})
     app = create_app(engine, tokenizer, config, served)
 
-    family = socket.AF_INET6 if ":" in args.host else socket.AF_INET
+    family = socket.AF_INET6 if ":" in config.host else socket.AF_INET
     sock = socket.socket(family, socket.SOCK_STREAM)
     sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
     try:
-        sock.bind((args.host, args.port))
+        sock.bind((config.host, config.port))
     except OSError as exc:
-        print(f"--port: cannot bind {args.host}:{args.port}: {exc.strerror}", file=sys.stderr)
+        print(f"--port: cannot bind {config.host}:{config.port}: {exc.strerror}", file=sys.stderr)
         return 2
     sock.listen(2048)
     host, port = sock.getsockname()[:2]
     shown = f"[{host}]" if family == socket.AF_INET6 else host
     print(f"{LISTENING_PREFIX} http://{shown}:{port}", flush=True)
-    server = uvicorn.Server(
-        uvicorn.Config(app, log_level=args.log_level, timeout_graceful_shutdown=5, access_log=False)
+    server = GracefulServer(
+        Config(app, log_level=config.log_level, timeout_graceful_shutdown=5, access_log=False),
+        engine_loop=app.state.engine_loop, grace_s=config.shutdown_grace_s,
     )
     server.run(sockets=[sock])
     return 0
 
 
+def parse_config(argv: list[str] | None = None) -> tuple[argparse.Namespace, ServerConfig]:
+    """Parse and validate the server's options without starting anything; bad input exits 2 with one line."""
+    p = build_parser()
+    args = p.parse_args(argv)
+    try:
+        return args, server_config_from_args(args)
+    except ValueError as exc:
+        p.error(str(exc))
+
+
 def main(argv: list[str] | None = None) -> int:
-    return serve(build_parser().parse_args(argv))
+    args, _ = parse_config(argv)
+    return serve(args)

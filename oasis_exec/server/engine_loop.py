@@ -9,6 +9,10 @@ is the engine's business. The server bounds only the requests that are accepted 
 
 Every accepted request ends with exactly one terminal event: a finish reason, `"abort"`, or an error. If a step
 raises, every request in flight gets an error event and is aborted in the engine, and the loop carries on.
+
+Health (`health()`, `/health`): unhealthy from a failed step until the engine is shown healthy again -- by a step
+that succeeds, or, while idle, by the engine's optional `check()` -- and stalled while requests are in flight but
+the engine thread has made no progress (a step, an add, or an idle wait ending) for `stall_timeout_s`.
 """
 
 from __future__ import annotations
@@ -19,9 +23,9 @@ import queue
 import threading
 import time
 from dataclasses import dataclass, field
-from typing import Hashable, Sequence
+from typing import Any, Callable, Hashable, Sequence
 
-from .engine_protocol import EngineStats, Sampling, ServingEngine, StepOutput
+from .engine_protocol import EngineStats, Sampling, ServingEngine, StepOutput, TokenLogprobs
 
 log = logging.getLogger("oasis_exec.server")
 
@@ -35,10 +39,11 @@ class QueueFull(Exception):
 class Rejected(Exception):
     """The engine refused a request at `add_request` (status 400 for ValueError, else 500)."""
 
-    def __init__(self, status: int, message: str) -> None:
+    def __init__(self, status: int, message: str, code: str = "engine_rejected") -> None:
         super().__init__(message)
         self.status = status
         self.message = message
+        self.code = code
 
 
 @dataclass(frozen=True)
@@ -48,6 +53,8 @@ class Event:
     token_ids: tuple[int, ...] = ()
     finish_reason: str | None = None  # "length" | "stop" | "abort" | "error"
     error: str | None = None
+    logprobs: tuple[TokenLogprobs, ...] | None = None  # one a token, when the request asked for them
+    error_code: str = "engine_error"  # with finish_reason "error": "engine_error" | "server_shutting_down"
 
     @property
     def terminal(self) -> bool:
@@ -82,13 +89,21 @@ class _Abort:
     reason: str
 
 
+@dataclass(frozen=True)
+class _Call:
+    fn: Callable[[], Any]
+    done: Callable[[BaseException | None, Any], None]
+
+
 _STOP = object()
 
 
 class EngineLoop:
-    def __init__(self, engine: ServingEngine, *, max_waiting: int, metrics=None, served=None) -> None:
+    def __init__(self, engine: ServingEngine, *, max_waiting: int, metrics=None, served=None,
+                 stall_timeout_s: float = 60.0) -> None:
         self.engine = engine
         self.max_waiting = max_waiting
+        self.stall_timeout_s = stall_timeout_s
         self.metrics = metrics
         self.served = served  # record.ServeLog of `serve --record`, or None
         self._cmds: queue.Queue = queue.Queue()
@@ -99,7 +114,9 @@ class EngineLoop:
         self._lock = threading.Lock()
         self._handoff = 0  # submitted, not yet added to the engine
         self._stats = EngineStats()
-        self._healthy = True
+        self._draining = False  # shutting down: no new requests
+        self._failure: str | None = None  # why the last step failed, until the engine is healthy again
+        self._progress_at = time.monotonic()  # the engine thread's last sign of life
         # engine thread only:
         self._live: dict[int, Hashable] = {}
         self._sid_of: dict[Hashable, int] = {}
@@ -113,18 +130,49 @@ class EngineLoop:
         self._thread = threading.Thread(target=self._run, name="oasis-engine", daemon=True)
         self._thread.start()
 
+    async def drain(self, grace_s: float) -> None:
+        """Shutting down: refuse new requests, let those in flight run for up to `grace_s`, then end every one
+        still running with an explicit error (`error_code` "server_shutting_down") and free it in the engine."""
+        self._draining = True
+        deadline = time.monotonic() + grace_s
+        while self._streams and time.monotonic() < deadline:
+            await asyncio.sleep(0.02)
+        if self._streams:
+            log.warning("shutting down: ending %d requests still running after the %g s grace period",
+                        len(self._streams), grace_s)
+        for stream in list(self._streams.values()):
+            self.abort(stream)
+            self._deliver_one(stream.id, Event(
+                finish_reason="error", error_code="server_shutting_down",
+                error=f"server shutting down: the request did not finish within the {grace_s:g} s grace period"))
+
     async def stop(self, timeout_s: float = 10.0) -> None:
         if self._thread is None:
             return
+        self._draining = True
         self._cmds.put(_STOP)
         await asyncio.to_thread(self._thread.join, timeout_s)
         self._thread = None
         for stream in list(self._streams.values()):  # anything the thread did not finish
-            self._deliver_one(stream.id, Event(finish_reason="error", error="server shutting down"))
+            self._deliver_one(stream.id, Event(finish_reason="error", error="server shutting down",
+                                               error_code="server_shutting_down"))
 
     def snapshot(self) -> tuple[EngineStats, int, bool]:
+        stats, handoff = self._stats, self._handoff
+        return stats, handoff, self.health()[0] == "ok"
+
+    def health(self) -> tuple[str, str | None]:
+        """("ok", None), or ("unhealthy" | "stalled", why)."""
+        if self._thread is None:
+            return "unhealthy", "the engine thread is not running"
         with self._lock:
-            return self._stats, self._handoff, self._healthy and self._thread is not None
+            failure, idle_s, handoff = self._failure, time.monotonic() - self._progress_at, self._handoff
+        if failure is not None:
+            return "unhealthy", failure
+        if idle_s > self.stall_timeout_s and (handoff or self._streams):
+            return "stalled", (f"no engine progress for {idle_s:.1f} s while {len(self._streams)} requests are in "
+                               f"flight (stall timeout {self.stall_timeout_s:g} s)")
+        return "ok", None
 
     def num_waiting(self) -> int:
         stats, handoff, _ = self.snapshot()
@@ -138,6 +186,8 @@ class EngineLoop:
         """Queue a request; return once the engine has accepted it. Raises QueueFull or Rejected."""
         if self._thread is None:
             raise Rejected(503, "the engine is not running")
+        if self._draining:
+            raise Rejected(503, "server shutting down: no new requests", "server_shutting_down")
         with self._lock:
             if self._stats.waiting + self._handoff >= self.max_waiting:
                 raise QueueFull(f"{self._stats.waiting + self._handoff} requests are waiting (max {self.max_waiting})")
@@ -154,6 +204,27 @@ class EngineLoop:
             self.abort(stream)
             raise
         return stream
+
+    async def call(self, fn: Callable[[], Any]) -> Any:
+        """Run `fn()` on the engine thread between two steps (the only thread that may touch the engine); return
+        its result or raise its exception."""
+        if self._thread is None:
+            raise Rejected(503, "the engine is not running")
+        aloop = asyncio.get_running_loop()
+        fut = aloop.create_future()
+
+        def done(exc: BaseException | None, result: Any) -> None:  # engine thread
+            def settle() -> None:
+                if not fut.done():
+                    fut.set_exception(exc) if exc is not None else fut.set_result(result)
+
+            try:
+                aloop.call_soon_threadsafe(settle)
+            except RuntimeError:  # the event loop is closed: shutting down
+                pass
+
+        self._cmds.put(_Call(fn, done))
+        return await fut
 
     def abort(self, stream: RequestStream, reason: str = "abort") -> None:
         """End a request early: `"abort"` when the client went away, `"stop"` on a stop string. A no-op once it
@@ -223,6 +294,9 @@ class EngineLoop:
             batch: list[tuple[int, Event | Rejected | None]] = []
             cmds = self._drain(block=not self._busy())
             if _STOP in cmds:
+                for cmd in cmds:
+                    if isinstance(cmd, _Call):
+                        cmd.done(Rejected(503, "server shutting down", "server_shutting_down"), None)
                 self._shutdown()
                 return
             for cmd in cmds:
@@ -231,7 +305,9 @@ class EngineLoop:
                 self._publish()
             self._post(batch)
             batch = []
+            self._alive()
             if not self._busy():
+                self._probe()
                 continue
             t_step = time.perf_counter()
             try:
@@ -240,15 +316,34 @@ class EngineLoop:
                 log.exception("engine step failed")
                 self._fail_all(f"engine step failed: {type(exc).__name__}: {exc}", batch)
                 with self._lock:
-                    self._healthy = False
+                    self._failure = f"the last engine step failed: {type(exc).__name__}: {exc}"
             else:
                 self._collect(outs, batch)
                 with self._lock:
-                    self._healthy = True
+                    self._failure = None
+            self._alive()
             self._publish()  # the waiting count gates admission: keep it exact
             if self.served is not None:
                 self.served.on_step(time.perf_counter() - t_step, self._stats.running)
             self._post(batch)
+
+    def _alive(self) -> None:
+        with self._lock:
+            self._progress_at = time.monotonic()
+
+    def _probe(self) -> None:
+        """Idle after a failed step: ask the engine whether it can serve again."""
+        check = getattr(self.engine, "check", None)
+        if self._failure is None or not callable(check):
+            return
+        try:
+            check()
+        except Exception as exc:
+            log.warning("engine still unhealthy: %s: %s", type(exc).__name__, exc)
+            return
+        with self._lock:
+            self._failure = None
+        log.warning("engine healthy again")
 
     def _drain(self, block: bool) -> list:
         cmds = []
@@ -278,6 +373,13 @@ class EngineLoop:
                 batch.append((cmd.sid, None))
             with self._lock:
                 self._handoff -= 1
+        elif isinstance(cmd, _Call):
+            try:
+                result = cmd.fn()
+            except Exception as exc:
+                cmd.done(exc, None)
+            else:
+                cmd.done(None, result)
         elif isinstance(cmd, _Abort):
             eid = self._live.pop(cmd.sid, None)
             if eid is None:
@@ -297,15 +399,16 @@ class EngineLoop:
             if out.finish_reason is not None:
                 del self._sid_of[out.request_id]
                 del self._live[sid]
-            batch.append((sid, Event(tuple(out.new_token_ids), out.finish_reason)))
+            batch.append((sid, Event(tuple(out.new_token_ids), out.finish_reason, logprobs=out.logprobs)))
 
     def _fail_all(self, message: str, batch: list) -> None:
+        code = "server_shutting_down" if message == "server shutting down" else "engine_error"
         for sid, eid in list(self._live.items()):
             try:
                 self.engine.abort(eid)
             except Exception:
                 log.exception("engine abort failed")
-            batch.append((sid, Event(finish_reason="error", error=message)))
+            batch.append((sid, Event(finish_reason="error", error=message, error_code=code)))
         self._live.clear()
         self._sid_of.clear()
 

@@ -13,7 +13,16 @@ Lifecycle of a request, as the server sees it:
    `"stop"`). A request that is merely waiting produces no output.
 3. `abort(id)` ends a request at once and frees whatever it holds (GPU slots, host blocks); aborting an unknown
    or finished id is a no-op.
-4. `stats()` is a snapshot for `/metrics` and for admission (its `waiting` count gates 429s), called after
+4. With `sampling.logprobs` set to N (>= 0), every `StepOutput` of that request carries, for each new token, its
+   log-probability under the model's distribution (the raw logits, before temperature and top_p) and the N most
+   likely tokens with theirs (`TokenLogprobs`); otherwise `logprobs` is None.
+5. Optional: `prompt_logprobs(prompt_ids, n)` scores a prompt without generating: for each prompt token after the
+   first, its log-probability given the tokens before it and the N most likely alternatives (the first entry is
+   None). It runs on the engine thread between steps. An engine without it cannot serve `echo` with `logprobs`.
+6. Optional: `check()` raises when the engine cannot serve (for example, its device is lost); the server calls it
+   while idle after a failed step, to tell when `/health` may report healthy again. Without it, the next
+   successful step is the only evidence.
+7. `stats()` is a snapshot for `/metrics` and for admission (its `waiting` count gates 429s), called after
    every step: it must be cheap, so an engine caches whatever costs a device synchronisation. When no request is
    in flight, the usage fields must read zero.
 """
@@ -35,8 +44,11 @@ class Sampling:
     top_p: float = 1.0
     stop_token_ids: tuple[int, ...] = ()
     seed: int | None = None
+    logprobs: int | None = None  # None: not asked; N: each token's logprob and the N most likely alternatives
 
     def __post_init__(self) -> None:
+        if self.logprobs is not None and self.logprobs < 0:
+            raise ValueError(f"logprobs: must be >= 0, got {self.logprobs}")
         if self.max_tokens < 1:
             raise ValueError(f"max_tokens: must be >= 1, got {self.max_tokens}")
         if self.temperature < 0:
@@ -46,12 +58,21 @@ class Sampling:
 
 
 @dataclass(frozen=True)
+class TokenLogprobs:
+    """A token's log-probability and the most likely tokens at its position, as (token id, logprob), best first."""
+
+    logprob: float
+    top: tuple[tuple[int, float], ...] = ()
+
+
+@dataclass(frozen=True)
 class StepOutput:
     """What one request produced in one engine step."""
 
     request_id: Hashable
     new_token_ids: tuple[int, ...]
     finish_reason: str | None = None  # None while running, else one of FINISH_REASONS
+    logprobs: tuple[TokenLogprobs, ...] | None = None  # one a new token, when the request asked for them
 
 
 @dataclass(frozen=True)

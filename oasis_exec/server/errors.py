@@ -9,8 +9,11 @@ from pydantic import ValidationError
 
 _TYPE_BY_STATUS = {
     400: "invalid_request_error",
+    401: "invalid_request_error",
     404: "invalid_request_error",
     405: "invalid_request_error",
+    413: "invalid_request_error",
+    415: "invalid_request_error",
     429: "rate_limit_error",
     500: "server_error",
     503: "server_error",
@@ -78,6 +81,11 @@ def from_validation_error(exc: ValidationError) -> APIError:
     msg = first["msg"]
     if kind == "missing":
         msg = "field required"
+    elif kind == "extra_forbidden":
+        msg, kind = "this server does not implement this parameter", "unsupported_parameter"
     elif kind == "value_error":
         msg = msg.removeprefix("Value error, ")
+        head, sep, rest = msg.partition(": ")
+        if param is None and sep and head.isidentifier():  # a check across fields names the one it refuses
+            return APIError(400, msg, param=head, code=kind)
     return APIError(400, f"{param}: {msg}" if param else msg, param=param, code=kind)

@@ -1,8 +1,10 @@
 """From engine events to text: incremental detokenization and stop strings.
 
-`text_pieces` turns a request's event stream into `(text_delta, finish_reason)` pairs. Text that could be the
-start of a stop string is held back until it is known not to be one, so a stop string never reaches the client;
-when one appears the request is aborted in the engine and ends with finish reason "stop".
+`text_pieces` turns a request's event stream into `Piece`s: a text delta, the finish reason of the last one, and the
+tokens (with their logprobs, when asked) that arrived with it. Text that could be the start of a stop string is
+held back until it is known not to be one, so a stop string never reaches the client; when one appears the request
+is aborted in the engine and ends with finish reason "stop". Tokens are reported as they arrive (the tokens that
+produced a stop string included), so a piece's tokens and its text need not line up exactly.
 """
 
 from __future__ import annotations
@@ -11,6 +13,7 @@ from dataclasses import dataclass
 from typing import AsyncIterator, Callable
 
 from .engine_loop import Event, RequestStream
+from .engine_protocol import TokenLogprobs
 from .tokenizer import Detokenizer
 
 
@@ -43,6 +46,15 @@ class Outcome:
     completion_tokens: int = 0
     finish_reason: str | None = None
     error: str | None = None
+    error_code: str = "engine_error"
+
+
+@dataclass(frozen=True)
+class Piece:
+    text: str
+    finish_reason: str | None = None  # on the last piece: "length" | "stop" | "abort" | "error"
+    token_ids: tuple[int, ...] = ()
+    logprobs: tuple[TokenLogprobs, ...] | None = None
 
 
 async def text_pieces(
@@ -51,27 +63,28 @@ async def text_pieces(
     stops: list[str],
     abort: Callable[[RequestStream, str], None],
     outcome: Outcome,
-) -> AsyncIterator[tuple[str, str | None]]:
-    """Yield (text delta, None) while running and finally ("...", finish_reason); errors end in "error"."""
+) -> AsyncIterator[Piece]:
+    """Yield pieces while running; the last one has the finish reason (errors end in "error")."""
     matcher = StopMatcher(stops)
     while True:
         ev: Event = await stream.queue.get()
         outcome.completion_tokens += len(ev.token_ids)
+        tokens = {"token_ids": ev.token_ids, "logprobs": ev.logprobs}
         text, hit = matcher.feed(detok.push(ev.token_ids))
         if hit:
             abort(stream, "stop")
             outcome.finish_reason = "stop"
-            yield text, "stop"
+            yield Piece(text, "stop", **tokens)
             return
         if ev.terminal:
             if ev.finish_reason == "error":
-                outcome.finish_reason, outcome.error = "error", ev.error
-                yield text, "error"
+                outcome.finish_reason, outcome.error, outcome.error_code = "error", ev.error, ev.error_code
+                yield Piece(text, "error", **tokens)
                 return
             tail, hit = matcher.feed(detok.flush())
             tail = tail if hit else tail + matcher.flush()
             outcome.finish_reason = "stop" if hit else ev.finish_reason
-            yield text + tail, outcome.finish_reason
+            yield Piece(text + tail, outcome.finish_reason, **tokens)
             return
-        if text:
-            yield text, None
+        if text or ev.logprobs is not None:  # logprobs are sent as their tokens arrive
+            yield Piece(text, **tokens)

@@ -109,7 +109,8 @@ class _EngineCollector:
             s.hidden_fraction,
         )
         yield gauge("oasis_generation_tokens_per_second", "Generated tokens per second, last 10 s", self._tokens_per_s())
-        yield gauge("oasis_engine_healthy", "1 while the engine thread runs and its last step succeeded", float(healthy))
+        yield gauge("oasis_engine_healthy", "1 while /health reports ok: the engine thread runs, is not stalled and "
+                    "has not failed since it last proved healthy", float(healthy))
         yield CounterMetricFamily("oasis_prefetch_bytes", "Bytes copied host to GPU by the prefetcher", value=s.prefetch_bytes)
         yield CounterMetricFamily(
             "oasis_prefetch_stall_seconds", "Time layers waited for their transfers (measured with --profile)",

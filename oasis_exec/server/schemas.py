@@ -1,24 +1,40 @@
 """Pydantic models of the OpenAI-compatible API: requests (validated strictly) and responses.
 
 Requests are strict: a wrongly typed field is an error rather than silently coerced ("5" is not an integer).
-Fields the server does not use are ignored, as OpenAI clients send many; parameters whose values it cannot honour
-(`n` > 1, batched prompts) are rejected with a message naming them.
+Nothing is silently ignored: a parameter the server does not implement is a 400 naming it (`errors.py`), and so is
+an OpenAI parameter given a value other than its no-op one (`frequency_penalty` other than 0, `n` > 1, `tools`,
+...); its no-op value is accepted. An explicit `null` is accepted for every optional top-level field and means
+"the default".
 """
 
 from __future__ import annotations
 
+import json
 import time
 import uuid
-from typing import Any, Literal
+from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
+from pydantic import AfterValidator, BaseModel, ConfigDict, Field, field_validator, model_validator
 
-DEFAULT_MAX_TOKENS = 16
+DEFAULT_MAX_TOKENS = 16  # completions, as OpenAI; chat defaults to the rest of the context
 MAX_STOP_STRINGS = 4
+MAX_LOGPROBS = 20  # top alternatives a token, at most
+_REQUIRED = ("model", "prompt", "messages")
 
 
 class _Strict(BaseModel):
-    model_config = ConfigDict(strict=True, extra="ignore")
+    model_config = ConfigDict(strict=True, extra="forbid")
+
+
+def _noop(value: Any):
+    """A parameter this server implements only at its no-op value (which changes nothing)."""
+
+    def check(v: Any) -> Any:
+        if v != value or isinstance(v, bool) != isinstance(value, bool):
+            raise ValueError(f"this server implements only the value {json.dumps(value)}")
+        return v
+
+    return AfterValidator(check)
 
 
 class StreamOptions(_Strict):
@@ -49,17 +65,50 @@ class _SamplingFields(_Strict):
     stream_options: StreamOptions | None = None
     n: int = Field(default=1, ge=1, le=1)
     seed: int | None = None
+    user: str | None = None  # an end-user id for the caller's own bookkeeping: nothing to do with it
+    frequency_penalty: Annotated[float, _noop(0)] = 0.0
+    presence_penalty: Annotated[float, _noop(0)] = 0.0
+    logit_bias: Annotated[dict, _noop({})] = Field(default_factory=dict)
+
+    @model_validator(mode="before")
+    @classmethod
+    def _null_is_default(cls, data: Any) -> Any:
+        if isinstance(data, dict):
+            return {k: v for k, v in data.items() if v is not None or k in _REQUIRED}
+        return data
 
     @field_validator("stop", mode="before")
     @classmethod
     def _stop(cls, v: Any) -> list[str]:
         return _check_stop(v)
 
+    def top_n(self) -> int | None:
+        """Alternatives to report a token (None: no logprobs asked)."""
+        raise NotImplementedError
+
 
 class CompletionRequest(_SamplingFields):
-    """`POST /v1/completions`: `prompt` is text or a list of token ids (a batch of one is accepted too)."""
+    """`POST /v1/completions`: `prompt` is text or a list of token ids (a batch of one is accepted too).
+
+    `logprobs` N: each token's log-probability and the N most likely alternatives; `echo`: the prompt is returned
+    before the completion (with its tokens' log-probabilities when `logprobs` is set); `max_tokens` 0 with `echo`
+    scores the prompt without generating."""
 
     prompt: Any
+    max_tokens: int | None = Field(default=None, ge=0)
+    logprobs: int | None = Field(default=None, ge=0, le=MAX_LOGPROBS)
+    echo: bool = False
+    best_of: Annotated[int, _noop(1)] = 1
+    suffix: Annotated[str, _noop("")] = ""
+
+    @model_validator(mode="after")
+    def _zero_tokens_needs_echo(self) -> "CompletionRequest":
+        if self.max_tokens == 0 and not self.echo:
+            raise ValueError("max_tokens: 0 is only meaningful with echo (scoring the prompt)")
+        return self
+
+    def top_n(self) -> int | None:
+        return self.logprobs
 
     @field_validator("prompt", mode="before")
     @classmethod
@@ -79,8 +128,13 @@ class CompletionRequest(_SamplingFields):
 
 class ChatMessage(_Strict):
     role: Literal["system", "developer", "user", "assistant", "tool"]
-    content: Any = None
+    content: Any = ""
     name: str | None = None
+
+    @model_validator(mode="before")
+    @classmethod
+    def _null_is_default(cls, data: Any) -> Any:
+        return {k: v for k, v in data.items() if v is not None} if isinstance(data, dict) else data
 
     @field_validator("content", mode="before")
     @classmethod
@@ -97,16 +151,30 @@ class ChatMessage(_Strict):
 
 
 class ChatCompletionRequest(_SamplingFields):
-    """`POST /v1/chat/completions`; `max_completion_tokens` is accepted as a synonym of `max_tokens`."""
+    """`POST /v1/chat/completions`; `max_completion_tokens` is accepted as a synonym of `max_tokens`, and without
+    either the completion may take the rest of the context. `logprobs` true: each token's log-probability, with the
+    `top_logprobs` most likely alternatives."""
 
     messages: list[ChatMessage] = Field(min_length=1)
     max_completion_tokens: int | None = Field(default=None, ge=1)
+    logprobs: bool = False
+    top_logprobs: int | None = Field(default=None, ge=0, le=MAX_LOGPROBS)
+    tools: Annotated[list, _noop([])] = Field(default_factory=list)
+    tool_choice: Annotated[str, _noop("none")] = "none"
+    parallel_tool_calls: bool = True  # meaningless without tools
+    response_format: Annotated[dict, _noop({"type": "text"})] = Field(default_factory=lambda: {"type": "text"})
+    store: Annotated[bool, _noop(False)] = False
 
     @model_validator(mode="after")
     def _max_tokens_alias(self) -> "ChatCompletionRequest":
         if self.max_tokens is None and self.max_completion_tokens is not None:
             self.max_tokens = self.max_completion_tokens
+        if self.top_logprobs is not None and not self.logprobs:
+            raise ValueError("top_logprobs: needs logprobs set to true")
         return self
+
+    def top_n(self) -> int | None:
+        return (self.top_logprobs or 0) if self.logprobs else None
 
 
 # ---- responses ----
@@ -129,7 +197,7 @@ class Usage(BaseModel):
 class CompletionChoice(BaseModel):
     index: int = 0
     text: str
-    logprobs: None = None
+    logprobs: dict | None = None  # logprobs.CompletionLogprobs
     finish_reason: str | None = None
 
 
@@ -150,7 +218,7 @@ class ChatMessageOut(BaseModel):
 class ChatChoice(BaseModel):
     index: int = 0
     message: ChatMessageOut
-    logprobs: None = None
+    logprobs: dict | None = None  # logprobs.chat_entries
     finish_reason: str | None = None
 
 
@@ -171,7 +239,7 @@ class ChatDelta(BaseModel):
 class ChatChunkChoice(BaseModel):
     index: int = 0
     delta: ChatDelta
-    logprobs: None = None
+    logprobs: dict | None = None
     finish_reason: str | None = None
 
 

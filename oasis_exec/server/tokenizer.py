@@ -10,7 +10,11 @@ decodes as the byte `id % 256`.
 `describe()` states which tokenizer is in use; `/v1/models` reports it.
 
 Streaming needs incremental decoding that never splits a multi-byte character: `Detokenizer` takes ids as they
-arrive and returns only text that is final, so the concatenated deltas equal the decoding of all ids.
+arrive and returns only text that is final, so the concatenated deltas equal the decoding of all ids. It costs
+O(1) a token: where decoding is the UTF-8 decoding of the tokens' bytes (the byte tokenizer; byte-level BPE, which
+every GGUF tokenizer served here is) each token's bytes go through one incremental UTF-8 decoder; any other
+tokenizer decodes a short window of recent tokens (`_WindowDetokenizer`). `token_bytes(id)` is a token's own bytes
+(for log-probabilities: a token may hold part of a character).
 """
 
 from __future__ import annotations
@@ -39,6 +43,8 @@ class Tokenizer(Protocol):
 
     def detokenizer(self) -> "Detokenizer": ...
 
+    def token_bytes(self, token_id: int) -> bytes: ...
+
     def describe(self) -> str: ...
 
 
@@ -65,22 +71,55 @@ class ByteTokenizer:
     def decode(self, ids: Sequence[int]) -> str:
         return bytes(int(i) % 256 for i in ids).decode("utf-8", errors="replace")
 
-    def detokenizer(self) -> "_ByteDetokenizer":
-        return _ByteDetokenizer()
+    def detokenizer(self) -> "_BytesDetokenizer":
+        return _BytesDetokenizer(self.token_bytes)
+
+    def token_bytes(self, token_id: int) -> bytes:
+        return bytes((int(token_id) % 256,))
 
     def describe(self) -> str:
         return "byte-level (UTF-8 bytes are ids 0-255; id >= 256 decodes as byte id % 256)"
 
 
-class _ByteDetokenizer:
-    def __init__(self) -> None:
+class _BytesDetokenizer:
+    """Decoding is the UTF-8 decoding (with replacement) of the concatenated bytes of the tokens: one incremental
+    decoder holds back an unfinished character until its last byte arrives."""
+
+    def __init__(self, piece) -> None:
+        self._piece = piece  # token id -> the bytes it decodes to (b"" for a skipped special token)
         self._dec = codecs.getincrementaldecoder("utf-8")(errors="replace")
 
     def push(self, ids: Sequence[int]) -> str:
-        return self._dec.decode(bytes(int(i) % 256 for i in ids))
+        return self._dec.decode(b"".join(self._piece(int(i)) for i in ids))
 
     def flush(self) -> str:
         return self._dec.decode(b"", final=True)
+
+
+class _WindowDetokenizer:
+    """Any tokenizer: decode the tokens since the last emitted boundary (a short window), emit what is new once it
+    does not end in an unfinished character."""
+
+    def __init__(self, decode) -> None:
+        self._decode = decode
+        self._ids: list[int] = []
+        self._prefix = 0  # window start: tokens before it are emitted and no longer decoded
+        self._read = 0  # tokens up to here are emitted
+
+    def push(self, ids: Sequence[int]) -> str:
+        self._ids.extend(int(i) for i in ids)
+        done = self._decode(self._ids[self._prefix:self._read])
+        text = self._decode(self._ids[self._prefix:])
+        if len(text) <= len(done) or text.endswith("\ufffd"):
+            return ""
+        self._prefix, self._read = self._read, len(self._ids)
+        return text[len(done):]
+
+    def flush(self) -> str:
+        done = self._decode(self._ids[self._prefix:self._read])
+        text = self._decode(self._ids[self._prefix:])
+        self._prefix = self._read = len(self._ids)
+        return text[len(done):]
 
 
 class HFTokenizer:
@@ -94,6 +133,8 @@ class HFTokenizer:
     def __init__(self, tok, eos_token_ids: Sequence[int], chat_template: str | None, special_tokens: dict,
                  source: str) -> None:
         self._tok = tok
+        self._skipped = {i for i, t in tok.get_added_tokens_decoder().items() if t.special}  # decode skips these
+        self._byte_level = json.loads(tok.to_str()).get("decoder", {}).get("type") == "ByteLevel"
         self.eos_token_ids = tuple(eos_token_ids)
         self.chat_template = chat_template
         self._special = {k: v for k, v in special_tokens.items() if v is not None}  # bos_token -> "<s>", ...
@@ -177,35 +218,39 @@ class HFTokenizer:
         except jinja2.TemplateError as exc:  # a syntax error, or the template's raise_exception
             raise ValueError(f"chat template: {exc}") from None
 
-    def detokenizer(self) -> "_PrefixDetokenizer":
-        return _PrefixDetokenizer(self.decode)
+    def detokenizer(self) -> "_BytesDetokenizer | _WindowDetokenizer":
+        if self._byte_level:
+            return _BytesDetokenizer(lambda i: b"" if i in self._skipped else self.token_bytes(i))
+        return _WindowDetokenizer(self.decode)
+
+    def token_bytes(self, token_id: int) -> bytes:
+        """The token's bytes: byte-level BPE maps each character of the token back to its byte (a token whose
+        characters are not all in that alphabet, an added token, is its own UTF-8); special tokens are their
+        text."""
+        piece = self._tok.id_to_token(int(token_id))
+        if piece is None:
+            return b""
+        if not self._byte_level or int(token_id) in self._skipped:
+            return piece.encode("utf-8") if int(token_id) in self._skipped else self._tok.decode(
+                [int(token_id)], skip_special_tokens=False).encode("utf-8")
+        out = bytes(_BYTE_OF.get(c, -1) for c in piece) if all(c in _BYTE_OF for c in piece) else None
+        return out if out is not None else piece.encode("utf-8")
 
     def describe(self) -> str:
         return self._source
 
 
-class _PrefixDetokenizer:
-    """Decode the whole sequence each time and emit the new suffix; hold back a trailing partial character."""
+def _byte_alphabet() -> dict[str, int]:
+    """GPT-2's byte-level alphabet, inverted: the printable Latin-1 bytes stand for themselves, the other 68 bytes
+    for the characters from U+0100 on, in byte order."""
+    printable = [*range(ord("!"), ord("~") + 1), *range(ord("¡"), ord("¬") + 1), *range(ord("®"), ord("ÿ") + 1)]
+    chars = {b: chr(b) for b in printable}
+    extra = (b for b in range(256) if b not in chars)
+    chars.update({b: chr(256 + n) for n, b in enumerate(extra)})
+    return {c: b for b, c in chars.items()}
 
-    def __init__(self, decode) -> None:
-        self._decode = decode
-        self._ids: list[int] = []
-        self._emitted = 0
 
-    def push(self, ids: Sequence[int]) -> str:
-        self._ids.extend(int(i) for i in ids)
-        text = self._decode(self._ids)
-        if text.endswith("\ufffd"):
-            return ""
-        return self._take(text)
-
-    def flush(self) -> str:
-        return self._take(self._decode(self._ids))
-
-    def _take(self, text: str) -> str:
-        new = text[self._emitted :]
-        self._emitted = len(text)
-        return new
+_BYTE_OF = _byte_alphabet()
 
 
 def _gguf_pre_tokenizer(pre: str | None, path: str):
