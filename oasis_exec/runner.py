@@ -619,10 +619,12 @@ class Runner:
     # -- accounting -----------------------------------------------------------------------------------------------
 
     def extend_blocks(self, lane: int, blocks) -> None:
-        """Host blocks a lane's request took as it grew: appended to its block table (sparse modes)."""
+        """Host blocks a lane's request took as it grew: appended to its block table (sparse modes). Scalar writes
+        (a fill kernel each, usually one block) so that no host-to-device copy synchronises the step."""
         have = self.lane_blocks[lane]
-        self.store.host_table[lane, len(have): len(have) + len(blocks)] = torch.as_tensor(blocks, dtype=torch.int64)
-        have.extend(blocks)
+        for b in blocks:
+            self.store.host_table[lane, len(have)] = int(b)
+            have.append(b)
 
     def release(self, req_id) -> None:
         """Drop what the runner holds for a request that ended early (the prompt KV scratch of a chunked prefill)."""
