@@ -9,8 +9,9 @@ Module map (files named by role):
 - ``pipeline.py``  per-layer prediction -> selection -> transfer on side streams (UVA gather or host gather + DMA).
 - ``writeback.py`` device-decided copy of filled local blocks to the host pool (UVA kernel).
 - ``ops.py``       kernel dispatch: ``kernels/`` on CUDA, their torch references elsewhere.
-- ``scheduler.py`` torch-free continuous batching, admission, chunked prefill; ``BatchPlan`` is the contract.
-- ``runner.py``    owns GPU state; executes a ``BatchPlan`` (prefill chunk or decode step; CUDA graphs).
+- ``scheduler.py`` torch-free: the executor's side of ``oasis_core.scheduler`` (lanes + host blocks accounting,
+  request state) and ``RunnerCall``, what one runner call executes.
+- ``runner.py``    owns GPU state; executes a ``RunnerCall`` (prefill chunk or decode step; CUDA graphs).
 - ``engine.py``    schedule -> execute -> update; ``add_request`` / ``step`` / ``abort`` / ``stats`` / ``generate``.
 - ``sampling.py``  greedy, temperature and top-p sampling with per-request counter-based draws (seeds).
 - ``bench.py``     closed-loop benchmark record; ``recorder.py``: bench results as recordings (traces/SCHEMA.md).

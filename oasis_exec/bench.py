@@ -134,7 +134,7 @@ def _prefill_all(eng, n: int) -> float:
     request has finished or decoded ahead of the others by then (the timed steps need all ``n`` in lockstep)."""
     t0 = time.perf_counter()
     sch = eng.scheduler
-    while sch.waiting or any(r.state != "running" for r in sch.running.values()):
+    while sch.waiting or any(r.state != "decode" for r in sch.running.values()):
         eng.step()
     outs = [len(r.output) for r in sch.running.values()]
     if len(outs) != n or max(outs) != 1:

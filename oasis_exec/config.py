@@ -79,8 +79,9 @@ class ExecConfig:
     no_transfer: bool = _f(False, "plan selections but skip the copies (overlap reference; attention reads stale "
                                   "slots)")
     prefill_chunk: int = _f(2048, "tokens per prefill chunk")
-    prefill_interleave: bool = _f(True, "after a prefill chunk, run a decode step before the next chunk when requests "
-                                        "are decoding (bounds their wait to one chunk); off: prompts first")
+    prefill_interleave: bool = _f(True, "decodes ride along in every step that prefills (oasis_core.scheduler); off: "
+                                        "prompts first, a step that prefills decodes nothing (benchmarks that need "
+                                        "every request decoding in lockstep)")
     seed: int = _f(0, "weights, sampling and synthetic-selection seed")
     fused_ops: bool = _f(True, "fused Triton kernels on CUDA: RMSNorm, q/k norm + RoPE, SwiGLU (kernels.fused_ops), "
                                 "selection + copy list (kernels.plan_select) and the KV write (kernels.kv_write); off: "

@@ -1,4 +1,5 @@
-"""The engine: schedule -> execute -> update, and the request API a server loop drives.
+"""The engine: schedule -> execute -> update on the one scheduler (``oasis_core.scheduler``), and the request API
+a server loop drives. A step executes one plan: its prefill chunks (a runner call each), then its decode batch.
 
     eng = Engine(ExecConfig(...))
     rid = eng.add_request(prompt_ids, SamplingParams(max_tokens=32, temperature=0.7, top_p=0.9, seed=1))
@@ -16,13 +17,17 @@ counter-based per-request randomness, so a request with a ``seed`` yields the sa
 """
 from __future__ import annotations
 
+import itertools
 import math
 from dataclasses import dataclass, field
+
+from oasis_core import modes
+from oasis_core.scheduler import Scheduler
 
 from .config import ExecConfig
 from .runner import Runner
 from .sampling import request_key, sample, uniform
-from .scheduler import BatchPlan, SamplingParams, Scheduler
+from .scheduler import Admit, DecodeItem, LaneAccounting, PrefillChunk, Request, RunnerCall, SamplingParams
 
 
 @dataclass(frozen=True)
@@ -72,10 +77,13 @@ class Engine:
     def __init__(self, cfg: ExecConfig, runner: Runner | None = None):
         self.cfg = cfg
         self.runner = runner or Runner(cfg)
-        self.scheduler = Scheduler(self.runner.max_lanes, self.runner.host_blocks_total, cfg.block_size,
-                                   cfg.prefill_chunk, needs_host=cfg.sparse, interleave=cfg.prefill_interleave)
-        self._plan: BatchPlan | None = None  # the plan being executed (rows of the sampling call)
+        self.acct = LaneAccounting(max_lanes=self.runner.max_lanes, host_blocks=self.runner.host_blocks_total,
+                                   block_size=cfg.block_size, needs_host=modes.get(cfg.mode).sparse)
+        self.scheduler = Scheduler(accounting=self.acct, prefill_tokens=cfg.prefill_chunk,
+                                   max_context=cfg.max_context, decode_with_prefill=cfg.prefill_interleave)
+        self._plan: RunnerCall | None = None  # the runner call being executed (rows of the sampling call)
         self._keys: dict = {}  # req_id -> random key, for requests the scheduler holds
+        self._ids = itertools.count()
         self._units = 0  # prefetch units at the last counter read
         self.runner.sampler = self._sample  # the runner samples through the engine: per-request keys and top_p
         shape = self.runner.shape
@@ -87,17 +95,20 @@ class Engine:
         return self.runner.max_lanes
 
     def add_request(self, prompt_ids, sampling: SamplingParams | None = None, synthetic_prefill=False) -> int:
+        """Queue a request; ValueError when it can never be served (it is rejected: over the context limit, or
+        more host blocks than the pool holds)."""
         sampling = sampling or SamplingParams()
-        need = len(prompt_ids) + sampling.max_tokens
-        if need > self.cfg.max_context:
-            raise ValueError(f"prompt ({len(prompt_ids)}) + max_tokens ({sampling.max_tokens}) exceeds max_context "
-                             f"{self.cfg.max_context}")
-        if self.cfg.sparse and -(-need // self.cfg.block_size) > self.runner.host_blocks_total:
-            raise ValueError(f"request needs {-(-need // self.cfg.block_size)} host blocks, the pool holds "
-                             f"{self.runner.host_blocks_total}")
-        rid = self.scheduler.add(list(prompt_ids), sampling, synthetic_prefill)
-        self._keys[rid] = request_key(sampling.seed, self.cfg.seed, rid)
-        return rid
+        r = Request(id=next(self._ids), prompt=list(prompt_ids), sampling=sampling,
+                    synthetic_prefill=synthetic_prefill)
+        if not self.scheduler.add(r):
+            need = len(r.prompt) + sampling.max_tokens
+            detail = {"context_limit": f"exceeds max_context {self.cfg.max_context}",
+                      "host_capacity": f"needs {-(-need // self.cfg.block_size)} host blocks, the pool holds "
+                                       f"{self.runner.host_blocks_total}"}.get(r.reason, "")
+            raise ValueError(f"request rejected ({r.reason}): prompt ({len(r.prompt)}) + max_tokens "
+                             f"({sampling.max_tokens}) {detail}")
+        self._keys[r.id] = request_key(sampling.seed, self.cfg.seed, r.id)
+        return r.id
 
     def abort(self, req_id) -> bool:
         """End a request now and free its lane and host blocks; False when it is unknown or already ended."""
@@ -109,18 +120,48 @@ class Engine:
         return self.scheduler.has_work()
 
     def step(self) -> list:
-        plan = self.scheduler.schedule()
-        if plan.is_empty:
-            return []
-        self._plan = plan
-        try:
-            tokens = self.runner.execute(plan)
-        finally:
-            self._plan = None
-        done = {r.id: r.finish_reason for r in self.scheduler.update(plan, tokens)}
+        """One plan: its prefill chunks (a runner call each), then its decode batch (one runner call)."""
+        sch, runner = self.scheduler, self.runner
+        plan = sch.schedule()
+        outs = []
+        for r in plan.preempted:  # its lane and host blocks are free again: drop what the runner holds of it
+            runner.release(r.id)
+        if plan.preempted and runner.pipe is not None:
+            runner.pipe.wait_all()  # no background copy may still read a host block that changed hands
+        for r in plan.rejected:  # accepted earlier, rejected at re-admission (add_request raised for the others)
+            if r.id in self._keys:
+                self._forget(r.id)
+                outs.append(StepOutput(r.id, (), r.reason))
+        if plan.empty:
+            return outs
+        sampling = {r.id: r.sampling for r in sch.running.values()}
+        admit = tuple(Admit(r.id, r.lane, tuple(r.host_blocks), r.synthetic_prefill and not r.preempted,
+                            r.prompt_len, r.sampling.seed if r.sampling.seed is not None else r.id)
+                      for r in plan.admitted)
+        tokens = {}
+        for ch in plan.prefill:
+            r = ch.req
+            toks = tuple(r.token_at(p) for p in range(ch.start, ch.start + ch.n))
+            got = self._call(RunnerCall(admit, PrefillChunk(r.id, r.lane, ch.start, toks, ch.last), (), sampling))
+            admit = ()
+            if ch.last and not r.output:  # a re-prefill's sample is output[-1] again, not a new token
+                tokens[r.id] = got[r.id]
+        if plan.decode:
+            items = []
+            for r in sorted(plan.decode, key=lambda x: x.lane):
+                pos = r.prompt_len + r.generated - 1
+                items.append(DecodeItem(r.id, r.lane, r.token_at(pos), pos))
+            tokens.update(self._call(RunnerCall(admit, None, tuple(items), sampling)))
+        for rid, tok in tokens.items():
+            sch.running[rid].output.append(int(tok))
+        stopped = [rid for rid, tok in tokens.items() if int(tok) in sch.running[rid].sampling.stop_ids]
+        done = {r.id: r.reason for r in sch.update(plan, stopped=stopped)}
+        for r, blocks in self.acct.take_grown():
+            if r.lane >= 0:
+                runner.extend_blocks(r.lane, blocks)
         for rid in done:
             self._forget(rid)
-        return [StepOutput(rid, (tok,), done.get(rid)) for rid, tok in tokens.items()]
+        return outs + [StepOutput(rid, (int(tok),), done.get(rid)) for rid, tok in tokens.items()]
 
     def generate(self, prompts, sampling: SamplingParams | None = None) -> list:
         ids = [self.add_request(p, sampling) for p in prompts]
@@ -134,15 +175,15 @@ class Engine:
     def stats(self, read_counters: bool = True) -> Stats:
         """A snapshot. Reading the prefetch counter synchronises the device: with ``read_counters=False`` the value
         of the last read is reported (a server refreshing its metrics after every step reads it now and then)."""
-        s, r = self.scheduler, self.runner
+        s, a, r = self.scheduler, self.acct, self.runner
         if read_counters:
             self._units = int(r.counters()["units_fetched"])
         stage = dict(r.stage_ms)
         transfer_ms, stall_ms = stage.get("transfer", 0.0), stage.get("stall", 0.0)
-        host_free = len(s.free_host)
+        host_free = len(a.free_host)
         return Stats(
             running=len(s.running), waiting=len(s.waiting),
-            lanes_used=r.max_lanes - len(s.free_lanes), lanes_free=len(s.free_lanes),
+            lanes_used=r.max_lanes - len(a.free_lanes), lanes_free=len(a.free_lanes),
             slots_per_lane=self.slots_per_lane,
             host_blocks_used=r.host_blocks_total - host_free if r.host_blocks_total else 0,
             host_blocks_free=host_free if r.host_blocks_total else 0,
@@ -156,18 +197,30 @@ class Engine:
 
     # -- internals ------------------------------------------------------------------------------------------------
 
+    def _call(self, call: RunnerCall) -> dict:
+        self._plan = call
+        try:
+            return self.runner.execute(call)
+        finally:
+            self._plan = None
+
     def _forget(self, req_id) -> None:
         self._keys.pop(req_id, None)
         self.runner.release(req_id)  # a request aborted mid chunked prefill leaves its prompt KV in the runner
 
     def _sample(self, logits, params):
-        """The runner's sampling call: ``params`` are the plan's SamplingParams in the order of the logits rows,
-        which is the plan's prefill request, else its decode items."""
-        plan = self._plan
-        rows = [plan.prefill.req_id] if plan.prefill is not None else [it.req_id for it in plan.decode]
+        """The runner's sampling call: ``params`` are the call's SamplingParams in the order of the logits rows,
+        which is the call's prefill request, else its decode items. A re-prefill after a preemption yields the
+        request's last output token again (the next decode's input), so the draft sees the token it will decode."""
+        call = self._plan
+        rows = [call.prefill.req_id] if call.prefill is not None else [it.req_id for it in call.decode]
         if len(rows) != len(params):
-            raise RuntimeError(f"sampling {len(params)} rows for a plan of {len(rows)} requests")
+            raise RuntimeError(f"sampling {len(params)} rows for a call of {len(rows)} requests")
         running = self.scheduler.running
+        if call.prefill is not None and running[rows[0]].output:
+            import torch
+
+            return torch.tensor([running[rows[0]].output[-1]], dtype=torch.int64, device=logits.device)
         draws = [uniform(self._keys[rid], len(running[rid].output)) if sp.temperature > 0 else 0.0
                  for rid, sp in zip(rows, params)]
         return sample(logits, params, draws)

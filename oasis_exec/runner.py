@@ -1,4 +1,4 @@
-"""The model runner: owns every GPU tensor and executes one ``BatchPlan`` (prefill chunk or decode step).
+"""The model runner: owns every GPU tensor and executes one ``RunnerCall`` (prefill chunk or decode step).
 
 Decode, per layer l (sparse modes): QKV for the real token (and, in ``lookahead``, the draft token stacked behind
 it) -> wait for layer l's transfer of the previous step -> write the real token's K/V into the local block ->
@@ -36,7 +36,7 @@ from .host_memory import host_pool_blocks
 from .kv_store import DenseStore, HostPool, SparseStore
 from .model import Decoder
 from .pipeline import Prefetcher
-from .scheduler import BatchPlan
+from .scheduler import RunnerCall
 from .writeback import writeback_full
 
 # False: the K/V write by advanced indexing (analysis/h200_sweep_with_transfer_paths.py --plain-kv-write)
@@ -143,7 +143,7 @@ class Runner:
     # -- plan entry point ---------------------------------------------------------------------------------------
 
     @torch.inference_mode()
-    def execute(self, plan: BatchPlan) -> dict:
+    def execute(self, plan: RunnerCall) -> dict:
         self.last_logits = {}
         if plan.admit and self.pipe is not None:
             self.pipe.wait_all()  # no background work may touch a lane being reset
@@ -358,7 +358,7 @@ class Runner:
         pre[1].record_stream(main)
         return pre[1]
 
-    def _decode(self, plan: BatchPlan) -> dict:
+    def _decode(self, plan: RunnerCall) -> dict:
         cfg, dev = self.cfg, self.device
         items = plan.decode
         lanes_list = [it.lane for it in items]
@@ -618,6 +618,14 @@ class Runner:
         return torch.where(hot, drawn, greedy)
 
     # -- accounting -----------------------------------------------------------------------------------------------
+
+    def extend_blocks(self, lane: int, blocks) -> None:
+        """Host blocks a lane's request took as it grew: appended to its block table (sparse modes). Scalar writes
+        (a fill kernel each, usually one block) so that no host-to-device copy synchronises the step."""
+        have = self.lane_blocks[lane]
+        for b in blocks:
+            self.store.host_table[lane, len(have)] = int(b)
+            have.append(b)
 
     def release(self, req_id) -> None:
         """Drop what the runner holds for a request that ended early (the prompt KV scratch of a chunked prefill)."""

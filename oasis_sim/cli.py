@@ -182,7 +182,8 @@ def summary_table(s: dict, wall_s: float) -> str:
     speed = s["simulated_s"] / wall_s if wall_s > 0 else float("inf")
     rows = [
         ("mode / model / hardware", f"{s['mode']} / {s['model']} / {s['hardware']} (split {s['split']})"),
-        ("requests completed", f"{s['requests_completed']} of {s['requests']} ({s['preemptions']} preemptions)"),
+        ("requests completed", f"{s['requests_completed']} of {s['requests']} ({s['requests_rejected']} rejected, "
+                               f"{s['preemptions']} preemptions)"),
         ("throughput", f"{f(s['throughput_tok_s'], 1)} tok/s"),
         ("TPOT p50 / p99", f"{f(s['tpot_ms_p50'])} / {f(s['tpot_ms_p99'])} ms"),
         ("TTFT p50 / p99", f"{f(s['ttft_ms_p50'], 1)} / {f(s['ttft_ms_p99'], 1)} ms"),
@@ -234,6 +235,13 @@ def cmd_run(args) -> int:
     result = simulate(cfg, trace)
     result.summary.update(provenance(cfg, args.trace or bundled_trace_path()))
     write_outputs(result, args.out)
+    s = result.summary
+    if s["requests_rejected"]:
+        from oasis_core.scheduler import REJECT_REASONS
+
+        why = ", ".join(f"{s['rejected_' + r]} {r}" for r in REJECT_REASONS if s["rejected_" + r])
+        print(f"oasis-sim: {s['requests_rejected']} of {s['requests']} requests rejected ({why}): they can never "
+              f"be admitted", file=sys.stderr)
     if not args.quiet:
         print(summary_table(result.summary, result.wall_s))
         print(f"wrote {args.out}/summary.json, requests.csv, steps.csv, memory.csv, timeline.json, timing.json")

@@ -1,6 +1,9 @@
 """The decode node's engine: a SimPy process looping ``schedule → execute → update``.
 
-``execute`` turns a :class:`~oasis_sim.scheduler.BatchPlan` into a :class:`~oasis_sim.pipeline.LayerWork` (per-layer
+The loop is the one scheduler's step (``oasis_core.scheduler``): ``plan = sched.schedule(now)``, ``execute(plan)``
+advances simulated time to the step's end, ``sched.update(plan, end)``.
+
+``execute`` turns a :class:`~oasis_core.scheduler.Plan` into a :class:`~oasis_sim.pipeline.LayerWork` (per-layer
 compute, background prediction/selection, transfer bytes per layer, all from the predictor and the copy path),
 asks the policy handle of every decode request for its blocks of this step (``oasis_sim.policy`` → oasis_core), then
 times the step with the closed-form pipeline and yields one SimPy event at the step's end (or, with
@@ -15,13 +18,14 @@ from dataclasses import dataclass, field
 import simpy
 
 from oasis_core.geometry import KVGeometry
+from oasis_core.scheduler import Plan
 
 from .config import SimConfig
 from .hardware import GPU
 from .pipeline import LayerPipeline, LayerWork, StepTiming, at
 from .policy import StepLink, cap_policy
 from .predictor import TimePredictor
-from .scheduler import BatchPlan, Scheduler
+from .scheduler import SimScheduler
 
 
 @dataclass
@@ -36,7 +40,7 @@ class StepLog:
 
 
 class Engine:
-    def __init__(self, env: simpy.Environment, cfg: SimConfig, geo: KVGeometry, gpu: GPU, sched: Scheduler,
+    def __init__(self, env: simpy.Environment, cfg: SimConfig, geo: KVGeometry, gpu: GPU, sched: SimScheduler,
                  predictor: TimePredictor, h2d_Bps: float, h2d_latency_s: float, timeline=None, remote=None):
         self.env, self.cfg, self.geo, self.gpu, self.sched, self.pred = env, cfg, geo, gpu, sched, predictor
         m = geo.model
@@ -110,13 +114,14 @@ class Engine:
                 self._tok_cache[tokens] = v
         return v
 
-    def execute(self, plan: BatchPlan):
+    def execute(self, plan: Plan):
         cfg, pred, L, kvh = self.cfg, self.pred, self.L, self.kvh
         mode = cfg.mode
         n_dec = len(plan.decode)
         n_pf = 0
         pf_attn = 0.0
-        for r, n in plan.prefill:
+        for ch in plan.prefill:
+            r, n = ch.req, ch.n
             pf_attn += pred.time("attn_prefill", {"tokens": n, "past_tokens": r.prefill_done})
             n_pf += n
         gemm_tokens = n_dec + n_pf + (n_dec if mode == "lookahead" else 0)  # + draft token per request
@@ -190,7 +195,8 @@ class Engine:
 
         # First fills of requests that finished prefill now (their first decode step waits for them).
         fill = 0.0
-        for r, n in plan.prefill:
+        for ch in plan.prefill:
+            r, n = ch.req, ch.n
             if r.policy is not None and r.prefill_done + n >= r.prefill_target:
                 sl = r.policy.first_fill() * L * kvh
                 r.fetch_blocks += sl

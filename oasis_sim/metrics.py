@@ -2,7 +2,9 @@
 (``steps.csv``) and memory occupancy series (``memory.csv``).
 
 Definitions: TTFT = first output token time − arrival; TPOT = (finish − first token) / (output − 1) per request
-with output > 1; percentiles are numpy's linear interpolation over requests. ``throughput_tok_s`` = output tokens
+with output > 1; every request ends completed or rejected (``requests_rejected``, and by reason
+``rejected_context_limit`` / ``rejected_gpu_capacity`` / ``rejected_host_capacity``); request figures are over the
+completed ones; percentiles are numpy's linear interpolation over requests. ``throughput_tok_s`` = output tokens
 of completed requests / ``simulated_s``; ``simulated_s`` = last completion − first arrival. ``resident_recall`` =
 mean over (request, decode step) of the share of the true top-K resident when the layer attends (1 for dense and
 quest). ``stall_ms_total`` = compute-stream time spent waiting for transfers (layer-local sync, summed over steps).
@@ -48,7 +50,11 @@ def request_rows(done, bpbh: float) -> list[dict]:
 
 
 def summarize(cfg, rows, *, n_requests, preemptions, h2d_bytes, d2h_bytes, net_bytes, hbm_peak, host_peak,
-              recall_sum, recall_n, stall_s, steps, end_s, first_arrival_s, extra=None) -> dict:
+              recall_sum, recall_n, stall_s, steps, end_s, first_arrival_s, rejections=None, extra=None) -> dict:
+    """``rejections``: reason -> requests rejected (``oasis_core.scheduler.REJECT_REASONS``)."""
+    from oasis_core.scheduler import REJECT_REASONS
+
+    rejections = rejections or {}
     ttft = [x["ttft_ms"] for x in rows]
     tpot = [x["tpot_ms"] for x in rows if x["tpot_ms"] is not None]
     out_tokens = sum(x["output_tokens"] for x in rows)
@@ -56,7 +62,10 @@ def summarize(cfg, rows, *, n_requests, preemptions, h2d_bytes, d2h_bytes, net_b
     s = {
         "mode": cfg.mode, "model": cfg.model, "hardware": cfg.hardware, "split": cfg.split,
         "selection": cfg.selection, "policy_sampling": cfg.policy_sampling,
-        "requests": n_requests, "requests_completed": len(rows), "output_tokens": out_tokens,
+        "requests": n_requests, "requests_completed": len(rows),
+        "requests_rejected": sum(rejections.values()),
+        **{f"rejected_{why}": rejections.get(why, 0) for why in REJECT_REASONS},
+        "output_tokens": out_tokens,
         "throughput_tok_s": _r(out_tokens / sim_s if sim_s > 0 else 0.0, 4),
         "tpot_ms_p50": _pct(tpot, 50), "tpot_ms_p99": _pct(tpot, 99),
         "ttft_ms_p50": _pct(ttft, 50), "ttft_ms_p99": _pct(ttft, 99),

@@ -1,7 +1,7 @@
 """Build and run one simulation: ``simulate(cfg, trace) -> SimResult``.
 
 Wiring: ``SimConfig`` → specs (``oasis_core.specs``), KV geometry, predictor, one decode ``Node`` (HBM, host DRAM,
-compute/side streams, copy paths) → ``Scheduler`` + ``Engine`` (+ ``split.PrefillNode`` and a NIC when
+compute/side streams, copy paths) → ``SimScheduler`` (``oasis_core.scheduler``) + ``Engine`` (+ ``split.PrefillNode`` and a NIC when
 ``split != 'none'``) → the workload (trace, closed loop or Poisson) → ``env.run()`` → metrics.
 """
 from __future__ import annotations
@@ -15,12 +15,12 @@ from oasis_core.geometry import KVGeometry
 from oasis_core.trace import Trace
 
 from . import metrics
-from .config import SimConfig
+from .config import ConfigError, SimConfig
 from .engine import Engine
 from .hardware import GPU, CopyPath, FairLink, MemoryPool, Node
 from .policy import PolicySource
 from .predictor import RooflinePredictor, TimePredictor
-from .scheduler import Scheduler
+from .scheduler import SimScheduler
 from .timeline import Timeline
 from .workloads import ClosedLoop, make_requests
 
@@ -69,7 +69,10 @@ def simulate(cfg: SimConfig, trace: Trace, predictor: TimePredictor | None = Non
     predictor = predictor or RooflinePredictor(model, hw)
     hbm_total = cfg.hbm_bytes or hw.hbm_bytes
     weights = model.weight_bytes
-    hbm_kv = max(hbm_total * cfg.hbm_utilization - weights, 1.0)
+    hbm_kv = hbm_total * cfg.hbm_utilization - weights
+    if hbm_kv <= 0:
+        raise ConfigError(f"model: its weights ({weights / 1e9:.1f} GB) do not fit the usable HBM of {cfg.hardware} "
+                          f"({cfg.hbm_utilization} x {hbm_total / 1e9:.1f} GB), got {cfg.model!r}")
     host_bytes = cfg.host_bytes or hw.host_dram_bytes_per_gpu * 0.9
     node = build_node(env, cfg, "decode", hbm_kv, host_bytes)
 
@@ -77,7 +80,7 @@ def simulate(cfg: SimConfig, trace: Trace, predictor: TimePredictor | None = Non
     bs = cfg.block_size
     policy = PolicySource(cfg, [-(-(r.prompt + (r.output + 1) // 2) // bs) for r in reqs],
                           max_steps=max((r.output for r in reqs), default=0))
-    sched = Scheduler(cfg, geo, node.gpu.hbm, node.host, weights, policy)
+    sched = SimScheduler(cfg, geo, node.gpu.hbm, node.host, policy)
     timeline = Timeline() if cfg.timeline_steps > 0 else None
 
     prefill = None
@@ -104,7 +107,7 @@ def simulate(cfg: SimConfig, trace: Trace, predictor: TimePredictor | None = Non
                 hit = prefix.lookup_insert(r.prefix_ids, r.prefix_block_tokens)
                 r.prefix_hit_tokens = min(hit, r.prompt - 1)
                 r.prefill_done = r.prefix_hit_tokens  # cached prefix: no prefill compute
-            sched.add(r)
+            sched.add(r, env.now)
             engine.notify()
 
     if cfg.arrival == "closed":
@@ -139,7 +142,7 @@ def simulate(cfg: SimConfig, trace: Trace, predictor: TimePredictor | None = Non
     if prefill is not None:
         extra.update(prefill.stats())
     summary = metrics.summarize(
-        cfg, rows, n_requests=len(reqs), preemptions=sched.preemptions, h2d_bytes=engine.h2d_bytes,
+        cfg, rows, n_requests=len(reqs), rejections=dict(sched.rejections), preemptions=sched.preemptions, h2d_bytes=engine.h2d_bytes,
         d2h_bytes=engine.d2h_bytes, net_bytes=net, hbm_peak=node.gpu.hbm.peak, host_peak=node.host.peak,
         recall_sum=engine.recall_sum, recall_n=engine.recall_n, stall_s=engine.stall_s, steps=engine.steps,
         end_s=end, first_arrival_s=first_arrival, extra=extra)

@@ -182,7 +182,7 @@ class PrefillNode:
         r.first_token_t = env.now
         r.ready_t = env.now
         self.in_flight -= 1
-        self.sched.add(r)
+        self.sched.add(r, env.now)
         self.engine.notify()
 
     def stats(self) -> dict:

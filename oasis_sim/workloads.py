@@ -114,23 +114,32 @@ def make_requests(trace: Trace, cfg: SimConfig) -> list[Req]:
 
 
 class ClosedLoop:
-    """Keeps ``concurrency`` requests in flight: the first N at t = 0, then one per completion."""
+    """Keeps ``concurrency`` requests in flight: the first N at t = 0, then one per request that ends (completed or
+    rejected)."""
 
     def __init__(self, reqs: list[Req], concurrency: int, submit):
         self.pending = list(reversed(reqs))
         self.submit = submit
-        for _ in range(min(concurrency, len(self.pending))):
-            self._release(0.0)
+        self._owed = 0  # releases due; a rejected submission ends at once and asks for the next one re-entrantly
+        self._releasing = False
+        self._release(0.0, min(concurrency, len(self.pending)))
 
-    def _release(self, now: float) -> None:
-        r = self.pending.pop()
-        r.arrival = now
-        r.ready_t = now
-        self.submit(r)
+    def _release(self, now: float, n: int) -> None:
+        self._owed += n
+        if self._releasing:
+            return
+        self._releasing = True
+        while self._owed and self.pending:
+            self._owed -= 1
+            r = self.pending.pop()
+            r.arrival = now
+            r.ready_t = now
+            self.submit(r)
+        self._owed = 0
+        self._releasing = False
 
     def on_done(self, _req, now: float) -> None:
-        if self.pending:
-            self._release(now)
+        self._release(now, 1)
 
     def more(self) -> bool:
         return bool(self.pending)

@@ -1,5 +1,5 @@
-"""The executor's scheduler is torch-free: admission by lanes and host blocks, chunked prefill, retirement. The
-engine forgets retired requests (bounded state), reports `stats()`, and samples per request (seed, top_p)."""
+"""The executor's side of the one scheduler is torch-free: admission by lanes, host blocks taken as a request grows,
+chunked prefill with decodes mixed in, retirement. The engine forgets retired requests (bounded state), reports `stats()`, and samples per request (seed, top_p)."""
 import math
 import random
 import subprocess
@@ -7,77 +7,84 @@ import sys
 
 import pytest
 
-from oasis_exec.scheduler import SamplingParams, Scheduler
+from oasis_core.scheduler import Scheduler
+from oasis_exec.scheduler import LaneAccounting, Request, SamplingParams
 
 
 def test_scheduler_imports_without_torch():
-    code = ("import sys; sys.modules['torch'] = None; import oasis_exec.scheduler as s; "
+    code = ("import sys; sys.modules['torch'] = None; import oasis_exec.scheduler as s; import oasis_core.scheduler; "
             "assert 'torch' not in [m for m in sys.modules if sys.modules[m] is not None]")
     subprocess.run([sys.executable, "-c", code], check=True)
 
 
-def test_admission_chunked_prefill_and_retirement():
-    s = Scheduler(max_lanes=2, host_blocks=10, block_size=16, prefill_chunk=32, interleave=False)  # prompts first
-    a = s.add(list(range(70)), SamplingParams(max_tokens=10))  # needs ceil(80/16) = 5 host blocks
-    b = s.add(list(range(20)), SamplingParams(max_tokens=12))  # needs 2
-    c = s.add(list(range(60)), SamplingParams(max_tokens=4))  # needs 4: waits for host blocks
+def _sched(lanes, host_blocks, chunk=32, **kw):
+    acct = LaneAccounting(max_lanes=lanes, host_blocks=host_blocks, block_size=16, needs_host=True)
+    return Scheduler(accounting=acct, prefill_tokens=chunk, **kw), acct
+
+
+def _req(i, n, max_tokens, **kw):
+    return Request(id=i, prompt=list(range(n)), sampling=SamplingParams(max_tokens=max_tokens, **kw))
+
+
+def test_lanes_and_host_blocks_are_taken_as_requests_grow():
+    s, acct = _sched(2, 10, decode_with_prefill=False)  # prompts first
+    a, b, c = _req(0, 70, 10), _req(1, 20, 12), _req(2, 60, 4)
+    for r in (a, b, c):
+        assert s.add(r)
     p = s.schedule()
-    assert [(x.req_id, x.lane, len(x.host_blocks)) for x in p.admit] == [(a, 0, 5), (b, 1, 2)]
-    assert p.admit[0].host_blocks == (0, 1, 2, 3, 4)
-    assert (p.prefill.req_id, p.prefill.start, len(p.prefill.tokens), p.prefill.last) == (a, 0, 32, False)
-    s.update(p, {})
+    # a's prompt needs ceil(70/16) = 5 blocks and b's 2 (not prompt + max_tokens as a whole-request reservation
+    # would); c waits for a lane.
+    assert [(r.id, r.lane, r.host_blocks) for r in p.admitted] == [(0, 0, [0, 1, 2, 3, 4]), (1, 1, [5, 6])]
+    assert [(ch.req.id, ch.start, ch.n, ch.last) for ch in p.prefill] == [(0, 0, 32, False)]
+    s.update(p)
     p = s.schedule()
-    assert (p.prefill.start, len(p.prefill.tokens), p.prefill.last) == (32, 32, False)
-    s.update(p, {})
+    assert [(ch.req.id, ch.start, ch.n) for ch in p.prefill] == [(0, 32, 32)]
+    s.update(p)
+    p = s.schedule()  # a's last 6 tokens and b's first 20 share the step's 32 prompt tokens
+    assert [(ch.req.id, ch.start, ch.n, ch.last) for ch in p.prefill] == [(0, 64, 6, True), (1, 0, 20, True)]
+    assert not p.decode
+    s.update(p)
+    assert (a.generated, b.generated, len(a.host_blocks), len(b.host_blocks)) == (1, 1, 5, 2)
     p = s.schedule()
-    assert (p.prefill.start, len(p.prefill.tokens), p.prefill.last) == (64, 6, True)
-    s.update(p, {a: 5})
-    p = s.schedule()
-    assert p.prefill.req_id == b and p.prefill.last
-    s.update(p, {b: 9})
-    p = s.schedule()
-    assert [(d.req_id, d.token, d.position) for d in p.decode] == [(a, 5, 70), (b, 9, 20)]
-    assert not p.admit  # c needs 4 blocks, 3 are free
+    assert [r.id for r in p.decode] == [0, 1] and not p.prefill
     done = []
     for _ in range(9):
-        done += s.update(p, {a: 1, b: 2})
+        done += s.update(p)
         p = s.schedule()
-    assert [(r.id, r.finish_reason, len(r.output)) for r in done] == [(a, "length", 10)]
-    assert a not in s.running
-    assert [x.req_id for x in p.admit] == [c] and p.admit[0].lane == 0 and p.release == (0,)
+    # a held 70 + 10 = 80 tokens: its 5 blocks from admission on; b 20 + 10 tokens: still 2 blocks
+    assert [(r.id, r.reason, r.generated) for r in done] == [(0, "length", 10)]
+    assert len(b.host_blocks) == 2 and a.host_blocks == [] and a.lane == -1
+    assert [r.id for r in p.admitted] == [2] and c.lane == 0
 
 
-def test_interleave_puts_a_decode_step_between_prefill_chunks():
-    s = Scheduler(max_lanes=3, host_blocks=30, block_size=16, prefill_chunk=32)
-    a = s.add(list(range(20)), SamplingParams(max_tokens=50))
-    b = s.add(list(range(70)), SamplingParams(max_tokens=50))
-    c = s.add(list(range(40)), SamplingParams(max_tokens=50))
+def test_decodes_ride_along_with_prefill_chunks():
+    s, _ = _sched(3, 30)
+    a, b = _req(0, 20, 50), _req(1, 70, 50)
+    s.add(a)
+    s.add(b)
     kinds = []
-    for _ in range(10):
+    for _ in range(4):
         p = s.schedule()
-        if p.prefill is not None:
-            kinds.append(("P", p.prefill.req_id, p.prefill.start))
-            s.update(p, {p.prefill.req_id: 7} if p.prefill.last else {})
-        else:
-            kinds.append(("D",) + tuple(d.req_id for d in p.decode))
-            s.update(p, {d.req_id: 1 for d in p.decode})
-    # a's one chunk, then b's three and c's chunks, each followed by a decode step of whoever is decoding
-    assert kinds == [("P", a, 0), ("D", a), ("P", b, 0), ("D", a), ("P", b, 32), ("D", a), ("P", b, 64),
-                     ("D", a, b), ("P", c, 0), ("D", a, b)]
+        kinds.append(([(c.req.id, c.start, c.n) for c in p.prefill], [r.id for r in p.decode]))
+        s.update(p)
+    assert kinds == [([(0, 0, 20), (1, 0, 12)], []), ([(1, 12, 32)], [0]), ([(1, 44, 26)], [0]), ([], [0, 1])]
 
 
 def test_stop_and_abort_free_resources():
-    s = Scheduler(max_lanes=1, host_blocks=4, block_size=16)
-    a = s.add([1, 2, 3], SamplingParams(max_tokens=8, stop_ids=(42,)), synthetic_prefill=True)
+    s, acct = _sched(1, 4)
+    a = Request(id=0, prompt=[1, 2, 3], sampling=SamplingParams(max_tokens=8, stop_ids=(42,)), synthetic_prefill=True)
+    s.add(a)
     p = s.schedule()
-    assert p.prefill is None and [(d.token, d.position) for d in p.decode] == [(3, 2)]
-    (r,) = s.update(p, {a: 42})
-    assert r.finish_reason == "stop" and s.free_lanes == [0] and len(s.free_host) == 4
-    b = s.add([1, 2], SamplingParams(max_tokens=8))
+    assert not p.prefill and p.decode == (a,) and a.prompt_len + a.generated - 1 == 2  # decodes token 3 at position 2
+    (r,) = s.update(p, stopped=[0])
+    assert r.finish_reason == "stop" and acct.free_lanes == [0] and len(acct.free_host) == 4
+    b = _req(1, 2, 8)
+    s.add(b)
     s.schedule()
-    assert s.abort(b).finish_reason == "abort" and s.free_lanes == [0] and s.abort(b) is None
-    c = s.add([1, 2], SamplingParams(max_tokens=8))
-    assert s.abort(c).state == "aborted" and not s.has_work()  # aborted while waiting
+    assert s.abort(1).finish_reason == "abort" and acct.free_lanes == [0] and s.abort(1) is None
+    c = _req(2, 2, 8)
+    s.add(c)
+    assert s.abort(2).state == "aborted" and not s.has_work()  # aborted while waiting
     with pytest.raises(ValueError, match="top_p"):
         SamplingParams(top_p=0.0)
 
@@ -168,7 +175,6 @@ def test_engine_state_stays_bounded_over_many_requests(mode):
     s, r = eng.scheduler, eng.runner
     assert not hasattr(s, "finished")
     assert (len(s.running), len(s.waiting), len(eng._keys), len(r.scratch)) == (0, 0, 0, 0)
-    assert len(s._released) <= eng.max_lanes  # lanes freed since the last step: told to the runner by the next
     assert max(n for _, n, _, _ in sizes) <= max(n for n, _, _, _ in sizes) <= 120
     assert max(n for _, _, n, _ in sizes) <= 1 and max(n for _, _, _, n in sizes) <= eng.max_lanes
     st = eng.stats()
@@ -187,7 +193,9 @@ def test_engine_stats_while_busy():
     sh = eng.runner.shape
     assert (st.running, st.waiting, st.lanes_used, st.lanes_free, st.lanes_total) == (2, 1, 2, 0, 2)
     assert st.slots_per_lane == sh.n_layers * sh.n_kv_heads * 4 and st.gpu_slots_used == 2 * st.slots_per_lane
-    assert st.host_blocks_used == 2 * 5 and st.host_blocks_total == eng.runner.host_blocks_total
+    # host blocks follow what each request holds (prompt + generated tokens), not a prompt + max_tokens reservation
+    held = [-(-(r.prompt_len + r.generated) // 16) for r in eng.scheduler.running.values()]
+    assert st.host_blocks_used == sum(held) < 2 * 5 and st.host_blocks_total == eng.runner.host_blocks_total
     assert st.prefetch_bytes == st.prefetch_units * eng.unit_bytes and st.prefetch_units >= 0
     assert math.isnan(st.hidden_fraction) and st.stall_s == 0.0 and isinstance(st.stage_ms, dict)  # not profiled
     assert eng.stats(read_counters=False).prefetch_units == st.prefetch_units
