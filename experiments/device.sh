@@ -1,4 +1,4 @@
-# Shared preamble of the one-call H200 scripts (h200_final.sh, h200_graph.sh, h200_serve.sh); source it after
+# Shared preamble of the one-call H200 scripts (h200_final.sh, simulator_vs_executor/steps/record_matrix.sh, serving_load/steps/serve.sh); source it after
 # setting DEADLINE_S (seconds the whole script may take). Gives OUT, PY, PYTHONPATH/OASIS_COMMIT exported, and:
 #   el (seconds since start), left (seconds to DEADLINE_S), say MSG (timestamped line to stdout and
 #   $OUT/progress.log), min A B, device_info (GPU, memory, torch/triton versions into $OUT/device.txt), and
@@ -21,6 +21,6 @@ device_info() {
   cat "$OUT/device.txt"
 }
 table_from() {
-  $PY analysis/transfer_paths.py --summarize "$1" "$2" --table-out oasis_exec/transfer_table.json 2>&1 | tail -2
+  $PY experiments/transfer_paths/transfer_paths.py --summarize "$1" "$2" --table-out oasis_exec/transfer_table.json 2>&1 | tail -2
   cp oasis_exec/transfer_table.json "$OUT/transfer_table.json"
 }

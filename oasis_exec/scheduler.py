@@ -104,7 +104,7 @@ class Scheduler:
         self.block_size, self.prefill_chunk, self.needs_host = block_size, prefill_chunk, needs_host
         # interleave: a prefill chunk is never followed by another while requests are decoding, so a decoding
         # request waits at most one chunk between its tokens (prompts-first starved decodes on the H200 server:
-        # TPOT p50 131 ms against a ~20 ms step, analysis/results/serve_h200_2026-11-30.md).
+        # TPOT p50 131 ms against a ~20 ms step, experiments/serving_load/results/serve_h200.md).
         self.interleave = interleave
         self._last_prefill = False
         self.free_lanes = list(range(max_lanes))

@@ -16,8 +16,8 @@ seeded share of clients (`--disconnect-frac`) hang up mid-stream, to exercise ab
 Writes one JSON record: the options, counts per outcome, throughput, TTFT/TPOT/E2E percentiles, the server's
 final `/metrics` gauges, and (with `--per-request`) every request.
 
-    python analysis/loadgen.py --base-url http://127.0.0.1:8000 --limit 300 --time-scale 0.05 \\
-        --concurrency 32 --max-output 128 --out analysis/results/loadgen.json
+    python experiments/common/loadgen.py --base-url http://127.0.0.1:8000 --limit 300 --time-scale 0.05 \\
+        --concurrency 32 --max-output 128 --out /tmp/loadgen.json
 """
 
 from __future__ import annotations
@@ -36,7 +36,7 @@ from pathlib import Path
 import httpx
 import numpy as np
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 

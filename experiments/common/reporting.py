@@ -1,6 +1,6 @@
-"""Helpers shared by the analysis scripts: provenance of a result, step-log statistics, small formatting.
+"""Helpers shared by the experiments: provenance of a result, step-log statistics, small formatting.
 
-Every output of ``analysis/`` names the commit, the date and the machine it was produced on (``provenance()``).
+Every output of ``experiments/`` names the commit, the date and the machine it was produced on (``provenance()``).
 """
 from __future__ import annotations
 
@@ -14,22 +14,21 @@ from pathlib import Path
 
 import numpy as np
 
-REPO = Path(__file__).resolve().parent.parent
-RESULTS = REPO / "analysis" / "results"
+REPO = Path(__file__).resolve().parents[2]
 GIB = 2 ** 30
 MOONCAKE_TRACE = REPO / "traces" / "public" / "mooncake_conversation_trace.jsonl"  # default --trace of the scripts
 
 
-def write_markdown(path: Path, lines: list, notes: str) -> None:
-    """Write ``lines`` to ``path``, followed by the hand-written ``analysis/<notes>`` when it exists."""
-    notes_file = REPO / "analysis" / notes
+def write_markdown(path: Path, lines: list, notes: Path) -> None:
+    """Write ``lines`` to ``path``, followed by the hand-written notes file ``notes`` when it exists."""
+    notes_file = Path(notes)
     if notes_file.is_file():
         lines = lines + ["", notes_file.read_text().rstrip()]
     Path(path).write_text("\n".join(lines) + "\n")
 
 
 def ensure_repo_on_path() -> None:
-    """Let ``python analysis/x.py`` import the repository's packages without an install."""
+    """Let ``python experiments/<question>/x.py`` import the repository's packages without an install."""
     if str(REPO) not in sys.path:
         sys.path.insert(0, str(REPO))
 

@@ -1,9 +1,9 @@
 """Kernel-level profile of decode steps: which kernels take a step's time, how many run, GPU-busy vs host wall.
 
-    python analysis/step_profile.py --mode dense --context 16384 --concurrency 8 --kv-budget-gb 52 --out FILE.jsonl
-    python analysis/step_profile.py --mode lookahead --context 16384 --concurrency 16 --kv-budget-gb 52 \\
+    python experiments/decode_step_profile/step_profile.py --mode dense --context 16384 --concurrency 8 --kv-budget-gb 52 --out FILE.jsonl
+    python experiments/decode_step_profile/step_profile.py --mode lookahead --context 16384 --concurrency 16 --kv-budget-gb 52 \\
         --host-kv-gb 40 --no-host-fill --out FILE.jsonl [--no-transfer] [--no-cuda-graph] [--trace-out T.json.gz]
-    python analysis/step_profile.py --device cpu --model tiny --context 64 --concurrency 2 --top-k 4 \\
+    python experiments/decode_step_profile/step_profile.py --device cpu --model tiny --context 64 --concurrency 2 --top-k 4 \\
         --kv-budget-gb 0.05 --host-kv-gb 0.01 --mode lookahead          # CPU smoke: aten ops per step
 
 The engine is built as ``oasis_exec.bench.run_bench`` builds it (``build_bench_engine``: dummy weights, synthesized
@@ -51,7 +51,7 @@ import time
 import traceback
 from collections import Counter, defaultdict
 
-REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 if REPO not in sys.path:
     sys.path.insert(0, REPO)
 

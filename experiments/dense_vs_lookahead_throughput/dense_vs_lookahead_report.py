@@ -1,15 +1,15 @@
-"""Issue 5's report from the sweep's records: dense against lookahead at 52 GB, overlap, dense against vLLM.
+"""The headline report from the sweep's records: dense against lookahead at 52 GB, overlap, dense against vLLM.
 
-    python analysis/dense_vs_lookahead_report.py --sweep OUT/issue5.jsonl [--sweep MORE.jsonl] [--transfer-paths TP.jsonl] \\
-        [--out-dir analysis/results] [--date YYYY-MM-DD] [--name issue5]
+    python experiments/dense_vs_lookahead_throughput/dense_vs_lookahead_report.py --sweep OUT/headline.jsonl [--sweep MORE.jsonl] [--transfer-paths TP.jsonl] \\
+        [--out-dir DIR] [--name headline]
 
-Reads the JSON lines of ``analysis/h200_headline.py`` (bench records plus ``label``, ``kind``, ``variant``,
+Reads the JSON lines of ``experiments/dense_vs_lookahead_throughput/h200_headline.py`` (bench records plus ``label``, ``kind``, ``variant``,
 ``status``; older files without ``kind`` / ``variant`` are classified from the record's fields) and writes
-``<name>_<date>.md`` and ``<name>_headline_<date>.png`` (name default ``issue5``) (throughput and TPOT against concurrency, dense and lookahead
-per context, the sensitivity variants as extra curves). ``<date>`` is the latest record's date unless given.
+``<name>.md`` and ``<name>.png`` in ``--out-dir`` (default: ``results/`` beside this script; name default ``headline``) (throughput and TPOT against concurrency, dense and lookahead
+per context, the sensitivity variants as extra curves). The records' dates and commits are inside the report.
 Every measured number comes from the records; a figure the issue asks for whose record is missing reads "not run".
 The fixed figures are issue 5's: goals (2.5x, 1.05x, 10%, 1.25x), the paper's 2.07x and vLLM 0.26's figures on the
-same H200 (docs/DESIGN.md). ``--transfer-paths``: records of ``analysis/transfer_paths.py``, listed as they are.
+same H200 (docs/DESIGN.md). ``--transfer-paths``: records of ``experiments/transfer_paths/transfer_paths.py``, listed as they are.
 """
 from __future__ import annotations
 
@@ -17,11 +17,12 @@ import argparse
 import json
 import sys
 from collections import defaultdict
-from datetime import datetime, timezone
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-from common import RESULTS, ensure_repo_on_path, fmt, provenance  # noqa: E402
+sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
+from experiments.common.reporting import ensure_repo_on_path, fmt, provenance  # noqa: E402
+
+RESULTS = Path(__file__).resolve().parent / "results"
 
 ensure_repo_on_path()
 
@@ -183,7 +184,7 @@ def ms(r, key="tpot_ms_p50") -> str:
 def report(recs: list, died: list, idx: Index, sweeps, tp_recs, png_name: str) -> list:
     ok = [r for r in recs if r.get("status") == "ok"]
     ctxs = idx.contexts()
-    L = [f"# Issue 5 — lookahead against dense at {BUDGET_GB:g} GB, overlap, dense against vLLM", ""]
+    L = [f"# Lookahead against dense at {BUDGET_GB:g} GB, overlap, dense against vLLM", ""]
     devs = sorted({r.get("device", "?") for r in ok})
     dates = sorted(r["date"] for r in ok if r.get("date"))
     commits = sorted({str(r.get("commit", "?")) for r in ok})
@@ -447,19 +448,16 @@ def plot(idx: Index, path: Path) -> None:
 
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    ap.add_argument("--sweep", action="append", required=True, help="JSON lines of analysis/h200_headline.py")
-    ap.add_argument("--transfer-paths", default=None, help="JSON lines of analysis/transfer_paths.py (listed)")
+    ap.add_argument("--sweep", action="append", required=True, help="JSON lines of experiments/dense_vs_lookahead_throughput/h200_headline.py")
+    ap.add_argument("--transfer-paths", default=None, help="JSON lines of experiments/transfer_paths/transfer_paths.py (listed)")
     ap.add_argument("--out-dir", default=str(RESULTS))
-    ap.add_argument("--date", default=None, help="YYYY-MM-DD of the file names (default: the latest record's)")
-    ap.add_argument("--name", default="issue5", help="file-name stem: NAME_<date>.md, NAME_headline_<date>.png")
+    ap.add_argument("--name", default="headline", help="file-name stem: NAME.md, NAME.png")
     a = ap.parse_args(argv)
     recs, died = load(a.sweep)
     idx = Index(recs)
-    dates = sorted(r["date"][:10] for r in recs if r.get("status") == "ok" and r.get("date"))
-    date = a.date or (dates[-1] if dates else datetime.now(timezone.utc).strftime("%Y-%m-%d"))
     out = Path(a.out_dir)
     out.mkdir(parents=True, exist_ok=True)
-    md, png = out / f"{a.name}_{date}.md", out / f"{a.name}_headline_{date}.png"
+    md, png = out / f"{a.name}.md", out / f"{a.name}.png"
     tp = None
     if a.transfer_paths:
         tp = load([a.transfer_paths])[0] if Path(a.transfer_paths).exists() else []

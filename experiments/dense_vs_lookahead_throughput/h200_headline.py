@@ -1,13 +1,13 @@
 """Issue 5's H200 sweep: dense against lookahead at one KV budget (52 GB), per context, in one process.
 
-    python analysis/h200_headline.py --out FILE.jsonl [--budget-s 480] [--fused-ab] [--dry-run]
-    python analysis/h200_headline.py --out /tmp/s.jsonl --device cpu --model tiny --contexts 64 --dense-n 2,max \\
+    python experiments/dense_vs_lookahead_throughput/h200_headline.py --out FILE.jsonl [--budget-s 480] [--fused-ab] [--dry-run]
+    python experiments/dense_vs_lookahead_throughput/h200_headline.py --out /tmp/s.jsonl --device cpu --model tiny --contexts 64 --dense-n 2,max \\
         --la-n 1,2 --max-n 4,3 --nt-n 2 --sens-n all --anchors 2          # CPU smoke (seconds)
-    python analysis/h200_headline.py --preset headline-2026-11-30 ...     # the 2026-11-30 headline plan
-    python analysis/h200_headline.py --preset sensitivity-2026-11-30 ...  # the 2026-11-30 sensitivity plan
+    python experiments/dense_vs_lookahead_throughput/h200_headline.py --preset first-headline ...     # the 2026-11-30 headline plan (run 5)
+    python experiments/dense_vs_lookahead_throughput/h200_headline.py --preset first-sensitivity ...  # the 2026-11-30 sensitivity plan (run 6)
 
 Every run is ``oasis_exec.bench.run_bench`` (dummy weights, synthetic selection, top-K 128, block 16, UVA transfer,
-whole-step CUDA graphs, host pool not filled). The default plan (``--preset issue5``), for each context of
+whole-step CUDA graphs, host pool not filled). The default plan (``--preset headline``), for each context of
 ``--contexts`` (default 16384,32768), at the ``--kv-budget-gb`` budget (52 GB, what an 80 GB H100 leaves):
 
 - ``dense`` at ``--dense-n`` (16K: 8,12,16,max; 32K: 4,8,max; ``max`` = the engine's lanes for mode=dense at the
@@ -44,7 +44,7 @@ import sys
 import time
 from dataclasses import dataclass, field
 
-REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 if REPO not in sys.path:
     sys.path.insert(0, REPO)
 
@@ -59,8 +59,8 @@ STICKY_CUDA_ERRORS = ("illegal memory access", "device-side assert", "unspecifie
                       "misaligned address", "illegal instruction", "CUDA error: unknown error")
 
 PRESETS = {
-    # issue 5 items 2-4 on a 256 GiB host; plan arguments per context (other contexts: the "*" entry)
-    "issue5": dict(contexts="16384,32768", budget_s=480.0, steps=24, warmup=4,
+    # dense vs lookahead at 52 GB to each mode's maximum, overlap, sensitivity, on a 256 GiB host; plan arguments per context (other contexts: the "*" entry)
+    "headline": dict(contexts="16384,32768", budget_s=480.0, steps=24, warmup=4,
                    dense_n={16384: "8,12,16,max", 32768: "4,8,max", "*": "max"},
                    la_n={16384: "8,16,32,48,64,80", 32768: "8,16,24,32,40", "*": "8,16"},
                    max_n={16384: "88,84", 32768: "44,42", "*": ""},
@@ -68,12 +68,12 @@ PRESETS = {
                    sens_n={16384: "all", "*": ""},
                    anchors={16384: "8,32", 32768: "8", "*": ""},
                    variants="drift2,drift4,fr0.02,fr0.1", probe_n="0"),
-    # the 2026-11-30 headline (run 5, exec_h200_final_2026-11-30.jsonl): old labels, one context
-    "headline-2026-11-30": dict(contexts="16384", budget_s=150.0, steps=12, warmup=3, dense_n={"*": "21"},
+    # the 2026-11-30 headline (run 5, results/headline_first.jsonl): old labels, one context
+    "first-headline": dict(contexts="16384", budget_s=150.0, steps=12, warmup=3, dense_n={"*": "21"},
                                 la_n={"*": "32,16"}, max_n={"*": "40,36"}, nt_n={"*": ""}, sens_n={"*": ""},
                                 anchors={"*": ""}, variants="none", probe_n="44"),
-    # the 2026-11-30 sensitivity (run 6, exec_h200_sensitivity_2026-11-30.jsonl): old labels, one context
-    "sensitivity-2026-11-30": dict(contexts="16384", budget_s=90.0, steps=16, warmup=4, dense_n={"*": "21"},
+    # the 2026-11-30 sensitivity (run 6, results/sensitivity_first.jsonl): old labels, one context
+    "first-sensitivity": dict(contexts="16384", budget_s=90.0, steps=16, warmup=4, dense_n={"*": "21"},
                                    la_n={"*": "32,16"}, max_n={"*": ""}, nt_n={"*": ""}, sens_n={"*": ""},
                                    anchors={"*": ""}, variants="drift2,drift4,fr0.02,fr0.1", probe_n="0"),
 }
@@ -228,7 +228,7 @@ def _synthetic_defaults() -> tuple:
     return p.drift_rate, p.drift_zone
 
 
-def plan_issue5(a, geo: Geometry) -> list:
+def plan_headline(a, geo: Geometry) -> list:
     d0, z0 = _synthetic_defaults()
     variants = [v for v in a.variants.split(",") if v and v != "none"]
     dense, sparse, sens = [], [], []
@@ -278,7 +278,7 @@ def plan_issue5(a, geo: Geometry) -> list:
     return dense + sparse + sens
 
 
-def plan_headline_2026(a, geo: Geometry) -> list:
+def plan_first_headline(a, geo: Geometry) -> list:
     """The 2026-11-30 headline plan (run 5), its labels unchanged."""
     ctx, B = a.contexts[0], a.kv_budget_gb
     dn = [geo.lanes("dense", ctx, B) if t == "max" else t for t in spec_for(a.dense_n, ctx)]
@@ -295,8 +295,8 @@ def plan_headline_2026(a, geo: Geometry) -> list:
     return runs
 
 
-def plan_sensitivity_2026(a, geo: Geometry) -> list:
-    """The 2026-11-30 sensitivity plan (run 6, formerly analysis/h200_sensitivity.py), its labels unchanged."""
+def plan_first_sensitivity(a, geo: Geometry) -> list:
+    """The 2026-11-30 sensitivity plan (run 6, formerly a script of its own), its labels unchanged."""
     d0, z0 = _synthetic_defaults()
     ctx, B = a.contexts[0], a.kv_budget_gb
     variants = [v for v in a.variants.split(",") if v and v != "none"]
@@ -313,8 +313,8 @@ def plan_sensitivity_2026(a, geo: Geometry) -> list:
     return runs
 
 
-PLANS = {"issue5": plan_issue5, "headline-2026-11-30": plan_headline_2026,
-         "sensitivity-2026-11-30": plan_sensitivity_2026}
+PLANS = {"headline": plan_headline, "first-headline": plan_first_headline,
+         "first-sensitivity": plan_first_sensitivity}
 
 
 # -- estimates -------------------------------------------------------------------------------------------------------
@@ -423,7 +423,7 @@ def print_plan(runs: list, a, geo: Geometry, log, done: dict) -> None:
 def load_done(path: str) -> tuple:
     """({label: 'ok'|'error'} of finished runs, [labels whose last line is 'started': the run took the process down],
     {label: record} of ok runs). 'skipped' runs are not finished: a later invocation evaluates them again."""
-    from analysis.common import read_jsonl
+    from experiments.common.reporting import read_jsonl
 
     last, ok = {}, {}
     for r in read_jsonl(path):
@@ -441,7 +441,7 @@ def parse_args(argv):
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0],
                                  formatter_class=argparse.RawDescriptionHelpFormatter, epilog=__doc__)
     ap.add_argument("--out", required=True, help="JSON lines, appended; resumes by label")
-    ap.add_argument("--preset", default="issue5", choices=sorted(PRESETS), help="plan and its defaults")
+    ap.add_argument("--preset", default="headline", choices=sorted(PRESETS), help="plan and its defaults")
     ap.add_argument("--contexts", "--context", default=None, help="contexts in tokens, e.g. 16384,32768 or 16k,32k")
     spec = "per context: '8,16' (every context) or '16k=8,16;32k=4' (repeatable); 'none' = no runs"
     ap.add_argument("--dense-n", action="append",

@@ -1,10 +1,10 @@
 """Issue 5's H200 measurements in one process, so the pinned host pool is pinned once for all of them.
 
-    python analysis/h200_sweep_with_transfer_paths.py --out-dir DIR [--budget-s 420] [--torch-select] [--dry-run]
+    python experiments/dense_vs_lookahead_throughput/h200_sweep_with_transfer_paths.py --out-dir DIR [--budget-s 420] [--torch-select] [--dry-run]
 
-1. ``h200_headline.py --preset issue5`` (dense vs lookahead at 52 GB, 16K and 32K, to each mode's maximum; the
+1. ``h200_headline.py --preset headline`` (dense vs lookahead at 52 GB, 16K and 32K, to each mode's maximum; the
    no-transfer twins; the whole-H200 dense anchors; fused vs plain twins; the sensitivity variants at a few 16K
-   points) -> DIR/issue5.jsonl;
+   points) -> DIR/headline.jsonl;
 2. ``transfer_paths.py`` (issue 5 item 1: UVA gather on 8/16/32 programs against the host-threaded gather + DMA, at
    64, 32 and 8 requests) -> DIR/transfer_paths.jsonl, on what is left of the budget.
 
@@ -20,7 +20,7 @@ import os
 import sys
 import time
 
-REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 if REPO not in sys.path:
     sys.path.insert(0, REPO)
 
@@ -47,11 +47,12 @@ def main(argv=None) -> int:
         import oasis_exec.runner as runner
 
         runner.FUSED_KV_WRITE = False
-    from analysis import h200_headline, transfer_paths
+    from experiments.dense_vs_lookahead_throughput import h200_headline
+    from experiments.transfer_paths import transfer_paths
 
     t0 = time.perf_counter()
     dry = ["--dry-run"] if a.dry_run else []
-    rc1 = h200_headline.main(["--preset", "issue5", "--out", os.path.join(a.out_dir, "issue5.jsonl"),
+    rc1 = h200_headline.main(["--preset", "headline", "--out", os.path.join(a.out_dir, "headline.jsonl"),
                               "--budget-s", str(a.budget_s * a.headline_share), "--device", a.device]
                              + a.headline_args.split() + dry)
     if rc1 == 3:  # the headline stopped on a sticky CUDA error: this process's GPU state is gone

@@ -4,7 +4,7 @@ Paper Algorithm 2 on the generator's draft predictions (``oasis_core.synthetic_f
 (36 layers, 8 KV heads, head dim 128, bf16: 8 KiB of K+V per (block, head, layer)), 16K tokens (1,024 blocks),
 K = 128, fetch ratio 0.05 vs unlimited; GB per step for the paper's assumed batch of 128 requests.
 
-    python analysis/real_attention/traffic.py [--from analysis/results/quality_selection_X.json --key 4096@0.125]
+    python experiments/draft_predicts_next_blocks/traffic.py [--from experiments/draft_predicts_next_blocks/results/selection_X.json --key 4096@0.125]
 """
 from __future__ import annotations
 

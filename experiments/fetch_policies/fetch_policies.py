@@ -1,15 +1,15 @@
 """Fetch-cap policies in the simulator: ``Fixed(0.05)`` (the paper default) against ``LinkBudget`` (paper eq. 3:
 each step may move ``B_link · T_decode · fraction`` bytes, split over the rows that miss blocks).
 
-    python analysis/fetch_policies.py [--concurrency 32,128] [--policies fixed:0.05,budget:0.5,...]
-                                      [--output-tokens 256] [--date 2026-11-30]
+    python experiments/fetch_policies/fetch_policies.py [--concurrency 32,128] [--policies fixed:0.05,budget:0.5,...]
+                                      [--output-tokens 256] [--out-dir DIR]
 
 Workload: closed loop, equal requests of 16,384 prompt tokens and ``--output-tokens`` output tokens,
 ``concurrency + concurrency // 4`` requests (one wave and a quarter: the last quarter is admitted while the first
 requests decode), Qwen3-8B on the H100 SXM preset, ``mode=lookahead``, host DRAM of the whole node (as
 ``paper_repro.py``). Every policy runs with ``policy_sampling=exact`` (an adaptive policy needs the live step time;
 Fixed runs the same way so the rows differ only by the policy). Writes
-``analysis/results/sim_fetch_policies_<date>.{md,json}`` with the machine, date and commit.
+``results/sim_fetch_policies.{md,json}`` (beside this script) with the machine, date and commit inside.
 """
 from __future__ import annotations
 
@@ -19,8 +19,8 @@ import sys
 import time
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-import common  # noqa: E402
+sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
+from experiments.common import reporting as common  # noqa: E402
 
 common.ensure_repo_on_path()
 
@@ -58,12 +58,12 @@ def markdown(prov: dict, args, rows: list, wall: float) -> str:
             ("h2d_bytes_per_step", "h2d MB/step", None), ("h2d_gb_s_decode", "h2d GB/s decode", "{:.2f}"),
             ("stall_ms_total", "stall ms total", "{:,.1f}"), ("stall_ms_per_step", "stall ms/step", "{:.3f}"),
             ("resident_recall", "resident recall", "{:.4f}")]
-    out = [f"# Fetch-cap policies in the simulator: Fixed vs LinkBudget (eq. 3), {args.date}", "",
+    out = [f"# Fetch-cap policies in the simulator: Fixed vs LinkBudget (eq. 3), {prov['date_utc'][:10]}", "",
            f"Commit `{prov['commit']}` (sim tree dirty: {prov['sim_tree_dirty']}); oasis_sim + oasis_core sources "
            f"sha256 `{prov['sim_source_sha256']}`; {prov['date_utc']}; machine: {prov['machine']}.", "",
-           f"Produced by `python analysis/fetch_policies.py --concurrency {args.concurrency} --policies "
+           f"Produced by `python experiments/fetch_policies/fetch_policies.py --concurrency {args.concurrency} --policies "
            f"{args.policies} --output-tokens {args.output_tokens}` ({wall:.1f} s wall); raw rows in "
-           f"`sim_fetch_policies_{args.date}.json`.", "",
+           f"`sim_fetch_policies.json`.", "",
            f"Workload: closed loop, {CONTEXT:,}-token prompts, {args.output_tokens} output tokens, concurrency + "
            "concurrency/4 requests, Qwen3-8B, H100 SXM preset (effective scattered h2d 30.4 GB/s), "
            "`mode=lookahead`, `policy_sampling=exact` for every policy, node host DRAM.", "",
@@ -87,8 +87,7 @@ def main(argv=None) -> int:
     p.add_argument("--concurrency", default="32,128")
     p.add_argument("--policies", default="fixed:0.05,budget:0.5,budget:0.8,budget:1")
     p.add_argument("--output-tokens", type=int, default=256)
-    p.add_argument("--date", default="2026-11-30")
-    p.add_argument("--out-dir", default=str(common.RESULTS))
+    p.add_argument("--out-dir", default=str(Path(__file__).resolve().parent / "results"))
     args = p.parse_args(argv)
     prov = common.provenance()
     rows = []
@@ -103,7 +102,7 @@ def main(argv=None) -> int:
     wall = time.perf_counter() - t0
     out = Path(args.out_dir)
     out.mkdir(parents=True, exist_ok=True)
-    stem = f"sim_fetch_policies_{args.date}"
+    stem = "sim_fetch_policies"
     (out / f"{stem}.json").write_text(json.dumps({"provenance": prov, "args": vars(args), "wall_s": round(wall, 2),
                                                   "rows": rows}, indent=2) + "\n")
     (out / f"{stem}.md").write_text(markdown(prov, args, rows, wall))

@@ -1,9 +1,9 @@
 """Reproduce the OasisKV paper's Fig. 11, Table 2 and Fig. 14 with the simulator (H100 SXM preset, Qwen3-8B).
 
-    python analysis/paper_repro.py [--parts fig11,table2,fig14] [--output-tokens 1024] [--quick]
-    python analysis/paper_repro.py --parts fig14-novelty   # only the novelty rows, merged into the existing JSON
+    python experiments/paper_reproduction/paper_repro.py [--parts fig11,table2,fig14] [--output-tokens 1024] [--quick]
+    python experiments/paper_reproduction/paper_repro.py --parts fig14-novelty   # only the novelty rows, merged into the existing JSON
 
-Writes ``analysis/results/sim_paper_repro.{md,json}`` and ``fig11_*.png``, ``table2_fetch_ratio.png``,
+Writes ``results/sim_paper_repro.{md,json}`` (beside this script) and ``fig11_*.png``, ``table2_fetch_ratio.png``,
 ``fig14_rpf.png``. The markdown's explanations of the disagreements are written against the numbers this script
 produced at the commit named at its top; rerun it after the simulator changes.
 
@@ -27,8 +27,10 @@ import sys
 import time
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-import common  # noqa: E402
+sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
+from experiments.common import reporting as common  # noqa: E402
+
+HERE = Path(__file__).resolve().parent
 
 common.ensure_repo_on_path()
 
@@ -395,7 +397,7 @@ def main(argv=None) -> int:
     ap.add_argument("--output-tokens", type=int, default=1024, help="Fig. 11 / Table 2 output tokens per request")
     ap.add_argument("--waves", type=int, default=3, help="closed loop: requests = waves x concurrency")
     ap.add_argument("--quick", action="store_true", help="fewer points (smoke run)")
-    ap.add_argument("--out", default=str(common.RESULTS))
+    ap.add_argument("--out", default=str(HERE / "results"))
     ap.add_argument("--md-only", action="store_true", help="rewrite the markdown from the existing JSON")
     args = ap.parse_args(argv)
     if args.md_only:
@@ -449,7 +451,7 @@ def write_md(res: dict, outdir: Path) -> None:
     d = common.pct_diff
     lines = ["# OasisKV paper vs simulator: Fig. 11, Table 2, Fig. 14 (H100 SXM preset, Qwen3-8B)", "",
              common.provenance_md(res["provenance"]), "",
-             f"Produced by `python analysis/paper_repro.py` ({res['wall_s']} s wall); raw numbers in "
+             f"Produced by `python experiments/paper_reproduction/paper_repro.py` ({res['wall_s']} s wall); raw numbers in "
              "`sim_paper_repro.json`. Paper figures are those quoted in `docs/DESIGN.md` (\"The idea in numbers\"); "
              "where the paper gives no figure the cell is `–`. % = (sim − paper) / paper.", "",
              "Setup common to every run: `hardware=h100-sxm` (80 GB HBM at 3.35 TB/s, 989 TFLOP/s, PCIe Gen5 "

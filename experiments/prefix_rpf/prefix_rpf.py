@@ -1,6 +1,6 @@
 """Prefix caching with remote partial fetching (RPF) on the Mooncake conversation trace: a 2 × 2 study.
 
-    python analysis/prefix_rpf.py [--limit 600] [--time-scale 2.0] [--sampling exact]
+    python experiments/prefix_rpf/prefix_rpf.py [--limit 600] [--time-scale 2.0] [--sampling exact]
 
 One prefill node hands requests to one decode node (H100 SXM preset, Qwen3-8B, lookahead) over a 400 Gb/s RoCE NIC.
 The four cells: {no prefix cache, prefix cache} × {full hand-off, RPF}. With the prefix cache the prefill node skips
@@ -13,7 +13,7 @@ The slice: the first ``--limit`` requests of the trace with arrivals stretched b
 rate) so that the one prefill GPU is not overloaded (the full trace asks ~37K prompt tokens/s of it, more than an
 H100 prefills); both are stated in the output. The paper estimated RPF with prefix caching only analytically.
 
-Writes ``analysis/results/sim_prefix_rpf.{md,json}``.
+Writes ``results/sim_prefix_rpf.{md,json}`` (beside this script).
 """
 from __future__ import annotations
 
@@ -22,8 +22,10 @@ import sys
 import time
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-import common  # noqa: E402
+sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
+from experiments.common import reporting as common  # noqa: E402
+
+HERE = Path(__file__).resolve().parent
 
 common.ensure_repo_on_path()
 
@@ -69,7 +71,7 @@ def write_md(res: dict, outdir: Path) -> None:
     o = res["options"]
     lines = ["# Prefix caching × remote partial fetching on the Mooncake conversation trace", "",
              common.provenance_md(res["provenance"]), "",
-             f"Produced by `python analysis/prefix_rpf.py --limit {o['limit']} --time-scale {o['time_scale']} "
+             f"Produced by `python experiments/prefix_rpf/prefix_rpf.py --limit {o['limit']} --time-scale {o['time_scale']} "
              f"--sampling {o['sampling']}` ({res['wall_s']} s wall); raw numbers in `sim_prefix_rpf.json`.", "",
              f"Slice: the first {res['slice']['requests']} requests of `mooncake_conversation_trace.jsonl` "
              f"({res['slice']['trace_span_s']:.0f} s of the trace, stretched ×{o['time_scale']} to "
@@ -102,7 +104,7 @@ def write_md(res: dict, outdir: Path) -> None:
         for c in res["profile_check"]:
             lines.append(f"| {'on' if c['prefix_cache'] else 'off'} | {c['split']} | {c['net_bytes'] / GIB:.1f} | "
                          f"{c['ttft_ms_p50']:,.0f} |")
-    common.write_markdown(outdir / "sim_prefix_rpf.md", lines, "prefix_rpf_notes.md")
+    common.write_markdown(outdir / "sim_prefix_rpf.md", lines, HERE / "prefix_rpf_notes.md")
 
 
 def main(argv=None) -> int:
@@ -117,7 +119,7 @@ def main(argv=None) -> int:
     ap.add_argument("--big-cache", type=float, default=1.5e12,
                     help="host-tier bytes of the larger prefix cache (the default tier is 64 GB)")
     ap.add_argument("--trace", default=str(common.MOONCAKE_TRACE))
-    ap.add_argument("--out", default=str(common.RESULTS))
+    ap.add_argument("--out", default=str(HERE / "results"))
     ap.add_argument("--md-only", action="store_true")
     args = ap.parse_args(argv)
     outdir = Path(args.out)

@@ -1,6 +1,6 @@
 """Simulator speed: the full one-hour Mooncake conversation trace on one decode GPU (H100 SXM, lookahead).
 
-    python analysis/sim_speed.py [--repeats 3] [--limit N] [--no-profile]
+    python experiments/simulator_speed/sim_speed.py [--repeats 3] [--limit N] [--no-profile]
 
 Measures, for ``python -m oasis_sim run``'s defaults on the whole trace (12,031 requests, split ``none``: the GPU
 prefills and decodes, policy ``profile`` sampling, closed-form layer timing):
@@ -10,7 +10,7 @@ prefills and decodes, policy ``profile`` sampling, closed-form layer timing):
 - where the time goes: a cProfile run, top functions by own time and by cumulative time.
 
 Also one run with ``event_mode='events'`` (one SimPy event per layer stage; the reference timing path) for
-comparison. Writes ``analysis/results/sim_speed.{md,json}``. A benchmark script, not a test: numbers depend on the
+comparison. Writes ``results/sim_speed.{md,json}`` (beside this script). A benchmark script, not a test: numbers depend on the
 machine, which the output names.
 """
 from __future__ import annotations
@@ -24,8 +24,10 @@ import sys
 import time
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-import common  # noqa: E402
+sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
+from experiments.common import reporting as common  # noqa: E402
+
+HERE = Path(__file__).resolve().parent
 
 common.ensure_repo_on_path()
 
@@ -93,7 +95,7 @@ def write_md(res: dict, outdir: Path) -> None:
     m = res["main"]
     lines = ["# Simulator speed: the one-hour Mooncake conversation trace on one decode GPU", "",
              common.provenance_md(res["provenance"]), "",
-             f"Produced by `python analysis/sim_speed.py` ({res['wall_s']} s wall); raw numbers and the full "
+             f"Produced by `python experiments/simulator_speed/sim_speed.py` ({res['wall_s']} s wall); raw numbers and the full "
              "profile tables in `sim_speed.json`.", "",
              f"Workload: all {res['trace']['requests']:,} requests of `mooncake_conversation_trace.jsonl` "
              f"({res['trace']['span_s']:,.0f} s of arrivals, buckets spread uniformly, lengths clipped to 40,960 "
@@ -127,7 +129,7 @@ def write_md(res: dict, outdir: Path) -> None:
         for e in p["top_cumtime"][:15]:
             lines.append(f"| `{e['function']}` | {e['calls']:,} | {e['cumtime_s']:.3f} | "
                          f"{e['cumtime_s'] / p['profiled_total_s']:.1%} |")
-    common.write_markdown(outdir / "sim_speed.md", lines, "sim_speed_notes.md")
+    common.write_markdown(outdir / "sim_speed.md", lines, HERE / "sim_speed_notes.md")
 
 
 def main(argv=None) -> int:
@@ -136,7 +138,7 @@ def main(argv=None) -> int:
     ap.add_argument("--limit", type=int, default=None, help="first N requests only (smoke runs)")
     ap.add_argument("--no-profile", action="store_true")
     ap.add_argument("--trace", default=str(common.MOONCAKE_TRACE))
-    ap.add_argument("--out", default=str(common.RESULTS))
+    ap.add_argument("--out", default=str(HERE / "results"))
     ap.add_argument("--md-only", action="store_true")
     args = ap.parse_args(argv)
     outdir = Path(args.out)

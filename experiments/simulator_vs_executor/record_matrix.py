@@ -1,9 +1,9 @@
 """Record the executor's validation matrix on the GPU, in one process, within a time budget.
 
-    python analysis/record_matrix.py --out traces/recordings [--steps 24] [--warmup 4] [--budget-s 540]
-    python analysis/record_matrix.py --dry-run          # the plan and the time estimate only (no torch needed)
-    python analysis/record_matrix.py --no-profile ...   # graph mode: whole-step CUDA graphs, no stage times
-    python analysis/record_matrix.py --device cpu --model tiny --hardware h200 --contexts 64 --concurrency 2 \
+    python experiments/simulator_vs_executor/record_matrix.py --out traces/recordings [--steps 24] [--warmup 4] [--budget-s 540]
+    python experiments/simulator_vs_executor/record_matrix.py --dry-run          # the plan and the time estimate only (no torch needed)
+    python experiments/simulator_vs_executor/record_matrix.py --no-profile ...   # graph mode: whole-step CUDA graphs, no stage times
+    python experiments/simulator_vs_executor/record_matrix.py --device cpu --model tiny --hardware h200 --contexts 64 --concurrency 2 \
         --transfer host --out /tmp/rec                  # CPU smoke test of the whole path
 
 Matrix (issue 7): concurrency {8, 16, 32, 64} x context {8K, 16K, 32K} for ``dense`` and ``lookahead`` (fetch
@@ -39,7 +39,7 @@ import re
 import sys
 import time
 
-REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 if REPO not in sys.path:
     sys.path.insert(0, REPO)
 
@@ -224,7 +224,7 @@ def main(argv=None) -> int:
             cfg = exec_config(mode, ctx, n, fr, a, geo)
             bench = run_bench(cfg, ctx, n, a.steps, a.warmup, host_fill=not a.no_host_fill)
             rec = write_bench_recording(path, bench, cfg, hardware=a.hardware,
-                                        meta={"made_by": "analysis/record_matrix.py",
+                                        meta={"made_by": "experiments/simulator_vs_executor/record_matrix.py",
                                               "cuda_graph": bool(cfg.cuda_graph and not cfg.profile)})
             entry.update(status="ok", concurrency=rec.config["concurrency"], tpot_ms_p50=bench["tpot_ms_p50"])
         except Exception as e:  # one failed configuration must not lose the others

@@ -1,11 +1,11 @@
 """Executor recordings from H200 bench records: one ``*.json`` recording per graph-mode bench record.
 
-    python analysis/records_to_recordings.py [JSONL ...] [--out traces/recordings_fused_2026-11-30]
+    python experiments/simulator_vs_executor/records_to_recordings.py [JSONL ...] [--out traces/recordings_fused_2026-11-30]
                                              [--unfused-out DIR] [--dry-run]
 
 Each JSONL line is one ``oasis_exec.bench.run_bench`` record plus the runner's fields (``label``, ``kind``,
-``status``, ``cuda_graph``, ``fused_ops``, ``uva_programs``, ...), as written by ``analysis/h200_headline.py`` /
-``h200_sweep_with_transfer_paths.py`` and ``analysis/transfer_paths.py``. The records do not carry the run's
+``status``, ``cuda_graph``, ``fused_ops``, ``uva_programs``, ...), as written by ``experiments/dense_vs_lookahead_throughput/h200_headline.py`` /
+``h200_sweep_with_transfer_paths.py`` and ``experiments/transfer_paths/transfer_paths.py``. The records do not carry the run's
 ``ExecConfig``; it is rebuilt from their fields (:func:`exec_config_of`: mode, context, concurrency, kv_budget_gb, host_kv_gb,
 fetch_ratio, top_k, transfer and the path it resolved to, uva_programs, no_transfer, fused_ops, cuda_graph,
 synthetic parameters; the rest at the executor's defaults, which is what those runners used) and validated by
@@ -37,7 +37,7 @@ import os
 import sys
 from typing import Iterable, Optional
 
-REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 if REPO not in sys.path:
     sys.path.insert(0, REPO)
 
@@ -45,9 +45,10 @@ from oasis_core.recording import RecordingError  # noqa: E402
 from oasis_exec.config import ExecConfig  # noqa: E402
 from oasis_exec.recorder import TRANSFER_NAMES, write_bench_recording  # noqa: E402
 
-DEFAULT_INPUTS = tuple(os.path.join(REPO, "analysis", "results", f) for f in (
-    "exec_h200_issue5_final_2026-11-30.jsonl", "exec_h200_issue5_2026-11-30.jsonl",
-    "exec_h200_transfer_paths_2026-11-30.jsonl"))
+DEFAULT_INPUTS = tuple(os.path.join(REPO, "experiments", f) for f in (
+    "dense_vs_lookahead_throughput/results/headline_fused_ab.jsonl",
+    "dense_vs_lookahead_throughput/results/headline_full_sweep.jsonl",
+    "transfer_paths/results/uva_vs_host_in_step.jsonl"))
 DEFAULT_OUT = os.path.join(REPO, "traces", "recordings_fused_2026-11-30")
 LOG_NAME = "_records_to_recordings.jsonl"
 BENCH_KEYS = ("mode", "context", "concurrency", "steps", "tpot_ms_p50", "tpot_ms_p99", "throughput_tok_s")
@@ -152,7 +153,7 @@ def convert(paths: Iterable[str], out_dir: str, unfused_dir: Optional[str] = Non
         if path in names:
             raise ValueError(f"{src}:{i}: {name} again (first from {names[path]}): labels must be unique per commit")
         names[path] = f"{src}:{i}"
-        meta = {"made_by": "analysis/records_to_recordings.py", "source": src, "source_line": i,
+        meta = {"made_by": "experiments/simulator_vs_executor/records_to_recordings.py", "source": src, "source_line": i,
                 "cuda_graph": bool(r.get("cuda_graph"))}
         meta.update({f"bench_{k}": r[k] for k in META_KEYS if r.get(k) is not None and k != "cuda_graph"})
         try:

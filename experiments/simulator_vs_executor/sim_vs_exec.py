@@ -1,6 +1,6 @@
 """Simulator vs executor: the validation table and the predicted-vs-measured plot from the committed recordings.
 
-    python analysis/sim_vs_exec.py [--recordings traces/recordings] [--out analysis/results] [--out-prefix NAME]
+    python experiments/simulator_vs_executor/sim_vs_exec.py [--recordings traces/recordings] [--out DIR (default: results/ beside this script)] [--out-prefix NAME]
         [--calibrate-from DIR] [--control DIR] [--twins JSONL ...] [--set-aside NAME ...] [--causes FILE]
 
 Writes ``sim_vs_exec.md``, ``sim_vs_exec.json`` (the full ``oasis_sim.validate`` report plus the flagged
@@ -10,7 +10,7 @@ all the others. With no recordings it says so in the .md/.json and draws nothing
 
 A configuration whose TPOT p50 or throughput error exceeds 10% (either predictor) is listed with the stage whose
 predicted time is furthest from its measured time (ms per step) -- a pointer for finding the cause, which is then
-written down by hand in ``analysis/sim_vs_exec_causes.md`` (``--causes``), which the .md includes as its section
+written down by hand in ``experiments/simulator_vs_executor/sim_vs_exec_causes.md`` (``--causes``), which the .md includes as its section
 "Causes". ``--out-prefix`` names the outputs (``NAME.md``, ``.json``, ``.png``; default ``sim_vs_exec``).
 
 **Against an earlier calibration** (``--calibrate-from DIR``, e.g. the recordings of an older executor): the report
@@ -33,7 +33,7 @@ import os
 import subprocess
 import sys
 
-REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 if REPO not in sys.path:
     sys.path.insert(0, REPO)
 
@@ -44,7 +44,7 @@ from oasis_sim.fitted import fit, recording_key, sample_of  # noqa: E402
 from oasis_sim.replay import replay  # noqa: E402
 
 HEADLINE = ("tpot_ms_p50", "throughput_tok_s")
-DEFAULT_CAUSES = os.path.join(REPO, "analysis", "sim_vs_exec_causes.md")
+DEFAULT_CAUSES = os.path.join(os.path.dirname(os.path.abspath(__file__)), "sim_vs_exec_causes.md")
 STAGES = ("layer_ms_layers", "layer_ms_gemm", "layer_ms_attn", "layer_ms_pred", "layer_ms_select",
           "layer_ms_transfer", "stall_ms_per_step")
 
@@ -118,7 +118,7 @@ def markdown(report: dict, flags: list, recordings_rel: str = "traces/recordings
         else:
             L += ["", "## Causes", "", "(to be written after inspecting the flagged configurations: the stage gap "
                   "above is where to start; compare `python -m oasis_sim replay` timelines with the executor's; "
-                  "put them in analysis/sim_vs_exec_causes.md)"]
+                  "put them in experiments/simulator_vs_executor/sim_vs_exec_causes.md)"]
     L += ["", f"![predicted vs measured]({prefix}.png)", ""]
     return "\n".join(L)
 
@@ -222,7 +222,7 @@ def _git(*args) -> str:
 
 
 def provenance(recs, pool, command=None) -> dict:
-    dirty = _git("status", "--porcelain", "--", "oasis_sim", "oasis_core", "analysis/sim_vs_exec.py")
+    dirty = _git("status", "--porcelain", "--", "oasis_sim", "oasis_core", "experiments/simulator_vs_executor/sim_vs_exec.py")
     return {"date": datetime.date.today().isoformat(), "analysis_commit": _git("rev-parse", "--short", "HEAD"),
             "analysis_tree_dirty": bool(dirty and dirty != "unknown"),
             "record_commits": sorted({r.results["commit"] for r in recs}),
@@ -442,7 +442,7 @@ def markdown_extended(rep: dict, recordings_rel: str, calibration_rel: str, pref
          f"{', '.join(pv['record_commits'])}, {', '.join(pv['device'])}, {', '.join(pv['record_dates'])}). Old fit: "
          f"the fitted predictor fitted on the {rep['n_calibration']} recordings of `{calibration_rel}/` (commit"
          f"{'s' if len(pv['calibration_commits']) > 1 else ''} {', '.join(pv['calibration_commits'])}), applied "
-         f"without refitting. Analysis: `analysis/sim_vs_exec.py` at {pv['analysis_commit']}"
+         f"without refitting. Analysis: `experiments/simulator_vs_executor/sim_vs_exec.py` at {pv['analysis_commit']}"
          f"{' (tree with uncommitted changes)' if pv['analysis_tree_dirty'] else ''}, {pv['date']}."
          + (f" Command: `{pv['command']}`." if pv.get("command") else ""), "",
          "Predictors: " + "; ".join(f"**{EXT_NAMES[p]}**" for p in P) + ". Leave-config-out leaves out every "
@@ -587,7 +587,7 @@ def run(recordings_dir: str, out_dir: str, out_prefix: str = "sim_vs_exec", cali
     files = find_recordings(recordings_dir)
     if not files:
         msg = (f"No executor recordings in `{os.path.relpath(recordings_dir, REPO)}` yet: nothing to compare. "
-               "Record them on the H200 with `python analysis/record_matrix.py --out traces/recordings` and run "
+               "Record them on the H200 with `python experiments/simulator_vs_executor/record_matrix.py --out traces/recordings` and run "
                "this script again.")
         with open(md_path, "w") as f:
             f.write(f"# Simulator vs executor\n\n{msg}\n")
@@ -639,7 +639,7 @@ def run(recordings_dir: str, out_dir: str, out_prefix: str = "sim_vs_exec", cali
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--recordings", default=os.path.join(REPO, "traces", "recordings"))
-    ap.add_argument("--out", default=os.path.join(REPO, "analysis", "results"))
+    ap.add_argument("--out", default=os.path.join(os.path.dirname(os.path.abspath(__file__)), "results"))
     ap.add_argument("--out-prefix", default="sim_vs_exec", help="output names: PREFIX.md, .json, .png")
     ap.add_argument("--calibrate-from", default=None, metavar="DIR",
                     help="recordings of an earlier calibration: adds the old fit (not refitted), leave-config-out, "
@@ -652,13 +652,13 @@ def main(argv=None) -> int:
                     help="with --calibrate-from: recording names also summarized apart (a second summary without "
                          "them; they stay in every fit)")
     ap.add_argument("--causes", default=None, metavar="FILE",
-                    help="hand-written causes section to include (default analysis/sim_vs_exec_causes.md without "
+                    help="hand-written causes section to include (default experiments/simulator_vs_executor/sim_vs_exec_causes.md without "
                          "--calibrate-from, none with it)")
     a = ap.parse_args(argv)
     if (a.control or a.twins or a.set_aside) and not a.calibrate_from:
         ap.error("--control, --twins and --set-aside need --calibrate-from")
     args = sys.argv[1:] if argv is None else list(argv)
-    command = " ".join(["python analysis/sim_vs_exec.py"] + [
+    command = " ".join(["python experiments/simulator_vs_executor/sim_vs_exec.py"] + [
         os.path.relpath(x, REPO) if os.path.isabs(x) and x.startswith(REPO) else x for x in args])
     run(a.recordings, a.out, a.out_prefix, a.calibrate_from, a.control, a.twins, a.causes, a.set_aside, command)
     return 0

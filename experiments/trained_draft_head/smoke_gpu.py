@@ -1,7 +1,7 @@
 """GPU smoke check of the real model in every mode: greedy continuations of a real prompt, bf16, K covering every
 block (sparse must equal dense up to bf16 near-ties) and K = 12.5% of the blocks. Prints one JSON line per mode.
 
-    python analysis/draft_head/smoke_gpu.py MODEL.gguf TEXT [--draft-path DIR] [--prompt-tokens 1000]
+    python experiments/trained_draft_head/smoke_gpu.py MODEL.gguf TEXT [--draft-path DIR] [--prompt-tokens 1000]
 """
 import argparse
 import json

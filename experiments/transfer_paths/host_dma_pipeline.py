@@ -1,11 +1,11 @@
 """The host path's per-layer pipeline without the model: where does its in-step rate go? (issue 5 item 1)
 
-    python analysis/host_dma_pipeline.py --out FILE.json [--layers 36] [--items 3072] [--threads 16]
+    python experiments/transfer_paths/host_dma_pipeline.py --out FILE.json [--layers 36] [--items 3072] [--threads 16]
         [--pool-gb 32] [--reps 5] [--gemms 800]
-    python analysis/host_dma_pipeline.py --summarize FILE.json [FILE.json ...] --md OUT.md
+    python experiments/transfer_paths/host_dma_pipeline.py --summarize FILE.json [FILE.json ...] --md OUT.md
 
 Inside the decode step at 64 requests the host path's native CPU gather moved ~26 GB/s and its DMAs ~26 GB/s
-(``transfer_paths_native_2026-11-30.md``), against 55.3 GB/s for one large pinned copy (125 GB/s for the gather
+(``results/native_host_gather_in_step.md``), against 55.3 GB/s for one large pinned copy (125 GB/s for the gather
 alone turned out to be the host's L3, not DRAM: see ``kernels/bench_host_gather.py``). This replays the worker's
 loop on synthetic copy lists (``--items`` (block, head) rows of K and V per layer, random rows of a pool registered
 like the engine's, ``oasis_exec.kv_store.pinned_pieces``),
@@ -30,7 +30,7 @@ import os
 import sys
 import time
 
-REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 if REPO not in sys.path:
     sys.path.insert(0, REPO)
 
@@ -38,7 +38,7 @@ HKV, BS, D = 8, 16, 128
 
 
 def summarize(files, md) -> None:
-    from common import provenance
+    from experiments.common.reporting import provenance
 
     runs = []
     for f in files:
@@ -89,7 +89,6 @@ def main(argv=None) -> int:
     ap.add_argument("--gemms", type=int, default=800, help="GEMMs of the load per repetition")
     a = ap.parse_args(argv)
     if a.summarize:
-        sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
         summarize(a.summarize, a.md or "host_dma_pipeline.md")
         return 0
     if not a.out:

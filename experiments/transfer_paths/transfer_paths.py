@@ -1,8 +1,8 @@
 """Issue 5 item 1: the two transfer paths compared inside the real decode step, and the engine's choice table.
 
-    python analysis/transfer_paths.py --out FILE.jsonl [--concurrency 64,32,8] [--programs 4,8,16,32]
+    python experiments/transfer_paths/transfer_paths.py --out FILE.jsonl [--concurrency 64,32,8] [--programs 4,8,16,32]
         [--threads 8,16] [--steps 12] [--warmup 3] [--budget-s 480] [--dry-run]
-    python analysis/transfer_paths.py --summarize FILE.jsonl OUT_PREFIX [--table-out PATH]
+    python experiments/transfer_paths/transfer_paths.py --summarize FILE.jsonl OUT_PREFIX [--table-out PATH]
 
 Run mode, in ONE process (lookahead, 16K context, synthetic selection, fetch ratio 0.05, Qwen3-8B shape, dummy
 weights, ``--kv-budget-gb`` 52, ``max_lanes`` = concurrency, host pool sized per concurrency like
@@ -43,7 +43,7 @@ import sys
 import time
 from collections import defaultdict
 
-REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 if REPO not in sys.path:
     sys.path.insert(0, REPO)
 
@@ -105,7 +105,7 @@ def est_s(role: str, ex: str, n: int) -> float:
 
 
 def load_done(path: str, retry_errors: bool) -> set:
-    from analysis.common import read_jsonl
+    from experiments.common.reporting import read_jsonl
 
     return {r["label"] for r in read_jsonl(path)
             if "label" in r and (r.get("status", "ok") == "ok" or not retry_errors)}
@@ -285,15 +285,14 @@ def choice_table(summary: dict, recs: list, source: str) -> dict:
                         "tpot_ms": round(w["tpot_ms"], 3),
                         "no_transfer_tpot_ms": round(ref, 3) if ref is not None else None,
                         "throughput_tok_s": round(w["throughput_tok_s"], 1), "label": w["label"], "exec": w["exec"]})
-    return {"source": f"{source}: analysis/transfer_paths.py --summarize (per concurrency, the transferring "
+    return {"source": f"{source}: experiments/transfer_paths/transfer_paths.py --summarize (per concurrency, the transferring "
                       f"configuration with the lowest TPOT p50)",
             "device": ", ".join(devices), "date": " .. ".join([dates[0], dates[-1]] if len(dates) > 1 else dates),
             "commit": ", ".join(commits), "choices": choices}
 
 
 def summarize(inp: str, prefix: str, table_out: str | None = None) -> dict:
-    sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-    from common import provenance, read_jsonl, write_markdown
+    from experiments.common.reporting import provenance, read_jsonl, write_markdown
 
     if not os.path.exists(inp):
         raise FileNotFoundError(inp)
@@ -355,7 +354,7 @@ def summarize(inp: str, prefix: str, table_out: str | None = None) -> dict:
               "`oasis_exec/transfer_table.json` (copy it there, or pass `--table-out oasis_exec/transfer_table.json`)."]
     d = os.path.dirname(os.path.abspath(prefix))
     os.makedirs(d, exist_ok=True)
-    write_markdown(f"{prefix}.md", lines, "transfer_paths_notes.md")
+    write_markdown(f"{prefix}.md", lines, os.path.join(os.path.dirname(os.path.abspath(__file__)), "transfer_paths_notes.md"))
     with open(tpath, "w") as fh:
         fh.write(json.dumps(table, indent=2) + "\n")
     return {"summary": summary, "table": table, "md": f"{prefix}.md", "table_path": tpath}

@@ -1,6 +1,6 @@
 """The UVA gather's launch variants, alone and beside an HBM-bound GEMM load, on the GPU (issue 5 item 1).
 
-    python analysis/uva_gather_variants.py --out FILE.json [--items 3584] [--programs 8,16,32] [--ipi 2,4,8]
+    python experiments/transfer_paths/uva_gather_variants.py --out FILE.json [--items 3584] [--programs 8,16,32] [--ipi 2,4,8]
         [--warps 4,8] [--kernel uva,tma] [--stages 2,4] [--tma-warps 1,4] [--dry-run]
 
 In the decode step the gather (``kernels.gather.uva_gather``) moved 42.8 GB/s at 64 requests, hiding 70% of its copy
@@ -23,7 +23,7 @@ import json
 import os
 import sys
 
-REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 if REPO not in sys.path:
     sys.path.insert(0, REPO)
 

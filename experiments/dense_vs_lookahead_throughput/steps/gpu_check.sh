@@ -4,7 +4,7 @@
 set -u
 OUT=${OUT:-/tmp/out}; mkdir -p "$OUT"
 export PYTHONUNBUFFERED=1 PYTHONPATH=$PWD
-TAG=${TAG:-check}; MATRIX=${1:-oasis_exec/matrix_check.txt}
+TAG=${TAG:-check}; MATRIX=${1:-experiments/dense_vs_lookahead_throughput/matrix_check.txt}
 nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv > "$OUT/exec_device.txt" 2>&1
 if [ "${TESTS:-1}" = 1 ]; then
   FILES=${TEST_FILES:-"tests/test_exec_engine.py tests/test_exec_gpu.py $(ls tests/test_kernels_*.py tests/test_policy_gpu.py 2>/dev/null)"}

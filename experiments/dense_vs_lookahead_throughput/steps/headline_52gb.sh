@@ -2,8 +2,8 @@
 # Issue 5, session 4's closing call: the 52 GB headline at 16K and 32K with the engine's table (transfer=auto), the
 # overlap twins at 16 and 64, and the drift x2/x4 and fetch 0.02/0.10 points at 48 and 64. On a 256 GiB host (kind
 # nvidia-h200-x2, one GPU used), in one command:
-#   cd .h200_src && OASIS_COMMIT=<hash> bash analysis/h200_headline_at_52gb.sh
-# (CPU dry run of the plan: python analysis/h200_headline.py --out /tmp/x.jsonl <the flags below> --dry-run
+#   cd .h200_src && OASIS_COMMIT=<hash> bash experiments/dense_vs_lookahead_throughput/steps/headline_52gb.sh
+# (CPU dry run of the plan: python experiments/dense_vs_lookahead_throughput/h200_headline.py --out /tmp/x.jsonl <the flags below> --dry-run
 #  --assume-mem-gb 262)                                                                     -> headline.jsonl, .log
 set -u
 DEADLINE_S=${DEADLINE_S:-420}
@@ -13,7 +13,7 @@ say "commit $OASIS_COMMIT"
 device_info
 B=$(( $(left) - 15 ))
 say "headline (budget ${B}s)"
-timeout -k 10 $(( B + 5 )) $PY -X faulthandler analysis/h200_headline.py --out "$OUT/headline.jsonl" \
+timeout -k 10 $(( B + 5 )) $PY -X faulthandler experiments/dense_vs_lookahead_throughput/h200_headline.py --out "$OUT/headline.jsonl" \
   --contexts 16k,32k --dense-n '16k=21,24;32k=10' --la-n '16k=16,48,64,80;32k=44' --max-n none \
   --nt-n '16k=16,64' --sens-n '16k=48,64' --anchors none --transfer auto --budget-s "$B" 2>&1 | grep -v " plan " \
   | tee "$OUT/headline.log"

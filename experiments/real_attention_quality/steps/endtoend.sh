@@ -5,7 +5,7 @@
 # plus .models/b/part_ab and the gguf wheel carried by this call.
 #   OUT=...           results folder (the device call's $OUT)
 #   BUDGET_S=190      no engine starts after this many seconds of the matrix (what is left is listed as skipped)
-#   DRAFT=analysis/draft_head/smollm2-eagle3   the trained head ("none": the random head)
+#   DRAFT=experiments/trained_draft_head/smollm2-eagle3   the trained head ("none": the random head)
 #   E2E_ARGS=...      extra options (e.g. --quick, --drafts head oracle, --lengths 2048 8192)
 #   OASIS_COMMIT=sha  the commit the results name (the device's copy has no git history)
 set -uo pipefail
@@ -16,7 +16,7 @@ mkdir -p /tmp/m
 echo "b179c9523d0e6a0f98a330c7562b682750a6f8c8c15e5bc70ea373728110db53  /tmp/m/model.gguf" | sha256sum -c - || exit 1
 python3 -c 'import gguf' 2>/dev/null || python3 -m pip install -q --no-index --no-deps --target /tmp/site \
   .models/b/gguf-*.whl || exit 1
-DRAFT=${DRAFT:-analysis/draft_head/smollm2-eagle3}
+DRAFT=${DRAFT:-experiments/trained_draft_head/smollm2-eagle3}
 DRAFT_ARGS=()
 [ "$DRAFT" != none ] && DRAFT_ARGS=(--draft-path "$DRAFT")
 nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv,noheader | tee "$OUT/e2e_device.txt"

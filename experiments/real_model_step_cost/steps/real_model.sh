@@ -1,15 +1,15 @@
 #!/usr/bin/env bash
 # The real model on one H200, in calls back to back while the machine stays warm (it goes back 30 s after a call):
 #   calls 1, 2 (carry .models/a, then .models/c): mkdir -p /tmp/m && cp .models/[ac]/p_a? /tmp/m/
-#   call 3 (carry .models/b): STAGE=quality bash analysis/smollm2_bench/h200_real.sh   # GPU tests, quality runs
-#   call 4 (no carry):        STAGE=bench   bash analysis/smollm2_bench/h200_real.sh   # five modes at 8K
+#   call 3 (carry .models/b): STAGE=quality bash experiments/real_model_step_cost/steps/real_model.sh   # GPU tests, quality runs
+#   call 4 (no carry):        STAGE=bench   bash experiments/real_model_step_cost/steps/real_model.sh   # five modes at 8K
 # The GGUF goes in three 36 MB pieces (`split -b 36M FILE .models/p_`: p_aa in .models/a, p_ab in .models/c, p_ac
 # with the gguf wheel in .models/b): with the trained head the working tree is 19 MB, and a call carries 64 MiB.
 set -uo pipefail
 OUT=${OUT:-/tmp/out}; mkdir -p "$OUT"
 export PYTHONUNBUFFERED=1 PYTHONPATH=/tmp/site:$PWD OASIS_GGUF=/tmp/m/model.gguf
 M=/tmp/m/model.gguf
-DRAFT=analysis/draft_head/smollm2-eagle3
+DRAFT=experiments/trained_draft_head/smollm2-eagle3
 T0=$(date +%s); say() { echo "[+$(( $(date +%s) - T0 ))s] $*"; }
 if [ ! -f $M ]; then cat /tmp/m/p_aa /tmp/m/p_ab .models/b/p_ac > $M; fi
 echo "b179c9523d0e6a0f98a330c7562b682750a6f8c8c15e5bc70ea373728110db53  $M" | sha256sum -c - || exit 1
@@ -29,7 +29,7 @@ quality)
     --out $OUT/quality_selection_h200_2026-12-01.json 2>&1 | tr '\r' '\n' | grep -v -e Warning -e clean_up \
     | tee $OUT/selection.log | tail -30
   say "quality endtoend"
-  OUT=$OUT BUDGET_S=${E2E_BUDGET_S:-190} DRAFT=$DRAFT bash analysis/real_attention_e2e/h200_e2e.sh | tail -40
+  OUT=$OUT BUDGET_S=${E2E_BUDGET_S:-190} DRAFT=$DRAFT bash experiments/real_attention_quality/steps/endtoend.sh | tail -40
   say done ;;
 bench)
   for mode in ${MODES:-lookahead dense proxy quest retrieval}; do

@@ -1,10 +1,10 @@
 #!/usr/bin/env bash
 # Issue 6 "On the H200": serve `qwen3-8b --dummy` (python -m oasis_exec serve) in `dense` and in `lookahead`, each
-# driven by analysis/loadgen.py under the same load (open-loop Mooncake conversation arrivals, prompts capped at
+# driven by experiments/common/loadgen.py under the same load (open-loop Mooncake conversation arrivals, prompts capped at
 # MAXP tokens, <= MAXO output tokens, <= CONC in flight, a fixed LOAD_S window), in one device call:
-#   cd .h200_src && OASIS_COMMIT=<hash> WHL=../.whl TRACE=mooncake_head.jsonl bash analysis/h200_serve.sh
+#   cd .h200_src && OASIS_COMMIT=<hash> WHL=../.whl TRACE=mooncake_head.jsonl bash experiments/serving_load/steps/serve.sh
 # A CPU dry run of the same script:
-#   MODEL=tiny DEVICE=cpu MAXP=192 LOAD_S=15 KV_GB=0.05 LA_KV_GB=0.05 HOST_GB=0.05 OUT=/tmp/serve_dry bash analysis/h200_serve.sh
+#   MODEL=tiny DEVICE=cpu MAXP=192 LOAD_S=15 KV_GB=0.05 LA_KV_GB=0.05 HOST_GB=0.05 OUT=/tmp/serve_dry bash experiments/serving_load/steps/serve.sh
 # Every step runs under `timeout`, progress lines carry timestamps (stdout and $OUT/progress.log), a failed mode
 # does not stop the next. Records: $OUT/serve_<mode>.json; logs: $OUT/server_<mode>.log, $OUT/aux.log (pip,
 # warm-ups, loadgen); six files in all (a device call returns at most 8).
@@ -107,7 +107,7 @@ load() {  # mode window_s
   local url; url=$(cat "$OUT/url_$1" 2>/dev/null)
   [ -z "$url" ] && { say "$1: no server, no load"; return; }
   say "$1: load for ${2}s"
-  timeout -k 3 $(( $2 + 15 )) $PY analysis/loadgen.py --base-url "$url" "${TRACE_ARG[@]}" --limit "$LIMIT" \
+  timeout -k 3 $(( $2 + 15 )) $PY experiments/common/loadgen.py --base-url "$url" "${TRACE_ARG[@]}" --limit "$LIMIT" \
     --time-scale "$SCALE" --concurrency "$CONC" --max-prompt "$MAXP" --max-output "$MAXO" --deadline-s "$2" \
     --per-request --out "$OUT/serve_$1.json" > "$OUT/loadgen_$1.tmp" 2>&1
   say "$1: loadgen rc=$?: $(tail -n 3 "$OUT/loadgen_$1.tmp")"

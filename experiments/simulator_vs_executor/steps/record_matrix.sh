@@ -1,9 +1,9 @@
 #!/usr/bin/env bash
 # The graph-mode H200 call of 2026-11-30 (device time left: ~440 s including the machine's start), in one command:
-#   OASIS_COMMIT=<hash> bash analysis/h200_graph.sh
+#   OASIS_COMMIT=<hash> bash experiments/simulator_vs_executor/steps/record_matrix.sh
 # Sections in priority order, each under `timeout`, each continuing when the previous failed; budgets are taken
 # from what is left of DEADLINE_S (seconds since the script started) so the whole ends inside the call's limit.
-#   1. analysis/record_matrix.py --no-profile (issue 7 recordings, CUDA graphs on)  -> $OUT/rec.tar.gz
+#   1. experiments/simulator_vs_executor/record_matrix.py --no-profile (issue 7 recordings, CUDA graphs on)  -> $OUT/rec.tar.gz
 #      (retried once at --max-host-gb 40 when the process dies, e.g. killed while pinning; it resumes)
 #   2. analysis/h200_sensitivity.py (issue 5 item 4: drift x2/x4, fetch 0.02/0.10)   -> $OUT/sensitivity.jsonl
 # Progress lines with timestamps go to stdout and $OUT/progress.log; logs to $OUT/rec.log, $OUT/sensitivity.log.
@@ -20,7 +20,7 @@ for attempt in 1 2; do
   B=$(min 150 $(( $(left) - 95 )))
   [ "$B" -lt 30 ] && { say "1. no time left for recordings"; break; }
   say "1. record_matrix --no-profile attempt $attempt (budget ${B}s, --max-host-gb $CAP)"
-  timeout -k 5 $(( B + 15 )) $PY -X faulthandler analysis/record_matrix.py --out "$OUT/rec" --budget-s "$B" \
+  timeout -k 5 $(( B + 15 )) $PY -X faulthandler experiments/simulator_vs_executor/record_matrix.py --out "$OUT/rec" --budget-s "$B" \
     --steps 24 --warmup 4 --transfer uva --max-host-gb $CAP --no-host-fill --prepin --no-profile --slowdown 1.5 \
     2>&1 | tee -a "$OUT/rec.log"
   rc=${PIPESTATUS[0]}

@@ -2,7 +2,7 @@
 # One H200 call (the second of two: the first copies .models/a/part_aa to /tmp/m): assemble SmolLM2's GGUF, install
 # gguf, train the draft head (oasis_exec.draft_train) and smoke-test every mode on the GPU.
 #   call 1 (carry .models/a): mkdir -p /tmp/m && cp .models/a/part_aa /tmp/m/
-#   call 2 (carry .models/b): bash analysis/draft_head/h200_train.sh
+#   call 2 (carry .models/b): bash experiments/trained_draft_head/steps/train.sh
 set -uo pipefail
 OUT=${OUT:-/tmp/out}; mkdir -p "$OUT"
 export PYTHONUNBUFFERED=1 PYTHONPATH=/tmp/site:$PWD
@@ -14,5 +14,5 @@ python3 -c 'import torch, triton, transformers; print("torch", torch.__version__
 cp .models/b/prompts.npz /tmp/m/prompts.npz
 python3 -m oasis_exec.draft_train train --model-path /tmp/m/model.gguf --corpus /tmp/m/prompts.npz \
   --out "$OUT/smollm2-eagle3" ${TRAIN_ARGS:-} 2>&1 | tee "$OUT/train.log"
-timeout 240 python3 analysis/draft_head/smoke_gpu.py /tmp/m/model.gguf .models/b/GPL-3.txt \
+timeout 240 python3 experiments/trained_draft_head/smoke_gpu.py /tmp/m/model.gguf .models/b/GPL-3.txt \
   --draft-path "$OUT/smollm2-eagle3" 2>&1 | grep -v Warning | tee "$OUT/smoke.log"

@@ -2,7 +2,7 @@
 # Issue 5: UVA copies as graphs of their own (copy_graph: a layer's copy may run past its step's end, until that layer
 # of the next step) and side-stream priority, measured in the real step; the engine's table rewritten from it; the
 # 16K headline re-run with it. On a 256 GiB host (kind nvidia-h200-x2, one GPU used), in one command:
-#   cd .h200_src && OASIS_COMMIT=<hash> bash analysis/h200_copy_graphs.sh
+#   cd .h200_src && OASIS_COMMIT=<hash> bash experiments/transfer_paths/steps/copy_graphs_table.sh
 # 1. pytest -m gpu: copy graphs == copies in the step's graph, slots == host pool (and the rest)     -> pytest_gpu.txt
 # 2. transfer_paths.py at 64/48/32/16/8: uva 8/16, normal/high priority, copy graph / in the step's graph (-ig)
 #    (the host path lost 2-3x in the previous call, exec_h200_transfer_paths_prio_2026-11-30)        -> transfer_paths.jsonl
@@ -23,7 +23,7 @@ say "1. pytest rc=$? : $(tail -1 "$OUT/pytest_gpu.txt")"
 
 B=$(min 240 $(( $(left) - 170 )))
 say "2. transfer_paths (budget ${B}s)"
-timeout -k 10 $(( B + 30 )) $PY -X faulthandler analysis/transfer_paths.py --out "$OUT/transfer_paths.jsonl" \
+timeout -k 10 $(( B + 30 )) $PY -X faulthandler experiments/transfer_paths/transfer_paths.py --out "$OUT/transfer_paths.jsonl" \
   --budget-s "$B" --concurrency 64,48,32,16,8 --programs 8,16 --threads '' --priorities normal,high --in-graph \
   --steps 12 --warmup 3 2>&1 | grep -v " plan " | tee "$OUT/transfer_paths.log"
 say "2. rc=${PIPESTATUS[0]}"
@@ -34,7 +34,7 @@ table_from "$OUT/transfer_paths.jsonl" /tmp/transfer_paths
 B=$(( $(left) - 15 ))
 if [ "$B" -gt 40 ]; then
   say "4. headline with the new table (budget ${B}s)"
-  timeout -k 10 $(( B + 10 )) $PY -X faulthandler analysis/h200_headline.py --out "$OUT/headline.jsonl" \
+  timeout -k 10 $(( B + 10 )) $PY -X faulthandler experiments/dense_vs_lookahead_throughput/h200_headline.py --out "$OUT/headline.jsonl" \
     --contexts 16k --dense-n 18,21,24 --la-n '16k=16,40,48,56,64' --max-n none --nt-n '16k=16,64' --sens-n none \
     --anchors none --transfer auto --budget-s "$B" 2>&1 | grep -v " plan " | tee "$OUT/headline.log"
 else

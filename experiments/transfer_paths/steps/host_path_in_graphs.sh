@@ -2,7 +2,7 @@
 # Issue 5, next H200 call: measure the host-gather + DMA path captured in CUDA graphs (09060ff, written CPU-only),
 # let the measurement pick the engine's transfer table, and re-run the 16K headline points with it. On a 256 GiB
 # host (kind nvidia-h200-x2, one GPU used), in one command:
-#   cd .h200_src && OASIS_COMMIT=<hash> bash analysis/h200_host_path_in_graphs.sh
+#   cd .h200_src && OASIS_COMMIT=<hash> bash experiments/transfer_paths/steps/host_path_in_graphs.sh
 # 1. pytest -m gpu: the graph-mode host path (graph == eager, slots == host pool) and the executor   -> pytest_gpu.txt
 # 2. transfer_paths.py at 64/32/8: uva 8/16 (graph) against host 16 threads (graph and eager), each with the side
 #    streams at normal and at high CUDA priority                                                    -> transfer_paths.jsonl
@@ -26,7 +26,7 @@ say "1. pytest rc=$? : $(tail -1 "$OUT/pytest_gpu.txt")"
 
 B=$(min 240 $(( $(left) - 200 )))
 say "2. transfer_paths (budget ${B}s)"
-timeout -k 10 $(( B + 30 )) $PY -X faulthandler analysis/transfer_paths.py --out "$OUT/transfer_paths.jsonl" \
+timeout -k 10 $(( B + 30 )) $PY -X faulthandler experiments/transfer_paths/transfer_paths.py --out "$OUT/transfer_paths.jsonl" \
   --budget-s "$B" --concurrency 64,32,8 --programs 8,16 --threads 16 --priorities normal,high --steps 12 --warmup 3 \
   2>&1 \
   | tee "$OUT/transfer_paths.log"
@@ -38,7 +38,7 @@ table_from "$OUT/transfer_paths.jsonl" "$OUT/transfer_paths"
 B=$(( $(left) - 15 ))
 if [ "$B" -gt 40 ]; then
   say "4. headline with the new table (budget ${B}s)"
-  timeout -k 10 $(( B + 10 )) $PY -X faulthandler analysis/h200_headline.py --out "$OUT/issue5_dma.jsonl" \
+  timeout -k 10 $(( B + 10 )) $PY -X faulthandler experiments/dense_vs_lookahead_throughput/h200_headline.py --out "$OUT/issue5_dma.jsonl" \
     --contexts 16k --dense-n 21 --la-n '16k=16,40,48,56' --max-n none --nt-n '16k=16' --sens-n none \
     --anchors none --transfer auto --budget-s "$B" 2>&1 | grep -v "plan " | tee "$OUT/issue5_dma.log"
 else

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Issue 5, session 4: the host path with the native (C, GIL-free) gather (kernels/host_native.py) and the
 # persistent scatter against UVA inside the real step. On a 256 GiB host (kind nvidia-h200-x2, one GPU used), in one command:
-#   cd .h200_src && OASIS_COMMIT=<hash> bash analysis/h200_native_host_gather.sh
+#   cd .h200_src && OASIS_COMMIT=<hash> bash experiments/transfer_paths/steps/native_host_gather.sh
 # 1. the native gather's tests + the GPU tests of the host path (graph == eager, slots == host pool)  -> pytest_gpu.txt
 # 2. kernels.bench_host_gather: torch vs native gather alone and beside a launching thread, 8/16/24
 #    threads, at the per-layer sizes of 8 and 64 requests (384 and 3,072 items)                    -> host_gather.json
@@ -9,7 +9,7 @@
 #    gather on $THREADS (16,24) threads, under $SWITCH_US (0,200) us switch intervals, side streams at $PRIOS
 #    (normal) priority                                                                              -> transfer_paths.jsonl
 #    (GATHER_BENCH=0 skips step 2. Session 4 ran the defaults at 20deb16; at e169888 also a persistent scatter on
-#    0 (one program per block) / 16 / 64 programs: no gain, removed, transfer_paths_native_scatter_2026-11-30.md)
+#    0 (one program per block) / 16 / 64 programs: no gain, removed, ../results/persistent_scatter_in_step.md)
 # 4. its summary and choice table (on the device; committed only if it is adopted)                  -> transfer_table.json
 set -u
 DEADLINE_S=${DEADLINE_S:-565}
@@ -37,7 +37,7 @@ fi
 
 B=$(( $(left) - 25 ))
 say "3. transfer_paths (budget ${B}s)"
-timeout -k 10 $(( B + 15 )) $PY -X faulthandler analysis/transfer_paths.py --out "$OUT/transfer_paths.jsonl" \
+timeout -k 10 $(( B + 15 )) $PY -X faulthandler experiments/transfer_paths/transfer_paths.py --out "$OUT/transfer_paths.jsonl" \
   --budget-s "$B" --concurrency ${CONC:-64,32} --programs 16 --in-graph --threads ${THREADS:-16,24} \
   --host-kernels native --switch-us ${SWITCH_US:-0,200} \
   --priorities ${PRIOS:-normal} --steps 12 --warmup 3 2>&1 | grep -E "done|FAIL|budget|runs to do" | cut -c1-170
