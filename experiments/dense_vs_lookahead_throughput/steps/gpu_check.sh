@@ -1,11 +1,9 @@
-#!/usr/bin/env bash
-# On the GPU machine: gpu-marked tests (TESTS=1), kernels.bench (KBENCH=1), then one `bench` per line of the
-# matrix file ($1; each line = extra arguments). Everything lands in $OUT; a summary table is printed last.
-set -u
-OUT=${OUT:-/tmp/out}; mkdir -p "$OUT"
-export PYTHONUNBUFFERED=1 PYTHONPATH=$PWD
-TAG=${TAG:-check}; MATRIX=${1:-experiments/dense_vs_lookahead_throughput/matrix_check.txt}
-nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv > "$OUT/exec_device.txt" 2>&1
+# The executor's first check on the GPU: gpu-marked tests (TESTS=1), kernels.bench (KBENCH=1), then one `bench`
+# per line of a matrix file (each line = extra arguments; default matrix_check.txt, or matrix_measure.txt /
+# matrix_max.txt beside it, or any path). Everything lands in $OUT; a summary table is printed last.
+#   OASIS_COMMIT=<hash> bash experiments/device.sh dense_vs_lookahead_throughput/gpu_check [MATRIX]
+TAG=${TAG:-check}; MATRIX=${1:-matrix_check.txt}
+[ -f "$MATRIX" ] || MATRIX=experiments/dense_vs_lookahead_throughput/$MATRIX
 if [ "${TESTS:-1}" = 1 ]; then
   FILES=${TEST_FILES:-"tests/test_exec_engine.py tests/test_exec_gpu.py $(ls tests/test_kernels_*.py tests/test_policy_gpu.py 2>/dev/null)"}
   timeout ${TEST_TIMEOUT:-240} python3 -m pytest -q -m gpu -p no:cacheprovider $FILES > "$OUT/exec_pytest_gpu.txt" 2>&1

@@ -1,16 +1,11 @@
-#!/usr/bin/env bash
-# Issue 5, session 4's closing call: the 52 GB headline at 16K and 32K with the engine's table (transfer=auto), the
+# The latest headline (results/headline_52gb.md): the 52 GB headline at 16K and 32K with the engine's table (transfer=auto), the
 # overlap twins at 16 and 64, and the drift x2/x4 and fetch 0.02/0.10 points at 48 and 64. On a 256 GiB host (kind
 # nvidia-h200-x2, one GPU used), in one command:
-#   cd .h200_src && OASIS_COMMIT=<hash> bash experiments/dense_vs_lookahead_throughput/steps/headline_52gb.sh
+#   OASIS_COMMIT=<hash> bash experiments/device.sh dense_vs_lookahead_throughput/headline_52gb
 # (CPU dry run of the plan: python experiments/dense_vs_lookahead_throughput/h200_headline.py --out /tmp/x.jsonl <the flags below> --dry-run
 #  --assume-mem-gb 262)                                                                     -> headline.jsonl, .log
-set -u
 DEADLINE_S=${DEADLINE_S:-420}
-. "$(dirname "$0")/h200_lib.sh"  # OUT, PY, el/left/say/min, device_info
 
-say "commit $OASIS_COMMIT"
-device_info
 B=$(( $(left) - 15 ))
 say "headline (budget ${B}s)"
 timeout -k 10 $(( B + 5 )) $PY -X faulthandler experiments/dense_vs_lookahead_throughput/h200_headline.py --out "$OUT/headline.jsonl" \

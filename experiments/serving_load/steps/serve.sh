@@ -1,14 +1,12 @@
-#!/usr/bin/env bash
-# Issue 6 "On the H200": serve `qwen3-8b --dummy` (python -m oasis_exec serve) in `dense` and in `lookahead`, each
+# Serve `qwen3-8b --dummy` (python -m oasis_exec serve) in `dense` and in `lookahead`, each
 # driven by experiments/common/loadgen.py under the same load (open-loop Mooncake conversation arrivals, prompts capped at
 # MAXP tokens, <= MAXO output tokens, <= CONC in flight, a fixed LOAD_S window), in one device call:
-#   cd .h200_src && OASIS_COMMIT=<hash> WHL=../.whl TRACE=mooncake_head.jsonl bash experiments/serving_load/steps/serve.sh
+#   OASIS_COMMIT=<hash> WHL=.whl TRACE=mooncake_head.jsonl bash experiments/device.sh serving_load/serve
 # A CPU dry run of the same script:
-#   MODEL=tiny DEVICE=cpu MAXP=192 LOAD_S=15 KV_GB=0.05 LA_KV_GB=0.05 HOST_GB=0.05 OUT=/tmp/serve_dry bash experiments/serving_load/steps/serve.sh
+#   MODEL=tiny DEVICE=cpu MAXP=192 LOAD_S=15 KV_GB=0.05 LA_KV_GB=0.05 HOST_GB=0.05 OUT=/tmp/serve_dry bash experiments/device.sh serving_load/serve
 # Every step runs under `timeout`, progress lines carry timestamps (stdout and $OUT/progress.log), a failed mode
-# does not stop the next. Records: $OUT/serve_<mode>.json; logs: $OUT/server_<mode>.log, $OUT/aux.log (pip,
-# warm-ups, loadgen); six files in all (a device call returns at most 8).
-set -u
+# does not stop the next. Records: $OUT/serve_<mode>.json; logs: $OUT/server_<mode>.log, $OUT/aux.log (warm-ups,
+# loadgen); six files in all (a device call returns at most 8).
 MODEL=${MODEL:-qwen3-8b}; DEVICE=${DEVICE:-cuda}
 MAXP=${MAXP:-16320}        # prompt cap: 16K context less the output
 MAXO=${MAXO:-64}           # output cap
@@ -23,17 +21,8 @@ UP_S=${UP_S:-40}           # server start (then up to 30 s of warm-up), both ser
 WARM_TOK=${WARM_TOK:-2100} # warm-up prompt (two prefill chunks)
 DEADLINE_S=${DEADLINE_S:-118}
 TRACE=${TRACE:-}
-WHL=${WHL:-}
-. "$(dirname "$0")/h200_lib.sh"  # OUT, PY, el/left/say/min, device_info
 
 say "commit $OASIS_COMMIT model $MODEL device $DEVICE prompts<=$MAXP out<=$MAXO limit $LIMIT scale $SCALE conc $CONC window ${LOAD_S}s"
-if [ -n "$WHL" ]; then
-  timeout 40 $PY -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site \
-    "$WHL"/*.whl >> "$OUT/aux.log" 2>&1; say "wheels rc=$? ($(ls "$WHL"/*.whl | wc -l) files)"
-  export PYTHONPATH=/tmp/site:$PYTHONPATH
-fi
-[ "$DEVICE" = cuda ] && say "device: $(nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv,noheader 2>&1)"
-say "host: $(nproc) cores, $(free -g | awk '/Mem:/ {print $2}') GiB"
 SETSID=$(command -v setsid || true)
 TRACE_ARG=(); [ -n "$TRACE" ] && TRACE_ARG=(--trace "$TRACE")
 

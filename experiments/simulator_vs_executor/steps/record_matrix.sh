@@ -1,18 +1,13 @@
-#!/usr/bin/env bash
-# The graph-mode H200 call of 2026-11-30 (device time left: ~440 s including the machine's start), in one command:
-#   OASIS_COMMIT=<hash> bash experiments/simulator_vs_executor/steps/record_matrix.sh
+# Recordings for the simulator check (the graph-mode H200 call of 2026-11-30, ~440 s of device time), in one command:
+#   OASIS_COMMIT=<hash> bash experiments/device.sh simulator_vs_executor/record_matrix
 # Sections in priority order, each under `timeout`, each continuing when the previous failed; budgets are taken
 # from what is left of DEADLINE_S (seconds since the script started) so the whole ends inside the call's limit.
-#   1. experiments/simulator_vs_executor/record_matrix.py --no-profile (issue 7 recordings, CUDA graphs on)  -> $OUT/rec.tar.gz
+#   1. experiments/simulator_vs_executor/record_matrix.py --no-profile (the validation matrix, CUDA graphs on)  -> $OUT/rec.tar.gz
 #      (retried once at --max-host-gb 40 when the process dies, e.g. killed while pinning; it resumes)
-#   2. analysis/h200_sensitivity.py (issue 5 item 4: drift x2/x4, fetch 0.02/0.10)   -> $OUT/sensitivity.jsonl
+#   2. h200_headline.py --preset first-sensitivity (drift x2/x4, fetch 0.02/0.10)      -> $OUT/sensitivity.jsonl
 # Progress lines with timestamps go to stdout and $OUT/progress.log; logs to $OUT/rec.log, $OUT/sensitivity.log.
-set -u
 DEADLINE_S=${DEADLINE_S:-262}
-. "$(dirname "$0")/h200_lib.sh"  # OUT, PY, el/left/say/min, device_info
 
-say "commit $OASIS_COMMIT"
-device_info
 
 # 1. Recordings in graph mode (cheapest first, budgeted, resumable)
 CAP=80
@@ -35,7 +30,7 @@ for attempt in 1 2; do
   B=$(min 100 $(( $(left) - 12 )))
   [ "$B" -lt 20 ] && { say "2. no time left for the sensitivity"; break; }
   say "2. sensitivity attempt $attempt (budget ${B}s)"
-  timeout -k 5 $(( B + 10 )) $PY -X faulthandler analysis/h200_sensitivity.py --out "$OUT/sensitivity.jsonl" \
+  timeout -k 5 $(( B + 10 )) $PY -X faulthandler experiments/dense_vs_lookahead_throughput/h200_headline.py --preset first-sensitivity --out "$OUT/sensitivity.jsonl" \
     --budget-s "$B" --steps 16 --warmup 4 2>&1 | tee -a "$OUT/sensitivity.log"
   rc=${PIPESTATUS[0]}
   say "2. sensitivity rc=$rc"

@@ -1,25 +1,18 @@
-#!/usr/bin/env bash
-# Issue 5: UVA copies as graphs of their own (copy_graph: a layer's copy may run past its step's end, until that layer
+# UVA copies as graphs of their own (copy_graph: a layer's copy may run past its step's end, until that layer
 # of the next step) and side-stream priority, measured in the real step; the engine's table rewritten from it; the
-# 16K headline re-run with it. On a 256 GiB host (kind nvidia-h200-x2, one GPU used), in one command:
-#   cd .h200_src && OASIS_COMMIT=<hash> bash experiments/transfer_paths/steps/copy_graphs_table.sh
+# 16K headline re-run with it (results/copy_graphs_table.md: the engine's current table). On a 256 GiB host (kind nvidia-h200-x2, one GPU used), in one command:
+#   OASIS_COMMIT=<hash> bash experiments/device.sh transfer_paths/copy_graphs_table
 # 1. pytest -m gpu: copy graphs == copies in the step's graph, slots == host pool (and the rest)     -> pytest_gpu.txt
 # 2. transfer_paths.py at 64/48/32/16/8: uva 8/16, normal/high priority, copy graph / in the step's graph (-ig)
 #    (the host path lost 2-3x in the previous call, exec_h200_transfer_paths_prio_2026-11-30)        -> transfer_paths.jsonl
 # 3. its summary on the device: the engine's choice table                                          -> transfer_table.json
 # 4. h200_headline.py at 16K: dense at 18/21/24 and lookahead at 16/40/48/56/64 (+ no-transfer at 16/64) with
 #    transfer=auto, i.e. the table just measured                                                    -> headline.jsonl
-set -u
 DEADLINE_S=${DEADLINE_S:-560}
-. "$(dirname "$0")/h200_lib.sh"  # OUT, PY, el/left/say/min, device_info, table_from
 
-say "commit $OASIS_COMMIT"
-device_info
 
 say "1. pytest -m gpu"
-timeout -k 5 150 $PY -m pytest -m gpu -q -p no:cacheprovider tests/test_exec_gpu.py tests/test_kernels_gather.py \
-  > "$OUT/pytest_gpu.txt" 2>&1
-say "1. pytest rc=$? : $(tail -1 "$OUT/pytest_gpu.txt")"
+TEST_S=150 gpu_tests tests/test_exec_gpu.py tests/test_kernels_gather.py
 
 B=$(min 240 $(( $(left) - 170 )))
 say "2. transfer_paths (budget ${B}s)"

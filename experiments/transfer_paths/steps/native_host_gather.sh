@@ -1,23 +1,18 @@
-#!/usr/bin/env bash
-# Issue 5, session 4: the host path with the native (C, GIL-free) gather (kernels/host_native.py) and the
+# The host path with the native (C, GIL-free) gather (kernels/host_native.py) and the
 # persistent scatter against UVA inside the real step. On a 256 GiB host (kind nvidia-h200-x2, one GPU used), in one command:
-#   cd .h200_src && OASIS_COMMIT=<hash> bash experiments/transfer_paths/steps/native_host_gather.sh
+#   OASIS_COMMIT=<hash> bash experiments/device.sh transfer_paths/native_host_gather
 # 1. the native gather's tests + the GPU tests of the host path (graph == eager, slots == host pool)  -> pytest_gpu.txt
 # 2. kernels.bench_host_gather: torch vs native gather alone and beside a launching thread, 8/16/24
 #    threads, at the per-layer sizes of 8 and 64 requests (384 and 3,072 items)                    -> host_gather.json
 # 3. transfer_paths.py at $CONC (64,32): uva16 (copies in the step's graph, as the table) against the native host
 #    gather on $THREADS (16,24) threads, under $SWITCH_US (0,200) us switch intervals, side streams at $PRIOS
 #    (normal) priority                                                                              -> transfer_paths.jsonl
-#    (GATHER_BENCH=0 skips step 2. Session 4 ran the defaults at 20deb16; at e169888 also a persistent scatter on
+#    (GATHER_BENCH=0 skips step 2. The defaults ran at 20deb16; at e169888 also a persistent scatter on
 #    0 (one program per block) / 16 / 64 programs: no gain, removed, ../results/persistent_scatter_in_step.md)
 # 4. its summary and choice table (on the device; committed only if it is adopted)                  -> transfer_table.json
-set -u
 DEADLINE_S=${DEADLINE_S:-565}
-. "$(dirname "$0")/h200_lib.sh"  # OUT, PY, el/left/say/min, device_info, table_from
 export OASIS_CACHE_DIR=${OASIS_CACHE_DIR:-/tmp/oasis-cache}
 
-say "commit $OASIS_COMMIT"
-device_info
 { nproc; lscpu 2>&1 | grep -E "Model name|Socket|NUMA|Thread|Core|L3"; } >> "$OUT/device.txt" 2>&1
 $PY -c "from kernels import host_native as h; print(\"native gather openmp:\", h.openmp())" >> "$OUT/device.txt" 2>&1
 tail -10 "$OUT/device.txt"

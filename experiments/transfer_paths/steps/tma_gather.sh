@@ -1,24 +1,16 @@
-#!/usr/bin/env bash
-# Issue 5, closing call at one commit: the GPU tests, the experimental TMA gather beside the thread-load gather
+# The GPU tests, the experimental TMA gather beside the thread-load gather
 # (alone, beside a GEMM load, and inside the step), then the 52 GB headline at 16K and 32K with the engine's table.
 # On a 256 GiB host (kind nvidia-h200-x2, one GPU used), in one command:
-#   cd .h200_src && OASIS_COMMIT=<hash> bash experiments/transfer_paths/steps/tma_gather.sh
+#   OASIS_COMMIT=<hash> bash experiments/device.sh transfer_paths/tma_gather
 # 1. pytest -m gpu (the files that have GPU tests) + the gather kernel tests natively                                -> pytest_gpu.txt
 # 2. uva_gather_variants.py --kernel uva,tma                                                -> gather_variants.json
 # 3. transfer_paths.py at 64/48: uva16 thread loads vs TMA (copies in the step's graph)     -> transfer_paths.jsonl
 # 4. h200_headline.py: 16K dense 21/24, lookahead 16/48/64 (+ no-transfer twins); 32K dense 10, lookahead 44
 #                                                                                           -> headline.jsonl
-set -u
 DEADLINE_S=${DEADLINE_S:-565}
-. "$(dirname "$0")/h200_lib.sh"  # OUT, PY, el/left/say/min, device_info
 
-say "commit $OASIS_COMMIT"
-device_info
 say "1. pytest"
-# the files with GPU tests (the simulator's tests need simpy, which the device lacks: they would stop collection)
-GPU_TESTS=$(grep -l "mark.gpu" tests/test_*.py)
-timeout -k 5 150 $PY -m pytest -q -p no:cacheprovider -m gpu $GPU_TESTS > "$OUT/pytest_gpu.txt" 2>&1
-say "1a. pytest -m gpu rc=$? : $(tail -1 "$OUT/pytest_gpu.txt")"
+gpu_tests  # the files with GPU tests (the simulator's tests need simpy, which the device lacks)
 timeout -k 5 60 $PY -m pytest -q -p no:cacheprovider tests/test_kernels_gather.py tests/test_kernels_gather_tma.py \
   >> "$OUT/pytest_gpu.txt" 2>&1
 say "1b. gather kernel tests rc=$? : $(tail -1 "$OUT/pytest_gpu.txt")"
