@@ -64,7 +64,7 @@ class RooflineParams:
     lookahead with its copies skipped (``--no-transfer``) 17.57 ms TPOT vs quest 13.65 ms, a 3.92 ms gap; the
     roofline (with ``side_hbm_contention`` = 1) puts the same two steps 0.07 ms apart on the ``h200`` preset, so
     3.85 ms / (16 requests × 36 layers) = 6.7 µs is unexplained per request per layer. Cross-check: the paper's
-    Table 2 ratio-0.01 point and its Fig. 11 TPOT imply ≈7.7 µs on the H100 (``analysis/sim_paper_repro.md``).
+    Table 2 ratio-0.01 point and its Fig. 11 TPOT imply ≈7.7 µs on the H100 (``experiments/paper_reproduction/results/sim_paper_repro.md``).
 
     ``side_hbm_contention`` (op ``side_contention``, background modes): the side stream's HBM traffic per layer
     (summary reads of the scoring, top-K scores, host→GPU transfers landing in HBM) is charged to the compute
