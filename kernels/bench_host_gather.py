@@ -6,7 +6,7 @@ K + V bytes moved per second, random (block, head) 4 KiB items (16 x 128 bf16) f
 per tensor. Each repetition uses a fresh index set (sets rotate over ``--rotate-mb`` MiB of sources, default 1,024)
 so the L3 cache does not serve repeats: a 64 MiB rotation, enough on the 32 MiB L3 of the CPU VM, let the H200 host's
 300 MiB L3 serve them (125 GB/s "alone" at 16 threads on 2026-11-30 against 39 GB/s from DRAM,
-``analysis/host_dma_pipeline.py``). Two implementations:
+``experiments/transfer_paths/host_dma_pipeline.py``). Two implementations:
 
 - ``legacy``: the version before 2026-11-30 (a Python ``ThreadPoolExecutor`` of n threads, the rows split in n
   chunks, one ``index_select`` per chunk and tensor, torch intra-op threads left at the process default);

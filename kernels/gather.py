@@ -184,7 +184,7 @@ def host_gather_stage(host_k, host_v, src_block, src_head, stage_k, stage_v, fla
     pool and as few torch calls as possible: each call releases and re-takes the GIL, and with the main thread busy
     launching kernels every re-take can wait for Python's switch interval (5 ms). That, not memory bandwidth, made
     the old version (a Python pool of chunked ``index_select`` calls) slow beside a running step
-    (analysis/results/host_gather_cpu_2026-11-30.md).
+    (experiments/transfer_paths/results/host_gather_cpu.md).
     """
     nb, Hkv, BS, D = host_k.shape
     assert host_k.is_contiguous() and host_v.is_contiguous(), "host pool must be contiguous"

@@ -3,7 +3,7 @@
 Same contract as ``kernels.gather.uva_gather`` (pool ``[nb, Hkv, block_size, D]`` pinned on the host, slots
 ``[n_slots, block_size, D]`` on the GPU, int32 copy list ``src_block, src_head, dst_slot``, -1 = skip), but each
 program asks the TMA unit for a whole (block, head) tile instead of having its threads load it: few threads, and the
-pipeliner keeps ``stages`` tiles in flight. The question it answers (``analysis/uva_gather_variants.py --kernel``):
+pipeliner keeps ``stages`` tiles in flight. The question it answers (``experiments/transfer_paths/uva_gather_variants.py --kernel``):
 does a gather that barely occupies its SMs lose less of its rate beside the decode step's kernels than the
 thread-load gather, which reaches ~50 GB/s alone but 35-43 GB/s in the step?
 

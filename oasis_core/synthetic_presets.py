@@ -14,9 +14,9 @@ from .synthetic import SyntheticParams
 SMOLLM2 = SyntheticParams(
     drift_rate=0.2334, drift_zone=0.5549, hot_fraction=0.25, window_fraction=0.1667, head_share=0.5815,
     draft_error_rate=0.1896, draft_layer_spread=0.1771, proxy_error_rate=0.0, novelty_rate=0.4303)
-"""SmolLM2-135M-Instruct (Q4_1 GGUF) with its trained EAGLE-3 head (``analysis/draft_head/smollm2-eagle3``), fitted
+"""SmolLM2-135M-Instruct (Q4_1 GGUF) with its trained EAGLE-3 head (``experiments/trained_draft_head/smollm2-eagle3``), fitted
 by ``synthetic_fit.fit_params`` to the CPU measurement (fp32, 2026-12-01, commit ec734bc,
-``analysis/results/quality_selection_cpu_eagle3_2026-12-01.json``; ``analysis/real_attention/README.md``): the five
+``experiments/draft_predicts_next_blocks/results/selection_cpu_eagle3.json``; ``experiments/draft_predicts_next_blocks/README.md``): the five
 evaluation texts at N = 4,096 tokens (2,224-4,096 used), block 16, K = 12.5% of the blocks (17-32), 64 decode
 positions each, averaged over texts; the head's sparse (engine-view) agreement 81.0%, worst layer 72.1%. The lead
 refits from the H200 run (bf16, 4K and 8K: ``fit`` in that JSON). Against the paper's preset: adjacent overlap 75.8%

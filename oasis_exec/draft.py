@@ -21,7 +21,7 @@ forward (``draft_logits``); a published EAGLE-3 checkpoint keeps its weights but
 positions.
 
 A checkpoint without ``lm_head.weight`` (and ``d2t``) uses the target's own LM head over the full vocabulary, as
-EAGLE-1 did; the SmolLM2 head in ``analysis/draft_head/`` is of that kind (a third of the size).
+EAGLE-1 did; the SmolLM2 head in ``experiments/trained_draft_head/`` is of that kind (a third of the size).
 """
 from __future__ import annotations
 

@@ -23,7 +23,7 @@ priority of both side streams, ``ExecConfig.stream_priority`` or the table's):
   ``host_threads`` OpenMP threads (``kernels.host_native``), with ``"torch"`` by one ``index_select`` per K/V on its
   own ``host_threads`` torch intra-op threads (``kernels.gather.host_gather_stage``); one DMA per K/V moves them,
   ``scatter_slots`` writes the slots. Each copied byte crosses host DRAM three times (pool read, staging write, DMA
-  read), which bounds this path by the host's memory bandwidth (analysis/results/host_dma_pipeline_2026-11-30.md).
+  read), which bounds this path by the host's memory bandwidth (experiments/transfer_paths/results/host_dma_pipeline.md).
 
   Under a CUDA graph (``graph_host``: the step is captured with this path too) the hand-offs become *external*
   events (``torch.cuda.Event(external=True)``): the captured step records ``planned_x[l]`` once layer l's copy list

@@ -5,7 +5,7 @@
     {"source": "<results file the choices come from, and how>", "device": ..., "date": ..., "commit": ...,
      "choices": [{"concurrency": 16, "path": "uva", "uva_programs": 32, "tpot_ms": 19.40, ...}, ...]}
 
-``analysis/transfer_paths.py --summarize`` writes it from an H200 run (per concurrency, the configuration with the
+``experiments/transfer_paths/transfer_paths.py --summarize`` writes it from an H200 run (per concurrency, the configuration with the
 lowest TPOT p50 inside the real decode step). ``choose(concurrency)`` picks the entry whose concurrency is nearest
 to the engine's lane count (ties: the smaller concurrency) and returns ``(path, uva_programs)``; a host entry may
 also carry ``host_threads`` and ``host_kernel`` ("torch" / "native"; absent = the engine's default), and any entry

@@ -60,11 +60,11 @@ class RooflineParams:
     ``lookahead`` per decode request per layer): what the sparse machinery costs beyond the roofline's byte and
     FLOP terms — draft/proxy query handling, launching the scoring, top-K and Algorithm-2 kernels per layer,
     index-table updates — which the executor measures as *not hidden* by the side streams. Default **6.7 µs**, from
-    the executor's H200 run (``analysis/results/exec_h200_2026-11-30.md``, 16K × 16 requests, CUDA graphs):
+    the executor's H200 run (``experiments/dense_vs_lookahead_throughput/results/executor_runs_log.md``, 16K × 16 requests, CUDA graphs):
     lookahead with its copies skipped (``--no-transfer``) 17.57 ms TPOT vs quest 13.65 ms, a 3.92 ms gap; the
     roofline (with ``side_hbm_contention`` = 1) puts the same two steps 0.07 ms apart on the ``h200`` preset, so
     3.85 ms / (16 requests × 36 layers) = 6.7 µs is unexplained per request per layer. Cross-check: the paper's
-    Table 2 ratio-0.01 point and its Fig. 11 TPOT imply ≈7.7 µs on the H100 (``analysis/sim_paper_repro.md``).
+    Table 2 ratio-0.01 point and its Fig. 11 TPOT imply ≈7.7 µs on the H100 (``experiments/paper_reproduction/results/sim_paper_repro.md``).
 
     ``side_hbm_contention`` (op ``side_contention``, background modes): the side stream's HBM traffic per layer
     (summary reads of the scoring, top-K scores, host→GPU transfers landing in HBM) is charged to the compute

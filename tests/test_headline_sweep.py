@@ -1,4 +1,4 @@
-"""The headline sweep runner (analysis/h200_headline.py) and its report (analysis/dense_vs_lookahead_report.py) on the CPU: the plan
+"""The headline sweep runner (experiments/dense_vs_lookahead_throughput/h200_headline.py) and its report (experiments/dense_vs_lookahead_throughput/dense_vs_lookahead_report.py) on the CPU: the plan
 and its estimate (--dry-run), a tiny sweep (guard skip, died run, resume, variants, twins), the report's sections."""
 import importlib.util
 import json
@@ -9,7 +9,7 @@ REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 
 def _load(name):
-    spec = importlib.util.spec_from_file_location(name, os.path.join(REPO, "analysis", f"{name}.py"))
+    spec = importlib.util.spec_from_file_location(name, os.path.join(REPO, "experiments", "dense_vs_lookahead_throughput", f"{name}.py"))
     mod = importlib.util.module_from_spec(spec)
     sys.modules[name] = mod  # dataclasses look their module up
     spec.loader.exec_module(mod)
@@ -26,7 +26,7 @@ def test_dry_run_prints_the_plan_and_runs_nothing(tmp_path, capsys):
     assert H.main(["--out", str(out), "--dry-run", "--fused-ab", "--assume-mem-gb", "262"]) == 0
     text = capsys.readouterr().out
     assert not out.exists()
-    plan = [ln.split("plan ", 1)[1].split()[0] for ln in text.splitlines() if "] plan " in ln and "(issue5)" not in ln]
+    plan = [ln.split("plan ", 1)[1].split()[0] for ln in text.splitlines() if "] plan " in ln and "(headline)" not in ln]
     # dense first (the budget's maximum from the engine: 21 at 16K, 10 at 32K), anchors, then lookahead by pool size
     assert plan[:4] == ["16k-dense-8", "16k-dense-8-unfused", "16k-dense-12", "16k-dense-16"]
     assert "16k-dense-21" in plan and "32k-dense-10" in plan and "16k-dense-32-h200" in plan
@@ -96,10 +96,10 @@ def test_cpu_sweep_resume_and_report(tmp_path):
     rep_dir = tmp_path / "rep"
     tp = tmp_path / "tp.jsonl"
     tp.write_text(json.dumps(dict(final["c64-lookahead-2"], label="tp-uva-2")) + "\n")
-    assert R.main(["--sweep", str(out), "--out-dir", str(rep_dir), "--date", "2099-01-01",
+    assert R.main(["--sweep", str(out), "--out-dir", str(rep_dir),
                    "--transfer-paths", str(tp)]) == 0
-    md = (rep_dir / "issue5_2099-01-01.md").read_text()
-    assert (rep_dir / "issue5_headline_2099-01-01.png").stat().st_size > 10_000
+    md = (rep_dir / "headline.md").read_text()
+    assert (rep_dir / "headline.png").stat().st_size > 10_000
     for section in ("## Best against best at 52 GB", "## Curves", "## Sensitivity at 64", "## Overlap (item 2)",
                     "## Dense against vLLM 0.26 and the HBM roofline", "## Where host memory bound lookahead",
                     "## Kernel fusion A/B", "## Runs that did not complete", "## Transfer-path records"):
@@ -110,14 +110,12 @@ def test_cpu_sweep_resume_and_report(tmp_path):
     assert "tp-uva-2" in md and "died" in md
 
 
-def test_sensitivity_script_is_the_2026_11_30_preset(tmp_path, capsys):
-    S = _load("h200_sensitivity")
-    assert S.translate(["--out", "x", "--n", "2,1"]) == ["--preset", "sensitivity-2026-11-30", "--out", "x",
-                                                         "--la-n", "2,1"]
-    assert S.main(["--out", str(tmp_path / "s.jsonl"), "--dry-run", "--device", "cpu", "--model", "tiny",
-                   "--context", "64", "--n", "2,1", "--dense-n", "2"]) == 0
+def test_first_sensitivity_preset_keeps_the_2026_11_30_plan(tmp_path, capsys):
+    H = _load("h200_headline")
+    assert H.main(["--preset", "first-sensitivity", "--out", str(tmp_path / "s.jsonl"), "--dry-run", "--device",
+                   "cpu", "--model", "tiny", "--contexts", "64", "--la-n", "2,1", "--dense-n", "2"]) == 0
     plan = [ln.split("plan ", 1)[1].split()[0] for ln in capsys.readouterr().out.splitlines()
-            if "] plan " in ln and "(sensitivity" not in ln]
+            if "] plan " in ln and "(first-sensitivity" not in ln]
     assert plan == ["lookahead-2-base", "lookahead-2-drift2", "lookahead-2-drift4", "lookahead-2-fr0.02",
                     "lookahead-2-fr0.1", "dense-2", "lookahead-1-base", "lookahead-1-drift2", "lookahead-1-drift4",
                     "lookahead-1-fr0.02", "lookahead-1-fr0.1"]

@@ -1,4 +1,4 @@
-"""analysis/records_to_recordings.py: H200 bench records (committed JSONL) -> recordings that load and replay."""
+"""experiments/simulator_vs_executor/records_to_recordings.py: H200 bench records (committed JSONL) -> recordings that load and replay."""
 import importlib.util
 import json
 import os
@@ -9,13 +9,13 @@ from oasis_core.recording import find_recordings, load_recording
 from oasis_sim.replay import measured_metrics, replay
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-RESULTS = os.path.join(REPO, "analysis", "results")
-FINAL = os.path.join(RESULTS, "exec_h200_issue5_final_2026-11-30.jsonl")
-PATHS = os.path.join(RESULTS, "exec_h200_transfer_paths_2026-11-30.jsonl")
+EXP = os.path.join(REPO, "experiments")
+FINAL = os.path.join(EXP, "dense_vs_lookahead_throughput", "results", "headline_fused_ab.jsonl")
+PATHS = os.path.join(EXP, "transfer_paths", "results", "uva_vs_host_in_step.jsonl")
 
 
 def _load(name):
-    spec = importlib.util.spec_from_file_location(name, os.path.join(REPO, "analysis", f"{name}.py"))
+    spec = importlib.util.spec_from_file_location(name, os.path.join(EXP, "simulator_vs_executor", f"{name}.py"))
     mod = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(mod)
     return mod

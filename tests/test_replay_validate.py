@@ -251,7 +251,7 @@ def test_committed_recordings_validate(tmp_path):
 def _analysis():
     import importlib.util
 
-    spec = importlib.util.spec_from_file_location("sim_vs_exec", os.path.join(REPO, "analysis", "sim_vs_exec.py"))
+    spec = importlib.util.spec_from_file_location("sim_vs_exec", os.path.join(REPO, "experiments", "simulator_vs_executor", "sim_vs_exec.py"))
     mod = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(mod)
     return mod
@@ -278,7 +278,7 @@ def test_analysis_with_recordings(tmp_path, synth):
 def test_record_matrix_dry_run_plans_the_issue_matrix(capsys):
     import importlib.util
 
-    spec = importlib.util.spec_from_file_location("record_matrix", os.path.join(REPO, "analysis", "record_matrix.py"))
+    spec = importlib.util.spec_from_file_location("record_matrix", os.path.join(REPO, "experiments", "simulator_vs_executor", "record_matrix.py"))
     mod = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(mod)
     runs = mod.plan("all")

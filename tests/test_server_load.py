@@ -16,7 +16,7 @@ N_REQUESTS, CONCURRENCY, DISCONNECT = 300, 32, 0.10
 
 
 def _loadgen():
-    spec = importlib.util.spec_from_file_location("oasis_loadgen", ROOT / "analysis" / "loadgen.py")
+    spec = importlib.util.spec_from_file_location("oasis_loadgen", ROOT / "experiments" / "common" / "loadgen.py")
     mod = importlib.util.module_from_spec(spec)
     sys.modules[spec.name] = mod  # dataclasses look their module up while the file executes
     spec.loader.exec_module(mod)

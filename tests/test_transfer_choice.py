@@ -1,4 +1,4 @@
-"""The engine's measured transfer-path choice (oasis_exec.transfer_choice) and analysis/transfer_paths.py.
+"""The engine's measured transfer-path choice (oasis_exec.transfer_choice) and experiments/transfer_paths/transfer_paths.py.
 
 The summarize test feeds fabricated records: it checks the arithmetic of the report, it is not a result."""
 import importlib.util
@@ -15,7 +15,7 @@ REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 
 def _script():
-    spec = importlib.util.spec_from_file_location("transfer_paths", os.path.join(REPO, "analysis", "transfer_paths.py"))
+    spec = importlib.util.spec_from_file_location("transfer_paths", os.path.join(REPO, "experiments", "transfer_paths", "transfer_paths.py"))
     mod = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(mod)
     return mod
@@ -82,7 +82,7 @@ def test_missing_or_bad_table_falls_back_to_uva_32_with_a_reason(tmp_path):
 
 def test_committed_table_parses_and_names_an_existing_results_file():
     tab = tc.load_table()
-    files = re.findall(r"analysis/results/[\w./-]+\.jsonl?", tab["source"])
+    files = re.findall(r"experiments/[\w./-]+/results/[\w./-]+\.jsonl?", tab["source"])
     assert files and all(os.path.isfile(os.path.join(REPO, f)) for f in files), tab["source"]
     assert tab["device"] and tab["date"] and tab["commit"]
     for c in tab["choices"]:

@@ -5,6 +5,6 @@
 - ``quality e2e``: perplexity, greedy agreement with dense and passkey accuracy per mode and fetch ratio through the
   engine (``endtoend.py``).
 
-Each subcommand registers itself in ``cli.py``; results go to ``analysis/results/`` as JSON with the device, date,
+Each subcommand registers itself in ``cli.py``; results go to ``experiments/<question>/results/`` as JSON with the device, date,
 commit, weights and selection source.
 """

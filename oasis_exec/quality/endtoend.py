@@ -29,7 +29,7 @@ lookup (``oasis_exec.prompt_lookup``) over the request's tokens.
 
 Order: ``dense`` of every group first (the references), then the variants by priority (``variants``), each over
 every group; with ``--time-budget-s`` no new engine starts past the budget and the file says what was left out.
-The JSON (``analysis/results/quality_endtoend_<date>.json`` unless ``--out``) is rewritten after every engine.
+The JSON (``experiments/real_attention_quality/results/endtoend.json`` unless ``--out``; the date is inside) is rewritten after every engine.
 """
 from __future__ import annotations
 
@@ -544,7 +544,7 @@ def add_command(sub) -> None:
     p.add_argument("--threads", type=int, default=None, help="torch CPU threads")
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--commit", default=None, help="commit to record (default: $OASIS_COMMIT, else git)")
-    p.add_argument("--out", default=None, help="JSON (default: analysis/results/quality_endtoend_<date>.json)")
+    p.add_argument("--out", default=None, help="JSON (default: experiments/real_attention_quality/results/endtoend.json)")
     p.set_defaults(func=run, e2e_options=[(a.dest, a.option_strings[0], a.default) for a in p._actions
                                           if a.option_strings and a.dest != "help"])
 
@@ -571,7 +571,7 @@ def run(args) -> int:
                             fused=args.device == "cuda")
     tok = hf_tokenizer(path)
     date = datetime.datetime.now(datetime.timezone.utc)
-    out = args.out or os.path.join("analysis", "results", f"quality_endtoend_{date.strftime('%Y-%m-%d')}.json")
+    out = args.out or os.path.join("experiments", "real_attention_quality", "results", "endtoend.json")
     var_list = variants(args.modes if "dense" in args.modes else ["dense"] + list(args.modes), args.k_fracs,
                         args.fetch_ratios, args.drafts, args.top_k, args.full_k_check)
     head = ({"path": args.draft_path, "weights": "trained", "sha256": _dir_sha(args.draft_path)}

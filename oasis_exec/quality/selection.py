@@ -309,7 +309,7 @@ def add_command(sub) -> None:
                    "result file again and write it to --out (default: in place)")
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--commit", default=None, help="commit to record when the tree has no git (default: git)")
-    p.add_argument("--out", default=None, help="JSON results (default: analysis/results/quality_selection_<date>.json)")
+    p.add_argument("--out", default=None, help="JSON results (default: experiments/draft_predicts_next_blocks/results/selection.json)")
     p.set_defaults(func=run)
 
 
@@ -431,8 +431,7 @@ def run(args) -> int:
             avg["fit"] = fit_all(avg, dec.shape.n_layers, dec.shape.n_kv_heads, args.positions, args.seed,
                                  args.fit_drafts or [fit_draft])
     doc["elapsed_s"] = round(time.time() - t0, 1)
-    out = args.out or os.path.join("analysis", "results",
-                                   f"quality_selection_{datetime.date.today().isoformat()}.json")
+    out = args.out or os.path.join("experiments", "draft_predicts_next_blocks", "results", "selection.json")
     os.makedirs(os.path.dirname(os.path.abspath(out)), exist_ok=True)
     with open(out, "w") as fh:
         json.dump(doc, fh, indent=1)
