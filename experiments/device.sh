@@ -42,6 +42,7 @@ cd "$ROOT"
 OUT=${OUT:-/tmp/out}; mkdir -p "$OUT"
 MODEL_DIR=${MODEL_DIR:-/tmp/m}
 SITE=${SITE:-/tmp/site}
+CARRIED=${CARRIED:-.models}  # where a call's carried pieces and wheels are (the `carry` paths of the device tool)
 MODEL_SHA256=${MODEL_SHA256:-b179c9523d0e6a0f98a330c7562b682750a6f8c8c15e5bc70ea373728110db53}  # SmolLM2-135M Q4_1
 export PYTHONUNBUFFERED=1 PYTHONPATH=$SITE:$ROOT OASIS_COMMIT=${OASIS_COMMIT:-unknown}
 export CUDA_VISIBLE_DEVICES=${CUDA_VISIBLE_DEVICES:-0}
@@ -53,7 +54,7 @@ say() { echo "[$(date -u +%H:%M:%S) +$(el)s] $*" | tee -a "$OUT/progress.log"; }
 min() { [ "$1" -lt "$2" ] && echo "$1" || echo "$2"; }
 
 pieces() {  # the model's pieces, carried now or stashed earlier, in name order (split names them in order)
-  ls "$MODEL_DIR"/p_?? "$MODEL_DIR"/part_?? .models/*/p_?? .models/*/part_?? 2>/dev/null \
+  ls "$MODEL_DIR"/p_?? "$MODEL_DIR"/part_?? "$CARRIED"/*/p_?? "$CARRIED"/*/part_?? 2>/dev/null \
     | awk -F/ '{print $NF "\t" $0}' | sort -u -k1,1 | cut -f2
 }
 need_model() {  # sets M and OASIS_GGUF; returns 1 (with a line) when the model cannot be assembled or is wrong
@@ -85,7 +86,7 @@ table_from() {  # RUNS.jsonl PREFIX: transfer_paths.py's summary into the engine
 }
 install_wheels() {
   local w=() f
-  for f in .models/*/*.whl ${WHL:+"$WHL"/*.whl}; do [ -f "$f" ] && w+=("$f"); done
+  for f in "$CARRIED"/*/*.whl ${WHL:+"$WHL"/*.whl}; do [ -f "$f" ] && w+=("$f"); done
   [ ${#w[@]} -eq 0 ] && return 0
   local todo=()
   for f in "${w[@]}"; do [ -f "$SITE/.installed_$(basename "$f")" ] || todo+=("$f"); done
@@ -119,7 +120,7 @@ case "$STEP" in
   info) exit 0 ;;
   stash)
     mkdir -p "$MODEL_DIR"; n=0
-    for f in .models/*/p_?? .models/*/part_??; do [ -f "$f" ] && cp "$f" "$MODEL_DIR/" && n=$((n + 1)); done
+    for f in "$CARRIED"/*/p_?? "$CARRIED"/*/part_??; do [ -f "$f" ] && cp "$f" "$MODEL_DIR/" && n=$((n + 1)); done
     say "stashed $n piece(s) in $MODEL_DIR"; exit 0 ;;
   model) need_model || exit 1; echo "$M"; exit 0 ;;
 esac

@@ -44,13 +44,13 @@ def test_model_is_assembled_in_piece_order_and_checked(tmp_path):
         (mdir / name).write_bytes(data)
     whole = b"first-second-third"
     good = hashlib.sha256(whole).hexdigest()
-    r = _run("model", OUT=str(tmp_path / "out"), MODEL_DIR=str(mdir), MODEL_SHA256=good)
+    r = _run("model", OUT=str(tmp_path / "out"), MODEL_DIR=str(mdir), MODEL_SHA256=good, CARRIED=str(tmp_path / "none"))
     assert r.returncode == 0, r.stdout + r.stderr
     assert (mdir / "model.gguf").read_bytes() == whole
     assert r.stdout.strip().splitlines()[-1] == str(mdir / "model.gguf")
     # a wrong checksum (e.g. a piece missing): refused, and the bad file is not left for the next call
     (mdir / "model.gguf").unlink()
     (mdir / "p_ab").unlink()
-    r = _run("model", OUT=str(tmp_path / "out"), MODEL_DIR=str(mdir), MODEL_SHA256=good)
+    r = _run("model", OUT=str(tmp_path / "out"), MODEL_DIR=str(mdir), MODEL_SHA256=good, CARRIED=str(tmp_path / "none"))
     assert r.returncode == 1 and "sha256" in r.stdout
     assert not (mdir / "model.gguf").exists()
