@@ -192,7 +192,7 @@ def run_bench(cfg: ExecConfig, context: int, concurrency: int, steps: int, warmu
         "model": cfg.model_path or cfg.model, "dummy_weights": cfg.model_path is None,
         "synthetic_params": cfg.synthetic,
         "prefill": f"real ({prompt_name or 'given tokens'})" if prompt_tokens is not None else "synthesized (random KV)",
-        "prefill_s": prefill_s, "draft": cfg.draft_path if cfg.mode == "lookahead" else None,
+        "prefill_s": prefill_s, "draft": cfg.draft_path if cfg.mode_spec.drafts else None,
         "host_pool_filled": bool(host_fill and runner.host is not None and prompt_tokens is None), "build_s": build_s,
         "device": dev_name, "date": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
         "commit": _commit(),

@@ -3,7 +3,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field, fields
 
-from oasis_core.specs import MODES, PAPER_SPARSITY, SPARSE_MODES
+from oasis_core import modes
+from oasis_core.specs import MODES, PAPER_SPARSITY
 
 SOURCES = ("model", "synthetic", "replay")
 TRANSFERS = ("host", "uva", "auto")
@@ -78,7 +79,9 @@ class ExecConfig:
         def bad(name, why):
             raise ValueError(f"ExecConfig.{name}: {why}, got {getattr(self, name)!r}")
 
-        if self.mode not in MODES:
+        try:
+            modes.get(self.mode)
+        except ValueError:
             bad("mode", f"must be one of {MODES}")
         if self.selection not in SOURCES:
             bad("selection", f"must be one of {SOURCES}")
@@ -119,8 +122,13 @@ class ExecConfig:
                 bad(n, "must be > 0")
 
     @property
+    def mode_spec(self) -> modes.Mode:
+        """The mode's properties (``oasis_core.modes``): what it keeps on the GPU, transfers, selects with."""
+        return modes.get(self.mode)
+
+    @property
     def sparse(self) -> bool:
-        return self.mode in SPARSE_MODES
+        return self.mode_spec.sparse
 
     @property
     def max_blocks(self) -> int:

@@ -92,7 +92,7 @@ class Prefetcher:
                 self.priority = c["stream_priority"]
             if self.path == "uva":
                 self.uva_programs = c["uva_programs"]
-            elif cfg.mode == "retrieval":  # copies on the critical path (fetch_now): no host-staged version there
+            elif cfg.mode_spec.on_demand:  # copies on the critical path (fetch_now): no host-staged version there
                 self.path = "uva"
             else:
                 self.host_threads = c["host_threads"] or self.host_threads
@@ -120,7 +120,7 @@ class Prefetcher:
             i64 = [torch.full((x,), -1, dtype=torch.int64, device=device) for x in (n, n, n_rows, n_rows, n_rows)]
             return PlanSelectOut(*i32, *i64)
 
-        self._lists = [bufs() for _ in range(L if cfg.mode in ("proxy", "lookahead") else 1)]
+        self._lists = [bufs() for _ in range(L if cfg.mode_spec.background else 1)]
         self.graph_host = False  # the host path captured in CUDA graphs (set below when torch has external events)
         self.copy_graph = False  # UVA under graphs: the copies in a graph of their own (set below, likewise)
         self._capture_key, self._graph_layers, self._copy_graphs = None, {}, {}
@@ -147,7 +147,7 @@ class Prefetcher:
             self._stagers = []
             # external events between a captured step and the copies outside it: the host path's graph mode
             # (graph_host) and the UVA path's copy graphs (copy_graph); the layers captured per graph key
-            if cfg.mode in ("proxy", "lookahead") and not cfg.profile and not cfg.no_transfer \
+            if cfg.mode_spec.background and not cfg.profile and not cfg.no_transfer \
                     and (self.path == "host" or cfg.copy_graph == "on"
                          or (cfg.copy_graph == "auto" and (self.choice or {}).get("copy_graph", False))):
                 try:
@@ -161,7 +161,7 @@ class Prefetcher:
                             e.record()
                     self.graph_host = self.path == "host"
                     self.copy_graph = self.path == "uva"
-            for _ in range(L if cfg.mode in ("proxy", "lookahead") else 0):  # one per layer: reused a step later, after wait(layer) joined its job
+            for _ in range(L if cfg.mode_spec.background else 0):  # one per layer: reused a step later, after wait(layer) joined its job
                 from kernels.gather import HostStager
 
                 st = HostStager(cap, store.bs, store.D, dtype=store.k[0].dtype, device=device, n_threads=None)

@@ -57,6 +57,7 @@ def _rows_of(lanes_list, H):
 class Runner:
     def __init__(self, cfg: ExecConfig, shape: ModelSpec | None = None, decoder: Decoder | None = None):
         self.cfg = cfg
+        self.mode = mode = cfg.mode_spec
         self.device = dev = torch.device(cfg.device)
         self.dtype = dt = _dtype(cfg.dtype)
         if decoder is None:
@@ -73,7 +74,7 @@ class Runner:
                              f"{s.max_context_tokens} positions ({s.name}); pass --max-context "
                              f"{s.max_context_tokens} or less")
         self.draft = None
-        if cfg.mode == "lookahead":
+        if mode.drafts:
             self.draft = DraftHead.build(s, decoder.embed, cfg.draft_path, min(cfg.draft_vocab, s.vocab),
                                          cfg.seed + 1, dt, dev, lm_head=decoder.lm_head)
         bs, H, D, L = cfg.block_size, s.n_kv_heads, s.head_dim, s.n_layers
@@ -84,7 +85,7 @@ class Runner:
         if cfg.sparse:
             per_lane = SparseStore.bytes_per_lane(L, H, self.K, bs, D, NB, ebytes)
         else:
-            per_lane = DenseStore.bytes_per_lane(L, H, NB, D, bs, cfg.mode == "quest", ebytes)
+            per_lane = DenseStore.bytes_per_lane(L, H, NB, D, bs, mode.summaries, ebytes)
         self.lane_bytes = per_lane
         budget = cfg.kv_budget_gb * 1e9 if cfg.kv_budget_gb else None
         lanes = cfg.max_lanes or (int(budget // per_lane) if budget else 4)
@@ -101,14 +102,14 @@ class Runner:
             self.host = HostPool(L, hb, H, bs, D, dt, pin=dev.type == "cuda")
             self.host_blocks_total = hb
             self.store = SparseStore(L, lanes, H, self.K, bs, D, NB, dt, dev)
-            if cfg.mode == "retrieval":
+            if mode.on_demand:
                 self.cap_policy = Unlimited()
             else:
                 self.cap_policy = Fixed(cfg.fetch_ratio)
             self.max_cap = self.cap_policy.max_cap(self.K)
             self.pipe = Prefetcher(cfg, self.store, self.host, dev, self.max_cap)
         else:
-            self.store = DenseStore(L, lanes, H, NB, D, bs, dt, dev, summaries=cfg.mode == "quest")
+            self.store = DenseStore(L, lanes, H, NB, D, bs, dt, dev, summaries=mode.summaries)
             self.pipe = None
         self.lane_blocks = {}  # lane -> host block ids (sparse modes)
         self.draft_tok = torch.zeros(lanes, dtype=torch.int64, device=dev)
@@ -366,14 +367,14 @@ class Runner:
         pos = torch.tensor(pos_list, device=dev)
         sets = None
         synth_ready = None
-        if cfg.selection == "synthetic" and cfg.mode != "dense":
+        if cfg.selection == "synthetic" and self.mode.selects:
             sets = self._presynth_take(lanes_list)
             if sets is None:
                 sets = torch.stack(self._synthetic_sets(lanes_list, [p // self.bs + 1 for p in pos_list]))
             if dev.type == "cuda":
                 synth_ready = torch.cuda.Event()
                 synth_ready.record()
-        elif self.replay is not None and cfg.mode != "dense":
+        elif self.replay is not None and self.mode.selects:
             sets = self._replay_sets(lanes_list, pos_list)
         recorded = [] if self.record is not None else None
         if self._graph_ok(lanes_list):
@@ -464,8 +465,8 @@ class Runner:
         same code runs eagerly and under CUDA-graph capture. Returns (logits [B, V], aux [B, 3 * hidden])."""
         cfg, dev, st, bs, H = self.cfg, self.device, self.store, self.bs, self.H
         B = lanes.shape[0]
-        mode = cfg.mode
-        nq = 2 if mode == "lookahead" else 1
+        mode = self.mode
+        nq = 2 if mode.drafts else 1
         if nq == 2:
             ids = torch.stack([toks, self.draft_tok[lanes]], 1).reshape(-1)
             positions = torch.stack([pos, pos + 1], 1).reshape(-1)
@@ -516,7 +517,7 @@ class Runner:
             if cfg.sparse:
                 self.pipe.wait(l)
                 ops.kv_write(k[:, 0], v[:, 0], st.k[l], st.v[l], item_src, off32, fused_kv)
-                if mode == "retrieval":
+                if mode.on_demand:
                     pred = self._predict(l, q[:, 0], lanes32, nb_cur, sets[0][:, l] if sets is not None else None,
                                          recorded)
                     self.pipe.fetch_now(l, pred, lanes, rows, 0, self.max_cap)
@@ -533,7 +534,7 @@ class Runner:
                 ops.summary_update(st.k[l], item_src, item_row, item_blk, item_len,
                                    st.kmin[l].view(-1, st.NB, st.D), st.kmax[l].view(-1, st.NB, st.D))
                 writeback_full(st.k[l], st.v[l], self.host.k[l], self.host.v[l], item_src, item_dst, item_len, bs)
-                if mode in ("proxy", "lookahead"):
+                if mode.background:
                     after = None
                     if dev.type == "cuda" and self.pipe.cuda:
                         after = torch.cuda.Event()
@@ -543,14 +544,14 @@ class Runner:
                     qsel = q[:, nq - 1]
                     src = None
                     if sets is not None:
-                        src = (sets[1] if mode == "lookahead" else sets[2])[:, l]
+                        src = (sets[1] if mode.drafts else sets[2])[:, l]
                     predict = (lambda l=l, qsel=qsel, src=src:
                                self._predict(l, qsel, lanes32, nb_next, src, recorded))
                     self.pipe.launch(l, after, predict, lanes, rows, 0, self.max_cap)
             else:
                 ops.kv_write(k[:, 0], v[:, 0], st.k[l].view(-1, bs, st.D), st.v[l].view(-1, bs, st.D), item_src,
                              off32, fused_kv)
-                if mode == "dense":
+                if not mode.selects:
                     attn = ops.paged_attn(q[:, 0].contiguous(), st.k[l], st.v[l], st.block_table[lanes],
                                           (pos + 1).to(torch.int32))
                     attn = attn.reshape(B, Hq, -1)
@@ -645,7 +646,7 @@ class Runner:
     def _pred_blocks(self, pos: int) -> int:
         """The block count the mode's prediction sees at a decode step of position ``pos``: the next step's
         (lookahead, proxy) or the current one's (quest, retrieval)."""
-        return (pos + 1) // self.bs + 1 if self.cfg.mode in ("proxy", "lookahead") else pos // self.bs + 1
+        return (pos + 1) // self.bs + 1 if self.mode.attends_next_block else pos // self.bs + 1
 
     def _replay_sets(self, lanes_list, pos_list):
         """The replayed sets of this step as the synthetic source's triple [3, B, L, H, K] (current, lookahead,
