@@ -37,6 +37,12 @@ class ExecConfig:
     top_k: int = _f(PAPER_SPARSITY.top_k, "resident blocks per KV head (the local block comes on top)")
     fetch_ratio: float = _f(PAPER_SPARSITY.fetch_ratio,
                             "fetch cap per head per step as a fraction of top_k (0 < r <= 1)")
+    fetch_policy: str | None = _f(None, "fetch-cap policy spec (oasis_core.fetchcap.get_policy: fixed:R, unlimited, "
+                                        "budget[:FRACTION][,min_cap=N][,max_ratio=R][,first_ratio=R]), evaluated on "
+                                        "the device each step (oasis_exec.fetch_caps); None: fixed at fetch_ratio; "
+                                        "retrieval always fetches its whole set")
+    link_gb_s: float = _f(30.0, "host->GPU rate of scattered block copies, GB/s, that an adaptive fetch policy "
+                                "(budget) plans with")
     max_context: int = _f(16384 + 1024, "most tokens of one request (prompt + output)")
     kv_budget_gb: float | None = _f(None, "GPU memory for KV state (slots, summaries, caches), GB")
     host_kv_gb: float | None = _f(None, "pinned host pool for the full KV cache, GB (sparse modes)")
@@ -107,6 +113,18 @@ class ExecConfig:
             bad("top_k", "must be >= 1")
         if not 0 < self.fetch_ratio <= 1:
             bad("fetch_ratio", "must be in (0, 1]")
+        if self.fetch_policy is not None:
+            from oasis_core.fetchcap import get_policy
+
+            if not isinstance(self.fetch_policy, str):
+                bad("fetch_policy", "must be a policy spec string such as 'budget:0.8'")
+            try:
+                get_policy(self.fetch_policy)
+            except ValueError as e:  # names the spec and the bad value
+                bad("fetch_policy", " ".join(str(e).split()))
+        if isinstance(self.link_gb_s, bool) or not isinstance(self.link_gb_s, (int, float)) \
+                or not self.link_gb_s > 0:
+            bad("link_gb_s", "must be > 0")
         if self.max_context < self.block_size:
             bad("max_context", "must hold at least one block")
         if self.synthetic is not None:
@@ -129,6 +147,15 @@ class ExecConfig:
     @property
     def sparse(self) -> bool:
         return self.mode_spec.sparse
+
+    def cap_policy(self):
+        """The run's ``FetchCapPolicy``: ``Unlimited`` for a mode fetching on demand (retrieval), else
+        ``fetch_policy`` when set, else ``Fixed(fetch_ratio)``."""
+        from oasis_core.fetchcap import Fixed, Unlimited, get_policy
+
+        if self.mode_spec.on_demand:
+            return Unlimited()
+        return get_policy(self.fetch_policy) if self.fetch_policy is not None else Fixed(self.fetch_ratio)
 
     @property
     def max_blocks(self) -> int:

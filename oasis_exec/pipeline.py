@@ -56,11 +56,12 @@ FUSED_SELECT = True
 
 
 class Prefetcher:
-    def __init__(self, cfg, store, host, device, max_cap: int, synchronous: bool = False):
+    def __init__(self, cfg, store, host, device, caps, synchronous: bool = False):
         self.cfg, self.store, self.host, self.device = cfg, store, host, device
         # synchronous: every stage inline on the current stream (the reference the tests compare against)
         self.cuda = device.type == "cuda" and not synchronous
-        self.max_cap = max_cap
+        self.caps = caps  # fetch_caps.DeviceCaps: each layer plan's cap, from the run's policy
+        self.max_cap = max_cap = caps.max_cap
         L = store.L
         self.done = [None] * L  # CUDA event: layer l's transfer finished
         self.jobs = [None] * L  # host path: future that has enqueued layer l's transfer
@@ -196,6 +197,7 @@ class Prefetcher:
             else:
                 torch.cuda.current_stream().wait_event(ev)
             self.done[layer] = None
+        self.caps.layer_ready(layer)
 
     def wait_all(self) -> None:
         for layer in range(len(self.done)):
@@ -233,7 +235,8 @@ class Prefetcher:
         # last_sel is kept relative to the current step (0 = now, older is more negative): one decrement per step
         # keeps the least-recently-selected order and lets a captured CUDA graph pass the constant step 0.
         res, ls = st.resident[layer][rows], st.last_sel[layer][rows] - 1
-        plan = plan_step(res, ls, pred, cap, 0, self.max_cap if cap <= self.max_cap else cap)
+        wide = isinstance(cap, int) and cap > self.max_cap  # an int cap above the buffers' width widens the plan
+        plan = plan_step(res, ls, pred, cap, 0, cap if wide else self.max_cap)
         st.resident[layer][rows] = plan.resident
         st.last_sel[layer][rows] = plan.last_sel
         self.missing += plan.n_missing.sum()
@@ -285,17 +288,26 @@ class Prefetcher:
         finally:
             self._lanes = None
 
-    def launch(self, layer, after, predict, lanes, rows, step, cap) -> None:
-        """Background prediction -> selection -> transfer of ``layer`` once event ``after`` (main stream) fires.
+    def _cap(self, layer, pred, rows):
+        """The fetch cap of this layer's plan (``DeviceCaps.cap``): an int, or an int64 tensor [R] on the device."""
+        caps = self.caps
+        if caps.fixed is not None:
+            return caps.fixed
+        return caps.cap(layer, self.store.resident[layer][self._rows_tensor(rows)], pred)
+
+    def launch(self, layer, after, predict, lanes, rows) -> None:
+        """Background prediction -> cap -> selection -> transfer of ``layer`` once event ``after`` (main stream)
+        fires.
 
         predict(): -> pred [R, K] (runs on the prediction stream); rows: the layer's rows (slice or index).
         """
+        step = 0  # last_sel is relative to the current step (see select)
         if not self.cuda:
             tr = self.trace
             t0 = time.perf_counter()
             pred = predict()
             t1 = time.perf_counter()
-            plan = self.select(layer, pred, rows, step, cap)
+            plan = self.select(layer, pred, rows, step, self._cap(layer, pred, rows))
             t2 = time.perf_counter()
             if tr is not None:  # inline, in order: the "side streams" of the CPU run one after the other
                 tr += [("pred", layer, t0, t1), ("select", layer, t1, t2)]
@@ -312,6 +324,7 @@ class Prefetcher:
             self.s_pred.wait_event(after)
             e0 = ev(); e0.record()
             pred = predict()
+            cap = self._cap(layer, pred, rows)
             e1 = ev(); e1.record()
             # one plan_select launch: selection, copy list and counters (the "select" stage includes the copy list)
             plan = self._select_for(layer, pred, lanes, rows, step, cap)
@@ -504,9 +517,9 @@ class Prefetcher:
             self.store.k[layer][d] = hk[s, h]
             self.store.v[layer][d] = hv[s, h]
 
-    def fetch_now(self, layer, pred, lanes, rows, step, cap) -> None:
+    def fetch_now(self, layer, pred, lanes, rows) -> None:
         """Synchronous selection + transfer on the current stream (retrieval mode: copies on the critical path)."""
-        plan = self._select_for(layer, pred, lanes, rows, step, cap)
+        plan = self._select_for(layer, pred, lanes, rows, 0, self._cap(layer, pred, rows))
         if self.cfg.no_transfer:
             return
         if self.cuda and self.path == "uva":

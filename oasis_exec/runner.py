@@ -24,7 +24,7 @@ import time
 
 import torch
 
-from oasis_core.fetchcap import Fixed, Unlimited
+from oasis_core.geometry import KVGeometry
 from oasis_core.scoring import topk_blocks
 from oasis_core.selection import initial_plan
 from oasis_core.specs import ModelSpec, get_model
@@ -32,6 +32,7 @@ from oasis_core.specs import ModelSpec, get_model
 from . import ops
 from .config import ExecConfig
 from .draft import DraftHead
+from .fetch_caps import DeviceCaps
 from .kv_store import DenseStore, HostPool, SparseStore
 from .model import Decoder
 from .pipeline import Prefetcher
@@ -81,11 +82,11 @@ class Runner:
         self.bs, self.H, self.L = bs, H, L
         self.K = cfg.top_k
         NB = cfg.max_blocks
-        ebytes = torch.tensor([], dtype=dt).element_size()
+        self.geometry = geo = KVGeometry(s, block_size=bs, dtype_bytes=torch.tensor([], dtype=dt).element_size())
         if cfg.sparse:
-            per_lane = SparseStore.bytes_per_lane(L, H, self.K, bs, D, NB, ebytes)
+            per_lane = SparseStore.bytes_per_lane(geo, self.K, NB)
         else:
-            per_lane = DenseStore.bytes_per_lane(L, H, NB, D, bs, mode.summaries, ebytes)
+            per_lane = DenseStore.bytes_per_lane(geo, NB, mode.summaries)
         self.lane_bytes = per_lane
         budget = cfg.kv_budget_gb * 1e9 if cfg.kv_budget_gb else None
         lanes = cfg.max_lanes or (int(budget // per_lane) if budget else 4)
@@ -97,17 +98,16 @@ class Runner:
         self.host = None
         self.host_blocks_total = 0
         if cfg.sparse:
-            unit = L * H * bs * D * ebytes * 2  # one host block, every layer and head, K and V
-            hb = int(cfg.host_kv_gb * 1e9 // unit) if cfg.host_kv_gb else lanes * NB
+            hb = int(cfg.host_kv_gb * 1e9 // geo.bytes_per_block) if cfg.host_kv_gb else lanes * NB
             self.host = HostPool(L, hb, H, bs, D, dt, pin=dev.type == "cuda")
             self.host_blocks_total = hb
             self.store = SparseStore(L, lanes, H, self.K, bs, D, NB, dt, dev)
-            if mode.on_demand:
-                self.cap_policy = Unlimited()
-            else:
-                self.cap_policy = Fixed(cfg.fetch_ratio)
-            self.max_cap = self.cap_policy.max_cap(self.K)
-            self.pipe = Prefetcher(cfg, self.store, self.host, dev, self.max_cap)
+            self.cap_policy = cfg.cap_policy()
+            self.caps = DeviceCaps(policy=self.cap_policy, top_k=self.K, n_layers=L,
+                                   bytes_per_block_head=geo.bytes_per_block_head, link_bytes_per_s=cfg.link_gb_s * 1e9,
+                                   device=dev)
+            self.max_cap = self.caps.max_cap
+            self.pipe = Prefetcher(cfg, self.store, self.host, dev, self.caps)
         else:
             self.store = DenseStore(L, lanes, H, NB, D, bs, dt, dev, summaries=mode.summaries)
             self.pipe = None
@@ -472,6 +472,8 @@ class Runner:
             positions = torch.stack([pos, pos + 1], 1).reshape(-1)
         else:
             ids, positions = toks, pos
+        if cfg.sparse:
+            self.caps.step_start()  # the step clock an adaptive fetch policy reads (nothing for a static one)
         x = self.dec.embed[ids]
         lanes32 = lanes.to(torch.int32)
         nb_cur = pos // bs + 1  # blocks of the context incl. the local block (which holds ``pos``)
@@ -520,7 +522,7 @@ class Runner:
                 if mode.on_demand:
                     pred = self._predict(l, q[:, 0], lanes32, nb_cur, sets[0][:, l] if sets is not None else None,
                                          recorded)
-                    self.pipe.fetch_now(l, pred, lanes, rows, 0, self.max_cap)
+                    self.pipe.fetch_now(l, pred, lanes, rows)
                 res = st.resident[l][rows].view(B, H, st.S)
                 slot_ids = torch.where(res >= 0, base[:, :, None] + sel_off, -1).to(torch.int32)
                 ek = ev = None
@@ -547,7 +549,7 @@ class Runner:
                         src = (sets[1] if mode.drafts else sets[2])[:, l]
                     predict = (lambda l=l, qsel=qsel, src=src:
                                self._predict(l, qsel, lanes32, nb_next, src, recorded))
-                    self.pipe.launch(l, after, predict, lanes, rows, 0, self.max_cap)
+                    self.pipe.launch(l, after, predict, lanes, rows)
             else:
                 ops.kv_write(k[:, 0], v[:, 0], st.k[l].view(-1, bs, st.D), st.v[l].view(-1, bs, st.D), item_src,
                              off32, fused_kv)
@@ -569,6 +571,8 @@ class Runner:
             x = self.dec.finish(l, x, attn)
             if l in layers_aux:
                 aux[l] = x.view(B, nq, -1)[:, 0]
+        if cfg.sparse:
+            self.caps.step_end()
         if prof:
             e = torch.cuda.Event(enable_timing=True)
             e.record()
