@@ -8,8 +8,8 @@ decode, as vLLM's decode-only figures; records before this rule timed it as thei
 One JSON record per run; fields are listed in ``RECORD_FIELDS``. With ``--profile`` (eager) the record also holds
 ``layer_events``: ``[[step, layer, stage, start_ms, end_ms], ...]`` of up to ``LAYER_EVENT_STEPS`` sampled timed
 steps, ms since the first timed step began (stage ``layers`` on the main stream, ``stall``, and ``pred``,
-``select``, ``transfer`` on the side streams; CUDA events on a GPU -- that path is untested on a GPU so far --,
-``time.perf_counter`` on the CPU, where the stages run inline, one after the other).
+``select``, ``transfer`` on the side streams; CUDA events on a GPU, as in the profiled H200 runs of
+analysis/smollm2_bench/README.md, ``time.perf_counter`` on the CPU, where the stages run inline, one after the other).
 """
 from __future__ import annotations
 

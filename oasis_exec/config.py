@@ -71,6 +71,10 @@ class ExecConfig:
     fused_ops: bool = _f(True, "fused Triton kernels on CUDA: RMSNorm, q/k norm + RoPE, SwiGLU (kernels.fused_ops), "
                                 "selection + copy list (kernels.plan_select) and the KV write (kernels.kv_write); off: "
                                 "the plain torch ops, which are the reference")
+    fused_select: bool = _f(True, "with fused_ops on CUDA: selection + copy list in one kernels.plan_select launch a "
+                                  "layer; off: the torch oasis_core.selection.plan_step (the reference)")
+    fused_kv_write: bool = _f(True, "with fused_ops: the decode step's K/V write by kernels.kv_write; off: advanced "
+                                    "indexing (the reference)")
     cuda_graph: bool = _f(True, "capture whole decode steps as CUDA graphs (not with --profile, recording or replayed "
                                 "selections, nor the host transfer path in retrieval mode)")
     copy_graph: str = _f("auto", "UVA path under CUDA graphs: on (a step's copies form a graph of their own, launched "

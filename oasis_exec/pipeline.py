@@ -30,8 +30,9 @@ priority of both side streams, ``ExecConfig.stream_priority`` or the table's):
   has reached pinned memory and, before layer l attends, waits on ``copied_x[l]``, which the worker records after
   that layer's DMA + scatter of the previous step, outside the graph. The runner brackets each replay:
   ``before_replay()`` joins the previous step's jobs (so every ``copied_x`` record is issued before the graph that
-  waits on it is launched), ``after_replay(key)`` submits this step's jobs. Written on a CPU-only machine: this
-  graph mode has not yet run on a GPU.
+  waits on it is launched), ``after_replay(key)`` submits this step's jobs. This graph mode ran on the H200 in the
+  transfer-path sweeps (analysis/results/transfer_paths_prio_2026-11-30.md) and its GPU tests
+  (tests/test_exec_gpu.py; tests/test_pipeline_graph_host.py checks its event protocol on the CPU).
 
 Selection on CUDA (``self.cuda``): one ``kernels.plan_select`` launch per layer plans Algorithm 2 in place on the
 layer's mapping, writes the copy list into buffers allocated once (stable addresses for CUDA-graph capture) and
@@ -49,10 +50,6 @@ from concurrent.futures import ThreadPoolExecutor
 import torch
 
 from oasis_core.selection import plan_step
-
-
-# False: never plan_select (analysis/h200_sweep_with_transfer_paths.py --torch-select, if its GPU test fails)
-FUSED_SELECT = True
 
 
 class Prefetcher:
@@ -245,7 +242,7 @@ class Prefetcher:
     def _fused(self, cap) -> bool:
         """Whether select plans with plan_select: on CUDA (not synchronous), ``cfg.fused_ops`` on (off: the torch
         ``plan_step``, the reference), with a cap its buffers hold."""
-        return FUSED_SELECT and self.cfg.fused_ops and self.cuda and (not isinstance(cap, int) or cap <= self.max_cap)
+        return self.cfg.fused_select and self.cfg.fused_ops and self.cuda and (not isinstance(cap, int) or cap <= self.max_cap)
 
     def _rows_tensor(self, rows):
         """The layer's rows as an int64 device tensor: a view of the row ids for a slice (no kernel), else the
@@ -536,7 +533,7 @@ class Prefetcher:
         out = {}
         for kind, layer, a, b in self.prof:
             out[kind] = out.get(kind, 0.0) + a.elapsed_time(b)
-            if ref is not None:  # untested on a GPU (written on a CPU-only session)
+            if ref is not None:  # the bench's --profile runs (H200, analysis/smollm2_bench/README.md)
                 self.events.append((kind, layer, ref.elapsed_time(a), ref.elapsed_time(b)))
         self.prof = []
         if self.host_gather_s:

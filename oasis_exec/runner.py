@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import contextlib
 import gc
+import logging
 import math
 import time
 
@@ -39,9 +40,7 @@ from .pipeline import Prefetcher
 from .scheduler import BatchPlan
 from .writeback import writeback_full
 
-# False: the K/V write by advanced indexing (analysis/h200_sweep_with_transfer_paths.py --plain-kv-write)
-FUSED_KV_WRITE = True
-
+log = logging.getLogger(__name__)
 
 def _dtype(name):
     return torch.bfloat16 if name == "bfloat16" else torch.float32
@@ -392,7 +391,7 @@ class Runner:
         if self.pipe is not None and cfg.profile and dev.type == "cuda":
             for k_, v_ in self.pipe.collect(self._step_ref).items():
                 self.stage_ms[k_] = self.stage_ms.get(k_, 0.0) + v_
-            if self._step_ref is not None:  # untested on a GPU (written on a CPU-only session)
+            if self._step_ref is not None:  # side-stream stages of a traced step (--profile; ran on the H200)
                 self.layer_events += [[self.trace_step, l, k_, a, b] for k_, l, a, b in self.pipe.events if a >= 0]
                 self.pipe.events = []
         self._step_ref = None
@@ -496,7 +495,7 @@ class Runner:
             page_cur = lanes * st.P + pos // bs
             item_src = (page_cur[:, None] * H + hh).reshape(-1).to(torch.int32)
         off32 = (pos % bs).to(torch.int32)  # the new token's offset in its block
-        fused_kv = cfg.fused_ops and FUSED_KV_WRITE
+        fused_kv = cfg.fused_ops and cfg.fused_kv_write
         prof = cfg.profile and dev.type == "cuda"
         trace = cfg.profile and self.trace_step is not None and not self._capturing
         cpu_marks = [] if trace and not prof else None  # CPU: perf_counter as each layer begins, then the end
@@ -580,7 +579,7 @@ class Runner:
             torch.cuda.current_stream().synchronize()
             t = sum(ev_layers[i].elapsed_time(ev_layers[i + 1]) for i in range(self.L))
             self.stage_ms["layers"] = self.stage_ms.get("layers", 0.0) + t
-            if trace:  # untested on a GPU (written on a CPU-only session); side-stream stages: _decode, collect
+            if trace:  # --profile's layer events (ran on the H200); side-stream stages: _decode, collect
                 ref = self._step_ref = ev_layers[0]
                 self.layer_events += [[self.trace_step, i, "layers", ref.elapsed_time(ev_layers[i]),
                                        ref.elapsed_time(ev_layers[i + 1])] for i in range(self.L)]
@@ -664,10 +663,8 @@ class Runner:
         if self.record is not None:
             path = self.record.write()
             if path:
-                import sys
-
-                print(f"record: {self.record.meta['mode']} sets of {len(self.record.batch)} decode steps -> {path}",
-                      file=sys.stderr)
+                log.info("record: %s sets of %d decode steps -> %s", self.record.meta["mode"],
+                         len(self.record.batch), path)
 
     def close(self) -> None:
         if self.pipe is not None:
