@@ -53,7 +53,7 @@ from oasis_core.selection import plan_step
 
 
 class Prefetcher:
-    def __init__(self, cfg, store, host, device, caps, synchronous: bool = False):
+    def __init__(self, *, cfg, store, host, device, caps, synchronous: bool = False):
         self.cfg, self.store, self.host, self.device = cfg, store, host, device
         # synchronous: every stage inline on the current stream (the reference the tests compare against)
         self.cuda = device.type == "cuda" and not synchronous

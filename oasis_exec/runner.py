@@ -19,7 +19,6 @@ from __future__ import annotations
 
 import contextlib
 import gc
-import logging
 import math
 import time
 
@@ -38,9 +37,8 @@ from .kv_store import DenseStore, HostPool, SparseStore
 from .model import Decoder
 from .pipeline import Prefetcher
 from .scheduler import BatchPlan
+from .selection_sources import SelectionSources
 from .writeback import writeback_full
-
-log = logging.getLogger(__name__)
 
 def _dtype(name):
     return torch.bfloat16 if name == "bfloat16" else torch.float32
@@ -55,7 +53,7 @@ def _rows_of(lanes_list, H):
 
 
 class Runner:
-    def __init__(self, cfg: ExecConfig, shape: ModelSpec | None = None, decoder: Decoder | None = None):
+    def __init__(self, cfg: ExecConfig, *, shape: ModelSpec | None = None, decoder: Decoder | None = None):
         self.cfg = cfg
         self.mode = mode = cfg.mode_spec
         self.device = dev = torch.device(cfg.device)
@@ -106,7 +104,7 @@ class Runner:
                                    bytes_per_block_head=geo.bytes_per_block_head, link_bytes_per_s=cfg.link_gb_s * 1e9,
                                    device=dev)
             self.max_cap = self.caps.max_cap
-            self.pipe = Prefetcher(cfg, self.store, self.host, dev, self.caps)
+            self.pipe = Prefetcher(cfg=cfg, store=self.store, host=self.host, device=dev, caps=self.caps)
         else:
             self.store = DenseStore(L, lanes, H, NB, D, bs, dt, dev, summaries=mode.summaries)
             self.pipe = None
@@ -117,16 +115,9 @@ class Runner:
         # sampler(logits [rows, V], sampling params a row) -> token ids [rows]; rows are the plan's prefill
         # request, else its decode items, in order. The Engine installs its per-request-seeded sampler here.
         self.sampler = self._sample_default
-        self.synth = None  # (lanes tuple, SyntheticSelection)
-        self._s_synth, self._pre_synth = None, None  # next step's synthetic sets, drawn during this step (CUDA)
-        # selection=replay: recorded sets (oasis_core.setrecord), mapped to this run's shape; record_path: this
-        # run's predicted sets, kept on the host and written when the engine closes (close / save_record).
-        self.replay = None
-        if cfg.selection == "replay":
-            from oasis_core.setrecord import SetReplay, load_setrecord
-
-            self.replay = SetReplay(load_setrecord(cfg.replay_path), L, H, self.K, cfg.replay_ids)
-        self.record = self._recorder() if cfg.record_path else None
+        # synthetic / replayed selections and the recorded sets (selection_sources.py)
+        self.sources = SelectionSources(cfg=cfg, mode=mode, store=self.store, shape=s, device=dev, n_layers=L,
+                                        n_kv_heads=H, top_k=self.K, block_size=bs)
         self.decode_steps = 0
         self.graphs = {}  # batch size -> (graph, static inputs, logits, aux)
         self._capturing = False
@@ -155,8 +146,7 @@ class Runner:
         return {}
 
     def _admit(self, a) -> None:
-        if self.replay is not None:
-            self.replay.admit(a.lane)
+        self.sources.admit(a.lane)
         if self.cfg.sparse:
             self.lane_blocks[a.lane] = list(a.host_blocks)
             self.store.reset_lane(a.lane, a.host_blocks)
@@ -305,58 +295,6 @@ class Runner:
 
     # -- decode ----------------------------------------------------------------------------------------------------
 
-    def _synthetic_sets(self, lanes_list, n_blocks):
-        """Per-step sets from ``oasis_core.synthetic`` for the rows (lane, layer, head): (current, next-step draft,
-        next-step proxy), each [B, L, H, K]."""
-        from oasis_core.synthetic import SyntheticSelection
-        from oasis_core.synthetic_presets import resolve
-
-        key = tuple(lanes_list)
-        if self.synth is None or self.synth[0] != key:
-            B = len(lanes_list)
-            nb = torch.tensor(n_blocks, device=self.device).repeat_interleave(self.L * self.H)
-            params = resolve(self.cfg.synthetic)
-            gen = SyntheticSelection(B * self.L * self.H, nb, self.K, params, self.cfg.seed, layers=self.L,
-                                     kv_heads=self.H, like=nb)
-            self.synth = (key, gen)
-            if self.cfg.sparse:  # start from the process's current sets: no cold-start transient
-                cur = gen.current().view(B, self.L, self.H, self.K)
-                for i, lane in enumerate(lanes_list):
-                    rows = slice(lane * self.H, (lane + 1) * self.H)
-                    self.store.resident[:, rows] = cur[i]
-                    self.store.last_sel[:, rows] = 0
-        gen = self.synth[1]
-        B = len(lanes_list)
-        cur = gen.current().view(B, self.L, self.H, self.K)
-        nxt = gen.step()
-        return cur, nxt.draft.view(B, self.L, self.H, self.K), nxt.proxy.view(B, self.L, self.H, self.K)
-
-    def _presynth(self, lanes_list, after) -> None:
-        """Draw the next step's synthetic sets now, on a side stream, while the GPU runs this step.
-
-        The generator advances exactly as it would at the next step's start (its draws do not depend on the step's
-        outputs), so the sets are the same; only the host time of its ~90 small launches leaves the critical path.
-        ``after``: an event recorded once this step's sets were drawn (the generator's last use on the main stream).
-        """
-        if self._s_synth is None:
-            self._s_synth = torch.cuda.Stream(self.device)
-        with torch.cuda.stream(self._s_synth):
-            self._s_synth.wait_event(after)
-            nxt = torch.stack(self._synthetic_sets(lanes_list, None))
-            done = torch.cuda.Event()
-            done.record()
-        self._pre_synth = (tuple(lanes_list), nxt, done)
-
-    def _presynth_take(self, lanes_list):
-        """The sets ``_presynth`` drew for these lanes (None when there are none or the lanes changed)."""
-        pre, self._pre_synth = self._pre_synth, None
-        if pre is None or pre[0] != tuple(lanes_list) or self.synth is None or self.synth[0] != pre[0]:
-            return None
-        main = torch.cuda.current_stream()
-        main.wait_event(pre[2])
-        pre[1].record_stream(main)
-        return pre[1]
-
     def _decode(self, plan: BatchPlan) -> dict:
         cfg, dev = self.cfg, self.device
         items = plan.decode
@@ -364,25 +302,15 @@ class Runner:
         pos_list = [it.position for it in items]
         toks = torch.tensor([it.token for it in items], device=dev)
         pos = torch.tensor(pos_list, device=dev)
-        sets = None
-        synth_ready = None
-        if cfg.selection == "synthetic" and self.mode.selects:
-            sets = self._presynth_take(lanes_list)
-            if sets is None:
-                sets = torch.stack(self._synthetic_sets(lanes_list, [p // self.bs + 1 for p in pos_list]))
-            if dev.type == "cuda":
-                synth_ready = torch.cuda.Event()
-                synth_ready.record()
-        elif self.replay is not None and self.mode.selects:
-            sets = self._replay_sets(lanes_list, pos_list)
-        recorded = [] if self.record is not None else None
+        sets, synth_ready = self.sources.sets(lanes_list, pos_list)
+        recorded = [] if self.sources.record is not None else None
         if self._graph_ok(lanes_list):
             logits, aux = self._replay(lanes_list, toks, pos, sets)
         else:
             lanes = torch.tensor(lanes_list, device=dev)
             logits, aux = self._decode_core(lanes, _rows_of(lanes_list, self.H), toks, pos, sets, recorded)
         if synth_ready is not None:
-            self._presynth(lanes_list, synth_ready)
+            self.sources.presynth(lanes_list, synth_ready)
         self.last_logits = {it.req_id: logits[i] for i, it in enumerate(items)}
         tok = self.sampler(logits, [plan.sampling[it.req_id] for it in items])
         if self.draft is not None:
@@ -396,10 +324,7 @@ class Runner:
                 self.pipe.events = []
         self._step_ref = None
         if recorded:
-            if dev.type == "cuda":
-                torch.cuda.synchronize()  # lookahead / proxy predict on the side stream
-            nb = [self._pred_blocks(p) for p in pos_list]
-            self.record.add_step(torch.stack(recorded).cpu().numpy(), [it.req_id for it in items], pos_list, nb)
+            self.sources.add_record(recorded, [it.req_id for it in items], pos_list)
         self.decode_steps += 1
         return {it.req_id: out[i] for i, it in enumerate(items)}
 
@@ -409,7 +334,7 @@ class Runner:
         """Whole-step CUDA graphs: no profiling events, no recording or replayed selection, lanes 0..B-1; the host
         transfer path only where its graph mode is available (``Prefetcher.graph_host``)."""
         cfg = self.cfg
-        if not cfg.cuda_graph or self.device.type != "cuda" or cfg.profile or self.record is not None \
+        if not cfg.cuda_graph or self.device.type != "cuda" or cfg.profile or self.sources.record is not None \
                 or (self.pipe is not None and not self.pipe.cuda):
             return False
         if cfg.sparse and self.pipe.path != "uva" and not cfg.no_transfer and not self.pipe.graph_host:
@@ -631,45 +556,10 @@ class Runner:
             return {"units_fetched": 0, "missing": 0}
         return {"units_fetched": int(self.pipe.units), "missing": int(self.pipe.missing)}
 
-    # -- recorded and replayed selections (oasis_core.setrecord) -------------------------------------------------
-
-    def _recorder(self):
-        from oasis_core.setrecord import SetRecorder
-
-        from .bench import _commit
-
-        c = self.cfg
-        meta = {"mode": c.mode, "selection": c.selection, "model": self.shape.name, "model_path": c.model_path,
-                "n_layers": self.L, "n_kv_heads": self.H, "top_k": self.K, "block_size": self.bs,
-                "fetch_ratio": c.fetch_ratio, "max_context": c.max_context, "dtype": c.dtype,
-                "device": str(self.device), "seed": c.seed, "commit": _commit(),
-                "date": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())}
-        return SetRecorder(c.record_path, meta)
-
-    def _pred_blocks(self, pos: int) -> int:
-        """The block count the mode's prediction sees at a decode step of position ``pos``: the next step's
-        (lookahead, proxy) or the current one's (quest, retrieval)."""
-        return (pos + 1) // self.bs + 1 if self.mode.attends_next_block else pos // self.bs + 1
-
-    def _replay_sets(self, lanes_list, pos_list):
-        """The replayed sets of this step as the synthetic source's triple [3, B, L, H, K] (current, lookahead,
-        proxy: the mode reads its own; all three are the recorded set)."""
-        nb = [self._pred_blocks(p) for p in pos_list]
-        s = torch.from_numpy(self.replay.sets(lanes_list, nb)).to(self.device).long()
-        return s[None].expand(3, *s.shape)
-
-    def save_record(self) -> None:
-        """Write the recorded sets (once; ``close`` calls it)."""
-        if self.record is not None:
-            path = self.record.write()
-            if path:
-                log.info("record: %s sets of %d decode steps -> %s", self.record.meta["mode"],
-                         len(self.record.batch), path)
-
     def close(self) -> None:
         if self.pipe is not None:
             self.pipe.wait_all()
-        self.save_record()
+        self.sources.save()
         if self.pipe is not None:
             self.pipe.close()
         if self.graphs and self.device.type == "cuda":

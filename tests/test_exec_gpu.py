@@ -66,7 +66,7 @@ def test_mapping_matches_slots_on_gpu(graph, prio, cg, kern):
 
 @pytest.mark.parametrize("graph", [False, True])
 def test_synthetic_sets_drawn_ahead_equal_drawn_in_step(graph):
-    """The runner draws the next step's synthetic sets on a side stream during the step (``_presynth``); the
+    """The runner draws the next step's synthetic sets on a side stream during the step (``presynth``); the
     selections, mappings and tokens must equal those of drawing them at the step's start."""
     ps = prompts(3, (70, 90))
     kw = dict(top_k=3, fetch_ratio=0.67, transfer="uva", selection="synthetic", cuda_graph=graph)
@@ -74,7 +74,7 @@ def test_synthetic_sets_drawn_ahead_equal_drawn_in_step(graph):
     for ahead in (False, True):
         def hook(r, ahead=ahead):
             if not ahead:
-                r._presynth = lambda *a: None
+                r.sources.presynth = lambda *a: None
         eng = Engine(cfg("lookahead", "cuda", **kw))
         hook(eng.runner)
         for p in ps:

@@ -213,7 +213,7 @@ def _prefetcher(B=4, H=2, S=4, L=2, NB=12, max_cap=2, seed=0, policy=None, **kw)
     caps = DeviceCaps(policy=policy or Fixed(max_cap / S), top_k=S, n_layers=L, bytes_per_block_head=2 * 16 * 16 * 4,
                       link_bytes_per_s=30e9, device=torch.device("cpu"))
     assert policy is not None or caps.max_cap == max_cap
-    return Prefetcher(c, store, host, torch.device("cpu"), caps), g
+    return Prefetcher(cfg=c, store=store, host=host, device=torch.device("cpu"), caps=caps), g
 
 
 def _snapshot(pipe):
