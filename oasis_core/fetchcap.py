@@ -18,6 +18,7 @@ per-step byte budget ``B_link · T_decode`` split over the rows that miss blocks
 from __future__ import annotations
 
 import math
+import numbers
 from abc import ABC, abstractmethod
 from dataclasses import dataclass
 from typing import Any, Callable, Optional
@@ -38,7 +39,9 @@ class CapContext:
         does not track it.
     n_missing: array [R] of missing blocks per row this step (``|P \\ R|``), or None when unknown yet.
     bytes_moved_total: bytes fetched into the GPU so far (all rows, all steps).
-    last_step_time_s: wall (or simulated) time of the previous step in seconds, None before the first.
+    last_step_time_s: wall (or simulated) time of the previous step in seconds, None before the first: a float, or a
+        0-d float64 array on the caller's device (the executor's step clock, ``oasis_exec.fetch_caps``: read without a
+        host synchronisation; a policy then computes with array operations, as it does on ``n_missing``).
     link_bytes_per_s: bandwidth of the link the blocks cross, bytes per second, None when unknown.
     bytes_per_block_head: bytes of one block of one KV head (K and V), None when unknown.
     row_weight: how many rows of the step each context row stands for (1 when the caller plans every row, as the
@@ -52,7 +55,7 @@ class CapContext:
     drift_so_far: Optional[Any] = None
     n_missing: Optional[Any] = None
     bytes_moved_total: float = 0.0
-    last_step_time_s: Optional[float] = None
+    last_step_time_s: Optional[Any] = None
     link_bytes_per_s: Optional[float] = None
     bytes_per_block_head: Optional[int] = None
     row_weight: float = 1.0
@@ -154,8 +157,9 @@ def _num(x: float) -> str:
 def split_budget(n_missing, budget: int, max_cap: int, min_cap: int = 0):
     """Split ``budget`` blocks over rows in proportion to their missing blocks; integer caps [R].
 
-    n_missing: integer array [R] (numpy or torch, any device); budget: blocks for all these rows together (a host
-    int: it comes from step time and link rate, never from array values). With the demand ``n_r = min(n_missing_r,
+    n_missing: integer array [R] (numpy or torch, any device); budget: blocks for all these rows together, a host int
+    or a 0-d integer array of ``n_missing``'s namespace and device (a budget computed on the device from its step
+    time). With the demand ``n_r = min(n_missing_r,
     max_cap)`` (what a row can take), each row gets ``floor(B · n_r / N)`` (``B = min(budget, N)``, ``N = sum n``)
     and the ``B - sum floor`` blocks left over go one each to the rows with the largest remainders (ties: lower row
     first), so ``sum cap == B`` (work-conserving) and ``cap_r <= n_r <= max_cap``. Then the floor
@@ -168,7 +172,9 @@ def split_budget(n_missing, budget: int, max_cap: int, min_cap: int = 0):
     zero = xp.full((), 0, xp.int64, like=n)
     n = xp.minimum(xp.maximum(n, zero), xp.full((), max(int(max_cap), 0), xp.int64, like=n))
     total = xp.sum(n)
-    b = xp.minimum(xp.full((), max(int(budget), 0), xp.int64, like=n), total)
+    if isinstance(budget, numbers.Real):
+        budget = xp.full((), max(int(budget), 0), xp.int64, like=n)
+    b = xp.minimum(xp.maximum(xp.astype(budget, xp.int64), zero), total)
     denom = xp.maximum(total, xp.full((), 1, xp.int64, like=n))
     num = b * n
     base = num // denom
@@ -225,11 +231,17 @@ class LinkBudget(FetchCapPolicy):
 
     def budget_blocks(self, ctx: CapContext) -> Optional[int]:
         """Block-heads the context's rows may fetch this step, or None when the context cannot say (first step,
-        unknown link rate or block bytes)."""
-        if ctx.last_step_time_s is None or ctx.link_bytes_per_s is None or not ctx.bytes_per_block_head:
+        unknown link rate or block bytes). An int; a 0-d int64 array when the step time is an array (the same
+        float64 operations in the same order, so it equals the int of the same time)."""
+        t = ctx.last_step_time_s
+        if t is None or ctx.link_bytes_per_s is None or not ctx.bytes_per_block_head:
             return None
-        budget_bytes = ctx.link_bytes_per_s * ctx.last_step_time_s * self.link_fraction
-        return max(0, math.floor(budget_bytes / (ctx.bytes_per_block_head * ctx.row_weight)))
+        budget_bytes = ctx.link_bytes_per_s * t * self.link_fraction
+        blocks = budget_bytes / (ctx.bytes_per_block_head * ctx.row_weight)
+        if isinstance(t, numbers.Real):
+            return max(0, math.floor(blocks))
+        xp = namespace(blocks)  # truncation of a value >= 0 is its floor
+        return xp.astype(xp.maximum(blocks, xp.full((), 0.0, blocks.dtype, like=blocks)), xp.int64)
 
     def cap(self, ctx: CapContext):
         c = self.max_cap(ctx.top_k)
@@ -237,7 +249,11 @@ class LinkBudget(FetchCapPolicy):
         if budget is None:
             return min(ratio_cap(self.first_ratio, ctx.top_k), c)
         if ctx.n_missing is None:
-            return min(max(budget // max(ctx.rows, 1), min(self.min_cap, c)), c)
+            if isinstance(budget, numbers.Integral):
+                return min(max(budget // max(ctx.rows, 1), min(self.min_cap, c)), c)
+            xp = namespace(budget)
+            even = xp.maximum(budget // max(ctx.rows, 1), xp.full((), min(self.min_cap, c), xp.int64, like=budget))
+            return xp.minimum(even, xp.full((ctx.rows,), c, xp.int64, like=budget))
         return split_budget(ctx.n_missing, budget, c, self.min_cap)
 
     @property

@@ -49,6 +49,11 @@ class Mode:
         return self.query == QUERY_DRAFT
 
     @property
+    def selects_in_place(self) -> bool:
+        """Attends a selected top-K inside the whole cache on the GPU (quest): it scores, moves nothing."""
+        return self.whole_kv_on_gpu and self.selects
+
+    @property
     def attends_next_block(self) -> bool:
         """Background modes plan a step ahead, so their local (newest) block is the one the next token lands in."""
         return self.background

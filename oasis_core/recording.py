@@ -22,7 +22,8 @@ from typing import Any, Dict, Mapping, Optional, Sequence, Union
 
 import numpy as np
 
-from .specs import MODES, SPARSE_MODES
+from . import modes
+from .modes import MODES
 from .trace import (MAX_REQUEST_TOKENS, Request, Trace, TraceError, _int_field, _key, _number_field, _Problem, _show,
                     _show_typed, dumps_trace, load_trace, parse_trace)
 
@@ -83,7 +84,11 @@ def _check_config(c) -> None:
     if not isinstance(c, dict):
         raise _Problem("config", f"must be an object, got {_show_typed(c)}")
     _missing("config", c, _CONFIG_REQUIRED)
-    _str_field("config.mode", c["mode"], MODES)
+    _str_field("config.mode", c["mode"])
+    try:
+        mode = modes.get(c["mode"])
+    except ValueError:
+        raise _Problem("config.mode", f"must be one of {', '.join(MODES)}, got {_show(c['mode'])}") from None
     _str_field("config.model", c["model"])
     _str_field("config.hardware", c["hardware"])
     _str_field("config.workload", c["workload"], WORKLOADS)
@@ -99,7 +104,7 @@ def _check_config(c) -> None:
     if not 0.0 < fr <= 1.0:
         raise _Problem("config.fetch_ratio", f"must be in (0, 1], got {c['fetch_ratio']!r}")
     _str_field("config.transfer_path", c["transfer_path"], TRANSFER_PATHS, nullable=True)
-    if c["transfer_path"] is None and c["mode"] in SPARSE_MODES:
+    if c["transfer_path"] is None and mode.transfers:
         raise _Problem("config.transfer_path", f"must be one of {', '.join(TRANSFER_PATHS)} for mode "
                                                f"{_show(c['mode'])}, got null")
     _str_field("config.selection", c["selection"], SELECTIONS)
@@ -236,7 +241,7 @@ def label(config: Mapping[str, Any]) -> str:
     ctx = config["context"]
     c = f"{ctx // 1024}k" if ctx % 1024 == 0 else str(ctx)
     out = f"{config['mode']}-{c}-c{config['concurrency']}"
-    if config["mode"] != "dense":
+    if modes.get(config["mode"]).selects:
         out += f"-fr{config['fetch_ratio']:g}"
     return out
 

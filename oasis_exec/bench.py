@@ -10,8 +10,8 @@ One JSON record per run; fields are listed in ``RECORD_FIELDS``. ``concurrency``
 requests away (``gpu_lanes`` | ``host_pool``; null when none did). With ``--profile`` (eager) the record also holds
 ``layer_events``: ``[[step, layer, stage, start_ms, end_ms], ...]`` of up to ``LAYER_EVENT_STEPS`` sampled timed
 steps, ms since the first timed step began (stage ``layers`` on the main stream, ``stall``, and ``pred``,
-``select``, ``transfer`` on the side streams; CUDA events on a GPU -- that path is untested on a GPU so far --,
-``time.perf_counter`` on the CPU, where the stages run inline, one after the other).
+``select``, ``transfer`` on the side streams; CUDA events on a GPU, as in the profiled H200 runs of
+analysis/smollm2_bench/README.md, ``time.perf_counter`` on the CPU, where the stages run inline, one after the other).
 """
 from __future__ import annotations
 
@@ -219,7 +219,7 @@ def run_bench(cfg: ExecConfig, context: int, concurrency: int, steps: int, warmu
         "model": cfg.model_path or cfg.model, "dummy_weights": cfg.model_path is None,
         "synthetic_params": cfg.synthetic,
         "prefill": f"real ({prompt_name or 'given tokens'})" if prompt_tokens is not None else "synthesized (random KV)",
-        "prefill_s": prefill_s, "draft": cfg.draft_path if cfg.mode == "lookahead" else None,
+        "prefill_s": prefill_s, "draft": cfg.draft_path if cfg.mode_spec.drafts else None,
         "host_pool_filled": bool(host_fill and runner.host is not None and prompt_tokens is None), "build_s": build_s,
         "device": dev_name, "date": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
         "commit": _commit(),

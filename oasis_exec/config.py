@@ -10,8 +10,8 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass, field, fields
 
-from oasis_core import cliargs
-from oasis_core.specs import MODELS, MODES, PAPER_SPARSITY, SPARSE_MODES
+from oasis_core import cliargs, modes
+from oasis_core.specs import MODELS, MODES, PAPER_SPARSITY
 
 SOURCES = ("model", "synthetic", "replay")
 TRANSFERS = ("host", "uva", "auto")
@@ -51,6 +51,12 @@ class ExecConfig:
     top_k: int = _f(PAPER_SPARSITY.top_k, "resident blocks per KV head (the local block comes on top)")
     fetch_ratio: float = _f(PAPER_SPARSITY.fetch_ratio,
                             "fetch cap per head per step as a fraction of top_k (0 < r <= 1)")
+    fetch_policy: str | None = _f(None, "fetch-cap policy spec (oasis_core.fetchcap.get_policy: fixed:R, unlimited, "
+                                        "budget[:FRACTION][,min_cap=N][,max_ratio=R][,first_ratio=R]), evaluated on "
+                                        "the device each step (oasis_exec.fetch_caps); None: fixed at fetch_ratio; "
+                                        "retrieval always fetches its whole set")
+    link_gb_s: float = _f(30.0, "host->GPU rate of scattered block copies, GB/s, that an adaptive fetch policy "
+                                "(budget) plans with")
     max_context: int = _f(16384 + 1024, "most tokens of one request (prompt + output)")
     kv_budget_gb: float | None = _f(None, "GPU memory for KV state (slots, summaries, caches), GB")
     host_kv_gb: float | None = _f(None, "pinned host pool for the full KV cache, GB (sparse modes; default: "
@@ -86,6 +92,10 @@ class ExecConfig:
     fused_ops: bool = _f(True, "fused Triton kernels on CUDA: RMSNorm, q/k norm + RoPE, SwiGLU (kernels.fused_ops), "
                                 "selection + copy list (kernels.plan_select) and the KV write (kernels.kv_write); off: "
                                 "the plain torch ops, which are the reference")
+    fused_select: bool = _f(True, "with fused_ops on CUDA: selection + copy list in one kernels.plan_select launch a "
+                                  "layer; off: the torch oasis_core.selection.plan_step (the reference)")
+    fused_kv_write: bool = _f(True, "with fused_ops: the decode step's K/V write by kernels.kv_write; off: advanced "
+                                    "indexing (the reference)")
     cuda_graph: bool = _f(True, "capture whole decode steps as CUDA graphs (not with --profile, recording or replayed "
                                 "selections, nor the host transfer path in retrieval mode)")
     copy_graph: str = _f("auto", "UVA path under CUDA graphs: on (a step's copies form a graph of their own, launched "
@@ -113,6 +123,18 @@ class ExecConfig:
             bad("top_k", "must be >= 1")
         if not 0 < self.fetch_ratio <= 1:
             bad("fetch_ratio", "must be in (0, 1]")
+        if self.fetch_policy is not None:
+            from oasis_core.fetchcap import get_policy
+
+            if not isinstance(self.fetch_policy, str):
+                bad("fetch_policy", "must be a policy spec string such as 'budget:0.8'")
+            try:
+                get_policy(self.fetch_policy)
+            except ValueError as e:  # names the spec and the bad value
+                bad("fetch_policy", " ".join(str(e).split()))
+        if isinstance(self.link_gb_s, bool) or not isinstance(self.link_gb_s, (int, float)) \
+                or not self.link_gb_s > 0:
+            bad("link_gb_s", "must be > 0")
         if self.max_context < self.block_size:
             bad("max_context", "must hold at least one block")
         if self.synthetic is not None:
@@ -132,8 +154,22 @@ class ExecConfig:
                 bad(n, "must be >= 1")
 
     @property
+    def mode_spec(self) -> modes.Mode:
+        """The mode's properties (``oasis_core.modes``): what it keeps on the GPU, transfers, selects with."""
+        return modes.get(self.mode)
+
+    @property
     def sparse(self) -> bool:
-        return self.mode in SPARSE_MODES
+        return self.mode_spec.sparse
+
+    def cap_policy(self):
+        """The run's ``FetchCapPolicy``: ``Unlimited`` for a mode fetching on demand (retrieval), else
+        ``fetch_policy`` when set, else ``Fixed(fetch_ratio)``."""
+        from oasis_core.fetchcap import Fixed, Unlimited, get_policy
+
+        if self.mode_spec.on_demand:
+            return Unlimited()
+        return get_policy(self.fetch_policy) if self.fetch_policy is not None else Fixed(self.fetch_ratio)
 
     @property
     def max_blocks(self) -> int:

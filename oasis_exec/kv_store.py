@@ -165,10 +165,12 @@ class SparseStore:
         self.host_table = torch.zeros(max_lanes, max_blocks, dtype=torch.int64, device=device)
 
     @staticmethod
-    def bytes_per_lane(n_layers, n_kv_heads, slots, block_size, head_dim, max_blocks, dtype_bytes=2) -> int:
-        kv = n_layers * n_kv_heads * 2 * (slots + 2) * block_size * head_dim * dtype_bytes
-        summ = n_layers * n_kv_heads * max_blocks * 2 * head_dim * dtype_bytes
-        return kv + summ + 2 * n_layers * n_kv_heads * slots * 8
+    def bytes_per_lane(geo, slots, max_blocks) -> int:
+        """GPU bytes of one lane (``geo``: a ``KVGeometry``): its ``slots`` + local + trash blocks in every layer and
+        KV head, the summaries of ``max_blocks`` blocks, and the int64 resident / last_sel tables."""
+        kv = geo.resident_bytes(slots, local_blocks=2)
+        summ = geo.summary_bytes(max_blocks * geo.block_size)
+        return kv + summ + 2 * geo.rows_per_request * slots * 8
 
     def slot_base(self, lanes):
         """[B, H] int64: first slot of each (lane, head) row."""
@@ -203,9 +205,11 @@ class DenseStore:
             self.kmin = self.kmax = None
 
     @staticmethod
-    def bytes_per_lane(n_layers, n_kv_heads, max_blocks, head_dim, block_size, summaries, dtype_bytes=2) -> int:
-        kv = n_layers * n_kv_heads * 2 * max_blocks * block_size * head_dim * dtype_bytes
-        return kv + (n_layers * n_kv_heads * max_blocks * 2 * head_dim * dtype_bytes if summaries else 0)
+    def bytes_per_lane(geo, max_blocks, summaries) -> int:
+        """GPU bytes of one lane (``geo``: a ``KVGeometry``): the pages of ``max_blocks`` blocks, every layer and KV
+        head, and (``summaries``, quest) their min/max key summaries."""
+        tokens = max_blocks * geo.block_size
+        return geo.m_kv(1, tokens) + (geo.summary_bytes(tokens) if summaries else 0)
 
     def reset_lane(self, lane: int) -> None:
         if self.kmin is not None:

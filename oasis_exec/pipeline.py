@@ -30,8 +30,9 @@ priority of both side streams, ``ExecConfig.stream_priority`` or the table's):
   has reached pinned memory and, before layer l attends, waits on ``copied_x[l]``, which the worker records after
   that layer's DMA + scatter of the previous step, outside the graph. The runner brackets each replay:
   ``before_replay()`` joins the previous step's jobs (so every ``copied_x`` record is issued before the graph that
-  waits on it is launched), ``after_replay(key)`` submits this step's jobs. Written on a CPU-only machine: this
-  graph mode has not yet run on a GPU.
+  waits on it is launched), ``after_replay(key)`` submits this step's jobs. This graph mode ran on the H200 in the
+  transfer-path sweeps (analysis/results/transfer_paths_prio_2026-11-30.md) and its GPU tests
+  (tests/test_exec_gpu.py; tests/test_pipeline_graph_host.py checks its event protocol on the CPU).
 
 Selection on CUDA (``self.cuda``): one ``kernels.plan_select`` launch per layer plans Algorithm 2 in place on the
 layer's mapping, writes the copy list into buffers allocated once (stable addresses for CUDA-graph capture) and
@@ -51,16 +52,13 @@ import torch
 from oasis_core.selection import plan_step
 
 
-# False: never plan_select (analysis/h200_sweep_with_transfer_paths.py --torch-select, if its GPU test fails)
-FUSED_SELECT = True
-
-
 class Prefetcher:
-    def __init__(self, cfg, store, host, device, max_cap: int, synchronous: bool = False):
+    def __init__(self, *, cfg, store, host, device, caps, synchronous: bool = False):
         self.cfg, self.store, self.host, self.device = cfg, store, host, device
         # synchronous: every stage inline on the current stream (the reference the tests compare against)
         self.cuda = device.type == "cuda" and not synchronous
-        self.max_cap = max_cap
+        self.caps = caps  # fetch_caps.DeviceCaps: each layer plan's cap, from the run's policy
+        self.max_cap = max_cap = caps.max_cap
         L = store.L
         self.done = [None] * L  # CUDA event: layer l's transfer finished
         self.jobs = [None] * L  # host path: future that has enqueued layer l's transfer
@@ -92,7 +90,7 @@ class Prefetcher:
                 self.priority = c["stream_priority"]
             if self.path == "uva":
                 self.uva_programs = c["uva_programs"]
-            elif cfg.mode == "retrieval":  # copies on the critical path (fetch_now): no host-staged version there
+            elif cfg.mode_spec.on_demand:  # copies on the critical path (fetch_now): no host-staged version there
                 self.path = "uva"
             else:
                 self.host_threads = c["host_threads"] or self.host_threads
@@ -120,7 +118,7 @@ class Prefetcher:
             i64 = [torch.full((x,), -1, dtype=torch.int64, device=device) for x in (n, n, n_rows, n_rows, n_rows)]
             return PlanSelectOut(*i32, *i64)
 
-        self._lists = [bufs() for _ in range(L if cfg.mode in ("proxy", "lookahead") else 1)]
+        self._lists = [bufs() for _ in range(L if cfg.mode_spec.background else 1)]
         self.graph_host = False  # the host path captured in CUDA graphs (set below when torch has external events)
         self.copy_graph = False  # UVA under graphs: the copies in a graph of their own (set below, likewise)
         self._capture_key, self._graph_layers, self._copy_graphs = None, {}, {}
@@ -147,7 +145,7 @@ class Prefetcher:
             self._stagers = []
             # external events between a captured step and the copies outside it: the host path's graph mode
             # (graph_host) and the UVA path's copy graphs (copy_graph); the layers captured per graph key
-            if cfg.mode in ("proxy", "lookahead") and not cfg.profile and not cfg.no_transfer \
+            if cfg.mode_spec.background and not cfg.profile and not cfg.no_transfer \
                     and (self.path == "host" or cfg.copy_graph == "on"
                          or (cfg.copy_graph == "auto" and (self.choice or {}).get("copy_graph", False))):
                 try:
@@ -161,7 +159,7 @@ class Prefetcher:
                             e.record()
                     self.graph_host = self.path == "host"
                     self.copy_graph = self.path == "uva"
-            for _ in range(L if cfg.mode in ("proxy", "lookahead") else 0):  # one per layer: reused a step later, after wait(layer) joined its job
+            for _ in range(L if cfg.mode_spec.background else 0):  # one per layer: reused a step later, after wait(layer) joined its job
                 from kernels.gather import HostStager
 
                 st = HostStager(cap, store.bs, store.D, dtype=store.k[0].dtype, device=device, n_threads=None)
@@ -196,6 +194,7 @@ class Prefetcher:
             else:
                 torch.cuda.current_stream().wait_event(ev)
             self.done[layer] = None
+        self.caps.layer_ready(layer)
 
     def wait_all(self) -> None:
         for layer in range(len(self.done)):
@@ -233,7 +232,8 @@ class Prefetcher:
         # last_sel is kept relative to the current step (0 = now, older is more negative): one decrement per step
         # keeps the least-recently-selected order and lets a captured CUDA graph pass the constant step 0.
         res, ls = st.resident[layer][rows], st.last_sel[layer][rows] - 1
-        plan = plan_step(res, ls, pred, cap, 0, self.max_cap if cap <= self.max_cap else cap)
+        wide = isinstance(cap, int) and cap > self.max_cap  # an int cap above the buffers' width widens the plan
+        plan = plan_step(res, ls, pred, cap, 0, cap if wide else self.max_cap)
         st.resident[layer][rows] = plan.resident
         st.last_sel[layer][rows] = plan.last_sel
         self.missing += plan.n_missing.sum()
@@ -242,7 +242,7 @@ class Prefetcher:
     def _fused(self, cap) -> bool:
         """Whether select plans with plan_select: on CUDA (not synchronous), ``cfg.fused_ops`` on (off: the torch
         ``plan_step``, the reference), with a cap its buffers hold."""
-        return FUSED_SELECT and self.cfg.fused_ops and self.cuda and (not isinstance(cap, int) or cap <= self.max_cap)
+        return self.cfg.fused_select and self.cfg.fused_ops and self.cuda and (not isinstance(cap, int) or cap <= self.max_cap)
 
     def _rows_tensor(self, rows):
         """The layer's rows as an int64 device tensor: a view of the row ids for a slice (no kernel), else the
@@ -285,17 +285,26 @@ class Prefetcher:
         finally:
             self._lanes = None
 
-    def launch(self, layer, after, predict, lanes, rows, step, cap) -> None:
-        """Background prediction -> selection -> transfer of ``layer`` once event ``after`` (main stream) fires.
+    def _cap(self, layer, pred, rows):
+        """The fetch cap of this layer's plan (``DeviceCaps.cap``): an int, or an int64 tensor [R] on the device."""
+        caps = self.caps
+        if caps.fixed is not None:
+            return caps.fixed
+        return caps.cap(layer, self.store.resident[layer][self._rows_tensor(rows)], pred)
+
+    def launch(self, layer, after, predict, lanes, rows) -> None:
+        """Background prediction -> cap -> selection -> transfer of ``layer`` once event ``after`` (main stream)
+        fires.
 
         predict(): -> pred [R, K] (runs on the prediction stream); rows: the layer's rows (slice or index).
         """
+        step = 0  # last_sel is relative to the current step (see select)
         if not self.cuda:
             tr = self.trace
             t0 = time.perf_counter()
             pred = predict()
             t1 = time.perf_counter()
-            plan = self.select(layer, pred, rows, step, cap)
+            plan = self.select(layer, pred, rows, step, self._cap(layer, pred, rows))
             t2 = time.perf_counter()
             if tr is not None:  # inline, in order: the "side streams" of the CPU run one after the other
                 tr += [("pred", layer, t0, t1), ("select", layer, t1, t2)]
@@ -312,6 +321,7 @@ class Prefetcher:
             self.s_pred.wait_event(after)
             e0 = ev(); e0.record()
             pred = predict()
+            cap = self._cap(layer, pred, rows)
             e1 = ev(); e1.record()
             # one plan_select launch: selection, copy list and counters (the "select" stage includes the copy list)
             plan = self._select_for(layer, pred, lanes, rows, step, cap)
@@ -504,9 +514,9 @@ class Prefetcher:
             self.store.k[layer][d] = hk[s, h]
             self.store.v[layer][d] = hv[s, h]
 
-    def fetch_now(self, layer, pred, lanes, rows, step, cap) -> None:
+    def fetch_now(self, layer, pred, lanes, rows) -> None:
         """Synchronous selection + transfer on the current stream (retrieval mode: copies on the critical path)."""
-        plan = self._select_for(layer, pred, lanes, rows, step, cap)
+        plan = self._select_for(layer, pred, lanes, rows, 0, self._cap(layer, pred, rows))
         if self.cfg.no_transfer:
             return
         if self.cuda and self.path == "uva":
@@ -523,7 +533,7 @@ class Prefetcher:
         out = {}
         for kind, layer, a, b in self.prof:
             out[kind] = out.get(kind, 0.0) + a.elapsed_time(b)
-            if ref is not None:  # untested on a GPU (written on a CPU-only session)
+            if ref is not None:  # the bench's --profile runs (H200, analysis/smollm2_bench/README.md)
                 self.events.append((kind, layer, ref.elapsed_time(a), ref.elapsed_time(b)))
         self.prof = []
         if self.host_gather_s:

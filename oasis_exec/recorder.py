@@ -26,7 +26,7 @@ from typing import Any, Mapping, Optional
 import numpy as np
 
 from oasis_core.recording import (SAMPLED_STEPS_MAX, Recording, build_recording, save_recording, save_selection)
-from oasis_core.specs import SPARSE_MODES
+from oasis_core import modes
 from oasis_core.trace import Request
 
 # executor transfer path -> the simulator's / recording's name
@@ -87,7 +87,7 @@ def recording_from_bench(bench: Mapping[str, Any], exec_config=None, *, hardware
     device = str(b.get("device") or "unknown")
     hw = _hardware("recording_from_bench", hardware, device)
     mode = b["mode"]
-    sparse = mode in SPARSE_MODES
+    sparse = modes.get(mode).sparse
     transfer_raw = b.get("transfer") or c.get("transfer") or "host"
     stages = {k: float(v) for k, v in (b.get("stage_ms_per_step") or {}).items()}
     steps = int(b["steps"])
@@ -195,7 +195,7 @@ def recording_from_serve(serve: Mapping[str, Any], exec_config=None, *, hardware
                              prompt_tokens=int(q["prompt_tokens"]), output_tokens=int(q["output_tokens"]))
                      for q in kept)
     mode = c.get("mode", "lookahead")
-    sparse = mode in SPARSE_MODES
+    sparse = modes.get(mode).sparse
     transfer_raw = c.get("transfer") or "host"
     step_ms = [float(x) for x in s.get("step_ms") or ()]
     steps = max(len(step_ms), 1)

@@ -24,7 +24,7 @@ import time
 
 import torch
 
-from oasis_core.fetchcap import Fixed, Unlimited
+from oasis_core.geometry import KVGeometry
 from oasis_core.scoring import topk_blocks
 from oasis_core.selection import initial_plan
 from oasis_core.specs import ModelSpec, get_model
@@ -32,16 +32,14 @@ from oasis_core.specs import ModelSpec, get_model
 from . import ops
 from .config import ExecConfig
 from .draft import DraftHead
+from .fetch_caps import DeviceCaps
 from .host_memory import host_pool_blocks
 from .kv_store import DenseStore, HostPool, SparseStore
 from .model import Decoder
 from .pipeline import Prefetcher
 from .scheduler import RunnerCall
+from .selection_sources import SelectionSources
 from .writeback import writeback_full
-
-# False: the K/V write by advanced indexing (analysis/h200_sweep_with_transfer_paths.py --plain-kv-write)
-FUSED_KV_WRITE = True
-
 
 def _dtype(name):
     return torch.bfloat16 if name == "bfloat16" else torch.float32
@@ -56,8 +54,9 @@ def _rows_of(lanes_list, H):
 
 
 class Runner:
-    def __init__(self, cfg: ExecConfig, shape: ModelSpec | None = None, decoder: Decoder | None = None):
+    def __init__(self, cfg: ExecConfig, *, shape: ModelSpec | None = None, decoder: Decoder | None = None):
         self.cfg = cfg
+        self.mode = mode = cfg.mode_spec
         self.device = dev = torch.device(cfg.device)
         self.dtype = dt = _dtype(cfg.dtype)
         if decoder is None:
@@ -74,18 +73,18 @@ class Runner:
                              f"{s.max_context_tokens} positions ({s.name}); pass --max-context "
                              f"{s.max_context_tokens} or less")
         self.draft = None
-        if cfg.mode == "lookahead":
+        if mode.drafts:
             self.draft = DraftHead.build(s, decoder.embed, cfg.draft_path, min(cfg.draft_vocab, s.vocab),
                                          cfg.seed + 1, dt, dev, lm_head=decoder.lm_head)
         bs, H, D, L = cfg.block_size, s.n_kv_heads, s.head_dim, s.n_layers
         self.bs, self.H, self.L = bs, H, L
         self.K = cfg.top_k
         NB = cfg.max_blocks
-        ebytes = torch.tensor([], dtype=dt).element_size()
+        self.geometry = geo = KVGeometry(s, block_size=bs, dtype_bytes=torch.tensor([], dtype=dt).element_size())
         if cfg.sparse:
-            per_lane = SparseStore.bytes_per_lane(L, H, self.K, bs, D, NB, ebytes)
+            per_lane = SparseStore.bytes_per_lane(geo, self.K, NB)
         else:
-            per_lane = DenseStore.bytes_per_lane(L, H, NB, D, bs, cfg.mode == "quest", ebytes)
+            per_lane = DenseStore.bytes_per_lane(geo, NB, mode.summaries)
         self.lane_bytes = per_lane
         budget = cfg.kv_budget_gb * 1e9 if cfg.kv_budget_gb else None
         lanes = cfg.max_lanes or (int(budget // per_lane) if budget else 4)
@@ -97,19 +96,18 @@ class Runner:
         self.host = None
         self.host_blocks_total = 0
         if cfg.sparse:
-            unit = L * H * bs * D * ebytes * 2  # one host block, every layer and head, K and V
-            hb = host_pool_blocks(cfg, lanes=lanes, block_bytes=unit)  # sized for what runs, checked before pinning
+            hb = host_pool_blocks(cfg, lanes=lanes, block_bytes=geo.bytes_per_block)  # sized for what runs, checked before pinning
             self.host = HostPool(L, hb, H, bs, D, dt, pin=dev.type == "cuda")
             self.host_blocks_total = hb
             self.store = SparseStore(L, lanes, H, self.K, bs, D, NB, dt, dev)
-            if cfg.mode == "retrieval":
-                self.cap_policy = Unlimited()
-            else:
-                self.cap_policy = Fixed(cfg.fetch_ratio)
-            self.max_cap = self.cap_policy.max_cap(self.K)
-            self.pipe = Prefetcher(cfg, self.store, self.host, dev, self.max_cap)
+            self.cap_policy = cfg.cap_policy()
+            self.caps = DeviceCaps(policy=self.cap_policy, top_k=self.K, n_layers=L,
+                                   bytes_per_block_head=geo.bytes_per_block_head, link_bytes_per_s=cfg.link_gb_s * 1e9,
+                                   device=dev)
+            self.max_cap = self.caps.max_cap
+            self.pipe = Prefetcher(cfg=cfg, store=self.store, host=self.host, device=dev, caps=self.caps)
         else:
-            self.store = DenseStore(L, lanes, H, NB, D, bs, dt, dev, summaries=cfg.mode == "quest")
+            self.store = DenseStore(L, lanes, H, NB, D, bs, dt, dev, summaries=mode.summaries)
             self.pipe = None
         self.lane_blocks = {}  # lane -> host block ids (sparse modes)
         self.draft_tok = torch.zeros(lanes, dtype=torch.int64, device=dev)
@@ -118,16 +116,9 @@ class Runner:
         # sampler(logits [rows, V], sampling params a row) -> token ids [rows]; rows are the plan's prefill
         # request, else its decode items, in order. The Engine installs its per-request-seeded sampler here.
         self.sampler = self._sample_default
-        self.synth = None  # (lanes tuple, SyntheticSelection)
-        self._s_synth, self._pre_synth = None, None  # next step's synthetic sets, drawn during this step (CUDA)
-        # selection=replay: recorded sets (oasis_core.setrecord), mapped to this run's shape; record_path: this
-        # run's predicted sets, kept on the host and written when the engine closes (close / save_record).
-        self.replay = None
-        if cfg.selection == "replay":
-            from oasis_core.setrecord import SetReplay, load_setrecord
-
-            self.replay = SetReplay(load_setrecord(cfg.replay_path), L, H, self.K, cfg.replay_ids)
-        self.record = self._recorder() if cfg.record_path else None
+        # synthetic / replayed selections and the recorded sets (selection_sources.py)
+        self.sources = SelectionSources(cfg=cfg, mode=mode, store=self.store, shape=s, device=dev, n_layers=L,
+                                        n_kv_heads=H, top_k=self.K, block_size=bs)
         self.decode_steps = 0
         self.graphs = {}  # batch size -> (graph, static inputs, logits, aux)
         self._capturing = False
@@ -156,8 +147,7 @@ class Runner:
         return {}
 
     def _admit(self, a) -> None:
-        if self.replay is not None:
-            self.replay.admit(a.lane)
+        self.sources.admit(a.lane)
         if self.cfg.sparse:
             self.lane_blocks[a.lane] = list(a.host_blocks)
             self.store.reset_lane(a.lane, a.host_blocks)
@@ -306,58 +296,6 @@ class Runner:
 
     # -- decode ----------------------------------------------------------------------------------------------------
 
-    def _synthetic_sets(self, lanes_list, n_blocks):
-        """Per-step sets from ``oasis_core.synthetic`` for the rows (lane, layer, head): (current, next-step draft,
-        next-step proxy), each [B, L, H, K]."""
-        from oasis_core.synthetic import SyntheticSelection
-        from oasis_core.synthetic_presets import resolve
-
-        key = tuple(lanes_list)
-        if self.synth is None or self.synth[0] != key:
-            B = len(lanes_list)
-            nb = torch.tensor(n_blocks, device=self.device).repeat_interleave(self.L * self.H)
-            params = resolve(self.cfg.synthetic)
-            gen = SyntheticSelection(B * self.L * self.H, nb, self.K, params, self.cfg.seed, layers=self.L,
-                                     kv_heads=self.H, like=nb)
-            self.synth = (key, gen)
-            if self.cfg.sparse:  # start from the process's current sets: no cold-start transient
-                cur = gen.current().view(B, self.L, self.H, self.K)
-                for i, lane in enumerate(lanes_list):
-                    rows = slice(lane * self.H, (lane + 1) * self.H)
-                    self.store.resident[:, rows] = cur[i]
-                    self.store.last_sel[:, rows] = 0
-        gen = self.synth[1]
-        B = len(lanes_list)
-        cur = gen.current().view(B, self.L, self.H, self.K)
-        nxt = gen.step()
-        return cur, nxt.draft.view(B, self.L, self.H, self.K), nxt.proxy.view(B, self.L, self.H, self.K)
-
-    def _presynth(self, lanes_list, after) -> None:
-        """Draw the next step's synthetic sets now, on a side stream, while the GPU runs this step.
-
-        The generator advances exactly as it would at the next step's start (its draws do not depend on the step's
-        outputs), so the sets are the same; only the host time of its ~90 small launches leaves the critical path.
-        ``after``: an event recorded once this step's sets were drawn (the generator's last use on the main stream).
-        """
-        if self._s_synth is None:
-            self._s_synth = torch.cuda.Stream(self.device)
-        with torch.cuda.stream(self._s_synth):
-            self._s_synth.wait_event(after)
-            nxt = torch.stack(self._synthetic_sets(lanes_list, None))
-            done = torch.cuda.Event()
-            done.record()
-        self._pre_synth = (tuple(lanes_list), nxt, done)
-
-    def _presynth_take(self, lanes_list):
-        """The sets ``_presynth`` drew for these lanes (None when there are none or the lanes changed)."""
-        pre, self._pre_synth = self._pre_synth, None
-        if pre is None or pre[0] != tuple(lanes_list) or self.synth is None or self.synth[0] != pre[0]:
-            return None
-        main = torch.cuda.current_stream()
-        main.wait_event(pre[2])
-        pre[1].record_stream(main)
-        return pre[1]
-
     def _decode(self, plan: RunnerCall) -> dict:
         cfg, dev = self.cfg, self.device
         items = plan.decode
@@ -365,25 +303,15 @@ class Runner:
         pos_list = [it.position for it in items]
         toks = torch.tensor([it.token for it in items], device=dev)
         pos = torch.tensor(pos_list, device=dev)
-        sets = None
-        synth_ready = None
-        if cfg.selection == "synthetic" and cfg.mode != "dense":
-            sets = self._presynth_take(lanes_list)
-            if sets is None:
-                sets = torch.stack(self._synthetic_sets(lanes_list, [p // self.bs + 1 for p in pos_list]))
-            if dev.type == "cuda":
-                synth_ready = torch.cuda.Event()
-                synth_ready.record()
-        elif self.replay is not None and cfg.mode != "dense":
-            sets = self._replay_sets(lanes_list, pos_list)
-        recorded = [] if self.record is not None else None
+        sets, synth_ready = self.sources.sets(lanes_list, pos_list)
+        recorded = [] if self.sources.record is not None else None
         if self._graph_ok(lanes_list):
             logits, aux = self._replay(lanes_list, toks, pos, sets)
         else:
             lanes = torch.tensor(lanes_list, device=dev)
             logits, aux = self._decode_core(lanes, _rows_of(lanes_list, self.H), toks, pos, sets, recorded)
         if synth_ready is not None:
-            self._presynth(lanes_list, synth_ready)
+            self.sources.presynth(lanes_list, synth_ready)
         self.last_logits = {it.req_id: logits[i] for i, it in enumerate(items)}
         tok = self.sampler(logits, [plan.sampling[it.req_id] for it in items])
         if self.draft is not None:
@@ -392,15 +320,12 @@ class Runner:
         if self.pipe is not None and cfg.profile and dev.type == "cuda":
             for k_, v_ in self.pipe.collect(self._step_ref).items():
                 self.stage_ms[k_] = self.stage_ms.get(k_, 0.0) + v_
-            if self._step_ref is not None:  # untested on a GPU (written on a CPU-only session)
+            if self._step_ref is not None:  # side-stream stages of a traced step (--profile; ran on the H200)
                 self.layer_events += [[self.trace_step, l, k_, a, b] for k_, l, a, b in self.pipe.events if a >= 0]
                 self.pipe.events = []
         self._step_ref = None
         if recorded:
-            if dev.type == "cuda":
-                torch.cuda.synchronize()  # lookahead / proxy predict on the side stream
-            nb = [self._pred_blocks(p) for p in pos_list]
-            self.record.add_step(torch.stack(recorded).cpu().numpy(), [it.req_id for it in items], pos_list, nb)
+            self.sources.add_record(recorded, [it.req_id for it in items], pos_list)
         self.decode_steps += 1
         return {it.req_id: out[i] for i, it in enumerate(items)}
 
@@ -410,7 +335,7 @@ class Runner:
         """Whole-step CUDA graphs: no profiling events, no recording or replayed selection, lanes 0..B-1; the host
         transfer path only where its graph mode is available (``Prefetcher.graph_host``)."""
         cfg = self.cfg
-        if not cfg.cuda_graph or self.device.type != "cuda" or cfg.profile or self.record is not None \
+        if not cfg.cuda_graph or self.device.type != "cuda" or cfg.profile or self.sources.record is not None \
                 or (self.pipe is not None and not self.pipe.cuda):
             return False
         if cfg.sparse and self.pipe.path != "uva" and not cfg.no_transfer and not self.pipe.graph_host:
@@ -465,13 +390,15 @@ class Runner:
         same code runs eagerly and under CUDA-graph capture. Returns (logits [B, V], aux [B, 3 * hidden])."""
         cfg, dev, st, bs, H = self.cfg, self.device, self.store, self.bs, self.H
         B = lanes.shape[0]
-        mode = cfg.mode
-        nq = 2 if mode == "lookahead" else 1
+        mode = self.mode
+        nq = 2 if mode.drafts else 1
         if nq == 2:
             ids = torch.stack([toks, self.draft_tok[lanes]], 1).reshape(-1)
             positions = torch.stack([pos, pos + 1], 1).reshape(-1)
         else:
             ids, positions = toks, pos
+        if cfg.sparse:
+            self.caps.step_start()  # the step clock an adaptive fetch policy reads (nothing for a static one)
         x = self.dec.embed[ids]
         lanes32 = lanes.to(torch.int32)
         nb_cur = pos // bs + 1  # blocks of the context incl. the local block (which holds ``pos``)
@@ -494,7 +421,7 @@ class Runner:
             page_cur = lanes * st.P + pos // bs
             item_src = (page_cur[:, None] * H + hh).reshape(-1).to(torch.int32)
         off32 = (pos % bs).to(torch.int32)  # the new token's offset in its block
-        fused_kv = cfg.fused_ops and FUSED_KV_WRITE
+        fused_kv = cfg.fused_ops and cfg.fused_kv_write
         prof = cfg.profile and dev.type == "cuda"
         trace = cfg.profile and self.trace_step is not None and not self._capturing
         cpu_marks = [] if trace and not prof else None  # CPU: perf_counter as each layer begins, then the end
@@ -517,10 +444,10 @@ class Runner:
             if cfg.sparse:
                 self.pipe.wait(l)
                 ops.kv_write(k[:, 0], v[:, 0], st.k[l], st.v[l], item_src, off32, fused_kv)
-                if mode == "retrieval":
+                if mode.on_demand:
                     pred = self._predict(l, q[:, 0], lanes32, nb_cur, sets[0][:, l] if sets is not None else None,
                                          recorded)
-                    self.pipe.fetch_now(l, pred, lanes, rows, 0, self.max_cap)
+                    self.pipe.fetch_now(l, pred, lanes, rows)
                 res = st.resident[l][rows].view(B, H, st.S)
                 slot_ids = torch.where(res >= 0, base[:, :, None] + sel_off, -1).to(torch.int32)
                 ek = ev = None
@@ -534,7 +461,7 @@ class Runner:
                 ops.summary_update(st.k[l], item_src, item_row, item_blk, item_len,
                                    st.kmin[l].view(-1, st.NB, st.D), st.kmax[l].view(-1, st.NB, st.D))
                 writeback_full(st.k[l], st.v[l], self.host.k[l], self.host.v[l], item_src, item_dst, item_len, bs)
-                if mode in ("proxy", "lookahead"):
+                if mode.background:
                     after = None
                     if dev.type == "cuda" and self.pipe.cuda:
                         after = torch.cuda.Event()
@@ -544,14 +471,14 @@ class Runner:
                     qsel = q[:, nq - 1]
                     src = None
                     if sets is not None:
-                        src = (sets[1] if mode == "lookahead" else sets[2])[:, l]
+                        src = (sets[1] if mode.drafts else sets[2])[:, l]
                     predict = (lambda l=l, qsel=qsel, src=src:
                                self._predict(l, qsel, lanes32, nb_next, src, recorded))
-                    self.pipe.launch(l, after, predict, lanes, rows, 0, self.max_cap)
+                    self.pipe.launch(l, after, predict, lanes, rows)
             else:
                 ops.kv_write(k[:, 0], v[:, 0], st.k[l].view(-1, bs, st.D), st.v[l].view(-1, bs, st.D), item_src,
                              off32, fused_kv)
-                if mode == "dense":
+                if not mode.selects:
                     attn = ops.paged_attn(q[:, 0].contiguous(), st.k[l], st.v[l], st.block_table[lanes],
                                           (pos + 1).to(torch.int32))
                     attn = attn.reshape(B, Hq, -1)
@@ -569,6 +496,8 @@ class Runner:
             x = self.dec.finish(l, x, attn)
             if l in layers_aux:
                 aux[l] = x.view(B, nq, -1)[:, 0]
+        if cfg.sparse:
+            self.caps.step_end()
         if prof:
             e = torch.cuda.Event(enable_timing=True)
             e.record()
@@ -576,7 +505,7 @@ class Runner:
             torch.cuda.current_stream().synchronize()
             t = sum(ev_layers[i].elapsed_time(ev_layers[i + 1]) for i in range(self.L))
             self.stage_ms["layers"] = self.stage_ms.get("layers", 0.0) + t
-            if trace:  # untested on a GPU (written on a CPU-only session); side-stream stages: _decode, collect
+            if trace:  # --profile's layer events (ran on the H200); side-stream stages: _decode, collect
                 ref = self._step_ref = ev_layers[0]
                 self.layer_events += [[self.trace_step, i, "layers", ref.elapsed_time(ev_layers[i]),
                                        ref.elapsed_time(ev_layers[i + 1])] for i in range(self.L)]
@@ -636,47 +565,10 @@ class Runner:
             return {"units_fetched": 0, "missing": 0}
         return {"units_fetched": int(self.pipe.units), "missing": int(self.pipe.missing)}
 
-    # -- recorded and replayed selections (oasis_core.setrecord) -------------------------------------------------
-
-    def _recorder(self):
-        from oasis_core.setrecord import SetRecorder
-
-        from .bench import _commit
-
-        c = self.cfg
-        meta = {"mode": c.mode, "selection": c.selection, "model": self.shape.name, "model_path": c.model_path,
-                "n_layers": self.L, "n_kv_heads": self.H, "top_k": self.K, "block_size": self.bs,
-                "fetch_ratio": c.fetch_ratio, "max_context": c.max_context, "dtype": c.dtype,
-                "device": str(self.device), "seed": c.seed, "commit": _commit(),
-                "date": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())}
-        return SetRecorder(c.record_path, meta)
-
-    def _pred_blocks(self, pos: int) -> int:
-        """The block count the mode's prediction sees at a decode step of position ``pos``: the next step's
-        (lookahead, proxy) or the current one's (quest, retrieval)."""
-        return (pos + 1) // self.bs + 1 if self.cfg.mode in ("proxy", "lookahead") else pos // self.bs + 1
-
-    def _replay_sets(self, lanes_list, pos_list):
-        """The replayed sets of this step as the synthetic source's triple [3, B, L, H, K] (current, lookahead,
-        proxy: the mode reads its own; all three are the recorded set)."""
-        nb = [self._pred_blocks(p) for p in pos_list]
-        s = torch.from_numpy(self.replay.sets(lanes_list, nb)).to(self.device).long()
-        return s[None].expand(3, *s.shape)
-
-    def save_record(self) -> None:
-        """Write the recorded sets (once; ``close`` calls it)."""
-        if self.record is not None:
-            path = self.record.write()
-            if path:
-                import sys
-
-                print(f"record: {self.record.meta['mode']} sets of {len(self.record.batch)} decode steps -> {path}",
-                      file=sys.stderr)
-
     def close(self) -> None:
         if self.pipe is not None:
             self.pipe.wait_all()
-        self.save_record()
+        self.sources.save()
         if self.pipe is not None:
             self.pipe.close()
         if self.graphs and self.device.type == "cuda":

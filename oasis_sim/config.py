@@ -10,7 +10,7 @@ import numbers
 from dataclasses import dataclass, field, fields, replace
 from typing import Any, Mapping, Optional
 
-from oasis_core import specs
+from oasis_core import modes, specs
 from oasis_core.specs import MODES, PAPER_SPARSITY, SPARSE_MODES
 from oasis_core.synthetic import SyntheticParams
 
@@ -124,7 +124,10 @@ class SimConfig:
         for name, table in (("model", specs.MODELS), ("hardware", specs.HARDWARE), ("nic", specs.LINKS)):
             if getattr(self, name) not in table:
                 bad(name, f"must be one of {', '.join(sorted(table))}")
-        choice("mode", MODES)
+        try:
+            mode = modes.get(self.mode)
+        except ValueError:
+            bad("mode", f"must be one of {', '.join(MODES)}")
         choice("arrival", ARRIVALS)
         choice("transfer_path", TRANSFER_PATHS)
         choice("selection", SELECTION_SOURCES)
@@ -146,7 +149,7 @@ class SimConfig:
             except ValueError as e:  # the message already names the spec and the bad value
                 raise ConfigError(f"fetch_policy: {' '.join(str(e).split())}") from None
             if not pol.static and self.policy_sampling == "profile" and self.selection != "replay" \
-                    and self.mode in SPARSE_MODES and self.mode != "retrieval":
+                    and mode.background:
                 bad("fetch_policy", f"{pol.spec!r} adapts to each step's timing, which policy_sampling=profile "
                                     "(precomputed per context bucket) cannot follow; set policy_sampling=exact")
         integer("concurrency", 1, optional=True)
@@ -178,7 +181,7 @@ class SimConfig:
             bad("rate_rps", "must be set for arrival=poisson")
         if self.selection == "replay" and not self.replay_file:
             bad("replay_file", "must name a file for selection=replay")
-        if self.split == "rpf" and self.mode not in SPARSE_MODES:
+        if self.split == "rpf" and not mode.sparse:
             bad("split", f"rpf needs a sparse mode ({', '.join(SPARSE_MODES)}) but mode is {self.mode!r}")
         if self.synthetic is not None:
             if not isinstance(self.synthetic, Mapping):
@@ -197,7 +200,7 @@ class SimConfig:
 
     @property
     def sparse(self) -> bool:
-        return self.mode in SPARSE_MODES
+        return modes.get(self.mode).sparse
 
     @property
     def model_spec(self) -> specs.ModelSpec:

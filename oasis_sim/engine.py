@@ -17,6 +17,7 @@ from dataclasses import dataclass, field
 
 import simpy
 
+from oasis_core import modes
 from oasis_core.geometry import KVGeometry
 from oasis_core.scheduler import Plan
 
@@ -116,7 +117,7 @@ class Engine:
 
     def execute(self, plan: Plan):
         cfg, pred, L, kvh = self.cfg, self.pred, self.L, self.kvh
-        mode = cfg.mode
+        mode = modes.get(cfg.mode)
         n_dec = len(plan.decode)
         n_pf = 0
         pf_attn = 0.0
@@ -124,7 +125,7 @@ class Engine:
             r, n = ch.req, ch.n
             pf_attn += pred.time("attn_prefill", {"tokens": n, "past_tokens": r.prefill_done})
             n_pf += n
-        gemm_tokens = n_dec + n_pf + (n_dec if mode == "lookahead" else 0)  # + draft token per request
+        gemm_tokens = n_dec + n_pf + (n_dec if mode.drafts else 0)  # + draft token per request
         c = self._per_token(gemm_tokens) + pf_attn
 
         # Decode attention, selection work and transfers.
@@ -138,7 +139,7 @@ class Engine:
         blocks_sum = 0
         bs = cfg.block_size
         res_tokens = self.res_tokens
-        if mode == "dense" or mode == "quest" or not n_dec:
+        if mode.whole_kv_on_gpu or not n_dec:
             for r in plan.decode:
                 ctx = r.prompt + r.generated  # == r.ctx while decoding
                 ctx_tokens += ctx
@@ -174,17 +175,17 @@ class Engine:
                 r.recall_n += 1
                 recall_sum += rec
                 fetch_slices += sl
-            if mode == "retrieval":
+            if mode.on_demand:
                 inline_slices, fetch_slices = fetch_slices, 0.0
         self.recall_sum += recall_sum
         self.recall_n += n_dec
-        if mode == "dense":
+        if not mode.selects:
             c += pred.time("attn_decode", {"kv_bytes": ctx_tokens * self.bpt_layer})
         elif n_dec:
             c += pred.time("attn_decode", {"kv_bytes": att_tokens * self.bpt_layer})
         score_s = topk_s = sel_s = 0.0
         side_bytes = 0.0  # HBM bytes per layer the side stream moves (summary reads, top-K, landing transfers)
-        if mode != "dense" and n_dec:
+        if mode.selects and n_dec:
             summary_bytes = blocks_sum * kvh * self.sum_bpbh
             score_s = pred.time("score", {"summary_bytes": summary_bytes})
             topk_s = pred.time("topk", {"elements": blocks_sum * kvh})
@@ -202,12 +203,12 @@ class Engine:
                 r.fetch_blocks += sl
                 fill += sl
 
-        background = mode in ("lookahead", "proxy")
+        background = mode.background
         head_s = self._head_s if self._memo else pred.time("step_overhead", {})
-        if mode == "quest":
+        if mode.selects_in_place:
             c += score_s + topk_s
         net_bytes = 0.0
-        if mode == "retrieval":
+        if mode.on_demand:
             layer_bytes = (inline_slices + fill) / L * self.bpbh
             c += score_s + topk_s + sel_s + self._copy_s(layer_bytes)
             h2d = (inline_slices + fill) * self.bpbh

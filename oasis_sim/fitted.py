@@ -68,16 +68,15 @@ from typing import Mapping, Optional, Sequence
 
 import numpy as np
 
+from oasis_core import modes
 from oasis_core.recording import Recording
 from oasis_core.trace import dumps_trace
 
 from .predictor import OPS, RooflinePredictor, TimePredictor
 
-DENSE_FAMILY = ("dense", "quest")
-
-
 def family(mode: str) -> str:
-    return "dense" if mode in DENSE_FAMILY else "sparse"
+    """The mode's timing family: 'dense' (whole KV in HBM) or 'sparse' (``oasis_core.modes.Mode.family``)."""
+    return modes.get(mode).family
 
 
 def recording_key(rec: Recording) -> str:
@@ -204,7 +203,7 @@ def sample_of(rec: Recording, roofline_replay) -> Sample:
     prior = max(uva) if uva and rec.config["transfer_path"] == "uva" else default_rate
     return Sample(recording_key(rec), rec.name, family(rec.config["mode"]), rec.config["transfer_path"], L, feat,
                   meas, float(r["bytes_per_step"].get("pcie_h2d", 0.0)), lat,
-                  background=rec.config["mode"] in ("lookahead", "proxy"), link_bytes_per_s=hw.h2d_bytes_per_s,
+                  background=modes.get(rec.config["mode"]).background, link_bytes_per_s=hw.h2d_bytes_per_s,
                   prior_bytes_per_s=prior, prior_gather_sm_share=res.cfg.gather_sm_share)
 
 

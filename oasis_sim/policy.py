@@ -36,6 +36,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from oasis_core import modes
 from oasis_core.fetchcap import CapContext, Fixed, Unlimited, get_policy
 from oasis_core.rpf import RemoteLedger
 from oasis_core.selection import count_missing, initial_plan, plan_step
@@ -62,7 +63,7 @@ def resident_recall(resident: np.ndarray, true_next: np.ndarray) -> np.ndarray:
 def cap_policy(cfg: SimConfig):
     """The run's ``FetchCapPolicy``: ``cfg.fetch_policy`` when set, else ``Fixed(fetch_ratio)`` (``Unlimited`` at
     ratio 1); retrieval always fetches its whole set (``Unlimited``)."""
-    if cfg.mode == "retrieval":
+    if modes.get(cfg.mode).on_demand:
         return Unlimited()
     if cfg.fetch_policy is not None:
         return get_policy(cfg.fetch_policy)
@@ -84,11 +85,12 @@ class StepLink:
 
 
 def _pred_of(mode: str, s: SyntheticStep):
-    if mode == "lookahead":
+    query = modes.get(mode).query
+    if query == modes.QUERY_DRAFT:
         return s.draft
-    if mode == "proxy":
+    if query == modes.QUERY_PREVIOUS:
         return s.proxy
-    return s.true_next  # retrieval: the real query's set, fetched on demand
+    return s.true_next  # the current query's set (retrieval: fetched on demand)
 
 
 class ReplaySets:

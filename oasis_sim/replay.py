@@ -34,6 +34,7 @@ import tempfile
 from dataclasses import dataclass, field
 from typing import Optional
 
+from oasis_core import modes
 from oasis_core.geometry import KVGeometry
 from oasis_core.recording import Recording, closed_loop_requests, load_selection
 from oasis_core.specs import get_link
@@ -247,14 +248,15 @@ def replay(rec: Recording, predictor: Optional[TimePredictor] = None, work_dir: 
     rate, lat = _copy_rate(cfg)
     durs = [log.dur[i] for i in window]
     stages = {k: 0.0 for k in ("layers", "gemm", "attn", "pred", "select", "transfer", "stall")}
-    background = cfg.mode in ("lookahead", "proxy")
+    mode = modes.get(cfg.mode)
+    background = mode.background
     for i in window:
         ops = {}
         for op, _shape, t in tap.steps[i]:
             ops[op] = ops.get(op, 0.0) + t
         stages["gemm"] += L * (ops.get("gemm_layer", 0.0) + ops.get("norm_rope", 0.0))
         stages["attn"] += L * ops.get("attn_decode", 0.0)
-        if cfg.mode != "dense":
+        if mode.selects:
             stages["pred"] += L * (ops.get("score", 0.0) + ops.get("topk", 0.0))
             stages["select"] += L * ops.get("select", 0.0)
         if background and log.h2d[i] > 0:

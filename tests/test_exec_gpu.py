@@ -66,7 +66,7 @@ def test_mapping_matches_slots_on_gpu(graph, prio, cg, kern):
 
 @pytest.mark.parametrize("graph", [False, True])
 def test_synthetic_sets_drawn_ahead_equal_drawn_in_step(graph):
-    """The runner draws the next step's synthetic sets on a side stream during the step (``_presynth``); the
+    """The runner draws the next step's synthetic sets on a side stream during the step (``presynth``); the
     selections, mappings and tokens must equal those of drawing them at the step's start."""
     ps = prompts(3, (70, 90))
     kw = dict(top_k=3, fetch_ratio=0.67, transfer="uva", selection="synthetic", cuda_graph=graph)
@@ -74,7 +74,7 @@ def test_synthetic_sets_drawn_ahead_equal_drawn_in_step(graph):
     for ahead in (False, True):
         def hook(r, ahead=ahead):
             if not ahead:
-                r._presynth = lambda *a: None
+                r.sources.presynth = lambda *a: None
         eng = Engine(cfg("lookahead", "cuda", **kw))
         hook(eng.runner)
         for p in ps:
@@ -93,16 +93,12 @@ def test_synthetic_sets_drawn_ahead_equal_drawn_in_step(graph):
 
 
 @pytest.mark.parametrize("mode", ["dense", "lookahead"])
-def test_fused_kv_write_equals_indexed_write(mode, monkeypatch):
+def test_fused_kv_write_equals_indexed_write(mode):
     """kernels.kv_write in the step (graphs on) gives the same logits and tokens as the indexed assignment."""
-    import oasis_exec.runner as runner_mod
-
     ps = prompts(5, (70, 90))
     kw = dict(top_k=3, fetch_ratio=0.67, transfer="uva", cuda_graph=True)
-    monkeypatch.setattr(runner_mod, "FUSED_KV_WRITE", False)
-    ref, out_ref = run_logits(cfg(mode, "cuda", **kw), ps, 24)
-    monkeypatch.setattr(runner_mod, "FUSED_KV_WRITE", True)
-    got, out = run_logits(cfg(mode, "cuda", **kw), ps, 24)
+    ref, out_ref = run_logits(cfg(mode, "cuda", fused_kv_write=False, **kw), ps, 24)
+    got, out = run_logits(cfg(mode, "cuda", fused_kv_write=True, **kw), ps, 24)
     assert out == out_ref
     for rid in ref:
         for a, b in zip(ref[rid], got[rid]):

@@ -190,8 +190,10 @@ def test_plan_select_gpu_realistic():
 
 # -- the Prefetcher's fused path (oasis_exec.pipeline): plan_fused / fetch_now against the torch path ---------------
 
-def _prefetcher(B=4, H=2, S=4, L=2, NB=12, max_cap=2, seed=0, **kw):
+def _prefetcher(B=4, H=2, S=4, L=2, NB=12, max_cap=2, seed=0, policy=None, **kw):
+    from oasis_core.fetchcap import Fixed
     from oasis_exec.config import ExecConfig
+    from oasis_exec.fetch_caps import DeviceCaps
     from oasis_exec.kv_store import HostPool, SparseStore
     from oasis_exec.pipeline import Prefetcher
 
@@ -208,7 +210,10 @@ def _prefetcher(B=4, H=2, S=4, L=2, NB=12, max_cap=2, seed=0, **kw):
             store.resident[l, row, torch.randperm(S, generator=g)[:n]] = torch.randperm(NB - 1, generator=g)[:n]
     store.last_sel.copy_(torch.randint(-3, 1, store.last_sel.shape, generator=g))
     store.host_table.copy_(torch.randperm(B * NB, generator=g).view(B, NB))
-    return Prefetcher(c, store, host, torch.device("cpu"), max_cap), g
+    caps = DeviceCaps(policy=policy or Fixed(max_cap / S), top_k=S, n_layers=L, bytes_per_block_head=2 * 16 * 16 * 4,
+                      link_bytes_per_s=30e9, device=torch.device("cpu"))
+    assert policy is not None or caps.max_cap == max_cap
+    return Prefetcher(cfg=c, store=store, host=host, device=torch.device("cpu"), caps=caps), g
 
 
 def _snapshot(pipe):
@@ -278,12 +283,12 @@ def test_prefetcher_fetch_now_fused_equals_reference(path):
     snap = _snapshot(pipe)
     pipe._fused = lambda cap: True  # the CUDA gate, on CPU
     for l in range(st.L):
-        pipe.fetch_now(l, preds[l], lanes, rows, 0, pipe.max_cap)
+        pipe.fetch_now(l, preds[l], lanes, rows)
     got = _snapshot(pipe)
     _restore(pipe, snap)
     del pipe._fused
     for l in range(st.L):
-        pipe.fetch_now(l, preds[l], lanes, rows, 0, pipe.max_cap)
+        pipe.fetch_now(l, preds[l], lanes, rows)
     for i, (a, b) in enumerate(zip(got, _snapshot(pipe))):
         assert torch.equal(a, b), i
     assert int(pipe.units) > 0

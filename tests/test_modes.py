@@ -24,3 +24,11 @@ def test_get_passes_modes_and_names_the_choices():
     assert modes.get(m) is m
     with pytest.raises(ValueError, match="dense, quest, retrieval, proxy, lookahead.*'sparse'"):
         modes.get("sparse")
+
+
+def test_derived_properties_the_backends_branch_on():
+    in_place = [n for n, m in modes.REGISTRY.items() if m.selects_in_place]
+    next_block = [n for n, m in modes.REGISTRY.items() if m.attends_next_block]
+    assert in_place == ["quest"]  # scores the whole cache on the GPU, moves nothing
+    assert next_block == ["proxy", "lookahead"]  # plan a step ahead
+    assert all(m.summaries == m.selects for m in modes.REGISTRY.values())

@@ -190,7 +190,7 @@ class Annotator:
         self._wrap(r, "execute", "execute")
         self._wrap(r, "_decode_core", "decode_core")
         self._wrap(r, "_replay", "graph_replay")
-        self._wrap(r, "_synthetic_sets", "synthetic_sets")
+        self._wrap(r.sources, "_synthetic_sets", "synthetic_sets")
         self._wrap(r, "_predict", "predict")
         self._wrap(r, "sampler", "sample")
         self._wrap(r.dec, "qkv", "qkv")

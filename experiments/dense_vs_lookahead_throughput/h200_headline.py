@@ -130,13 +130,14 @@ class Geometry:
 
     def lanes(self, mode: str, ctx: int, budget_gb: float) -> int:
         """The engine's lane count at ``budget_gb`` (Runner: ``int(budget // bytes_per_lane)``)."""
+        from oasis_core.geometry import KVGeometry
         from oasis_exec.kv_store import DenseStore, SparseStore
 
         m, nb = self.m, -(-self.max_context(ctx) // BS)
         if mode == "dense":
-            per = DenseStore.bytes_per_lane(m.n_layers, m.n_kv_heads, nb, m.head_dim, BS, False, self.eb)
+            per = DenseStore.bytes_per_lane(KVGeometry(m, BS, self.eb), nb, False)
         else:
-            per = SparseStore.bytes_per_lane(m.n_layers, m.n_kv_heads, TOP_K, BS, m.head_dim, nb, self.eb)
+            per = SparseStore.bytes_per_lane(KVGeometry(m, BS, self.eb), TOP_K, nb)
         return int(budget_gb * 1e9 // per)
 
     def tpot_guess_s(self, run: Run) -> float:

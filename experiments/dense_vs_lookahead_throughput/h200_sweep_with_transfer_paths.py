@@ -39,14 +39,17 @@ def main(argv=None) -> int:
     ap.add_argument("--transfer-args", default="", help="extra arguments for transfer_paths.py (one string)")
     a = ap.parse_args(argv)
     os.makedirs(a.out_dir, exist_ok=True)
-    if a.torch_select:
-        import oasis_exec.pipeline as pipeline
+    if a.torch_select or a.plain_kv_write:
+        # Both parts build their ExecConfig inside main(): give them one whose defaults are these fields.
+        import dataclasses
 
-        pipeline.FUSED_SELECT = False
-    if a.plain_kv_write:
-        import oasis_exec.runner as runner
+        import oasis_exec.config as exec_config
 
-        runner.FUSED_KV_WRITE = False
+        base = exec_config.ExecConfig
+        exec_config.ExecConfig = dataclasses.make_dataclass(
+            "ExecConfig", [("fused_select", bool, dataclasses.field(default=not a.torch_select)),
+                           ("fused_kv_write", bool, dataclasses.field(default=not a.plain_kv_write))],
+            bases=(base,), frozen=True)
     from experiments.dense_vs_lookahead_throughput import h200_headline
     from experiments.transfer_paths import transfer_paths
 

@@ -46,6 +46,8 @@ from dataclasses import asdict, dataclass, field
 
 import torch
 
+from oasis_core.modes import get as get_mode
+
 from ..gguf_model import sha256_file
 from .texts import TEXTS
 
@@ -68,6 +70,11 @@ ANSWER_PREFIX = "The pass key is"
 # -- the matrix ---------------------------------------------------------------------------------------------------
 
 
+def _is_reference(mode: str) -> bool:
+    """The mode every other is measured against: the one attending every token (dense)."""
+    return not get_mode(mode).selects
+
+
 @dataclass(frozen=True)
 class Variant:
     mode: str
@@ -80,7 +87,7 @@ class Variant:
     @property
     def label(self) -> str:
         s = self.mode
-        if self.mode != "dense":
+        if not _is_reference(self.mode):
             s += f" K={self.top_k}" if self.top_k else (" K=all" if self.k_frac >= 1 else f" K={self.k_frac:g}")
         if self.fetch_ratio is not None:
             s += " f=" + ("all" if self.fetch_ratio >= 1 else f"{self.fetch_ratio:g}")
@@ -104,19 +111,19 @@ def variants(modes=MODES, k_fracs=K_FRACS, fetch_ratios=FETCH_RATIOS, drafts=("h
     retrieval after the first ratio; each at every K."""
     ks = [dict(top_k=top_k)] if top_k else [dict(k_frac=f) for f in k_fracs]
     ratios = sorted(fetch_ratios, key=lambda r: (r != 0.05, fetch_ratios.index(r)))
-    out = [Variant("dense")] if "dense" in modes else []
+    out = [Variant(m) for m in modes if _is_reference(m)]
     if full_k_at:
         r0 = 0.05 if 0.05 in fetch_ratios or not fetch_ratios else fetch_ratios[0]
         for m in ("quest", "retrieval", "proxy", "lookahead"):
             if m in modes:
-                out.append(Variant(m, k_frac=1.0, fetch_ratio=r0 if m in ("proxy", "lookahead") else None,
-                                   draft=drafts[0] if m == "lookahead" else None, only_n=full_k_at))
+                out.append(Variant(m, k_frac=1.0, fetch_ratio=r0 if get_mode(m).background else None,
+                                   draft=drafts[0] if get_mode(m).drafts else None, only_n=full_k_at))
     for i, r in enumerate(ratios):
         for k in ks:
-            if "lookahead" in modes:
-                out += [Variant("lookahead", fetch_ratio=r, draft=d, **k) for d in drafts]
-            if "proxy" in modes:
-                out.append(Variant("proxy", fetch_ratio=r, **k))
+            for m in ("lookahead", "proxy"):
+                if m in modes:
+                    ds = drafts if get_mode(m).drafts else (None,)
+                    out += [Variant(m, fetch_ratio=r, draft=d, **k) for d in ds]
         if i == 0:
             for m in ("quest", "retrieval"):
                 if m in modes:
@@ -397,7 +404,7 @@ def exec_config(v: Variant, n_tokens: int, tasks, *, model_path, device, dtype, 
     K = v.k_of(n_tokens, block_size)
     ctx = max(len(t.prompt) + t.max_tokens for t in tasks)
     host = None
-    if v.mode in ("proxy", "retrieval", "lookahead") and shape is not None:
+    if get_mode(v.mode).sparse and shape is not None:
         unit = shape.n_layers * shape.n_kv_heads * block_size * shape.head_dim * (2 if dtype == "bfloat16" else 4) * 2
         blocks = sum(-(-(len(t.prompt) + t.max_tokens) // block_size) for t in tasks) + 1
         host = (blocks + 0.5) * unit / 1e9
@@ -414,7 +421,7 @@ def run_matrix(dec, tok, model_path, *, lengths=LENGTHS, var_list=None, device="
     """Every variant over every group (``lengths``); returns {"rows": [...], "skipped": [...]}. ``on_result(doc)``
     after each engine (the command rewrites its JSON there)."""
     var_list = var_list if var_list is not None else variants()
-    if not var_list or var_list[0].mode != "dense":
+    if not var_list or not _is_reference(var_list[0].mode):
         raise ValueError("variants: dense must come first (the greedy and oracle references)")
     passkey_lengths = set(lengths if passkey_lengths is None else passkey_lengths)
     filler = filler_stream(tok)
@@ -441,7 +448,8 @@ def run_matrix(dec, tok, model_path, *, lengths=LENGTHS, var_list=None, device="
         for n, ts in groups.items():
             if v.only_n is not None and v.only_n != n:
                 continue
-            if time_budget_s is not None and time.perf_counter() - t_start > time_budget_s and v.mode != "dense":
+            over = time_budget_s is not None and time.perf_counter() - t_start > time_budget_s
+            if over and not _is_reference(v.mode):
                 skipped.append({"variant": v.label, "n_tokens": n, "why": f"time budget {time_budget_s:g} s"})
                 if bar is not None:
                     bar.update(1)
@@ -452,9 +460,9 @@ def run_matrix(dec, tok, model_path, *, lengths=LENGTHS, var_list=None, device="
                               seed=seed, draft_path=draft_path, cuda_graph=cuda_graph, prefill_chunk=prefill_chunk,
                               shape=dec.shape)
             raw = run_engine(dec, cfg, ts, v.draft, _refs(dense.get(n)))
-            if v.mode == "dense":
+            if _is_reference(v.mode):
                 dense[n] = raw
-            s = summarize(raw, dense.get(n) if v.mode != "dense" else None, tok)
+            s = summarize(raw, None if _is_reference(v.mode) else dense.get(n), tok)
             rows.append({"n_tokens": n, "variant": v.label, **asdict(v), "top_k_blocks": cfg.top_k,
                          "blocks": -(-n // block_size), "cap_blocks": _cap(v, cfg.top_k), **s})
             if bar is not None:
@@ -470,7 +478,7 @@ def run_matrix(dec, tok, model_path, *, lengths=LENGTHS, var_list=None, device="
 def _cap(v: Variant, K: int):
     from oasis_core.fetchcap import ratio_cap
 
-    if v.mode == "retrieval":
+    if get_mode(v.mode).on_demand:
         return K
     if v.fetch_ratio is None:
         return None
@@ -487,7 +495,7 @@ def table(doc: dict) -> str:
     hdr = f"{'N':>5} {'variant':<28} {'K':>4} {'cap':>4} {'ppl':>8} {'dppl%':>7} {'agree':>6} {'1st-div':>7} " \
           f"{'passkey':>7} {'fetch/row':>9} {'s':>6}"
     lines = [hdr, "-" * len(hdr)]
-    dense = {r["n_tokens"]: r for r in doc["rows"] if r["mode"] == "dense"}
+    dense = {r["n_tokens"]: r for r in doc["rows"] if _is_reference(r["mode"])}
     for r in doc["rows"]:
         d = dense.get(r["n_tokens"])
         dp = ""
@@ -496,7 +504,8 @@ def table(doc: dict) -> str:
         ag = r.get("greedy_prefix_mean")
         fd = r.get("first_divergence_min")
         pk = r.get("passkey_acc")
-        lines.append(f"{r['n_tokens']:>5} {r['variant']:<28} {r['top_k_blocks'] if r['mode'] != 'dense' else '-':>4} "
+        k = '-' if _is_reference(r['mode']) else r['top_k_blocks']
+        lines.append(f"{r['n_tokens']:>5} {r['variant']:<28} {k:>4} "
                      f"{r['cap_blocks'] if r['cap_blocks'] is not None else '-':>4} "
                      f"{r['ppl_all'] if r['ppl_all'] is not None else float('nan'):>8.3f} {dp:>7} "
                      f"{'' if ag is None else f'{ag:.3f}':>6} {'' if fd is None else fd:>7} "
@@ -572,8 +581,8 @@ def run(args) -> int:
     tok = hf_tokenizer(path)
     date = datetime.datetime.now(datetime.timezone.utc)
     out = args.out or os.path.join("experiments", "real_attention_quality", "results", "endtoend.json")
-    var_list = variants(args.modes if "dense" in args.modes else ["dense"] + list(args.modes), args.k_fracs,
-                        args.fetch_ratios, args.drafts, args.top_k, args.full_k_check)
+    with_ref = args.modes if any(map(_is_reference, args.modes)) else ["dense"] + list(args.modes)
+    var_list = variants(with_ref, args.k_fracs, args.fetch_ratios, args.drafts, args.top_k, args.full_k_check)
     head = ({"path": args.draft_path, "weights": "trained", "sha256": _dir_sha(args.draft_path)}
             if args.draft_path else {"path": None, "weights": "random (seed 1): no lookahead signal expected"})
     dev_name = args.device + (f" ({torch.cuda.get_device_name()})" if args.device == "cuda" else "")

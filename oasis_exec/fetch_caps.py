@@ -1,0 +1,109 @@
+"""The executor's fetch caps: the run's ``oasis_core.fetchcap`` policy, evaluated on the device.
+
+``DeviceCaps.cap(layer, resident, pred)`` is the cap of one layer's plan (its rows are that layer's (lane, KV head)
+rows): an int for a static policy (``Fixed``, ``Unlimited``: the value every step, as before the policies ran
+here), else whatever the policy returns for a ``CapContext`` whose arrays live on the device, an int64 tensor [R]
+that ``kernels.plan_select`` / ``plan_step`` read per row. The policy's code is the core's, unchanged; nothing here
+synchronises the host, so the caps run inside a captured CUDA graph too.
+
+Context the executor fills: ``n_missing`` (``selection.count_missing`` of the rows against the prediction, on the
+device), ``last_step_time_s`` (the previous decode step's duration as a 0-d float64 device tensor, from
+``StepClock``; None before the first decode step), ``link_bytes_per_s`` (``ExecConfig.link_gb_s``),
+``bytes_per_block_head`` (``KVGeometry``) and ``row_weight = n_layers`` (one layer's rows are planned per call,
+each standing for its row in every layer, so a byte budget for the whole step is shared by the layers).
+``drift_so_far`` is not tracked (None), ``bytes_moved_total`` stays 0 and ``step`` is the decode-step count when
+the cap was evaluated (frozen at capture under CUDA graphs): a policy that reads them is eager-only here.
+
+Step time: ``StepClock`` stamps the main stream at the start and end of each decode step (``kernels.step_clock``
+on CUDA, the host clock on CPU), so ``ns[1]`` holds the last step's nanoseconds and ``seconds = ns[1] * 1e-9``.
+Layer l's cap of step t is planned on the prediction stream, which may still run when step t + 1 begins, so each
+layer reads its own copy ``layer_s[l]``, refreshed on the main stream once that layer's transfer of the previous
+step was waited for (``layer_ready``, called by ``Prefetcher.wait``): by then the previous step's planning of layer
+l has read its copy, and this step's has not begun.
+"""
+from __future__ import annotations
+
+from numbers import Integral
+
+import torch
+
+from oasis_core.fetchcap import CapContext, FetchCapPolicy
+from oasis_core.selection import count_missing
+
+
+class StepClock:
+    """Duration of the last decode step on the device: ``ns`` int64 [2] (start, last duration) and ``seconds``."""
+
+    def __init__(self, *, device: torch.device):
+        self.device = device
+        self.ns = torch.zeros(2, dtype=torch.int64, device=device)
+        self.seconds = torch.zeros((), dtype=torch.float64, device=device)
+        self.ticked = False  # host: a step has ended (before that a policy sees no step time)
+
+    def _stamp(self, end: bool) -> None:
+        if self.device.type == "cuda":
+            from kernels.step_clock import stamp
+        else:
+            from kernels.step_clock import stamp_host as stamp
+        stamp(self.ns, end)
+
+    def start(self) -> None:
+        self._stamp(False)
+
+    def end(self) -> None:
+        self._stamp(True)
+        self.seconds.copy_(self.ns[1])  # int64 -> float64, exact below 2**53 ns
+        self.seconds.mul_(1e-9)
+        self.ticked = True
+
+
+class DeviceCaps:
+    """Per-layer fetch caps from ``policy`` (see the module docstring)."""
+
+    def __init__(self, *, policy: FetchCapPolicy, top_k: int, n_layers: int, bytes_per_block_head: int,
+                 link_bytes_per_s: float, device: torch.device):
+        self.policy, self.top_k, self.n_layers = policy, top_k, n_layers
+        self.bytes_per_block_head, self.link_bytes_per_s = bytes_per_block_head, link_bytes_per_s
+        self.max_cap = policy.max_cap(top_k)
+        self.fixed = None
+        if policy.static:
+            c = policy.cap(CapContext(step=0, top_k=top_k, rows=0))
+            if isinstance(c, Integral):
+                self.fixed = min(max(int(c), 0), self.max_cap)
+        self.clock = None if self.fixed is not None else StepClock(device=device)
+        self.layer_s = None if self.clock is None else torch.zeros(n_layers, dtype=torch.float64, device=device)
+        self.steps = 0
+
+    @property
+    def adaptive(self) -> bool:
+        return self.clock is not None
+
+    def step_start(self) -> None:
+        if self.clock is not None:
+            self.clock.start()
+
+    def step_end(self) -> None:
+        if self.clock is not None:
+            self.clock.end()
+        self.steps += 1
+
+    def layer_ready(self, layer: int) -> None:
+        """Main stream, after layer ``layer``'s transfer of the previous step was waited for: its step-time copy."""
+        if self.clock is not None:
+            self.layer_s[layer].copy_(self.clock.seconds)
+
+    def context(self, layer: int, resident, pred) -> CapContext:
+        """The ``CapContext`` of one layer's plan: resident [R, S] and pred [R, K] of its rows (device tensors)."""
+        t = self.layer_s[layer] if self.clock is not None and self.clock.ticked else None
+        return CapContext(step=self.steps, top_k=self.top_k, rows=pred.shape[0],
+                          n_missing=count_missing(resident, pred), last_step_time_s=t, link_bytes_per_s=self.link_bytes_per_s,
+                          bytes_per_block_head=self.bytes_per_block_head, row_weight=float(self.n_layers))
+
+    def cap(self, layer: int, resident, pred):
+        """This step's cap of the layer's rows: an int, or an int64 tensor [R] on the device."""
+        if self.fixed is not None:
+            return self.fixed
+        c = self.policy.cap(self.context(layer, resident, pred))
+        if isinstance(c, Integral):  # a host-side branch of the policy (no step time yet)
+            return min(max(int(c), 0), self.max_cap)
+        return c.to(torch.int64)
