@@ -11,7 +11,7 @@ requests away (``gpu_lanes`` | ``host_pool``; null when none did). With ``--prof
 ``layer_events``: ``[[step, layer, stage, start_ms, end_ms], ...]`` of up to ``LAYER_EVENT_STEPS`` sampled timed
 steps, ms since the first timed step began (stage ``layers`` on the main stream, ``stall``, and ``pred``,
 ``select``, ``transfer`` on the side streams; CUDA events on a GPU, as in the profiled H200 runs of
-analysis/smollm2_bench/README.md, ``time.perf_counter`` on the CPU, where the stages run inline, one after the other).
+experiments/real_model_step_cost/README.md, ``time.perf_counter`` on the CPU, where the stages run inline, one after the other).
 """
 from __future__ import annotations
 

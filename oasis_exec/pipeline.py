@@ -31,7 +31,7 @@ priority of both side streams, ``ExecConfig.stream_priority`` or the table's):
   that layer's DMA + scatter of the previous step, outside the graph. The runner brackets each replay:
   ``before_replay()`` joins the previous step's jobs (so every ``copied_x`` record is issued before the graph that
   waits on it is launched), ``after_replay(key)`` submits this step's jobs. This graph mode ran on the H200 in the
-  transfer-path sweeps (analysis/results/transfer_paths_prio_2026-11-30.md) and its GPU tests
+  transfer-path sweeps (experiments/transfer_paths/results/host_path_in_graphs_priority.md) and its GPU tests
   (tests/test_exec_gpu.py; tests/test_pipeline_graph_host.py checks its event protocol on the CPU).
 
 Selection on CUDA (``self.cuda``): one ``kernels.plan_select`` launch per layer plans Algorithm 2 in place on the
@@ -533,7 +533,7 @@ class Prefetcher:
         out = {}
         for kind, layer, a, b in self.prof:
             out[kind] = out.get(kind, 0.0) + a.elapsed_time(b)
-            if ref is not None:  # the bench's --profile runs (H200, analysis/smollm2_bench/README.md)
+            if ref is not None:  # the bench's --profile runs (H200, experiments/real_model_step_cost/README.md)
                 self.events.append((kind, layer, ref.elapsed_time(a), ref.elapsed_time(b)))
         self.prof = []
         if self.host_gather_s:
