@@ -1,21 +1,26 @@
 """A timing predictor fitted to executor recordings, behind the simulator's ``TimePredictor`` interface.
 
-Each operation's time is an affine function of the analytic roofline's time for the same shape::
+Each operation's time is its roofline floor plus an affine function of the analytic roofline's time above it, for
+the same shape::
 
-    t_fitted(op, shape) = max(0, scale[op] · t_roofline(op, shape) + offset[op])
+    t_fitted(op, shape) = t_floor(op, shape) + scale[op] · (t_roofline(op, shape) - t_floor(op, shape)) + offset[op]
 
-so the fit interpolates over batch, context and selected blocks exactly as the roofline does (the roofline time is
-the feature that carries the shape), while the coefficients absorb what the roofline misses: kernel efficiency,
-launch overheads, the draft head's extra work. Coefficients are fitted per *family* of modes -- ``dense``
+with ``scale, offset >= 0`` and ``t_floor`` = ``RooflinePredictor.floor`` (every byte at the datasheet HBM
+bandwidth, every FLOP at peak, no overheads), so no fit is ever faster than the hardware can be: a 16K-token
+prefill GEMM never beats peak FLOP/s, and sparse attention over a non-empty resident set never takes zero time (a
+fit that leaves attention's excess at 0 keeps its floor). The fit interpolates over batch, context and selected
+blocks exactly as the roofline does (the roofline time is the feature that carries the shape), while the
+coefficients absorb what the roofline misses: kernel efficiency, launch overheads, the draft head's extra work. Coefficients are fitted per *family* of modes -- ``dense``
 (dense, quest: paged attention over the whole context) and ``sparse`` (retrieval, proxy, lookahead: sparse
 attention over the resident set) -- because the two run different attention kernels; a family with no training
 recordings borrows the other's.
 
 Groups (targets from ``results.stage_ms_per_step``, per layer unless said; features: mean roofline op times of the
-recording's timed window, taken from a roofline replay):
+recording's timed window and their floors, taken from a roofline replay):
 
 =============  ============================================  ====================================================
-group          target                                        model
+group          target                                        model (each op: its floor + the terms below, which
+                                                             scale the roofline's excess over the floor)
 =============  ============================================  ====================================================
 compute        ``(layers - stall) / L``                      ``a·(gemm_layer + norm_rope) + b·attn_decode
                                                              + s·sparse_overhead + c``
@@ -32,9 +37,10 @@ unchanged. ``sparse_overhead`` (per request per layer, sparse modes; zero in the
 scale ``s``: the roofline's 6.7 µs was calibrated at 16 requests and over-predicts the sparse step at 64.
 
 Without stage times (a run without ``--profile``) the compute target falls back to
-``(tpot_mean - roofline head and tail - stall) / L``. Each group is solved by non-negative least squares on rows
-divided by their target (relative error); with fewer recordings than coefficients it drops the intercept, then
-keeps a pure scale, and with none it keeps the roofline.
+``(tpot_mean - roofline head and tail - stall) / L``. Each group is solved by non-negative least squares for the
+excess over the floor (features: the roofline's time above the floor; the floor is a fixed part of each row's
+prediction), on rows divided by their whole target (relative error of the time, not of the excess); with fewer
+recordings than coefficients it drops the intercept, then keeps a pure scale, and with none it keeps the roofline.
 
 **Transfer settings from TPOT** (sparse family, background modes on the ``uva`` path with bytes copied): the UVA
 gather's SM share ``g`` (``SimConfig.gather_sm_share``: the compute stream of a layer grows by ``g · x``, with
