@@ -7,7 +7,7 @@
   inputs and seed) and ``DIR/timing.json`` (wall-clock time and speed; differs run to run).
 - ``import mooncake|azure SRC -o OUT [--limit N] [--time-scale X] [--model NAME] [--max-context N]
   [--overflow clip|drop] [--seed N] [--spread auto|uniform|even|none]``: ``oasis_core.importers``' options.
-- ``sweep GRID.yaml --out DIR [--workers N]``: see ``oasis_sim.sweep``.
+- ``sweep GRID.yaml --out DIR [--workers N] [--ray local|ADDRESS]``: see ``oasis_sim.sweep`` and docs/sweeps.md.
 - ``replay RECORDING [--out DIR]`` and ``validate RECORDING... [--calibrate-from RECORDING...] [--out DIR]``:
   executor recordings in the simulator, see ``oasis_sim.replay`` and ``oasis_sim.validate``.
 
@@ -107,7 +107,11 @@ def build_parser() -> argparse.ArgumentParser:
     sw = sub.add_parser("sweep", help="run the cartesian product of a parameter grid")
     sw.add_argument("grid")
     sw.add_argument("--out", required=True)
-    sw.add_argument("--workers", type=_number(int), default=None)
+    sw.add_argument("--workers", type=_number(int), default=None,
+                    help="local processes, or the CPUs of the local Ray instance of --ray local (default: all)")
+    sw.add_argument("--ray", dest="ray", metavar="ADDRESS", default=None,
+                    help="run the points as Ray tasks: 'local' starts a local Ray instance, else the address of a "
+                         "running cluster ('auto', HOST:PORT, ray://HOST:PORT); needs the 'sweep' extra")
     from .validate import add_subcommands
 
     add_subcommands(sub)
@@ -259,7 +263,7 @@ def cmd_import(args) -> int:
 def cmd_sweep(args) -> int:
     from .sweep import run_sweep
 
-    run_sweep(args.grid, args.out, workers=args.workers)
+    run_sweep(args.grid, args.out, workers=args.workers, ray_address=args.ray)
     return 0
 
 

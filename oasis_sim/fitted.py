@@ -1,21 +1,26 @@
 """A timing predictor fitted to executor recordings, behind the simulator's ``TimePredictor`` interface.
 
-Each operation's time is an affine function of the analytic roofline's time for the same shape::
+Each operation's time is its roofline floor plus an affine function of the analytic roofline's time above it, for
+the same shape::
 
-    t_fitted(op, shape) = max(0, scale[op] · t_roofline(op, shape) + offset[op])
+    t_fitted(op, shape) = t_floor(op, shape) + scale[op] · (t_roofline(op, shape) - t_floor(op, shape)) + offset[op]
 
-so the fit interpolates over batch, context and selected blocks exactly as the roofline does (the roofline time is
-the feature that carries the shape), while the coefficients absorb what the roofline misses: kernel efficiency,
-launch overheads, the draft head's extra work. Coefficients are fitted per *family* of modes -- ``dense``
+with ``scale, offset >= 0`` and ``t_floor`` = ``RooflinePredictor.floor`` (every byte at the datasheet HBM
+bandwidth, every FLOP at peak, no overheads), so no fit is ever faster than the hardware can be: a 16K-token
+prefill GEMM never beats peak FLOP/s, and sparse attention over a non-empty resident set never takes zero time (a
+fit that leaves attention's excess at 0 keeps its floor). The fit interpolates over batch, context and selected
+blocks exactly as the roofline does (the roofline time is the feature that carries the shape), while the
+coefficients absorb what the roofline misses: kernel efficiency, launch overheads, the draft head's extra work. Coefficients are fitted per *family* of modes -- ``dense``
 (dense, quest: paged attention over the whole context) and ``sparse`` (retrieval, proxy, lookahead: sparse
 attention over the resident set) -- because the two run different attention kernels; a family with no training
 recordings borrows the other's.
 
 Groups (targets from ``results.stage_ms_per_step``, per layer unless said; features: mean roofline op times of the
-recording's timed window, taken from a roofline replay):
+recording's timed window and their floors, taken from a roofline replay):
 
 =============  ============================================  ====================================================
-group          target                                        model
+group          target                                        model (each op: its floor + the terms below, which
+                                                             scale the roofline's excess over the floor)
 =============  ============================================  ====================================================
 compute        ``(layers - stall) / L``                      ``a·(gemm_layer + norm_rope) + b·attn_decode
                                                              + s·sparse_overhead + c``
@@ -32,9 +37,10 @@ unchanged. ``sparse_overhead`` (per request per layer, sparse modes; zero in the
 scale ``s``: the roofline's 6.7 µs was calibrated at 16 requests and over-predicts the sparse step at 64.
 
 Without stage times (a run without ``--profile``) the compute target falls back to
-``(tpot_mean - roofline head and tail - stall) / L``. Each group is solved by non-negative least squares on rows
-divided by their target (relative error); with fewer recordings than coefficients it drops the intercept, then
-keeps a pure scale, and with none it keeps the roofline.
+``(tpot_mean - roofline head and tail - stall) / L``. Each group is solved by non-negative least squares for the
+excess over the floor (features: the roofline's time above the floor; the floor is a fixed part of each row's
+prediction), on rows divided by their whole target (relative error of the time, not of the excess); with fewer
+recordings than coefficients it drops the intercept, then keeps a pure scale, and with none it keeps the roofline.
 
 **Transfer settings from TPOT** (sparse family, background modes on the ``uva`` path with bytes copied): the UVA
 gather's SM share ``g`` (``SimConfig.gather_sm_share``: the compute stream of a layer grows by ``g · x``, with
@@ -86,26 +92,37 @@ def recording_key(rec: Recording) -> str:
 
 @dataclass(frozen=True)
 class OpFit:
+    """One op's fit: ``floor + scale · (roofline - floor) + offset_s`` (both >= 0, so never below the floor)."""
+
     scale: float = 1.0
     offset_s: float = 0.0
 
+    def __post_init__(self):
+        for name in ("scale", "offset_s"):
+            v = getattr(self, name)
+            if isinstance(v, bool) or not isinstance(v, (int, float)) or not np.isfinite(v) or v < 0:
+                raise ValueError(f"OpFit.{name}: must be a finite number >= 0, got {v!r}")
+
 
 class FittedPredictor(TimePredictor):
-    """``scale · base.time(op, shape) + offset`` per op (ops without a fit: the base's time). ``h2d_bytes_per_s``
-    (fitted copy rate of scattered blocks, or None) and ``gather_sm_share`` (fitted SM share of the UVA gather, or
-    None) are read by ``oasis_sim.replay`` to set the copy path; None keeps the configuration's value."""
+    """Per op with a fit, ``floor + scale · (base - floor) + offset`` with ``floor`` the roofline floor of the base's
+    hardware (``RooflinePredictor.floor``; 0 when the base is not a roofline) and ``base - floor`` taken as 0 where
+    the base is faster than the floor: a fitted time is never below the floor. Ops without a fit: the base's time.
+    ``h2d_bytes_per_s`` (fitted copy rate of scattered blocks, or None; one above the hardware's link is lowered to
+    it) and ``gather_sm_share`` (fitted SM share of the UVA gather, or None) are read by ``oasis_sim.replay`` to set
+    the copy path; None keeps the configuration's value."""
 
     def __init__(self, base: TimePredictor, fits: Mapping[str, OpFit], h2d_bytes_per_s: Optional[float] = None,
                  gather_sm_share: Optional[float] = None):
-        for op in fits:
+        for op, f in fits.items():
             if op not in OPS:
                 raise ValueError(f"FittedPredictor: unknown op {op!r}; choose one of: {', '.join(OPS)}")
+            if not isinstance(f, OpFit):
+                raise ValueError(f"FittedPredictor: fits[{op!r}]: must be an OpFit, got {type(f).__name__}")
         self.base = base
         self.fits = dict(fits)
         self.gather_sm_share = gather_sm_share
-        # The roofline floor of the base's hardware (a base that is not a roofline has none).
         self.floor = RooflinePredictor.floor(base.model, base.hw) if isinstance(base, RooflinePredictor) else None
-        self.below_floor: dict = {}  # op -> calls whose fitted time was below the floor
         self.rate_clamped_from = None  # a fitted copy rate above the hardware's link, lowered to the link
         link = base.hw.h2d_bytes_per_s if isinstance(base, RooflinePredictor) else None
         if h2d_bytes_per_s is not None and link is not None and h2d_bytes_per_s > link:
@@ -117,26 +134,25 @@ class FittedPredictor(TimePredictor):
         f = self.fits.get(op)
         if f is None:
             return t
-        v = f.scale * t + f.offset_s
-        if self.floor is not None and v < self.floor.time(op, shape):
-            # Counted, not clamped (yet): the fit trades time between collinear ops (a sparse fit puts attention
-            # at 0 and charges the GEMMs for it), so raising one op to its floor without refitting the others
-            # would double-count; clamping needs a fit whose coefficients are bounded below by the floor.
-            self.below_floor[op] = self.below_floor.get(op, 0) + 1
-        return v if v > 0.0 else 0.0
+        fl = self.floor.time(op, shape) if self.floor is not None else 0.0
+        return fl + f.scale * max(t - fl, 0.0) + f.offset_s
 
     def clamp_note(self) -> str | None:
-        """One line saying which fitted times were below the roofline floor and whether the copy rate was clamped
-        to the link, or None."""
-        parts = [f"{op} faster than the roofline floor {n:,}x" for op, n in sorted(self.below_floor.items())]
-        if self.rate_clamped_from is not None:
-            parts.append(f"copy rate {self.rate_clamped_from / 1e9:.1f} GB/s clamped to the link's "
-                         f"{self.h2d_bytes_per_s / 1e9:.1f} GB/s")
-        return ("fitted predictor beyond the hardware's limits: " + "; ".join(parts)) if parts else None
+        """One line saying that the fitted copy rate was clamped to the hardware's link, or None."""
+        if self.rate_clamped_from is None:
+            return None
+        return (f"fitted predictor beyond the hardware's limits: copy rate {self.rate_clamped_from / 1e9:.1f} GB/s "
+                f"clamped to the link's {self.h2d_bytes_per_s / 1e9:.1f} GB/s")
 
 
 # ----------------------------------------------------------------------------------------------------------------
 # Training samples
+
+
+# Sample.feat's groups: the ops whose roofline times each sums.
+GROUP_OF = {"gemm_layer": "gemm", "norm_rope": "gemm", "attn_decode": "attn", "score": "side", "topk": "side",
+            "select": "select", "lm_head": "lm_head", "step_overhead": "step_overhead",
+            "sparse_overhead": "sparse", "side_contention": "unfitted"}
 
 
 @dataclass(frozen=True)
@@ -156,30 +172,34 @@ class Sample:
     link_bytes_per_s: float = 0.0  # upper bound of a fitted copy rate (the link's measured host->GPU rate)
     prior_bytes_per_s: float = 0.0  # r0 of the TPOT fit (measured UVA gather rate, else the default copy rate)
     prior_gather_sm_share: float = 0.0  # g0 of the TPOT fit (the configuration's gather_sm_share)
+    floor: Mapping[str, float] = field(default_factory=dict)  # the roofline floor of feat's groups (<= feat)
+
+    def excess(self, name: str) -> float:
+        """The roofline's time of group ``name`` above its floor: the feature a fitted scale multiplies."""
+        return self.feat.get(name, 0.0) - self.floor.get(name, 0.0)
+
+    def floor_of(self, *names: str) -> float:
+        return sum(self.floor.get(n, 0.0) for n in names)
 
 
 def sample_of(rec: Recording, roofline_replay) -> Sample:
     """``roofline_replay``: ``oasis_sim.replay.replay(rec)`` run with the roofline predictor."""
     res = roofline_replay
     L = res.cfg.model_spec.n_layers
-    acc = {"gemm": 0.0, "attn": 0.0, "side": 0.0, "select": 0.0, "lm_head": 0.0, "step_overhead": 0.0,
-           "sparse": 0.0, "unfitted": 0.0}
+    floor = RooflinePredictor.floor(res.cfg.model_spec, res.cfg.hardware_spec)
+    acc = dict.fromkeys(("gemm", "attn", "side", "select", "lm_head", "step_overhead", "sparse", "unfitted"), 0.0)
+    acc_floor = dict(acc)
     for ops in res.op_steps:
-        for op, _shape, t in ops:
-            if op in ("gemm_layer", "norm_rope"):
-                acc["gemm"] += t
-            elif op == "attn_decode":
-                acc["attn"] += t
-            elif op in ("score", "topk"):
-                acc["side"] += t
-            elif op in ("select", "lm_head", "step_overhead"):
-                acc[op] += t
-            elif op == "sparse_overhead":
-                acc["sparse"] += t
-            elif op == "side_contention":  # taken from the roofline as it is, not fitted
-                acc["unfitted"] += t
+        for op, shape, t in ops:
+            group = GROUP_OF.get(op)
+            if group is None:
+                continue
+            acc[group] += t
+            if group != "unfitted":  # side_contention is taken from the roofline as it is, not fitted
+                acc_floor[group] += min(floor.time(op, shape), t)  # as FittedPredictor: excess >= 0 per call
     k = max(len(res.op_steps), 1)
     feat = {n: v / k for n, v in acc.items()}
+    floors = {n: v / k for n, v in acc_floor.items() if n != "unfitted"}
     r = rec.results
     st = r["stage_ms_per_step"]
 
@@ -204,53 +224,56 @@ def sample_of(rec: Recording, roofline_replay) -> Sample:
     return Sample(recording_key(rec), rec.name, family(rec.config["mode"]), rec.config["transfer_path"], L, feat,
                   meas, float(r["bytes_per_step"].get("pcie_h2d", 0.0)), lat,
                   background=modes.get(rec.config["mode"]).background, link_bytes_per_s=hw.h2d_bytes_per_s,
-                  prior_bytes_per_s=prior, prior_gather_sm_share=res.cfg.gather_sm_share)
+                  prior_bytes_per_s=prior, prior_gather_sm_share=res.cfg.gather_sm_share, floor=floors)
 
 
 # ----------------------------------------------------------------------------------------------------------------
 # Fitting
 
 
-def nnls_relative(X: np.ndarray, y: np.ndarray, tol: float = 1e-6) -> np.ndarray:
-    """argmin_{c >= 0} Σ ((X c - y) / y)² over rows with y > 0, by trying every column subset (k <= 4).
+def nnls_relative(X: np.ndarray, y: np.ndarray, floor: Optional[np.ndarray] = None,
+                  tol: float = 1e-6) -> np.ndarray:
+    """argmin_{c >= 0} Σ ((floor + X c - y) / y)² over rows with y > 0 (``floor``: a fixed part of each row's
+    prediction, default 0), by trying every column subset (k <= 4) and c = 0.
 
     Ties (residual within ``tol`` relative of the best, as when a feature is constant over the data and so
     collinear with the intercept) go to the subset with the fewest columns, then to the one without the last column
     (the intercept): a scale of the roofline extrapolates to unseen shapes, a constant does not."""
     X = np.asarray(X, dtype=float)
     y = np.asarray(y, dtype=float)
+    b = np.zeros(len(y)) if floor is None else np.asarray(floor, dtype=float)
     keep = y > 0
-    X, y = X[keep] / y[keep, None], np.ones(int(keep.sum()))
+    X, t = X[keep] / y[keep, None], 1.0 - b[keep] / y[keep]
     k = X.shape[1]
-    found = []
+    found = [(float(np.sum(t ** 2)), 0, False, np.zeros(k))]  # everything at its floor
     for mask in itertools.product((0, 1), repeat=k):
         cols = [j for j in range(k) if mask[j]]
-        if not cols or len(y) == 0:
+        if not cols or len(t) == 0:
             continue
-        coef, *_ = np.linalg.lstsq(X[:, cols], y, rcond=None)
+        coef, *_ = np.linalg.lstsq(X[:, cols], t, rcond=None)
         if (coef < 0).any():
             continue
         full = np.zeros(k)
         full[cols] = coef
-        found.append((float(np.sum((X @ full - y) ** 2)), len(cols), k - 1 in cols, full))
-    if not found:
-        return np.zeros(k)
+        found.append((float(np.sum((X @ full - t) ** 2)), len(cols), k - 1 in cols, full))
     best = min(r for r, *_ in found)
     ok = [f for f in found if f[0] <= best + tol * max(best, 1e-12) + 1e-12]
     return min(ok, key=lambda f: (f[1], f[2]))[3]
 
 
 def _fit_group(rows: Sequence[tuple], n_features: int) -> Optional[np.ndarray]:
-    """rows: (features [n_features] incl. a trailing 1 for the intercept, target). Coefficients, or None."""
-    rows = [(f, y) for f, y in rows if y is not None and y > 0]
+    """rows: (features [n_features] incl. a trailing 1 for the intercept, target, floor: the part of the target's
+    prediction that is fixed, the roofline floor of the group's ops). Coefficients (>= 0), or None."""
+    rows = [r for r in rows if r[1] is not None and r[1] > 0]
     if not rows:
         return None
-    X = np.array([f for f, _ in rows], dtype=float)
-    y = np.array([y for _, y in rows], dtype=float)
+    X = np.array([f for f, _, _ in rows], dtype=float)
+    y = np.array([y for _, y, _ in rows], dtype=float)
+    b = np.array([b for _, _, b in rows], dtype=float)
     if len(rows) < n_features:  # too few recordings: no intercept
-        coef = nnls_relative(X[:, :-1], y)
+        coef = nnls_relative(X[:, :-1], y, b)
         return np.append(coef, 0.0)
-    return nnls_relative(X, y)
+    return nnls_relative(X, y, b)
 
 
 @dataclass
@@ -312,7 +335,8 @@ def _compute_fit(ss: Sequence[Sample], share: float, rate: Optional[float], gath
         y -= s.feat.get("unfitted", 0.0)  # per-layer roofline terms the fitted predictor passes through
         if s.key in gathered:
             y -= share * _copy_layer_s(s, rate)  # the gather's SM share, charged to the compute stream
-        rows.append(([s.feat["gemm"], s.feat["attn"], s.feat.get("sparse", 0.0), 1.0], y))
+        rows.append(([s.excess("gemm"), s.excess("attn"), s.excess("sparse"), 1.0], y,
+                     s.floor_of("gemm", "attn", "sparse")))
     return _fit_group(rows, 4)
 
 
@@ -325,8 +349,8 @@ def _tpot_objective(ss, share, rate, gathered, step, prior) -> tuple:
     errs = []
     for s in ss:
         x = _copy_layer_s(s, rate) if s.key in gathered else 0.0
-        layer = (c[0] * s.feat["gemm"] + c[1] * s.feat["attn"] + c[2] * s.feat.get("sparse", 0.0) + c[3]
-                 + s.feat.get("unfitted", 0.0) + share * x)
+        layer = (s.floor_of("gemm", "attn", "sparse") + c[0] * s.excess("gemm") + c[1] * s.excess("attn")
+                 + c[2] * s.excess("sparse") + c[3] + s.feat.get("unfitted", 0.0) + share * x)
         t = s.n_layers * layer + step(s)
         if x > 0 and s.n_layers * x > t:  # copy-bound: the copy path sets the step
             t = s.n_layers * x
@@ -386,8 +410,8 @@ def fit(samples: Sequence[Sample]) -> FittedModel:
             continue
         ops: dict = {}
         # step: a·lm_head + c per step (c -> step_overhead)
-        rows = [([s.feat["lm_head"], 1.0], s.meas["tpot_mean"] - s.meas["layers"]) for s in ss
-                if s.meas["layers"] is not None]
+        rows = [([s.excess("lm_head"), 1.0], s.meas["tpot_mean"] - s.meas["layers"], s.floor_of("lm_head"))
+                for s in ss if s.meas["layers"] is not None]
         cs = _fit_group(rows, 2)
         if cs is not None:
             ops["lm_head"] = OpFit(cs[0], 0.0)
@@ -396,7 +420,7 @@ def fit(samples: Sequence[Sample]) -> FittedModel:
         def step(s, cs=cs):  # head and tail of a step, as the fitted predictor will time them
             if cs is None:
                 return s.feat["lm_head"] + s.feat["step_overhead"]
-            return max(0.0, cs[0] * s.feat["lm_head"]) + max(0.0, cs[1])
+            return s.floor_of("lm_head") + cs[0] * s.excess("lm_head") + cs[1]
 
         # gather share (and, without stage times, copy rate) of the uva path, jointly with the compute group
         gathered = {s.key for s in ss if s.background and s.transfer_path == "uva" and s.bytes_per_step > 0}
@@ -417,12 +441,13 @@ def fit(samples: Sequence[Sample]) -> FittedModel:
             if any(s.feat.get("sparse", 0.0) > 0 for s in ss):
                 ops["sparse_overhead"] = OpFit(c[2], 0.0)
         if fam == "sparse":
-            rows = [([s.feat["side"], 1.0], s.meas["pred"] / s.n_layers) for s in ss if s.meas["pred"] is not None]
+            rows = [([s.excess("side"), 1.0], s.meas["pred"] / s.n_layers, s.floor_of("side")) for s in ss
+                    if s.meas["pred"] is not None]
             c = _fit_group(rows, 2)
             if c is not None:
                 ops["score"] = OpFit(c[0], c[1])
                 ops["topk"] = OpFit(c[0], 0.0)
-            rows = [([s.feat["select"], 1.0], s.meas["select"] / s.n_layers) for s in ss
+            rows = [([s.excess("select"), 1.0], s.meas["select"] / s.n_layers, s.floor_of("select")) for s in ss
                     if s.meas["select"] is not None]
             c = _fit_group(rows, 2)
             if c is not None:

@@ -126,7 +126,8 @@ class RooflinePredictor(TimePredictor):
     @classmethod
     def floor(cls, model: ModelSpec, hardware: HardwareSpec) -> "RooflinePredictor":
         """The physical floor: every byte at the datasheet HBM bandwidth, every FLOP at peak BF16 FLOP/s, no fixed
-        overheads. No implementation of an op can be faster; a fitted predictor is clamped to it."""
+        overheads. No implementation of an op can be faster; a fitted predictor (``oasis_sim.fitted``) is this floor
+        plus a non-negative excess, never below it."""
         fl = cls(model, hardware, PEAK_PARAMS)
         fl.attn_Bps = fl.hbm  # not the measured attention read rate: the datasheet peak
         return fl

@@ -21,28 +21,20 @@ every SimConfig field, ``trace.path``, ``trace.sha256``) — load it with ``pand
 command then exits 2 naming the first failed point. Each point's own outputs are not kept (run it alone with
 ``oasis-sim run`` to get them).
 
-Running the same sweep on a Ray cluster
----------------------------------------
-The points are independent and pure (inputs → row dict), so any task runner scales them. With Ray (not a
-dependency of the project; untested here)::
-
-    import ray, pandas as pd
-    from oasis_sim.sweep import load_grid, run_point
-
-    ray.init(address="auto")                         # on a node of the cluster
-    trace_path, points, _workers = load_grid("GRID.yaml")   # validated points
-    remote = ray.remote(num_cpus=1)(run_point)
-    rows = ray.get([remote.remote(trace_path, p) for p in points])
-    pd.DataFrame(rows).to_csv("sweep.csv", index=False)
-
-Ship the repository to the workers with ``ray.init(runtime_env={"working_dir": "."})`` (or ``pip install`` it
-in the cluster image) and make the trace path valid on every node (a shared file system, or pass the trace text).
+``--ray ADDRESS`` runs the points as Ray tasks instead (``pip install 'oasiskv[sweep]'``): ``local`` starts a
+local Ray instance for the sweep (``--workers`` or the file's ``workers`` CPUs, default all) and stops it after;
+any other ADDRESS (``auto``, ``HOST:PORT``, ``ray://HOST:PORT``) joins a running cluster, whose own CPUs set the
+parallelism. Every node must import this package and read the trace at the same path (a shared file system, or
+the package installed in the cluster image). The rows are the local sweep's: same columns, values and order, a
+failing point (or a task whose worker died) keeping its row with ``error`` set; only ``wall_s`` differs run to
+run. See docs/sweeps.md.
 """
 from __future__ import annotations
 
 import itertools
 import os
 from concurrent.futures import ProcessPoolExecutor
+from typing import Optional
 
 from .config import ConfigError, make_config
 
@@ -129,6 +121,11 @@ def _label(i: int, point) -> str:
     return f"point {i} ({', '.join(f'{k}={v}' for k, v in point[0].items())})"
 
 
+def _failed_row(point, why: str) -> dict:
+    """The row of a point that did not return one (its worker died): its parameters and ``error``."""
+    return {**{f"param.{k}": v for k, v in point[0].items()}, "error": why}
+
+
 def _run_local(trace, points, workers: int) -> list:
     from concurrent.futures import as_completed
     from concurrent.futures.process import BrokenProcessPool
@@ -147,15 +144,83 @@ def _run_local(trace, points, workers: int) -> list:
             try:
                 rows[i] = fut.result()
             except BrokenProcessPool:  # a worker died (killed for memory, ...): its point and the rest not run
-                rows[i] = {**{f"param.{k}": v for k, v in points[i][0].items()},
-                           "error": "BrokenProcessPool: the worker process died (out of memory?)"}
+                rows[i] = _failed_row(points[i], "BrokenProcessPool: the worker process died (out of memory?)")
     return rows
 
 
-def run_sweep(path: str, out_dir: str, workers: int | None = None) -> str:
-    """Run every point of the grid file at ``path`` and write ``out_dir/sweep.csv``. Raises ``ConfigError`` for a
-    bad grid, trace, worker count or output folder before any point runs, and after writing the CSV when a point
-    failed (naming the first failed point and why)."""
+def _check_reachable(address: str, timeout_s: float = 5.0) -> None:
+    """A ``HOST:PORT`` (or ``ray://HOST:PORT``) that takes no TCP connection is refused at once: Ray's own client
+    would retry it for minutes. Other forms (``auto``) are left to Ray."""
+    import re
+    import socket
+
+    m = re.fullmatch(r"(?:ray://)?\[?([^\[\]/]+?)\]?:(\d{1,5})", address.strip())
+    if not m:
+        return
+    try:
+        socket.create_connection((m.group(1), int(m.group(2))), timeout=timeout_s).close()
+    except OSError as e:
+        raise ConfigError(f"--ray {address}: cannot reach it: {e.strerror or type(e).__name__}") from None
+
+
+def _start_ray(address: str, workers: Optional[int]) -> bool:
+    """Connect to Ray (``local``: a new local instance of ``workers`` CPUs); True when this call started it (the
+    caller then shuts it down). An already initialised Ray (a driver script's own ``ray.init``) is used as is."""
+    try:
+        import ray
+    except ImportError:
+        raise ConfigError("--ray: Ray is not installed (pip install 'oasiskv[sweep]', or pip install ray)") from None
+    if ray.is_initialized():
+        return False
+    import logging
+
+    local = address == "local"
+    if not local:
+        _check_reachable(address)
+    try:
+        ray.init(address=None if local else address, num_cpus=workers if local else None,
+                 include_dashboard=False, logging_level=logging.WARNING)
+    except Exception as e:  # noqa: BLE001 - ray raises ConnectionError, ValueError, RuntimeError, ...
+        raise ConfigError(f"--ray {address}: cannot start or join Ray: {type(e).__name__}: "
+                          f"{' '.join(str(e).split())[:300]}") from None
+    return True
+
+
+def _run_ray(trace, points, address: str, workers: Optional[int]) -> list:
+    """The points as Ray tasks (one CPU each, no retries: a failure is the row's, as in the local pool), rows in
+    grid order."""
+    from tqdm import tqdm
+
+    started = _start_ray(address, workers)
+    import ray
+
+    try:
+        task = ray.remote(num_cpus=1, max_retries=0)(run_point)
+        refs = [task.remote(trace, p) for p in points]
+        index = {ref: i for i, ref in enumerate(refs)}
+        rows = [None] * len(points)
+        pending = list(refs)
+        with tqdm(total=len(refs), desc="sweep", unit="pt") as bar:
+            while pending:
+                done, pending = ray.wait(pending, num_returns=1)
+                i = index[done[0]]
+                try:
+                    rows[i] = ray.get(done[0])
+                except ray.exceptions.RayError as e:  # the worker died, was killed for memory, ...
+                    first = (str(e).strip().splitlines() or [""])[0]
+                    rows[i] = _failed_row(points[i], f"{type(e).__name__}: {first}"[:500])
+                bar.update(1)
+        return rows
+    finally:
+        if started:
+            ray.shutdown()
+
+
+def run_sweep(path: str, out_dir: str, workers: int | None = None, ray_address: str | None = None) -> str:
+    """Run every point of the grid file at ``path`` and write ``out_dir/sweep.csv``: in a local process pool, or as
+    Ray tasks with ``ray_address`` (``"local"``: a local instance started for the sweep; else a running cluster's
+    address). Raises ``ConfigError`` for a bad grid, trace, worker count, output folder or Ray address before any
+    point runs, and after writing the CSV when a point failed (naming the first failed point and why)."""
     import pandas as pd
 
     from .cli import prepare_out_dir
@@ -166,8 +231,12 @@ def run_sweep(path: str, out_dir: str, workers: int | None = None) -> str:
     trace, points, file_workers = load_grid(path)
     prepare_out_dir(out_dir)
     load_workload(trace)  # a bad trace fails once, before the pool starts
-    workers = min(workers or file_workers or os.cpu_count() or 1, len(points))
-    rows = _run_local(trace, points, workers)
+    if ray_address is not None:
+        if not isinstance(ray_address, str) or not ray_address.strip():
+            raise ConfigError(f"--ray: must be 'local' or a Ray cluster address, got {ray_address!r}")
+        rows = _run_ray(trace, points, ray_address, workers or file_workers)
+    else:
+        rows = _run_local(trace, points, min(workers or file_workers or os.cpu_count() or 1, len(points)))
     out = os.path.join(out_dir, "sweep.csv")
     pd.DataFrame(rows).to_csv(out, index=False)
     failed = [i for i, r in enumerate(rows) if r.get("error")]
