@@ -63,6 +63,7 @@ class Engine:
         self.steps = 0
         self.h2d_bytes = 0.0
         self.d2h_bytes = 0.0
+        self.prefix_copy_bytes = 0.0  # prefix-cache host-tier hits copied host->GPU (counted in h2d_bytes)
         self.stall_s = 0.0
         self.recall_sum = 0.0
         self.recall_n = 0
@@ -309,6 +310,21 @@ class Engine:
         if record:
             self.timeline.add_step(self.steps - 1, timing, n_dec, n_pf, h2d)
         return timing
+
+    def copy_in(self, nbytes: float) -> float:
+        """Copy ``nbytes`` host->GPU now, outside a step (a prefix-cache host-tier hit); returns when it ends. In the
+        closed form it queues on the copy path behind the steps' transfers (``LayerPipeline.link_free``), which then
+        queue behind it; with ``event_mode='events'`` it takes the path from now, without that queueing."""
+        start = self.env.now
+        if self.cfg.event_mode == "closed" and self.pipe.link_free > start:
+            start = self.pipe.link_free
+        end = start + self._copy_s(nbytes)
+        if self.cfg.event_mode == "closed":
+            self.pipe.link_free = end
+        self.h2d_bytes += nbytes
+        self.prefix_copy_bytes += nbytes
+        self.gpu.h2d.account(nbytes, end - start)
+        return end
 
     @staticmethod
     def _wait_offload(timing: StepTiming, end: float) -> float:
