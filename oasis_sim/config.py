@@ -90,7 +90,7 @@ class SimConfig:
     rpf_send_summaries: bool = _h("rpf: the hand-off also carries every block summary (1/16 of the KV at K,V min/max)",
                                   True)
     prefix_cache: bool = _h("reuse prompt prefix blocks (trace prefix_block_ids)", False)
-    prefix_cache_hbm_bytes: float = _h("prefix cache: HBM tier bytes", 4e9)
+    prefix_cache_hbm_bytes: float = _h("prefix cache: HBM tier bytes (split=none: taken out of the KV pool)", 4e9)
     prefix_cache_host_bytes: float = _h("prefix cache: host tier bytes", 64e9)
     # -- simulation -------------------------------------------------------------------------------------------
     event_mode: str = _h("closed: closed-form per-layer timing | events: one SimPy event per layer stage",
