@@ -95,7 +95,7 @@ def test_crossing_offloads_once_then_runs_sparse(event_mode):
 
 def test_crossing_step_waits_for_its_copy(monkeypatch):
     # A crossing request's step lasts at least its copy to the host; a copy path 1000x slower makes that visible.
-    import oasis_core.specs as specs
+    from oasis_core import specs
 
     tr = uniform_trace(1, W - 1, 4)  # steps: prefill, decode at W, decode at W+1 (the crossing), W+2, W+3
     fast = run(tr, mode="lookahead")
@@ -107,4 +107,5 @@ def test_crossing_step_waits_for_its_copy(monkeypatch):
     i = 2
     assert fast.steps.dur[i] < copy_s <= slowed.steps.dur[i] < copy_s + 0.01
     assert fast.steps.stall[i] == 0 and slowed.steps.stall[i] > 0
-    assert slowed.steps.dur[:i] == fast.steps.dur[:i] and slowed.steps.dur[i + 1] == pytest.approx(fast.steps.dur[i + 1])
+    assert slowed.steps.dur[:i] == fast.steps.dur[:i]
+    assert slowed.steps.dur[i + 1] == pytest.approx(fast.steps.dur[i + 1])
