@@ -11,6 +11,7 @@ from dataclasses import dataclass, field, fields, replace
 from typing import Any, Mapping, Optional
 
 from oasis_core import modes, specs
+from oasis_core.short_context import ShortContext
 from oasis_core.specs import MODES, PAPER_SPARSITY, SPARSE_MODES
 from oasis_core.synthetic import SyntheticParams
 
@@ -63,6 +64,9 @@ class SimConfig:
     hbm_bytes: Optional[float] = _h("override the GPU's HBM bytes", None)
     host_bytes: Optional[float] = _h("host DRAM bytes for KV per GPU (default: the node's DRAM / GPUs, x0.9)", None)
     draft_state_bytes: float = _h("per-request draft state kept in HBM (sparse modes)", 2 * 2 ** 20)
+    short_context: bool = _h("sparse modes: a request whose context fits its resident set (top_k + 1 blocks) runs "
+                             "dense on the GPU, with no host copy, until it outgrows it (oasis_core.short_context; "
+                             "not with split=rpf)", True)
     # -- transfers --------------------------------------------------------------------------------------------
     transfer_path: str = _h("dma: host gather + one DMA | uva: direct-read gather kernel (steals SMs)", "dma")
     h2d_bytes_per_s: Optional[float] = _h("effective host->GPU rate for scattered blocks (default: 0.55 x link)",
@@ -86,7 +90,7 @@ class SimConfig:
     rpf_send_summaries: bool = _h("rpf: the hand-off also carries every block summary (1/16 of the KV at K,V min/max)",
                                   True)
     prefix_cache: bool = _h("reuse prompt prefix blocks (trace prefix_block_ids)", False)
-    prefix_cache_hbm_bytes: float = _h("prefix cache: HBM tier bytes", 4e9)
+    prefix_cache_hbm_bytes: float = _h("prefix cache: HBM tier bytes (split=none: taken out of the KV pool)", 4e9)
     prefix_cache_host_bytes: float = _h("prefix cache: host tier bytes", 64e9)
     # -- simulation -------------------------------------------------------------------------------------------
     event_mode: str = _h("closed: closed-form per-layer timing | events: one SimPy event per layer stage",
@@ -170,7 +174,7 @@ class SimConfig:
         number("prefix_cache_hbm_bytes", 0.0)
         number("prefix_cache_host_bytes", 0.0)
         integer("timeline_steps", 0)
-        for name in ("prefix_cache", "rpf_send_summaries"):
+        for name in ("prefix_cache", "rpf_send_summaries", "short_context"):
             if not isinstance(getattr(self, name), bool):
                 bad(name, "must be true or false")
         if self.concurrency is not None and self.arrival == "trace":
@@ -201,6 +205,14 @@ class SimConfig:
     @property
     def sparse(self) -> bool:
         return modes.get(self.mode).sparse
+
+    @property
+    def short_context_rule(self) -> Optional[ShortContext]:
+        """The short-context rule this run applies, None when it applies none (switched off, a mode with the whole
+        KV on the GPU, or split=rpf, whose hand-off sends only the predicted blocks)."""
+        if not (self.short_context and self.sparse and self.split != "rpf"):
+            return None
+        return ShortContext(top_k=self.top_k, block_size=self.block_size)
 
     @property
     def model_spec(self) -> specs.ModelSpec:

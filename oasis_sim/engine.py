@@ -9,6 +9,13 @@ asks the policy handle of every decode request for its blocks of this step (``oa
 times the step with the closed-form pipeline and yields one SimPy event at the step's end (or, with
 ``event_mode='events'``, runs the step as per-layer SimPy processes).
 
+Short contexts (``SimConfig.short_context_rule``, ``oasis_core.short_context``): in a sparse mode, a decode request
+whose context fits its resident set runs as in ``dense`` (its tokens attended in place; no draft row, summary
+scoring, top-K, selection or transfer; no first fill after its prefill, whose KV is not offloaded to the host). At
+the step it outgrows the set, its KV so far is copied GPU->host once on the d2h path (``d2h_bytes``), and that step
+lasts at least the copy (the blocks must be on the host before the next step may evict them); it is a sparse step
+from then on.
+
 Per step the engine records (``StepLog``): start, duration, decode and prefill tokens, host→GPU bytes, stall.
 """
 from __future__ import annotations
@@ -56,6 +63,7 @@ class Engine:
         self.steps = 0
         self.h2d_bytes = 0.0
         self.d2h_bytes = 0.0
+        self.prefix_copy_bytes = 0.0  # prefix-cache host-tier hits copied host->GPU (counted in h2d_bytes)
         self.stall_s = 0.0
         self.recall_sum = 0.0
         self.recall_n = 0
@@ -66,6 +74,7 @@ class Engine:
         self.bpt_layer = geo.bytes_per_token_layer
         self.sum_bpbh = geo.summary_bytes_per_block_head
         self.res_tokens = (cfg.top_k + 1) * cfg.block_size
+        self.short = cfg.short_context_rule  # None: no request runs resident-dense
         self._events_out: list[StepTiming] = []
         self._memo = bool(getattr(type(predictor), "memoisable", False))
         self._tok_cache: dict = {}
@@ -118,6 +127,7 @@ class Engine:
     def execute(self, plan: Plan):
         cfg, pred, L, kvh = self.cfg, self.pred, self.L, self.kvh
         mode = modes.get(cfg.mode)
+        short = self.short
         n_dec = len(plan.decode)
         n_pf = 0
         pf_attn = 0.0
@@ -125,7 +135,13 @@ class Engine:
             r, n = ch.req, ch.n
             pf_attn += pred.time("attn_prefill", {"tokens": n, "past_tokens": r.prefill_done})
             n_pf += n
-        gemm_tokens = n_dec + n_pf + (n_dec if mode.drafts else 0)  # + draft token per request
+        n_dense = 0  # decode requests running resident-dense in a sparse mode
+        if short is not None:
+            for r in plan.decode:
+                if short.dense(r.prompt + r.generated):
+                    n_dense += 1
+        n_sel = n_dec - n_dense  # decode requests that select (and, sparse, predict and fetch)
+        gemm_tokens = n_dec + n_pf + (n_sel if mode.drafts else 0)  # + draft token per request
         c = self._per_token(gemm_tokens) + pf_attn
 
         # Decode attention, selection work and transfers.
@@ -139,6 +155,7 @@ class Engine:
         blocks_sum = 0
         bs = cfg.block_size
         res_tokens = self.res_tokens
+        offload_tokens = 0  # KV tokens copied GPU->host by requests outgrowing the resident set this step
         if mode.whole_kv_on_gpu or not n_dec:
             for r in plan.decode:
                 ctx = r.prompt + r.generated  # == r.ctx while decoding
@@ -156,8 +173,15 @@ class Engine:
                 link = StepLink(lg.dur[-1] if lg.dur else None, self.h2d_Bps, self.bpbh, n_dec)
             for r in plan.decode:
                 ctx = r.prompt + r.generated
-                blocks_sum += -(-ctx // bs)
                 att_tokens += ctx if ctx < res_tokens else res_tokens
+                if short is not None:
+                    if short.dense(ctx):  # attends its whole KV in place: nothing selected or fetched
+                        r.recall_sum += 1.0
+                        r.recall_n += 1
+                        recall_sum += 1.0
+                        continue
+                    offload_tokens += short.offload_tokens(ctx)
+                blocks_sum += -(-ctx // bs)
                 pol = r.policy
                 prof = pol.profile
                 if prof is not None:  # inlined RequestPolicy.next() for the profile fast path
@@ -185,19 +209,23 @@ class Engine:
             c += pred.time("attn_decode", {"kv_bytes": att_tokens * self.bpt_layer})
         score_s = topk_s = sel_s = 0.0
         side_bytes = 0.0  # HBM bytes per layer the side stream moves (summary reads, top-K, landing transfers)
-        if mode.selects and n_dec:
+        if mode.selects and n_sel:
             summary_bytes = blocks_sum * kvh * self.sum_bpbh
             score_s = pred.time("score", {"summary_bytes": summary_bytes})
             topk_s = pred.time("topk", {"elements": blocks_sum * kvh})
             side_bytes = summary_bytes + 8.0 * blocks_sum * kvh
             if cfg.sparse:
-                sel_s = pred.time("select", {"rows": n_dec * kvh})
-                c += pred.time("sparse_overhead", {"requests": n_dec})
+                sel_s = pred.time("select", {"rows": n_sel * kvh})
+                c += pred.time("sparse_overhead", {"requests": n_sel})
 
         # First fills of requests that finished prefill now (their first decode step waits for them).
         fill = 0.0
+        n_offload_pf = n_pf  # prefill tokens whose KV is offloaded to the host (sparse modes)
         for ch in plan.prefill:
             r, n = ch.req, ch.n
+            if short is not None and short.dense(r.prefill_target):  # stays on the GPU: no offload, no fill
+                n_offload_pf -= n
+                continue
             if r.policy is not None and r.prefill_done + n >= r.prefill_target:
                 sl = r.policy.first_fill() * L * kvh
                 r.fetch_blocks += sl
@@ -237,10 +265,16 @@ class Engine:
         else:
             tail_s = pred.time("lm_head", {"tokens": n_tail})  # a step's last predictor call
         self.h2d_bytes += h2d
-        if cfg.sparse and n_pf:  # prefill KV offloaded to host DRAM on the GPU->host path
-            nbytes = n_pf * self.geo.bytes_per_token
+        if cfg.sparse and n_offload_pf:  # prefill KV offloaded to host DRAM on the GPU->host path
+            nbytes = n_offload_pf * self.geo.bytes_per_token
             self.d2h_bytes += nbytes
             self.gpu.d2h.account(nbytes, self.gpu.d2h.duration(nbytes))
+        offload_s = 0.0  # the crossing requests' one-time copy of their KV so far
+        if offload_tokens:
+            nbytes = offload_tokens * self.geo.bytes_per_token
+            offload_s = self.gpu.d2h.duration(nbytes)
+            self.d2h_bytes += nbytes
+            self.gpu.d2h.account(nbytes, offload_s)
 
         work = LayerWork(L, head_s, c, tail_s, background, score_s + topk_s if background else 0.0,
                          sel_s if background else 0.0, x)
@@ -252,8 +286,12 @@ class Engine:
             yield self.env.process(self.pipe.step_events(self.env, work, self.gpu.compute, self.gpu.side,
                                                          self.gpu.h2d.resource, out))
             timing = out[0]
+            if t0 + offload_s > timing.end:
+                yield at(self.env, self._wait_offload(timing, t0 + offload_s))
         else:
             timing = self.pipe.step_closed(t0, work, record)
+            if t0 + offload_s > timing.end:
+                self._wait_offload(timing, t0 + offload_s)
             yield at(self.env, timing.end)
         self.steps += 1
         self.stall_s += timing.stall_s
@@ -272,6 +310,28 @@ class Engine:
         if record:
             self.timeline.add_step(self.steps - 1, timing, n_dec, n_pf, h2d)
         return timing
+
+    def copy_in(self, nbytes: float) -> float:
+        """Copy ``nbytes`` host->GPU now, outside a step (a prefix-cache host-tier hit); returns when it ends. In the
+        closed form it queues on the copy path behind the steps' transfers (``LayerPipeline.link_free``), which then
+        queue behind it; with ``event_mode='events'`` it takes the path from now, without that queueing."""
+        start = self.env.now
+        if self.cfg.event_mode == "closed" and self.pipe.link_free > start:
+            start = self.pipe.link_free
+        end = start + self._copy_s(nbytes)
+        if self.cfg.event_mode == "closed":
+            self.pipe.link_free = end
+        self.h2d_bytes += nbytes
+        self.prefix_copy_bytes += nbytes
+        self.gpu.h2d.account(nbytes, end - start)
+        return end
+
+    @staticmethod
+    def _wait_offload(timing: StepTiming, end: float) -> float:
+        """Extend a step to ``end``, when the crossing requests' copy to the host ends; the wait is a stall."""
+        timing.stall_s += end - timing.end
+        timing.end = end
+        return end
 
     def _copy_s(self, nbytes: float) -> float:
         if nbytes <= 0:

@@ -8,6 +8,9 @@ Memory per request (bytes; ``ctx`` = tokens held, rounded up to whole blocks; si
   head) + block summaries of ``ctx`` + draft state, plus the whole prefill target's KV while it is being prefilled
   (staging, released when prefill ends and the KV sits in host DRAM); host DRAM ``ctx × bytes_per_token`` (with
   ``split=rpf`` only what crossed the network plus the tokens decoded here).
+- short contexts (``SimConfig.short_context``, ``oasis_core.short_context``): a sparse-mode request with at most
+  ``(K+1) × block_size`` tokens is resident-dense and is held as in ``dense`` (HBM ``ctx × bytes_per_token``, host
+  nothing, while prefilling too); from the step it outgrows that, the sparse-mode holdings above.
 """
 from __future__ import annotations
 
@@ -57,13 +60,14 @@ class ByteAccounting:
         self.sparse = modes.get(cfg.mode).sparse
         self.fixed_hbm = (geo.resident_bytes(cfg.top_k) + cfg.draft_state_bytes) if self.sparse else 0.0
         self.rpf = cfg.split == "rpf"
+        self.short = cfg.short_context_rule  # None: every request of a sparse mode is held sparse
 
     def _blocks(self, tokens: int) -> int:
         return -(-tokens // self.bs)
 
     def need(self, r: Req, tokens: int, *, staging: bool) -> tuple:
         bs, bpt = self.bs, self.bpt
-        if not self.sparse:
+        if not self.sparse or (self.short is not None and self.short.dense(tokens)):
             return self._blocks(tokens) * bs * bpt, 0.0
         hbm = self.fixed_hbm + self._blocks(tokens) * self.geo.rows_per_request * self.geo.summary_bytes_per_block_head
         if staging:

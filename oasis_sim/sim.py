@@ -73,6 +73,11 @@ def simulate(cfg: SimConfig, trace: Trace, predictor: TimePredictor | None = Non
     if hbm_kv <= 0:
         raise ConfigError(f"model: its weights ({weights / 1e9:.1f} GB) do not fit the usable HBM of {cfg.hardware} "
                           f"({cfg.hbm_utilization} x {hbm_total / 1e9:.1f} GB), got {cfg.model!r}")
+    if cfg.prefix_cache and cfg.prefix_cache_hbm_bytes >= hbm_kv:
+        raise ConfigError(f"prefix_cache_hbm_bytes: the prefix cache's HBM tier must leave room for KV in the "
+                          f"{hbm_kv / 1e9:.2f} GB of HBM the weights leave, got {cfg.prefix_cache_hbm_bytes!r}")
+    if cfg.prefix_cache and cfg.split == "none":
+        hbm_kv -= cfg.prefix_cache_hbm_bytes  # the HBM tier comes out of the KV pool the scheduler admits against
     host_bytes = cfg.host_bytes or hw.host_dram_bytes_per_gpu * 0.9
     node = build_node(env, cfg, "decode", hbm_kv, host_bytes)
 
@@ -83,7 +88,7 @@ def simulate(cfg: SimConfig, trace: Trace, predictor: TimePredictor | None = Non
     sched = SimScheduler(cfg, geo, node.gpu.hbm, node.host, policy)
     timeline = Timeline() if cfg.timeline_steps > 0 else None
 
-    prefill = None
+    prefill = prefix = None
     if cfg.split != "none":
         from .split import PrefillNode, RemoteFetcher
         from oasis_core.specs import get_link
@@ -97,16 +102,18 @@ def simulate(cfg: SimConfig, trace: Trace, predictor: TimePredictor | None = Non
     else:
         engine = Engine(env, cfg, geo, node.gpu, sched, predictor, node.gpu.h2d.bandwidth_Bps,
                         node.gpu.h2d.latency_s, timeline)
-        prefix = None
         if cfg.prefix_cache:
             from .split import PrefixCache
             prefix = PrefixCache(cfg.prefix_cache_hbm_bytes, cfg.prefix_cache_host_bytes, geo.bytes_per_token)
 
         def submit(r):
             if prefix is not None and r.prefix_ids:
-                hit = prefix.lookup_insert(r.prefix_ids, r.prefix_block_tokens)
+                hit, host_hit = prefix.lookup_insert_tiers(r.prefix_ids, r.prefix_block_tokens)
                 r.prefix_hit_tokens = min(hit, r.prompt - 1)
                 r.prefill_done = r.prefix_hit_tokens  # cached prefix: no prefill compute
+                host_hit = min(host_hit, r.prefix_hit_tokens)
+                if host_hit:  # host-tier blocks cross host->GPU before its prefill continues
+                    r.ready_t = max(r.ready_t, engine.copy_in(host_hit * geo.bytes_per_token))
             sched.add(r, env.now)
             engine.notify()
 
@@ -139,6 +146,8 @@ def simulate(cfg: SimConfig, trace: Trace, predictor: TimePredictor | None = Non
     end = max((r.finish_t for r in sched.done), default=env.now)
     net = node.nic.bytes_moved if node.nic is not None else 0.0
     extra = {"d2h_busy_s": metrics._r(node.gpu.d2h.busy_s)}
+    if prefix is not None:
+        extra["prefix_host_copy_bytes"] = round(engine.prefix_copy_bytes)
     if prefill is not None:
         extra.update(prefill.stats())
     summary = metrics.summarize(

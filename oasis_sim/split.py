@@ -3,7 +3,10 @@
 - :class:`PrefixCache` — prompt-prefix KV blocks keyed by the trace's ``prefix_block_ids`` (blocks of
   ``prefix_block_tokens`` tokens), LRU in two tiers: HBM, then host DRAM (an HBM eviction demotes to host, a host
   eviction drops). ``lookup_insert`` returns the tokens of the leading run of cached blocks and inserts/promotes the
-  request's blocks. Tier sizes are their own budgets, outside the KV pools the scheduler manages.
+  request's blocks (``lookup_insert_tiers``: those tokens and how many of them came from the host tier). On one node
+  (``split='none'``) the HBM tier is taken out of the KV pool the scheduler admits against, and a request's
+  host-tier hits are copied host->GPU (``Engine.copy_in``) before its prefill continues; the host tier is its own
+  budget, outside the host KV pool.
 - :class:`PrefillNode` — a prefill GPU (FCFS, one request at a time, chunked at ``chunk_tokens``) that skips the
   prefix it has cached, then hands the request to the decode node over the NIC (a max-min fair
   :class:`~oasis_sim.hardware.FairLink`; hand-offs of different requests share it):
@@ -50,9 +53,16 @@ class PrefixCache:
         return n * block_tokens
 
     def lookup_insert(self, ids, block_tokens: int) -> int:
+        """Tokens of the leading run of cached blocks; inserts the request's blocks (hits promoted to HBM)."""
+        return self.lookup_insert_tiers(ids, block_tokens)[0]
+
+    def lookup_insert_tiers(self, ids, block_tokens: int) -> tuple:
+        """(tokens of the leading run of cached blocks, tokens of them that were in the host tier): the host-tier
+        ones move to the HBM tier, so they cross host->GPU."""
         hit = self.lookup(ids, block_tokens)
         nhit = hit // block_tokens
         self.lookups += 1
+        host_blocks = 0
         for j, b in enumerate(ids):
             if j < nhit:
                 if b in self.hbm:
@@ -60,9 +70,10 @@ class PrefixCache:
                     self.hbm.move_to_end(b)
                     continue
                 self.hits_host += 1
+                host_blocks += 1
                 del self.host[b]
             self._put_hbm(b, block_tokens)
-        return hit
+        return hit, host_blocks * block_tokens
 
     def _put_hbm(self, b, block_tokens: int) -> None:
         self.hbm[b] = True
