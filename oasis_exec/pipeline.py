@@ -433,7 +433,7 @@ class Prefetcher:
         layers = self._graph_layers.get(key)
         if not (self.copy_graph and layers):
             return
-        from .runner import no_gc
+        from .decode_graphs import no_gc
 
         g = torch.cuda.CUDAGraph()
         with no_gc(), torch.cuda.graph(g, stream=self.s_copy):

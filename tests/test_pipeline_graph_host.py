@@ -40,5 +40,5 @@ def test_after_replay_submits_the_captured_layers_and_before_replay_joins_them()
 def test_graph_mode_is_off_without_cuda():
     eng = Engine(cfg("lookahead", "cpu", transfer="host"))
     assert eng.runner.pipe.graph_host is False
-    assert torch.cuda.is_available() or not eng.runner._graph_ok([0])
+    assert torch.cuda.is_available() or not eng.runner.cuda_graphs.ok([0])
     eng.close()
