@@ -178,8 +178,8 @@ class Annotator:
     """Wraps the engine's pieces in ``record_function`` ranges named ``oasis::<phase>``; ``remove()`` undoes it."""
 
     def __init__(self, eng):
-        import oasis_exec.ops as ops_mod
         import oasis_exec.model_exec as model_exec_mod
+        import oasis_exec.ops as ops_mod
         from torch.profiler import record_function
 
         self._rf = record_function

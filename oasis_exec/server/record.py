@@ -13,6 +13,7 @@ import datetime
 import logging
 import math
 import platform
+import sys
 import time
 
 log = logging.getLogger("oasis_exec.server")
@@ -77,8 +78,8 @@ class ServeLog:
         try:
             rec = write_serve_recording(self.path, self.serve_record(), self.engine.engine.cfg,
                                         hardware=self.hardware)
-        except Exception as exc:
-            log.exception("--record: no recording written to %s: %s", self.path, exc)
+        except Exception:
+            log.exception("--record: no recording written to %s", self.path)
             return
         # the serve CLI's own notice (stderr, at any log level), not a log record
         print(f"wrote recording {self.path} ({len(rec.trace.requests)} requests)", file=sys.stderr, flush=True)
