@@ -138,7 +138,6 @@ class Prefetcher:
             prio = -1 if self.priority == "high" else 0
             self.s_pred = torch.cuda.Stream(device, priority=prio)
             self.s_copy = torch.cuda.Stream(device, priority=prio)
-            cap = store.B * store.H * max(max_cap, 1)
             # external events between a captured step and the copies outside it: the host path's graph mode
             # (graph_host) and the UVA path's copy graphs (copy_graph); the layers captured per graph key
             if cfg.mode_spec.background and not cfg.profile and not cfg.no_transfer \
@@ -155,10 +154,11 @@ class Prefetcher:
                             e.record()
                     self.graph_host = self.path == "host"
                     self.copy_graph = self.path == "uva"
-            self.host_path = HostPath(cfg=cfg, store=store, host=host, device=device, stream=self.s_copy,
-                                      threads=self.host_threads, kernel=self.host_kernel, gathers=self.path == "host",
-                                      n_stagers=L if cfg.mode_spec.background else 0, capacity=cap,
-                                      record=self._record)
+            if self.path == "host":  # the only path with staging buffers and a worker
+                self.host_path = HostPath(cfg=cfg, store=store, host=host, device=device, stream=self.s_copy,
+                                          threads=self.host_threads, kernel=self.host_kernel,
+                                          n_stagers=L if cfg.mode_spec.background else 0,
+                                          capacity=store.B * store.H * max(max_cap, 1), record=self._record)
 
     # -- main-stream side -------------------------------------------------------------------------------------
 

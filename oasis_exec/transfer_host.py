@@ -19,10 +19,9 @@ import torch
 
 
 class HostPath:
-    def __init__(self, *, cfg, store, host, device, stream, threads: int, kernel: str, gathers: bool, n_stagers: int,
-                 capacity: int, record):
-        """``gathers``: this is the run's path (else only the staging buffers and a plain worker exist, unused);
-        ``n_stagers``: one staging buffer per layer (reused a step later, after the pipeline's wait(layer) joined
+    def __init__(self, *, cfg, store, host, device, stream, threads: int, kernel: str, n_stagers: int, capacity: int,
+                 record):
+        """``n_stagers``: one staging buffer per layer (reused a step later, after the pipeline's wait(layer) joined
         its job); ``capacity``: copy-list entries a layer may hold; ``record(rec)``: keeps a profiling record."""
         self.cfg, self.store, self.host, self.stream, self.record = cfg, store, host, stream, record
         from kernels.gather import gather_thread
@@ -31,9 +30,9 @@ class HostPath:
         # call or thread hand-off re-takes the GIL from the main thread); kernel="native": one C call a layer on its
         # own OpenMP threads, the worker a plain thread
         native = kernel == "native"
-        self.worker = gather_thread(threads) if gathers and not native else ThreadPoolExecutor(max_workers=1)
+        self.worker = ThreadPoolExecutor(max_workers=1) if native else gather_thread(threads)
         self.native = None
-        if gathers and native:
+        if native:
             from kernels.host_native import Gatherer
 
             self.native = Gatherer(capacity, threads)
