@@ -11,9 +11,13 @@ Module map (files named by role):
 - ``ops.py``       kernel dispatch: ``kernels/`` on CUDA, their torch references elsewhere.
 - ``scheduler.py`` torch-free: the executor's side of ``oasis_core.scheduler`` (lanes + host blocks accounting,
   request state) and ``RunnerCall``, what one runner call executes.
-- ``runner.py``    owns GPU state; executes a ``RunnerCall`` (prefill chunk or decode step; CUDA graphs).
+- ``runner.py``    the facade the engine uses: executes a ``RunnerCall`` (prefill chunk or decode step) with
+  ``kv_layout.py`` (the stores and their sizes from the GPU budget and the host's memory), ``model_exec.py`` (the
+  forward passes: prefill, the per-layer decode step, prediction), ``decode_graphs.py`` (CUDA-graph capture and
+  replay of decode steps) and ``selection_sources.py`` (synthetic, replayed and recorded selections).
 - ``engine.py``    schedule -> execute -> update; ``add_request`` / ``step`` / ``abort`` / ``stats`` / ``generate``.
-- ``sampling.py``  greedy, temperature and top-p sampling with per-request counter-based draws (seeds).
+- ``sampling.py``  greedy, temperature and top-p sampling with per-request counter-based draws (seeds); the
+  runner's default ``TemperatureSampler``.
 - ``bench.py``     closed-loop benchmark record; ``recorder.py``: bench results as recordings (traces/SCHEMA.md).
 - ``server/``      the OpenAI-compatible server; ``__main__.py``: ``python -m oasis_exec bench|generate|serve``.
 """

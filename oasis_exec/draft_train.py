@@ -23,6 +23,7 @@ import datetime
 import gzip
 import hashlib
 import json
+import logging
 import math
 import os
 import sys
@@ -34,6 +35,8 @@ import torch
 from .draft import NAMES, DraftHead, aux_layers, draft_logits
 from .gguf_model import sha256_file
 from .model import Decoder
+
+log = logging.getLogger(__name__)
 
 EVAL_TEXT_FILES = ("argparse.py", "shlex.py")  # CPython files among traces/texts/ (the licences are not in the pool)
 
@@ -176,9 +179,11 @@ def _batches(n_rows, T, bs, gen):
 
 
 def train_head(dec: Decoder, seqs, aux, last, steps: int, batch: int, lr: float, mlp_hidden: int, seed: int = 0,
-               log=print) -> dict:
+               log=None) -> dict:
     """Soft cross-entropy against the target's next-token distribution; AdamW with cosine decay. float32 master
-    weights, bf16 autocast on CUDA."""
+    weights, bf16 autocast on CUDA. ``log(message)``: the progress notes (default: this module's logger, INFO)."""
+    if log is None:
+        log = logging.getLogger(__name__).info
     dev = dec.device
     w = {k: v.float().requires_grad_(True) for k, v in init_head(dec, mlp_hidden, seed, dev).items()}
     opt = torch.optim.AdamW(list(w.values()), lr=lr, weight_decay=0.01, betas=(0.9, 0.95))
@@ -241,7 +246,7 @@ def _tokenizer(model_path):
 def cmd_corpus(a) -> int:
     tok = _tokenizer(a.model_path)
     files = corpus_files()
-    print(f"{len(files)} candidate files", file=sys.stderr)
+    log.info("%d candidate files", len(files))
     c = build_corpus(lambda t: tok(t, add_special_tokens=False).input_ids, files, a.n_train, a.n_held, a.prompt_len,
                      a.seed)
     extra = {}
@@ -249,8 +254,8 @@ def cmd_corpus(a) -> int:
         ids = np.asarray(tok(read_text(name), add_special_tokens=False).input_ids[:a.held_text_tokens], np.int32)
         extra["text:" + os.path.basename(name)] = ids
     np.savez_compressed(a.out, **c, **extra)
-    print(f"wrote {a.out}: train {c['train'].shape} from {len(c['train_files'])} files, held {c['held'].shape} "
-          f"from {len(c['held_files'])} files; texts {list(extra)}", file=sys.stderr)
+    log.info("wrote %s: train %s from %d files, held %s from %d files; texts %s", a.out, c["train"].shape,
+             len(c["train_files"]), c["held"].shape, len(c["held_files"]), list(extra))
     return 0
 
 
@@ -262,15 +267,15 @@ def cmd_train(a) -> int:
     z = np.load(a.corpus)
     train_p = torch.from_numpy(z["train"][:a.n_train].astype(np.int64)).to(dev)
     held_p = torch.from_numpy(z["held"][:a.n_held].astype(np.int64)).to(dev)
-    log = lambda m: print(m, file=sys.stderr, flush=True)  # noqa: E731
+    note = log.info
     t0 = time.time()
-    prog = lambda i, n: log(f"  generated {i}/{n}")  # noqa: E731
+    prog = lambda i, n: note(f"  generated {i}/{n}")  # noqa: E731
     train_s = generate_greedy(dec, train_p, a.gen_len, a.gen_batch, prog)
     held_s = generate_greedy(dec, held_p, a.gen_len, a.gen_batch)
     t_gen = time.time() - t0
-    log(f"self-distillation text: {tuple(train_s.shape)} train, {tuple(held_s.shape)} held out, {t_gen:.0f}s")
+    note(f"self-distillation text: {tuple(train_s.shape)} train, {tuple(held_s.shape)} held out, {t_gen:.0f}s")
     aux, last = features(dec, train_s)
-    w = train_head(dec, train_s, aux, last, a.steps, a.batch, a.lr, a.mlp_hidden, a.seed, log)
+    w = train_head(dec, train_s, aux, last, a.steps, a.batch, a.lr, a.mlp_hidden, a.seed, note)
     del aux, last
     head = DraftHead(dec.shape, {k: v.to(torch.bfloat16) for k, v in w.items()}, dec.embed, dec.lm_head)
     head_eval = DraftHead(dec.shape, {k: v.to(dt) for k, v in w.items()}, dec.embed, dec.lm_head)
@@ -323,6 +328,7 @@ def main(argv=None) -> int:
     t.add_argument("--mlp-hidden", type=int, default=1024)
     t.add_argument("--seed", type=int, default=0)
     a = ap.parse_args(argv)
+    logging.basicConfig(level=logging.INFO, format="%(message)s")  # progress notes on stderr
     return cmd_corpus(a) if a.cmd == "corpus" else cmd_train(a)
 
 

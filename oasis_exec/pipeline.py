@@ -1,5 +1,10 @@
 """The per-layer prefetch pipeline: prediction -> selection -> transfer, in the background.
 
+This module holds the stages (side streams, events, the per-layer plan buffers, selection, the graph-capture
+bookkeeping); each transfer path is a module of its own: ``transfer_uva.UvaPath`` (gather kernel, copy graphs),
+``transfer_host.HostPath`` (pinned staging, worker thread, DMA + scatter) and ``transfer_inline.copy_inline``
+(plain indexing: CPU and the synchronous mode).
+
 On CUDA, prediction and selection run on one side stream and copies on another; before layer l of step t+1
 attends, the main stream waits only for layer l's transfer of step t (``wait(l)``). Nothing here forces a host
 synchronisation on the main thread, except the host-gather path's hand-off: its copy list must reach the CPU, which
@@ -45,11 +50,14 @@ On CPU (tests) every stage runs inline, in order.
 from __future__ import annotations
 
 import time
-from concurrent.futures import ThreadPoolExecutor
 
 import torch
 
 from oasis_core.selection import plan_step
+
+from .transfer_host import HostPath
+from .transfer_inline import copy_inline
+from .transfer_uva import UvaPath
 
 
 class Prefetcher:
@@ -76,7 +84,6 @@ class Prefetcher:
 
             self.host_kernel = "native" if available() else "torch"
         self.choice = None
-        self._programs_by_batch = {}  # auto: the table's UVA programs per live batch (gather_programs)
         if cfg.transfer == "auto":
             from .transfer_choice import explain
 
@@ -100,8 +107,6 @@ class Prefetcher:
         self.events = []  # (stage, layer, start_ms, end_ms) from the ref event collect() was given (CUDA)
         self.trace = None  # CPU: a list while the runner traces a step: (stage, layer, start_s, end_s) perf_counter
         self.keep = []  # tensors a captured graph reads across streams (moved to the graph after capture)
-        # host path, per layer-step: the worker's gather / its wait for the copy list and for its staging buffer
-        self.host_gather_s, self.host_wait_s = [], []
         # plan_select's inputs/outputs, allocated once (stable addresses under graph capture): row ids (a slice of
         # rows is a view of them) and the copy list [B_max * H * C] + plan fields: one set per layer in the
         # background modes (a layer's list is read by its transfer until the next step's wait(layer)), one shared set
@@ -121,7 +126,11 @@ class Prefetcher:
         self._lists = [bufs() for _ in range(L if cfg.mode_spec.background else 1)]
         self.graph_host = False  # the host path captured in CUDA graphs (set below when torch has external events)
         self.copy_graph = False  # UVA under graphs: the copies in a graph of their own (set below, likewise)
-        self._capture_key, self._graph_layers, self._copy_graphs = None, {}, {}
+        self._capture_key, self._graph_layers = None, {}
+        # the transfer paths (transfer_uva.py, transfer_host.py; the inline one is transfer_inline.copy_inline)
+        self.uva = UvaPath(cfg=cfg, store=store, host=host, choice=self.choice if self.path == "uva" else None,
+                           programs=self.uva_programs)
+        self.host_path = None
         if self.cuda:
             # high: the side streams' blocks are scheduled ahead of the main stream's waiting ones (a layer's
             # plan_select and gather do not queue behind a wide kernel of the step); -1 is above the main stream's 0,
@@ -129,20 +138,6 @@ class Prefetcher:
             prio = -1 if self.priority == "high" else 0
             self.s_pred = torch.cuda.Stream(device, priority=prio)
             self.s_copy = torch.cuda.Stream(device, priority=prio)
-            from kernels.gather import gather_thread
-
-            # the host path's worker: one thread gathering with self.host_threads torch intra-op threads of its own
-            # (no Python pool: every extra torch call or thread hand-off re-takes the GIL from the main thread);
-            # host_kernel="native": one C call a layer on its own OpenMP threads, the worker a plain thread
-            host, native = self.path == "host", self.host_kernel == "native"
-            self.worker = gather_thread(self.host_threads) if host and not native else ThreadPoolExecutor(max_workers=1)
-            cap = store.B * store.H * max(max_cap, 1)
-            self.native = None
-            if host and native:
-                from kernels.host_native import Gatherer
-
-                self.native = Gatherer(cap, self.host_threads)
-            self._stagers = []
             # external events between a captured step and the copies outside it: the host path's graph mode
             # (graph_host) and the UVA path's copy graphs (copy_graph); the layers captured per graph key
             if cfg.mode_spec.background and not cfg.profile and not cfg.no_transfer \
@@ -159,15 +154,11 @@ class Prefetcher:
                             e.record()
                     self.graph_host = self.path == "host"
                     self.copy_graph = self.path == "uva"
-            for _ in range(L if cfg.mode_spec.background else 0):  # one per layer: reused a step later, after wait(layer) joined its job
-                from kernels.gather import HostStager
-
-                st = HostStager(cap, store.bs, store.D, dtype=store.k[0].dtype, device=device, n_threads=None)
-                st.src = torch.empty(2, cap, dtype=torch.int32, pin_memory=True)  # flat row (block * H + head), dst
-                st.dst_pin = torch.empty(cap, dtype=torch.int32, pin_memory=True)
-                st.dst_gpu = torch.empty(cap, dtype=torch.int32, device=device)
-                st.free = None  # event: its last upload has completed
-                self._stagers.append(st)
+            if self.path == "host":  # the only path with staging buffers and a worker
+                self.host_path = HostPath(cfg=cfg, store=store, host=host, device=device, stream=self.s_copy,
+                                          threads=self.host_threads, kernel=self.host_kernel,
+                                          n_stagers=L if cfg.mode_spec.background else 0,
+                                          capacity=store.B * store.H * max(max_cap, 1), record=self._record)
 
     # -- main-stream side -------------------------------------------------------------------------------------
 
@@ -180,7 +171,7 @@ class Prefetcher:
             torch.cuda.current_stream().wait_event(self.copied_x[layer])  # recorded by the worker, a step earlier
         fut = self.jobs[layer]
         if fut is not None:
-            fut.result()
+            self.done[layer] = fut.result()  # the host path's job: its end event
             self.jobs[layer] = None
         ev = self.done[layer]
         if ev is not None:
@@ -347,11 +338,7 @@ class Prefetcher:
             if self.path == "uva":
                 planned = ev(); planned.record()
             else:
-                stg = self._stagers[layer]
-                n = src.shape[0]
-                flat = torch.where(src >= 0, src * self.host.k[layer].shape[1] + head, -1)  # row of the flat view
-                stg.src[0, :n].copy_(flat, non_blocking=True)
-                stg.src[1, :n].copy_(dst, non_blocking=True)
+                n = self.host_path.stage(layer, src, head, dst)
                 if torch.cuda.is_current_stream_capturing():  # graph mode: the worker starts after each replay
                     self.planned_x[layer].record()
                     joined = torch.cuda.Event()
@@ -365,7 +352,7 @@ class Prefetcher:
             with torch.cuda.stream(self.s_copy):
                 self.s_copy.wait_event(planned)
                 t0 = ev(); t0.record()
-                self._gather(layer, src, head, dst, self.gather_programs(lanes.shape[0]))
+                self.uva.gather(layer, src, head, dst, self.gather_programs(lanes.shape[0]))
                 t1 = ev(); t1.record()
             if not prealloc:  # plan_select's lists live in buffers allocated once: nothing to hand across
                 self._cross_stream(self.s_copy, src, head, dst)
@@ -373,35 +360,16 @@ class Prefetcher:
                 self.prof.append(("transfer", layer, t0, t1))
             self.done[layer] = t1
         else:
-            self.jobs[layer] = self.worker.submit(self._host_job, layer, stg, n, planned)
-
-    def _gather(self, layer, src, head, dst, programs) -> None:
-        """The UVA path's copy of one layer's list on the current stream: ``kernels.gather.uva_gather`` (thread
-        loads), or with ``uva_kernel="tma"`` the experimental ``kernels.gather_tma.tma_gather`` (TMA tile loads)."""
-        args = (self.host.k[layer], self.host.v[layer], src, head, dst, self.store.k[layer], self.store.v[layer])
-        if self.cfg.uva_kernel == "tma":
-            from kernels.gather_tma import tma_gather
-
-            tma_gather(*args, n_programs=programs)
-        else:
-            from kernels.gather import uva_gather
-
-            uva_gather(*args, n_programs=programs)
+            self.jobs[layer] = self.host_path.submit(layer, n, planned)
 
     def gather_programs(self, batch: int) -> int:
-        """UVA gather programs for a step of ``batch`` lanes. ``transfer="auto"``: the measured table's choice for
-        that batch when it is a UVA entry (the path itself was fixed at construction, for the lane count), so a
-        server with many lanes but few live requests uses the programs measured for few; else ``uva_programs``."""
-        if self.choice is None or self.path != "uva":
-            return self.uva_programs
-        got = self._programs_by_batch.get(batch)
-        if got is None:
-            from .transfer_choice import explain
+        """UVA gather programs for a step of ``batch`` lanes (``UvaPath.programs_for``; the table's choice for that
+        batch under ``transfer="auto"``, else ``uva_programs``)."""
+        return self.uva.programs_for(batch)
 
-            c = explain(batch)
-            got = c["uva_programs"] if c["entry"] is not None and c["path"] == "uva" else self.uva_programs
-            self._programs_by_batch[batch] = got
-        return got
+    def _record(self, rec) -> None:
+        """Keep one profiling record (stage, layer, start event, end event) for ``collect``."""
+        self.prof.append(rec)
 
     def _cross_stream(self, stream, *tensors) -> None:
         """Tensors read on ``stream`` but allocated on another: eagerly, tell the allocator (record_stream); under
@@ -433,86 +401,23 @@ class Prefetcher:
         layers = self._graph_layers.get(key)
         if not (self.copy_graph and layers):
             return
-        from .runner import no_gc
-
-        g = torch.cuda.CUDAGraph()
-        with no_gc(), torch.cuda.graph(g, stream=self.s_copy):
-            s = torch.cuda.current_stream()
-            for layer, (src, head, dst, progs) in layers:
-                s.wait_event(self.planned_x[layer])
-                self._gather(layer, src, head, dst, progs)
-                self.copied_x[layer].record()
-        self._copy_graphs[key] = g
+        self.uva.capture(key, layers, planned=self.planned_x, copied=self.copied_x, stream=self.s_copy)
 
     def after_replay(self, key) -> None:
         """After the replay of graph ``key`` was launched: launch its copy graph on the copy stream (UVA,
         ``copy_graph``; an eager step or a capture after it waits for them through ``done``), or submit the host
         worker's jobs (the host path's graph mode)."""
-        g = self._copy_graphs.get(key)
-        if g is not None:
-            with torch.cuda.stream(self.s_copy):
-                g.replay()
+        if self.copy_graph and self.uva.replay(key, self.s_copy):  # copy graphs exist only with copy_graph
             for layer, _ in self._graph_layers[key]:
                 self.done[layer] = self.copied_x[layer]
             return
         for layer, n in self._graph_layers.get(key, ()):
-            self.jobs[layer] = self.worker.submit(self._host_job, layer, self._stagers[layer], n,
-                                                  self.planned_x[layer], self.copied_x[layer])
-
-    def _host_job(self, layer, stg, n, planned, end=None):
-        """Gather layer ``layer``'s blocks on the CPU once ``planned`` fired, then DMA + scatter them on the copy
-        stream; ``end`` (graph mode: the external ``copied_x[layer]``) is recorded after them, else a new event."""
-        from kernels.gather import host_gather_stage
-
-        t_wait = time.perf_counter()
-        planned.synchronize()
-        if stg.free is not None:
-            stg.free.synchronize()  # the previous upload from this staging buffer has completed
-        t_start = time.perf_counter()
-        hk, hv = self.host.k[layer], self.host.v[layer]
-        if self.native is not None:  # compaction, both gathers and the slot list in one GIL-free call
-            m = self.native.gather_rows(hk, hv, stg.src[0], stg.src[1], n, stg.stage_k, stg.stage_v, stg.dst_pin)
-        else:
-            ids = stg.src[:, :n]
-            live = ids[0] >= 0
-            flat, dst = ids[0][live], ids[1][live]
-            m = int(flat.shape[0])
-            host_gather_stage(hk, hv, None, None, stg.stage_k, stg.stage_v, flat=flat)
-            stg.dst_pin.fill_(-1)
-            stg.dst_pin[:m].copy_(dst)
-        self.host_wait_s.append(t_start - t_wait)
-        self.host_gather_s.append(time.perf_counter() - t_start)
-        prof = self.cfg.profile
-        with torch.cuda.stream(self.s_copy):
-            t0 = torch.cuda.Event(enable_timing=prof)
-            t0.record()
-            stg.upload(m)
-            stg.dst_gpu.copy_(stg.dst_pin, non_blocking=True)
-            if prof:
-                t_dma = torch.cuda.Event(enable_timing=True)
-                t_dma.record()
-                self.prof.append(("host_dma", layer, t0, t_dma))
-            stg.scatter(stg.dst_gpu, self.store.k[layer], self.store.v[layer])
-            t1 = end if end is not None else torch.cuda.Event(enable_timing=prof)
-            t1.record()
-        stg.free = t1
-        if prof:
-            self.prof.append(("transfer", layer, t0, t1))
-        self.done[layer] = t1
+            self.jobs[layer] = self.host_path.submit(layer, n, self.planned_x[layer], self.copied_x[layer])
 
     def _transfer_inline(self, layer, plan, lanes) -> None:
         """CPU (and synchronous CUDA) transfer: same copy list, plain indexing."""
         src, head, dst, _ = self._plan_list(layer, plan, lanes)
-        live = src >= 0
-        s, h, d = src[live].long(), head[live].long(), dst[live].long()
-        hk, hv = self.host.k[layer], self.host.v[layer]
-        if self.device.type == "cuda":
-            s, h = s.cpu(), h.cpu()
-            self.store.k[layer][d] = hk[s, h].to(self.device, non_blocking=True)
-            self.store.v[layer][d] = hv[s, h].to(self.device, non_blocking=True)
-        else:
-            self.store.k[layer][d] = hk[s, h]
-            self.store.v[layer][d] = hv[s, h]
+        copy_inline(self.store, self.host, self.device, layer, src, head, dst)
 
     def fetch_now(self, layer, pred, lanes, rows) -> None:
         """Synchronous selection + transfer on the current stream (retrieval mode: copies on the critical path)."""
@@ -521,7 +426,7 @@ class Prefetcher:
             return
         if self.cuda and self.path == "uva":
             src, head, dst, _ = self._plan_list(layer, plan, lanes)
-            self._gather(layer, src, head, dst, self.gather_programs(lanes.shape[0]))
+            self.uva.gather(layer, src, head, dst, self.gather_programs(lanes.shape[0]))
         else:
             self._transfer_inline(layer, plan, lanes)
 
@@ -536,13 +441,11 @@ class Prefetcher:
             if ref is not None:  # the bench's --profile runs (H200, experiments/real_model_step_cost/README.md)
                 self.events.append((kind, layer, ref.elapsed_time(a), ref.elapsed_time(b)))
         self.prof = []
-        if self.host_gather_s:
-            out["host_gather"] = 1e3 * sum(self.host_gather_s)
-            out["host_wait"] = 1e3 * sum(self.host_wait_s)
-            self.host_gather_s, self.host_wait_s = [], []
+        if self.host_path is not None:
+            out.update(self.host_path.take_times())
         return out
 
     def close(self) -> None:
-        if self.cuda:
-            self.worker.shutdown()
-        self._copy_graphs.clear()  # with the runner's graphs: freed at close, never mid-capture
+        if self.host_path is not None:
+            self.host_path.close()
+        self.uva.close()

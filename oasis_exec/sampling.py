@@ -55,3 +55,23 @@ def sample(logits: torch.Tensor, params, draws) -> torch.Tensor:
     out = greedy.clone()
     out[rows] = order.gather(-1, pick)[:, 0]
     return out
+
+
+class TemperatureSampler:
+    """The runner's sampler until the engine installs its own: greedy rows (temperature 0) and temperature draws
+    from one shared ``generator`` (no top_p, no per-request seeds). Called as ``sampler(logits [rows, V],
+    sampling params a row) -> token ids [rows]``."""
+
+    def __init__(self, *, generator: torch.Generator):
+        self.generator = generator
+
+    def __call__(self, logits, sampling):
+        temps = [sp.temperature for sp in sampling]
+        greedy = logits.argmax(-1)
+        if all(t == 0 for t in temps):
+            return greedy
+        t = torch.tensor([max(x, 1e-6) for x in temps], device=logits.device)[:, None]
+        probs = torch.softmax(logits / t, -1)
+        drawn = torch.multinomial(probs, 1, generator=self.generator)[:, 0]
+        hot = torch.tensor([x > 0 for x in temps], device=logits.device)
+        return torch.where(hot, drawn, greedy)

@@ -114,7 +114,7 @@ def test_host_path_in_graphs_equals_eager(kernel):
     ref, out_ref = run_logits(cfg("lookahead", "cuda", cuda_graph=False, host_kernel="torch", **kw), ps, 40)
     eng_probe = Engine(cfg("lookahead", "cuda", cuda_graph=True, host_kernel=kernel, **kw))
     assert eng_probe.runner.pipe.graph_host  # this torch has external events: the graph mode is what runs below
-    assert (eng_probe.runner.pipe.native is not None) == (kernel == "native")
+    assert (eng_probe.runner.pipe.host_path.native is not None) == (kernel == "native")
     eng_probe.close()
     got, out = run_logits(cfg("lookahead", "cuda", cuda_graph=True, host_kernel=kernel, **kw), ps, 40)
     for rid in ref:
@@ -149,7 +149,7 @@ def test_uva_copy_graphs_equal_copies_inside_the_step_graph():
 
     def hook(r):
         orig = r.pipe.after_replay
-        r.pipe.after_replay = lambda key: (launched.append(key in r.pipe._copy_graphs), orig(key))
+        r.pipe.after_replay = lambda key: (launched.append(key in r.pipe.uva.copy_graphs), orig(key))
 
     got, out = run_logits(cfg("lookahead", "cuda", copy_graph="on", **kw), ps, 40, runner_hook=hook)
     assert launched and all(launched)  # every replayed step's copies ran as a graph of their own

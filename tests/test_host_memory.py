@@ -47,6 +47,7 @@ def test_available_memory_from_meminfo_without_psutil(tmp_path, monkeypatch):
 
 
 def test_the_runner_refuses_before_allocating_the_pool(monkeypatch):
+    import oasis_exec.kv_layout as kv_layout
     import oasis_exec.runner as runner_mod
 
     monkeypatch.setattr(host_memory, "available_bytes", lambda: 1_000)  # a 1 kB host
@@ -54,7 +55,7 @@ def test_the_runner_refuses_before_allocating_the_pool(monkeypatch):
     def no_pool(*a, **k):
         raise AssertionError("the host pool was allocated before the check")
 
-    monkeypatch.setattr(runner_mod, "HostPool", no_pool)
+    monkeypatch.setattr(kv_layout, "HostPool", no_pool)
     with pytest.raises(HostMemoryError, match="GB available"):
         runner_mod.Runner(ExecConfig(**TINY))
 

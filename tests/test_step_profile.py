@@ -66,16 +66,16 @@ def test_annotations_are_removed_after_profiling(tmp_path):
                                       "--concurrency", "1", "--top-k", "4", "--kv-budget-gb", "0.05",
                                       "--host-kv-gb", "0.01"])
     eng, _ = build_bench_engine(sp.make_config(a), 64, 1, 2, 1)
-    before = (eng.runner.dec.qkv, eng.runner.sampler, type(eng.runner)._predict)
+    before = (eng.runner.dec.qkv, eng.runner.sampler, type(eng.runner.model).predict)
     ann = sp.Annotator(eng)
     assert eng.runner.dec.qkv is not before[0]
     ann.remove()
     assert eng.runner.dec.qkv == before[0] and eng.runner.sampler == before[1]
-    assert "_predict" not in vars(eng.runner) and "launch" not in vars(eng.runner.pipe)
+    assert "predict" not in vars(eng.runner.model) and "launch" not in vars(eng.runner.pipe)
+    import oasis_exec.model_exec as model_exec_mod
     import oasis_exec.ops as ops_mod
-    import oasis_exec.runner as runner_mod
 
-    assert ops_mod.sparse_attn.__module__ == "oasis_exec.ops" and runner_mod.writeback_full.__module__ == \
+    assert ops_mod.sparse_attn.__module__ == "oasis_exec.ops" and model_exec_mod.writeback_full.__module__ == \
         "oasis_exec.writeback"
     eng.close()
 

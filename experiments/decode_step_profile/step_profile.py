@@ -178,8 +178,8 @@ class Annotator:
     """Wraps the engine's pieces in ``record_function`` ranges named ``oasis::<phase>``; ``remove()`` undoes it."""
 
     def __init__(self, eng):
+        import oasis_exec.model_exec as model_exec_mod
         import oasis_exec.ops as ops_mod
-        import oasis_exec.runner as runner_mod
         from torch.profiler import record_function
 
         self._rf = record_function
@@ -188,10 +188,10 @@ class Annotator:
         self._wrap(eng.scheduler, "schedule", "schedule")
         self._wrap(eng.scheduler, "update", "update")
         self._wrap(r, "execute", "execute")
-        self._wrap(r, "_decode_core", "decode_core")
-        self._wrap(r, "_replay", "graph_replay")
+        self._wrap(r.model, "decode_core", "decode_core")
+        self._wrap(r.cuda_graphs, "replay", "graph_replay")
         self._wrap(r.sources, "_synthetic_sets", "synthetic_sets")
-        self._wrap(r, "_predict", "predict")
+        self._wrap(r.model, "predict", "predict")
         self._wrap(r, "sampler", "sample")
         self._wrap(r.dec, "qkv", "qkv")
         self._wrap(r.dec, "finish", "finish")
@@ -204,7 +204,7 @@ class Annotator:
                 self._wrap(r.pipe, attr, name)
         for attr, name in (("sparse_attn", "attn"), ("paged_attn", "attn"), ("summary_update", "summary")):
             self._wrap(ops_mod, attr, name)
-        self._wrap(runner_mod, "writeback_full", "writeback")
+        self._wrap(model_exec_mod, "writeback_full", "writeback")
 
     def _wrap(self, obj, attr, name):
         fn = getattr(obj, attr)

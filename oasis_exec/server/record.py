@@ -72,14 +72,14 @@ class ServeLog:
         }
 
     def write(self) -> None:
-        """Write the recording; a failure is logged and reported on stderr, never raised (we are shutting down)."""
+        """Write the recording; a failure is logged (an error with its traceback), never raised (we are shutting down)."""
         from oasis_exec.recorder import write_serve_recording
 
         try:
             rec = write_serve_recording(self.path, self.serve_record(), self.engine.engine.cfg,
                                         hardware=self.hardware)
-        except Exception as exc:
-            log.exception("writing the recording failed")
-            print(f"--record: no recording written to {self.path}: {exc}", file=sys.stderr, flush=True)
+        except Exception:
+            log.exception("--record: no recording written to %s", self.path)
             return
+        # the serve CLI's own notice (stderr, at any log level), not a log record
         print(f"wrote recording {self.path} ({len(rec.trace.requests)} requests)", file=sys.stderr, flush=True)

@@ -1,0 +1,63 @@
+"""The runner's KV stores, built and sized: how many lanes the GPU budget holds and how large the host pool is.
+
+``build_kv_layout(cfg, shape=, dtype=, device=)`` sizes one lane from ``KVGeometry`` (``SparseStore.bytes_per_lane``
+in the sparse modes, ``DenseStore.bytes_per_lane`` in the dense ones), takes the lanes the budget holds
+(``kv_budget_gb``; at most ``max_lanes`` when given, 4 when neither is), sizes the host pool through
+``oasis_exec.host_memory.host_pool_blocks`` (checked against the host's memory before a byte is pinned) and builds
+the stores of ``kv_store.py``.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+
+from oasis_core.geometry import KVGeometry
+
+from .host_memory import host_pool_blocks
+from .kv_store import DenseStore, HostPool, SparseStore
+
+
+@dataclass(frozen=True, kw_only=True)
+class KVLayout:
+    """The stores of one runner: ``store`` on the GPU, ``host`` (sparse modes; else None) with
+    ``host_blocks_total`` blocks, for ``max_lanes`` lanes of ``lane_bytes`` each."""
+
+    geometry: KVGeometry
+    lane_bytes: int
+    max_lanes: int
+    store: SparseStore | DenseStore
+    host: HostPool | None
+    host_blocks_total: int
+
+
+def build_kv_layout(cfg, *, shape, dtype, device) -> KVLayout:
+    """The stores for ``cfg`` (an ``ExecConfig``) and the model ``shape``; ValueError when one lane exceeds the
+    budget, ``HostMemoryError`` when the host cannot hold the pool."""
+    mode = cfg.mode_spec
+    s = shape
+    bs, H, D, L = cfg.block_size, s.n_kv_heads, s.head_dim, s.n_layers
+    K = cfg.top_k
+    NB = cfg.max_blocks
+    geo = KVGeometry(s, block_size=bs, dtype_bytes=torch.tensor([], dtype=dtype).element_size())
+    if cfg.sparse:
+        per_lane = SparseStore.bytes_per_lane(geo, K, NB)
+    else:
+        per_lane = DenseStore.bytes_per_lane(geo, NB, mode.summaries)
+    budget = cfg.kv_budget_gb * 1e9 if cfg.kv_budget_gb else None
+    lanes = cfg.max_lanes or (int(budget // per_lane) if budget else 4)
+    if budget is not None:
+        lanes = min(lanes, int(budget // per_lane))
+    if lanes < 1:
+        raise ValueError(f"kv_budget_gb={cfg.kv_budget_gb}: one request needs {per_lane / 1e9:.2f} GB")
+    host = None
+    host_blocks = 0
+    if cfg.sparse:
+        hb = host_pool_blocks(cfg, lanes=lanes, block_bytes=geo.bytes_per_block)  # sized for what runs, checked before pinning
+        host = HostPool(L, hb, H, bs, D, dtype, pin=device.type == "cuda")
+        host_blocks = hb
+        store = SparseStore(L, lanes, H, K, bs, D, NB, dtype, device)
+    else:
+        store = DenseStore(L, lanes, H, NB, D, bs, dtype, device, summaries=mode.summaries)
+    return KVLayout(geometry=geo, lane_bytes=per_lane, max_lanes=lanes, store=store, host=host,
+                    host_blocks_total=host_blocks)

@@ -1,0 +1,341 @@
+"""Model execution: the forward passes of one runner call over the KV stores (what the GPU computes).
+
+``ModelExec`` runs a prefill chunk (``prefill``: the chunk's causal attention over the prompt so far, its summaries
+and host copies; after the last chunk the first working set, ``_first_working_set``), a synthesized prefill of a
+benchmark (``synthesize``) and the per-layer decode step (``decode_core``, device work only, so the same code runs
+eagerly and under CUDA-graph capture; see ``runner.py`` for the order of its stages), with the top-K prediction of
+a layer (``predict``). It holds the draft tokens of the lanes (``draft_tok``), each lane's host block table
+(``lane_blocks``) and a chunked prefill's prompt KV (``scratch``); ``propose`` / ``propose_prefill`` write the
+draft head's next tokens once the runner has sampled.
+"""
+from __future__ import annotations
+
+import math
+import time
+from dataclasses import dataclass, field
+
+import torch
+
+from oasis_core.scoring import topk_blocks
+from oasis_core.selection import initial_plan
+
+from . import ops
+from .writeback import writeback_full
+
+
+@dataclass
+class StepTrace:
+    """The profiling records of decode steps (``ExecConfig.profile``). ``step``: the bench's index of the step
+    about to run when it traces that one (else None); a traced step appends [step, layer, stage, start_ms, end_ms]
+    (ms since layer 0 began) to ``layer_events``: "layers" (main stream, stalls included), "stall", and the
+    prefetch stages "pred", "select", "transfer". ``stage_ms``: summed stage times (CUDA); ``step_ref``: the event
+    layer 0 of a traced step began with (CUDA)."""
+
+    step: int | None = None
+    layer_events: list = field(default_factory=list)
+    stage_ms: dict = field(default_factory=dict)
+    step_ref: object = None
+
+
+class ModelExec:
+    def __init__(self, *, cfg, decoder, draft, store, host, pipe, caps, trace: StepTrace, max_lanes: int,
+                 device: torch.device, dtype: torch.dtype):
+        self.cfg, self.mode, self.device, self.dtype = cfg, cfg.mode_spec, device, dtype
+        self.dec, self.draft, self.shape = decoder, draft, decoder.shape
+        self.store, self.host, self.pipe, self.caps, self.trace = store, host, pipe, caps, trace
+        s = decoder.shape
+        self.bs, self.H, self.L, self.K = cfg.block_size, s.n_kv_heads, s.n_layers, cfg.top_k
+        self.lane_blocks = {}  # lane -> host block ids (sparse modes)
+        self.draft_tok = torch.zeros(max_lanes, dtype=torch.int64, device=device)
+        self.scratch = {}  # req_id -> (k [L, H, T, D], v) during a real prefill (sparse modes)
+        self.capturing = False  # set by DecodeGraphs while a step is captured
+
+    def synthesize(self, a) -> None:
+        """KV of positions 0..prompt_len-2 filled with random values; the last prompt token decodes first."""
+        n_tok = a.prompt_len - 1
+        n_full = n_tok // self.bs
+        g = torch.Generator(device=self.device).manual_seed(a.seed)
+        st = self.store
+        for l in range(self.L):
+            if st.kmin is not None:
+                base = torch.randn(self.H, n_full, self.shape.head_dim, generator=g, device=self.device)
+                st.kmin[l, a.lane, :, :n_full] = (base - 1.0).to(self.dtype)
+                st.kmax[l, a.lane, :, :n_full] = (base + 1.0).to(self.dtype)
+        if self.cfg.sparse:
+            lane = torch.tensor([a.lane], device=self.device)
+            slots = (st.slot_base(lane)[0][:, None] + torch.arange(st.W, device=self.device)).reshape(-1)
+            for l in range(self.L):
+                st.k[l][slots] = torch.randn(slots.numel(), self.bs, self.shape.head_dim, generator=g,
+                                             device=self.device).to(self.dtype)
+                st.v[l][slots] = torch.randn(slots.numel(), self.bs, self.shape.head_dim, generator=g,
+                                             device=self.device).to(self.dtype)
+                # Initial working set: the first K eligible blocks (replaced by the synthetic set when used).
+                k = min(self.K, max(n_full, 0))
+                rows = slice(a.lane * self.H, (a.lane + 1) * self.H)
+                st.resident[l, rows, :k] = torch.arange(k, device=self.device)
+                st.last_sel[l, rows, :k] = 0
+        else:
+            pages = torch.arange(a.lane * st.P, a.lane * st.P + -(-a.prompt_len // self.bs), device=self.device)
+            for l in range(self.L):
+                st.k[l][pages] = torch.randn(pages.numel(), self.H, self.bs, self.shape.head_dim, generator=g,
+                                             device=self.device).to(self.dtype)
+                st.v[l][pages] = torch.randn(pages.numel(), self.H, self.bs, self.shape.head_dim, generator=g,
+                                             device=self.device).to(self.dtype)
+        self.draft_tok[a.lane] = 0
+
+    def prefill(self, ch):
+        """One chunk of a real prefill (``RunnerCall.prefill``). Returns None before the last chunk, else
+        (logits [1, V] of the last prompt token, the draft head's hidden states {layer: [hidden]})."""
+        dev, bs, H, D = self.device, self.bs, self.H, self.shape.head_dim
+        n = len(ch.tokens)
+        start, end = ch.start, ch.start + n
+        pos = torch.arange(start, end, device=dev)
+        x = self.dec.embed[torch.tensor(ch.tokens, device=dev)]
+        sparse = self.cfg.sparse
+        if sparse and ch.req_id not in self.scratch:
+            tpad = self.cfg.max_blocks * bs
+            self.scratch[ch.req_id] = (torch.zeros(self.L, H, tpad, D, dtype=self.dtype, device=dev),
+                                       torch.zeros(self.L, H, tpad, D, dtype=self.dtype, device=dev))
+        aux, q_last = {}, []
+        layers_aux = self.draft.layers if self.draft is not None else ()
+        st = self.store
+        full_lo, full_hi = start // bs, end // bs  # blocks completed by this chunk: [full_lo, full_hi)
+        for l in range(self.L):
+            q, k, v = self.dec.qkv(l, x, pos)  # q [n, Hq, D], k/v [n, H, D]
+            if sparse:
+                sk, sv = self.scratch[ch.req_id]
+                sk[l, :, start:end] = k.transpose(0, 1)
+                sv[l, :, start:end] = v.transpose(0, 1)
+                keys, vals = sk[l, :, :end], sv[l, :, :end]
+            else:
+                page = ch.lane * st.P + pos // bs
+                st.k[l][page, :, pos % bs] = k
+                st.v[l][page, :, pos % bs] = v
+                npg = -(-end // bs)
+                pk = st.k[l][ch.lane * st.P: ch.lane * st.P + npg]
+                pv = st.v[l][ch.lane * st.P: ch.lane * st.P + npg]
+                keys = pk.permute(1, 0, 2, 3).reshape(H, -1, D)[:, :end]
+                vals = pv.permute(1, 0, 2, 3).reshape(H, -1, D)[:, :end]
+            attn = self._causal_attn(q, keys, vals, start)
+            if full_hi > full_lo:
+                kb = keys[:, full_lo * bs: full_hi * bs].reshape(H, full_hi - full_lo, bs, D)
+                if st.kmin is not None:
+                    st.kmin[l, ch.lane, :, full_lo:full_hi] = kb.amin(2)
+                    st.kmax[l, ch.lane, :, full_lo:full_hi] = kb.amax(2)
+                if sparse:
+                    vb = vals[:, full_lo * bs: full_hi * bs].reshape(H, full_hi - full_lo, bs, D)
+                    phys = torch.tensor(self.lane_blocks[ch.lane][full_lo:full_hi])
+                    self.host.k[l][phys] = kb.transpose(0, 1).to("cpu")
+                    self.host.v[l][phys] = vb.transpose(0, 1).to("cpu")
+            if ch.last:
+                q_last.append(q[-1])
+            x = self.dec.finish(l, x, attn)
+            if l in layers_aux:
+                aux[l] = x[-1]
+        if not ch.last:
+            return None
+        if sparse:
+            self._first_working_set(ch, q_last, end)
+            del self.scratch[ch.req_id]
+        return self.dec.logits(x[-1:]), aux
+
+    def _causal_attn(self, q, keys, vals, start):
+        """q [n, Hq, D] at positions start..; keys/vals [H, T, D] (T = start + n) -> [n, Hq, D]."""
+        n, Hq, D = q.shape
+        H, T, _ = keys.shape
+        G = Hq // H
+        qh = q.transpose(0, 1).reshape(H, G * n, D)
+        mask = torch.arange(T, device=q.device)[None, :] <= (start + torch.arange(n, device=q.device))[:, None]
+        mask = mask[None].expand(G, n, T).reshape(G * n, T)
+        sc = torch.einsum("hqd,htd->hqt", qh.float(), keys.float()) / math.sqrt(D)
+        sc = sc.masked_fill(~mask, -math.inf)
+        o = torch.einsum("hqt,htd->hqd", torch.softmax(sc, -1), vals.float())
+        return o.reshape(Hq, n, D).transpose(0, 1).to(q.dtype)
+
+    def _first_working_set(self, ch, q_last, n_tok) -> None:
+        """Local block from the prompt's tail; the first step's top-K from the last prompt token's query."""
+        st, bs, H, dev = self.store, self.bs, self.H, self.device
+        sk, sv = self.scratch[ch.req_id]
+        lane = torch.tensor([ch.lane], device=dev)
+        base = st.slot_base(lane)[0]  # [H]
+        tail0 = (n_tok // bs) * bs
+        nb = n_tok // bs + 1  # blocks incl. the (possibly empty) local one
+        rows = slice(ch.lane * H, (ch.lane + 1) * H)
+        for l in range(self.L):
+            m = n_tok - tail0
+            if m:
+                st.k[l][base + st.LOCAL, :m] = sk[l, :, tail0:n_tok]
+                st.v[l][base + st.LOCAL, :m] = sv[l, :, tail0:n_tok]
+            scores = ops.block_score(q_last[l][None], st.kmin[l], st.kmax[l],
+                                     torch.tensor([nb], dtype=torch.int32, device=dev),
+                                     lane.to(torch.int32))
+            pred = topk_blocks(scores.view(H, -1), self.K, torch.full((H,), nb, device=dev))  # [H, K]
+            plan = initial_plan(pred, step=0, slots=self.K)
+            st.resident[l, rows] = plan.resident
+            st.last_sel[l, rows] = plan.last_sel
+            blk = plan.resident.clamp(min=0)  # [H, K]
+            tok = blk[:, :, None] * bs + torch.arange(bs, device=dev)  # [H, K, bs]
+            kk = torch.gather(sk[l], 1, tok.reshape(H, -1, 1).expand(-1, -1, sk.shape[-1]))
+            vv = torch.gather(sv[l], 1, tok.reshape(H, -1, 1).expand(-1, -1, sv.shape[-1]))
+            dst = (base[:, None] + torch.arange(self.K, device=dev)).reshape(-1)
+            st.k[l][dst] = kk.reshape(H * self.K, bs, -1)
+            st.v[l][dst] = vv.reshape(H * self.K, bs, -1)
+
+    def decode_core(self, lanes, rows, toks, pos, sets, recorded):
+        """One decode step for lanes [B]; rows: the lanes' rows (slice or index). Reads only device tensors, so the
+        same code runs eagerly and under CUDA-graph capture. Returns (logits [B, V], aux [B, 3 * hidden])."""
+        cfg, dev, st, bs, H = self.cfg, self.device, self.store, self.bs, self.H
+        B = lanes.shape[0]
+        mode = self.mode
+        nq = 2 if mode.drafts else 1
+        if nq == 2:
+            ids = torch.stack([toks, self.draft_tok[lanes]], 1).reshape(-1)
+            positions = torch.stack([pos, pos + 1], 1).reshape(-1)
+        else:
+            ids, positions = toks, pos
+        if cfg.sparse:
+            self.caps.step_start()  # the step clock an adaptive fetch policy reads (nothing for a static one)
+        x = self.dec.embed[ids]
+        lanes32 = lanes.to(torch.int32)
+        nb_cur = pos // bs + 1  # blocks of the context incl. the local block (which holds ``pos``)
+        nb_next = (pos + 1) // bs + 1
+        local_len = (pos % bs + 1).to(torch.int32)
+        hh = torch.arange(H, device=dev)
+        item_row = (lanes[:, None] * H + hh).reshape(-1).to(torch.int32)  # summary / write-back items [B * H]
+        item_blk = (pos // bs).repeat_interleave(H).to(torch.int32)
+        item_len = local_len.repeat_interleave(H)
+        aux = {}
+        layers_aux = self.draft.layers if self.draft is not None else ()
+        if cfg.sparse:
+            base = st.slot_base(lanes)  # [B, H]
+            local_slot = base + st.LOCAL
+            item_src = local_slot.reshape(-1).to(torch.int32)
+            phys = st.host_table[lanes, pos // bs]  # host block of each lane's local block
+            item_dst = (phys[:, None] * H + hh).reshape(-1).to(torch.int32)
+            sel_off = torch.arange(st.S, device=dev)
+        else:
+            page_cur = lanes * st.P + pos // bs
+            item_src = (page_cur[:, None] * H + hh).reshape(-1).to(torch.int32)
+        off32 = (pos % bs).to(torch.int32)  # the new token's offset in its block
+        fused_kv = cfg.fused_ops and cfg.fused_kv_write
+        prof = cfg.profile and dev.type == "cuda"
+        trace = cfg.profile and self.trace.step is not None and not self.capturing
+        cpu_marks = [] if trace and not prof else None  # CPU: perf_counter as each layer begins, then the end
+        if cpu_marks is not None and self.pipe is not None:
+            self.pipe.trace = []
+        if prof:
+            ev_layers = []
+        for l in range(self.L):
+            if prof:
+                e = torch.cuda.Event(enable_timing=True)
+                e.record()
+                ev_layers.append(e)
+            if cpu_marks is not None:
+                cpu_marks.append(time.perf_counter())
+            q, k, v = self.dec.qkv(l, x, positions)
+            Hq = q.shape[1]
+            q = q.view(B, nq, Hq, -1)
+            k = k.view(B, nq, H, -1)
+            v = v.view(B, nq, H, -1)
+            if cfg.sparse:
+                self.pipe.wait(l)
+                ops.kv_write(k[:, 0], v[:, 0], st.k[l], st.v[l], item_src, off32, fused_kv)
+                if mode.on_demand:
+                    pred = self.predict(l, q[:, 0], lanes32, nb_cur, sets[0][:, l] if sets is not None else None,
+                                         recorded)
+                    self.pipe.fetch_now(l, pred, lanes, rows)
+                res = st.resident[l][rows].view(B, H, st.S)
+                slot_ids = torch.where(res >= 0, base[:, :, None] + sel_off, -1).to(torch.int32)
+                ek = ev = None
+                if nq == 2:
+                    ek = k[:, 1:].transpose(1, 2).contiguous()
+                    ev = v[:, 1:].transpose(1, 2).contiguous()
+                attn = ops.sparse_attn(q.transpose(1, 2), st.k[l], st.v[l], slot_ids, local_slot.to(torch.int32),
+                                       local_len, ek, ev)  # [B, Hq, nq, D]
+                attn = attn.transpose(1, 2).reshape(B * nq, Hq, -1)
+                # The local block's summary (exact for its valid tokens) and, once full, its host copy.
+                ops.summary_update(st.k[l], item_src, item_row, item_blk, item_len,
+                                   st.kmin[l].view(-1, st.NB, st.D), st.kmax[l].view(-1, st.NB, st.D))
+                writeback_full(st.k[l], st.v[l], self.host.k[l], self.host.v[l], item_src, item_dst, item_len, bs)
+                if mode.background:
+                    after = None
+                    if dev.type == "cuda" and self.pipe.cuda:
+                        after = torch.cuda.Event()
+                        after.record()
+                        extra = (sets,) if sets is not None else ()
+                        self.pipe._cross_stream(self.pipe.s_pred, q, lanes, lanes32, nb_next, *extra)
+                    qsel = q[:, nq - 1]
+                    src = None
+                    if sets is not None:
+                        src = (sets[1] if mode.drafts else sets[2])[:, l]
+                    predict = (lambda l=l, qsel=qsel, src=src:
+                               self.predict(l, qsel, lanes32, nb_next, src, recorded))
+                    self.pipe.launch(l, after, predict, lanes, rows)
+            else:
+                ops.kv_write(k[:, 0], v[:, 0], st.k[l].view(-1, bs, st.D), st.v[l].view(-1, bs, st.D), item_src,
+                             off32, fused_kv)
+                if not mode.selects:
+                    attn = ops.paged_attn(q[:, 0].contiguous(), st.k[l], st.v[l], st.block_table[lanes],
+                                          (pos + 1).to(torch.int32))
+                    attn = attn.reshape(B, Hq, -1)
+                else:  # quest
+                    ids_ = self.predict(l, q[:, 0], lanes32, nb_cur, sets[0][:, l] if sets is not None else None,
+                                         recorded).view(B, H, -1)
+                    pg = lanes[:, None, None] * st.P + ids_.clamp(min=0)
+                    slot_ids = torch.where(ids_ >= 0, pg * H + hh[None, :, None], -1).to(torch.int32)
+                    lslot = (page_cur[:, None] * H + hh).to(torch.int32)
+                    kf = st.k[l].view(-1, bs, st.D)
+                    vf = st.v[l].view(-1, bs, st.D)
+                    attn = ops.sparse_attn(q[:, 0][:, :, None], kf, vf, slot_ids, lslot, local_len)[:, :, 0]
+                    ops.summary_update(kf, item_src, item_row, item_blk, item_len,
+                                       st.kmin[l].view(-1, st.P, st.D), st.kmax[l].view(-1, st.P, st.D))
+            x = self.dec.finish(l, x, attn)
+            if l in layers_aux:
+                aux[l] = x.view(B, nq, -1)[:, 0]
+        if cfg.sparse:
+            self.caps.step_end()
+        if prof:
+            e = torch.cuda.Event(enable_timing=True)
+            e.record()
+            ev_layers.append(e)
+            torch.cuda.current_stream().synchronize()
+            t = sum(ev_layers[i].elapsed_time(ev_layers[i + 1]) for i in range(self.L))
+            self.trace.stage_ms["layers"] = self.trace.stage_ms.get("layers", 0.0) + t
+            if trace:  # --profile's layer events (ran on the H200); side-stream stages: _decode, collect
+                ref = self.trace.step_ref = ev_layers[0]
+                self.trace.layer_events += [[self.trace.step, i, "layers", ref.elapsed_time(ev_layers[i]),
+                                       ref.elapsed_time(ev_layers[i + 1])] for i in range(self.L)]
+        if cpu_marks is not None:
+            cpu_marks.append(time.perf_counter())
+            t0 = cpu_marks[0]
+            ev = [("layers", i, cpu_marks[i], cpu_marks[i + 1]) for i in range(self.L)]
+            if self.pipe is not None:
+                ev += self.pipe.trace
+                self.pipe.trace = None
+            self.trace.layer_events += [[self.trace.step, l, k_, 1e3 * (a - t0), 1e3 * (b - t0)] for k_, l, a, b in ev]
+        logits = self.dec.logits(x.view(B, nq, -1)[:, 0])
+        aux_t = torch.cat([aux[i] for i in layers_aux], -1) if layers_aux else None
+        return logits, aux_t
+
+    def predict(self, l, qsel, lanes32, n_blocks, src, recorded=None):
+        """The top-K blocks per row [B * H, K] of layer ``l``: scored from ``qsel`` [B, Hq, D] against the summaries
+        (always run, so synthetic runs pay for it), then taken from the selection source."""
+        st = self.store
+        scores = ops.block_score(qsel.contiguous(), st.kmin[l], st.kmax[l], n_blocks.to(torch.int32), lanes32)
+        B = qsel.shape[0]
+        if src is not None:
+            pred = src.reshape(B * self.H, -1)
+        else:
+            pred = topk_blocks(scores.view(B * self.H, -1), self.K, n_blocks.repeat_interleave(self.H))
+        if recorded is not None:
+            recorded.append(pred)
+        return pred
+
+
+    def propose_prefill(self, lane: int, aux, tok) -> None:
+        """The draft token of ``lane`` after its prefill's sampled token ``tok`` [1] (``aux``: ``prefill``'s)."""
+        self.draft_tok[lane] = self.draft.propose(torch.cat([aux[i] for i in self.draft.layers])[None], tok)[0]
+
+    def propose(self, lanes_list, aux, tok) -> None:
+        """The draft tokens of the step's lanes after its sampled tokens ``tok`` [B] (``aux``: ``decode_core``'s)."""
+        self.draft_tok[torch.tensor(lanes_list, device=self.device)] = self.draft.propose(aux, tok)
