@@ -6,7 +6,7 @@ import torch
 from oasis_exec.engine import Engine
 from oasis_exec.scheduler import SamplingParams
 
-from test_exec_engine import cfg, prompts, run_logits  # noqa: E402
+from exec_cases import cfg, prompts, run_logits
 
 pytestmark = pytest.mark.gpu
 

@@ -1,5 +1,5 @@
 """kernels.step_clock (%globaltimer into a device tensor) and the adaptive fetch caps under CUDA graphs: GPU only
-(the interpreter cannot run inline PTX; the CPU's host-clock path is tests/test_fetch_caps.py)."""
+(the interpreter cannot run inline PTX; the CPU's host-clock path is tests/unit/test_fetch_caps.py)."""
 import pytest
 import torch
 
@@ -26,11 +26,7 @@ def test_stamp_counts_forward_and_replays_in_a_graph():
 
 @pytest.mark.parametrize("graph", [False, True])
 def test_budget_policy_runs_in_the_step(graph):
-    import sys
-    from pathlib import Path
-
-    sys.path.insert(0, str(Path(__file__).parent))
-    from test_exec_engine import cfg, prompts
+    from exec_cases import cfg, prompts
 
     from oasis_exec.engine import Engine
     from oasis_exec.scheduler import SamplingParams

@@ -20,7 +20,7 @@ import torch
 import kernels  # noqa: F401  -- before transformers imports triton (see kernels/__init__.py)
 from oasis_exec.config import ExecConfig
 from oasis_exec.scheduler import SamplingParams
-from test_real_model import BLOCK, CONTEXT, GREEDY, SPARSE, first_divergence, hf_greedy, prompt_ids
+from real_model_cases import BLOCK, CONTEXT, GREEDY, SPARSE, first_divergence, hf_greedy, prompt_ids
 
 pytestmark = pytest.mark.gpu
 # A token at most this many bf16 steps below transformers' greedy logit is a tie at bf16's resolution. Measured on

@@ -68,7 +68,7 @@ def synthetic_recording(truth_share=None, truth_h2d=None, with_stages=True, **cf
         tpot_ms_mean=1e3 * sum(durs) / len(durs), stage_ms_per_step=stages,
         bytes_per_step={"pcie_h2d": p["pcie_h2d_bytes_per_step"]}, stall_ms_per_step=stall,
         hidden_fraction=None, steps=[{"step": j, "duration_s": d} for j, d in enumerate(durs)])
-    return build_recording(c, results, meta={"synthetic": "tests/replay_fakes.py"})
+    return build_recording(c, results, meta={"synthetic": "tests/helpers/replay_fakes.py"})
 
 
 def tiny_trace(n=2):

@@ -13,7 +13,7 @@ import pytest
 
 import oasis_exec.__main__ as cli
 
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 TINY = ["--model", "tiny", "--device", "cpu", "--dtype", "float32", "--top-k", "4", "--selection", "synthetic"]
 SMALL = ["--context", "64", "--steps", "2", "--warmup", "1"]
 

@@ -2,9 +2,6 @@
 CPU run (tiny dummy model, several lanes, admissions, many decode steps) is applied to a ``HeadMapping`` mirror too,
 which must then equal the runner's ``resident`` table and pass ``HeadMapping.check``; the slots hold the host
 blocks the mapping names. Run with the fixed cap and with an adaptive policy (per-row cap tensors)."""
-import sys
-from pathlib import Path
-
 import numpy as np
 import pytest
 import torch
@@ -13,8 +10,7 @@ from oasis_core.mapping import HeadMapping
 from oasis_exec.engine import Engine
 from oasis_exec.scheduler import SamplingParams
 
-sys.path.insert(0, str(Path(__file__).parent))
-from test_exec_engine import cfg, prompts  # noqa: E402
+from exec_cases import cfg, prompts
 
 pytestmark = pytest.mark.usefixtures("one_torch_thread")
 

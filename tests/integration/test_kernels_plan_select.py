@@ -297,11 +297,7 @@ def test_prefetcher_fetch_now_fused_equals_reference(path):
 def test_retrieval_engine_with_fused_selection_equals_reference():
     """A whole retrieval-mode generation on CPU with fetch_now through plan_select (as on CUDA): same logits, tokens
     and counters as the torch path."""
-    import sys
-    from pathlib import Path
-
-    sys.path.insert(0, str(Path(__file__).parent))
-    from test_exec_engine import cfg, prompts, run_logits
+    from exec_cases import cfg, prompts, run_logits
 
     c = cfg("retrieval", top_k=3, transfer="uva")
     counters, calls = [], []

@@ -25,11 +25,10 @@ from oasis_exec.config import ExecConfig
 from oasis_exec.model import Decoder, random_weights, rope_theta_of, save_checkpoint
 from oasis_exec.scheduler import SamplingParams
 
+from real_model_cases import BLOCK, CONTEXT, GREEDY, SPARSE, first_divergence, hf_greedy, prompt_ids
+
 pytestmark = pytest.mark.usefixtures("one_torch_thread")
 
-GREEDY = 64  # tokens of greedy output compared
-SPARSE = ("quest", "proxy", "retrieval", "lookahead")
-BLOCK, CONTEXT = 16, 128  # the longest prompt (38 tokens) + 64 fit in 8 blocks: top_k = 8 covers them all
 TEXTS = ["def fib(n):\n    return n if n < 2 else fib(n - 1) + fib(n - 2)\n\n\nprint(fib(10))  # 55\n",
          "héllo wörld: naïve café, 日本語のテキスト, Ελληνικά, emoji 🙂👍🏽 and “quotes” — dash",
          "  leading\t\ttabs   and   runs\n\n\n   of    spaces   \r\n trailing   ",
@@ -139,25 +138,9 @@ def hf(gguf_path, hf_tokenizer):
     return model, hf_tokenizer
 
 
-def prompt_ids(tok) -> list:
-    """The three prompts (token ids): a fact, code, and a chat through the model's template."""
-    chat = tok.apply_chat_template([{"role": "user", "content": "Write a short poem about the sea."}],
-                                   add_generation_prompt=True, tokenize=False)
-    return [tok.encode(p) for p in ("The capital of France is", "def fibonacci(n):\n", chat)]
-
-
 @pytest.fixture(scope="module")
 def prompts(hf_tokenizer):
     return prompt_ids(hf_tokenizer)
-
-
-def hf_greedy(model, ids, n, eos=False):
-    """transformers' greedy output (``n`` tokens, through EOS unless ``eos``), with the attention mask given."""
-    x = torch.tensor([ids], device=model.device)
-    kw = {} if eos else {"eos_token_id": None}
-    with torch.no_grad():
-        out = model.generate(x, attention_mask=torch.ones_like(x), max_new_tokens=n, do_sample=False, **kw)
-    return out[0, len(ids):].tolist()
 
 
 @pytest.fixture(scope="module")
@@ -175,10 +158,6 @@ def dense_engine(gguf_path):
     from oasis_exec.engine import Engine
 
     return Engine(engine_cfg(gguf_path, "dense"))  # loads the GGUF as a user's --model-path does
-
-
-def first_divergence(a, b):
-    return next((i for i, (x, y) in enumerate(zip(a, b)) if x != y), None if len(a) == len(b) else min(len(a), len(b)))
 
 
 def test_dense_logits_match_transformers(hf, prompts, dense_engine):

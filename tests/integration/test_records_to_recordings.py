@@ -8,7 +8,7 @@ import pytest
 from oasis_core.recording import find_recordings, load_recording
 from oasis_sim.replay import measured_metrics, replay
 
-REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 EXP = os.path.join(REPO, "experiments")
 FINAL = os.path.join(EXP, "dense_vs_lookahead_throughput", "results", "headline_fused_ab.jsonl")
 PATHS = os.path.join(EXP, "transfer_paths", "results", "uva_vs_host_in_step.jsonl")

@@ -14,7 +14,7 @@ from oasis_sim.replay import measured_metrics, replay, sim_config
 from oasis_core.specs import get_hardware, get_model
 from replay_fakes import base_config, fake_results, synthetic_recording
 
-REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 COMMITTED = os.path.join(REPO, "traces", "recordings")
 
 

@@ -13,7 +13,7 @@ import pytest
 from oasis_core import importers
 from oasis_sim import cli
 
-REPO = Path(__file__).resolve().parent.parent
+REPO = Path(__file__).resolve().parents[2]
 RECORDING = REPO / "traces" / "recordings" / "dense-8k-c8.json"
 
 NUMBERS = ["0", "1", "2", "-1", "0.5", "1e9", "1000000000", "1e308", "-1e308", "nan", "inf", "abc", "", "3",

@@ -16,7 +16,7 @@ from oasis_sim.predictor import OPS, RooflinePredictor
 from oasis_sim.replay import replay
 from replay_fakes import synthetic_recording
 
-REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 
 def _is_recording(path: str) -> bool:

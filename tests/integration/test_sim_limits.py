@@ -8,7 +8,7 @@ from oasis_sim.cli import main
 from oasis_sim.config import ConfigError, SimConfig
 from oasis_sim.workloads import bundled_trace_path, load_workload, make_requests
 
-from tests.test_sim_cli import QUICK, _req, _trace
+from sim_cases import QUICK, _req, _trace
 
 
 def test_footprint_grows_with_top_k_and_layers_and_refuses_the_absurd():

@@ -1,5 +1,6 @@
 """The roofline floor of a hardware preset; a fitted predictor is never below it (nor is any fit the recordings
-give: tests/test_sim_fit_floor.py), a fitted copy rate above the link is clamped, and a configured one refused."""
+give: tests/integration/test_sim_fit_floor.py), a fitted copy rate above the link is clamped, and a configured one
+refused."""
 import pytest
 
 from oasis_core.specs import get_hardware, get_model
@@ -60,7 +61,7 @@ def test_a_copy_rate_above_the_link_is_clamped(base):
 def test_a_copy_rate_override_above_the_link_is_refused(tmp_path, capsys):
     from oasis_sim.cli import main
 
-    from tests.test_sim_cli import QUICK
+    from sim_cases import QUICK
 
     link = get_hardware("h100-sxm").h2d_bytes_per_s
     assert main(["run", "--out", str(tmp_path), *QUICK, "--h2d-bytes-per-s", str(link * 2)]) == 2

@@ -8,7 +8,7 @@ import pytest
 
 torch = pytest.importorskip("torch")
 
-_PATH = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "experiments", "decode_step_profile", "step_profile.py")
+_PATH = os.path.join(os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))), "experiments", "decode_step_profile", "step_profile.py")
 _spec = importlib.util.spec_from_file_location("step_profile", _PATH)
 sp = importlib.util.module_from_spec(_spec)
 _spec.loader.exec_module(sp)

@@ -11,7 +11,7 @@ import pytest
 
 from oasis_exec import transfer_choice as tc
 
-REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 
 def _script():

@@ -12,7 +12,7 @@ from oasis_exec.draft_train import (acceptance, build_corpus, features, forward_
                                     init_head, train_head)
 from oasis_exec.model import Decoder
 
-HEAD = os.path.join(os.path.dirname(__file__), "..", "experiments", "trained_draft_head", "smollm2-eagle3")
+HEAD = os.path.join(os.path.dirname(__file__), "..", "..", "experiments", "trained_draft_head", "smollm2-eagle3")
 
 
 @pytest.fixture(scope="module")

@@ -7,7 +7,7 @@ import pytest
 from oasis_core.importers import fit_context, import_azure, import_mooncake, main, spread_buckets
 from oasis_core.trace import TraceError, load_trace
 
-REPO = Path(__file__).resolve().parents[1]
+REPO = Path(__file__).resolve().parents[2]
 PUBLIC = REPO / "traces" / "public"  # the published files, copied unchanged (traces/public/README.md)
 MOONCAKE = PUBLIC / "mooncake_conversation_trace.jsonl"
 AZURE = PUBLIC / "azure2023_code.csv"

@@ -6,7 +6,7 @@ import kernels  # noqa: F401  (Triton interpreter without CUDA)
 from kernels.gather import gather_ref
 from kernels.gather_tma import tma_gather
 
-from test_kernels_gather import DEV, make_pool, random_list
+from gather_cases import DEV, make_pool, random_list
 
 
 @pytest.mark.parametrize("n_programs,stages", [(3, 2), (1, 1), (32, 3)])

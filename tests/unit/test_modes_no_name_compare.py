@@ -12,7 +12,7 @@ import pytest
 
 from oasis_core import modes
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 PACKAGES = ("oasis_core", "oasis_exec", "oasis_sim", "kernels")
 REGISTRY_FILE = ROOT / "oasis_core" / "modes.py"
 NAME_TUPLES = {"MODES", "SPARSE_MODES", "BACKGROUND_MODES", "DENSE_FAMILY"}

@@ -210,7 +210,7 @@ def test_bundled_slice_loads(repo_root):
 @pytest.fixture
 def repo_root():
     from pathlib import Path
-    return Path(__file__).resolve().parents[1]
+    return Path(__file__).resolve().parents[2]
 
 
 # ----------------------------------------------------------------------------------------------------------------
