@@ -5,6 +5,8 @@ import json
 import os
 import sys
 
+import pytest
+
 REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 
@@ -61,6 +63,7 @@ def test_dense_and_lookahead_maxima_are_the_engines(tmp_path):
     assert abs(q.per_request_gb(16384) - 2.42) < 0.01 and abs(q.per_request_gb(32768) - 4.84) < 0.01
 
 
+@pytest.mark.slow
 def test_cpu_sweep_resume_and_report(tmp_path):
     H, R = _load("h200_headline"), _load("dense_vs_lookahead_report")
     out = tmp_path / "sweep.jsonl"

@@ -160,6 +160,7 @@ def dense_engine(gguf_path):
     return Engine(engine_cfg(gguf_path, "dense"))  # loads the GGUF as a user's --model-path does
 
 
+@pytest.mark.slow  # loads transformers' model (~20 s here)
 def test_dense_logits_match_transformers(hf, prompts, dense_engine):
     dec = dense_engine.runner.dec
     assert dec.shape.rope_theta == 100000.0 and dec.shape.max_context_tokens == 8192
@@ -171,6 +172,7 @@ def test_dense_logits_match_transformers(hf, prompts, dense_engine):
             assert err < 1e-4, f"prompt of {len(ids)} tokens: max abs logit error {err:.2e}"
 
 
+@pytest.mark.slow
 def test_dense_engine_greedy_matches_transformers(prompts, reference, dense_engine):
     got = dense_engine.generate(prompts, SamplingParams(max_tokens=GREEDY))
     for i, (g, r) in enumerate(zip(got, reference)):
