@@ -74,7 +74,7 @@ need_model() {  # sets M and OASIS_GGUF; returns 1 (with a line) when the model 
 }
 gpu_tests() {  # [pytest args; default: every test file with GPU tests] -> $OUT/pytest_gpu.txt
   local files=("$@")
-  [ ${#files[@]} -eq 0 ] && mapfile -t files < <(grep -l "mark.gpu" tests/test_*.py)
+  [ ${#files[@]} -eq 0 ] && mapfile -t files < <(grep -rl --include="test_*.py" "mark.gpu" tests/ | sort)
   timeout -k 5 "${TEST_S:-150}" $PY -m pytest -q -m gpu -p no:cacheprovider "${files[@]}" > "$OUT/pytest_gpu.txt" 2>&1
   local rc=$?
   say "pytest -m gpu rc=$rc: $(tail -1 "$OUT/pytest_gpu.txt")"

@@ -99,7 +99,7 @@ class Gatherer:
         """Compact ``flat[:n]`` / ``dst[:n]`` (int32; flat -1 = padding) and copy the live rows of the flat
         ``[n_blocks * Hkv, bs * D]`` views of ``host_k``/``host_v`` into ``stage_k``/``stage_v[:m]``, their slots into
         ``dst_out[:m]`` and -1 into ``dst_out[m:]``. Returns m. Same result as ``host_gather_stage`` on the live
-        entries (``tests/test_kernels_host_native.py``)."""
+        entries (``tests/unit/test_kernels_host_native.py``)."""
         for name, t in (("host_k", host_k), ("host_v", host_v), ("stage_k", stage_k), ("stage_v", stage_v)):
             _check(name, t)
         for name, t in (("flat", flat), ("dst", dst), ("dst_out", dst_out)):

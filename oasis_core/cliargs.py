@@ -37,6 +37,7 @@ __all__ = [
     "add_options",
     "build",
     "flag",
+    "number",
     "one_line",
     "option_message",
     "parse_json_object",
@@ -64,7 +65,9 @@ def flag(name: str, prefix: str = "") -> str:
     return "--" + prefix + name.replace("_", "-")
 
 
-def _number(kind):
+def number(kind):
+    """An argparse ``type`` for ``int`` or ``float``: finite, and named in the error when it does not parse."""
+
     def parse(text: str):
         try:
             v = kind(text)
@@ -160,7 +163,7 @@ def add_options(parser, cls, *, exclude: Iterable[str] = (), prefix: str = "", d
             parser.add_argument(flag(f.name, prefix), action=action, **kw)
             continue
         if tp in (int, float):
-            kw.update(type=_number(tp), metavar=tp.__name__.upper())
+            kw.update(type=number(tp), metavar=tp.__name__.upper())
         elif _is_mapping(tp):
             kw.update(type=parse_json_object, metavar="JSON")
         elif tp is str:

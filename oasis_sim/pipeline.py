@@ -15,7 +15,7 @@ Two implementations give the same floats:
   stream, a side stream and the copy path as ``simpy.Resource`` s and waiting on per-layer transfer events.
 
 Both compute every time as *(earlier time) + duration* with the same operands in the same order, so the results are
-bit-identical (``tests/test_sim_pipeline.py`` checks it on random steps). The engine uses the closed form and
+bit-identical (``tests/unit/test_sim_pipeline.py`` checks it on random steps). The engine uses the closed form and
 yields one SimPy event per step, scheduled at the step's absolute end time (:func:`at`).
 """
 from __future__ import annotations
@@ -110,7 +110,7 @@ class LayerPipeline:
         by more than the rounding of the clock (no queueing on the side stream or the link), the step is
         ``head + L·c + tail`` computed by the same sequential additions as the loop, and ``ready`` is kept as those
         compute end times, to be expanded only if a later step needs it. Bit-identical to the loop and to
-        :meth:`step_events` (``tests/test_sim_pipeline.py``)."""
+        :meth:`step_events` (``tests/unit/test_sim_pipeline.py``)."""
         c = w.compute_s
         if not record and type(c) is float and c > 0.0:
             t = t0 + w.head_s

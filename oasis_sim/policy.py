@@ -20,7 +20,7 @@ decides *which rows* are simulated and how their figures are scaled to the whole
   generator; a request at decode step ``i`` uses its bucket's step-``i`` figures, and the mean of the episode's
   second half beyond the episode — except RPF remote units, which honour the ledger's at-most-once rule: with
   ``split='rpf'`` the episode's ledger is stepped over the workload's longest decode and its per-step misses used
-  as they are (no extrapolation; 0 beyond). ``tests/test_sim_policy.py`` bounds the difference to 'exact' on throughput and
+  as they are (no extrapolation; 0 beyond). ``tests/integration/test_sim_policy.py`` bounds the difference to 'exact' on throughput and
   bytes.
 
 Step indexing: ``fetch[0]`` is the first fill at admission (``initial_plan``), ``fetch[i]`` (i >= 1) the blocks

@@ -293,16 +293,18 @@ def last_step_stats(recs) -> dict:
             if ratios else None}
 
 
-def _model_params(desc: dict, feat_gemm_ms: float) -> dict:
+def _model_params(desc: dict, feat_gemm_ms: float, floor_gemm_ms: float) -> dict:
     """The parameters that matter, flattened: scales, offsets, the GEMM group's time per layer at the roofline's
-    ``feat_gemm_ms``, the uva gather share and copy rate."""
+    ``feat_gemm_ms`` with its roofline floor ``floor_gemm_ms`` (the fitted form of ``oasis_sim.fitted``:
+    floor + scale · (roofline - floor) + offset), the uva gather share and copy rate."""
+    excess_ms = max(feat_gemm_ms - floor_gemm_ms, 0.0)
     out = {}
     for fam in ("dense", "sparse"):
         f = desc["fits"].get(fam, {})
         g = f.get("gemm_layer", {"scale": 1.0, "offset_us": 0.0})
         out[f"{fam}_gemm_scale"] = g["scale"]
         out[f"{fam}_gemm_offset_us"] = g["offset_us"]
-        out[f"{fam}_gemm_layer_ms"] = g["scale"] * feat_gemm_ms + g["offset_us"] / 1e3
+        out[f"{fam}_gemm_layer_ms"] = floor_gemm_ms + g["scale"] * excess_ms + g["offset_us"] / 1e3
         out[f"{fam}_attn_scale"] = f.get("attn_decode", {}).get("scale")
         if fam == "sparse":
             out["sparse_overhead_scale"] = f.get("sparse_overhead", {}).get("scale")
@@ -370,11 +372,13 @@ def extended_report(recs, pool, control=None, twins=(), progress=None, set_aside
                      "tpot_ms_p50_predicted": row["metrics"]["tpot_ms_p50"]["predicted"],
                      "mb_per_step": _mb(row)} for row in rs[:6]]
     feat = _median([s.feat["gemm"] * 1e3 for s in samples.values()])
+    floor = _median([s.floor_of("gemm") * 1e3 for s in samples.values()])
     loo_desc = [row["model"] for row in rows["fitted_loo"]]
     models = {"old_all": m_old.describe(), "new_all": m_all.describe(), "gemm_feature_ms": feat,
-              "params": {"old_all": _model_params(m_old.describe(), feat), "new_all": _model_params(m_all.describe(),
-                                                                                                   feat)},
-              "loo_range": {k: _range([_model_params(d, feat)[k] for d in loo_desc])
+              "gemm_floor_ms": floor,
+              "params": {"old_all": _model_params(m_old.describe(), feat, floor),
+                         "new_all": _model_params(m_all.describe(), feat, floor)},
+              "loo_range": {k: _range([_model_params(d, feat, floor)[k] for d in loo_desc])
                             for k in ("uva_gather_sm_share", "uva_copy_gb_s", "sparse_overhead_scale",
                                       "sparse_gemm_layer_ms", "dense_gemm_layer_ms")}}
     for d in (models["old_all"], models["new_all"]):
@@ -385,7 +389,7 @@ def extended_report(recs, pool, control=None, twins=(), progress=None, set_aside
             row.pop("config", None)
             row["metrics"] = {k: v for k, v in row["metrics"].items() if k in KEPT_METRICS}
             if "model" in row:
-                row["model"] = _model_params(row["model"], feat)
+                row["model"] = _model_params(row["model"], feat, floor)
     report = {"scheme": "roofline, leave-one-out, leave-config-out, in-sample, old fit (held-out)",
               "n_recordings": len(recs), "n_calibration": len(pool), "recordings": [r.name for r in recs],
               "calibration": [r.name for r in pool], "provenance": provenance(recs, pool, command),
@@ -501,7 +505,8 @@ def markdown_extended(rep: dict, recordings_rel: str, calibration_rel: str, pref
     lr = m["loo_range"]
     L += ["", "## The two fits", "",
           f"Fitted on all {m['old_all']['fitted_on']} old recordings vs on all {m['new_all']['fitted_on']} new ones "
-          f"(GEMM group per layer: at the roofline's median GEMM + norm time of {m['gemm_feature_ms']:.4f} ms; "
+          f"(GEMM group per layer: at the roofline's median GEMM + norm time of {m['gemm_feature_ms']:.4f} ms, "
+          f"floor {m.get('gemm_floor_ms') or 0.0:.4f} ms; "
           "range: over the leave-one-out folds on the new set).", "",
           "| parameter | old fit | refit on the new set | leave-one-out range |", "| --- | --- | --- | --- |"]
     rows = [("dense: GEMM + norm per layer, ms", "dense_gemm_layer_ms", 4),

@@ -5,7 +5,8 @@
 TAG=${TAG:-check}; MATRIX=${1:-matrix_check.txt}
 [ -f "$MATRIX" ] || MATRIX=experiments/dense_vs_lookahead_throughput/$MATRIX
 if [ "${TESTS:-1}" = 1 ]; then
-  FILES=${TEST_FILES:-"tests/test_exec_engine.py tests/test_exec_gpu.py $(ls tests/test_kernels_*.py tests/test_policy_gpu.py 2>/dev/null)"}
+  FILES=${TEST_FILES:-"tests/integration/test_exec_engine.py tests/gpu/test_exec_gpu.py tests/gpu/test_policy_gpu.py \
+    $(ls tests/*/test_kernels_*.py 2>/dev/null)"}
   timeout ${TEST_TIMEOUT:-240} python3 -m pytest -q -m gpu -p no:cacheprovider $FILES > "$OUT/exec_pytest_gpu.txt" 2>&1
   tail -4 "$OUT/exec_pytest_gpu.txt"
 fi

@@ -11,11 +11,11 @@ DEADLINE_S=${DEADLINE_S:-560}
 
 T1=$(min 120 $(( $(left) - 300 )))
 say "1. pytest -m gpu (timeout ${T1}s)"
-TEST_S=$T1 gpu_tests tests/test_kernels_fused_ops.py tests/test_kernels_plan_select.py tests/test_exec_gpu.py \
-  tests/test_exec_engine.py tests/test_kernels_gather.py tests/test_kernels_sparse_attn.py tests/test_kernels_paged_attn.py \
-  tests/test_policy_gpu.py
+TEST_S=$T1 gpu_tests tests/unit/test_kernels_fused_ops.py tests/integration/test_kernels_plan_select.py \
+  tests/gpu/test_exec_gpu.py tests/integration/test_exec_engine.py tests/unit/test_kernels_gather.py \
+  tests/unit/test_kernels_sparse_attn.py tests/unit/test_kernels_paged_attn.py tests/gpu/test_policy_gpu.py
 SEL=""
-if grep -q "FAILED tests/test_kernels_plan_select\|ERROR tests/test_kernels_plan_select" "$OUT/pytest_gpu.txt"; then
+if grep -q "FAILED tests/integration/test_kernels_plan_select\|ERROR tests/integration/test_kernels_plan_select" "$OUT/pytest_gpu.txt"; then
   SEL=--torch-select
   say "plan_select failed on the GPU: measuring with the torch selection"
 fi

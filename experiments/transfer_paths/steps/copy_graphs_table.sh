@@ -12,7 +12,7 @@ DEADLINE_S=${DEADLINE_S:-560}
 
 
 say "1. pytest -m gpu"
-TEST_S=150 gpu_tests tests/test_exec_gpu.py tests/test_kernels_gather.py
+TEST_S=150 gpu_tests tests/gpu/test_exec_gpu.py tests/unit/test_kernels_gather.py
 
 B=$(min 240 $(( $(left) - 170 )))
 say "2. transfer_paths (budget ${B}s)"

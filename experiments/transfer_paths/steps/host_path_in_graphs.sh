@@ -15,7 +15,7 @@ DEADLINE_S=${DEADLINE_S:-560}
 
 T1=$(min 120 $(( $(left) - 400 )))
 say "1. pytest -m gpu (timeout ${T1}s)"
-TEST_S=$T1 gpu_tests tests/test_exec_gpu.py tests/test_kernels_gather.py
+TEST_S=$T1 gpu_tests tests/gpu/test_exec_gpu.py tests/unit/test_kernels_gather.py
 
 B=$(min 240 $(( $(left) - 200 )))
 say "2. transfer_paths (budget ${B}s)"

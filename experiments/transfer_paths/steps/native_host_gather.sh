@@ -18,9 +18,9 @@ $PY -c "from kernels import host_native as h; print(\"native gather openmp:\", h
 tail -10 "$OUT/device.txt"
 
 say "1. pytest (native gather + host path GPU tests)"
-timeout -k 5 120 $PY -m pytest -q -p no:cacheprovider tests/test_kernels_host_native.py tests/test_kernels_gather.py \
-  "tests/test_exec_gpu.py::test_host_path_in_graphs_equals_eager" \
-  "tests/test_exec_gpu.py::test_host_path_in_graphs_mapping_matches_slots" > "$OUT/pytest_gpu.txt" 2>&1
+timeout -k 5 120 $PY -m pytest -q -p no:cacheprovider tests/unit/test_kernels_host_native.py tests/unit/test_kernels_gather.py \
+  "tests/gpu/test_exec_gpu.py::test_host_path_in_graphs_equals_eager" \
+  "tests/gpu/test_exec_gpu.py::test_host_path_in_graphs_mapping_matches_slots" > "$OUT/pytest_gpu.txt" 2>&1
 say "1. rc=$? : $(tail -1 "$OUT/pytest_gpu.txt")"
 
 if [ "${GATHER_BENCH:-1}" = 1 ]; then

@@ -11,7 +11,7 @@ DEADLINE_S=${DEADLINE_S:-565}
 
 say "1. pytest"
 gpu_tests  # the files with GPU tests (the simulator's tests need simpy, which the device lacks)
-timeout -k 5 60 $PY -m pytest -q -p no:cacheprovider tests/test_kernels_gather.py tests/test_kernels_gather_tma.py \
+timeout -k 5 60 $PY -m pytest -q -p no:cacheprovider tests/unit/test_kernels_gather.py tests/unit/test_kernels_gather_tma.py \
   >> "$OUT/pytest_gpu.txt" 2>&1
 say "1b. gather kernel tests rc=$? : $(tail -1 "$OUT/pytest_gpu.txt")"
 

@@ -1,0 +1,37 @@
+"""The tiny executor cases several test files share: a CPU (or CUDA) config of the dummy model, prompts, and a
+greedy run that keeps every step's logits."""
+import torch
+
+from oasis_exec.config import ExecConfig
+from oasis_exec.engine import Engine
+from oasis_exec.scheduler import SamplingParams
+
+
+def cfg(mode, device="cpu", **kw):
+    base = dict(model="tiny", device=device, dtype="float32" if device == "cpu" else "bfloat16", mode=mode,
+                top_k=4, max_context=320, max_lanes=3, block_size=16, draft_vocab=64, prefill_chunk=48)
+    base.update(kw)
+    return ExecConfig(**base)
+
+
+def prompts(seed=0, lens=(70, 33, 100)):
+    g = torch.Generator().manual_seed(seed)
+    return [torch.randint(1, 250, (n,), generator=g).tolist() for n in lens]
+
+
+def run_logits(c, ps, steps, runner_hook=None):
+    """Greedy generation; returns {request: [logits per produced token]} and outputs."""
+    eng = Engine(c)
+    if runner_hook:
+        runner_hook(eng.runner)
+    ids = [eng.add_request(p, SamplingParams(max_tokens=steps)) for p in ps]
+    logs = {i: [] for i in ids}
+    outs = {i: [] for i in ids}
+    while eng.has_work():
+        for o in eng.step():
+            outs[o.request_id].extend(o.new_token_ids)
+        for rid, lg in eng.runner.last_logits.items():
+            logs[rid].append(lg.float().cpu())
+    out = [outs[i] for i in ids]
+    eng.close()
+    return logs, out
