@@ -37,7 +37,7 @@ priority of both side streams, ``ExecConfig.stream_priority`` or the table's):
   ``before_replay()`` joins the previous step's jobs (so every ``copied_x`` record is issued before the graph that
   waits on it is launched), ``after_replay(key)`` submits this step's jobs. This graph mode ran on the H200 in the
   transfer-path sweeps (experiments/transfer_paths/results/host_path_in_graphs_priority.md) and its GPU tests
-  (tests/test_exec_gpu.py; tests/test_pipeline_graph_host.py checks its event protocol on the CPU).
+  (tests/gpu/test_exec_gpu.py; tests/integration/test_pipeline_graph_host.py checks its event protocol on the CPU).
 
 Selection on CUDA (``self.cuda``): one ``kernels.plan_select`` launch per layer plans Algorithm 2 in place on the
 layer's mapping, writes the copy list into buffers allocated once (stable addresses for CUDA-graph capture) and
