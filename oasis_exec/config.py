@@ -103,6 +103,9 @@ class ExecConfig:
                                  "the next step) | off (inside the step's graph, which then ends only once they have) "
                                  "| auto (the measured table's choice with transfer=auto, else off)", SWITCHES)
     profile: bool = _f(False, "CUDA events per layer and stage (small overhead)")
+    short_context: bool = _f(True, "sparse modes: a request whose context fits its resident set (top_k + 1 blocks) "
+                                   "runs dense on the GPU, with no host copy, until it outgrows it "
+                                   "(oasis_core.short_context); off: every request is offloaded from its prefill")
     synthetic: dict | None = _f(None, "SyntheticParams overrides, e.g. {'drift_rate': 0.1}; 'preset' names a base "
                                "(oasis_core.synthetic_presets: paper | smollm2), e.g. {'preset': 'smollm2'}")
 

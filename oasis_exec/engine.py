@@ -78,7 +78,8 @@ class Engine:
         self.cfg = cfg
         self.runner = runner or Runner(cfg)
         self.acct = LaneAccounting(max_lanes=self.runner.max_lanes, host_blocks=self.runner.host_blocks_total,
-                                   block_size=cfg.block_size, needs_host=modes.get(cfg.mode).sparse)
+                                   block_size=cfg.block_size, needs_host=modes.get(cfg.mode).sparse,
+                                   short=self.runner.short)
         self.scheduler = Scheduler(accounting=self.acct, prefill_tokens=cfg.prefill_chunk,
                                    max_context=cfg.max_context, decode_with_prefill=cfg.prefill_interleave)
         self._plan: RunnerCall | None = None  # the runner call being executed (rows of the sampling call)

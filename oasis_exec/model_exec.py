@@ -7,6 +7,17 @@ eagerly and under CUDA-graph capture; see ``runner.py`` for the order of its sta
 a layer (``predict``). It holds the draft tokens of the lanes (``draft_tok``), each lane's host block table
 (``lane_blocks``) and a chunked prefill's prompt KV (``scratch``); ``propose`` / ``propose_prefill`` write the
 draft head's next tokens once the runner has sampled.
+
+Short contexts (``short``, an ``oasis_core.short_context.ShortContext``; None: off): a lane whose context fits its
+resident set has no host blocks. Its prefill writes its KV into its resident slots and summaries only. Each of its
+decode steps is the sparse step unchanged, with three per-row differences decided on the device from the positions
+(so a captured graph takes them too): a block that fills while the next step still fits is moved from the local slot
+into the next free resident slot instead of being written back (the selection then finds nothing missing: slots
+``0 .. n-1`` hold its ``n`` full blocks, as fetches would have placed them); nothing is written back while it fits;
+and its rows plan with a fetch cap of 0 (nothing evicted before the crossing). At its crossing step (eager, see
+``Runner._cross``) ``offload`` copies its blocks to the host, and that step fetches its rows' top-K from the real
+query, on the critical path, before attending (background modes: their prediction of the step before had no
+host copy to fetch from).
 """
 from __future__ import annotations
 
@@ -39,7 +50,7 @@ class StepTrace:
 
 class ModelExec:
     def __init__(self, *, cfg, decoder, draft, store, host, pipe, caps, trace: StepTrace, max_lanes: int,
-                 device: torch.device, dtype: torch.dtype):
+                 device: torch.device, dtype: torch.dtype, short=None):
         self.cfg, self.mode, self.device, self.dtype = cfg, cfg.mode_spec, device, dtype
         self.dec, self.draft, self.shape = decoder, draft, decoder.shape
         self.store, self.host, self.pipe, self.caps, self.trace = store, host, pipe, caps, trace
@@ -49,6 +60,7 @@ class ModelExec:
         self.draft_tok = torch.zeros(max_lanes, dtype=torch.int64, device=device)
         self.scratch = {}  # req_id -> (k [L, H, T, D], v) during a real prefill (sparse modes)
         self.capturing = False  # set by DecodeGraphs while a step is captured
+        self.short = short
 
     def synthesize(self, a) -> None:
         """KV of positions 0..prompt_len-2 filled with random values; the last prompt token decodes first."""
@@ -92,6 +104,7 @@ class ModelExec:
         pos = torch.arange(start, end, device=dev)
         x = self.dec.embed[torch.tensor(ch.tokens, device=dev)]
         sparse = self.cfg.sparse
+        short_lane = sparse and self.short is not None and not self.lane_blocks[ch.lane]  # no host blocks: short
         if sparse and ch.req_id not in self.scratch:
             tpad = self.cfg.max_blocks * bs
             self.scratch[ch.req_id] = (torch.zeros(self.L, H, tpad, D, dtype=self.dtype, device=dev),
@@ -122,7 +135,7 @@ class ModelExec:
                 if st.kmin is not None:
                     st.kmin[l, ch.lane, :, full_lo:full_hi] = kb.amin(2)
                     st.kmax[l, ch.lane, :, full_lo:full_hi] = kb.amax(2)
-                if sparse:
+                if sparse and not short_lane:
                     vb = vals[:, full_lo * bs: full_hi * bs].reshape(H, full_hi - full_lo, bs, D)
                     phys = torch.tensor(self.lane_blocks[ch.lane][full_lo:full_hi])
                     self.host.k[l][phys] = kb.transpose(0, 1).to("cpu")
@@ -135,7 +148,7 @@ class ModelExec:
         if not ch.last:
             return None
         if sparse:
-            self._first_working_set(ch, q_last, end)
+            self._first_working_set(ch, q_last, end, short_lane)
             del self.scratch[ch.req_id]
         return self.dec.logits(x[-1:]), aux
 
@@ -152,14 +165,18 @@ class ModelExec:
         o = torch.einsum("hqt,htd->hqd", torch.softmax(sc, -1), vals.float())
         return o.reshape(Hq, n, D).transpose(0, 1).to(q.dtype)
 
-    def _first_working_set(self, ch, q_last, n_tok) -> None:
-        """Local block from the prompt's tail; the first step's top-K from the last prompt token's query."""
+    def _first_working_set(self, ch, q_last, n_tok, short_lane=False) -> None:
+        """Local block from the prompt's tail; the first step's top-K from the last prompt token's query. A short
+        lane's top-K is all its full blocks; with K + 1 of them (a prompt of exactly the window) the newest stays in
+        the local slot, where the crossing (the next step) finds it."""
         st, bs, H, dev = self.store, self.bs, self.H, self.device
         sk, sv = self.scratch[ch.req_id]
         lane = torch.tensor([ch.lane], device=dev)
         base = st.slot_base(lane)[0]  # [H]
         tail0 = (n_tok // bs) * bs
-        nb = n_tok // bs + 1  # blocks incl. the (possibly empty) local one
+        if short_lane and n_tok // bs > self.K:
+            tail0 -= bs
+        nb = tail0 // bs + 1  # blocks incl. the (possibly empty) local one
         rows = slice(ch.lane * H, (ch.lane + 1) * H)
         for l in range(self.L):
             m = n_tok - tail0
@@ -181,9 +198,10 @@ class ModelExec:
             st.k[l][dst] = kk.reshape(H * self.K, bs, -1)
             st.v[l][dst] = vv.reshape(H * self.K, bs, -1)
 
-    def decode_core(self, lanes, rows, toks, pos, sets, recorded):
+    def decode_core(self, lanes, rows, toks, pos, sets, recorded, cross=None):
         """One decode step for lanes [B]; rows: the lanes' rows (slice or index). Reads only device tensors, so the
-        same code runs eagerly and under CUDA-graph capture. Returns (logits [B, V], aux [B, 3 * hidden])."""
+        same code runs eagerly and under CUDA-graph capture. ``cross``: indices into the batch of lanes at their
+        crossing step (eager only). Returns (logits [B, V], aux [B, 3 * hidden])."""
         cfg, dev, st, bs, H = self.cfg, self.device, self.store, self.bs, self.H
         B = lanes.shape[0]
         mode = self.mode
@@ -213,6 +231,19 @@ class ModelExec:
             phys = st.host_table[lanes, pos // bs]  # host block of each lane's local block
             item_dst = (phys[:, None] * H + hh).reshape(-1).to(torch.int32)
             sel_off = torch.arange(st.S, device=dev)
+            wb_len, promote = item_len, None
+            if self.short is not None:
+                w = self.short.window_tokens
+                short_row = (pos + 1 <= w).repeat_interleave(H)  # dense this step: no host blocks, cap 0
+                wb_len = torch.where(short_row, torch.zeros_like(item_len), item_len)
+                promote = (pos + 2 <= w).repeat_interleave(H) & (item_len == bs)  # filled, next step still fits
+                prom_dst = torch.where(promote, item_src - st.LOCAL + item_blk, item_src + 1)  # slot n, else TRASH
+                prom_row, prom_col = item_row.long(), torch.where(promote, item_blk, 0).long()
+                self.pipe.zero_rows = short_row
+            if cross is not None and not mode.on_demand:
+                ci = torch.tensor(cross, device=dev)
+                c_lanes = lanes[ci]
+                c_rows = (c_lanes[:, None] * H + hh).reshape(-1)
         else:
             page_cur = lanes * st.P + pos // bs
             item_src = (page_cur[:, None] * H + hh).reshape(-1).to(torch.int32)
@@ -240,6 +271,9 @@ class ModelExec:
             if cfg.sparse:
                 self.pipe.wait(l)
                 ops.kv_write(k[:, 0], v[:, 0], st.k[l], st.v[l], item_src, off32, fused_kv)
+                if cross is not None and not mode.on_demand:  # the crossing lanes' first top-K, fetched now
+                    pred = self.predict(l, q[ci, 0], lanes32[ci], nb_cur[ci], None)
+                    self.pipe.fetch_now(l, pred, c_lanes, c_rows)
                 if mode.on_demand:
                     pred = self.predict(l, q[:, 0], lanes32, nb_cur, sets[0][:, l] if sets is not None else None,
                                          recorded)
@@ -256,13 +290,21 @@ class ModelExec:
                 # The local block's summary (exact for its valid tokens) and, once full, its host copy.
                 ops.summary_update(st.k[l], item_src, item_row, item_blk, item_len,
                                    st.kmin[l].view(-1, st.NB, st.D), st.kmax[l].view(-1, st.NB, st.D))
-                writeback_full(st.k[l], st.v[l], self.host.k[l], self.host.v[l], item_src, item_dst, item_len, bs)
+                writeback_full(st.k[l], st.v[l], self.host.k[l], self.host.v[l], item_src, item_dst, wb_len, bs)
+                if promote is not None:  # a short lane's filled block stays on the GPU, in its next free slot
+                    st.k[l][prom_dst] = st.k[l][item_src]
+                    st.v[l][prom_dst] = st.v[l][item_src]
+                    res_l, ls_l = st.resident[l], st.last_sel[l]
+                    res_l[prom_row, prom_col] = torch.where(promote, item_blk.long(), res_l[prom_row, prom_col])
+                    ls_l[prom_row, prom_col] = torch.where(promote, 0, ls_l[prom_row, prom_col])
                 if mode.background:
                     after = None
                     if dev.type == "cuda" and self.pipe.cuda:
                         after = torch.cuda.Event()
                         after.record()
                         extra = (sets,) if sets is not None else ()
+                        if self.pipe.zero_rows is not None:
+                            extra += (self.pipe.zero_rows,)
                         self.pipe._cross_stream(self.pipe.s_pred, q, lanes, lanes32, nb_next, *extra)
                     qsel = q[:, nq - 1]
                     src = None
@@ -294,6 +336,7 @@ class ModelExec:
                 aux[l] = x.view(B, nq, -1)[:, 0]
         if cfg.sparse:
             self.caps.step_end()
+            self.pipe.zero_rows = None
         if prof:
             e = torch.cuda.Event(enable_timing=True)
             e.record()
@@ -316,6 +359,25 @@ class ModelExec:
         logits = self.dec.logits(x.view(B, nq, -1)[:, 0])
         aux_t = torch.cat([aux[i] for i in layers_aux], -1) if layers_aux else None
         return logits, aux_t
+
+    def offload(self, lane: int, n_tok: int) -> None:
+        """A short lane's crossing: the KV of its first ``n_tok`` tokens (whole blocks: the resident slots hold all
+        but the newest, which is still in the local slot) copied device->host into its host blocks, once."""
+        st, bs, H, dev = self.store, self.bs, self.H, self.device
+        n_blk = n_tok // bs
+        phys = torch.tensor(self.lane_blocks[lane][:n_blk])
+        base = st.slot_base(torch.tensor([lane], device=dev))[0]  # [H]
+        rows = slice(lane * H, (lane + 1) * H)
+        for l in range(self.L):
+            res = st.resident[l, rows].cpu()  # [H, S] block ids
+            h, s_ = torch.nonzero(res >= 0, as_tuple=True)
+            slots = torch.cat([base.cpu()[h] + s_, base.cpu() + st.LOCAL])
+            blk = torch.cat([res[h, s_], torch.full((H,), n_blk - 1, dtype=torch.int64)])
+            heads = torch.cat([h, torch.arange(H)])
+            if sorted(set(zip(blk.tolist(), heads.tolist()))) != [(b, x) for b in range(n_blk) for x in range(H)]:
+                raise RuntimeError(f"lane {lane}: its GPU blocks at the crossing are not blocks 0..{n_blk - 1}")
+            self.host.k[l][phys[blk], heads] = st.k[l][slots.to(dev)].to("cpu")
+            self.host.v[l][phys[blk], heads] = st.v[l][slots.to(dev)].to("cpu")
 
     def predict(self, l, qsel, lanes32, n_blocks, src, recorded=None):
         """The top-K blocks per row [B * H, K] of layer ``l``: scored from ``qsel`` [B, Hq, D] against the summaries

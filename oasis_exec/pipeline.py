@@ -67,6 +67,7 @@ class Prefetcher:
         self.cuda = device.type == "cuda" and not synchronous
         self.caps = caps  # fetch_caps.DeviceCaps: each layer plan's cap, from the run's policy
         self.max_cap = max_cap = caps.max_cap
+        self.zero_rows = None  # bool [R] of the decode step's rows planned with cap 0 (short lanes); see _bg_cap
         L = store.L
         self.done = [None] * L  # CUDA event: layer l's transfer finished
         self.jobs = [None] * L  # host path: future that has enqueued layer l's transfer
@@ -283,6 +284,18 @@ class Prefetcher:
             return caps.fixed
         return caps.cap(layer, self.store.resident[layer][self._rows_tensor(rows)], pred)
 
+    def _bg_cap(self, layer, pred, rows):
+        """``_cap`` of a background plan, 0 for the rows in ``zero_rows`` (short lanes, set by the decode step for
+        its rows: a bool tensor [R] on the device; they must not evict before their crossing). An int cap wider
+        than the plan buffers is left as it is (no short row has a block missing)."""
+        cap = self._cap(layer, pred, rows)
+        z = self.zero_rows
+        if z is None or (isinstance(cap, int) and cap > self.max_cap):
+            return cap
+        if isinstance(cap, int):
+            cap = torch.full(z.shape, cap, dtype=torch.int64, device=z.device)
+        return cap.masked_fill(z, 0)
+
     def launch(self, layer, after, predict, lanes, rows) -> None:
         """Background prediction -> cap -> selection -> transfer of ``layer`` once event ``after`` (main stream)
         fires.
@@ -295,7 +308,7 @@ class Prefetcher:
             t0 = time.perf_counter()
             pred = predict()
             t1 = time.perf_counter()
-            plan = self.select(layer, pred, rows, step, self._cap(layer, pred, rows))
+            plan = self.select(layer, pred, rows, step, self._bg_cap(layer, pred, rows))
             t2 = time.perf_counter()
             if tr is not None:  # inline, in order: the "side streams" of the CPU run one after the other
                 tr += [("pred", layer, t0, t1), ("select", layer, t1, t2)]
@@ -312,7 +325,7 @@ class Prefetcher:
             self.s_pred.wait_event(after)
             e0 = ev(); e0.record()
             pred = predict()
-            cap = self._cap(layer, pred, rows)
+            cap = self._bg_cap(layer, pred, rows)
             e1 = ev(); e1.record()
             # one plan_select launch: selection, copy list and counters (the "select" stage includes the copy list)
             plan = self._select_for(layer, pred, lanes, rows, step, cap)

@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import torch
 
+from oasis_core.short_context import ShortContext
 from oasis_core.specs import ModelSpec, get_model
 
 from .config import ExecConfig
@@ -77,6 +78,9 @@ class Runner:
                                     cfg.seed + 1, dt, dev, lm_head=decoder.lm_head)
         self.bs, self.H, self.L = cfg.block_size, s.n_kv_heads, s.n_layers
         self.K = cfg.top_k
+        # Short contexts (oasis_core.short_context): lanes whose context fits the resident set run dense on the GPU
+        self.short = ShortContext(top_k=self.K, block_size=self.bs) if cfg.sparse and cfg.short_context else None
+        self._crossing = set()  # lanes whose next decode step is their crossing (host blocks just taken)
         kv = build_kv_layout(cfg, shape=s, dtype=dt, device=dev)
         self.geometry, self.lane_bytes, self.max_lanes = kv.geometry, kv.lane_bytes, kv.max_lanes
         self.store, self.host, self.host_blocks_total = kv.store, kv.host, kv.host_blocks_total
@@ -92,7 +96,7 @@ class Runner:
         self.trace = StepTrace()
         self.model = ModelExec(cfg=cfg, decoder=decoder, draft=draft, store=self.store, host=self.host,
                                pipe=self.pipe, caps=self.caps, trace=self.trace, max_lanes=self.max_lanes, device=dev,
-                               dtype=dt)
+                               dtype=dt, short=self.short)
         self.gen = torch.Generator(device=dev).manual_seed(cfg.seed)
         # sampler(logits [rows, V], sampling params a row) -> token ids [rows]; rows are the plan's prefill
         # request, else its decode items, in order. The Engine installs its per-request-seeded sampler here.
@@ -173,6 +177,7 @@ class Runner:
 
     def _admit(self, a) -> None:
         self.sources.admit(a.lane)
+        self._crossing.discard(a.lane)
         if self.cfg.sparse:
             self.lane_blocks[a.lane] = list(a.host_blocks)
             self.store.reset_lane(a.lane, a.host_blocks)
@@ -203,11 +208,15 @@ class Runner:
         pos = torch.tensor(pos_list, device=dev)
         sets, synth_ready = self.sources.sets(lanes_list, pos_list)
         recorded = [] if self.sources.record is not None else None
-        if self.cuda_graphs.ok(lanes_list):
+        cross = [i for i, it in enumerate(items) if it.lane in self._crossing]
+        if cross:  # short lanes outgrowing their window: their KV so far to the host first (an eager step)
+            self._cross([items[i] for i in cross])
+        if not cross and self.cuda_graphs.ok(lanes_list):
             logits, aux = self.cuda_graphs.replay(lanes_list, toks, pos, sets)
         else:
             lanes = torch.tensor(lanes_list, device=dev)
-            logits, aux = self.model.decode_core(lanes, _rows_of(lanes_list, self.H), toks, pos, sets, recorded)
+            logits, aux = self.model.decode_core(lanes, _rows_of(lanes_list, self.H), toks, pos, sets, recorded,
+                                                 cross=cross or None)
         if synth_ready is not None:
             self.sources.presynth(lanes_list, synth_ready)
         self.last_logits = {it.req_id: logits[i] for i, it in enumerate(items)}
@@ -228,12 +237,27 @@ class Runner:
         self.decode_steps += 1
         return {it.req_id: out[i] for i, it in enumerate(items)}
 
+    def _cross(self, items) -> None:
+        """The crossing of short lanes (``ShortContext.crossing``): every block written so far goes device->host
+        once, into the host blocks the lane took for this step, before any of them can be evicted."""
+        if self.pipe is not None:
+            self.pipe.wait_all()
+        for it in items:
+            ctx = it.position + 1
+            if not self.short.crossing(ctx):
+                raise RuntimeError(f"lane {it.lane}: host blocks taken at context {ctx}, not at its crossing "
+                                   f"({self.short.window_tokens + 1})")
+            self.model.offload(it.lane, self.short.offload_tokens(ctx))
+            self._crossing.discard(it.lane)
+
     # -- accounting -----------------------------------------------------------------------------------------------
 
     def extend_blocks(self, lane: int, blocks) -> None:
         """Host blocks a lane's request took as it grew: appended to its block table (sparse modes). Scalar writes
         (a fill kernel each, usually one block) so that no host-to-device copy synchronises the step."""
         have = self.lane_blocks[lane]
+        if not have and self.short is not None:  # a short lane's first host blocks: its next step crosses
+            self._crossing.add(lane)
         for b in blocks:
             self.store.host_table[lane, len(have)] = int(b)
             have.append(b)

@@ -4,7 +4,9 @@
   block ids (in logical block order).
 - ``LaneAccounting``: the core's ``Accounting`` in lanes (the GPU budget: a lane is one request's fixed share of
   the GPU KV state, sized by the runner from ``--kv-budget-gb``) and host blocks (``--host-kv-gb``; dense and quest
-  keep no host copy and need none). A request takes its lane at admission and its host blocks as it grows.
+  keep no host copy and need none). A request takes its lane at admission and its host blocks as it grows; with a
+  short-context rule (``oasis_core.short_context``) a sparse-mode request holds ``host_tokens(ctx)`` tokens' blocks:
+  none while its context fits the resident set, all of them from its crossing step on.
 - ``Admit``, ``PrefillChunk``, ``DecodeItem``, ``RunnerCall``: what one runner call executes. The engine cuts a
   core ``Plan`` into runner calls (its prefill chunks, then its decode batch); they carry no decision of their own.
 """
@@ -67,22 +69,28 @@ class Request(CoreRequest):
 class LaneAccounting:
     """``oasis_core.scheduler.Accounting`` in GPU lanes and host block ids."""
 
-    def __init__(self, *, max_lanes: int, host_blocks: int, block_size: int, needs_host: bool):
+    def __init__(self, *, max_lanes: int, host_blocks: int, block_size: int, needs_host: bool, short=None):
         if max_lanes < 1:
             raise ValueError(f"max_lanes: must be >= 1, got {max_lanes} (the KV budget fits no request)")
         self.max_lanes, self.host_total, self.bs, self.needs_host = max_lanes, host_blocks, block_size, needs_host
+        self.short = short  # oasis_core.short_context.ShortContext (sparse modes with the rule on), else None
         self.free_lanes = list(range(max_lanes))
         self.free_host = deque(range(host_blocks))
         self.grown: list = []  # (request, new host block ids) of running requests, drained by the engine
 
     def need(self, r: Request, tokens: int, *, staging: bool) -> tuple:
-        return 1, (-(-tokens // self.bs) if self.needs_host else 0)
+        if not self.needs_host:
+            return 1, 0
+        if self.short is not None:
+            tokens = self.short.host_tokens(tokens)
+        return 1, -(-tokens // self.bs)
 
     def capacity(self) -> tuple:
         return self.max_lanes, self.host_total
 
     def resize(self, r: Request, gpu, host) -> bool:
         lanes, blocks = int(gpu), int(host)
+        had_lane = r.lane >= 0
         if lanes > 1 or (lanes > r.gpu_held and not self.free_lanes) \
                 or blocks - len(r.host_blocks) > len(self.free_host):
             return False
@@ -94,7 +102,7 @@ class LaneAccounting:
             r.lane = -1
         if blocks > len(r.host_blocks):
             new = [self.free_host.popleft() for _ in range(blocks - len(r.host_blocks))]
-            if r.host_blocks:
+            if r.host_blocks or had_lane:  # grown, or a short request's crossing (its first host blocks)
                 self.grown.append((r, new))
             r.host_blocks.extend(new)
         elif blocks < len(r.host_blocks):

@@ -183,7 +183,7 @@ def test_engine_state_stays_bounded_over_many_requests(mode):
 
 
 def test_engine_stats_while_busy():
-    eng = _engine("lookahead", max_lanes=2)
+    eng = _engine("lookahead", max_lanes=2, short_context=False)  # 40-70 tokens would all be short
     rng = random.Random(1)
     for _ in range(3):
         eng.add_request(_prompt(rng, 40), SamplingParams(max_tokens=30))

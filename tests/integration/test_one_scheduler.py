@@ -175,7 +175,7 @@ def test_bad_construction_is_a_value_error_naming_the_field():
 
 # ---- both backends, one trace ----
 
-TRACE = [(40, 50), (56, 30), (30, 12), (210, 8), (20, 10), (64, 6)]  # (prompt, output); 210 + 8 > the host pool
+TRACE = [(40, 70), (56, 60), (30, 12), (210, 8), (20, 10), (64, 60)]  # (prompt, output); 210 + 8 > the host pool
 LANES, HOST_BLOCKS, BS, CHUNK = 3, 13, 16, 48
 
 
@@ -196,8 +196,7 @@ def _sim_plans():
 
     bpt = KVGeometry(get_model("tiny"), BS).bytes_per_token
     cfg = SimConfig(model="tiny", mode="lookahead", top_k=4, block_size=BS, max_batch=LANES, chunk_tokens=CHUNK,
-                    hbm_bytes=1e12, host_bytes=HOST_BLOCKS * BS * bpt, timeline_steps=0,
-                    short_context=False)  # the executor does not apply oasis_core.short_context yet: drop when it does
+                    hbm_bytes=1e12, host_bytes=HOST_BLOCKS * BS * bpt, timeline_steps=0)
     trace = Trace(requests=tuple(TraceRequest(id=i, arrival_s=0.0, prompt_tokens=p, output_tokens=o)
                                  for i, (p, o) in enumerate(TRACE)))
     orig = sim.SimScheduler
@@ -278,7 +277,8 @@ def test_executor_preemption_keeps_greedy_output():
     def run(host_blocks):
         eng = Engine(ExecConfig(model="tiny", device="cpu", dtype="float32", mode="retrieval", top_k=16,
                                 block_size=BS, max_context=320, max_lanes=2, draft_vocab=64, prefill_chunk=CHUNK,
-                                host_kv_gb=(host_blocks + 0.5) * unit / 1e9))
+                                host_kv_gb=(host_blocks + 0.5) * unit / 1e9,
+                                short_context=False))  # top_k=16: every request is short, holding no host blocks
         out = eng.generate(prompts, SamplingParams(max_tokens=40))
         return out, eng.scheduler.preemptions
 
