@@ -27,6 +27,7 @@ Interpreter fixes (Triton 3.6, applied only when interpreting; the compiled path
 - ``tl.dot`` on bfloat16 multiplies the raw uint16 bit patterns (bf16 is stored as uint16 there); the fix widens
   bf16 operands to fp32 first, exact for bf16 values.
 """
+
 import os
 import sys
 import warnings
@@ -42,9 +43,13 @@ def _cuda_available() -> bool:
 
 if not _cuda_available() and "TRITON_INTERPRET" not in os.environ:
     if "triton" in sys.modules:
-        warnings.warn("triton was imported before kernels on a machine without CUDA: its own @jit helpers are "
-                      "compiled-mode, so interpreted kernels that reduce (tl.max, tl.sum) will fail; import kernels "
-                      "first or set TRITON_INTERPRET=1 in the environment", RuntimeWarning, stacklevel=2)
+        warnings.warn(
+            "triton was imported before kernels on a machine without CUDA: its own @jit helpers are "
+            "compiled-mode, so interpreted kernels that reduce (tl.max, tl.sum) will fail; import kernels "
+            "first or set TRITON_INTERPRET=1 in the environment",
+            RuntimeWarning,
+            stacklevel=2,
+        )
     os.environ["TRITON_INTERPRET"] = "1"
 
 

@@ -1,4 +1,5 @@
 """Small helpers shared by the kernel wrappers: input checks and launch-shape arithmetic."""
+
 from __future__ import annotations
 
 import functools
@@ -34,7 +35,8 @@ def check(t: torch.Tensor, name: str, shape: tuple, dtype=None, device=None, inn
         if t.shape[-i] > 1:
             assert t.stride(-i) == expect, (
                 f"{name}: last {inner_contiguous} dims must be contiguous, got strides {t.stride()} "
-                f"for shape {tuple(t.shape)}")
+                f"for shape {tuple(t.shape)}"
+            )
         expect *= t.shape[-i]
 
 

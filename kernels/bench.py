@@ -7,6 +7,7 @@ records (kernel, shape, launch parameters, ms, bytes, GB/s, fraction of the roof
 Without ``--quick`` the attention kernels sweep their launch parameters, and the best configuration of each is
 reported at the end: pass those as the wrappers' defaults or arguments.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -23,7 +24,6 @@ from .gather import bench_gather
 from .paged_attn import bench_paged_attn
 from .sparse_attn import bench_sparse_attn
 from .summary_update import bench_summary_update
-
 
 TILE_SWEEP = [dict(tile=t, num_warps=w, num_stages=st) for t in (2, 4, 8) for w in (4, 8) for st in (2, 3, 4)]
 SPLIT_SWEEP = [1, 2, 3, 4, 6, 8, 12]
@@ -64,7 +64,7 @@ def _other_runs(quick):
         ("fused_ops", bench_fused_ops, dict(batch=64)),
     ]
     for n in (256, 4096, 24576):
-        for p, t in (((16, 8), (32, 16)) if not quick else ((16, 8),)):
+        for p, t in ((16, 8), (32, 16)) if not quick else ((16, 8),):
             runs.append(("gather", bench_gather, dict(n_items=n, n_programs=p, n_threads=t)))
     return runs
 
@@ -100,10 +100,16 @@ def main(argv=None):
             if "error" in r:
                 print(f"{name:15s} {kw} ERROR {r['error']}", flush=True)
             else:
-                shown = {k: v for k, v in r.items() if k not in ("kernel", "bytes", "roofline_gbps", "ms", "gbps",
-                                                                   "frac_roofline")}
-                print(f"{r['kernel']:15s} {r['ms']*1e3:9.1f} us {r['gbps']:8.1f} GB/s "
-                      f"{100*r['frac_roofline']:5.1f}% of roofline  {shown}", flush=True)
+                shown = {
+                    k: v
+                    for k, v in r.items()
+                    if k not in ("kernel", "bytes", "roofline_gbps", "ms", "gbps", "frac_roofline")
+                }
+                print(
+                    f"{r['kernel']:15s} {r['ms'] * 1e3:9.1f} us {r['gbps']:8.1f} GB/s "
+                    f"{100 * r['frac_roofline']:5.1f}% of roofline  {shown}",
+                    flush=True,
+                )
         return None if isinstance(res, list) or "error" in res else res
 
     for name in ATTN:
@@ -119,10 +125,15 @@ def main(argv=None):
             best[key] = r
     print("best per (kernel, batch):")
     for (k, b), r in sorted(best.items()):
-        print(f"  {k} batch {b}: {r['gbps']:.0f} GB/s ({100*r['frac_roofline']:.1f}%) {r}")
-    doc = dict(device=torch.cuda.get_device_name(), date=datetime.datetime.now().isoformat(timespec="seconds"),
-               commit=_commit(), torch=torch.__version__, records=records,
-               best=[r for _, r in sorted(best.items())])
+        print(f"  {k} batch {b}: {r['gbps']:.0f} GB/s ({100 * r['frac_roofline']:.1f}%) {r}")
+    doc = dict(
+        device=torch.cuda.get_device_name(),
+        date=datetime.datetime.now().isoformat(timespec="seconds"),
+        commit=_commit(),
+        torch=torch.__version__,
+        records=records,
+        best=[r for _, r in sorted(best.items())],
+    )
     if args.out:
         with open(args.out, "w") as f:
             json.dump(doc, f, indent=1)

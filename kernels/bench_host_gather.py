@@ -20,6 +20,7 @@ torch ops, as the main thread does while it launches a decode step's kernels); `
 pure Python and holds the GIL except at switch intervals: the worst case). On a machine with few cores the second
 thread also takes a core. CPU only; no GPU figures.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -32,8 +33,8 @@ from concurrent.futures import ThreadPoolExecutor
 
 import torch
 
-from ._util import cdiv
 from . import host_native
+from ._util import cdiv
 from .gather import HostStager
 
 HKV, BS, D = 8, 16, 128
@@ -45,7 +46,7 @@ def legacy_host_gather_stage(host_k, host_v, src_block, src_head, stage_k, stage
     n = src_block.shape[0]
     if n == 0:
         return 0
-    flat = (src_block.long() * Hkv + src_head.long())
+    flat = src_block.long() * Hkv + src_head.long()
     hk, hv = host_k.view(nb * Hkv, BS * D), host_v.view(nb * Hkv, BS * D)
     sk, sv = stage_k.view(-1, BS * D), stage_v.view(-1, BS * D)
 
@@ -106,8 +107,16 @@ def _native(n, n_threads):
     return fn
 
 
-def run(threads=(1, 2), blocks=(256, 768, 4096, 24576), pool_gb=2.0, conditions=("idle", "launcher", "python"),
-        impls=("legacy", "flat"), min_s=0.6, seed=0, rotate_mb=1024):
+def run(
+    threads=(1, 2),
+    blocks=(256, 768, 4096, 24576),
+    pool_gb=2.0,
+    conditions=("idle", "launcher", "python"),
+    impls=("legacy", "flat"),
+    min_s=0.6,
+    seed=0,
+    rotate_mb=1024,
+):
     n_host = int(pool_gb * 2**30 / (HKV * BS * D * 2))
     host_k = torch.empty(n_host, HKV, BS, D, dtype=torch.bfloat16)
     host_v = torch.empty_like(host_k)
@@ -116,17 +125,25 @@ def run(threads=(1, 2), blocks=(256, 768, 4096, 24576), pool_gb=2.0, conditions=
     rows = []
     for n in blocks:
         n_sets = max(4, cdiv(rotate_mb << 20, n * BS * D * 2 * 2))
-        sets = [(torch.randint(0, n_host, (n,), generator=g, dtype=torch.int32),
-                 torch.randint(0, HKV, (n,), generator=g, dtype=torch.int32)) for _ in range(n_sets)]
+        sets = [
+            (
+                torch.randint(0, n_host, (n,), generator=g, dtype=torch.int32),
+                torch.randint(0, HKV, (n,), generator=g, dtype=torch.int32),
+            )
+            for _ in range(n_sets)
+        ]
         nbytes = n * BS * D * 2 * 2
         for nt in threads:
             stager = HostStager(n, BS, D, device="cpu", n_threads=nt)
             pool = ThreadPoolExecutor(max_workers=nt) if nt > 1 else None
             nat = _native(n, nt)
-            fns = {"flat": lambda sb, sh: stager.gather(host_k, host_v, sb, sh),
-                   "native": lambda sb, sh: nat(host_k, host_v, sb, sh, stager.stage_k, stager.stage_v),
-                   "legacy": lambda sb, sh: legacy_host_gather_stage(host_k, host_v, sb, sh, stager.stage_k,
-                                                                     stager.stage_v, pool)}
+            fns = {  # the loop's stager / nat / pool bound as defaults: each dict is used within its iteration
+                "flat": lambda sb, sh, st=stager: st.gather(host_k, host_v, sb, sh),
+                "native": lambda sb, sh, st=stager, f=nat: f(host_k, host_v, sb, sh, st.stage_k, st.stage_v),
+                "legacy": lambda sb, sh, st=stager, p=pool: legacy_host_gather_stage(
+                    host_k, host_v, sb, sh, st.stage_k, st.stage_v, p
+                ),
+            }
             for cond in conditions:
                 for impl in impls:
                     fn = fns[impl]
@@ -150,11 +167,26 @@ def run(threads=(1, 2), blocks=(256, 768, 4096, 24576), pool_gb=2.0, conditions=
                     ts.sort()
                     ms = 1e3 * ts[len(ts) // 2]
                     gbps = nbytes / ms / 1e6
-                    rows.append(dict(impl=impl, condition=cond, threads=nt, blocks=n, bytes=nbytes, reps=len(ts),
-                                     ms_p50=ms, ms_min=1e3 * ts[0], gbps=gbps, gbps_per_thread=gbps / nt,
-                                     correct=bool(ok)))
-                    print(f"{impl:6s} {cond:8s} threads={nt} blocks={n:6d}: {gbps:6.2f} GB/s "
-                          f"({gbps / nt:5.2f}/thread, p50 {ms:7.2f} ms, {len(ts)} reps)", flush=True)
+                    rows.append(
+                        dict(
+                            impl=impl,
+                            condition=cond,
+                            threads=nt,
+                            blocks=n,
+                            bytes=nbytes,
+                            reps=len(ts),
+                            ms_p50=ms,
+                            ms_min=1e3 * ts[0],
+                            gbps=gbps,
+                            gbps_per_thread=gbps / nt,
+                            correct=bool(ok),
+                        )
+                    )
+                    print(
+                        f"{impl:6s} {cond:8s} threads={nt} blocks={n:6d}: {gbps:6.2f} GB/s "
+                        f"({gbps / nt:5.2f}/thread, p50 {ms:7.2f} ms, {len(ts)} reps)",
+                        flush=True,
+                    )
             stager.close()
             if pool is not None:
                 pool.shutdown()
@@ -180,12 +212,20 @@ def main(argv=None):
     p.add_argument("--out", default=None, help="write the JSON here")
     a = p.parse_args(argv)
     rows = run(a.threads, a.blocks, a.pool_gb, a.conditions, a.impls, a.min_s, rotate_mb=a.rotate_mb)
-    meta = dict(date=time.strftime("%Y-%m-%d"), commit=_commit(), torch=torch.__version__,
-                cpu=platform.processor() or platform.machine(), cores=torch.get_num_threads(),
-                parallel_backend=torch.__config__.parallel_info().splitlines()[-1].strip(),
-                item=f"{BS}x{D} bf16 (4 KiB) per (block, head), K and V", hkv=HKV, pool_gb_per_tensor=a.pool_gb,
-                rotate_mib=a.rotate_mb,
-                design_ref_gbps_per_thread=5.0, gpu=False)
+    meta = dict(
+        date=time.strftime("%Y-%m-%d"),
+        commit=_commit(),
+        torch=torch.__version__,
+        cpu=platform.processor() or platform.machine(),
+        cores=torch.get_num_threads(),
+        parallel_backend=torch.__config__.parallel_info().splitlines()[-1].strip(),
+        item=f"{BS}x{D} bf16 (4 KiB) per (block, head), K and V",
+        hkv=HKV,
+        pool_gb_per_tensor=a.pool_gb,
+        rotate_mib=a.rotate_mb,
+        design_ref_gbps_per_thread=5.0,
+        gpu=False,
+    )
     out = dict(meta=meta, rows=rows)
     if a.out:
         with open(a.out, "w") as f:

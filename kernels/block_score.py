@@ -16,6 +16,7 @@ Returns ``scores: [B, Hkv, Nmax]`` fp32; ``-inf`` for blocks ``>= n_blocks[b]`` 
 with fewer eligible blocks than K come out as -inf: check the values, or use ``oasis_core.scoring.topk_blocks``).
 Both products are formed by tensor-core dots on the query's halves; each summary tile is read once per group.
 """
+
 from __future__ import annotations
 
 import torch
@@ -27,12 +28,30 @@ from ._util import HBM_ROOFLINE_GBPS, cdiv, check, next_pow2
 
 @triton.jit
 def block_score_kernel(
-    Q, KMIN, KMAX, SEAT, NBLK, OUT, Nmax,
-    stride_qb, stride_qh,
-    stride_ms, stride_mh, stride_mn, stride_xs, stride_xh, stride_xn,
-    stride_ob, stride_oh,
-    HKV: tl.constexpr, G: tl.constexpr, D: tl.constexpr, BLOCK_G: tl.constexpr, BLOCK_N: tl.constexpr,
-    HAS_SEAT: tl.constexpr, EXCLUDE_LOCAL: tl.constexpr,
+    Q,
+    KMIN,
+    KMAX,
+    SEAT,
+    NBLK,
+    OUT,
+    Nmax,
+    stride_qb,
+    stride_qh,
+    stride_ms,
+    stride_mh,
+    stride_mn,
+    stride_xs,
+    stride_xh,
+    stride_xn,
+    stride_ob,
+    stride_oh,
+    HKV: tl.constexpr,
+    G: tl.constexpr,
+    D: tl.constexpr,
+    BLOCK_G: tl.constexpr,
+    BLOCK_N: tl.constexpr,
+    HAS_SEAT: tl.constexpr,
+    EXCLUDE_LOCAL: tl.constexpr,
 ):
     row = tl.program_id(0)
     nb = tl.program_id(1)
@@ -47,15 +66,24 @@ def block_score_kernel(
     offs_d = tl.arange(0, D)
     offs_n = nb * BLOCK_N + tl.arange(0, BLOCK_N)
     ok = offs_n < n_ok_blk
-    q = tl.load(Q + b.to(tl.int64) * stride_qb + (h * G + offs_g)[:, None] * stride_qh + offs_d[None, :],
-                mask=(offs_g < G)[:, None], other=0.0)
+    q = tl.load(
+        Q + b.to(tl.int64) * stride_qb + (h * G + offs_g)[:, None] * stride_qh + offs_d[None, :],
+        mask=(offs_g < G)[:, None],
+        other=0.0,
+    )
     zero = tl.zeros_like(q)
     q_pos = tl.where(q > 0, q, zero)
     q_neg = tl.where(q < 0, q, zero)
-    kmin = tl.load(KMIN + seat.to(tl.int64) * stride_ms + h * stride_mh + offs_n[:, None] * stride_mn
-                   + offs_d[None, :], mask=ok[:, None], other=0.0)
-    kmax = tl.load(KMAX + seat.to(tl.int64) * stride_xs + h * stride_xh + offs_n[:, None] * stride_xn
-                   + offs_d[None, :], mask=ok[:, None], other=0.0)
+    kmin = tl.load(
+        KMIN + seat.to(tl.int64) * stride_ms + h * stride_mh + offs_n[:, None] * stride_mn + offs_d[None, :],
+        mask=ok[:, None],
+        other=0.0,
+    )
+    kmax = tl.load(
+        KMAX + seat.to(tl.int64) * stride_xs + h * stride_xh + offs_n[:, None] * stride_xn + offs_d[None, :],
+        mask=ok[:, None],
+        other=0.0,
+    )
     s = tl.dot(q_pos.to(kmax.dtype), tl.trans(kmax)) + tl.dot(q_neg.to(kmin.dtype), tl.trans(kmin))  # [G, N]
     s = tl.where((offs_g < G)[:, None], s, float("-inf"))
     best = tl.max(s, 0)
@@ -84,12 +112,31 @@ def block_score(q, kmin, kmax, n_blocks, seat=None, exclude_local=True, out=None
     block_n = max(16, min(block_n, next_pow2(Nmax)))
     grid = (B * Hkv, cdiv(Nmax, block_n))
     block_score_kernel[grid](
-        q, kmin, kmax, seat if seat is not None else n_blocks, n_blocks, out, Nmax,
-        q.stride(0), q.stride(1),
-        kmin.stride(0), kmin.stride(1), kmin.stride(2), kmax.stride(0), kmax.stride(1), kmax.stride(2),
-        out.stride(0), out.stride(1),
-        HKV=Hkv, G=Hq // Hkv, D=D, BLOCK_G=max(16, next_pow2(Hq // Hkv)), BLOCK_N=block_n,
-        HAS_SEAT=seat is not None, EXCLUDE_LOCAL=exclude_local, num_warps=num_warps,
+        q,
+        kmin,
+        kmax,
+        seat if seat is not None else n_blocks,
+        n_blocks,
+        out,
+        Nmax,
+        q.stride(0),
+        q.stride(1),
+        kmin.stride(0),
+        kmin.stride(1),
+        kmin.stride(2),
+        kmax.stride(0),
+        kmax.stride(1),
+        kmax.stride(2),
+        out.stride(0),
+        out.stride(1),
+        HKV=Hkv,
+        G=Hq // Hkv,
+        D=D,
+        BLOCK_G=max(16, next_pow2(Hq // Hkv)),
+        BLOCK_N=block_n,
+        HAS_SEAT=seat is not None,
+        EXCLUDE_LOCAL=exclude_local,
+        num_warps=num_warps,
     )
     return out
 
@@ -107,10 +154,12 @@ def block_score_ref(q, kmin, kmax, n_blocks, seat=None, exclude_local=True):
     return torch.where(ok[:, None, :], s, torch.full_like(s, float("-inf")))
 
 
-def bench_block_score(batch=64, n_q_heads=32, n_kv_heads=8, head_dim=128, context=16384, block_size=16,
-                      block_n=64, num_warps=4, seed=0):
+def bench_block_score(
+    batch=64, n_q_heads=32, n_kv_heads=8, head_dim=128, context=16384, block_size=16, block_n=64, num_warps=4, seed=0
+):
     """GB/s over the summary bytes read (kmin + kmax of every block), against the 4.3 TB/s roofline."""
     from triton.testing import do_bench
+
     torch.manual_seed(seed)
     dev = torch.device("cuda")
     n = context // block_size
@@ -127,6 +176,16 @@ def bench_block_score(batch=64, n_q_heads=32, n_kv_heads=8, head_dim=128, contex
     ms = do_bench(fn, warmup=25, rep=200)
     nbytes = 2 * kmin.numel() * 2
     gbps = nbytes / ms / 1e6
-    return dict(kernel="block_score", batch=batch, context=context, block_n=block_n, num_warps=num_warps, ms=ms,
-                bytes=nbytes, gbps=gbps, roofline_gbps=HBM_ROOFLINE_GBPS, frac_roofline=gbps / HBM_ROOFLINE_GBPS,
-                max_rel_err=err)
+    return dict(
+        kernel="block_score",
+        batch=batch,
+        context=context,
+        block_n=block_n,
+        num_warps=num_warps,
+        ms=ms,
+        bytes=nbytes,
+        gbps=gbps,
+        roofline_gbps=HBM_ROOFLINE_GBPS,
+        frac_roofline=gbps / HBM_ROOFLINE_GBPS,
+        max_rel_err=err,
+    )

@@ -25,6 +25,7 @@ numpy's (the interpreter) are within 1 ulp. The kernel is launched with ``enable
 contraction changes the rounding of the angle or of ``x1 * cos - x2 * sin``: with fp32 inputs on CUDA the result is
 then the reference's bit for bit up to the q/k norm's reduction order.
 """
+
 from __future__ import annotations
 
 import torch
@@ -58,10 +59,21 @@ def _cast(x, dtype: tl.constexpr, RNE: tl.constexpr):
 
 # --------------------------------------------------------------------------------------------- RMSNorm (+ residual)
 
+
 @triton.jit
 def rms_norm_kernel(
-    X, R, W, S, Y, stride_x, stride_r, H, eps,
-    HAS_R: tl.constexpr, BLOCK: tl.constexpr, RNE: tl.constexpr,
+    X,
+    R,
+    W,
+    S,
+    Y,
+    stride_x,
+    stride_r,
+    H,
+    eps,
+    HAS_R: tl.constexpr,
+    BLOCK: tl.constexpr,
+    RNE: tl.constexpr,
 ):
     """Row ``program_id`` of X (and R); S and Y are contiguous [rows, H]."""
     row = tl.program_id(0).to(tl.int64)
@@ -93,17 +105,33 @@ def _norm(x, r, w, eps):
     assert w.dim() == 1 and w.shape[0] == H and w.stride(0) == 1, f"w must be contiguous [{H}], got {tuple(w.shape)}"
     x2 = _rows(x, H)
     rows = x2.shape[0]
-    y = torch.empty((rows, H), dtype=x.dtype if w.dtype == x.dtype else torch.promote_types(x.dtype, w.dtype),
-                    device=x.device)
+    y = torch.empty(
+        (rows, H), dtype=x.dtype if w.dtype == x.dtype else torch.promote_types(x.dtype, w.dtype), device=x.device
+    )
     s, r2 = y, x2
     if r is not None:
-        assert r.shape == x.shape and r.dtype == x.dtype, f"r {tuple(r.shape)} {r.dtype} vs x {tuple(x.shape)} {x.dtype}"
+        assert r.shape == x.shape and r.dtype == x.dtype, (
+            f"r {tuple(r.shape)} {r.dtype} vs x {tuple(x.shape)} {x.dtype}"
+        )
         r2 = _rows(r, H)
         s = torch.empty((rows, H), dtype=x.dtype, device=x.device)
     if rows:
         BLOCK = next_pow2(H)
-        rms_norm_kernel[(rows,)](x2, r2, w, s, y, x2.stride(0), r2.stride(0), H, float(eps), HAS_R=r is not None,
-                                 BLOCK=BLOCK, RNE=_RNE, num_warps=_warps(BLOCK))
+        rms_norm_kernel[(rows,)](
+            x2,
+            r2,
+            w,
+            s,
+            y,
+            x2.stride(0),
+            r2.stride(0),
+            H,
+            float(eps),
+            HAS_R=r is not None,
+            BLOCK=BLOCK,
+            RNE=_RNE,
+            num_warps=_warps(BLOCK),
+        )
     if x.dim() != 2:
         y, s = y.view(x.shape), s.view(x.shape)
     return y if r is None else (s, y)
@@ -147,8 +175,22 @@ def rope_inv_freq(d: int, theta: float, device) -> torch.Tensor:
 
 @triton.jit
 def qk_norm_rope_kernel(
-    Y, POS, QW, KW, INV, Q, K, V, stride_y, HQ, HK, eps,
-    HALF: tl.constexpr, BLOCK: tl.constexpr, HAS_NORM: tl.constexpr, RNE: tl.constexpr,
+    Y,
+    POS,
+    QW,
+    KW,
+    INV,
+    Q,
+    K,
+    V,
+    stride_y,
+    HQ,
+    HK,
+    eps,
+    HALF: tl.constexpr,
+    BLOCK: tl.constexpr,
+    HAS_NORM: tl.constexpr,
+    RNE: tl.constexpr,
 ):
     n = tl.program_id(0).to(tl.int64)
     h = tl.program_id(1)
@@ -174,8 +216,12 @@ def qk_norm_rope_kernel(
             rstd = 1.0 / tl.sqrt((tl.sum(xf1 * xf1, 0) + tl.sum(xf2 * xf2, 0)) / (2 * HALF) + eps)
             w1 = tl.load(wp + offs, mask=m, other=0.0).to(tl.float32)
             w2 = tl.load(wp + HALF + offs, mask=m, other=0.0).to(tl.float32)
-            xf1 = _cast(_cast(xf1 * rstd, Y.dtype.element_ty, RNE).to(tl.float32) * w1, Q.dtype.element_ty, RNE).to(tl.float32)
-            xf2 = _cast(_cast(xf2 * rstd, Y.dtype.element_ty, RNE).to(tl.float32) * w2, Q.dtype.element_ty, RNE).to(tl.float32)
+            xf1 = _cast(_cast(xf1 * rstd, Y.dtype.element_ty, RNE).to(tl.float32) * w1, Q.dtype.element_ty, RNE).to(
+                tl.float32
+            )
+            xf2 = _cast(_cast(xf2 * rstd, Y.dtype.element_ty, RNE).to(tl.float32) * w2, Q.dtype.element_ty, RNE).to(
+                tl.float32
+            )
         p = tl.load(POS + n).to(tl.float32)
         inv = tl.load(INV + offs, mask=m, other=0.0)
         ang = p * inv  # one rounded fp32 multiply, as torch (the launch disables FMA contraction)
@@ -189,22 +235,27 @@ def qk_norm_rope(y, pos, hq, hk, d, q_w=None, k_w=None, eps=1e-6, theta=10000.0,
     """y [N, (hq + 2 hk) d] -> q [N, hq, d], k [N, hk, d] (optional per-head RMSNorm, then RoPE at ``pos`` [N]),
     v [N, hk, d] (contiguous copy); one launch. ``inv_freq`` [d / 2] fp32 defaults to :func:`rope_inv_freq`."""
     N = y.shape[0]
-    assert y.dim() == 2 and y.shape[1] == (hq + 2 * hk) * d, \
+    assert y.dim() == 2 and y.shape[1] == (hq + 2 * hk) * d, (
         f"y must be [N, {(hq + 2 * hk) * d}] for hq={hq}, hk={hk}, d={d}; got {tuple(y.shape)}"
+    )
     assert d % 2 == 0, f"head dim {d} must be even"
     assert (q_w is None) == (k_w is None), "q_w and k_w go together"
     if y.stride(1) != 1:
         y = y.contiguous()
     if pos.dim() != 1 or pos.stride(0) != 1:
         pos = pos.reshape(-1).contiguous()
-    assert pos.shape[0] == N and not pos.is_floating_point(), f"pos must be integer [{N}], got {pos.dtype} {tuple(pos.shape)}"
+    assert pos.shape[0] == N and not pos.is_floating_point(), (
+        f"pos must be integer [{N}], got {pos.dtype} {tuple(pos.shape)}"
+    )
     if inv_freq is None:
         inv_freq = rope_inv_freq(d, theta, y.device)
     assert inv_freq.shape[0] == d // 2 and inv_freq.dtype == torch.float32
     has_norm = q_w is not None
     qk_dtype = y.dtype
     if has_norm:
-        assert q_w.shape[0] == d and k_w.shape[0] == d and q_w.dtype == k_w.dtype and q_w.stride(0) == k_w.stride(0) == 1
+        assert (
+            q_w.shape[0] == d and k_w.shape[0] == d and q_w.dtype == k_w.dtype and q_w.stride(0) == k_w.stride(0) == 1
+        )
         if q_w.dtype != y.dtype:
             qk_dtype = torch.promote_types(y.dtype, q_w.dtype)
     q = torch.empty(N, hq, d, dtype=qk_dtype, device=y.device)
@@ -213,8 +264,24 @@ def qk_norm_rope(y, pos, hq, hk, d, q_w=None, k_w=None, eps=1e-6, theta=10000.0,
     if N:
         BLOCK = next_pow2(d // 2)
         qk_norm_rope_kernel[(N, hq + 2 * hk)](
-            y, pos, q_w if has_norm else y, k_w if has_norm else y, inv_freq, q, k, v, y.stride(0), hq, hk,
-            float(eps), HALF=d // 2, BLOCK=BLOCK, HAS_NORM=has_norm, RNE=_RNE, num_warps=1, enable_fp_fusion=False,
+            y,
+            pos,
+            q_w if has_norm else y,
+            k_w if has_norm else y,
+            inv_freq,
+            q,
+            k,
+            v,
+            y.stride(0),
+            hq,
+            hk,
+            float(eps),
+            HALF=d // 2,
+            BLOCK=BLOCK,
+            HAS_NORM=has_norm,
+            RNE=_RNE,
+            num_warps=1,
+            enable_fp_fusion=False,
         )
     return q, k, v
 
@@ -226,14 +293,14 @@ def rope_ref(x, pos, theta):
     ang = pos.to(torch.float32)[..., None] * inv
     cos, sin = ang.cos()[..., None, :], ang.sin()[..., None, :]
     xf = x.float()
-    x1, x2 = xf[..., : d // 2], xf[..., d // 2:]
+    x1, x2 = xf[..., : d // 2], xf[..., d // 2 :]
     return torch.cat([x1 * cos - x2 * sin, x2 * cos + x1 * sin], dim=-1).to(x.dtype)
 
 
 def qk_norm_rope_ref(y, pos, hq, hk, d, q_w=None, k_w=None, eps=1e-6, theta=10000.0):
     q = y[:, : hq * d].view(-1, hq, d)
-    k = y[:, hq * d: (hq + hk) * d].view(-1, hk, d)
-    v = y[:, (hq + hk) * d:].view(-1, hk, d)
+    k = y[:, hq * d : (hq + hk) * d].view(-1, hk, d)
+    v = y[:, (hq + hk) * d :].view(-1, hk, d)
     if q_w is not None:
         q = rms_norm_ref(q, q_w, eps)
         k = rms_norm_ref(k, k_w, eps)
@@ -241,6 +308,7 @@ def qk_norm_rope_ref(y, pos, hq, hk, d, q_w=None, k_w=None, eps=1e-6, theta=1000
 
 
 # ------------------------------------------------------------------------------------------------------- SwiGLU
+
 
 @triton.jit
 def silu_mul_kernel(GU, OUT, stride_g, stride_o, M, BLOCK: tl.constexpr, RNE: tl.constexpr):
@@ -262,8 +330,9 @@ def silu_mul(gu):
     out = torch.empty(N, M, dtype=gu.dtype, device=gu.device)
     if N and M:
         BLOCK = min(1024, next_pow2(M))
-        silu_mul_kernel[(N, cdiv(M, BLOCK))](gu, out, gu.stride(0), out.stride(0), M, BLOCK=BLOCK, RNE=_RNE,
-                                            num_warps=4 if BLOCK >= 512 else 1)
+        silu_mul_kernel[(N, cdiv(M, BLOCK))](
+            gu, out, gu.stride(0), out.stride(0), M, BLOCK=BLOCK, RNE=_RNE, num_warps=4 if BLOCK >= 512 else 1
+        )
     return out
 
 
@@ -274,9 +343,11 @@ def silu_mul_ref(gu):
 
 # ------------------------------------------------------------------------------------------------------- bench
 
+
 def bench_fused_ops(batch=8, hidden=4096, hq=32, hk=8, d=128, mlp=12288, seed=0):
     """Time of each fused op at a decode shape (bf16; GB/s of bytes read + written; these are latency-bound)."""
     from triton.testing import do_bench
+
     torch.manual_seed(seed)
     dev, dt = torch.device("cuda"), torch.bfloat16
     x = torch.randn(batch, hidden, device=dev, dtype=dt)
@@ -296,7 +367,16 @@ def bench_fused_ops(batch=8, hidden=4096, hq=32, hk=8, d=128, mlp=12288, seed=0)
     for name, fn, nbytes in cases:
         ms = do_bench(fn, warmup=25, rep=200)
         gbps = nbytes / ms / 1e6
-        out.append(dict(kernel=name, batch=batch, ms=ms, bytes=nbytes, gbps=gbps, roofline_gbps=HBM_ROOFLINE_GBPS,
-                        frac_roofline=gbps / HBM_ROOFLINE_GBPS,
-                        note="launch-bound at decode sizes: what matters is the absolute time"))
+        out.append(
+            dict(
+                kernel=name,
+                batch=batch,
+                ms=ms,
+                bytes=nbytes,
+                gbps=gbps,
+                roofline_gbps=HBM_ROOFLINE_GBPS,
+                frac_roofline=gbps / HBM_ROOFLINE_GBPS,
+                note="launch-bound at decode sizes: what matters is the absolute time",
+            )
+        )
     return out

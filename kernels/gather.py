@@ -22,6 +22,7 @@ copies the blocks into a pinned staging buffer (``host_gather_stage``), one DMA 
 ``scatter_slots`` copies each staged block into its slot. Here the copy list's sources must be CPU tensors (the
 host decides what to gather), while ``dst_slot`` for the scatter lives on the GPU.
 """
+
 from __future__ import annotations
 
 from concurrent.futures import ThreadPoolExecutor
@@ -55,9 +56,25 @@ def _host_arg(t: torch.Tensor):
 
 @triton.jit
 def uva_gather_kernel(
-    HK, HV, SRC_BLK, SRC_HEAD, DST, COUNT, KS, VS, n_items,
-    stride_hkb, stride_hkh, stride_hvb, stride_hvh, stride_ks, stride_vs,
-    CHUNK: tl.constexpr, IPI: tl.constexpr, NPROG: tl.constexpr, HAS_COUNT: tl.constexpr,
+    HK,
+    HV,
+    SRC_BLK,
+    SRC_HEAD,
+    DST,
+    COUNT,
+    KS,
+    VS,
+    n_items,
+    stride_hkb,
+    stride_hkh,
+    stride_hvb,
+    stride_hvh,
+    stride_ks,
+    stride_vs,
+    CHUNK: tl.constexpr,
+    IPI: tl.constexpr,
+    NPROG: tl.constexpr,
+    HAS_COUNT: tl.constexpr,
 ):
     """Persistent: program p copies items p*IPI.., (p+NPROG)*IPI.., ...; one item = one (block, head) of K and V."""
     pid = tl.program_id(0)
@@ -93,8 +110,19 @@ def _check_pool_and_slots(host_k, host_v, k_slots, v_slots):
     return nb, Hkv, BS, D
 
 
-def uva_gather(host_k, host_v, src_block, src_head, dst_slot, k_slots, v_slots, count=None, n_programs=16,
-               items_per_iter=2, num_warps=4):
+def uva_gather(
+    host_k,
+    host_v,
+    src_block,
+    src_head,
+    dst_slot,
+    k_slots,
+    v_slots,
+    count=None,
+    n_programs=16,
+    items_per_iter=2,
+    num_warps=4,
+):
     """Direct-read gather of ``src (block, head)`` of the pinned host pool into ``dst_slot`` of the GPU slots.
 
     Launches ``n_programs`` persistent programs; no host synchronisation (the list and ``count`` stay on the GPU).
@@ -102,8 +130,9 @@ def uva_gather(host_k, host_v, src_block, src_head, dst_slot, k_slots, v_slots, 
     nb, Hkv, BS, D = _check_pool_and_slots(host_k, host_v, k_slots, v_slots)
     dev = k_slots.device
     if dev.type == "cuda":
-        assert host_k.device.type == "cuda" or (host_k.is_pinned() and host_v.is_pinned()), \
+        assert host_k.device.type == "cuda" or (host_k.is_pinned() and host_v.is_pinned()), (
             "host_k/host_v must be pinned (or already on the GPU)"
+        )
     C = src_block.shape[0]
     for name, t in (("src_block", src_block), ("src_head", src_head), ("dst_slot", dst_slot)):
         check(t, name, (C,), torch.int32, dev)
@@ -113,10 +142,26 @@ def uva_gather(host_k, host_v, src_block, src_head, dst_slot, k_slots, v_slots, 
         return
     n_programs = max(1, min(n_programs, cdiv(C, items_per_iter)))
     uva_gather_kernel[(n_programs,)](
-        _host_arg(host_k), _host_arg(host_v), src_block, src_head, dst_slot,
-        count if count is not None else src_block, k_slots, v_slots, C,
-        host_k.stride(0), host_k.stride(1), host_v.stride(0), host_v.stride(1), k_slots.stride(0), v_slots.stride(0),
-        CHUNK=BS * D, IPI=items_per_iter, NPROG=n_programs, HAS_COUNT=count is not None, num_warps=num_warps,
+        _host_arg(host_k),
+        _host_arg(host_v),
+        src_block,
+        src_head,
+        dst_slot,
+        count if count is not None else src_block,
+        k_slots,
+        v_slots,
+        C,
+        host_k.stride(0),
+        host_k.stride(1),
+        host_v.stride(0),
+        host_v.stride(1),
+        k_slots.stride(0),
+        v_slots.stride(0),
+        CHUNK=BS * D,
+        IPI=items_per_iter,
+        NPROG=n_programs,
+        HAS_COUNT=count is not None,
+        num_warps=num_warps,
     )
 
 
@@ -149,8 +194,19 @@ def scatter_slots(stage_k, stage_v, dst_slot, k_slots, v_slots):
     check(dst_slot, "dst_slot", (C,), torch.int32, dev)
     if C == 0:
         return
-    scatter_slots_kernel[(C,)](stage_k, stage_v, dst_slot, k_slots, v_slots, stage_k.stride(0), stage_v.stride(0),
-                               k_slots.stride(0), v_slots.stride(0), CHUNK=BS * D, num_warps=4)
+    scatter_slots_kernel[(C,)](
+        stage_k,
+        stage_v,
+        dst_slot,
+        k_slots,
+        v_slots,
+        stage_k.stride(0),
+        stage_v.stride(0),
+        k_slots.stride(0),
+        v_slots.stride(0),
+        CHUNK=BS * D,
+        num_warps=4,
+    )
 
 
 def _init_intra_threads(n: int) -> None:
@@ -298,17 +354,39 @@ def _bench_setup(n_items, pool_gb, n_kv_heads, block_size, head_dim, seed):
     return host_k, host_v, k_slots, v_slots, src_block, src_head, dst_slot
 
 
-def bench_gather(n_items=4096, pool_gb=4.0, n_kv_heads=8, block_size=16, head_dim=128, n_programs=16,
-                 items_per_iter=2, num_warps=4, n_threads=8, seed=0):
+def bench_gather(
+    n_items=4096,
+    pool_gb=4.0,
+    n_kv_heads=8,
+    block_size=16,
+    head_dim=128,
+    n_programs=16,
+    items_per_iter=2,
+    num_warps=4,
+    n_threads=8,
+    seed=0,
+):
     """GB/s of both paths (K + V bytes moved), against the 55.3 GB/s pinned DMA rate; alone, not beside compute."""
     from triton.testing import do_bench
-    host_k, host_v, k_slots, v_slots, sb, sh, ds = _bench_setup(n_items, pool_gb, n_kv_heads, block_size,
-                                                                 head_dim, seed)
+
+    host_k, host_v, k_slots, v_slots, sb, sh, ds = _bench_setup(
+        n_items, pool_gb, n_kv_heads, block_size, head_dim, seed
+    )
     dev = k_slots.device
     sb_g, sh_g, ds_g = sb.to(dev), sh.to(dev), ds.to(dev)
     nbytes = n_items * block_size * head_dim * 2 * 2
-    uva = lambda: uva_gather(host_k, host_v, sb_g, sh_g, ds_g, k_slots, v_slots, n_programs=n_programs,
-                             items_per_iter=items_per_iter, num_warps=num_warps)
+    uva = lambda: uva_gather(
+        host_k,
+        host_v,
+        sb_g,
+        sh_g,
+        ds_g,
+        k_slots,
+        v_slots,
+        n_programs=n_programs,
+        items_per_iter=items_per_iter,
+        num_warps=num_warps,
+    )
     uva()
     torch.cuda.synchronize()
     i = n_items // 2
@@ -329,7 +407,19 @@ def bench_gather(n_items=4096, pool_gb=4.0, n_kv_heads=8, block_size=16, head_di
     res = []
     for path, ms, ok in (("uva_persistent", ms_uva, ok_uva), ("host_stage_dma", ms_staged, ok_staged)):
         gbps = nbytes / ms / 1e6
-        res.append(dict(kernel="gather", path=path, n_items=n_items, n_programs=n_programs, n_threads=n_threads,
-                        ms=ms, bytes=nbytes, gbps=gbps, roofline_gbps=H2D_ROOFLINE_GBPS,
-                        frac_roofline=gbps / H2D_ROOFLINE_GBPS, correct=bool(ok)))
+        res.append(
+            dict(
+                kernel="gather",
+                path=path,
+                n_items=n_items,
+                n_programs=n_programs,
+                n_threads=n_threads,
+                ms=ms,
+                bytes=nbytes,
+                gbps=gbps,
+                roofline_gbps=H2D_ROOFLINE_GBPS,
+                frac_roofline=gbps / H2D_ROOFLINE_GBPS,
+                correct=bool(ok),
+            )
+        )
     return res

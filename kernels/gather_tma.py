@@ -10,19 +10,33 @@ thread-load gather, which reaches ~50 GB/s alone but 35-43 GB/s in the step?
 Each item is viewed as ``ROWS x COLS`` elements with 128-byte rows (the TMA box's inner extent; 16 x 128 bf16 ->
 32 x 64). A skipped item loads tile 0 and stores nothing. Not used by the engine.
 """
+
 from __future__ import annotations
 
 import torch
 import triton
 import triton.language as tl
 
-from .gather import _check_pool_and_slots, _host_arg
 from ._util import check
+from .gather import _check_pool_and_slots, _host_arg
 
 
 @triton.jit
-def tma_gather_kernel(HKD, HVD, SRC_BLK, SRC_HEAD, DST, KS, VS, n_items, H: tl.constexpr, ROWS: tl.constexpr,
-                      COLS: tl.constexpr, NPROG: tl.constexpr, STAGES: tl.constexpr):
+def tma_gather_kernel(
+    HKD,
+    HVD,
+    SRC_BLK,
+    SRC_HEAD,
+    DST,
+    KS,
+    VS,
+    n_items,
+    H: tl.constexpr,
+    ROWS: tl.constexpr,
+    COLS: tl.constexpr,
+    NPROG: tl.constexpr,
+    STAGES: tl.constexpr,
+):
     pid = tl.program_id(0)
     offs = tl.arange(0, ROWS)[:, None] * COLS + tl.arange(0, COLS)[None, :]
     for i in tl.range(pid, n_items, NPROG, num_stages=STAGES):
@@ -46,8 +60,7 @@ def _descriptor(pool: torch.Tensor, rows: int, cols: int):
     return TensorDescriptor(_host_arg(pool), [n, cols], [cols, 1], [rows, cols])
 
 
-def tma_gather(host_k, host_v, src_block, src_head, dst_slot, k_slots, v_slots, n_programs=16, stages=3,
-               num_warps=1):
+def tma_gather(host_k, host_v, src_block, src_head, dst_slot, k_slots, v_slots, n_programs=16, stages=3, num_warps=1):
     """Copy ``src (block, head)`` of the pinned pool into ``dst_slot`` of the GPU slots through TMA loads."""
     nb, Hkv, BS, D = _check_pool_and_slots(host_k, host_v, k_slots, v_slots)
     if not (host_k.is_contiguous() and host_v.is_contiguous() and k_slots.is_contiguous() and v_slots.is_contiguous()):
@@ -64,5 +77,18 @@ def tma_gather(host_k, host_v, src_block, src_head, dst_slot, k_slots, v_slots, 
         return
     n_programs = max(1, min(n_programs, C))
     tma_gather_kernel[(n_programs,)](
-        _descriptor(host_k, rows, cols), _descriptor(host_v, rows, cols), src_block, src_head, dst_slot,
-        k_slots, v_slots, C, H=Hkv, ROWS=rows, COLS=cols, NPROG=n_programs, STAGES=stages, num_warps=num_warps)
+        _descriptor(host_k, rows, cols),
+        _descriptor(host_v, rows, cols),
+        src_block,
+        src_head,
+        dst_slot,
+        k_slots,
+        v_slots,
+        C,
+        H=Hkv,
+        ROWS=rows,
+        COLS=cols,
+        NPROG=n_programs,
+        STAGES=stages,
+        num_warps=num_warps,
+    )

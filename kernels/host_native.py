@@ -9,6 +9,7 @@ The library is compiled on first use with the system C compiler (``$CC``, else `
 and serial, when the compiler lacks OpenMP: ``openmp()`` says which), and cached by source hash under
 ``$OASIS_CACHE_DIR`` (default ``~/.cache/oasiskv``). ``available()`` is False when no compiler is found.
 """
+
 from __future__ import annotations
 
 import ctypes
@@ -56,8 +57,9 @@ def _lib() -> ctypes.CDLL:
         errors = []
         for flags in (["-fopenmp"], []):  # OpenMP if the compiler has it, else serial
             tmp = so.with_suffix(f".{os.getpid()}.tmp")
-            r = subprocess.run([cc, "-O3", "-shared", "-fPIC", *flags, str(SRC), "-o", str(tmp)],
-                               capture_output=True, text=True)
+            r = subprocess.run(
+                [cc, "-O3", "-shared", "-fPIC", *flags, str(SRC), "-o", str(tmp)], capture_output=True, text=True
+            )
             if r.returncode == 0:
                 os.replace(tmp, so)  # atomic: concurrent builders each write their own tmp
                 break
@@ -116,9 +118,21 @@ class Gatherer:
             raise ValueError(f"n={n} outside the copy list")
         if self.rows.shape[0] < cap:
             self.rows = torch.empty(cap, dtype=torch.int32)
-        m = self.lib.oasis_gather_rows(host_k.data_ptr(), host_v.data_ptr(), row_bytes, nb * hkv, flat.data_ptr(),
-                                       dst.data_ptr(), n, stage_k.data_ptr(), stage_v.data_ptr(),
-                                       dst_out.data_ptr(), cap, self.rows.data_ptr(), self.n_threads)
+        m = self.lib.oasis_gather_rows(
+            host_k.data_ptr(),
+            host_v.data_ptr(),
+            row_bytes,
+            nb * hkv,
+            flat.data_ptr(),
+            dst.data_ptr(),
+            n,
+            stage_k.data_ptr(),
+            stage_v.data_ptr(),
+            dst_out.data_ptr(),
+            cap,
+            self.rows.data_ptr(),
+            self.n_threads,
+        )
         if m < -n:
             raise ValueError(f"more live entries than the staging capacity {cap}")
         if m < 0:

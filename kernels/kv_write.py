@@ -14,6 +14,7 @@ It replaces two advanced-indexing assignments (``cache[row, off] = new``), which
 ``kv_write_ref`` is that plain-torch assignment with the -1 skip (the tests' reference; ``oasis_exec.ops`` keeps a
 mask-free copy of it for CPU runs, where every row is live and a boolean mask would force a host sync on CUDA).
 """
+
 from __future__ import annotations
 
 import torch
@@ -24,8 +25,9 @@ from ._util import check, next_pow2
 
 
 @triton.jit
-def kv_write_kernel(KN, VN, KC, VC, ROW, OFF, n_heads,
-                    s_knb, s_knh, s_vnb, s_vnh, s_kcr, s_kct, s_vcr, s_vct, D: tl.constexpr):
+def kv_write_kernel(
+    KN, VN, KC, VC, ROW, OFF, n_heads, s_knb, s_knh, s_vnb, s_vnh, s_kcr, s_kct, s_vcr, s_vct, D: tl.constexpr
+):
     i = tl.program_id(0)  # (b, h) = (i // n_heads, i % n_heads)
     b = i // n_heads
     h = i % n_heads
@@ -56,9 +58,23 @@ def kv_write(k_new, v_new, k_cache, v_cache, row, off):
     if B * H == 0:
         return
     kv_write_kernel[(B * H,)](
-        k_new, v_new, k_cache, v_cache, row, off, H,
-        k_new.stride(0), k_new.stride(1), v_new.stride(0), v_new.stride(1),
-        k_cache.stride(0), k_cache.stride(1), v_cache.stride(0), v_cache.stride(1), D=D, num_warps=1,
+        k_new,
+        v_new,
+        k_cache,
+        v_cache,
+        row,
+        off,
+        H,
+        k_new.stride(0),
+        k_new.stride(1),
+        v_new.stride(0),
+        v_new.stride(1),
+        k_cache.stride(0),
+        k_cache.stride(1),
+        v_cache.stride(0),
+        v_cache.stride(1),
+        D=D,
+        num_warps=1,
     )
 
 

@@ -15,6 +15,7 @@ Returns ``out [B, Hq, D]`` (q's dtype) and optionally ``lse [B, Hq]`` fp32. Prog
 split's share of the request's pages, ``pages_per_iter`` pages per loop iteration, once for the whole query group;
 ``splitk.merge`` combines splits (one split writes the output directly).
 """
+
 from __future__ import annotations
 
 import math
@@ -29,13 +30,36 @@ from .splitk import merge, online_softmax_step, store_partial_or_final
 
 @triton.jit
 def paged_attn_kernel(
-    Q, K, V, BT, SEQ, O_PART, LSE_PART, OUT, LSE_OUT,
-    qk_scale, n_split,
-    stride_qb, stride_qh,
-    stride_kp, stride_kh, stride_vp, stride_vh, stride_bt,
-    stride_ob, stride_oh, stride_lb, stride_lh,
-    HKV: tl.constexpr, G: tl.constexpr, D: tl.constexpr, BS: tl.constexpr, PPI: tl.constexpr,
-    BLOCK_M: tl.constexpr, DIRECT: tl.constexpr, WRITE_LSE: tl.constexpr,
+    Q,
+    K,
+    V,
+    BT,
+    SEQ,
+    O_PART,
+    LSE_PART,
+    OUT,
+    LSE_OUT,
+    qk_scale,
+    n_split,
+    stride_qb,
+    stride_qh,
+    stride_kp,
+    stride_kh,
+    stride_vp,
+    stride_vh,
+    stride_bt,
+    stride_ob,
+    stride_oh,
+    stride_lb,
+    stride_lh,
+    HKV: tl.constexpr,
+    G: tl.constexpr,
+    D: tl.constexpr,
+    BS: tl.constexpr,
+    PPI: tl.constexpr,
+    BLOCK_M: tl.constexpr,
+    DIRECT: tl.constexpr,
+    WRITE_LSE: tl.constexpr,
 ):
     row = tl.program_id(0)
     split = tl.program_id(1)
@@ -43,8 +67,11 @@ def paged_attn_kernel(
     h = row % HKV
     offs_m = tl.arange(0, BLOCK_M)
     offs_d = tl.arange(0, D)
-    q = tl.load(Q + b.to(tl.int64) * stride_qb + (h * G + offs_m)[:, None] * stride_qh + offs_d[None, :],
-                mask=(offs_m < G)[:, None], other=0.0)
+    q = tl.load(
+        Q + b.to(tl.int64) * stride_qb + (h * G + offs_m)[:, None] * stride_qh + offs_d[None, :],
+        mask=(offs_m < G)[:, None],
+        other=0.0,
+    )
 
     m_i = tl.full([BLOCK_M], float("-inf"), tl.float32)
     l_i = tl.zeros([BLOCK_M], tl.float32)
@@ -69,19 +96,56 @@ def paged_attn_kernel(
         valid = (p < end) & (p * BS + tok < seq_len)
         page = page_next.to(tl.int64)
         page_next = tl.load(bt_row + p + PPI, mask=p + PPI < end, other=0)
-        k = tl.load(k_base + page[:, None] * stride_kp + (tok * D)[:, None] + offs_d[None, :],
-                    mask=valid[:, None], other=0.0)
-        v = tl.load(v_base + page[:, None] * stride_vp + (tok * D)[:, None] + offs_d[None, :],
-                    mask=valid[:, None], other=0.0)
+        k = tl.load(
+            k_base + page[:, None] * stride_kp + (tok * D)[:, None] + offs_d[None, :], mask=valid[:, None], other=0.0
+        )
+        v = tl.load(
+            v_base + page[:, None] * stride_vp + (tok * D)[:, None] + offs_d[None, :], mask=valid[:, None], other=0.0
+        )
         m_i, l_i, acc = online_softmax_step(q, k, v, valid[None, :], m_i, l_i, acc, qk_scale)
 
-    store_partial_or_final(acc, m_i, l_i, row, split, n_split, O_PART, LSE_PART, OUT, LSE_OUT,
-                           stride_ob, stride_oh, 0, stride_lb, stride_lh, 0,
-                           HKV, G, 1, D, BLOCK_M, DIRECT, WRITE_LSE)
+    store_partial_or_final(
+        acc,
+        m_i,
+        l_i,
+        row,
+        split,
+        n_split,
+        O_PART,
+        LSE_PART,
+        OUT,
+        LSE_OUT,
+        stride_ob,
+        stride_oh,
+        0,
+        stride_lb,
+        stride_lh,
+        0,
+        HKV,
+        G,
+        1,
+        D,
+        BLOCK_M,
+        DIRECT,
+        WRITE_LSE,
+    )
 
 
-def paged_attn(q, k_cache, v_cache, block_table, seq_lens, sm_scale=None, return_lse=False, out=None, lse=None,
-               n_split=None, pages_per_iter=4, num_warps=4, num_stages=3):
+def paged_attn(
+    q,
+    k_cache,
+    v_cache,
+    block_table,
+    seq_lens,
+    sm_scale=None,
+    return_lse=False,
+    out=None,
+    lse=None,
+    n_split=None,
+    pages_per_iter=4,
+    num_warps=4,
+    num_stages=3,
+):
     """Paged dense decode attention; see the module docstring for layouts. Returns ``out`` or ``(out, lse)``.
 
     ``n_split=None`` picks about four programs per SM (``_util.default_n_split``); ``pages_per_iter`` pages form
@@ -122,13 +186,37 @@ def paged_attn(q, k_cache, v_cache, block_table, seq_lens, sm_scale=None, return
     lse_t = lse if return_lse else out
     sl = lse.stride() if return_lse else (0, 0)
     paged_attn_kernel[(rows, n_split)](
-        q, k_cache, v_cache, block_table, seq_lens, o_part, lse_part, out, lse_t,
-        sm_scale * 1.4426950408889634, n_split,
-        q.stride(0), q.stride(1),
-        k_cache.stride(0), k_cache.stride(1), v_cache.stride(0), v_cache.stride(1), block_table.stride(0),
-        out.stride(0), out.stride(1), *sl,
-        HKV=Hkv, G=G, D=D, BS=BS, PPI=ppi, BLOCK_M=block_m, DIRECT=direct, WRITE_LSE=return_lse,
-        num_warps=num_warps, num_stages=num_stages,
+        q,
+        k_cache,
+        v_cache,
+        block_table,
+        seq_lens,
+        o_part,
+        lse_part,
+        out,
+        lse_t,
+        sm_scale * 1.4426950408889634,
+        n_split,
+        q.stride(0),
+        q.stride(1),
+        k_cache.stride(0),
+        k_cache.stride(1),
+        v_cache.stride(0),
+        v_cache.stride(1),
+        block_table.stride(0),
+        out.stride(0),
+        out.stride(1),
+        *sl,
+        HKV=Hkv,
+        G=G,
+        D=D,
+        BS=BS,
+        PPI=ppi,
+        BLOCK_M=block_m,
+        DIRECT=direct,
+        WRITE_LSE=return_lse,
+        num_warps=num_warps,
+        num_stages=num_stages,
     )
     if not direct:
         merge(o_part, lse_part, out, lse if return_lse else None, Hkv, G, 1)
@@ -156,10 +244,22 @@ def paged_attn_ref(q, k_cache, v_cache, block_table, seq_lens, sm_scale=None):
     return torch.stack(outs).to(q.dtype), torch.stack(lses)
 
 
-def bench_paged_attn(batch=32, n_q_heads=32, n_kv_heads=8, head_dim=128, context=16384, page_size=16,
-                     n_split=None, pages_per_iter=4, num_warps=4, num_stages=3, seed=0):
+def bench_paged_attn(
+    batch=32,
+    n_q_heads=32,
+    n_kv_heads=8,
+    head_dim=128,
+    context=16384,
+    page_size=16,
+    n_split=None,
+    pages_per_iter=4,
+    num_warps=4,
+    num_stages=3,
+    seed=0,
+):
     """GB/s of the KV bytes read (whole contexts), against the 4.3 TB/s HBM roofline."""
     from triton.testing import do_bench
+
     torch.manual_seed(seed)
     dev = torch.device("cuda")
     pages_per_req = cdiv(context, page_size)
@@ -170,14 +270,36 @@ def bench_paged_attn(batch=32, n_q_heads=32, n_kv_heads=8, head_dim=128, context
     seq_lens = torch.full((batch,), context, dtype=torch.int32, device=dev)
     q = torch.randn(batch, n_q_heads, head_dim, device=dev, dtype=torch.bfloat16)
     out = torch.empty_like(q)
-    fn = lambda: paged_attn(q, k_cache, v_cache, block_table, seq_lens, out=out, n_split=n_split,
-                            pages_per_iter=pages_per_iter, num_warps=num_warps, num_stages=num_stages)
+    fn = lambda: paged_attn(
+        q,
+        k_cache,
+        v_cache,
+        block_table,
+        seq_lens,
+        out=out,
+        n_split=n_split,
+        pages_per_iter=pages_per_iter,
+        num_warps=num_warps,
+        num_stages=num_stages,
+    )
     fn()
     ref, _ = paged_attn_ref(q[:1], k_cache, v_cache, block_table[:1], seq_lens[:1])
     err = (out[:1].float() - ref.float()).abs().max().item()
     ms = do_bench(fn, warmup=25, rep=200)
     nbytes = batch * context * n_kv_heads * head_dim * 2 * 2
     gbps = nbytes / ms / 1e6
-    return dict(kernel="paged_attn", batch=batch, context=context, n_split=n_split, pages_per_iter=pages_per_iter,
-                num_warps=num_warps, num_stages=num_stages, ms=ms, bytes=nbytes, gbps=gbps,
-                roofline_gbps=HBM_ROOFLINE_GBPS, frac_roofline=gbps / HBM_ROOFLINE_GBPS, max_abs_err=err)
+    return dict(
+        kernel="paged_attn",
+        batch=batch,
+        context=context,
+        n_split=n_split,
+        pages_per_iter=pages_per_iter,
+        num_warps=num_warps,
+        num_stages=num_stages,
+        ms=ms,
+        bytes=nbytes,
+        gbps=gbps,
+        roofline_gbps=HBM_ROOFLINE_GBPS,
+        frac_roofline=gbps / HBM_ROOFLINE_GBPS,
+        max_abs_err=err,
+    )

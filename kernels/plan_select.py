@@ -26,6 +26,7 @@ unchunked form took 255 registers and spilled). Rows must be distinct (each prog
 The kernel uses no sentinel keys: ``plan_step`` orders victims by a key with ``±2**62`` sentinels for empty / kept
 slots, which equals this explicit ordering as long as real ``last_sel`` values stay inside ``(-2**62, 2**62)``.
 """
+
 from __future__ import annotations
 
 from numbers import Integral
@@ -53,11 +54,43 @@ class PlanSelectOut(NamedTuple):
 
 @triton.jit
 def plan_select_kernel(
-    RES, LS, ROWS, PRED, CAP, LANES, HT, SRC, HEAD, DST, FB, FS, NF, NM, NK, CNT,
-    cap_scalar, step, H, W, S, K, C,
-    stride_res, stride_ls, stride_pr, stride_pk, stride_ht,
-    SP: tl.constexpr, KP: tl.constexpr, CP: tl.constexpr, TB: tl.constexpr, KB: tl.constexpr,
-    CAP_T: tl.constexpr, COPY: tl.constexpr, PLAN: tl.constexpr, COUNT: tl.constexpr,
+    RES,
+    LS,
+    ROWS,
+    PRED,
+    CAP,
+    LANES,
+    HT,
+    SRC,
+    HEAD,
+    DST,
+    FB,
+    FS,
+    NF,
+    NM,
+    NK,
+    CNT,
+    cap_scalar,
+    step,
+    H,
+    W,
+    S,
+    K,
+    C,
+    stride_res,
+    stride_ls,
+    stride_pr,
+    stride_pk,
+    stride_ht,
+    SP: tl.constexpr,
+    KP: tl.constexpr,
+    CP: tl.constexpr,
+    TB: tl.constexpr,
+    KB: tl.constexpr,
+    CAP_T: tl.constexpr,
+    COPY: tl.constexpr,
+    PLAN: tl.constexpr,
+    COUNT: tl.constexpr,
 ):
     r = tl.program_id(0)
     row = tl.load(ROWS + r).to(tl.int64)
@@ -102,8 +135,9 @@ def plan_select_kernel(
         cand_t = t_ok & (tl.max(m, axis=1) == 0)
         full_t = rt_valid.to(tl.int32)[:, None]
         key_t = tl.where(rt_valid, lt, 0)[:, None]
-        before = (full_t < full_s) | ((full_t == full_s) & (
-            (key_t < key_s) | ((key_t == key_s) & (offs_t[:, None] < offs_s[None, :]))))
+        before = (full_t < full_s) | (
+            (full_t == full_s) & ((key_t < key_s) | ((key_t == key_s) & (offs_t[:, None] < offs_s[None, :])))
+        )
         v_rank += tl.sum((before & cand_t[:, None]).to(tl.int32), axis=0)
     missing = pred_valid & (in_res == 0)  # [KP]
     miss_i = missing.to(tl.int32)
@@ -159,8 +193,25 @@ def plan_select_kernel(
             tl.atomic_add(CNT + 1, admit.to(tl.int64))
 
 
-def plan_select(resident, last_sel, rows, pred, cap, max_cap, step=0, *, lanes=None, H=None, W=None,
-                host_table=None, counters=None, plan=False, out=None, chunk=16, num_warps=4) -> PlanSelectOut:
+def plan_select(
+    resident,
+    last_sel,
+    rows,
+    pred,
+    cap,
+    max_cap,
+    step=0,
+    *,
+    lanes=None,
+    H=None,
+    W=None,
+    host_table=None,
+    counters=None,
+    plan=False,
+    out=None,
+    chunk=16,
+    num_warps=4,
+) -> PlanSelectOut:
     """Plan one step of Algorithm 2 for ``rows`` of a layer in place and write its copy list.
 
     resident, last_sel: int64 [N_rows, S] (the layer's tables, last dim contiguous), updated in place at ``rows``;
@@ -197,8 +248,9 @@ def plan_select(resident, last_sel, rows, pred, cap, max_cap, step=0, *, lanes=N
     copy = host_table is not None
     if copy:
         assert lanes is not None and H is not None and W is not None, "a copy list needs lanes, H and W"
-        assert lanes.dim() == 1 and lanes.shape[0] * H == R, \
+        assert lanes.dim() == 1 and lanes.shape[0] * H == R, (
             f"rows: R={R} must be lanes ({tuple(lanes.shape)}) x H ({H})"
+        )
         check(lanes, "lanes", (R // H,), (torch.int64, torch.int32), dev)
         check(host_table, "host_table", (None, None), (torch.int64, torch.int32), dev)
     if counters is not None:
@@ -211,8 +263,9 @@ def plan_select(resident, last_sel, rows, pred, cap, max_cap, step=0, *, lanes=N
             n *= x
         if t is None:
             return torch.empty(shape, dtype=dtype, device=dev)
-        assert t.dtype == dtype and t.device == dev and t.is_contiguous() and t.numel() >= n, \
+        assert t.dtype == dtype and t.device == dev and t.is_contiguous() and t.numel() >= n, (
             f"out.{name}: need a contiguous {dtype} buffer of >= {n} elements on {dev}"
+        )
         return t.view(-1)[:n].view(shape)
 
     src = head = dst = fb = fs = nf = nm = nk = None
@@ -225,22 +278,64 @@ def plan_select(resident, last_sel, rows, pred, cap, max_cap, step=0, *, lanes=N
         dummy = resident
         SP, KP = next_pow2(max(S, 1)), next_pow2(max(K, 1))
         plan_select_kernel[(R,)](
-            resident, last_sel, rows, pred, cap_t if cap_t is not None else dummy,
-            lanes if copy else dummy, host_table if copy else dummy,
-            src if copy else dummy, head if copy else dummy, dst if copy else dummy,
-            fb if plan else dummy, fs if plan else dummy, nf if plan else dummy, nm if plan else dummy,
-            nk if plan else dummy, counters if counters is not None else dummy,
-            0 if cap_t is not None else int(cap), int(step), int(H or 1), int(W or 0), S, K, C,
-            resident.stride(0), last_sel.stride(0), pred.stride(0), pred.stride(1) if K else 1,
+            resident,
+            last_sel,
+            rows,
+            pred,
+            cap_t if cap_t is not None else dummy,
+            lanes if copy else dummy,
+            host_table if copy else dummy,
+            src if copy else dummy,
+            head if copy else dummy,
+            dst if copy else dummy,
+            fb if plan else dummy,
+            fs if plan else dummy,
+            nf if plan else dummy,
+            nm if plan else dummy,
+            nk if plan else dummy,
+            counters if counters is not None else dummy,
+            0 if cap_t is not None else int(cap),
+            int(step),
+            int(H or 1),
+            int(W or 0),
+            S,
+            K,
+            C,
+            resident.stride(0),
+            last_sel.stride(0),
+            pred.stride(0),
+            pred.stride(1) if K else 1,
             host_table.stride(0) if copy else 0,
-            SP=SP, KP=KP, CP=next_pow2(max(C, 1)), TB=min(SP, chunk), KB=min(KP, chunk),
-            CAP_T=cap_t is not None, COPY=copy, PLAN=plan, COUNT=counters is not None, num_warps=num_warps,
+            SP=SP,
+            KP=KP,
+            CP=next_pow2(max(C, 1)),
+            TB=min(SP, chunk),
+            KB=min(KP, chunk),
+            CAP_T=cap_t is not None,
+            COPY=copy,
+            PLAN=plan,
+            COUNT=counters is not None,
+            num_warps=num_warps,
         )
     return PlanSelectOut(src, head, dst, fb, fs, nf, nm, nk)
 
 
-def plan_select_ref(resident, last_sel, rows, pred, cap, max_cap, step=0, *, lanes=None, H=None, W=None,
-                    host_table=None, counters=None, plan=False) -> PlanSelectOut:
+def plan_select_ref(
+    resident,
+    last_sel,
+    rows,
+    pred,
+    cap,
+    max_cap,
+    step=0,
+    *,
+    lanes=None,
+    H=None,
+    W=None,
+    host_table=None,
+    counters=None,
+    plan=False,
+) -> PlanSelectOut:
     """Torch reference of ``plan_select``, built on ``oasis_core.selection.plan_step`` (same arguments, same
     in-place updates and outputs)."""
     from oasis_core.selection import plan_step

@@ -23,6 +23,7 @@ entry S); with one split the program writes the output directly, else ``splitk.m
 Returns ``out [B, Hq, Tq, D]`` (dtype of q) and, if asked, ``lse [B, Hq, Tq]`` fp32 (natural log of the sum of
 exp(scaled logits)); a query with no valid key gets out = 0 and lse = -inf.
 """
+
 from __future__ import annotations
 
 import math
@@ -37,17 +38,57 @@ from .splitk import merge, online_softmax_step, store_partial_or_final
 
 @triton.jit
 def sparse_attn_kernel(
-    Q, K, V, SLOT, LOCAL_SLOT, LOCAL_LEN, EK, EV,
-    O_PART, LSE_PART, OUT, LSE_OUT,
-    qk_scale, S, n_per_split, n_split,
-    stride_qb, stride_qh, stride_qt,
-    stride_ks, stride_kt, stride_vs, stride_vt,
-    stride_sb, stride_sh, stride_lsb, stride_lsh,
-    stride_ekb, stride_ekh, stride_ekt, stride_evb, stride_evh, stride_evt,
-    stride_ob, stride_oh, stride_ot, stride_lb, stride_lh, stride_lt,
-    HKV: tl.constexpr, G: tl.constexpr, TQ: tl.constexpr, D: tl.constexpr, BS: tl.constexpr,
-    BPI: tl.constexpr, BLOCK_M: tl.constexpr, NE_PAD: tl.constexpr,
-    HAS_LOCAL: tl.constexpr, HAS_EXTRA: tl.constexpr, DIRECT: tl.constexpr, WRITE_LSE: tl.constexpr,
+    Q,
+    K,
+    V,
+    SLOT,
+    LOCAL_SLOT,
+    LOCAL_LEN,
+    EK,
+    EV,
+    O_PART,
+    LSE_PART,
+    OUT,
+    LSE_OUT,
+    qk_scale,
+    S,
+    n_per_split,
+    n_split,
+    stride_qb,
+    stride_qh,
+    stride_qt,
+    stride_ks,
+    stride_kt,
+    stride_vs,
+    stride_vt,
+    stride_sb,
+    stride_sh,
+    stride_lsb,
+    stride_lsh,
+    stride_ekb,
+    stride_ekh,
+    stride_ekt,
+    stride_evb,
+    stride_evh,
+    stride_evt,
+    stride_ob,
+    stride_oh,
+    stride_ot,
+    stride_lb,
+    stride_lh,
+    stride_lt,
+    HKV: tl.constexpr,
+    G: tl.constexpr,
+    TQ: tl.constexpr,
+    D: tl.constexpr,
+    BS: tl.constexpr,
+    BPI: tl.constexpr,
+    BLOCK_M: tl.constexpr,
+    NE_PAD: tl.constexpr,
+    HAS_LOCAL: tl.constexpr,
+    HAS_EXTRA: tl.constexpr,
+    DIRECT: tl.constexpr,
+    WRITE_LSE: tl.constexpr,
 ):
     row = tl.program_id(0)
     split = tl.program_id(1)
@@ -58,8 +99,11 @@ def sparse_attn_kernel(
     g = offs_m // TQ
     t = offs_m % TQ
     m_ok = offs_m < G * TQ
-    q = tl.load(Q + b.to(tl.int64) * stride_qb + (h * G + g)[:, None] * stride_qh + t[:, None] * stride_qt
-                + offs_d[None, :], mask=m_ok[:, None], other=0.0)  # [BLOCK_M, D]
+    q = tl.load(
+        Q + b.to(tl.int64) * stride_qb + (h * G + g)[:, None] * stride_qh + t[:, None] * stride_qt + offs_d[None, :],
+        mask=m_ok[:, None],
+        other=0.0,
+    )  # [BLOCK_M, D]
 
     m_i = tl.full([BLOCK_M], float("-inf"), tl.float32)
     l_i = tl.zeros([BLOCK_M], tl.float32)
@@ -91,31 +135,76 @@ def sparse_attn_kernel(
             n_valid = tl.where(is_local, llen, BS)
         valid = (slot >= 0) & (tok < n_valid) & (e < end)
         slot64 = tl.where(valid, slot, 0).to(tl.int64)
-        k = tl.load(K + slot64[:, None] * stride_ks + tok[:, None] * stride_kt + offs_d[None, :],
-                    mask=valid[:, None], other=0.0)
-        v = tl.load(V + slot64[:, None] * stride_vs + tok[:, None] * stride_vt + offs_d[None, :],
-                    mask=valid[:, None], other=0.0)
+        k = tl.load(
+            K + slot64[:, None] * stride_ks + tok[:, None] * stride_kt + offs_d[None, :], mask=valid[:, None], other=0.0
+        )
+        v = tl.load(
+            V + slot64[:, None] * stride_vs + tok[:, None] * stride_vt + offs_d[None, :], mask=valid[:, None], other=0.0
+        )
         m_i, l_i, acc = online_softmax_step(q, k, v, valid[None, :], m_i, l_i, acc, qk_scale)
 
     if HAS_EXTRA:
         # Draft positions' own KV: entry x is visible to query t iff x < t; done once, by the last split.
         offs_x = tl.arange(0, NE_PAD)
         x_ok = (offs_x < TQ - 1) & (split == n_split - 1)
-        ek = tl.load(EK + b.to(tl.int64) * stride_ekb + h * stride_ekh + offs_x[:, None] * stride_ekt
-                     + offs_d[None, :], mask=x_ok[:, None], other=0.0)
-        ev = tl.load(EV + b.to(tl.int64) * stride_evb + h * stride_evh + offs_x[:, None] * stride_evt
-                     + offs_d[None, :], mask=x_ok[:, None], other=0.0)
+        ek = tl.load(
+            EK + b.to(tl.int64) * stride_ekb + h * stride_ekh + offs_x[:, None] * stride_ekt + offs_d[None, :],
+            mask=x_ok[:, None],
+            other=0.0,
+        )
+        ev = tl.load(
+            EV + b.to(tl.int64) * stride_evb + h * stride_evh + offs_x[:, None] * stride_evt + offs_d[None, :],
+            mask=x_ok[:, None],
+            other=0.0,
+        )
         vis = x_ok[None, :] & (offs_x[None, :] < t[:, None])
         m_i, l_i, acc = online_softmax_step(q, ek, ev, vis, m_i, l_i, acc, qk_scale)
 
-    store_partial_or_final(acc, m_i, l_i, row, split, n_split, O_PART, LSE_PART, OUT, LSE_OUT,
-                           stride_ob, stride_oh, stride_ot, stride_lb, stride_lh, stride_lt,
-                           HKV, G, TQ, D, BLOCK_M, DIRECT, WRITE_LSE)
+    store_partial_or_final(
+        acc,
+        m_i,
+        l_i,
+        row,
+        split,
+        n_split,
+        O_PART,
+        LSE_PART,
+        OUT,
+        LSE_OUT,
+        stride_ob,
+        stride_oh,
+        stride_ot,
+        stride_lb,
+        stride_lh,
+        stride_lt,
+        HKV,
+        G,
+        TQ,
+        D,
+        BLOCK_M,
+        DIRECT,
+        WRITE_LSE,
+    )
 
 
-def sparse_attn(q, k_slots, v_slots, slot_ids, local_slot=None, local_len=None, extra_k=None, extra_v=None,
-                sm_scale=None, return_lse=False, out=None, lse=None, n_split=None, blocks_per_iter=4,
-                num_warps=4, num_stages=3):
+def sparse_attn(
+    q,
+    k_slots,
+    v_slots,
+    slot_ids,
+    local_slot=None,
+    local_len=None,
+    extra_k=None,
+    extra_v=None,
+    sm_scale=None,
+    return_lse=False,
+    out=None,
+    lse=None,
+    n_split=None,
+    blocks_per_iter=4,
+    num_warps=4,
+    num_stages=3,
+):
     """Sparse decode attention; see the module docstring for layouts. Returns ``out`` or ``(out, lse)``.
 
     ``n_split=None`` picks about four programs per SM (``_util.default_n_split``); ``blocks_per_iter`` slots are
@@ -176,25 +265,66 @@ def sparse_attn(q, k_slots, v_slots, slot_ids, local_slot=None, local_len=None, 
     lse_t = lse if return_lse else out
     sl = lse.stride() if return_lse else (0, 0, 0)
     sparse_attn_kernel[(rows, n_split)](
-        q, k_slots, v_slots, slot_ids, ls, ll, ek, ev, o_part, lse_part, out, lse_t,
-        sm_scale * 1.4426950408889634, S, n_per_split, n_split,
-        q.stride(0), q.stride(1), q.stride(2),
-        k_slots.stride(0), k_slots.stride(1), v_slots.stride(0), v_slots.stride(1),
-        slot_ids.stride(0), slot_ids.stride(1),
-        ls.stride(0) if has_local else 0, ls.stride(1) if has_local else 0,
-        ek.stride(0), ek.stride(1), ek.stride(2), ev.stride(0), ev.stride(1), ev.stride(2),
-        out.stride(0), out.stride(1), out.stride(2), *sl,
-        HKV=Hkv, G=G, TQ=Tq, D=D, BS=BS, BPI=bpi, BLOCK_M=block_m, NE_PAD=max(16, next_pow2(max(Tq - 1, 1))),
-        HAS_LOCAL=has_local, HAS_EXTRA=has_extra, DIRECT=direct, WRITE_LSE=return_lse,
-        num_warps=num_warps, num_stages=num_stages,
+        q,
+        k_slots,
+        v_slots,
+        slot_ids,
+        ls,
+        ll,
+        ek,
+        ev,
+        o_part,
+        lse_part,
+        out,
+        lse_t,
+        sm_scale * 1.4426950408889634,
+        S,
+        n_per_split,
+        n_split,
+        q.stride(0),
+        q.stride(1),
+        q.stride(2),
+        k_slots.stride(0),
+        k_slots.stride(1),
+        v_slots.stride(0),
+        v_slots.stride(1),
+        slot_ids.stride(0),
+        slot_ids.stride(1),
+        ls.stride(0) if has_local else 0,
+        ls.stride(1) if has_local else 0,
+        ek.stride(0),
+        ek.stride(1),
+        ek.stride(2),
+        ev.stride(0),
+        ev.stride(1),
+        ev.stride(2),
+        out.stride(0),
+        out.stride(1),
+        out.stride(2),
+        *sl,
+        HKV=Hkv,
+        G=G,
+        TQ=Tq,
+        D=D,
+        BS=BS,
+        BPI=bpi,
+        BLOCK_M=block_m,
+        NE_PAD=max(16, next_pow2(max(Tq - 1, 1))),
+        HAS_LOCAL=has_local,
+        HAS_EXTRA=has_extra,
+        DIRECT=direct,
+        WRITE_LSE=return_lse,
+        num_warps=num_warps,
+        num_stages=num_stages,
     )
     if not direct:
         merge(o_part, lse_part, out, lse if return_lse else None, Hkv, G, Tq)
     return (out, lse) if return_lse else out
 
 
-def sparse_attn_ref(q, k_slots, v_slots, slot_ids, local_slot=None, local_len=None, extra_k=None, extra_v=None,
-                    sm_scale=None):
+def sparse_attn_ref(
+    q, k_slots, v_slots, slot_ids, local_slot=None, local_len=None, extra_k=None, extra_v=None, sm_scale=None
+):
     """Plain-torch reference (fp32 gather + softmax). Returns ``(out [B, Hq, Tq, D] in q's dtype, lse fp32)``."""
     B, Hq, Tq, D = q.shape
     _, BS, _ = k_slots.shape
@@ -215,7 +345,7 @@ def sparse_attn_ref(q, k_slots, v_slots, slot_ids, local_slot=None, local_len=No
         k = torch.cat([k, extra_k.float()], dim=2)
         v = torch.cat([v, extra_v.float()], dim=2)
         x = torch.arange(Tq - 1, device=q.device)
-        vis = (x[None, :] < torch.arange(Tq, device=q.device)[:, None])  # [Tq, Tq-1]
+        vis = x[None, :] < torch.arange(Tq, device=q.device)[:, None]  # [Tq, Tq-1]
         valid = torch.cat([valid, vis.expand(B, Hkv, G, Tq, Tq - 1)], dim=-1)
     qf = q.float().reshape(B, Hkv, G, Tq, D)
     logits = torch.einsum("bhgtd,bhnd->bhgtn", qf, k) * sm_scale
@@ -226,10 +356,24 @@ def sparse_attn_ref(q, k_slots, v_slots, slot_ids, local_slot=None, local_len=No
     return o.reshape(B, Hq, Tq, D).to(q.dtype), lse.reshape(B, Hq, Tq)
 
 
-def bench_sparse_attn(batch=64, n_q_heads=32, n_kv_heads=8, head_dim=128, block_size=16, top_k=128,
-                      local_len=9, tq=2, n_split=None, blocks_per_iter=4, num_warps=4, num_stages=3, seed=0):
+def bench_sparse_attn(
+    batch=64,
+    n_q_heads=32,
+    n_kv_heads=8,
+    head_dim=128,
+    block_size=16,
+    top_k=128,
+    local_len=9,
+    tq=2,
+    n_split=None,
+    blocks_per_iter=4,
+    num_warps=4,
+    num_stages=3,
+    seed=0,
+):
     """GB/s of the resident KV bytes read (top-K + local block per row), against the 4.3 TB/s HBM roofline."""
     from triton.testing import do_bench
+
     torch.manual_seed(seed)
     dev = torch.device("cuda")
     rows = batch * n_kv_heads
@@ -238,21 +382,54 @@ def bench_sparse_attn(batch=64, n_q_heads=32, n_kv_heads=8, head_dim=128, block_
     v_slots = torch.randn_like(k_slots)
     perm = torch.randperm(n_slots, device=dev)[: rows * (top_k + 1)].to(torch.int32)
     slot_ids = perm[: rows * top_k].view(batch, n_kv_heads, top_k).contiguous()
-    local_slot = perm[rows * top_k:].view(batch, n_kv_heads).contiguous()
+    local_slot = perm[rows * top_k :].view(batch, n_kv_heads).contiguous()
     llen = torch.full((batch,), local_len, dtype=torch.int32, device=dev)
     q = torch.randn(batch, n_q_heads, tq, head_dim, device=dev, dtype=torch.bfloat16)
     ek = torch.randn(batch, n_kv_heads, tq - 1, head_dim, device=dev, dtype=torch.bfloat16) if tq > 1 else None
     ev = torch.randn_like(ek) if ek is not None else None
     out = torch.empty_like(q)
-    fn = lambda: sparse_attn(q, k_slots, v_slots, slot_ids, local_slot, llen, ek, ev, out=out, n_split=n_split,
-                             blocks_per_iter=blocks_per_iter, num_warps=num_warps, num_stages=num_stages)
+    fn = lambda: sparse_attn(
+        q,
+        k_slots,
+        v_slots,
+        slot_ids,
+        local_slot,
+        llen,
+        ek,
+        ev,
+        out=out,
+        n_split=n_split,
+        blocks_per_iter=blocks_per_iter,
+        num_warps=num_warps,
+        num_stages=num_stages,
+    )
     fn()
-    ref, _ = sparse_attn_ref(q[:2], k_slots, v_slots, slot_ids[:2], local_slot[:2], llen[:2],
-                             ek[:2] if ek is not None else None, ev[:2] if ev is not None else None)
+    ref, _ = sparse_attn_ref(
+        q[:2],
+        k_slots,
+        v_slots,
+        slot_ids[:2],
+        local_slot[:2],
+        llen[:2],
+        ek[:2] if ek is not None else None,
+        ev[:2] if ev is not None else None,
+    )
     err = (out[:2].float() - ref.float()).abs().max().item()
     ms = do_bench(fn, warmup=25, rep=200)
     nbytes = rows * (top_k * block_size + local_len) * head_dim * 2 * 2
     gbps = nbytes / ms / 1e6
-    return dict(kernel="sparse_attn", batch=batch, top_k=top_k, n_split=n_split, blocks_per_iter=blocks_per_iter,
-                num_warps=num_warps, num_stages=num_stages, ms=ms, bytes=nbytes, gbps=gbps,
-                roofline_gbps=HBM_ROOFLINE_GBPS, frac_roofline=gbps / HBM_ROOFLINE_GBPS, max_abs_err=err)
+    return dict(
+        kernel="sparse_attn",
+        batch=batch,
+        top_k=top_k,
+        n_split=n_split,
+        blocks_per_iter=blocks_per_iter,
+        num_warps=num_warps,
+        num_stages=num_stages,
+        ms=ms,
+        bytes=nbytes,
+        gbps=gbps,
+        roofline_gbps=HBM_ROOFLINE_GBPS,
+        frac_roofline=gbps / HBM_ROOFLINE_GBPS,
+        max_abs_err=err,
+    )

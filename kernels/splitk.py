@@ -8,6 +8,7 @@ for its ``BLOCK_M`` query rows (row m = g * Tq + t: query head h * G + g, query 
 
 ``R = B * Hkv`` with row r = b * Hkv + h. The merge weights each split by ``2**(lse - max lse)``.
 """
+
 from __future__ import annotations
 
 import triton
@@ -18,12 +19,24 @@ LN2 = 0.6931471805599453
 
 @triton.jit
 def splitk_merge_kernel(
-    O_PART, LSE_PART, OUT, LSE_OUT,
+    O_PART,
+    LSE_PART,
+    OUT,
+    LSE_OUT,
     n_split,
-    stride_ob, stride_oh, stride_ot,
-    stride_lb, stride_lh, stride_lt,
-    HKV: tl.constexpr, G: tl.constexpr, TQ: tl.constexpr, D: tl.constexpr,
-    BLOCK_M: tl.constexpr, BLOCK_S: tl.constexpr, WRITE_LSE: tl.constexpr,
+    stride_ob,
+    stride_oh,
+    stride_ot,
+    stride_lb,
+    stride_lh,
+    stride_lt,
+    HKV: tl.constexpr,
+    G: tl.constexpr,
+    TQ: tl.constexpr,
+    D: tl.constexpr,
+    BLOCK_M: tl.constexpr,
+    BLOCK_S: tl.constexpr,
+    WRITE_LSE: tl.constexpr,
 ):
     row = tl.program_id(0)
     b = row // HKV
@@ -48,12 +61,14 @@ def splitk_merge_kernel(
     g = offs_m // TQ
     t = offs_m % TQ
     m_ok = offs_m < G * TQ
-    o_ptr = OUT + b.to(tl.int64) * stride_ob + (h * G + g)[:, None] * stride_oh + t[:, None] * stride_ot \
-        + offs_d[None, :]
+    o_ptr = (
+        OUT + b.to(tl.int64) * stride_ob + (h * G + g)[:, None] * stride_oh + t[:, None] * stride_ot + offs_d[None, :]
+    )
     tl.store(o_ptr, out.to(OUT.dtype.element_ty), mask=m_ok[:, None])
     if WRITE_LSE:
-        lse_tot = tl.where(wsum > 0, (mx_safe + tl.log2(tl.where(wsum > 0, wsum, 1.0))) * 0.6931471805599453,
-                           float("-inf"))
+        lse_tot = tl.where(
+            wsum > 0, (mx_safe + tl.log2(tl.where(wsum > 0, wsum, 1.0))) * 0.6931471805599453, float("-inf")
+        )
         tl.store(LSE_OUT + b.to(tl.int64) * stride_lb + (h * G + g) * stride_lh + t * stride_lt, lse_tot, mask=m_ok)
 
 
@@ -68,10 +83,20 @@ def merge(o_part, lse_part, out, lse_out, n_kv_heads: int, group: int, tq: int):
     else:
         l_strides = (0, 0, 0)
     splitk_merge_kernel[(R,)](
-        o_part, lse_part, out, lse_out if lse_out is not None else o_part,
-        n_split, *o_strides, *l_strides,
-        HKV=n_kv_heads, G=group, TQ=tq, D=D, BLOCK_M=block_m,
-        BLOCK_S=max(2, triton.next_power_of_2(n_split)), WRITE_LSE=lse_out is not None,
+        o_part,
+        lse_part,
+        out,
+        lse_out if lse_out is not None else o_part,
+        n_split,
+        *o_strides,
+        *l_strides,
+        HKV=n_kv_heads,
+        G=group,
+        TQ=tq,
+        D=D,
+        BLOCK_M=block_m,
+        BLOCK_S=max(2, triton.next_power_of_2(n_split)),
+        WRITE_LSE=lse_out is not None,
         num_warps=4,
     )
 
@@ -94,11 +119,29 @@ def online_softmax_step(q, k, v, valid, m_i, l_i, acc, qk_scale):
 
 @triton.jit
 def store_partial_or_final(
-    acc, m_i, l_i, row, split, n_split,
-    O_PART, LSE_PART, OUT, LSE_OUT,
-    stride_ob, stride_oh, stride_ot, stride_lb, stride_lh, stride_lt,
-    HKV: tl.constexpr, G: tl.constexpr, TQ: tl.constexpr, D: tl.constexpr, BLOCK_M: tl.constexpr,
-    DIRECT: tl.constexpr, WRITE_LSE: tl.constexpr,
+    acc,
+    m_i,
+    l_i,
+    row,
+    split,
+    n_split,
+    O_PART,
+    LSE_PART,
+    OUT,
+    LSE_OUT,
+    stride_ob,
+    stride_oh,
+    stride_ot,
+    stride_lb,
+    stride_lh,
+    stride_lt,
+    HKV: tl.constexpr,
+    G: tl.constexpr,
+    TQ: tl.constexpr,
+    D: tl.constexpr,
+    BLOCK_M: tl.constexpr,
+    DIRECT: tl.constexpr,
+    WRITE_LSE: tl.constexpr,
 ):
     """Write a program's result: the final output when there is one split (``DIRECT``), else the partial."""
     offs_m = tl.arange(0, BLOCK_M)
@@ -112,12 +155,20 @@ def store_partial_or_final(
         g = offs_m // TQ
         t = offs_m % TQ
         m_ok = offs_m < G * TQ
-        o_ptr = OUT + b.to(tl.int64) * stride_ob + (h * G + g)[:, None] * stride_oh + t[:, None] * stride_ot \
+        o_ptr = (
+            OUT
+            + b.to(tl.int64) * stride_ob
+            + (h * G + g)[:, None] * stride_oh
+            + t[:, None] * stride_ot
             + offs_d[None, :]
+        )
         tl.store(o_ptr, o.to(OUT.dtype.element_ty), mask=m_ok[:, None])
         if WRITE_LSE:
-            tl.store(LSE_OUT + b.to(tl.int64) * stride_lb + (h * G + g) * stride_lh + t * stride_lt,
-                     lse2 * 0.6931471805599453, mask=m_ok)
+            tl.store(
+                LSE_OUT + b.to(tl.int64) * stride_lb + (h * G + g) * stride_lh + t * stride_lt,
+                lse2 * 0.6931471805599453,
+                mask=m_ok,
+            )
     else:
         base = (row.to(tl.int64) * n_split + split) * BLOCK_M
         tl.store(O_PART + (base + offs_m)[:, None] * D + offs_d[None, :], o)

@@ -5,6 +5,7 @@ into ``ns[1]``. Both run in stream order on the current stream, never synchronis
 a CUDA graph (each replay reads the clock anew). CUDA only: the interpreter cannot run inline PTX, so
 ``stamp_host`` is the CPU's equivalent from ``time.perf_counter_ns`` (same slots, same meaning).
 """
+
 from __future__ import annotations
 
 import time

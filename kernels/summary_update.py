@@ -17,6 +17,7 @@ The summary is overwritten (not folded): with ``n_valid`` counting every token w
 local block each step gives the exact summary of its valid tokens, the same as ``oasis_core.scoring``'s fold.
 ``summary_update_local`` builds the items for "the local block of every (request, head)" without a host sync.
 """
+
 from __future__ import annotations
 
 import torch
@@ -28,9 +29,21 @@ from ._util import HBM_ROOFLINE_GBPS, check, next_pow2
 
 @triton.jit
 def summary_update_kernel(
-    K, SRC, DROW, DBLK, NVALID, KMIN, KMAX,
-    stride_ks, stride_kt, stride_mr, stride_mn, stride_xr, stride_xn,
-    BS: tl.constexpr, D: tl.constexpr,
+    K,
+    SRC,
+    DROW,
+    DBLK,
+    NVALID,
+    KMIN,
+    KMAX,
+    stride_ks,
+    stride_kt,
+    stride_mr,
+    stride_mn,
+    stride_xr,
+    stride_xn,
+    BS: tl.constexpr,
+    D: tl.constexpr,
 ):
     i = tl.program_id(0)
     src = tl.load(SRC + i)
@@ -41,8 +54,11 @@ def summary_update_kernel(
     offs_t = tl.arange(0, BS)
     offs_d = tl.arange(0, D)
     ok = live & (offs_t < n_valid)
-    k = tl.load(K + tl.where(live, src, 0).to(tl.int64) * stride_ks + offs_t[:, None] * stride_kt + offs_d[None, :],
-                mask=ok[:, None], other=0.0).to(tl.float32)
+    k = tl.load(
+        K + tl.where(live, src, 0).to(tl.int64) * stride_ks + offs_t[:, None] * stride_kt + offs_d[None, :],
+        mask=ok[:, None],
+        other=0.0,
+    ).to(tl.float32)
     lo = tl.min(tl.where(ok[:, None], k, float("inf")), 0)
     hi = tl.max(tl.where(ok[:, None], k, float("-inf")), 0)
     d_ok = live & (offs_d < D)
@@ -67,9 +83,22 @@ def summary_update(k_src, src, dst_row, dst_block, n_valid, kmin, kmax):
     if M == 0:
         return
     summary_update_kernel[(M,)](
-        k_src, src, dst_row, dst_block, n_valid, kmin, kmax,
-        k_src.stride(0), k_src.stride(1), kmin.stride(0), kmin.stride(1), kmax.stride(0), kmax.stride(1),
-        BS=BS, D=D, num_warps=2,
+        k_src,
+        src,
+        dst_row,
+        dst_block,
+        n_valid,
+        kmin,
+        kmax,
+        k_src.stride(0),
+        k_src.stride(1),
+        kmin.stride(0),
+        kmin.stride(1),
+        kmax.stride(0),
+        kmax.stride(1),
+        BS=BS,
+        D=D,
+        num_warps=2,
     )
 
 
@@ -94,8 +123,12 @@ def summary_update_local(k_slots, local_slot, local_len, n_blocks, kmin, kmax, s
     """Re-summarise every request's local block from the slot pool. kmin/kmax: [n_seats, Hkv, Nmax, D]."""
     n_seats, Hkv, Nmax, D = kmin.shape
     assert kmin.is_contiguous() and kmax.is_contiguous(), "kmin/kmax must be contiguous to be viewed by row"
-    summary_update(k_slots, *local_items(local_slot, local_len, n_blocks, seat),
-                   kmin.view(n_seats * Hkv, Nmax, D), kmax.view(n_seats * Hkv, Nmax, D))
+    summary_update(
+        k_slots,
+        *local_items(local_slot, local_len, n_blocks, seat),
+        kmin.view(n_seats * Hkv, Nmax, D),
+        kmax.view(n_seats * Hkv, Nmax, D),
+    )
 
 
 def summary_update_ref(k_src, src, dst_row, dst_block, n_valid, kmin, kmax):
@@ -112,6 +145,7 @@ def summary_update_ref(k_src, src, dst_row, dst_block, n_valid, kmin, kmax):
 def bench_summary_update(batch=64, n_kv_heads=8, head_dim=128, block_size=16, n_max=1024, seed=0):
     """GB/s of keys read + summaries written for one full-block summary per (request, head)."""
     from triton.testing import do_bench
+
     torch.manual_seed(seed)
     dev = torch.device("cuda")
     rows = batch * n_kv_heads
@@ -126,6 +160,13 @@ def bench_summary_update(batch=64, n_kv_heads=8, head_dim=128, block_size=16, n_
     ms = do_bench(fn, warmup=25, rep=200)
     nbytes = rows * (block_size + 2) * head_dim * 2
     gbps = nbytes / ms / 1e6
-    return dict(kernel="summary_update", batch=batch, ms=ms, bytes=nbytes, gbps=gbps,
-                roofline_gbps=HBM_ROOFLINE_GBPS, frac_roofline=gbps / HBM_ROOFLINE_GBPS,
-                note="latency-bound at this size: what matters is the absolute time per layer")
+    return dict(
+        kernel="summary_update",
+        batch=batch,
+        ms=ms,
+        bytes=nbytes,
+        gbps=gbps,
+        roofline_gbps=HBM_ROOFLINE_GBPS,
+        frac_roofline=gbps / HBM_ROOFLINE_GBPS,
+        note="latency-bound at this size: what matters is the absolute time per layer",
+    )

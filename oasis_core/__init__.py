@@ -2,4 +2,3 @@
 
 Imports numpy only; never torch, simpy or triton at import time.
 """
-

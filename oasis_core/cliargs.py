@@ -18,6 +18,7 @@ usage error as one line on stderr with exit status 2.
     add_options(p, MyConfig, exclude={"internal"})
     cfg = build(MyConfig, p.parse_args(argv))
 """
+
 from __future__ import annotations
 
 import argparse
@@ -73,7 +74,8 @@ def number(kind):
             v = kind(text)
         except ValueError:
             raise argparse.ArgumentTypeError(
-                f"must be {'an integer' if kind is int else 'a number'}, got {text!r}") from None
+                f"must be {'an integer' if kind is int else 'a number'}, got {text!r}"
+            ) from None
         if isinstance(v, float) and not math.isfinite(v):
             raise argparse.ArgumentTypeError(f"must be finite, got {text!r}")
         return v
@@ -137,8 +139,15 @@ def _shown(v) -> str:
     return str(v)
 
 
-def add_options(parser, cls, *, exclude: Iterable[str] = (), prefix: str = "", dest_prefix: str = "",
-                helps: Mapping[str, str] | None = None) -> None:
+def add_options(
+    parser,
+    cls,
+    *,
+    exclude: Iterable[str] = (),
+    prefix: str = "",
+    dest_prefix: str = "",
+    helps: Mapping[str, str] | None = None,
+) -> None:
     """Add one option per init field of dataclass ``cls`` to ``parser`` (a parser or an argument group).
 
     ``exclude``: fields left out (the caller sets them, or they are not for this CLI); ``prefix``: put before every
@@ -154,8 +163,11 @@ def add_options(parser, cls, *, exclude: Iterable[str] = (), prefix: str = "", d
         negative = tp is bool and f.name.startswith("no_")
         if default is not dataclasses.MISSING and default is not None and not negative:
             text = f"{text} (default: {_shown(default)})"
-        kw: dict[str, Any] = {"dest": dest_prefix + f.name, "default": argparse.SUPPRESS,
-                              "help": text.replace("%", "%%")}
+        kw: dict[str, Any] = {
+            "dest": dest_prefix + f.name,
+            "default": argparse.SUPPRESS,
+            "help": text.replace("%", "%%"),
+        }
         if default is dataclasses.MISSING:
             kw["required"] = True
         if tp is bool:  # a negative name (no_transfer) gets its one flag: --no-no-transfer would read badly
@@ -188,8 +200,9 @@ def values(ns: argparse.Namespace, cls, *, exclude: Iterable[str] = (), dest_pre
     return out
 
 
-def build(cls, ns: argparse.Namespace, *, exclude: Iterable[str] = (), prefix: str = "", dest_prefix: str = "",
-          **fixed):
+def build(
+    cls, ns: argparse.Namespace, *, exclude: Iterable[str] = (), prefix: str = "", dest_prefix: str = "", **fixed
+):
     """``cls(**values(ns, cls), **fixed)``: the dataclass from the options given, ``fixed`` fields set by the caller
     (they win over options). Bad values raise ``CliError`` naming the option: ``--top-k: must be >= 1, got 0``."""
     kw = {**values(ns, cls, exclude=exclude, dest_prefix=dest_prefix), **fixed}
@@ -213,4 +226,3 @@ def option_message(cls, message: str, prefix: str = "", skip: Iterable[str] = ()
     if sep and head in names:
         msg = flag(head, prefix) + sep + rest
     return msg
-

@@ -15,6 +15,7 @@ read whatever they need from the context; callers never change. ``LinkBudget`` i
 per-step byte budget ``B_link · T_decode`` split over the rows that miss blocks. ``register_policy`` adds a name to
 ``get_policy`` (the simulator's ``--fetch-policy``). Researcher guide: ``docs/policies.md``.
 """
+
 from __future__ import annotations
 
 import math
@@ -313,8 +314,10 @@ def _parse_budget(spec, arg):
     for p in parts:
         key, eq, val = (x.strip() for x in p.partition("="))
         if not eq or key not in ("link_fraction", "min_cap", "max_ratio", "first_ratio"):
-            raise ValueError(f"fetch cap {spec!r}: {p!r} is not FIELD=VALUE with FIELD one of link_fraction, "
-                             "min_cap, max_ratio, first_ratio")
+            raise ValueError(
+                f"fetch cap {spec!r}: {p!r} is not FIELD=VALUE with FIELD one of link_fraction, "
+                "min_cap, max_ratio, first_ratio"
+            )
         if key in kw:
             raise ValueError(f"fetch cap {spec!r}: {key} given twice")
         kw[key] = val

@@ -5,6 +5,7 @@ Units: bytes, tokens, blocks, seconds. ``L`` is a context length in tokens, ``B`
 A *block* holds ``block_size`` consecutive tokens of one request; a *(block, head)* slice is one block of one KV
 head of one layer -- the unit that the sparse policy selects, fetches and evicts.
 """
+
 from __future__ import annotations
 
 from dataclasses import dataclass

@@ -14,6 +14,7 @@ Regenerate the bundled slice (from the repository root)::
     python -m oasis_core.importers mooncake traces/public/mooncake_conversation_trace.jsonl \\
         --limit 200 --model qwen3-8b --out traces/mooncake_slice.json
 """
+
 from __future__ import annotations
 
 import argparse
@@ -34,8 +35,11 @@ _OVERFLOWS = ("clip", "drop")
 
 
 def _check_options(time_scale, max_context, limit, overflow=None, spread=None) -> None:
-    if isinstance(time_scale, bool) or not isinstance(time_scale, (int, float)) or not (
-            math.isfinite(time_scale) and time_scale > 0):
+    if (
+        isinstance(time_scale, bool)
+        or not isinstance(time_scale, (int, float))
+        or not (math.isfinite(time_scale) and time_scale > 0)
+    ):
         raise ValueError(f"time_scale: must be a finite number > 0, got {time_scale!r}")
     for name, value, minimum in (("max_context", max_context, 2), ("limit", limit, 1)):
         if value is not None and (isinstance(value, bool) or not isinstance(value, int) or value < minimum):
@@ -111,11 +115,14 @@ def _read_mooncake(path, need: Optional[int] = None) -> List[Tuple[int, int, int
         hash_ids = row.get("hash_ids", [])
         # set(map(type, ...)) rejects bools (type bool, not int) and is fast on ~300k ids
         if not isinstance(hash_ids, list) or not set(map(type, hash_ids)) <= {int} or min(hash_ids, default=0) < 0:
-            raise TraceError(f"{path}: line {line_no}: hash_ids: must be an array of integers >= 0, "
-                             f"got {_show(hash_ids)}")
+            raise TraceError(
+                f"{path}: line {line_no}: hash_ids: must be an array of integers >= 0, got {_show(hash_ids)}"
+            )
         if len(hash_ids) > -(-n_in // MOONCAKE_BLOCK_TOKENS):
-            raise TraceError(f"{path}: line {line_no}: hash_ids: must cover at most input_length = {n_in} tokens "
-                             f"in {MOONCAKE_BLOCK_TOKENS}-token blocks, got {len(hash_ids)} blocks")
+            raise TraceError(
+                f"{path}: line {line_no}: hash_ids: must cover at most input_length = {n_in} tokens "
+                f"in {MOONCAKE_BLOCK_TOKENS}-token blocks, got {len(hash_ids)} blocks"
+            )
         rows.append((line_no, ts, n_in, n_out, hash_ids))
         if need is not None and len(rows) > need and ts > rows[need - 1][1]:
             break
@@ -156,8 +163,10 @@ def spread_buckets(timestamps_s: Sequence[float], spread: str = "uniform", seed:
         return t.copy()
     last_width = bucket_width(t)
     if last_width is None:
-        raise ValueError(f"spread: {spread!r} spreads quantised timestamp buckets (Mooncake's ~3 s), but these "
-                         "timestamps are not bucketed; use spread 'none' (or 'auto')")
+        raise ValueError(
+            f"spread: {spread!r} spreads quantised timestamp buckets (Mooncake's ~3 s), but these "
+            "timestamps are not bucketed; use spread 'none' (or 'auto')"
+        )
     starts, first, counts = np.unique(t, return_index=True, return_counts=True)
     widths = np.append(np.diff(starts), last_width)
     rng = np.random.default_rng(seed)
@@ -167,13 +176,19 @@ def spread_buckets(timestamps_s: Sequence[float], spread: str = "uniform", seed:
             offsets = np.sort(rng.random(n)) * w
         else:
             offsets = np.arange(n) * (w / n)
-        out[i0:i0 + n] = start + offsets
+        out[i0 : i0 + n] = start + offsets
     return out
 
 
-def import_mooncake(path: Union[str, PathLike], limit: Optional[int] = None, time_scale: float = 1.0,
-                    max_context: Optional[int] = None, seed: int = 0, spread: str = "auto",
-                    overflow: str = "clip") -> Trace:
+def import_mooncake(
+    path: Union[str, PathLike],
+    limit: Optional[int] = None,
+    time_scale: float = 1.0,
+    max_context: Optional[int] = None,
+    seed: int = 0,
+    spread: str = "auto",
+    overflow: str = "clip",
+) -> Trace:
     """Import a Mooncake JSONL trace.
 
     - ``limit``: keep the first ``limit`` requests (after dropping, if ``overflow="drop"``).
@@ -206,14 +221,30 @@ def import_mooncake(path: Union[str, PathLike], limit: Optional[int] = None, tim
             continue
         prompt, output = fit_context(n_in, n_out, max_context)
         ids = tuple(hash_ids[: -(-prompt // MOONCAKE_BLOCK_TOKENS)])
-        requests.append(Request(id=index, arrival_s=round(float(arrival), 6), prompt_tokens=prompt,
-                                output_tokens=output, prefix_block_ids=ids,
-                                prefix_block_tokens=MOONCAKE_BLOCK_TOKENS))
+        requests.append(
+            Request(
+                id=index,
+                arrival_s=round(float(arrival), 6),
+                prompt_tokens=prompt,
+                output_tokens=output,
+                prefix_block_ids=ids,
+                prefix_block_tokens=MOONCAKE_BLOCK_TOKENS,
+            )
+        )
     if not requests:
         raise TraceError(f"{path}: every request is longer than max_context = {max_context} (overflow='drop')")
-    meta = {"source": Path(path).name, "importer": "mooncake",
-            "options": {"limit": limit, "time_scale": time_scale, "max_context": max_context, "seed": seed,
-                        "spread": spread, "overflow": overflow}}
+    meta = {
+        "source": Path(path).name,
+        "importer": "mooncake",
+        "options": {
+            "limit": limit,
+            "time_scale": time_scale,
+            "max_context": max_context,
+            "seed": seed,
+            "spread": spread,
+            "overflow": overflow,
+        },
+    }
     return Trace(requests=tuple(requests), meta=meta)
 
 
@@ -224,8 +255,13 @@ def import_mooncake(path: Union[str, PathLike], limit: Optional[int] = None, tim
 AZURE_COLUMNS = ("TIMESTAMP", "ContextTokens", "GeneratedTokens")
 
 
-def import_azure(path: Union[str, PathLike], limit: Optional[int] = None, time_scale: float = 1.0,
-                 max_context: Optional[int] = None, overflow: str = "clip") -> Trace:
+def import_azure(
+    path: Union[str, PathLike],
+    limit: Optional[int] = None,
+    time_scale: float = 1.0,
+    max_context: Optional[int] = None,
+    overflow: str = "clip",
+) -> Trace:
     """Import an Azure LLM inference trace 2023 CSV (``TIMESTAMP,ContextTokens,GeneratedTokens``).
 
     Arrivals are seconds since the first row's timestamp (parsed to the microsecond; the 7th fractional digit,
@@ -245,25 +281,30 @@ def import_azure(path: Union[str, PathLike], limit: Optional[int] = None, time_s
         raise TraceError(f"{path}: unreadable CSV: {' '.join(str(e).split())}") from None
     missing = [c for c in AZURE_COLUMNS if c not in df.columns]
     if missing:
-        raise TraceError(f"{path}: line 1: {missing[0]}: missing column (header has: {', '.join(map(str, df.columns))})")
+        raise TraceError(
+            f"{path}: line 1: {missing[0]}: missing column (header has: {', '.join(map(str, df.columns))})"
+        )
     if df.empty:
         raise TraceError(f"{path}: no data rows")
 
     raw_ts = df["TIMESTAMP"].str.strip()
     # 7 fractional digits are 100 ns; keep 6 so the format is exact and portable across pandas versions.
-    ts = pd.to_datetime(raw_ts.str.replace(r"^(.*\.\d{6})\d+$", r"\1", regex=True),
-                        format="%Y-%m-%d %H:%M:%S.%f", errors="coerce")
+    ts = pd.to_datetime(
+        raw_ts.str.replace(r"^(.*\.\d{6})\d+$", r"\1", regex=True), format="%Y-%m-%d %H:%M:%S.%f", errors="coerce"
+    )
     bad = ts.isna().to_numpy()
     if bad.any():
         i = int(np.argmax(bad))
-        raise TraceError(f"{path}: line {i + 2}: TIMESTAMP: must be 'YYYY-MM-DD HH:MM:SS.fffffff', "
-                         f"got {_show(raw_ts.iloc[i])}")
+        raise TraceError(
+            f"{path}: line {i + 2}: TIMESTAMP: must be 'YYYY-MM-DD HH:MM:SS.fffffff', got {_show(raw_ts.iloc[i])}"
+        )
     seconds = (ts - ts.iloc[0]).dt.total_seconds().to_numpy()
     back = np.flatnonzero(np.diff(seconds) < 0)
     if back.size:
         i = int(back[0]) + 1
-        raise TraceError(f"{path}: line {i + 2}: TIMESTAMP: must be >= the previous row's "
-                         f"{raw_ts.iloc[i - 1]}, got {raw_ts.iloc[i]}")
+        raise TraceError(
+            f"{path}: line {i + 2}: TIMESTAMP: must be >= the previous row's {raw_ts.iloc[i - 1]}, got {raw_ts.iloc[i]}"
+        )
 
     counts = {}
     for name, minimum in (("ContextTokens", 1), ("GeneratedTokens", 1)):
@@ -274,28 +315,36 @@ def import_azure(path: Union[str, PathLike], limit: Optional[int] = None, time_s
             raise TraceError(f"{path}: line {i + 2}: {name}: must be an integer, got {_show(df[name].iloc[i])}")
         long = (text.str.lstrip("0").str.len() > len(str(MAX_REQUEST_TOKENS))).to_numpy()  # int64 could overflow
         values = np.where(long, MAX_REQUEST_TOKENS + 1, text.where(~long, "0").astype(np.int64).to_numpy())
-        for bad, rule in ((values < minimum, f">= {minimum}"), (values > MAX_REQUEST_TOKENS, f"<= {MAX_REQUEST_TOKENS}")):
+        for bad, rule in (
+            (values < minimum, f">= {minimum}"),
+            (values > MAX_REQUEST_TOKENS, f"<= {MAX_REQUEST_TOKENS}"),
+        ):
             if bad.any():
                 i = int(np.argmax(bad))
                 raise TraceError(f"{path}: line {i + 2}: {name}: must be {rule}, got {df[name].iloc[i].strip()}")
         counts[name] = values
 
     requests = []
-    for index, (arrival, n_in, n_out) in enumerate(zip(seconds * time_scale, counts["ContextTokens"],
-                                                       counts["GeneratedTokens"])):
+    for index, (arrival, n_in, n_out) in enumerate(
+        zip(seconds * time_scale, counts["ContextTokens"], counts["GeneratedTokens"])
+    ):
         if limit is not None and len(requests) >= limit:
             break
         n_in, n_out = int(n_in), int(n_out)
         if max_context is not None and n_in + n_out > max_context and overflow == "drop":
             continue
         prompt, output = fit_context(n_in, n_out, max_context)
-        requests.append(Request(id=index, arrival_s=round(float(arrival), 6), prompt_tokens=prompt,
-                                output_tokens=output))
+        requests.append(
+            Request(id=index, arrival_s=round(float(arrival), 6), prompt_tokens=prompt, output_tokens=output)
+        )
     if not requests:
         raise TraceError(f"{path}: every request is longer than max_context = {max_context} (overflow='drop')")
-    meta = {"source": Path(path).name, "importer": "azure", "start": str(raw_ts.iloc[0]),
-            "options": {"limit": limit, "time_scale": time_scale, "max_context": max_context,
-                        "overflow": overflow}}
+    meta = {
+        "source": Path(path).name,
+        "importer": "azure",
+        "start": str(raw_ts.iloc[0]),
+        "options": {"limit": limit, "time_scale": time_scale, "max_context": max_context, "overflow": overflow},
+    }
     return Trace(requests=tuple(requests), meta=meta)
 
 
@@ -337,17 +386,27 @@ def add_import_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("source", help="the source trace file")
     parser.add_argument("-o", "--out", required=True, help="where to write the OasisKV trace (JSON; overwritten)")
     parser.add_argument("--limit", type=_int_option, default=None, help="keep the first N requests")
-    parser.add_argument("--time-scale", type=_float_option, default=1.0,
-                        help="multiply arrival times by this (0.5: twice the rate)")
+    parser.add_argument(
+        "--time-scale", type=_float_option, default=1.0, help="multiply arrival times by this (0.5: twice the rate)"
+    )
     parser.add_argument("--model", default=None, help="clip requests to this model preset's context")
-    parser.add_argument("--max-context", type=_int_option, default=None,
-                        help="clip prompt + output to this many tokens")
-    parser.add_argument("--overflow", choices=_OVERFLOWS, default="clip",
-                        help="a request longer than the context: clip it (the prompt's tail first) or drop it")
+    parser.add_argument(
+        "--max-context", type=_int_option, default=None, help="clip prompt + output to this many tokens"
+    )
+    parser.add_argument(
+        "--overflow",
+        choices=_OVERFLOWS,
+        default="clip",
+        help="a request longer than the context: clip it (the prompt's tail first) or drop it",
+    )
     parser.add_argument("--seed", type=_int_option, default=0, help="bucket spreading seed (mooncake)")
-    parser.add_argument("--spread", choices=_SPREADS, default="auto",
-                        help="how requests sharing a ~3 s timestamp bucket are spread over it (mooncake): auto = "
-                             "uniform if the timestamps are bucketed, else none")
+    parser.add_argument(
+        "--spread",
+        choices=_SPREADS,
+        default="auto",
+        help="how requests sharing a ~3 s timestamp bucket are spread over it (mooncake): auto = "
+        "uniform if the timestamps are bucketed, else none",
+    )
 
 
 def check_out_file(path: str) -> None:
@@ -378,12 +437,23 @@ def import_from_args(args) -> Trace:
             model_max = get_model(args.model).max_context_tokens
             max_context = model_max if max_context is None else min(max_context, model_max)
         if args.format == "mooncake":
-            trace = import_mooncake(args.source, limit=args.limit, time_scale=args.time_scale,
-                                    max_context=max_context, seed=args.seed, spread=args.spread,
-                                    overflow=args.overflow)
+            trace = import_mooncake(
+                args.source,
+                limit=args.limit,
+                time_scale=args.time_scale,
+                max_context=max_context,
+                seed=args.seed,
+                spread=args.spread,
+                overflow=args.overflow,
+            )
         else:
-            trace = import_azure(args.source, limit=args.limit, time_scale=args.time_scale,
-                                 max_context=max_context, overflow=args.overflow)
+            trace = import_azure(
+                args.source,
+                limit=args.limit,
+                time_scale=args.time_scale,
+                max_context=max_context,
+                overflow=args.overflow,
+            )
     except TraceError:
         raise
     except ValueError as e:  # an option: the message names it
@@ -403,8 +473,10 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     import os
     import sys
 
-    parser = OneLineParser(prog="python -m oasis_core.importers",
-                           description="Convert a public trace to an OasisKV trace (traces/SCHEMA.md).")
+    parser = OneLineParser(
+        prog="python -m oasis_core.importers",
+        description="Convert a public trace to an OasisKV trace (traces/SCHEMA.md).",
+    )
     add_import_arguments(parser)
     try:
         args = parser.parse_args(argv)

@@ -9,6 +9,7 @@ row ``start + layer * n_kv_heads + head``. Invariants, checked by ``check()``: w
 two slots (a bijection between occupied slots and the row's resident blocks); a row holds at most ``budget[row]``
 blocks; free rows are all empty.
 """
+
 from __future__ import annotations
 
 import numpy as np
@@ -27,8 +28,12 @@ class HeadMapping:
     """
 
     def __init__(self, max_requests: int, n_layers: int, n_kv_heads: int, slots: int):
-        for name, v in (("max_requests", max_requests), ("n_layers", n_layers), ("n_kv_heads", n_kv_heads),
-                        ("slots", slots)):
+        for name, v in (
+            ("max_requests", max_requests),
+            ("n_layers", n_layers),
+            ("n_kv_heads", n_kv_heads),
+            ("slots", slots),
+        ):
             if not isinstance(v, (int, np.integer)) or v < 1:
                 raise MappingError(f"HeadMapping.{name}: must be an int >= 1, got {v!r}")
         self.max_requests = int(max_requests)
@@ -63,25 +68,27 @@ class HeadMapping:
         if request_id in self._chunk_of:
             raise MappingError(f"allocate: request {request_id!r} already holds rows {self.rows(request_id)}")
         if not self._free:
-            raise MappingError(f"allocate: request {request_id!r}: out of capacity, all {self.max_requests} "
-                               f"request row ranges are in use")
+            raise MappingError(
+                f"allocate: request {request_id!r}: out of capacity, all {self.max_requests} "
+                f"request row ranges are in use"
+            )
         b = self.slots if budget is None else budget
         if not isinstance(b, (int, np.integer)) or not 0 <= b <= self.slots:
             raise MappingError(f"allocate: budget must be an int in [0, {self.slots}], got {budget!r}")
         chunk = self._free.pop()
         self._chunk_of[request_id] = chunk
         rows = self.rows(request_id)
-        self.table[rows.start:rows.stop] = -1
-        self.last_sel[rows.start:rows.stop] = -1
-        self.budget[rows.start:rows.stop] = b
+        self.table[rows.start : rows.stop] = -1
+        self.last_sel[rows.start : rows.stop] = -1
+        self.budget[rows.start : rows.stop] = b
         return rows
 
     def release(self, request_id) -> range:
         """Free the request's rows (slots emptied); returns the rows it held."""
         rows = self.rows(request_id)
-        self.table[rows.start:rows.stop] = -1
-        self.last_sel[rows.start:rows.stop] = -1
-        self.budget[rows.start:rows.stop] = self.slots
+        self.table[rows.start : rows.stop] = -1
+        self.last_sel[rows.start : rows.stop] = -1
+        self.budget[rows.start : rows.stop] = self.slots
         self._free.append(self._chunk_of.pop(request_id))
         self._free.sort(reverse=True)
         return rows
@@ -98,8 +105,9 @@ class HeadMapping:
     def row(self, request_id, layer: int, head: int) -> int:
         """The row of one (request, layer, KV head)."""
         if not (0 <= layer < self.n_layers and 0 <= head < self.n_kv_heads):
-            raise MappingError(f"row: layer {layer} / head {head} out of range "
-                               f"({self.n_layers} layers, {self.n_kv_heads} KV heads)")
+            raise MappingError(
+                f"row: layer {layer} / head {head} out of range ({self.n_layers} layers, {self.n_kv_heads} KV heads)"
+            )
         return self.rows(request_id).start + layer * self.n_kv_heads + head
 
     def allocated_rows(self) -> np.ndarray:

@@ -13,6 +13,7 @@ proxy       top-K working set       yes          previous step's      in the bac
 lookahead   top-K working set       yes          draft token's        in the background, capped
 ==========  ======================  ===========  ===================  ==========================================
 """
+
 from __future__ import annotations
 
 from dataclasses import dataclass
@@ -64,13 +65,16 @@ class Mode:
         return "dense" if self.whole_kv_on_gpu else "sparse"
 
 
-REGISTRY: dict[str, Mode] = {m.name: m for m in (
-    Mode("dense", whole_kv_on_gpu=True, selects=False, query=QUERY_NONE, background=False, summaries=False),
-    Mode("quest", whole_kv_on_gpu=True, selects=True, query=QUERY_CURRENT, background=False, summaries=True),
-    Mode("retrieval", whole_kv_on_gpu=False, selects=True, query=QUERY_CURRENT, background=False, summaries=True),
-    Mode("proxy", whole_kv_on_gpu=False, selects=True, query=QUERY_PREVIOUS, background=True, summaries=True),
-    Mode("lookahead", whole_kv_on_gpu=False, selects=True, query=QUERY_DRAFT, background=True, summaries=True),
-)}
+REGISTRY: dict[str, Mode] = {
+    m.name: m
+    for m in (
+        Mode("dense", whole_kv_on_gpu=True, selects=False, query=QUERY_NONE, background=False, summaries=False),
+        Mode("quest", whole_kv_on_gpu=True, selects=True, query=QUERY_CURRENT, background=False, summaries=True),
+        Mode("retrieval", whole_kv_on_gpu=False, selects=True, query=QUERY_CURRENT, background=False, summaries=True),
+        Mode("proxy", whole_kv_on_gpu=False, selects=True, query=QUERY_PREVIOUS, background=True, summaries=True),
+        Mode("lookahead", whole_kv_on_gpu=False, selects=True, query=QUERY_DRAFT, background=True, summaries=True),
+    )
+}
 
 MODES = tuple(REGISTRY)
 SPARSE_MODES = tuple(n for n, m in REGISTRY.items() if m.sparse)

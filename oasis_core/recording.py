@@ -13,6 +13,7 @@ A recording is what the simulator replays and is scored against::
 
 numpy only; no torch.
 """
+
 from __future__ import annotations
 
 import os
@@ -24,8 +25,21 @@ import numpy as np
 
 from . import modes
 from .modes import MODES
-from .trace import (MAX_REQUEST_TOKENS, Request, Trace, TraceError, _int_field, _key, _number_field, _Problem, _show,
-                    _show_typed, dumps_trace, load_trace, parse_trace)
+from .trace import (
+    MAX_REQUEST_TOKENS,
+    Request,
+    Trace,
+    TraceError,
+    _int_field,
+    _key,
+    _number_field,
+    _Problem,
+    _show,
+    _show_typed,
+    dumps_trace,
+    load_trace,
+    parse_trace,
+)
 
 KIND = "oasiskv-recording"
 RECORDING_VERSION = 1
@@ -41,10 +55,36 @@ SAMPLED_STEPS_MAX = 64  # recommended cap on results.steps entries
 MAX_RECORDED_STEPS = 1 << 16
 MAX_RECORDED_CONCURRENCY = 1 << 16
 
-_CONFIG_REQUIRED = ("mode", "model", "hardware", "workload", "context", "concurrency", "kv_budget_gb", "top_k",
-                    "block_size", "fetch_ratio", "transfer_path", "selection", "seed", "warmup_steps", "steps")
-_RESULTS_REQUIRED = ("tpot_ms_p50", "tpot_ms_p99", "throughput_tok_s", "ttft_ms_p50", "stage_ms_per_step",
-                     "bytes_per_step", "stall_ms_per_step", "hidden_fraction", "device", "date", "commit")
+_CONFIG_REQUIRED = (
+    "mode",
+    "model",
+    "hardware",
+    "workload",
+    "context",
+    "concurrency",
+    "kv_budget_gb",
+    "top_k",
+    "block_size",
+    "fetch_ratio",
+    "transfer_path",
+    "selection",
+    "seed",
+    "warmup_steps",
+    "steps",
+)
+_RESULTS_REQUIRED = (
+    "tpot_ms_p50",
+    "tpot_ms_p99",
+    "throughput_tok_s",
+    "ttft_ms_p50",
+    "stage_ms_per_step",
+    "bytes_per_step",
+    "stall_ms_per_step",
+    "hidden_fraction",
+    "device",
+    "date",
+    "commit",
+)
 
 
 class RecordingError(TraceError):
@@ -105,8 +145,9 @@ def _check_config(c) -> None:
         raise _Problem("config.fetch_ratio", f"must be in (0, 1], got {c['fetch_ratio']!r}")
     _str_field("config.transfer_path", c["transfer_path"], TRANSFER_PATHS, nullable=True)
     if c["transfer_path"] is None and mode.transfers:
-        raise _Problem("config.transfer_path", f"must be one of {', '.join(TRANSFER_PATHS)} for mode "
-                                               f"{_show(c['mode'])}, got null")
+        raise _Problem(
+            "config.transfer_path", f"must be one of {', '.join(TRANSFER_PATHS)} for mode {_show(c['mode'])}, got null"
+        )
     _str_field("config.selection", c["selection"], SELECTIONS)
     _int_field("config.seed", c["seed"], 0)
     _int_field("config.warmup_steps", c["warmup_steps"], 0, MAX_RECORDED_STEPS)
@@ -120,8 +161,9 @@ def _check_results(r, config) -> None:
     for k in ("tpot_ms_p50", "tpot_ms_p99", "throughput_tok_s"):
         _number_field(f"results.{k}", r[k], 0.0)
     if r["tpot_ms_p99"] < r["tpot_ms_p50"]:
-        raise _Problem("results.tpot_ms_p99", f"must be >= results.tpot_ms_p50 ({r['tpot_ms_p50']!r}), "
-                                              f"got {r['tpot_ms_p99']!r}")
+        raise _Problem(
+            "results.tpot_ms_p99", f"must be >= results.tpot_ms_p50 ({r['tpot_ms_p50']!r}), got {r['tpot_ms_p99']!r}"
+        )
     _num_or_null("results.ttft_ms_p50", r["ttft_ms_p50"])
     _num_or_null("results.stall_ms_per_step", r["stall_ms_per_step"])
     _num_or_null("results.hidden_fraction", r["hidden_fraction"], 0.0, 1.0)
@@ -140,12 +182,14 @@ def _check_results(r, config) -> None:
         last = -1
         for j, s in enumerate(steps):
             if s["step"] <= last:
-                raise _Problem(f"results.steps[{j}].step", f"must be > results.steps[{j - 1}].step ({last}), "
-                                                           f"got {s['step']}")
+                raise _Problem(
+                    f"results.steps[{j}].step", f"must be > results.steps[{j - 1}].step ({last}), got {s['step']}"
+                )
             last = s["step"]
         if last >= config["steps"]:
-            raise _Problem(f"results.steps[{len(steps) - 1}].step",
-                           f"must be < config.steps ({config['steps']}), got {last}")
+            raise _Problem(
+                f"results.steps[{len(steps) - 1}].step", f"must be < config.steps ({config['steps']}), got {last}"
+            )
 
 
 def _check_layer_events(ev) -> None:
@@ -168,12 +212,16 @@ def _check_layer_events(ev) -> None:
 def _check_recording(trace: Trace) -> None:
     meta = trace.meta or {}
     if meta.get("kind") != KIND:
-        raise _Problem("meta.kind", f"must be {_show(KIND)} (this is a plain trace, not a recording), "
-                                    f"got {_show_typed(meta.get('kind'))}")
+        raise _Problem(
+            "meta.kind",
+            f"must be {_show(KIND)} (this is a plain trace, not a recording), got {_show_typed(meta.get('kind'))}",
+        )
     v = meta.get("recording_version")
     if isinstance(v, bool) or v != RECORDING_VERSION:
-        raise _Problem("meta.recording_version", f"must be {RECORDING_VERSION} (the version this loader reads), "
-                                                 f"got {_show_typed(v)}")
+        raise _Problem(
+            "meta.recording_version",
+            f"must be {RECORDING_VERSION} (the version this loader reads), got {_show_typed(v)}",
+        )
     if trace.config is None:
         raise _Problem("config", "missing required field")
     if trace.results is None:
@@ -183,12 +231,17 @@ def _check_recording(trace: Trace) -> None:
     c = trace.config
     if c["workload"] == "closed-loop":
         if len(trace.requests) != c["concurrency"]:
-            raise _Problem("requests", f"must hold config.concurrency ({c['concurrency']}) requests for a "
-                                       f"closed-loop recording, got {len(trace.requests)}")
+            raise _Problem(
+                "requests",
+                f"must hold config.concurrency ({c['concurrency']}) requests for a "
+                f"closed-loop recording, got {len(trace.requests)}",
+            )
         bad = [i for i, q in enumerate(trace.requests) if q.prompt_tokens != c["context"]]
         if bad:
-            raise _Problem(f"requests[{bad[0]}].prompt_tokens", f"must equal config.context ({c['context']}), "
-                                                                f"got {trace.requests[bad[0]].prompt_tokens}")
+            raise _Problem(
+                f"requests[{bad[0]}].prompt_tokens",
+                f"must equal config.context ({c['context']}), got {trace.requests[bad[0]].prompt_tokens}",
+            )
 
 
 # ----------------------------------------------------------------------------------------------------------------
@@ -248,12 +301,18 @@ def label(config: Mapping[str, Any]) -> str:
 
 def closed_loop_requests(concurrency: int, context: int, output_tokens: int) -> tuple:
     """The bench workload: ``concurrency`` requests of ``context`` prompt tokens, all arriving at t = 0."""
-    return tuple(Request(id=i, arrival_s=0.0, prompt_tokens=context, output_tokens=output_tokens)
-                 for i in range(concurrency))
+    return tuple(
+        Request(id=i, arrival_s=0.0, prompt_tokens=context, output_tokens=output_tokens) for i in range(concurrency)
+    )
 
 
-def build_recording(config: Mapping[str, Any], results: Mapping[str, Any], meta: Optional[Mapping] = None,
-                    requests: Optional[Sequence[Request]] = None, source: str = "<recording>") -> Recording:
+def build_recording(
+    config: Mapping[str, Any],
+    results: Mapping[str, Any],
+    meta: Optional[Mapping] = None,
+    requests: Optional[Sequence[Request]] = None,
+    source: str = "<recording>",
+) -> Recording:
     """Assemble and validate a recording. ``requests`` default to the closed-loop bench workload (config
     ``concurrency`` requests of ``context`` tokens decoding ``warmup_steps + steps`` tokens each).
     Raises ``RecordingError("<source>: <where>: ...")``."""
@@ -264,8 +323,9 @@ def build_recording(config: Mapping[str, Any], results: Mapping[str, Any], meta:
     try:
         _check_config(config)
         if requests is None:
-            requests = closed_loop_requests(config["concurrency"], config["context"],
-                                            config["warmup_steps"] + config["steps"])
+            requests = closed_loop_requests(
+                config["concurrency"], config["context"], config["warmup_steps"] + config["steps"]
+            )
     except _Problem as p:
         raise RecordingError(f"{source}: {p.where}: {p.text}") from None
     try:
@@ -333,8 +393,9 @@ def save_selection(path: Union[str, PathLike], sets, layers: Sequence[int], requ
     if a.ndim != 3 or not np.issubdtype(a.dtype, np.integer):
         raise ValueError(f"save_selection: sets must be an integer array [steps, rows, K], got {a.dtype} {a.shape}")
     dt = np.int16 if a.size == 0 or int(a.max()) < 2**15 else np.int32
-    np.savez_compressed(path, sets=a.astype(dt), layers=np.asarray(layers, dtype=np.int32),
-                        request=np.asarray(request, dtype=np.int32))
+    np.savez_compressed(
+        path, sets=a.astype(dt), layers=np.asarray(layers, dtype=np.int32), request=np.asarray(request, dtype=np.int32)
+    )
 
 
 def read_npz(path, error=ValueError) -> dict:
@@ -358,13 +419,15 @@ def load_selection(path: Union[str, PathLike], top_k: Optional[int] = None):
             raise RecordingError(f"{source}: {k}: missing required array")
     sets, layers = data["sets"], data["layers"]
     if sets.ndim != 3 or not np.issubdtype(sets.dtype, np.integer) or sets.shape[0] < 2:
-        raise RecordingError(f"{source}: sets: must be an integer array [steps >= 2, rows, top_k], got "
-                             f"{sets.dtype} {list(sets.shape)}")
+        raise RecordingError(
+            f"{source}: sets: must be an integer array [steps >= 2, rows, top_k], got {sets.dtype} {list(sets.shape)}"
+        )
     if top_k is not None and sets.shape[2] != top_k:
         raise RecordingError(f"{source}: sets: must have top_k = {top_k} columns, got {sets.shape[2]}")
     if int(sets.min(initial=0)) < -1:
         raise RecordingError(f"{source}: sets: block ids must be >= -1, got {int(sets.min())}")
     if layers.ndim != 1 or not layers.size or sets.shape[1] % layers.size:
-        raise RecordingError(f"{source}: layers: must be a 1-d array dividing the {sets.shape[1]} rows, got "
-                             f"{list(layers.shape)}")
+        raise RecordingError(
+            f"{source}: layers: must be a 1-d array dividing the {sets.shape[1]} rows, got {list(layers.shape)}"
+        )
     return sets.astype(np.int64), layers.astype(np.int64)

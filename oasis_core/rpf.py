@@ -21,6 +21,7 @@ unit that was selected. Blocks with ids ``>= n_blocks`` (created by decoding on 
 This module is host-side bookkeeping on numpy arrays (one ledger per request); it is not a decode-step GPU path.
 Torch tensors are accepted and copied to the host.
 """
+
 from __future__ import annotations
 
 from dataclasses import dataclass
@@ -81,9 +82,17 @@ class HandoffBytes:
         return self.full_kv / self.total if self.total else float("inf")
 
 
-def handoff_bytes(units: int, *, n_blocks: int, layers: int, kv_heads: int, kv_bytes_per_block_head: int,
-                  summary_bytes_per_block_head: int, draft_state_bytes: int = 0,
-                  local_blocks: int = 1) -> HandoffBytes:
+def handoff_bytes(
+    units: int,
+    *,
+    n_blocks: int,
+    layers: int,
+    kv_heads: int,
+    kv_bytes_per_block_head: int,
+    summary_bytes_per_block_head: int,
+    draft_state_bytes: int = 0,
+    local_blocks: int = 1,
+) -> HandoffBytes:
     """Bytes of a partial hand-off.
 
     units: (layer, KV head, block) units of predicted blocks sent (``RemoteLedger.handoff`` returns it; at block
@@ -94,10 +103,16 @@ def handoff_bytes(units: int, *, n_blocks: int, layers: int, kv_heads: int, kv_b
         ``KVGeometry.summary_bytes_per_block_head``.
     draft_state_bytes: the draft model's KV state (0 if the draft shares the target's KV).
     """
-    for name, v in (("units", units), ("n_blocks", n_blocks), ("layers", layers), ("kv_heads", kv_heads),
-                    ("kv_bytes_per_block_head", kv_bytes_per_block_head),
-                    ("summary_bytes_per_block_head", summary_bytes_per_block_head),
-                    ("draft_state_bytes", draft_state_bytes), ("local_blocks", local_blocks)):
+    for name, v in (
+        ("units", units),
+        ("n_blocks", n_blocks),
+        ("layers", layers),
+        ("kv_heads", kv_heads),
+        ("kv_bytes_per_block_head", kv_bytes_per_block_head),
+        ("summary_bytes_per_block_head", summary_bytes_per_block_head),
+        ("draft_state_bytes", draft_state_bytes),
+        ("local_blocks", local_blocks),
+    ):
         if isinstance(v, bool) or not isinstance(v, Integral) or v < 0:
             raise ValueError(f"handoff_bytes.{name}: must be an integer >= 0, got {v!r}")
     rows = layers * kv_heads
@@ -136,8 +151,12 @@ class RemoteLedger:
     """
 
     def __init__(self, layers: int, kv_heads: int, n_blocks: int, kv_bytes_per_block_head: int):
-        for name, v in (("layers", layers), ("kv_heads", kv_heads), ("n_blocks", n_blocks),
-                        ("kv_bytes_per_block_head", kv_bytes_per_block_head)):
+        for name, v in (
+            ("layers", layers),
+            ("kv_heads", kv_heads),
+            ("n_blocks", n_blocks),
+            ("kv_bytes_per_block_head", kv_bytes_per_block_head),
+        ):
             if isinstance(v, bool) or not isinstance(v, Integral) or v < 1:
                 raise ValueError(f"RemoteLedger.{name}: must be an integer >= 1, got {v!r}")
         self.layers, self.kv_heads, self.n_blocks = layers, kv_heads, n_blocks
@@ -210,7 +229,7 @@ class RemoteLedger:
         if granularity == "block":
             mask |= mask.any(axis=1, keepdims=True)  # union over heads, sent for every head of the layer
         local = np.zeros_like(mask)
-        local[:, :, max(self.n_blocks - local_blocks, 0):] = True
+        local[:, :, max(self.n_blocks - local_blocks, 0) :] = True
         local &= ~mask  # a predicted block is never also the local one, but do not count it twice
         self.select(mask | local)
         units = self.record(mask)
@@ -253,8 +272,12 @@ class RemoteLedger:
         width = int(min(K, cap_arr.max(initial=0)))
         order = np.argsort(~take, axis=-1, kind="stable")[:, :, :width]  # taken entries first, order kept
         blocks = np.where(np.arange(width) < n_fetch[:, :, None], np.take_along_axis(ids, order, axis=-1), -1)
-        return RemoteFetch(blocks=blocks.astype(np.int64), n_fetch=n_fetch,
-                           n_missing=miss.sum(axis=-1).astype(np.int64), bytes=units * self.unit_bytes)
+        return RemoteFetch(
+            blocks=blocks.astype(np.int64),
+            n_fetch=n_fetch,
+            n_missing=miss.sum(axis=-1).astype(np.int64),
+            bytes=units * self.unit_bytes,
+        )
 
     def _ids(self, x, allow_local: bool = False) -> np.ndarray:
         ids = _host(x).astype(np.int64)

@@ -26,6 +26,7 @@ Rules (docs/scheduler.md has them with the reasons):
 - Every request added ends exactly once: ``completed`` (reason ``length`` or ``stop``), ``rejected`` (its reason)
   or ``aborted``.
 """
+
 from __future__ import annotations
 
 from collections import Counter, deque
@@ -41,9 +42,24 @@ REJECT_REASONS = ("context_limit", "gpu_capacity", "host_capacity")
 class Request:
     """The scheduling state of one request. Backends subclass it for what they keep besides (token ids, timing)."""
 
-    __slots__ = ("id", "prompt_len", "max_tokens", "ready_t", "state", "prefill_done", "prefill_target",
-                 "generated", "preempted", "seq", "gpu_held", "host_held", "admit_t", "first_token_t", "finish_t",
-                 "reason")
+    __slots__ = (
+        "id",
+        "prompt_len",
+        "max_tokens",
+        "ready_t",
+        "state",
+        "prefill_done",
+        "prefill_target",
+        "generated",
+        "preempted",
+        "seq",
+        "gpu_held",
+        "host_held",
+        "admit_t",
+        "first_token_t",
+        "finish_t",
+        "reason",
+    )
 
     def __init__(self, *, id, prompt_len: int, max_tokens: int, ready_t: float = 0.0, prefilled: int = 0):
         if not isinstance(prompt_len, int) or prompt_len < 1:
@@ -125,15 +141,27 @@ class Plan:
 
     def describe(self) -> tuple:
         """The plan as plain values (ids and sizes): what two backends scheduling the same trace must agree on."""
-        return (tuple(r.id for r in self.admitted), tuple(r.id for r in self.preempted),
-                tuple((r.id, r.reason) for r in self.rejected),
-                tuple((c.req.id, c.start, c.n) for c in self.prefill), tuple(r.id for r in self.decode))
+        return (
+            tuple(r.id for r in self.admitted),
+            tuple(r.id for r in self.preempted),
+            tuple((r.id, r.reason) for r in self.rejected),
+            tuple((c.req.id, c.start, c.n) for c in self.prefill),
+            tuple(r.id for r in self.decode),
+        )
 
 
 class Scheduler:
-    def __init__(self, *, accounting: Accounting, prefill_tokens: int, max_batch: int | None = None,
-                 max_context: int | None = None, decode_with_prefill: bool = True,
-                 on_admit: Callable | None = None, on_end: Callable | None = None):
+    def __init__(
+        self,
+        *,
+        accounting: Accounting,
+        prefill_tokens: int,
+        max_batch: int | None = None,
+        max_context: int | None = None,
+        decode_with_prefill: bool = True,
+        on_admit: Callable | None = None,
+        on_end: Callable | None = None,
+    ):
         if not isinstance(prefill_tokens, int) or prefill_tokens < 1:
             raise ValueError(f"Scheduler.prefill_tokens: must be an int >= 1, got {prefill_tokens!r}")
         if max_batch is not None and (not isinstance(max_batch, int) or max_batch < 1):
@@ -218,8 +246,9 @@ class Scheduler:
                 budget -= n
         if prefill and not self.decode_with_prefill:
             decode = []
-        plan = Plan(self.step, tuple(admitted), tuple(self._preempted), tuple(self._rejected), tuple(prefill),
-                    tuple(decode))
+        plan = Plan(
+            self.step, tuple(admitted), tuple(self._preempted), tuple(self._rejected), tuple(prefill), tuple(decode)
+        )
         self._preempted, self._rejected = [], []
         self.step += 1
         return plan

@@ -9,6 +9,7 @@ All functions are array-namespace code (numpy or torch, CPU or CUDA) with shapes
 synchronisation on the torch path. Empty (not yet written) summary entries hold ``kmin = +inf``, ``kmax = -inf``;
 their scores are meaningless (may be NaN) and ``topk_blocks`` never returns them as long as ``n_blocks`` says so.
 """
+
 from __future__ import annotations
 
 import math
@@ -75,12 +76,14 @@ def update_summary(kmin, kmax, keys_block, block_idx):
         if not 0 <= block_idx <= n:
             raise ValueError(f"block_idx: must be in [0, {n}], got {block_idx}")
         if block_idx == n:
-            return (xp.concat([kmin, new_min[..., None, :]], axis=-2),
-                    xp.concat([kmax, new_max[..., None, :]], axis=-2))
+            return (
+                xp.concat([kmin, new_min[..., None, :]], axis=-2),
+                xp.concat([kmax, new_max[..., None, :]], axis=-2),
+            )
         idx = xp.full((*lead, 1, d), block_idx, xp.int64, like=kmin)
     else:
         bi = xp.astype(xp.asarray(block_idx, like=kmin), xp.int64)
-        if tuple(bi.shape) != tuple(lead[:bi.ndim]):
+        if tuple(bi.shape) != tuple(lead[: bi.ndim]):
             raise ValueError(f"block_idx: shape {tuple(bi.shape)} must be a prefix of the leading shape {tuple(lead)}")
         bi = bi.reshape(*bi.shape, *([1] * (len(lead) - bi.ndim)), 1, 1)
         idx = bi + xp.zeros((*lead, 1, d), xp.int64, like=kmin)

@@ -16,6 +16,7 @@ The code is array-namespace code (``oasis_core.xp``): on torch tensors it never 
 inputs and ``max_cap``. Preconditions (not checked, to stay sync-free): block ids are ``>= 0`` or -1, distinct
 within ``pred[r]`` and within ``resident[r]``.
 """
+
 from __future__ import annotations
 
 from dataclasses import dataclass
@@ -24,8 +25,8 @@ from typing import Any
 
 from .xp import namespace
 
-_EMPTY_FIRST = -(2 ** 62)  # victim key of an empty slot: before every real last_sel
-_NOT_VICTIM = 2 ** 62  # victim key of a kept slot: after every real last_sel
+_EMPTY_FIRST = -(2**62)  # victim key of an empty slot: before every real last_sel
+_NOT_VICTIM = 2**62  # victim key of a kept slot: after every real last_sel
 
 
 @dataclass(frozen=True)
@@ -103,8 +104,10 @@ def plan_step(resident, last_sel, pred, cap, step: int, max_cap: int) -> StepPla
     pred = xp.astype(xp.asarray(pred, like=resident), xp.int64)
     r, s = resident.shape
     if pred.shape[0] != r or last_sel.shape != resident.shape:
-        raise ValueError(f"shapes: resident {tuple(resident.shape)}, last_sel {tuple(last_sel.shape)}, "
-                         f"pred {tuple(pred.shape)} must share R and S")
+        raise ValueError(
+            f"shapes: resident {tuple(resident.shape)}, last_sel {tuple(last_sel.shape)}, "
+            f"pred {tuple(pred.shape)} must share R and S"
+        )
     c = max_cap
 
     res_valid = resident >= 0
@@ -127,8 +130,9 @@ def plan_step(resident, last_sel, pred, cap, step: int, max_cap: int) -> StepPla
         cap_r = xp.full((r,), int(cap), xp.int64, like=resident)
     else:
         cap_r = xp.astype(xp.asarray(cap, like=resident), xp.int64)
-        cap_r = xp.minimum(xp.maximum(cap_r, xp.full((), 0, xp.int64, like=resident)),
-                           xp.full((), c, xp.int64, like=resident))
+        cap_r = xp.minimum(
+            xp.maximum(cap_r, xp.full((), 0, xp.int64, like=resident)), xp.full((), c, xp.int64, like=resident)
+        )
     admit = xp.minimum(xp.minimum(n_missing, cap_r), n_victims)  # [R]
 
     col = xp.arange(c, like=resident)[None, :]

@@ -46,6 +46,7 @@ Replay at another shape (:class:`SetReplay`), documented choice:
   the two block counts grow at different rates (every block boundary) and merges ids when the target is smaller.
   Ids that collide after mapping keep their first (best) occurrence; the rest become -1 (a smaller set).
 """
+
 from __future__ import annotations
 
 import atexit
@@ -104,9 +105,12 @@ class SetRecorder:
             self._count[int(r)] = ks[-1] + 1
         if self.bytes + a.size * 2 > self.max_bytes:
             if not self.truncated:
-                print(f"record {self.path}: stopped keeping sets after {len(self.batch)} steps "
-                      f"(the {self.max_bytes:,}-byte cap, oasis_core.setrecord.RECORD_MAX_BYTES); later "
-                      "steps are counted in meta.truncated_steps", file=sys.stderr)
+                print(
+                    f"record {self.path}: stopped keeping sets after {len(self.batch)} steps "
+                    f"(the {self.max_bytes:,}-byte cap, oasis_core.setrecord.RECORD_MAX_BYTES); later "
+                    "steps are counted in meta.truncated_steps",
+                    file=sys.stderr,
+                )
             self.truncated += 1
             return
         dt = np.int16 if a.size == 0 or int(a.max()) < 2**15 else np.int32
@@ -126,13 +130,23 @@ class SetRecorder:
             step_sets = np.concatenate(self.sets).astype(np.int32 if wide else np.int16)
         else:
             step_sets = np.zeros((0, K), dtype=np.int16)
-        meta = dict(self.meta, format=FORMAT, version=VERSION, steps=len(self.batch),
-                    truncated_steps=self.truncated, blocks_of=BLOCKS_OF)
-        out = {"meta": np.asarray(json.dumps(meta, sort_keys=True)), "step_sets": step_sets,
-               "step_batch": np.asarray(self.batch, dtype=np.int32),
-               "item_req": np.asarray(self.req, dtype=np.int64), "item_pos": np.asarray(self.pos, dtype=np.int32),
-               "item_nblocks": np.asarray(self.nb, dtype=np.int32),
-               "item_step": np.asarray(self.kstep, dtype=np.int32)}
+        meta = dict(
+            self.meta,
+            format=FORMAT,
+            version=VERSION,
+            steps=len(self.batch),
+            truncated_steps=self.truncated,
+            blocks_of=BLOCKS_OF,
+        )
+        out = {
+            "meta": np.asarray(json.dumps(meta, sort_keys=True)),
+            "step_sets": step_sets,
+            "step_batch": np.asarray(self.batch, dtype=np.int32),
+            "item_req": np.asarray(self.req, dtype=np.int64),
+            "item_pos": np.asarray(self.pos, dtype=np.int32),
+            "item_nblocks": np.asarray(self.nb, dtype=np.int32),
+            "item_step": np.asarray(self.kstep, dtype=np.int32),
+        }
         # The schema's selection-file view: the request with the most steps (first seen among equals).
         if self.req:
             counts = {}
@@ -195,8 +209,10 @@ class SetRecord:
         if self.meta.get("format") != FORMAT:
             raise SetRecordError(f"{source}: meta.format: must be {FORMAT!r}, got {self.meta.get('format')!r}")
         if self.meta.get("version") != VERSION:
-            raise SetRecordError(f"{source}: meta.version: must be {VERSION} (the version this reader knows), got "
-                                 f"{self.meta.get('version')!r}")
+            raise SetRecordError(
+                f"{source}: meta.version: must be {VERSION} (the version this reader knows), got "
+                f"{self.meta.get('version')!r}"
+            )
         for k in ("step_sets", "step_batch", "item_req", "item_pos", "item_nblocks", "item_step"):
             if k not in arrays:
                 raise SetRecordError(f"{source}: {k}: missing required array")
@@ -209,15 +225,19 @@ class SetRecord:
         self.item_step = np.asarray(arrays["item_step"], dtype=np.int64)
         n_items = int(self.step_batch.sum())
         if self.step_sets.ndim != 2 or self.step_sets.shape[1] != self.K:
-            raise SetRecordError(f"{source}: step_sets: must be [rows, top_k={self.K}], got "
-                                 f"{list(self.step_sets.shape)}")
+            raise SetRecordError(
+                f"{source}: step_sets: must be [rows, top_k={self.K}], got {list(self.step_sets.shape)}"
+            )
         if self.step_sets.shape[0] != n_items * self.L * self.H:
-            raise SetRecordError(f"{source}: step_sets: must hold L*H rows per decode item "
-                                 f"({n_items} items x {self.L * self.H}), got {self.step_sets.shape[0]}")
+            raise SetRecordError(
+                f"{source}: step_sets: must hold L*H rows per decode item "
+                f"({n_items} items x {self.L * self.H}), got {self.step_sets.shape[0]}"
+            )
         for k in ("item_req", "item_pos", "item_nblocks", "item_step"):
             if getattr(self, k).shape != (n_items,):
-                raise SetRecordError(f"{source}: {k}: must have {n_items} entries (sum of step_batch), got "
-                                     f"{getattr(self, k).shape[0]}")
+                raise SetRecordError(
+                    f"{source}: {k}: must have {n_items} entries (sum of step_batch), got {getattr(self, k).shape[0]}"
+                )
         # Where each item's rows start: step s begins at L*H*sum(B_<s); item b of step s at that + b*H (per layer
         # the step's rows are B_s*H apart).
         starts = np.concatenate([[0], np.cumsum(self.step_batch)])  # item index of each step's first item
@@ -243,9 +263,13 @@ class SetRecord:
         a, b = self._step_first[s], self._step_first[s + 1]
         B = b - a
         base = a * self.L * self.H
-        sets = self.step_sets[base: base + self.L * B * self.H].reshape(self.L, B, self.H, self.K)
-        return (sets.astype(np.int64), self.item_req[a:b].copy(), self.item_pos[a:b].copy(),
-                self.item_nblocks[a:b].copy())
+        sets = self.step_sets[base : base + self.L * B * self.H].reshape(self.L, B, self.H, self.K)
+        return (
+            sets.astype(np.int64),
+            self.item_req[a:b].copy(),
+            self.item_pos[a:b].copy(),
+            self.item_nblocks[a:b].copy(),
+        )
 
     def _item_rows(self, items):
         """Row indices [n, L, H] of ``items`` into ``step_sets``."""
@@ -264,7 +288,7 @@ class SetRecord:
         """(sets [L, H, K] int64, n_blocks) of request ``req``'s ``k``-th decode step."""
         items = self._items_of[int(req)]
         i = items[k]
-        return self.step_sets[self._item_rows(items[k:k + 1])[0]].astype(np.int64), int(self.item_nblocks[i])
+        return self.step_sets[self._item_rows(items[k : k + 1])[0]].astype(np.int64), int(self.item_nblocks[i])
 
     def request_steps(self, req: int) -> int:
         return len(self._items_of[int(req)])
@@ -368,8 +392,13 @@ class SetReplay:
         return out
 
 
-def to_sim_replay(rec: SetRecord, out_path: str, top_k: Optional[int] = None, request: Optional[int] = None,
-                  last_steps: Optional[int] = None) -> int:
+def to_sim_replay(
+    rec: SetRecord,
+    out_path: str,
+    top_k: Optional[int] = None,
+    request: Optional[int] = None,
+    last_steps: Optional[int] = None,
+) -> int:
     """Write one recorded request's sets as the simulator's ReplaySets JSON (``oasis_sim.policy.ReplaySets``:
     every step's set stands for ``true_next``, ``draft`` and ``proxy``, as ``oasis_sim.replay`` converts a
     selection file), columns mapped to ``top_k`` (``map_columns``). Rows: all ``L * H`` of that request
@@ -378,12 +407,11 @@ def to_sim_replay(rec: SetRecord, out_path: str, top_k: Optional[int] = None, re
         request = max(rec.requests, key=rec.request_steps)
     sets, nbs = rec.request_sets(request)
     if last_steps:
-        sets = sets[-(last_steps + 1):]
+        sets = sets[-(last_steps + 1) :]
     K = top_k or rec.K
     flat = map_columns(sets, K, max(int(nbs.max()) - 1, 1)).reshape(sets.shape[0], rec.L * rec.H, K)
     if flat.shape[0] < 2:
-        raise SetRecordError(f"{rec.source}: request {request}: needs at least 2 recorded steps, has "
-                             f"{flat.shape[0]}")
+        raise SetRecordError(f"{rec.source}: request {request}: needs at least 2 recorded steps, has {flat.shape[0]}")
     steps = [{"true_next": s.tolist(), "draft": s.tolist(), "proxy": s.tolist()} for s in flat[1:]]
     with open(out_path, "w", encoding="utf-8") as f:
         json.dump({"top_k": K, "initial": flat[0].tolist(), "steps": steps}, f)
@@ -401,5 +429,7 @@ def churn_stats(sets: np.ndarray) -> dict:
             b = set(s[t - 1, r][s[t - 1, r] >= 0].tolist())
             enter.append(len(a - b))
             overlap.append(len(a & b) / len(a) if a else 1.0)
-    return {"entering_per_step": float(np.mean(enter)) if enter else 0.0,
-            "overlap": float(np.mean(overlap)) if overlap else 1.0}
+    return {
+        "entering_per_step": float(np.mean(enter)) if enter else 0.0,
+        "overlap": float(np.mean(overlap)) if overlap else 1.0,
+    }

@@ -24,6 +24,7 @@ host blocks for them; lanes with ``crossing(ctx)`` copy ``offload_tokens(ctx)`` 
 host blocks are taken then, ``host_tokens(ctx)`` from then on) and compute their block summaries before their first
 selection, which must finish before any of their blocks is evicted from the resident set.
 """
+
 from __future__ import annotations
 
 import numbers
@@ -45,8 +46,9 @@ class ShortContext:
             if isinstance(v, bool) or not isinstance(v, numbers.Integral) or v < lo:
                 raise ValueError(f"ShortContext.{name}: must be an integer >= {lo}, got {v!r}")
         if self.top_k + self.local_blocks < 1:
-            raise ValueError(f"ShortContext.top_k: top_k + local_blocks must be >= 1, got {self.top_k!r} + "
-                             f"{self.local_blocks!r}")
+            raise ValueError(
+                f"ShortContext.top_k: top_k + local_blocks must be >= 1, got {self.top_k!r} + {self.local_blocks!r}"
+            )
 
     @property
     def window_tokens(self) -> int:

@@ -9,14 +9,15 @@ The attention modes are ``oasis_core.modes`` (re-exported here as ``MODES`` and 
 Presets live in ``MODELS``, ``HARDWARE`` and ``LINKS``; look them up with ``get_model``, ``get_hardware`` and
 ``get_link``, which raise ``ValueError`` naming the unknown name and the valid choices.
 """
+
 from __future__ import annotations
 
 import math
 import numbers
 from dataclasses import dataclass
 from typing import Mapping, Optional, Tuple
-from .modes import MODES, SPARSE_MODES  # noqa: F401  (re-exported; the modes live in oasis_core.modes)
 
+from .modes import MODES, SPARSE_MODES  # noqa: F401  (re-exported; the modes live in oasis_core.modes)
 
 # ----------------------------------------------------------------------------------------------------------------
 # Field checks shared by the specs. Each raises ValueError("<Owner>.<field>: <rule>, got <value>").
@@ -90,8 +91,17 @@ class ModelSpec:
     def __post_init__(self):
         owner = "ModelSpec"
         _check_name(owner, self.name)
-        for name in ("n_layers", "n_q_heads", "n_kv_heads", "head_dim", "hidden", "mlp_hidden", "vocab",
-                     "max_context_tokens", "dtype_bytes"):
+        for name in (
+            "n_layers",
+            "n_q_heads",
+            "n_kv_heads",
+            "head_dim",
+            "hidden",
+            "mlp_hidden",
+            "vocab",
+            "max_context_tokens",
+            "dtype_bytes",
+        ):
             _check_int(owner, name, getattr(self, name), 1)
         for name in ("n_experts", "experts_active", "moe_mlp_hidden"):
             _check_int(owner, name, getattr(self, name), 0)
@@ -100,20 +110,25 @@ class ModelSpec:
         _check_real(owner, "rope_theta", self.rope_theta)
         _check_real(owner, "rms_eps", self.rms_eps)
         if self.n_q_heads % self.n_kv_heads:
-            raise ValueError(f"{owner}.n_q_heads: must be a multiple of n_kv_heads ({self.n_kv_heads}), "
-                             f"got {self.n_q_heads}")
+            raise ValueError(
+                f"{owner}.n_q_heads: must be a multiple of n_kv_heads ({self.n_kv_heads}), got {self.n_q_heads}"
+            )
         if self.n_experts:
             if not 1 <= self.experts_active <= self.n_experts:
-                raise ValueError(f"{owner}.experts_active: must be in [1, n_experts={self.n_experts}] "
-                                 f"for a mixture-of-experts model, got {self.experts_active}")
+                raise ValueError(
+                    f"{owner}.experts_active: must be in [1, n_experts={self.n_experts}] "
+                    f"for a mixture-of-experts model, got {self.experts_active}"
+                )
             if self.moe_mlp_hidden < 1:
-                raise ValueError(f"{owner}.moe_mlp_hidden: must be >= 1 for a mixture-of-experts model, "
-                                 f"got {self.moe_mlp_hidden}")
+                raise ValueError(
+                    f"{owner}.moe_mlp_hidden: must be >= 1 for a mixture-of-experts model, got {self.moe_mlp_hidden}"
+                )
         else:
             for name in ("experts_active", "moe_mlp_hidden"):
                 if getattr(self, name):
-                    raise ValueError(f"{owner}.{name}: must be 0 for a dense model (n_experts=0), "
-                                     f"got {getattr(self, name)}")
+                    raise ValueError(
+                        f"{owner}.{name}: must be 0 for a dense model (n_experts=0), got {getattr(self, name)}"
+                    )
 
     # -- shape facts ------------------------------------------------------------------------------------------
     @property
@@ -202,21 +217,80 @@ class ModelSpec:
 MODELS: Mapping[str, ModelSpec] = {
     m.name: m
     for m in (
-        ModelSpec(name="qwen3-8b", n_layers=36, n_q_heads=32, n_kv_heads=8, head_dim=128, hidden=4096,
-                  mlp_hidden=12288, vocab=151936, max_context_tokens=40960, qk_norm=True, rope_theta=1e6,
-                  rms_eps=1e-6),
-        ModelSpec(name="qwen3-32b", n_layers=64, n_q_heads=64, n_kv_heads=8, head_dim=128, hidden=5120,
-                  mlp_hidden=25600, vocab=151936, max_context_tokens=40960, qk_norm=True, rope_theta=1e6,
-                  rms_eps=1e-6),
-        ModelSpec(name="qwen3-235b-a22b", n_layers=94, n_q_heads=64, n_kv_heads=4, head_dim=128, hidden=4096,
-                  mlp_hidden=12288, vocab=151936, max_context_tokens=40960, qk_norm=True, rope_theta=1e6,
-                  rms_eps=1e-6, n_experts=128, experts_active=8, moe_mlp_hidden=1536),
-        ModelSpec(name="llama-3.1-8b", n_layers=32, n_q_heads=32, n_kv_heads=8, head_dim=128, hidden=4096,
-                  mlp_hidden=14336, vocab=128256, max_context_tokens=131072, qk_norm=False, rope_theta=5e5,
-                  rms_eps=1e-5),
+        ModelSpec(
+            name="qwen3-8b",
+            n_layers=36,
+            n_q_heads=32,
+            n_kv_heads=8,
+            head_dim=128,
+            hidden=4096,
+            mlp_hidden=12288,
+            vocab=151936,
+            max_context_tokens=40960,
+            qk_norm=True,
+            rope_theta=1e6,
+            rms_eps=1e-6,
+        ),
+        ModelSpec(
+            name="qwen3-32b",
+            n_layers=64,
+            n_q_heads=64,
+            n_kv_heads=8,
+            head_dim=128,
+            hidden=5120,
+            mlp_hidden=25600,
+            vocab=151936,
+            max_context_tokens=40960,
+            qk_norm=True,
+            rope_theta=1e6,
+            rms_eps=1e-6,
+        ),
+        ModelSpec(
+            name="qwen3-235b-a22b",
+            n_layers=94,
+            n_q_heads=64,
+            n_kv_heads=4,
+            head_dim=128,
+            hidden=4096,
+            mlp_hidden=12288,
+            vocab=151936,
+            max_context_tokens=40960,
+            qk_norm=True,
+            rope_theta=1e6,
+            rms_eps=1e-6,
+            n_experts=128,
+            experts_active=8,
+            moe_mlp_hidden=1536,
+        ),
+        ModelSpec(
+            name="llama-3.1-8b",
+            n_layers=32,
+            n_q_heads=32,
+            n_kv_heads=8,
+            head_dim=128,
+            hidden=4096,
+            mlp_hidden=14336,
+            vocab=128256,
+            max_context_tokens=131072,
+            qk_norm=False,
+            rope_theta=5e5,
+            rms_eps=1e-5,
+        ),
         # A toy shape for CPU tests: small enough to run a real forward pass in milliseconds.
-        ModelSpec(name="tiny", n_layers=2, n_q_heads=4, n_kv_heads=2, head_dim=16, hidden=64, mlp_hidden=128,
-                  vocab=256, max_context_tokens=4096, qk_norm=True, rope_theta=1e4, rms_eps=1e-6),
+        ModelSpec(
+            name="tiny",
+            n_layers=2,
+            n_q_heads=4,
+            n_kv_heads=2,
+            head_dim=16,
+            hidden=64,
+            mlp_hidden=128,
+            vocab=256,
+            max_context_tokens=4096,
+            qk_norm=True,
+            rope_theta=1e4,
+            rms_eps=1e-6,
+        ),
     )
 }
 
@@ -246,8 +320,10 @@ class LinkSpec:
         if self.effective_bytes_per_s is not None:
             _check_real("LinkSpec", "effective_bytes_per_s", self.effective_bytes_per_s)
             if self.effective_bytes_per_s > self.bytes_per_s:
-                raise ValueError(f"LinkSpec.effective_bytes_per_s: must be <= bytes_per_s ({self.bytes_per_s!r}), "
-                                 f"got {self.effective_bytes_per_s!r}")
+                raise ValueError(
+                    f"LinkSpec.effective_bytes_per_s: must be <= bytes_per_s ({self.bytes_per_s!r}), "
+                    f"got {self.effective_bytes_per_s!r}"
+                )
 
     @property
     def achieved_bytes_per_s(self) -> float:
@@ -310,8 +386,13 @@ class HardwareSpec:
             _check_int(owner, name, getattr(self, name), 1)
         for name in ("hbm_bytes_per_s", "bf16_flops"):
             _check_real(owner, name, getattr(self, name))
-        for name in ("measured_h2d_bytes_per_s", "measured_d2h_bytes_per_s", "measured_pageable_h2d_bytes_per_s",
-                     "measured_hbm_copy_bytes_per_s", "measured_attn_read_bytes_per_s"):
+        for name in (
+            "measured_h2d_bytes_per_s",
+            "measured_d2h_bytes_per_s",
+            "measured_pageable_h2d_bytes_per_s",
+            "measured_hbm_copy_bytes_per_s",
+            "measured_attn_read_bytes_per_s",
+        ):
             if getattr(self, name) is not None:
                 _check_real(owner, name, getattr(self, name))
         if self.pcie_link not in LINKS:
@@ -362,22 +443,39 @@ _GIB = 2**30
 HARDWARE: Mapping[str, HardwareSpec] = {
     h.name: h
     for h in (
-        HardwareSpec(name="h100-sxm", hbm_bytes=80 * _GB, hbm_bytes_per_s=3.35e12, bf16_flops=989e12, n_sms=132,
-                     pcie_link="pcie-gen5-x16", host_dram_bytes=2048 * _GB, gpus_per_node=8),
-        HardwareSpec(name="h200", hbm_bytes=141 * _GB, hbm_bytes_per_s=4.8e12, bf16_flops=989e12, n_sms=132,
-                     pcie_link="pcie-gen5-x16", host_dram_bytes=128 * _GIB, gpus_per_node=1,
-                     measured_h2d_bytes_per_s=55.3e9, measured_d2h_bytes_per_s=55.1e9,
-                     measured_pageable_h2d_bytes_per_s=6.2e9, measured_hbm_copy_bytes_per_s=3.83e12,
-                     measured_attn_read_bytes_per_s=4.3e12,
-                     measured_uva_gather_bytes_per_s=((256, 21e9), (4096, 46e9), (32768, 49e9)),
-                     measured_cpu_gather_bytes_per_s=((256, 0.3e9), (4096, 28.6e9), (32768, 30.6e9))),
+        HardwareSpec(
+            name="h100-sxm",
+            hbm_bytes=80 * _GB,
+            hbm_bytes_per_s=3.35e12,
+            bf16_flops=989e12,
+            n_sms=132,
+            pcie_link="pcie-gen5-x16",
+            host_dram_bytes=2048 * _GB,
+            gpus_per_node=8,
+        ),
+        HardwareSpec(
+            name="h200",
+            hbm_bytes=141 * _GB,
+            hbm_bytes_per_s=4.8e12,
+            bf16_flops=989e12,
+            n_sms=132,
+            pcie_link="pcie-gen5-x16",
+            host_dram_bytes=128 * _GIB,
+            gpus_per_node=1,
+            measured_h2d_bytes_per_s=55.3e9,
+            measured_d2h_bytes_per_s=55.1e9,
+            measured_pageable_h2d_bytes_per_s=6.2e9,
+            measured_hbm_copy_bytes_per_s=3.83e12,
+            measured_attn_read_bytes_per_s=4.3e12,
+            measured_uva_gather_bytes_per_s=((256, 21e9), (4096, 46e9), (32768, 49e9)),
+            measured_cpu_gather_bytes_per_s=((256, 0.3e9), (4096, 28.6e9), (32768, 30.6e9)),
+        ),
     )
 }
 
 
 # ----------------------------------------------------------------------------------------------------------------
 # Sparsity
-
 
 
 @dataclass(frozen=True)

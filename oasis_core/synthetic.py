@@ -86,6 +86,7 @@ per instance: ``numpy.random.Generator(PCG64(seed))`` on numpy, a ``torch.Genera
 the host: no ``.item()``, ``.tolist()``, ``.cpu()`` or branch on values; the only Python branch is on the step
 counter, which is host state.
 """
+
 from __future__ import annotations
 
 from dataclasses import dataclass, field, fields
@@ -109,36 +110,50 @@ class SyntheticParams:
     """
 
     drift_rate: float = _help(
-        "mean fraction of a row's top-K replaced per step (adjacent-step overlap = 1 - drift_rate)", 0.12)
+        "mean fraction of a row's top-K replaced per step (adjacent-step overlap = 1 - drift_rate)", 0.12
+    )
     hot_fraction: float = _help(
-        "fraction of the top-K (its best ranks) that never drifts: sinks and persistent heavy hitters", 0.25)
+        "fraction of the top-K (its best ranks) that never drifts: sinks and persistent heavy hitters", 0.25
+    )
     drift_zone: float = _help(
         "fraction of the top-K, its lowest ranks just above the cut-off, in which per-step drift happens: marginal "
         "blocks flicker in and out while the ranks above stay put (1 - hot_fraction or more = every non-hot rank)",
-        0.25)
+        0.25,
+    )
     window_fraction: float = _help(
         "fraction of the blocks outside the top-K that drift draws from (near-misses just below the boundary); "
-        "small = blocks that leave soon come back (strong temporal locality), 1 = any block", 0.04)
+        "small = blocks that leave soon come back (strong temporal locality), 1 = any block",
+        0.04,
+    )
     head_share: float = _help(
         "fraction of a row's ranking (top-K and window positions) whose block is shared by every KV head of its "
-        "(request, layer); the rest is the head's own; drift moves a layer's heads in lock-step", 0.89)
+        "(request, layer); the rest is the head's own; drift moves a layer's heads in lock-step",
+        0.89,
+    )
     draft_error_rate: float = _help(
-        "mean over layers of the fraction of the true next top-K the draft gets wrong (agreement = 1 - this)",
-        0.0126)
+        "mean over layers of the fraction of the true next top-K the draft gets wrong (agreement = 1 - this)", 0.0126
+    )
     draft_layer_spread: float = _help(
-        "difference of the draft error rate between the worst (first) and the best (last) layer", 0.0068)
+        "difference of the draft error rate between the worst (first) and the best (last) layer", 0.0068
+    )
     proxy_error_rate: float = _help(
         "fraction of the current top-K the current-query proxy gets wrong on top of drift "
-        "(proxy recall = (1 - drift_rate) * (1 - proxy_error_rate))", 0.0466)
+        "(proxy recall = (1 - drift_rate) * (1 - proxy_error_rate))",
+        0.0466,
+    )
     shift_step: int = _help(
-        "step at which a context shift (newly inserted document) happens for every row; -1 = never", -1)
+        "step at which a context shift (newly inserted document) happens for every row; -1 = never", -1
+    )
     shift_fraction: float = _help(
-        "fraction of the top-K that a context shift replaces with one contiguous range of blocks", 0.5)
+        "fraction of the top-K that a context shift replaces with one contiguous range of blocks", 0.5
+    )
     novelty_rate: float = _help(
         "opt-in slow inflow of new blocks: expected drift-zone slots per row per step that take a block never "
         "selected before in that row, drawn uniformly from the context beyond the near-miss window (the evicted "
         "member leaves the window for good); 0 = off, the generator is then exactly the flicker-only process; "
-        "per-slot probability novelty_rate / drift-zone size, capped at 1", 0.0)
+        "per-slot probability novelty_rate / drift-zone size, capped at 1",
+        0.0,
+    )
 
     def __post_init__(self):
         def check(name, lo, hi, lo_open=False):
@@ -162,11 +177,15 @@ class SyntheticParams:
         if self.draft_error_rate - half < 0 or self.draft_error_rate + half > 1:
             raise ValueError(
                 f"SyntheticParams.draft_layer_spread: draft_error_rate ± spread/2 must stay in [0, 1], "
-                f"got {self.draft_layer_spread!r} around {self.draft_error_rate!r}")
+                f"got {self.draft_layer_spread!r} around {self.draft_error_rate!r}"
+            )
         check("proxy_error_rate", 0.0, 1.0)
         check("shift_fraction", 0.0, 1.0 - self.hot_fraction)
-        if isinstance(self.novelty_rate, bool) or not isinstance(self.novelty_rate, Real) \
-                or not 0.0 <= self.novelty_rate < float("inf"):
+        if (
+            isinstance(self.novelty_rate, bool)
+            or not isinstance(self.novelty_rate, Real)
+            or not 0.0 <= self.novelty_rate < float("inf")
+        ):
             raise ValueError(f"SyntheticParams.novelty_rate: must be a finite number >= 0, got {self.novelty_rate!r}")
         if isinstance(self.shift_step, bool) or not isinstance(self.shift_step, Integral) or self.shift_step < -1:
             raise ValueError(f"SyntheticParams.shift_step: must be an integer >= -1, got {self.shift_step!r}")
@@ -247,11 +266,23 @@ class SyntheticSelection:
     an array, else numpy).
     """
 
-    def __init__(self, rows: int, n_blocks, top_k: int, params: Optional[SyntheticParams] = None, seed: int = 0,
-                 *, layers: int = 1, kv_heads: int = 1, like=None):
+    def __init__(
+        self,
+        rows: int,
+        n_blocks,
+        top_k: int,
+        params: Optional[SyntheticParams] = None,
+        seed: int = 0,
+        *,
+        layers: int = 1,
+        kv_heads: int = 1,
+        like=None,
+    ):
         if rows < 1 or top_k < 1 or layers < 1 or kv_heads < 1:
-            raise ValueError(f"SyntheticSelection: rows, top_k, layers, kv_heads must be >= 1, "
-                             f"got {rows}, {top_k}, {layers}, {kv_heads}")
+            raise ValueError(
+                f"SyntheticSelection: rows, top_k, layers, kv_heads must be >= 1, "
+                f"got {rows}, {top_k}, {layers}, {kv_heads}"
+            )
         if like is None and not isinstance(n_blocks, Integral):
             like = n_blocks
         self.params = params if params is not None else SyntheticParams()
@@ -289,8 +320,9 @@ class SyntheticSelection:
         self.drift_lo = xp.maximum(self.hot, self.k - zone)  # first rank that drifts
         movable = self.k - self.drift_lo
         self.p_swap = (self.k * p.drift_rate) / xp.where(movable > 0, movable, 1)  # <= 1: drift <= zone
-        self.p_novel = xp.minimum(p.novelty_rate / xp.where(movable > 0, movable, 1) + 0.0 * self.p_swap,
-                                  1.0 + 0.0 * self.p_swap)
+        self.p_novel = xp.minimum(
+            p.novelty_rate / xp.where(movable > 0, movable, 1) + 0.0 * self.p_swap, 1.0 + 0.0 * self.p_swap
+        )
         err = xp.asarray(p.layer_error_rates(layers), like=like)
         self.p_draft = err[self.layer_of_row]
         self.n_elig = n_elig
@@ -463,8 +495,12 @@ class SyntheticStats:
     adjacent_overlap: float
 
     def as_percent(self) -> Dict[str, float]:
-        return {"agreement": 100 * self.agreement, "min_layer_agreement": 100 * self.min_layer_agreement,
-                "proxy_recall": 100 * self.proxy_recall, "adjacent_overlap": 100 * self.adjacent_overlap}
+        return {
+            "agreement": 100 * self.agreement,
+            "min_layer_agreement": 100 * self.min_layer_agreement,
+            "proxy_recall": 100 * self.proxy_recall,
+            "adjacent_overlap": 100 * self.adjacent_overlap,
+        }
 
 
 def set_hits(a, b, width: int):
@@ -561,16 +597,21 @@ def capped_recall(sel: SyntheticSelection, steps: int, cap=None, warmup: int = 2
     acc = dict.fromkeys(("hit", "n", "hit_half", "n_half", "w_hit", "w_n", "fetch", "missing"), 0)
     for i in range(1, warmup + steps + 1):
         s = sel.step()
-        plan = plan_step(resident, last_sel, s.draft, cap.cap(CapContext(step=i, top_k=sel.top_k, rows=sel.rows)),
-                         i, max_cap)
+        plan = plan_step(
+            resident, last_sel, s.draft, cap.cap(CapContext(step=i, top_k=sel.top_k, rows=sel.rows)), i, max_cap
+        )
         resident, last_sel = plan.resident, plan.last_sel
         if i <= warmup:
             continue
         true = s.true_next
         valid = true >= 0
         mark = xp.zeros((sel.rows, sel.width + 1), xp.int64, like=true)
-        mark = xp.scatter(mark, -1, xp.where(resident >= 0, resident, sel.width),
-                          xp.full(tuple(resident.shape), 1, xp.int64, like=true))
+        mark = xp.scatter(
+            mark,
+            -1,
+            xp.where(resident >= 0, resident, sel.width),
+            xp.full(tuple(resident.shape), 1, xp.int64, like=true),
+        )
         hit = (xp.take_along(mark, xp.where(valid, true, sel.width)) > 0) & valid
         for key, num in (("hit", hit), ("n", valid), ("hit_half", hit & half), ("n_half", valid & half)):
             acc[key] = acc[key] + xp.sum(xp.astype(num, xp.int64), axis=-1)

@@ -24,6 +24,7 @@ parameter by its statistic's residual for a few rounds (each statistic depends m
 ``traffic`` reports what a parameter set implies for the link: fetched and missing blocks per row per step under
 paper Algorithm 2 (``synthetic.capped_recall``) at a model's shape, in bytes per step.
 """
+
 from __future__ import annotations
 
 from dataclasses import dataclass
@@ -33,8 +34,16 @@ import numpy as np
 
 from .synthetic import SyntheticParams, SyntheticSelection, capped_recall, set_hits
 
-STATS = ("agreement", "min_layer_agreement", "proxy_recall", "adjacent_overlap", "head_overlap", "new_per_step",
-         "new_late", "entering_rank")
+STATS = (
+    "agreement",
+    "min_layer_agreement",
+    "proxy_recall",
+    "adjacent_overlap",
+    "head_overlap",
+    "new_per_step",
+    "new_late",
+    "entering_rank",
+)
 
 
 @dataclass(frozen=True)
@@ -61,15 +70,33 @@ class MeasuredSelection:
         """From one entry of the quality harness's ``average`` (means over texts) and the draft whose sparse
         (engine-view) agreement is the target."""
         m, d = avg["mean"], avg["drafts"][draft]["sparse"]
-        return cls(agreement=d["mean"], min_layer_agreement=d["min_layer"], proxy_recall=m["proxy"],
-                   adjacent_overlap=m["adjacent"], head_overlap=m["heads"], new_per_step=m["new"],
-                   new_late=m.get("new_late", m["new"]), entering_rank=m["entering_rank"], k=int(round(avg["k"])),
-                   n_blocks=int(round(avg["n_blocks"])),
-                   layers=layers, kv_heads=kv_heads, steps=steps)
+        return cls(
+            agreement=d["mean"],
+            min_layer_agreement=d["min_layer"],
+            proxy_recall=m["proxy"],
+            adjacent_overlap=m["adjacent"],
+            head_overlap=m["heads"],
+            new_per_step=m["new"],
+            new_late=m.get("new_late", m["new"]),
+            entering_rank=m["entering_rank"],
+            k=int(round(avg["k"])),
+            n_blocks=int(round(avg["n_blocks"])),
+            layers=layers,
+            kv_heads=kv_heads,
+            steps=steps,
+        )
 
 
-def generator_stats(params: SyntheticParams, k: int, n_blocks: int, layers: int, kv_heads: int, steps: int,
-                    requests: int = 4, seed: int = 0) -> MeasuredSelection:
+def generator_stats(
+    params: SyntheticParams,
+    k: int,
+    n_blocks: int,
+    layers: int,
+    kv_heads: int,
+    steps: int,
+    requests: int = 4,
+    seed: int = 0,
+) -> MeasuredSelection:
     """The ``MeasuredSelection`` statistics of the generator (numpy), pooled over ``requests`` requests."""
     rows = requests * layers * kv_heads
     sel = SyntheticSelection(rows, n_blocks, k, params, seed, layers=layers, kv_heads=kv_heads)
@@ -111,12 +138,20 @@ def generator_stats(params: SyntheticParams, k: int, n_blocks: int, layers: int,
         prev = t
     per_layer = layer_draft / np.maximum(layer_true, 1)
     return MeasuredSelection(
-        agreement=float(n_draft / max(n_true, 1)), min_layer_agreement=float(per_layer.min()),
-        proxy_recall=float(n_proxy / max(n_true, 1)), adjacent_overlap=float(n_adj / max(n_true, 1)),
-        head_overlap=float(head_hits / head_n) if pairs else 1.0, new_per_step=float(fresh.mean()),
-        new_late=float(fresh[steps // 2:].mean()),
-        entering_rank=float(rank_sum / max(rank_n, 1)), k=k, n_blocks=n_blocks, layers=layers, kv_heads=kv_heads,
-        steps=steps)
+        agreement=float(n_draft / max(n_true, 1)),
+        min_layer_agreement=float(per_layer.min()),
+        proxy_recall=float(n_proxy / max(n_true, 1)),
+        adjacent_overlap=float(n_adj / max(n_true, 1)),
+        head_overlap=float(head_hits / head_n) if pairs else 1.0,
+        new_per_step=float(fresh.mean()),
+        new_late=float(fresh[steps // 2 :].mean()),
+        entering_rank=float(rank_sum / max(rank_n, 1)),
+        k=k,
+        n_blocks=n_blocks,
+        layers=layers,
+        kv_heads=kv_heads,
+        steps=steps,
+    )
 
 
 def _clip(x, lo, hi):
@@ -160,15 +195,21 @@ def initial_guess(m: MeasuredSelection, base: Optional[SyntheticParams] = None) 
     novelty = max(m.new_late, 0.0)
     drift = 1.0 - m.adjacent_overlap - novelty / max(m.k, 1)
     p = dict(vars(base))
-    p.update(draft_error_rate=err, draft_layer_spread=2 * (m.agreement - m.min_layer_agreement),
-             drift_rate=drift, proxy_error_rate=1.0 - m.proxy_recall / max(m.adjacent_overlap, 1e-9),
-             head_share=m.head_overlap, novelty_rate=novelty,
-             drift_zone=max(2 * (1.0 - m.entering_rank), drift + 0.01))
+    p.update(
+        draft_error_rate=err,
+        draft_layer_spread=2 * (m.agreement - m.min_layer_agreement),
+        drift_rate=drift,
+        proxy_error_rate=1.0 - m.proxy_recall / max(m.adjacent_overlap, 1e-9),
+        head_share=m.head_overlap,
+        novelty_rate=novelty,
+        drift_zone=max(2 * (1.0 - m.entering_rank), drift + 0.01),
+    )
     return _valid(p, m)
 
 
-def fit_params(m: MeasuredSelection, rounds: int = 10, requests: int = 4, seed: int = 0,
-               base: Optional[SyntheticParams] = None) -> tuple[SyntheticParams, MeasuredSelection]:
+def fit_params(
+    m: MeasuredSelection, rounds: int = 10, requests: int = 4, seed: int = 0, base: Optional[SyntheticParams] = None
+) -> tuple[SyntheticParams, MeasuredSelection]:
     """Parameters whose ``generator_stats`` (at ``m``'s geometry) match ``m``; returns (params, achieved stats):
     the best of ``rounds`` corrections by the summed absolute residual (block counts divided by K).
 
@@ -177,8 +218,7 @@ def fit_params(m: MeasuredSelection, rounds: int = 10, requests: int = 4, seed: 
     best, best_err, best_stats = p, float("inf"), None
     for _ in range(rounds):
         g = generator_stats(p, m.k, m.n_blocks, m.layers, m.kv_heads, m.steps, requests, seed)
-        err = sum(abs(getattr(g, s) - getattr(m, s)) / (max(m.k, 1) if s.startswith("new") else 1.0)
-                  for s in STATS)
+        err = sum(abs(getattr(g, s) - getattr(m, s)) / (max(m.k, 1) if s.startswith("new") else 1.0) for s in STATS)
         if err < best_err:
             best, best_err, best_stats = p, err, g
         q = dict(vars(p))
@@ -208,10 +248,23 @@ class Traffic:
     batch: int
 
 
-def traffic(params: SyntheticParams, *, layers: int = 36, kv_heads: int = 8, head_dim: int = 128,
-            dtype_bytes: int = 2, block_size: int = 16, context_tokens: int = 16384, top_k: int = 128,
-            fetch_ratio: Optional[float] = 0.05, batch: int = 128, requests: int = 2, steps: int = 64,
-            warmup: int = 20, seed: int = 0) -> Traffic:
+def traffic(
+    params: SyntheticParams,
+    *,
+    layers: int = 36,
+    kv_heads: int = 8,
+    head_dim: int = 128,
+    dtype_bytes: int = 2,
+    block_size: int = 16,
+    context_tokens: int = 16384,
+    top_k: int = 128,
+    fetch_ratio: Optional[float] = 0.05,
+    batch: int = 128,
+    requests: int = 2,
+    steps: int = 64,
+    warmup: int = 20,
+    seed: int = 0,
+) -> Traffic:
     """Blocks fetched per row per step and the bytes that implies (defaults: Qwen3-8B at 16K, K = 128, the paper's
     batch 128 assumption; a (block, head, layer) of K+V is ``block_size * 2 * head_dim * dtype_bytes`` bytes)."""
     from .fetchcap import Fixed, Unlimited
@@ -223,7 +276,12 @@ def traffic(params: SyntheticParams, *, layers: int = 36, kv_heads: int = 8, hea
     r = capped_recall(sel, steps, cap, warmup)
     per_block = block_size * 2 * head_dim * dtype_bytes
     per_request = r.fetch_per_row * layers * kv_heads * per_block
-    return Traffic(fetch_ratio=fetch_ratio, fetch_blocks_per_row=r.fetch_per_row,
-                   missing_blocks_per_row=r.missing_per_row, recall=r.recall, bytes_per_request=per_request,
-                   gb_per_step_batch=per_request * batch / 1e9, batch=batch)
-
+    return Traffic(
+        fetch_ratio=fetch_ratio,
+        fetch_blocks_per_row=r.fetch_per_row,
+        missing_blocks_per_row=r.missing_per_row,
+        recall=r.recall,
+        bytes_per_request=per_request,
+        gb_per_step_batch=per_request * batch / 1e9,
+        batch=batch,
+    )

@@ -4,6 +4,7 @@
 Select one with ``{"preset": "smollm2"}`` in ``ExecConfig.synthetic`` / ``SimConfig.synthetic`` (other keys of the
 mapping override its fields) or ``--syn-preset smollm2`` in ``python -m oasis_sim run``.
 """
+
 from __future__ import annotations
 
 from dataclasses import fields
@@ -12,8 +13,16 @@ from typing import Any, Mapping, Optional
 from .synthetic import SyntheticParams
 
 SMOLLM2 = SyntheticParams(
-    drift_rate=0.2334, drift_zone=0.5549, hot_fraction=0.25, window_fraction=0.1667, head_share=0.5815,
-    draft_error_rate=0.1896, draft_layer_spread=0.1771, proxy_error_rate=0.0, novelty_rate=0.4303)
+    drift_rate=0.2334,
+    drift_zone=0.5549,
+    hot_fraction=0.25,
+    window_fraction=0.1667,
+    head_share=0.5815,
+    draft_error_rate=0.1896,
+    draft_layer_spread=0.1771,
+    proxy_error_rate=0.0,
+    novelty_rate=0.4303,
+)
 """SmolLM2-135M-Instruct (Q4_1 GGUF) with its trained EAGLE-3 head (``experiments/trained_draft_head/smollm2-eagle3``), fitted
 by ``synthetic_fit.fit_params`` to the CPU measurement (fp32, 2026-12-01, commit ec734bc,
 ``experiments/draft_predicts_next_blocks/results/selection_cpu_eagle3.json``; ``experiments/draft_predicts_next_blocks/README.md``): the five

@@ -9,6 +9,7 @@ a one-line message naming the file, the record and the field and showing the bad
 ``save_trace(trace, path)`` writes a deterministic file (same trace, same bytes) that ``load_trace`` reads back to
 an equal ``Trace``.
 """
+
 from __future__ import annotations
 
 import json
@@ -48,8 +49,16 @@ class _Problem(Exception):
 # ----------------------------------------------------------------------------------------------------------------
 # Showing values in messages: as JSON, short, on one line.
 
-_JSON_TYPE = {bool: "boolean", int: "integer", float: "number", str: "string", list: "array", tuple: "array",
-              dict: "object", type(None): "null"}
+_JSON_TYPE = {
+    bool: "boolean",
+    int: "integer",
+    float: "number",
+    str: "string",
+    list: "array",
+    tuple: "array",
+    dict: "object",
+    type(None): "null",
+}
 
 
 def _json_type(value) -> str:
@@ -124,15 +133,20 @@ def _check_request_values(id, arrival_s, prompt_tokens, output_tokens, prefix_bl
     prefix_block_tokens = _int_field("prefix_block_tokens", prefix_block_tokens, 1)
     if not isinstance(prefix_block_ids, (list, tuple)):
         raise _Problem("prefix_block_ids", f"must be an array of integers, got {_show_typed(prefix_block_ids)}")
-    if set(map(type, prefix_block_ids)) <= {int} and 0 <= min(prefix_block_ids, default=0) \
-            and max(prefix_block_ids, default=0) <= _INT64_MAX:
+    if (
+        set(map(type, prefix_block_ids)) <= {int}
+        and 0 <= min(prefix_block_ids, default=0)
+        and max(prefix_block_ids, default=0) <= _INT64_MAX
+    ):
         ids = tuple(prefix_block_ids)  # fast path for the common case; the loop below names the bad entry
     else:
         ids = tuple(_int_field(f"prefix_block_ids[{j}]", b, 0) for j, b in enumerate(prefix_block_ids))
     most = -(-prompt_tokens // prefix_block_tokens)
     if len(ids) > most:
-        raise _Problem("prefix_block_ids", f"must have at most ceil(prompt_tokens / prefix_block_tokens) = {most} "
-                                           f"entries, got {len(ids)}")
+        raise _Problem(
+            "prefix_block_ids",
+            f"must have at most ceil(prompt_tokens / prefix_block_tokens) = {most} entries, got {len(ids)}",
+        )
     return id, arrival_s, prompt_tokens, output_tokens, ids, prefix_block_tokens
 
 
@@ -141,8 +155,10 @@ def _check_order(requests: Sequence["Request"]) -> None:
     seen: Dict[int, int] = {}
     for i, r in enumerate(requests):
         if i and r.arrival_s < requests[i - 1].arrival_s:
-            raise _Problem(f"requests[{i}].arrival_s", f"must be >= requests[{i - 1}].arrival_s "
-                                                       f"({requests[i - 1].arrival_s!r}), got {r.arrival_s!r}")
+            raise _Problem(
+                f"requests[{i}].arrival_s",
+                f"must be >= requests[{i - 1}].arrival_s ({requests[i - 1].arrival_s!r}), got {r.arrival_s!r}",
+            )
         if r.id in seen:
             raise _Problem(f"requests[{i}].id", f"must be unique but repeats requests[{seen[r.id]}].id, got {r.id}")
         seen[r.id] = i
@@ -170,12 +186,19 @@ class Request:
 
     def __post_init__(self):
         try:
-            values = _check_request_values(self.id, self.arrival_s, self.prompt_tokens, self.output_tokens,
-                                           self.prefix_block_ids, self.prefix_block_tokens)
+            values = _check_request_values(
+                self.id,
+                self.arrival_s,
+                self.prompt_tokens,
+                self.output_tokens,
+                self.prefix_block_ids,
+                self.prefix_block_tokens,
+            )
         except _Problem as p:
             raise ValueError(f"Request.{p.where}: {p.text}") from None
-        for name, value in zip(("id", "arrival_s", "prompt_tokens", "output_tokens", "prefix_block_ids",
-                                "prefix_block_tokens"), values):
+        for name, value in zip(
+            ("id", "arrival_s", "prompt_tokens", "output_tokens", "prefix_block_ids", "prefix_block_tokens"), values
+        ):
             object.__setattr__(self, name, value)
 
     @property
@@ -184,8 +207,12 @@ class Request:
         return self.prompt_tokens + self.output_tokens
 
     def to_dict(self) -> Dict[str, Any]:
-        out: Dict[str, Any] = {"id": self.id, "arrival_s": self.arrival_s, "prompt_tokens": self.prompt_tokens,
-                               "output_tokens": self.output_tokens}
+        out: Dict[str, Any] = {
+            "id": self.id,
+            "arrival_s": self.arrival_s,
+            "prompt_tokens": self.prompt_tokens,
+            "output_tokens": self.output_tokens,
+        }
         if self.prefix_block_ids is not None:
             out["prefix_block_ids"] = list(self.prefix_block_ids)
             out["prefix_block_tokens"] = self.prefix_block_tokens
@@ -283,8 +310,10 @@ def _check_results(results: Dict[str, Any]) -> None:
             where = f"results.steps[{j}]"
             if not isinstance(s, dict):
                 raise _Problem(where, f"must be an object, got {_show_typed(s)}")
-            for key, check in (("step", lambda w, v: _int_field(w, v, 0)),
-                               ("duration_s", lambda w, v: _number_field(w, v, 0.0))):
+            for key, check in (
+                ("step", lambda w, v: _int_field(w, v, 0)),
+                ("duration_s", lambda w, v: _number_field(w, v, 0.0)),
+            ):
                 if key not in s:
                     raise _Problem(f"{where}.{key}", "missing required field")
                 check(f"{where}.{key}", s[key])
@@ -315,8 +344,9 @@ def _parse(obj) -> Trace:
         raise _Problem("schema", f"must be {_show(SCHEMA_NAME)}, got {_show_typed(obj['schema'])}")
     version = obj["version"]
     if isinstance(version, bool) or version != SCHEMA_VERSION or not isinstance(version, int):
-        raise _Problem("version", f"must be {SCHEMA_VERSION} (the version this loader reads), "
-                                  f"got {_show_typed(version)}")
+        raise _Problem(
+            "version", f"must be {SCHEMA_VERSION} (the version this loader reads), got {_show_typed(version)}"
+        )
     _check_keys("", obj, _TOP_REQUIRED, _TOP_OPTIONAL)
     for name in _TOP_OPTIONAL:
         if name in obj:
@@ -334,14 +364,19 @@ def _parse(obj) -> Trace:
             raise _Problem(where, f"must be an object, got {_show_typed(r)}")
         _check_keys(where, r, _REQ_REQUIRED, _REQ_OPTIONAL)
         try:
-            values = _check_request_values(r["id"], r["arrival_s"], r["prompt_tokens"], r["output_tokens"],
-                                           r.get("prefix_block_ids"), r.get("prefix_block_tokens"))
+            values = _check_request_values(
+                r["id"],
+                r["arrival_s"],
+                r["prompt_tokens"],
+                r["output_tokens"],
+                r.get("prefix_block_ids"),
+                r.get("prefix_block_tokens"),
+            )
         except _Problem as p:
             raise _Problem(_join(where, p.where), p.text) from None
         requests.append(Request(*values))
     _check_order(requests)
-    return Trace(requests=tuple(requests), meta=obj.get("meta"), config=obj.get("config"),
-                 results=obj.get("results"))
+    return Trace(requests=tuple(requests), meta=obj.get("meta"), config=obj.get("config"), results=obj.get("results"))
 
 
 def parse_trace(obj, source: str = "<trace>") -> Trace:

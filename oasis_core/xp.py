@@ -8,6 +8,7 @@ Rules the torch implementation keeps: no ``.item()``, ``.tolist()``, ``.cpu()`` 
 so a policy step never forces a host synchronisation. Sorting is stable everywhere so that numpy and torch break
 ties identically (equal keys keep their index order).
 """
+
 from __future__ import annotations
 
 import importlib

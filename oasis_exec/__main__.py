@@ -6,6 +6,7 @@ and help; ``bench`` sets ``max_context`` itself (the prompt plus every decoded t
 line on stderr and exit status 2, checked before any work. The server adds ``serve`` through
 ``add_serve_command(subparsers)`` in ``oasis_exec.server`` when it exists, and ``quality`` its own commands.
 """
+
 from __future__ import annotations
 
 import json
@@ -60,8 +61,11 @@ def _writable_file(option: str, path: str | None) -> None:
     d = os.path.dirname(os.path.abspath(path))
     while not os.path.exists(d):  # the nearest existing folder must let us create the rest
         d = os.path.dirname(d)
-    if not os.path.isdir(d) or not os.access(d, os.W_OK | os.X_OK) or (os.path.exists(path)
-                                                                       and not os.access(path, os.W_OK)):
+    if (
+        not os.path.isdir(d)
+        or not os.access(d, os.W_OK | os.X_OK)
+        or (os.path.exists(path) and not os.access(path, os.W_OK))
+    ):
         raise CliError(f"{option} {path}: not writable")
 
 
@@ -79,8 +83,9 @@ def prepare_bench(a) -> tuple[ExecConfig, BenchConfig]:
         from oasis_core.specs import HARDWARE
 
         if bc.record_hardware not in HARDWARE:
-            raise CliError(f"--record-hardware: must be one of {', '.join(sorted(HARDWARE))}, "
-                           f"got {bc.record_hardware!r}")
+            raise CliError(
+                f"--record-hardware: must be one of {', '.join(sorted(HARDWARE))}, got {bc.record_hardware!r}"
+            )
     elif bc.record is not None and cfg.device == "cpu":
         raise CliError("--record on the CPU needs --record-hardware (the simulator preset the recording is for)")
     _writable_file("--out", bc.out)
@@ -99,8 +104,9 @@ def prepare_generate(a) -> tuple[ExecConfig, list[int]]:
     if a.max_tokens < 1:
         raise CliError(f"--max-tokens: must be >= 1, got {a.max_tokens}")
     if len(ids) + a.max_tokens > cfg.max_context:
-        raise CliError(f"--prompt-ids and --max-tokens: {len(ids)} + {a.max_tokens} tokens exceed --max-context "
-                       f"{cfg.max_context}")
+        raise CliError(
+            f"--prompt-ids and --max-tokens: {len(ids)} + {a.max_tokens} tokens exceed --max-context {cfg.max_context}"
+        )
     return cfg, ids
 
 

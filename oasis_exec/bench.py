@@ -13,6 +13,7 @@ steps, ms since the first timed step began (stage ``layers`` on the main stream,
 ``select``, ``transfer`` on the side streams; CUDA events on a GPU, as in the profiled H200 runs of
 experiments/real_model_step_cost/README.md, ``time.perf_counter`` on the CPU, where the stages run inline, one after the other).
 """
+
 from __future__ import annotations
 
 import dataclasses
@@ -34,9 +35,28 @@ from .scheduler import SamplingParams
 
 log = logging.getLogger(__name__)
 
-RECORD_FIELDS = ("mode", "context", "requested_concurrency", "concurrency", "clipped_by", "kv_budget_gb",
-                 "throughput_tok_s", "tpot_ms_p50", "tpot_ms_p99", "layer_ms", "stage_ms_per_step", "bytes_moved_per_step", "transfer_gb_s", "hidden_fraction",
-                 "peak_gpu_bytes", "peak_host_bytes", "selection", "device", "date", "commit")
+RECORD_FIELDS = (
+    "mode",
+    "context",
+    "requested_concurrency",
+    "concurrency",
+    "clipped_by",
+    "kv_budget_gb",
+    "throughput_tok_s",
+    "tpot_ms_p50",
+    "tpot_ms_p99",
+    "layer_ms",
+    "stage_ms_per_step",
+    "bytes_moved_per_step",
+    "transfer_gb_s",
+    "hidden_fraction",
+    "peak_gpu_bytes",
+    "peak_host_bytes",
+    "selection",
+    "device",
+    "date",
+    "commit",
+)
 
 
 LAYER_EVENT_STEPS = 4  # timed steps whose per-layer stage timestamps a --profile run keeps (record "layer_events")
@@ -46,8 +66,13 @@ def _commit() -> str:
     if os.environ.get("OASIS_COMMIT"):
         return os.environ["OASIS_COMMIT"]
     try:
-        return subprocess.check_output(["git", "rev-parse", "--short", "HEAD"], stderr=subprocess.DEVNULL,
-                                       cwd=os.path.dirname(__file__)).decode().strip()
+        return (
+            subprocess.check_output(
+                ["git", "rev-parse", "--short", "HEAD"], stderr=subprocess.DEVNULL, cwd=os.path.dirname(__file__)
+            )
+            .decode()
+            .strip()
+        )
     except Exception:
         return "unknown"
 
@@ -72,7 +97,7 @@ def real_prompts(tokens, context: int, n: int) -> list:
     reps = -(-(context + len(tokens)) // len(tokens))
     stream = list(tokens) * reps
     step = max(1, len(tokens) // max(n, 1))
-    return [stream[(i * step) % len(tokens):(i * step) % len(tokens) + context] for i in range(n)]
+    return [stream[(i * step) % len(tokens) : (i * step) % len(tokens) + context] for i in range(n)]
 
 
 def bench_requests(eng, context: int, concurrency: int, steps: int, warmup: int) -> tuple:
@@ -91,12 +116,21 @@ def bench_requests(eng, context: int, concurrency: int, steps: int, warmup: int)
     return n, clipped_by
 
 
-CLIP_REASONS = {"gpu_lanes": "lanes the GPU KV store holds (--kv-budget-gb, --max-lanes; without either: 4)",
-                "host_pool": "requests the host pool holds (--host-kv-gb)"}
+CLIP_REASONS = {
+    "gpu_lanes": "lanes the GPU KV store holds (--kv-budget-gb, --max-lanes; without either: 4)",
+    "host_pool": "requests the host pool holds (--host-kv-gb)",
+}
 
 
-def build_bench_engine(cfg: ExecConfig, context: int, concurrency: int, steps: int, warmup: int = 5,
-                       host_fill: bool = True, prompt_tokens=None) -> tuple:
+def build_bench_engine(
+    cfg: ExecConfig,
+    context: int,
+    concurrency: int,
+    steps: int,
+    warmup: int = 5,
+    host_fill: bool = True,
+    prompt_tokens=None,
+) -> tuple:
     """The benchmark's engine: built, its host pool filled (``host_fill``), and ``n`` requests of ``context``
     tokens (synthesized prefill, ``warmup + steps + 1`` output tokens each: none finishes in a timed step) queued;
     they are admitted by the first step. ``n`` is ``concurrency`` bounded by the lanes and, in sparse modes, the host
@@ -138,13 +172,23 @@ def _prefill_all(eng, n: int) -> float:
         eng.step()
     outs = [len(r.output) for r in sch.running.values()]
     if len(outs) != n or max(outs) != 1:
-        raise RuntimeError(f"bench: after the prefill {len(outs)} of {n} requests decode, with {min(outs, default=0)}"
-                           f"..{max(outs, default=0)} tokens each (expected all {n} with 1)")
+        raise RuntimeError(
+            f"bench: after the prefill {len(outs)} of {n} requests decode, with {min(outs, default=0)}"
+            f"..{max(outs, default=0)} tokens each (expected all {n} with 1)"
+        )
     return time.perf_counter() - t0
 
 
-def run_bench(cfg: ExecConfig, context: int, concurrency: int, steps: int, warmup: int = 5,
-              host_fill: bool = True, prompt_tokens=None, prompt_name: str | None = None) -> dict:
+def run_bench(
+    cfg: ExecConfig,
+    context: int,
+    concurrency: int,
+    steps: int,
+    warmup: int = 5,
+    host_fill: bool = True,
+    prompt_tokens=None,
+    prompt_name: str | None = None,
+) -> dict:
     t_build = time.perf_counter()
     eng, n = build_bench_engine(cfg, context, concurrency, steps, warmup, host_fill, prompt_tokens)
     clipped_by = bench_requests(eng, context, concurrency, steps, warmup)[1]
@@ -168,8 +212,9 @@ def run_bench(cfg: ExecConfig, context: int, concurrency: int, steps: int, warmu
         times.append(time.perf_counter() - t0)
         if runner.layer_events:  # ms since the step began -> ms since the first timed step began (host clock)
             off = 1e3 * (t0 - t_first)
-            layer_events += [[s, l, k, round(off + a, 4), round(off + max(a, b), 4)]
-                             for s, l, k, a, b in runner.layer_events]
+            layer_events += [
+                [s, l, k, round(off + a, 4), round(off + max(a, b), 4)] for s, l, k, a, b in runner.layer_events
+            ]
             runner.layer_events = []
         if not out:
             break
@@ -191,9 +236,16 @@ def run_bench(cfg: ExecConfig, context: int, concurrency: int, steps: int, warmu
     bytes_step = units * unit_bytes / max(len(timed), 1)
     dev_name = torch.cuda.get_device_name() if cfg.device == "cuda" else platform.processor() or "cpu"
     rec = {
-        "mode": cfg.mode, "context": context, "concurrency": n, "requested_concurrency": concurrency, "clipped_by": clipped_by,
-        "max_lanes": eng.max_lanes, "kv_budget_gb": cfg.kv_budget_gb, "host_kv_gb": cfg.host_kv_gb,
-        "steps": len(timed), "warmup": warmup,
+        "mode": cfg.mode,
+        "context": context,
+        "concurrency": n,
+        "requested_concurrency": concurrency,
+        "clipped_by": clipped_by,
+        "max_lanes": eng.max_lanes,
+        "kv_budget_gb": cfg.kv_budget_gb,
+        "host_kv_gb": cfg.host_kv_gb,
+        "steps": len(timed),
+        "warmup": warmup,
         "throughput_tok_s": n * len(timed) / total_s if total_s else 0.0,
         "tpot_ms_p50": 1e3 * statistics.median(timed) if timed else None,
         "tpot_ms_p99": 1e3 * _pct(timed, 99) if timed else None,
@@ -208,20 +260,30 @@ def run_bench(cfg: ExecConfig, context: int, concurrency: int, steps: int, warmu
         "peak_gpu_bytes": torch.cuda.max_memory_allocated() if cfg.device == "cuda" else None,
         "host_pool_bytes": runner.host.nbytes if runner.host is not None else 0,
         "peak_host_bytes": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024,
-        "selection": cfg.selection, "transfer": cfg.transfer if cfg.sparse else None,
+        "selection": cfg.selection,
+        "transfer": cfg.transfer if cfg.sparse else None,
         "transfer_path": runner.pipe.path if runner.pipe is not None else None,  # what "auto" resolved to
-        "uva_programs": runner.pipe.gather_programs(n) if runner.pipe is not None and runner.pipe.path == "uva"
+        "uva_programs": runner.pipe.gather_programs(n)
+        if runner.pipe is not None and runner.pipe.path == "uva"
         else None,  # the programs the steps of n lanes used
         "stream_priority": runner.pipe.priority if runner.pipe is not None else None,
         "uva_kernel": cfg.uva_kernel if runner.pipe is not None and runner.pipe.path == "uva" else None,
         "copy_graph": bool(runner.pipe is not None and runner.pipe.copy_graph and runner.graphs),
-        "no_transfer": cfg.no_transfer, "fetch_ratio": cfg.fetch_ratio, "top_k": cfg.top_k,
-        "model": cfg.model_path or cfg.model, "dummy_weights": cfg.model_path is None,
+        "no_transfer": cfg.no_transfer,
+        "fetch_ratio": cfg.fetch_ratio,
+        "top_k": cfg.top_k,
+        "model": cfg.model_path or cfg.model,
+        "dummy_weights": cfg.model_path is None,
         "synthetic_params": cfg.synthetic,
-        "prefill": f"real ({prompt_name or 'given tokens'})" if prompt_tokens is not None else "synthesized (random KV)",
-        "prefill_s": prefill_s, "draft": cfg.draft_path if cfg.mode_spec.drafts else None,
-        "host_pool_filled": bool(host_fill and runner.host is not None and prompt_tokens is None), "build_s": build_s,
-        "device": dev_name, "date": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
+        "prefill": f"real ({prompt_name or 'given tokens'})"
+        if prompt_tokens is not None
+        else "synthesized (random KV)",
+        "prefill_s": prefill_s,
+        "draft": cfg.draft_path if cfg.mode_spec.drafts else None,
+        "host_pool_filled": bool(host_fill and runner.host is not None and prompt_tokens is None),
+        "build_s": build_s,
+        "device": dev_name,
+        "date": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
         "commit": _commit(),
         "step_ms": [1e3 * t for t in timed],  # every timed step (oasis_exec.recorder samples them)
     }

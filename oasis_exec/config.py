@@ -5,6 +5,7 @@
 ``add_bench_options`` / ``bench_config`` generate the options from the fields (``oasis_core.cliargs``) and build the
 dataclasses back from what the command line gave, so the field defaults below are the only defaults.
 """
+
 from __future__ import annotations
 
 import re
@@ -40,74 +41,133 @@ class ExecConfig:
     device: str = _f("cuda", "cuda | cuda:N | cpu")
     mode: str = _f("lookahead", "dense | quest | retrieval | proxy | lookahead", MODES)
     selection: str = _f("model", "model | synthetic | replay: where the chosen block ids come from", SOURCES)
-    replay_path: str | None = _f(None, "recorded selections for selection=replay: a --record-path file (.npz, "
-                                       "oasis_core.setrecord), at any model shape")
-    replay_ids: str = _f("wrap", "selection=replay at another context: block ids wrap (kept where the context has "
-                                 "them, else mod its eligible blocks) | scale (proportional); oasis_core.setrecord",
-                         ("wrap", "scale"))
-    record_path: str | None = _f(None, "write the predicted block sets of every decode step here when the engine "
-                                       "closes (.npz, oasis_core.setrecord; also a traces/SCHEMA.md selection file)")
+    replay_path: str | None = _f(
+        None,
+        "recorded selections for selection=replay: a --record-path file (.npz, "
+        "oasis_core.setrecord), at any model shape",
+    )
+    replay_ids: str = _f(
+        "wrap",
+        "selection=replay at another context: block ids wrap (kept where the context has "
+        "them, else mod its eligible blocks) | scale (proportional); oasis_core.setrecord",
+        ("wrap", "scale"),
+    )
+    record_path: str | None = _f(
+        None,
+        "write the predicted block sets of every decode step here when the engine "
+        "closes (.npz, oasis_core.setrecord; also a traces/SCHEMA.md selection file)",
+    )
     block_size: int = _f(PAPER_SPARSITY.block_size, "tokens per KV block")
     top_k: int = _f(PAPER_SPARSITY.top_k, "resident blocks per KV head (the local block comes on top)")
-    fetch_ratio: float = _f(PAPER_SPARSITY.fetch_ratio,
-                            "fetch cap per head per step as a fraction of top_k (0 < r <= 1)")
-    fetch_policy: str | None = _f(None, "fetch-cap policy spec (oasis_core.fetchcap.get_policy: fixed:R, unlimited, "
-                                        "budget[:FRACTION][,min_cap=N][,max_ratio=R][,first_ratio=R]), evaluated on "
-                                        "the device each step (oasis_exec.fetch_caps); None: fixed at fetch_ratio; "
-                                        "retrieval always fetches its whole set")
-    link_gb_s: float = _f(30.0, "host->GPU rate of scattered block copies, GB/s, that an adaptive fetch policy "
-                                "(budget) plans with")
+    fetch_ratio: float = _f(
+        PAPER_SPARSITY.fetch_ratio, "fetch cap per head per step as a fraction of top_k (0 < r <= 1)"
+    )
+    fetch_policy: str | None = _f(
+        None,
+        "fetch-cap policy spec (oasis_core.fetchcap.get_policy: fixed:R, unlimited, "
+        "budget[:FRACTION][,min_cap=N][,max_ratio=R][,first_ratio=R]), evaluated on "
+        "the device each step (oasis_exec.fetch_caps); None: fixed at fetch_ratio; "
+        "retrieval always fetches its whole set",
+    )
+    link_gb_s: float = _f(
+        30.0, "host->GPU rate of scattered block copies, GB/s, that an adaptive fetch policy (budget) plans with"
+    )
     max_context: int = _f(16384 + 1024, "most tokens of one request (prompt + output)")
     kv_budget_gb: float | None = _f(None, "GPU memory for KV state (slots, summaries, caches), GB")
-    host_kv_gb: float | None = _f(None, "pinned host pool for the full KV cache, GB (sparse modes; default: "
-                                        "host_requests requests of max_context tokens)")
-    host_requests: int | None = _f(None, "without host_kv_gb, size the host pool for this many requests of "
-                                         "max_context tokens (default: every lane; bench: its concurrency); the "
-                                         "pool is checked against the host's available memory before it is pinned")
+    host_kv_gb: float | None = _f(
+        None,
+        "pinned host pool for the full KV cache, GB (sparse modes; default: "
+        "host_requests requests of max_context tokens)",
+    )
+    host_requests: int | None = _f(
+        None,
+        "without host_kv_gb, size the host pool for this many requests of "
+        "max_context tokens (default: every lane; bench: its concurrency); the "
+        "pool is checked against the host's available memory before it is pinned",
+    )
     max_lanes: int | None = _f(None, "cap on concurrent requests (default: what --kv-budget-gb fits; else only 4)")
-    transfer: str = _f("auto", "host (threaded gather into pinned staging + one DMA) | uva (direct-read gather "
-                               "kernel) | auto (path and programs measured on the H200: oasis_exec/transfer_table.json)",
-                       TRANSFERS)
+    transfer: str = _f(
+        "auto",
+        "host (threaded gather into pinned staging + one DMA) | uva (direct-read gather "
+        "kernel) | auto (path and programs measured on the H200: oasis_exec/transfer_table.json)",
+        TRANSFERS,
+    )
     host_threads: int = _f(8, "CPU threads of the host gather")
-    host_kernel: str = _f("auto", "the host gather's CPU code: torch (index_select, kernels.gather."
-                                  "host_gather_stage) | native (one GIL-free C call a layer, kernels.host_native; "
-                                  "needs a C compiler) | "
-                                  "auto (the measured table's choice where its entry names one, else native when a C "
-                                  "compiler is found, else torch)", ("auto", "torch", "native"))
-    uva_programs: int = _f(32, "programs of the persistent UVA gather with transfer=uva (auto takes them from the "
-                                "measured table)")
-    uva_kernel: str = _f("loads", "the UVA gather's kernel: loads (kernels.gather.uva_gather, thread loads) | tma "
-                                  "(experimental kernels.gather_tma: TMA tile loads from the pinned pool)",
-                          ("loads", "tma"))
-    stream_priority: str = _f("auto", "CUDA priority of the prediction and copy streams: normal | high (their "
-                                      "kernels are scheduled ahead of the step's waiting ones) | auto (the measured "
-                                      "table's choice with transfer=auto, else normal)", PRIORITIES)
-    no_transfer: bool = _f(False, "plan selections but skip the copies (overlap reference; attention reads stale "
-                                  "slots)")
+    host_kernel: str = _f(
+        "auto",
+        "the host gather's CPU code: torch (index_select, kernels.gather."
+        "host_gather_stage) | native (one GIL-free C call a layer, kernels.host_native; "
+        "needs a C compiler) | "
+        "auto (the measured table's choice where its entry names one, else native when a C "
+        "compiler is found, else torch)",
+        ("auto", "torch", "native"),
+    )
+    uva_programs: int = _f(
+        32, "programs of the persistent UVA gather with transfer=uva (auto takes them from the measured table)"
+    )
+    uva_kernel: str = _f(
+        "loads",
+        "the UVA gather's kernel: loads (kernels.gather.uva_gather, thread loads) | tma "
+        "(experimental kernels.gather_tma: TMA tile loads from the pinned pool)",
+        ("loads", "tma"),
+    )
+    stream_priority: str = _f(
+        "auto",
+        "CUDA priority of the prediction and copy streams: normal | high (their "
+        "kernels are scheduled ahead of the step's waiting ones) | auto (the measured "
+        "table's choice with transfer=auto, else normal)",
+        PRIORITIES,
+    )
+    no_transfer: bool = _f(
+        False, "plan selections but skip the copies (overlap reference; attention reads stale slots)"
+    )
     prefill_chunk: int = _f(2048, "tokens per prefill chunk")
-    prefill_interleave: bool = _f(True, "decodes ride along in every step that prefills (oasis_core.scheduler); off: "
-                                        "prompts first, a step that prefills decodes nothing (benchmarks that need "
-                                        "every request decoding in lockstep)")
+    prefill_interleave: bool = _f(
+        True,
+        "decodes ride along in every step that prefills (oasis_core.scheduler); off: "
+        "prompts first, a step that prefills decodes nothing (benchmarks that need "
+        "every request decoding in lockstep)",
+    )
     seed: int = _f(0, "weights, sampling and synthetic-selection seed")
-    fused_ops: bool = _f(True, "fused Triton kernels on CUDA: RMSNorm, q/k norm + RoPE, SwiGLU (kernels.fused_ops), "
-                                "selection + copy list (kernels.plan_select) and the KV write (kernels.kv_write); off: "
-                                "the plain torch ops, which are the reference")
-    fused_select: bool = _f(True, "with fused_ops on CUDA: selection + copy list in one kernels.plan_select launch a "
-                                  "layer; off: the torch oasis_core.selection.plan_step (the reference)")
-    fused_kv_write: bool = _f(True, "with fused_ops: the decode step's K/V write by kernels.kv_write; off: advanced "
-                                    "indexing (the reference)")
-    cuda_graph: bool = _f(True, "capture whole decode steps as CUDA graphs (not with --profile, recording or replayed "
-                                "selections, nor the host transfer path in retrieval mode)")
-    copy_graph: str = _f("auto", "UVA path under CUDA graphs: on (a step's copies form a graph of their own, launched "
-                                 "on the copy stream after the step's, so layer l's copy may run on until layer l of "
-                                 "the next step) | off (inside the step's graph, which then ends only once they have) "
-                                 "| auto (the measured table's choice with transfer=auto, else off)", SWITCHES)
+    fused_ops: bool = _f(
+        True,
+        "fused Triton kernels on CUDA: RMSNorm, q/k norm + RoPE, SwiGLU (kernels.fused_ops), "
+        "selection + copy list (kernels.plan_select) and the KV write (kernels.kv_write); off: "
+        "the plain torch ops, which are the reference",
+    )
+    fused_select: bool = _f(
+        True,
+        "with fused_ops on CUDA: selection + copy list in one kernels.plan_select launch a "
+        "layer; off: the torch oasis_core.selection.plan_step (the reference)",
+    )
+    fused_kv_write: bool = _f(
+        True, "with fused_ops: the decode step's K/V write by kernels.kv_write; off: advanced indexing (the reference)"
+    )
+    cuda_graph: bool = _f(
+        True,
+        "capture whole decode steps as CUDA graphs (not with --profile, recording or replayed "
+        "selections, nor the host transfer path in retrieval mode)",
+    )
+    copy_graph: str = _f(
+        "auto",
+        "UVA path under CUDA graphs: on (a step's copies form a graph of their own, launched "
+        "on the copy stream after the step's, so layer l's copy may run on until layer l of "
+        "the next step) | off (inside the step's graph, which then ends only once they have) "
+        "| auto (the measured table's choice with transfer=auto, else off)",
+        SWITCHES,
+    )
     profile: bool = _f(False, "CUDA events per layer and stage (small overhead)")
-    short_context: bool = _f(True, "sparse modes: a request whose context fits its resident set (top_k + 1 blocks) "
-                                   "runs dense on the GPU, with no host copy, until it outgrows it "
-                                   "(oasis_core.short_context); off: every request is offloaded from its prefill")
-    synthetic: dict | None = _f(None, "SyntheticParams overrides, e.g. {'drift_rate': 0.1}; 'preset' names a base "
-                               "(oasis_core.synthetic_presets: paper | smollm2), e.g. {'preset': 'smollm2'}")
+    short_context: bool = _f(
+        True,
+        "sparse modes: a request whose context fits its resident set (top_k + 1 blocks) "
+        "runs dense on the GPU, with no host copy, until it outgrows it "
+        "(oasis_core.short_context); off: every request is offloaded from its prefill",
+    )
+    synthetic: dict | None = _f(
+        None,
+        "SyntheticParams overrides, e.g. {'drift_rate': 0.1}; 'preset' names a base "
+        "(oasis_core.synthetic_presets: paper | smollm2), e.g. {'preset': 'smollm2'}",
+    )
 
     def __post_init__(self):
         def bad(name, why):
@@ -135,8 +195,7 @@ class ExecConfig:
                 get_policy(self.fetch_policy)
             except ValueError as e:  # names the spec and the bad value
                 bad("fetch_policy", " ".join(str(e).split()))
-        if isinstance(self.link_gb_s, bool) or not isinstance(self.link_gb_s, (int, float)) \
-                or not self.link_gb_s > 0:
+        if isinstance(self.link_gb_s, bool) or not isinstance(self.link_gb_s, (int, float)) or not self.link_gb_s > 0:
             bad("link_gb_s", "must be > 0")
         if self.max_context < self.block_size:
             bad("max_context", "must hold at least one block")
@@ -188,21 +247,34 @@ class BenchConfig:
     """What ``python -m oasis_exec bench`` runs on the engine (``oasis_exec.bench``)."""
 
     context: int = _f(16384, "prompt tokens of every request")
-    concurrency: int = _f(8, "requests decoding together; clipped to the lanes the GPU KV budget holds and, in sparse "
-                             "modes, to the host pool (announced on stderr; the record says why: clipped_by)")
+    concurrency: int = _f(
+        8,
+        "requests decoding together; clipped to the lanes the GPU KV budget holds and, in sparse "
+        "modes, to the host pool (announced on stderr; the record says why: clipped_by)",
+    )
     steps: int = _f(32, "timed decode steps")
     warmup: int = _f(5, "untimed decode steps before them")
     out: str | None = _f(None, "append the JSON record to this file", metavar="FILE")
-    record: str | None = _f(None, "also write the run as a recording (traces/SCHEMA.md) for `python -m oasis_sim "
-                                  "replay|validate`", metavar="FILE")
-    record_hardware: str | None = _f(None, "simulator hardware preset of the recording (default: told from the "
-                                           "GPU's name)", metavar="PRESET")
-    prompt_text: str | None = _f(None, "cut the prompts from this real text file (tokenized by the model's "
-                                       "tokenizer; needs --model-path) and prefill them for real, instead of "
-                                       "synthesizing random KV; for selection=model on real weights",
-                                metavar="FILE")
-    host_fill: bool = _f(True, "write a pattern into the host pool before the run (off: left unwritten; copies "
-                               "time the same, it saves a pass over the pool)")
+    record: str | None = _f(
+        None,
+        "also write the run as a recording (traces/SCHEMA.md) for `python -m oasis_sim replay|validate`",
+        metavar="FILE",
+    )
+    record_hardware: str | None = _f(
+        None, "simulator hardware preset of the recording (default: told from the GPU's name)", metavar="PRESET"
+    )
+    prompt_text: str | None = _f(
+        None,
+        "cut the prompts from this real text file (tokenized by the model's "
+        "tokenizer; needs --model-path) and prefill them for real, instead of "
+        "synthesizing random KV; for selection=model on real weights",
+        metavar="FILE",
+    )
+    host_fill: bool = _f(
+        True,
+        "write a pattern into the host pool before the run (off: left unwritten; copies "
+        "time the same, it saves a pass over the pool)",
+    )
 
     def __post_init__(self):
         for name, least in (("context", 1), ("concurrency", 1), ("steps", 1), ("warmup", 0)):
@@ -233,8 +305,9 @@ def engine_config(ns, *, exclude=(), **fixed) -> ExecConfig:
         raise cliargs.CliError("--dummy and --model-path exclude each other")
     cfg = cliargs.build(ExecConfig, ns, exclude=exclude, **fixed)
     if cfg.model_path is None and cfg.model not in MODELS:  # checked here: records name real models in `model`
-        raise cliargs.CliError(f"--model: must be a preset ({', '.join(sorted(MODELS))}) or a real model "
-                               f"(--model-path), got {cfg.model!r}")
+        raise cliargs.CliError(
+            f"--model: must be a preset ({', '.join(sorted(MODELS))}) or a real model (--model-path), got {cfg.model!r}"
+        )
     return cfg
 
 

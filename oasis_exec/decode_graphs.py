@@ -7,6 +7,7 @@ prefetch pipeline's side streams join before the capture ends; the UVA path's co
 replays it, bracketed by ``Prefetcher.before_replay`` / ``after_replay``. ``no_gc`` keeps garbage collection out
 of a capture.
 """
+
 from __future__ import annotations
 
 import contextlib
@@ -17,7 +18,14 @@ import torch
 
 class DecodeGraphs:
     def __init__(self, *, cfg, device: torch.device, model, pipe, sources, n_kv_heads: int):
-        self.cfg, self.device, self.model, self.pipe, self.sources, self.H = cfg, device, model, pipe, sources, n_kv_heads
+        self.cfg, self.device, self.model, self.pipe, self.sources, self.H = (
+            cfg,
+            device,
+            model,
+            pipe,
+            sources,
+            n_kv_heads,
+        )
         self.graphs = {}  # batch size -> (graph, static inputs, logits, aux)
         self._warm = set()
 
@@ -25,8 +33,13 @@ class DecodeGraphs:
         """Whole-step CUDA graphs: no profiling events, no recording or replayed selection, lanes 0..B-1; the host
         transfer path only where its graph mode is available (``Prefetcher.graph_host``)."""
         cfg = self.cfg
-        if not cfg.cuda_graph or self.device.type != "cuda" or cfg.profile or self.sources.record is not None \
-                or (self.pipe is not None and not self.pipe.cuda):
+        if (
+            not cfg.cuda_graph
+            or self.device.type != "cuda"
+            or cfg.profile
+            or self.sources.record is not None
+            or (self.pipe is not None and not self.pipe.cuda)
+        ):
             return False
         if cfg.sparse and self.pipe.path != "uva" and not cfg.no_transfer and not self.pipe.graph_host:
             return False
@@ -44,8 +57,12 @@ class DecodeGraphs:
         if g is None:
             if self.pipe is not None:
                 self.pipe.wait_all()
-            st = {"toks": toks.clone(), "pos": pos.clone(), "sets": None if sets is None else sets.clone(),
-                  "lanes": torch.arange(B, device=self.device)}
+            st = {
+                "toks": toks.clone(),
+                "pos": pos.clone(),
+                "sets": None if sets is None else sets.clone(),
+                "lanes": torch.arange(B, device=self.device),
+            }
             torch.cuda.synchronize()
             graph = torch.cuda.CUDAGraph()
             if self.pipe is not None:
@@ -53,8 +70,9 @@ class DecodeGraphs:
             self.model.capturing = True
             try:
                 with no_gc(), torch.cuda.graph(graph):
-                    logits, aux = self.model.decode_core(st["lanes"], slice(0, B * self.H), st["toks"], st["pos"],
-                                                         st["sets"], None)
+                    logits, aux = self.model.decode_core(
+                        st["lanes"], slice(0, B * self.H), st["toks"], st["pos"], st["sets"], None
+                    )
                     if self.pipe is not None:
                         self.pipe.wait_all()  # every side stream joins before the capture ends
             finally:

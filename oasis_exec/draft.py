@@ -23,6 +23,7 @@ positions.
 A checkpoint without ``lm_head.weight`` (and ``d2t``) uses the target's own LM head over the full vocabulary, as
 EAGLE-1 did; the SmolLM2 head in ``experiments/trained_draft_head/`` is of that kind (a third of the size).
 """
+
 from __future__ import annotations
 
 import json
@@ -36,10 +37,18 @@ from oasis_core.specs import ModelSpec
 
 from .model import rms_norm
 
-NAMES = ("fc.weight", "midlayer.input_layernorm.weight", "midlayer.hidden_norm.weight",
-         "midlayer.post_attention_layernorm.weight", "midlayer.self_attn.v_proj.weight",
-         "midlayer.self_attn.o_proj.weight", "midlayer.mlp.gate_proj.weight", "midlayer.mlp.up_proj.weight",
-         "midlayer.mlp.down_proj.weight", "norm.weight")  # required; lm_head.weight + d2t optional (module doc)
+NAMES = (
+    "fc.weight",
+    "midlayer.input_layernorm.weight",
+    "midlayer.hidden_norm.weight",
+    "midlayer.post_attention_layernorm.weight",
+    "midlayer.self_attn.v_proj.weight",
+    "midlayer.self_attn.o_proj.weight",
+    "midlayer.mlp.gate_proj.weight",
+    "midlayer.mlp.up_proj.weight",
+    "midlayer.mlp.down_proj.weight",
+    "norm.weight",
+)  # required; lm_head.weight + d2t optional (module doc)
 
 
 def aux_layers(n_layers: int) -> tuple[int, int, int]:
@@ -54,17 +63,23 @@ def random_draft_weights(shape: ModelSpec, draft_vocab: int, seed: int = 1, dtyp
     def mat(r, c):
         return (torch.randn(r, c, generator=g, device=device) / math.sqrt(c)).to(dtype)
 
-    w = {"fc.weight": mat(h, 3 * h),
-         "midlayer.self_attn.q_proj.weight": mat(shape.n_q_heads * d, 2 * h),
-         "midlayer.self_attn.k_proj.weight": mat(shape.n_kv_heads * d, 2 * h),
-         "midlayer.self_attn.v_proj.weight": mat(shape.n_kv_heads * d, 2 * h),
-         "midlayer.self_attn.o_proj.weight": mat(h, shape.n_q_heads * d),
-         "midlayer.mlp.gate_proj.weight": mat(shape.mlp_hidden, h),
-         "midlayer.mlp.up_proj.weight": mat(shape.mlp_hidden, h),
-         "midlayer.mlp.down_proj.weight": mat(h, shape.mlp_hidden),
-         "lm_head.weight": mat(draft_vocab, h)}
-    for n in ("midlayer.input_layernorm.weight", "midlayer.hidden_norm.weight",
-              "midlayer.post_attention_layernorm.weight", "norm.weight"):
+    w = {
+        "fc.weight": mat(h, 3 * h),
+        "midlayer.self_attn.q_proj.weight": mat(shape.n_q_heads * d, 2 * h),
+        "midlayer.self_attn.k_proj.weight": mat(shape.n_kv_heads * d, 2 * h),
+        "midlayer.self_attn.v_proj.weight": mat(shape.n_kv_heads * d, 2 * h),
+        "midlayer.self_attn.o_proj.weight": mat(h, shape.n_q_heads * d),
+        "midlayer.mlp.gate_proj.weight": mat(shape.mlp_hidden, h),
+        "midlayer.mlp.up_proj.weight": mat(shape.mlp_hidden, h),
+        "midlayer.mlp.down_proj.weight": mat(h, shape.mlp_hidden),
+        "lm_head.weight": mat(draft_vocab, h),
+    }
+    for n in (
+        "midlayer.input_layernorm.weight",
+        "midlayer.hidden_norm.weight",
+        "midlayer.post_attention_layernorm.weight",
+        "norm.weight",
+    ):
         w[n] = torch.ones(h, dtype=dtype, device=device)
     # Draft vocabulary = a seeded subset of the target's, sorted; d2t stores offsets as EAGLE-3 does.
     ids = torch.randperm(shape.vocab, generator=torch.Generator().manual_seed(seed))[:draft_vocab].sort().values
@@ -80,15 +95,23 @@ def draft_logits(w: dict, shape: ModelSpec, aux, emb, lm_head):
     [B, hidden] the embedding of the token just sampled, lm_head [V', hidden] -> logits [B, V'] (float32)."""
     eps = shape.rms_eps
     feats = aux @ w["fc.weight"].t()
-    x = torch.cat([rms_norm(emb, w["midlayer.input_layernorm.weight"], eps),
-                   rms_norm(feats, w["midlayer.hidden_norm.weight"], eps)], dim=-1)
+    x = torch.cat(
+        [
+            rms_norm(emb, w["midlayer.input_layernorm.weight"], eps),
+            rms_norm(feats, w["midlayer.hidden_norm.weight"], eps),
+        ],
+        dim=-1,
+    )
     # Single-key attention: softmax over one key is 1, so the output is v (expanded over the GQA group).
     v = (x @ w["midlayer.self_attn.v_proj.weight"].t()).view(-1, shape.n_kv_heads, 1, shape.head_dim)
     attn = v.expand(-1, -1, shape.gqa_group, -1).reshape(v.shape[0], -1)
     h = feats + attn @ w["midlayer.self_attn.o_proj.weight"].t()
     y = rms_norm(h, w["midlayer.post_attention_layernorm.weight"], eps)
-    h = h + (F.silu(y @ w["midlayer.mlp.gate_proj.weight"].t()) * (y @ w["midlayer.mlp.up_proj.weight"].t())) \
+    h = (
+        h
+        + (F.silu(y @ w["midlayer.mlp.gate_proj.weight"].t()) * (y @ w["midlayer.mlp.up_proj.weight"].t()))
         @ w["midlayer.mlp.down_proj.weight"].t()
+    )
     return (rms_norm(h, w["norm.weight"], eps) @ lm_head.t()).float()
 
 
@@ -121,9 +144,13 @@ class DraftHead:
         from safetensors.torch import save_file
 
         os.makedirs(path, exist_ok=True)
-        cfg = {"architectures": ["LlamaForCausalLMEagle3"],
-               "draft_vocab_size": int(self.lm_head.shape[0]), "target_lm_head": not self.own_head,
-               "eagle_config": {"eagle_aux_hidden_state_layer_ids": list(self.layers)}, **(extra or {})}
+        cfg = {
+            "architectures": ["LlamaForCausalLMEagle3"],
+            "draft_vocab_size": int(self.lm_head.shape[0]),
+            "target_lm_head": not self.own_head,
+            "eagle_config": {"eagle_aux_hidden_state_layer_ids": list(self.layers)},
+            **(extra or {}),
+        }
         with open(os.path.join(path, "config.json"), "w") as fh:
             json.dump(cfg, fh, indent=1)
         save_file({k: v.contiguous().cpu() for k, v in self.w.items()}, os.path.join(path, "model.safetensors"))

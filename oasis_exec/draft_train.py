@@ -16,6 +16,7 @@ next-token distribution at p + 1 (soft cross-entropy), which is what ``Runner`` 
 Reported: first-token acceptance (draft argmax == target argmax) on the held-out generated sequences and on held-out
 real text, teacher forced. ``DIR`` gets ``model.safetensors`` + ``config.json`` (with the provenance) + ``train.json``.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -68,7 +69,7 @@ def read_text(path: str) -> str:
 
 
 def held_out(path: str, fraction: float = 0.1) -> bool:
-    return int(hashlib.sha256(os.path.basename(path).encode()).hexdigest()[:8], 16) / 2 ** 32 < fraction
+    return int(hashlib.sha256(os.path.basename(path).encode()).hexdigest()[:8], 16) / 2**32 < fraction
 
 
 def build_corpus(tokenize, files, n_train: int, n_held: int, length: int, seed: int = 0) -> dict:
@@ -93,7 +94,7 @@ def build_corpus(tokenize, files, n_train: int, n_held: int, length: int, seed: 
         for i in pick:
             f, ids = pool[i]
             o = int(rng.integers(0, len(ids) - length + 1))
-            rows.append(ids[o:o + length])
+            rows.append(ids[o : o + length])
             srcs.append(f)
         out[split] = np.stack(rows)
         out[split + "_files"] = np.array(sorted(set(srcs)))
@@ -101,6 +102,7 @@ def build_corpus(tokenize, files, n_train: int, n_held: int, length: int, seed: 
 
 
 # -- the target: batched greedy generation and teacher-forced features -------------------------------------------
+
 
 @torch.inference_mode()
 def forward_batch(dec: Decoder, tokens, want=(), cache=None, start=0):
@@ -121,7 +123,7 @@ def generate_greedy(dec: Decoder, prompts, new_tokens: int, batch: int = 256, pr
     """Greedy continuation of equal-length prompts [N, P] -> [N, P + new_tokens]."""
     outs = []
     for b0 in range(0, prompts.shape[0], batch):
-        seq = prompts[b0:b0 + batch]
+        seq = prompts[b0 : b0 + batch]
         cache = []
         logits, _ = forward_batch(dec, seq, cache=cache)
         nxt = logits[:, -1].argmax(-1)
@@ -144,13 +146,14 @@ def features(dec: Decoder, seqs, batch: int = 64):
     want = set(layers) | {dec.shape.n_layers - 1}
     aux, last = [], []
     for b0 in range(0, seqs.shape[0], batch):
-        _, fe = forward_batch(dec, seqs[b0:b0 + batch], want=want)
+        _, fe = forward_batch(dec, seqs[b0 : b0 + batch], want=want)
         aux.append(torch.cat([fe[i] for i in layers], -1).to(torch.bfloat16))
         last.append(fe[dec.shape.n_layers - 1].to(torch.bfloat16))
     return torch.cat(aux), torch.cat(last)
 
 
 # -- the head -----------------------------------------------------------------------------------------------------
+
 
 def init_head(dec: Decoder, mlp_hidden: int, seed: int = 0, device="cpu") -> dict:
     s, h = dec.shape, dec.shape.hidden
@@ -159,12 +162,20 @@ def init_head(dec: Decoder, mlp_hidden: int, seed: int = 0, device="cpu") -> dic
     def mat(r, c, scale=1.0):
         return (torch.randn(r, c, generator=g) * scale / math.sqrt(c)).to(device)
 
-    w = {"fc.weight": mat(h, 3 * h), "midlayer.self_attn.v_proj.weight": mat(s.n_kv_heads * s.head_dim, 2 * h),
-         "midlayer.self_attn.o_proj.weight": mat(h, s.n_q_heads * s.head_dim, 0.5),
-         "midlayer.mlp.gate_proj.weight": mat(mlp_hidden, h), "midlayer.mlp.up_proj.weight": mat(mlp_hidden, h),
-         "midlayer.mlp.down_proj.weight": mat(h, mlp_hidden, 0.5)}
-    for n in ("midlayer.input_layernorm.weight", "midlayer.hidden_norm.weight",
-              "midlayer.post_attention_layernorm.weight", "norm.weight"):
+    w = {
+        "fc.weight": mat(h, 3 * h),
+        "midlayer.self_attn.v_proj.weight": mat(s.n_kv_heads * s.head_dim, 2 * h),
+        "midlayer.self_attn.o_proj.weight": mat(h, s.n_q_heads * s.head_dim, 0.5),
+        "midlayer.mlp.gate_proj.weight": mat(mlp_hidden, h),
+        "midlayer.mlp.up_proj.weight": mat(mlp_hidden, h),
+        "midlayer.mlp.down_proj.weight": mat(h, mlp_hidden, 0.5),
+    }
+    for n in (
+        "midlayer.input_layernorm.weight",
+        "midlayer.hidden_norm.weight",
+        "midlayer.post_attention_layernorm.weight",
+        "norm.weight",
+    ):
         w[n] = torch.ones(h, device=device)
     assert set(w) == set(NAMES)
     return w
@@ -178,8 +189,9 @@ def _batches(n_rows, T, bs, gen):
         yield r, p
 
 
-def train_head(dec: Decoder, seqs, aux, last, steps: int, batch: int, lr: float, mlp_hidden: int, seed: int = 0,
-               log=None) -> dict:
+def train_head(
+    dec: Decoder, seqs, aux, last, steps: int, batch: int, lr: float, mlp_hidden: int, seed: int = 0, log=None
+) -> dict:
     """Soft cross-entropy against the target's next-token distribution; AdamW with cosine decay. float32 master
     weights, bf16 autocast on CUDA. ``log(message)``: the progress notes (default: this module's logger, INFO)."""
     if log is None:
@@ -188,7 +200,8 @@ def train_head(dec: Decoder, seqs, aux, last, steps: int, batch: int, lr: float,
     w = {k: v.float().requires_grad_(True) for k, v in init_head(dec, mlp_hidden, seed, dev).items()}
     opt = torch.optim.AdamW(list(w.values()), lr=lr, weight_decay=0.01, betas=(0.9, 0.95))
     sched = torch.optim.lr_scheduler.LambdaLR(
-        opt, lambda i: min(1.0, (i + 1) / 100) * 0.5 * (1 + math.cos(math.pi * min(i, steps) / steps)))
+        opt, lambda i: min(1.0, (i + 1) / 100) * 0.5 * (1 + math.cos(math.pi * min(i, steps) / steps))
+    )
     lm = dec.lm_head.detach()
     gen = torch.Generator().manual_seed(seed)
     it = _batches(seqs.shape[0], seqs.shape[1], batch, gen)
@@ -201,8 +214,13 @@ def train_head(dec: Decoder, seqs, aux, last, steps: int, batch: int, lr: float,
             tgt = dec.logits(last[r, p + 1].to(dec.dtype)).float()
             tgt_p = torch.softmax(tgt, -1)
         with amp:
-            lg = draft_logits({k: v.to(dec.dtype) if dev.type != "cuda" else v for k, v in w.items()}, dec.shape,
-                              aux[r, p].to(dec.dtype), dec.embed[seqs[r, p + 1]].detach(), lm)
+            lg = draft_logits(
+                {k: v.to(dec.dtype) if dev.type != "cuda" else v for k, v in w.items()},
+                dec.shape,
+                aux[r, p].to(dec.dtype),
+                dec.embed[seqs[r, p + 1]].detach(),
+                lm,
+            )
         loss = -(tgt_p * torch.log_softmax(lg.float(), -1)).sum(-1).mean()
         opt.zero_grad(set_to_none=True)
         loss.backward()
@@ -221,12 +239,12 @@ def acceptance(dec: Decoder, head: DraftHead, seqs, batch: int = 64, skip: int =
     at p + 1. Also the rate at which the target's own greedy token equals the sequence's next token."""
     hits = n = 0
     for b0 in range(0, seqs.shape[0], batch):
-        s = seqs[b0:b0 + batch]
+        s = seqs[b0 : b0 + batch]
         logits, fe = forward_batch(dec, s, want=set(head.layers))
         a = torch.cat([fe[i] for i in head.layers], -1)[:, skip:-1]
-        tok = s[:, skip + 1:]
+        tok = s[:, skip + 1 :]
         d = head.propose(a.reshape(-1, a.shape[-1]), tok.reshape(-1))
-        tgt = logits[:, skip + 1:].argmax(-1).reshape(-1)
+        tgt = logits[:, skip + 1 :].argmax(-1).reshape(-1)
         hits += int((d == tgt).sum())
         n += d.numel()
     return {"acceptance": hits / max(n, 1), "positions": n}
@@ -234,28 +252,36 @@ def acceptance(dec: Decoder, head: DraftHead, seqs, batch: int = 64, skip: int =
 
 # -- CLI ----------------------------------------------------------------------------------------------------------
 
+
 def _tokenizer(model_path):
     from transformers import AutoTokenizer
 
-    return AutoTokenizer.from_pretrained(os.path.dirname(os.path.abspath(model_path)),
-                                         gguf_file=os.path.basename(model_path))
-
-
+    return AutoTokenizer.from_pretrained(
+        os.path.dirname(os.path.abspath(model_path)), gguf_file=os.path.basename(model_path)
+    )
 
 
 def cmd_corpus(a) -> int:
     tok = _tokenizer(a.model_path)
     files = corpus_files()
     log.info("%d candidate files", len(files))
-    c = build_corpus(lambda t: tok(t, add_special_tokens=False).input_ids, files, a.n_train, a.n_held, a.prompt_len,
-                     a.seed)
+    c = build_corpus(
+        lambda t: tok(t, add_special_tokens=False).input_ids, files, a.n_train, a.n_held, a.prompt_len, a.seed
+    )
     extra = {}
     for name in a.held_texts or []:
-        ids = np.asarray(tok(read_text(name), add_special_tokens=False).input_ids[:a.held_text_tokens], np.int32)
+        ids = np.asarray(tok(read_text(name), add_special_tokens=False).input_ids[: a.held_text_tokens], np.int32)
         extra["text:" + os.path.basename(name)] = ids
     np.savez_compressed(a.out, **c, **extra)
-    log.info("wrote %s: train %s from %d files, held %s from %d files; texts %s", a.out, c["train"].shape,
-             len(c["train_files"]), c["held"].shape, len(c["held_files"]), list(extra))
+    log.info(
+        "wrote %s: train %s from %d files, held %s from %d files; texts %s",
+        a.out,
+        c["train"].shape,
+        len(c["train_files"]),
+        c["held"].shape,
+        len(c["held_files"]),
+        list(extra),
+    )
     return 0
 
 
@@ -265,8 +291,8 @@ def cmd_train(a) -> int:
     torch.manual_seed(a.seed)
     dec = Decoder.from_path(a.model_path, dt, dev, fused=False)
     z = np.load(a.corpus)
-    train_p = torch.from_numpy(z["train"][:a.n_train].astype(np.int64)).to(dev)
-    held_p = torch.from_numpy(z["held"][:a.n_held].astype(np.int64)).to(dev)
+    train_p = torch.from_numpy(z["train"][: a.n_train].astype(np.int64)).to(dev)
+    held_p = torch.from_numpy(z["held"][: a.n_held].astype(np.int64)).to(dev)
     note = log.info
     t0 = time.time()
     prog = lambda i, n: note(f"  generated {i}/{n}")  # noqa: E731
@@ -280,19 +306,34 @@ def cmd_train(a) -> int:
     head = DraftHead(dec.shape, {k: v.to(torch.bfloat16) for k, v in w.items()}, dec.embed, dec.lm_head)
     head_eval = DraftHead(dec.shape, {k: v.to(dt) for k, v in w.items()}, dec.embed, dec.lm_head)
     P = train_p.shape[1]
-    res = {"held_generated": acceptance(dec, head_eval, held_s, skip=P - 1),
-           "held_prompts_real_text": acceptance(dec, head_eval, held_p)}
+    res = {
+        "held_generated": acceptance(dec, head_eval, held_s, skip=P - 1),
+        "held_prompts_real_text": acceptance(dec, head_eval, held_p),
+    }
     for k in z.files:
         if k.startswith("text:"):
             ids = torch.from_numpy(z[k].astype(np.int64)).to(dev)[None]
             res[k] = acceptance(dec, head_eval, ids)
-    prov = {"model": os.path.basename(a.model_path), "model_sha256": sha256_file(a.model_path),
-            "corpus": os.path.basename(a.corpus), "corpus_sha256": sha256_file(a.corpus),
-            "train_prompts": int(train_p.shape[0]), "prompt_len": int(P), "gen_len": a.gen_len,
-            "steps": a.steps, "batch": a.batch, "lr": a.lr, "mlp_hidden": a.mlp_hidden, "seed": a.seed,
-            "dtype": a.dtype, "device": torch.cuda.get_device_name(dev) if dev.type == "cuda" else "cpu",
-            "date": datetime.date.today().isoformat(), "command": " ".join(sys.argv),
-            "seconds": round(time.time() - t0, 1), "acceptance": res}
+    prov = {
+        "model": os.path.basename(a.model_path),
+        "model_sha256": sha256_file(a.model_path),
+        "corpus": os.path.basename(a.corpus),
+        "corpus_sha256": sha256_file(a.corpus),
+        "train_prompts": int(train_p.shape[0]),
+        "prompt_len": int(P),
+        "gen_len": a.gen_len,
+        "steps": a.steps,
+        "batch": a.batch,
+        "lr": a.lr,
+        "mlp_hidden": a.mlp_hidden,
+        "seed": a.seed,
+        "dtype": a.dtype,
+        "device": torch.cuda.get_device_name(dev) if dev.type == "cuda" else "cpu",
+        "date": datetime.date.today().isoformat(),
+        "command": " ".join(sys.argv),
+        "seconds": round(time.time() - t0, 1),
+        "acceptance": res,
+    }
     head.save(a.out, {"provenance": prov})
     with open(os.path.join(a.out, "train.json"), "w") as fh:
         json.dump(prov, fh, indent=1)

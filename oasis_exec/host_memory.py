@@ -8,6 +8,7 @@ the pool against the memory the host has available (``psutil`` when installed, e
 ``/proc/meminfo``): page-locked memory cannot be swapped, and a pool larger than what is free gets the process
 killed by the kernel's OOM killer instead of an error.
 """
+
 from __future__ import annotations
 
 GB = 1e9
@@ -63,7 +64,8 @@ def check_fits(nbytes: int, available: int | None = None) -> None:
         raise HostMemoryError(
             f"host KV pool: needs {_gb(nbytes)} GB of host memory, {_gb(available)} GB available (the pool "
             f"may take {POOL_SHARE:.0%} of it); run fewer requests or shorter contexts, or size the pool with "
-            f"--host-kv-gb / --host-requests")
+            f"--host-kv-gb / --host-requests"
+        )
 
 
 def host_pool_blocks(cfg, *, lanes: int, block_bytes: int, available: int | None = None) -> int:

@@ -6,6 +6,7 @@ in the sparse modes, ``DenseStore.bytes_per_lane`` in the dense ones), takes the
 ``oasis_exec.host_memory.host_pool_blocks`` (checked against the host's memory before a byte is pinned) and builds
 the stores of ``kv_store.py``.
 """
+
 from __future__ import annotations
 
 from dataclasses import dataclass
@@ -53,11 +54,14 @@ def build_kv_layout(cfg, *, shape, dtype, device) -> KVLayout:
     host = None
     host_blocks = 0
     if cfg.sparse:
-        hb = host_pool_blocks(cfg, lanes=lanes, block_bytes=geo.bytes_per_block)  # sized for what runs, checked before pinning
+        hb = host_pool_blocks(
+            cfg, lanes=lanes, block_bytes=geo.bytes_per_block
+        )  # sized for what runs, checked before pinning
         host = HostPool(L, hb, H, bs, D, dtype, pin=device.type == "cuda")
         host_blocks = hb
         store = SparseStore(L, lanes, H, K, bs, D, NB, dtype, device)
     else:
         store = DenseStore(L, lanes, H, NB, D, bs, dtype, device, summaries=mode.summaries)
-    return KVLayout(geometry=geo, lane_bytes=per_lane, max_lanes=lanes, store=store, host=host,
-                    host_blocks_total=host_blocks)
+    return KVLayout(
+        geometry=geo, lane_bytes=per_lane, max_lanes=lanes, store=store, host=host, host_blocks_total=host_blocks
+    )

@@ -15,12 +15,12 @@ Layouts (``bs`` = block size, ``D`` = head dim, ``H`` = KV heads, ``L`` layers),
 - ``DenseStore.k[l]`` / ``.v[l]``: [B_max * P, H, bs, D] pages (``kernels.paged_attn``); lane b owns pages
   ``b * P .. b * P + P - 1`` (P = blocks of the longest context), so its block table is fixed.
 """
+
 from __future__ import annotations
 
 import math
 
 import torch
-
 
 # -- exact-size pinned host memory ----------------------------------------------------------------------------
 # ``torch.empty(..., pin_memory=True)`` goes through PyTorch's caching host allocator, which rounds every request up
@@ -99,8 +99,10 @@ def pinned_pieces(n: int, nbytes: int) -> list:
                 _cuda_unregister(p.data_ptr())
             del pieces, t
             _clear_cuda_error()
-            raise RuntimeError(f"cudaHostRegister refused piece {i + 1} of {n} ({nbytes / 1e9:.2f} GB each, "
-                               f"{i * nbytes / 1e9:.1f} GB already pinned): error {rc}")
+            raise RuntimeError(
+                f"cudaHostRegister refused piece {i + 1} of {n} ({nbytes / 1e9:.2f} GB each, "
+                f"{i * nbytes / 1e9:.1f} GB already pinned): error {rc}"
+            )
         pieces.append(t)
         if i == 0 and nbytes and not _same_device_pointer(t.data_ptr()):
             _cuda_unregister(t.data_ptr())  # the GPU would need another address: use PyTorch's pinned allocator
@@ -144,7 +146,7 @@ class HostPool:
                 pat = (torch.randn(min(flat.numel(), chunk), generator=g) * 0.5).to(flat.dtype)
             for off in range(0, flat.numel(), pat.numel()):
                 n = min(pat.numel(), flat.numel() - off)
-                flat[off: off + n].copy_(pat[:n])
+                flat[off : off + n].copy_(pat[:n])
 
 
 class SparseStore:
@@ -159,8 +161,9 @@ class SparseStore:
         rows = max_lanes * n_kv_heads
         self.resident = torch.full((n_layers, rows, slots), -1, dtype=torch.int64, device=device)
         self.last_sel = torch.full((n_layers, rows, slots), -1, dtype=torch.int64, device=device)
-        self.kmin = torch.full((n_layers, max_lanes, n_kv_heads, max_blocks, head_dim), math.inf, dtype=dtype,
-                               device=device)
+        self.kmin = torch.full(
+            (n_layers, max_lanes, n_kv_heads, max_blocks, head_dim), math.inf, dtype=dtype, device=device
+        )
         self.kmax = torch.full_like(self.kmin, -math.inf)
         self.host_table = torch.zeros(max_lanes, max_blocks, dtype=torch.int64, device=device)
 
@@ -179,8 +182,8 @@ class SparseStore:
 
     def reset_lane(self, lane: int, host_blocks) -> None:
         h = self.H
-        self.resident[:, lane * h:(lane + 1) * h] = -1
-        self.last_sel[:, lane * h:(lane + 1) * h] = -1
+        self.resident[:, lane * h : (lane + 1) * h] = -1
+        self.last_sel[:, lane * h : (lane + 1) * h] = -1
         self.kmin[:, lane] = math.inf
         self.kmax[:, lane] = -math.inf
         hb = torch.as_tensor(list(host_blocks), dtype=torch.int64)
@@ -188,18 +191,27 @@ class SparseStore:
 
 
 class DenseStore:
-    def __init__(self, n_layers, max_lanes, n_kv_heads, max_blocks, head_dim, block_size, dtype, device,
-                 summaries: bool):
-        self.L, self.B, self.H, self.P, self.D, self.bs = n_layers, max_lanes, n_kv_heads, max_blocks, head_dim, \
-            block_size
+    def __init__(
+        self, n_layers, max_lanes, n_kv_heads, max_blocks, head_dim, block_size, dtype, device, summaries: bool
+    ):
+        self.L, self.B, self.H, self.P, self.D, self.bs = (
+            n_layers,
+            max_lanes,
+            n_kv_heads,
+            max_blocks,
+            head_dim,
+            block_size,
+        )
         shape = (max_lanes * max_blocks, n_kv_heads, block_size, head_dim)
         self.k = [torch.zeros(shape, dtype=dtype, device=device) for _ in range(n_layers)]
         self.v = [torch.zeros(shape, dtype=dtype, device=device) for _ in range(n_layers)]
-        self.block_table = (torch.arange(max_lanes, device=device)[:, None] * max_blocks
-                            + torch.arange(max_blocks, device=device)).to(torch.int32)
+        self.block_table = (
+            torch.arange(max_lanes, device=device)[:, None] * max_blocks + torch.arange(max_blocks, device=device)
+        ).to(torch.int32)
         if summaries:
-            self.kmin = torch.full((n_layers, max_lanes, n_kv_heads, max_blocks, head_dim), math.inf, dtype=dtype,
-                                   device=device)
+            self.kmin = torch.full(
+                (n_layers, max_lanes, n_kv_heads, max_blocks, head_dim), math.inf, dtype=dtype, device=device
+            )
             self.kmax = torch.full_like(self.kmin, -math.inf)
         else:
             self.kmin = self.kmax = None

@@ -5,6 +5,7 @@ and ``finish`` (output projection, residual, MLP), so that each KV store plugs i
 Weights are bf16 (float32 on request for CPU tests), random (``dummy``) or loaded from a Hugging Face directory
 (``config.json`` + ``*.safetensors``) with the usual ``model.layers.{i}.self_attn.q_proj.weight`` names.
 """
+
 from __future__ import annotations
 
 import json
@@ -25,8 +26,10 @@ def rope_theta_of(cfg: dict) -> float:
     for d in (params, scaling):
         kind = d.get("rope_type", d.get("type", "default"))
         if kind not in ("default", None):
-            raise ValueError(f"config.json: RoPE scaling {kind!r} is not implemented (only plain RoPE); refusing "
-                             "rather than running with wrong positions")
+            raise ValueError(
+                f"config.json: RoPE scaling {kind!r} is not implemented (only plain RoPE); refusing "
+                "rather than running with wrong positions"
+            )
     theta = cfg.get("rope_theta", params.get("rope_theta"))
     if theta is None:
         raise ValueError("config.json: no rope_theta (top level or in rope_parameters)")
@@ -38,23 +41,40 @@ def spec_from_hf_config(cfg: dict, name: str = "hf") -> ModelSpec:
     n_q = cfg["num_attention_heads"]
     head_dim = cfg.get("head_dim") or cfg["hidden_size"] // n_q
     arch = " ".join(cfg.get("architectures", [])) + " " + cfg.get("model_type", "")
-    return ModelSpec(name=name, n_layers=cfg["num_hidden_layers"], n_q_heads=n_q,
-                     n_kv_heads=cfg.get("num_key_value_heads", n_q), head_dim=head_dim, hidden=cfg["hidden_size"],
-                     mlp_hidden=cfg["intermediate_size"], vocab=cfg["vocab_size"],
-                     max_context_tokens=cfg["max_position_embeddings"], qk_norm="qwen3" in arch.lower(),
-                     rope_theta=rope_theta_of(cfg), rms_eps=float(cfg.get("rms_norm_eps", 1e-6)),
-                     tie_embeddings=bool(cfg.get("tie_word_embeddings", False)))
+    return ModelSpec(
+        name=name,
+        n_layers=cfg["num_hidden_layers"],
+        n_q_heads=n_q,
+        n_kv_heads=cfg.get("num_key_value_heads", n_q),
+        head_dim=head_dim,
+        hidden=cfg["hidden_size"],
+        mlp_hidden=cfg["intermediate_size"],
+        vocab=cfg["vocab_size"],
+        max_context_tokens=cfg["max_position_embeddings"],
+        qk_norm="qwen3" in arch.lower(),
+        rope_theta=rope_theta_of(cfg),
+        rms_eps=float(cfg.get("rms_norm_eps", 1e-6)),
+        tie_embeddings=bool(cfg.get("tie_word_embeddings", False)),
+    )
 
 
 def hf_config(spec: ModelSpec) -> dict:
     """The ``config.json`` of a dense ``spec`` (inverse of :func:`spec_from_hf_config`)."""
-    return {"architectures": ["Qwen3ForCausalLM" if spec.qk_norm else "LlamaForCausalLM"],
-            "model_type": "qwen3" if spec.qk_norm else "llama", "num_hidden_layers": spec.n_layers,
-            "num_attention_heads": spec.n_q_heads, "num_key_value_heads": spec.n_kv_heads,
-            "head_dim": spec.head_dim, "hidden_size": spec.hidden, "intermediate_size": spec.mlp_hidden,
-            "vocab_size": spec.vocab, "max_position_embeddings": spec.max_context_tokens,
-            "rope_theta": spec.rope_theta, "rms_norm_eps": spec.rms_eps,
-            "tie_word_embeddings": spec.tie_embeddings}
+    return {
+        "architectures": ["Qwen3ForCausalLM" if spec.qk_norm else "LlamaForCausalLM"],
+        "model_type": "qwen3" if spec.qk_norm else "llama",
+        "num_hidden_layers": spec.n_layers,
+        "num_attention_heads": spec.n_q_heads,
+        "num_key_value_heads": spec.n_kv_heads,
+        "head_dim": spec.head_dim,
+        "hidden_size": spec.hidden,
+        "intermediate_size": spec.mlp_hidden,
+        "vocab_size": spec.vocab,
+        "max_position_embeddings": spec.max_context_tokens,
+        "rope_theta": spec.rope_theta,
+        "rms_norm_eps": spec.rms_eps,
+        "tie_word_embeddings": spec.tie_embeddings,
+    }
 
 
 def rms_norm(x, w, eps):
@@ -69,17 +89,25 @@ def rope(x, pos, theta):
     ang = pos.to(torch.float32)[..., None] * inv  # [..., T, D/2]
     cos, sin = ang.cos()[..., None, :], ang.sin()[..., None, :]  # [..., T, 1, D/2]
     xf = x.float()
-    x1, x2 = xf[..., : d // 2], xf[..., d // 2:]
+    x1, x2 = xf[..., : d // 2], xf[..., d // 2 :]
     return torch.cat([x1 * cos - x2 * sin, x2 * cos + x1 * sin], dim=-1).to(x.dtype)
 
 
 def _layer_names(i):
     p = f"model.layers.{i}."
-    return {"q": p + "self_attn.q_proj.weight", "k": p + "self_attn.k_proj.weight",
-            "v": p + "self_attn.v_proj.weight", "o": p + "self_attn.o_proj.weight",
-            "q_norm": p + "self_attn.q_norm.weight", "k_norm": p + "self_attn.k_norm.weight",
-            "ln1": p + "input_layernorm.weight", "ln2": p + "post_attention_layernorm.weight",
-            "gate": p + "mlp.gate_proj.weight", "up": p + "mlp.up_proj.weight", "down": p + "mlp.down_proj.weight"}
+    return {
+        "q": p + "self_attn.q_proj.weight",
+        "k": p + "self_attn.k_proj.weight",
+        "v": p + "self_attn.v_proj.weight",
+        "o": p + "self_attn.o_proj.weight",
+        "q_norm": p + "self_attn.q_norm.weight",
+        "k_norm": p + "self_attn.k_norm.weight",
+        "ln1": p + "input_layernorm.weight",
+        "ln2": p + "post_attention_layernorm.weight",
+        "gate": p + "mlp.gate_proj.weight",
+        "up": p + "mlp.up_proj.weight",
+        "down": p + "mlp.down_proj.weight",
+    }
 
 
 def random_weights(shape: ModelSpec, seed: int = 0, dtype=torch.bfloat16, device="cpu") -> dict:
@@ -89,11 +117,14 @@ def random_weights(shape: ModelSpec, seed: int = 0, dtype=torch.bfloat16, device
     h, d = shape.hidden, shape.head_dim
 
     def mat(rows, cols):
-        return (torch.randn(rows, cols, generator=dev_gen, device=device, dtype=torch.float32)
-                / math.sqrt(cols)).to(dtype)
+        return (torch.randn(rows, cols, generator=dev_gen, device=device, dtype=torch.float32) / math.sqrt(cols)).to(
+            dtype
+        )
 
-    w = {"model.embed_tokens.weight": mat(shape.vocab, h) * math.sqrt(h) * 0.5,
-         "model.norm.weight": torch.ones(h, dtype=dtype, device=device)}
+    w = {
+        "model.embed_tokens.weight": mat(shape.vocab, h) * math.sqrt(h) * 0.5,
+        "model.norm.weight": torch.ones(h, dtype=dtype, device=device),
+    }
     for i in range(shape.n_layers):
         n = _layer_names(i)
         w[n["q"]] = mat(shape.n_q_heads * d, h)
@@ -172,8 +203,14 @@ class Decoder:
             self._inv_freq = fused_ops.rope_inv_freq(shape.head_dim, shape.rope_theta, self.device)
 
     @staticmethod
-    def build(shape: ModelSpec, path: str | None = None, seed: int = 0, dtype=torch.bfloat16, device="cpu",
-              fused: bool = False):
+    def build(
+        shape: ModelSpec,
+        path: str | None = None,
+        seed: int = 0,
+        dtype=torch.bfloat16,
+        device="cpu",
+        fused: bool = False,
+    ):
         if path is None:
             return Decoder(shape, random_weights(shape, seed, dtype, device), dtype, fused)
         return Decoder(shape, load_safetensors_dir(path, dtype, device), dtype, fused)
@@ -221,8 +258,11 @@ class Decoder:
                     cache[i] = (torch.cat([cache[i][0], kb], 1), torch.cat([cache[i][1], vb], 1))
                 kb, vb = cache[i]
             attn = F.scaled_dot_product_attention(
-                qb.transpose(1, 2), kb.transpose(1, 2).repeat_interleave(g, 1),
-                vb.transpose(1, 2).repeat_interleave(g, 1), is_causal=T > 1)
+                qb.transpose(1, 2),
+                kb.transpose(1, 2).repeat_interleave(g, 1),
+                vb.transpose(1, 2).repeat_interleave(g, 1),
+                is_causal=T > 1,
+            )
             attn = attn.transpose(1, 2).reshape(B * T, q.shape[1], q.shape[2])
             x = self.finish(i, x, attn)
             if hook is not None:
@@ -244,8 +284,8 @@ class Decoder:
             return fk.qk_norm_rope(y, pos, hq, hk, d, qw, kw, s.rms_eps, s.rope_theta, self._inv_freq)
         y = rms_norm(x, lw["ln1"], s.rms_eps) @ lw["qkv"].t()
         q = y[:, : hq * d].view(-1, hq, d)
-        k = y[:, hq * d: (hq + hk) * d].view(-1, hk, d)
-        v = y[:, (hq + hk) * d:].view(-1, hk, d)
+        k = y[:, hq * d : (hq + hk) * d].view(-1, hk, d)
+        v = y[:, (hq + hk) * d :].view(-1, hk, d)
         if s.qk_norm:
             q = rms_norm(q, lw["q_norm"], s.rms_eps)
             k = rms_norm(k, lw["k_norm"], s.rms_eps)

@@ -19,6 +19,7 @@ and its rows plan with a fetch cap of 0 (nothing evicted before the crossing). A
 query, on the critical path, before attending (background modes: their prediction of the step before had no
 host copy to fetch from).
 """
+
 from __future__ import annotations
 
 import math
@@ -49,8 +50,22 @@ class StepTrace:
 
 
 class ModelExec:
-    def __init__(self, *, cfg, decoder, draft, store, host, pipe, caps, trace: StepTrace, max_lanes: int,
-                 device: torch.device, dtype: torch.dtype, short=None):
+    def __init__(
+        self,
+        *,
+        cfg,
+        decoder,
+        draft,
+        store,
+        host,
+        pipe,
+        caps,
+        trace: StepTrace,
+        max_lanes: int,
+        device: torch.device,
+        dtype: torch.dtype,
+        short=None,
+    ):
         self.cfg, self.mode, self.device, self.dtype = cfg, cfg.mode_spec, device, dtype
         self.dec, self.draft, self.shape = decoder, draft, decoder.shape
         self.store, self.host, self.pipe, self.caps, self.trace = store, host, pipe, caps, trace
@@ -77,10 +92,12 @@ class ModelExec:
             lane = torch.tensor([a.lane], device=self.device)
             slots = (st.slot_base(lane)[0][:, None] + torch.arange(st.W, device=self.device)).reshape(-1)
             for l in range(self.L):
-                st.k[l][slots] = torch.randn(slots.numel(), self.bs, self.shape.head_dim, generator=g,
-                                             device=self.device).to(self.dtype)
-                st.v[l][slots] = torch.randn(slots.numel(), self.bs, self.shape.head_dim, generator=g,
-                                             device=self.device).to(self.dtype)
+                st.k[l][slots] = torch.randn(
+                    slots.numel(), self.bs, self.shape.head_dim, generator=g, device=self.device
+                ).to(self.dtype)
+                st.v[l][slots] = torch.randn(
+                    slots.numel(), self.bs, self.shape.head_dim, generator=g, device=self.device
+                ).to(self.dtype)
                 # Initial working set: the first K eligible blocks (replaced by the synthetic set when used).
                 k = min(self.K, max(n_full, 0))
                 rows = slice(a.lane * self.H, (a.lane + 1) * self.H)
@@ -89,10 +106,12 @@ class ModelExec:
         else:
             pages = torch.arange(a.lane * st.P, a.lane * st.P + -(-a.prompt_len // self.bs), device=self.device)
             for l in range(self.L):
-                st.k[l][pages] = torch.randn(pages.numel(), self.H, self.bs, self.shape.head_dim, generator=g,
-                                             device=self.device).to(self.dtype)
-                st.v[l][pages] = torch.randn(pages.numel(), self.H, self.bs, self.shape.head_dim, generator=g,
-                                             device=self.device).to(self.dtype)
+                st.k[l][pages] = torch.randn(
+                    pages.numel(), self.H, self.bs, self.shape.head_dim, generator=g, device=self.device
+                ).to(self.dtype)
+                st.v[l][pages] = torch.randn(
+                    pages.numel(), self.H, self.bs, self.shape.head_dim, generator=g, device=self.device
+                ).to(self.dtype)
         self.draft_tok[a.lane] = 0
 
     def prefill(self, ch):
@@ -107,8 +126,10 @@ class ModelExec:
         short_lane = sparse and self.short is not None and not self.lane_blocks[ch.lane]  # no host blocks: short
         if sparse and ch.req_id not in self.scratch:
             tpad = self.cfg.max_blocks * bs
-            self.scratch[ch.req_id] = (torch.zeros(self.L, H, tpad, D, dtype=self.dtype, device=dev),
-                                       torch.zeros(self.L, H, tpad, D, dtype=self.dtype, device=dev))
+            self.scratch[ch.req_id] = (
+                torch.zeros(self.L, H, tpad, D, dtype=self.dtype, device=dev),
+                torch.zeros(self.L, H, tpad, D, dtype=self.dtype, device=dev),
+            )
         aux, q_last = {}, []
         layers_aux = self.draft.layers if self.draft is not None else ()
         st = self.store
@@ -125,18 +146,18 @@ class ModelExec:
                 st.k[l][page, :, pos % bs] = k
                 st.v[l][page, :, pos % bs] = v
                 npg = -(-end // bs)
-                pk = st.k[l][ch.lane * st.P: ch.lane * st.P + npg]
-                pv = st.v[l][ch.lane * st.P: ch.lane * st.P + npg]
+                pk = st.k[l][ch.lane * st.P : ch.lane * st.P + npg]
+                pv = st.v[l][ch.lane * st.P : ch.lane * st.P + npg]
                 keys = pk.permute(1, 0, 2, 3).reshape(H, -1, D)[:, :end]
                 vals = pv.permute(1, 0, 2, 3).reshape(H, -1, D)[:, :end]
             attn = self._causal_attn(q, keys, vals, start)
             if full_hi > full_lo:
-                kb = keys[:, full_lo * bs: full_hi * bs].reshape(H, full_hi - full_lo, bs, D)
+                kb = keys[:, full_lo * bs : full_hi * bs].reshape(H, full_hi - full_lo, bs, D)
                 if st.kmin is not None:
                     st.kmin[l, ch.lane, :, full_lo:full_hi] = kb.amin(2)
                     st.kmax[l, ch.lane, :, full_lo:full_hi] = kb.amax(2)
                 if sparse and not short_lane:
-                    vb = vals[:, full_lo * bs: full_hi * bs].reshape(H, full_hi - full_lo, bs, D)
+                    vb = vals[:, full_lo * bs : full_hi * bs].reshape(H, full_hi - full_lo, bs, D)
                     phys = torch.tensor(self.lane_blocks[ch.lane][full_lo:full_hi])
                     self.host.k[l][phys] = kb.transpose(0, 1).to("cpu")
                     self.host.v[l][phys] = vb.transpose(0, 1).to("cpu")
@@ -183,9 +204,13 @@ class ModelExec:
             if m:
                 st.k[l][base + st.LOCAL, :m] = sk[l, :, tail0:n_tok]
                 st.v[l][base + st.LOCAL, :m] = sv[l, :, tail0:n_tok]
-            scores = ops.block_score(q_last[l][None], st.kmin[l], st.kmax[l],
-                                     torch.tensor([nb], dtype=torch.int32, device=dev),
-                                     lane.to(torch.int32))
+            scores = ops.block_score(
+                q_last[l][None],
+                st.kmin[l],
+                st.kmax[l],
+                torch.tensor([nb], dtype=torch.int32, device=dev),
+                lane.to(torch.int32),
+            )
             pred = topk_blocks(scores.view(H, -1), self.K, torch.full((H,), nb, device=dev))  # [H, K]
             plan = initial_plan(pred, step=0, slots=self.K)
             st.resident[l, rows] = plan.resident
@@ -275,8 +300,9 @@ class ModelExec:
                     pred = self.predict(l, q[ci, 0], lanes32[ci], nb_cur[ci], None)
                     self.pipe.fetch_now(l, pred, c_lanes, c_rows)
                 if mode.on_demand:
-                    pred = self.predict(l, q[:, 0], lanes32, nb_cur, sets[0][:, l] if sets is not None else None,
-                                         recorded)
+                    pred = self.predict(
+                        l, q[:, 0], lanes32, nb_cur, sets[0][:, l] if sets is not None else None, recorded
+                    )
                     self.pipe.fetch_now(l, pred, lanes, rows)
                 res = st.resident[l][rows].view(B, H, st.S)
                 slot_ids = torch.where(res >= 0, base[:, :, None] + sel_off, -1).to(torch.int32)
@@ -284,12 +310,20 @@ class ModelExec:
                 if nq == 2:
                     ek = k[:, 1:].transpose(1, 2).contiguous()
                     ev = v[:, 1:].transpose(1, 2).contiguous()
-                attn = ops.sparse_attn(q.transpose(1, 2), st.k[l], st.v[l], slot_ids, local_slot.to(torch.int32),
-                                       local_len, ek, ev)  # [B, Hq, nq, D]
+                attn = ops.sparse_attn(
+                    q.transpose(1, 2), st.k[l], st.v[l], slot_ids, local_slot.to(torch.int32), local_len, ek, ev
+                )  # [B, Hq, nq, D]
                 attn = attn.transpose(1, 2).reshape(B * nq, Hq, -1)
                 # The local block's summary (exact for its valid tokens) and, once full, its host copy.
-                ops.summary_update(st.k[l], item_src, item_row, item_blk, item_len,
-                                   st.kmin[l].view(-1, st.NB, st.D), st.kmax[l].view(-1, st.NB, st.D))
+                ops.summary_update(
+                    st.k[l],
+                    item_src,
+                    item_row,
+                    item_blk,
+                    item_len,
+                    st.kmin[l].view(-1, st.NB, st.D),
+                    st.kmax[l].view(-1, st.NB, st.D),
+                )
                 writeback_full(st.k[l], st.v[l], self.host.k[l], self.host.v[l], item_src, item_dst, wb_len, bs)
                 if promote is not None:  # a short lane's filled block stays on the GPU, in its next free slot
                     st.k[l][prom_dst] = st.k[l][item_src]
@@ -310,27 +344,36 @@ class ModelExec:
                     src = None
                     if sets is not None:
                         src = (sets[1] if mode.drafts else sets[2])[:, l]
-                    predict = (lambda l=l, qsel=qsel, src=src:
-                               self.predict(l, qsel, lanes32, nb_next, src, recorded))
+                    predict = lambda l=l, qsel=qsel, src=src: self.predict(l, qsel, lanes32, nb_next, src, recorded)
                     self.pipe.launch(l, after, predict, lanes, rows)
             else:
-                ops.kv_write(k[:, 0], v[:, 0], st.k[l].view(-1, bs, st.D), st.v[l].view(-1, bs, st.D), item_src,
-                             off32, fused_kv)
+                ops.kv_write(
+                    k[:, 0], v[:, 0], st.k[l].view(-1, bs, st.D), st.v[l].view(-1, bs, st.D), item_src, off32, fused_kv
+                )
                 if not mode.selects:
-                    attn = ops.paged_attn(q[:, 0].contiguous(), st.k[l], st.v[l], st.block_table[lanes],
-                                          (pos + 1).to(torch.int32))
+                    attn = ops.paged_attn(
+                        q[:, 0].contiguous(), st.k[l], st.v[l], st.block_table[lanes], (pos + 1).to(torch.int32)
+                    )
                     attn = attn.reshape(B, Hq, -1)
                 else:  # quest
-                    ids_ = self.predict(l, q[:, 0], lanes32, nb_cur, sets[0][:, l] if sets is not None else None,
-                                         recorded).view(B, H, -1)
+                    ids_ = self.predict(
+                        l, q[:, 0], lanes32, nb_cur, sets[0][:, l] if sets is not None else None, recorded
+                    ).view(B, H, -1)
                     pg = lanes[:, None, None] * st.P + ids_.clamp(min=0)
                     slot_ids = torch.where(ids_ >= 0, pg * H + hh[None, :, None], -1).to(torch.int32)
                     lslot = (page_cur[:, None] * H + hh).to(torch.int32)
                     kf = st.k[l].view(-1, bs, st.D)
                     vf = st.v[l].view(-1, bs, st.D)
                     attn = ops.sparse_attn(q[:, 0][:, :, None], kf, vf, slot_ids, lslot, local_len)[:, :, 0]
-                    ops.summary_update(kf, item_src, item_row, item_blk, item_len,
-                                       st.kmin[l].view(-1, st.P, st.D), st.kmax[l].view(-1, st.P, st.D))
+                    ops.summary_update(
+                        kf,
+                        item_src,
+                        item_row,
+                        item_blk,
+                        item_len,
+                        st.kmin[l].view(-1, st.P, st.D),
+                        st.kmax[l].view(-1, st.P, st.D),
+                    )
             x = self.dec.finish(l, x, attn)
             if l in layers_aux:
                 aux[l] = x.view(B, nq, -1)[:, 0]
@@ -346,8 +389,10 @@ class ModelExec:
             self.trace.stage_ms["layers"] = self.trace.stage_ms.get("layers", 0.0) + t
             if trace:  # --profile's layer events (ran on the H200); side-stream stages: _decode, collect
                 ref = self.trace.step_ref = ev_layers[0]
-                self.trace.layer_events += [[self.trace.step, i, "layers", ref.elapsed_time(ev_layers[i]),
-                                       ref.elapsed_time(ev_layers[i + 1])] for i in range(self.L)]
+                self.trace.layer_events += [
+                    [self.trace.step, i, "layers", ref.elapsed_time(ev_layers[i]), ref.elapsed_time(ev_layers[i + 1])]
+                    for i in range(self.L)
+                ]
         if cpu_marks is not None:
             cpu_marks.append(time.perf_counter())
             t0 = cpu_marks[0]
@@ -392,7 +437,6 @@ class ModelExec:
         if recorded is not None:
             recorded.append(pred)
         return pred
-
 
     def propose_prefill(self, lane: int, aux, tok) -> None:
         """The draft token of ``lane`` after its prefill's sampled token ``tok`` [1] (``aux``: ``prefill``'s)."""

@@ -1,4 +1,5 @@
 """Dispatch to the Triton kernels on CUDA and to their torch references elsewhere (CPU tests)."""
+
 from __future__ import annotations
 
 import torch

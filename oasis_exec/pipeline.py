@@ -47,6 +47,7 @@ synchronous mode. Both go through ``select`` (what profiler ranges and tests' ho
 
 On CPU (tests) every stage runs inline, in order.
 """
+
 from __future__ import annotations
 
 import time
@@ -129,8 +130,13 @@ class Prefetcher:
         self.copy_graph = False  # UVA under graphs: the copies in a graph of their own (set below, likewise)
         self._capture_key, self._graph_layers = None, {}
         # the transfer paths (transfer_uva.py, transfer_host.py; the inline one is transfer_inline.copy_inline)
-        self.uva = UvaPath(cfg=cfg, store=store, host=host, choice=self.choice if self.path == "uva" else None,
-                           programs=self.uva_programs)
+        self.uva = UvaPath(
+            cfg=cfg,
+            store=store,
+            host=host,
+            choice=self.choice if self.path == "uva" else None,
+            programs=self.uva_programs,
+        )
         self.host_path = None
         if self.cuda:
             # high: the side streams' blocks are scheduled ahead of the main stream's waiting ones (a layer's
@@ -141,9 +147,16 @@ class Prefetcher:
             self.s_copy = torch.cuda.Stream(device, priority=prio)
             # external events between a captured step and the copies outside it: the host path's graph mode
             # (graph_host) and the UVA path's copy graphs (copy_graph); the layers captured per graph key
-            if cfg.mode_spec.background and not cfg.profile and not cfg.no_transfer \
-                    and (self.path == "host" or cfg.copy_graph == "on"
-                         or (cfg.copy_graph == "auto" and (self.choice or {}).get("copy_graph", False))):
+            if (
+                cfg.mode_spec.background
+                and not cfg.profile
+                and not cfg.no_transfer
+                and (
+                    self.path == "host"
+                    or cfg.copy_graph == "on"
+                    or (cfg.copy_graph == "auto" and (self.choice or {}).get("copy_graph", False))
+                )
+            ):
                 try:
                     self.planned_x = [torch.cuda.Event(external=True) for _ in range(L)]
                     self.copied_x = [torch.cuda.Event(external=True) for _ in range(L)]
@@ -156,10 +169,18 @@ class Prefetcher:
                     self.graph_host = self.path == "host"
                     self.copy_graph = self.path == "uva"
             if self.path == "host":  # the only path with staging buffers and a worker
-                self.host_path = HostPath(cfg=cfg, store=store, host=host, device=device, stream=self.s_copy,
-                                          threads=self.host_threads, kernel=self.host_kernel,
-                                          n_stagers=L if cfg.mode_spec.background else 0,
-                                          capacity=store.B * store.H * max(max_cap, 1), record=self._record)
+                self.host_path = HostPath(
+                    cfg=cfg,
+                    store=store,
+                    host=host,
+                    device=device,
+                    stream=self.s_copy,
+                    threads=self.host_threads,
+                    kernel=self.host_kernel,
+                    n_stagers=L if cfg.mode_spec.background else 0,
+                    capacity=store.B * store.H * max(max_cap, 1),
+                    record=self._record,
+                )
 
     # -- main-stream side -------------------------------------------------------------------------------------
 
@@ -167,8 +188,13 @@ class Prefetcher:
         """Make the current stream wait for layer ``layer``'s outstanding transfer (``external``: under capture in
         the host path's graph mode or with UVA copy graphs, also for the previous step's copies, outside the
         graph)."""
-        if external and self.cuda and (self.graph_host or self.copy_graph) and not self.cfg.no_transfer \
-                and torch.cuda.is_current_stream_capturing():
+        if (
+            external
+            and self.cuda
+            and (self.graph_host or self.copy_graph)
+            and not self.cfg.no_transfer
+            and torch.cuda.is_current_stream_capturing()
+        ):
             torch.cuda.current_stream().wait_event(self.copied_x[layer])  # recorded by the worker, a step earlier
         fut = self.jobs[layer]
         if fut is not None:
@@ -206,8 +232,11 @@ class Prefetcher:
         src = st.host_table[lane_r, fb.clamp(min=0)]
         dst = (lane_r * st.H + head) * st.W + fs.clamp(min=0)
         neg = torch.full_like(src, -1)
-        return (torch.where(live, src, neg).to(torch.int32).reshape(-1), head.to(torch.int32).reshape(-1),
-                torch.where(live, dst, neg).to(torch.int32).reshape(-1))
+        return (
+            torch.where(live, src, neg).to(torch.int32).reshape(-1),
+            head.to(torch.int32).reshape(-1),
+            torch.where(live, dst, neg).to(torch.int32).reshape(-1),
+        )
 
     def select(self, layer, pred, rows, step, cap):
         """Algorithm 2 on this layer's rows; updates the mapping in place.
@@ -234,7 +263,12 @@ class Prefetcher:
     def _fused(self, cap) -> bool:
         """Whether select plans with plan_select: on CUDA (not synchronous), ``cfg.fused_ops`` on (off: the torch
         ``plan_step``, the reference), with a cap its buffers hold."""
-        return self.cfg.fused_select and self.cfg.fused_ops and self.cuda and (not isinstance(cap, int) or cap <= self.max_cap)
+        return (
+            self.cfg.fused_select
+            and self.cfg.fused_ops
+            and self.cuda
+            and (not isinstance(cap, int) or cap <= self.max_cap)
+        )
 
     def _rows_tensor(self, rows):
         """The layer's rows as an int64 device tensor: a view of the row ids for a slice (no kernel), else the
@@ -256,9 +290,22 @@ class Prefetcher:
         if pred.dtype not in (torch.int64, torch.int32):
             pred = pred.long()
         copy = lanes is not None and not self.cfg.no_transfer
-        return plan_select(st.resident[layer], st.last_sel[layer], self._rows_tensor(rows), pred, cap, self.max_cap,
-                           0, lanes=lanes, H=st.H, W=st.W, host_table=st.host_table if copy else None,
-                           counters=self.counts, plan=True, out=self._lists[layer % len(self._lists)])
+        return plan_select(
+            st.resident[layer],
+            st.last_sel[layer],
+            self._rows_tensor(rows),
+            pred,
+            cap,
+            self.max_cap,
+            0,
+            lanes=lanes,
+            H=st.H,
+            W=st.W,
+            host_table=st.host_table if copy else None,
+            counters=self.counts,
+            plan=True,
+            out=self._lists[layer % len(self._lists)],
+        )
 
     def _plan_list(self, layer, plan, lanes):
         """(src, head, dst, preallocated) of a plan: plan_select's own list (its copies already counted), else
@@ -318,18 +365,22 @@ class Prefetcher:
                     tr.append(("transfer", layer, t2, time.perf_counter()))
             return
         prof = self.cfg.profile
+
         def ev():
             return torch.cuda.Event(enable_timing=prof)
 
         with torch.cuda.stream(self.s_pred):
             self.s_pred.wait_event(after)
-            e0 = ev(); e0.record()
+            e0 = ev()
+            e0.record()
             pred = predict()
             cap = self._bg_cap(layer, pred, rows)
-            e1 = ev(); e1.record()
+            e1 = ev()
+            e1.record()
             # one plan_select launch: selection, copy list and counters (the "select" stage includes the copy list)
             plan = self._select_for(layer, pred, lanes, rows, step, cap)
-            e2 = ev(); e2.record()
+            e2 = ev()
+            e2.record()
             if prof:
                 self.prof.append(("pred", layer, e0, e1))
                 self.prof.append(("select", layer, e1, e2))
@@ -346,10 +397,12 @@ class Prefetcher:
                 if not prealloc:
                     self._cross_stream(self.s_copy, src, head, dst)  # kept with the step's graph
                 self._graph_layers.setdefault(self._capture_key, []).append(
-                    (layer, (src, head, dst, self.gather_programs(lanes.shape[0]))))
+                    (layer, (src, head, dst, self.gather_programs(lanes.shape[0])))
+                )
                 return
             if self.path == "uva":
-                planned = ev(); planned.record()
+                planned = ev()
+                planned.record()
             else:
                 n = self.host_path.stage(layer, src, head, dst)
                 if torch.cuda.is_current_stream_capturing():  # graph mode: the worker starts after each replay
@@ -364,9 +417,11 @@ class Prefetcher:
         if self.path == "uva":
             with torch.cuda.stream(self.s_copy):
                 self.s_copy.wait_event(planned)
-                t0 = ev(); t0.record()
+                t0 = ev()
+                t0.record()
                 self.uva.gather(layer, src, head, dst, self.gather_programs(lanes.shape[0]))
-                t1 = ev(); t1.record()
+                t1 = ev()
+                t1.record()
             if not prealloc:  # plan_select's lists live in buffers allocated once: nothing to hand across
                 self._cross_stream(self.s_copy, src, head, dst)
             if prof:

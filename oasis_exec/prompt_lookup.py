@@ -6,6 +6,7 @@ the last token again (``fallback="last"``) or a fixed id. ``PromptLookup`` keeps
 position of the token that followed its most recent occurrence), so appending a token and proposing are O(max_n):
 an engine can keep one per request; ``propose_at`` is the one-shot form for analysis.
 """
+
 from __future__ import annotations
 
 from typing import Iterable, Sequence
@@ -26,7 +27,7 @@ class PromptLookup:
             j = len(self.tokens)  # index of the token arriving now: it follows the n-grams ending at j - 1
             for n, table in self._next.items():
                 if j >= n:
-                    table[tuple(self.tokens[j - n:j])] = j
+                    table[tuple(self.tokens[j - n : j])] = j
             self.tokens.append(int(tok))
         return self
 
@@ -35,7 +36,7 @@ class PromptLookup:
         t = len(self.tokens)
         for n in range(self.max_n, self.min_n - 1, -1):
             if t >= n:
-                j = self._next[n].get(tuple(self.tokens[t - n:]))
+                j = self._next[n].get(tuple(self.tokens[t - n :]))
                 if j is not None:
                     return n, j
         return None
@@ -50,13 +51,14 @@ class PromptLookup:
         return self.tokens[-1] if self.fallback == "last" else int(self.fallback)
 
 
-def propose_at(tokens: Sequence[int], positions: Iterable[int], max_n: int = 3, min_n: int = 1,
-               fallback: str | int = "last") -> list[int]:
+def propose_at(
+    tokens: Sequence[int], positions: Iterable[int], max_n: int = 3, min_n: int = 1, fallback: str | int = "last"
+) -> list[int]:
     """For each position ``t`` (ascending or not), the draft of ``tokens[t + 1]`` from ``tokens[: t + 1]``."""
     positions = list(positions)
     out = {}
     pl = PromptLookup(max_n, min_n, fallback)
     for t in sorted(set(positions)):
-        pl.extend(tokens[len(pl.tokens): t + 1])
+        pl.extend(tokens[len(pl.tokens) : t + 1])
         out[t] = pl.propose()
     return [out[t] for t in positions]

@@ -16,6 +16,7 @@ tpot_ms_mean, stage_ms_per_step, bytes_moved_per_step, bytes_moved_total, hidden
 fetch_ratio, top_k, model, device, date, commit`` and, when the bench provides them, ``step_ms`` (every timed
 step's duration, ms), ``layer_events`` (``[[step, layer, stage, start_ms, end_ms], ...]``) and ``ttft_ms_p50``.
 """
+
 from __future__ import annotations
 
 import json
@@ -25,16 +26,25 @@ from typing import Any, Mapping, Optional
 
 import numpy as np
 
-from oasis_core.recording import (SAMPLED_STEPS_MAX, Recording, build_recording, save_recording, save_selection)
 from oasis_core import modes
+from oasis_core.recording import SAMPLED_STEPS_MAX, Recording, build_recording, save_recording, save_selection
 from oasis_core.trace import Request
 
 # executor transfer path -> the simulator's / recording's name
 TRANSFER_NAMES = {"host": "dma", "uva": "uva", "auto": "uva"}  # "auto" runs the UVA gather (pipeline.py)
 # substrings of torch.cuda.get_device_name() -> oasis_core.specs hardware preset
 DEVICE_PRESETS = (("H200", "h200"), ("H100", "h100-sxm"))
-_EXTRA_RESULTS = ("tpot_ms_mean", "layer_ms", "transfer_gb_s", "drift_blocks_per_step", "peak_gpu_bytes",
-                  "peak_host_bytes", "host_pool_bytes", "build_s", "bytes_moved_total")
+_EXTRA_RESULTS = (
+    "tpot_ms_mean",
+    "layer_ms",
+    "transfer_gb_s",
+    "drift_blocks_per_step",
+    "peak_gpu_bytes",
+    "peak_host_bytes",
+    "host_pool_bytes",
+    "build_s",
+    "bytes_moved_total",
+)
 
 
 def hardware_preset(device: str) -> Optional[str]:
@@ -61,8 +71,9 @@ def sample_steps(step_ms, most: int = SAMPLED_STEPS_MAX) -> list:
     if n <= most:
         idx = list(range(n))
     else:
-        idx = sorted({round(j * (n - 1) / (most - 2)) for j in range(most - 1)}
-                     | {max(range(n), key=lambda i: step_ms[i])})
+        idx = sorted(
+            {round(j * (n - 1) / (most - 2)) for j in range(most - 1)} | {max(range(n), key=lambda i: step_ms[i])}
+        )
     return [{"step": i, "duration_s": round(step_ms[i] / 1e3, 9)} for i in idx]
 
 
@@ -74,9 +85,16 @@ def _fields(cfg) -> dict:
     return dict(cfg)
 
 
-def recording_from_bench(bench: Mapping[str, Any], exec_config=None, *, hardware: Optional[str] = None,
-                         model: Optional[str] = None, selection_file: Optional[str] = None,
-                         meta: Optional[Mapping[str, Any]] = None, source: str = "<recording>") -> Recording:
+def recording_from_bench(
+    bench: Mapping[str, Any],
+    exec_config=None,
+    *,
+    hardware: Optional[str] = None,
+    model: Optional[str] = None,
+    selection_file: Optional[str] = None,
+    meta: Optional[Mapping[str, Any]] = None,
+    source: str = "<recording>",
+) -> Recording:
     """Recording of one bench run. ``exec_config``: the run's ``ExecConfig`` (or a dict of its fields; missing
     fields fall back to the bench record and the executor's defaults). ``hardware``: the simulator preset; default
     from the device name (H200 -> ``h200``, H100 -> ``h100-sxm``). ``model``: preset name when the bench ran from
@@ -92,16 +110,24 @@ def recording_from_bench(bench: Mapping[str, Any], exec_config=None, *, hardware
     stages = {k: float(v) for k, v in (b.get("stage_ms_per_step") or {}).items()}
     steps = int(b["steps"])
     config = {
-        "mode": mode, "model": model or c.get("model") or b.get("model"), "hardware": hw,
-        "workload": "closed-loop", "context": int(b["context"]), "concurrency": int(b["concurrency"]),
+        "mode": mode,
+        "model": model or c.get("model") or b.get("model"),
+        "hardware": hw,
+        "workload": "closed-loop",
+        "context": int(b["context"]),
+        "concurrency": int(b["concurrency"]),
         "requested_concurrency": int(b.get("requested_concurrency", b["concurrency"])),
-        "kv_budget_gb": b.get("kv_budget_gb", c.get("kv_budget_gb")), "host_kv_gb": b.get("host_kv_gb"),
-        "top_k": int(b.get("top_k", c.get("top_k", 128))), "block_size": int(c.get("block_size", 16)),
+        "kv_budget_gb": b.get("kv_budget_gb", c.get("kv_budget_gb")),
+        "host_kv_gb": b.get("host_kv_gb"),
+        "top_k": int(b.get("top_k", c.get("top_k", 128))),
+        "block_size": int(c.get("block_size", 16)),
         "fetch_ratio": float(b.get("fetch_ratio", c.get("fetch_ratio", 0.05))),
         "transfer_path": TRANSFER_NAMES.get(transfer_raw, transfer_raw) if sparse else None,
         "exec_transfer": transfer_raw if sparse else None,
-        "selection": b.get("selection", c.get("selection", "model")), "seed": int(c.get("seed", 0)),
-        "warmup_steps": int(b.get("warmup", 0)), "steps": steps,
+        "selection": b.get("selection", c.get("selection", "model")),
+        "seed": int(c.get("seed", 0)),
+        "warmup_steps": int(b.get("warmup", 0)),
+        "steps": steps,
         "no_transfer": bool(b.get("no_transfer", c.get("no_transfer", False))),
         "dummy_weights": bool(b.get("dummy_weights", c.get("model_path") is None)),
         "profile": bool(c.get("profile", bool(stages))),
@@ -110,7 +136,8 @@ def recording_from_bench(bench: Mapping[str, Any], exec_config=None, *, hardware
     per_step = float(b.get("bytes_moved_per_step") or 0.0)
     stall = stages.get("stall")
     results = {
-        "tpot_ms_p50": float(b["tpot_ms_p50"]), "tpot_ms_p99": float(b["tpot_ms_p99"]),
+        "tpot_ms_p50": float(b["tpot_ms_p50"]),
+        "tpot_ms_p99": float(b["tpot_ms_p99"]),
         "throughput_tok_s": float(b["throughput_tok_s"]),
         "ttft_ms_p50": b.get("ttft_ms_p50"),  # the bench synthesizes prefill: no TTFT unless it says otherwise
         "stage_ms_per_step": stages,
@@ -118,7 +145,9 @@ def recording_from_bench(bench: Mapping[str, Any], exec_config=None, *, hardware
         "link_bytes": {"pcie_h2d": int(round(float(b.get("bytes_moved_total") or per_step * steps)))},
         "stall_ms_per_step": stall if stall is not None else (0.0 if not sparse else None),
         "hidden_fraction": b.get("hidden_fraction"),
-        "device": device, "date": str(b.get("date") or "unknown"), "commit": str(b.get("commit") or "unknown"),
+        "device": device,
+        "date": str(b.get("date") or "unknown"),
+        "commit": str(b.get("commit") or "unknown"),
     }
     for k in _EXTRA_RESULTS:
         if b.get(k) is not None:
@@ -135,8 +164,9 @@ def recording_from_bench(bench: Mapping[str, Any], exec_config=None, *, hardware
     return build_recording(config, results, meta=m, source=source)
 
 
-def write_bench_recording(path: str, bench: Mapping[str, Any], exec_config=None, selection_sets=None,
-                          selection_layers=(0,), **kw) -> Recording:
+def write_bench_recording(
+    path: str, bench: Mapping[str, Any], exec_config=None, selection_sets=None, selection_layers=(0,), **kw
+) -> Recording:
     """Save the recording of one bench run at ``path``; ``selection_sets`` (integer array
     ``[steps + 1, rows, K]``, see ``oasis_core.recording.save_selection``) goes to ``<path minus .json>.sel.npz``."""
     sel_name = None
@@ -162,9 +192,15 @@ def _pct_linear(xs, q):
     return float(np.percentile(xs, q)) if len(xs) else None
 
 
-def recording_from_serve(serve: Mapping[str, Any], exec_config=None, *, hardware: Optional[str] = None,
-                         model: Optional[str] = None, meta: Optional[Mapping[str, Any]] = None,
-                         source: str = "<recording>") -> Recording:
+def recording_from_serve(
+    serve: Mapping[str, Any],
+    exec_config=None,
+    *,
+    hardware: Optional[str] = None,
+    model: Optional[str] = None,
+    meta: Optional[Mapping[str, Any]] = None,
+    source: str = "<recording>",
+) -> Recording:
     """Recording of what a server served (``config.workload = "trace"``). ``serve`` holds ``requests`` (every
     accepted request that ended: ``id, arrival_s`` (since the server started), ``prompt_tokens, output_tokens``
     (generated), ``ttft_ms, tpot_ms, finish_s, finish_reason``), ``step_ms`` (every engine step), ``max_running``,
@@ -191,9 +227,15 @@ def recording_from_serve(serve: Mapping[str, Any], exec_config=None, *, hardware
     for q in ended:
         if q["output_tokens"] < 1:
             dropped[q["finish_reason"]] = dropped.get(q["finish_reason"], 0) + 1
-    requests = tuple(Request(id=int(q["id"]), arrival_s=round(max(q["arrival_s"], 0.0), 6),
-                             prompt_tokens=int(q["prompt_tokens"]), output_tokens=int(q["output_tokens"]))
-                     for q in kept)
+    requests = tuple(
+        Request(
+            id=int(q["id"]),
+            arrival_s=round(max(q["arrival_s"], 0.0), 6),
+            prompt_tokens=int(q["prompt_tokens"]),
+            output_tokens=int(q["output_tokens"]),
+        )
+        for q in kept
+    )
     mode = c.get("mode", "lookahead")
     sparse = modes.get(mode).sparse
     transfer_raw = c.get("transfer") or "host"
@@ -202,17 +244,31 @@ def recording_from_serve(serve: Mapping[str, Any], exec_config=None, *, hardware
     per = int(s.get("decode_steps") or 0) or steps  # per-step figures: per decode step
     stages = {k: float(v) / per for k, v in (s.get("stage_ms") or {}).items()}
     config = {
-        "mode": mode, "model": model or c.get("model"), "hardware": hw, "workload": "trace",
-        "context": max(q.prompt_tokens for q in requests), "concurrency": max(int(s.get("max_running") or 1), 1),
-        "max_lanes": s.get("max_lanes"), "kv_budget_gb": c.get("kv_budget_gb"), "host_kv_gb": c.get("host_kv_gb"),
-        "top_k": int(c.get("top_k", 128)), "block_size": int(c.get("block_size", 16)),
+        "mode": mode,
+        "model": model or c.get("model"),
+        "hardware": hw,
+        "workload": "trace",
+        "context": max(q.prompt_tokens for q in requests),
+        "concurrency": max(int(s.get("max_running") or 1), 1),
+        "max_lanes": s.get("max_lanes"),
+        "kv_budget_gb": c.get("kv_budget_gb"),
+        "host_kv_gb": c.get("host_kv_gb"),
+        "top_k": int(c.get("top_k", 128)),
+        "block_size": int(c.get("block_size", 16)),
         "fetch_ratio": float(c.get("fetch_ratio", 0.05)),
         "transfer_path": TRANSFER_NAMES.get(transfer_raw, transfer_raw) if sparse else None,
-        "exec_transfer": transfer_raw if sparse else None, "selection": c.get("selection", "model"),
-        "seed": int(c.get("seed", 0)), "warmup_steps": 0, "steps": steps,
-        "prefill_chunk": c.get("prefill_chunk"), "no_transfer": bool(c.get("no_transfer", False)),
-        "dummy_weights": c.get("model_path") is None, "profile": bool(c.get("profile", False)),
-        "synthetic": c.get("synthetic"), "exec_config": c, "server": dict(s.get("server") or {}),
+        "exec_transfer": transfer_raw if sparse else None,
+        "selection": c.get("selection", "model"),
+        "seed": int(c.get("seed", 0)),
+        "warmup_steps": 0,
+        "steps": steps,
+        "prefill_chunk": c.get("prefill_chunk"),
+        "no_transfer": bool(c.get("no_transfer", False)),
+        "dummy_weights": c.get("model_path") is None,
+        "profile": bool(c.get("profile", False)),
+        "synthetic": c.get("synthetic"),
+        "exec_config": c,
+        "server": dict(s.get("server") or {}),
     }
     ttft = [float(q["ttft_ms"]) for q in kept]
     tpot = [float(q["tpot_ms"]) for q in kept if q["output_tokens"] > 1 and q.get("tpot_ms") is not None]
@@ -222,17 +278,25 @@ def recording_from_serve(serve: Mapping[str, Any], exec_config=None, *, hardware
     stall = stages.get("stall")
     hidden = s.get("hidden_fraction")
     results = {
-        "tpot_ms_p50": _pct_linear(tpot, 50) if tpot else 0.0, "tpot_ms_p99": _pct_linear(tpot, 99) if tpot else 0.0,
+        "tpot_ms_p50": _pct_linear(tpot, 50) if tpot else 0.0,
+        "tpot_ms_p99": _pct_linear(tpot, 99) if tpot else 0.0,
         "throughput_tok_s": tokens / span_s if span_s > 0 else 0.0,
-        "ttft_ms_p50": _pct_linear(ttft, 50), "ttft_ms_p99": _pct_linear(ttft, 99),
+        "ttft_ms_p50": _pct_linear(ttft, 50),
+        "ttft_ms_p99": _pct_linear(ttft, 99),
         "stage_ms_per_step": stages,
         "bytes_per_step": {"pcie_h2d": total_bytes / per},
         "link_bytes": {"pcie_h2d": total_bytes},
         "stall_ms_per_step": stall if stall is not None else (0.0 if not sparse else None),
         "hidden_fraction": None if hidden is None or hidden != hidden else float(hidden),  # NaN: not measured
-        "device": device, "date": str(s.get("date") or "unknown"), "commit": str(s.get("commit") or "unknown"),
-        "decode_steps": per, "requests_served": len(kept), "requests_dropped": dropped, "output_tokens": tokens,
-        "wall_s": span_s, "request_finish_reasons": [q["finish_reason"] for q in kept],
+        "device": device,
+        "date": str(s.get("date") or "unknown"),
+        "commit": str(s.get("commit") or "unknown"),
+        "decode_steps": per,
+        "requests_served": len(kept),
+        "requests_dropped": dropped,
+        "output_tokens": tokens,
+        "wall_s": span_s,
+        "request_finish_reasons": [q["finish_reason"] for q in kept],
     }
     if step_ms:
         results["steps"] = sample_steps(step_ms)
@@ -257,7 +321,7 @@ def selection_from_pt(pt_path: str, layers, kv_heads: int, last_steps: int, requ
 
     pred = torch.load(pt_path)["pred"][-last_steps:]
     lo = request_row * kv_heads
-    rows = [torch.cat([p[l, lo: lo + kv_heads] for l in layers], 0) for p in pred]
+    rows = [torch.cat([p[l, lo : lo + kv_heads] for l in layers], 0) for p in pred]
     return torch.stack(rows).cpu().numpy()
 
 
@@ -265,8 +329,17 @@ def selection_from_pt(pt_path: str, layers, kv_heads: int, last_steps: int, requ
 # Chrome trace of the measured run
 
 # Same tracks as oasis_sim.timeline: 1 compute, 2 side stream, 3 h2d copy, 4 steps; 5 the host gather (CPU).
-_TRACK_OF = {"layers": 1, "compute": 1, "attn": 1, "gemm": 1, "stall": 1, "pred": 2, "select": 2,
-             "transfer": 3, "host_gather": 5}
+_TRACK_OF = {
+    "layers": 1,
+    "compute": 1,
+    "attn": 1,
+    "gemm": 1,
+    "stall": 1,
+    "pred": 2,
+    "select": 2,
+    "transfer": 3,
+    "host_gather": 5,
+}
 _TRACKS = {1: "compute", 2: "side stream (predict+select)", 3: "h2d copy", 4: "steps", 5: "host gather (CPU)"}
 
 
@@ -282,8 +355,14 @@ def exec_timeline(rec: Recording) -> dict:
     ev += [{"name": "thread_name", "ph": "M", "pid": 1, "tid": t, "args": {"name": n}} for t, n in _TRACKS.items()]
 
     def x(name, tid, t0_ms, dur_ms, args=None):
-        e = {"name": name, "ph": "X", "pid": 1, "tid": tid, "ts": round(t0_ms * 1e3, 3),
-             "dur": round(max(dur_ms, 0.0) * 1e3, 3)}
+        e = {
+            "name": name,
+            "ph": "X",
+            "pid": 1,
+            "tid": tid,
+            "ts": round(t0_ms * 1e3, 3),
+            "dur": round(max(dur_ms, 0.0) * 1e3, 3),
+        }
         if args:
             e["args"] = args
         ev.append(e)

@@ -21,6 +21,7 @@ replay of decode steps), ``pipeline`` (the background prefetch), ``selection_sou
 recorded selections) and ``sampling`` (the default sampler). ``Runner`` wires them and is what the engine, the
 bench, the server adapter and the quality harness use.
 """
+
 from __future__ import annotations
 
 import torch
@@ -69,13 +70,23 @@ class Runner:
         self.dec = decoder
         self.shape = s = decoder.shape
         if cfg.model_path and cfg.max_context > s.max_context_tokens:  # dummy weights have no trained positions
-            raise ValueError(f"ExecConfig.max_context: {cfg.max_context} tokens exceed the model's "
-                             f"{s.max_context_tokens} positions ({s.name}); pass --max-context "
-                             f"{s.max_context_tokens} or less")
+            raise ValueError(
+                f"ExecConfig.max_context: {cfg.max_context} tokens exceed the model's "
+                f"{s.max_context_tokens} positions ({s.name}); pass --max-context "
+                f"{s.max_context_tokens} or less"
+            )
         draft = None
         if mode.drafts:
-            draft = DraftHead.build(s, decoder.embed, cfg.draft_path, min(cfg.draft_vocab, s.vocab),
-                                    cfg.seed + 1, dt, dev, lm_head=decoder.lm_head)
+            draft = DraftHead.build(
+                s,
+                decoder.embed,
+                cfg.draft_path,
+                min(cfg.draft_vocab, s.vocab),
+                cfg.seed + 1,
+                dt,
+                dev,
+                lm_head=decoder.lm_head,
+            )
         self.bs, self.H, self.L = cfg.block_size, s.n_kv_heads, s.n_layers
         self.K = cfg.top_k
         # Short contexts (oasis_core.short_context): lanes whose context fits the resident set run dense on the GPU
@@ -87,25 +98,51 @@ class Runner:
         self.caps = self.pipe = None
         if cfg.sparse:
             self.cap_policy = cfg.cap_policy()
-            self.caps = DeviceCaps(policy=self.cap_policy, top_k=self.K, n_layers=self.L,
-                                   bytes_per_block_head=kv.geometry.bytes_per_block_head,
-                                   link_bytes_per_s=cfg.link_gb_s * 1e9, device=dev)
+            self.caps = DeviceCaps(
+                policy=self.cap_policy,
+                top_k=self.K,
+                n_layers=self.L,
+                bytes_per_block_head=kv.geometry.bytes_per_block_head,
+                link_bytes_per_s=cfg.link_gb_s * 1e9,
+                device=dev,
+            )
             self.max_cap = self.caps.max_cap
             self.pipe = Prefetcher(cfg=cfg, store=self.store, host=self.host, device=dev, caps=self.caps)
         # With cfg.profile, the bench sets trace_step on a few sampled steps (model_exec.StepTrace)
         self.trace = StepTrace()
-        self.model = ModelExec(cfg=cfg, decoder=decoder, draft=draft, store=self.store, host=self.host,
-                               pipe=self.pipe, caps=self.caps, trace=self.trace, max_lanes=self.max_lanes, device=dev,
-                               dtype=dt, short=self.short)
+        self.model = ModelExec(
+            cfg=cfg,
+            decoder=decoder,
+            draft=draft,
+            store=self.store,
+            host=self.host,
+            pipe=self.pipe,
+            caps=self.caps,
+            trace=self.trace,
+            max_lanes=self.max_lanes,
+            device=dev,
+            dtype=dt,
+            short=self.short,
+        )
         self.gen = torch.Generator(device=dev).manual_seed(cfg.seed)
         # sampler(logits [rows, V], sampling params a row) -> token ids [rows]; rows are the plan's prefill
         # request, else its decode items, in order. The Engine installs its per-request-seeded sampler here.
         self.sampler = TemperatureSampler(generator=self.gen)
         # synthetic / replayed selections and the recorded sets (selection_sources.py)
-        self.sources = SelectionSources(cfg=cfg, mode=mode, store=self.store, shape=s, device=dev, n_layers=self.L,
-                                        n_kv_heads=self.H, top_k=self.K, block_size=self.bs)
-        self.cuda_graphs = DecodeGraphs(cfg=cfg, device=dev, model=self.model, pipe=self.pipe, sources=self.sources,
-                                        n_kv_heads=self.H)
+        self.sources = SelectionSources(
+            cfg=cfg,
+            mode=mode,
+            store=self.store,
+            shape=s,
+            device=dev,
+            n_layers=self.L,
+            n_kv_heads=self.H,
+            top_k=self.K,
+            block_size=self.bs,
+        )
+        self.cuda_graphs = DecodeGraphs(
+            cfg=cfg, device=dev, model=self.model, pipe=self.pipe, sources=self.sources, n_kv_heads=self.H
+        )
         self.decode_steps = 0
         self.last_logits = {}
 
@@ -215,8 +252,9 @@ class Runner:
             logits, aux = self.cuda_graphs.replay(lanes_list, toks, pos, sets)
         else:
             lanes = torch.tensor(lanes_list, device=dev)
-            logits, aux = self.model.decode_core(lanes, _rows_of(lanes_list, self.H), toks, pos, sets, recorded,
-                                                 cross=cross or None)
+            logits, aux = self.model.decode_core(
+                lanes, _rows_of(lanes_list, self.H), toks, pos, sets, recorded, cross=cross or None
+            )
         if synth_ready is not None:
             self.sources.presynth(lanes_list, synth_ready)
         self.last_logits = {it.req_id: logits[i] for i, it in enumerate(items)}
@@ -245,8 +283,10 @@ class Runner:
         for it in items:
             ctx = it.position + 1
             if not self.short.crossing(ctx):
-                raise RuntimeError(f"lane {it.lane}: host blocks taken at context {ctx}, not at its crossing "
-                                   f"({self.short.window_tokens + 1})")
+                raise RuntimeError(
+                    f"lane {it.lane}: host blocks taken at context {ctx}, not at its crossing "
+                    f"({self.short.window_tokens + 1})"
+                )
             self.model.offload(it.lane, self.short.offload_tokens(ctx))
             self._crossing.discard(it.lane)
 

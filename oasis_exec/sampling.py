@@ -5,6 +5,7 @@ where ``key`` is the request's seed. ``u`` depends on nothing but (seed, n): not
 its lane, other requests' draws or the order of steps, so a seeded request yields the same tokens alone or in any
 batch (given the same logits), and no per-request generator state has to be kept or freed.
 """
+
 from __future__ import annotations
 
 import torch
@@ -29,7 +30,7 @@ def request_key(seed: int | None, engine_seed: int, req_id: int) -> int:
 
 def uniform(key: int, index: int) -> float:
     """The uniform draw in [0, 1) for output token ``index`` of the request with ``key``."""
-    return (_mix64(key ^ _mix64(int(index) & _M64)) >> 11) * 2.0 ** -53
+    return (_mix64(key ^ _mix64(int(index) & _M64)) >> 11) * 2.0**-53
 
 
 def sample(logits: torch.Tensor, params, draws) -> torch.Tensor:

@@ -10,6 +10,7 @@
 - ``Admit``, ``PrefillChunk``, ``DecodeItem``, ``RunnerCall``: what one runner call executes. The engine cuts a
   core ``Plan`` into runner calls (its prefill chunks, then its decode batch); they carry no decision of their own.
 """
+
 from __future__ import annotations
 
 from collections import deque
@@ -42,8 +43,12 @@ class Request(CoreRequest):
         if len(prompt) < 1:
             raise ValueError("prompt: must hold at least one token")
         # A synthesized prefill (benchmarks) has the prompt's KV at admission; its first decode yields token one.
-        super().__init__(id=id, prompt_len=len(prompt), max_tokens=sampling.max_tokens,
-                         prefilled=len(prompt) if synthetic_prefill else 0)
+        super().__init__(
+            id=id,
+            prompt_len=len(prompt),
+            max_tokens=sampling.max_tokens,
+            prefilled=len(prompt) if synthetic_prefill else 0,
+        )
         self.prompt = list(prompt)
         self.output: list = []
         self.sampling = sampling
@@ -91,8 +96,11 @@ class LaneAccounting:
     def resize(self, r: Request, gpu, host) -> bool:
         lanes, blocks = int(gpu), int(host)
         had_lane = r.lane >= 0
-        if lanes > 1 or (lanes > r.gpu_held and not self.free_lanes) \
-                or blocks - len(r.host_blocks) > len(self.free_host):
+        if (
+            lanes > 1
+            or (lanes > r.gpu_held and not self.free_lanes)
+            or blocks - len(r.host_blocks) > len(self.free_host)
+        ):
             return False
         if lanes and r.lane < 0:
             r.lane = self.free_lanes.pop(0)

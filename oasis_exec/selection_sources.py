@@ -10,6 +10,7 @@
 ``sets(lanes, positions)`` returns the step's triple [3, B, L, H, K] (current, next-step draft, next-step proxy:
 the mode reads its own) or None when the model's scores choose.
 """
+
 from __future__ import annotations
 
 import logging
@@ -21,8 +22,7 @@ log = logging.getLogger(__name__)
 
 
 class SelectionSources:
-    def __init__(self, *, cfg, mode, store, shape, device, n_layers: int, n_kv_heads: int, top_k: int,
-                 block_size: int):
+    def __init__(self, *, cfg, mode, store, shape, device, n_layers: int, n_kv_heads: int, top_k: int, block_size: int):
         self.cfg, self.mode, self.store, self.shape, self.device = cfg, mode, store, shape, device
         self.L, self.H, self.K, self.bs = n_layers, n_kv_heads, top_k, block_size
         self.synth = None  # (lanes tuple, SyntheticSelection)
@@ -73,8 +73,9 @@ class SelectionSources:
             B = len(lanes_list)
             nb = torch.tensor(n_blocks, device=self.device).repeat_interleave(self.L * self.H)
             params = resolve(self.cfg.synthetic)
-            gen = SyntheticSelection(B * self.L * self.H, nb, self.K, params, self.cfg.seed, layers=self.L,
-                                     kv_heads=self.H, like=nb)
+            gen = SyntheticSelection(
+                B * self.L * self.H, nb, self.K, params, self.cfg.seed, layers=self.L, kv_heads=self.H, like=nb
+            )
             self.synth = (key, gen)
             if self.cfg.sparse:  # start from the process's current sets: no cold-start transient
                 cur = gen.current().view(B, self.L, self.H, self.K)
@@ -120,11 +121,23 @@ class SelectionSources:
         from .bench import _commit
 
         c = self.cfg
-        meta = {"mode": c.mode, "selection": c.selection, "model": self.shape.name, "model_path": c.model_path,
-                "n_layers": self.L, "n_kv_heads": self.H, "top_k": self.K, "block_size": self.bs,
-                "fetch_ratio": c.fetch_ratio, "max_context": c.max_context, "dtype": c.dtype,
-                "device": str(self.device), "seed": c.seed, "commit": _commit(),
-                "date": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())}
+        meta = {
+            "mode": c.mode,
+            "selection": c.selection,
+            "model": self.shape.name,
+            "model_path": c.model_path,
+            "n_layers": self.L,
+            "n_kv_heads": self.H,
+            "top_k": self.K,
+            "block_size": self.bs,
+            "fetch_ratio": c.fetch_ratio,
+            "max_context": c.max_context,
+            "dtype": c.dtype,
+            "device": str(self.device),
+            "seed": c.seed,
+            "commit": _commit(),
+            "date": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+        }
         return SetRecorder(c.record_path, meta)
 
     def _pred_blocks(self, pos: int) -> int:
@@ -144,5 +157,6 @@ class SelectionSources:
         if self.record is not None:
             path = self.record.write()
             if path:
-                log.info("record: %s sets of %d decode steps -> %s", self.record.meta["mode"],
-                         len(self.record.batch), path)
+                log.info(
+                    "record: %s sets of %d decode steps -> %s", self.record.meta["mode"], len(self.record.batch), path
+                )

@@ -17,6 +17,7 @@ default, UVA on 32 programs, with the reason in ``explain(...)["reason"]`` and a
 
 torch-free: only json.
 """
+
 from __future__ import annotations
 
 import json
@@ -48,7 +49,7 @@ def load_table(table=None) -> dict:
     if not isinstance(table, dict) or not isinstance(table.get("choices"), list) or not table["choices"]:
         raise TableError(f"{where}: needs a non-empty 'choices' list")
     for i, c in enumerate(table["choices"]):
-        bad = lambda why: TableError(f"{where}: choices[{i}]: {why}, got {c!r}")  # noqa: E731
+        bad = lambda why: TableError(f"{where}: choices[{i}]: {why}, got {c!r}")  # noqa: B023, E731
         if not isinstance(c, dict):
             raise bad("must be an object")
         n = c.get("concurrency")
@@ -81,23 +82,40 @@ def explain(concurrency: int, table=None) -> dict:
         tab = load_table(table)
     except (OSError, TableError) as e:
         path, progs = DEFAULT
-        return {"path": path, "uva_programs": progs, "host_threads": None, "host_kernel": None,
-                "stream_priority": "normal",
-                "copy_graph": False, "entry": None,
-                "reason": f"no usable transfer table ({type(e).__name__}: {e}); default {path} on {progs} programs"}
+        return {
+            "path": path,
+            "uva_programs": progs,
+            "host_threads": None,
+            "host_kernel": None,
+            "stream_priority": "normal",
+            "copy_graph": False,
+            "entry": None,
+            "reason": f"no usable transfer table ({type(e).__name__}: {e}); default {path} on {progs} programs",
+        }
     best = min(tab["choices"], key=lambda c: (abs(c["concurrency"] - concurrency), c["concurrency"]))
     path = best["path"]
     progs = best["uva_programs"] if path == "uva" else None
     src = tab.get("source", "?")
     prio = best.get("stream_priority", "normal")
-    return {"path": path, "uva_programs": progs, "host_threads": best.get("host_threads") if path == "host" else None,
-            "host_kernel": best.get("host_kernel") if path == "host" else None,
-            "stream_priority": prio, "copy_graph": best.get("copy_graph", False), "entry": best,
-            "reason": f"table entry for concurrency {best['concurrency']} (nearest to {concurrency}): {path}"
-                      + (f" on {progs} programs" if path == "uva" else
-                         f" ({best['host_kernel']} gather)" if best.get("host_kernel") else "")
-                      + (f", side streams at {prio} priority" if prio != "normal" else "")
-                      + f"; measured on {tab.get('device', '?')} {tab.get('date', '?')} (source: {src[:120]})"}
+    return {
+        "path": path,
+        "uva_programs": progs,
+        "host_threads": best.get("host_threads") if path == "host" else None,
+        "host_kernel": best.get("host_kernel") if path == "host" else None,
+        "stream_priority": prio,
+        "copy_graph": best.get("copy_graph", False),
+        "entry": best,
+        "reason": f"table entry for concurrency {best['concurrency']} (nearest to {concurrency}): {path}"
+        + (
+            f" on {progs} programs"
+            if path == "uva"
+            else f" ({best['host_kernel']} gather)"
+            if best.get("host_kernel")
+            else ""
+        )
+        + (f", side streams at {prio} priority" if prio != "normal" else "")
+        + f"; measured on {tab.get('device', '?')} {tab.get('date', '?')} (source: {src[:120]})",
+    }
 
 
 def choose(concurrency: int, table=None) -> tuple:

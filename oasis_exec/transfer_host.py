@@ -10,6 +10,7 @@ records ``end`` (graph mode: the external ``copied_x[layer]``; else a new event)
 Each copied byte crosses host DRAM three times (pool read, staging write, DMA read), which bounds this path by the
 host's memory bandwidth (experiments/transfer_paths/results/host_dma_pipeline.md).
 """
+
 from __future__ import annotations
 
 import time
@@ -19,8 +20,9 @@ import torch
 
 
 class HostPath:
-    def __init__(self, *, cfg, store, host, device, stream, threads: int, kernel: str, n_stagers: int, capacity: int,
-                 record):
+    def __init__(
+        self, *, cfg, store, host, device, stream, threads: int, kernel: str, n_stagers: int, capacity: int, record
+    ):
         """``n_stagers``: one staging buffer per layer (reused a step later, after the pipeline's wait(layer) joined
         its job); ``capacity``: copy-list entries a layer may hold; ``record(rec)``: keeps a profiling record."""
         self.cfg, self.store, self.host, self.stream, self.record = cfg, store, host, stream, record

@@ -4,6 +4,7 @@ What the CPU runs (tests) and the synchronous reference mode on CUDA (host rows 
 copy to the device each for K and V); retrieval mode on CUDA takes the UVA path instead, still on the critical
 path (``Prefetcher.fetch_now``).
 """
+
 from __future__ import annotations
 
 

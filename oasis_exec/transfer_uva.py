@@ -7,6 +7,7 @@ measured table's choice for that batch). Under CUDA graphs with ``copy_graph`` o
 a graph of their own (``capture``) and launched after each replay of the step (``replay``), tied to the step's graph
 by external events (see ``pipeline.py``).
 """
+
 from __future__ import annotations
 
 import torch

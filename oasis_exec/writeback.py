@@ -5,9 +5,8 @@ unit ``dst[i]`` (``host_block * H + head`` of one layer) when ``n_valid[i] == bl
 kernel writes host memory through its unified virtual address (one program per item; rows whose block is not full
 return at once), so the decode step, CUDA-graph captured or not, needs no host knowledge of which blocks filled.
 """
-from __future__ import annotations
 
-import torch
+from __future__ import annotations
 
 import kernels  # noqa: F401  -- decides TRITON_INTERPRET before triton is first imported (see kernels/__init__.py)
 
@@ -18,6 +17,7 @@ except ImportError:  # pragma: no cover - CPU installs without triton use the to
     triton = None
 
 if triton is not None:
+
     @triton.jit
     def _writeback_kernel(SK, SV, HK, HV, SRC, DST, NV, FULL: tl.constexpr, BSD: tl.constexpr):
         i = tl.program_id(0)
@@ -38,8 +38,18 @@ def writeback_full(k_slots, v_slots, host_k, host_v, src, dst, n_valid, block_si
         n = src.shape[0]
         bsd = k_slots.shape[1] * k_slots.shape[2]
         assert k_slots.is_contiguous() and host_k.is_contiguous() and host_v.is_contiguous()
-        _writeback_kernel[(n,)](k_slots, v_slots, UVAPointer(host_k), UVAPointer(host_v), src, dst, n_valid,
-                                FULL=block_size, BSD=bsd, num_warps=4)
+        _writeback_kernel[(n,)](
+            k_slots,
+            v_slots,
+            UVAPointer(host_k),
+            UVAPointer(host_v),
+            src,
+            dst,
+            n_valid,
+            FULL=block_size,
+            BSD=bsd,
+            num_warps=4,
+        )
         return
     full = n_valid == block_size
     if not bool(full.any()):

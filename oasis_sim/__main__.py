@@ -1,4 +1,5 @@
 """``python -m oasis_sim`` / ``oasis-sim``: see ``oasis_sim.cli``."""
+
 import sys
 
 from .cli import main

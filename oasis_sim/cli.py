@@ -17,6 +17,7 @@ option, the field and the bad value — never a traceback; so do sizes that cann
 configuration and the trace's path and sha256 to ``summary.json`` (``metrics.provenance``). A closed stdout
 (``... | head``) ends the command quietly with status 0.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -35,7 +36,6 @@ from .config import ConfigError, SimConfig, make_config
 EXIT_BAD_INPUT = 2
 
 
-
 class UsageError(Exception):
     pass
 
@@ -51,10 +51,20 @@ def _add_config_options(p: argparse.ArgumentParser) -> None:
     from oasis_core.synthetic_presets import PRESETS
 
     cliargs.add_options(p, SimConfig, exclude={"synthetic"})
-    p.add_argument("--syn-preset", dest="syn_preset", choices=sorted(PRESETS), default=argparse.SUPPRESS,
-                   help="synthetic selection: the named parameter set the --syn-* options override (default paper)")
-    cliargs.add_options(p, SyntheticParams, prefix="syn-", dest_prefix="syn_",
-                        helps={name: f"synthetic selection: {text}" for name, text in param_help().items()})
+    p.add_argument(
+        "--syn-preset",
+        dest="syn_preset",
+        choices=sorted(PRESETS),
+        default=argparse.SUPPRESS,
+        help="synthetic selection: the named parameter set the --syn-* options override (default paper)",
+    )
+    cliargs.add_options(
+        p,
+        SyntheticParams,
+        prefix="syn-",
+        dest_prefix="syn_",
+        helps={name: f"synthetic selection: {text}" for name, text in param_help().items()},
+    )
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -73,11 +83,20 @@ def build_parser() -> argparse.ArgumentParser:
     sw = sub.add_parser("sweep", help="run the cartesian product of a parameter grid")
     sw.add_argument("grid")
     sw.add_argument("--out", required=True)
-    sw.add_argument("--workers", type=cliargs.number(int), default=None,
-                    help="local processes, or the CPUs of the local Ray instance of --ray local (default: all)")
-    sw.add_argument("--ray", dest="ray", metavar="ADDRESS", default=None,
-                    help="run the points as Ray tasks: 'local' starts a local Ray instance, else the address of a "
-                         "running cluster ('auto', HOST:PORT, ray://HOST:PORT); needs the 'sweep' extra")
+    sw.add_argument(
+        "--workers",
+        type=cliargs.number(int),
+        default=None,
+        help="local processes, or the CPUs of the local Ray instance of --ray local (default: all)",
+    )
+    sw.add_argument(
+        "--ray",
+        dest="ray",
+        metavar="ADDRESS",
+        default=None,
+        help="run the points as Ray tasks: 'local' starts a local Ray instance, else the address of a "
+        "running cluster ('auto', HOST:PORT, ray://HOST:PORT); needs the 'sweep' extra",
+    )
     from .validate import add_subcommands
 
     add_subcommands(sub)
@@ -146,8 +165,11 @@ def summary_table(s: dict, wall_s: float) -> str:
     speed = s["simulated_s"] / wall_s if wall_s > 0 else float("inf")
     rows = [
         ("mode / model / hardware", f"{s['mode']} / {s['model']} / {s['hardware']} (split {s['split']})"),
-        ("requests completed", f"{s['requests_completed']} of {s['requests']} ({s['requests_rejected']} rejected, "
-                               f"{s['preemptions']} preemptions)"),
+        (
+            "requests completed",
+            f"{s['requests_completed']} of {s['requests']} ({s['requests_rejected']} rejected, "
+            f"{s['preemptions']} preemptions)",
+        ),
         ("throughput", f"{f(s['throughput_tok_s'], 1)} tok/s"),
         ("TPOT p50 / p99", f"{f(s['tpot_ms_p50'])} / {f(s['tpot_ms_p99'])} ms"),
         ("TTFT p50 / p99", f"{f(s['ttft_ms_p50'], 1)} / {f(s['ttft_ms_p99'], 1)} ms"),
@@ -179,19 +201,21 @@ def write_outputs(result, out_dir: str) -> None:
         with open(os.path.join(out_dir, name), "w", encoding="utf-8", newline="\n") as f:
             f.write(text)
     sim_s = result.summary["simulated_s"]
-    timing = {"wall_s": round(result.wall_s, 4), "simulated_s": sim_s, "steps": result.events,
-              "speedup_x": round(sim_s / result.wall_s, 2) if result.wall_s > 0 else None,
-              "steps_per_wall_s": round(result.events / result.wall_s, 1) if result.wall_s > 0 else None}
+    timing = {
+        "wall_s": round(result.wall_s, 4),
+        "simulated_s": sim_s,
+        "steps": result.events,
+        "speedup_x": round(sim_s / result.wall_s, 2) if result.wall_s > 0 else None,
+        "steps_per_wall_s": round(result.events / result.wall_s, 1) if result.wall_s > 0 else None,
+    }
     with open(os.path.join(out_dir, "timing.json"), "w", encoding="utf-8", newline="\n") as f:
         f.write(json.dumps(timing, indent=2, sort_keys=True) + "\n")
 
 
 def cmd_run(args) -> int:
-    from .sim import simulate
-    from .workloads import load_workload
-
     from .metrics import provenance
-    from .workloads import bundled_trace_path
+    from .sim import simulate
+    from .workloads import bundled_trace_path, load_workload
 
     cfg = config_from_args(args)
     prepare_out_dir(args.out)
@@ -204,8 +228,11 @@ def cmd_run(args) -> int:
         from oasis_core.scheduler import REJECT_REASONS
 
         why = ", ".join(f"{s['rejected_' + r]} {r}" for r in REJECT_REASONS if s["rejected_" + r])
-        print(f"oasis-sim: {s['requests_rejected']} of {s['requests']} requests rejected ({why}): they can never "
-              f"be admitted", file=sys.stderr)
+        print(
+            f"oasis-sim: {s['requests_rejected']} of {s['requests']} requests rejected ({why}): they can never "
+            f"be admitted",
+            file=sys.stderr,
+        )
     if not args.quiet:
         print(summary_table(result.summary, result.wall_s))
         print(f"wrote {args.out}/summary.json, requests.csv, steps.csv, memory.csv, timeline.json, timing.json")
@@ -232,8 +259,9 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
         args = build_parser().parse_args(argv)
         from .validate import cmd_replay, cmd_validate
 
-        rc = {"run": cmd_run, "import": cmd_import, "sweep": cmd_sweep, "replay": cmd_replay,
-              "validate": cmd_validate}[args.cmd](args)
+        rc = {"run": cmd_run, "import": cmd_import, "sweep": cmd_sweep, "replay": cmd_replay, "validate": cmd_validate}[
+            args.cmd
+        ](args)
         sys.stdout.flush()  # a closed stdout fails here, inside the handler below, not at interpreter exit
         return rc
     except SystemExit as e:  # --help

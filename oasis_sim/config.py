@@ -3,6 +3,7 @@
 Each field carries ``metadata["help"]``; the CLI builds its ``run`` options from them and a sweep grid names the
 same fields. Errors are ``ConfigError("<field>: <rule>, got <value>")`` (the caller prefixes the file / record).
 """
+
 from __future__ import annotations
 
 import math
@@ -43,12 +44,15 @@ class SimConfig:
     mode: str = _h("dense | quest | retrieval | proxy | lookahead", "lookahead")
     top_k: int = _h("selected blocks per KV head (plus the local block)", PAPER_SPARSITY.top_k)
     block_size: int = _h("tokens per KV block", PAPER_SPARSITY.block_size)
-    fetch_ratio: float = _h("fetch cap per row per step as a fraction of top-K (1 = unlimited)",
-                            PAPER_SPARSITY.fetch_ratio)
-    fetch_policy: Optional[str] = _h("fetch-cap policy spec (oasis_core.fetchcap.get_policy: fixed:R, unlimited, "
-                                     "budget:F[,min_cap=N,max_ratio=R,first_ratio=R]); unset: fixed at fetch_ratio "
-                                     "(unlimited at 1); adaptive ones need policy_sampling=exact; ignored by retrieval",
-                                     None)
+    fetch_ratio: float = _h(
+        "fetch cap per row per step as a fraction of top-K (1 = unlimited)", PAPER_SPARSITY.fetch_ratio
+    )
+    fetch_policy: Optional[str] = _h(
+        "fetch-cap policy spec (oasis_core.fetchcap.get_policy: fixed:R, unlimited, "
+        "budget:F[,min_cap=N,max_ratio=R,first_ratio=R]); unset: fixed at fetch_ratio "
+        "(unlimited at 1); adaptive ones need policy_sampling=exact; ignored by retrieval",
+        None,
+    )
     seed: int = _h("seed of every random choice (selection, arrivals)", 0)
     # -- workload ---------------------------------------------------------------------------------------------
     arrival: str = _h("trace: the trace's arrival times | closed: fixed concurrency | poisson: open loop", "trace")
@@ -63,38 +67,47 @@ class SimConfig:
     hbm_utilization: float = _h("share of HBM the engine may use (weights included)", 0.9)
     hbm_bytes: Optional[float] = _h("override the GPU's HBM bytes", None)
     host_bytes: Optional[float] = _h("host DRAM bytes for KV per GPU (default: the node's DRAM / GPUs, x0.9)", None)
-    draft_state_bytes: float = _h("per-request draft state kept in HBM (sparse modes)", 2 * 2 ** 20)
-    short_context: bool = _h("sparse modes: a request whose context fits its resident set (top_k + 1 blocks) runs "
-                             "dense on the GPU, with no host copy, until it outgrows it (oasis_core.short_context; "
-                             "not with split=rpf)", True)
+    draft_state_bytes: float = _h("per-request draft state kept in HBM (sparse modes)", 2 * 2**20)
+    short_context: bool = _h(
+        "sparse modes: a request whose context fits its resident set (top_k + 1 blocks) runs "
+        "dense on the GPU, with no host copy, until it outgrows it (oasis_core.short_context; "
+        "not with split=rpf)",
+        True,
+    )
     # -- transfers --------------------------------------------------------------------------------------------
     transfer_path: str = _h("dma: host gather + one DMA | uva: direct-read gather kernel (steals SMs)", "dma")
-    h2d_bytes_per_s: Optional[float] = _h("effective host->GPU rate for scattered blocks (default: 0.55 x link)",
-                                          None)
+    h2d_bytes_per_s: Optional[float] = _h("effective host->GPU rate for scattered blocks (default: 0.55 x link)", None)
     gather_sm_share: float = _h("share of SMs a uva gather takes from compute while it runs", 0.24)
     # -- selection --------------------------------------------------------------------------------------------
     selection: str = _h("synthetic | replay", "synthetic")
     replay_file: Optional[str] = _h("replay: JSON file of recorded per-step fetch/recall figures", None)
-    synthetic: Mapping[str, Any] = _h("overrides of oasis_core SyntheticParams fields; 'preset': a named base "
-                                      "(oasis_core.synthetic_presets: paper | smollm2)", None)
-    policy_sampling: str = _h("profile: per context bucket, run oasis_core once and reuse | exact: every request",
-                              "profile")
-    policy_layers: int = _h("layers simulated per request (all their KV heads), scaled up to the model's layers",
-                            2)
-    profile_steps: int = _h("profile: steps per calibration episode (later steps reuse the tail mean; RPF misses are stepped over the longest decode instead)", 64)
+    synthetic: Mapping[str, Any] = _h(
+        "overrides of oasis_core SyntheticParams fields; 'preset': a named base "
+        "(oasis_core.synthetic_presets: paper | smollm2)",
+        None,
+    )
+    policy_sampling: str = _h(
+        "profile: per context bucket, run oasis_core once and reuse | exact: every request", "profile"
+    )
+    policy_layers: int = _h("layers simulated per request (all their KV heads), scaled up to the model's layers", 2)
+    profile_steps: int = _h(
+        "profile: steps per calibration episode (later steps reuse the tail mean; RPF misses are stepped over the longest decode instead)",
+        64,
+    )
     # -- prefill/decode split, prefix cache -------------------------------------------------------------------
     split: str = _h("none: one node | full: hand off the whole KV | rpf: remote partial fetching", "none")
     nic: str = _h("link preset of the prefill->decode NIC", "roce-400g")
-    rpf_granularity: str = _h("rpf hand-off unit: block (union over a layer's KV heads) | head (each head's own set)",
-                              "block")
-    rpf_send_summaries: bool = _h("rpf: the hand-off also carries every block summary (1/16 of the KV at K,V min/max)",
-                                  True)
+    rpf_granularity: str = _h(
+        "rpf hand-off unit: block (union over a layer's KV heads) | head (each head's own set)", "block"
+    )
+    rpf_send_summaries: bool = _h(
+        "rpf: the hand-off also carries every block summary (1/16 of the KV at K,V min/max)", True
+    )
     prefix_cache: bool = _h("reuse prompt prefix blocks (trace prefix_block_ids)", False)
     prefix_cache_hbm_bytes: float = _h("prefix cache: HBM tier bytes (split=none: taken out of the KV pool)", 4e9)
     prefix_cache_host_bytes: float = _h("prefix cache: host tier bytes", 64e9)
     # -- simulation -------------------------------------------------------------------------------------------
-    event_mode: str = _h("closed: closed-form per-layer timing | events: one SimPy event per layer stage",
-                         "closed")
+    event_mode: str = _h("closed: closed-form per-layer timing | events: one SimPy event per layer stage", "closed")
     timeline_steps: int = _h("steps recorded in timeline.json (0 = none)", 200)
 
     def __post_init__(self):
@@ -152,10 +165,12 @@ class SimConfig:
                 pol = get_policy(self.fetch_policy)
             except ValueError as e:  # the message already names the spec and the bad value
                 raise ConfigError(f"fetch_policy: {' '.join(str(e).split())}") from None
-            if not pol.static and self.policy_sampling == "profile" and self.selection != "replay" \
-                    and mode.background:
-                bad("fetch_policy", f"{pol.spec!r} adapts to each step's timing, which policy_sampling=profile "
-                                    "(precomputed per context bucket) cannot follow; set policy_sampling=exact")
+            if not pol.static and self.policy_sampling == "profile" and self.selection != "replay" and mode.background:
+                bad(
+                    "fetch_policy",
+                    f"{pol.spec!r} adapts to each step's timing, which policy_sampling=profile "
+                    "(precomputed per context bucket) cannot follow; set policy_sampling=exact",
+                )
         integer("concurrency", 1, optional=True)
         number("rate_rps", 0.0, lo_open=True, optional=True)
         integer("max_requests", 1, optional=True)
@@ -191,7 +206,7 @@ class SimConfig:
             if not isinstance(self.synthetic, Mapping):
                 bad("synthetic", "must be a mapping of SyntheticParams fields")
             try:
-                self.synthetic_params
+                self.synthetic_params  # noqa: B018  (the property validates the overrides)
             except (TypeError, ValueError) as e:
                 raise ConfigError(f"synthetic: {e}") from None
 
@@ -226,8 +241,12 @@ class SimConfig:
         return replace(self, **kw)
 
     def to_dict(self) -> dict:
-        return {f.name: (dict(getattr(self, f.name)) if isinstance(getattr(self, f.name), Mapping)
-                         else getattr(self, f.name)) for f in fields(self)}
+        return {
+            f.name: (
+                dict(getattr(self, f.name)) if isinstance(getattr(self, f.name), Mapping) else getattr(self, f.name)
+            )
+            for f in fields(self)
+        }
 
 
 def config_fields() -> dict:

@@ -18,6 +18,7 @@ from then on.
 
 Per step the engine records (``StepLog``): start, duration, decode and prefill tokens, host→GPU bytes, stall.
 """
+
 from __future__ import annotations
 
 from dataclasses import dataclass, field
@@ -48,8 +49,19 @@ class StepLog:
 
 
 class Engine:
-    def __init__(self, env: simpy.Environment, cfg: SimConfig, geo: KVGeometry, gpu: GPU, sched: SimScheduler,
-                 predictor: TimePredictor, h2d_Bps: float, h2d_latency_s: float, timeline=None, remote=None):
+    def __init__(
+        self,
+        env: simpy.Environment,
+        cfg: SimConfig,
+        geo: KVGeometry,
+        gpu: GPU,
+        sched: SimScheduler,
+        predictor: TimePredictor,
+        h2d_Bps: float,
+        h2d_latency_s: float,
+        timeline=None,
+        remote=None,
+    ):
         self.env, self.cfg, self.geo, self.gpu, self.sched, self.pred = env, cfg, geo, gpu, sched, predictor
         m = geo.model
         self.L = m.n_layers
@@ -276,15 +288,17 @@ class Engine:
             self.d2h_bytes += nbytes
             self.gpu.d2h.account(nbytes, offload_s)
 
-        work = LayerWork(L, head_s, c, tail_s, background, score_s + topk_s if background else 0.0,
-                         sel_s if background else 0.0, x)
+        work = LayerWork(
+            L, head_s, c, tail_s, background, score_s + topk_s if background else 0.0, sel_s if background else 0.0, x
+        )
         t0 = self.env.now
         record = self.timeline is not None and self.steps < cfg.timeline_steps
         if cfg.event_mode == "events":
             out = self._events_out
             out.clear()
-            yield self.env.process(self.pipe.step_events(self.env, work, self.gpu.compute, self.gpu.side,
-                                                         self.gpu.h2d.resource, out))
+            yield self.env.process(
+                self.pipe.step_events(self.env, work, self.gpu.compute, self.gpu.side, self.gpu.h2d.resource, out)
+            )
             timing = out[0]
             if t0 + offload_s > timing.end:
                 yield at(self.env, self._wait_offload(timing, t0 + offload_s))

@@ -65,6 +65,7 @@ chosen point; ``dma`` recordings keep the configuration's share (the simulator a
 it was fitted from; ``oasis_sim.validate`` builds one model per scored recording without it (leave-one-out, or the
 ``--calibrate-from`` set minus the scored recording) and refuses to score a recording found in ``fitted_on``.
 """
+
 from __future__ import annotations
 
 import hashlib
@@ -79,6 +80,7 @@ from oasis_core.recording import Recording
 from oasis_core.trace import dumps_trace
 
 from .predictor import OPS, RooflinePredictor, TimePredictor
+
 
 def family(mode: str) -> str:
     """The mode's timing family: 'dense' (whole KV in HBM) or 'sparse' (``oasis_core.modes.Mode.family``)."""
@@ -112,8 +114,13 @@ class FittedPredictor(TimePredictor):
     it) and ``gather_sm_share`` (fitted SM share of the UVA gather, or None) are read by ``oasis_sim.replay`` to set
     the copy path; None keeps the configuration's value."""
 
-    def __init__(self, base: TimePredictor, fits: Mapping[str, OpFit], h2d_bytes_per_s: Optional[float] = None,
-                 gather_sm_share: Optional[float] = None):
+    def __init__(
+        self,
+        base: TimePredictor,
+        fits: Mapping[str, OpFit],
+        h2d_bytes_per_s: Optional[float] = None,
+        gather_sm_share: Optional[float] = None,
+    ):
         for op, f in fits.items():
             if op not in OPS:
                 raise ValueError(f"FittedPredictor: unknown op {op!r}; choose one of: {', '.join(OPS)}")
@@ -141,8 +148,10 @@ class FittedPredictor(TimePredictor):
         """One line saying that the fitted copy rate was clamped to the hardware's link, or None."""
         if self.rate_clamped_from is None:
             return None
-        return (f"fitted predictor beyond the hardware's limits: copy rate {self.rate_clamped_from / 1e9:.1f} GB/s "
-                f"clamped to the link's {self.h2d_bytes_per_s / 1e9:.1f} GB/s")
+        return (
+            f"fitted predictor beyond the hardware's limits: copy rate {self.rate_clamped_from / 1e9:.1f} GB/s "
+            f"clamped to the link's {self.h2d_bytes_per_s / 1e9:.1f} GB/s"
+        )
 
 
 # ----------------------------------------------------------------------------------------------------------------
@@ -150,9 +159,18 @@ class FittedPredictor(TimePredictor):
 
 
 # Sample.feat's groups: the ops whose roofline times each sums.
-GROUP_OF = {"gemm_layer": "gemm", "norm_rope": "gemm", "attn_decode": "attn", "score": "side", "topk": "side",
-            "select": "select", "lm_head": "lm_head", "step_overhead": "step_overhead",
-            "sparse_overhead": "sparse", "side_contention": "unfitted"}
+GROUP_OF = {
+    "gemm_layer": "gemm",
+    "norm_rope": "gemm",
+    "attn_decode": "attn",
+    "score": "side",
+    "topk": "side",
+    "select": "select",
+    "lm_head": "lm_head",
+    "step_overhead": "step_overhead",
+    "sparse_overhead": "sparse",
+    "side_contention": "unfitted",
+}
 
 
 @dataclass(frozen=True)
@@ -210,8 +228,14 @@ def sample_of(rec: Recording, roofline_replay) -> Sample:
     if "transfer" in st or "host_gather" in st:
         transfer = (st.get("transfer", 0.0) + st.get("host_gather", 0.0)) / 1e3
     stall = r["stall_ms_per_step"] / 1e3 if r["stall_ms_per_step"] is not None else ms("stall")
-    meas = {"layers": ms("layers"), "stall": stall, "pred": ms("pred"), "select": ms("select"),
-            "transfer": transfer, "tpot_mean": r.get("tpot_ms_mean", r["tpot_ms_p50"]) / 1e3}
+    meas = {
+        "layers": ms("layers"),
+        "stall": stall,
+        "pred": ms("pred"),
+        "select": ms("select"),
+        "transfer": transfer,
+        "tpot_mean": r.get("tpot_ms_mean", r["tpot_ms_p50"]) / 1e3,
+    }
     from oasis_core.specs import get_link
 
     from .sim import SCATTER_EFFICIENCY
@@ -221,18 +245,29 @@ def sample_of(rec: Recording, roofline_replay) -> Sample:
     default_rate = res.cfg.h2d_bytes_per_s or hw.h2d_bytes_per_s * SCATTER_EFFICIENCY
     uva = [v for _chunk, v in hw.measured_uva_gather_bytes_per_s]
     prior = max(uva) if uva and rec.config["transfer_path"] == "uva" else default_rate
-    return Sample(recording_key(rec), rec.name, family(rec.config["mode"]), rec.config["transfer_path"], L, feat,
-                  meas, float(r["bytes_per_step"].get("pcie_h2d", 0.0)), lat,
-                  background=modes.get(rec.config["mode"]).background, link_bytes_per_s=hw.h2d_bytes_per_s,
-                  prior_bytes_per_s=prior, prior_gather_sm_share=res.cfg.gather_sm_share, floor=floors)
+    return Sample(
+        recording_key(rec),
+        rec.name,
+        family(rec.config["mode"]),
+        rec.config["transfer_path"],
+        L,
+        feat,
+        meas,
+        float(r["bytes_per_step"].get("pcie_h2d", 0.0)),
+        lat,
+        background=modes.get(rec.config["mode"]).background,
+        link_bytes_per_s=hw.h2d_bytes_per_s,
+        prior_bytes_per_s=prior,
+        prior_gather_sm_share=res.cfg.gather_sm_share,
+        floor=floors,
+    )
 
 
 # ----------------------------------------------------------------------------------------------------------------
 # Fitting
 
 
-def nnls_relative(X: np.ndarray, y: np.ndarray, floor: Optional[np.ndarray] = None,
-                  tol: float = 1e-6) -> np.ndarray:
+def nnls_relative(X: np.ndarray, y: np.ndarray, floor: Optional[np.ndarray] = None, tol: float = 1e-6) -> np.ndarray:
     """argmin_{c >= 0} Σ ((floor + X c - y) / y)² over rows with y > 0 (``floor``: a fixed part of each row's
     prediction, default 0), by trying every column subset (k <= 4) and c = 0.
 
@@ -245,7 +280,7 @@ def nnls_relative(X: np.ndarray, y: np.ndarray, floor: Optional[np.ndarray] = No
     keep = y > 0
     X, t = X[keep] / y[keep, None], 1.0 - b[keep] / y[keep]
     k = X.shape[1]
-    found = [(float(np.sum(t ** 2)), 0, False, np.zeros(k))]  # everything at its floor
+    found = [(float(np.sum(t**2)), 0, False, np.zeros(k))]  # everything at its floor
     for mask in itertools.product((0, 1), repeat=k):
         cols = [j for j in range(k) if mask[j]]
         if not cols or len(t) == 0:
@@ -301,12 +336,18 @@ class FittedModel:
         return FittedPredictor(base, fits, rate, self.gather_sm_share.get(path))
 
     def describe(self) -> dict:
-        return {"fitted_on": list(self.fitted_names),
-                "fits": {fam: {op: {"scale": round(f.scale, 6), "offset_us": round(f.offset_s * 1e6, 3)}
-                               for op, f in ops.items()} for fam, ops in self.fits.items()},
-                "h2d_gb_s": {p: round(v / 1e9, 3) for p, v in self.h2d_bytes_per_s.items()},
-                "gather_sm_share": {p: round(v, 4) for p, v in self.gather_sm_share.items()},
-                "gather_fit": self.gather_fit}
+        return {
+            "fitted_on": list(self.fitted_names),
+            "fits": {
+                fam: {
+                    op: {"scale": round(f.scale, 6), "offset_us": round(f.offset_s * 1e6, 3)} for op, f in ops.items()
+                }
+                for fam, ops in self.fits.items()
+            },
+            "h2d_gb_s": {p: round(v / 1e9, 3) for p, v in self.h2d_bytes_per_s.items()},
+            "gather_sm_share": {p: round(v, 4) for p, v in self.gather_sm_share.items()},
+            "gather_fit": self.gather_fit,
+        }
 
 
 # TPOT fit of the transfer settings (module docstring, "Transfer settings from TPOT")
@@ -335,8 +376,9 @@ def _compute_fit(ss: Sequence[Sample], share: float, rate: Optional[float], gath
         y -= s.feat.get("unfitted", 0.0)  # per-layer roofline terms the fitted predictor passes through
         if s.key in gathered:
             y -= share * _copy_layer_s(s, rate)  # the gather's SM share, charged to the compute stream
-        rows.append(([s.excess("gemm"), s.excess("attn"), s.excess("sparse"), 1.0], y,
-                     s.floor_of("gemm", "attn", "sparse")))
+        rows.append(
+            ([s.excess("gemm"), s.excess("attn"), s.excess("sparse"), 1.0], y, s.floor_of("gemm", "attn", "sparse"))
+        )
     return _fit_group(rows, 4)
 
 
@@ -349,8 +391,15 @@ def _tpot_objective(ss, share, rate, gathered, step, prior) -> tuple:
     errs = []
     for s in ss:
         x = _copy_layer_s(s, rate) if s.key in gathered else 0.0
-        layer = (s.floor_of("gemm", "attn", "sparse") + c[0] * s.excess("gemm") + c[1] * s.excess("attn")
-                 + c[2] * s.excess("sparse") + c[3] + s.feat.get("unfitted", 0.0) + share * x)
+        layer = (
+            s.floor_of("gemm", "attn", "sparse")
+            + c[0] * s.excess("gemm")
+            + c[1] * s.excess("attn")
+            + c[2] * s.excess("sparse")
+            + c[3]
+            + s.feat.get("unfitted", 0.0)
+            + share * x
+        )
         t = s.n_layers * layer + step(s)
         if x > 0 and s.n_layers * x > t:  # copy-bound: the copy path sets the step
             t = s.n_layers * x
@@ -366,8 +415,10 @@ def _fit_gather(ss, gathered, step, rate_measured: Optional[float]) -> tuple:
     gs = [s for s in ss if s.key in gathered]
     r_hi = min(s.link_bytes_per_s for s in gs) or float(np.median([s.prior_bytes_per_s for s in gs]))
     r_lo = min(MIN_COPY_BYTES_PER_S, r_hi)
-    prior = (float(np.median([s.prior_gather_sm_share for s in gs])),
-             float(np.median([s.prior_bytes_per_s for s in gs])))
+    prior = (
+        float(np.median([s.prior_gather_sm_share for s in gs])),
+        float(np.median([s.prior_bytes_per_s for s in gs])),
+    )
     if rate_measured:
         prior = (prior[0], rate_measured)
     g_lo, g_hi = GATHER_SHARE_BOUNDS
@@ -386,7 +437,7 @@ def _fit_gather(ss, gathered, step, rate_measured: Optional[float]) -> tuple:
         g_step /= 4.0
         shares = np.clip(g + g_step * np.arange(-4, 5), g_lo, g_hi)
         if not rate_measured:
-            r_step = r_step ** 0.25
+            r_step = r_step**0.25
             rates = list(np.clip(r * r_step ** np.arange(-4, 5), r_lo, r_hi))
     return best[1], best[2], best[0]
 
@@ -410,8 +461,11 @@ def fit(samples: Sequence[Sample]) -> FittedModel:
             continue
         ops: dict = {}
         # step: a·lm_head + c per step (c -> step_overhead)
-        rows = [([s.excess("lm_head"), 1.0], s.meas["tpot_mean"] - s.meas["layers"], s.floor_of("lm_head"))
-                for s in ss if s.meas["layers"] is not None]
+        rows = [
+            ([s.excess("lm_head"), 1.0], s.meas["tpot_mean"] - s.meas["layers"], s.floor_of("lm_head"))
+            for s in ss
+            if s.meas["layers"] is not None
+        ]
         cs = _fit_group(rows, 2)
         if cs is not None:
             ops["lm_head"] = OpFit(cs[0], 0.0)
@@ -430,8 +484,11 @@ def fit(samples: Sequence[Sample]) -> FittedModel:
             share, rate, obj = _fit_gather(ss, gathered, step, measured)
             model.gather_sm_share["uva"] = share
             model.h2d_bytes_per_s["uva"] = rate
-            model.gather_fit["uva"] = {"rate_from": "stage times" if measured else "tpot",
-                                       "recordings": len(gathered), "objective": round(float(obj), 8)}
+            model.gather_fit["uva"] = {
+                "rate_from": "stage times" if measured else "tpot",
+                "recordings": len(gathered),
+                "objective": round(float(obj), 8),
+            }
         # compute: a·gemm + b·attn + c per layer
         c = _compute_fit(ss, share, rate, gathered)
         if c is not None:
@@ -441,14 +498,20 @@ def fit(samples: Sequence[Sample]) -> FittedModel:
             if any(s.feat.get("sparse", 0.0) > 0 for s in ss):
                 ops["sparse_overhead"] = OpFit(c[2], 0.0)
         if fam == "sparse":
-            rows = [([s.excess("side"), 1.0], s.meas["pred"] / s.n_layers, s.floor_of("side")) for s in ss
-                    if s.meas["pred"] is not None]
+            rows = [
+                ([s.excess("side"), 1.0], s.meas["pred"] / s.n_layers, s.floor_of("side"))
+                for s in ss
+                if s.meas["pred"] is not None
+            ]
             c = _fit_group(rows, 2)
             if c is not None:
                 ops["score"] = OpFit(c[0], c[1])
                 ops["topk"] = OpFit(c[0], 0.0)
-            rows = [([s.excess("select"), 1.0], s.meas["select"] / s.n_layers, s.floor_of("select")) for s in ss
-                    if s.meas["select"] is not None]
+            rows = [
+                ([s.excess("select"), 1.0], s.meas["select"] / s.n_layers, s.floor_of("select"))
+                for s in ss
+                if s.meas["select"] is not None
+            ]
             c = _fit_group(rows, 2)
             if c is not None:
                 ops["select"] = OpFit(c[0], c[1])

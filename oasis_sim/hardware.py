@@ -12,6 +12,7 @@ who holds how much memory.
 - :class:`GPU` / :class:`Node` — the bundles the engine uses: HBM, compute stream, side streams, h2d/d2h paths, the
   share of SMs a direct-read gather takes from compute; host DRAM and a NIC per node.
 """
+
 from __future__ import annotations
 
 from dataclasses import dataclass, field
@@ -135,8 +136,9 @@ class FairLink:
     and recomputes the rates. ``log`` (if given) receives ``(time_s, tag, 'start'|'end', fid)``.
     """
 
-    def __init__(self, env: simpy.Environment, bandwidth_Bps: float, latency_s: float = 0.0, name: str = "nic",
-                 log=None):
+    def __init__(
+        self, env: simpy.Environment, bandwidth_Bps: float, latency_s: float = 0.0, name: str = "nic", log=None
+    ):
         if bandwidth_Bps <= 0:
             raise ValueError(f"{name}: bandwidth_Bps must be > 0, got {bandwidth_Bps}")
         self.env = env

@@ -7,6 +7,7 @@ estimates it from the configuration and the workload; ``check_footprint`` refuse
 ``limit_bytes()`` with a ``ConfigError`` naming the fields that drive it. ``check_rates`` refuses a copy rate
 faster than the hardware's link.
 """
+
 from __future__ import annotations
 
 import os
@@ -17,7 +18,7 @@ from .config import ConfigError, SimConfig
 # ru_maxrss on the bundled trace (9-17 x 8 bytes), rounded up.
 BYTES_PER_ROW_SLOT = 8 * 20
 # The most a run may plan to allocate: 8 GiB, or half of the machine's memory if that is less.
-MAX_POLICY_BYTES = 8 * 2 ** 30
+MAX_POLICY_BYTES = 8 * 2**30
 
 
 def limit_bytes() -> int:
@@ -53,14 +54,16 @@ def check_footprint(cfg: SimConfig, block_counts, concurrent: int) -> None:
     if need > limit:
         raise ConfigError(
             f"top_k: {cfg.top_k:,} with policy_layers = {cfg.policy_layers} and contexts of up to {width:,} blocks "
-            f"needs ~{need / 2 ** 30:,.1f} GiB for the selection simulation ({rows:,} rows x {width + cfg.top_k:,} "
-            f"slots), more than the {limit / 2 ** 30:.1f} GiB limit; lower --top-k, --policy-layers or "
-            f"--max-context, or raise --block-size")
+            f"needs ~{need / 2**30:,.1f} GiB for the selection simulation ({rows:,} rows x {width + cfg.top_k:,} "
+            f"slots), more than the {limit / 2**30:.1f} GiB limit; lower --top-k, --policy-layers or "
+            f"--max-context, or raise --block-size"
+        )
 
 
 def check_rates(cfg: SimConfig) -> None:
     """Refuse a host->GPU copy rate above the hardware preset's link (``HardwareSpec.h2d_bytes_per_s``)."""
     link = cfg.hardware_spec.h2d_bytes_per_s
     if cfg.h2d_bytes_per_s is not None and cfg.h2d_bytes_per_s > link * (1 + 1e-9):
-        raise ConfigError(f"h2d_bytes_per_s: must be <= the {cfg.hardware} link's {link:.4g} B/s, "
-                          f"got {cfg.h2d_bytes_per_s!r}")
+        raise ConfigError(
+            f"h2d_bytes_per_s: must be <= the {cfg.hardware} link's {link:.4g} B/s, got {cfg.h2d_bytes_per_s!r}"
+        )

@@ -11,6 +11,7 @@ quest). ``stall_ms_total`` = compute-stream time spent waiting for transfers (la
 Every value is a plain float/int rounded to fixed digits, so equal runs give byte-identical files. Wall-clock
 time is *not* here (it would break that): see ``timing.json``.
 """
+
 from __future__ import annotations
 
 import csv
@@ -20,9 +21,24 @@ import math
 
 import numpy as np
 
-REQUEST_COLUMNS = ("id", "arrival_s", "prompt_tokens", "output_tokens", "admit_s", "first_token_s", "finish_s",
-                   "ttft_ms", "tpot_ms", "preemptions", "prefix_hit_tokens", "fetched_slices", "h2d_bytes",
-                   "net_bytes", "stall_ms", "resident_recall")
+REQUEST_COLUMNS = (
+    "id",
+    "arrival_s",
+    "prompt_tokens",
+    "output_tokens",
+    "admit_s",
+    "first_token_s",
+    "finish_s",
+    "ttft_ms",
+    "tpot_ms",
+    "preemptions",
+    "prefix_hit_tokens",
+    "fetched_slices",
+    "h2d_bytes",
+    "net_bytes",
+    "stall_ms",
+    "resident_recall",
+)
 
 
 def _r(x, nd=6):
@@ -37,20 +53,49 @@ def request_rows(done, bpbh: float) -> list[dict]:
     rows = []
     for r in sorted(done, key=lambda r: r.id):
         tpot = ((r.finish_t - r.first_token_t) / (r.output - 1) * 1e3) if r.output > 1 else None
-        rows.append({
-            "id": r.id, "arrival_s": _r(r.arrival), "prompt_tokens": r.prompt, "output_tokens": r.output,
-            "admit_s": _r(r.admit_t), "first_token_s": _r(r.first_token_t), "finish_s": _r(r.finish_t),
-            "ttft_ms": _r((r.first_token_t - r.arrival) * 1e3, 4), "tpot_ms": _r(tpot, 4),
-            "preemptions": r.preempted, "prefix_hit_tokens": r.prefix_hit_tokens,
-            "fetched_slices": _r(r.fetch_blocks, 2), "h2d_bytes": _r(r.fetch_blocks * bpbh, 0),
-            "net_bytes": _r(r.net_bytes, 0), "stall_ms": _r(r.stall_s * 1e3, 4),
-            "resident_recall": _r(r.recall_sum / r.recall_n if r.recall_n else 1.0),
-        })
+        rows.append(
+            {
+                "id": r.id,
+                "arrival_s": _r(r.arrival),
+                "prompt_tokens": r.prompt,
+                "output_tokens": r.output,
+                "admit_s": _r(r.admit_t),
+                "first_token_s": _r(r.first_token_t),
+                "finish_s": _r(r.finish_t),
+                "ttft_ms": _r((r.first_token_t - r.arrival) * 1e3, 4),
+                "tpot_ms": _r(tpot, 4),
+                "preemptions": r.preempted,
+                "prefix_hit_tokens": r.prefix_hit_tokens,
+                "fetched_slices": _r(r.fetch_blocks, 2),
+                "h2d_bytes": _r(r.fetch_blocks * bpbh, 0),
+                "net_bytes": _r(r.net_bytes, 0),
+                "stall_ms": _r(r.stall_s * 1e3, 4),
+                "resident_recall": _r(r.recall_sum / r.recall_n if r.recall_n else 1.0),
+            }
+        )
     return rows
 
 
-def summarize(cfg, rows, *, n_requests, preemptions, h2d_bytes, d2h_bytes, net_bytes, hbm_peak, host_peak,
-              recall_sum, recall_n, stall_s, steps, end_s, first_arrival_s, rejections=None, extra=None) -> dict:
+def summarize(
+    cfg,
+    rows,
+    *,
+    n_requests,
+    preemptions,
+    h2d_bytes,
+    d2h_bytes,
+    net_bytes,
+    hbm_peak,
+    host_peak,
+    recall_sum,
+    recall_n,
+    stall_s,
+    steps,
+    end_s,
+    first_arrival_s,
+    rejections=None,
+    extra=None,
+) -> dict:
     """``rejections``: reason -> requests rejected (``oasis_core.scheduler.REJECT_REASONS``)."""
     from oasis_core.scheduler import REJECT_REASONS
 
@@ -60,21 +105,33 @@ def summarize(cfg, rows, *, n_requests, preemptions, h2d_bytes, d2h_bytes, net_b
     out_tokens = sum(x["output_tokens"] for x in rows)
     sim_s = max(end_s - first_arrival_s, 0.0)
     s = {
-        "mode": cfg.mode, "model": cfg.model, "hardware": cfg.hardware, "split": cfg.split,
-        "selection": cfg.selection, "policy_sampling": cfg.policy_sampling,
-        "requests": n_requests, "requests_completed": len(rows),
+        "mode": cfg.mode,
+        "model": cfg.model,
+        "hardware": cfg.hardware,
+        "split": cfg.split,
+        "selection": cfg.selection,
+        "policy_sampling": cfg.policy_sampling,
+        "requests": n_requests,
+        "requests_completed": len(rows),
         "requests_rejected": sum(rejections.values()),
         **{f"rejected_{why}": rejections.get(why, 0) for why in REJECT_REASONS},
         "output_tokens": out_tokens,
         "throughput_tok_s": _r(out_tokens / sim_s if sim_s > 0 else 0.0, 4),
-        "tpot_ms_p50": _pct(tpot, 50), "tpot_ms_p99": _pct(tpot, 99),
-        "ttft_ms_p50": _pct(ttft, 50), "ttft_ms_p99": _pct(ttft, 99),
-        "preemptions": preemptions, "steps": steps,
-        "h2d_bytes": _r(h2d_bytes, 0), "d2h_bytes": _r(d2h_bytes, 0), "net_bytes": _r(net_bytes, 0),
+        "tpot_ms_p50": _pct(tpot, 50),
+        "tpot_ms_p99": _pct(tpot, 99),
+        "ttft_ms_p50": _pct(ttft, 50),
+        "ttft_ms_p99": _pct(ttft, 99),
+        "preemptions": preemptions,
+        "steps": steps,
+        "h2d_bytes": _r(h2d_bytes, 0),
+        "d2h_bytes": _r(d2h_bytes, 0),
+        "net_bytes": _r(net_bytes, 0),
         "h2d_bytes_per_step": _r(h2d_bytes / steps if steps else 0.0, 1),
-        "hbm_peak_bytes": _r(hbm_peak, 0), "host_peak_bytes": _r(host_peak, 0),
+        "hbm_peak_bytes": _r(hbm_peak, 0),
+        "host_peak_bytes": _r(host_peak, 0),
         "resident_recall": _r(recall_sum / recall_n if recall_n else 1.0),
-        "stall_ms_total": _r(stall_s * 1e3, 4), "simulated_s": _r(sim_s),
+        "stall_ms_total": _r(stall_s * 1e3, 4),
+        "simulated_s": _r(sim_s),
     }
     if getattr(cfg, "fetch_policy", None) is not None:  # only when chosen: default runs keep their bytes
         from oasis_core.fetchcap import get_policy

@@ -18,6 +18,7 @@ Both compute every time as *(earlier time) + duration* with the same operands in
 bit-identical (``tests/unit/test_sim_pipeline.py`` checks it on random steps). The engine uses the closed form and
 yields one SimPy event per step, scheduled at the step's absolute end time (:func:`at`).
 """
+
 from __future__ import annotations
 
 from dataclasses import dataclass, field
@@ -176,8 +177,15 @@ class LayerPipeline:
         return rec
 
     # -- SimPy events (reference implementation) --------------------------------------------------------------
-    def step_events(self, env: simpy.Environment, w: LayerWork, compute: simpy.Resource, side: simpy.Resource,
-                    link: simpy.Resource, out: list):
+    def step_events(
+        self,
+        env: simpy.Environment,
+        w: LayerWork,
+        compute: simpy.Resource,
+        side: simpy.Resource,
+        link: simpy.Resource,
+        out: list,
+    ):
         """SimPy process of one step; appends its :class:`StepTiming` (with per-layer records) to ``out``.
 
         ``side`` and ``link`` must have capacity 1 (one side stream, one copy path per direction), as the closed

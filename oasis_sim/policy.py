@@ -28,6 +28,7 @@ planned during decode step ``i - 1`` for step ``i``, ``recall[i]`` the share of 
 when it attends. Retrieval plans with the true set and no cap (fetched in the critical path), proxy with the
 current-query set, lookahead with the draft set.
 """
+
 from __future__ import annotations
 
 import json
@@ -112,11 +113,13 @@ class ReplaySets:
             try:
                 a = np.asarray(v, dtype=np.int64)
             except (TypeError, ValueError, OverflowError):
-                raise ConfigError(f"replay_file: {path}: {where}: must be an array of integer arrays, got "
-                                  f"{str(v)[:40]}") from None
+                raise ConfigError(
+                    f"replay_file: {path}: {where}: must be an array of integer arrays, got {str(v)[:40]}"
+                ) from None
             if a.ndim != 2 or a.shape[1] != top_k:
-                raise ConfigError(f"replay_file: {path}: {where}: must have shape [rows, top_k={top_k}], "
-                                  f"got {list(a.shape)}")
+                raise ConfigError(
+                    f"replay_file: {path}: {where}: must have shape [rows, top_k={top_k}], got {list(a.shape)}"
+                )
             return a
 
         if not isinstance(obj, dict) or "steps" not in obj or "initial" not in obj:
@@ -132,8 +135,10 @@ class ReplaySets:
                     raise ConfigError(f"replay_file: {path}: steps[{i}].{key}: missing required field")
                 got[key] = arr(f"steps[{i}].{key}", s[key])
                 if got[key].shape[0] != self.initial.shape[0]:
-                    raise ConfigError(f"replay_file: {path}: steps[{i}].{key}: must have "
-                                      f"{self.initial.shape[0]} rows, got {got[key].shape[0]}")
+                    raise ConfigError(
+                        f"replay_file: {path}: steps[{i}].{key}: must have "
+                        f"{self.initial.shape[0]} rows, got {got[key].shape[0]}"
+                    )
             self.steps.append(SyntheticStep(i, got["true_next"], got["draft"], got["proxy"]))
         if not self.steps:
             raise ConfigError(f"replay_file: {path}: steps: must hold at least 1 step, got 0")
@@ -175,8 +180,9 @@ class Runner:
             self.group_rows = self.P * self.kvh
             self.rows = self.group_rows * len(self.nb)
             nb = np.repeat(np.asarray(self.nb, dtype=np.int64), self.group_rows)
-            self.gen = SyntheticSelection(self.rows, nb, cfg.top_k, cfg.synthetic_params, seed,
-                                          layers=self.P, kv_heads=self.kvh)
+            self.gen = SyntheticSelection(
+                self.rows, nb, cfg.top_k, cfg.synthetic_params, seed, layers=self.P, kv_heads=self.kvh
+            )
         first = initial_plan(self.gen.current())
         self.resident, self.last_sel = first.resident, first.last_sel
         self.first_fetch = first.n_fetch
@@ -205,12 +211,18 @@ class Runner:
         if self.adaptive:
             # Each sampled row stands for (rows of a request / sampled rows) rows of each of the decoding requests.
             n_dec = link.decode_requests if link is not None else 1
-            ctx = CapContext(step=self.i, top_k=self.top_k, rows=self.rows, drift_so_far=self.drift.copy(),
-                             n_missing=count_missing(self.resident, pred), bytes_moved_total=self.moved_bytes,
-                             last_step_time_s=link.last_step_time_s if link is not None else None,
-                             link_bytes_per_s=link.link_bytes_per_s if link is not None else None,
-                             bytes_per_block_head=link.bytes_per_block_head if link is not None else None,
-                             row_weight=max(n_dec, 1) * self.row_span / self.rows)
+            ctx = CapContext(
+                step=self.i,
+                top_k=self.top_k,
+                rows=self.rows,
+                drift_so_far=self.drift.copy(),
+                n_missing=count_missing(self.resident, pred),
+                bytes_moved_total=self.moved_bytes,
+                last_step_time_s=link.last_step_time_s if link is not None else None,
+                link_bytes_per_s=link.link_bytes_per_s if link is not None else None,
+                bytes_per_block_head=link.bytes_per_block_head if link is not None else None,
+                row_weight=max(n_dec, 1) * self.row_span / self.rows,
+            )
             cap = self.cap.cap(ctx)
         else:
             cap = self.cap.cap(CapContext(step=self.i, top_k=self.top_k, rows=self.rows))
@@ -226,8 +238,10 @@ class Runner:
         remote = None
         if self.ledgers is not None:
             fb = plan.fetch_block.reshape(len(self.nb), self.P, self.kvh, -1)
-            remote = np.array([led.request(fb[g]).n_fetch.sum() for g, led in enumerate(self.ledgers)],
-                              dtype=float) / self.group_rows
+            remote = (
+                np.array([led.request(fb[g]).n_fetch.sum() for g, led in enumerate(self.ledgers)], dtype=float)
+                / self.group_rows
+            )
         return plan.n_fetch, plan.n_missing, rec, remote
 
 
@@ -237,8 +251,11 @@ class Episode:
     def __init__(self, cfg: SimConfig, n_blocks: int, seed: int, replay: ReplaySets | None = None):
         self.runner = Runner(cfg, [n_blocks], seed, replay)
         self.initial_fetch = float(self.runner.first_fetch.mean())
-        self.handoff_units = (float(self.runner.handoff_units[0] / self.runner.group_rows)
-                              if self.runner.handoff_units is not None else 0.0)
+        self.handoff_units = (
+            float(self.runner.handoff_units[0] / self.runner.group_rows)
+            if self.runner.handoff_units is not None
+            else 0.0
+        )
 
     def step(self, link: StepLink | None = None) -> tuple[float, float, float, float]:
         f, m, r, rem = self.runner.step(link=link)
@@ -268,8 +285,9 @@ class Profile:
         self.tail = (tf, tm, tr, 0.0)
         rem = [float(x) for x in self.remote]
         # Python floats per step, so the engine's hot loop indexes a list instead of four arrays.
-        self.rows = [tuple(float(a[i]) for a in (self.fetch, self.missing, self.recall)) + (rem[i],)
-                     for i in range(self.n_fit)]
+        self.rows = [
+            tuple(float(a[i]) for a in (self.fetch, self.missing, self.recall)) + (rem[i],) for i in range(self.n_fit)
+        ]
         self.rows += [(tf, tm, tr, rem[i]) for i in range(self.n_fit, len(rem))]
         self.n = len(self.rows)
 
@@ -367,5 +385,5 @@ class PolicySource:
         if self.bank is not None:
             return RequestPolicy(profile=self.bank.get(n_blocks), rscale=max(int(n_blocks), 2) / bucket_of(n_blocks))
         # Exact: one episode per request, seeded by (seed, request id) so the order of admission does not matter.
-        seed = (self.cfg.seed * 1_000_003 + int(req_id) * 7919) % (2 ** 63)
+        seed = (self.cfg.seed * 1_000_003 + int(req_id) * 7919) % (2**63)
         return RequestPolicy(episode=Episode(self.cfg, n_blocks, seed, self.replay))

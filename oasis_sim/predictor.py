@@ -29,6 +29,7 @@ op                 shape keys                                    roofline model
 bytes of one layer. Every efficiency factor is a field of :class:`RooflineParams`. A predictor fitted to executor
 recordings implements the same :class:`TimePredictor` interface and plugs in without touching the simulation.
 """
+
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
@@ -37,16 +38,26 @@ from typing import Mapping
 
 from oasis_core.specs import HardwareSpec, ModelSpec
 
-OPS = ("gemm_layer", "attn_decode", "attn_prefill", "norm_rope", "score", "topk", "select", "sparse_overhead",
-       "side_contention", "lm_head", "step_overhead")
+OPS = (
+    "gemm_layer",
+    "attn_decode",
+    "attn_prefill",
+    "norm_rope",
+    "score",
+    "topk",
+    "select",
+    "sparse_overhead",
+    "side_contention",
+    "lm_head",
+    "step_overhead",
+)
 
 
 class TimePredictor(ABC):
     """``time(op, shape) -> seconds``; ``op`` one of :data:`OPS`, ``shape`` a mapping of the keys listed above."""
 
     @abstractmethod
-    def time(self, op: str, shape: Mapping[str, float]) -> float:
-        ...
+    def time(self, op: str, shape: Mapping[str, float]) -> float: ...
 
 
 @dataclass(frozen=True)
@@ -117,10 +128,17 @@ class RooflinePredictor(TimePredictor):
         self.hbm = hardware.hbm_bytes_per_s
         self.attn_Bps = hardware.measured_attn_read_bytes_per_s or self.hbm * p.attn_mem_eff
         self._ops = {
-            "gemm_layer": self._gemm_layer, "attn_decode": self._attn_decode, "attn_prefill": self._attn_prefill,
-            "norm_rope": self._norm_rope, "score": self._score, "topk": self._topk, "select": self._select,
-            "lm_head": self._lm_head, "step_overhead": self._step_overhead,
-            "sparse_overhead": self._sparse_overhead, "side_contention": self._side_contention,
+            "gemm_layer": self._gemm_layer,
+            "attn_decode": self._attn_decode,
+            "attn_prefill": self._attn_prefill,
+            "norm_rope": self._norm_rope,
+            "score": self._score,
+            "topk": self._topk,
+            "select": self._select,
+            "lm_head": self._lm_head,
+            "step_overhead": self._step_overhead,
+            "sparse_overhead": self._sparse_overhead,
+            "side_contention": self._side_contention,
         }
 
     @classmethod

@@ -25,6 +25,7 @@ runs it, and reads the simulated run the way the executor's bench reads the real
 
 Metric keys (:data:`METRICS`) are shared with ``measured_metrics(rec)``; ``validate`` compares the two.
 """
+
 from __future__ import annotations
 
 import json
@@ -78,9 +79,14 @@ def measured_metrics(rec: Recording) -> dict:
     L = n_layers(rec)
     st = r["stage_ms_per_step"]
     out = {k: None for k in METRICS}
-    out.update(tpot_ms_p50=r["tpot_ms_p50"], tpot_ms_p99=r["tpot_ms_p99"], throughput_tok_s=r["throughput_tok_s"],
-               ttft_ms_p50=r["ttft_ms_p50"], stall_ms_per_step=r["stall_ms_per_step"],
-               pcie_h2d_bytes_per_step=r["bytes_per_step"].get("pcie_h2d"))
+    out.update(
+        tpot_ms_p50=r["tpot_ms_p50"],
+        tpot_ms_p99=r["tpot_ms_p99"],
+        throughput_tok_s=r["throughput_tok_s"],
+        ttft_ms_p50=r["ttft_ms_p50"],
+        stall_ms_per_step=r["stall_ms_per_step"],
+        pcie_h2d_bytes_per_step=r["bytes_per_step"].get("pcie_h2d"),
+    )
     for stage in ("layers", "gemm", "attn", "pred", "select"):
         if stage in st:
             out[f"layer_ms_{stage}"] = st[stage] / L
@@ -121,25 +127,43 @@ def _replay_sets_json(rec: Recording, out_path: str) -> int:
     return len(layers)
 
 
-def sim_config(rec: Recording, h2d_bytes_per_s: Optional[float] = None, replay_file: Optional[str] = None,
-               policy_layers: Optional[int] = None, **overrides) -> SimConfig:
+def sim_config(
+    rec: Recording,
+    h2d_bytes_per_s: Optional[float] = None,
+    replay_file: Optional[str] = None,
+    policy_layers: Optional[int] = None,
+    **overrides,
+) -> SimConfig:
     """The ``SimConfig`` that mirrors the recording (see the module docstring). Raises ``ConfigError`` naming
     the recording when a field has no simulator equivalent (unknown model or hardware preset, ...)."""
     c = rec.config
     n, ctx = c["concurrency"], c["context"]
     out_tokens = c["warmup_steps"] + c["steps"] + 1  # the prefill yields the first token
-    values = dict(model=c["model"], hardware=c["hardware"], mode=c["mode"], top_k=c["top_k"],
-                  block_size=c["block_size"], fetch_ratio=c["fetch_ratio"], seed=c["seed"],
-                  concurrency=n, max_batch=max(256, n), chunk_tokens=n * ctx,
-                  transfer_path=c["transfer_path"] or "dma", timeline_steps=out_tokens + 1,
-                  profile_steps=max(64, out_tokens + 1))
+    values = dict(
+        model=c["model"],
+        hardware=c["hardware"],
+        mode=c["mode"],
+        top_k=c["top_k"],
+        block_size=c["block_size"],
+        fetch_ratio=c["fetch_ratio"],
+        seed=c["seed"],
+        concurrency=n,
+        max_batch=max(256, n),
+        chunk_tokens=n * ctx,
+        transfer_path=c["transfer_path"] or "dma",
+        timeline_steps=out_tokens + 1,
+        profile_steps=max(64, out_tokens + 1),
+    )
     requests = [(n, ctx, out_tokens)]  # (count, prompt, output) the memory must hold at once
     if c["workload"] == "trace":  # open loop at the recorded arrival times, the server's batch and chunk limits
         reqs = rec.trace.requests
         longest = max(q.output_tokens for q in reqs)
         del values["concurrency"]
-        values.update(max_batch=c.get("max_lanes") or max(256, n), timeline_steps=min(c["steps"] + 1, 1000),
-                      profile_steps=max(64, longest + 1))
+        values.update(
+            max_batch=c.get("max_lanes") or max(256, n),
+            timeline_steps=min(c["steps"] + 1, 1000),
+            profile_steps=max(64, longest + 1),
+        )
         if c.get("prefill_chunk"):
             values["chunk_tokens"] = c["prefill_chunk"]
         else:
@@ -189,11 +213,21 @@ class ReplayResult:
         from oasis_exec.recorder import exec_timeline
 
         out = self.sim.files()
-        out["replay.json"] = json.dumps({"recording": self.recording.name, "config": self.cfg.to_dict(),
-                                         "window_steps": len(self.window), "predicted": self.predicted,
-                                         "measured": measured_metrics(self.recording),
-                                         "stage_ms_per_step": self.stage_ms_per_step},
-                                        indent=2, sort_keys=True) + "\n"
+        out["replay.json"] = (
+            json.dumps(
+                {
+                    "recording": self.recording.name,
+                    "config": self.cfg.to_dict(),
+                    "window_steps": len(self.window),
+                    "predicted": self.predicted,
+                    "measured": measured_metrics(self.recording),
+                    "stage_ms_per_step": self.stage_ms_per_step,
+                },
+                indent=2,
+                sort_keys=True,
+            )
+            + "\n"
+        )
         out["exec_timeline.json"] = json.dumps(exec_timeline(self.recording), separators=(",", ":"))
         return out
 
@@ -203,8 +237,12 @@ def _copy_rate(cfg: SimConfig) -> tuple:
     return (cfg.h2d_bytes_per_s or hw.h2d_bytes_per_s * SCATTER_EFFICIENCY), get_link(hw.pcie_link).latency_s
 
 
-def replay(rec: Recording, predictor: Optional[TimePredictor] = None, work_dir: Optional[str] = None,
-           use_selection: bool = True) -> ReplayResult:
+def replay(
+    rec: Recording,
+    predictor: Optional[TimePredictor] = None,
+    work_dir: Optional[str] = None,
+    use_selection: bool = True,
+) -> ReplayResult:
     """Simulate the recording. ``predictor``: default the roofline of its model and hardware; a predictor with an
     ``h2d_bytes_per_s`` attribute (the fitted one) also sets the copy rate, and one with a ``gather_sm_share``
     other than None the UVA gather's SM share. ``work_dir``: where the converted selection file goes (a temporary
@@ -241,7 +279,7 @@ def replay(rec: Recording, predictor: Optional[TimePredictor] = None, work_dir: 
             raise RuntimeError(f"{rec.name}: replay: no step decoded")
     else:
         full = [i for i in range(len(log.dur)) if log.decode[i] == n and log.prefill[i] == 0]
-        window = full[c["warmup_steps"]: c["warmup_steps"] + c["steps"]]
+        window = full[c["warmup_steps"] : c["warmup_steps"] + c["steps"]]
         if not window:
             raise RuntimeError(f"{rec.name}: replay: no decode step ran the whole batch of {n}")
     L = cfg.model_spec.n_layers
@@ -266,14 +304,21 @@ def replay(rec: Recording, predictor: Optional[TimePredictor] = None, work_dir: 
     k = len(window)
     stage_ms = {s: 1e3 * v / k for s, v in stages.items()}
     pred = {m: None for m in METRICS}
-    pred.update(tpot_ms_p50=1e3 * statistics.median(durs), tpot_ms_p99=1e3 * _pct_nearest(durs, 99),
-                throughput_tok_s=n * k / sum(durs), ttft_ms_p50=res.summary["ttft_ms_p50"],
-                pcie_h2d_bytes_per_step=sum(log.h2d[i] for i in window) / k,
-                stall_ms_per_step=stage_ms["stall"])
+    pred.update(
+        tpot_ms_p50=1e3 * statistics.median(durs),
+        tpot_ms_p99=1e3 * _pct_nearest(durs, 99),
+        throughput_tok_s=n * k / sum(durs),
+        ttft_ms_p50=res.summary["ttft_ms_p50"],
+        pcie_h2d_bytes_per_step=sum(log.h2d[i] for i in window) / k,
+        stall_ms_per_step=stage_ms["stall"],
+    )
     if trace:  # per request, as the recorder measured the served requests
         sm = res.summary
-        pred.update(tpot_ms_p50=sm["tpot_ms_p50"] or 0.0, tpot_ms_p99=sm["tpot_ms_p99"] or 0.0,
-                    throughput_tok_s=sm["throughput_tok_s"])
+        pred.update(
+            tpot_ms_p50=sm["tpot_ms_p50"] or 0.0,
+            tpot_ms_p99=sm["tpot_ms_p99"] or 0.0,
+            throughput_tok_s=sm["throughput_tok_s"],
+        )
     for s in ("layers", "gemm", "attn", "pred", "select", "transfer"):
         pred[f"layer_ms_{s}"] = stage_ms[s] / L
     return ReplayResult(rec, cfg, res, window, pred, stage_ms, [tap.steps[i] for i in window])

@@ -12,6 +12,7 @@ Memory per request (bytes; ``ctx`` = tokens held, rounded up to whole blocks; si
   ``(K+1) × block_size`` tokens is resident-dense and is held as in ``dense`` (HBM ``ctx × bytes_per_token``, host
   nothing, while prefilling too); from the step it outgrows that, the sparse-mode holdings above.
 """
+
 from __future__ import annotations
 
 from oasis_core import modes
@@ -25,8 +26,19 @@ from .hardware import MemoryPool
 class Req(Request):
     """One request of the simulation: the core's scheduling state plus what the simulator measures."""
 
-    __slots__ = ("arrival", "prefix_ids", "prefix_block_tokens", "policy", "fetch_blocks", "recall_sum", "recall_n",
-                 "stall_s", "prefix_hit_tokens", "net_bytes", "h2d_bytes")
+    __slots__ = (
+        "arrival",
+        "prefix_ids",
+        "prefix_block_tokens",
+        "policy",
+        "fetch_blocks",
+        "recall_sum",
+        "recall_n",
+        "stall_s",
+        "prefix_hit_tokens",
+        "net_bytes",
+        "h2d_bytes",
+    )
 
     def __init__(self, id, arrival, prompt, output, prefix_ids=None, prefix_block_tokens=None):
         super().__init__(id=id, prompt_len=int(prompt), max_tokens=int(output), ready_t=arrival)
@@ -100,8 +112,14 @@ class SimScheduler(Scheduler):
 
     def __init__(self, cfg: SimConfig, geo: KVGeometry, hbm: MemoryPool, host: MemoryPool, policy_source=None):
         max_ctx = cfg.max_context if cfg.max_context is not None else cfg.model_spec.max_context_tokens
-        super().__init__(accounting=ByteAccounting(cfg, geo, hbm, host), prefill_tokens=cfg.chunk_tokens,
-                         max_batch=cfg.max_batch, max_context=max_ctx, on_admit=self._admitted, on_end=self._ended)
+        super().__init__(
+            accounting=ByteAccounting(cfg, geo, hbm, host),
+            prefill_tokens=cfg.chunk_tokens,
+            max_batch=cfg.max_batch,
+            max_context=max_ctx,
+            on_admit=self._admitted,
+            on_end=self._ended,
+        )
         self.bs = cfg.block_size
         self.policy_source = policy_source
         self.done: list[Req] = []  # completed

@@ -4,6 +4,7 @@ Wiring: ``SimConfig`` → specs (``oasis_core.specs``), KV geometry, predictor, 
 compute/side streams, copy paths) → ``SimScheduler`` (``oasis_core.scheduler``) + ``Engine`` (+ ``split.PrefillNode`` and a NIC when
 ``split != 'none'``) → the workload (trace, closed loop or Poisson) → ``env.run()`` → metrics.
 """
+
 from __future__ import annotations
 
 import time
@@ -41,10 +42,12 @@ class SimResult:
 
     def files(self) -> dict:
         """name -> text of every deterministic output file."""
-        out = {"summary.json": metrics.dumps_summary(self.summary),
-               "requests.csv": metrics.dumps_csv(self.requests, metrics.REQUEST_COLUMNS),
-               "steps.csv": metrics.steps_csv(self.steps),
-               "memory.csv": metrics.memory_csv(self.memory)}
+        out = {
+            "summary.json": metrics.dumps_summary(self.summary),
+            "requests.csv": metrics.dumps_csv(self.requests, metrics.REQUEST_COLUMNS),
+            "steps.csv": metrics.steps_csv(self.steps),
+            "memory.csv": metrics.memory_csv(self.memory),
+        }
         if self.timeline is not None:
             out["timeline.json"] = self.timeline.to_json()
         return out
@@ -54,10 +57,14 @@ def build_node(env, cfg: SimConfig, name: str, hbm_for_kv: float, host_bytes: fl
     hw = cfg.hardware_spec
     link = hw.link
     h2d_Bps = cfg.h2d_bytes_per_s or hw.h2d_bytes_per_s * SCATTER_EFFICIENCY
-    gpu = GPU(env, MemoryPool(env, hbm_for_kv, f"{name}.hbm"),
-              CopyPath(env, h2d_Bps, link.latency_s, f"{name}.h2d"),
-              CopyPath(env, hw.d2h_bytes_per_s, link.latency_s, f"{name}.d2h"),
-              gather_sm_share=cfg.gather_sm_share if cfg.transfer_path == "uva" else 0.0, n_side_streams=1)
+    gpu = GPU(
+        env,
+        MemoryPool(env, hbm_for_kv, f"{name}.hbm"),
+        CopyPath(env, h2d_Bps, link.latency_s, f"{name}.h2d"),
+        CopyPath(env, hw.d2h_bytes_per_s, link.latency_s, f"{name}.d2h"),
+        gather_sm_share=cfg.gather_sm_share if cfg.transfer_path == "uva" else 0.0,
+        n_side_streams=1,
+    )
     return Node(env, name, MemoryPool(env, host_bytes, f"{name}.host"), gpu)
 
 
@@ -71,11 +78,15 @@ def simulate(cfg: SimConfig, trace: Trace, predictor: TimePredictor | None = Non
     weights = model.weight_bytes
     hbm_kv = hbm_total * cfg.hbm_utilization - weights
     if hbm_kv <= 0:
-        raise ConfigError(f"model: its weights ({weights / 1e9:.1f} GB) do not fit the usable HBM of {cfg.hardware} "
-                          f"({cfg.hbm_utilization} x {hbm_total / 1e9:.1f} GB), got {cfg.model!r}")
+        raise ConfigError(
+            f"model: its weights ({weights / 1e9:.1f} GB) do not fit the usable HBM of {cfg.hardware} "
+            f"({cfg.hbm_utilization} x {hbm_total / 1e9:.1f} GB), got {cfg.model!r}"
+        )
     if cfg.prefix_cache and cfg.prefix_cache_hbm_bytes >= hbm_kv:
-        raise ConfigError(f"prefix_cache_hbm_bytes: the prefix cache's HBM tier must leave room for KV in the "
-                          f"{hbm_kv / 1e9:.2f} GB of HBM the weights leave, got {cfg.prefix_cache_hbm_bytes!r}")
+        raise ConfigError(
+            f"prefix_cache_hbm_bytes: the prefix cache's HBM tier must leave room for KV in the "
+            f"{hbm_kv / 1e9:.2f} GB of HBM the weights leave, got {cfg.prefix_cache_hbm_bytes!r}"
+        )
     if cfg.prefix_cache and cfg.split == "none":
         hbm_kv -= cfg.prefix_cache_hbm_bytes  # the HBM tier comes out of the KV pool the scheduler admits against
     host_bytes = cfg.host_bytes or hw.host_dram_bytes_per_gpu * 0.9
@@ -83,27 +94,44 @@ def simulate(cfg: SimConfig, trace: Trace, predictor: TimePredictor | None = Non
 
     reqs = make_requests(trace, cfg)
     bs = cfg.block_size
-    policy = PolicySource(cfg, [-(-(r.prompt + (r.output + 1) // 2) // bs) for r in reqs],
-                          max_steps=max((r.output for r in reqs), default=0))
+    policy = PolicySource(
+        cfg,
+        [-(-(r.prompt + (r.output + 1) // 2) // bs) for r in reqs],
+        max_steps=max((r.output for r in reqs), default=0),
+    )
     sched = SimScheduler(cfg, geo, node.gpu.hbm, node.host, policy)
     timeline = Timeline() if cfg.timeline_steps > 0 else None
 
     prefill = prefix = None
     if cfg.split != "none":
-        from .split import PrefillNode, RemoteFetcher
         from oasis_core.specs import get_link
+
+        from .split import PrefillNode, RemoteFetcher
+
         nic_spec = get_link(cfg.nic)
         node.nic = FairLink(env, nic_spec.achieved_bytes_per_s, nic_spec.latency_s, "nic")
         remote = RemoteFetcher(cfg, geo, node.nic, sched) if cfg.split == "rpf" else None
-        engine = Engine(env, cfg, geo, node.gpu, sched, predictor, node.gpu.h2d.bandwidth_Bps,
-                        node.gpu.h2d.latency_s, timeline, remote)
+        engine = Engine(
+            env,
+            cfg,
+            geo,
+            node.gpu,
+            sched,
+            predictor,
+            node.gpu.h2d.bandwidth_Bps,
+            node.gpu.h2d.latency_s,
+            timeline,
+            remote,
+        )
         prefill = PrefillNode(env, cfg, geo, predictor, node.nic, sched, engine, timeline)
         submit = prefill.submit
     else:
-        engine = Engine(env, cfg, geo, node.gpu, sched, predictor, node.gpu.h2d.bandwidth_Bps,
-                        node.gpu.h2d.latency_s, timeline)
+        engine = Engine(
+            env, cfg, geo, node.gpu, sched, predictor, node.gpu.h2d.bandwidth_Bps, node.gpu.h2d.latency_s, timeline
+        )
         if cfg.prefix_cache:
             from .split import PrefixCache
+
             prefix = PrefixCache(cfg.prefix_cache_hbm_bytes, cfg.prefix_cache_host_bytes, geo.bytes_per_token)
 
         def submit(r):
@@ -151,10 +179,23 @@ def simulate(cfg: SimConfig, trace: Trace, predictor: TimePredictor | None = Non
     if prefill is not None:
         extra.update(prefill.stats())
     summary = metrics.summarize(
-        cfg, rows, n_requests=len(reqs), rejections=dict(sched.rejections), preemptions=sched.preemptions, h2d_bytes=engine.h2d_bytes,
-        d2h_bytes=engine.d2h_bytes, net_bytes=net, hbm_peak=node.gpu.hbm.peak, host_peak=node.host.peak,
-        recall_sum=engine.recall_sum, recall_n=engine.recall_n, stall_s=engine.stall_s, steps=engine.steps,
-        end_s=end, first_arrival_s=first_arrival, extra=extra)
+        cfg,
+        rows,
+        n_requests=len(reqs),
+        rejections=dict(sched.rejections),
+        preemptions=sched.preemptions,
+        h2d_bytes=engine.h2d_bytes,
+        d2h_bytes=engine.d2h_bytes,
+        net_bytes=net,
+        hbm_peak=node.gpu.hbm.peak,
+        host_peak=node.host.peak,
+        recall_sum=engine.recall_sum,
+        recall_n=engine.recall_n,
+        stall_s=engine.stall_s,
+        steps=engine.steps,
+        end_s=end,
+        first_arrival_s=first_arrival,
+        extra=extra,
+    )
     memory = {"decode.hbm": node.gpu.hbm.series, "decode.host": node.host.series}
-    return SimResult(summary, rows, engine.log, memory, timeline, time.perf_counter() - wall0,
-                     engine.steps)
+    return SimResult(summary, rows, engine.log, memory, timeline, time.perf_counter() - wall0, engine.steps)

@@ -25,6 +25,7 @@
   layer transfers take ``latency + bytes / fair share`` of the NIC, the share a new flow gets at step start.
   The decode node's host memory holds only what has arrived (hand-off + remote misses + decoded tokens).
 """
+
 from __future__ import annotations
 
 from collections import OrderedDict
@@ -139,8 +140,11 @@ class PrefillNode:
         done = 0
         while done < tokens:
             n = min(self.cfg.chunk_tokens, tokens - done)
-            per_layer = (p.time("gemm_layer", {"tokens": n}) + p.time("norm_rope", {"tokens": n})
-                         + p.time("attn_prefill", {"tokens": n, "past_tokens": past + done}))
+            per_layer = (
+                p.time("gemm_layer", {"tokens": n})
+                + p.time("norm_rope", {"tokens": n})
+                + p.time("attn_prefill", {"tokens": n, "past_tokens": past + done})
+            )
             t += L * per_layer
             done += n
         return t
@@ -198,10 +202,15 @@ class PrefillNode:
 
     def stats(self) -> dict:
         remote = self.engine.remote.remote_bytes if self.engine.remote is not None else 0.0
-        return {"handoff_bytes": round(self.handoff_bytes), "handoff_full_kv_bytes": round(self.full_kv_bytes),
-                "handoff_kv_bytes": round(self.handoff_kv_bytes),
-                "handoff_summary_bytes": round(self.handoff_summary_bytes),
-                "handoff_draft_bytes": round(self.handoff_draft_bytes),
-                "rpf_remote_bytes": round(remote), "rpf_granularity": self.cfg.rpf_granularity,
-                "rpf_send_summaries": self.cfg.rpf_send_summaries,
-                "prefill_busy_s": round(self.busy_s, 6), "prefix_hit_tokens": self.prefix_hit_tokens}
+        return {
+            "handoff_bytes": round(self.handoff_bytes),
+            "handoff_full_kv_bytes": round(self.full_kv_bytes),
+            "handoff_kv_bytes": round(self.handoff_kv_bytes),
+            "handoff_summary_bytes": round(self.handoff_summary_bytes),
+            "handoff_draft_bytes": round(self.handoff_draft_bytes),
+            "rpf_remote_bytes": round(remote),
+            "rpf_granularity": self.cfg.rpf_granularity,
+            "rpf_send_summaries": self.cfg.rpf_send_summaries,
+            "prefill_busy_s": round(self.busy_s, 6),
+            "prefix_hit_tokens": self.prefix_hit_tokens,
+        }

@@ -29,6 +29,7 @@ the package installed in the cluster image). The rows are the local sweep's: sam
 failing point (or a task whose worker died) keeping its row with ``error`` set; only ``wall_s`` differs run to
 run. See docs/sweeps.md.
 """
+
 from __future__ import annotations
 
 import itertools
@@ -178,11 +179,16 @@ def _start_ray(address: str, workers: Optional[int]) -> bool:
     if not local:
         _check_reachable(address)
     try:
-        ray.init(address=None if local else address, num_cpus=workers if local else None,
-                 include_dashboard=False, logging_level=logging.WARNING)
+        ray.init(
+            address=None if local else address,
+            num_cpus=workers if local else None,
+            include_dashboard=False,
+            logging_level=logging.WARNING,
+        )
     except Exception as e:  # noqa: BLE001 - ray raises ConnectionError, ValueError, RuntimeError, ...
-        raise ConfigError(f"--ray {address}: cannot start or join Ray: {type(e).__name__}: "
-                          f"{' '.join(str(e).split())[:300]}") from None
+        raise ConfigError(
+            f"--ray {address}: cannot start or join Ray: {type(e).__name__}: {' '.join(str(e).split())[:300]}"
+        ) from None
     return True
 
 
@@ -243,6 +249,8 @@ def run_sweep(path: str, out_dir: str, workers: int | None = None, ray_address: 
     print(f"wrote {out}: {len(rows)} points" + (f", {len(failed)} failed" if failed else ""))
     if failed:
         i = failed[0]
-        raise ConfigError(f"sweep: {len(failed)} of {len(rows)} points failed (see the error column of {out}); "
-                          f"first: {_label(i, points[i])}: {rows[i]['error']}")
+        raise ConfigError(
+            f"sweep: {len(failed)} of {len(rows)} points failed (see the error column of {out}); "
+            f"first: {_label(i, points[i])}: {rows[i]['error']}"
+        )
     return out

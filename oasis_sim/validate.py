@@ -15,6 +15,7 @@ recordings; the report's top level repeats the fitted predictor's figures under 
 ``median_abs_err_pct_<metric>`` / ``p90_abs_err_pct_<metric>`` (``tpot_p50``, ``tpot_p99``, ``throughput``,
 ``ttft_p50``, ``h2d_bytes``, ``stall``, ``layer_<stage>``), and the roofline's with a ``roofline_`` prefix.
 """
+
 from __future__ import annotations
 
 import json
@@ -29,10 +30,20 @@ from oasis_core.recording import Recording, find_recordings, load_recording
 from .fitted import FittedModel, fit, recording_key, sample_of
 from .replay import METRICS, measured_metrics, replay
 
-SHORT = {"tpot_ms_p50": "tpot_p50", "tpot_ms_p99": "tpot_p99", "throughput_tok_s": "throughput",
-         "ttft_ms_p50": "ttft_p50", "pcie_h2d_bytes_per_step": "h2d_bytes", "stall_ms_per_step": "stall",
-         "layer_ms_layers": "layer_layers", "layer_ms_gemm": "layer_gemm", "layer_ms_attn": "layer_attn",
-         "layer_ms_pred": "layer_pred", "layer_ms_select": "layer_select", "layer_ms_transfer": "layer_transfer"}
+SHORT = {
+    "tpot_ms_p50": "tpot_p50",
+    "tpot_ms_p99": "tpot_p99",
+    "throughput_tok_s": "throughput",
+    "ttft_ms_p50": "ttft_p50",
+    "pcie_h2d_bytes_per_step": "h2d_bytes",
+    "stall_ms_per_step": "stall",
+    "layer_ms_layers": "layer_layers",
+    "layer_ms_gemm": "layer_gemm",
+    "layer_ms_attn": "layer_attn",
+    "layer_ms_pred": "layer_pred",
+    "layer_ms_select": "layer_select",
+    "layer_ms_transfer": "layer_transfer",
+}
 PREDICTORS = ("roofline", "fitted")
 
 
@@ -57,8 +68,11 @@ def err_pct(measured, predicted) -> Optional[float]:
 
 def _row(rec: Recording, predicted: dict) -> dict:
     meas = measured_metrics(rec)
-    return {k: {"measured": meas[k], "predicted": predicted.get(k), "err_pct": err_pct(meas[k], predicted.get(k))}
-            for k in METRICS if meas[k] is not None or predicted.get(k) is not None}
+    return {
+        k: {"measured": meas[k], "predicted": predicted.get(k), "err_pct": err_pct(meas[k], predicted.get(k))}
+        for k in METRICS
+        if meas[k] is not None or predicted.get(k) is not None
+    }
 
 
 def fitted_model_for(scored: Recording, pool: Sequence[Recording], samples: dict) -> FittedModel:
@@ -73,8 +87,11 @@ def fitted_model_for(scored: Recording, pool: Sequence[Recording], samples: dict
 def _aggregate(rows: list) -> dict:
     out = {}
     for k in METRICS:
-        errs = [abs(r["metrics"][k]["err_pct"]) for r in rows
-                if k in r["metrics"] and r["metrics"][k]["err_pct"] is not None]
+        errs = [
+            abs(r["metrics"][k]["err_pct"])
+            for r in rows
+            if k in r["metrics"] and r["metrics"][k]["err_pct"] is not None
+        ]
         s = SHORT[k]
         out[f"n_{s}"] = len(errs)
         out[f"median_abs_err_pct_{s}"] = float(np.median(errs)) if errs else None
@@ -82,8 +99,9 @@ def _aggregate(rows: list) -> dict:
     return out
 
 
-def validate(recordings: Sequence[Recording], calibrate_from: Optional[Sequence[Recording]] = None,
-             progress=None) -> dict:
+def validate(
+    recordings: Sequence[Recording], calibrate_from: Optional[Sequence[Recording]] = None, progress=None
+) -> dict:
     """The validation report (a JSON-ready dict); see the module docstring."""
     if not recordings:
         raise ValueError("validate: no recordings to score")
@@ -106,18 +124,25 @@ def validate(recordings: Sequence[Recording], calibrate_from: Optional[Sequence[
             pred = replay(rec, model.predictor_for(rec)).predicted
         else:  # nothing to calibrate from: the fitted predictor is the roofline
             pred = roof[k].predicted
-        rows["fitted"].append({"recording": rec.name, "config": rec.config, "metrics": _row(rec, pred),
-                               "model": model.describe()})
+        rows["fitted"].append(
+            {"recording": rec.name, "config": rec.config, "metrics": _row(rec, pred), "model": model.describe()}
+        )
         if progress:
             progress(rec.name)
-    report = {"scheme": scheme, "n_recordings": len(recordings), "n_calibration": len(pool),
-              "recordings": [r.name for r in recordings],
-              "calibration": [r.name for r in pool],
-              "note": ("fitted: leave-one-out, each recording scored by a model fitted on all the others"
-                       if scheme == "leave-one-out" else
-                       "fitted: held-out, each recording scored by a model fitted on the --calibrate-from set "
-                       "minus that recording"),
-              "predictors": {p: {"summary": _aggregate(rows[p]), "recordings": rows[p]} for p in PREDICTORS}}
+    report = {
+        "scheme": scheme,
+        "n_recordings": len(recordings),
+        "n_calibration": len(pool),
+        "recordings": [r.name for r in recordings],
+        "calibration": [r.name for r in pool],
+        "note": (
+            "fitted: leave-one-out, each recording scored by a model fitted on all the others"
+            if scheme == "leave-one-out"
+            else "fitted: held-out, each recording scored by a model fitted on the --calibrate-from set "
+            "minus that recording"
+        ),
+        "predictors": {p: {"summary": _aggregate(rows[p]), "recordings": rows[p]} for p in PREDICTORS},
+    }
     for k, v in report["predictors"]["fitted"]["summary"].items():
         report[k] = v
     for k, v in report["predictors"]["roofline"]["summary"].items():
@@ -153,8 +178,16 @@ def report_table(report: dict) -> str:
         rows = [("metric", "measured", "roofline", "err", "fitted", "err")]
         for k, m in r0["metrics"].items():
             f = r1["metrics"].get(k, {})
-            rows.append((k, _fmt(m["measured"]), _fmt(m["predicted"]), _e(m["err_pct"]),
-                         _fmt(f.get("predicted")), _e(f.get("err_pct"))))
+            rows.append(
+                (
+                    k,
+                    _fmt(m["measured"]),
+                    _fmt(m["predicted"]),
+                    _e(m["err_pct"]),
+                    _fmt(f.get("predicted")),
+                    _e(f.get("err_pct")),
+                )
+            )
         w = [max(len(x[i]) for x in rows) for i in range(6)]
         lines += ["  " + "  ".join(x[i].ljust(w[i]) if i == 0 else x[i].rjust(w[i]) for i in range(6)) for x in rows]
     lines.append("")
@@ -190,14 +223,24 @@ def add_subcommands(sub) -> None:
     rp = sub.add_parser("replay", help="simulate an executor recording with its own configuration")
     rp.add_argument("recording", help="recording file (oasis_core.recording)")
     rp.add_argument("--out", default="out/replay", help="output directory")
-    rp.add_argument("--calibrate-from", nargs="+", default=None, metavar="RECORDING",
-                    help="use a predictor fitted on these recordings (files or directories; the replayed "
-                         "recording itself is left out)")
+    rp.add_argument(
+        "--calibrate-from",
+        nargs="+",
+        default=None,
+        metavar="RECORDING",
+        help="use a predictor fitted on these recordings (files or directories; the replayed "
+        "recording itself is left out)",
+    )
     rp.add_argument("--no-selection", action="store_true", help="ignore the recorded block sets; synthetic ones")
     va = sub.add_parser("validate", help="measured vs predicted over recordings (roofline and fitted predictor)")
     va.add_argument("recordings", nargs="+", metavar="RECORDING", help="recording files or directories")
-    va.add_argument("--calibrate-from", nargs="+", default=None, metavar="RECORDING",
-                    help="fit on these (held-out scheme) instead of leave-one-out over the scored recordings")
+    va.add_argument(
+        "--calibrate-from",
+        nargs="+",
+        default=None,
+        metavar="RECORDING",
+        help="fit on these (held-out scheme) instead of leave-one-out over the scored recordings",
+    )
     va.add_argument("--out", default="out/validate", help="output directory (validate.json)")
     va.add_argument("--quiet", action="store_true", help="no table")
 
@@ -214,6 +257,7 @@ def _one_line_errors(fn):
             raise
         except (ValueError, RuntimeError) as e:
             raise ConfigError(" ".join(str(e).split())) from None
+
     return run
 
 

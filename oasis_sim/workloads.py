@@ -6,6 +6,7 @@
 - ``poisson``: arrivals from a seeded exponential inter-arrival process at ``rate_rps``; prompt/output lengths
   are the trace's, in order.
 """
+
 from __future__ import annotations
 
 import os
@@ -37,7 +38,7 @@ def bundled_trace_path() -> Path:
 
 
 # Traces larger than this are read in chunks behind a tqdm progress bar on stderr.
-PROGRESS_BYTES = 32 * 2 ** 20
+PROGRESS_BYTES = 32 * 2**20
 # The latest arrival a run may simulate: 1e8 s (~3 years). Times are absolute floats, so at 1e8 s their spacing
 # is 1.5e-8 s, below the 1e-7 s (4 decimals of ms) TTFT and TPOT are reported at; far later arrivals would round
 # short latencies to 0.
@@ -53,8 +54,9 @@ def _read(path) -> bytes:
             from tqdm import tqdm
 
             chunks = []
-            with tqdm(total=size, unit="B", unit_scale=True, desc=f"reading {Path(path).name}", file=sys.stderr,
-                      leave=False) as bar:
+            with tqdm(
+                total=size, unit="B", unit_scale=True, desc=f"reading {Path(path).name}", file=sys.stderr, leave=False
+            ) as bar:
                 for chunk in iter(lambda: f.read(1 << 20), b""):
                     chunks.append(chunk)
                     bar.update(len(chunk))
@@ -104,12 +106,15 @@ def make_requests(trace: Trace, cfg: SimConfig) -> list[Req]:
     last = max((r.arrival for r in out), default=0.0)
     if last > MAX_ARRIVAL_S:
         name = "rate_rps" if cfg.arrival == "poisson" else "time_scale"
-        raise ConfigError(f"{name}: {getattr(cfg, name)!r} puts the last arrival at {last:.3g} s, later than "
-                          f"{MAX_ARRIVAL_S:.0e} s, where float times lose the 0.1 us precision latencies are reported at")
+        raise ConfigError(
+            f"{name}: {getattr(cfg, name)!r} puts the last arrival at {last:.3g} s, later than "
+            f"{MAX_ARRIVAL_S:.0e} s, where float times lose the 0.1 us precision latencies are reported at"
+        )
     check_rates(cfg)
     bs = cfg.block_size
-    check_footprint(cfg, [-(-(r.prompt + (r.output + 1) // 2) // bs) for r in out],
-                    min(cfg.max_batch, cfg.concurrency or len(out)))
+    check_footprint(
+        cfg, [-(-(r.prompt + (r.output + 1) // 2) // bs) for r in out], min(cfg.max_batch, cfg.concurrency or len(out))
+    )
     return out
 
 
@@ -152,6 +157,14 @@ def uniform_trace(n: int, prompt_tokens: int, output_tokens: int, gap_s: float =
     reqs = []
     for i in range(n):
         ids = None if prefix_ids is None else tuple(prefix_ids(i))
-        reqs.append(Request(id=i, arrival_s=i * gap_s, prompt_tokens=prompt_tokens, output_tokens=output_tokens,
-                            prefix_block_ids=ids, prefix_block_tokens=None if ids is None else 512))
+        reqs.append(
+            Request(
+                id=i,
+                arrival_s=i * gap_s,
+                prompt_tokens=prompt_tokens,
+                output_tokens=output_tokens,
+                prefix_block_ids=ids,
+                prefix_block_tokens=None if ids is None else 512,
+            )
+        )
     return Trace(requests=tuple(reqs))

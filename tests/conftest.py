@@ -1,6 +1,7 @@
 """Shared by every test folder (unit/, integration/, gpu/): the CUDA skip of ``gpu``-marked tests, the one-thread
 fixture, and ``helpers/`` on ``sys.path`` so that test files import the shared fakes and cases by name
 (``from server_fakes import FakeEngine``), wherever they sit."""
+
 import importlib.util
 import sys
 from pathlib import Path

@@ -152,8 +152,14 @@ def make_jobs(cfg: LoadConfig, max_model_len: int, vocab: int) -> list[Job]:
 
 
 async def _one(client: httpx.AsyncClient, cfg: LoadConfig, model: str, job: Job, rec: Record) -> None:
-    body = {"model": model, "prompt": list(job.prompt_ids), "max_tokens": job.max_tokens, "temperature": 0.0,
-            "stream": True, "stream_options": {"include_usage": True}}
+    body = {
+        "model": model,
+        "prompt": list(job.prompt_ids),
+        "max_tokens": job.max_tokens,
+        "temperature": 0.0,
+        "stream": True,
+        "stream_options": {"include_usage": True},
+    }
     rec.prompt_tokens = len(job.prompt_ids)
     for attempt in range(cfg.retry_429 + 1):
         sent = time.perf_counter()
@@ -296,8 +302,12 @@ def _commit() -> str | None:
     if os.environ.get("OASIS_COMMIT"):  # a copy without .git (e.g. a `git archive` on a device machine)
         return os.environ["OASIS_COMMIT"]
     try:
-        return subprocess.run(["git", "rev-parse", "HEAD"], cwd=ROOT, capture_output=True, text=True,
-                              timeout=5).stdout.strip() or None
+        return (
+            subprocess.run(
+                ["git", "rev-parse", "HEAD"], cwd=ROOT, capture_output=True, text=True, timeout=5
+            ).stdout.strip()
+            or None
+        )
     except (OSError, subprocess.SubprocessError):
         return None
 
@@ -305,8 +315,10 @@ def _commit() -> str | None:
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--base-url", default="http://127.0.0.1:8000", help="server root URL")
-    p.add_argument("--trace", help=f"Mooncake JSONL or OasisKV trace JSON (default {DEFAULT_TRACE.name}, "
-                                   f"else {FALLBACK_TRACE.name})")
+    p.add_argument(
+        "--trace",
+        help=f"Mooncake JSONL or OasisKV trace JSON (default {DEFAULT_TRACE.name}, else {FALLBACK_TRACE.name})",
+    )
     p.add_argument("--limit", type=int, default=300, help="requests to send (the trace repeats if shorter)")
     p.add_argument("--time-scale", type=float, default=1.0, help="multiply arrival times (0.1 = 10x the rate)")
     p.add_argument("--concurrency", type=int, default=32, help="requests in flight, at most")
@@ -318,18 +330,33 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--timeout-s", type=float, default=600.0, help="per-request read timeout")
     p.add_argument("--model", help="model name to send (default: the server's)")
     p.add_argument("--per-request", action="store_true", help="include every request's record")
-    p.add_argument("--deadline-s", type=float, help="end the run this many seconds after the first arrival: "
-                                                    "cut requests in flight, drop those not yet sent")
+    p.add_argument(
+        "--deadline-s",
+        type=float,
+        help="end the run this many seconds after the first arrival: cut requests in flight, drop those not yet sent",
+    )
     p.add_argument("--out", help="write the JSON record here (default: stdout)")
     a = p.parse_args(argv)
     if a.concurrency < 1 or a.limit < 1 or a.max_output < 1 or not 0 <= a.disconnect_frac <= 1:
         p.error("--concurrency, --limit, --max-output must be >= 1 and --disconnect-frac in [0, 1]")
     if a.deadline_s is not None and a.deadline_s <= 0:
         p.error("--deadline-s must be > 0")
-    cfg = LoadConfig(base_url=a.base_url, trace=a.trace, limit=a.limit, time_scale=a.time_scale,
-                     concurrency=a.concurrency, max_prompt=a.max_prompt, max_output=a.max_output,
-                     disconnect_frac=a.disconnect_frac, retry_429=a.retry_429, seed=a.seed, timeout_s=a.timeout_s,
-                     model=a.model, per_request=a.per_request, deadline_s=a.deadline_s)
+    cfg = LoadConfig(
+        base_url=a.base_url,
+        trace=a.trace,
+        limit=a.limit,
+        time_scale=a.time_scale,
+        concurrency=a.concurrency,
+        max_prompt=a.max_prompt,
+        max_output=a.max_output,
+        disconnect_frac=a.disconnect_frac,
+        retry_429=a.retry_429,
+        seed=a.seed,
+        timeout_s=a.timeout_s,
+        model=a.model,
+        per_request=a.per_request,
+        deadline_s=a.deadline_s,
+    )
     result = asyncio.run(run_load(cfg))
     text = json.dumps(result, indent=2)
     if a.out:

@@ -2,6 +2,7 @@
 
 Every output of ``experiments/`` names the commit, the date and the machine it was produced on (``provenance()``).
 """
+
 from __future__ import annotations
 
 import json
@@ -15,7 +16,7 @@ from pathlib import Path
 import numpy as np
 
 REPO = Path(__file__).resolve().parents[2]
-GIB = 2 ** 30
+GIB = 2**30
 MOONCAKE_TRACE = REPO / "traces" / "public" / "mooncake_conversation_trace.jsonl"  # default --trace of the scripts
 
 
@@ -36,13 +37,13 @@ def ensure_repo_on_path() -> None:
 def provenance() -> dict:
     def git(*args):
         try:
-            return subprocess.run(["git", *args], cwd=REPO, capture_output=True, text=True,
-                                  check=True).stdout.strip()
+            return subprocess.run(["git", *args], cwd=REPO, capture_output=True, text=True, check=True).stdout.strip()
         except (OSError, subprocess.CalledProcessError):
             return "unknown"
 
     dirty = git("status", "--porcelain", "--", "oasis_sim", "oasis_core")
     import hashlib
+
     h = hashlib.sha256()
     for f in sorted(list((REPO / "oasis_sim").glob("*.py")) + list((REPO / "oasis_core").glob("*.py"))):
         h.update(f.name.encode())
@@ -56,21 +57,28 @@ def provenance() -> dict:
                     break
     except OSError:
         pass
-    return {"commit": git("rev-parse", "--short", "HEAD"),
-            "sim_tree_dirty": bool(dirty and dirty != "unknown"),
-            "sim_tree_dirty_files": dirty.replace("\n", "; ") if dirty and dirty != "unknown" else "",
-            "sim_source_sha256": h.hexdigest()[:16],
-            "date_utc": datetime.now(timezone.utc).strftime("%Y-%m-%d %H:%M UTC"),
-            "machine": f"{platform.node()}: {cpu}, {os.cpu_count()} CPUs, Python {platform.python_version()}, "
-                       f"{platform.system()} {platform.release()}"}
+    return {
+        "commit": git("rev-parse", "--short", "HEAD"),
+        "sim_tree_dirty": bool(dirty and dirty != "unknown"),
+        "sim_tree_dirty_files": dirty.replace("\n", "; ") if dirty and dirty != "unknown" else "",
+        "sim_source_sha256": h.hexdigest()[:16],
+        "date_utc": datetime.now(timezone.utc).strftime("%Y-%m-%d %H:%M UTC"),
+        "machine": f"{platform.node()}: {cpu}, {os.cpu_count()} CPUs, Python {platform.python_version()}, "
+        f"{platform.system()} {platform.release()}",
+    }
 
 
 def provenance_md(p: dict) -> str:
-    dirty = (f" plus uncommitted changes in the working tree ({p.get('sim_tree_dirty_files', '')})"
-             if p["sim_tree_dirty"] else "")
-    return (f"Commit `{p['commit']}`{dirty}; oasis_sim + oasis_core sources sha256 "
-            f"`{p.get('sim_source_sha256', '?')}` (read when the script started); {p['date_utc']}; machine: "
-            f"{p['machine']}.")
+    dirty = (
+        f" plus uncommitted changes in the working tree ({p.get('sim_tree_dirty_files', '')})"
+        if p["sim_tree_dirty"]
+        else ""
+    )
+    return (
+        f"Commit `{p['commit']}`{dirty}; oasis_sim + oasis_core sources sha256 "
+        f"`{p.get('sim_source_sha256', '?')}` (read when the script started); {p['date_utc']}; machine: "
+        f"{p['machine']}."
+    )
 
 
 def step_stats(log, warmup_s: float = 0.0) -> dict:

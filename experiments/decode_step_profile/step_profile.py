@@ -34,6 +34,7 @@ kernel launches of an eager step), by op name, by category and by phase. On the 
 summary update and write-back run their torch references (many aten ops each) where CUDA runs one Triton kernel
 (``TRITON_LAUNCHES`` says how many), and the decoder runs the plain torch ops (``fused_ops`` off).
 """
+
 from __future__ import annotations
 
 import argparse
@@ -55,12 +56,45 @@ REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)
 if REPO not in sys.path:
     sys.path.insert(0, REPO)
 
-RECORD = ("tool", "mode", "context", "concurrency", "requested_concurrency", "max_lanes", "kv_budget_gb",
-          "host_kv_gb", "model", "device", "device_name", "selection", "cuda_graph", "graph_replay", "fused_ops",
-          "transfer", "transfer_path", "uva_programs", "no_transfer", "top_k", "fetch_ratio", "warmup",
-          "plain_steps", "steps",
-          "wall_ms_plain", "wall_ms_plain_p50", "wall_ms", "wall_ms_p50", "build_s", "gpu", "host", "phases",
-          "error", "torch", "triton", "commit", "date")
+RECORD = (
+    "tool",
+    "mode",
+    "context",
+    "concurrency",
+    "requested_concurrency",
+    "max_lanes",
+    "kv_budget_gb",
+    "host_kv_gb",
+    "model",
+    "device",
+    "device_name",
+    "selection",
+    "cuda_graph",
+    "graph_replay",
+    "fused_ops",
+    "transfer",
+    "transfer_path",
+    "uva_programs",
+    "no_transfer",
+    "top_k",
+    "fetch_ratio",
+    "warmup",
+    "plain_steps",
+    "steps",
+    "wall_ms_plain",
+    "wall_ms_plain_p50",
+    "wall_ms",
+    "wall_ms_p50",
+    "build_s",
+    "gpu",
+    "host",
+    "phases",
+    "error",
+    "torch",
+    "triton",
+    "commit",
+    "date",
+)
 
 # Kernel categories: (name, regex on the kernel name, case-insensitive); the first match wins.
 KERNEL_CATEGORIES = (
@@ -71,23 +105,68 @@ KERNEL_CATEGORIES = (
     ("summary", r"summary_update"),
     ("score/topk/sort", r"block_score|topk|sort|radix|bitonic|cub::|mbtopk"),
     ("index (torch gather/scatter)", r"index|gather|scatter|embedding"),
-    ("elementwise/norm/rope", r"elementwise|reduce_kernel|norm|rope|silu|swiglu|softmax|catarray|cat_|fill|copy"
-                              r"|where|arange|cumsum|argmax|argmin|triu|tril|distribution|compare|functor"),
+    (
+        "elementwise/norm/rope",
+        r"elementwise|reduce_kernel|norm|rope|silu|swiglu|softmax|catarray|cat_|fill|copy"
+        r"|where|arange|cumsum|argmax|argmin|triu|tril|distribution|compare|functor",
+    ),
 )
 _KCAT = [(n, re.compile(p, re.I)) for n, p in KERNEL_CATEGORIES]
 
 # aten op categories (CPU ops, by op name); "view/alloc (no kernel)" ops launch nothing on a GPU.
 NO_KERNEL_OPS = {
-    "aten::view", "aten::reshape", "aten::_reshape_alias", "aten::as_strided", "aten::slice", "aten::select",
-    "aten::transpose", "aten::t", "aten::permute", "aten::expand", "aten::expand_as", "aten::unsqueeze",
-    "aten::squeeze", "aten::view_as", "aten::alias", "aten::detach", "aten::detach_", "aten::split", "aten::chunk",
-    "aten::unbind", "aten::narrow", "aten::_unsafe_view", "aten::empty", "aten::empty_like", "aten::empty_strided",
-    "aten::resize_", "aten::lift_fresh", "aten::result_type", "aten::to", "aten::contiguous", "aten::flatten",
-    "aten::unflatten", "aten::numpy_T", "aten::movedim", "aten::broadcast_tensors", "aten::split_with_sizes",
-    "aten::set_", "aten::record_stream", "aten::as_strided_", "aten::size", "aten::stride", "aten::dim",
+    "aten::view",
+    "aten::reshape",
+    "aten::_reshape_alias",
+    "aten::as_strided",
+    "aten::slice",
+    "aten::select",
+    "aten::transpose",
+    "aten::t",
+    "aten::permute",
+    "aten::expand",
+    "aten::expand_as",
+    "aten::unsqueeze",
+    "aten::squeeze",
+    "aten::view_as",
+    "aten::alias",
+    "aten::detach",
+    "aten::detach_",
+    "aten::split",
+    "aten::chunk",
+    "aten::unbind",
+    "aten::narrow",
+    "aten::_unsafe_view",
+    "aten::empty",
+    "aten::empty_like",
+    "aten::empty_strided",
+    "aten::resize_",
+    "aten::lift_fresh",
+    "aten::result_type",
+    "aten::to",
+    "aten::contiguous",
+    "aten::flatten",
+    "aten::unflatten",
+    "aten::numpy_T",
+    "aten::movedim",
+    "aten::broadcast_tensors",
+    "aten::split_with_sizes",
+    "aten::set_",
+    "aten::record_stream",
+    "aten::as_strided_",
+    "aten::size",
+    "aten::stride",
+    "aten::dim",
     "aten::is_nonzero_fast",
-    "aten::_has_compatible_shallow_copy_type", "aten::new_empty", "aten::new_empty_strided", "aten::align_tensors",
-    "aten::lift", "aten::resolve_conj", "aten::resolve_neg", "aten::broadcast_to", "aten::real",
+    "aten::_has_compatible_shallow_copy_type",
+    "aten::new_empty",
+    "aten::new_empty_strided",
+    "aten::align_tensors",
+    "aten::lift",
+    "aten::resolve_conj",
+    "aten::resolve_neg",
+    "aten::broadcast_to",
+    "aten::real",
 }
 # ops that launch nothing on a GPU, with everything below them (CPU scalars and host tensors)
 HOST_ONLY_OPS = {"aten::scalar_tensor", "aten::lift_fresh", "aten::result_type"}
@@ -98,36 +177,76 @@ ATOMIC_OPS = {"aten::mean"}
 OP_CATEGORIES = (
     ("sync (item/nonzero)", r"::(item|_local_scalar_dense|is_nonzero|nonzero|masked_select|tolist|any|all)$"),
     ("gemm", r"::(mm|addmm|bmm|baddbmm|matmul|linear|dot|mv|addmv|einsum)$"),
-    ("copy/cast", r"::(copy_|_to_copy|clone|cat|stack|_copy_from|_copy_from_and_resize|fill_|zero_|full|zeros|ones"
-                  r"|arange|zeros_like|ones_like|full_like|scalar_tensor|tensor)$"),
-    ("index/gather/scatter", r"::(index|index_put_|_index_put_impl_|index_select|gather|scatter|scatter_|"
-                             r"scatter_add_|take_along_dim|embedding|index_fill_|masked_fill|masked_fill_|"
-                             r"repeat_interleave|searchsorted|where)$"),
-    ("reduce/sort/topk", r"::(sum|amax|amin|max|min|mean|argmax|argmin|topk|sort|argsort|cumsum|softmax|_softmax|"
-                         r"log_softmax|logsumexp|multinomial|unique|count_nonzero|prod)$"),
+    (
+        "copy/cast",
+        r"::(copy_|_to_copy|clone|cat|stack|_copy_from|_copy_from_and_resize|fill_|zero_|full|zeros|ones"
+        r"|arange|zeros_like|ones_like|full_like|scalar_tensor|tensor)$",
+    ),
+    (
+        "index/gather/scatter",
+        r"::(index|index_put_|_index_put_impl_|index_select|gather|scatter|scatter_|"
+        r"scatter_add_|take_along_dim|embedding|index_fill_|masked_fill|masked_fill_|"
+        r"repeat_interleave|searchsorted|where)$",
+    ),
+    (
+        "reduce/sort/topk",
+        r"::(sum|amax|amin|max|min|mean|argmax|argmin|topk|sort|argsort|cumsum|softmax|_softmax|"
+        r"log_softmax|logsumexp|multinomial|unique|count_nonzero|prod)$",
+    ),
 )
 _OCAT = [(n, re.compile(p)) for n, p in OP_CATEGORIES]
 
 # Triton launches on CUDA of what runs as a torch reference on the CPU, per call (sparse_attn: the attention
 # kernel, plus the split-K merge when the work is split)
-TRITON_LAUNCHES = {"attn": "1-2 (sparse_attn / paged_attn + split-K merge)", "summary": 1, "writeback": 1,
-                   "predict": "1 block_score + torch top-K (or none: synthetic sets)", "transfer": "1 uva_gather"}
+TRITON_LAUNCHES = {
+    "attn": "1-2 (sparse_attn / paged_attn + split-K merge)",
+    "summary": 1,
+    "writeback": 1,
+    "predict": "1 block_score + torch top-K (or none: synthetic sets)",
+    "transfer": "1 uva_gather",
+}
 
 # Phases: the record_function ranges the profiled steps are wrapped in, grouped for the report.
 PHASE_GROUP = {
-    "qkv": "decoder layer", "finish": "decoder layer", "logits": "lm head",
-    "attn": "attention/KV write", "summary": "attention/KV write", "writeback": "attention/KV write",
-    "layer glue": "attention/KV write", "wait": "attention/KV write",
-    "prefetch": "prediction+selection+transfer", "predict": "prediction+selection+transfer",
-    "select": "prediction+selection+transfer", "transfer": "prediction+selection+transfer",
-    "sample": "sampling/engine", "draft": "sampling/engine", "synthetic_sets": "sampling/engine",
-    "schedule": "sampling/engine", "update": "sampling/engine", "step prep": "sampling/engine",
-    "runner glue": "sampling/engine", "engine glue": "sampling/engine", "graph_replay": "graph replay",
-    "other thread": "other thread", "outside step": "outside step",
-    "execute": "(container)", "decode_core": "(container)",
+    "qkv": "decoder layer",
+    "finish": "decoder layer",
+    "logits": "lm head",
+    "attn": "attention/KV write",
+    "summary": "attention/KV write",
+    "writeback": "attention/KV write",
+    "layer glue": "attention/KV write",
+    "wait": "attention/KV write",
+    "prefetch": "prediction+selection+transfer",
+    "predict": "prediction+selection+transfer",
+    "select": "prediction+selection+transfer",
+    "transfer": "prediction+selection+transfer",
+    "sample": "sampling/engine",
+    "draft": "sampling/engine",
+    "synthetic_sets": "sampling/engine",
+    "schedule": "sampling/engine",
+    "update": "sampling/engine",
+    "step prep": "sampling/engine",
+    "runner glue": "sampling/engine",
+    "engine glue": "sampling/engine",
+    "graph_replay": "graph replay",
+    "other thread": "other thread",
+    "outside step": "outside step",
+    "execute": "(container)",
+    "decode_core": "(container)",
 }
-PER_LAYER_PHASES = ("qkv", "finish", "attn", "summary", "writeback", "layer glue", "wait", "prefetch", "predict",
-                    "select", "transfer")
+PER_LAYER_PHASES = (
+    "qkv",
+    "finish",
+    "attn",
+    "summary",
+    "writeback",
+    "layer glue",
+    "wait",
+    "prefetch",
+    "predict",
+    "select",
+    "transfer",
+)
 SYNC_APIS = re.compile(r"Synchronize|cudaMemcpy$|cuMemcpyDtoH|cuMemcpyHtoD$|cudaStreamQuery", re.I)
 
 
@@ -155,18 +274,31 @@ def op_category(name: str) -> str:
 
 # -- engine ----------------------------------------------------------------------------------------------------
 
+
 def make_config(a):
     from oasis_exec.config import ExecConfig
 
     cuda = a.device == "cuda"
-    kw = dict(model=a.model, device=a.device, dtype=a.dtype or ("bfloat16" if cuda else "float32"), mode=a.mode,
-              selection=a.selection, top_k=a.top_k, block_size=a.block_size, fetch_ratio=a.fetch_ratio,
-              max_context=a.context + a.warmup + a.plain_steps + a.steps + 2 * a.block_size,
-              kv_budget_gb=a.kv_budget_gb, host_kv_gb=a.host_kv_gb if a.mode != "dense" else None,
-              max_lanes=a.concurrency if a.max_lanes is None else (a.max_lanes or None), transfer=a.transfer,
-              uva_programs=a.uva_programs, no_transfer=a.no_transfer,
-              seed=a.seed, cuda_graph=not a.no_cuda_graph,
-              synthetic=json.loads(a.synthetic) if a.synthetic else None)
+    kw = dict(
+        model=a.model,
+        device=a.device,
+        dtype=a.dtype or ("bfloat16" if cuda else "float32"),
+        mode=a.mode,
+        selection=a.selection,
+        top_k=a.top_k,
+        block_size=a.block_size,
+        fetch_ratio=a.fetch_ratio,
+        max_context=a.context + a.warmup + a.plain_steps + a.steps + 2 * a.block_size,
+        kv_budget_gb=a.kv_budget_gb,
+        host_kv_gb=a.host_kv_gb if a.mode != "dense" else None,
+        max_lanes=a.concurrency if a.max_lanes is None else (a.max_lanes or None),
+        transfer=a.transfer,
+        uva_programs=a.uva_programs,
+        no_transfer=a.no_transfer,
+        seed=a.seed,
+        cuda_graph=not a.no_cuda_graph,
+        synthetic=json.loads(a.synthetic) if a.synthetic else None,
+    )
     if "fused_ops" in ExecConfig.help():
         kw["fused_ops"] = not a.no_fused_ops
     elif a.no_fused_ops:
@@ -178,9 +310,10 @@ class Annotator:
     """Wraps the engine's pieces in ``record_function`` ranges named ``oasis::<phase>``; ``remove()`` undoes it."""
 
     def __init__(self, eng):
+        from torch.profiler import record_function
+
         import oasis_exec.model_exec as model_exec_mod
         import oasis_exec.ops as ops_mod
-        from torch.profiler import record_function
 
         self._rf = record_function
         self._undo = []
@@ -199,8 +332,13 @@ class Annotator:
         if r.draft is not None:
             self._wrap(r.draft, "propose", "draft")
         if r.pipe is not None:
-            for attr, name in (("launch", "prefetch"), ("select", "select"), ("wait", "wait"),
-                               ("_transfer_inline", "transfer"), ("fetch_now", "prefetch")):
+            for attr, name in (
+                ("launch", "prefetch"),
+                ("select", "select"),
+                ("wait", "wait"),
+                ("_transfer_inline", "transfer"),
+                ("fetch_now", "prefetch"),
+            ):
                 self._wrap(r.pipe, attr, name)
         for attr, name in (("sparse_attn", "attn"), ("paged_attn", "attn"), ("summary_update", "summary")):
             self._wrap(ops_mod, attr, name)
@@ -228,6 +366,7 @@ class Annotator:
 
 
 # -- trace parsing -----------------------------------------------------------------------------------------------
+
 
 def _nest(events, eps=1e-3):
     """events of one thread (dicts with ts, dur) -> parent index of each (-1: none), by interval containment."""
@@ -269,8 +408,14 @@ def _clip_union(intervals, lo, hi):
 def parse_trace(events, n_layers, top=40):
     """The step records of a Chrome trace's ``traceEvents`` of ``--steps`` profiled steps (each in an
     ``oasis::step`` range). Returns (gpu dict or None, host dict, phases dict)."""
-    steps = sorted((e for e in events if e.get("ph") == "X" and e.get("name") == "oasis::step"
-                    and e.get("cat") == "user_annotation"), key=lambda e: e["ts"])
+    steps = sorted(
+        (
+            e
+            for e in events
+            if e.get("ph") == "X" and e.get("name") == "oasis::step" and e.get("cat") == "user_annotation"
+        ),
+        key=lambda e: e["ts"],
+    )
     if not steps:
         raise RuntimeError("no oasis::step range in the trace")
     S = len(steps)
@@ -286,8 +431,11 @@ def parse_trace(events, n_layers, top=40):
     # Host side: cpu ops and annotations of every CPU thread, nested.
     by_tid = defaultdict(list)
     for e in events:
-        if e.get("ph") == "X" and e.get("cat") in ("cpu_op", "user_annotation", "cuda_runtime", "cuda_driver") \
-                and "dur" in e:
+        if (
+            e.get("ph") == "X"
+            and e.get("cat") in ("cpu_op", "user_annotation", "cuda_runtime", "cuda_driver")
+            and "dur" in e
+        ):
             by_tid[e["tid"]].append(e)
     op_phase = []  # (step, phase, name, is_leaf) per cpu op
     phase_ms = defaultdict(float)  # inclusive host time of each annotated phase (main thread)
@@ -311,20 +459,23 @@ def parse_trace(events, n_layers, top=40):
             p = parent[i]
             if p >= 0 and (muted[p] or evs[p]["name"] in HOST_ONLY_OPS or evs[p]["name"] in ATOMIC_OPS):
                 muted[i] = True
-            elif (p >= 0 and evs[p]["cat"] == "cpu_op" and evs[i]["name"] == "aten::to"
-                  and _dims0(evs[i]) == []):
+            elif p >= 0 and evs[p]["cat"] == "cpu_op" and evs[i]["name"] == "aten::to" and _dims0(evs[i]) == []:
                 muted[i] = True  # a wrapped Python scalar converted inside an op: a CPU scalar on CUDA too
         below = [False] * len(evs)  # some descendant op is kernel-like
         is_kern = [False] * len(evs)
         for i in sorted(range(len(evs)), key=lambda i: -depth[i]):
             e = evs[i]
             if e["cat"] == "cpu_op":
-                is_kern[i] = (not muted[i] and e["name"] not in NO_KERNEL_OPS and e["name"] not in HOST_ONLY_OPS
-                              and (not below[i] or e["name"] in ATOMIC_OPS))
+                is_kern[i] = (
+                    not muted[i]
+                    and e["name"] not in NO_KERNEL_OPS
+                    and e["name"] not in HOST_ONLY_OPS
+                    and (not below[i] or e["name"] in ATOMIC_OPS)
+                )
             if parent[i] >= 0 and (is_kern[i] or below[i]):
                 below[parent[i]] = True
         # layer windows (main thread): from a qkv range's start to the next finish range's end
-        for i, e in enumerate(evs):
+        for e in evs:
             if e["cat"] == "user_annotation" and e["name"].startswith("oasis::") and e["name"] != "oasis::step":
                 s = step_of(e["ts"])
                 if s is not None:
@@ -377,19 +528,25 @@ def parse_trace(events, n_layers, top=40):
         "leaf_ops_by_step": [sum(1 for s, _, _ in leaf if s == i) for i in range(S)],
         "kernel_like_by_step": [sum(1 for s, _, _ in kern if s == i) for i in range(S)],
         # item()/nonzero/boolean-mask indexing: each waits for the device on CUDA (by phase)
-        "sync_ops_per_step": {ph: per_step(c) for ph, c in Counter(
-            ph for _, ph, n, _, _ in op_phase if n in SYNC_OPS).most_common()},
+        "sync_ops_per_step": {
+            ph: per_step(c) for ph, c in Counter(ph for _, ph, n, _, _ in op_phase if n in SYNC_OPS).most_common()
+        },
         # kernel-like ops by category and by name
         "op_categories": {c: per_step(v) for c, v in Counter(op_category(n) for _, _, n in kern).most_common()},
-        "top_ops": [{"name": n, "count_per_step": per_step(c), "category": op_category(n)}
-                    for n, c in ops_by_name.most_common(top)],
+        "top_ops": [
+            {"name": n, "count_per_step": per_step(c), "category": op_category(n)}
+            for n, c in ops_by_name.most_common(top)
+        ],
     }
     leaf_ph = Counter(ph for _, ph, _ in leaf)
     kern_ph = Counter(ph for _, ph, _ in kern)
     phases = {}
     for ph in sorted(set(leaf_ph) | set(phase_ms), key=lambda p: -leaf_ph.get(p, 0)):
-        d = {"group": PHASE_GROUP.get(ph, "other"), "leaf_ops_per_step": per_step(leaf_ph.get(ph, 0)),
-             "kernel_like_ops_per_step": per_step(kern_ph.get(ph, 0))}
+        d = {
+            "group": PHASE_GROUP.get(ph, "other"),
+            "leaf_ops_per_step": per_step(leaf_ph.get(ph, 0)),
+            "kernel_like_ops_per_step": per_step(kern_ph.get(ph, 0)),
+        }
         if ph in phase_ms:
             d["host_ms_per_step"] = round(phase_ms[ph] / S, 4)
             d["calls_per_step"] = per_step(phase_calls[ph])
@@ -401,11 +558,13 @@ def parse_trace(events, n_layers, top=40):
             d["kernel_like_ops_per_layer"] = round(kern_ph.get(ph, 0) / S / n_layers, 2)
         phases[ph] = d
     groups = defaultdict(lambda: [0, 0])
-    for ph, d in phases.items():
+    for d in phases.values():
         groups[d["group"]][0] += d["leaf_ops_per_step"]
         groups[d["group"]][1] += d["kernel_like_ops_per_step"]
-    host["op_groups"] = {g: {"leaf_ops_per_step": round(v[0], 2), "kernel_like_ops_per_step": round(v[1], 2)}
-                         for g, v in sorted(groups.items(), key=lambda kv: -kv[1][0])}
+    host["op_groups"] = {
+        g: {"leaf_ops_per_step": round(v[0], 2), "kernel_like_ops_per_step": round(v[1], 2)}
+        for g, v in sorted(groups.items(), key=lambda kv: -kv[1][0])
+    }
 
     # Runtime / driver API calls (CUDA) per step, and the host time blocked in syncs.
     rt = [e for e in events if e.get("ph") == "X" and e.get("cat") in ("cuda_runtime", "cuda_driver")]
@@ -426,8 +585,10 @@ def parse_trace(events, n_layers, top=40):
         api[e["name"]][1] += e["dur"]
         if SYNC_APIS.search(e["name"]):
             sync_us[s] += e["dur"]
-    host["runtime_api"] = {n: {"count_per_step": per_step(v[0]), "us_per_step": round(v[1] / S, 1)}
-                           for n, v in sorted(api.items(), key=lambda kv: -kv[1][1])}
+    host["runtime_api"] = {
+        n: {"count_per_step": per_step(v[0]), "us_per_step": round(v[1] / S, 1)}
+        for n, v in sorted(api.items(), key=lambda kv: -kv[1][1])
+    }
     host["sync_ms_per_step"] = [round(x / 1e3, 4) for x in sync_us]
 
     # Kernels: step (and phase) from the launch they correlate with; else from their start time.
@@ -449,8 +610,19 @@ def parse_trace(events, n_layers, top=40):
             continue
         kind = e["cat"]
         name = e["name"]
-        K.append((s, name, kernel_category(name) if kind == "kernel" else "memcpy/memset",
-                  a.get("stream", e.get("tid")), e["ts"], e["ts"] + e["dur"], kind, ph, c in graph_corr))
+        K.append(
+            (
+                s,
+                name,
+                kernel_category(name) if kind == "kernel" else "memcpy/memset",
+                a.get("stream", e.get("tid")),
+                e["ts"],
+                e["ts"] + e["dur"],
+                kind,
+                ph,
+                c in graph_corr,
+            )
+        )
     kern_only = [k for k in K if k[6] == "kernel"]
     per = defaultdict(lambda: [0, 0.0])
     for k in kern_only:
@@ -469,28 +641,32 @@ def parse_trace(events, n_layers, top=40):
         names = Counter()
         for k in ks:
             names[k[1]] += k[5] - k[4]
-        cat_names = {k[2] for k in ks}
         label = _stream_label(ks)
         stream_out[str(sid)] = {
-            "label": label, "count_per_step": per_step(len(ks)),
+            "label": label,
+            "count_per_step": per_step(len(ks)),
             "ms_per_step": round(sum(k[5] - k[4] for k in ks) / S / 1e3, 4),
-            "busy_ms_per_step": round(sum(_union([(k[4], k[5]) for k in ks if k[0] == i]) for i in range(S))
-                                      / S / 1e3, 4),
-            "top": [n[:120] for n, _ in names.most_common(3)]}
+            "busy_ms_per_step": round(
+                sum(_union([(k[4], k[5]) for k in ks if k[0] == i]) for i in range(S)) / S / 1e3, 4
+            ),
+            "top": [n[:120] for n, _ in names.most_common(3)],
+        }
     steps_out = []
     for i, (b0, b1) in enumerate(bounds):
         ks = [k for k in K if k[0] == i]
         iv = [(k[4], k[5]) for k in ks]
         all_iv = [(k[4], k[5]) for k in K]
         nxt = bounds[i + 1][0] if i + 1 < S else b1
-        d = {"host_ms": round((b1 - b0) / 1e3, 4),
-             "kernels": sum(1 for k in ks if k[6] == "kernel"),
-             "memcpy_memset": sum(1 for k in ks if k[6] != "kernel"),
-             "kernel_ms": round(sum(k[5] - k[4] for k in ks if k[6] == "kernel") / 1e3, 4),
-             "busy_union_ms": round(_union(iv) / 1e3, 4),
-             "span_ms": round((max(b for _, b in iv) - min(a for a, _ in iv)) / 1e3, 4) if iv else 0.0,
-             "busy_in_window_ms": round(_clip_union(all_iv, b0, nxt) / 1e3, 4),
-             "window_ms": round((nxt - b0) / 1e3, 4)}
+        d = {
+            "host_ms": round((b1 - b0) / 1e3, 4),
+            "kernels": sum(1 for k in ks if k[6] == "kernel"),
+            "memcpy_memset": sum(1 for k in ks if k[6] != "kernel"),
+            "kernel_ms": round(sum(k[5] - k[4] for k in ks if k[6] == "kernel") / 1e3, 4),
+            "busy_union_ms": round(_union(iv) / 1e3, 4),
+            "span_ms": round((max(b for _, b in iv) - min(a for a, _ in iv)) / 1e3, 4) if iv else 0.0,
+            "busy_in_window_ms": round(_clip_union(all_iv, b0, nxt) / 1e3, 4),
+            "window_ms": round((nxt - b0) / 1e3, 4),
+        }
         if iv:
             d["first_kernel_after_step_start_ms"] = round((min(a for a, _ in iv) - b0) / 1e3, 4)
             d["last_kernel_end_after_step_end_ms"] = round((max(b for _, b in iv) - b1) / 1e3, 4)
@@ -528,15 +704,26 @@ def parse_trace(events, n_layers, top=40):
         "graph_kernels_visible": (n_graph > 0) if graph_launches else None,
         "unattributed_gpu_events": unattributed,
         "steps": steps_out,
-        "categories": {c: {"count_per_step": per_step(v[0]), "ms_per_step": round(v[1] / S / 1e3, 4)}
-                       for c, v in sorted(cats.items(), key=lambda kv: -kv[1][1])},
+        "categories": {
+            c: {"count_per_step": per_step(v[0]), "ms_per_step": round(v[1] / S / 1e3, 4)}
+            for c, v in sorted(cats.items(), key=lambda kv: -kv[1][1])
+        },
         "streams": stream_out,
-        "phases": {p: {"count_per_step": per_step(v[0]), "ms_per_step": round(v[1] / S / 1e3, 4)}
-                   for p, v in sorted(ph_gpu.items(), key=lambda kv: -kv[1][1])},
-        "top_kernels": [{"name": n[:200], "category": kernel_category(n), "count_per_step": per_step(v[0]),
-                         "us_per_step": round(v[1] / S, 2), "mean_us": round(v[1] / v[0], 2),
-                         "share": round(v[1] / tot_kernel_us, 4) if tot_kernel_us else None}
-                        for n, v in sorted(per.items(), key=lambda kv: -kv[1][1])[:top]],
+        "phases": {
+            p: {"count_per_step": per_step(v[0]), "ms_per_step": round(v[1] / S / 1e3, 4)}
+            for p, v in sorted(ph_gpu.items(), key=lambda kv: -kv[1][1])
+        },
+        "top_kernels": [
+            {
+                "name": n[:200],
+                "category": kernel_category(n),
+                "count_per_step": per_step(v[0]),
+                "us_per_step": round(v[1] / S, 2),
+                "mean_us": round(v[1] / v[0], 2),
+                "share": round(v[1] / tot_kernel_us, 4) if tot_kernel_us else None,
+            }
+            for n, v in sorted(per.items(), key=lambda kv: -kv[1][1])[:top]
+        ],
         "distinct_kernels": len(per),
     }
     return gpu, host, phases
@@ -547,9 +734,15 @@ def _stream_label(ks) -> str:
     graphs the kernels run on the driver's streams for the graph's branches, which mix these."""
     names = " ".join({k[1] for k in ks})
     cats = {k[2] for k in ks}
-    parts = [lab for lab, hit in (("main", "gemm" in cats or "attention" in cats),
-                                  ("pred", "block_score" in names or "radixSort" in names),
-                                  ("copy", "uva_gather" in names)) if hit]
+    parts = [
+        lab
+        for lab, hit in (
+            ("main", "gemm" in cats or "attention" in cats),
+            ("pred", "block_score" in names or "radixSort" in names),
+            ("copy", "uva_gather" in names),
+        )
+        if hit
+    ]
     return "+".join(parts) or "other"
 
 
@@ -570,6 +763,7 @@ def _phase_of(path, ts, windows):
 
 # -- the run -----------------------------------------------------------------------------------------------------
 
+
 def _commit():
     from oasis_exec.bench import _commit as c
 
@@ -586,13 +780,30 @@ def profile_steps(a) -> dict:
         torch.set_num_threads(a.cpu_threads)
     cfg = make_config(a)
     cuda = a.device == "cuda"
-    rec = {"tool": "step_profile", "mode": a.mode, "context": a.context, "requested_concurrency": a.concurrency,
-           "kv_budget_gb": a.kv_budget_gb, "host_kv_gb": cfg.host_kv_gb, "model": a.model, "device": a.device,
-           "selection": a.selection, "cuda_graph": cfg.cuda_graph, "fused_ops": getattr(cfg, "fused_ops", None),
-           "transfer": cfg.transfer if cfg.sparse else None, "uva_programs": cfg.uva_programs if cfg.sparse else None,
-           "no_transfer": cfg.no_transfer, "top_k": cfg.top_k, "fetch_ratio": cfg.fetch_ratio, "warmup": a.warmup,
-           "plain_steps": a.plain_steps, "steps": a.steps, "torch": torch.__version__,
-           "commit": _commit(), "date": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds")}
+    rec = {
+        "tool": "step_profile",
+        "mode": a.mode,
+        "context": a.context,
+        "requested_concurrency": a.concurrency,
+        "kv_budget_gb": a.kv_budget_gb,
+        "host_kv_gb": cfg.host_kv_gb,
+        "model": a.model,
+        "device": a.device,
+        "selection": a.selection,
+        "cuda_graph": cfg.cuda_graph,
+        "fused_ops": getattr(cfg, "fused_ops", None),
+        "transfer": cfg.transfer if cfg.sparse else None,
+        "uva_programs": cfg.uva_programs if cfg.sparse else None,
+        "no_transfer": cfg.no_transfer,
+        "top_k": cfg.top_k,
+        "fetch_ratio": cfg.fetch_ratio,
+        "warmup": a.warmup,
+        "plain_steps": a.plain_steps,
+        "steps": a.steps,
+        "torch": torch.__version__,
+        "commit": _commit(),
+        "date": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
+    }
     try:
         import triton
 
@@ -602,8 +813,9 @@ def profile_steps(a) -> dict:
     rec["device_name"] = torch.cuda.get_device_name() if cuda else (platform.processor() or "cpu")
     t0 = time.perf_counter()
     try:
-        eng, n = build_bench_engine(cfg, a.context, a.concurrency, a.plain_steps + a.steps, a.warmup,
-                                    not a.no_host_fill)
+        eng, n = build_bench_engine(
+            cfg, a.context, a.concurrency, a.plain_steps + a.steps, a.warmup, not a.no_host_fill
+        )
     except Exception as e:
         rec["error"] = f"build: {type(e).__name__}: {e} | " + traceback.format_exc(limit=4)[-800:]
         return rec
@@ -684,34 +896,44 @@ def profile_steps(a) -> dict:
 def print_table(rec, out=None) -> None:
     out = out or sys.stdout
     p = lambda *x: print(*x, file=out)  # noqa: E731
-    p(f"== {rec.get('mode', rec.get('from_trace'))} ctx={rec.get('context')} n={rec.get('concurrency')} "
-      f"graph={rec.get('graph_replay')} "
-      f"fused={rec.get('fused_ops')} transfer={rec.get('transfer_path')} no_transfer={rec.get('no_transfer')} "
-      f"device={rec.get('device_name')}")
+    p(
+        f"== {rec.get('mode', rec.get('from_trace'))} ctx={rec.get('context')} n={rec.get('concurrency')} "
+        f"graph={rec.get('graph_replay')} "
+        f"fused={rec.get('fused_ops')} transfer={rec.get('transfer_path')} no_transfer={rec.get('no_transfer')} "
+        f"device={rec.get('device_name')}"
+    )
     p(f"host wall ms/step: plain p50 {rec.get('wall_ms_plain_p50')}  profiled p50 {rec.get('wall_ms_p50')}")
     if rec.get("error"):
         p("ERROR:", rec["error"])
     g = rec.get("gpu")
     if g:
-        p(f"GPU: {g['kernels_per_step']} kernels/step (+{g['memcpy_memset_per_step']} memcpy/memset), "
-          f"kernel {g['kernel_ms_per_step']} ms, busy(union) {g['busy_union_ms_per_step']} ms, span "
-          f"{g['span_ms_per_step']} ms, busy in step window {g['busy_in_window_ms_per_step']} ms; graph launches "
-          f"{g['graph_launches_per_step']}/step, graph kernels visible: {g['graph_kernels_visible']}")
+        p(
+            f"GPU: {g['kernels_per_step']} kernels/step (+{g['memcpy_memset_per_step']} memcpy/memset), "
+            f"kernel {g['kernel_ms_per_step']} ms, busy(union) {g['busy_union_ms_per_step']} ms, span "
+            f"{g['span_ms_per_step']} ms, busy in step window {g['busy_in_window_ms_per_step']} ms; graph launches "
+            f"{g['graph_launches_per_step']}/step, graph kernels visible: {g['graph_kernels_visible']}"
+        )
         p(f"{'category':34s} {'n/step':>8s} {'ms/step':>9s}")
         for c, v in g["categories"].items():
             p(f"{c:34s} {v['count_per_step']:8.1f} {v['ms_per_step']:9.3f}")
         p(f"{'stream':10s} {'label':16s} {'n/step':>8s} {'ms/step':>9s} {'busy':>9s}  top")
         for sid, v in g["streams"].items():
-            p(f"{sid:10s} {v['label']:16s} {v['count_per_step']:8.1f} {v['ms_per_step']:9.3f} "
-              f"{v['busy_ms_per_step']:9.3f}  {v['top'][0][:60] if v['top'] else ''}")
+            p(
+                f"{sid:10s} {v['label']:16s} {v['count_per_step']:8.1f} {v['ms_per_step']:9.3f} "
+                f"{v['busy_ms_per_step']:9.3f}  {v['top'][0][:60] if v['top'] else ''}"
+            )
         p(f"{'kernel':70s} {'n/step':>7s} {'us/step':>9s} {'mean':>8s} {'share':>6s}")
         for k in g["top_kernels"][:15]:
-            p(f"{k['name'][:70]:70s} {k['count_per_step']:7.1f} {k['us_per_step']:9.1f} {k['mean_us']:8.2f} "
-              f"{k['share'] or 0:6.3f}")
+            p(
+                f"{k['name'][:70]:70s} {k['count_per_step']:7.1f} {k['us_per_step']:9.1f} {k['mean_us']:8.2f} "
+                f"{k['share'] or 0:6.3f}"
+            )
     h = rec.get("host")
     if h:
-        p(f"host: {h['ops_per_step']} aten ops/step, {h['leaf_ops_per_step']} leaf, {h['kernel_like_ops_per_step']}"
-          f" kernel-like; sync ms/step {h.get('sync_ms_per_step')}")
+        p(
+            f"host: {h['ops_per_step']} aten ops/step, {h['leaf_ops_per_step']} leaf, {h['kernel_like_ops_per_step']}"
+            f" kernel-like; sync ms/step {h.get('sync_ms_per_step')}"
+        )
         p(f"{'op group':32s} {'leaf/step':>10s} {'kern/step':>10s}")
         for gname, v in h["op_groups"].items():
             p(f"{gname:32s} {v['leaf_ops_per_step']:10.1f} {v['kernel_like_ops_per_step']:10.1f}")
@@ -719,23 +941,37 @@ def print_table(rec, out=None) -> None:
     if ph:
         p(f"{'phase':16s} {'group':30s} {'leaf/step':>9s} {'kern/step':>9s} {'kern/layer':>10s} {'host ms':>8s}")
         for name, v in ph.items():
-            p(f"{name:16s} {v['group']:30s} {v['leaf_ops_per_step']:9.1f} {v['kernel_like_ops_per_step']:9.1f} "
-              f"{v.get('kernel_like_ops_per_layer', ''):>10} {v.get('host_ms_per_step', ''):>8}")
+            p(
+                f"{name:16s} {v['group']:30s} {v['leaf_ops_per_step']:9.1f} {v['kernel_like_ops_per_step']:9.1f} "
+                f"{v.get('kernel_like_ops_per_layer', ''):>10} {v.get('host_ms_per_step', ''):>8}"
+            )
 
 
 def build_parser() -> argparse.ArgumentParser:
-    ap = argparse.ArgumentParser(prog="step_profile", description=__doc__.split("\n\n")[0],
-                                 formatter_class=argparse.RawDescriptionHelpFormatter,
-                                 epilog="\n\n".join(__doc__.split("\n\n")[1:]))
+    ap = argparse.ArgumentParser(
+        prog="step_profile",
+        description=__doc__.split("\n\n")[0],
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+        epilog="\n\n".join(__doc__.split("\n\n")[1:]),
+    )
     ap.add_argument("--mode", default="lookahead", help="dense | quest | retrieval | proxy | lookahead")
     ap.add_argument("--context", type=int, default=16384, help="prompt tokens per request (synthesized prefill)")
-    ap.add_argument("--concurrency", type=int, default=8, help="requests decoding in lockstep (bounded by lanes and "
-                                                               "host blocks, as the bench does)")
+    ap.add_argument(
+        "--concurrency",
+        type=int,
+        default=8,
+        help="requests decoding in lockstep (bounded by lanes and host blocks, as the bench does)",
+    )
     ap.add_argument("--kv-budget-gb", type=float, default=None, help="GPU memory for KV state, GB")
     ap.add_argument("--host-kv-gb", type=float, default=None, help="pinned host pool, GB (sparse modes)")
-    ap.add_argument("--max-lanes", type=int, default=None, help="cap on lanes (default: --concurrency, as the "
-                                                                 "h200_* and record_matrix scripts set it; 0: what "
-                                                                 "the KV budget fits, as the bench CLI does)")
+    ap.add_argument(
+        "--max-lanes",
+        type=int,
+        default=None,
+        help="cap on lanes (default: --concurrency, as the "
+        "h200_* and record_matrix scripts set it; 0: what "
+        "the KV budget fits, as the bench CLI does)",
+    )
     ap.add_argument("--model", default="qwen3-8b", help="oasis_core model preset (dummy weights)")
     ap.add_argument("--device", default="cuda", help="cuda | cpu")
     ap.add_argument("--dtype", default=None, help="default bfloat16 on cuda, float32 on cpu")
@@ -751,8 +987,12 @@ def build_parser() -> argparse.ArgumentParser:
     ap.add_argument("--no-host-fill", action="store_true", help="leave the pinned host pool unwritten (faster build)")
     ap.add_argument("--synthetic", default=None, help="JSON of SyntheticParams overrides")
     ap.add_argument("--seed", type=int, default=0)
-    ap.add_argument("--warmup", type=int, default=5, help="steps before anything is timed (>= 3 under graphs: the "
-                                                          "first step runs eagerly, the second captures)")
+    ap.add_argument(
+        "--warmup",
+        type=int,
+        default=5,
+        help="steps before anything is timed (>= 3 under graphs: the first step runs eagerly, the second captures)",
+    )
     ap.add_argument("--plain-steps", type=int, default=5, help="steps timed on the host without the profiler")
     ap.add_argument("--steps", type=int, default=3, help="profiled steps")
     ap.add_argument("--top", type=int, default=40, help="kernels / ops listed")
@@ -761,8 +1001,12 @@ def build_parser() -> argparse.ArgumentParser:
     ap.add_argument("--trace-out", default=None, help="also keep the Chrome trace here (.json or .json.gz)")
     ap.add_argument("--out", default=None, help="append the JSON record to this .jsonl")
     ap.add_argument("--quiet", action="store_true", help="no table on stdout")
-    ap.add_argument("--from-trace", default=None, metavar="TRACE",
-                    help="re-analyse a trace saved by --trace-out (no engine; give --n-layers)")
+    ap.add_argument(
+        "--from-trace",
+        default=None,
+        metavar="TRACE",
+        help="re-analyse a trace saved by --trace-out (no engine; give --n-layers)",
+    )
     ap.add_argument("--n-layers", type=int, default=36, help="decoder layers of the traced model (--from-trace)")
     return ap
 

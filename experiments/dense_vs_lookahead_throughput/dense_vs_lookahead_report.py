@@ -11,12 +11,12 @@ Every measured number comes from the records; a figure the issue asks for whose 
 The fixed figures are issue 5's: goals (2.5x, 1.05x, 10%, 1.25x), the paper's 2.07x and vLLM 0.26's figures on the
 same H200 (docs/DESIGN.md). ``--transfer-paths``: records of ``experiments/transfer_paths/transfer_paths.py``, listed as they are.
 """
+
 from __future__ import annotations
 
 import argparse
 import json
 import sys
-from collections import defaultdict
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
@@ -30,15 +30,29 @@ GOAL_RATIO, PAPER_RATIO, GOAL_OVERLAP, GOAL_VLLM, GOAL_ROOF = 2.5, 2.07, 1.05, 0
 BUDGET_GB = 52.0
 # vLLM 0.26.0 on the same H200 (docs/DESIGN.md): (context, "52" | "whole", concurrency) -> decode tok/s;
 # issue 5 item 3 names the first four
-VLLM = {(16384, "whole", 8): 810.0, (16384, "whole", 32): 1338.0, (16384, "52", 16): 1104.0,
-        (32768, "whole", 8): 553.0, (16384, "52", 21): 1073.0, (32768, "52", 10): 508.0}
+VLLM = {
+    (16384, "whole", 8): 810.0,
+    (16384, "whole", 32): 1338.0,
+    (16384, "52", 16): 1104.0,
+    (32768, "whole", 8): 553.0,
+    (16384, "52", 21): 1073.0,
+    (32768, "52", 10): 508.0,
+}
 VLLM_ITEM3 = [(16384, "whole", 8), (16384, "whole", 32), (16384, "52", 16), (32768, "whole", 8)]
 VLLM_BEST_52 = {16384: 1104.0, 32768: 508.0}
-VARIANT_NAMES = {"base": "base", "drift2": "drift ×2", "drift4": "drift ×4", "fr0.02": "fetch 0.02",
-                 "fr0.1": "fetch 0.10", "notransfer": "no transfer", "unfused": "unfused ops"}
+VARIANT_NAMES = {
+    "base": "base",
+    "drift2": "drift ×2",
+    "drift4": "drift ×4",
+    "fr0.02": "fetch 0.02",
+    "fr0.1": "fetch 0.10",
+    "notransfer": "no transfer",
+    "unfused": "unfused ops",
+}
 
 
 # -- records -----------------------------------------------------------------------------------------------------------
+
 
 def load(paths) -> tuple:
     """(final records, in file order: the last line of each label wins, except that an ok stays; labels whose last
@@ -115,8 +129,11 @@ class Index:
 
     def ok(self, ctx, mode, budget="52", variant="base") -> list:
         """ok records of a curve, by concurrency."""
-        out = [r for (c, m, b, v, n), r in self.by.items()
-               if (c, m, b, v) == (ctx, mode, budget, variant) and r.get("status") == "ok"]
+        out = [
+            r
+            for (c, m, b, v, n), r in self.by.items()
+            if (c, m, b, v) == (ctx, mode, budget, variant) and r.get("status") == "ok"
+        ]
         return sorted(out, key=lambda r: r["concurrency"])
 
     def curve(self, ctx, mode, budget="52", variant="base") -> list:
@@ -181,6 +198,7 @@ def ms(r, key="tpot_ms_p50") -> str:
 
 # -- report ------------------------------------------------------------------------------------------------------------
 
+
 def report(recs: list, died: list, idx: Index, sweeps, tp_recs, png_name: str) -> list:
     ok = [r for r in recs if r.get("status") == "ok"]
     ctxs = idx.contexts()
@@ -190,42 +208,58 @@ def report(recs: list, died: list, idx: Index, sweeps, tp_recs, png_name: str) -
     commits = sorted({str(r.get("commit", "?")) for r in ok})
     mem = sorted({r.get("mem_total_gb") for r in ok if r.get("mem_total_gb")})
     p = provenance()
-    L += [f"Device: {', '.join(devs) or 'none'}; records dated {dates[0] if dates else '?'} to "
-          f"{dates[-1] if dates else '?'}; executor commit(s) of the records: {', '.join(commits) or '?'}; host "
-          f"MemTotal {', '.join(f'{m:.1f} GB' for m in mem) or 'not recorded'}. Sources: "
-          + ", ".join(f"`{Path(s).name}`" for s in sweeps)
-          + f" ({len(recs)} runs: {len(ok)} ok, {len(recs) - len(ok)} not). Report made at commit `{p['commit']}`, "
-          f"{p['date_utc']}.", "",
-          "Setup (from the records): dummy weights, synthetic selection, top-K "
-          f"{', '.join(sorted({str(r.get('top_k')) for r in ok if r.get('top_k')})) or '?'}, CUDA graphs "
-          f"{', '.join(sorted({str(r.get('cuda_graph')) for r in ok if 'cuda_graph' in r})) or '?'}, timed steps "
-          f"{', '.join(sorted({str(r.get('steps')) for r in ok if r.get('steps')})) or '?'} after "
-          f"{', '.join(sorted({str(r.get('warmup')) for r in ok if r.get('warmup') is not None})) or '?'} warm-up; "
-          "throughput = requests × timed steps / their time; TPOT = step time.", "",
-          f"![throughput and TPOT]({png_name})", ""]
+    L += [
+        f"Device: {', '.join(devs) or 'none'}; records dated {dates[0] if dates else '?'} to "
+        f"{dates[-1] if dates else '?'}; executor commit(s) of the records: {', '.join(commits) or '?'}; host "
+        f"MemTotal {', '.join(f'{m:.1f} GB' for m in mem) or 'not recorded'}. Sources: "
+        + ", ".join(f"`{Path(s).name}`" for s in sweeps)
+        + f" ({len(recs)} runs: {len(ok)} ok, {len(recs) - len(ok)} not). Report made at commit `{p['commit']}`, "
+        f"{p['date_utc']}.",
+        "",
+        "Setup (from the records): dummy weights, synthetic selection, top-K "
+        f"{', '.join(sorted({str(r.get('top_k')) for r in ok if r.get('top_k')})) or '?'}, CUDA graphs "
+        f"{', '.join(sorted({str(r.get('cuda_graph')) for r in ok if 'cuda_graph' in r})) or '?'}, timed steps "
+        f"{', '.join(sorted({str(r.get('steps')) for r in ok if r.get('steps')})) or '?'} after "
+        f"{', '.join(sorted({str(r.get('warmup')) for r in ok if r.get('warmup') is not None})) or '?'} warm-up; "
+        "throughput = requests × timed steps / their time; TPOT = step time.",
+        "",
+        f"![throughput and TPOT]({png_name})",
+        "",
+    ]
 
     # 1. headline
-    L += ["## Best against best at 52 GB (item 4)", "",
-          f"Goal ≥ {GOAL_RATIO}× (the paper: {PAPER_RATIO}×). Best of each curve at the 52 GB KV budget.", "",
-          "| context | dense best tok/s (n) | lookahead best tok/s (n) | ratio | goal met | vLLM best at 52 GB | "
-          "lookahead / vLLM |", "| --- | --- | --- | --- | --- | --- | --- |"]
+    L += [
+        "## Best against best at 52 GB (item 4)",
+        "",
+        f"Goal ≥ {GOAL_RATIO}× (the paper: {PAPER_RATIO}×). Best of each curve at the 52 GB KV budget.",
+        "",
+        "| context | dense best tok/s (n) | lookahead best tok/s (n) | ratio | goal met | vLLM best at 52 GB | "
+        "lookahead / vLLM |",
+        "| --- | --- | --- | --- | --- | --- | --- |",
+    ]
     for ctx in ctxs:
         d, la = best(idx.ok(ctx, "dense")), best(idx.ok(ctx, "lookahead"))
         ratio = la["throughput_tok_s"] / d["throughput_tok_s"] if d and la else None
         v = VLLM_BEST_52.get(ctx)
-        L.append(f"| {ctxk(ctx)} | {tn(d)} | "
-                 f"{tn(la)} | "
-                 f"{fmt(ratio, 2) + '×' if ratio else 'not run'} | "
-                 f"{('yes' if ratio >= GOAL_RATIO else 'no') if ratio else 'not run'} | {fmt(v) if v else '–'} | "
-                 f"{fmt(la['throughput_tok_s'] / v, 2) + '×' if la and v else '–'} |")
+        L.append(
+            f"| {ctxk(ctx)} | {tn(d)} | "
+            f"{tn(la)} | "
+            f"{fmt(ratio, 2) + '×' if ratio else 'not run'} | "
+            f"{('yes' if ratio >= GOAL_RATIO else 'no') if ratio else 'not run'} | {fmt(v) if v else '–'} | "
+            f"{fmt(la['throughput_tok_s'] / v, 2) + '×' if la and v else '–'} |"
+        )
     L.append("")
 
     # 2. curves
     L += ["## Curves (52 GB KV budget)", ""]
     for ctx in ctxs:
-        L += [f"### {ctxk(ctx)}", "",
-              "| mode | n | status | tok/s | TPOT p50 ms | TPOT p99 ms | copied MB/step | host pool GB | "
-              "roofline ms | step / roofline |", "| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |"]
+        L += [
+            f"### {ctxk(ctx)}",
+            "",
+            "| mode | n | status | tok/s | TPOT p50 ms | TPOT p99 ms | copied MB/step | host pool GB | "
+            "roofline ms | step / roofline |",
+            "| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |",
+        ]
         for mode in ("dense", "lookahead"):
             for r in idx.curve(ctx, mode):
                 okr = r.get("status") == "ok"
@@ -233,10 +267,12 @@ def report(recs: list, died: list, idx: Index, sweeps, tp_recs, png_name: str) -
                 n = r.get("concurrency")
                 if okr and r.get("requested_concurrency") not in (None, n):
                     n = f"{n} of {r['requested_concurrency']}"
-                L.append(f"| {mode} | {n} | {why(r)} | {tok(r)} | {ms(r)} | {ms(r, 'tpot_ms_p99')} | "
-                         f"{fmt(r['bytes_moved_per_step'] / 1e6) if okr else '–'} | "
-                         f"{fmt(r.get('host_kv_gb')) if mode != 'dense' else '–'} | {fmt(roof, 2)} | "
-                         f"{fmt(r['tpot_ms_p50'] / roof, 2) + '×' if roof else '–'} |")
+                L.append(
+                    f"| {mode} | {n} | {why(r)} | {tok(r)} | {ms(r)} | {ms(r, 'tpot_ms_p99')} | "
+                    f"{fmt(r['bytes_moved_per_step'] / 1e6) if okr else '–'} | "
+                    f"{fmt(r.get('host_kv_gb')) if mode != 'dense' else '–'} | {fmt(roof, 2)} | "
+                    f"{fmt(r['tpot_ms_p50'] / roof, 2) + '×' if roof else '–'} |"
+                )
         L.append("")
 
     # 3. sensitivity
@@ -244,11 +280,19 @@ def report(recs: list, died: list, idx: Index, sweeps, tp_recs, png_name: str) -
         vs = idx.variants(ctx)
         if vs == ["base"] or not vs:
             continue
-        ns = sorted({r.get("requested_concurrency") or r["concurrency"] for v in vs
-                     for r in idx.curve(ctx, "lookahead", "52", v)})
-        L += [f"## Sensitivity at {ctxk(ctx)} (item 4): tok/s, and against the base run of the same n", "",
-              "| n | " + " | ".join(VARIANT_NAMES.get(v, v) for v in vs) + " |",
-              "| --- |" + " --- |" * len(vs)]
+        ns = sorted(
+            {
+                r.get("requested_concurrency") or r["concurrency"]
+                for v in vs
+                for r in idx.curve(ctx, "lookahead", "52", v)
+            }
+        )
+        L += [
+            f"## Sensitivity at {ctxk(ctx)} (item 4): tok/s, and against the base run of the same n",
+            "",
+            "| n | " + " | ".join(VARIANT_NAMES.get(v, v) for v in vs) + " |",
+            "| --- |" + " --- |" * len(vs),
+        ]
         for n in ns:
             b = idx.get(ctx, "lookahead", "52", "base", n)
             cells = []
@@ -260,31 +304,43 @@ def report(recs: list, died: list, idx: Index, sweeps, tp_recs, png_name: str) -
                 cells.append(c)
             L.append(f"| {n} | " + " | ".join(cells) + " |")
         d = best(idx.ok(ctx, "dense"))
-        L += ["", "Best of each variant's curve against dense's best:", "",
-              "| variant | best tok/s (n) | copied MB/step there | missing blocks / step there | / dense best |",
-              "| --- | --- | --- | --- | --- |"]
+        L += [
+            "",
+            "Best of each variant's curve against dense's best:",
+            "",
+            "| variant | best tok/s (n) | copied MB/step there | missing blocks / step there | / dense best |",
+            "| --- | --- | --- | --- | --- |",
+        ]
         for v in vs:
             b = best(idx.ok(ctx, "lookahead", "52", v))
-            L.append(f"| {VARIANT_NAMES.get(v, v)} | "
-                     f"{tn(b)} | "
-                     f"{fmt(b['bytes_moved_per_step'] / 1e6) if b else '–'} | "
-                     f"{fmt(b.get('drift_blocks_per_step'), 0) if b else '–'} | "
-                     f"{fmt(b['throughput_tok_s'] / d['throughput_tok_s'], 2) + '×' if b and d else 'not run'} |")
+            L.append(
+                f"| {VARIANT_NAMES.get(v, v)} | "
+                f"{tn(b)} | "
+                f"{fmt(b['bytes_moved_per_step'] / 1e6) if b else '–'} | "
+                f"{fmt(b.get('drift_blocks_per_step'), 0) if b else '–'} | "
+                f"{fmt(b['throughput_tok_s'] / d['throughput_tok_s'], 2) + '×' if b and d else 'not run'} |"
+            )
         L.append("")
 
     # 4. overlap
-    L += ["## Overlap (item 2): lookahead TPOT / the same step without transfers", "",
-          f"Goal ≤ {GOAL_OVERLAP} at 16 and 64 requests, 16K.", "",
-          "| context | n | lookahead TPOT p50 ms | no-transfer TPOT p50 ms | ratio | goal met | copied MB/step |",
-          "| --- | --- | --- | --- | --- | --- | --- |"]
+    L += [
+        "## Overlap (item 2): lookahead TPOT / the same step without transfers",
+        "",
+        f"Goal ≤ {GOAL_OVERLAP} at 16 and 64 requests, 16K.",
+        "",
+        "| context | n | lookahead TPOT p50 ms | no-transfer TPOT p50 ms | ratio | goal met | copied MB/step |",
+        "| --- | --- | --- | --- | --- | --- | --- |",
+    ]
     pairs = sorted({(k[0], k[4]) for k in idx.by if k[3] == "notransfer"} | {(16384, 16), (16384, 64)})
     for ctx, n in pairs:
         a, b = idx.get(ctx, "lookahead", "52", "base", n), idx.get(ctx, "lookahead", "52", "notransfer", n)
         okab = all(x is not None and x.get("status") == "ok" for x in (a, b))
         ratio = a["tpot_ms_p50"] / b["tpot_ms_p50"] if okab else None
-        L.append(f"| {ctxk(ctx)} | {n} | {ms(a)} | {ms(b)} | {fmt(ratio, 3) if ratio else 'not run'} | "
-                 f"{('yes' if ratio <= GOAL_OVERLAP else 'no') if ratio else 'not run'} | "
-                 f"{fmt(a['bytes_moved_per_step'] / 1e6) if okab else '–'} |")
+        L.append(
+            f"| {ctxk(ctx)} | {n} | {ms(a)} | {ms(b)} | {fmt(ratio, 3) if ratio else 'not run'} | "
+            f"{('yes' if ratio <= GOAL_OVERLAP else 'no') if ratio else 'not run'} | "
+            f"{fmt(a['bytes_moved_per_step'] / 1e6) if okab else '–'} |"
+        )
     L.append("")
 
     # 5. dense vs vLLM and the roofline
@@ -296,16 +352,23 @@ def report(recs: list, died: list, idx: Index, sweeps, tp_recs, png_name: str) -
         from oasis_core.specs import get_model
 
         b_kib = KVGeometry(get_model(r0.get("model") or "qwen3-8b")).bytes_per_token / 1024
-    L += ["## Dense against vLLM 0.26 and the HBM roofline (item 3)", "",
-          f"Goal: within {GOAL_VLLM:.0%} of vLLM, step ≤ {GOAL_ROOF}× the roofline. Roofline = (W + n × T × b) / "
-          "4.3 TB/s: W = `oasis_core.specs` weight bytes of the model (all parameters, bf16"
-          + (f": {w_gb:.2f} GB" if w_gb else "") + "), T = context + warm-up + timed steps / 2 (mean tokens a request "
-          "holds while timed), b = `KVGeometry.bytes_per_token`" + (f" ({b_kib:g} KiB)" if b_kib else "")
-          + ", 4.3 TB/s = the H200's "
-          "measured attention read rate (`oasis_core.specs`, h200). Rows in italics are vLLM figures issue 5 does "
-          "not name.", "",
-          "| context | KV budget | n | ours tok/s | vLLM tok/s | ours / vLLM | within 10% | TPOT p50 ms | roofline ms "
-          "| step / roofline | ≤ 1.25× |", "| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |"]
+    L += [
+        "## Dense against vLLM 0.26 and the HBM roofline (item 3)",
+        "",
+        f"Goal: within {GOAL_VLLM:.0%} of vLLM, step ≤ {GOAL_ROOF}× the roofline. Roofline = (W + n × T × b) / "
+        "4.3 TB/s: W = `oasis_core.specs` weight bytes of the model (all parameters, bf16"
+        + (f": {w_gb:.2f} GB" if w_gb else "")
+        + "), T = context + warm-up + timed steps / 2 (mean tokens a request "
+        "holds while timed), b = `KVGeometry.bytes_per_token`"
+        + (f" ({b_kib:g} KiB)" if b_kib else "")
+        + ", 4.3 TB/s = the H200's "
+        "measured attention read rate (`oasis_core.specs`, h200). Rows in italics are vLLM figures issue 5 does "
+        "not name.",
+        "",
+        "| context | KV budget | n | ours tok/s | vLLM tok/s | ours / vLLM | within 10% | TPOT p50 ms | roofline ms "
+        "| step / roofline | ≤ 1.25× |",
+        "| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |",
+    ]
     for key in VLLM_ITEM3 + [k for k in VLLM if k not in VLLM_ITEM3]:
         ctx, bud, n = key
         if ctx not in ctxs and key not in VLLM_ITEM3:
@@ -317,49 +380,67 @@ def report(recs: list, died: list, idx: Index, sweeps, tp_recs, png_name: str) -
         step = r["tpot_ms_p50"] / roof if okr and roof else None
         nr = "not run" if not okr else "–"  # "–": ran, but the model has no preset to size the roofline
         it = "" if key in VLLM_ITEM3 else "*"
-        L.append(f"| {it}{ctxk(ctx)}{it} | {'52 GB' if bud == '52' else 'whole H200'}"
-                 f"{' (' + fmt(r['kv_budget_gb'], 0) + ' GB)' if okr and bud == 'whole' else ''} | {n} | {tok(r)} | "
-                 f"{fmt(VLLM[key])} | {fmt(ratio, 2) if okr else 'not run'} | "
-                 f"{('yes' if ratio >= 1 - GOAL_VLLM else 'no') if okr else 'not run'} | {ms(r)} | "
-                 f"{fmt(roof, 2) if roof else nr} | {fmt(step, 2) + '×' if step else nr} "
-                 f"| {('yes' if step <= GOAL_ROOF else 'no') if step else nr} |")
+        L.append(
+            f"| {it}{ctxk(ctx)}{it} | {'52 GB' if bud == '52' else 'whole H200'}"
+            f"{' (' + fmt(r['kv_budget_gb'], 0) + ' GB)' if okr and bud == 'whole' else ''} | {n} | {tok(r)} | "
+            f"{fmt(VLLM[key])} | {fmt(ratio, 2) if okr else 'not run'} | "
+            f"{('yes' if ratio >= 1 - GOAL_VLLM else 'no') if okr else 'not run'} | {ms(r)} | "
+            f"{fmt(roof, 2) if roof else nr} | {fmt(step, 2) + '×' if step else nr} "
+            f"| {('yes' if step <= GOAL_ROOF else 'no') if step else nr} |"
+        )
     L.append("")
 
     # 6. host memory
-    L += ["## Where host memory bound lookahead", "",
-          "| context | host pool GB a request | largest n that ran | its pool GB | MemAvailable before it GB | "
-          "first n above it not run | why | MemAvailable then GB |",
-          "| --- | --- | --- | --- | --- | --- | --- | --- |"]
+    L += [
+        "## Where host memory bound lookahead",
+        "",
+        "| context | host pool GB a request | largest n that ran | its pool GB | MemAvailable before it GB | "
+        "first n above it not run | why | MemAvailable then GB |",
+        "| --- | --- | --- | --- | --- | --- | --- | --- |",
+    ]
     for ctx in ctxs:
         cur = idx.curve(ctx, "lookahead")
         if not cur:
             continue
         oks = [r for r in cur if r.get("status") == "ok"]
         top = max(oks, key=lambda r: r["concurrency"]) if oks else None
-        per = [r["host_kv_gb"] / (r.get("requested_concurrency") or r["concurrency"]) for r in cur
-               if r.get("host_kv_gb")]
-        above = [r for r in cur if r.get("status") != "ok"
-                 and (r.get("requested_concurrency") or r.get("concurrency") or 0) > (top["concurrency"] if top else 0)]
+        per = [
+            r["host_kv_gb"] / (r.get("requested_concurrency") or r["concurrency"]) for r in cur if r.get("host_kv_gb")
+        ]
+        above = [
+            r
+            for r in cur
+            if r.get("status") != "ok"
+            and (r.get("requested_concurrency") or r.get("concurrency") or 0) > (top["concurrency"] if top else 0)
+        ]
         first = min(above, key=lambda r: r.get("requested_concurrency") or r["concurrency"]) if above else None
-        L.append(f"| {ctxk(ctx)} | {fmt(min(per), 3) if per else '–'} | {top['concurrency'] if top else 'none'} | "
-                 f"{fmt(top.get('host_kv_gb')) if top else '–'} | "
-                 f"{fmt(top.get('mem_available_gb')) if top else '–'} | "
-                 f"{(first.get('requested_concurrency') or first.get('concurrency')) if first else 'none failed'} | "
-                 f"{why(first) if first else 'host memory did not bind within the plan'} | "
-                 f"{fmt(first.get('mem_available_gb')) if first else '–'} |")
+        L.append(
+            f"| {ctxk(ctx)} | {fmt(min(per), 3) if per else '–'} | {top['concurrency'] if top else 'none'} | "
+            f"{fmt(top.get('host_kv_gb')) if top else '–'} | "
+            f"{fmt(top.get('mem_available_gb')) if top else '–'} | "
+            f"{(first.get('requested_concurrency') or first.get('concurrency')) if first else 'none failed'} | "
+            f"{why(first) if first else 'host memory did not bind within the plan'} | "
+            f"{fmt(first.get('mem_available_gb')) if first else '–'} |"
+        )
     L.append("")
 
     # 7. fusion A/B
     fab = [(k, r) for k, r in idx.by.items() if k[3] == "unfused"]
     if fab:
-        L += ["## Kernel fusion A/B (fused_ops on vs off, same call)", "",
-              "| context | mode | n | fused tok/s | unfused tok/s | fused TPOT p50 ms | unfused TPOT p50 ms | "
-              "unfused / fused TPOT |", "| --- | --- | --- | --- | --- | --- | --- | --- |"]
+        L += [
+            "## Kernel fusion A/B (fused_ops on vs off, same call)",
+            "",
+            "| context | mode | n | fused tok/s | unfused tok/s | fused TPOT p50 ms | unfused TPOT p50 ms | "
+            "unfused / fused TPOT |",
+            "| --- | --- | --- | --- | --- | --- | --- | --- |",
+        ]
         for (ctx, mode, bud, _, n), u in sorted(fab, key=lambda x: (x[0][0], x[0][1], x[0][4])):
             f = idx.get(ctx, mode, bud, "base", n)
             okb = all(x is not None and x.get("status") == "ok" for x in (f, u))
-            L.append(f"| {ctxk(ctx)} | {mode} | {n} | {tok(f)} | {tok(u)} | {ms(f)} | {ms(u)} | "
-                     f"{fmt(u['tpot_ms_p50'] / f['tpot_ms_p50'], 3) if okb else 'not run'} |")
+            L.append(
+                f"| {ctxk(ctx)} | {mode} | {n} | {tok(f)} | {tok(u)} | {ms(f)} | {ms(u)} | "
+                f"{fmt(u['tpot_ms_p50'] / f['tpot_ms_p50'], 3) if okb else 'not run'} |"
+            )
         L.append("")
 
     # 8. not ok
@@ -376,18 +457,22 @@ def report(recs: list, died: list, idx: Index, sweeps, tp_recs, png_name: str) -
     if tp_recs is not None:
         L += ["## Transfer-path records (`--transfer-paths`, listed as recorded)", ""]
         if tp_recs:
-            L += ["| label | status | mode | context | n | transfer | tok/s | TPOT p50 ms | TPOT p99 ms | "
-                  "copied MB/step | transfer GB/s | hidden |",
-                  "| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |"]
+            L += [
+                "| label | status | mode | context | n | transfer | tok/s | TPOT p50 ms | TPOT p99 ms | "
+                "copied MB/step | transfer GB/s | hidden |",
+                "| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |",
+            ]
             for r in tp_recs:
                 okr = r.get("status") == "ok"
                 mb = r.get("bytes_moved_per_step") if okr else None
-                L.append(f"| {r['label']} | {r.get('status')} | {r.get('mode', '–')} | {r.get('context', '–')} | "
-                         f"{r.get('concurrency', '–')} | {r.get('transfer') or '–'} | {tok(r)} | {ms(r)} | "
-                         f"{ms(r, 'tpot_ms_p99')} | "
-                         f"{fmt(mb / 1e6) if mb is not None else '–'} | "
-                         f"{fmt(r.get('transfer_gb_s')) if okr else '–'} | "
-                         f"{fmt(r.get('hidden_fraction'), 3) if okr else '–'} |")
+                L.append(
+                    f"| {r['label']} | {r.get('status')} | {r.get('mode', '–')} | {r.get('context', '–')} | "
+                    f"{r.get('concurrency', '–')} | {r.get('transfer') or '–'} | {tok(r)} | {ms(r)} | "
+                    f"{ms(r, 'tpot_ms_p99')} | "
+                    f"{fmt(mb / 1e6) if mb is not None else '–'} | "
+                    f"{fmt(r.get('transfer_gb_s')) if okr else '–'} | "
+                    f"{fmt(r.get('hidden_fraction'), 3) if okr else '–'} |"
+                )
         else:
             L.append("The file holds no records.")
         L.append("")
@@ -417,8 +502,13 @@ def plot(idx: Index, path: Path) -> None:
             rs = idx.ok(ctx, "lookahead", "52", v)
             if rs:
                 x = [r["concurrency"] for r in rs]
-                kw = dict(color="tab:orange" if v.startswith("drift") else "tab:green", lw=1.2,
-                          ls=styles.get(v, "--"), marker=".", label=f"lookahead, {VARIANT_NAMES.get(v, v)}")
+                kw = dict(
+                    color="tab:orange" if v.startswith("drift") else "tab:green",
+                    lw=1.2,
+                    ls=styles.get(v, "--"),
+                    marker=".",
+                    label=f"lookahead, {VARIANT_NAMES.get(v, v)}",
+                )
                 ax_t.plot(x, [r["throughput_tok_s"] for r in rs], **kw)
                 ax_p.plot(x, [r["tpot_ms_p50"] for r in rs], **kw)
         nt = idx.ok(ctx, "lookahead", "52", "notransfer")
@@ -431,8 +521,13 @@ def plot(idx: Index, path: Path) -> None:
             ax_t.axhline(VLLM_BEST_52[ctx], color="black", ls=":", lw=1, label="vLLM 0.26 best at 52 GB")
         d = best(idx.ok(ctx, "dense"))
         if d:
-            ax_t.axhline(GOAL_RATIO * d["throughput_tok_s"], color="tab:purple", ls="--", lw=0.8,
-                         label=f"{GOAL_RATIO}× dense best")
+            ax_t.axhline(
+                GOAL_RATIO * d["throughput_tok_s"],
+                color="tab:purple",
+                ls="--",
+                lw=0.8,
+                label=f"{GOAL_RATIO}× dense best",
+            )
         ax_t.set_title(f"{ctxk(ctx)} context, 52 GB KV budget: throughput")
         ax_p.set_title(f"{ctxk(ctx)}: TPOT p50")
         ax_t.set_ylabel("decode tok/s")
@@ -448,8 +543,15 @@ def plot(idx: Index, path: Path) -> None:
 
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    ap.add_argument("--sweep", action="append", required=True, help="JSON lines of experiments/dense_vs_lookahead_throughput/h200_headline.py")
-    ap.add_argument("--transfer-paths", default=None, help="JSON lines of experiments/transfer_paths/transfer_paths.py (listed)")
+    ap.add_argument(
+        "--sweep",
+        action="append",
+        required=True,
+        help="JSON lines of experiments/dense_vs_lookahead_throughput/h200_headline.py",
+    )
+    ap.add_argument(
+        "--transfer-paths", default=None, help="JSON lines of experiments/transfer_paths/transfer_paths.py (listed)"
+    )
     ap.add_argument("--out-dir", default=str(RESULTS))
     ap.add_argument("--name", default="headline", help="file-name stem: NAME.md, NAME.png")
     a = ap.parse_args(argv)

@@ -34,6 +34,7 @@ resumes. Errors are recorded and the loop goes on, except an error that leaves t
 address, device-side assert): then the process exits with rc 3 and the next invocation resumes in a fresh one.
 ``--dry-run`` prints the plan with time estimates.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -55,27 +56,61 @@ HBM_READ_B_S = 4.3e12  # measured attention read rate of the H200 (oasis_core.sp
 FIRST_RUN_S = 20.0  # estimate: CUDA context, Triton JIT of the dense kernels
 FIRST_SPARSE_S = 15.0  # estimate: JIT of the sparse kernels
 # errors after which every later kernel launch of the process fails: stop, a new invocation resumes after the label
-STICKY_CUDA_ERRORS = ("illegal memory access", "device-side assert", "unspecified launch failure",
-                      "misaligned address", "illegal instruction", "CUDA error: unknown error")
+STICKY_CUDA_ERRORS = (
+    "illegal memory access",
+    "device-side assert",
+    "unspecified launch failure",
+    "misaligned address",
+    "illegal instruction",
+    "CUDA error: unknown error",
+)
 
 PRESETS = {
     # dense vs lookahead at 52 GB to each mode's maximum, overlap, sensitivity, on a 256 GiB host; plan arguments per context (other contexts: the "*" entry)
-    "headline": dict(contexts="16384,32768", budget_s=480.0, steps=24, warmup=4,
-                   dense_n={16384: "8,12,16,max", 32768: "4,8,max", "*": "max"},
-                   la_n={16384: "8,16,32,48,64,80", 32768: "8,16,24,32,40", "*": "8,16"},
-                   max_n={16384: "88,84", 32768: "44,42", "*": ""},
-                   nt_n={16384: "16,64", "*": ""},
-                   sens_n={16384: "all", "*": ""},
-                   anchors={16384: "8,32", 32768: "8", "*": ""},
-                   variants="drift2,drift4,fr0.02,fr0.1", probe_n="0"),
+    "headline": dict(
+        contexts="16384,32768",
+        budget_s=480.0,
+        steps=24,
+        warmup=4,
+        dense_n={16384: "8,12,16,max", 32768: "4,8,max", "*": "max"},
+        la_n={16384: "8,16,32,48,64,80", 32768: "8,16,24,32,40", "*": "8,16"},
+        max_n={16384: "88,84", 32768: "44,42", "*": ""},
+        nt_n={16384: "16,64", "*": ""},
+        sens_n={16384: "all", "*": ""},
+        anchors={16384: "8,32", 32768: "8", "*": ""},
+        variants="drift2,drift4,fr0.02,fr0.1",
+        probe_n="0",
+    ),
     # the 2026-11-30 headline (run 5, results/headline_first.jsonl): old labels, one context
-    "first-headline": dict(contexts="16384", budget_s=150.0, steps=12, warmup=3, dense_n={"*": "21"},
-                                la_n={"*": "32,16"}, max_n={"*": "40,36"}, nt_n={"*": ""}, sens_n={"*": ""},
-                                anchors={"*": ""}, variants="none", probe_n="44"),
+    "first-headline": dict(
+        contexts="16384",
+        budget_s=150.0,
+        steps=12,
+        warmup=3,
+        dense_n={"*": "21"},
+        la_n={"*": "32,16"},
+        max_n={"*": "40,36"},
+        nt_n={"*": ""},
+        sens_n={"*": ""},
+        anchors={"*": ""},
+        variants="none",
+        probe_n="44",
+    ),
     # the 2026-11-30 sensitivity (run 6, results/sensitivity_first.jsonl): old labels, one context
-    "first-sensitivity": dict(contexts="16384", budget_s=90.0, steps=16, warmup=4, dense_n={"*": "21"},
-                                   la_n={"*": "32,16"}, max_n={"*": ""}, nt_n={"*": ""}, sens_n={"*": ""},
-                                   anchors={"*": ""}, variants="drift2,drift4,fr0.02,fr0.1", probe_n="0"),
+    "first-sensitivity": dict(
+        contexts="16384",
+        budget_s=90.0,
+        steps=16,
+        warmup=4,
+        dense_n={"*": "21"},
+        la_n={"*": "32,16"},
+        max_n={"*": ""},
+        nt_n={"*": ""},
+        sens_n={"*": ""},
+        anchors={"*": ""},
+        variants="drift2,drift4,fr0.02,fr0.1",
+        probe_n="0",
+    ),
 }
 
 
@@ -100,6 +135,7 @@ class Run:
 
 
 # -- sizes ---------------------------------------------------------------------------------------------------------
+
 
 class Geometry:
     """The byte sizes the plan needs, from oasis_core.specs and the executor's own per-lane formulas."""
@@ -175,6 +211,7 @@ def pinned_kept() -> tuple:
 
 # -- plan ------------------------------------------------------------------------------------------------------------
 
+
 def parse_ctx(s) -> int:
     s = str(s).strip().lower()
     return int(s[:-1]) * 1024 if s.endswith("k") else int(s)
@@ -243,8 +280,18 @@ def plan_headline(a, geo: Geometry) -> list:
         for n in dn:
             dense.append(Run(f"{tag}-dense-{n}", ctx, "dense", n, "dense", kv_budget_gb=B))
             if fused and n == 8:
-                dense.append(Run(f"{tag}-dense-{n}-unfused", ctx, "dense", n, "fused", "unfused", kv_budget_gb=B,
-                                 extra={"fused_ops": False}))
+                dense.append(
+                    Run(
+                        f"{tag}-dense-{n}-unfused",
+                        ctx,
+                        "dense",
+                        n,
+                        "fused",
+                        "unfused",
+                        kv_budget_gb=B,
+                        extra={"fused_ops": False},
+                    )
+                )
         for n in spec_for(a.anchors, ctx):
             dense.append(Run(f"{tag}-dense-{n}-h200", ctx, "dense", n, "anchor", kv_budget_gb=a.anchor_kv_gb))
         la = [t for t in spec_for(a.la_n, ctx) if isinstance(t, int)]
@@ -254,25 +301,65 @@ def plan_headline(a, geo: Geometry) -> list:
         for n in cands:
             sparse.append(Run(f"{tag}-lookahead-{n}", ctx, "lookahead", n, "max", kv_budget_gb=B, group=f"{tag}-max"))
         for n in spec_for(a.nt_n, ctx):
-            sparse.append(Run(f"{tag}-lookahead-{n}-notransfer", ctx, "lookahead", n, "nt", "notransfer",
-                              kv_budget_gb=B, extra={"no_transfer": True}))
+            sparse.append(
+                Run(
+                    f"{tag}-lookahead-{n}-notransfer",
+                    ctx,
+                    "lookahead",
+                    n,
+                    "nt",
+                    "notransfer",
+                    kv_budget_gb=B,
+                    extra={"no_transfer": True},
+                )
+            )
         if fused:
             if 16 not in la and 16 not in cands:
                 sparse.append(Run(f"{tag}-lookahead-16", ctx, "lookahead", 16, "la", kv_budget_gb=B))
-            sparse.append(Run(f"{tag}-lookahead-16-unfused", ctx, "lookahead", 16, "fused", "unfused", kv_budget_gb=B,
-                              extra={"fused_ops": False}))
+            sparse.append(
+                Run(
+                    f"{tag}-lookahead-16-unfused",
+                    ctx,
+                    "lookahead",
+                    16,
+                    "fused",
+                    "unfused",
+                    kv_budget_gb=B,
+                    extra={"fused_ops": False},
+                )
+            )
         sn = spec_for(a.sens_n, ctx)
         sns = sorted(set(la + cands) if "all" in sn else {t for t in sn if isinstance(t, int)})
         for n in sns:
             for v in variants:
                 fr, syn = variant_params(v, d0, z0)
-                sens.append(Run(f"{tag}-lookahead-{n}-{v}", ctx, "lookahead", n, "sens", v, kv_budget_gb=B,
-                                fetch_ratio=fr, synthetic=syn,
-                                needs=f"{tag}-lookahead-{n}" if n in cands else ""))
+                sens.append(
+                    Run(
+                        f"{tag}-lookahead-{n}-{v}",
+                        ctx,
+                        "lookahead",
+                        n,
+                        "sens",
+                        v,
+                        kv_budget_gb=B,
+                        fetch_ratio=fr,
+                        synthetic=syn,
+                        needs=f"{tag}-lookahead-{n}" if n in cands else "",
+                    )
+                )
         probe = int(a.probe_n or 0)
         if probe:
-            sens.append(Run(f"{tag}-lookahead-{probe}-probe", ctx, "lookahead", probe, "probe", kv_budget_gb=B,
-                            group=f"{tag}-probe"))
+            sens.append(
+                Run(
+                    f"{tag}-lookahead-{probe}-probe",
+                    ctx,
+                    "lookahead",
+                    probe,
+                    "probe",
+                    kv_budget_gb=B,
+                    group=f"{tag}-probe",
+                )
+            )
     rank = {"max": 0, "la": 0, "nt": 1, "fused": 2}
     sparse.sort(key=lambda r: (-geo.host_gb(r.n, r.ctx), rank[r.kind]))
     sens.sort(key=lambda r: (r.kind == "probe", -geo.host_gb(r.n, r.ctx)))
@@ -288,8 +375,19 @@ def plan_first_headline(a, geo: Geometry) -> list:
         runs.append(Run(f"lookahead-{n}", ctx, "lookahead", n, "max", kv_budget_gb=B, group="max"))
     for n in spec_for(a.la_n, ctx):
         runs.append(Run(f"lookahead-{n}", ctx, "lookahead", n, "la", kv_budget_gb=B, group=f"la{n}"))
-        runs.append(Run(f"lookahead-{n}-notransfer", ctx, "lookahead", n, "nt", "notransfer", kv_budget_gb=B,
-                        extra={"no_transfer": True}, group=f"nt{n}"))
+        runs.append(
+            Run(
+                f"lookahead-{n}-notransfer",
+                ctx,
+                "lookahead",
+                n,
+                "nt",
+                "notransfer",
+                kv_budget_gb=B,
+                extra={"no_transfer": True},
+                group=f"nt{n}",
+            )
+        )
     if int(a.probe_n or 0):
         n = int(a.probe_n)
         runs.append(Run(f"lookahead-{n}-probe", ctx, "lookahead", n, "probe", kv_budget_gb=B, group="probe"))
@@ -307,18 +405,19 @@ def plan_first_sensitivity(a, geo: Geometry) -> list:
         runs.append(Run(f"lookahead-{n}-base", ctx, "lookahead", n, "la", "base", kv_budget_gb=B))
         for v in variants:
             fr, syn = variant_params(v, d0, z0)
-            runs.append(Run(f"lookahead-{n}-{v}", ctx, "lookahead", n, "sens", v, kv_budget_gb=B, fetch_ratio=fr,
-                            synthetic=syn))
+            runs.append(
+                Run(f"lookahead-{n}-{v}", ctx, "lookahead", n, "sens", v, kv_budget_gb=B, fetch_ratio=fr, synthetic=syn)
+            )
         if i == 0:
             runs += [Run(f"dense-{d}", ctx, "dense", d, "dense", "dense", kv_budget_gb=B) for d in dn[:1]]
     return runs
 
 
-PLANS = {"headline": plan_headline, "first-headline": plan_first_headline,
-         "first-sensitivity": plan_first_sensitivity}
+PLANS = {"headline": plan_headline, "first-headline": plan_first_headline, "first-sensitivity": plan_first_sensitivity}
 
 
 # -- estimates -------------------------------------------------------------------------------------------------------
+
 
 class PinState:
     """What the process keeps pinned (bytes per piece, pieces), simulated for the plan and read after real runs."""
@@ -371,9 +470,11 @@ def print_plan(runs: list, a, geo: Geometry, log, done: dict) -> None:
     st = PinState(geo, a.device == "cuda")
     mem = a.assume_mem_gb
     cum, ran, groups, nrun = 0.0, set(), set(), 0
-    log(f"plan ({a.preset}): {len(runs)} runs, model {geo.m.name}, steps {a.warmup}+{a.steps}, KV budget "
+    log(
+        f"plan ({a.preset}): {len(runs)} runs, model {geo.m.name}, steps {a.warmup}+{a.steps}, KV budget "
         f"{a.kv_budget_gb:g} GB, budget {a.budget_s:.0f} s, guard: MemAvailable after the pool >= {a.min_free_gb:g} GB"
-        + (f" (simulated at MemAvailable {mem:g} GB)" if mem else ""))
+        + (f" (simulated at MemAvailable {mem:g} GB)" if mem else "")
+    )
     for r in runs:
         pool = geo.host_gb(r.n, r.ctx) if r.sparse else 0.0
         new, freed = st.need(r)
@@ -405,21 +506,28 @@ def print_plan(runs: list, a, geo: Geometry, log, done: dict) -> None:
             if r.group:
                 groups.add(r.group)
         extra = " ".join(f"{k}={v}" for k, v in sorted(r.extra.items()))
-        log(f"plan {r.label:<28} {r.kind:<6} n={r.n:3d} kv={r.kv_budget_gb:3.0f}GB fr={r.fetch_ratio:.2f} "
+        log(
+            f"plan {r.label:<28} {r.kind:<6} n={r.n:3d} kv={r.kv_budget_gb:3.0f}GB fr={r.fetch_ratio:.2f} "
             f"syn={json.dumps(r.synthetic, separators=(',', ':')) if r.synthetic else '-'} {extra} "
-            f"pool={pool:5.1f}GB pin={new / 1e9:5.1f}GB ~{est:3.0f}s cum={cum:4.0f}s {note}".rstrip())
+            f"pool={pool:5.1f}GB pin={new / 1e9:5.1f}GB ~{est:3.0f}s cum={cum:4.0f}s {note}".rstrip()
+        )
     for ctx in a.contexts:
         pools = [geo.host_gb(r.n, r.ctx) for r in runs if r.sparse and r.ctx == ctx and r.label in ran]
-        log(f"context {ctx}: dense lanes at {a.kv_budget_gb:g} GB = {geo.lanes('dense', ctx, a.kv_budget_gb)}, "
+        log(
+            f"context {ctx}: dense lanes at {a.kv_budget_gb:g} GB = {geo.lanes('dense', ctx, a.kv_budget_gb)}, "
             f"lookahead GPU lanes at {a.kv_budget_gb:g} GB = {geo.lanes('lookahead', ctx, a.kv_budget_gb)}; "
             f"host pool {geo.per_request_gb(ctx):.3f} GB a request; largest pool of the plan "
-            f"{max(pools) if pools else 0:.1f} GB")
+            f"{max(pools) if pools else 0:.1f} GB"
+        )
     peak = max([geo.host_gb(r.n, r.ctx) for r in runs if r.sparse and r.label in ran] or [0.0])
-    log(f"estimate: {nrun} runs, ~{cum:.0f} s (pinning at {a.pin_gb_s:g} GB/s); the process pins at most "
-        f"{peak:.1f} GB" + (", once" if st.pins <= 1 else f", {st.pins} times"))
+    log(
+        f"estimate: {nrun} runs, ~{cum:.0f} s (pinning at {a.pin_gb_s:g} GB/s); the process pins at most "
+        f"{peak:.1f} GB" + (", once" if st.pins <= 1 else f", {st.pins} times")
+    )
 
 
 # -- running ---------------------------------------------------------------------------------------------------------
+
 
 def load_done(path: str) -> tuple:
     """({label: 'ok'|'error'} of finished runs, [labels whose last line is 'started': the run took the process down],
@@ -439,35 +547,47 @@ def load_done(path: str) -> tuple:
 
 
 def parse_args(argv):
-    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0],
-                                 formatter_class=argparse.RawDescriptionHelpFormatter, epilog=__doc__)
+    ap = argparse.ArgumentParser(
+        description=__doc__.split("\n")[0], formatter_class=argparse.RawDescriptionHelpFormatter, epilog=__doc__
+    )
     ap.add_argument("--out", required=True, help="JSON lines, appended; resumes by label")
     ap.add_argument("--preset", default="headline", choices=sorted(PRESETS), help="plan and its defaults")
     ap.add_argument("--contexts", "--context", default=None, help="contexts in tokens, e.g. 16384,32768 or 16k,32k")
     spec = "per context: '8,16' (every context) or '16k=8,16;32k=4' (repeatable); 'none' = no runs"
-    ap.add_argument("--dense-n", action="append",
-                    help=f"dense concurrencies at the budget ('max' = the engine's); {spec}")
+    ap.add_argument(
+        "--dense-n", action="append", help=f"dense concurrencies at the budget ('max' = the engine's); {spec}"
+    )
     ap.add_argument("--la-n", action="append", help=f"lookahead concurrencies; {spec}")
-    ap.add_argument("--max-n", action="append",
-                    help=f"host-maximum candidates, largest first; the first that runs wins; {spec}")
+    ap.add_argument(
+        "--max-n", action="append", help=f"host-maximum candidates, largest first; the first that runs wins; {spec}"
+    )
     ap.add_argument("--nt-n", action="append", help=f"--no-transfer twins (issue 5 item 2); {spec}")
     ap.add_argument("--sens-n", action="append", help=f"where the variants run ('all' = every lookahead n); {spec}")
     ap.add_argument("--anchors", action="append", help=f"whole-GPU dense anchors at --anchor-kv-gb; {spec}")
-    ap.add_argument("--variants", default=None,
-                    help="sensitivity variants: driftK (K x the default drift_rate), frX (fetch ratio X); none")
+    ap.add_argument(
+        "--variants",
+        default=None,
+        help="sensitivity variants: driftK (K x the default drift_rate), frX (fetch ratio X); none",
+    )
     ap.add_argument("--probe-n", default=None, help="a lookahead probe above the host maximum; 0 = none")
-    ap.add_argument("--fused-ab", action="store_true",
-                    help="fused_ops=False twins of dense-8 and lookahead-16 (first context)")
+    ap.add_argument(
+        "--fused-ab", action="store_true", help="fused_ops=False twins of dense-8 and lookahead-16 (first context)"
+    )
     ap.add_argument("--budget-s", type=float, default=None, help="launch no run whose estimate ends past this (s)")
     ap.add_argument("--steps", type=int, default=None)
     ap.add_argument("--warmup", type=int, default=None)
     ap.add_argument("--kv-budget-gb", type=float, default=52.0)
     ap.add_argument("--anchor-kv-gb", type=float, default=120.0, help="KV budget of the whole-GPU dense anchors")
-    ap.add_argument("--min-free-gb", type=float, default=12.0,
-                    help="host-memory guard: MemAvailable that must be left after a new pool")
+    ap.add_argument(
+        "--min-free-gb",
+        type=float,
+        default=12.0,
+        help="host-memory guard: MemAvailable that must be left after a new pool",
+    )
     ap.add_argument("--pin-gb-s", type=float, default=2.7, help="estimate: host pool pinning rate")
-    ap.add_argument("--assume-mem-gb", type=float, default=None,
-                    help="--dry-run: simulate the guard at this MemAvailable (GB)")
+    ap.add_argument(
+        "--assume-mem-gb", type=float, default=None, help="--dry-run: simulate the guard at this MemAvailable (GB)"
+    )
     ap.add_argument("--transfer", default="uva")
     ap.add_argument("--model", default="qwen3-8b")
     ap.add_argument("--device", default="cuda", help="cpu: a smoke test with --model tiny")
@@ -511,11 +631,22 @@ def main(argv=None) -> int:
     by_label = {r.label: r for r in runs}
     for label in died:  # a run that took the process down (e.g. killed while pinning): an error, not retried
         r = by_label.get(label)
-        rec = {"label": label, "status": "error", "error": "the process died during this run (no record written: "
-               "killed, e.g. out of host memory while pinning, or the call's timeout)"}
+        rec = {
+            "label": label,
+            "status": "error",
+            "error": "the process died during this run (no record written: "
+            "killed, e.g. out of host memory while pinning, or the call's timeout)",
+        }
         if r is not None:
-            rec.update(kind=r.kind, variant=r.variant, group=r.group, mode=r.mode, context=r.ctx, concurrency=r.n,
-                       host_kv_gb=geo.host_gb(r.n, r.ctx) if r.sparse else None)
+            rec.update(
+                kind=r.kind,
+                variant=r.variant,
+                group=r.group,
+                mode=r.mode,
+                context=r.ctx,
+                concurrency=r.n,
+                host_kv_gb=geo.host_gb(r.n, r.ctx) if r.sparse else None,
+            )
         write(rec)
         done[label] = "error"
         log(f"FAIL  {label}: died in an earlier invocation")
@@ -540,25 +671,45 @@ def main(argv=None) -> int:
             continue
         sparse = r.sparse
         host_kv_gb = geo.host_gb(r.n, r.ctx) if sparse else None
-        base = {"label": r.label, "kind": r.kind, "variant": r.variant, "group": r.group, "preset": a.preset,
-                "mode": r.mode, "context": r.ctx, "concurrency": r.n, "requested_concurrency": r.n,
-                "kv_budget_gb": r.kv_budget_gb, "host_kv_gb": host_kv_gb, "fetch_ratio": r.fetch_ratio,
-                "synthetic_params": r.synthetic}
+        base = {
+            "label": r.label,
+            "kind": r.kind,
+            "variant": r.variant,
+            "group": r.group,
+            "preset": a.preset,
+            "mode": r.mode,
+            "context": r.ctx,
+            "concurrency": r.n,
+            "requested_concurrency": r.n,
+            "kv_budget_gb": r.kv_budget_gb,
+            "host_kv_gb": host_kv_gb,
+            "fetch_ratio": r.fetch_ratio,
+            "synthetic_params": r.synthetic,
+        }
         if cuda:
             st.read()
         est = st.est_s(r, a)
         mem = meminfo()
         new, freed = st.need(r)
-        mem_rec = {"mem_total_gb": round(mem["MemTotal"], 2) if "MemTotal" in mem else None,
-                   "mem_available_gb": round(mem["MemAvailable"], 2) if "MemAvailable" in mem else None,
-                   "pinned_before_gb": round(st.piece * st.n / 1e9, 2), "new_pin_gb": round(new / 1e9, 2),
-                   "min_free_gb": a.min_free_gb}
+        mem_rec = {
+            "mem_total_gb": round(mem["MemTotal"], 2) if "MemTotal" in mem else None,
+            "mem_available_gb": round(mem["MemAvailable"], 2) if "MemAvailable" in mem else None,
+            "pinned_before_gb": round(st.piece * st.n / 1e9, 2),
+            "new_pin_gb": round(new / 1e9, 2),
+            "min_free_gb": a.min_free_gb,
+        }
         if sparse and new and "MemAvailable" in mem:
             after = mem["MemAvailable"] + freed / 1e9 - new / 1e9
             if after < a.min_free_gb:
-                write(dict(base, **mem_rec, status="skipped",
-                           reason=f"host memory: MemAvailable {mem['MemAvailable']:.1f} GB + {freed / 1e9:.1f} GB kept "
-                                  f"pool - {new / 1e9:.1f} GB new pool = {after:.1f} GB < {a.min_free_gb:g} GB"))
+                write(
+                    dict(
+                        base,
+                        **mem_rec,
+                        status="skipped",
+                        reason=f"host memory: MemAvailable {mem['MemAvailable']:.1f} GB + {freed / 1e9:.1f} GB kept "
+                        f"pool - {new / 1e9:.1f} GB new pool = {after:.1f} GB < {a.min_free_gb:g} GB",
+                    )
+                )
                 log(f"skip  {r.label}: host memory ({after:.1f} GB would be left)")
                 continue
         left = a.budget_s - (time.perf_counter() - t0)
@@ -566,11 +717,23 @@ def main(argv=None) -> int:
             write(dict(base, **mem_rec, status="skipped", reason=f"budget: {left:.0f} s left, estimate {est:.0f} s"))
             log(f"skip  {r.label}: budget ({left:.0f} s left, ~{est:.0f} s)")
             continue
-        cfg = ExecConfig(model=a.model, device=a.device, dtype="bfloat16" if cuda else "float32",
-                         selection="synthetic", top_k=TOP_K, block_size=BS, fetch_ratio=r.fetch_ratio,
-                         max_context=geo.max_context(r.ctx), kv_budget_gb=r.kv_budget_gb, host_kv_gb=host_kv_gb,
-                         max_lanes=r.n, transfer=a.transfer if sparse else "auto", mode=r.mode,
-                         synthetic=r.synthetic, **r.extra)
+        cfg = ExecConfig(
+            model=a.model,
+            device=a.device,
+            dtype="bfloat16" if cuda else "float32",
+            selection="synthetic",
+            top_k=TOP_K,
+            block_size=BS,
+            fetch_ratio=r.fetch_ratio,
+            max_context=geo.max_context(r.ctx),
+            kv_budget_gb=r.kv_budget_gb,
+            host_kv_gb=host_kv_gb,
+            max_lanes=r.n,
+            transfer=a.transfer if sparse else "auto",
+            mode=r.mode,
+            synthetic=r.synthetic,
+            **r.extra,
+        )
         write(dict(base, **mem_rec, status="started", est_s=round(est, 1)))
         log(f"start {r.label} (~{est:.0f} s{f', pins {new / 1e9:.1f} GB' if new and cuda else ''})")
         t1 = time.perf_counter()
@@ -579,10 +742,20 @@ def main(argv=None) -> int:
         try:
             rec = run_bench(cfg, r.ctx, r.n, a.steps, a.warmup, host_fill=False)
             d0, _ = _synthetic_defaults()
-            rec.update(label=r.label, kind=r.kind, variant=r.variant, group=r.group, preset=a.preset, status="ok",
-                       wall_s=round(time.perf_counter() - t1, 1), est_s=round(est, 1),
-                       cuda_graph=bool(cuda and cfg.cuda_graph and not cfg.profile), fused_ops=cfg.fused_ops,
-                       drift_rate=(r.synthetic or {}).get("drift_rate", d0) if sparse else None, **mem_rec)
+            rec.update(
+                label=r.label,
+                kind=r.kind,
+                variant=r.variant,
+                group=r.group,
+                preset=a.preset,
+                status="ok",
+                wall_s=round(time.perf_counter() - t1, 1),
+                est_s=round(est, 1),
+                cuda_graph=bool(cuda and cfg.cuda_graph and not cfg.profile),
+                fused_ops=cfg.fused_ops,
+                drift_rate=(r.synthetic or {}).get("drift_rate", d0) if sparse else None,
+                **mem_rec,
+            )
             if rec["concurrency"] < r.n:
                 rec["status_note"] = f"admitted {rec['concurrency']} of {r.n}"
             ok_labels.add(r.label)
@@ -590,12 +763,19 @@ def main(argv=None) -> int:
                 groups_ok.add(r.group)
             if r.kind in ("max", "probe"):
                 max_ok[r.ctx] = max(max_ok.get(r.ctx, 0), rec["concurrency"])
-            log(f"done  {r.label}: n={rec['concurrency']} tok/s={rec['throughput_tok_s']:.1f} "
+            log(
+                f"done  {r.label}: n={rec['concurrency']} tok/s={rec['throughput_tok_s']:.1f} "
                 f"p50={rec['tpot_ms_p50']:.2f} p99={rec['tpot_ms_p99']:.2f} ms "
-                f"MB/step={rec['bytes_moved_per_step'] / 1e6:.1f} build={rec['build_s']:.1f} s wall={rec['wall_s']} s")
+                f"MB/step={rec['bytes_moved_per_step'] / 1e6:.1f} build={rec['build_s']:.1f} s wall={rec['wall_s']} s"
+            )
         except Exception as e:  # one failed configuration must not lose the others
-            rec = dict(base, **mem_rec, status="error", wall_s=round(time.perf_counter() - t1, 1),
-                       error=" ".join(f"{type(e).__name__}: {e}".split())[:400])
+            rec = dict(
+                base,
+                **mem_rec,
+                status="error",
+                wall_s=round(time.perf_counter() - t1, 1),
+                error=" ".join(f"{type(e).__name__}: {e}".split())[:400],
+            )
             log(f"FAIL  {r.label}: {rec['error']}")
         write(rec)
         if rec["status"] == "error" and any(m in rec["error"] for m in STICKY_CUDA_ERRORS):

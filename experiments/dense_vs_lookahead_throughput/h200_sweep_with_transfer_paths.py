@@ -13,6 +13,7 @@ it. ``--torch-select``: plan the selection with the torch ``oasis_core.selection
 ``kernels.plan_select`` (the fallback if that kernel's GPU test fails); ``--plain-kv-write`` likewise for
 ``kernels.kv_write``. Each part resumes by label when re-run.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -31,8 +32,12 @@ def main(argv=None) -> int:
     ap.add_argument("--budget-s", type=float, default=420.0, help="both parts together (s)")
     ap.add_argument("--headline-share", type=float, default=0.6, help="share of the budget the headline may use")
     ap.add_argument("--torch-select", action="store_true")
-    ap.add_argument("--plain-kv-write", action="store_true", help="the K/V write by advanced indexing instead of "
-                    "kernels.kv_write (the fallback if that kernel's GPU test fails)")
+    ap.add_argument(
+        "--plain-kv-write",
+        action="store_true",
+        help="the K/V write by advanced indexing instead of "
+        "kernels.kv_write (the fallback if that kernel's GPU test fails)",
+    )
     ap.add_argument("--dry-run", action="store_true")
     ap.add_argument("--device", default="cuda")
     ap.add_argument("--headline-args", default="", help="extra arguments for h200_headline.py (one string)")
@@ -47,26 +52,51 @@ def main(argv=None) -> int:
 
         base = exec_config.ExecConfig
         exec_config.ExecConfig = dataclasses.make_dataclass(
-            "ExecConfig", [("fused_select", bool, dataclasses.field(default=not a.torch_select)),
-                           ("fused_kv_write", bool, dataclasses.field(default=not a.plain_kv_write))],
-            bases=(base,), frozen=True)
+            "ExecConfig",
+            [
+                ("fused_select", bool, dataclasses.field(default=not a.torch_select)),
+                ("fused_kv_write", bool, dataclasses.field(default=not a.plain_kv_write)),
+            ],
+            bases=(base,),
+            frozen=True,
+        )
     from experiments.dense_vs_lookahead_throughput import h200_headline
     from experiments.transfer_paths import transfer_paths
 
     t0 = time.perf_counter()
     dry = ["--dry-run"] if a.dry_run else []
-    rc1 = h200_headline.main(["--preset", "headline", "--out", os.path.join(a.out_dir, "headline.jsonl"),
-                              "--budget-s", str(a.budget_s * a.headline_share), "--device", a.device]
-                             + a.headline_args.split() + dry)
+    rc1 = h200_headline.main(
+        [
+            "--preset",
+            "headline",
+            "--out",
+            os.path.join(a.out_dir, "headline.jsonl"),
+            "--budget-s",
+            str(a.budget_s * a.headline_share),
+            "--device",
+            a.device,
+        ]
+        + a.headline_args.split()
+        + dry
+    )
     if rc1 == 3:  # the headline stopped on a sticky CUDA error: this process's GPU state is gone
         return rc1
     left = a.budget_s - (time.perf_counter() - t0)
     print(f"[h200_sweep_with_transfer_paths] headline rc={rc1}, {left:.0f} s left for the transfer paths", flush=True)
     rc2 = 0
     if left > 30 or a.dry_run:
-        rc2 = transfer_paths.main(["--out", os.path.join(a.out_dir, "transfer_paths.jsonl"),
-                                   "--budget-s", str(max(left, 1.0)), "--device", a.device]
-                                  + a.transfer_args.split() + dry)
+        rc2 = transfer_paths.main(
+            [
+                "--out",
+                os.path.join(a.out_dir, "transfer_paths.jsonl"),
+                "--budget-s",
+                str(max(left, 1.0)),
+                "--device",
+                a.device,
+            ]
+            + a.transfer_args.split()
+            + dry
+        )
     return rc1 or rc2
 
 

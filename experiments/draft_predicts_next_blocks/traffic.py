@@ -6,6 +6,7 @@ K = 128, fetch ratio 0.05 vs unlimited; GB per step for the paper's assumed batc
 
     python experiments/draft_predicts_next_blocks/traffic.py [--from experiments/draft_predicts_next_blocks/results/selection_X.json --key 4096@0.125]
 """
+
 from __future__ import annotations
 
 import argparse
@@ -36,15 +37,19 @@ def main(argv=None) -> int:
             if a.key in (None, key):
                 for d, f in avg.get("fit", {}).items():
                     sets[f"fit {key} {d}"] = SyntheticParams(**f["params"])
-    print(f"| parameters | fetch ratio | fetched blocks / row / step | missing / row / step | recall of true top-K "
-          f"| MB / request / step | GB / step at batch {a.batch} |")
+    print(
+        f"| parameters | fetch ratio | fetched blocks / row / step | missing / row / step | recall of true top-K "
+        f"| MB / request / step | GB / step at batch {a.batch} |"
+    )
     print("| --- | --- | --- | --- | --- | --- | --- |")
     for name, p in sets.items():
         for ratio in (0.05, None):
             t = traffic(p, context_tokens=a.context, top_k=a.top_k, fetch_ratio=ratio, batch=a.batch)
-            print(f"| {name} | {'unlimited' if ratio is None else ratio} | {t.fetch_blocks_per_row:.1f} | "
-                  f"{t.missing_blocks_per_row:.1f} | {100 * t.recall:.1f}% | {t.bytes_per_request / 1e6:.1f} | "
-                  f"{t.gb_per_step_batch:.2f} |")
+            print(
+                f"| {name} | {'unlimited' if ratio is None else ratio} | {t.fetch_blocks_per_row:.1f} | "
+                f"{t.missing_blocks_per_row:.1f} | {100 * t.recall:.1f}% | {t.bytes_per_request / 1e6:.1f} | "
+                f"{t.gb_per_step_batch:.2f} |"
+            )
     return 0
 
 

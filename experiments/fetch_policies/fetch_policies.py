@@ -11,6 +11,7 @@ requests decode), Qwen3-8B on the H100 SXM preset, ``mode=lookahead``, host DRAM
 Fixed runs the same way so the rows differ only by the policy). Writes
 ``results/sim_fetch_policies.{md,json}`` (beside this script) with the machine, date and commit inside.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -34,51 +35,89 @@ CONTEXT = 16384
 
 def run_one(conc: int, policy: str, out_tokens: int) -> dict:
     n = conc + conc // 4
-    cfg = SimConfig(hardware="h100-sxm", model="qwen3-8b", mode="lookahead", concurrency=conc, timeline_steps=0,
-                    host_bytes=NODE_HOST_BYTES, policy_sampling="exact", fetch_policy=policy)
+    cfg = SimConfig(
+        hardware="h100-sxm",
+        model="qwen3-8b",
+        mode="lookahead",
+        concurrency=conc,
+        timeline_steps=0,
+        host_bytes=NODE_HOST_BYTES,
+        policy_sampling="exact",
+        fetch_policy=policy,
+    )
     t0 = time.perf_counter()
     res = simulate(cfg, uniform_trace(n, CONTEXT, out_tokens))
     s = res.summary
     st = common.step_stats(res.steps)
-    return {"concurrency": conc, "policy": s["fetch_policy"], "requests": n, "output_tokens": out_tokens,
-            "throughput_tok_s": s["throughput_tok_s"], "tpot_ms_p50": s["tpot_ms_p50"],
-            "tpot_ms_p99": s["tpot_ms_p99"], "decode_tok_s": round(st["decode_tok_s"], 2),
-            "decode_step_ms": round(st["decode_step_ms"], 3), "h2d_bytes_per_step": s["h2d_bytes_per_step"],
-            "h2d_bytes_per_decode_step_p50": round(st["h2d_bytes_per_decode_step_p50"], 0),
-            "h2d_gb_s_decode": round(st["h2d_gb_s_decode"], 3), "h2d_bytes": s["h2d_bytes"],
-            "stall_ms_total": s["stall_ms_total"], "stall_ms_per_step": round(s["stall_ms_total"] / s["steps"], 4),
-            "resident_recall": s["resident_recall"], "steps": s["steps"], "preemptions": s["preemptions"],
-            "wall_s": round(time.perf_counter() - t0, 2)}
+    return {
+        "concurrency": conc,
+        "policy": s["fetch_policy"],
+        "requests": n,
+        "output_tokens": out_tokens,
+        "throughput_tok_s": s["throughput_tok_s"],
+        "tpot_ms_p50": s["tpot_ms_p50"],
+        "tpot_ms_p99": s["tpot_ms_p99"],
+        "decode_tok_s": round(st["decode_tok_s"], 2),
+        "decode_step_ms": round(st["decode_step_ms"], 3),
+        "h2d_bytes_per_step": s["h2d_bytes_per_step"],
+        "h2d_bytes_per_decode_step_p50": round(st["h2d_bytes_per_decode_step_p50"], 0),
+        "h2d_gb_s_decode": round(st["h2d_gb_s_decode"], 3),
+        "h2d_bytes": s["h2d_bytes"],
+        "stall_ms_total": s["stall_ms_total"],
+        "stall_ms_per_step": round(s["stall_ms_total"] / s["steps"], 4),
+        "resident_recall": s["resident_recall"],
+        "steps": s["steps"],
+        "preemptions": s["preemptions"],
+        "wall_s": round(time.perf_counter() - t0, 2),
+    }
 
 
 def markdown(prov: dict, args, rows: list, wall: float) -> str:
-    cols = [("concurrency", "conc", "{}"), ("policy", "policy", "`{}`"), ("throughput_tok_s", "tok/s e2e", "{:,.1f}"),
-            ("decode_tok_s", "tok/s decode", "{:,.1f}"), ("tpot_ms_p50", "TPOT p50 ms", "{:.2f}"),
-            ("decode_step_ms", "decode step ms", "{:.2f}"),
-            ("h2d_bytes_per_step", "h2d MB/step", None), ("h2d_gb_s_decode", "h2d GB/s decode", "{:.2f}"),
-            ("stall_ms_total", "stall ms total", "{:,.1f}"), ("stall_ms_per_step", "stall ms/step", "{:.3f}"),
-            ("resident_recall", "resident recall", "{:.4f}")]
-    out = [f"# Fetch-cap policies in the simulator: Fixed vs LinkBudget (eq. 3), {prov['date_utc'][:10]}", "",
-           f"Commit `{prov['commit']}` (sim tree dirty: {prov['sim_tree_dirty']}); oasis_sim + oasis_core sources "
-           f"sha256 `{prov['sim_source_sha256']}`; {prov['date_utc']}; machine: {prov['machine']}.", "",
-           f"Produced by `python experiments/fetch_policies/fetch_policies.py --concurrency {args.concurrency} --policies "
-           f"{args.policies} --output-tokens {args.output_tokens}` ({wall:.1f} s wall); raw rows in "
-           f"`sim_fetch_policies.json`.", "",
-           f"Workload: closed loop, {CONTEXT:,}-token prompts, {args.output_tokens} output tokens, concurrency + "
-           "concurrency/4 requests, Qwen3-8B, H100 SXM preset (effective scattered h2d 30.4 GB/s), "
-           "`mode=lookahead`, `policy_sampling=exact` for every policy, node host DRAM.", "",
-           "| " + " | ".join(c[1] for c in cols) + " |", "| " + " | ".join("---" for _ in cols) + " |"]
+    cols = [
+        ("concurrency", "conc", "{}"),
+        ("policy", "policy", "`{}`"),
+        ("throughput_tok_s", "tok/s e2e", "{:,.1f}"),
+        ("decode_tok_s", "tok/s decode", "{:,.1f}"),
+        ("tpot_ms_p50", "TPOT p50 ms", "{:.2f}"),
+        ("decode_step_ms", "decode step ms", "{:.2f}"),
+        ("h2d_bytes_per_step", "h2d MB/step", None),
+        ("h2d_gb_s_decode", "h2d GB/s decode", "{:.2f}"),
+        ("stall_ms_total", "stall ms total", "{:,.1f}"),
+        ("stall_ms_per_step", "stall ms/step", "{:.3f}"),
+        ("resident_recall", "resident recall", "{:.4f}"),
+    ]
+    out = [
+        f"# Fetch-cap policies in the simulator: Fixed vs LinkBudget (eq. 3), {prov['date_utc'][:10]}",
+        "",
+        f"Commit `{prov['commit']}` (sim tree dirty: {prov['sim_tree_dirty']}); oasis_sim + oasis_core sources "
+        f"sha256 `{prov['sim_source_sha256']}`; {prov['date_utc']}; machine: {prov['machine']}.",
+        "",
+        f"Produced by `python experiments/fetch_policies/fetch_policies.py --concurrency {args.concurrency} --policies "
+        f"{args.policies} --output-tokens {args.output_tokens}` ({wall:.1f} s wall); raw rows in "
+        f"`sim_fetch_policies.json`.",
+        "",
+        f"Workload: closed loop, {CONTEXT:,}-token prompts, {args.output_tokens} output tokens, concurrency + "
+        "concurrency/4 requests, Qwen3-8B, H100 SXM preset (effective scattered h2d 30.4 GB/s), "
+        "`mode=lookahead`, `policy_sampling=exact` for every policy, node host DRAM.",
+        "",
+        "| " + " | ".join(c[1] for c in cols) + " |",
+        "| " + " | ".join("---" for _ in cols) + " |",
+    ]
     for r in rows:
         cells = []
         for key, _, fmt in cols:
             v = r[key]
             cells.append(f"{v / 1e6:,.1f}" if fmt is None else fmt.format(v))
         out.append("| " + " | ".join(cells) + " |")
-    out += ["", "Columns: `tok/s e2e` = output tokens / simulated time (prefill included); `tok/s decode` and "
-            "`decode step ms` over the steps with no prefill work; `h2d MB/step` = host->GPU bytes per engine step "
-            "(all steps, first fills included); `h2d GB/s decode` = bytes / time of the decode-only steps; "
-            "`stall` = compute-stream time waiting for a layer's transfer (layer-local sync); `resident recall` = "
-            "share of the true top-K resident when a layer attends.", ""]
+    out += [
+        "",
+        "Columns: `tok/s e2e` = output tokens / simulated time (prefill included); `tok/s decode` and "
+        "`decode step ms` over the steps with no prefill work; `h2d MB/step` = host->GPU bytes per engine step "
+        "(all steps, first fills included); `h2d GB/s decode` = bytes / time of the decode-only steps; "
+        "`stall` = compute-stream time waiting for a layer's transfer (layer-local sync); `resident recall` = "
+        "share of the true top-K resident when a layer attends.",
+        "",
+    ]
     return "\n".join(out) + "\n"
 
 
@@ -96,15 +135,19 @@ def main(argv=None) -> int:
         for pol in args.policies.split(","):
             r = run_one(conc, pol, args.output_tokens)
             rows.append(r)
-            print(f"c={conc:3d} {r['policy']:<14} {r['throughput_tok_s']:8.1f} tok/s  TPOT p50 {r['tpot_ms_p50']:7.2f} ms"
-                  f"  h2d {r['h2d_bytes_per_step'] / 1e6:8.1f} MB/step  stall {r['stall_ms_total']:9.1f} ms  "
-                  f"recall {r['resident_recall']:.4f}  ({r['wall_s']} s)", flush=True)
+            print(
+                f"c={conc:3d} {r['policy']:<14} {r['throughput_tok_s']:8.1f} tok/s  TPOT p50 {r['tpot_ms_p50']:7.2f} ms"
+                f"  h2d {r['h2d_bytes_per_step'] / 1e6:8.1f} MB/step  stall {r['stall_ms_total']:9.1f} ms  "
+                f"recall {r['resident_recall']:.4f}  ({r['wall_s']} s)",
+                flush=True,
+            )
     wall = time.perf_counter() - t0
     out = Path(args.out_dir)
     out.mkdir(parents=True, exist_ok=True)
     stem = "sim_fetch_policies"
-    (out / f"{stem}.json").write_text(json.dumps({"provenance": prov, "args": vars(args), "wall_s": round(wall, 2),
-                                                  "rows": rows}, indent=2) + "\n")
+    (out / f"{stem}.json").write_text(
+        json.dumps({"provenance": prov, "args": vars(args), "wall_s": round(wall, 2), "rows": rows}, indent=2) + "\n"
+    )
     (out / f"{stem}.md").write_text(markdown(prov, args, rows, wall))
     print(f"wrote {out / stem}.md and .json ({wall:.1f} s)")
     return 0

@@ -13,6 +13,7 @@ Also one run with ``event_mode='events'`` (one SimPy event per layer stage; the 
 comparison. Writes ``results/sim_speed.{md,json}`` (beside this script). A benchmark script, not a test: numbers depend on the
 machine, which the output names.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -62,10 +63,20 @@ def timed_run(trace, cfg: SimConfig) -> dict:
     env = _CountingEnv.made[-1]
     events = next(env._eid)
     s = res.summary
-    return {"wall_s": wall, "simulated_s": s["simulated_s"], "speed_x": s["simulated_s"] / wall,
-            "events": events, "events_per_s": events / wall, "steps": res.events, "steps_per_s": res.events / wall,
-            "requests_completed": s["requests_completed"], "throughput_tok_s": s["throughput_tok_s"],
-            "ttft_ms_p50": s["ttft_ms_p50"], "tpot_ms_p50": s["tpot_ms_p50"], "preemptions": s["preemptions"]}
+    return {
+        "wall_s": wall,
+        "simulated_s": s["simulated_s"],
+        "speed_x": s["simulated_s"] / wall,
+        "events": events,
+        "events_per_s": events / wall,
+        "steps": res.events,
+        "steps_per_s": res.events / wall,
+        "requests_completed": s["requests_completed"],
+        "throughput_tok_s": s["throughput_tok_s"],
+        "ttft_ms_p50": s["ttft_ms_p50"],
+        "tpot_ms_p50": s["tpot_ms_p50"],
+        "preemptions": s["preemptions"],
+    }
 
 
 def profile_run(trace, cfg: SimConfig, top: int = 25) -> dict:
@@ -78,7 +89,7 @@ def profile_run(trace, cfg: SimConfig, top: int = 25) -> dict:
     st = pstats.Stats(prof)
     total = st.total_tt
     entries = []
-    for (file, line, fn), (cc, nc, tt, ct, _callers) in st.stats.items():
+    for (file, line, fn), (_cc, nc, tt, ct, _callers) in st.stats.items():
         short = file.replace(str(common.REPO) + "/", "")
         if "site-packages/" in short:
             short = short.split("site-packages/", 1)[1]
@@ -87,48 +98,81 @@ def profile_run(trace, cfg: SimConfig, top: int = 25) -> dict:
     by_cum = sorted(entries, key=lambda e: -e["cumtime_s"])[:top]
     buf = io.StringIO()
     pstats.Stats(prof, stream=buf).sort_stats("tottime").print_stats(top)
-    return {"wall_s_profiled": wall, "profiled_total_s": total, "top_tottime": by_tot, "top_cumtime": by_cum,
-            "pstats_text": buf.getvalue()}
+    return {
+        "wall_s_profiled": wall,
+        "profiled_total_s": total,
+        "top_tottime": by_tot,
+        "top_cumtime": by_cum,
+        "pstats_text": buf.getvalue(),
+    }
 
 
 def write_md(res: dict, outdir: Path) -> None:
     m = res["main"]
-    lines = ["# Simulator speed: the one-hour Mooncake conversation trace on one decode GPU", "",
-             common.provenance_md(res["provenance"]), "",
-             f"Produced by `python experiments/simulator_speed/sim_speed.py` ({res['wall_s']} s wall); raw numbers and the full "
-             "profile tables in `sim_speed.json`.", "",
-             f"Workload: all {res['trace']['requests']:,} requests of `mooncake_conversation_trace.jsonl` "
-             f"({res['trace']['span_s']:,.0f} s of arrivals, buckets spread uniformly, lengths clipped to 40,960 "
-             "tokens), `python -m oasis_sim run` defaults: `hardware=h100-sxm`, `model=qwen3-8b`, "
-             "`mode=lookahead`, `split=none` (the one GPU prefills too), `policy_sampling=profile`, "
-             "`event_mode=closed`, timeline off. Trace import: "
-             f"{res['trace']['import_s']:.2f} s.", "",
-             f"The trace asks more prefill than one H100 does (≈{res['trace']['prompt_tok_s']:,.0f} prompt tokens/s "
-             "arrive), so the queue grows and the simulated span is "
-             f"{m['simulated_s']:,.0f} s, longer than the hour of arrivals (TTFT p50 {m['ttft_ms_p50'] / 1e3:,.0f} s): "
-             "the speed below is for a saturated GPU, whose steps are mostly long prefill chunks.", "",
-             "| configuration | wall s (median of runs) | simulated s | simulated s per wall s | SimPy events | "
-             "events per wall s | engine steps | steps per wall s |", "| --- | --- | --- | --- | --- | --- | --- | --- |"]
+    lines = [
+        "# Simulator speed: the one-hour Mooncake conversation trace on one decode GPU",
+        "",
+        common.provenance_md(res["provenance"]),
+        "",
+        f"Produced by `python experiments/simulator_speed/sim_speed.py` ({res['wall_s']} s wall); raw numbers and the full "
+        "profile tables in `sim_speed.json`.",
+        "",
+        f"Workload: all {res['trace']['requests']:,} requests of `mooncake_conversation_trace.jsonl` "
+        f"({res['trace']['span_s']:,.0f} s of arrivals, buckets spread uniformly, lengths clipped to 40,960 "
+        "tokens), `python -m oasis_sim run` defaults: `hardware=h100-sxm`, `model=qwen3-8b`, "
+        "`mode=lookahead`, `split=none` (the one GPU prefills too), `policy_sampling=profile`, "
+        "`event_mode=closed`, timeline off. Trace import: "
+        f"{res['trace']['import_s']:.2f} s.",
+        "",
+        f"The trace asks more prefill than one H100 does (≈{res['trace']['prompt_tok_s']:,.0f} prompt tokens/s "
+        "arrive), so the queue grows and the simulated span is "
+        f"{m['simulated_s']:,.0f} s, longer than the hour of arrivals (TTFT p50 {m['ttft_ms_p50'] / 1e3:,.0f} s): "
+        "the speed below is for a saturated GPU, whose steps are mostly long prefill chunks.",
+        "",
+        "| configuration | wall s (median of runs) | simulated s | simulated s per wall s | SimPy events | "
+        "events per wall s | engine steps | steps per wall s |",
+        "| --- | --- | --- | --- | --- | --- | --- | --- |",
+    ]
     for name, r in res["runs"].items():
-        lines.append(f"| {name} | {r['wall_s']:.2f} ({', '.join(f'{w:.2f}' for w in r['walls'])}) | "
-                     f"{r['simulated_s']:,.0f} | **{r['speed_x']:,.0f}×** | {r['events']:,} | "
-                     f"{r['events_per_s']:,.0f} | {r['steps']:,} | {r['steps_per_s']:,.0f} |")
+        lines.append(
+            f"| {name} | {r['wall_s']:.2f} ({', '.join(f'{w:.2f}' for w in r['walls'])}) | "
+            f"{r['simulated_s']:,.0f} | **{r['speed_x']:,.0f}×** | {r['events']:,} | "
+            f"{r['events_per_s']:,.0f} | {r['steps']:,} | {r['steps_per_s']:,.0f} |"
+        )
     goal = "meets" if m["speed_x"] >= 1000 else "misses"
-    lines += ["", f"Goal ≥ 1,000×: the default configuration {goal} it ({m['speed_x']:,.0f}×; "
-              f"{(m['wall_s'] + res['trace']['import_s']):.2f} s wall including the trace import).", ""]
+    lines += [
+        "",
+        f"Goal ≥ 1,000×: the default configuration {goal} it ({m['speed_x']:,.0f}×; "
+        f"{(m['wall_s'] + res['trace']['import_s']):.2f} s wall including the trace import).",
+        "",
+    ]
     if "profile" in res:
         p = res["profile"]
-        lines += [f"## Where the time goes (cProfile of the default run: {p['wall_s_profiled']:.2f} s under the "
-                  "profiler)", "", "Top functions by own time:", "",
-                  "| function | calls | own s | share | cumulative s |", "| --- | --- | --- | --- | --- |"]
+        lines += [
+            f"## Where the time goes (cProfile of the default run: {p['wall_s_profiled']:.2f} s under the profiler)",
+            "",
+            "Top functions by own time:",
+            "",
+            "| function | calls | own s | share | cumulative s |",
+            "| --- | --- | --- | --- | --- |",
+        ]
         for e in p["top_tottime"][:15]:
-            lines.append(f"| `{e['function']}` | {e['calls']:,} | {e['tottime_s']:.3f} | "
-                         f"{e['tottime_s'] / p['profiled_total_s']:.1%} | {e['cumtime_s']:.3f} |")
-        lines += ["", "Top functions by cumulative time:", "", "| function | calls | cumulative s | share |",
-                  "| --- | --- | --- | --- |"]
+            lines.append(
+                f"| `{e['function']}` | {e['calls']:,} | {e['tottime_s']:.3f} | "
+                f"{e['tottime_s'] / p['profiled_total_s']:.1%} | {e['cumtime_s']:.3f} |"
+            )
+        lines += [
+            "",
+            "Top functions by cumulative time:",
+            "",
+            "| function | calls | cumulative s | share |",
+            "| --- | --- | --- | --- |",
+        ]
         for e in p["top_cumtime"][:15]:
-            lines.append(f"| `{e['function']}` | {e['calls']:,} | {e['cumtime_s']:.3f} | "
-                         f"{e['cumtime_s'] / p['profiled_total_s']:.1%} |")
+            lines.append(
+                f"| `{e['function']}` | {e['calls']:,} | {e['cumtime_s']:.3f} | "
+                f"{e['cumtime_s'] / p['profiled_total_s']:.1%} |"
+            )
     common.write_markdown(outdir / "sim_speed.md", lines, HERE / "sim_speed_notes.md")
 
 
@@ -144,6 +188,7 @@ def main(argv=None) -> int:
     outdir = Path(args.out)
     if args.md_only:
         import json
+
         write_md(json.loads((outdir / "sim_speed.json").read_text()), outdir)
         return 0
     t00 = time.perf_counter()
@@ -152,15 +197,26 @@ def main(argv=None) -> int:
     import_s = time.perf_counter() - t0
     reqs = trace.requests
     span = reqs[-1].arrival_s - reqs[0].arrival_s
-    res = {"provenance": common.provenance(), "options": vars(args),
-           "trace": {"requests": len(reqs), "span_s": span, "import_s": import_s,
-                     "prompt_tok_s": sum(q.prompt_tokens for q in reqs) / span if span else None},
-           "runs": {}}
-    configs = {"default (closed-form layers)": SimConfig(mode="lookahead", timeline_steps=0),
-               "event_mode=events (SimPy event per layer stage)": SimConfig(mode="lookahead", timeline_steps=0,
-                                                                           event_mode="events"),
-               "arrivals x3 slower (time_scale=3: the GPU keeps up)": SimConfig(mode="lookahead", timeline_steps=0,
-                                                                               time_scale=3.0)}
+    res = {
+        "provenance": common.provenance(),
+        "options": vars(args),
+        "trace": {
+            "requests": len(reqs),
+            "span_s": span,
+            "import_s": import_s,
+            "prompt_tok_s": sum(q.prompt_tokens for q in reqs) / span if span else None,
+        },
+        "runs": {},
+    }
+    configs = {
+        "default (closed-form layers)": SimConfig(mode="lookahead", timeline_steps=0),
+        "event_mode=events (SimPy event per layer stage)": SimConfig(
+            mode="lookahead", timeline_steps=0, event_mode="events"
+        ),
+        "arrivals x3 slower (time_scale=3: the GPU keeps up)": SimConfig(
+            mode="lookahead", timeline_steps=0, time_scale=3.0
+        ),
+    }
     for name, cfg in configs.items():
         runs = [timed_run(trace, cfg) for _ in range(args.repeats if "default" in name else 1)]
         walls = [r["wall_s"] for r in runs]
@@ -171,9 +227,12 @@ def main(argv=None) -> int:
         best["events_per_s"] = best["events"] / best["wall_s"]
         best["steps_per_s"] = best["steps"] / best["wall_s"]
         res["runs"][name] = best
-        print(f"{name}: {best['wall_s']:.2f} s wall, {best['simulated_s']:.0f} s simulated, "
-              f"{best['speed_x']:.0f}x, {best['events']:,} events ({best['events_per_s']:,.0f}/s), "
-              f"{best['steps']:,} steps", flush=True)
+        print(
+            f"{name}: {best['wall_s']:.2f} s wall, {best['simulated_s']:.0f} s simulated, "
+            f"{best['speed_x']:.0f}x, {best['events']:,} events ({best['events_per_s']:,.0f}/s), "
+            f"{best['steps']:,} steps",
+            flush=True,
+        )
     res["main"] = res["runs"]["default (closed-form layers)"]
     if not args.no_profile:
         res["profile"] = profile_run(trace, configs["default (closed-form layers)"])

@@ -30,6 +30,7 @@ than the engine's real, graph-captured step). ``--no-profile`` records the engin
 graphs; the recording then has TPOT p50/p99, throughput, the sampled step durations and the bytes per link, but no
 per-stage times (``stage_ms_per_step`` empty; ``oasis_sim.fitted`` falls back to the TPOT for its compute target). A log of every run (status, wall time, estimate) goes to ``<out>/_matrix_log.jsonl``.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -108,11 +109,23 @@ def exec_config(mode, ctx, n, fr, a, geo):
     from oasis_exec.config import ExecConfig
 
     sparse = mode != "dense"
-    return ExecConfig(model=a.model, device=a.device, dtype="bfloat16" if a.device == "cuda" else "float32", mode=mode, selection=a.selection,
-                      top_k=128, block_size=geo.block_size, fetch_ratio=fr,
-                      max_context=ctx + a.warmup + a.steps + 2 * geo.block_size, kv_budget_gb=a.kv_budget_gb,
-                      host_kv_gb=host_gb(mode, ctx, n, a.steps, a.warmup, geo, a.max_host_gb) if sparse else None,
-                      max_lanes=n, transfer=a.transfer, seed=a.seed, profile=not a.no_profile)
+    return ExecConfig(
+        model=a.model,
+        device=a.device,
+        dtype="bfloat16" if a.device == "cuda" else "float32",
+        mode=mode,
+        selection=a.selection,
+        top_k=128,
+        block_size=geo.block_size,
+        fetch_ratio=fr,
+        max_context=ctx + a.warmup + a.steps + 2 * geo.block_size,
+        kv_budget_gb=a.kv_budget_gb,
+        host_kv_gb=host_gb(mode, ctx, n, a.steps, a.warmup, geo, a.max_host_gb) if sparse else None,
+        max_lanes=n,
+        transfer=a.transfer,
+        seed=a.seed,
+        profile=not a.no_profile,
+    )
 
 
 def main(argv=None) -> int:
@@ -125,26 +138,38 @@ def main(argv=None) -> int:
     ap.add_argument("--slowdown", type=float, default=4.0, help="executor step time / analytic estimate (initial)")
     ap.add_argument("--kv-budget-gb", type=float, default=100.0)
     ap.add_argument("--max-host-gb", type=float, default=64.0, help="cap on the pinned host pool of one run")
-    ap.add_argument("--fr-contexts", default="16384", help="contexts of the fetch-ratio sweep: '16384', "
-                                                          "'8192,32768' or 'all'")
+    ap.add_argument(
+        "--fr-contexts", default="16384", help="contexts of the fetch-ratio sweep: '16384', '8192,32768' or 'all'"
+    )
     ap.add_argument("--modes", default="dense,lookahead")
     ap.add_argument("--only", default=None, help="regex over run labels (e.g. 'lookahead-16k')")
     ap.add_argument("--model", default="qwen3-8b")
     ap.add_argument("--selection", default="synthetic", help="synthetic (dummy weights) | model")
     ap.add_argument("--transfer", default="host", help="host | uva")
     ap.add_argument("--seed", type=int, default=0)
-    ap.add_argument("--no-profile", action="store_true", help="no per-stage CUDA events (no stage times): CUDA "
-                                                               "graphs on, the engine's real step")
+    ap.add_argument(
+        "--no-profile",
+        action="store_true",
+        help="no per-stage CUDA events (no stage times): CUDA graphs on, the engine's real step",
+    )
     ap.add_argument("--contexts", default=",".join(map(str, CONTEXTS)), help="contexts of the matrix")
     ap.add_argument("--concurrency", default=",".join(map(str, CONCURRENCY)), help="concurrencies of the matrix")
     ap.add_argument("--device", default="cuda", help="cuda | cpu (a smoke test: --model tiny --hardware h200)")
-    ap.add_argument("--hardware", default=None, help="simulator preset of the recordings (default: from the "
-                                                     "device name)")
+    ap.add_argument(
+        "--hardware", default=None, help="simulator preset of the recordings (default: from the device name)"
+    )
     ap.add_argument("--overwrite", action="store_true")
-    ap.add_argument("--no-host-fill", action="store_true", help="leave the pinned host pool unwritten (copies time "
-                                                                 "the same; saves a pass over it per run)")
-    ap.add_argument("--prepin", action="store_true", help="pin the largest host pool of the plan once, before the "
-                                                           "runs (oasis_exec.kv_store reuses it for every run)")
+    ap.add_argument(
+        "--no-host-fill",
+        action="store_true",
+        help="leave the pinned host pool unwritten (copies time the same; saves a pass over it per run)",
+    )
+    ap.add_argument(
+        "--prepin",
+        action="store_true",
+        help="pin the largest host pool of the plan once, before the "
+        "runs (oasis_exec.kv_store reuses it for every run)",
+    )
     ap.add_argument("--dry-run", action="store_true", help="print the plan and the estimate, run nothing")
     a = ap.parse_args(argv)
     t_start = time.perf_counter()
@@ -178,10 +203,12 @@ def main(argv=None) -> int:
     if a.prepin:
         pin_s = max([host_gb(r[3], r[4], r[5], a.steps, a.warmup, geo, a.max_host_gb) for r in runs] + [0.0]) / 2.5
     total = a.startup_s + pin_s + sum(r[0] for r in runs)
-    print(f"{len(runs)} runs, {a.warmup} + {a.steps} steps each; estimated {total:.0f} s "
-          f"(budget {a.budget_s:.0f} s, slowdown x{a.slowdown:g} over the analytic step time"
-          f"{f', prepin ~{pin_s:.0f} s' if pin_s else ''}; {'graphs, no stage times' if a.no_profile else 'profiled'})",
-          flush=True)
+    print(
+        f"{len(runs)} runs, {a.warmup} + {a.steps} steps each; estimated {total:.0f} s "
+        f"(budget {a.budget_s:.0f} s, slowdown x{a.slowdown:g} over the analytic step time"
+        f"{f', prepin ~{pin_s:.0f} s' if pin_s else ''}; {'graphs, no stage times' if a.no_profile else 'profiled'})",
+        flush=True,
+    )
     for est, name, *_rest in runs:
         print(f"  {name:<28} ~{est:6.1f} s")
     if a.dry_run:
@@ -223,9 +250,16 @@ def main(argv=None) -> int:
         try:
             cfg = exec_config(mode, ctx, n, fr, a, geo)
             bench = run_bench(cfg, ctx, n, a.steps, a.warmup, host_fill=not a.no_host_fill)
-            rec = write_bench_recording(path, bench, cfg, hardware=a.hardware,
-                                        meta={"made_by": "experiments/simulator_vs_executor/record_matrix.py",
-                                              "cuda_graph": bool(cfg.cuda_graph and not cfg.profile)})
+            rec = write_bench_recording(
+                path,
+                bench,
+                cfg,
+                hardware=a.hardware,
+                meta={
+                    "made_by": "experiments/simulator_vs_executor/record_matrix.py",
+                    "cuda_graph": bool(cfg.cuda_graph and not cfg.profile),
+                },
+            )
             entry.update(status="ok", concurrency=rec.config["concurrency"], tpot_ms_p50=bench["tpot_ms_p50"])
         except Exception as e:  # one failed configuration must not lose the others
             entry.update(status="error", error=" ".join(f"{type(e).__name__}: {e}".split())[:300])

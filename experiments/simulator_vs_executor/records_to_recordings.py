@@ -29,6 +29,7 @@ label (:func:`classify`):
 A log of every input line (written or skipped, and why) goes to ``<out>/_records_to_recordings.jsonl`` (``.jsonl``:
 ``find_recordings`` only picks ``*.json``).
 """
+
 from __future__ import annotations
 
 import argparse
@@ -45,16 +46,35 @@ from oasis_core.recording import RecordingError  # noqa: E402
 from oasis_exec.config import ExecConfig  # noqa: E402
 from oasis_exec.recorder import TRANSFER_NAMES, write_bench_recording  # noqa: E402
 
-DEFAULT_INPUTS = tuple(os.path.join(REPO, "experiments", f) for f in (
-    "dense_vs_lookahead_throughput/results/headline_fused_ab.jsonl",
-    "dense_vs_lookahead_throughput/results/headline_full_sweep.jsonl",
-    "transfer_paths/results/uva_vs_host_in_step.jsonl"))
+DEFAULT_INPUTS = tuple(
+    os.path.join(REPO, "experiments", f)
+    for f in (
+        "dense_vs_lookahead_throughput/results/headline_fused_ab.jsonl",
+        "dense_vs_lookahead_throughput/results/headline_full_sweep.jsonl",
+        "transfer_paths/results/uva_vs_host_in_step.jsonl",
+    )
+)
 DEFAULT_OUT = os.path.join(REPO, "traces", "recordings_fused_2026-11-30")
 LOG_NAME = "_records_to_recordings.jsonl"
 BENCH_KEYS = ("mode", "context", "concurrency", "steps", "tpot_ms_p50", "tpot_ms_p99", "throughput_tok_s")
 # runner fields worth keeping with the recording (meta): what the simulator has no field for, and provenance
-META_KEYS = ("label", "kind", "variant", "group", "preset", "role", "config", "exec", "uva_programs", "fused_ops",
-             "cuda_graph", "transfer", "transfer_path", "drift_rate", "status_note")
+META_KEYS = (
+    "label",
+    "kind",
+    "variant",
+    "group",
+    "preset",
+    "role",
+    "config",
+    "exec",
+    "uva_programs",
+    "fused_ops",
+    "cuda_graph",
+    "transfer",
+    "transfer_path",
+    "drift_rate",
+    "status_note",
+)
 
 
 def is_bench_record(r: dict) -> bool:
@@ -75,8 +95,10 @@ def classify(r: dict) -> tuple:
     if not r.get("cuda_graph", False):
         return None, "eager step (cuda_graph false): not graph mode"
     if r.get("no_transfer"):
-        return None, ("no-transfer twin: the simulator has no copy-less lookahead mode (a replay would time the "
-                      "copies the run skipped)")
+        return None, (
+            "no-transfer twin: the simulator has no copy-less lookahead mode (a replay would time the "
+            "copies the run skipped)"
+        )
     if r.get("fused_ops") is False:
         return "unfused", "fused-off twin (plain torch ops and selection): another executor"
     return "fused", "ok"
@@ -87,14 +109,22 @@ def exec_config_of(r: dict) -> ExecConfig:
     runners left them: seed 0, block size 16, dummy weights). ``transfer`` is the path the run took: a record of
     ``transfer=auto`` names it in ``transfer_path`` (``auto`` itself stays in the recording's ``exec_transfer``)."""
     sparse = r["mode"] != "dense"
-    kw = dict(model=r.get("model") or "qwen3-8b", mode=r["mode"], selection=r.get("selection") or "synthetic",
-              top_k=int(r.get("top_k", 128)), fetch_ratio=float(r.get("fetch_ratio", 0.05)),
-              max_context=int(r["context"]) + int(r.get("warmup", 0)) + int(r["steps"]) + 32,
-              kv_budget_gb=r.get("kv_budget_gb"), host_kv_gb=r.get("host_kv_gb"),
-              max_lanes=r.get("max_lanes") or r.get("requested_concurrency") or r["concurrency"],
-              no_transfer=bool(r.get("no_transfer", False)), fused_ops=r.get("fused_ops", True) is not False,
-              cuda_graph=bool(r.get("cuda_graph", True)), profile=bool(r.get("profile", False)),
-              synthetic=r.get("synthetic_params") or None)
+    kw = dict(
+        model=r.get("model") or "qwen3-8b",
+        mode=r["mode"],
+        selection=r.get("selection") or "synthetic",
+        top_k=int(r.get("top_k", 128)),
+        fetch_ratio=float(r.get("fetch_ratio", 0.05)),
+        max_context=int(r["context"]) + int(r.get("warmup", 0)) + int(r["steps"]) + 32,
+        kv_budget_gb=r.get("kv_budget_gb"),
+        host_kv_gb=r.get("host_kv_gb"),
+        max_lanes=r.get("max_lanes") or r.get("requested_concurrency") or r["concurrency"],
+        no_transfer=bool(r.get("no_transfer", False)),
+        fused_ops=r.get("fused_ops", True) is not False,
+        cuda_graph=bool(r.get("cuda_graph", True)),
+        profile=bool(r.get("profile", False)),
+        synthetic=r.get("synthetic_params") or None,
+    )
     if r.get("uva_programs"):
         kw["uva_programs"] = int(r["uva_programs"])
     if sparse and r.get("transfer"):
@@ -107,8 +137,11 @@ def bench_of(r: dict) -> dict:
     ``transfer`` (e.g. ``auto``) would map to another one."""
     b = dict(r)
     took = r.get("transfer_path")
-    if r["mode"] != "dense" and took and TRANSFER_NAMES.get(r.get("transfer"), r.get("transfer")) != \
-            TRANSFER_NAMES.get(took, took):
+    if (
+        r["mode"] != "dense"
+        and took
+        and TRANSFER_NAMES.get(r.get("transfer"), r.get("transfer")) != TRANSFER_NAMES.get(took, took)
+    ):
         b["transfer"] = took
     return b
 
@@ -130,8 +163,9 @@ def read_records(paths: Iterable[str]) -> list:
     return out
 
 
-def convert(paths: Iterable[str], out_dir: str, unfused_dir: Optional[str] = None, dry_run: bool = False,
-            log=print) -> dict:
+def convert(
+    paths: Iterable[str], out_dir: str, unfused_dir: Optional[str] = None, dry_run: bool = False, log=print
+) -> dict:
     """Convert every record; returns ``{"written": [...], "skipped": [...]}`` (one dict per input line: source,
     line, label, commit, file or reason)."""
     rows = read_records(paths)
@@ -153,8 +187,12 @@ def convert(paths: Iterable[str], out_dir: str, unfused_dir: Optional[str] = Non
         if path in names:
             raise ValueError(f"{src}:{i}: {name} again (first from {names[path]}): labels must be unique per commit")
         names[path] = f"{src}:{i}"
-        meta = {"made_by": "experiments/simulator_vs_executor/records_to_recordings.py", "source": src, "source_line": i,
-                "cuda_graph": bool(r.get("cuda_graph"))}
+        meta = {
+            "made_by": "experiments/simulator_vs_executor/records_to_recordings.py",
+            "source": src,
+            "source_line": i,
+            "cuda_graph": bool(r.get("cuda_graph")),
+        }
         meta.update({f"bench_{k}": r[k] for k in META_KEYS if r.get(k) is not None and k != "cuda_graph"})
         try:
             cfg = exec_config_of(r)
@@ -175,9 +213,11 @@ def convert(paths: Iterable[str], out_dir: str, unfused_dir: Optional[str] = Non
     for s in skipped:
         if not s.get("quiet"):
             log(f"skipped {s['label']} ({s['source']}:{s['line']}, {s['commit']}): {s['reason']}")
-    log(f"{len(written)} recordings ({sum(w['set'] == 'fused' for w in written)} fused, "
+    log(
+        f"{len(written)} recordings ({sum(w['set'] == 'fused' for w in written)} fused, "
         f"{sum(w['set'] == 'unfused' for w in written)} fused-off), {len(skipped) - quiet} records skipped, "
-        f"{quiet} started markers")
+        f"{quiet} started markers"
+    )
     if not dry_run:
         logs = {out_dir: [w for w in written if w["set"] == "fused"] + [s for s in skipped if not s.get("quiet")]}
         if unfused_dir:
@@ -192,11 +232,20 @@ def convert(paths: Iterable[str], out_dir: str, unfused_dir: Optional[str] = Non
 
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    ap.add_argument("inputs", nargs="*", default=list(DEFAULT_INPUTS), metavar="JSONL",
-                    help="bench record files (default: the three H200 issue-5 files of 2026-11-30)")
+    ap.add_argument(
+        "inputs",
+        nargs="*",
+        default=list(DEFAULT_INPUTS),
+        metavar="JSONL",
+        help="bench record files (default: the three H200 issue-5 files of 2026-11-30)",
+    )
     ap.add_argument("--out", default=DEFAULT_OUT, help="folder of the recordings (default %(default)s)")
-    ap.add_argument("--unfused-out", default=None, metavar="DIR",
-                    help="write the fused-off twins here (a sibling of --out, never inside it); default: skip them")
+    ap.add_argument(
+        "--unfused-out",
+        default=None,
+        metavar="DIR",
+        help="write the fused-off twins here (a sibling of --out, never inside it); default: skip them",
+    )
     ap.add_argument("--dry-run", action="store_true", help="build and check the recordings, write nothing")
     a = ap.parse_args(argv)
     out, unf = os.path.abspath(a.out), os.path.abspath(a.unfused_out) if a.unfused_out else None

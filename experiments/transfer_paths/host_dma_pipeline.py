@@ -21,6 +21,7 @@ Per mode: wall ms for all layers, GB/s (K + V bytes / wall), and for the pipelin
 DMAs' own ms (perf_counter around each gather call; CUDA events around each layer's DMAs). One JSON file;
 ``--summarize`` tabulates several (e.g. one per thread count) into markdown.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -48,29 +49,39 @@ def summarize(files, md) -> None:
     m0 = runs[0]["meta"]
     prov = provenance()
     f1 = lambda x: "–" if x is None else f"{x:.1f}"  # noqa: E731
-    lines = ["# The host path's worker loop without the model (issue 5 item 1)", "",
-             f"Measured on **{m0['device']}** ({m0['date'][:10]}, the commit of each run in the table, torch "
-             f"{m0['torch']}); "
-             f"summarized at `{prov['commit']}`. Per repetition: {m0['layers']} layers x {m0['items']:,} (block, "
-             f"head) rows of K and V ({m0['bytes'] / 1e6:.0f} MB: one step at 64 requests), random rows of a "
-             f"{m0['pool_gb']:.0f} GB pool registered like the engine's; median of the repetitions. Load = "
-             f"{m0['load_gemms']} bf16 GEMMs [64, 4096] x [4096, 16384] on the main stream "
-             f"({m0['load_alone_ms']:.0f} ms alone, longer than every loop). Sources: "
-             + ", ".join(f"`{os.path.basename(f)}`" for f in files) + ".", "",
-             "| threads | mode | wall ms | GB/s (wall) | CPU gather GB/s | DMA GB/s |",
-             "| ---: | --- | ---: | ---: | ---: | ---: |"]
+    lines = [
+        "# The host path's worker loop without the model (issue 5 item 1)",
+        "",
+        f"Measured on **{m0['device']}** ({m0['date'][:10]}, the commit of each run in the table, torch "
+        f"{m0['torch']}); "
+        f"summarized at `{prov['commit']}`. Per repetition: {m0['layers']} layers x {m0['items']:,} (block, "
+        f"head) rows of K and V ({m0['bytes'] / 1e6:.0f} MB: one step at 64 requests), random rows of a "
+        f"{m0['pool_gb']:.0f} GB pool registered like the engine's; median of the repetitions. Load = "
+        f"{m0['load_gemms']} bf16 GEMMs [64, 4096] x [4096, 16384] on the main stream "
+        f"({m0['load_alone_ms']:.0f} ms alone, longer than every loop). Sources: "
+        + ", ".join(f"`{os.path.basename(f)}`" for f in files)
+        + ".",
+        "",
+        "| threads | mode | wall ms | GB/s (wall) | CPU gather GB/s | DMA GB/s |",
+        "| ---: | --- | ---: | ---: | ---: | ---: |",
+    ]
     mislabelled = False
     for r in runs:
         for row in r["rows"]:
             mode = row["mode"]
             if mode == "dma+load" and row.get("gather_ms") is not None:  # before 0e771b7 its loop gathered too
                 mode, mislabelled = "dma+load\\*", True
-            lines.append(f"| {r['meta']['threads']} (`{r['meta']['commit']}`) | {mode} | {row['wall_ms']:.2f} | "
-                         f"{row['gb_s']:.1f} | {f1(row['gather_gb_s'])} | {f1(row['dma_gb_s'])} |"
-                         + ("" if row["correct"] else " (copy check FAILED)"))
+            lines.append(
+                f"| {r['meta']['threads']} (`{r['meta']['commit']}`) | {mode} | {row['wall_ms']:.2f} | "
+                f"{row['gb_s']:.1f} | {f1(row['gather_gb_s'])} | {f1(row['dma_gb_s'])} |"
+                + ("" if row["correct"] else " (copy check FAILED)")
+            )
     if mislabelled:
-        lines += ["", "\\* Runs before 0e771b7 gathered inside the `dma+load` loop too (the DMA-only test re-gathered "
-                  "every layer): those rows are a second `pipeline+load`, not the DMA beside the load."]
+        lines += [
+            "",
+            "\\* Runs before 0e771b7 gathered inside the `dma+load` loop too (the DMA-only test re-gathered "
+            "every layer): those rows are a second `pipeline+load`, not the DMA beside the load.",
+        ]
     with open(md, "w") as fh:
         fh.write("\n".join(lines) + "\n")
     print(f"wrote {md}")
@@ -104,8 +115,9 @@ def main(argv=None) -> int:
     row = BS * D * 2
     n_rows = int(a.pool_gb * 1e9 / 2 / row)
     t0 = time.perf_counter()
-    pk, pv = [p.view(torch.bfloat16).view(n_rows // HKV, HKV, BS, D)
-              for p in pinned_pieces(2, (n_rows // HKV) * HKV * row)]
+    pk, pv = [
+        p.view(torch.bfloat16).view(n_rows // HKV, HKV, BS, D) for p in pinned_pieces(2, (n_rows // HKV) * HKV * row)
+    ]
     pin_s = time.perf_counter() - t0
     L, n = a.layers, a.items
     stg = [HostStager(n, BS, D, device=dev, n_threads=None) for _ in range(L)]
@@ -155,8 +167,12 @@ def main(argv=None) -> int:
         want = pk.view(-1, BS, D)[int(fl[L - 1][n // 2])]  # the last layer's middle row, where it should have landed
         got = stg[L - 1].stage_k[n // 2] if mode == "gather" else stg[L - 1].gpu_k[n // 2].cpu()
         ok = torch.equal(got, want)
-        return dict(wall_ms=1e3 * wall, gather_ms=1e3 * gather_s if not mode.startswith("dma") else None,
-                    dma_ms=dma_ms if ev else None, correct=bool(ok))
+        return dict(
+            wall_ms=1e3 * wall,
+            gather_ms=1e3 * gather_s if not mode.startswith("dma") else None,
+            dma_ms=dma_ms if ev else None,
+            correct=bool(ok),
+        )
 
     torch.cuda.synchronize()
     t = time.perf_counter()
@@ -173,12 +189,25 @@ def main(argv=None) -> int:
         r["gather_gb_s"] = nbytes / r["gather_ms"] / 1e6 if r["gather_ms"] else None
         r["dma_gb_s"] = nbytes / r["dma_ms"] / 1e6 if r["dma_ms"] else None
         rows.append(r)
-        print(f"{mode:14s} wall {r['wall_ms']:7.2f} ms {r['gb_s']:6.1f} GB/s  gather "
-              f"{r['gather_gb_s'] or 0:6.1f} GB/s  dma {r['dma_gb_s'] or 0:6.1f} GB/s  ok={r['correct']}", flush=True)
-    meta = dict(device=torch.cuda.get_device_name(), date=datetime.datetime.now(datetime.timezone.utc).isoformat(
-        timespec="seconds"), commit=os.environ.get("OASIS_COMMIT", "?"), layers=L, items=n, threads=a.threads,
-        bytes=nbytes, pool_gb=a.pool_gb, pin_s=round(pin_s, 1), load_gemms=a.gemms, load_alone_ms=load_ms,
-        torch=torch.__version__)
+        print(
+            f"{mode:14s} wall {r['wall_ms']:7.2f} ms {r['gb_s']:6.1f} GB/s  gather "
+            f"{r['gather_gb_s'] or 0:6.1f} GB/s  dma {r['dma_gb_s'] or 0:6.1f} GB/s  ok={r['correct']}",
+            flush=True,
+        )
+    meta = dict(
+        device=torch.cuda.get_device_name(),
+        date=datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
+        commit=os.environ.get("OASIS_COMMIT", "?"),
+        layers=L,
+        items=n,
+        threads=a.threads,
+        bytes=nbytes,
+        pool_gb=a.pool_gb,
+        pin_s=round(pin_s, 1),
+        load_gemms=a.gemms,
+        load_alone_ms=load_ms,
+        torch=torch.__version__,
+    )
     with open(a.out, "w") as f:
         json.dump(dict(meta=meta, rows=rows), f, indent=1)
     return 0

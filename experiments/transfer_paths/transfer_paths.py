@@ -34,6 +34,7 @@ the experimental ``-tma`` ones excepted)
 and the engine's choice table ``OUT_PREFIX_table.json`` (or ``--table-out``) in the format of
 ``oasis_exec/transfer_table.json``, which ``oasis_exec.transfer_choice`` reads.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -74,27 +75,59 @@ def plan(a) -> list:
             cg = {} if eager_tpot else {"copy_graph": "on"}  # UVA: its copies as a graph of their own
             tpot.append((f"c{n}-{c}-graph", n, c, "graph", "transfer", dict(kw2, cuda_graph=True, **cg)))
             if not eager_tpot and a.in_graph:  # UVA: also with the copies inside the step's graph
-                tpot.append((f"c{n}-{c}-ig-graph", n, c + "-ig", "graph", "transfer",
-                             dict(kw2, cuda_graph=True, copy_graph="off")))
+                tpot.append(
+                    (
+                        f"c{n}-{c}-ig-graph",
+                        n,
+                        c + "-ig",
+                        "graph",
+                        "transfer",
+                        dict(kw2, cuda_graph=True, copy_graph="off"),
+                    )
+                )
             if eager_tpot:  # the host path eager too (its graph mode is new); UVA's would repeat its profiled run
                 tpot.append((f"c{n}-{c}-eager", n, c, "eager", "transfer", dict(kw2, cuda_graph=False)))
             prof.append((f"c{n}-{c}-profile", n, c, "eager", "profile", dict(kw2, cuda_graph=False, profile=True)))
 
     for n in a.concurrency:
-        tpot.append((f"c{n}-notransfer-graph", n, "notransfer", "graph", "reference",
-                     dict(transfer="uva", no_transfer=True, cuda_graph=True)))
+        tpot.append(
+            (
+                f"c{n}-notransfer-graph",
+                n,
+                "notransfer",
+                "graph",
+                "reference",
+                dict(transfer="uva", no_transfer=True, cuda_graph=True),
+            )
+        )
         for p in a.programs:
             for kern in a.uva_kernels:  # tma: the experimental TMA gather (config uva{p}-tma)
-                add(n, f"uva{p}" + ("-tma" if kern == "tma" else ""), False,
-                    dict(transfer="uva", uva_programs=p, uva_kernel=kern))
-        tpot.append((f"c{n}-notransfer-eager", n, "notransfer", "eager", "reference",
-                     dict(transfer="uva", no_transfer=True, cuda_graph=False)))
+                add(
+                    n,
+                    f"uva{p}" + ("-tma" if kern == "tma" else ""),
+                    False,
+                    dict(transfer="uva", uva_programs=p, uva_kernel=kern),
+                )
+        tpot.append(
+            (
+                f"c{n}-notransfer-eager",
+                n,
+                "notransfer",
+                "eager",
+                "reference",
+                dict(transfer="uva", no_transfer=True, cuda_graph=False),
+            )
+        )
         for t in a.threads:
             for kern in a.host_kernels:  # native: the C gather (config host{t}-nat)
                 for sw in a.switch_us:  # > 0: Python's switch interval in microseconds for the run (-sw{us})
                     conf = f"host{t}" + ("-nat" if kern == "native" else "") + (f"-sw{sw}" if sw else "")
-                    add(n, conf, True, dict(transfer="host", host_threads=t, host_kernel=kern,
-                                            **({"_switch_us": sw} if sw else {})))
+                    add(
+                        n,
+                        conf,
+                        True,
+                        dict(transfer="host", host_threads=t, host_kernel=kern, **({"_switch_us": sw} if sw else {})),
+                    )
     return tpot + prof
 
 
@@ -107,8 +140,9 @@ def est_s(role: str, ex: str, n: int) -> float:
 def load_done(path: str, retry_errors: bool) -> set:
     from experiments.common.reporting import read_jsonl
 
-    return {r["label"] for r in read_jsonl(path)
-            if "label" in r and (r.get("status", "ok") == "ok" or not retry_errors)}
+    return {
+        r["label"] for r in read_jsonl(path) if "label" in r and (r.get("status", "ok") == "ok" or not retry_errors)
+    }
 
 
 def run(a) -> int:
@@ -126,11 +160,15 @@ def run(a) -> int:
     todo = [r for r in runs if r[0] not in done]
     pin_gb = max((host_gb(n, a.context, a.steps, a.warmup, unit) for _, n, *_ in todo), default=0.0)
     total = PIN_S_PER_GB * pin_gb * (a.device == "cuda") + sum(est_s(r[4], r[3], r[1]) for r in todo)
-    for label, n, conf, ex, role, kw in runs:
-        log(f"plan {label:<24} n={n:3d} host_kv_gb={host_gb(n, a.context, a.steps, a.warmup, unit):7.2f}"
-            f"{' (done)' if label in done else ''}")
-    log(f"{len(todo)} of {len(runs)} runs to do; pin {pin_gb:.1f} GB once (~{PIN_S_PER_GB * pin_gb:.0f} s on a GPU); "
-        f"estimate ~{total:.0f} s plus CUDA init and Triton compiles; budget {a.budget_s:.0f} s")
+    for label, n, *_ in runs:
+        log(
+            f"plan {label:<24} n={n:3d} host_kv_gb={host_gb(n, a.context, a.steps, a.warmup, unit):7.2f}"
+            f"{' (done)' if label in done else ''}"
+        )
+    log(
+        f"{len(todo)} of {len(runs)} runs to do; pin {pin_gb:.1f} GB once (~{PIN_S_PER_GB * pin_gb:.0f} s on a GPU); "
+        f"estimate ~{total:.0f} s plus CUDA init and Triton compiles; budget {a.budget_s:.0f} s"
+    )
     if a.dry_run:
         return 0
 
@@ -158,25 +196,49 @@ def run(a) -> int:
             sys.setswitchinterval(sw * 1e-6)
             meta["switch_interval_us"] = sw
         try:
-            cfg = ExecConfig(model=a.model, device=a.device, dtype="bfloat16" if cuda else "float32",
-                             mode="lookahead", selection="synthetic", top_k=a.top_k, block_size=BS,
-                             fetch_ratio=a.fetch_ratio, max_context=a.context + a.warmup + a.steps + 2 * BS,
-                             kv_budget_gb=a.kv_budget_gb, host_kv_gb=gb, max_lanes=n, **kw)
+            cfg = ExecConfig(
+                model=a.model,
+                device=a.device,
+                dtype="bfloat16" if cuda else "float32",
+                mode="lookahead",
+                selection="synthetic",
+                top_k=a.top_k,
+                block_size=BS,
+                fetch_ratio=a.fetch_ratio,
+                max_context=a.context + a.warmup + a.steps + 2 * BS,
+                kv_budget_gb=a.kv_budget_gb,
+                host_kv_gb=gb,
+                max_lanes=n,
+                **kw,
+            )
             rec = run_bench(cfg, a.context, n, a.steps, a.warmup, host_fill=False)
-            rec.update(meta, status="ok", wall_s=round(time.perf_counter() - t1, 1), cuda_graph=cfg.cuda_graph,
-                       profile=cfg.profile, host_threads=cfg.host_threads if cfg.transfer == "host" else None,
-                       host_kernel=cfg.host_kernel if cfg.transfer == "host" else None)
+            rec.update(
+                meta,
+                status="ok",
+                wall_s=round(time.perf_counter() - t1, 1),
+                cuda_graph=cfg.cuda_graph,
+                profile=cfg.profile,
+                host_threads=cfg.host_threads if cfg.transfer == "host" else None,
+                host_kernel=cfg.host_kernel if cfg.transfer == "host" else None,
+            )
             if rec["concurrency"] < n:
                 rec["status_note"] = f"admitted {rec['concurrency']} of {n}"
             st = rec.get("stage_ms_per_step") or {}
             gbs = rec.get("transfer_gb_s")
-            log(f"done  {label}: n={rec['concurrency']} p50={rec['tpot_ms_p50']:.2f} ms "
+            log(
+                f"done  {label}: n={rec['concurrency']} p50={rec['tpot_ms_p50']:.2f} ms "
                 f"tok/s={rec['throughput_tok_s']:.1f} MB/step={rec['bytes_moved_per_step'] / 1e6:.1f}"
                 + (f" copy={st['transfer']:.2f} ms/step {gbs:.1f} GB/s" if st.get("transfer") and gbs else "")
-                + f" build={rec['build_s']:.1f} s wall={rec['wall_s']} s")
+                + f" build={rec['build_s']:.1f} s wall={rec['wall_s']} s"
+            )
         except Exception as e:  # one failed configuration must not lose the others
-            rec = dict(meta, status="error", host_kv_gb=gb, wall_s=round(time.perf_counter() - t1, 1),
-                       error=" ".join(f"{type(e).__name__}: {e}".split())[:400])
+            rec = dict(
+                meta,
+                status="error",
+                host_kv_gb=gb,
+                wall_s=round(time.perf_counter() - t1, 1),
+                error=" ".join(f"{type(e).__name__}: {e}".split())[:400],
+            )
             log(f"FAIL  {label}: {rec['error']}")
         sys.setswitchinterval(prev_sw)
         d = os.path.dirname(a.out)
@@ -221,18 +283,30 @@ def summarize_records(recs: list) -> dict:
                 continue
             conf, ex = r["config"], r["exec"]
             base = conf.split("-")[0]  # uva16 of uva16-hi
-            row = {"label": r["label"], "config": conf, "exec": ex, "role": r["role"], "tpot_ms": r["tpot_ms_p50"],
-                   "throughput_tok_s": r["throughput_tok_s"], "admitted": r.get("concurrency"),
-                   "path": "host" if conf.startswith("host") else "uva" if conf.startswith("uva") else None,
-                   "stream_priority": r.get("stream_priority") or ("high" if "-hi" in conf else "normal"),
-                   "copy_graph": conf.startswith("uva") and not conf.endswith("-ig"),
-                   "uva_kernel": "tma" if "-tma" in conf else "loads" if conf.startswith("uva") else None,
-                   "uva_programs": r.get("uva_programs") if conf.startswith("uva") else None,
-                   "host_threads": r.get("host_threads") if conf.startswith("host") else None,
-                   "host_kernel": ("native" if "-nat" in conf else "torch") if conf.startswith("host") else None,
-                   "switch_us": r.get("switch_interval_us"),
-                   "exposed_ms": None, "copy_ms": None, "gb_s": None, "mb_step": None, "hidden": None,
-                   "hidden_profiled": None, "cpu_gather_ms": None}
+            row = {
+                "label": r["label"],
+                "config": conf,
+                "exec": ex,
+                "role": r["role"],
+                "tpot_ms": r["tpot_ms_p50"],
+                "throughput_tok_s": r["throughput_tok_s"],
+                "admitted": r.get("concurrency"),
+                "path": "host" if conf.startswith("host") else "uva" if conf.startswith("uva") else None,
+                "stream_priority": r.get("stream_priority") or ("high" if "-hi" in conf else "normal"),
+                "copy_graph": conf.startswith("uva") and not conf.endswith("-ig"),
+                "uva_kernel": "tma" if "-tma" in conf else "loads" if conf.startswith("uva") else None,
+                "uva_programs": r.get("uva_programs") if conf.startswith("uva") else None,
+                "host_threads": r.get("host_threads") if conf.startswith("host") else None,
+                "host_kernel": ("native" if "-nat" in conf else "torch") if conf.startswith("host") else None,
+                "switch_us": r.get("switch_interval_us"),
+                "exposed_ms": None,
+                "copy_ms": None,
+                "gb_s": None,
+                "mb_step": None,
+                "hidden": None,
+                "hidden_profiled": None,
+                "cpu_gather_ms": None,
+            }
             if row["path"] == "uva" and row["uva_programs"] is None:
                 row["uva_programs"] = int(base[3:])
             if row["path"] == "host" and row["host_threads"] is None:
@@ -256,12 +330,23 @@ def summarize_records(recs: list) -> dict:
                     row["hidden"] = min(1.0, max(0.0, 1.0 - row["exposed_ms"] / row["copy_ms"]))
             rows.append(row)
         order = {"reference": 0, "transfer": 1}
-        rows.sort(key=lambda w: (order[w["role"]], w["exec"] != "graph", w["path"] or "",
-                                 w["uva_programs"] or 0, w["host_threads"] or 0, w["stream_priority"]))
+        rows.sort(
+            key=lambda w: (
+                order[w["role"]],
+                w["exec"] != "graph",
+                w["path"] or "",
+                w["uva_programs"] or 0,
+                w["host_threads"] or 0,
+                w["stream_priority"],
+            )
+        )
         # reported, not chosen (the engine's table has no field for them): the experimental TMA gather (-tma) and
         # runs under a changed switch interval (-sw)
-        cands = [w for w in rows if w["role"] == "transfer" and w["tpot_ms"] is not None and w["uva_kernel"] != "tma"
-                 and not w["switch_us"]]
+        cands = [
+            w
+            for w in rows
+            if w["role"] == "transfer" and w["tpot_ms"] is not None and w["uva_kernel"] != "tma" and not w["switch_us"]
+        ]
         winner = min(cands, key=lambda w: w["tpot_ms"]) if cands else None
         out[n] = {"rows": rows, "winner": winner, "refs": refs}
     return out
@@ -278,17 +363,30 @@ def choice_table(summary: dict, recs: list, source: str) -> dict:
         if w is None:
             continue
         ref = summary[n]["refs"].get(w["exec"])
-        choices.append({"concurrency": n, "path": w["path"], "uva_programs": w["uva_programs"],
-                        "host_threads": w["host_threads"], "stream_priority": w["stream_priority"],
-                        **({"host_kernel": w["host_kernel"]} if w["path"] == "host" else {}),
-                        "copy_graph": w["copy_graph"],
-                        "tpot_ms": round(w["tpot_ms"], 3),
-                        "no_transfer_tpot_ms": round(ref, 3) if ref is not None else None,
-                        "throughput_tok_s": round(w["throughput_tok_s"], 1), "label": w["label"], "exec": w["exec"]})
-    return {"source": f"{source}: experiments/transfer_paths/transfer_paths.py --summarize (per concurrency, the transferring "
-                      f"configuration with the lowest TPOT p50)",
-            "device": ", ".join(devices), "date": " .. ".join([dates[0], dates[-1]] if len(dates) > 1 else dates),
-            "commit": ", ".join(commits), "choices": choices}
+        choices.append(
+            {
+                "concurrency": n,
+                "path": w["path"],
+                "uva_programs": w["uva_programs"],
+                "host_threads": w["host_threads"],
+                "stream_priority": w["stream_priority"],
+                **({"host_kernel": w["host_kernel"]} if w["path"] == "host" else {}),
+                "copy_graph": w["copy_graph"],
+                "tpot_ms": round(w["tpot_ms"], 3),
+                "no_transfer_tpot_ms": round(ref, 3) if ref is not None else None,
+                "throughput_tok_s": round(w["throughput_tok_s"], 1),
+                "label": w["label"],
+                "exec": w["exec"],
+            }
+        )
+    return {
+        "source": f"{source}: experiments/transfer_paths/transfer_paths.py --summarize (per concurrency, the transferring "
+        f"configuration with the lowest TPOT p50)",
+        "device": ", ".join(devices),
+        "date": " .. ".join([dates[0], dates[-1]] if len(dates) > 1 else dates),
+        "commit": ", ".join(commits),
+        "choices": choices,
+    }
 
 
 def summarize(inp: str, prefix: str, table_out: str | None = None) -> dict:
@@ -306,55 +404,81 @@ def summarize(inp: str, prefix: str, table_out: str | None = None) -> dict:
     ok = [r for r in recs if r.get("status", "ok") == "ok" and "label" in r]
     prov = provenance()
     any_rec = ok[0] if ok else {}
-    lines = ["# Transfer paths inside the decode step (issue 5 item 1)", "",
-             f"Measured on **{table['device']}**, {table['date']}, commit `{table['commit']}` (from the records of "
-             f"`{src}`: {len(ok)} runs, {len(errors)} failed). Summarized at commit `{prov['commit']}`, "
-             f"{prov['date_utc']}.", "",
-             f"Setup: lookahead, context {any_rec.get('context', '?')}, synthetic selection, fetch ratio "
-             f"{any_rec.get('fetch_ratio', '?')}, top-K {any_rec.get('top_k', '?')}, KV budget "
-             f"{any_rec.get('kv_budget_gb', '?')} GB, model {any_rec.get('model', '?')} (dummy weights), "
-             f"{any_rec.get('steps', '?')} timed steps after {any_rec.get('warmup', '?')} warm-up.", "",
-             "Exposed = TPOT − the matching no-transfer TPOT (graph-captured runs against the graph reference, eager "
-             "runs against the eager one). Copy ms / step, GB/s and MB / step come from the same configuration's eager profiled "
-             "run (CUDA events around the copy stream's work: for the host path the DMA + scatter, the CPU gather is "
-             "its own column). Hidden = 1 − exposed / copy ms, clipped to [0, 1]; hidden (prof.) is the profiled "
-             "run's own 1 − stall / copy. Winner = lowest TPOT p50 among the transferring configurations.", ""]
+    lines = [
+        "# Transfer paths inside the decode step (issue 5 item 1)",
+        "",
+        f"Measured on **{table['device']}**, {table['date']}, commit `{table['commit']}` (from the records of "
+        f"`{src}`: {len(ok)} runs, {len(errors)} failed). Summarized at commit `{prov['commit']}`, "
+        f"{prov['date_utc']}.",
+        "",
+        f"Setup: lookahead, context {any_rec.get('context', '?')}, synthetic selection, fetch ratio "
+        f"{any_rec.get('fetch_ratio', '?')}, top-K {any_rec.get('top_k', '?')}, KV budget "
+        f"{any_rec.get('kv_budget_gb', '?')} GB, model {any_rec.get('model', '?')} (dummy weights), "
+        f"{any_rec.get('steps', '?')} timed steps after {any_rec.get('warmup', '?')} warm-up.",
+        "",
+        "Exposed = TPOT − the matching no-transfer TPOT (graph-captured runs against the graph reference, eager "
+        "runs against the eager one). Copy ms / step, GB/s and MB / step come from the same configuration's eager profiled "
+        "run (CUDA events around the copy stream's work: for the host path the DMA + scatter, the CPU gather is "
+        "its own column). Hidden = 1 − exposed / copy ms, clipped to [0, 1]; hidden (prof.) is the profiled "
+        "run's own 1 − stall / copy. Winner = lowest TPOT p50 among the transferring configurations.",
+        "",
+    ]
     for n, s in summary.items():
         w = s["winner"]
-        lines += [f"## {n} requests", "",
-                  "| config | exec | TPOT p50 ms | tok/s | exposed ms | copy ms/step | GB/s | MB/step | hidden | "
-                  "hidden (prof.) | CPU gather ms |",
-                  "| --- | --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |"]
+        lines += [
+            f"## {n} requests",
+            "",
+            "| config | exec | TPOT p50 ms | tok/s | exposed ms | copy ms/step | GB/s | MB/step | hidden | "
+            "hidden (prof.) | CPU gather ms |",
+            "| --- | --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |",
+        ]
         for r in s["rows"]:
             name = f"**{r['config']}**" if r is w else r["config"]
             if r["admitted"] is not None and r["admitted"] != n:
                 name += f" (admitted {r['admitted']})"
-            lines.append(f"| {name} | {r['exec']} | {_f(r['tpot_ms'])} | {_f(r['throughput_tok_s'], 1)} | "
-                         f"{_f(r['exposed_ms'])} | {_f(r['copy_ms'])} | {_f(r['gb_s'], 1)} | {_f(r['mb_step'], 1)} | "
-                         f"{_pct(r['hidden'])} | {_pct(r['hidden_profiled'])} | {_f(r['cpu_gather_ms'])} |")
-        lines += ["", f"Winner: **{w['config']}** ({w['exec']}), TPOT {_f(w['tpot_ms'])} ms." if w else
-                  "Winner: none (no transferring run succeeded).", ""]
+            lines.append(
+                f"| {name} | {r['exec']} | {_f(r['tpot_ms'])} | {_f(r['throughput_tok_s'], 1)} | "
+                f"{_f(r['exposed_ms'])} | {_f(r['copy_ms'])} | {_f(r['gb_s'], 1)} | {_f(r['mb_step'], 1)} | "
+                f"{_pct(r['hidden'])} | {_pct(r['hidden_profiled'])} | {_f(r['cpu_gather_ms'])} |"
+            )
+        lines += [
+            "",
+            f"Winner: **{w['config']}** ({w['exec']}), TPOT {_f(w['tpot_ms'])} ms."
+            if w
+            else "Winner: none (no transferring run succeeded).",
+            "",
+        ]
     if errors:
         lines += ["## Failed runs", ""] + [f"- `{r['label']}`: {r.get('error', '')}" for r in errors] + [""]
-    lines += ["## The engine's choice (`transfer=auto`)", "",
-              "`oasis_exec.transfer_choice.choose(lanes)` takes the entry with the nearest concurrency (ties: the "
-              "smaller).", "",
-              "| concurrency | path | UVA programs | host threads | side streams | copy graph | TPOT p50 ms | "
-              "no-transfer ms | exec |",
-              "| ---: | --- | ---: | ---: | --- | --- | ---: | ---: | --- |"]
+    lines += [
+        "## The engine's choice (`transfer=auto`)",
+        "",
+        "`oasis_exec.transfer_choice.choose(lanes)` takes the entry with the nearest concurrency (ties: the smaller).",
+        "",
+        "| concurrency | path | UVA programs | host threads | side streams | copy graph | TPOT p50 ms | "
+        "no-transfer ms | exec |",
+        "| ---: | --- | ---: | ---: | --- | --- | ---: | ---: | --- |",
+    ]
     for c in table["choices"]:
         cg = "–" if c["path"] != "uva" else "on" if c.get("copy_graph") else "off"
-        lines.append(f"| {c['concurrency']} | {c['path']} | {c['uva_programs'] or '–'} | "
-                     f"{c['host_threads'] or '–'} | {c.get('stream_priority', 'normal')} | {cg} | {_f(c['tpot_ms'])} | "
-                     f"{_f(c['no_transfer_tpot_ms'])} | "
-                     f"{c['exec']} |")
+        lines.append(
+            f"| {c['concurrency']} | {c['path']} | {c['uva_programs'] or '–'} | "
+            f"{c['host_threads'] or '–'} | {c.get('stream_priority', 'normal')} | {cg} | {_f(c['tpot_ms'])} | "
+            f"{_f(c['no_transfer_tpot_ms'])} | "
+            f"{c['exec']} |"
+        )
     tpath = table_out or f"{prefix}_table.json"
     shown = os.path.relpath(os.path.abspath(tpath), REPO)
-    lines += ["", f"Table written to `{tpath if shown.startswith('..') else shown}`; the engine reads "
-              "`oasis_exec/transfer_table.json` (copy it there, or pass `--table-out oasis_exec/transfer_table.json`)."]
+    lines += [
+        "",
+        f"Table written to `{tpath if shown.startswith('..') else shown}`; the engine reads "
+        "`oasis_exec/transfer_table.json` (copy it there, or pass `--table-out oasis_exec/transfer_table.json`).",
+    ]
     d = os.path.dirname(os.path.abspath(prefix))
     os.makedirs(d, exist_ok=True)
-    write_markdown(f"{prefix}.md", lines, os.path.join(os.path.dirname(os.path.abspath(__file__)), "transfer_paths_notes.md"))
+    write_markdown(
+        f"{prefix}.md", lines, os.path.join(os.path.dirname(os.path.abspath(__file__)), "transfer_paths_notes.md")
+    )
     with open(tpath, "w") as fh:
         fh.write(json.dumps(table, indent=2) + "\n")
     return {"summary": summary, "table": table, "md": f"{prefix}.md", "table_path": tpath}
@@ -368,17 +492,36 @@ def main(argv=None) -> int:
     ap.add_argument("--concurrency", type=ints, default=[64, 32, 8])
     ap.add_argument("--programs", type=ints, default=[4, 8, 16, 32])
     ap.add_argument("--threads", type=ints, default=[8, 16])
-    ap.add_argument("--host-kernels", type=lambda x: [v for v in x.split(",") if v], default=["torch"],
-                    help="host path gathers: torch,native (native: config host{t}-nat)")
-    ap.add_argument("--switch-us", type=ints, default=[0],
-                    help="host path runs under these sys.setswitchinterval values, microseconds (0: the default, "
-                         "5000; others: config suffix -sw{us}, reported but never chosen)")
-    ap.add_argument("--priorities", type=lambda x: [v for v in x.split(",") if v], default=["normal"],
-                    help="side-stream priorities to run each transferring config at: normal,high")
-    ap.add_argument("--uva-kernels", type=lambda x: [v for v in x.split(",") if v], default=["loads"],
-                    help="the UVA gather's kernels to run: loads,tma (tma configs end in -tma)")
-    ap.add_argument("--in-graph", action="store_true",
-                    help="also run each UVA config with its copies inside the step's graph (copy_graph off)")
+    ap.add_argument(
+        "--host-kernels",
+        type=lambda x: [v for v in x.split(",") if v],
+        default=["torch"],
+        help="host path gathers: torch,native (native: config host{t}-nat)",
+    )
+    ap.add_argument(
+        "--switch-us",
+        type=ints,
+        default=[0],
+        help="host path runs under these sys.setswitchinterval values, microseconds (0: the default, "
+        "5000; others: config suffix -sw{us}, reported but never chosen)",
+    )
+    ap.add_argument(
+        "--priorities",
+        type=lambda x: [v for v in x.split(",") if v],
+        default=["normal"],
+        help="side-stream priorities to run each transferring config at: normal,high",
+    )
+    ap.add_argument(
+        "--uva-kernels",
+        type=lambda x: [v for v in x.split(",") if v],
+        default=["loads"],
+        help="the UVA gather's kernels to run: loads,tma (tma configs end in -tma)",
+    )
+    ap.add_argument(
+        "--in-graph",
+        action="store_true",
+        help="also run each UVA config with its copies inside the step's graph (copy_graph off)",
+    )
     ap.add_argument("--steps", type=int, default=12)
     ap.add_argument("--warmup", type=int, default=3)
     ap.add_argument("--budget-s", type=float, default=480.0)

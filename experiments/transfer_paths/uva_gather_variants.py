@@ -15,6 +15,7 @@ against the host pool. One JSON file with every row and the device/date/commit.
 ``--stages`` tiles in flight x ``--tma-warps``): does a gather that barely occupies its SMs keep more of its rate
 beside the load? Its rows carry ``kernel: "tma"`` and ``stages`` in place of ``items_per_iter``.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -47,17 +48,18 @@ def main(argv=None) -> int:
     ap.add_argument("--dry-run", action="store_true")
     a = ap.parse_args(argv)
     kinds = a.kernel.split(",")
-    variants = [("uva", p, i, w) for p in a.programs for i in a.ipi for w in a.warps] * ("uva" in kinds) \
-        + [("tma", p, st, w) for p in a.programs for st in a.stages for w in a.tma_warps] * ("tma" in kinds)
+    variants = [("uva", p, i, w) for p in a.programs for i in a.ipi for w in a.warps] * ("uva" in kinds) + [
+        ("tma", p, st, w) for p in a.programs for st in a.stages for w in a.tma_warps
+    ] * ("tma" in kinds)
     print(f"{len(variants)} variants, {a.items} items ({a.items * 8192 / 1e6:.1f} MB a copy), load {a.gemms} GEMMs")
     if a.dry_run:
         return 0
     import torch
+    from triton.testing import do_bench
 
     import kernels  # noqa: F401
     from kernels.gather import _bench_setup, uva_gather
     from kernels.gather_tma import tma_gather
-    from triton.testing import do_bench
 
     hk, hv, ks, vs, sb, sh, ds = _bench_setup(a.items, a.pool_gb, 8, 16, 128, 0)
     dev = ks.device
@@ -75,6 +77,7 @@ def main(argv=None) -> int:
     rows = []
     i_chk = a.items // 2
     for kern, p, ipi, w in variants:
+
         def gather(kern=kern, p=p, ipi=ipi, w=w):
             if kern == "tma":
                 tma_gather(hk, hv, sb_g, sh_g, ds_g, ks, vs, n_programs=p, stages=ipi, num_warps=w)
@@ -98,16 +101,30 @@ def main(argv=None) -> int:
 
             t_ms = do_bench(both, warmup=5, rep=50)
             hidden = (g_ms + load_ms - t_ms) / min(g_ms, load_ms)
-            row = dict(name, correct=ok, gather_ms=g_ms,
-                       gather_gb_s=nbytes / g_ms / 1e6, load_ms=load_ms, together_ms=t_ms, hidden=hidden,
-                       gather_gb_s_beside=nbytes / max(t_ms - load_ms, 1e-9) / 1e6 if t_ms > load_ms else None)
+            row = dict(
+                name,
+                correct=ok,
+                gather_ms=g_ms,
+                gather_gb_s=nbytes / g_ms / 1e6,
+                load_ms=load_ms,
+                together_ms=t_ms,
+                hidden=hidden,
+                gather_gb_s_beside=nbytes / max(t_ms - load_ms, 1e-9) / 1e6 if t_ms > load_ms else None,
+            )
         except Exception as e:  # a variant that does not compile or launch (e.g. too many registers)
             row = dict(name, error=f"{type(e).__name__}: {e}"[:300])
         rows.append(row)
         print(json.dumps(row), flush=True)
-    rec = dict(device=torch.cuda.get_device_name(), date=datetime.datetime.now(datetime.timezone.utc).isoformat(
-        timespec="seconds"), commit=os.environ.get("OASIS_COMMIT", "unknown"), items=a.items, bytes=nbytes,
-        gemms=a.gemms, load_ms=load_ms, rows=rows)
+    rec = dict(
+        device=torch.cuda.get_device_name(),
+        date=datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
+        commit=os.environ.get("OASIS_COMMIT", "unknown"),
+        items=a.items,
+        bytes=nbytes,
+        gemms=a.gemms,
+        load_ms=load_ms,
+        rows=rows,
+    )
     with open(a.out, "w") as f:
         json.dump(rec, f, indent=1)
     return 0

@@ -1,4 +1,5 @@
 """The ``quality`` command: each module that measures something adds its subcommand here."""
+
 from __future__ import annotations
 
 import importlib

@@ -11,6 +11,7 @@ teacher-forced forward) plus its own K/V:
 ``DraftPass.layer`` returns the layer's draft query (what lookahead scores against the summaries) and advances the
 rows through the layer.
 """
+
 from __future__ import annotations
 
 import math
@@ -32,8 +33,9 @@ def resident_mask(resident, t, n_ctx: int, block_size: int):
     blocks.scatter_(-1, torch.where(resident >= 0, resident, nb), True)
     block_of = torch.arange(n_ctx, device=t.device) // block_size  # [n_ctx]
     tok = blocks[..., :nb][..., block_of]  # [P, H, n_ctx]
-    local = (block_of[None, :] == (t // block_size)[:, None]) & (torch.arange(n_ctx, device=t.device)[None, :]
-                                                                <= t[:, None])
+    local = (block_of[None, :] == (t // block_size)[:, None]) & (
+        torch.arange(n_ctx, device=t.device)[None, :] <= t[:, None]
+    )
     return (tok | local[:, None, :]) & dense_mask(t, n_ctx)
 
 

@@ -9,6 +9,7 @@ measured decode positions ``t``.
   engine must choose the draft before step t's forward.
 - ``random``: a uniform random token id (seeded): the lower bound.
 """
+
 from __future__ import annotations
 
 import torch
@@ -18,8 +19,7 @@ from oasis_exec.prompt_lookup import propose_at
 DRAFTS = ("eagle3", "ngram", "oracle", "random")
 
 
-def draft_tokens(name: str, tokens, positions, *, greedy=None, aux=None, head=None, vocab: int = 0,
-                 seed: int = 0):
+def draft_tokens(name: str, tokens, positions, *, greedy=None, aux=None, head=None, vocab: int = 0, seed: int = 0):
     """Draft ids int64 [P] for positions ``positions`` [P] of ``tokens`` [N].
 
     greedy: [P] the target's argmax at each position (``oracle``); aux: [P, 3 * hidden] residuals at ``t - 1``

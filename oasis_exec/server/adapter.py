@@ -33,8 +33,9 @@ from typing import Any
 from .engine_protocol import EngineStats, ModelInfo, Sampling, StepOutput, TokenLogprobs
 
 COUNTER_PERIOD_S = 0.1  # refresh of the prefetch byte counter while busy
-MODEL_HELP = ("oasis_core model preset, or a real model: a .gguf file or a local Hugging Face directory (as "
-              "--model-path)")
+MODEL_HELP = (
+    "oasis_core model preset, or a real model: a .gguf file or a local Hugging Face directory (as --model-path)"
+)
 MAX_CONTEXT_HELP = "most tokens of one request (prompt + output); a real model's default: its trained positions"
 
 
@@ -43,8 +44,10 @@ def add_engine_args(p: argparse.ArgumentParser) -> None:
     `--dummy`), with `--model` also taking a real model."""
     from oasis_exec.config import add_engine_options
 
-    add_engine_options(p.add_argument_group("engine (oasis_exec.config.ExecConfig)"),
-                       helps={"model": MODEL_HELP, "max_context": MAX_CONTEXT_HELP})
+    add_engine_options(
+        p.add_argument_group("engine (oasis_exec.config.ExecConfig)"),
+        helps={"model": MODEL_HELP, "max_context": MAX_CONTEXT_HELP},
+    )
 
 
 def exec_config_from_args(args: argparse.Namespace):
@@ -95,8 +98,14 @@ class ExecutorEngine:
         self.engine = engine
         cfg, shape = engine.cfg, engine.runner.shape
         self.model_info = ModelInfo(
-            name=cfg.model, max_model_len=cfg.max_context, vocab_size=shape.vocab, eos_token_ids=(),
-            model_dir=cfg.model_path, dummy=cfg.model_path is None, mode=cfg.mode, device=cfg.device,
+            name=cfg.model,
+            max_model_len=cfg.max_context,
+            vocab_size=shape.vocab,
+            eos_token_ids=(),
+            model_dir=cfg.model_path,
+            dummy=cfg.model_path is None,
+            mode=cfg.mode,
+            device=cfg.device,
         )
         self._counters_at = float("-inf")
         self._top_n: dict = {}  # request id -> alternatives a token, for the requests that asked for logprobs
@@ -104,8 +113,13 @@ class ExecutorEngine:
     def add_request(self, prompt_ids, sampling: Sampling):
         from oasis_exec.scheduler import SamplingParams
 
-        sp = SamplingParams(max_tokens=sampling.max_tokens, temperature=sampling.temperature, top_p=sampling.top_p,
-                            stop_ids=tuple(sampling.stop_token_ids), seed=sampling.seed)
+        sp = SamplingParams(
+            max_tokens=sampling.max_tokens,
+            temperature=sampling.temperature,
+            top_p=sampling.top_p,
+            stop_ids=tuple(sampling.stop_token_ids),
+            seed=sampling.seed,
+        )
         rid = self.engine.add_request(list(prompt_ids), sp)
         if sampling.logprobs is not None:
             self._top_n[rid] = sampling.logprobs
@@ -118,8 +132,9 @@ class ExecutorEngine:
         for o in outs:
             if o.finish_reason is not None:
                 self._top_n.pop(o.request_id, None)
-        return [StepOutput(o.request_id, tuple(o.new_token_ids), o.finish_reason, scored.get(o.request_id))
-                for o in outs]
+        return [
+            StepOutput(o.request_id, tuple(o.new_token_ids), o.finish_reason, scored.get(o.request_id)) for o in outs
+        ]
 
     def _score(self, outs) -> dict:
         """request id -> (TokenLogprobs of its one new token,), from the logits the step sampled from."""
@@ -130,8 +145,12 @@ class ExecutorEngine:
             raise RuntimeError("logprobs: the engine's step did not leave one logits row per new token")
         rows = torch.log_softmax(torch.stack([logits[o.request_id] for o in outs]).float(), -1)
         chosen = torch.tensor([[o.new_token_ids[0]] for o in outs], device=rows.device)
-        return dict(zip((o.request_id for o in outs),
-                        ((lp,) for lp in _token_logprobs(rows, chosen, [self._top_n[o.request_id] for o in outs]))))
+        return dict(
+            zip(
+                (o.request_id for o in outs),
+                ((lp,) for lp in _token_logprobs(rows, chosen, [self._top_n[o.request_id] for o in outs])),
+            )
+        )
 
     def prompt_logprobs(self, prompt_ids, top_n: int) -> list:
         import torch
@@ -163,10 +182,15 @@ class ExecutorEngine:
             self._counters_at = now
         s = self.engine.stats(read_counters=read)
         return EngineStats(
-            running=s.running, waiting=s.waiting,
-            gpu_slots_used=s.gpu_slots_used, gpu_slots_total=s.gpu_slots_used + s.gpu_slots_free,
-            host_blocks_used=s.host_blocks_used, host_blocks_total=s.host_blocks_total,
-            prefetch_bytes=s.prefetch_bytes, hidden_fraction=s.hidden_fraction, stall_s=s.stall_s,
+            running=s.running,
+            waiting=s.waiting,
+            gpu_slots_used=s.gpu_slots_used,
+            gpu_slots_total=s.gpu_slots_used + s.gpu_slots_free,
+            host_blocks_used=s.host_blocks_used,
+            host_blocks_total=s.host_blocks_total,
+            prefetch_bytes=s.prefetch_bytes,
+            hidden_fraction=s.hidden_fraction,
+            stall_s=s.stall_s,
             extra={"gpu_lanes_used": s.lanes_used, "gpu_lanes_total": s.lanes_total},
         )
 

@@ -47,8 +47,9 @@ def create_app(engine: ServingEngine, tokenizer: Tokenizer, config: ServerConfig
     info = engine.model_info
     model_name = config.served_model_name or info.name
     metrics = ServerMetrics(lambda: loop.snapshot())  # read at scrape time, after `loop` exists
-    loop = EngineLoop(engine, max_waiting=config.max_waiting, metrics=metrics, served=served,
-                      stall_timeout_s=config.stall_timeout_s)
+    loop = EngineLoop(
+        engine, max_waiting=config.max_waiting, metrics=metrics, served=served, stall_timeout_s=config.stall_timeout_s
+    )
 
     @asynccontextmanager
     async def lifespan(app: FastAPI):
@@ -90,8 +91,9 @@ def create_app(engine: ServingEngine, tokenizer: Tokenizer, config: ServerConfig
     async def read_body(request: Request) -> bytes:
         """The body, read chunk by chunk; 413 as soon as it exceeds the limit (or declares that it will)."""
         limit = config.max_body_bytes
-        too_large = APIError(413, f"request body exceeds the limit of {limit} bytes (--max-body-bytes)",
-                             code="request_too_large")
+        too_large = APIError(
+            413, f"request body exceeds the limit of {limit} bytes (--max-body-bytes)", code="request_too_large"
+        )
         declared = request.headers.get("content-length", "")
         if declared.isdigit() and int(declared) > limit:
             raise too_large
@@ -118,8 +120,9 @@ def create_app(engine: ServingEngine, tokenizer: Tokenizer, config: ServerConfig
                 code="model_not_found",
             )
 
-    def prepare(prompt: str | list[int], req: S._SamplingFields, chat: bool = False
-                ) -> tuple[list[int], Sampling | None]:
+    def prepare(
+        prompt: str | list[int], req: S._SamplingFields, chat: bool = False
+    ) -> tuple[list[int], Sampling | None]:
         """Token ids and sampling of a request; sampling is None for `max_tokens` 0 (an echo that only scores)."""
         if isinstance(prompt, str):  # a rendered chat template holds its own special tokens
             ids = tokenizer.encode(prompt, add_special_tokens=not chat)
@@ -128,20 +131,28 @@ def create_app(engine: ServingEngine, tokenizer: Tokenizer, config: ServerConfig
             bad = [t for t in ids if t >= info.vocab_size]
             if bad:
                 raise APIError(
-                    400, f"prompt: token id {bad[0]} is outside the vocabulary (size {info.vocab_size})",
-                    param="prompt", code="invalid_value",
+                    400,
+                    f"prompt: token id {bad[0]} is outside the vocabulary (size {info.vocab_size})",
+                    param="prompt",
+                    code="invalid_value",
                 )
         if not ids:
             raise APIError(400, "prompt: must not be empty", param="prompt", code="invalid_value")
         if req.max_tokens == 0:
             if len(ids) > info.max_model_len:
-                raise APIError(400, f"prompt: {len(ids)} tokens exceed the model's context of {info.max_model_len}",
-                               param="prompt", code="context_length_exceeded")
+                raise APIError(
+                    400,
+                    f"prompt: {len(ids)} tokens exceed the model's context of {info.max_model_len}",
+                    param="prompt",
+                    code="context_length_exceeded",
+                )
             return ids, None
         if len(ids) >= info.max_model_len:
             raise APIError(
-                400, f"prompt: {len(ids)} tokens leave no room in the model's context of {info.max_model_len}",
-                param="prompt", code="context_length_exceeded",
+                400,
+                f"prompt: {len(ids)} tokens leave no room in the model's context of {info.max_model_len}",
+                param="prompt",
+                code="context_length_exceeded",
             )
         max_tokens = req.max_tokens
         if max_tokens is None:
@@ -151,11 +162,16 @@ def create_app(engine: ServingEngine, tokenizer: Tokenizer, config: ServerConfig
                 400,
                 f"max_tokens: the prompt ({len(ids)} tokens) plus max_tokens ({max_tokens}) exceeds the model's "
                 f"context of {info.max_model_len} tokens",
-                param="max_tokens", code="context_length_exceeded",
+                param="max_tokens",
+                code="context_length_exceeded",
             )
         sampling = Sampling(
-            max_tokens=max_tokens, temperature=req.temperature, top_p=req.top_p,
-            stop_token_ids=tuple(tokenizer.eos_token_ids), seed=req.seed, logprobs=req.top_n(),
+            max_tokens=max_tokens,
+            temperature=req.temperature,
+            top_p=req.top_p,
+            stop_token_ids=tuple(tokenizer.eos_token_ids),
+            seed=req.seed,
+            logprobs=req.top_n(),
         )
         return ids, sampling
 
@@ -165,27 +181,36 @@ def create_app(engine: ServingEngine, tokenizer: Tokenizer, config: ServerConfig
         except QueueFull as exc:
             metrics.rejected.labels("queue_full").inc()
             raise APIError(
-                429, f"server overloaded: {exc}; retry later", code="rate_limit_exceeded",
+                429,
+                f"server overloaded: {exc}; retry later",
+                code="rate_limit_exceeded",
                 headers={"Retry-After": str(RETRY_AFTER_S)},
             ) from None
         except Rejected as exc:
             metrics.rejected.labels("engine").inc()
-            raise APIError(exc.status, exc.message, param=_leading_field(exc.message) if exc.status == 400 else None,
-                           code=exc.code) from None
+            raise APIError(
+                exc.status, exc.message, param=_leading_field(exc.message) if exc.status == 400 else None, code=exc.code
+            ) from None
         metrics.prompt_tokens.inc(len(ids))
         return stream
 
     async def score_prompt(ids: list[int], top_n: int) -> list:
         if not callable(getattr(engine, "prompt_logprobs", None)):
-            raise APIError(400, "echo: this engine cannot score a prompt; send echo without logprobs", param="echo",
-                           code="unsupported_parameter")
+            raise APIError(
+                400,
+                "echo: this engine cannot score a prompt; send echo without logprobs",
+                param="echo",
+                code="unsupported_parameter",
+            )
         try:
             return await loop.call(lambda: engine.prompt_logprobs(ids, top_n))
         except Rejected as exc:
             raise APIError(exc.status, exc.message, code=exc.code) from None
         except Exception as exc:
             log.exception("scoring the prompt failed")
-            raise APIError(500, f"scoring the prompt failed: {type(exc).__name__}: {exc}", code="engine_error") from None
+            raise APIError(
+                500, f"scoring the prompt failed: {type(exc).__name__}: {exc}", code="engine_error"
+            ) from None
 
     async def collect(request: Request, stream: RequestStream | None, pieces: AsyncIterator[Piece]) -> list[Piece]:
         """Run a request to its end while watching for the client going away."""
@@ -226,7 +251,8 @@ def create_app(engine: ServingEngine, tokenizer: Tokenizer, config: ServerConfig
 
     def usage(prompt_len: int, outcome: Outcome) -> S.Usage:
         return S.Usage(
-            prompt_tokens=prompt_len, completion_tokens=outcome.completion_tokens,
+            prompt_tokens=prompt_len,
+            completion_tokens=outcome.completion_tokens,
             total_tokens=prompt_len + outcome.completion_tokens,
         )
 
@@ -237,10 +263,12 @@ def create_app(engine: ServingEngine, tokenizer: Tokenizer, config: ServerConfig
     def stream_error(outcome: Outcome) -> dict:
         return ended_in_error(outcome).body()
 
-    async def start(ids: list[int], sampling: Sampling | None, stops: list[str], outcome: Outcome
-                    ) -> tuple[RequestStream | None, AsyncIterator[Piece]]:
+    async def start(
+        ids: list[int], sampling: Sampling | None, stops: list[str], outcome: Outcome
+    ) -> tuple[RequestStream | None, AsyncIterator[Piece]]:
         """Submit; the pieces of its output (for `max_tokens` 0: nothing, ended by "length")."""
         if sampling is None:
+
             async def nothing():
                 outcome.finish_reason = "length"
                 yield Piece("", "length")
@@ -265,9 +293,14 @@ def create_app(engine: ServingEngine, tokenizer: Tokenizer, config: ServerConfig
     @app.get("/v1/models")
     async def models():
         card = S.ModelCard(
-            id=model_name, created=S.now(), max_model_len=info.max_model_len,
+            id=model_name,
+            created=S.now(),
+            max_model_len=info.max_model_len,
             vocab_size=info.vocab_size,
-            tokenizer=tokenizer.describe(), dummy=info.dummy, mode=info.mode, device=info.device,
+            tokenizer=tokenizer.describe(),
+            dummy=info.dummy,
+            mode=info.mode,
+            device=info.device,
         )
         return S.ModelList(data=[card]).model_dump()
 
@@ -297,8 +330,9 @@ def create_app(engine: ServingEngine, tokenizer: Tokenizer, config: ServerConfig
             return S.CompletionChoice(text=text, finish_reason=finish, logprobs=logprobs)
 
         def merged(parts: list[dict]) -> dict:
-            return {k: [v for p in parts for v in p[k]] for k in ("tokens", "token_logprobs", "top_logprobs",
-                                                                  "text_offset")}
+            return {
+                k: [v for p in parts for v in p[k]] for k in ("tokens", "token_logprobs", "top_logprobs", "text_offset")
+            }
 
         if not req.stream:
             got = await collect(request, stream, pieces)
@@ -309,14 +343,19 @@ def create_app(engine: ServingEngine, tokenizer: Tokenizer, config: ServerConfig
                 parts = [lp.entries(p.token_ids, p.logprobs) for p in got if p.logprobs is not None]
                 logprobs = merged(([prompt_lp] if prompt_lp else []) + parts)
             return S.CompletionResponse(
-                id=rid, created=created, model=req.model,
+                id=rid,
+                created=created,
+                model=req.model,
                 choices=[choice(echo + "".join(p.text for p in got), outcome.finish_reason, logprobs)],
                 usage=usage(len(ids), outcome),
             ).model_dump()
 
         def chunk(text: str, finish: str | None, logprobs: dict | None = None) -> dict:
             return S.CompletionResponse(
-                id=rid, created=created, model=req.model, choices=[choice(text, finish, logprobs)],
+                id=rid,
+                created=created,
+                model=req.model,
+                choices=[choice(text, finish, logprobs)],
             ).model_dump(exclude_none=False)
 
         async def events():
@@ -366,15 +405,24 @@ def create_app(engine: ServingEngine, tokenizer: Tokenizer, config: ServerConfig
             if outcome.finish_reason == "error":
                 raise ended_in_error(outcome)
             return S.ChatCompletionResponse(
-                id=rid, created=created, model=req.model,
-                choices=[S.ChatChoice(message=S.ChatMessageOut(content="".join(p.text for p in got)),
-                                      finish_reason=outcome.finish_reason, logprobs=logprobs_of(got))],
+                id=rid,
+                created=created,
+                model=req.model,
+                choices=[
+                    S.ChatChoice(
+                        message=S.ChatMessageOut(content="".join(p.text for p in got)),
+                        finish_reason=outcome.finish_reason,
+                        logprobs=logprobs_of(got),
+                    )
+                ],
                 usage=usage(len(ids), outcome),
             ).model_dump()
 
         def chunk(delta: S.ChatDelta, finish: str | None, logprobs: dict | None = None) -> dict:
             out = S.ChatCompletionChunk(
-                id=rid, created=created, model=req.model,
+                id=rid,
+                created=created,
+                model=req.model,
                 choices=[S.ChatChunkChoice(delta=delta, finish_reason=finish, logprobs=logprobs)],
             ).model_dump(exclude={"usage"})
             out["choices"][0]["delta"] = delta.model_dump(exclude_none=True)

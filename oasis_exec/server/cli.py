@@ -39,12 +39,23 @@ def add_server_args(p: argparse.ArgumentParser) -> None:
             g.add_argument(flag, action="store_true", help=meta["help"])
             continue
         if typing.get_origin(kind) is tuple:
-            g.add_argument(flag, nargs="+", default=f.default, metavar=meta.get("metavar", "VALUE"),
-                           help=f"{meta['help']} (default: {' '.join(f.default) or 'none'})")
+            g.add_argument(
+                flag,
+                nargs="+",
+                default=f.default,
+                metavar=meta.get("metavar", "VALUE"),
+                help=f"{meta['help']} (default: {' '.join(f.default) or 'none'})",
+            )
             continue
         base = next((t for t in typing.get_args(kind) if t is not type(None)), kind)  # X | None -> X
-        g.add_argument(flag, type=base, default=f.default, choices=meta.get("choices"), metavar=meta.get("metavar"),
-                       help=f"{meta['help']} (default: {f.default})")
+        g.add_argument(
+            flag,
+            type=base,
+            default=f.default,
+            choices=meta.get("choices"),
+            metavar=meta.get("metavar"),
+            help=f"{meta['help']} (default: {f.default})",
+        )
 
 
 def server_config_from_args(args: argparse.Namespace) -> ServerConfig:
@@ -109,11 +120,16 @@ def serve(args: argparse.Namespace) -> int:
             device = torch.cuda.get_device_name()
         hardware = config.record_hardware or hardware_preset(device)
         if hardware is None:
-            print(f"--record-hardware: cannot tell the simulator preset from device {device!r}; pass one",
-                  file=sys.stderr)
+            print(
+                f"--record-hardware: cannot tell the simulator preset from device {device!r}; pass one", file=sys.stderr
+            )
             return 2
-        served = ServeLog(config.record, engine, hardware=hardware,
-                          server={"max_waiting": config.max_waiting, "served_model_name": served_name})
+        served = ServeLog(
+            config.record,
+            engine,
+            hardware=hardware,
+            server={"max_waiting": config.max_waiting, "served_model_name": served_name},
+        )
     app = create_app(engine, tokenizer, config, served)
 
     family = socket.AF_INET6 if ":" in config.host else socket.AF_INET
@@ -130,7 +146,8 @@ def serve(args: argparse.Namespace) -> int:
     print(f"{LISTENING_PREFIX} http://{shown}:{port}", flush=True)
     server = GracefulServer(
         Config(app, log_level=config.log_level, timeout_graceful_shutdown=5, access_log=False),
-        engine_loop=app.state.engine_loop, grace_s=config.shutdown_grace_s,
+        engine_loop=app.state.engine_loop,
+        grace_s=config.shutdown_grace_s,
     )
     server.run(sockets=[sock])
     return 0

@@ -24,29 +24,40 @@ class ServerConfig:
     host: str = _opt("127.0.0.1", "address to bind")
     port: int = _opt(8000, "TCP port; 0 picks a free one")
     served_model_name: str | None = _opt(
-        None, "name clients send as `model` (default: the --model preset, or a real model's own name)")
+        None, "name clients send as `model` (default: the --model preset, or a real model's own name)"
+    )
     max_waiting: int = _opt(256, "requests accepted but not yet running, at most; beyond it the server answers 429")
     max_body_bytes: int = _opt(16 * MiB, "largest request body accepted, in bytes; a larger one is answered 413")
     api_key: str | None = _opt(
-        None, "require `Authorization: Bearer KEY` on /v1/* (401 otherwise); /health and /metrics stay open")
+        None, "require `Authorization: Bearer KEY` on /v1/* (401 otherwise); /health and /metrics stay open"
+    )
     allowed_hosts: tuple[str, ...] = _opt(
-        (), "accept only requests whose Host header is one of these (`*.example.com` allowed); default: any")
-    cors_origins: tuple[str, ...] = _opt((), "origins allowed to call the API from a browser (`*` for any); "
-                                             "default: no CORS headers")
+        (), "accept only requests whose Host header is one of these (`*.example.com` allowed); default: any"
+    )
+    cors_origins: tuple[str, ...] = _opt(
+        (), "origins allowed to call the API from a browser (`*` for any); default: no CORS headers"
+    )
     cors_methods: tuple[str, ...] = _opt(("GET", "POST"), "HTTP methods allowed in cross-origin requests")
-    cors_headers: tuple[str, ...] = _opt(("Authorization", "Content-Type"),
-                                         "request headers allowed in cross-origin requests (`*` for any)")
+    cors_headers: tuple[str, ...] = _opt(
+        ("Authorization", "Content-Type"), "request headers allowed in cross-origin requests (`*` for any)"
+    )
     cors_allow_credentials: bool = _opt(False, "allow cookies / credentials in cross-origin requests")
     shutdown_grace_s: float = _opt(
-        10.0, "on SIGTERM / SIGINT, seconds running requests may take to finish; then each ends with an error")
+        10.0, "on SIGTERM / SIGINT, seconds running requests may take to finish; then each ends with an error"
+    )
     stall_timeout_s: float = _opt(
-        60.0, "/health reports the engine stalled (503) when no step has finished for this long while work waits")
+        60.0, "/health reports the engine stalled (503) when no step has finished for this long while work waits"
+    )
     log_level: str = _opt("warning", "log level", choices=LOG_LEVELS)
     record: str | None = _opt(
-        None, "at shutdown, write what was served as a recording (traces/SCHEMA.md, workload \"trace\") for "
-              "`python -m oasis_sim replay|validate`", metavar="FILE")
+        None,
+        "at shutdown, write what was served as a recording (traces/SCHEMA.md, workload \"trace\") for "
+        "`python -m oasis_sim replay|validate`",
+        metavar="FILE",
+    )
     record_hardware: str | None = _opt(
-        None, "simulator hardware preset of the recording (default: told from the GPU's name)", metavar="PRESET")
+        None, "simulator hardware preset of the recording (default: told from the GPU's name)", metavar="PRESET"
+    )
 
     def __post_init__(self) -> None:
         def bad(name: str, why: str) -> ValueError:

@@ -99,8 +99,9 @@ _STOP = object()
 
 
 class EngineLoop:
-    def __init__(self, engine: ServingEngine, *, max_waiting: int, metrics=None, served=None,
-                 stall_timeout_s: float = 60.0) -> None:
+    def __init__(
+        self, engine: ServingEngine, *, max_waiting: int, metrics=None, served=None, stall_timeout_s: float = 60.0
+    ) -> None:
         self.engine = engine
         self.max_waiting = max_waiting
         self.stall_timeout_s = stall_timeout_s
@@ -138,13 +139,21 @@ class EngineLoop:
         while self._streams and time.monotonic() < deadline:
             await asyncio.sleep(0.02)
         if self._streams:
-            log.warning("shutting down: ending %d requests still running after the %g s grace period",
-                        len(self._streams), grace_s)
+            log.warning(
+                "shutting down: ending %d requests still running after the %g s grace period",
+                len(self._streams),
+                grace_s,
+            )
         for stream in list(self._streams.values()):
             self.abort(stream)
-            self._deliver_one(stream.id, Event(
-                finish_reason="error", error_code="server_shutting_down",
-                error=f"server shutting down: the request did not finish within the {grace_s:g} s grace period"))
+            self._deliver_one(
+                stream.id,
+                Event(
+                    finish_reason="error",
+                    error_code="server_shutting_down",
+                    error=f"server shutting down: the request did not finish within the {grace_s:g} s grace period",
+                ),
+            )
 
     async def stop(self, timeout_s: float = 10.0) -> None:
         if self._thread is None:
@@ -154,8 +163,9 @@ class EngineLoop:
         await asyncio.to_thread(self._thread.join, timeout_s)
         self._thread = None
         for stream in list(self._streams.values()):  # anything the thread did not finish
-            self._deliver_one(stream.id, Event(finish_reason="error", error="server shutting down",
-                                               error_code="server_shutting_down"))
+            self._deliver_one(
+                stream.id, Event(finish_reason="error", error="server shutting down", error_code="server_shutting_down")
+            )
 
     def snapshot(self) -> tuple[EngineStats, int, bool]:
         stats, handoff = self._stats, self._handoff
@@ -170,8 +180,10 @@ class EngineLoop:
         if failure is not None:
             return "unhealthy", failure
         if idle_s > self.stall_timeout_s and (handoff or self._streams):
-            return "stalled", (f"no engine progress for {idle_s:.1f} s while {len(self._streams)} requests are in "
-                               f"flight (stall timeout {self.stall_timeout_s:g} s)")
+            return "stalled", (
+                f"no engine progress for {idle_s:.1f} s while {len(self._streams)} requests are in "
+                f"flight (stall timeout {self.stall_timeout_s:g} s)"
+            )
         return "ok", None
 
     def num_waiting(self) -> int:

@@ -40,8 +40,7 @@ class CompletionLogprobs:
         for tid, lp in zip(token_ids, logprobs):
             out["tokens"].append(token_text(self._tok, tid))
             out["token_logprobs"].append(None if lp is None else lp.logprob)
-            out["top_logprobs"].append(
-                None if lp is None else {token_text(self._tok, t): v for t, v in lp.top})
+            out["top_logprobs"].append(None if lp is None else {token_text(self._tok, t): v for t, v in lp.top})
             out["text_offset"].append(self._offset)
             self._offset += len(self._detok.push([tid]))
         return out
@@ -52,5 +51,9 @@ def chat_entries(tokenizer: Tokenizer, token_ids: Sequence[int], logprobs: Seque
         raw = tokenizer.token_bytes(tid)
         return {"token": raw.decode("utf-8", errors="replace"), "logprob": logprob, "bytes": list(raw)}
 
-    return {"content": [{**one(t, lp.logprob), "top_logprobs": [one(a, v) for a, v in lp.top]}
-                        for t, lp in zip(token_ids, logprobs)], "refusal": None}
+    return {
+        "content": [
+            {**one(t, lp.logprob), "top_logprobs": [one(a, v) for a, v in lp.top]} for t, lp in zip(token_ids, logprobs)
+        ],
+        "refusal": None,
+    }

@@ -93,7 +93,8 @@ class _EngineCollector:
 
         yield gauge("oasis_num_requests_running", "Requests in the running batch", s.running)
         yield gauge(
-            "oasis_num_requests_waiting", "Requests accepted but not yet running (engine queue + hand-off)",
+            "oasis_num_requests_waiting",
+            "Requests accepted but not yet running (engine queue + hand-off)",
             s.waiting + queued,
         )
         yield gauge("oasis_gpu_slots_used", "GPU KV slots held by requests", s.gpu_slots_used)
@@ -105,15 +106,25 @@ class _EngineCollector:
             "oasis_host_pool_usage", "Share of host pool blocks in use", ratio(s.host_blocks_used, s.host_blocks_total)
         )
         yield gauge(
-            "oasis_prefetch_hidden_fraction", "Share of transfer time hidden behind compute (NaN: not measured)",
+            "oasis_prefetch_hidden_fraction",
+            "Share of transfer time hidden behind compute (NaN: not measured)",
             s.hidden_fraction,
         )
-        yield gauge("oasis_generation_tokens_per_second", "Generated tokens per second, last 10 s", self._tokens_per_s())
-        yield gauge("oasis_engine_healthy", "1 while /health reports ok: the engine thread runs, is not stalled and "
-                    "has not failed since it last proved healthy", float(healthy))
-        yield CounterMetricFamily("oasis_prefetch_bytes", "Bytes copied host to GPU by the prefetcher", value=s.prefetch_bytes)
+        yield gauge(
+            "oasis_generation_tokens_per_second", "Generated tokens per second, last 10 s", self._tokens_per_s()
+        )
+        yield gauge(
+            "oasis_engine_healthy",
+            "1 while /health reports ok: the engine thread runs, is not stalled and "
+            "has not failed since it last proved healthy",
+            float(healthy),
+        )
         yield CounterMetricFamily(
-            "oasis_prefetch_stall_seconds", "Time layers waited for their transfers (measured with --profile)",
+            "oasis_prefetch_bytes", "Bytes copied host to GPU by the prefetcher", value=s.prefetch_bytes
+        )
+        yield CounterMetricFamily(
+            "oasis_prefetch_stall_seconds",
+            "Time layers waited for their transfers (measured with --profile)",
             value=s.stall_s,
         )
         for key, value in sorted(s.extra.items()):

@@ -40,13 +40,18 @@ class ServeLog:
     def on_end(self, stream, finish_reason: str, now: float) -> None:
         n = stream.n_tokens
         first, last = stream.first_token_at, stream.last_token_at
-        self.requests.append({
-            "id": stream.id, "arrival_s": stream.arrival - self.t0, "prompt_tokens": stream.prompt_len,
-            "output_tokens": n, "finish_reason": finish_reason,
-            "ttft_ms": 1e3 * (first - stream.arrival) if first is not None else None,
-            "tpot_ms": 1e3 * (last - first) / (n - 1) if n > 1 else None,
-            "finish_s": (last if last is not None else now) - self.t0,
-        })
+        self.requests.append(
+            {
+                "id": stream.id,
+                "arrival_s": stream.arrival - self.t0,
+                "prompt_tokens": stream.prompt_len,
+                "output_tokens": n,
+                "finish_reason": finish_reason,
+                "ttft_ms": 1e3 * (first - stream.arrival) if first is not None else None,
+                "tpot_ms": 1e3 * (last - first) / (n - 1) if n > 1 else None,
+                "finish_s": (last if last is not None else now) - self.t0,
+            }
+        )
 
     def serve_record(self) -> dict:
         """The dict `recording_from_serve` reads; call once the engine thread has stopped."""
@@ -63,12 +68,18 @@ class ServeLog:
 
         hidden = s.hidden_fraction
         return {
-            "requests": list(self.requests), "step_ms": list(self.step_ms), "max_running": self.max_running,
-            "max_lanes": eng.max_lanes, "decode_steps": eng.runner.decode_steps,
-            "prefetch_bytes": int(s.prefetch_bytes), "stage_ms": dict(s.stage_ms),
-            "hidden_fraction": None if math.isnan(hidden) else hidden, "device": device,
+            "requests": list(self.requests),
+            "step_ms": list(self.step_ms),
+            "max_running": self.max_running,
+            "max_lanes": eng.max_lanes,
+            "decode_steps": eng.runner.decode_steps,
+            "prefetch_bytes": int(s.prefetch_bytes),
+            "stage_ms": dict(s.stage_ms),
+            "hidden_fraction": None if math.isnan(hidden) else hidden,
+            "device": device,
             "date": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
-            "commit": _commit(), "server": self.server,
+            "commit": _commit(),
+            "server": self.server,
         }
 
     def write(self) -> None:
@@ -76,8 +87,7 @@ class ServeLog:
         from oasis_exec.recorder import write_serve_recording
 
         try:
-            rec = write_serve_recording(self.path, self.serve_record(), self.engine.engine.cfg,
-                                        hardware=self.hardware)
+            rec = write_serve_recording(self.path, self.serve_record(), self.engine.engine.cfg, hardware=self.hardware)
         except Exception:
             log.exception("--record: no recording written to %s", self.path)
             return

@@ -42,24 +42,34 @@ class Guard:
             scheme, _, token = headers.get("authorization", "").partition(" ")
             if scheme.lower() != "bearer" or not hmac.compare_digest(token.strip().encode(), self._key):
                 return JSONResponse(
-                    error_body(401, "missing or wrong API key: send `Authorization: Bearer KEY`",
-                               code="invalid_api_key"),
-                    status_code=401, headers={"WWW-Authenticate": "Bearer"})
+                    error_body(
+                        401, "missing or wrong API key: send `Authorization: Bearer KEY`", code="invalid_api_key"
+                    ),
+                    status_code=401,
+                    headers={"WWW-Authenticate": "Bearer"},
+                )
         if method == "POST" and path in JSON_ENDPOINTS:
             media = headers.get("content-type", "").split(";")[0].strip().lower()
             if media != "application/json":
                 shown = media or "none"
                 return JSONResponse(
-                    error_body(415, f"Content-Type must be application/json, got {shown}",
-                               code="unsupported_media_type"), status_code=415)
+                    error_body(
+                        415, f"Content-Type must be application/json, got {shown}", code="unsupported_media_type"
+                    ),
+                    status_code=415,
+                )
         return None
 
 
 def install(app, config: ServerConfig) -> None:
     app.add_middleware(Guard, api_key=config.api_key)
     if config.cors_origins:
-        app.add_middleware(CORSMiddleware, allow_origins=list(config.cors_origins),
-                           allow_methods=list(config.cors_methods), allow_headers=list(config.cors_headers),
-                           allow_credentials=config.cors_allow_credentials)
+        app.add_middleware(
+            CORSMiddleware,
+            allow_origins=list(config.cors_origins),
+            allow_methods=list(config.cors_methods),
+            allow_headers=list(config.cors_headers),
+            allow_credentials=config.cors_allow_credentials,
+        )
     if config.allowed_hosts:
         app.add_middleware(TrustedHostMiddleware, allowed_hosts=list(config.allowed_hosts))

@@ -26,7 +26,6 @@ import json
 from pathlib import Path
 from typing import Protocol, Sequence
 
-
 SPECIAL_TOKEN_NAMES = ("bos_token", "eos_token", "unk_token", "sep_token", "pad_token", "cls_token", "mask_token")
 _CONTROL, _USER_DEFINED = 3, 4  # llama.cpp's token types (tokenizer.ggml.token_type)
 
@@ -108,18 +107,18 @@ class _WindowDetokenizer:
 
     def push(self, ids: Sequence[int]) -> str:
         self._ids.extend(int(i) for i in ids)
-        done = self._decode(self._ids[self._prefix:self._read])
-        text = self._decode(self._ids[self._prefix:])
+        done = self._decode(self._ids[self._prefix : self._read])
+        text = self._decode(self._ids[self._prefix :])
         if len(text) <= len(done) or text.endswith("\ufffd"):
             return ""
         self._prefix, self._read = self._read, len(self._ids)
-        return text[len(done):]
+        return text[len(done) :]
 
     def flush(self) -> str:
-        done = self._decode(self._ids[self._prefix:self._read])
-        text = self._decode(self._ids[self._prefix:])
+        done = self._decode(self._ids[self._prefix : self._read])
+        text = self._decode(self._ids[self._prefix :])
         self._prefix = self._read = len(self._ids)
-        return text[len(done):]
+        return text[len(done) :]
 
 
 class HFTokenizer:
@@ -130,8 +129,9 @@ class HFTokenizer:
     a chat template writes its own special tokens. `decode` skips special tokens.
     """
 
-    def __init__(self, tok, eos_token_ids: Sequence[int], chat_template: str | None, special_tokens: dict,
-                 source: str) -> None:
+    def __init__(
+        self, tok, eos_token_ids: Sequence[int], chat_template: str | None, special_tokens: dict, source: str
+    ) -> None:
         self._tok = tok
         self._skipped = {i for i, t in tok.get_added_tokens_decoder().items() if t.special}  # decode skips these
         self._byte_level = json.loads(tok.to_str()).get("decoder", {}).get("type") == "ByteLevel"
@@ -147,20 +147,27 @@ class HFTokenizer:
 
         path = model_dir / "tokenizer.json"
         if not path.exists():
-            raise FileNotFoundError(f"{model_dir}: no tokenizer.json (a real model is never served with the byte "
-                                    "tokenizer)")
+            raise FileNotFoundError(
+                f"{model_dir}: no tokenizer.json (a real model is never served with the byte tokenizer)"
+            )
         tok = _Tok.from_file(str(path))
         tcfg_path = model_dir / "tokenizer_config.json"
         tcfg = json.loads(tcfg_path.read_text()) if tcfg_path.exists() else {}
-        special = {k: (v.get("content") if isinstance(v, dict) else v) for k, v in tcfg.items()
-                   if k in SPECIAL_TOKEN_NAMES}
+        special = {
+            k: (v.get("content") if isinstance(v, dict) else v) for k, v in tcfg.items() if k in SPECIAL_TOKEN_NAMES
+        }
         template = tcfg.get("chat_template")
         if isinstance(template, list):  # named templates: transformers' default is "default"
             template = {t["name"]: t["template"] for t in template}.get("default")
         if (model_dir / "chat_template.jinja").exists():
             template = (model_dir / "chat_template.jinja").read_text()
-        return cls(tok, _eos_ids(model_dir, tok, special.get("eos_token")), template, special, f"huggingface "
-                   f"tokenizers ({path})")
+        return cls(
+            tok,
+            _eos_ids(model_dir, tok, special.get("eos_token")),
+            template,
+            special,
+            f"huggingface tokenizers ({path})",
+        )
 
     @classmethod
     def from_gguf(cls, path: str) -> "HFTokenizer":
@@ -168,7 +175,8 @@ class HFTokenizer:
         and transformers read it: tokens, merges, control tokens (token_type 3) as special tokens, user-defined
         ones (4) as added tokens, the pre-tokenizer named by `tokenizer.ggml.pre`, BOS/EOS and `add_bos_token`,
         and `tokenizer.chat_template`."""
-        from tokenizers import AddedToken, Tokenizer as _Tok, decoders, models, processors
+        from tokenizers import AddedToken, decoders, models, processors
+        from tokenizers import Tokenizer as _Tok
 
         from oasis_exec.gguf_model import read_gguf
 
@@ -183,10 +191,12 @@ class HFTokenizer:
         tok = _Tok(models.BPE({t: i for i, t in enumerate(tokens)}, merges))
         tok.pre_tokenizer = pre_tokenizer
         tok.decoder = decoders.ByteLevel()
-        tok.add_special_tokens([AddedToken(t, special=True, normalized=False)
-                                for t, ty in zip(tokens, types) if ty == _CONTROL])
-        tok.add_tokens([AddedToken(t, special=False, normalized=False)
-                        for t, ty in zip(tokens, types) if ty == _USER_DEFINED])
+        tok.add_special_tokens(
+            [AddedToken(t, special=True, normalized=False) for t, ty in zip(tokens, types) if ty == _CONTROL]
+        )
+        tok.add_tokens(
+            [AddedToken(t, special=False, normalized=False) for t, ty in zip(tokens, types) if ty == _USER_DEFINED]
+        )
 
         def token(key):
             i = f.get(f"tokenizer.ggml.{key}")
@@ -195,12 +205,22 @@ class HFTokenizer:
         bos = token("bos_token_id")
         if f.get("tokenizer.ggml.add_bos_token") and bos is not None:
             tok.post_processor = processors.TemplateProcessing(
-                single=f"{bos} $A", special_tokens=[(bos, int(f["tokenizer.ggml.bos_token_id"]))])
-        special = {"bos_token": bos, "eos_token": token("eos_token_id"), "unk_token": token("unknown_token_id"),
-                   "pad_token": token("padding_token_id")}
+                single=f"{bos} $A", special_tokens=[(bos, int(f["tokenizer.ggml.bos_token_id"]))]
+            )
+        special = {
+            "bos_token": bos,
+            "eos_token": token("eos_token_id"),
+            "unk_token": token("unknown_token_id"),
+            "pad_token": token("padding_token_id"),
+        }
         eos = f.get("tokenizer.ggml.eos_token_id")
-        return cls(tok, () if eos is None else (int(eos),), f.get("tokenizer.chat_template"), special,
-                   f"gguf byte-level BPE, pre-tokenizer {pre!r} ({path})")
+        return cls(
+            tok,
+            () if eos is None else (int(eos),),
+            f.get("tokenizer.chat_template"),
+            special,
+            f"gguf byte-level BPE, pre-tokenizer {pre!r} ({path})",
+        )
 
     def encode(self, text: str, add_special_tokens: bool = True) -> list[int]:
         return self._tok.encode(text, add_special_tokens=add_special_tokens).ids
@@ -231,8 +251,11 @@ class HFTokenizer:
         if piece is None:
             return b""
         if not self._byte_level or int(token_id) in self._skipped:
-            return piece.encode("utf-8") if int(token_id) in self._skipped else self._tok.decode(
-                [int(token_id)], skip_special_tokens=False).encode("utf-8")
+            return (
+                piece.encode("utf-8")
+                if int(token_id) in self._skipped
+                else self._tok.decode([int(token_id)], skip_special_tokens=False).encode("utf-8")
+            )
         out = bytes(_BYTE_OF.get(c, -1) for c in piece) if all(c in _BYTE_OF for c in piece) else None
         return out if out is not None else piece.encode("utf-8")
 
@@ -276,13 +299,15 @@ def _eos_ids(model_dir: Path, tok, eos_name: str | None) -> tuple[int, ...]:
     return tuple(dict.fromkeys(ids))
 
 
-def render_chat_template(template: str, messages: list[dict], add_generation_prompt: bool = True,
-                         **special_tokens: str) -> str:
+def render_chat_template(
+    template: str, messages: list[dict], add_generation_prompt: bool = True, **special_tokens: str
+) -> str:
     """Render a chat template as transformers' `apply_chat_template(..., tokenize=False)` does: a sandboxed jinja2
     environment with trim_blocks / lstrip_blocks and loop controls, its `tojson`, `raise_exception` and
     `strftime_now`, and the special tokens (`bos_token`, `eos_token`, ...) as variables."""
-    return _compile_template(template).render(messages=messages, tools=None, documents=None,
-                                              add_generation_prompt=add_generation_prompt, **special_tokens)
+    return _compile_template(template).render(
+        messages=messages, tools=None, documents=None, add_generation_prompt=add_generation_prompt, **special_tokens
+    )
 
 
 @functools.lru_cache(maxsize=8)
@@ -299,8 +324,7 @@ def _compile_template(template: str):
 
     env = ImmutableSandboxedEnvironment(trim_blocks=True, lstrip_blocks=True, extensions=[jinja2.ext.loopcontrols])
     env.filters["tojson"] = tojson
-    env.globals.update(raise_exception=raise_exception,
-                       strftime_now=lambda fmt: datetime.datetime.now().strftime(fmt))
+    env.globals.update(raise_exception=raise_exception, strftime_now=lambda fmt: datetime.datetime.now().strftime(fmt))
     return env.from_string(template)
 
 

@@ -1,12 +1,12 @@
 """GPU-only executor checks (run on the H200 with `pytest -m gpu`): CUDA-graph steps equal eager steps, and the
 per-head mapping equals the slot contents with the device-side write-back and UVA transfers."""
+
 import pytest
 import torch
+from exec_cases import cfg, prompts, run_logits
 
 from oasis_exec.engine import Engine
 from oasis_exec.scheduler import SamplingParams
-
-from exec_cases import cfg, prompts, run_logits
 
 pytestmark = pytest.mark.gpu
 
@@ -44,12 +44,30 @@ def _assert_slots_hold_their_blocks(eng) -> int:
     return checked
 
 
-@pytest.mark.parametrize("graph, prio, cg, kern", [(False, "normal", "on", "loads"), (True, "normal", "on", "loads"),
-                                                   (True, "high", "on", "loads"), (True, "normal", "off", "loads"),
-                                                   (True, "normal", "off", "tma")])
+@pytest.mark.parametrize(
+    "graph, prio, cg, kern",
+    [
+        (False, "normal", "on", "loads"),
+        (True, "normal", "on", "loads"),
+        (True, "high", "on", "loads"),
+        (True, "normal", "off", "loads"),
+        (True, "normal", "off", "tma"),
+    ],
+)
 def test_mapping_matches_slots_on_gpu(graph, prio, cg, kern):
-    c = cfg("lookahead", "cuda", top_k=3, fetch_ratio=0.67, max_context=900, max_lanes=2, transfer="uva",
-            cuda_graph=graph, stream_priority=prio, copy_graph=cg, uva_kernel=kern)
+    c = cfg(
+        "lookahead",
+        "cuda",
+        top_k=3,
+        fetch_ratio=0.67,
+        max_context=900,
+        max_lanes=2,
+        transfer="uva",
+        cuda_graph=graph,
+        stream_priority=prio,
+        copy_graph=cg,
+        uva_kernel=kern,
+    )
     eng = Engine(c)
     assert eng.runner.pipe.copy_graph == (cg == "on")
     for p in prompts(2, (40, 65)):
@@ -72,9 +90,11 @@ def test_synthetic_sets_drawn_ahead_equal_drawn_in_step(graph):
     kw = dict(top_k=3, fetch_ratio=0.67, transfer="uva", selection="synthetic", cuda_graph=graph)
     states = []
     for ahead in (False, True):
+
         def hook(r, ahead=ahead):
             if not ahead:
                 r.sources.presynth = lambda *a: None
+
         eng = Engine(cfg("lookahead", "cuda", **kw))
         hook(eng.runner)
         for p in ps:
@@ -125,8 +145,19 @@ def test_host_path_in_graphs_equals_eager(kernel):
 
 @pytest.mark.parametrize("prio,kernel", [("normal", "torch"), ("high", "torch"), ("normal", "native")])
 def test_host_path_in_graphs_mapping_matches_slots(prio, kernel):
-    c = cfg("lookahead", "cuda", top_k=3, fetch_ratio=0.67, max_context=900, max_lanes=2, transfer="host",
-            host_threads=2, cuda_graph=True, stream_priority=prio, host_kernel=kernel)
+    c = cfg(
+        "lookahead",
+        "cuda",
+        top_k=3,
+        fetch_ratio=0.67,
+        max_context=900,
+        max_lanes=2,
+        transfer="host",
+        host_threads=2,
+        cuda_graph=True,
+        stream_priority=prio,
+        host_kernel=kernel,
+    )
     eng = Engine(c)
     for p in prompts(4, (40, 65)):
         eng.add_request(p, SamplingParams(max_tokens=300))

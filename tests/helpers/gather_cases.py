@@ -1,4 +1,5 @@
 """A poisoned slot pool and a random copy list (with -1 padding) for the gather kernels' tests."""
+
 import torch
 
 DEV = "cuda" if torch.cuda.is_available() else "cpu"

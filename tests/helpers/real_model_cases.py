@@ -1,5 +1,6 @@
 """What the CPU and the GPU real-model tests (SmolLM2-135M-Instruct against transformers) share: the sizes, the
 prompts, transformers' greedy reference and where two outputs part."""
+
 import torch
 
 GREEDY = 64  # tokens of greedy output compared
@@ -9,8 +10,9 @@ BLOCK, CONTEXT = 16, 128  # the longest prompt (38 tokens) + 64 fit in 8 blocks:
 
 def prompt_ids(tok) -> list:
     """The three prompts (token ids): a fact, code, and a chat through the model's template."""
-    chat = tok.apply_chat_template([{"role": "user", "content": "Write a short poem about the sea."}],
-                                   add_generation_prompt=True, tokenize=False)
+    chat = tok.apply_chat_template(
+        [{"role": "user", "content": "Write a short poem about the sea."}], add_generation_prompt=True, tokenize=False
+    )
     return [tok.encode(p) for p in ("The capital of France is", "def fibonacci(n):\n", chat)]
 
 
@@ -20,7 +22,7 @@ def hf_greedy(model, ids, n, eos=False):
     kw = {} if eos else {"eos_token_id": None}
     with torch.no_grad():
         out = model.generate(x, attention_mask=torch.ones_like(x), max_new_tokens=n, do_sample=False, **kw)
-    return out[0, len(ids):].tolist()
+    return out[0, len(ids) :].tolist()
 
 
 def first_divergence(a, b):

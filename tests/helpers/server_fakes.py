@@ -20,10 +20,19 @@ from oasis_exec.server.tokenizer import ByteTokenizer
 class FakeEngine:
     SLOTS_PER_REQUEST = 4
 
-    def __init__(self, *, max_running: int = 8, max_model_len: int = 256, step_s: float = 0.002,
-                 fail_at_step: int | None = None, fail_steps: tuple[int, ...] = (), checkable: bool = False) -> None:
-        self.model_info = ModelInfo(name="fake", max_model_len=max_model_len, vocab_size=256, dummy=True,
-                                    mode="dense", device="cpu")
+    def __init__(
+        self,
+        *,
+        max_running: int = 8,
+        max_model_len: int = 256,
+        step_s: float = 0.002,
+        fail_at_step: int | None = None,
+        fail_steps: tuple[int, ...] = (),
+        checkable: bool = False,
+    ) -> None:
+        self.model_info = ModelInfo(
+            name="fake", max_model_len=max_model_len, vocab_size=256, dummy=True, mode="dense", device="cpu"
+        )
         self.max_running = max_running
         self.step_s = step_s
         self.fail_at_step = fail_at_step  # this step and every later one raise
@@ -81,9 +90,14 @@ class FakeEngine:
 
     def stats(self) -> EngineStats:
         used = len(self._running) * self.SLOTS_PER_REQUEST
-        return EngineStats(running=len(self._running), waiting=len(self._waiting), gpu_slots_used=used,
-                           gpu_slots_total=self.max_running * self.SLOTS_PER_REQUEST,
-                           host_blocks_used=used, host_blocks_total=1024)
+        return EngineStats(
+            running=len(self._running),
+            waiting=len(self._waiting),
+            gpu_slots_used=used,
+            gpu_slots_total=self.max_running * self.SLOTS_PER_REQUEST,
+            host_blocks_used=used,
+            host_blocks_total=1024,
+        )
 
 
 class BlockingTokenizer(ByteTokenizer):

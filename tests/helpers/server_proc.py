@@ -13,8 +13,12 @@ from pathlib import Path
 import httpx
 
 ROOT = Path(__file__).resolve().parents[2]
-IDLE_ZERO = ("oasis_num_requests_running", "oasis_num_requests_waiting", "oasis_gpu_slots_used",
-             "oasis_host_blocks_used")
+IDLE_ZERO = (
+    "oasis_num_requests_running",
+    "oasis_num_requests_waiting",
+    "oasis_gpu_slots_used",
+    "oasis_host_blocks_used",
+)
 TINY = ["--model", "tiny", "--dummy", "--device", "cpu"]
 
 

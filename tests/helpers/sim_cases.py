@@ -1,8 +1,20 @@
 """Quick simulator command lines and hand-written traces for the simulator CLI tests."""
+
 import json
 
-QUICK = ["--max-requests", "3", "--top-k", "16", "--policy-layers", "1", "--profile-steps", "4",
-         "--timeline-steps", "3", "--quiet"]
+QUICK = [
+    "--max-requests",
+    "3",
+    "--top-k",
+    "16",
+    "--policy-layers",
+    "1",
+    "--profile-steps",
+    "4",
+    "--timeline-steps",
+    "3",
+    "--quiet",
+]
 
 
 def _trace(tmp_path, requests, name="t.json", **top):

@@ -1,5 +1,6 @@
 """``python -m oasis_exec bench|generate`` on the CPU: clipped concurrency is announced and recorded, and a fuzz of
 the argument space never ends in a traceback (exit 0, or one line on stderr and exit 2)."""
+
 from __future__ import annotations
 
 import json
@@ -48,19 +49,36 @@ def test_unclipped_runs_say_so(tmp_path, caplog):
 
 def test_the_announcement_is_one_line_on_stderr_of_the_process(tmp_path):
     env = {**os.environ, "PYTHONPATH": ROOT}
-    p = subprocess.run([sys.executable, "-m", "oasis_exec", "bench", *TINY, *SMALL, "--concurrency", "5"],
-                       capture_output=True, text=True, env=env, cwd=ROOT, timeout=300, check=False)
+    p = subprocess.run(
+        [sys.executable, "-m", "oasis_exec", "bench", *TINY, *SMALL, "--concurrency", "5"],
+        capture_output=True,
+        text=True,
+        env=env,
+        cwd=ROOT,
+        timeout=300,
+        check=False,
+    )
     assert p.returncode == 0, p.stderr
-    assert p.stderr.strip() == ("bench: concurrency 5 clipped to 4: the lanes the GPU KV store holds "
-                                "(--kv-budget-gb, --max-lanes; without either: 4)")
+    assert p.stderr.strip() == (
+        "bench: concurrency 5 clipped to 4: the lanes the GPU KV store holds "
+        "(--kv-budget-gb, --max-lanes; without either: 4)"
+    )
     assert json.loads(p.stdout)["clipped_by"] == "gpu_lanes"
-    bad = subprocess.run([sys.executable, "-m", "oasis_exec", "bench", "--top-k", "1e9"], capture_output=True,
-                         text=True, env=env, cwd=ROOT, timeout=300, check=False)
+    bad = subprocess.run(
+        [sys.executable, "-m", "oasis_exec", "bench", "--top-k", "1e9"],
+        capture_output=True,
+        text=True,
+        env=env,
+        cwd=ROOT,
+        timeout=300,
+        check=False,
+    )
     assert bad.returncode == 2 and bad.stdout == ""
     assert bad.stderr == "python -m oasis_exec bench: error: argument --top-k: must be an integer, got '1e9'\n"
 
 
 # -- the fuzz ------------------------------------------------------------------------------------------------------
+
 
 def _values(tmp_path):
     """option -> values to draw from, valid and not; None: the option is a flag without a value."""
@@ -68,34 +86,61 @@ def _values(tmp_path):
     return {
         "--model": ["tiny", "qwen3-8b", "nope", ""],
         "--model-path": [str(tmp_path / "absent")],
-        "--dummy": None, "--profile": None, "--no-cuda-graph": None, "--no-transfer": None, "--no-fused-ops": None,
-        "--prefill-interleave": None, "--no-prefill-interleave": None,
+        "--dummy": None,
+        "--profile": None,
+        "--no-cuda-graph": None,
+        "--no-transfer": None,
+        "--no-fused-ops": None,
+        "--prefill-interleave": None,
+        "--no-prefill-interleave": None,
         "--device": ["cpu", "cuda", "cuda:1", "gpu", "CPU"],
         "--dtype": ["float32", "bfloat16", "float16"],
         "--mode": ["dense", "quest", "retrieval", "proxy", "lookahead", "sparse"],
         "--selection": ["synthetic", "model", "replay", "magic"],
-        "--replay-path": [str(tmp_path / "sets.npz")], "--replay-ids": ["wrap", "scale", "mod"],
+        "--replay-path": [str(tmp_path / "sets.npz")],
+        "--replay-ids": ["wrap", "scale", "mod"],
         "--top-k": ["4", "128", "0", "-3", "x", "1e9", "2.5"],
         "--block-size": ["16", "8", "3", "0", "-16"],
         "--fetch-ratio": ["0.05", "1", "0", "1.5", "nan", "inf", "-0.1"],
         "--kv-budget-gb": ["0.01", "52", "0", "-1", "inf", "1e-12"],
         "--host-kv-gb": ["0.5", "0", "-2", "nan"],
-        "--host-requests": ["2", "0", "-1"], "--max-lanes": ["2", "0", "9999999"],
-        "--transfer": ["auto", "uva", "host", "dma"], "--host-kernel": ["auto", "torch", "native", "rust"],
-        "--host-threads": ["8", "0"], "--uva-programs": ["32", "0"], "--uva-kernel": ["loads", "tma", "x"],
-        "--stream-priority": ["auto", "high", "urgent"], "--copy-graph": ["on", "off", "auto", "true"],
-        "--prefill-chunk": ["2048", "0"], "--draft-vocab": ["32000", "0"], "--seed": ["0", "7", "-1", "s"],
-        "--synthetic": ['{"drift_rate": 0.1}', '{"preset": "smollm2"}', '{"preset": "nope"}', '{"nope": 1}',
-                        '{"drift_rate": 9}', "[1]", "{bad", "null"],
-        "--bogus": None, "--top": ["4"],  # unknown; a prefix of two options
+        "--host-requests": ["2", "0", "-1"],
+        "--max-lanes": ["2", "0", "9999999"],
+        "--transfer": ["auto", "uva", "host", "dma"],
+        "--host-kernel": ["auto", "torch", "native", "rust"],
+        "--host-threads": ["8", "0"],
+        "--uva-programs": ["32", "0"],
+        "--uva-kernel": ["loads", "tma", "x"],
+        "--stream-priority": ["auto", "high", "urgent"],
+        "--copy-graph": ["on", "off", "auto", "true"],
+        "--prefill-chunk": ["2048", "0"],
+        "--draft-vocab": ["32000", "0"],
+        "--seed": ["0", "7", "-1", "s"],
+        "--synthetic": [
+            '{"drift_rate": 0.1}',
+            '{"preset": "smollm2"}',
+            '{"preset": "nope"}',
+            '{"nope": 1}',
+            '{"drift_rate": 9}',
+            "[1]",
+            "{bad",
+            "null",
+        ],
+        "--bogus": None,
+        "--top": ["4"],  # unknown; a prefix of two options
         # bench
-        "--context": ["64", "0", "-5", "abc", "16384"], "--concurrency": ["2", "0", "-1", "64"],
-        "--steps": ["2", "0"], "--warmup": ["1", "0", "-1"],
+        "--context": ["64", "0", "-5", "abc", "16384"],
+        "--concurrency": ["2", "0", "-1", "64"],
+        "--steps": ["2", "0"],
+        "--warmup": ["1", "0", "-1"],
         "--out": [str(tmp_path / "o" / "r.jsonl"), folder, "/proc/no/such/r.jsonl"],
-        "--record": [str(tmp_path / "rec.json"), folder], "--record-hardware": ["h200", "h100-sxm", "abacus"],
-        "--prompt-text": [str(tmp_path / "absent.txt")], "--no-host-fill": None,
+        "--record": [str(tmp_path / "rec.json"), folder],
+        "--record-hardware": ["h200", "h100-sxm", "abacus"],
+        "--prompt-text": [str(tmp_path / "absent.txt")],
+        "--no-host-fill": None,
         # generate
-        "--prompt-ids": ["1,2,3", "", "a,b", "-1", "1,,2"], "--max-tokens": ["4", "0", "-2"],
+        "--prompt-ids": ["1,2,3", "", "a,b", "-1", "1,,2"],
+        "--max-tokens": ["4", "0", "-2"],
         "--max-context": ["64", "8", "0", "1000000"],
     }
 
@@ -142,11 +187,25 @@ def test_fuzz_parsing_and_validation_never_raise(tmp_path, capsys, monkeypatch):
             assert extra.context >= 1 and cfg.max_context == extra.engine_max_context(cfg.block_size)
 
 
-@pytest.mark.parametrize("argv", [
-    ["bench", *TINY, *SMALL, "--concurrency", "2", "--mode", "dense"],
-    ["bench", *TINY, *SMALL, "--concurrency", "2", "--mode", "retrieval", "--no-host-fill", "--kv-budget-gb", "0.05"],
-    ["generate", *TINY, "--prompt-ids", "5,6,7", "--max-tokens", "3", "--max-context", "64", "--mode", "proxy"],
-])
+@pytest.mark.parametrize(
+    "argv",
+    [
+        ["bench", *TINY, *SMALL, "--concurrency", "2", "--mode", "dense"],
+        [
+            "bench",
+            *TINY,
+            *SMALL,
+            "--concurrency",
+            "2",
+            "--mode",
+            "retrieval",
+            "--no-host-fill",
+            "--kv-budget-gb",
+            "0.05",
+        ],
+        ["generate", *TINY, "--prompt-ids", "5,6,7", "--max-tokens", "3", "--max-context", "64", "--mode", "proxy"],
+    ],
+)
 def test_valid_vectors_run_on_the_cpu(argv, capsys):
     rc, err, out = _outcome(argv, capsys)
     assert rc == 0, err

@@ -1,4 +1,5 @@
 """bench with real prompts: every prompt is prefilled before any request decodes, so the timed steps see all of them."""
+
 import pytest
 
 from oasis_exec.bench import real_prompts, run_bench
@@ -17,10 +18,21 @@ def test_real_prompts_cut_the_text_at_different_offsets():
 
 @pytest.mark.parametrize("mode", ["dense", "lookahead"])
 def test_bench_real_prefill_runs_every_request_in_lockstep(mode):
-    cfg = ExecConfig(model="tiny", device="cpu", dtype="float32", mode=mode, top_k=4, max_context=160,
-                     max_lanes=3, block_size=16, draft_vocab=64, prefill_chunk=48)
-    rec = run_bench(cfg, context=100, concurrency=3, steps=3, warmup=1, prompt_tokens=list(range(1, 200)),
-                    prompt_name="ids")
+    cfg = ExecConfig(
+        model="tiny",
+        device="cpu",
+        dtype="float32",
+        mode=mode,
+        top_k=4,
+        max_context=160,
+        max_lanes=3,
+        block_size=16,
+        draft_vocab=64,
+        prefill_chunk=48,
+    )
+    rec = run_bench(
+        cfg, context=100, concurrency=3, steps=3, warmup=1, prompt_tokens=list(range(1, 200)), prompt_name="ids"
+    )
     assert rec["concurrency"] == 3 and rec["steps"] == 3
     assert rec["prefill"] == "real (ids)" and rec["prefill_s"] > 0
     assert not rec["host_pool_filled"]

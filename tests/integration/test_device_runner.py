@@ -1,5 +1,6 @@
 """experiments/device.sh, the one device runner, on the CPU: step names checked (exit 2, one line), the steps
 listed, the device record, and the real model assembled from its pieces in name order with its sha256 checked."""
+
 import hashlib
 import os
 import subprocess

@@ -1,15 +1,15 @@
 """Executor correctness on the CPU with a tiny random model (float32): sparse == dense when top-K covers every
 block, copies complete before attention (poisoned slots), mapping == slot contents over many steps, the torch
 policy path == oasis_core on numpy, determinism, checkpoint round trip."""
+
 import numpy as np
 import pytest
 import torch
+from exec_cases import cfg, prompts, run_logits
 
 from oasis_core.selection import plan_step
 from oasis_exec.engine import Engine
 from oasis_exec.scheduler import SamplingParams
-
-from exec_cases import cfg, prompts, run_logits
 
 pytestmark = pytest.mark.usefixtures("one_torch_thread")
 
@@ -56,8 +56,9 @@ def _poison_hook(runner):
 def _check_poison_and_reference(device, transfer="host"):
     ps = prompts(1, (90, 120))
     kw = dict(top_k=3, fetch_ratio=0.67, transfer=transfer)
-    ref, out_ref = run_logits(cfg("lookahead", device, cuda_graph=False, **kw), ps, 40,
-                              lambda r: setattr(r.pipe, "cuda", False))  # synchronous reference
+    ref, out_ref = run_logits(
+        cfg("lookahead", device, cuda_graph=False, **kw), ps, 40, lambda r: setattr(r.pipe, "cuda", False)
+    )  # synchronous reference
     got, out = run_logits(cfg("lookahead", device, **kw), ps, 40, _poison_hook)
     for rid in ref:
         for a, b in zip(ref[rid], got[rid]):
@@ -170,8 +171,8 @@ def test_abort_frees_the_lane():
 
 
 def test_checkpoint_round_trip(tmp_path):
-    from oasis_exec.draft import DraftHead
     from oasis_core.specs import get_model
+    from oasis_exec.draft import DraftHead
     from oasis_exec.model import Decoder, random_weights, save_checkpoint
 
     shape = get_model("tiny")
@@ -193,5 +194,6 @@ def test_checkpoint_round_trip(tmp_path):
     assert torch.equal(d.propose(aux, tok), d2.propose(aux, tok))
     # The engine runs from the saved directory and matches the in-memory weights.
     c = cfg("dense", model_path=str(tmp_path / "m"), seed=3)
-    assert Engine(c).generate(prompts(), SamplingParams(max_tokens=5)) == \
-        Engine(cfg("dense", seed=3)).generate(prompts(), SamplingParams(max_tokens=5))
+    assert Engine(c).generate(prompts(), SamplingParams(max_tokens=5)) == Engine(cfg("dense", seed=3)).generate(
+        prompts(), SamplingParams(max_tokens=5)
+    )

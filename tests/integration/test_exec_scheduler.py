@@ -1,5 +1,6 @@
 """The executor's side of the one scheduler is torch-free: admission by lanes, host blocks taken as a request grows,
 chunked prefill with decodes mixed in, retirement. The engine forgets retired requests (bounded state), reports `stats()`, and samples per request (seed, top_p)."""
+
 import math
 import random
 import subprocess
@@ -12,8 +13,10 @@ from oasis_exec.scheduler import LaneAccounting, Request, SamplingParams
 
 
 def test_scheduler_imports_without_torch():
-    code = ("import sys; sys.modules['torch'] = None; import oasis_exec.scheduler as s; import oasis_core.scheduler; "
-            "assert 'torch' not in [m for m in sys.modules if sys.modules[m] is not None]")
+    code = (
+        "import sys; sys.modules['torch'] = None; import oasis_exec.scheduler as s; import oasis_core.scheduler; "
+        "assert 'torch' not in [m for m in sys.modules if sys.modules[m] is not None]"
+    )
     subprocess.run([sys.executable, "-c", code], check=True)
 
 
@@ -95,13 +98,57 @@ def test_bench_cli_writes_a_record(tmp_path):
     from oasis_exec.__main__ import main
 
     out, recording = tmp_path / "r.json", tmp_path / "rec.json"
-    main(["bench", "--model", "tiny", "--device", "cpu", "--dtype", "float32", "--mode", "lookahead", "--context",
-          "300", "--concurrency", "2", "--steps", "4", "--warmup", "1", "--top-k", "8", "--kv-budget-gb", "0.01",
-          "--selection", "synthetic", "--out", str(out), "--record", str(recording), "--record-hardware", "h200"])
+    main(
+        [
+            "bench",
+            "--model",
+            "tiny",
+            "--device",
+            "cpu",
+            "--dtype",
+            "float32",
+            "--mode",
+            "lookahead",
+            "--context",
+            "300",
+            "--concurrency",
+            "2",
+            "--steps",
+            "4",
+            "--warmup",
+            "1",
+            "--top-k",
+            "8",
+            "--kv-budget-gb",
+            "0.01",
+            "--selection",
+            "synthetic",
+            "--out",
+            str(out),
+            "--record",
+            str(recording),
+            "--record-hardware",
+            "h200",
+        ]
+    )
     rec = json.loads(out.read_text().splitlines()[-1])
-    for k in ("mode", "context", "concurrency", "kv_budget_gb", "throughput_tok_s", "tpot_ms_p50", "tpot_ms_p99",
-              "bytes_moved_per_step", "hidden_fraction", "peak_gpu_bytes", "peak_host_bytes", "selection", "device",
-              "date", "commit"):
+    for k in (
+        "mode",
+        "context",
+        "concurrency",
+        "kv_budget_gb",
+        "throughput_tok_s",
+        "tpot_ms_p50",
+        "tpot_ms_p99",
+        "bytes_moved_per_step",
+        "hidden_fraction",
+        "peak_gpu_bytes",
+        "peak_host_bytes",
+        "selection",
+        "device",
+        "date",
+        "commit",
+    ):
         assert k in rec
     assert rec["concurrency"] == 2 and rec["steps"] == 4 and rec["selection"] == "synthetic"
 
@@ -120,8 +167,18 @@ def _engine(mode="lookahead", **kw):
     from oasis_exec.config import ExecConfig
     from oasis_exec.engine import Engine
 
-    base = dict(model="tiny", device="cpu", dtype="float32", mode=mode, top_k=4, max_context=320, max_lanes=3,
-                block_size=16, draft_vocab=64, prefill_chunk=24)
+    base = dict(
+        model="tiny",
+        device="cpu",
+        dtype="float32",
+        mode=mode,
+        top_k=4,
+        max_context=320,
+        max_lanes=3,
+        block_size=16,
+        draft_vocab=64,
+        prefill_chunk=24,
+    )
     base.update(kw)
     return Engine(ExecConfig(**base))
 
@@ -209,11 +266,13 @@ def test_seeded_request_is_deterministic_whatever_the_batch(mode):
     sp = SamplingParams(max_tokens=12, temperature=1.0, seed=1234)
     alone = _run(_engine(mode), [(target, sp)])[0]
     # In a batch: other sampled requests before and after it, with other seeds (and one unseeded), fewer lanes.
-    mix = [(others[0], SamplingParams(max_tokens=9, temperature=1.0, seed=1)),
-           (others[1], SamplingParams(max_tokens=15, temperature=0.7)),
-           (target, sp),
-           (others[2], SamplingParams(max_tokens=5, temperature=1.3, seed=1234)),
-           (others[3], SamplingParams(max_tokens=8))]
+    mix = [
+        (others[0], SamplingParams(max_tokens=9, temperature=1.0, seed=1)),
+        (others[1], SamplingParams(max_tokens=15, temperature=0.7)),
+        (target, sp),
+        (others[2], SamplingParams(max_tokens=5, temperature=1.3, seed=1234)),
+        (others[3], SamplingParams(max_tokens=8)),
+    ]
     assert _run(_engine(mode), mix)[2] == alone
     assert _run(_engine(mode, max_lanes=2), mix[::-1])[2] == alone  # other order, fewer lanes
     assert _run(_engine(mode), [(target, SamplingParams(max_tokens=12, temperature=1.0, seed=99))])[0] != alone

@@ -1,5 +1,6 @@
 """Short contexts in the executor (issue 15, oasis_core.short_context): a sparse-mode lane whose context fits its
 resident set runs dense on the GPU with no host blocks, fetches or write-backs, and crosses to the host once."""
+
 import random
 
 import pytest
@@ -14,8 +15,21 @@ BS, K = 16, 4  # window: (K + 1) * BS = 80 tokens
 
 def _engine(mode, **kw):
     torch.set_num_threads(1)
-    return Engine(ExecConfig(model="tiny", device="cpu", dtype="float32", mode=mode, top_k=K, block_size=BS,
-                             max_context=320, max_lanes=2, draft_vocab=64, prefill_chunk=48, **kw))
+    return Engine(
+        ExecConfig(
+            model="tiny",
+            device="cpu",
+            dtype="float32",
+            mode=mode,
+            top_k=K,
+            block_size=BS,
+            max_context=320,
+            max_lanes=2,
+            draft_vocab=64,
+            prefill_chunk=48,
+            **kw,
+        )
+    )
 
 
 def _prompts(*lens, seed=3):
@@ -60,14 +74,18 @@ def test_crossing_matches_short_context_off(plen):
     off = _engine("retrieval", short_context=False)
     on = _engine("retrieval")
     held = []
-    out_on = _run(on, prompts, 60, watch=lambda e: held.append(len(e.scheduler.running[0].host_blocks)
-                                                                  if 0 in e.scheduler.running else None))
+    out_on = _run(
+        on,
+        prompts,
+        60,
+        watch=lambda e: held.append(len(e.scheduler.running[0].host_blocks) if 0 in e.scheduler.running else None),
+    )
     out_off = _run(off, prompts, 60)
     assert out_on == out_off
     first = next(h for h in held if h)  # no host blocks until the crossing, then every block of the context
-    assert held[:held.index(first)] == [0] * held.index(first) and first == K + 2
+    assert held[: held.index(first)] == [0] * held.index(first) and first == K + 2
     # the host holds the same KV of request 0 (lane 0) in both runs, in the blocks each run gave it
-    b_on, b_off = on.runner.lane_blocks[0][:K + 2], off.runner.lane_blocks[0][:K + 2]
+    b_on, b_off = on.runner.lane_blocks[0][: K + 2], off.runner.lane_blocks[0][: K + 2]
     for l in range(len(on.runner.host.k)):
         torch.testing.assert_close(on.runner.host.k[l][b_on], off.runner.host.k[l][b_off])
         torch.testing.assert_close(on.runner.host.v[l][b_on], off.runner.host.v[l][b_off])

@@ -1,5 +1,6 @@
 """The headline sweep runner (experiments/dense_vs_lookahead_throughput/h200_headline.py) and its report (experiments/dense_vs_lookahead_throughput/dense_vs_lookahead_report.py) on the CPU: the plan
 and its estimate (--dry-run), a tiny sweep (guard skip, died run, resume, variants, twins), the report's sections."""
+
 import importlib.util
 import json
 import os
@@ -11,7 +12,9 @@ REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)
 
 
 def _load(name):
-    spec = importlib.util.spec_from_file_location(name, os.path.join(REPO, "experiments", "dense_vs_lookahead_throughput", f"{name}.py"))
+    spec = importlib.util.spec_from_file_location(
+        name, os.path.join(REPO, "experiments", "dense_vs_lookahead_throughput", f"{name}.py")
+    )
     mod = importlib.util.module_from_spec(spec)
     sys.modules[name] = mod  # dataclasses look their module up
     spec.loader.exec_module(mod)
@@ -28,7 +31,9 @@ def test_dry_run_prints_the_plan_and_runs_nothing(tmp_path, capsys):
     assert H.main(["--out", str(out), "--dry-run", "--fused-ab", "--assume-mem-gb", "262"]) == 0
     text = capsys.readouterr().out
     assert not out.exists()
-    plan = [ln.split("plan ", 1)[1].split()[0] for ln in text.splitlines() if "] plan " in ln and "(headline)" not in ln]
+    plan = [
+        ln.split("plan ", 1)[1].split()[0] for ln in text.splitlines() if "] plan " in ln and "(headline)" not in ln
+    ]
     # dense first (the budget's maximum from the engine: 21 at 16K, 10 at 32K), anchors, then lookahead by pool size
     assert plan[:4] == ["16k-dense-8", "16k-dense-8-unfused", "16k-dense-12", "16k-dense-16"]
     assert "16k-dense-21" in plan and "32k-dense-10" in plan and "16k-dense-32-h200" in plan
@@ -53,8 +58,15 @@ def test_dense_and_lookahead_maxima_are_the_engines(tmp_path):
     geo = H.Geometry("tiny", "cpu", steps=3, warmup=1)
     for mode, budget in (("dense", 0.004), ("lookahead", 0.02)):
         n = geo.lanes(mode, 64, budget)
-        cfg = ExecConfig(model="tiny", device="cpu", dtype="float32", mode=mode, selection="synthetic",
-                         max_context=geo.max_context(64), kv_budget_gb=budget)
+        cfg = ExecConfig(
+            model="tiny",
+            device="cpu",
+            dtype="float32",
+            mode=mode,
+            selection="synthetic",
+            max_context=geo.max_context(64),
+            kv_budget_gb=budget,
+        )
         eng = Engine(cfg)
         assert 1 < n == eng.max_lanes
         eng.close()
@@ -69,9 +81,35 @@ def test_cpu_sweep_resume_and_report(tmp_path):
     out = tmp_path / "sweep.jsonl"
     # a run that took an earlier process down: recorded as an error, never run again
     out.write_text(json.dumps({"label": "c64-lookahead-2-drift4", "status": "started"}) + "\n")
-    args = ["--out", str(out), "--device", "cpu", "--model", "tiny", "--contexts", "64", "--steps", "3",
-            "--warmup", "1", "--dense-n", "2,3", "--anchors", "2", "--la-n", "1,2", "--max-n", "1000000000,3",
-            "--nt-n", "2", "--sens-n", "all", "--variants", "drift2,drift4,fr0.1", "--fused-ab"]
+    args = [
+        "--out",
+        str(out),
+        "--device",
+        "cpu",
+        "--model",
+        "tiny",
+        "--contexts",
+        "64",
+        "--steps",
+        "3",
+        "--warmup",
+        "1",
+        "--dense-n",
+        "2,3",
+        "--anchors",
+        "2",
+        "--la-n",
+        "1,2",
+        "--max-n",
+        "1000000000,3",
+        "--nt-n",
+        "2",
+        "--sens-n",
+        "all",
+        "--variants",
+        "drift2,drift4,fr0.1",
+        "--fused-ab",
+    ]
     assert H.main(args) == 0
     recs = _lines(out)
     final = {r["label"]: r for r in recs if r["status"] != "started"}
@@ -82,9 +120,20 @@ def test_cpu_sweep_resume_and_report(tmp_path):
     assert "c64-lookahead-1000000000-drift2" not in final  # its variants need it
     assert final["c64-lookahead-2-drift4"]["status"] == "error" and "died" in final["c64-lookahead-2-drift4"]["error"]
     ok = {k for k, r in final.items() if r["status"] == "ok"}
-    assert {"c64-dense-2", "c64-dense-3", "c64-dense-2-h200", "c64-dense-8", "c64-dense-8-unfused",
-            "c64-lookahead-1", "c64-lookahead-2", "c64-lookahead-2-notransfer", "c64-lookahead-16",
-            "c64-lookahead-16-unfused", "c64-lookahead-3-drift2", "c64-lookahead-1-fr0.1"} <= ok
+    assert {
+        "c64-dense-2",
+        "c64-dense-3",
+        "c64-dense-2-h200",
+        "c64-dense-8",
+        "c64-dense-8-unfused",
+        "c64-lookahead-1",
+        "c64-lookahead-2",
+        "c64-lookahead-2-notransfer",
+        "c64-lookahead-16",
+        "c64-lookahead-16-unfused",
+        "c64-lookahead-3-drift2",
+        "c64-lookahead-1-fr0.1",
+    } <= ok
     r = final["c64-lookahead-3-drift4"]
     assert r["synthetic_params"] == {"drift_rate": 0.48, "drift_zone": 0.48} and r["drift_rate"] == 0.48
     assert final["c64-lookahead-1-fr0.1"]["fetch_ratio"] == 0.1
@@ -99,13 +148,20 @@ def test_cpu_sweep_resume_and_report(tmp_path):
     rep_dir = tmp_path / "rep"
     tp = tmp_path / "tp.jsonl"
     tp.write_text(json.dumps(dict(final["c64-lookahead-2"], label="tp-uva-2")) + "\n")
-    assert R.main(["--sweep", str(out), "--out-dir", str(rep_dir),
-                   "--transfer-paths", str(tp)]) == 0
+    assert R.main(["--sweep", str(out), "--out-dir", str(rep_dir), "--transfer-paths", str(tp)]) == 0
     md = (rep_dir / "headline.md").read_text()
     assert (rep_dir / "headline.png").stat().st_size > 10_000
-    for section in ("## Best against best at 52 GB", "## Curves", "## Sensitivity at 64", "## Overlap (item 2)",
-                    "## Dense against vLLM 0.26 and the HBM roofline", "## Where host memory bound lookahead",
-                    "## Kernel fusion A/B", "## Runs that did not complete", "## Transfer-path records"):
+    for section in (
+        "## Best against best at 52 GB",
+        "## Curves",
+        "## Sensitivity at 64",
+        "## Overlap (item 2)",
+        "## Dense against vLLM 0.26 and the HBM roofline",
+        "## Where host memory bound lookahead",
+        "## Kernel fusion A/B",
+        "## Runs that did not complete",
+        "## Transfer-path records",
+    ):
         assert section in md, section
     assert "| 16K | 16 | not run | not run | not run |" in md  # item 2 at 16K: no record here -> "not run"
     assert "| 64 | 2 |" in md  # the overlap pair that ran
@@ -115,13 +171,46 @@ def test_cpu_sweep_resume_and_report(tmp_path):
 
 def test_first_sensitivity_preset_keeps_the_2026_11_30_plan(tmp_path, capsys):
     H = _load("h200_headline")
-    assert H.main(["--preset", "first-sensitivity", "--out", str(tmp_path / "s.jsonl"), "--dry-run", "--device",
-                   "cpu", "--model", "tiny", "--contexts", "64", "--la-n", "2,1", "--dense-n", "2"]) == 0
-    plan = [ln.split("plan ", 1)[1].split()[0] for ln in capsys.readouterr().out.splitlines()
-            if "] plan " in ln and "(first-sensitivity" not in ln]
-    assert plan == ["lookahead-2-base", "lookahead-2-drift2", "lookahead-2-drift4", "lookahead-2-fr0.02",
-                    "lookahead-2-fr0.1", "dense-2", "lookahead-1-base", "lookahead-1-drift2", "lookahead-1-drift4",
-                    "lookahead-1-fr0.02", "lookahead-1-fr0.1"]
+    assert (
+        H.main(
+            [
+                "--preset",
+                "first-sensitivity",
+                "--out",
+                str(tmp_path / "s.jsonl"),
+                "--dry-run",
+                "--device",
+                "cpu",
+                "--model",
+                "tiny",
+                "--contexts",
+                "64",
+                "--la-n",
+                "2,1",
+                "--dense-n",
+                "2",
+            ]
+        )
+        == 0
+    )
+    plan = [
+        ln.split("plan ", 1)[1].split()[0]
+        for ln in capsys.readouterr().out.splitlines()
+        if "] plan " in ln and "(first-sensitivity" not in ln
+    ]
+    assert plan == [
+        "lookahead-2-base",
+        "lookahead-2-drift2",
+        "lookahead-2-drift4",
+        "lookahead-2-fr0.02",
+        "lookahead-2-fr0.1",
+        "dense-2",
+        "lookahead-1-base",
+        "lookahead-1-drift2",
+        "lookahead-1-drift4",
+        "lookahead-1-fr0.02",
+        "lookahead-1-fr0.1",
+    ]
 
 
 def test_poisoned_cuda_context_stops_the_process_and_the_next_resumes(tmp_path, monkeypatch):
@@ -138,9 +227,32 @@ def test_poisoned_cuda_context_stops_the_process_and_the_next_resumes(tmp_path, 
 
     monkeypatch.setattr(B, "run_bench", flaky)
     out = tmp_path / "s.jsonl"
-    args = ["--out", str(out), "--device", "cpu", "--model", "tiny", "--contexts", "64", "--steps", "2", "--warmup",
-            "1", "--dense-n", "1,2,3", "--anchors", "none", "--la-n", "none", "--max-n", "none", "--nt-n", "none",
-            "--sens-n", "none"]
+    args = [
+        "--out",
+        str(out),
+        "--device",
+        "cpu",
+        "--model",
+        "tiny",
+        "--contexts",
+        "64",
+        "--steps",
+        "2",
+        "--warmup",
+        "1",
+        "--dense-n",
+        "1,2,3",
+        "--anchors",
+        "none",
+        "--la-n",
+        "none",
+        "--max-n",
+        "none",
+        "--nt-n",
+        "none",
+        "--sens-n",
+        "none",
+    ]
     assert H.main(args) == 3 and calls == [1, 2]  # stopped after the poisoning error, dense-3 not tried
     assert H.main(args) == 0 and calls == [1, 2, 3]  # resumed in a "fresh process": the error is not retried
     final = {r["label"]: r["status"] for r in _lines(out) if r["status"] != "started"}

@@ -1,4 +1,5 @@
 """The host KV pool: sized for the requests that run, checked against the host's available memory before pinning."""
+
 from __future__ import annotations
 
 import sys
@@ -10,19 +11,32 @@ from oasis_exec.config import ExecConfig
 from oasis_exec.host_memory import HostMemoryError, check_fits, host_pool_blocks
 
 GB = 1e9
-TINY = {"model": "tiny", "device": "cpu", "dtype": "float32", "mode": "lookahead", "selection": "synthetic",
-        "top_k": 4, "max_context": 256}
+TINY = {
+    "model": "tiny",
+    "device": "cpu",
+    "dtype": "float32",
+    "mode": "lookahead",
+    "selection": "synthetic",
+    "top_k": 4,
+    "max_context": 256,
+}
 
 
 def test_pool_sizing_follows_host_kv_gb_then_host_requests_then_the_lanes():
     cfg = ExecConfig(**TINY)  # 16 blocks of 16 tokens a request
     assert host_pool_blocks(cfg, lanes=50, block_bytes=1000, available=10 * GB) == 50 * 16  # every lane
-    assert host_pool_blocks(ExecConfig(**TINY, host_requests=3), lanes=50, block_bytes=1000,
-                            available=10 * GB) == 3 * 16
-    assert host_pool_blocks(ExecConfig(**TINY, host_requests=99), lanes=5, block_bytes=1000,
-                            available=10 * GB) == 5 * 16  # never more requests than lanes
-    assert host_pool_blocks(ExecConfig(**TINY, host_kv_gb=0.01, host_requests=3), lanes=50, block_bytes=1000,
-                            available=10 * GB) == 10_000
+    assert (
+        host_pool_blocks(ExecConfig(**TINY, host_requests=3), lanes=50, block_bytes=1000, available=10 * GB) == 3 * 16
+    )
+    assert (
+        host_pool_blocks(ExecConfig(**TINY, host_requests=99), lanes=5, block_bytes=1000, available=10 * GB) == 5 * 16
+    )  # never more requests than lanes
+    assert (
+        host_pool_blocks(
+            ExecConfig(**TINY, host_kv_gb=0.01, host_requests=3), lanes=50, block_bytes=1000, available=10 * GB
+        )
+        == 10_000
+    )
 
 
 def test_a_pool_beyond_the_available_memory_is_refused_naming_both_sizes():
@@ -76,8 +90,27 @@ def test_bench_cli_refuses_a_pool_the_host_cannot_hold(monkeypatch, capsys):
     from oasis_exec.__main__ import main
 
     monkeypatch.setattr(host_memory, "available_bytes", lambda: 2_000_000)  # 2 MB host
-    rc = main(["bench", "--model", "tiny", "--device", "cpu", "--dtype", "float32", "--context", "2000",
-               "--concurrency", "4", "--steps", "2", "--warmup", "1", "--selection", "synthetic"])
+    rc = main(
+        [
+            "bench",
+            "--model",
+            "tiny",
+            "--device",
+            "cpu",
+            "--dtype",
+            "float32",
+            "--context",
+            "2000",
+            "--concurrency",
+            "4",
+            "--steps",
+            "2",
+            "--warmup",
+            "1",
+            "--selection",
+            "synthetic",
+        ]
+    )
     err = capsys.readouterr().err.strip()
     assert rc == 2 and "\n" not in err
     assert err.startswith("python -m oasis_exec bench: error: host KV pool: needs ") and "0.002 GB available" in err

@@ -1,4 +1,5 @@
 """plan_select (one-launch Algorithm 2 + copy list) vs its reference built on oasis_core.selection.plan_step."""
+
 import pytest
 import torch
 
@@ -26,8 +27,12 @@ def make_case(g, R_lanes, H, S, K, C, n_extra=3, overlap="mixed", tie_span=3, n_
         held = res[rows[r]][res[rows[r]] >= 0]
         others = torch.tensor([b for b in range(n_blocks) if b not in set(held.tolist())], dtype=torch.int64)
         if overlap == "heavy":
-            pool = torch.cat([held[torch.randperm(held.numel(), generator=g)],
-                              others[torch.randperm(others.numel(), generator=g)][:2]])
+            pool = torch.cat(
+                [
+                    held[torch.randperm(held.numel(), generator=g)],
+                    others[torch.randperm(others.numel(), generator=g)][:2],
+                ]
+            )
         elif overlap == "none":
             pool = others[torch.randperm(others.numel(), generator=g)]
         else:
@@ -82,9 +87,13 @@ def test_plan_select_matches_plan_step(lanes, H, S, K, C, overlap):
     g = torch.Generator().manual_seed(S * 131 + K * 17 + C * 7 + H)
     res, ls, rows, pred, ln, ht = make_case(g, lanes, H, S, K, C, overlap=overlap)
     R = rows.shape[0]
-    caps = [C, 0, min(1, C),  # ints
-            torch.randint(-2, C + 3, (R,), generator=g),  # per row, clipped: < 0 and > max_cap
-            torch.tensor([0, 10 ** 12] * (R // 2) + [C] * (R % 2))]  # 0 and huge (> n_missing; int64 clip)
+    caps = [
+        C,
+        0,
+        min(1, C),  # ints
+        torch.randint(-2, C + 3, (R,), generator=g),  # per row, clipped: < 0 and > max_cap
+        torch.tensor([0, 10**12] * (R // 2) + [C] * (R % 2)),
+    ]  # 0 and huge (> n_missing; int64 clip)
     for i, cap in enumerate(caps):
         p = pred.to(torch.int32) if i == 1 else pred  # Prefetcher passes int64; int32 works too
         got, want, sg, sw = run_both(res, ls, rows, p, cap, C, ln, ht, H, S + 2, step=-i)
@@ -113,13 +122,14 @@ def test_plan_select_without_copy_list_and_into_buffers():
     assert_same(got, want, sg, sw)
     assert sg[2][1].item() == 7
     # preallocated (larger) buffers: results are their leading views
-    out = PlanSelectOut(*(torch.full((R * C + 5,), 99, dtype=dt, device=DEV)
-                          for dt in [torch.int32] * 3 + [torch.int64] * 5))
+    out = PlanSelectOut(
+        *(torch.full((R * C + 5,), 99, dtype=dt, device=DEV) for dt in [torch.int32] * 3 + [torch.int64] * 5)
+    )
     got, want, sg, sw = run_both(res, ls, rows, pred, 2, C, ln, ht, 2, 10, out=out)
     assert_same(got, want, sg, sw)
     for a, buf in zip(got, out):
         assert a.data_ptr() == buf.data_ptr()
-    assert (out.src[R * C:] == 99).all()  # nothing past R * C written
+    assert (out.src[R * C :] == 99).all()  # nothing past R * C written
     # max_cap 0: empty copy list, state still updated (keep + decrement)
     got, want, sg, sw = run_both(res, ls, rows, pred, 0, 0, ln, ht, 2, 10)
     assert_same(got, want, sg, sw)
@@ -136,10 +146,24 @@ def test_plan_select_multi_step():
     total = 0
     for step in range(5):
         cap = C if step % 2 == 0 else torch.randint(0, C + 2, (rows.shape[0],), generator=g)
-        got = plan_select(r1, l1, rows.to(DEV), pred.to(DEV), cap.to(DEV) if step % 2 else cap, C, 0, lanes=ln.to(DEV),
-                          H=H, W=S + 2, host_table=ht.to(DEV), counters=c1, plan=True)
-        want = plan_select_ref(r2, l2, rows, pred, cap, C, 0, lanes=ln, H=H, W=S + 2, host_table=ht, counters=c2,
-                               plan=True)
+        got = plan_select(
+            r1,
+            l1,
+            rows.to(DEV),
+            pred.to(DEV),
+            cap.to(DEV) if step % 2 else cap,
+            C,
+            0,
+            lanes=ln.to(DEV),
+            H=H,
+            W=S + 2,
+            host_table=ht.to(DEV),
+            counters=c1,
+            plan=True,
+        )
+        want = plan_select_ref(
+            r2, l2, rows, pred, cap, C, 0, lanes=ln, H=H, W=S + 2, host_table=ht, counters=c2, plan=True
+        )
         assert_same(got, want, (r1, l1, c1), (r2, l2, c2))
         total += int(want.n_fetch.sum())
         # drift: replace a random suffix of each row's prediction with other blocks (distinct per row)
@@ -170,10 +194,10 @@ def test_plan_select_gpu_realistic():
         held = res[rows[i]]
         held = held[held >= 0]
         new = torch.randperm(NB, generator=g, device="cuda")
-        new = new[~torch.isin(new, held)][: 10]
+        new = new[~torch.isin(new, held)][:10]
         cand = torch.cat([held[torch.randperm(held.numel(), generator=g, device="cuda")][: K - 10], new])
         pred[i, : cand.numel()] = cand
-        pred[i, cand.numel():] = -1
+        pred[i, cand.numel() :] = -1
     ht = torch.randperm(B_max * NB * 2, generator=g, device="cuda")[: B_max * NB].view(B_max, NB)
     for cap in (C, torch.randint(0, C + 1, (B * H,), generator=g, device="cuda")):
         r1, l1, r2, l2 = res.clone(), ls.clone(), res.clone(), ls.clone()
@@ -190,6 +214,7 @@ def test_plan_select_gpu_realistic():
 
 # -- the Prefetcher's fused path (oasis_exec.pipeline): plan_fused / fetch_now against the torch path ---------------
 
+
 def _prefetcher(B=4, H=2, S=4, L=2, NB=12, max_cap=2, seed=0, policy=None, **kw):
     from oasis_core.fetchcap import Fixed
     from oasis_exec.config import ExecConfig
@@ -197,8 +222,18 @@ def _prefetcher(B=4, H=2, S=4, L=2, NB=12, max_cap=2, seed=0, policy=None, **kw)
     from oasis_exec.kv_store import HostPool, SparseStore
     from oasis_exec.pipeline import Prefetcher
 
-    c = ExecConfig(model="tiny", device="cpu", dtype="float32", mode="lookahead", top_k=S, max_context=NB * 16,
-                   max_lanes=B, block_size=16, transfer="uva", **kw)
+    c = ExecConfig(
+        model="tiny",
+        device="cpu",
+        dtype="float32",
+        mode="lookahead",
+        top_k=S,
+        max_context=NB * 16,
+        max_lanes=B,
+        block_size=16,
+        transfer="uva",
+        **kw,
+    )
     store = SparseStore(L, B, H, S, 16, 16, NB, torch.float32, torch.device("cpu"))
     host = HostPool(L, B * NB, H, 16, 16, torch.float32, pin=False)
     g = torch.Generator().manual_seed(seed)
@@ -210,8 +245,14 @@ def _prefetcher(B=4, H=2, S=4, L=2, NB=12, max_cap=2, seed=0, policy=None, **kw)
             store.resident[l, row, torch.randperm(S, generator=g)[:n]] = torch.randperm(NB - 1, generator=g)[:n]
     store.last_sel.copy_(torch.randint(-3, 1, store.last_sel.shape, generator=g))
     store.host_table.copy_(torch.randperm(B * NB, generator=g).view(B, NB))
-    caps = DeviceCaps(policy=policy or Fixed(max_cap / S), top_k=S, n_layers=L, bytes_per_block_head=2 * 16 * 16 * 4,
-                      link_bytes_per_s=30e9, device=torch.device("cpu"))
+    caps = DeviceCaps(
+        policy=policy or Fixed(max_cap / S),
+        top_k=S,
+        n_layers=L,
+        bytes_per_block_head=2 * 16 * 16 * 4,
+        link_bytes_per_s=30e9,
+        device=torch.device("cpu"),
+    )
     assert policy is not None or caps.max_cap == max_cap
     return Prefetcher(cfg=c, store=store, host=host, device=torch.device("cpu"), caps=caps), g
 
@@ -239,8 +280,10 @@ def test_prefetcher_select_fused_equals_torch_select(lanes_list):
     lanes = torch.tensor(lanes_list)
     for step in range(3):
         rows = _rows_of(lanes_list, H)
-        preds = [torch.stack([torch.randperm(st.NB - 1, generator=g)[: st.S] for _ in range(len(lanes_list) * H)])
-                 for _ in range(st.L)]
+        preds = [
+            torch.stack([torch.randperm(st.NB - 1, generator=g)[: st.S] for _ in range(len(lanes_list) * H)])
+            for _ in range(st.L)
+        ]
         for p in preds:
             p[0, 2:] = -1
         snap = _snapshot(pipe)
@@ -249,15 +292,32 @@ def test_prefetcher_select_fused_equals_torch_select(lanes_list):
         for l in range(st.L):
             plan = pipe._select_for(l, preds[l], lanes, rows, 0, pipe.max_cap)
             assert plan.src.data_ptr() == pipe._lists[l].src.data_ptr()  # the preallocated buffers
-            got.append([t.clone() for t in (*pipe._plan_list(l, plan, lanes)[:3], plan.fetch_block,
-                                            plan.fetch_slot, plan.n_fetch, plan.n_missing, plan.n_kept)])
+            got.append(
+                [
+                    t.clone()
+                    for t in (
+                        *pipe._plan_list(l, plan, lanes)[:3],
+                        plan.fetch_block,
+                        plan.fetch_slot,
+                        plan.n_fetch,
+                        plan.n_missing,
+                        plan.n_kept,
+                    )
+                ]
+            )
         del pipe._fused
         after = _snapshot(pipe)
         _restore(pipe, snap)
         for l in range(st.L):
             plan = pipe._select_for(l, preds[l], lanes, rows, 0, pipe.max_cap)
-            want = (*pipe._plan_list(l, plan, lanes)[:3], plan.fetch_block, plan.fetch_slot, plan.n_fetch,
-                    plan.n_missing, plan.n_kept)
+            want = (
+                *pipe._plan_list(l, plan, lanes)[:3],
+                plan.fetch_block,
+                plan.fetch_slot,
+                plan.n_fetch,
+                plan.n_missing,
+                plan.n_kept,
+            )
             for i, (a, b) in enumerate(zip(got[l], want)):
                 assert torch.equal(a, b), (step, l, i)
         for a, b in zip(after, _snapshot(pipe)):
@@ -278,8 +338,10 @@ def test_prefetcher_fetch_now_fused_equals_reference(path):
     from oasis_exec.runner import _rows_of
 
     rows = _rows_of(lanes_list, H)
-    preds = [torch.stack([torch.randperm(st.NB - 1, generator=g)[: st.S] for _ in range(len(lanes_list) * H)])
-             for _ in range(st.L)]
+    preds = [
+        torch.stack([torch.randperm(st.NB - 1, generator=g)[: st.S] for _ in range(len(lanes_list) * H)])
+        for _ in range(st.L)
+    ]
     snap = _snapshot(pipe)
     pipe._fused = lambda cap: True  # the CUDA gate, on CPU
     for l in range(st.L):

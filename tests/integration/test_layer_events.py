@@ -1,5 +1,6 @@
 """bench --profile on the CPU: measured per-layer stage timestamps (layer_events) into the recording and its Chrome
 trace. (The CUDA-event path of the same export is not exercised here.)"""
+
 import json
 
 import pytest
@@ -14,8 +15,19 @@ from oasis_sim.replay import replay  # noqa: E402
 
 
 def _cfg(mode="lookahead", profile=True):
-    return ExecConfig(model="tiny", device="cpu", dtype="float32", mode=mode, selection="synthetic", top_k=4,
-                      max_context=256, host_kv_gb=0.01, kv_budget_gb=0.05, max_lanes=2, profile=profile)
+    return ExecConfig(
+        model="tiny",
+        device="cpu",
+        dtype="float32",
+        mode=mode,
+        selection="synthetic",
+        top_k=4,
+        max_context=256,
+        host_kv_gb=0.01,
+        kv_budget_gb=0.05,
+        max_lanes=2,
+        profile=profile,
+    )
 
 
 def _monotone(events):
@@ -39,8 +51,9 @@ def test_cpu_profile_exports_layer_events(tmp_path):
     assert sorted({e[0] for e in ev}) == steps and len(steps) <= LAYER_EVENT_STEPS
     for s in steps:
         mine = [e for e in ev if e[0] == s]
-        assert {(e[1], e[2]) for e in mine} == {(l, k) for l in range(L)
-                                                for k in ("layers", "pred", "select", "transfer")}
+        assert {(e[1], e[2]) for e in mine} == {
+            (l, k) for l in range(L) for k in ("layers", "pred", "select", "transfer")
+        }
         by = {(e[1], e[2]): (e[3], e[4]) for e in mine}
         _monotone([by[l, "layers"] for l in range(L)])  # main stream
         _monotone([by[l, k] for l in range(L) for k in ("pred", "select")])  # prediction + selection stream
@@ -57,8 +70,12 @@ def test_cpu_profile_exports_layer_events(tmp_path):
     assert rec.results["layer_events"] == ev
     xs = [e for e in exec_timeline(rec)["traceEvents"] if e["ph"] == "X" and not e["name"].startswith("step")]
     assert len(xs) == len(ev)
-    assert {(e["tid"], e["name"]) for e in xs} >= {(1, "layers L0"), (2, "pred L1"), (2, "select L0"),
-                                                    (3, "transfer L1")}
+    assert {(e["tid"], e["name"]) for e in xs} >= {
+        (1, "layers L0"),
+        (2, "pred L1"),
+        (2, "select L0"),
+        (3, "transfer L1"),
+    }
     first = [e for e in xs if e["name"] == "layers L1" and e["args"]["step"] == steps[-1]][0]
     want = [e for e in ev if e[:3] == [steps[-1], 1, "layers"]][0]
     assert first["ts"] == pytest.approx(want[3] * 1e3, abs=1e-3)

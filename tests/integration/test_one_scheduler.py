@@ -1,6 +1,7 @@
 """One scheduler for both backends (oasis_core.scheduler): its rules on a fake accounting, then the simulator and the
 executor driven with the same trace, asserting the same sequence of plans (admissions, chunks, decodes, preemptions,
 rejections)."""
+
 import random
 import subprocess
 import sys
@@ -34,8 +35,9 @@ class TokenAccounting:
 
 def _sched(lanes=4, host=1000, chunk=64, **kw):
     ended = []
-    s = Scheduler(accounting=TokenAccounting(lanes, host), prefill_tokens=chunk,
-                  on_end=lambda r, now: ended.append(r), **kw)
+    s = Scheduler(
+        accounting=TokenAccounting(lanes, host), prefill_tokens=chunk, on_end=lambda r, now: ended.append(r), **kw
+    )
     return s, ended
 
 
@@ -51,7 +53,7 @@ def _drive(s, max_steps=10_000):
 
 
 def test_core_scheduler_is_stdlib_only():
-    code = ("import sys; sys.modules['torch'] = None; sys.modules['numpy'] = None; import oasis_core.scheduler")
+    code = "import sys; sys.modules['torch'] = None; sys.modules['numpy'] = None; import oasis_core.scheduler"
     subprocess.run([sys.executable, "-c", code], check=True)
 
 
@@ -88,8 +90,9 @@ def test_a_request_that_is_its_own_victim_waits_for_memory():
     assert s.preemptions >= 1 and b.preempted >= 1 and a.preempted == 0
 
 
-@pytest.mark.parametrize("prompt,out,reason", [(90, 20, "context_limit"), (30, 60, "host_capacity"),
-                                               (85, 5, "host_capacity")])
+@pytest.mark.parametrize(
+    "prompt,out,reason", [(90, 20, "context_limit"), (30, 60, "host_capacity"), (85, 5, "host_capacity")]
+)
 def test_rejections_end_at_once_with_a_reason_and_never_block_the_queue(prompt, out, reason):
     s, ended = _sched(lanes=2, host=80, chunk=32, max_context=100)
     big = Request(id="big", prompt_len=prompt, max_tokens=out)
@@ -155,8 +158,7 @@ def test_budget_mixes_decodes_and_chunks_in_admission_order():
         p = s.schedule()
         got.append(([(c.req.id, c.start, c.n) for c in p.prefill], [r.id for r in p.decode]))
         s.update(p)
-    assert got == [([(0, 0, 4), (1, 0, 6)], []), ([(1, 6, 9), (2, 0, 1)], [0]), ([(2, 1, 8)], [0, 1]),
-                   ([], [0, 1, 2])]
+    assert got == [([(0, 0, 4), (1, 0, 6)], []), ([(1, 6, 9), (2, 0, 1)], [0]), ([(2, 1, 8)], [0, 1]), ([], [0, 1, 2])]
     s2, _ = _sched(lanes=3, chunk=10, decode_with_prefill=False)  # prompts first
     s2.add(Request(id=0, prompt_len=4, max_tokens=5))
     s2.add(Request(id=1, prompt_len=15, max_tokens=5))
@@ -182,7 +184,8 @@ LANES, HOST_BLOCKS, BS, CHUNK = 3, 13, 16, 48
 def _sim_plans():
     from oasis_core.geometry import KVGeometry
     from oasis_core.specs import get_model
-    from oasis_core.trace import Request as TraceRequest, Trace
+    from oasis_core.trace import Request as TraceRequest
+    from oasis_core.trace import Trace
     from oasis_sim import sim
     from oasis_sim.config import SimConfig
 
@@ -195,10 +198,22 @@ def _sim_plans():
             return p
 
     bpt = KVGeometry(get_model("tiny"), BS).bytes_per_token
-    cfg = SimConfig(model="tiny", mode="lookahead", top_k=4, block_size=BS, max_batch=LANES, chunk_tokens=CHUNK,
-                    hbm_bytes=1e12, host_bytes=HOST_BLOCKS * BS * bpt, timeline_steps=0)
-    trace = Trace(requests=tuple(TraceRequest(id=i, arrival_s=0.0, prompt_tokens=p, output_tokens=o)
-                                 for i, (p, o) in enumerate(TRACE)))
+    cfg = SimConfig(
+        model="tiny",
+        mode="lookahead",
+        top_k=4,
+        block_size=BS,
+        max_batch=LANES,
+        chunk_tokens=CHUNK,
+        hbm_bytes=1e12,
+        host_bytes=HOST_BLOCKS * BS * bpt,
+        timeline_steps=0,
+    )
+    trace = Trace(
+        requests=tuple(
+            TraceRequest(id=i, arrival_s=0.0, prompt_tokens=p, output_tokens=o) for i, (p, o) in enumerate(TRACE)
+        )
+    )
     orig = sim.SimScheduler
     sim.SimScheduler = Recording
     try:
@@ -217,9 +232,21 @@ def _exec_plans():
 
     torch.set_num_threads(1)
     unit = 2 * 2 * BS * 16 * 4 * 2  # tiny: layers x KV heads x block x head_dim x float32 x (K, V)
-    eng = Engine(ExecConfig(model="tiny", device="cpu", dtype="float32", mode="lookahead", top_k=4, block_size=BS,
-                            max_context=320, max_lanes=LANES, host_kv_gb=(HOST_BLOCKS + 0.5) * unit / 1e9,
-                            draft_vocab=64, prefill_chunk=CHUNK))
+    eng = Engine(
+        ExecConfig(
+            model="tiny",
+            device="cpu",
+            dtype="float32",
+            mode="lookahead",
+            top_k=4,
+            block_size=BS,
+            max_context=320,
+            max_lanes=LANES,
+            host_kv_gb=(HOST_BLOCKS + 0.5) * unit / 1e9,
+            draft_vocab=64,
+            prefill_chunk=CHUNK,
+        )
+    )
     assert eng.runner.host_blocks_total == HOST_BLOCKS
     plans, sched = [], eng.scheduler
     orig = sched.schedule
@@ -275,10 +302,22 @@ def test_executor_preemption_keeps_greedy_output():
     prompts = [[rng.randrange(1, 250) for _ in range(n)] for n in (40, 44)]
 
     def run(host_blocks):
-        eng = Engine(ExecConfig(model="tiny", device="cpu", dtype="float32", mode="retrieval", top_k=16,
-                                block_size=BS, max_context=320, max_lanes=2, draft_vocab=64, prefill_chunk=CHUNK,
-                                host_kv_gb=(host_blocks + 0.5) * unit / 1e9,
-                                short_context=False))  # top_k=16: every request is short, holding no host blocks
+        eng = Engine(
+            ExecConfig(
+                model="tiny",
+                device="cpu",
+                dtype="float32",
+                mode="retrieval",
+                top_k=16,
+                block_size=BS,
+                max_context=320,
+                max_lanes=2,
+                draft_vocab=64,
+                prefill_chunk=CHUNK,
+                host_kv_gb=(host_blocks + 0.5) * unit / 1e9,
+                short_context=False,
+            )
+        )  # top_k=16: every request is short, holding no host blocks
         out = eng.generate(prompts, SamplingParams(max_tokens=40))
         return out, eng.scheduler.preemptions
 

@@ -5,6 +5,7 @@ otherwise): teacher-forced NLL through the engine equals the plain dense forward
 dense's when K covers every block (fp32), the passkey prompt, and a tiny run of the command (2 modes, N = 256,
 M = 16) writing its JSON.
 """
+
 import json
 import math
 
@@ -24,8 +25,9 @@ def test_variants_order_and_contents():
     assert labels[1:3] == ["lookahead K=0.125 f=0.05 head", "proxy K=0.125 f=0.05"]  # the paper's ratio first
     assert all(x.fetch_ratio is None for x in v if x.mode in ("dense", "quest", "retrieval"))
     assert {x.fetch_ratio for x in v if x.mode == "proxy"} == {0.02, 0.05, 0.10, 1.0}
-    assert E.Variant("lookahead", k_frac=0.125, fetch_ratio=1.0, draft="oracle").label == \
-        "lookahead K=0.125 f=all oracle"
+    assert (
+        E.Variant("lookahead", k_frac=0.125, fetch_ratio=1.0, draft="oracle").label == "lookahead K=0.125 f=all oracle"
+    )
     assert E.Variant("quest", k_frac=0.25).k_of(8192, 16) == 128
     assert E.Variant("quest", top_k=7).k_of(8192, 16) == 7
     only = E.variants(["dense", "quest"], [0.25], [0.05])
@@ -59,8 +61,7 @@ def test_oracle_and_ngram_choosers():
 
 
 def test_agreement():
-    assert E.agreement([1, 2, 3, 4], [1, 2, 3, 4]) == {"first_divergence": 4, "prefix": 1.0, "match": 1.0,
-                                                       "tokens": 4}
+    assert E.agreement([1, 2, 3, 4], [1, 2, 3, 4]) == {"first_divergence": 4, "prefix": 1.0, "match": 1.0, "tokens": 4}
     a = E.agreement([1, 2, 3, 4], [1, 9, 3, 4])
     assert a["first_divergence"] == 1 and a["prefix"] == 0.25 and a["match"] == 0.75
 
@@ -123,8 +124,12 @@ def test_sparse_nll_equals_dense_when_k_covers_every_block(smol):
     ref = E.run_engine(dec, _cfg(E.Variant("dense"), n, tasks, smol), tasks)
     ref_nll = ref["tasks"]["MPL-2.0"]["nll"]
     assert len(ref_nll) == 20
-    for v in (E.Variant("quest", top_k=8), E.Variant("retrieval", top_k=8),
-              E.Variant("proxy", top_k=8, fetch_ratio=0.05), E.Variant("lookahead", top_k=8, fetch_ratio=0.05)):
+    for v in (
+        E.Variant("quest", top_k=8),
+        E.Variant("retrieval", top_k=8),
+        E.Variant("proxy", top_k=8, fetch_ratio=0.05),
+        E.Variant("lookahead", top_k=8, fetch_ratio=0.05),
+    ):
         got = E.run_engine(dec, _cfg(v, n, tasks, smol), tasks)
         nll = got["tasks"]["MPL-2.0"]["nll"]
         diff = max(abs(a - b) for a, b in zip(nll, ref_nll))
@@ -155,9 +160,35 @@ def test_the_command_tiny(smol, tmp_path, capsys):
     from oasis_exec.__main__ import main
 
     out = tmp_path / "e2e.json"
-    rc = main(["quality", "endtoend", "--device", "cpu", "--lengths", "256", "--modes", "dense", "lookahead",
-               "--fetch-ratios", "0.05", "--k-fracs", "0.25", "--ppl-tokens", "16", "--greedy-tokens", "16",
-               "--texts", "shlex.py", "--passkey-depths", "0.5", "--threads", "1", "--out", str(out)])
+    rc = main(
+        [
+            "quality",
+            "endtoend",
+            "--device",
+            "cpu",
+            "--lengths",
+            "256",
+            "--modes",
+            "dense",
+            "lookahead",
+            "--fetch-ratios",
+            "0.05",
+            "--k-fracs",
+            "0.25",
+            "--ppl-tokens",
+            "16",
+            "--greedy-tokens",
+            "16",
+            "--texts",
+            "shlex.py",
+            "--passkey-depths",
+            "0.5",
+            "--threads",
+            "1",
+            "--out",
+            str(out),
+        ]
+    )
     assert rc == 0
     doc = json.loads(out.read_text())
     assert doc["schema"] == E.SCHEMA and doc["selection"] == "model" and doc["dtype"] == "float32"

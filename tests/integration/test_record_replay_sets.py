@@ -1,6 +1,7 @@
 """Recorded selected block sets (``--record-path``, ``oasis_core.setrecord``): written when the engine closes, read
 back by ``selection=replay`` at the same shape (identical sets) and at another one (the Qwen3-8B shape, dummy
 weights), and readable by the simulator (schema selection file and ReplaySets)."""
+
 import json
 
 import numpy as np
@@ -8,8 +9,16 @@ import pytest
 import torch
 
 from oasis_core.recording import load_selection
-from oasis_core.setrecord import (SetRecord, SetRecorder, SetReplay, churn_stats, dedup_rows, load_setrecord,
-                                  map_columns, map_ids, to_sim_replay)
+from oasis_core.setrecord import (
+    SetRecorder,
+    SetReplay,
+    churn_stats,
+    dedup_rows,
+    load_setrecord,
+    map_columns,
+    map_ids,
+    to_sim_replay,
+)
 from oasis_exec.config import ExecConfig
 from oasis_exec.engine import Engine
 from oasis_exec.scheduler import SamplingParams
@@ -18,8 +27,19 @@ pytestmark = pytest.mark.usefixtures("one_torch_thread")
 
 
 def cfg(mode="lookahead", **kw):
-    base = dict(model="tiny", device="cpu", dtype="float32", mode=mode, top_k=4, max_context=256, max_lanes=3,
-                block_size=16, draft_vocab=64, prefill_chunk=64, fetch_ratio=0.5)
+    base = dict(
+        model="tiny",
+        device="cpu",
+        dtype="float32",
+        mode=mode,
+        top_k=4,
+        max_context=256,
+        max_lanes=3,
+        block_size=16,
+        draft_vocab=64,
+        prefill_chunk=64,
+        fetch_ratio=0.5,
+    )
     base.update(kw)
     return ExecConfig(**base)
 
@@ -85,8 +105,9 @@ def test_file_is_a_schema_selection_file_and_sim_replays_it(tmp_path):
     assert to_sim_replay(rec, js) == 2
     rs = ReplaySets(js, 4)
     assert rs.rows == 4 and len(rs.steps) == 10
-    sim = make_config(dict(model="qwen3-8b", mode="lookahead", top_k=4, selection="replay", replay_file=js,
-                           policy_layers=2))
+    sim = make_config(
+        dict(model="qwen3-8b", mode="lookahead", top_k=4, selection="replay", replay_file=js, policy_layers=2)
+    )
     r = Runner(sim, [100], 0, rs)
     fetched = [r.step()[0].sum() for _ in range(10)]
     assert sum(fetched) >= 0
@@ -100,9 +121,21 @@ def test_replay_at_the_qwen3_shape_dummy_weights(tmp_path):
     from oasis_core.specs import get_model
 
     s = get_model("qwen3-8b")
-    c = ExecConfig(model="qwen3-8b", device="cpu", dtype="float32", mode="lookahead", top_k=8, max_context=400,
-                   max_lanes=2, block_size=16, draft_vocab=64, selection="replay", replay_path=a, record_path=b,
-                   fetch_ratio=0.5)
+    c = ExecConfig(
+        model="qwen3-8b",
+        device="cpu",
+        dtype="float32",
+        mode="lookahead",
+        top_k=8,
+        max_context=400,
+        max_lanes=2,
+        block_size=16,
+        draft_vocab=64,
+        selection="replay",
+        replay_path=a,
+        record_path=b,
+        fetch_ratio=0.5,
+    )
     # a cut-down Qwen3-8B width (same layer / head counts) keeps the CPU run short
     from dataclasses import replace
 

@@ -1,4 +1,5 @@
 """experiments/simulator_vs_executor/records_to_recordings.py: H200 bench records (committed JSONL) -> recordings that load and replay."""
+
 import importlib.util
 import json
 import os
@@ -35,8 +36,11 @@ def _pick(path, labels, out):
 
 
 def test_dense_and_lookahead_records_load_and_replay(tmp_path, r2r):
-    src = _pick(FINAL, {"16k-dense-8", "16k-lookahead-16", "16k-lookahead-16-notransfer",
-                        "16k-lookahead-16-unfused"}, tmp_path / "final.jsonl")
+    src = _pick(
+        FINAL,
+        {"16k-dense-8", "16k-lookahead-16", "16k-lookahead-16-notransfer", "16k-lookahead-16-unfused"},
+        tmp_path / "final.jsonl",
+    )
     res = r2r.convert([src], str(tmp_path / "fused"), str(tmp_path / "unfused"), log=lambda *_: None)
     written = {w["label"]: w for w in res["written"]}
     assert set(written) == {"16k-dense-8", "16k-lookahead-16", "16k-lookahead-16-unfused"}
@@ -45,9 +49,12 @@ def test_dense_and_lookahead_records_load_and_replay(tmp_path, r2r):
     assert list(skipped) == ["16k-lookahead-16-notransfer"] and "no-transfer" in skipped["16k-lookahead-16-notransfer"]
     # one JSON per kept record, named label_commit; the fused-off twin only in its own folder; no .npz
     assert sorted(os.path.basename(p) for p in find_recordings(tmp_path / "fused")) == [
-        "16k-dense-8_0fc50ce.json", "16k-lookahead-16_0fc50ce.json"]
+        "16k-dense-8_0fc50ce.json",
+        "16k-lookahead-16_0fc50ce.json",
+    ]
     assert [os.path.basename(p) for p in find_recordings(tmp_path / "unfused")] == [
-        "16k-lookahead-16-unfused_0fc50ce.json"]
+        "16k-lookahead-16-unfused_0fc50ce.json"
+    ]
     assert not list(tmp_path.rglob("*.npz"))
     log = [json.loads(x) for x in (tmp_path / "fused" / r2r.LOG_NAME).read_text().splitlines()]
     assert {e["label"] for e in log} == {"16k-dense-8", "16k-lookahead-16", "16k-lookahead-16-notransfer"}
@@ -70,8 +77,9 @@ def test_dense_and_lookahead_records_load_and_replay(tmp_path, r2r):
         res = replay(rec)
         assert res.predicted["tpot_ms_p50"] > 0 and len(res.window) == rec.config["steps"]
         meas = measured_metrics(rec)
-        assert res.predicted["pcie_h2d_bytes_per_step"] == pytest.approx(meas["pcie_h2d_bytes_per_step"], rel=0.02,
-                                                                         abs=1.0)
+        assert res.predicted["pcie_h2d_bytes_per_step"] == pytest.approx(
+            meas["pcie_h2d_bytes_per_step"], rel=0.02, abs=1.0
+        )
 
 
 def test_graph_mode_only_and_exec_config(tmp_path, r2r):
@@ -83,8 +91,16 @@ def test_graph_mode_only_and_exec_config(tmp_path, r2r):
     with open(src) as f:
         rec = next(r for r in map(json.loads, f) if r["label"] == "c8-uva8-graph")
     cfg = r2r.exec_config_of(rec)
-    assert (cfg.mode, cfg.transfer, cfg.uva_programs, cfg.fetch_ratio, cfg.kv_budget_gb, cfg.no_transfer,
-            cfg.fused_ops, cfg.cuda_graph) == ("lookahead", "uva", 8, 0.05, 52.0, False, True, True)
+    assert (
+        cfg.mode,
+        cfg.transfer,
+        cfg.uva_programs,
+        cfg.fetch_ratio,
+        cfg.kv_budget_gb,
+        cfg.no_transfer,
+        cfg.fused_ops,
+        cfg.cuda_graph,
+    ) == ("lookahead", "uva", 8, 0.05, 52.0, False, True, True)
     assert r2r.classify({"status": "started", "label": "x"})[0] is None
     assert r2r.classify(dict(rec, fused_ops=False))[0] == "unfused"
     assert r2r.classify({"status": "ok", "label": "x"})[1].startswith("not a bench record")
@@ -101,8 +117,13 @@ def test_sim_vs_exec_against_an_old_calibration(tmp_path, r2r):
             pytest.skip("old recordings not committed")
         (old / f"{name}.json").write_text(open(src_old).read())
     mod = _load("sim_vs_exec")
-    rep = mod.run(str(tmp_path / "new"), str(tmp_path / "out"), "fused", calibrate_from=str(old),
-                  set_aside=("16k-dense-12_0fc50ce",))
+    rep = mod.run(
+        str(tmp_path / "new"),
+        str(tmp_path / "out"),
+        "fused",
+        calibrate_from=str(old),
+        set_aside=("16k-dense-12_0fc50ce",),
+    )
     assert rep["n_recordings"] == 3 and rep["n_calibration"] == 2
     assert set(rep["predictors"]) == set(mod.EXT_PREDICTORS)
     assert rep["provenance"]["record_commits"] == ["0fc50ce"]

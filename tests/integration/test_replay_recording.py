@@ -1,28 +1,70 @@
 """The recording format (oasis_core.recording), the torch-free bench recorder and the executor timeline."""
+
 import json
 import subprocess
 import sys
 
 import numpy as np
 import pytest
-
-from oasis_core.recording import (RecordingError, build_recording, label, load_recording, load_selection,
-                                  save_recording, save_selection)
-from oasis_core.trace import TraceError, dumps_trace, load_trace
-from oasis_exec.recorder import exec_timeline, recording_from_bench, sample_steps, write_bench_recording
 from replay_fakes import base_config, fake_results
 
-BENCH = {"mode": "lookahead", "context": 16384, "concurrency": 24, "requested_concurrency": 32,
-         "max_lanes": 24, "kv_budget_gb": 110.0, "host_kv_gb": 60.0, "steps": 32, "warmup": 5,
-         "throughput_tok_s": 1234.5, "tpot_ms_p50": 19.4, "tpot_ms_p99": 21.0, "tpot_ms_mean": 19.5,
-         "layer_ms": 0.45, "stage_ms_per_step": {"layers": 16.2, "pred": 2.1, "select": 0.8, "transfer": 3.3,
-                                                 "host_gather": 4.0, "stall": 0.25},
-         "bytes_moved_per_step": 1.5e8, "bytes_moved_total": 4.8e9, "transfer_gb_s": 45.0,
-         "hidden_fraction": 0.92, "drift_blocks_per_step": 3.1, "peak_gpu_bytes": 10**11, "host_pool_bytes": 6e10,
-         "peak_host_bytes": 7e10, "selection": "synthetic", "transfer": "host", "no_transfer": False,
-         "fetch_ratio": 0.05, "top_k": 128, "model": "qwen3-8b", "dummy_weights": True, "synthetic_params": None,
-         "prefill": "synthesized (random KV)", "build_s": 20.0, "device": "NVIDIA H200",
-         "date": "2026-12-01T10:00:00+00:00", "commit": "abc1234"}
+from oasis_core.recording import (
+    RecordingError,
+    build_recording,
+    label,
+    load_recording,
+    load_selection,
+    save_recording,
+    save_selection,
+)
+from oasis_core.trace import TraceError, dumps_trace, load_trace
+from oasis_exec.recorder import exec_timeline, recording_from_bench, sample_steps, write_bench_recording
+
+BENCH = {
+    "mode": "lookahead",
+    "context": 16384,
+    "concurrency": 24,
+    "requested_concurrency": 32,
+    "max_lanes": 24,
+    "kv_budget_gb": 110.0,
+    "host_kv_gb": 60.0,
+    "steps": 32,
+    "warmup": 5,
+    "throughput_tok_s": 1234.5,
+    "tpot_ms_p50": 19.4,
+    "tpot_ms_p99": 21.0,
+    "tpot_ms_mean": 19.5,
+    "layer_ms": 0.45,
+    "stage_ms_per_step": {
+        "layers": 16.2,
+        "pred": 2.1,
+        "select": 0.8,
+        "transfer": 3.3,
+        "host_gather": 4.0,
+        "stall": 0.25,
+    },
+    "bytes_moved_per_step": 1.5e8,
+    "bytes_moved_total": 4.8e9,
+    "transfer_gb_s": 45.0,
+    "hidden_fraction": 0.92,
+    "drift_blocks_per_step": 3.1,
+    "peak_gpu_bytes": 10**11,
+    "host_pool_bytes": 6e10,
+    "peak_host_bytes": 7e10,
+    "selection": "synthetic",
+    "transfer": "host",
+    "no_transfer": False,
+    "fetch_ratio": 0.05,
+    "top_k": 128,
+    "model": "qwen3-8b",
+    "dummy_weights": True,
+    "synthetic_params": None,
+    "prefill": "synthesized (random KV)",
+    "build_s": 20.0,
+    "device": "NVIDIA H200",
+    "date": "2026-12-01T10:00:00+00:00",
+    "commit": "abc1234",
+}
 
 
 def test_round_trip_is_byte_stable(tmp_path):
@@ -67,34 +109,56 @@ def _doc(**change):
 _DEL = object()
 
 
-@pytest.mark.parametrize("change, message", [
-    ({"config__top_k": 0}, "bad.json: config.top_k: must be >= 1, got 0"),
-    ({"config__mode": "fast"}, 'bad.json: config.mode: must be one of dense, quest, retrieval, proxy, lookahead, '
-                               'got "fast"'),
-    ({"config__fetch_ratio": 1.5}, "bad.json: config.fetch_ratio: must be in (0, 1], got 1.5"),
-    ({"config__concurrency": "8"}, 'bad.json: config.concurrency: must be an integer, got "8" (string)'),
-    ({"config__seed": _DEL}, "bad.json: config.seed: missing required field"),
-    ({"config__transfer_path": None}, 'bad.json: config.transfer_path: must be one of dma, uva for mode '
-                                      '"lookahead", got null'),
-    ({"results__tpot_ms_p50": -1}, "bad.json: results.tpot_ms_p50: must be >= 0.0, got -1"),
-    ({"results__tpot_ms_p99": 1.0}, "bad.json: results.tpot_ms_p99: must be >= results.tpot_ms_p50 (20.0), "
-                                    "got 1.0"),
-    ({"results__hidden_fraction": 1.2}, "bad.json: results.hidden_fraction: must be <= 1.0, got 1.2"),
-    ({"results__stage_ms_per_step": {"pred": "x"}}, 'bad.json: results.stage_ms_per_step.pred: must be a number, '
-                                                    'got "x" (string)'),
-    ({"results__device": _DEL}, "bad.json: results.device: missing required field"),
-    ({"results__layer_events": [[0, 1, "pred", 2.0, 1.0]]}, "bad.json: results.layer_events[0][4]: must be >= "
-                                                            "start_ms (2.0), got 1.0"),
-    ({"results__steps": [{"step": 3, "duration_s": 0.1}, {"step": 3, "duration_s": 0.1}]},
-     "bad.json: results.steps[1].step: must be > results.steps[0].step (3), got 3"),
-    ({"meta__kind": _DEL}, 'bad.json: meta.kind: must be "oasiskv-recording" (this is a plain trace, not a '
-                           'recording), got null (null)'),
-    ({"meta__recording_version": 2}, "bad.json: meta.recording_version: must be 1 (the version this loader "
-                                     "reads), got 2 (integer)"),
-    ({"results": _DEL}, "bad.json: results: missing required field"),
-    ({"requests": [{"id": 0, "arrival_s": 0, "prompt_tokens": 8192, "output_tokens": 14}]},
-     "bad.json: requests: must hold config.concurrency (8) requests for a closed-loop recording, got 1"),
-])
+@pytest.mark.parametrize(
+    "change, message",
+    [
+        ({"config__top_k": 0}, "bad.json: config.top_k: must be >= 1, got 0"),
+        (
+            {"config__mode": "fast"},
+            'bad.json: config.mode: must be one of dense, quest, retrieval, proxy, lookahead, got "fast"',
+        ),
+        ({"config__fetch_ratio": 1.5}, "bad.json: config.fetch_ratio: must be in (0, 1], got 1.5"),
+        ({"config__concurrency": "8"}, 'bad.json: config.concurrency: must be an integer, got "8" (string)'),
+        ({"config__seed": _DEL}, "bad.json: config.seed: missing required field"),
+        (
+            {"config__transfer_path": None},
+            'bad.json: config.transfer_path: must be one of dma, uva for mode "lookahead", got null',
+        ),
+        ({"results__tpot_ms_p50": -1}, "bad.json: results.tpot_ms_p50: must be >= 0.0, got -1"),
+        (
+            {"results__tpot_ms_p99": 1.0},
+            "bad.json: results.tpot_ms_p99: must be >= results.tpot_ms_p50 (20.0), got 1.0",
+        ),
+        ({"results__hidden_fraction": 1.2}, "bad.json: results.hidden_fraction: must be <= 1.0, got 1.2"),
+        (
+            {"results__stage_ms_per_step": {"pred": "x"}},
+            'bad.json: results.stage_ms_per_step.pred: must be a number, got "x" (string)',
+        ),
+        ({"results__device": _DEL}, "bad.json: results.device: missing required field"),
+        (
+            {"results__layer_events": [[0, 1, "pred", 2.0, 1.0]]},
+            "bad.json: results.layer_events[0][4]: must be >= start_ms (2.0), got 1.0",
+        ),
+        (
+            {"results__steps": [{"step": 3, "duration_s": 0.1}, {"step": 3, "duration_s": 0.1}]},
+            "bad.json: results.steps[1].step: must be > results.steps[0].step (3), got 3",
+        ),
+        (
+            {"meta__kind": _DEL},
+            'bad.json: meta.kind: must be "oasiskv-recording" (this is a plain trace, not a '
+            'recording), got null (null)',
+        ),
+        (
+            {"meta__recording_version": 2},
+            "bad.json: meta.recording_version: must be 1 (the version this loader reads), got 2 (integer)",
+        ),
+        ({"results": _DEL}, "bad.json: results: missing required field"),
+        (
+            {"requests": [{"id": 0, "arrival_s": 0, "prompt_tokens": 8192, "output_tokens": 14}]},
+            "bad.json: requests: must hold config.concurrency (8) requests for a closed-loop recording, got 1",
+        ),
+    ],
+)
 def test_errors_are_one_line_and_name_the_field(tmp_path, change, message):
     p = _write(tmp_path, _doc(**change))
     with pytest.raises(RecordingError) as e:
@@ -142,8 +206,9 @@ def test_recorder_maps_bench_record(tmp_path):
     b = dict(BENCH, steps=200, step_ms=[19.0 + 0.01 * i for i in range(200)])
     path = str(tmp_path / "rec" / "la.json")
     sets = np.arange(3 * 8 * 128).reshape(3, 8, 128) % 1000
-    rec = write_bench_recording(path, b, {"block_size": 16, "seed": 3, "model": "qwen3-8b"}, selection_sets=sets,
-                                selection_layers=[0])
+    rec = write_bench_recording(
+        path, b, {"block_size": 16, "seed": 3, "model": "qwen3-8b"}, selection_sets=sets, selection_layers=[0]
+    )
     back = load_recording(path)
     c, r = back.config, back.results
     assert c["transfer_path"] == "dma" and c["exec_transfer"] == "host" and c["hardware"] == "h200"
@@ -174,7 +239,7 @@ def test_recorder_needs_hardware_for_unknown_device():
 
 
 def test_exec_timeline_from_layer_events_and_mean():
-    events = [[0, l, s, 0.4 * l + o, 0.4 * l + o + 0.1] for l in range(3) for s, o in (("layers", 0), ("pred", .1))]
+    events = [[0, l, s, 0.4 * l + o, 0.4 * l + o + 0.1] for l in range(3) for s, o in (("layers", 0), ("pred", 0.1))]
     rec = recording_from_bench(dict(BENCH, layer_events=events, step_ms=[1.5, 1.6]))
     tl = exec_timeline(rec)
     xs = [e for e in tl["traceEvents"] if e["ph"] == "X"]
@@ -188,8 +253,10 @@ def test_exec_timeline_from_layer_events_and_mean():
 
 
 def test_recorder_and_format_import_without_torch():
-    code = ("import sys; sys.modules['torch'] = None; import oasis_exec.recorder, oasis_core.recording, "
-            "oasis_sim.replay, oasis_sim.validate, oasis_sim.fitted; print('ok')")
+    code = (
+        "import sys; sys.modules['torch'] = None; import oasis_exec.recorder, oasis_core.recording, "
+        "oasis_sim.replay, oasis_sim.validate, oasis_sim.fitted; print('ok')"
+    )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
     assert out.stdout.strip() == "ok", out.stderr
 
@@ -200,8 +267,18 @@ def test_real_cpu_bench_record_becomes_a_replayable_recording(tmp_path):
     from oasis_exec.config import ExecConfig
     from oasis_sim.replay import replay
 
-    cfg = ExecConfig(model="tiny", device="cpu", dtype="float32", mode="lookahead", selection="synthetic", top_k=4,
-                     max_context=256, host_kv_gb=0.01, kv_budget_gb=0.05, max_lanes=2)
+    cfg = ExecConfig(
+        model="tiny",
+        device="cpu",
+        dtype="float32",
+        mode="lookahead",
+        selection="synthetic",
+        top_k=4,
+        max_context=256,
+        host_kv_gb=0.01,
+        kv_budget_gb=0.05,
+        max_lanes=2,
+    )
     bench = run_bench(cfg, 128, 2, 3, 1)
     path = str(tmp_path / "cpu.json")
     rec = write_bench_recording(path, bench, cfg, hardware="h200")

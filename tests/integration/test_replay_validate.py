@@ -1,18 +1,19 @@
 """Replay of recordings in the simulator, the fitted predictor and validation (leave-one-out / held-out)."""
+
 import json
 import os
 
 import numpy as np
 import pytest
+from replay_fakes import base_config, fake_results, synthetic_recording
 
 from oasis_core.recording import build_recording, find_recordings, load_recording, save_recording, save_selection
+from oasis_core.specs import get_hardware, get_model
 from oasis_sim import validate as V
 from oasis_sim.cli import main
 from oasis_sim.fitted import FittedPredictor, OpFit, fit, nnls_relative, recording_key
 from oasis_sim.predictor import RooflinePredictor
 from oasis_sim.replay import measured_metrics, replay, sim_config
-from oasis_core.specs import get_hardware, get_model
-from replay_fakes import base_config, fake_results, synthetic_recording
 
 REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 COMMITTED = os.path.join(REPO, "traces", "recordings")
@@ -20,20 +21,35 @@ COMMITTED = os.path.join(REPO, "traces", "recordings")
 
 @pytest.fixture(scope="module")
 def synth():
-    recs = [synthetic_recording(mode=m, context=c, concurrency=n)
-            for m in ("dense", "lookahead") for c in (4096, 16384) for n in (4, 16)]
+    recs = [
+        synthetic_recording(mode=m, context=c, concurrency=n)
+        for m in ("dense", "lookahead")
+        for c in (4096, 16384)
+        for n in (4, 16)
+    ]
     recs.append(synthetic_recording(mode="lookahead", context=8192, concurrency=8, fetch_ratio=0.1))
     return recs
 
 
 def test_replay_reproduces_the_configuration():
-    rec = build_recording(base_config(mode="lookahead", context=8192, concurrency=6, fetch_ratio=0.1, seed=4,
-                                      steps=9, warmup=3), fake_results())
+    rec = build_recording(
+        base_config(mode="lookahead", context=8192, concurrency=6, fetch_ratio=0.1, seed=4, steps=9, warmup=3),
+        fake_results(),
+    )
     cfg = sim_config(rec)
     c = rec.config
-    assert (cfg.mode, cfg.model, cfg.hardware, cfg.top_k, cfg.block_size, cfg.fetch_ratio, cfg.seed,
-            cfg.concurrency, cfg.transfer_path, cfg.arrival) == (c["mode"], c["model"], c["hardware"], 128, 16, 0.1,
-                                                                 4, 6, "dma", "closed")
+    assert (
+        cfg.mode,
+        cfg.model,
+        cfg.hardware,
+        cfg.top_k,
+        cfg.block_size,
+        cfg.fetch_ratio,
+        cfg.seed,
+        cfg.concurrency,
+        cfg.transfer_path,
+        cfg.arrival,
+    ) == (c["mode"], c["model"], c["hardware"], 128, 16, 0.1, 4, 6, "dma", "closed")
     res = replay(rec)
     log = res.sim.steps
     assert len(res.window) == 9
@@ -52,8 +68,11 @@ def test_replay_uses_recorded_selections(tmp_path):
     out = {}
     for name, sets in (("static", static), ("churn", churn)):
         save_selection(tmp_path / f"{name}.sel.npz", sets, [0])
-        rec = build_recording(base_config(steps=8, warmup=1),
-                              fake_results(selection_file=f"{name}.sel.npz"), source=str(tmp_path / f"{name}.json"))
+        rec = build_recording(
+            base_config(steps=8, warmup=1),
+            fake_results(selection_file=f"{name}.sel.npz"),
+            source=str(tmp_path / f"{name}.json"),
+        )
         save_recording(rec, tmp_path / f"{name}.json")
         res = replay(load_recording(tmp_path / f"{name}.json"))
         assert res.cfg.selection == "replay" and res.cfg.policy_layers == 1
@@ -68,8 +87,9 @@ def test_fitted_predictor_interface():
     base = RooflinePredictor(get_model("qwen3-8b"), get_hardware("h200"))
     p = FittedPredictor(base, {"gemm_layer": OpFit(2.0, 1e-5), "step_overhead": OpFit(0.0, 7e-4)}, 30e9)
     fl = RooflinePredictor.floor(base.model, base.hw).time("gemm_layer", {"tokens": 8})
-    assert p.time("gemm_layer", {"tokens": 8}) == pytest.approx(fl + 2 * (base.time("gemm_layer", {"tokens": 8}) - fl)
-                                                                + 1e-5)  # twice the roofline's excess over the floor
+    assert p.time("gemm_layer", {"tokens": 8}) == pytest.approx(
+        fl + 2 * (base.time("gemm_layer", {"tokens": 8}) - fl) + 1e-5
+    )  # twice the roofline's excess over the floor
     assert p.time("step_overhead", {}) == pytest.approx(7e-4)
     assert p.time("attn_decode", {"kv_bytes": 1e9}) == base.time("attn_decode", {"kv_bytes": 1e9})
     with pytest.raises(ValueError, match="unknown op 'gemm'"):
@@ -143,9 +163,19 @@ UVA_CONFIGS = [(n, fr) for n in (4, 8, 16, 32) for fr in (0.02, 0.1)] + [(16, 0.
 def uva_graph():
     """CUDA-graph-like uva recordings (TPOT and bytes per step, no stage times); the two largest copy volumes are
     copy-bound at the hidden rate, which pins it."""
-    return [synthetic_recording(mode="lookahead", context=16384, concurrency=n, fetch_ratio=fr, transfer_path="uva",
-                                truth_share=HIDDEN_SHARE, truth_h2d=HIDDEN_RATE, with_stages=False)
-            for n, fr in UVA_CONFIGS]
+    return [
+        synthetic_recording(
+            mode="lookahead",
+            context=16384,
+            concurrency=n,
+            fetch_ratio=fr,
+            transfer_path="uva",
+            truth_share=HIDDEN_SHARE,
+            truth_h2d=HIDDEN_RATE,
+            with_stages=False,
+        )
+        for n, fr in UVA_CONFIGS
+    ]
 
 
 def test_fit_recovers_hidden_gather_share_and_copy_rate_from_tpot(uva_graph):
@@ -160,8 +190,18 @@ def test_fit_recovers_hidden_gather_share_and_copy_rate_from_tpot(uva_graph):
 
 
 def test_gather_share_with_measured_copy_rate():
-    recs = [synthetic_recording(mode="lookahead", context=16384, concurrency=n, fetch_ratio=fr, transfer_path="uva",
-                                truth_share=HIDDEN_SHARE, truth_h2d=HIDDEN_RATE) for n, fr in UVA_CONFIGS[:6]]
+    recs = [
+        synthetic_recording(
+            mode="lookahead",
+            context=16384,
+            concurrency=n,
+            fetch_ratio=fr,
+            transfer_path="uva",
+            truth_share=HIDDEN_SHARE,
+            truth_h2d=HIDDEN_RATE,
+        )
+        for n, fr in UVA_CONFIGS[:6]
+    ]
     model = fit([V.sample_of(r, replay(r)) for r in recs])
     assert model.gather_fit["uva"]["rate_from"] == "stage times"
     assert model.h2d_bytes_per_s["uva"] == pytest.approx(HIDDEN_RATE, rel=1e-6)  # the stage times' rate, kept
@@ -253,7 +293,9 @@ def test_committed_recordings_validate(tmp_path):
 def _analysis():
     import importlib.util
 
-    spec = importlib.util.spec_from_file_location("sim_vs_exec", os.path.join(REPO, "experiments", "simulator_vs_executor", "sim_vs_exec.py"))
+    spec = importlib.util.spec_from_file_location(
+        "sim_vs_exec", os.path.join(REPO, "experiments", "simulator_vs_executor", "sim_vs_exec.py")
+    )
     mod = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(mod)
     return mod
@@ -280,13 +322,19 @@ def test_analysis_with_recordings(tmp_path, synth):
 def test_record_matrix_dry_run_plans_the_issue_matrix(capsys):
     import importlib.util
 
-    spec = importlib.util.spec_from_file_location("record_matrix", os.path.join(REPO, "experiments", "simulator_vs_executor", "record_matrix.py"))
+    spec = importlib.util.spec_from_file_location(
+        "record_matrix", os.path.join(REPO, "experiments", "simulator_vs_executor", "record_matrix.py")
+    )
     mod = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(mod)
     runs = mod.plan("all")
     assert len(runs) == 12 + 12 + 24
-    assert {(m, fr) for m, _c, _n, fr in runs} == {("dense", 0.05), ("lookahead", 0.02), ("lookahead", 0.05),
-                                                    ("lookahead", 0.1)}
+    assert {(m, fr) for m, _c, _n, fr in runs} == {
+        ("dense", 0.05),
+        ("lookahead", 0.02),
+        ("lookahead", 0.05),
+        ("lookahead", 0.1),
+    }
     assert mod.main(["--dry-run", "--out", "/nonexistent-dir"]) == 0
     out = capsys.readouterr().out
     assert "estimated" in out and "dense-8k-c8" in out and "lookahead-16k-c8-fr0.02" in out

@@ -1,4 +1,5 @@
 """`serve --record FILE`: the served requests as a `trace` recording, and its replay in the simulator."""
+
 import signal
 
 import httpx
@@ -8,21 +9,51 @@ from oasis_core.recording import load_recording
 from oasis_exec.recorder import recording_from_serve, write_serve_recording
 from oasis_sim.replay import replay, sim_config, workload
 
-CFG = {"model": "tiny", "mode": "lookahead", "top_k": 4, "block_size": 16, "fetch_ratio": 0.05, "seed": 0,
-       "transfer": "host", "prefill_chunk": 2048, "model_path": None}
+CFG = {
+    "model": "tiny",
+    "mode": "lookahead",
+    "top_k": 4,
+    "block_size": 16,
+    "fetch_ratio": 0.05,
+    "seed": 0,
+    "transfer": "host",
+    "prefill_chunk": 2048,
+    "model_path": None,
+}
 
 
 def _req(i, arrival, prompt, n, reason="length", ttft=5.0, step=2.0):
-    return {"id": i, "arrival_s": arrival, "prompt_tokens": prompt, "output_tokens": n, "finish_reason": reason,
-            "ttft_ms": ttft if n else None, "tpot_ms": step if n > 1 else None,
-            "finish_s": arrival + (ttft + step * max(n - 1, 0)) / 1e3}
+    return {
+        "id": i,
+        "arrival_s": arrival,
+        "prompt_tokens": prompt,
+        "output_tokens": n,
+        "finish_reason": reason,
+        "ttft_ms": ttft if n else None,
+        "tpot_ms": step if n > 1 else None,
+        "finish_s": arrival + (ttft + step * max(n - 1, 0)) / 1e3,
+    }
 
 
-SERVE = {"requests": [_req(1, 0.30, 64, 8, step=3.0), _req(0, 0.10, 40, 6), _req(2, 0.35, 50, 0, "abort"),
-                      _req(3, 0.40, 48, 3, "abort", ttft=9.0)],
-         "step_ms": [4.0] * 20, "max_running": 2, "max_lanes": 2, "decode_steps": 16, "prefetch_bytes": 3200,
-         "stage_ms": {}, "hidden_fraction": float("nan"), "device": "cpu", "date": "2026-12-01T00:00:00+00:00",
-         "commit": "abc", "server": {"max_waiting": 8}}
+SERVE = {
+    "requests": [
+        _req(1, 0.30, 64, 8, step=3.0),
+        _req(0, 0.10, 40, 6),
+        _req(2, 0.35, 50, 0, "abort"),
+        _req(3, 0.40, 48, 3, "abort", ttft=9.0),
+    ],
+    "step_ms": [4.0] * 20,
+    "max_running": 2,
+    "max_lanes": 2,
+    "decode_steps": 16,
+    "prefetch_bytes": 3200,
+    "stage_ms": {},
+    "hidden_fraction": float("nan"),
+    "device": "cpu",
+    "date": "2026-12-01T00:00:00+00:00",
+    "commit": "abc",
+    "server": {"max_waiting": 8},
+}
 
 
 def test_recording_from_serve_keeps_requests_with_tokens(tmp_path):
@@ -34,8 +65,11 @@ def test_recording_from_serve_keeps_requests_with_tokens(tmp_path):
     assert (c["context"], c["concurrency"], c["max_lanes"], c["steps"], c["warmup_steps"]) == (64, 2, 2, 20, 0)
     assert c["exec_config"]["top_k"] == 4 and c["server"] == {"max_waiting": 8}
     # in arrival order; the request aborted before its first token is dropped, the one aborted later kept
-    assert [(q.id, q.prompt_tokens, q.output_tokens) for q in rec.trace.requests] == [(0, 40, 6), (1, 64, 8),
-                                                                                       (3, 48, 3)]
+    assert [(q.id, q.prompt_tokens, q.output_tokens) for q in rec.trace.requests] == [
+        (0, 40, 6),
+        (1, 64, 8),
+        (3, 48, 3),
+    ]
     assert r["request_finish_reasons"] == ["length", "length", "abort"] and r["requests_dropped"] == {"abort": 1}
     assert r["ttft_ms_p50"] == pytest.approx(5.0) and r["tpot_ms_p50"] == pytest.approx(2.0)
     assert r["tpot_ms_p99"] == pytest.approx(2.98)  # linear interpolation over [2, 2, 3], as oasis_sim.metrics
@@ -67,14 +101,31 @@ def test_real_server_records_what_it_served(tmp_path):
     from server_proc import TINY, ServerProcess
 
     path = tmp_path / "served.json"
-    srv = ServerProcess(*TINY, "--dtype", "float32", "--top-k", "4", "--max-context", "256", "--host-kv-gb", "0.01",
-                        "--kv-budget-gb", "0.05", "--max-lanes", "2", "--record", str(path),
-                        "--record-hardware", "h200")
+    srv = ServerProcess(
+        *TINY,
+        "--dtype",
+        "float32",
+        "--top-k",
+        "4",
+        "--max-context",
+        "256",
+        "--host-kv-gb",
+        "0.01",
+        "--kv-budget-gb",
+        "0.05",
+        "--max-lanes",
+        "2",
+        "--record",
+        str(path),
+        "--record-hardware",
+        "h200",
+    )
     try:
         prompts = [[1 + i, 2, 3, 4, 5] * (6 + 2 * i) for i in range(3)]
         for p in prompts:
-            r = httpx.post(f"{srv.base_url}/v1/completions", json={"model": "tiny", "prompt": p, "max_tokens": 5},
-                           timeout=60)
+            r = httpx.post(
+                f"{srv.base_url}/v1/completions", json={"model": "tiny", "prompt": p, "max_tokens": 5}, timeout=60
+            )
             assert r.status_code == 200, r.text
         srv.proc.send_signal(signal.SIGINT)
         srv.proc.wait(60)

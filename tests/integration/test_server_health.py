@@ -9,12 +9,11 @@ import pytest
 
 pytest.importorskip("fastapi")
 import httpx
+from server_fakes import FakeEngine, serve_app
 
 from oasis_exec.server.app import create_app
 from oasis_exec.server.config import ServerConfig
 from oasis_exec.server.tokenizer import ByteTokenizer
-
-from server_fakes import FakeEngine, serve_app
 
 
 def _health_until(url: str, want: str, timeout_s: float = 15.0) -> httpx.Response:
@@ -28,8 +27,9 @@ def _health_until(url: str, want: str, timeout_s: float = 15.0) -> httpx.Respons
 
 
 def _complete(url: str, max_tokens: int = 3) -> httpx.Response:
-    return httpx.post(f"{url}/v1/completions", json={"model": "fake", "prompt": [1, 2], "max_tokens": max_tokens},
-                      timeout=30)
+    return httpx.post(
+        f"{url}/v1/completions", json={"model": "fake", "prompt": [1, 2], "max_tokens": max_tokens}, timeout=30
+    )
 
 
 def test_health_recovers_once_the_engine_checks_healthy():

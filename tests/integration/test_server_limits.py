@@ -10,19 +10,19 @@ import pytest
 
 pytest.importorskip("fastapi")
 import httpx
+from server_fakes import BlockingTokenizer, FakeEngine, serve_app
 
 from oasis_exec.server.app import create_app
 from oasis_exec.server.config import ServerConfig
 from oasis_exec.server.tokenizer import ByteTokenizer
 
-from server_fakes import BlockingTokenizer, FakeEngine, serve_app
-
 JSON = {"content-type": "application/json"}
 
 
 def _app(tokenizer=None, **config):
-    return create_app(FakeEngine(step_s=0, max_model_len=2_000_000), tokenizer or ByteTokenizer(),
-                      ServerConfig(**config))
+    return create_app(
+        FakeEngine(step_s=0, max_model_len=2_000_000), tokenizer or ByteTokenizer(), ServerConfig(**config)
+    )
 
 
 def test_body_over_the_limit_is_413_declared_or_streamed():
@@ -34,7 +34,7 @@ def test_body_over_the_limit_is_413_declared_or_streamed():
 
         def chunks():  # no Content-Length: the limit must hold while reading
             for i in range(0, len(body), 100):
-                yield body[i:i + 100]
+                yield body[i : i + 100]
 
         r = httpx.post(f"{url}/v1/chat/completions", content=chunks(), headers=JSON)
         assert r.status_code == 413, r.text

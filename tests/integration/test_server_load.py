@@ -6,6 +6,7 @@ from __future__ import annotations
 import asyncio
 import importlib.util
 import sys
+
 import pytest
 
 pytest.importorskip("fastapi")
@@ -25,12 +26,22 @@ def _loadgen():
 
 def test_bounded_load_with_disconnects():
     lg = _loadgen()
-    srv = ServerProcess(*TINY, "--max-context", "512", "--dtype", "float32", "--max-waiting", "512",
-                        "--max-lanes", str(CONCURRENCY))
+    srv = ServerProcess(
+        *TINY, "--max-context", "512", "--dtype", "float32", "--max-waiting", "512", "--max-lanes", str(CONCURRENCY)
+    )
     try:
-        cfg = lg.LoadConfig(base_url=srv.base_url, limit=N_REQUESTS, time_scale=0.002, concurrency=CONCURRENCY,
-                            max_prompt=48, max_output=6, disconnect_frac=DISCONNECT, seed=1, timeout_s=60,
-                            per_request=True)
+        cfg = lg.LoadConfig(
+            base_url=srv.base_url,
+            limit=N_REQUESTS,
+            time_scale=0.002,
+            concurrency=CONCURRENCY,
+            max_prompt=48,
+            max_output=6,
+            disconnect_frac=DISCONNECT,
+            seed=1,
+            timeout_s=60,
+            per_request=True,
+        )
         result = asyncio.run(lg.run_load(cfg))
         recs = result["per_request"]
         assert len(recs) == N_REQUESTS

@@ -6,12 +6,11 @@ import pytest
 
 pytest.importorskip("fastapi")
 import httpx
+from server_fakes import FakeEngine, serve_app
 
 from oasis_exec.server.app import create_app
 from oasis_exec.server.config import ServerConfig
 from oasis_exec.server.tokenizer import ByteTokenizer
-
-from server_fakes import FakeEngine, serve_app
 
 BODY = {"model": "fake", "prompt": [1, 2], "max_tokens": 2}
 
@@ -29,8 +28,9 @@ def test_api_key_is_required_on_v1_only():
         assert httpx.get(f"{url}/v1/models").status_code == 401
         ok = httpx.post(f"{url}/v1/completions", json=BODY, headers={"Authorization": "Bearer s3cret"})
         assert ok.status_code == 200 and ok.json()["usage"]["completion_tokens"] == 2
-        with httpx.stream("POST", f"{url}/v1/completions", json={**BODY, "stream": True},
-                          headers={"Authorization": "Bearer s3cret"}) as r:
+        with httpx.stream(
+            "POST", f"{url}/v1/completions", json={**BODY, "stream": True}, headers={"Authorization": "Bearer s3cret"}
+        ) as r:
             assert [line for line in r.iter_lines() if line][-1] == "data: [DONE]"
         assert httpx.get(f"{url}/health").status_code == 200  # probes and scrapers need no key
         assert httpx.get(f"{url}/metrics").status_code == 200
@@ -44,15 +44,26 @@ def test_host_allow_list():
 
 def test_cors_preflight_and_headers():
     with _serve(cors_origins=("https://app.example.com",), api_key="k") as url:
-        pre = httpx.options(f"{url}/v1/completions", headers={
-            "Origin": "https://app.example.com", "Access-Control-Request-Method": "POST",
-            "Access-Control-Request-Headers": "authorization,content-type"})
+        pre = httpx.options(
+            f"{url}/v1/completions",
+            headers={
+                "Origin": "https://app.example.com",
+                "Access-Control-Request-Method": "POST",
+                "Access-Control-Request-Headers": "authorization,content-type",
+            },
+        )
         assert pre.status_code == 200 and pre.headers["access-control-allow-origin"] == "https://app.example.com"
-        r = httpx.post(f"{url}/v1/completions", json=BODY,
-                       headers={"Origin": "https://app.example.com", "Authorization": "Bearer k"})
+        r = httpx.post(
+            f"{url}/v1/completions",
+            json=BODY,
+            headers={"Origin": "https://app.example.com", "Authorization": "Bearer k"},
+        )
         assert r.status_code == 200 and r.headers["access-control-allow-origin"] == "https://app.example.com"
-        other = httpx.post(f"{url}/v1/completions", json=BODY,
-                           headers={"Origin": "https://evil.example.net", "Authorization": "Bearer k"})
+        other = httpx.post(
+            f"{url}/v1/completions",
+            json=BODY,
+            headers={"Origin": "https://evil.example.net", "Authorization": "Bearer k"},
+        )
         assert "access-control-allow-origin" not in other.headers
     with _serve() as url:  # no --cors-origins: no CORS headers at all
         r = httpx.get(f"{url}/health", headers={"Origin": "https://app.example.com"})
@@ -67,6 +78,9 @@ def test_json_content_type_is_required(content_type):
             r = httpx.post(f"{url}{path}", content=b'{"model": "fake", "prompt": "x"}', headers=headers)
             assert r.status_code == 415, r.text
             assert r.json()["error"]["code"] == "unsupported_media_type"
-        r = httpx.post(f"{url}/v1/completions", content=httpx.Request("POST", url, json=BODY).content,
-                       headers={"Content-Type": "application/json; charset=utf-8"})
+        r = httpx.post(
+            f"{url}/v1/completions",
+            content=httpx.Request("POST", url, json=BODY).content,
+            headers={"Content-Type": "application/json; charset=utf-8"},
+        )
         assert r.status_code == 200

@@ -11,7 +11,6 @@ import pytest
 
 pytest.importorskip("fastapi")
 import httpx
-
 from server_proc import TINY, ServerProcess
 
 LONG = 1000  # tokens: about 8 s on the CPU, far past the grace period
@@ -33,10 +32,10 @@ def test_sigterm_ends_running_requests_with_errors_after_the_grace_period():
     try:
         body = {"model": "tiny", "prompt": "abc", "max_tokens": LONG}
         plain: dict = {}
-        t = threading.Thread(target=lambda: plain.setdefault(
-            "r", httpx.post(f"{srv.base_url}/v1/completions", json=body, timeout=60)))
-        with httpx.stream("POST", f"{srv.base_url}/v1/completions", json={**body, "stream": True},
-                          timeout=60) as r:
+        t = threading.Thread(
+            target=lambda: plain.setdefault("r", httpx.post(f"{srv.base_url}/v1/completions", json=body, timeout=60))
+        )
+        with httpx.stream("POST", f"{srv.base_url}/v1/completions", json={**body, "stream": True}, timeout=60) as r:
             lines = r.iter_lines()
             assert next(lines).startswith("data: {")
             t.start()
@@ -45,7 +44,7 @@ def test_sigterm_ends_running_requests_with_errors_after_the_grace_period():
             rest = [line for line in lines if line]
         t.join(60)
         assert rest[-1] == "data: [DONE]"
-        err = json.loads(rest[-2][len("data: "):])["error"]
+        err = json.loads(rest[-2][len("data: ") :])["error"]
         assert err["code"] == "server_shutting_down" and "grace period" in err["message"]
         assert plain["r"].status_code == 503
         assert plain["r"].json()["error"]["code"] == "server_shutting_down"
@@ -59,9 +58,16 @@ def test_a_request_that_finishes_within_the_grace_period_completes():
     srv = _server(30)
     try:
         got: dict = {}
-        t = threading.Thread(target=lambda: got.setdefault("r", httpx.post(
-            f"{srv.base_url}/v1/completions", json={"model": "tiny", "prompt": "abc", "max_tokens": 150},
-            timeout=60)))
+        t = threading.Thread(
+            target=lambda: got.setdefault(
+                "r",
+                httpx.post(
+                    f"{srv.base_url}/v1/completions",
+                    json={"model": "tiny", "prompt": "abc", "max_tokens": 150},
+                    timeout=60,
+                ),
+            )
+        )
         t.start()
         _wait_running(srv, 1)
         srv.proc.send_signal(signal.SIGTERM)

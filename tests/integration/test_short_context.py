@@ -1,4 +1,5 @@
 """Short contexts (issue 15): the shared rule in oasis_core.short_context and the simulator's use of it."""
+
 from dataclasses import replace
 
 import numpy as np
@@ -43,10 +44,15 @@ def test_arrays_in_arrays_out_numpy_and_torch():
     assert RULE.dense(t).dtype == torch.bool
 
 
-@pytest.mark.parametrize("kw, field", [(dict(top_k=-1, block_size=16), "top_k"),
-                                       (dict(top_k=8, block_size=0), "block_size"),
-                                       (dict(top_k=8, block_size=16, local_blocks=1.5), "local_blocks"),
-                                       (dict(top_k=0, block_size=16, local_blocks=0), "top_k")])
+@pytest.mark.parametrize(
+    "kw, field",
+    [
+        (dict(top_k=-1, block_size=16), "top_k"),
+        (dict(top_k=8, block_size=0), "block_size"),
+        (dict(top_k=8, block_size=16, local_blocks=1.5), "local_blocks"),
+        (dict(top_k=0, block_size=16, local_blocks=0), "top_k"),
+    ],
+)
 def test_bad_rule_names_the_field(kw, field):
     with pytest.raises(ValueError, match=f"ShortContext.{field}"):
         ShortContext(**kw)
@@ -88,8 +94,11 @@ def test_crossing_offloads_once_then_runs_sparse(event_mode):
     hbm = [b for _, b in res.memory["decode.hbm"]]
     assert hbm[0] == W * BPT  # while dense: its 17 blocks of KV, no summaries, no draft state
     geo = KVGeometry(SimConfig().model_spec, 16)
-    sparse = geo.resident_bytes(16) + 18 * geo.rows_per_request * geo.summary_bytes_per_block_head \
+    sparse = (
+        geo.resident_bytes(16)
+        + 18 * geo.rows_per_request * geo.summary_bytes_per_block_head
         + SimConfig().draft_state_bytes
+    )
     assert hbm[1] == sparse  # from the crossing (273 tokens, 18 blocks): the sparse holdings
 
 

@@ -1,15 +1,16 @@
 """The command line: outputs, determinism, and every malformed input -> exit 2 with one line."""
+
 import json
 import os
 import subprocess
 import sys
 
-from hypothesis import HealthCheck, given, settings, strategies as st
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+from sim_cases import QUICK, _req, _trace
 
 from oasis_sim.cli import main
 from oasis_sim.workloads import BUNDLED_NAME, bundled_trace_path
-
-from sim_cases import QUICK, _req, _trace
 
 
 def test_run_writes_every_output(tmp_path):
@@ -18,9 +19,22 @@ def test_run_writes_every_output(tmp_path):
     for name in ("summary.json", "requests.csv", "timeline.json", "steps.csv", "memory.csv", "timing.json"):
         assert (out / name).is_file(), name
     s = json.loads((out / "summary.json").read_text())
-    for key in ("throughput_tok_s", "tpot_ms_p50", "tpot_ms_p99", "ttft_ms_p50", "ttft_ms_p99", "requests_completed",
-                "preemptions", "h2d_bytes", "net_bytes", "hbm_peak_bytes", "host_peak_bytes", "resident_recall",
-                "stall_ms_total", "simulated_s"):
+    for key in (
+        "throughput_tok_s",
+        "tpot_ms_p50",
+        "tpot_ms_p99",
+        "ttft_ms_p50",
+        "ttft_ms_p99",
+        "requests_completed",
+        "preemptions",
+        "h2d_bytes",
+        "net_bytes",
+        "hbm_peak_bytes",
+        "host_peak_bytes",
+        "resident_recall",
+        "stall_ms_total",
+        "simulated_s",
+    ):
         assert key in s, key
     assert s["requests_completed"] == 3
     assert "wall_s" in json.loads((out / "timing.json").read_text())
@@ -57,13 +71,17 @@ def test_bundled_trace_copy_matches_the_repository():
 
 def test_import_and_sweep(tmp_path):
     src = tmp_path / "m.jsonl"
-    src.write_text('{"timestamp": 0, "input_length": 900, "output_length": 3, "hash_ids": [0, 1]}\n'
-                   '{"timestamp": 3000, "input_length": 700, "output_length": 2, "hash_ids": [0, 5]}\n')
+    src.write_text(
+        '{"timestamp": 0, "input_length": 900, "output_length": 3, "hash_ids": [0, 1]}\n'
+        '{"timestamp": 3000, "input_length": 700, "output_length": 2, "hash_ids": [0, 5]}\n'
+    )
     out = tmp_path / "tr.json"
     assert main(["import", "mooncake", str(src), "-o", str(out), "--max-context", "800"]) == 0
     grid = tmp_path / "g.yaml"
-    grid.write_text(f"trace: {out}\nbase: {{top_k: 16, policy_layers: 1, profile_steps: 4, timeline_steps: 0}}\n"
-                    "grid:\n  mode: [dense, lookahead]\nworkers: 1\n")
+    grid.write_text(
+        f"trace: {out}\nbase: {{top_k: 16, policy_layers: 1, profile_steps: 4, timeline_steps: 0}}\n"
+        "grid:\n  mode: [dense, lookahead]\nworkers: 1\n"
+    )
     assert main(["sweep", str(grid), "--out", str(tmp_path / "sw")]) == 0
     import pandas as pd
 
@@ -77,9 +95,14 @@ def _bad_traces(tmp_path):
     raw = tmp_path / "bin.json"
     raw.write_bytes(b"\xff\xfe{")
     return [
-        (_trace(tmp_path, [{"id": 0, "arrival_s": 0, "prompt_tokens": 5}], "a.json"),
-         ["a.json", "requests[0].output_tokens", "missing"]),
-        (_trace(tmp_path, [{**_req(), "prompt_tokens": "12"}], "b.json"), ["b.json", "requests[0].prompt_tokens", '"12"']),
+        (
+            _trace(tmp_path, [{"id": 0, "arrival_s": 0, "prompt_tokens": 5}], "a.json"),
+            ["a.json", "requests[0].output_tokens", "missing"],
+        ),
+        (
+            _trace(tmp_path, [{**_req(), "prompt_tokens": "12"}], "b.json"),
+            ["b.json", "requests[0].prompt_tokens", '"12"'],
+        ),
         (_trace(tmp_path, [_req(prompt=-3)], "c.json"), ["requests[0].prompt_tokens", "-3"]),
         (_trace(tmp_path, [_req(out=0)], "d.json"), ["requests[0].output_tokens", "got 0"]),
         (_trace(tmp_path, [_req(0, 5.0), _req(1, 2.0)], "e.json"), ["requests[1].arrival_s", "2.0"]),
@@ -91,8 +114,14 @@ def _bad_traces(tmp_path):
         (_trace(tmp_path, [_req()], "i.json", schema="other"), ["i.json", "schema", "other"]),
         (_trace(tmp_path, [_req(0), _req(0, 1.0)], "j.json"), ["requests[1].id", "0"]),
         (str(raw), ["bin.json", "UTF-8"]),
-        (p("k.json", '{"schema": "oasiskv-trace", "version": 1, "requests": [{"id": 0, "arrival_s": NaN, '
-                     '"prompt_tokens": 5, "output_tokens": 1}]}'), ["k.json", "NaN"]),
+        (
+            p(
+                "k.json",
+                '{"schema": "oasiskv-trace", "version": 1, "requests": [{"id": 0, "arrival_s": NaN, '
+                '"prompt_tokens": 5, "output_tokens": 1}]}',
+            ),
+            ["k.json", "NaN"],
+        ),
         (_trace(tmp_path, [], "l.json"), ["l.json", "requests", "got 0"]),
     ]
 
@@ -148,10 +177,16 @@ def test_bad_options_and_configs_exit_2_with_one_line(tmp_path, capsys):
 def test_bad_import_and_sweep_inputs_exit_2(tmp_path, capsys):
     src = tmp_path / "m.jsonl"
     src.write_text('{"timestamp": 0, "input_length": -4, "output_length": 3, "hash_ids": [0]}\n')
-    _check_one_line(capsys, ["import", "mooncake", str(src), "-o", str(tmp_path / "o.json")],
-                    ["m.jsonl", "line 1", "input_length", "-4"])
-    _check_one_line(capsys, ["import", "azure", str(tmp_path / "none.csv"), "-o", str(tmp_path / "o.json")],
-                    ["none.csv", "cannot read"])
+    _check_one_line(
+        capsys,
+        ["import", "mooncake", str(src), "-o", str(tmp_path / "o.json")],
+        ["m.jsonl", "line 1", "input_length", "-4"],
+    )
+    _check_one_line(
+        capsys,
+        ["import", "azure", str(tmp_path / "none.csv"), "-o", str(tmp_path / "o.json")],
+        ["none.csv", "cannot read"],
+    )
     _check_one_line(capsys, ["import", "mooncake", str(src), "-o", "x", "--time-scale", "0"], ["time_scale", "0"])
     grid = tmp_path / "g.yaml"
     grid.write_text("grid:\n  mode: [dense, quantum]\n")
@@ -160,29 +195,66 @@ def test_bad_import_and_sweep_inputs_exit_2(tmp_path, capsys):
     _check_one_line(capsys, ["sweep", str(grid), "--out", str(tmp_path)], ["g.yaml", "grid"])
 
 
-_json = st.recursive(st.none() | st.booleans() | st.integers(-5, 10 ** 6) | st.floats(allow_nan=False)
-                     | st.text(max_size=5), lambda c: st.lists(c, max_size=3)
-                     | st.dictionaries(st.sampled_from(["id", "arrival_s", "prompt_tokens", "output_tokens",
-                                                        "prefix_block_ids", "prefix_block_tokens", "x"]), c,
-                                       max_size=6), max_leaves=12)
+_json = st.recursive(
+    st.none() | st.booleans() | st.integers(-5, 10**6) | st.floats(allow_nan=False) | st.text(max_size=5),
+    lambda c: (
+        st.lists(c, max_size=3)
+        | st.dictionaries(
+            st.sampled_from(
+                ["id", "arrival_s", "prompt_tokens", "output_tokens", "prefix_block_ids", "prefix_block_tokens", "x"]
+            ),
+            c,
+            max_size=6,
+        )
+    ),
+    max_leaves=12,
+)
 
 
 @settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
-@given(st.one_of(
-    st.binary(max_size=60),
-    st.builds(lambda reqs: json.dumps({"schema": "oasiskv-trace", "version": 1, "requests": reqs}).encode(),
-              st.lists(_json, max_size=3)),
-    st.builds(lambda reqs, cut: json.dumps({"schema": "oasiskv-trace", "version": 1, "requests": reqs})[:cut]
-              .encode(), st.lists(st.fixed_dictionaries({"id": st.integers(0, 3), "arrival_s": st.floats(0, 5),
-                                                         "prompt_tokens": st.integers(-1, 3000),
-                                                         "output_tokens": st.integers(-1, 5)}), min_size=1,
-                                  max_size=2), st.integers(0, 400)),
-))
+@given(
+    st.one_of(
+        st.binary(max_size=60),
+        st.builds(
+            lambda reqs: json.dumps({"schema": "oasiskv-trace", "version": 1, "requests": reqs}).encode(),
+            st.lists(_json, max_size=3),
+        ),
+        st.builds(
+            lambda reqs, cut: json.dumps({"schema": "oasiskv-trace", "version": 1, "requests": reqs})[:cut].encode(),
+            st.lists(
+                st.fixed_dictionaries(
+                    {
+                        "id": st.integers(0, 3),
+                        "arrival_s": st.floats(0, 5),
+                        "prompt_tokens": st.integers(-1, 3000),
+                        "output_tokens": st.integers(-1, 5),
+                    }
+                ),
+                min_size=1,
+                max_size=2,
+            ),
+            st.integers(0, 400),
+        ),
+    )
+)
 def test_fuzz_loader_path_never_crashes(tmp_path, capsys, data):
     path = tmp_path / "fuzz.json"
     path.write_bytes(data)
-    rc = main(["run", str(path), "--out", str(tmp_path / "o"), "--mode", "dense", "--max-context", "64",
-               "--timeline-steps", "0", "--quiet"])
+    rc = main(
+        [
+            "run",
+            str(path),
+            "--out",
+            str(tmp_path / "o"),
+            "--mode",
+            "dense",
+            "--max-context",
+            "64",
+            "--timeline-steps",
+            "0",
+            "--quiet",
+        ]
+    )
     err = capsys.readouterr().err
     assert rc in (0, 2)
     if rc == 2:
@@ -199,16 +271,40 @@ def test_summary_and_sweep_record_the_configuration_and_trace(tmp_path):
     trace = _trace(tmp_path, [_req(0), _req(1, 0.5)])
     digest = hashlib.sha256(open(trace, "rb").read()).hexdigest()
     out = tmp_path / "o"
-    assert main(["run", trace, "--out", str(out), *QUICK, "--top-k", "24", "--fetch-ratio", "0.2",
-                 "--block-size", "32", "--seed", "7"]) == 0
+    assert (
+        main(
+            [
+                "run",
+                trace,
+                "--out",
+                str(out),
+                *QUICK,
+                "--top-k",
+                "24",
+                "--fetch-ratio",
+                "0.2",
+                "--block-size",
+                "32",
+                "--seed",
+                "7",
+            ]
+        )
+        == 0
+    )
     s = json.loads((out / "summary.json").read_text())
     assert set(s["config"]) == set(config_fields())
-    assert (s["config"]["top_k"], s["config"]["fetch_ratio"], s["config"]["block_size"], s["config"]["seed"]) == \
-        (24, 0.2, 32, 7)
+    assert (s["config"]["top_k"], s["config"]["fetch_ratio"], s["config"]["block_size"], s["config"]["seed"]) == (
+        24,
+        0.2,
+        32,
+        7,
+    )
     assert s["trace"] == {"path": trace, "sha256": digest}
     grid = tmp_path / "g.yaml"
-    grid.write_text(f"trace: {trace}\nbase: {{top_k: 16, policy_layers: 1, profile_steps: 4, timeline_steps: 0}}\n"
-                    "grid:\n  seed: [1, 2]\nworkers: 1\n")
+    grid.write_text(
+        f"trace: {trace}\nbase: {{top_k: 16, policy_layers: 1, profile_steps: 4, timeline_steps: 0}}\n"
+        "grid:\n  seed: [1, 2]\nworkers: 1\n"
+    )
     assert main(["sweep", str(grid), "--out", str(tmp_path / "sw")]) == 0
     df = pd.read_csv(tmp_path / "sw" / "sweep.csv")
     assert {f"config.{k}" for k in config_fields()} <= set(df.columns)

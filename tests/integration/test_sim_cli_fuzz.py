@@ -1,6 +1,7 @@
 """Fuzz the simulator's command lines: random argument vectors (fixed seed) of valid and invalid values, unknown
 options, extreme numbers and bad paths, run in-process through each CLI's ``main``. Every one must exit 0 or 2,
 and an exit 2 must print exactly one line on stderr and no traceback. Runs are tiny (a 2-request trace)."""
+
 import json
 import random
 import shutil
@@ -16,27 +17,65 @@ from oasis_sim import cli
 REPO = Path(__file__).resolve().parents[2]
 RECORDING = REPO / "traces" / "recordings" / "dense-8k-c8.json"
 
-NUMBERS = ["0", "1", "2", "-1", "0.5", "1e9", "1000000000", "1e308", "-1e308", "nan", "inf", "abc", "", "3",
-           "99999999999999999999999"]
+NUMBERS = [
+    "0",
+    "1",
+    "2",
+    "-1",
+    "0.5",
+    "1e9",
+    "1000000000",
+    "1e308",
+    "-1e308",
+    "nan",
+    "inf",
+    "abc",
+    "",
+    "3",
+    "99999999999999999999999",
+]
 TINY = ["--max-requests", "2", "--policy-layers", "1", "--profile-steps", "4", "--timeline-steps", "0", "--quiet"]
 RUN_OPTIONS = {
-    "--top-k": NUMBERS, "--block-size": NUMBERS, "--fetch-ratio": NUMBERS, "--seed": NUMBERS,
-    "--max-requests": ["1", "2", "0", "-3", "x"], "--time-scale": NUMBERS, "--max-context": NUMBERS,
-    "--max-batch": NUMBERS, "--chunk-tokens": ["1", "64", "0", "1e9", "1000000000"],
-    "--hbm-utilization": NUMBERS, "--hbm-bytes": NUMBERS, "--host-bytes": NUMBERS,
-    "--draft-state-bytes": NUMBERS, "--h2d-bytes-per-s": NUMBERS, "--gather-sm-share": NUMBERS,
-    "--policy-layers": ["1", "2", "0", "100000", "1000000000"], "--profile-steps": ["2", "4", "1", "1e8", "100000000"],
-    "--timeline-steps": ["0", "3", "-1", "1000000000"], "--rate-rps": NUMBERS + ["1e-300", "1e300"],
+    "--top-k": NUMBERS,
+    "--block-size": NUMBERS,
+    "--fetch-ratio": NUMBERS,
+    "--seed": NUMBERS,
+    "--max-requests": ["1", "2", "0", "-3", "x"],
+    "--time-scale": NUMBERS,
+    "--max-context": NUMBERS,
+    "--max-batch": NUMBERS,
+    "--chunk-tokens": ["1", "64", "0", "1e9", "1000000000"],
+    "--hbm-utilization": NUMBERS,
+    "--hbm-bytes": NUMBERS,
+    "--host-bytes": NUMBERS,
+    "--draft-state-bytes": NUMBERS,
+    "--h2d-bytes-per-s": NUMBERS,
+    "--gather-sm-share": NUMBERS,
+    "--policy-layers": ["1", "2", "0", "100000", "1000000000"],
+    "--profile-steps": ["2", "4", "1", "1e8", "100000000"],
+    "--timeline-steps": ["0", "3", "-1", "1000000000"],
+    "--rate-rps": NUMBERS + ["1e-300", "1e300"],
     "--concurrency": ["1", "2", "0", "1000000000"],
     "--mode": ["dense", "lookahead", "proxy", "quest", "retrieval", "nope"],
-    "--arrival": ["trace", "closed", "poisson", "x"], "--split": ["none", "full", "rpf", "x"],
-    "--policy-sampling": ["profile", "exact", "x"], "--transfer-path": ["dma", "uva", "x"],
-    "--event-mode": ["closed", "events", "x"], "--selection": ["synthetic", "replay"],
-    "--replay-file": ["/nonexistent.json", str(RECORDING), "."], "--fetch-policy": ["budget:0.8", "fixed:0.1", "x:y"],
-    "--model": ["qwen3-8b", "nope"], "--hardware": ["h100-sxm", "nope"], "--nic": ["roce-400g", "nope"],
-    "--syn-drift-rate": NUMBERS, "--syn-preset": ["paper", "smollm2", "x"],
-    "--prefix-cache": None, "--no-prefix-cache": None, "--prefix-cache-hbm-bytes": NUMBERS,
-    "--config": ["/nonexistent.yaml", str(RECORDING), "."], "--bogus": None, "-x": None,
+    "--arrival": ["trace", "closed", "poisson", "x"],
+    "--split": ["none", "full", "rpf", "x"],
+    "--policy-sampling": ["profile", "exact", "x"],
+    "--transfer-path": ["dma", "uva", "x"],
+    "--event-mode": ["closed", "events", "x"],
+    "--selection": ["synthetic", "replay"],
+    "--replay-file": ["/nonexistent.json", str(RECORDING), "."],
+    "--fetch-policy": ["budget:0.8", "fixed:0.1", "x:y"],
+    "--model": ["qwen3-8b", "nope"],
+    "--hardware": ["h100-sxm", "nope"],
+    "--nic": ["roce-400g", "nope"],
+    "--syn-drift-rate": NUMBERS,
+    "--syn-preset": ["paper", "smollm2", "x"],
+    "--prefix-cache": None,
+    "--no-prefix-cache": None,
+    "--prefix-cache-hbm-bytes": NUMBERS,
+    "--config": ["/nonexistent.yaml", str(RECORDING), "."],
+    "--bogus": None,
+    "-x": None,
 }
 
 
@@ -59,32 +98,69 @@ def _mutations(rng, options, n):
 def files(tmp_path_factory):
     d = tmp_path_factory.mktemp("fuzz")
     trace = d / "t.json"
-    trace.write_text(json.dumps({"schema": "oasiskv-trace", "version": 1, "requests": [
-        {"id": 0, "arrival_s": 0.0, "prompt_tokens": 600, "output_tokens": 3, "prefix_block_ids": [1],
-         "prefix_block_tokens": 512},
-        {"id": 1, "arrival_s": 0.1, "prompt_tokens": 900, "output_tokens": 2, "prefix_block_ids": [1],
-         "prefix_block_tokens": 512}]}))
+    trace.write_text(
+        json.dumps(
+            {
+                "schema": "oasiskv-trace",
+                "version": 1,
+                "requests": [
+                    {
+                        "id": 0,
+                        "arrival_s": 0.0,
+                        "prompt_tokens": 600,
+                        "output_tokens": 3,
+                        "prefix_block_ids": [1],
+                        "prefix_block_tokens": 512,
+                    },
+                    {
+                        "id": 1,
+                        "arrival_s": 0.1,
+                        "prompt_tokens": 900,
+                        "output_tokens": 2,
+                        "prefix_block_ids": [1],
+                        "prefix_block_tokens": 512,
+                    },
+                ],
+            }
+        )
+    )
     mooncake = d / "m.jsonl"
-    mooncake.write_text('{"timestamp": 0, "input_length": 900, "output_length": 3, "hash_ids": [0, 1]}\n'
-                        '{"timestamp": 3000, "input_length": 700, "output_length": 2, "hash_ids": [0, 5]}\n')
+    mooncake.write_text(
+        '{"timestamp": 0, "input_length": 900, "output_length": 3, "hash_ids": [0, 1]}\n'
+        '{"timestamp": 3000, "input_length": 700, "output_length": 2, "hash_ids": [0, 5]}\n'
+    )
     azure = d / "a.csv"
-    azure.write_text("TIMESTAMP,ContextTokens,GeneratedTokens\n2023-11-16 18:17:03.9799600,4808,10\n"
-                     "2023-11-16 18:17:04.0319600,3180,8\n")
+    azure.write_text(
+        "TIMESTAMP,ContextTokens,GeneratedTokens\n2023-11-16 18:17:03.9799600,4808,10\n"
+        "2023-11-16 18:17:04.0319600,3180,8\n"
+    )
     afile = d / "afile"
     afile.write_text("x")
     grid = d / "g.yaml"
-    grid.write_text(f"trace: {trace}\nbase: {{max_requests: 2, policy_layers: 1, profile_steps: 4, "
-                    "timeline_steps: 0}\ngrid:\n  mode: [dense, lookahead]\n")
+    grid.write_text(
+        f"trace: {trace}\nbase: {{max_requests: 2, policy_layers: 1, profile_steps: 4, "
+        "timeline_steps: 0}\ngrid:\n  mode: [dense, lookahead]\n"
+    )
     bad_grid = d / "bad.yaml"
-    bad_grid.write_text(f"trace: {trace}\nbase: {{max_requests: 2, policy_layers: 1, profile_steps: 4}}\n"
-                        "grid:\n  top_k: [16, 1000000000]\n")
-    return {"dir": d, "trace": str(trace), "mooncake": str(mooncake), "azure": str(azure), "afile": str(afile),
-            "grid": str(grid), "bad_grid": str(bad_grid)}
+    bad_grid.write_text(
+        f"trace: {trace}\nbase: {{max_requests: 2, policy_layers: 1, profile_steps: 4}}\n"
+        "grid:\n  top_k: [16, 1000000000]\n"
+    )
+    return {
+        "dir": d,
+        "trace": str(trace),
+        "mooncake": str(mooncake),
+        "azure": str(azure),
+        "afile": str(afile),
+        "grid": str(grid),
+        "bad_grid": str(bad_grid),
+    }
 
 
 def _paths(files, rng):
-    return rng.choice([files["trace"], files["afile"], str(files["dir"]), "/nonexistent/x", files["mooncake"],
-                       str(RECORDING), ""])
+    return rng.choice(
+        [files["trace"], files["afile"], str(files["dir"]), "/nonexistent/x", files["mooncake"], str(RECORDING), ""]
+    )
 
 
 def _out(files, rng, i):
@@ -102,26 +178,59 @@ def _sim_vectors(files):
     for i in range(12):
         kind = rng.choice(["mooncake", "azure", "parquet"])
         src = rng.choice([files["mooncake"], files["azure"], files["trace"], "/nonexistent", str(files["dir"])])
-        opts = _mutations(rng, {"--limit": NUMBERS, "--time-scale": NUMBERS, "--max-context": NUMBERS,
-                                "--seed": NUMBERS, "--spread": ["auto", "uniform", "even", "none", "x"],
-                                "--overflow": ["clip", "drop", "x"], "--model": ["qwen3-8b", "nope"],
-                                "--bogus": None}, rng.randint(0, 3))
-        vectors.append(["import", kind, src, "-o", rng.choice([str(files["dir"] / f"imp{i}.json"), str(files["dir"]),
-                                                              "/nonexistent/x.json"]), *opts])
+        opts = _mutations(
+            rng,
+            {
+                "--limit": NUMBERS,
+                "--time-scale": NUMBERS,
+                "--max-context": NUMBERS,
+                "--seed": NUMBERS,
+                "--spread": ["auto", "uniform", "even", "none", "x"],
+                "--overflow": ["clip", "drop", "x"],
+                "--model": ["qwen3-8b", "nope"],
+                "--bogus": None,
+            },
+            rng.randint(0, 3),
+        )
+        vectors.append(
+            [
+                "import",
+                kind,
+                src,
+                "-o",
+                rng.choice([str(files["dir"] / f"imp{i}.json"), str(files["dir"]), "/nonexistent/x.json"]),
+                *opts,
+            ]
+        )
     for i in range(6):
         grid = rng.choice([files["grid"], files["bad_grid"], files["trace"], "/nonexistent.yaml"])
         workers = rng.choice([[], ["--workers", "1"], ["--workers", "-1"], ["--workers", "0"], ["--workers", "x"]])
-        vectors.append(["sweep", grid, "--out", str(files["dir"] / f"sw{i}") if rng.random() < 0.7
-                        else _out(files, rng, i), *workers])
+        vectors.append(
+            [
+                "sweep",
+                grid,
+                "--out",
+                str(files["dir"] / f"sw{i}") if rng.random() < 0.7 else _out(files, rng, i),
+                *workers,
+            ]
+        )
     for i in range(8):
         cmd = rng.choice(["replay", "validate"])
         rec = rng.choice([str(RECORDING), files["trace"], files["afile"], "/nonexistent.json", str(files["dir"])])
-        extra = rng.choice([[], ["--calibrate-from", str(RECORDING)], ["--calibrate-from", "/nonexistent"],
-                            ["--no-selection"], ["--bogus"]])
+        extra = rng.choice(
+            [
+                [],
+                ["--calibrate-from", str(RECORDING)],
+                ["--calibrate-from", "/nonexistent"],
+                ["--no-selection"],
+                ["--bogus"],
+            ]
+        )
         if cmd == "validate":
             extra = [x for x in extra if x != "--no-selection"] + ["--quiet"]
-        vectors.append([cmd, rec, "--out", str(files["dir"] / f"{cmd}{i}") if rng.random() < 0.7
-                        else _out(files, rng, i), *extra])
+        vectors.append(
+            [cmd, rec, "--out", str(files["dir"] / f"{cmd}{i}") if rng.random() < 0.7 else _out(files, rng, i), *extra]
+        )
     return vectors
 
 
@@ -142,16 +251,31 @@ def test_fuzz_oasis_sim(files, capsys):
 
 def test_fuzz_importer_module(files, capsys):
     rng = random.Random(16)
-    options = {"--limit": NUMBERS, "--time-scale": NUMBERS, "--max-context": NUMBERS, "--seed": NUMBERS,
-               "--spread": ["auto", "uniform", "even", "none", "x"], "--overflow": ["clip", "drop", "x"],
-               "--model": ["qwen3-8b", "nope"], "--bogus": None, "--help": None}
+    options = {
+        "--limit": NUMBERS,
+        "--time-scale": NUMBERS,
+        "--max-context": NUMBERS,
+        "--seed": NUMBERS,
+        "--spread": ["auto", "uniform", "even", "none", "x"],
+        "--overflow": ["clip", "drop", "x"],
+        "--model": ["qwen3-8b", "nope"],
+        "--bogus": None,
+        "--help": None,
+    }
     vectors = [[], ["mooncake"], ["azure", files["azure"]]]
     for i in range(40):
         src = rng.choice([files["mooncake"], files["azure"], files["trace"], "/nonexistent", str(files["dir"])])
-        out = rng.choice([str(files["dir"] / f"m{i}.json"), str(files["dir"]), "/nonexistent/x.json",
-                          str(Path(files["afile"]) / "x.json")])
-        vectors.append([rng.choice(["mooncake", "azure", "x"]), src, "--out", out,
-                        *_mutations(rng, options, rng.randint(0, 3))])
+        out = rng.choice(
+            [
+                str(files["dir"] / f"m{i}.json"),
+                str(files["dir"]),
+                "/nonexistent/x.json",
+                str(Path(files["afile"]) / "x.json"),
+            ]
+        )
+        vectors.append(
+            [rng.choice(["mooncake", "azure", "x"]), src, "--out", out, *_mutations(rng, options, rng.randint(0, 3))]
+        )
     codes = []
     for argv in vectors:
         try:
@@ -174,13 +298,17 @@ def test_a_point_failing_in_a_worker_is_named(files, capsys):
     assert df["error"].tolist()[0] == "" and df["error"].tolist()[1].startswith("ConfigError: top_k:")
 
 
-@pytest.mark.parametrize("argv", [
-    ["run", "{trace}", *TINY[:-1], "--out", "{dir}/pipe_run"],
-    ["import", "mooncake", "{mooncake}", "-o", "{dir}/pipe.json"],
-    ["sweep", "{grid}", "--out", "{dir}/pipe_sw", "--workers", "1"],
-    ["replay", str(RECORDING), "--out", "{dir}/pipe_rp"],
-    ["validate", str(RECORDING), str(RECORDING.with_name("dense-8k-c16.json")), "--out", "{dir}/pipe_va"],
-], ids=["run", "import", "sweep", "replay", "validate"])
+@pytest.mark.parametrize(
+    "argv",
+    [
+        ["run", "{trace}", *TINY[:-1], "--out", "{dir}/pipe_run"],
+        ["import", "mooncake", "{mooncake}", "-o", "{dir}/pipe.json"],
+        ["sweep", "{grid}", "--out", "{dir}/pipe_sw", "--workers", "1"],
+        ["replay", str(RECORDING), "--out", "{dir}/pipe_rp"],
+        ["validate", str(RECORDING), str(RECORDING.with_name("dense-8k-c16.json")), "--out", "{dir}/pipe_va"],
+    ],
+    ids=["run", "import", "sweep", "replay", "validate"],
+)
 def test_closed_stdout_is_quiet(files, argv):
     """``... | head -0``: stdout closed before the command prints; exit 0 and nothing on stderr but progress."""
     argv = [a.format(**files) for a in argv]
@@ -188,8 +316,13 @@ def test_closed_stdout_is_quiet(files, argv):
         args = argv[1:] if module == ["oasis_core.importers"] else argv
         if module == ["oasis_core.importers"]:
             args = [a if a != "-o" else "--out" for a in args]
-        p = subprocess.Popen([sys.executable, "-m", *module, *args], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                             cwd=REPO, env={"PYTHONPATH": str(REPO), "PATH": "/usr/bin:/bin"})
+        p = subprocess.Popen(
+            [sys.executable, "-m", *module, *args],
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            cwd=REPO,
+            env={"PYTHONPATH": str(REPO), "PATH": "/usr/bin:/bin"},
+        )
         p.stdout.close()
         err = p.stderr.read().decode()
         assert p.wait() == 0, err

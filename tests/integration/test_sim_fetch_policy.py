@@ -1,5 +1,6 @@
 """The simulator's ``fetch_policy`` knob: the default keeps every output byte-identical, an adaptive policy gets the
 engine's step time and link rate through ``CapContext``, and bad specs exit 2 with one line naming the option."""
+
 import json
 
 import numpy as np
@@ -10,8 +11,21 @@ from oasis_sim.cli import main
 from oasis_sim.config import ConfigError, SimConfig
 from oasis_sim.policy import Runner, StepLink, cap_policy
 
-QUICK = ["--max-requests", "4", "--top-k", "16", "--policy-layers", "1", "--profile-steps", "4",
-         "--timeline-steps", "3", "--quiet", "--concurrency", "4"]
+QUICK = [
+    "--max-requests",
+    "4",
+    "--top-k",
+    "16",
+    "--policy-layers",
+    "1",
+    "--profile-steps",
+    "4",
+    "--timeline-steps",
+    "3",
+    "--quiet",
+    "--concurrency",
+    "4",
+]
 FILES = ("summary.json", "requests.csv", "steps.csv", "memory.csv", "timeline.json")
 
 
@@ -47,12 +61,17 @@ def test_budget_policy_runs_and_is_deterministic(tmp_path):
     assert s["fetch_policy"] == "budget:0.8" and s["requests_completed"] == 4
 
 
-@pytest.mark.parametrize("extra, msg", [
-    (["--fetch-policy", "budget:0.8"], "--fetch-policy: 'budget:0.8' adapts to each step's timing"),
-    (["--fetch-policy", "budget:abc", "--policy-sampling", "exact"],
-     "--fetch-policy: fetch cap 'budget:abc': LinkBudget.link_fraction: must be a number, got 'abc'"),
-    (["--fetch-policy", "lru"], "--fetch-policy: fetch cap 'lru': unknown policy 'lru'"),
-])
+@pytest.mark.parametrize(
+    "extra, msg",
+    [
+        (["--fetch-policy", "budget:0.8"], "--fetch-policy: 'budget:0.8' adapts to each step's timing"),
+        (
+            ["--fetch-policy", "budget:abc", "--policy-sampling", "exact"],
+            "--fetch-policy: fetch cap 'budget:abc': LinkBudget.link_fraction: must be a number, got 'abc'",
+        ),
+        (["--fetch-policy", "lru"], "--fetch-policy: fetch cap 'lru': unknown policy 'lru'"),
+    ],
+)
 def test_bad_fetch_policy_exits_2_with_one_line(tmp_path, capsys, extra, msg):
     assert main(["run", "--out", str(tmp_path / "o"), *QUICK, *extra]) == 2
     err = capsys.readouterr().err
@@ -101,4 +120,5 @@ def test_runner_passes_the_engine_view_to_an_adaptive_policy():
         assert second.bytes_moved_total > 0
     finally:
         from oasis_core import fetchcap
+
         fetchcap._REGISTRY.pop("spy")

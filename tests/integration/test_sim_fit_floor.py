@@ -1,12 +1,14 @@
 """Every fit the repository's recordings give (each committed recording set, and the synthetic set the validation
 tests build) predicts no op faster than the roofline floor over a grid of shapes, on the recordings' hardware and
 another, and a sparse attention time above zero."""
+
 import glob
 import itertools
 import json
 import os
 
 import pytest
+from replay_fakes import synthetic_recording
 
 from oasis_core.recording import KIND, find_recordings, load_recording
 from oasis_core.specs import get_hardware, get_model
@@ -14,7 +16,6 @@ from oasis_sim import validate as V
 from oasis_sim.fitted import FittedPredictor, fit, nnls_relative
 from oasis_sim.predictor import OPS, RooflinePredictor
 from oasis_sim.replay import replay
-from replay_fakes import synthetic_recording
 
 REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
@@ -56,8 +57,12 @@ GRID = {
 
 
 def _synthetic():
-    return [synthetic_recording(mode=m, context=c, concurrency=n)
-            for m in ("dense", "lookahead") for c in (4096, 16384) for n in (4, 16)]
+    return [
+        synthetic_recording(mode=m, context=c, concurrency=n)
+        for m in ("dense", "lookahead")
+        for c in (4096, 16384)
+        for n in (4, 16)
+    ]
 
 
 @pytest.mark.parametrize("source", ["synthetic", *RECORDING_SETS])

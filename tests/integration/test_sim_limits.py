@@ -1,14 +1,14 @@
 """Runaway inputs are refused before the work, and extreme but valid ones keep their outputs meaningful."""
+
 import json
 
 import pytest
+from sim_cases import QUICK, _req, _trace
 
 from oasis_sim import limits, workloads
 from oasis_sim.cli import main
 from oasis_sim.config import ConfigError, SimConfig
 from oasis_sim.workloads import bundled_trace_path, load_workload, make_requests
-
-from sim_cases import QUICK, _req, _trace
 
 
 def test_footprint_grows_with_top_k_and_layers_and_refuses_the_absurd():

@@ -1,4 +1,5 @@
 """Whole simulations on tiny traces: every mode, admission, preemption, split, determinism, fast path."""
+
 import pytest
 
 from oasis_sim.config import MODES, SimConfig

@@ -1,6 +1,7 @@
 """The roofline floor of a hardware preset; a fitted predictor is never below it (nor is any fit the recordings
 give: tests/integration/test_sim_fit_floor.py), a fitted copy rate above the link is clamped, and a configured one
 refused."""
+
 import pytest
 
 from oasis_core.specs import get_hardware, get_model
@@ -13,9 +14,15 @@ def base():
     return RooflinePredictor(get_model("qwen3-8b"), get_hardware("h100-sxm"))
 
 
-SHAPES = {"gemm_layer": {"tokens": 16384}, "attn_prefill": {"tokens": 16384, "past_tokens": 0},
-          "attn_decode": {"kv_bytes": 3e8}, "norm_rope": {"tokens": 4096}, "score": {"summary_bytes": 1e7},
-          "topk": {"elements": 1e6}, "lm_head": {"tokens": 64}}
+SHAPES = {
+    "gemm_layer": {"tokens": 16384},
+    "attn_prefill": {"tokens": 16384, "past_tokens": 0},
+    "attn_decode": {"kv_bytes": 3e8},
+    "norm_rope": {"tokens": 4096},
+    "score": {"summary_bytes": 1e7},
+    "topk": {"elements": 1e6},
+    "lm_head": {"tokens": 64},
+}
 
 
 def test_floor_is_the_datasheet_peak(base):
@@ -59,9 +66,9 @@ def test_a_copy_rate_above_the_link_is_clamped(base):
 
 
 def test_a_copy_rate_override_above_the_link_is_refused(tmp_path, capsys):
-    from oasis_sim.cli import main
-
     from sim_cases import QUICK
+
+    from oasis_sim.cli import main
 
     link = get_hardware("h100-sxm").h2d_bytes_per_s
     assert main(["run", "--out", str(tmp_path), *QUICK, "--h2d-bytes-per-s", str(link * 2)]) == 2

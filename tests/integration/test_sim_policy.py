@@ -1,4 +1,5 @@
 """The simulator's selection decisions are oasis_core's, and the profile fast path stays close to exact."""
+
 import numpy as np
 import pytest
 
@@ -27,7 +28,7 @@ def test_plans_equal_oasis_core_called_directly(mode, pred_key):
     np.testing.assert_array_equal(first.n_fetch, run.first_fetch)
     res, ls = first.resident, first.last_sel
     policy = Unlimited() if mode == "retrieval" else Fixed(0.1)
-    for i, (s_sim, plan_sim) in enumerate(run.plans, start=1):
+    for i, (_s_sim, plan_sim) in enumerate(run.plans, start=1):
         s = gen.step()
         cap = policy.cap(CapContext(step=i, top_k=32, rows=len(nb)))
         plan = plan_step(res, ls, getattr(s, pred_key), cap, i, policy.max_cap(32))

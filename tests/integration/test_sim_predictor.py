@@ -1,4 +1,5 @@
 """Roofline figures against hand calculation."""
+
 import pytest
 
 from oasis_core.specs import get_hardware, get_model
@@ -53,7 +54,8 @@ def test_other_ops_and_overheads(pred):
 def test_efficiencies_are_parameters_and_validated():
     fast = RooflinePredictor(get_model("qwen3-8b"), get_hardware("h100-sxm"), RooflineParams(gemm_mem_eff=1.0))
     assert fast.time("gemm_layer", {"tokens": 1}) < RooflinePredictor(
-        get_model("qwen3-8b"), get_hardware("h100-sxm")).time("gemm_layer", {"tokens": 1})
+        get_model("qwen3-8b"), get_hardware("h100-sxm")
+    ).time("gemm_layer", {"tokens": 1})
     with pytest.raises(ValueError, match="RooflineParams.gemm_mem_eff: must be in"):
         RooflineParams(gemm_mem_eff=1.5)
     with pytest.raises(ValueError, match="unknown 'nope'"):

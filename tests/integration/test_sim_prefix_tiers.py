@@ -1,4 +1,5 @@
 """The prefix cache's tiers (issue 15): the HBM tier comes out of the KV pool, host-tier hits pay their copy."""
+
 import subprocess
 import sys
 
@@ -35,8 +36,10 @@ def test_hbm_tier_is_taken_from_the_kv_pool():
     tr = uniform_trace(2, 1000, 8, prefix_ids=lambda i: (10 * i + 1, 10 * i + 2))  # no shared prefix: no hits
     both = run(tr, mode="dense", hbm_bytes=hbm).requests
     assert both[1]["admit_s"] == 0.0  # the pool holds both
-    assert run(tr, mode="dense", hbm_bytes=hbm, prefix_cache=True, prefix_cache_hbm_bytes=0.0).requests[1][
-        "admit_s"] == 0.0
+    assert (
+        run(tr, mode="dense", hbm_bytes=hbm, prefix_cache=True, prefix_cache_hbm_bytes=0.0).requests[1]["admit_s"]
+        == 0.0
+    )
     tier = run(tr, mode="dense", hbm_bytes=hbm, prefix_cache=True, prefix_cache_hbm_bytes=2 * req_kv).requests
     assert tier[1]["admit_s"] == tier[0]["finish_s"]  # a tier of two requests' KV leaves room for one
 
@@ -45,8 +48,12 @@ def test_a_tier_that_leaves_no_kv_pool_is_a_config_error():
     hbm_kv = 80e9 * 0.9 - WEIGHTS
     with pytest.raises(ConfigError, match="prefix_cache_hbm_bytes"):
         run(uniform_trace(1, 100, 4), prefix_cache=True, prefix_cache_hbm_bytes=hbm_kv)
-    p = subprocess.run([sys.executable, "-m", "oasis_sim", "run", "--prefix-cache", "--prefix-cache-hbm-bytes",
-                        "1e12", "--quiet"], capture_output=True, text=True, check=False)
+    p = subprocess.run(
+        [sys.executable, "-m", "oasis_sim", "run", "--prefix-cache", "--prefix-cache-hbm-bytes", "1e12", "--quiet"],
+        capture_output=True,
+        text=True,
+        check=False,
+    )
     assert p.returncode == 2 and p.stderr.count("\n") == 1 and "prefix_cache_hbm_bytes" in p.stderr
     assert "Traceback" not in p.stderr
 

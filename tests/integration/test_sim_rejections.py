@@ -1,5 +1,6 @@
 """No silent request loss in the simulator: every request ends completed or rejected with a reason, the summary
 and stderr say so, and weights that cannot fit the GPU are an error before the run."""
+
 import json
 
 from oasis_sim.cli import main
@@ -13,8 +14,10 @@ def test_qwen3_32b_on_the_bundled_trace_ends_every_request(tmp_path, capsys):
     # used to block the FCFS queue (6 of 200 completed), now they end at once and the rest run
     assert s["requests_rejected"] == s["rejected_gpu_capacity"] > 0 and s["requests_completed"] > 100
     err = capsys.readouterr().err.strip().splitlines()
-    assert err == [f"oasis-sim: {s['requests_rejected']} of 200 requests rejected "
-                   f"({s['rejected_gpu_capacity']} gpu_capacity): they can never be admitted"]
+    assert err == [
+        f"oasis-sim: {s['requests_rejected']} of 200 requests rejected "
+        f"({s['rejected_gpu_capacity']} gpu_capacity): they can never be admitted"
+    ]
 
 
 def test_a_run_without_rejections_says_nothing_on_stderr(tmp_path, capsys):
@@ -33,7 +36,22 @@ def test_weights_that_cannot_fit_are_an_error_before_the_run(tmp_path, capsys):
 
 
 def test_closed_loop_keeps_going_past_rejected_requests(tmp_path):
-    assert main(["run", "--model", "qwen3-32b", "--concurrency", "4", "--max-requests", "60", "--quiet",
-                 "--out", str(tmp_path)]) == 0
+    assert (
+        main(
+            [
+                "run",
+                "--model",
+                "qwen3-32b",
+                "--concurrency",
+                "4",
+                "--max-requests",
+                "60",
+                "--quiet",
+                "--out",
+                str(tmp_path),
+            ]
+        )
+        == 0
+    )
     s = json.loads((tmp_path / "summary.json").read_text())
     assert s["requests_completed"] + s["requests_rejected"] == 60 and s["requests_rejected"] > 0

@@ -1,4 +1,5 @@
 """summary.json is standard JSON: NaN and infinities become null at any depth."""
+
 import json
 import math
 

@@ -1,5 +1,6 @@
 """``sweep --ray``: the points as Ray tasks on a local Ray instance give the local sweep's rows (same columns,
 values and order; a failing point keeps its row with ``error``). Skipped only when Ray is not installed."""
+
 import json
 import sys
 
@@ -13,12 +14,23 @@ from oasis_sim.cli import main
 def grid(tmp_path):
     """Two tiny points: the first runs, the second fails inside its task (a top-K too large to hold)."""
     trace = tmp_path / "t.json"
-    trace.write_text(json.dumps({"schema": "oasiskv-trace", "version": 1, "requests": [
-        {"id": 0, "arrival_s": 0.0, "prompt_tokens": 600, "output_tokens": 3},
-        {"id": 1, "arrival_s": 0.1, "prompt_tokens": 900, "output_tokens": 2}]}))
+    trace.write_text(
+        json.dumps(
+            {
+                "schema": "oasiskv-trace",
+                "version": 1,
+                "requests": [
+                    {"id": 0, "arrival_s": 0.0, "prompt_tokens": 600, "output_tokens": 3},
+                    {"id": 1, "arrival_s": 0.1, "prompt_tokens": 900, "output_tokens": 2},
+                ],
+            }
+        )
+    )
     g = tmp_path / "g.yaml"
-    g.write_text(f"trace: {trace}\nbase: {{mode: lookahead, max_requests: 2, policy_layers: 1, profile_steps: 4, "
-                 "timeline_steps: 0}\ngrid:\n  top_k: [16, 1000000000]\n")
+    g.write_text(
+        f"trace: {trace}\nbase: {{mode: lookahead, max_requests: 2, policy_layers: 1, profile_steps: 4, "
+        "timeline_steps: 0}\ngrid:\n  top_k: [16, 1000000000]\n"
+    )
     return str(g)
 
 

@@ -1,5 +1,6 @@
 """experiments/decode_step_profile/step_profile.py: the CPU smoke path (aten ops per decode step, by phase) for dense and lookahead, and the
 kernel-trace parser on a hand-made CUDA trace (graph replay, two streams, overlap, a sync)."""
+
 import importlib.util
 import json
 import os
@@ -8,7 +9,12 @@ import pytest
 
 torch = pytest.importorskip("torch")
 
-_PATH = os.path.join(os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))), "experiments", "decode_step_profile", "step_profile.py")
+_PATH = os.path.join(
+    os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))),
+    "experiments",
+    "decode_step_profile",
+    "step_profile.py",
+)
 _spec = importlib.util.spec_from_file_location("step_profile", _PATH)
 sp = importlib.util.module_from_spec(_spec)
 _spec.loader.exec_module(sp)
@@ -19,9 +25,34 @@ pytestmark = pytest.mark.usefixtures("one_torch_thread")
 
 def _run(tmp_path, mode, *extra):
     out = tmp_path / "p.jsonl"
-    argv = ["--device", "cpu", "--model", "tiny", "--mode", mode, "--context", "64", "--concurrency", "2",
-            "--top-k", "4", "--kv-budget-gb", "0.05", "--host-kv-gb", "0.01", "--warmup", "2", "--plain-steps", "2",
-            "--steps", "2", "--out", str(out), "--quiet", *extra]
+    argv = [
+        "--device",
+        "cpu",
+        "--model",
+        "tiny",
+        "--mode",
+        mode,
+        "--context",
+        "64",
+        "--concurrency",
+        "2",
+        "--top-k",
+        "4",
+        "--kv-budget-gb",
+        "0.05",
+        "--host-kv-gb",
+        "0.01",
+        "--warmup",
+        "2",
+        "--plain-steps",
+        "2",
+        "--steps",
+        "2",
+        "--out",
+        str(out),
+        "--quiet",
+        *extra,
+    ]
     assert sp.main(argv) == 0
     recs = [json.loads(line) for line in out.read_text().splitlines()]
     assert len(recs) == 1
@@ -62,9 +93,26 @@ def test_cpu_smoke_counts_ops_per_step(tmp_path, mode):
 def test_annotations_are_removed_after_profiling(tmp_path):
     from oasis_exec.bench import build_bench_engine
 
-    a = sp.build_parser().parse_args(["--device", "cpu", "--model", "tiny", "--mode", "lookahead", "--context", "64",
-                                      "--concurrency", "1", "--top-k", "4", "--kv-budget-gb", "0.05",
-                                      "--host-kv-gb", "0.01"])
+    a = sp.build_parser().parse_args(
+        [
+            "--device",
+            "cpu",
+            "--model",
+            "tiny",
+            "--mode",
+            "lookahead",
+            "--context",
+            "64",
+            "--concurrency",
+            "1",
+            "--top-k",
+            "4",
+            "--kv-budget-gb",
+            "0.05",
+            "--host-kv-gb",
+            "0.01",
+        ]
+    )
     eng, _ = build_bench_engine(sp.make_config(a), 64, 1, 2, 1)
     before = (eng.runner.dec.qkv, eng.runner.sampler, type(eng.runner.model).predict)
     ann = sp.Annotator(eng)
@@ -75,8 +123,10 @@ def test_annotations_are_removed_after_profiling(tmp_path):
     import oasis_exec.model_exec as model_exec_mod
     import oasis_exec.ops as ops_mod
 
-    assert ops_mod.sparse_attn.__module__ == "oasis_exec.ops" and model_exec_mod.writeback_full.__module__ == \
-        "oasis_exec.writeback"
+    assert (
+        ops_mod.sparse_attn.__module__ == "oasis_exec.ops"
+        and model_exec_mod.writeback_full.__module__ == "oasis_exec.writeback"
+    )
     eng.close()
 
 
@@ -86,19 +136,30 @@ def _x(name, cat, ts, dur, tid=1, **args):
 
 def test_parse_trace_kernels_streams_and_graph_replays():
     ev = [
-        _x("oasis::step", "user_annotation", 0, 100), _x("oasis::step", "user_annotation", 100, 100),
+        _x("oasis::step", "user_annotation", 0, 100),
+        _x("oasis::step", "user_annotation", 100, 100),
         # step 0: a graph replay whose kernels run on two streams and overlap
-        _x("oasis::execute", "user_annotation", 5, 90), _x("oasis::graph_replay", "user_annotation", 10, 10),
+        _x("oasis::execute", "user_annotation", 5, 90),
+        _x("oasis::graph_replay", "user_annotation", 10, 10),
         _x("cudaGraphLaunch", "cuda_runtime", 12, 5, correlation=1),
         _x("nvjet_hsh_128x256_gemm", "kernel", 30, 10, tid=7, stream=7, correlation=1),
         _x("sparse_attn_kernel", "kernel", 40, 5, tid=7, stream=7, correlation=1),
         _x("uva_gather_kernel", "kernel", 38, 10, tid=9, stream=9, correlation=1),
         # step 1: eager launches inside oasis::qkv, an H2D copy and a sync
-        _x("oasis::execute", "user_annotation", 101, 95), _x("oasis::decode_core", "user_annotation", 102, 78),
-        _x("oasis::qkv", "user_annotation", 105, 10), _x("aten::mul", "cpu_op", 108, 4),
+        _x("oasis::execute", "user_annotation", 101, 95),
+        _x("oasis::decode_core", "user_annotation", 102, 78),
+        _x("oasis::qkv", "user_annotation", 105, 10),
+        _x("aten::mul", "cpu_op", 108, 4),
         _x("cudaLaunchKernel", "cuda_runtime", 110, 2, correlation=2),
-        _x("void at::native::vectorized_elementwise_kernel<4, MulFunctor>", "kernel", 120, 4, tid=7, stream=7,
-           correlation=2),
+        _x(
+            "void at::native::vectorized_elementwise_kernel<4, MulFunctor>",
+            "kernel",
+            120,
+            4,
+            tid=7,
+            stream=7,
+            correlation=2,
+        ),
         _x("cudaMemcpyAsync", "cuda_runtime", 150, 3, correlation=3),
         _x("Memcpy HtoD (Pageable -> Device)", "gpu_memcpy", 160, 2, tid=7, stream=7, correlation=3),
         _x("cudaStreamSynchronize", "cuda_runtime", 170, 20, correlation=4),
@@ -112,8 +173,9 @@ def test_parse_trace_kernels_streams_and_graph_replays():
     assert gpu["kernels_per_step"] == 2 and gpu["graph_launches_per_step"] == 0.5
     assert gpu["graph_kernels_visible"] is True and gpu["graph_kernels_per_step"] == 1.5
     cats = gpu["categories"]
-    assert {"gemm", "attention", "gather (uva/scatter/writeback)", "elementwise/norm/rope", "memcpy/memset"} == \
-        set(cats)
+    assert {"gemm", "attention", "gather (uva/scatter/writeback)", "elementwise/norm/rope", "memcpy/memset"} == set(
+        cats
+    )
     assert cats["gemm"]["ms_per_step"] == pytest.approx(0.005)
     assert gpu["streams"]["7"]["label"] == "main" and gpu["streams"]["9"]["label"] == "copy"
     assert st[0]["graph_kernels"] == 3 and st[0]["graph_start_after_step_start_ms"] == pytest.approx(0.03)

@@ -1,6 +1,7 @@
 """The engine's measured transfer-path choice (oasis_exec.transfer_choice) and experiments/transfer_paths/transfer_paths.py.
 
 The summarize test feeds fabricated records: it checks the arithmetic of the report, it is not a result."""
+
 import importlib.util
 import json
 import os
@@ -15,20 +16,40 @@ REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)
 
 
 def _script():
-    spec = importlib.util.spec_from_file_location("transfer_paths", os.path.join(REPO, "experiments", "transfer_paths", "transfer_paths.py"))
+    spec = importlib.util.spec_from_file_location(
+        "transfer_paths", os.path.join(REPO, "experiments", "transfer_paths", "transfer_paths.py")
+    )
     mod = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(mod)
     return mod
 
-TABLE = {"source": "synthetic test table", "device": "test", "date": "2026-12-01", "commit": "abc",
-         "choices": [{"concurrency": 8, "path": "uva", "uva_programs": 8, "tpot_ms": 1.0},
-                     {"concurrency": 32, "path": "host", "uva_programs": None, "host_threads": 12, "tpot_ms": 2.0},
-                     {"concurrency": 64, "path": "uva", "uva_programs": 16, "tpot_ms": 3.0}]}
+
+TABLE = {
+    "source": "synthetic test table",
+    "device": "test",
+    "date": "2026-12-01",
+    "commit": "abc",
+    "choices": [
+        {"concurrency": 8, "path": "uva", "uva_programs": 8, "tpot_ms": 1.0},
+        {"concurrency": 32, "path": "host", "uva_programs": None, "host_threads": 12, "tpot_ms": 2.0},
+        {"concurrency": 64, "path": "uva", "uva_programs": 16, "tpot_ms": 3.0},
+    ],
+}
 
 
-@pytest.mark.parametrize("n, want", [(1, ("uva", 8)), (8, ("uva", 8)), (19, ("uva", 8)), (21, ("host", None)),
-                                     (32, ("host", None)), (47, ("host", None)), (49, ("uva", 16)),
-                                     (500, ("uva", 16))])
+@pytest.mark.parametrize(
+    "n, want",
+    [
+        (1, ("uva", 8)),
+        (8, ("uva", 8)),
+        (19, ("uva", 8)),
+        (21, ("host", None)),
+        (32, ("host", None)),
+        (47, ("host", None)),
+        (49, ("uva", 16)),
+        (500, ("uva", 16)),
+    ],
+)
 def test_choose_takes_the_nearest_concurrency(n, want):
     assert tc.choose(n, TABLE) == want
 
@@ -52,8 +73,9 @@ def test_stream_priority_of_an_entry_is_carried_and_checked():
     assert tc.explain(8, tab)["copy_graph"] is False  # absent: false (inside the step's graph)
     cg = dict(TABLE, choices=[dict(TABLE["choices"][0], copy_graph=True)])
     assert tc.explain(8, cg)["copy_graph"] is True
-    assert "copy_graph must be" in tc.explain(8, dict(TABLE, choices=[dict(TABLE["choices"][0], copy_graph=1)]))[
-        "reason"]
+    assert (
+        "copy_graph must be" in tc.explain(8, dict(TABLE, choices=[dict(TABLE["choices"][0], copy_graph=1)]))["reason"]
+    )
     e = tc.explain(8, bad)
     assert e["entry"] is None and e["stream_priority"] == "normal" and "stream_priority must be one of" in e["reason"]
 
@@ -105,8 +127,16 @@ def test_prefetcher_auto_takes_the_tables_path_and_explicit_wins(tmp_path, monke
     from oasis_exec.runner import Runner
 
     _use_table(tmp_path, monkeypatch, TABLE)
-    kw = dict(model="tiny", device="cpu", dtype="float32", mode="lookahead", selection="synthetic", top_k=4,
-              max_context=128, host_kv_gb=0.01)  # no kv_budget_gb: the lanes are max_lanes
+    kw = dict(
+        model="tiny",
+        device="cpu",
+        dtype="float32",
+        mode="lookahead",
+        selection="synthetic",
+        top_k=4,
+        max_context=128,
+        host_kv_gb=0.01,
+    )  # no kv_budget_gb: the lanes are max_lanes
     with torch.inference_mode():
         for lanes, path, progs, threads in ((2, "uva", 8, 8), (30, "host", 32, 12), (60, "uva", 16, 8)):
             pipe = Runner(ExecConfig(max_lanes=lanes, **kw)).pipe  # transfer="auto" (the default)
@@ -131,8 +161,16 @@ def test_stream_priority_auto_takes_the_tables_and_explicit_wins(tmp_path, monke
 
     tab = dict(TABLE, choices=[dict(TABLE["choices"][0], stream_priority="high"), TABLE["choices"][2]])
     _use_table(tmp_path, monkeypatch, tab)
-    kw = dict(model="tiny", device="cpu", dtype="float32", mode="lookahead", selection="synthetic", top_k=4,
-              max_context=128, host_kv_gb=0.01)
+    kw = dict(
+        model="tiny",
+        device="cpu",
+        dtype="float32",
+        mode="lookahead",
+        selection="synthetic",
+        top_k=4,
+        max_context=128,
+        host_kv_gb=0.01,
+    )
     with torch.inference_mode():
         assert Runner(ExecConfig(max_lanes=2, **kw)).pipe.priority == "high"
         assert Runner(ExecConfig(max_lanes=60, **kw)).pipe.priority == "normal"
@@ -152,8 +190,16 @@ def test_gather_programs_follow_the_live_batch_under_auto(tmp_path, monkeypatch)
     from oasis_exec.runner import Runner
 
     _use_table(tmp_path, monkeypatch, TABLE)
-    kw = dict(model="tiny", device="cpu", dtype="float32", mode="lookahead", selection="synthetic", top_k=4,
-              max_context=128, host_kv_gb=0.01)
+    kw = dict(
+        model="tiny",
+        device="cpu",
+        dtype="float32",
+        mode="lookahead",
+        selection="synthetic",
+        top_k=4,
+        max_context=128,
+        host_kv_gb=0.01,
+    )
     with torch.inference_mode():
         pipe = Runner(ExecConfig(max_lanes=60, **kw)).pipe  # 60 lanes: uva on 16
         assert (pipe.path, pipe.uva_programs) == ("uva", 16)
@@ -168,18 +214,51 @@ def test_prefetcher_auto_follows_the_committed_table_and_the_record_names_it():
     from oasis_exec.bench import run_bench
     from oasis_exec.config import ExecConfig
 
-    rec = run_bench(ExecConfig(model="tiny", device="cpu", dtype="float32", mode="lookahead", selection="synthetic",
-                               top_k=4, max_context=128, host_kv_gb=0.01, kv_budget_gb=0.05, max_lanes=2),
-                    64, 2, 2, 1)
+    rec = run_bench(
+        ExecConfig(
+            model="tiny",
+            device="cpu",
+            dtype="float32",
+            mode="lookahead",
+            selection="synthetic",
+            top_k=4,
+            max_context=128,
+            host_kv_gb=0.01,
+            kv_budget_gb=0.05,
+            max_lanes=2,
+        ),
+        64,
+        2,
+        2,
+        1,
+    )
     assert (rec["transfer_path"], rec["uva_programs"]) == tc.choose(2)
     assert rec["transfer"] == "auto"
 
 
 def _rec(label, n, config, ex, role, tpot, **kw):
-    r = {"label": label, "n": n, "config": config, "exec": ex, "role": role, "status": "ok", "tpot_ms_p50": tpot,
-         "throughput_tok_s": 1000.0 * n / tpot, "concurrency": n, "device": "FAKE GPU", "date": "2026-12-01T00:00:00",
-         "commit": "fab", "context": 16384, "fetch_ratio": 0.05, "top_k": 128, "kv_budget_gb": 52.0,
-         "model": "qwen3-8b", "steps": 12, "warmup": 3, "bytes_moved_per_step": 2e8}
+    r = {
+        "label": label,
+        "n": n,
+        "config": config,
+        "exec": ex,
+        "role": role,
+        "status": "ok",
+        "tpot_ms_p50": tpot,
+        "throughput_tok_s": 1000.0 * n / tpot,
+        "concurrency": n,
+        "device": "FAKE GPU",
+        "date": "2026-12-01T00:00:00",
+        "commit": "fab",
+        "context": 16384,
+        "fetch_ratio": 0.05,
+        "top_k": 128,
+        "kv_budget_gb": 52.0,
+        "model": "qwen3-8b",
+        "steps": 12,
+        "warmup": 3,
+        "bytes_moved_per_step": 2e8,
+    }
     if config.startswith("uva"):
         r["uva_programs"] = int(config.split("-")[0][3:])
     if config.startswith("host"):
@@ -196,17 +275,52 @@ def test_summarize_arithmetic_on_fabricated_records(tmp_path):
         _rec("c8-uva32-graph", 8, "uva32", "graph", "transfer", 12.5),
         _rec("c8-notransfer-eager", 8, "notransfer", "eager", "reference", 50.0),
         _rec("c8-host8-eager", 8, "host8", "eager", "transfer", 50.5),
-        _rec("c8-uva8-profile", 8, "uva8", "eager", "profile", 60.0,
-             stage_ms_per_step={"transfer": 4.0, "stall": 1.0}, transfer_gb_s=50.0, hidden_fraction=0.75),
-        _rec("c8-uva32-profile", 8, "uva32", "eager", "profile", 60.0,
-             stage_ms_per_step={"transfer": 2.0}, transfer_gb_s=100.0, hidden_fraction=0.9),
-        _rec("c8-host8-profile", 8, "host8", "eager", "profile", 70.0,
-             stage_ms_per_step={"transfer": 5.0, "host_gather": 30.0}, transfer_gb_s=40.0, hidden_fraction=0.8),
+        _rec(
+            "c8-uva8-profile",
+            8,
+            "uva8",
+            "eager",
+            "profile",
+            60.0,
+            stage_ms_per_step={"transfer": 4.0, "stall": 1.0},
+            transfer_gb_s=50.0,
+            hidden_fraction=0.75,
+        ),
+        _rec(
+            "c8-uva32-profile",
+            8,
+            "uva32",
+            "eager",
+            "profile",
+            60.0,
+            stage_ms_per_step={"transfer": 2.0},
+            transfer_gb_s=100.0,
+            hidden_fraction=0.9,
+        ),
+        _rec(
+            "c8-host8-profile",
+            8,
+            "host8",
+            "eager",
+            "profile",
+            70.0,
+            stage_ms_per_step={"transfer": 5.0, "host_gather": 30.0},
+            transfer_gb_s=40.0,
+            hidden_fraction=0.8,
+        ),
         _rec("c64-notransfer-graph", 64, "notransfer", "graph", "reference", 30.0),
         _rec("c64-notransfer-eager", 64, "notransfer", "eager", "reference", 100.0),
         _rec("c64-host16-eager", 64, "host16", "eager", "transfer", 99.0),  # faster than its reference: clip to 1
-        _rec("c64-host16-profile", 64, "host16", "eager", "profile", 120.0, stage_ms_per_step={"transfer": 8.0},
-             transfer_gb_s=30.0),
+        _rec(
+            "c64-host16-profile",
+            64,
+            "host16",
+            "eager",
+            "profile",
+            120.0,
+            stage_ms_per_step={"transfer": 8.0},
+            transfer_gb_s=30.0,
+        ),
         _rec("c64-uva4-graph", 64, "uva4", "graph", "transfer", 200.0),  # no profiled run: no hidden figure
         _rec("c64-uva4-hi-graph", 64, "uva4-hi", "graph", "transfer", 150.0, uva_programs=4),
         _rec("c64-uva4-hi-ig-graph", 64, "uva4-hi-ig", "graph", "transfer", 160.0, uva_programs=4),
@@ -235,8 +349,10 @@ def test_summarize_arithmetic_on_fabricated_records(tmp_path):
     assert "FAKE GPU" in md and "`fab`" in md and "c64-uva8-graph" in md and "**uva8**" in md and "75%" in md
     table = json.loads((tmp_path / "out" / "tp_table.json").read_text())
     assert table["device"] == "FAKE GPU" and table["commit"] == "fab" and table["date"] == "2026-12-01"
-    assert [(c["concurrency"], c["path"], c["uva_programs"], c["host_threads"]) for c in table["choices"]] == \
-        [(8, "uva", 8, None), (64, "host", None, 16)]
+    assert [(c["concurrency"], c["path"], c["uva_programs"], c["host_threads"]) for c in table["choices"]] == [
+        (8, "uva", 8, None),
+        (64, "host", None, 16),
+    ]
     assert table["choices"][1]["no_transfer_tpot_ms"] == 100.0
     assert tc.choose(30, table) == ("uva", 8) and tc.choose(40, table) == ("host", None)
     assert tc.load_table(str(tmp_path / "out" / "tp_table.json"))["choices"]
@@ -247,13 +363,40 @@ def test_transfer_paths_cpu_smoke(tmp_path):
     pytest.importorskip("torch")
     main = _script().main
     out = tmp_path / "runs.jsonl"
-    args = ["--out", str(out), "--device", "cpu", "--model", "tiny", "--context", "64", "--concurrency", "2",
-            "--programs", "4", "--threads", "2", "--steps", "2", "--warmup", "1", "--top-k", "2"]
+    args = [
+        "--out",
+        str(out),
+        "--device",
+        "cpu",
+        "--model",
+        "tiny",
+        "--context",
+        "64",
+        "--concurrency",
+        "2",
+        "--programs",
+        "4",
+        "--threads",
+        "2",
+        "--steps",
+        "2",
+        "--warmup",
+        "1",
+        "--top-k",
+        "2",
+    ]
     assert main(args) == 0
     recs = [json.loads(x) for x in out.read_text().splitlines()]
     labels = [r["label"] for r in recs]
-    assert labels == ["c2-notransfer-graph", "c2-uva4-graph", "c2-notransfer-eager", "c2-host2-graph",
-                      "c2-host2-eager", "c2-uva4-profile", "c2-host2-profile"]
+    assert labels == [
+        "c2-notransfer-graph",
+        "c2-uva4-graph",
+        "c2-notransfer-eager",
+        "c2-host2-graph",
+        "c2-host2-eager",
+        "c2-uva4-profile",
+        "c2-host2-profile",
+    ]
     assert all(r["status"] == "ok" for r in recs), [r.get("error") for r in recs]
     by = {r["label"]: r for r in recs}
     assert (by["c2-uva4-graph"]["transfer_path"], by["c2-uva4-graph"]["uva_programs"]) == ("uva", 4)
@@ -273,8 +416,16 @@ def test_host_kernel_auto_takes_the_tables_and_explicit_wins(tmp_path, monkeypat
     _use_table(tmp_path, monkeypatch, tab)
     assert tc.explain(30)["host_kernel"] == "native" and tc.explain(2)["host_kernel"] is None
     assert "native gather" in tc.explain(30)["reason"]
-    kw = dict(model="tiny", device="cpu", dtype="float32", mode="lookahead", selection="synthetic", top_k=4,
-              max_context=128, host_kv_gb=0.01)
+    kw = dict(
+        model="tiny",
+        device="cpu",
+        dtype="float32",
+        mode="lookahead",
+        selection="synthetic",
+        top_k=4,
+        max_context=128,
+        host_kv_gb=0.01,
+    )
     with torch.inference_mode():
         assert Runner(ExecConfig(max_lanes=30, **kw)).pipe.host_kernel == "native"
         assert Runner(ExecConfig(max_lanes=30, host_kernel="torch", **kw)).pipe.host_kernel == "torch"

@@ -1,4 +1,5 @@
 """oasis_core.cliargs: options generated from a dataclass, the dataclass built back from what was given."""
+
 from __future__ import annotations
 
 import argparse
@@ -46,11 +47,39 @@ def test_only_given_options_reach_the_dataclass_so_its_defaults_are_the_defaults
     p = _parser()
     assert cliargs.values(p.parse_args([]), Demo) == {}
     assert cliargs.build(Demo, p.parse_args([])) == Demo()
-    ns = p.parse_args(["--count", "7", "--limit", "2", "--budget", "1.5", "--no-fast", "--loud", "--no-copy",
-                       "--kind", "b", "--extra", '{"k": [1, 2]}', "--name", "y", "--path", "f.txt"])
-    assert cliargs.values(ns, Demo) == {"count": 7, "limit": 2, "budget": 1.5, "fast": False, "loud": True,
-                                        "no_copy": True, "kind": "b", "extra": {"k": [1, 2]}, "name": "y",
-                                        "path": "f.txt"}
+    ns = p.parse_args(
+        [
+            "--count",
+            "7",
+            "--limit",
+            "2",
+            "--budget",
+            "1.5",
+            "--no-fast",
+            "--loud",
+            "--no-copy",
+            "--kind",
+            "b",
+            "--extra",
+            '{"k": [1, 2]}',
+            "--name",
+            "y",
+            "--path",
+            "f.txt",
+        ]
+    )
+    assert cliargs.values(ns, Demo) == {
+        "count": 7,
+        "limit": 2,
+        "budget": 1.5,
+        "fast": False,
+        "loud": True,
+        "no_copy": True,
+        "kind": "b",
+        "extra": {"k": [1, 2]},
+        "name": "y",
+        "path": "f.txt",
+    }
     assert cliargs.build(Demo, p.parse_args(["--fast"])).fast is True
     assert cliargs.build(Demo, p.parse_args(["--count", "4"]), count=9).count == 9  # fixed fields win
 
@@ -62,15 +91,18 @@ def test_help_shows_the_dataclass_defaults_and_metavars():
     assert "--path FILE" in text and "--count INT" in text and "{a,b}" in text and "--extra JSON" in text
 
 
-@pytest.mark.parametrize("argv, words", [
-    (["--count", "1e3"], ["--count", "must be an integer", "'1e3'"]),
-    (["--ratio", "nan"], ["--ratio", "must be finite"]),
-    (["--ratio", "x"], ["--ratio", "must be a number"]),
-    (["--kind", "c"], ["--kind", "invalid choice", "'c'"]),
-    (["--extra", "[1]"], ["--extra", "JSON object"]),
-    (["--extra", "{bad"], ["--extra", "not JSON"]),
-    (["--bogus"], ["unrecognized", "--bogus"]),
-])
+@pytest.mark.parametrize(
+    "argv, words",
+    [
+        (["--count", "1e3"], ["--count", "must be an integer", "'1e3'"]),
+        (["--ratio", "nan"], ["--ratio", "must be finite"]),
+        (["--ratio", "x"], ["--ratio", "must be a number"]),
+        (["--kind", "c"], ["--kind", "invalid choice", "'c'"]),
+        (["--extra", "[1]"], ["--extra", "JSON object"]),
+        (["--extra", "{bad"], ["--extra", "not JSON"]),
+        (["--bogus"], ["unrecognized", "--bogus"]),
+    ],
+)
 def test_usage_errors_are_one_line_and_exit_2(argv, words, capsys):
     with pytest.raises(SystemExit) as e:
         _parser().parse_args(argv)
@@ -92,8 +124,7 @@ def test_validation_errors_name_the_option_not_the_field():
 
 def test_prefix_exclude_and_help_overrides():
     p = argparse.ArgumentParser()
-    cliargs.add_options(p, Demo, exclude={"extra", "path"}, prefix="demo-", dest_prefix="demo_",
-                        helps={"name": "who"})
+    cliargs.add_options(p, Demo, exclude={"extra", "path"}, prefix="demo-", dest_prefix="demo_", helps={"name": "who"})
     ns = p.parse_args(["--demo-count", "5", "--no-demo-fast"])
     assert cliargs.values(ns, Demo, exclude={"extra", "path"}, dest_prefix="demo_") == {"count": 5, "fast": False}
     assert "--demo-extra" not in p.format_help() and "who (default: x)" in p.format_help()
@@ -129,16 +160,33 @@ def test_the_simulators_run_options_are_generated():
     from oasis_sim.config import SimConfig, make_config
 
     sim_run = build_parser()._subparsers._group_actions[0].choices["run"]
-    theirs = {s for a in sim_run._actions for s in a.option_strings} - {"-h", "--help", "--config", "--out",
-                                                                         "--quiet", "--syn-preset"}
+    theirs = {s for a in sim_run._actions for s in a.option_strings} - {
+        "-h",
+        "--help",
+        "--config",
+        "--out",
+        "--quiet",
+        "--syn-preset",
+    }
     p = cliargs.OneLineParser(prog="run")
     cliargs.add_options(p, SimConfig, exclude={"synthetic"})
     cliargs.add_options(p, SyntheticParams, prefix="syn-", dest_prefix="syn_")
     ours = {s for a in p._actions for s in a.option_strings} - {"-h", "--help"}
     assert theirs == ours
 
-    argv = ["--model", "qwen3-32b", "--top-k", "64", "--concurrency", "4", "--prefix-cache", "--syn-drift-rate",
-            "0.2", "--fetch-policy", "unlimited"]
+    argv = [
+        "--model",
+        "qwen3-32b",
+        "--top-k",
+        "64",
+        "--concurrency",
+        "4",
+        "--prefix-cache",
+        "--syn-drift-rate",
+        "0.2",
+        "--fetch-policy",
+        "unlimited",
+    ]
     ns = p.parse_args(argv)
     syn = cliargs.values(ns, SyntheticParams, dest_prefix="syn_")
     ours_cfg = make_config({**cliargs.values(ns, SimConfig, exclude={"synthetic"}), "synthetic": syn})

@@ -2,6 +2,7 @@
 
 The check runs in a fresh interpreter, where ``sys.modules[name] = None`` makes any ``import name`` fail.
 """
+
 import json
 import os
 import subprocess
@@ -44,12 +45,23 @@ print(json.dumps({
 
 def test_oasis_core_imports_and_runs_without_torch_simpy_triton():
     env = {**os.environ, "PYTHONPATH": str(REPO) + os.pathsep + os.environ.get("PYTHONPATH", "")}
-    proc = subprocess.run([sys.executable, "-c", PROBE, str(REPO / "traces" / "mooncake_slice.json")],
-                          cwd=REPO, env=env, capture_output=True, text=True, timeout=60)
+    proc = subprocess.run(
+        [sys.executable, "-c", PROBE, str(REPO / "traces" / "mooncake_slice.json")],
+        cwd=REPO,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
     assert proc.returncode == 0, proc.stderr
     out = json.loads(proc.stdout.strip().splitlines()[-1])
-    for name in ("oasis_core.specs", "oasis_core.geometry", "oasis_core.trace", "oasis_core.importers",
-                 "oasis_core.xp"):
+    for name in (
+        "oasis_core.specs",
+        "oasis_core.geometry",
+        "oasis_core.trace",
+        "oasis_core.importers",
+        "oasis_core.xp",
+    ):
         assert name in out["submodules"]
     assert out["bytes_per_token"] == 147_456
     assert out["n_requests"] == 200

@@ -1,5 +1,6 @@
 """oasis_exec.draft_train on the tiny dummy model: the corpus split, the cached greedy generation against the plain
 forward, and training that moves acceptance; the committed SmolLM2 head loads in its layout."""
+
 import os
 
 import numpy as np
@@ -8,8 +9,16 @@ import torch
 
 from oasis_core.specs import get_model
 from oasis_exec.draft import DraftHead, draft_logits
-from oasis_exec.draft_train import (acceptance, build_corpus, features, forward_batch, generate_greedy, held_out,
-                                    init_head, train_head)
+from oasis_exec.draft_train import (
+    acceptance,
+    build_corpus,
+    features,
+    forward_batch,
+    generate_greedy,
+    held_out,
+    init_head,
+    train_head,
+)
 from oasis_exec.model import Decoder
 
 HEAD = os.path.join(os.path.dirname(__file__), "..", "..", "experiments", "trained_draft_head", "smollm2-eagle3")

@@ -1,6 +1,7 @@
 """The executor's fetch caps (oasis_exec.fetch_caps) against the core's numpy policies: the device-side step time
 and budget give the caps the numpy policy gives for the same step time, on random inputs; static policies stay
 plain ints (the kernels' scalar path, as before the policies ran on the executor)."""
+
 import numpy as np
 import pytest
 import torch
@@ -31,12 +32,24 @@ def test_link_budget_with_a_device_step_time_equals_the_host_float():
         R = int(rng.integers(1, 40))
         n = rng.integers(0, 20, size=R)
         t = float(rng.integers(1, 10**8)) * 1e-9  # what the step clock gives: whole nanoseconds
-        ctx = CapContext(step=3, top_k=32, rows=R, n_missing=n if i % 4 else None, last_step_time_s=t,
-                         link_bytes_per_s=float(rng.uniform(5e9, 60e9)), bytes_per_block_head=8192,
-                         row_weight=float(rng.integers(1, 64)))
+        ctx = CapContext(
+            step=3,
+            top_k=32,
+            rows=R,
+            n_missing=n if i % 4 else None,
+            last_step_time_s=t,
+            link_bytes_per_s=float(rng.uniform(5e9, 60e9)),
+            bytes_per_block_head=8192,
+            row_weight=float(rng.integers(1, 64)),
+        )
         want = np.broadcast_to(np.asarray(p.cap(ctx)), (R,))
-        dev = CapContext(**{**ctx.__dict__, "last_step_time_s": torch.tensor(t, dtype=torch.float64),
-                            "n_missing": None if ctx.n_missing is None else torch.from_numpy(n)})
+        dev = CapContext(
+            **{
+                **ctx.__dict__,
+                "last_step_time_s": torch.tensor(t, dtype=torch.float64),
+                "n_missing": None if ctx.n_missing is None else torch.from_numpy(n),
+            }
+        )
         got = p.cap(dev)
         assert isinstance(got, torch.Tensor) and got.dtype == torch.int64 and got.shape == (R,)
         assert got.tolist() == want.tolist(), (i, p, t)
@@ -54,8 +67,9 @@ def test_split_budget_takes_a_0d_budget():
 
 
 def _caps(policy, L=3):
-    return DeviceCaps(policy=policy, top_k=8, n_layers=L, bytes_per_block_head=2 * 16 * 64 * 2,
-                      link_bytes_per_s=25e9, device=CPU)
+    return DeviceCaps(
+        policy=policy, top_k=8, n_layers=L, bytes_per_block_head=2 * 16 * 64 * 2, link_bytes_per_s=25e9, device=CPU
+    )
 
 
 @pytest.mark.parametrize("policy, cap", [(Fixed(0.25), 2), (Fixed(1.0), 8), (Unlimited(), 8)])
@@ -88,9 +102,18 @@ def test_adaptive_caps_follow_the_step_clock_like_the_numpy_policy():
             c.layer_ready(layer)
             res, pred = _rows(rng, 12, 8, 8)
             got = c.cap(layer, torch.from_numpy(res), torch.from_numpy(pred))
-            want = p.cap(CapContext(step=step + 1, top_k=8, rows=12, n_missing=count_missing(res, pred),
-                                    last_step_time_s=int(c.clock.ns[1]) * 1e-9, link_bytes_per_s=25e9,
-                                    bytes_per_block_head=c.bytes_per_block_head, row_weight=3.0))
+            want = p.cap(
+                CapContext(
+                    step=step + 1,
+                    top_k=8,
+                    rows=12,
+                    n_missing=count_missing(res, pred),
+                    last_step_time_s=int(c.clock.ns[1]) * 1e-9,
+                    link_bytes_per_s=25e9,
+                    bytes_per_block_head=c.bytes_per_block_head,
+                    row_weight=3.0,
+                )
+            )
             assert isinstance(got, torch.Tensor) and got.tolist() == want.tolist(), (step, layer)
             assert int(got.max()) <= c.max_cap
 

@@ -1,4 +1,5 @@
 """Fetch-cap policies: the paper default, rounding, parsing, and an adaptive policy written against the interface."""
+
 import dataclasses
 
 import numpy as np
@@ -19,16 +20,19 @@ def test_paper_default_is_six_blocks_at_k_128():
     assert p.cap(ctx()) == 6 and p.max_cap(128) == 6  # 6.4 rounds half up to 6
 
 
-@pytest.mark.parametrize("ratio, k, want", [
-    (0.05, 128, 6),   # 6.4
-    (0.25, 10, 3),    # 2.5: half up
-    (0.35, 10, 4),    # 3.4999999999999996 in floats, 3.5 in decimal: half up
-    (0.05, 16, 1),    # 0.8
-    (0.05, 8, 1),     # 0.4: a positive ratio always admits at least one block
-    (0.0, 128, 0),
-    (1.0, 128, 128),
-    (0.10, 128, 13),  # 12.8
-])
+@pytest.mark.parametrize(
+    "ratio, k, want",
+    [
+        (0.05, 128, 6),  # 6.4
+        (0.25, 10, 3),  # 2.5: half up
+        (0.35, 10, 4),  # 3.4999999999999996 in floats, 3.5 in decimal: half up
+        (0.05, 16, 1),  # 0.8
+        (0.05, 8, 1),  # 0.4: a positive ratio always admits at least one block
+        (0.0, 128, 0),
+        (1.0, 128, 128),
+        (0.10, 128, 13),  # 12.8
+    ],
+)
 def test_ratio_rounding(ratio, k, want):
     assert ratio_cap(ratio, k) == want
     assert Fixed(ratio).cap(ctx(top_k=k)) == want == Fixed(ratio).max_cap(k)
@@ -38,22 +42,31 @@ def test_unlimited_is_k():
     assert Unlimited().cap(ctx(top_k=128)) == 128 and Unlimited().max_cap(64) == 64
 
 
-@pytest.mark.parametrize("spec, want", [
-    ("fixed:0.05", Fixed(0.05)), ("fixed", Fixed(0.05)), (" Fixed : 0.1 ", Fixed(0.1)), ("unlimited", Unlimited()),
-])
+@pytest.mark.parametrize(
+    "spec, want",
+    [
+        ("fixed:0.05", Fixed(0.05)),
+        ("fixed", Fixed(0.05)),
+        (" Fixed : 0.1 ", Fixed(0.1)),
+        ("unlimited", Unlimited()),
+    ],
+)
 def test_get_policy_parses(spec, want):
     assert get_policy(spec) == want
     assert get_policy(str(want)) == want  # spec round-trips
 
 
-@pytest.mark.parametrize("spec, msg", [
-    ("fixed:abc", "ratio must be a number"),
-    ("fixed:1.5", "ratio must be a number in \\[0, 1\\]"),
-    ("fixed:-0.1", "ratio must be a number"),
-    ("unlimited:3", "takes no argument"),
-    ("lru", "unknown policy 'lru'; choices: fixed\\[:RATIO\\], unlimited"),
-    (0.05, "expected a string"),
-])
+@pytest.mark.parametrize(
+    "spec, msg",
+    [
+        ("fixed:abc", "ratio must be a number"),
+        ("fixed:1.5", "ratio must be a number in \\[0, 1\\]"),
+        ("fixed:-0.1", "ratio must be a number"),
+        ("unlimited:3", "takes no argument"),
+        ("lru", "unknown policy 'lru'; choices: fixed\\[:RATIO\\], unlimited"),
+        (0.05, "expected a string"),
+    ],
+)
 def test_get_policy_errors_name_the_problem(spec, msg):
     with pytest.raises(ValueError, match=msg):
         get_policy(spec)
@@ -105,7 +118,8 @@ def test_adaptive_per_row_cap_drives_plan_step(lib):
 
 
 # -- LinkBudget: paper eq. 3 as an adaptive cap -------------------------------------------------------------------
-from hypothesis import given, settings, strategies as st  # noqa: E402
+from hypothesis import given, settings  # noqa: E402
+from hypothesis import strategies as st
 
 from oasis_core.fetchcap import LinkBudget, register_policy, split_budget  # noqa: E402
 from oasis_core.selection import count_missing  # noqa: E402
@@ -113,8 +127,16 @@ from oasis_core.selection import count_missing  # noqa: E402
 
 def budget_ctx(n_missing, *, t=1e-3, link=8192e3, bpbh=8192, weight=1.0, top_k=128):
     """Defaults: 1 ms at 8.192 MB/s over 8 KiB block-heads = a budget of exactly 1 block-head."""
-    return CapContext(step=2, top_k=top_k, rows=len(n_missing), n_missing=np.asarray(n_missing, dtype=np.int64),
-                      last_step_time_s=t, link_bytes_per_s=link, bytes_per_block_head=bpbh, row_weight=weight)
+    return CapContext(
+        step=2,
+        top_k=top_k,
+        rows=len(n_missing),
+        n_missing=np.asarray(n_missing, dtype=np.int64),
+        last_step_time_s=t,
+        link_bytes_per_s=link,
+        bytes_per_block_head=bpbh,
+        row_weight=weight,
+    )
 
 
 def test_split_budget_by_hand():
@@ -165,12 +187,17 @@ def test_link_budget_fallbacks():
     assert LinkBudget(min_cap=0).cap(dataclasses.replace(c, row_weight=1000)) == 0
 
 
-@pytest.mark.parametrize("spec, want", [
-    ("budget", LinkBudget()), ("budget:0.8", LinkBudget(0.8)), (" Budget : 0.8 ", LinkBudget(0.8)),
-    ("budget:0.8,min_cap=0,max_ratio=0.5", LinkBudget(0.8, min_cap=0, max_ratio=0.5)),
-    ("budget:max_ratio=0.5", LinkBudget(max_ratio=0.5)),
-    ("budget:1.5,first_ratio=0.1", LinkBudget(1.5, first_ratio=0.1)),
-])
+@pytest.mark.parametrize(
+    "spec, want",
+    [
+        ("budget", LinkBudget()),
+        ("budget:0.8", LinkBudget(0.8)),
+        (" Budget : 0.8 ", LinkBudget(0.8)),
+        ("budget:0.8,min_cap=0,max_ratio=0.5", LinkBudget(0.8, min_cap=0, max_ratio=0.5)),
+        ("budget:max_ratio=0.5", LinkBudget(max_ratio=0.5)),
+        ("budget:1.5,first_ratio=0.1", LinkBudget(1.5, first_ratio=0.1)),
+    ],
+)
 def test_link_budget_spec_round_trip(spec, want):
     assert get_policy(spec) == want
     assert get_policy(want.spec) == want
@@ -183,18 +210,21 @@ def test_link_budget_spec_text():
     assert get_policy(LinkBudget(0.1234567891).spec) == LinkBudget(0.1234567891)  # more digits than :g keeps
 
 
-@pytest.mark.parametrize("spec, msg", [
-    ("budget:abc", "LinkBudget.link_fraction: must be a number, got 'abc'"),
-    ("budget:0", "LinkBudget.link_fraction: must be a finite number > 0, got 0.0"),
-    ("budget:inf", "LinkBudget.link_fraction: must be a finite number > 0, got inf"),
-    ("budget:0.8,min_cap=1.5", "LinkBudget.min_cap: must be an integer, got '1.5'"),
-    ("budget:0.8,min_cap=-1", "LinkBudget.min_cap: must be an integer >= 0, got -1"),
-    ("budget:0.8,max_ratio=0", "LinkBudget.max_ratio: must be a number in \\(0, 1\\], got 0.0"),
-    ("budget:0.8,first_ratio=2", "LinkBudget.first_ratio: must be a number in \\[0, 1\\], got 2.0"),
-    ("budget:0.8,speed=3", "'speed=3' is not FIELD=VALUE with FIELD one of"),
-    ("budget:0.8,link_fraction=0.5", "link_fraction given twice"),
-    ("lru", "choices: fixed\\[:RATIO\\], unlimited, budget\\[:FRACTION\\]"),
-])
+@pytest.mark.parametrize(
+    "spec, msg",
+    [
+        ("budget:abc", "LinkBudget.link_fraction: must be a number, got 'abc'"),
+        ("budget:0", "LinkBudget.link_fraction: must be a finite number > 0, got 0.0"),
+        ("budget:inf", "LinkBudget.link_fraction: must be a finite number > 0, got inf"),
+        ("budget:0.8,min_cap=1.5", "LinkBudget.min_cap: must be an integer, got '1.5'"),
+        ("budget:0.8,min_cap=-1", "LinkBudget.min_cap: must be an integer >= 0, got -1"),
+        ("budget:0.8,max_ratio=0", "LinkBudget.max_ratio: must be a number in \\(0, 1\\], got 0.0"),
+        ("budget:0.8,first_ratio=2", "LinkBudget.first_ratio: must be a number in \\[0, 1\\], got 2.0"),
+        ("budget:0.8,speed=3", "'speed=3' is not FIELD=VALUE with FIELD one of"),
+        ("budget:0.8,link_fraction=0.5", "link_fraction given twice"),
+        ("lru", "choices: fixed\\[:RATIO\\], unlimited, budget\\[:FRACTION\\]"),
+    ],
+)
 def test_link_budget_errors_name_field_and_value(spec, msg):
     with pytest.raises(ValueError, match=msg) as e:
         get_policy(spec)
@@ -214,6 +244,7 @@ def test_register_policy_reaches_get_policy():
         assert isinstance(get_policy("Drift-Boost"), DriftBoost)
     finally:
         from oasis_core import fetchcap
+
         fetchcap._REGISTRY.pop("drift-boost")
     with pytest.raises(ValueError, match="register_policy: name"):
         register_policy("a:b", "a:b", lambda spec, arg: Fixed())
@@ -245,8 +276,15 @@ def test_link_budget_drives_plan_step(lib):
     assert np.asarray(n_missing).tolist() == [1, 4, 0]
     p = LinkBudget(min_cap=0, max_ratio=1.0)
     # budget 3 blocks: 3n/5 = [0.6, 2.4, 0] -> floors [0, 2, 0], 1 left to row 0.
-    c = CapContext(step=1, top_k=4, rows=3, n_missing=n_missing, last_step_time_s=3e-3, link_bytes_per_s=8192e3,
-                   bytes_per_block_head=8192)
+    c = CapContext(
+        step=1,
+        top_k=4,
+        rows=3,
+        n_missing=n_missing,
+        last_step_time_s=3e-3,
+        link_bytes_per_s=8192e3,
+        bytes_per_block_head=8192,
+    )
     cap = p.cap(c)
     plan = plan_step(resident, xp.zeros((3, 4), xp.int64, like=resident), pred, cap, 1, p.max_cap(4))
     assert np.asarray(plan.n_fetch).tolist() == [1, 2, 0]
@@ -254,10 +292,16 @@ def test_link_budget_drives_plan_step(lib):
 
 
 @settings(max_examples=300, deadline=None)
-@given(n=st.lists(st.integers(0, 128), min_size=0, max_size=40),
-       t=st.floats(0.0, 0.2), link=st.floats(1e6, 1e12), weight=st.floats(1.0, 1e5),
-       frac=st.floats(0.01, 2.0), min_cap=st.integers(0, 8), max_ratio=st.sampled_from([0.05, 0.25, 0.5, 1.0]),
-       top_k=st.sampled_from([8, 32, 128]))
+@given(
+    n=st.lists(st.integers(0, 128), min_size=0, max_size=40),
+    t=st.floats(0.0, 0.2),
+    link=st.floats(1e6, 1e12),
+    weight=st.floats(1.0, 1e5),
+    frac=st.floats(0.01, 2.0),
+    min_cap=st.integers(0, 8),
+    max_ratio=st.sampled_from([0.05, 0.25, 0.5, 1.0]),
+    top_k=st.sampled_from([8, 32, 128]),
+)
 def test_link_budget_properties(n, t, link, weight, frac, min_cap, max_ratio, top_k):
     n = np.minimum(np.asarray(n, dtype=np.int64), top_k)
     p = LinkBudget(frac, min_cap=min_cap, max_ratio=max_ratio)

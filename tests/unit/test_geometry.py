@@ -75,13 +75,16 @@ def test_paper_eq3_c_token():
     assert c_token(link, 0.0, 147_456) == 0.0
 
 
-@pytest.mark.parametrize("call, message", [
-    (lambda g: g.m_kv(-1, 10), "KVGeometry.m_kv.B: must be >= 0, got -1"),
-    (lambda g: g.b_max(80e9, 0), "KVGeometry.b_max.L: must be >= 1, got 0"),
-    (lambda g: g.n_blocks(1.5), "KVGeometry.n_blocks.L: must be an integer, got 1.5 (float)"),
-    (lambda g: KVGeometry(g.model, block_size=0), "KVGeometry.block_size: must be >= 1, got 0"),
-    (lambda g: c_token(64e9, 0.017, 0), "c_token.bytes_per_token: must be > 0, got 0"),
-])
+@pytest.mark.parametrize(
+    "call, message",
+    [
+        (lambda g: g.m_kv(-1, 10), "KVGeometry.m_kv.B: must be >= 0, got -1"),
+        (lambda g: g.b_max(80e9, 0), "KVGeometry.b_max.L: must be >= 1, got 0"),
+        (lambda g: g.n_blocks(1.5), "KVGeometry.n_blocks.L: must be an integer, got 1.5 (float)"),
+        (lambda g: KVGeometry(g.model, block_size=0), "KVGeometry.block_size: must be >= 1, got 0"),
+        (lambda g: c_token(64e9, 0.017, 0), "c_token.bytes_per_token: must be > 0, got 0"),
+    ],
+)
 def test_geometry_rejects_bad_arguments(q8, call, message):
     with pytest.raises(ValueError) as e:
         call(q8)

@@ -138,16 +138,21 @@ def _jsonl(tmp_path, rows):
 GOOD = {"timestamp": 0, "input_length": 600, "output_length": 5, "hash_ids": [0, 1]}
 
 
-@pytest.mark.parametrize("bad_row, message", [
-    ({**GOOD, "output_length": 0}, "line 2: output_length: must be >= 1, got 0"),
-    ({**GOOD, "input_length": "600"}, 'line 2: input_length: must be an integer, got "600" (string)'),
-    ({k: v for k, v in GOOD.items() if k != "timestamp"}, "line 2: timestamp: missing required field"),
-    ({**GOOD, "hash_ids": [0, 1, 2]}, "line 2: hash_ids: must cover at most input_length = 600 tokens in "
-                                      "512-token blocks, got 3 blocks"),
-    ({**GOOD, "hash_ids": [0, True]}, "line 2: hash_ids: must be an array of integers >= 0, got [0, true]"),
-    ('{"timestamp": 0, "input_len', "line 2: invalid JSON: Unterminated string starting at"),
-    ("[1]", "line 2: must be a JSON object, got [1] (array)"),
-])
+@pytest.mark.parametrize(
+    "bad_row, message",
+    [
+        ({**GOOD, "output_length": 0}, "line 2: output_length: must be >= 1, got 0"),
+        ({**GOOD, "input_length": "600"}, 'line 2: input_length: must be an integer, got "600" (string)'),
+        ({k: v for k, v in GOOD.items() if k != "timestamp"}, "line 2: timestamp: missing required field"),
+        (
+            {**GOOD, "hash_ids": [0, 1, 2]},
+            "line 2: hash_ids: must cover at most input_length = 600 tokens in 512-token blocks, got 3 blocks",
+        ),
+        ({**GOOD, "hash_ids": [0, True]}, "line 2: hash_ids: must be an array of integers >= 0, got [0, true]"),
+        ('{"timestamp": 0, "input_len', "line 2: invalid JSON: Unterminated string starting at"),
+        ("[1]", "line 2: must be a JSON object, got [1] (array)"),
+    ],
+)
 def test_mooncake_row_errors(tmp_path, bad_row, message):
     path = _jsonl(tmp_path, [{**GOOD, "timestamp": 0}, bad_row])
     with pytest.raises(TraceError) as e:
@@ -171,9 +176,11 @@ def test_mooncake_time_going_back_and_empty(tmp_path):
 
 def test_importer_option_errors(tmp_path):
     path = _jsonl(tmp_path, [GOOD])
-    for kwargs, message in [({"time_scale": 0}, "time_scale: must be a finite number > 0, got 0"),
-                            ({"limit": 0}, "limit: must be None or an integer >= 1, got 0"),
-                            ({"spread": "wide"}, "spread: must be one of auto, uniform, even, none, got 'wide'")]:
+    for kwargs, message in [
+        ({"time_scale": 0}, "time_scale: must be a finite number > 0, got 0"),
+        ({"limit": 0}, "limit: must be None or an integer >= 1, got 0"),
+        ({"spread": "wide"}, "spread: must be one of auto, uniform, even, none, got 'wide'"),
+    ]:
         with pytest.raises(ValueError) as e:
             import_mooncake(path, **kwargs)
         assert str(e.value) == message
@@ -182,16 +189,27 @@ def test_importer_option_errors(tmp_path):
     assert str(e.value) == f"{path}: every request is longer than max_context = 100 (overflow='drop')"
 
 
-@pytest.mark.parametrize("rows, message", [
-    (["2023-11-16 18:17:03.9799600,4808,10", "2023-11-16 18:17:04.03,3180,0"],
-     "line 3: GeneratedTokens: must be >= 1, got 0"),
-    (["2023-11-16 18:17:03.9799600,4808,10", "yesterday,3180,8"],
-     "line 3: TIMESTAMP: must be 'YYYY-MM-DD HH:MM:SS.fffffff', got \"yesterday\""),
-    (["2023-11-16 18:17:03.9799600,4808,10", "2023-11-16 18:17:04.0319600,31.5,8"],
-     'line 3: ContextTokens: must be an integer, got "31.5"'),
-    (["2023-11-16 18:17:05.0000000,4808,10", "2023-11-16 18:17:04.0319600,3180,8"],
-     "line 3: TIMESTAMP: must be >= the previous row's 2023-11-16 18:17:05.0000000, got 2023-11-16 18:17:04.0319600"),
-])
+@pytest.mark.parametrize(
+    "rows, message",
+    [
+        (
+            ["2023-11-16 18:17:03.9799600,4808,10", "2023-11-16 18:17:04.03,3180,0"],
+            "line 3: GeneratedTokens: must be >= 1, got 0",
+        ),
+        (
+            ["2023-11-16 18:17:03.9799600,4808,10", "yesterday,3180,8"],
+            "line 3: TIMESTAMP: must be 'YYYY-MM-DD HH:MM:SS.fffffff', got \"yesterday\"",
+        ),
+        (
+            ["2023-11-16 18:17:03.9799600,4808,10", "2023-11-16 18:17:04.0319600,31.5,8"],
+            'line 3: ContextTokens: must be an integer, got "31.5"',
+        ),
+        (
+            ["2023-11-16 18:17:05.0000000,4808,10", "2023-11-16 18:17:04.0319600,3180,8"],
+            "line 3: TIMESTAMP: must be >= the previous row's 2023-11-16 18:17:05.0000000, got 2023-11-16 18:17:04.0319600",
+        ),
+    ],
+)
 def test_azure_row_errors(tmp_path, rows, message):
     path = tmp_path / "az.csv"
     path.write_text("TIMESTAMP,ContextTokens,GeneratedTokens\n" + "\n".join(rows) + "\n")

@@ -1,4 +1,5 @@
 """block_score vs its torch reference and oasis_core.scoring.score_blocks."""
+
 import math
 
 import pytest
@@ -21,11 +22,14 @@ def make_case(B, Hkv, G, D, BS, Nmax, n_seats, seed, device=DEV):
     return [t.to(device) for t in (q, kmin.contiguous(), kmax.contiguous(), n_blocks)]
 
 
-@pytest.mark.parametrize("B,Hkv,G,D,BS,Nmax,block_n,exclude_local", [
-    (3, 2, 3, 16, 4, 37, 16, True),
-    (2, 1, 4, 32, 8, 70, 32, False),
-    (1, 4, 1, 16, 4, 5, 64, True),
-])
+@pytest.mark.parametrize(
+    "B,Hkv,G,D,BS,Nmax,block_n,exclude_local",
+    [
+        (3, 2, 3, 16, 4, 37, 16, True),
+        (2, 1, 4, 32, 8, 70, 32, False),
+        (1, 4, 1, 16, 4, 5, 64, True),
+    ],
+)
 def test_block_score_matches_reference_and_core(B, Hkv, G, D, BS, Nmax, block_n, exclude_local):
     q, kmin, kmax, nb = make_case(B, Hkv, G, D, BS, Nmax, B, seed=Nmax)
     out = torch.full((B, Hkv, Nmax), float("nan"), device=q.device)

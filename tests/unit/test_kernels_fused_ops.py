@@ -1,10 +1,20 @@
 """fused_ops kernels vs their references (and the references vs oasis_exec.model), and a fused tiny Decoder."""
+
 import pytest
 import torch
 
 import kernels  # noqa: F401  (Triton interpreter without CUDA)
-from kernels.fused_ops import (add_rms_norm, add_rms_norm_ref, qk_norm_rope, qk_norm_rope_ref, rms_norm,
-                               rms_norm_ref, rope_ref, silu_mul, silu_mul_ref)
+from kernels.fused_ops import (
+    add_rms_norm,
+    add_rms_norm_ref,
+    qk_norm_rope,
+    qk_norm_rope_ref,
+    rms_norm,
+    rms_norm_ref,
+    rope_ref,
+    silu_mul,
+    silu_mul_ref,
+)
 from oasis_exec import model
 
 DEV = "cuda" if torch.cuda.is_available() else "cpu"
@@ -48,8 +58,10 @@ POS = [0, 1, 2, 17, 1000, 4095, 29999, 30000, 32767, 40959, 131071, 199999]
 
 
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
-@pytest.mark.parametrize("hq,hk,d,norm,theta", [(4, 2, 16, True, 1e4), (2, 2, 64, False, 1e4),
-                                                (4, 1, 128, True, 1e6), (3, 1, 32, False, 5e5)])
+@pytest.mark.parametrize(
+    "hq,hk,d,norm,theta",
+    [(4, 2, 16, True, 1e4), (2, 2, 64, False, 1e4), (4, 1, 128, True, 1e6), (3, 1, 32, False, 5e5)],
+)
 def test_qk_norm_rope(dtype, hq, hk, d, norm, theta):
     g = torch.Generator().manual_seed(hq * d + norm)
     N = 6
@@ -137,8 +149,10 @@ def test_fused_ops_gpu_realistic():
             _close(t, u.cpu(), dt)
     yf = torch.randn(N, (hq + 2 * hk) * d, device=dev)
     posf = torch.tensor(POS * 6, device=dev)[:N]
-    for t, u in zip(qk_norm_rope(yf, posf, hq, hk, d, qw.float(), kw.float(), 1e-6, 1e6),
-                    qk_norm_rope_ref(yf, posf, hq, hk, d, qw.float(), kw.float(), 1e-6, 1e6)):
+    for t, u in zip(
+        qk_norm_rope(yf, posf, hq, hk, d, qw.float(), kw.float(), 1e-6, 1e6),
+        qk_norm_rope_ref(yf, posf, hq, hk, d, qw.float(), kw.float(), 1e-6, 1e6),
+    ):
         _close(t, u.cpu(), torch.float32)
     gu = torch.randn(N, 2 * m, device=dev, dtype=dt) * 4
     _close(silu_mul(gu), silu_mul_ref(gu).cpu(), dt)

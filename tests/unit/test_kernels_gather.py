@@ -1,11 +1,11 @@
 """Host->GPU gather paths vs the reference copy; the persistent loop, the count bound, -1 padding."""
+
 import pytest
 import torch
+from gather_cases import DEV, make_pool, random_list
 
 import kernels  # noqa: F401  (Triton interpreter without CUDA)
 from kernels.gather import HostStager, copy_list, gather_ref, uva_gather
-
-from gather_cases import DEV, make_pool, random_list
 
 
 @pytest.mark.parametrize("n_programs,ipi,use_count", [(3, 2, True), (2, 1, False), (16, 4, False)])
@@ -18,10 +18,18 @@ def test_uva_gather_persistent_matches_reference(n_programs, ipi, use_count):
     want_k, want_v = k_slots.cpu().clone(), v_slots.cpu().clone()
     gather_ref(host_k, host_v, sb, sh, ds, want_k, want_v, count=count)
     to = lambda t: t.to(DEV) if t is not None else None
-    uva_gather(host_k.to(DEV) if DEV == "cpu" else host_k.pin_memory(),
-               host_v.to(DEV) if DEV == "cpu" else host_v.pin_memory(),
-               to(sb), to(sh), to(ds), k_slots, v_slots, count=to(count), n_programs=n_programs,
-               items_per_iter=ipi)
+    uva_gather(
+        host_k.to(DEV) if DEV == "cpu" else host_k.pin_memory(),
+        host_v.to(DEV) if DEV == "cpu" else host_v.pin_memory(),
+        to(sb),
+        to(sh),
+        to(ds),
+        k_slots,
+        v_slots,
+        count=to(count),
+        n_programs=n_programs,
+        items_per_iter=ipi,
+    )
     assert torch.equal(k_slots.cpu().isnan(), want_k.isnan())  # untouched slots keep their poison
     assert torch.equal(k_slots.cpu().nan_to_num(), want_k.nan_to_num())
     assert torch.equal(v_slots.cpu().nan_to_num(), want_v.nan_to_num())

@@ -1,12 +1,12 @@
 """The experimental TMA gather (kernels.gather_tma) against the reference copy, -1 padding included."""
+
 import pytest
 import torch
+from gather_cases import DEV, make_pool, random_list
 
 import kernels  # noqa: F401  (Triton interpreter without CUDA)
 from kernels.gather import gather_ref
 from kernels.gather_tma import tma_gather
-
-from gather_cases import DEV, make_pool, random_list
 
 
 @pytest.mark.parametrize("n_programs,stages", [(3, 2), (1, 1), (32, 3)])
@@ -16,8 +16,9 @@ def test_tma_gather_matches_reference(n_programs, stages):
     sb, sh, ds = random_list(C, n_host, Hkv, n_slots, torch.Generator().manual_seed(stages))
     want_k, want_v = k_slots.cpu().clone(), v_slots.cpu().clone()
     gather_ref(host_k, host_v, sb, sh, ds, want_k, want_v)
-    tma_gather(host_k, host_v, sb.to(DEV), sh.to(DEV), ds.to(DEV), k_slots, v_slots, n_programs=n_programs,
-               stages=stages)
+    tma_gather(
+        host_k, host_v, sb.to(DEV), sh.to(DEV), ds.to(DEV), k_slots, v_slots, n_programs=n_programs, stages=stages
+    )
     assert torch.equal(k_slots.cpu().isnan(), want_k.isnan())  # skipped items and untouched slots keep their poison
     assert torch.equal(k_slots.cpu().nan_to_num(), want_k.nan_to_num())
     assert torch.equal(v_slots.cpu().nan_to_num(), want_v.nan_to_num())

@@ -1,4 +1,5 @@
 """The native (C, ctypes) host gather against torch indexing: compaction, -1 padding, the slot list, errors."""
+
 import threading
 
 import pytest

@@ -1,4 +1,5 @@
 """kernels.kv_write against its plain-torch reference (interpreter on CPU; the realistic shape on the GPU)."""
+
 import pytest
 import torch
 
@@ -23,9 +24,10 @@ def _case(B, H, D, bs, n_rows, dtype, device, strided, seed=0):
     return k_new, v_new, kc, vc, row.to(device), off.to(device)
 
 
-@pytest.mark.parametrize("B,H,D,bs,strided,dtype", [(3, 2, 16, 4, False, torch.float32),
-                                                     (2, 4, 32, 8, True, torch.bfloat16),
-                                                     (1, 1, 64, 16, False, torch.bfloat16)])
+@pytest.mark.parametrize(
+    "B,H,D,bs,strided,dtype",
+    [(3, 2, 16, 4, False, torch.float32), (2, 4, 32, 8, True, torch.bfloat16), (1, 1, 64, 16, False, torch.bfloat16)],
+)
 def test_kv_write_equals_reference(B, H, D, bs, strided, dtype):
     k_new, v_new, kc, vc, row, off = _case(B, H, D, bs, 4 * B * H, dtype, "cpu", strided)
     kr, vr = kc.clone(), vc.clone()

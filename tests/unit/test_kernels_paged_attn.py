@@ -1,4 +1,5 @@
 """paged_attn vs its torch reference, and vs sparse_attn over the same tokens."""
+
 import pytest
 import torch
 
@@ -21,11 +22,14 @@ def make_case(B, Hkv, G, D, BS, max_pages, lens, seed, device=DEV):
     return q, k_cache, v_cache, block_table, seq_lens
 
 
-@pytest.mark.parametrize("B,Hkv,G,D,BS,max_pages,lens,n_split,ppi", [
-    (3, 2, 4, 16, 4, 7, [28, 1, 13], 1, 2),
-    (2, 1, 2, 32, 8, 9, [72, 40], 3, 2),
-    (2, 2, 3, 16, 4, 10, [37, 16], None, 4),
-])
+@pytest.mark.parametrize(
+    "B,Hkv,G,D,BS,max_pages,lens,n_split,ppi",
+    [
+        (3, 2, 4, 16, 4, 7, [28, 1, 13], 1, 2),
+        (2, 1, 2, 32, 8, 9, [72, 40], 3, 2),
+        (2, 2, 3, 16, 4, 10, [37, 16], None, 4),
+    ],
+)
 def test_paged_attn_matches_reference(B, Hkv, G, D, BS, max_pages, lens, n_split, ppi):
     q, kc, vc, bt, sl = make_case(B, Hkv, G, D, BS, max_pages, lens, seed=max_pages)
     out = torch.full_like(q, float("nan"))

@@ -1,4 +1,5 @@
 """sparse_attn vs its torch reference and vs dense attention (CPU: Triton interpreter; GPU: marked `gpu`)."""
+
 import math
 
 import pytest
@@ -22,7 +23,7 @@ def make_case(B, Hkv, G, Tq, D, BS, S, holes=True, seed=0, device=DEV):
     slot_ids = perm[: rows * S].view(B, Hkv, S).clone()
     if holes:
         slot_ids[torch.rand(B, Hkv, S, **kw) < 0.25] = -1
-    local_slot = perm[rows * S:].view(B, Hkv).clone()
+    local_slot = perm[rows * S :].view(B, Hkv).clone()
     local_len = torch.randint(0, BS + 1, (B,), dtype=torch.int32, **kw)
     local_len[0] = BS
     if B > 1:
@@ -33,18 +34,20 @@ def make_case(B, Hkv, G, Tq, D, BS, S, holes=True, seed=0, device=DEV):
     return k_slots, v_slots, slot_ids, local_slot, local_len, q, ek, ev
 
 
-@pytest.mark.parametrize("B,Hkv,G,Tq,D,BS,S,n_split,bpi", [
-    (2, 2, 2, 2, 16, 4, 5, 1, 2),      # one split: the kernel writes the output itself
-    (3, 1, 4, 2, 32, 8, 6, 3, 2),      # three splits merged; local block in the last split
-    (1, 2, 3, 3, 16, 4, 7, None, 4),   # two draft tokens, odd group, default split count
-    (2, 2, 1, 1, 16, 4, 3, 2, 1),      # no draft (Tq = 1), one block per iteration
-])
+@pytest.mark.parametrize(
+    "B,Hkv,G,Tq,D,BS,S,n_split,bpi",
+    [
+        (2, 2, 2, 2, 16, 4, 5, 1, 2),  # one split: the kernel writes the output itself
+        (3, 1, 4, 2, 32, 8, 6, 3, 2),  # three splits merged; local block in the last split
+        (1, 2, 3, 3, 16, 4, 7, None, 4),  # two draft tokens, odd group, default split count
+        (2, 2, 1, 1, 16, 4, 3, 2, 1),  # no draft (Tq = 1), one block per iteration
+    ],
+)
 def test_sparse_attn_matches_reference(B, Hkv, G, Tq, D, BS, S, n_split, bpi):
     ks, vs, sid, ls, ll, q, ek, ev = make_case(B, Hkv, G, Tq, D, BS, S, seed=B * 100 + S)
     out = torch.full_like(q, float("nan"))
     lse = torch.full((B, Hkv * G, Tq), float("nan"), device=q.device)
-    sparse_attn(q, ks, vs, sid, ls, ll, ek, ev, return_lse=True, out=out, lse=lse, n_split=n_split,
-                blocks_per_iter=bpi)
+    sparse_attn(q, ks, vs, sid, ls, ll, ek, ev, return_lse=True, out=out, lse=lse, n_split=n_split, blocks_per_iter=bpi)
     ref, ref_lse = sparse_attn_ref(q, ks, vs, sid, ls, ll, ek, ev)
     assert not out.isnan().any() and not lse.isnan().any()
     torch.testing.assert_close(out.float(), ref.float(), atol=2e-2, rtol=2e-2)
@@ -86,12 +89,12 @@ def slots_from_context(keys, values, lens, BS, top_k, g):
             cols = torch.randperm(top_k, generator=g)[: n_full[b]]
             for blk, col in enumerate(cols.tolist()):
                 s = free.pop()
-                ks[s], vs[s] = keys[b, h, blk * BS:(blk + 1) * BS], values[b, h, blk * BS:(blk + 1) * BS]
+                ks[s], vs[s] = keys[b, h, blk * BS : (blk + 1) * BS], values[b, h, blk * BS : (blk + 1) * BS]
                 slot_ids[b, h, col] = s
             s = free.pop()
             n_loc = int(lens[b]) - n_full[b] * BS
-            ks[s, :n_loc] = keys[b, h, n_full[b] * BS: int(lens[b])]
-            vs[s, :n_loc] = values[b, h, n_full[b] * BS: int(lens[b])]
+            ks[s, :n_loc] = keys[b, h, n_full[b] * BS : int(lens[b])]
+            vs[s, :n_loc] = values[b, h, n_full[b] * BS : int(lens[b])]
             local_slot[b, h] = s
     local_len = torch.tensor([int(n) - f * BS for n, f in zip(lens, n_full)], dtype=torch.int32)
     return ks, vs, slot_ids, local_slot, local_len
@@ -174,8 +177,7 @@ def test_sparse_attn_rows_without_keys(S, n_split):
     q = torch.randn(B, Hkv * G, Tq, D, generator=g).to(torch.bfloat16)
     ek = torch.randn(B, Hkv, 1, D, generator=g).to(torch.bfloat16)
     ev = torch.randn(B, Hkv, 1, D, generator=g).to(torch.bfloat16)
-    out, lse = sparse_attn(*(t.to(DEV) for t in (q, ks, vs, sid, ls, ll, ek, ev)), return_lse=True,
-                           n_split=n_split)
+    out, lse = sparse_attn(*(t.to(DEV) for t in (q, ks, vs, sid, ls, ll, ek, ev)), return_lse=True, n_split=n_split)
     out, lse = out.cpu(), lse.cpu()
     assert torch.equal(out[0, :, 0], torch.zeros(Hkv * G, D, dtype=out.dtype))
     assert torch.isneginf(lse[0, :, 0]).all()

@@ -1,4 +1,5 @@
 """summary_update vs its reference and vs oasis_core.scoring.build_summaries."""
+
 import pytest
 import torch
 
@@ -47,7 +48,7 @@ def test_local_block_summary_equals_core_build_summaries():
     for b in range(B):
         for h in range(Hkv):
             lo = (int(n_blocks[b]) - 1) * BS
-            k_slots[local_slot[b, h], : local_len[b]] = keys[b, h, lo: lens[b]]
+            k_slots[local_slot[b, h], : local_len[b]] = keys[b, h, lo : lens[b]]
     seat = torch.tensor([2, 0, 1], dtype=torch.int32)
     kmin = torch.full((3, Hkv, n_max, D), float("nan"), dtype=torch.bfloat16)
     kmax = kmin.clone()

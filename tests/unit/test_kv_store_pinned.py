@@ -1,5 +1,6 @@
 """The exact-size pinned host pool (cudaHostRegister instead of PyTorch's power-of-two pinned allocator), on the CPU
 with the CUDA calls replaced by fakes: sizes, per-layer views, reuse within a process, release, refusal."""
+
 import pytest
 import torch
 

@@ -1,4 +1,5 @@
 """HeadMapping bookkeeping: allocation, release, applying plans, lookup, invariants and misuse errors."""
+
 import numpy as np
 import pytest
 
@@ -42,7 +43,7 @@ def test_apply_lookup_and_release():
     rows = m.allocate("r")
     p = initial_plan(np.array([[10, 11, 12], [20, -1, -1]]), step=0)
     m.apply(p, rows)
-    assert m.table[rows.start:rows.stop].tolist() == [[10, 11, 12], [20, -1, -1]]
+    assert m.table[rows.start : rows.stop].tolist() == [[10, 11, 12], [20, -1, -1]]
     assert m.lookup([0, 0, 1, 1], [12, 20, 20, -1]).tolist() == [2, -1, 0, -1]
     p2 = plan_step(m.table[0:2], m.last_sel[0:2], np.array([[13, 10, 11], [21, 20, 22]]), 1, step=1, max_cap=1)
     m.apply(p2, rows)

@@ -1,12 +1,15 @@
 """The mode registry: every property the backends read, per mode, and the lookup's error."""
+
 import pytest
 
 from oasis_core import modes
 
 
 def test_registry_properties_match_the_table():
-    got = {n: (m.whole_kv_on_gpu, m.selects, m.query, m.background, m.on_demand, m.drafts)
-           for n, m in modes.REGISTRY.items()}
+    got = {
+        n: (m.whole_kv_on_gpu, m.selects, m.query, m.background, m.on_demand, m.drafts)
+        for n, m in modes.REGISTRY.items()
+    }
     assert got == {
         "dense": (True, False, "none", False, False, False),
         "quest": (True, True, "current", False, False, False),

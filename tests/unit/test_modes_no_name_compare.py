@@ -5,6 +5,7 @@ The check walks the syntax tree of every module of the packages and flags a comp
 mode-name tuple of the registry (``SPARSE_MODES``, ``BACKGROUND_MODES``, ...). Mode names used as data (CLI choices,
 JSON keys, loops over the names) are not comparisons and pass.
 """
+
 import ast
 from pathlib import Path
 
@@ -40,9 +41,11 @@ def mode_comparisons(source: str):
 
 
 def test_the_check_flags_comparisons_and_passes_data():
-    src = ('a = mode == "lookahead"\nb = m in ("proxy", "lookahead")\nc = cfg.mode not in SPARSE_MODES\n'
-           'd = "dense" != x\ne = {"dense": 1}\nf = ("dense", "quest")\ng = x == "sparse"\n'
-           'for m in ("quest", "retrieval"):\n    pass\n')
+    src = (
+        'a = mode == "lookahead"\nb = m in ("proxy", "lookahead")\nc = cfg.mode not in SPARSE_MODES\n'
+        'd = "dense" != x\ne = {"dense": 1}\nf = ("dense", "quest")\ng = x == "sparse"\n'
+        'for m in ("quest", "retrieval"):\n    pass\n'
+    )
     assert [ln for ln, _ in mode_comparisons(src)] == [1, 2, 3, 4]
 
 

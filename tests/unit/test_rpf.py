@@ -1,7 +1,9 @@
 """RPF: hand-off union, hand-off bytes, and the per-request ledger's at-most-once / only-selected invariants."""
+
 import numpy as np
 import pytest
-from hypothesis import given, settings, strategies as st
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from oasis_core.rpf import RemoteLedger, RPFError, handoff_blocks, handoff_bytes
 
@@ -16,8 +18,15 @@ def test_handoff_blocks_union_over_heads():
 
 def test_handoff_bytes_qwen3_8b_24k_per_head():
     # 24K tokens = 1536 blocks, 36 layers x 8 KV heads, each head's own top-128 (granularity "head").
-    hb = handoff_bytes(36 * 8 * 128, n_blocks=1536, layers=36, kv_heads=8, kv_bytes_per_block_head=UNIT,
-                       summary_bytes_per_block_head=512, draft_state_bytes=0)
+    hb = handoff_bytes(
+        36 * 8 * 128,
+        n_blocks=1536,
+        layers=36,
+        kv_heads=8,
+        kv_bytes_per_block_head=UNIT,
+        summary_bytes_per_block_head=512,
+        draft_state_bytes=0,
+    )
     assert hb.blocks == 36 * 8 * 128 * 8192 == 301_989_888
     assert hb.local == 288 * 8192
     assert hb.summaries == 1536 * 288 * 512 == 226_492_416
@@ -43,8 +52,16 @@ def test_handoff_block_granularity_sends_union_for_every_head():
     led, units = _ledger_after_handoff("block")
     assert units == 6  # {1, 2, 3} for both heads
     assert led.handoff_units == 8  # plus the local block 9 of each head
-    assert np.argwhere(led.sent).tolist() == [[0, 0, 1], [0, 0, 2], [0, 0, 3], [0, 0, 9],
-                                              [0, 1, 1], [0, 1, 2], [0, 1, 3], [0, 1, 9]]
+    assert np.argwhere(led.sent).tolist() == [
+        [0, 0, 1],
+        [0, 0, 2],
+        [0, 0, 3],
+        [0, 0, 9],
+        [0, 1, 1],
+        [0, 1, 2],
+        [0, 1, 3],
+        [0, 1, 9],
+    ]
     assert led.handoff_kv_bytes == 8 * UNIT
     with pytest.raises(RPFError, match="hand-off already done"):
         led.handoff(np.array([[[1, 2], [2, 3]]]))
@@ -99,7 +116,7 @@ def _episodes(draw):
     heads = draw(st.integers(1, 3))
     n_blocks = draw(st.integers(2, 24))
     k = draw(st.integers(1, n_blocks))
-    seed = draw(st.integers(0, 2 ** 31))
+    seed = draw(st.integers(0, 2**31))
     steps = draw(st.integers(1, 8))
     granularity = draw(st.sampled_from(["block", "head"]))
     caps = draw(st.lists(st.one_of(st.none(), st.integers(0, k)), min_size=steps, max_size=steps))
@@ -125,14 +142,20 @@ def test_ledger_invariants_on_random_episodes(ep):
     for l in range(layers):
         for h in range(heads):
             own = set(pred[l, h][pred[l, h] >= 0].tolist())
-            for b in (union[l].tolist() if granularity == "block" else own):
+            for b in union[l].tolist() if granularity == "block" else own:
                 sent.add((l, h, b))
     assert units == len(sent)
     for l in range(layers):
         for h in range(heads):
             sent.add((l, h, n_blocks - 1))
-    hb = handoff_bytes(units, n_blocks=n_blocks, layers=layers, kv_heads=heads, kv_bytes_per_block_head=UNIT,
-                       summary_bytes_per_block_head=512)
+    hb = handoff_bytes(
+        units,
+        n_blocks=n_blocks,
+        layers=layers,
+        kv_heads=heads,
+        kv_bytes_per_block_head=UNIT,
+        summary_bytes_per_block_head=512,
+    )
     assert led.handoff_kv_bytes == hb.blocks + hb.local == len(sent) * UNIT
 
     step_bytes = 0

@@ -1,4 +1,5 @@
 """Block summaries, the Quest upper-bound score with GQA, and top-K block selection."""
+
 import numpy as np
 import pytest
 from hypothesis import given, settings
@@ -50,7 +51,7 @@ def test_token_by_token_updates_equal_build(lib):
     k = keys if lib == "numpy" else torch.from_numpy(keys)
     kmin, kmax = empty_summaries((2, 3), 0, 4, np.float32 if lib == "numpy" else torch.float32, like=k)
     for t in range(37):
-        kmin, kmax = update_summary(kmin, kmax, k[..., t:t + 1, :], t // 16)  # grows at t = 0, 16, 32
+        kmin, kmax = update_summary(kmin, kmax, k[..., t : t + 1, :], t // 16)  # grows at t = 0, 16, 32
     np.testing.assert_array_equal(np.asarray(kmin), ref_min)
     np.testing.assert_array_equal(np.asarray(kmax), ref_max)
 
@@ -59,8 +60,10 @@ def test_update_summary_per_request_block_index_and_whole_block_fold():
     rng = np.random.default_rng(1)
     keys = rng.standard_normal((2, 1, 48, 3))
     kmin, kmax = build_summaries(keys[..., :32, :], 16)
-    kmin, kmax = (np.concatenate([a, e], axis=-2) for a, e in zip((kmin, kmax), empty_summaries((2, 1), 1, 3,
-                                                                                              np.float64, like=keys)))
+    kmin, kmax = (
+        np.concatenate([a, e], axis=-2)
+        for a, e in zip((kmin, kmax), empty_summaries((2, 1), 1, 3, np.float64, like=keys))
+    )
     # Request 0 folds its whole third block; request 1 re-folds its first block (idempotent).
     new = np.stack([keys[0, :, 32:48], keys[1, :, 0:16]])
     m2, x2 = update_summary(kmin, kmax, new, np.array([2, 0]))
@@ -77,8 +80,14 @@ def test_update_summary_per_request_block_index_and_whole_block_fold():
 
 
 @fast
-@given(b=st.integers(1, 2), hkv=st.integers(1, 3), g=st.integers(1, 3), n=st.integers(1, 4), d=st.integers(1, 5),
-       seed=st.integers(0, 2**31 - 1))
+@given(
+    b=st.integers(1, 2),
+    hkv=st.integers(1, 3),
+    g=st.integers(1, 3),
+    n=st.integers(1, 4),
+    d=st.integers(1, 5),
+    seed=st.integers(0, 2**31 - 1),
+)
 def test_score_equals_definition(b, hkv, g, n, d, seed):
     rng = np.random.default_rng(seed)
     q = rng.standard_normal((b, hkv * g, d))
@@ -88,8 +97,13 @@ def test_score_equals_definition(b, hkv, g, n, d, seed):
 
 
 @fast
-@given(block=st.integers(1, 8), t=st.integers(1, 40), d=st.integers(1, 6), g=st.integers(1, 3),
-       seed=st.integers(0, 2**31 - 1))
+@given(
+    block=st.integers(1, 8),
+    t=st.integers(1, 40),
+    d=st.integers(1, 6),
+    g=st.integers(1, 3),
+    seed=st.integers(0, 2**31 - 1),
+)
 def test_score_bounds_every_token_of_its_block(block, t, d, g, seed):
     rng = np.random.default_rng(seed)
     keys = rng.standard_normal((1, 2, t, d))
@@ -97,9 +111,9 @@ def test_score_bounds_every_token_of_its_block(block, t, d, g, seed):
     kmin, kmax = build_summaries(keys, block)
     s = score_blocks(q, kmin, kmax)  # [1, 2, N]
     for h in range(2):
-        dots = q[0, h * g:(h + 1) * g] @ keys[0, h].T  # [G, T]
+        dots = q[0, h * g : (h + 1) * g] @ keys[0, h].T  # [G, T]
         for j in range(kmin.shape[2]):
-            true_max = dots[:, j * block:(j + 1) * block].max()
+            true_max = dots[:, j * block : (j + 1) * block].max()
             assert s[0, h, j] >= true_max - 1e-9
             if block == 1:  # one token per block: the bound is exact
                 assert s[0, h, j] == pytest.approx(true_max, abs=1e-9)

@@ -1,4 +1,5 @@
 """Paper Algorithm 2 (capped incremental selection): hand-worked cases, invariants on random inputs, numpy == torch."""
+
 import numpy as np
 import pytest
 from hypothesis import HealthCheck, given, settings
@@ -209,8 +210,14 @@ def test_numpy_and_torch_give_identical_plans(shape, seed, max_cap):
     resident, last_sel, pred = random_state(rng, r, s, k, universe, lsmax=2)
     cap = rng.integers(0, max_cap + 1, size=r)
     a = as_np(plan_step(resident, last_sel, pred, cap, step=3, max_cap=max_cap))
-    t = plan_step(torch.from_numpy(resident), torch.from_numpy(last_sel), torch.from_numpy(pred),
-                  torch.from_numpy(cap), step=3, max_cap=max_cap)
+    t = plan_step(
+        torch.from_numpy(resident),
+        torch.from_numpy(last_sel),
+        torch.from_numpy(pred),
+        torch.from_numpy(cap),
+        step=3,
+        max_cap=max_cap,
+    )
     assert all(isinstance(getattr(t, f), torch.Tensor) for f in a)
     b = as_np(t)
     for f in a:
@@ -231,7 +238,7 @@ def test_bijection_over_1000_steps_through_head_mapping():
     for step in range(1000):
         score += rng.normal(0, 0.05, score.shape)
         pred = np.argsort(-score, axis=1, kind="stable")[:, :k]
-        pred[rng.random(rows.size) < 0.05, k // 2:] = -1  # some rows predict fewer blocks
+        pred[rng.random(rows.size) < 0.05, k // 2 :] = -1  # some rows predict fewer blocks
         cap = rng.integers(0, 4, size=rows.size)
         p = plan_step(m.table[rows], m.last_sel[rows], pred, cap, step=step, max_cap=3)
         m.apply(p, rows)

@@ -50,20 +50,40 @@ def test_every_server_field_is_a_flag_with_its_help():
         assert f.metadata["help"] in helps[f.name]
     _, cfg = parse_config(["--model", "tiny", "--dummy"])
     assert cfg == ServerConfig()
-    _, cfg = parse_config(["--port", "0", "--allowed-hosts", "a", "b", "--cors-allow-credentials",
-                           "--shutdown-grace-s", "1.5", "--api-key", "k"])
+    _, cfg = parse_config(
+        [
+            "--port",
+            "0",
+            "--allowed-hosts",
+            "a",
+            "b",
+            "--cors-allow-credentials",
+            "--shutdown-grace-s",
+            "1.5",
+            "--api-key",
+            "k",
+        ]
+    )
     assert (cfg.port, cfg.allowed_hosts, cfg.cors_allow_credentials, cfg.shutdown_grace_s, cfg.api_key) == (
-        0, ("a", "b"), True, 1.5, "k")
+        0,
+        ("a", "b"),
+        True,
+        1.5,
+        "k",
+    )
 
 
-@pytest.mark.parametrize("argv, flag", [
-    (["--port", "70000"], "--port"),
-    (["--shutdown-grace-s", "nan"], "--shutdown-grace-s"),
-    (["--stall-timeout-s", "0"], "--stall-timeout-s"),
-    (["--max-body-bytes", "0"], "--max-body-bytes"),
-    (["--record-hardware", "h200"], "--record-hardware"),
-    (["--api-key", ""], "--api-key"),
-])
+@pytest.mark.parametrize(
+    "argv, flag",
+    [
+        (["--port", "70000"], "--port"),
+        (["--shutdown-grace-s", "nan"], "--shutdown-grace-s"),
+        (["--stall-timeout-s", "0"], "--stall-timeout-s"),
+        (["--max-body-bytes", "0"], "--max-body-bytes"),
+        (["--record-hardware", "h200"], "--record-hardware"),
+        (["--api-key", ""], "--api-key"),
+    ],
+)
 def test_bad_values_are_one_line_naming_the_flag(argv, flag):
     code, err = _run(argv)
     assert code == 2 and err.count("\n") == 1 and flag in err

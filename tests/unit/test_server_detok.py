@@ -14,7 +14,7 @@ def _incremental(detok, ids: list[int], rng: random.Random) -> list[str]:
     out, i = [], 0
     while i < len(ids):
         n = rng.randint(0, 3)  # empty pushes too
-        out.append(detok.push(ids[i:i + n]))
+        out.append(detok.push(ids[i : i + n]))
         i += n
     return out + [detok.flush()]
 
@@ -70,8 +70,7 @@ def test_gguf_tokenizer_detokenizer_equals_decode(gguf_tokenizer):
     text = "Grüße, 世界! 🙂 <|im_end|> done"
     ids = tok.encode(text, add_special_tokens=False)
     assert "".join(_incremental(tok.detokenizer(), ids, rng)) == tok.decode(ids)
-    assert b"".join(tok.token_bytes(i) for i in tok.encode("Grüße 🙂", add_special_tokens=False)) == \
-        "Grüße 🙂".encode()
+    assert b"".join(tok.token_bytes(i) for i in tok.encode("Grüße 🙂", add_special_tokens=False)) == "Grüße 🙂".encode()
 
 
 def test_window_detokenizer_does_constant_work_a_token():

@@ -9,6 +9,7 @@ import pytest
 pytest.importorskip("fastapi")
 
 from pydantic import ValidationError
+from server_fakes import FakeEngine
 
 from oasis_exec.server import schemas as S
 from oasis_exec.server.engine_loop import EngineLoop, QueueFull, Rejected
@@ -16,8 +17,6 @@ from oasis_exec.server.engine_protocol import Sampling
 from oasis_exec.server.errors import from_validation_error
 from oasis_exec.server.generation import StopMatcher
 from oasis_exec.server.tokenizer import ByteTokenizer
-
-from server_fakes import FakeEngine
 
 
 def _param(model, body: str) -> tuple[str | None, str]:
@@ -60,8 +59,10 @@ def test_completion_request_errors_name_the_field(body, param):
         ('{"model": "m", "messages": [{"content": "hi"}]}', "messages[0].role"),
         ('{"model": "m", "messages": [{"role": "robot", "content": "hi"}]}', "messages[0].role"),
         ('{"model": "m", "messages": [{"role": "user", "content": 5}]}', "messages[0].content"),
-        ('{"model": "m", "messages": [{"role": "user", "content": "hi"}], "max_completion_tokens": 0}',
-         "max_completion_tokens"),
+        (
+            '{"model": "m", "messages": [{"role": "user", "content": "hi"}], "max_completion_tokens": 0}',
+            "max_completion_tokens",
+        ),
     ],
 )
 def test_chat_request_errors_name_the_field(body, param):
@@ -84,22 +85,25 @@ def test_request_normalisation():
     assert (c.messages[0].content, c.max_tokens) == ("ab", 7)
 
 
-@pytest.mark.parametrize("model, extra, param", [
-    (S.CompletionRequest, '"unknown_field": 1', "unknown_field"),
-    (S.CompletionRequest, '"frequency_penalty": 0.5', "frequency_penalty"),
-    (S.CompletionRequest, '"presence_penalty": -1', "presence_penalty"),
-    (S.CompletionRequest, '"logit_bias": {"5": 10}', "logit_bias"),
-    (S.CompletionRequest, '"best_of": 3', "best_of"),
-    (S.CompletionRequest, '"suffix": "end"', "suffix"),
-    (S.CompletionRequest, '"logprobs": 21', "logprobs"),
-    (S.CompletionRequest, '"max_tokens": 0', "max_tokens"),  # 0 only with echo
-    (S.ChatCompletionRequest, '"tools": [{"type": "function"}]', "tools"),
-    (S.ChatCompletionRequest, '"tool_choice": "auto"', "tool_choice"),
-    (S.ChatCompletionRequest, '"response_format": {"type": "json_object"}', "response_format"),
-    (S.ChatCompletionRequest, '"top_logprobs": 2', "top_logprobs"),  # without logprobs: true
-    (S.ChatCompletionRequest, '"logprobs": 3', "logprobs"),  # chat's logprobs is a boolean
-    (S.ChatCompletionRequest, '"functions": []', "functions"),
-])
+@pytest.mark.parametrize(
+    "model, extra, param",
+    [
+        (S.CompletionRequest, '"unknown_field": 1', "unknown_field"),
+        (S.CompletionRequest, '"frequency_penalty": 0.5', "frequency_penalty"),
+        (S.CompletionRequest, '"presence_penalty": -1', "presence_penalty"),
+        (S.CompletionRequest, '"logit_bias": {"5": 10}', "logit_bias"),
+        (S.CompletionRequest, '"best_of": 3', "best_of"),
+        (S.CompletionRequest, '"suffix": "end"', "suffix"),
+        (S.CompletionRequest, '"logprobs": 21', "logprobs"),
+        (S.CompletionRequest, '"max_tokens": 0', "max_tokens"),  # 0 only with echo
+        (S.ChatCompletionRequest, '"tools": [{"type": "function"}]', "tools"),
+        (S.ChatCompletionRequest, '"tool_choice": "auto"', "tool_choice"),
+        (S.ChatCompletionRequest, '"response_format": {"type": "json_object"}', "response_format"),
+        (S.ChatCompletionRequest, '"top_logprobs": 2', "top_logprobs"),  # without logprobs: true
+        (S.ChatCompletionRequest, '"logprobs": 3', "logprobs"),  # chat's logprobs is a boolean
+        (S.ChatCompletionRequest, '"functions": []', "functions"),
+    ],
+)
 def test_unimplemented_parameters_are_refused_by_name(model, extra, param):
     base = '"prompt": "x"' if model is S.CompletionRequest else '"messages": [{"role": "user", "content": "x"}]'
     got, message = _param(model, f'{{"model": "m", {base}, {extra}}}')
@@ -107,17 +111,40 @@ def test_unimplemented_parameters_are_refused_by_name(model, extra, param):
 
 
 def test_no_op_values_and_explicit_nulls_are_accepted():
-    nulls = ", ".join(f'"{k}": null' for k in ("max_tokens", "temperature", "top_p", "stop", "stream", "n", "seed",
-                                              "stream_options", "user", "frequency_penalty", "logit_bias"))
+    nulls = ", ".join(
+        f'"{k}": null'
+        for k in (
+            "max_tokens",
+            "temperature",
+            "top_p",
+            "stop",
+            "stream",
+            "n",
+            "seed",
+            "stream_options",
+            "user",
+            "frequency_penalty",
+            "logit_bias",
+        )
+    )
     r = S.CompletionRequest.model_validate_json(
         f'{{"model": "m", "prompt": "x", {nulls}, "logprobs": null, "echo": null, "best_of": null, "suffix": null,'
-        ' "presence_penalty": 0, "user": "me"}')
+        ' "presence_penalty": 0, "user": "me"}'
+    )
     assert (r.max_tokens, r.temperature, r.top_p, r.stop, r.stream, r.logprobs, r.echo) == (
-        None, 1.0, 1.0, [], False, None, False)
+        None,
+        1.0,
+        1.0,
+        [],
+        False,
+        None,
+        False,
+    )
     c = S.ChatCompletionRequest.model_validate_json(
         f'{{"model": "m", "messages": [{{"role": "user", "content": null, "name": null}}], {nulls},'
         ' "logprobs": true, "top_logprobs": null, "tools": [], "tool_choice": "none", "response_format": null,'
-        ' "max_completion_tokens": null}')
+        ' "max_completion_tokens": null}'
+    )
     assert (c.messages[0].content, c.top_n(), c.max_tokens) == ("", 0, None)
     e = S.CompletionRequest.model_validate_json('{"model": "m", "prompt": "x", "echo": true, "max_tokens": 0}')
     assert (e.max_tokens, e.top_n()) == (0, None)
@@ -205,8 +232,21 @@ def test_engine_flags_mirror_exec_config():
     p = argparse.ArgumentParser()
     add_engine_args(p)
     assert exec_config_from_args(p.parse_args(["--model", "tiny", "--dummy"])) == ExecConfig(model="tiny")
-    cfg = exec_config_from_args(p.parse_args(["--model", "tiny", "--device", "cpu", "--max-lanes", "3",
-                                              "--no-cuda-graph", "--synthetic", '{"drift_rate": 0.2}']))
+    cfg = exec_config_from_args(
+        p.parse_args(
+            [
+                "--model",
+                "tiny",
+                "--device",
+                "cpu",
+                "--max-lanes",
+                "3",
+                "--no-cuda-graph",
+                "--synthetic",
+                '{"drift_rate": 0.2}',
+            ]
+        )
+    )
     assert (cfg.device, cfg.max_lanes, cfg.cuda_graph, cfg.synthetic) == ("cpu", 3, False, {"drift_rate": 0.2})
     with pytest.raises(ValueError, match="--dummy"):
         exec_config_from_args(p.parse_args(["--dummy", "--model-path", "/some/dir"]))

@@ -1,4 +1,5 @@
 """Exact SimPy timelines of the hardware resources."""
+
 import simpy
 
 from oasis_sim.hardware import CopyPath, FairLink, MemoryPool, maxmin_rates
@@ -14,7 +15,7 @@ def _run_flows(bw, flows, latency=0.0, caps=None):
         yield nic.send(n, cap_Bps=cap, tag=tag)
         log.append((env.now, tag, "got"))
 
-    for i, (tag, t0, n) in enumerate(flows):
+    for _i, (tag, t0, n) in enumerate(flows):
         env.process(proc(tag, t0, n, (caps or {}).get(tag, float("inf"))))
     env.run()
     return log, nic
@@ -23,8 +24,14 @@ def _run_flows(bw, flows, latency=0.0, caps=None):
 def test_two_flows_share_a_nic_max_min_fair():
     # A: 100 B at t=0 alone at 10 B/s; B: 50 B joins at t=1 -> 5 B/s each; B ends at 11, A (40 B left) at 15.
     log, nic = _run_flows(10.0, [("A", 0, 100), ("B", 1, 50)])
-    assert log == [(0, "A", "start"), (1, "B", "start"), (11.0, "B", "end"), (11.0, "B", "got"),
-                   (15.0, "A", "end"), (15.0, "A", "got")]
+    assert log == [
+        (0, "A", "start"),
+        (1, "B", "start"),
+        (11.0, "B", "end"),
+        (11.0, "B", "got"),
+        (15.0, "A", "end"),
+        (15.0, "A", "got"),
+    ]
     assert nic.bytes_moved == 150.0
 
 

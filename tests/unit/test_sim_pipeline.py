@@ -1,8 +1,10 @@
 """The per-layer pipeline: an exact hand-made timeline, and closed form == per-layer SimPy events."""
+
 import random
 
 import simpy
-from hypothesis import given, settings, strategies as st
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from oasis_sim.pipeline import LayerPipeline, LayerWork, at
 
@@ -65,15 +67,24 @@ _dur = st.floats(0.0, 3.0, allow_nan=False)
 
 
 @settings(max_examples=60, deadline=None)
-@given(st.integers(1, 5), st.integers(1, 4), st.integers(0, 2 ** 32 - 1))
+@given(st.integers(1, 5), st.integers(1, 4), st.integers(0, 2**32 - 1))
 def test_closed_form_equals_per_layer_events_bit_for_bit(n_layers, n_steps, seed):
     rnd = random.Random(seed)
     works = []
     for _ in range(n_steps):
         bg = rnd.random() < 0.8
-        works.append(LayerWork(n_layers, rnd.random() * 0.1, [rnd.random() for _ in range(n_layers)],
-                               rnd.random() * 0.1, bg, [rnd.random() * 0.5 for _ in range(n_layers)],
-                               rnd.random() * 0.1, [rnd.choice([0.0, rnd.random() * 3]) for _ in range(n_layers)]))
+        works.append(
+            LayerWork(
+                n_layers,
+                rnd.random() * 0.1,
+                [rnd.random() for _ in range(n_layers)],
+                rnd.random() * 0.1,
+                bg,
+                [rnd.random() * 0.5 for _ in range(n_layers)],
+                rnd.random() * 0.1,
+                [rnd.choice([0.0, rnd.random() * 3]) for _ in range(n_layers)],
+            )
+        )
     for a, b in zip(_closed(works, n_layers), _events(works, n_layers)):
         assert (a.start, a.end, a.stall_s, a.compute) == (b.start, b.end, b.stall_s, b.compute)
         assert sorted(a.side) == sorted(b.side) and sorted(a.xfer) == sorted(b.xfer)
@@ -105,7 +116,7 @@ def _closed_fast(works, n_layers):
 
 
 @settings(max_examples=80, deadline=None)
-@given(st.integers(1, 6), st.integers(1, 6), st.integers(0, 2 ** 32 - 1))
+@given(st.integers(1, 6), st.integers(1, 6), st.integers(0, 2**32 - 1))
 def test_fast_forward_equals_per_layer_events_bit_for_bit(n_layers, n_steps, seed):
     # Scalar steps (the engine's shape), mostly in the no-stall regime, mixed with per-layer steps that stall.
     rnd = random.Random(seed)
@@ -113,12 +124,31 @@ def test_fast_forward_equals_per_layer_events_bit_for_bit(n_layers, n_steps, see
     for _ in range(n_steps):
         c = rnd.random() * 0.2 + 1e-3
         if rnd.random() < 0.7:
-            works.append(LayerWork(n_layers, rnd.random() * 0.3, c, rnd.random() * 0.1, rnd.random() < 0.8,
-                                   rnd.random() * c * 0.5, rnd.random() * c * 0.2,
-                                   rnd.choice([0.0, rnd.random() * c * 0.3, rnd.random() * 2 * c])))
+            works.append(
+                LayerWork(
+                    n_layers,
+                    rnd.random() * 0.3,
+                    c,
+                    rnd.random() * 0.1,
+                    rnd.random() < 0.8,
+                    rnd.random() * c * 0.5,
+                    rnd.random() * c * 0.2,
+                    rnd.choice([0.0, rnd.random() * c * 0.3, rnd.random() * 2 * c]),
+                )
+            )
         else:
-            works.append(LayerWork(n_layers, 0.0, [rnd.random() * 0.1 for _ in range(n_layers)], 0.0, True,
-                                   0.01, 0.0, [rnd.random() for _ in range(n_layers)]))
+            works.append(
+                LayerWork(
+                    n_layers,
+                    0.0,
+                    [rnd.random() * 0.1 for _ in range(n_layers)],
+                    0.0,
+                    True,
+                    0.01,
+                    0.0,
+                    [rnd.random() for _ in range(n_layers)],
+                )
+            )
     fast, pipe = _closed_fast(works, n_layers)
     slow = _closed(works, n_layers)
     ev = _events(works, n_layers)

@@ -1,5 +1,6 @@
 """experiments/simulator_vs_executor/sim_vs_exec.py's flattened fit parameters: the GEMM group's time per layer in
 the fitted form of oasis_sim.fitted, floor + scale * (roofline - floor) + offset (hand-computed here)."""
+
 import importlib.util
 from pathlib import Path
 
@@ -22,8 +23,9 @@ def _desc(dense=None, sparse=None):
 
 
 def test_gemm_layer_time_is_floor_plus_scaled_excess_plus_offset(sve):
-    p = sve._model_params(_desc(dense={"scale": 2.0, "offset_us": 30.0}, sparse={"scale": 0.5, "offset_us": 0.0}),
-                          0.40, 0.10)
+    p = sve._model_params(
+        _desc(dense={"scale": 2.0, "offset_us": 30.0}, sparse={"scale": 0.5, "offset_us": 0.0}), 0.40, 0.10
+    )
     assert p["dense_gemm_layer_ms"] == pytest.approx(0.10 + 2.0 * 0.30 + 0.030)
     assert p["sparse_gemm_layer_ms"] == pytest.approx(0.10 + 0.5 * 0.30)
     assert (p["dense_gemm_scale"], p["dense_gemm_offset_us"]) == (2.0, 30.0)

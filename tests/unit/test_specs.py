@@ -8,27 +8,54 @@ from oasis_core.specs import HARDWARE, LINKS, MODELS, LinkSpec, SparsityConfig, 
 def test_presets_have_the_published_shapes():
     q8 = get_model("qwen3-8b")
     assert (q8.n_layers, q8.n_q_heads, q8.n_kv_heads, q8.head_dim, q8.hidden, q8.mlp_hidden, q8.vocab) == (
-        36, 32, 8, 128, 4096, 12288, 151936)
+        36,
+        32,
+        8,
+        128,
+        4096,
+        12288,
+        151936,
+    )
     assert q8.gqa_group == 4 and q8.qk_norm and q8.rope_theta == 1e6
     q32 = get_model("qwen3-32b")
     assert (q32.n_layers, q32.n_q_heads, q32.n_kv_heads, q32.hidden, q32.mlp_hidden) == (64, 64, 8, 5120, 25600)
     moe = get_model("qwen3-235b-a22b")
     assert (moe.n_layers, moe.n_q_heads, moe.n_kv_heads, moe.n_experts, moe.experts_active, moe.moe_mlp_hidden) == (
-        94, 64, 4, 128, 8, 1536)
+        94,
+        64,
+        4,
+        128,
+        8,
+        1536,
+    )
     llama = get_model("llama-3.1-8b")
     assert (llama.n_layers, llama.mlp_hidden, llama.vocab, llama.rope_theta, llama.rms_eps) == (
-        32, 14336, 128256, 5e5, 1e-5)
+        32,
+        14336,
+        128256,
+        5e5,
+        1e-5,
+    )
     tiny = get_model("tiny")
     assert (tiny.n_layers, tiny.n_q_heads, tiny.n_kv_heads, tiny.head_dim, tiny.hidden, tiny.vocab) == (
-        2, 4, 2, 16, 64, 256)
+        2,
+        4,
+        2,
+        16,
+        64,
+        256,
+    )
 
 
-@pytest.mark.parametrize("name, total, active", [
-    ("qwen3-8b", 8.2e9, 8.2e9),            # Qwen3 model card: 8.2B
-    ("qwen3-32b", 32.8e9, 32.8e9),         # 32.8B
-    ("qwen3-235b-a22b", 235e9, 22e9),      # 235B total, 22B activated
-    ("llama-3.1-8b", 8.03e9, 8.03e9),      # Llama 3.1 model card
-])
+@pytest.mark.parametrize(
+    "name, total, active",
+    [
+        ("qwen3-8b", 8.2e9, 8.2e9),  # Qwen3 model card: 8.2B
+        ("qwen3-32b", 32.8e9, 32.8e9),  # 32.8B
+        ("qwen3-235b-a22b", 235e9, 22e9),  # 235B total, 22B activated
+        ("llama-3.1-8b", 8.03e9, 8.03e9),  # Llama 3.1 model card
+    ],
+)
 def test_derived_parameter_counts_match_published_totals(name, total, active):
     m = get_model(name)
     assert m.params_total == pytest.approx(total, rel=0.01)
@@ -49,19 +76,24 @@ def test_kv_bytes_per_token():
     assert get_model("tiny").kv_bytes_per_token == 2 * 2 * 2 * 16 * 2
 
 
-@pytest.mark.parametrize("change, message", [
-    ({"n_layers": 0}, "ModelSpec.n_layers: must be >= 1, got 0"),
-    ({"head_dim": True}, "ModelSpec.head_dim: must be an integer, got True (bool)"),
-    ({"hidden": 64.0}, "ModelSpec.hidden: must be an integer, got 64.0 (float)"),
-    ({"n_q_heads": 5}, "ModelSpec.n_q_heads: must be a multiple of n_kv_heads (2), got 5"),
-    ({"rope_theta": 0.0}, "ModelSpec.rope_theta: must be > 0, got 0.0"),
-    ({"rms_eps": float("nan")}, "ModelSpec.rms_eps: must be finite, got nan"),
-    ({"qk_norm": 1}, "ModelSpec.qk_norm: must be a bool, got 1 (int)"),
-    ({"name": ""}, "ModelSpec.name: must be a non-empty string, got ''"),
-    ({"experts_active": 2}, "ModelSpec.experts_active: must be 0 for a dense model (n_experts=0), got 2"),
-    ({"n_experts": 4, "experts_active": 5, "moe_mlp_hidden": 8},
-     "ModelSpec.experts_active: must be in [1, n_experts=4] for a mixture-of-experts model, got 5"),
-])
+@pytest.mark.parametrize(
+    "change, message",
+    [
+        ({"n_layers": 0}, "ModelSpec.n_layers: must be >= 1, got 0"),
+        ({"head_dim": True}, "ModelSpec.head_dim: must be an integer, got True (bool)"),
+        ({"hidden": 64.0}, "ModelSpec.hidden: must be an integer, got 64.0 (float)"),
+        ({"n_q_heads": 5}, "ModelSpec.n_q_heads: must be a multiple of n_kv_heads (2), got 5"),
+        ({"rope_theta": 0.0}, "ModelSpec.rope_theta: must be > 0, got 0.0"),
+        ({"rms_eps": float("nan")}, "ModelSpec.rms_eps: must be finite, got nan"),
+        ({"qk_norm": 1}, "ModelSpec.qk_norm: must be a bool, got 1 (int)"),
+        ({"name": ""}, "ModelSpec.name: must be a non-empty string, got ''"),
+        ({"experts_active": 2}, "ModelSpec.experts_active: must be 0 for a dense model (n_experts=0), got 2"),
+        (
+            {"n_experts": 4, "experts_active": 5, "moe_mlp_hidden": 8},
+            "ModelSpec.experts_active: must be in [1, n_experts=4] for a mixture-of-experts model, got 5",
+        ),
+    ],
+)
 def test_model_validation_names_field_and_value(change, message):
     with pytest.raises(ValueError) as e:
         dataclasses.replace(get_model("tiny"), **change)
@@ -117,17 +149,21 @@ def test_sparsity_defaults_and_validation():
     s = SparsityConfig()
     assert (s.block_size, s.top_k, s.fetch_ratio, s.local_blocks) == (16, 128, 0.05, 1)
     assert (s.resident_blocks, s.resident_tokens) == (129, 2064)
-    for change, message in [({"top_k": 0}, "SparsityConfig.top_k: must be >= 1, got 0"),
-                            ({"fetch_ratio": 1.5}, "SparsityConfig.fetch_ratio: must be in (0, 1], got 1.5"),
-                            ({"fetch_ratio": 0}, "SparsityConfig.fetch_ratio: must be > 0, got 0"),
-                            ({"local_blocks": -1}, "SparsityConfig.local_blocks: must be >= 0, got -1")]:
+    for change, message in [
+        ({"top_k": 0}, "SparsityConfig.top_k: must be >= 1, got 0"),
+        ({"fetch_ratio": 1.5}, "SparsityConfig.fetch_ratio: must be in (0, 1], got 1.5"),
+        ({"fetch_ratio": 0}, "SparsityConfig.fetch_ratio: must be > 0, got 0"),
+        ({"local_blocks": -1}, "SparsityConfig.local_blocks: must be >= 0, got -1"),
+    ]:
         with pytest.raises(ValueError) as e:
             SparsityConfig(**change)
         assert str(e.value) == message
 
 
-@pytest.mark.parametrize("getter, kind, table", [(get_model, "model", MODELS), (get_hardware, "hardware", HARDWARE),
-                                                 (get_link, "link", LINKS)])
+@pytest.mark.parametrize(
+    "getter, kind, table",
+    [(get_model, "model", MODELS), (get_hardware, "hardware", HARDWARE), (get_link, "link", LINKS)],
+)
 def test_lookup_names_bad_name_and_choices(getter, kind, table):
     with pytest.raises(ValueError) as e:
         getter("nope")

@@ -1,11 +1,19 @@
 """The synthetic selection process: calibration to the paper, heads sharing blocks (RPF hand-off), recall of a
 capped resident set, shift bursts, determinism, torch without host sync."""
+
 import numpy as np
 import pytest
 
 from oasis_core.fetchcap import Fixed, Unlimited
-from oasis_core.synthetic import (SyntheticParams, SyntheticSelection, capped_recall, head_union, measure,
-                                  param_help, set_hits)
+from oasis_core.synthetic import (
+    SyntheticParams,
+    SyntheticSelection,
+    capped_recall,
+    head_union,
+    measure,
+    param_help,
+    set_hits,
+)
 
 LAYERS, HEADS, REQUESTS = 36, 8, 4
 ROWS = LAYERS * HEADS * REQUESTS  # 1,152 rows
@@ -119,8 +127,9 @@ def test_torch_same_seed_same_sequence():
 
 def test_torch_step_never_syncs_with_host(monkeypatch):
     torch = pytest.importorskip("torch")
-    sel = SyntheticSelection(24, torch.tensor([300] * 12 + [40] * 12), 32, SyntheticParams(shift_step=1), seed=0,
-                             layers=3, kv_heads=2)
+    sel = SyntheticSelection(
+        24, torch.tensor([300] * 12 + [40] * 12), 32, SyntheticParams(shift_step=1), seed=0, layers=3, kv_heads=2
+    )
 
     def forbid(*args, **kwargs):
         raise AssertionError("host synchronisation inside step()")
@@ -134,11 +143,24 @@ def test_torch_step_never_syncs_with_host(monkeypatch):
     assert steps[0].true_next.dtype == torch.int64
 
 
-@pytest.mark.parametrize("field,value", [("drift_rate", 0.8), ("drift_rate", -0.1), ("drift_rate", 0.3),
-                                         ("drift_zone", 0.0), ("head_share", 1.5), ("window_fraction", 0.0),
-                                         ("hot_fraction", 1.0), ("draft_error_rate", 0.002),
-                                         ("proxy_error_rate", 1.5), ("shift_step", -2), ("shift_fraction", 0.9),
-                                         ("novelty_rate", -0.1), ("novelty_rate", float("inf"))])
+@pytest.mark.parametrize(
+    "field,value",
+    [
+        ("drift_rate", 0.8),
+        ("drift_rate", -0.1),
+        ("drift_rate", 0.3),
+        ("drift_zone", 0.0),
+        ("head_share", 1.5),
+        ("window_fraction", 0.0),
+        ("hot_fraction", 1.0),
+        ("draft_error_rate", 0.002),
+        ("proxy_error_rate", 1.5),
+        ("shift_step", -2),
+        ("shift_fraction", 0.9),
+        ("novelty_rate", -0.1),
+        ("novelty_rate", float("inf")),
+    ],
+)
 def test_params_validation_names_the_field(field, value):
     with pytest.raises(ValueError, match=f"SyntheticParams.{field}|SyntheticParams.draft_layer_spread"):
         SyntheticParams(**{field: value})
@@ -146,15 +168,25 @@ def test_params_validation_names_the_field(field, value):
 
 def test_every_param_has_help():
     helps = param_help()
-    assert list(helps) == ["drift_rate", "hot_fraction", "drift_zone", "window_fraction", "head_share",
-                           "draft_error_rate", "draft_layer_spread", "proxy_error_rate", "shift_step",
-                           "shift_fraction", "novelty_rate"]
+    assert list(helps) == [
+        "drift_rate",
+        "hot_fraction",
+        "drift_zone",
+        "window_fraction",
+        "head_share",
+        "draft_error_rate",
+        "draft_layer_spread",
+        "proxy_error_rate",
+        "shift_step",
+        "shift_fraction",
+        "novelty_rate",
+    ]
     assert all(len(h) > 20 for h in helps.values())
 
 
 # -- heads of a layer share blocks: the RPF hand-off (union over heads, block granularity) -----------------------
 
-GIB, BLOCK_LAYER_BYTES = 2 ** 30, LAYERS * HEADS * 8 * 2 ** 10  # Qwen3-8B: 8 KiB per (block, head), 36 x 8
+GIB, BLOCK_LAYER_BYTES = 2**30, LAYERS * HEADS * 8 * 2**10  # Qwen3-8B: 8 KiB per (block, head), 36 x 8
 
 
 @pytest.mark.parametrize("n_blocks,paper_gib", [(1536, 0.52), (2048, 0.46)])  # 24K and 32K tokens
@@ -175,7 +207,7 @@ def test_heads_share_positions_and_drift_in_lock_step():
     for _ in range(10):
         s = sel.step()
         for g in range(2):
-            heads = s.true_next[g * HEADS:(g + 1) * HEADS]
+            heads = s.true_next[g * HEADS : (g + 1) * HEADS]
             same = (heads == heads[0]).all(axis=0)  # positions holding one block in every head
             assert 0.8 <= same.mean() <= 0.97, same.mean()
             # the other positions hold each head's own blocks: (nearly always) 8 distinct ids
@@ -192,7 +224,7 @@ def test_union_over_heads_torch_matches_numpy_rule():
     sel = SyntheticSelection(HEADS * 4, torch.full((HEADS * 4,), 1536), K, seed=1, kv_heads=HEADS)
     cur = sel.current()
     u = head_union(cur, HEADS, sel.width)
-    ref = [len(set(cur[g * HEADS:(g + 1) * HEADS].flatten().tolist()) - {-1}) for g in range(4)]
+    ref = [len(set(cur[g * HEADS : (g + 1) * HEADS].flatten().tolist()) - {-1}) for g in range(4)]
     assert u.tolist() == ref
 
 
@@ -209,8 +241,15 @@ def test_capped_resident_set_keeps_the_important_blocks():
     assert got.weighted_recall >= 0.96, got
     assert 0.85 <= got.recall <= 0.95, got
     # uniform drift over every non-hot rank with a wide window (the earlier model) loses far more of the set
-    old = SyntheticSelection(LAYERS * HEADS, N_BLOCKS, K, SyntheticParams(drift_zone=0.75, window_fraction=0.5),
-                             seed=5, layers=LAYERS, kv_heads=HEADS)
+    old = SyntheticSelection(
+        LAYERS * HEADS,
+        N_BLOCKS,
+        K,
+        SyntheticParams(drift_zone=0.75, window_fraction=0.5),
+        seed=5,
+        layers=LAYERS,
+        kv_heads=HEADS,
+    )
     worse = capped_recall(old, steps=30, cap=Fixed(0.05), warmup=20)
     assert worse.recall < 0.7 and worse.weighted_recall < got.weighted_recall - 0.05, worse
 
@@ -228,6 +267,7 @@ def test_fetch_all_traffic_matches_table2():
 
 def _digest(sel, steps, to_numpy=np.asarray):
     import hashlib
+
     h = hashlib.sha256()
     for _ in range(steps):
         s = sel.step()
@@ -244,15 +284,17 @@ def test_novelty_zero_is_bit_identical_numpy():
     sel = SyntheticSelection(72, np.array(_MIXED), 64, SyntheticParams(shift_step=7), seed=123, layers=3, kv_heads=4)
     assert sel.seen is None  # the novelty path is skipped entirely
     assert _digest(sel, 40) == "e9fb556b3ce8fead"
-    explicit = SyntheticSelection(72, np.array(_MIXED), 64, SyntheticParams(shift_step=7, novelty_rate=0.0),
-                                  seed=123, layers=3, kv_heads=4)
+    explicit = SyntheticSelection(
+        72, np.array(_MIXED), 64, SyntheticParams(shift_step=7, novelty_rate=0.0), seed=123, layers=3, kv_heads=4
+    )
     assert _digest(explicit, 40) == "e9fb556b3ce8fead"
 
 
 def test_novelty_zero_is_bit_identical_torch_cpu():
     torch = pytest.importorskip("torch")
-    sel = SyntheticSelection(72, torch.tensor(_MIXED), 64, SyntheticParams(shift_step=7), seed=123, layers=3,
-                             kv_heads=4)
+    sel = SyntheticSelection(
+        72, torch.tensor(_MIXED), 64, SyntheticParams(shift_step=7), seed=123, layers=3, kv_heads=4
+    )
     assert _digest(sel, 40, lambda a: a.numpy()) == "70a7434e6024d330"
 
 
@@ -282,8 +324,9 @@ def test_novelty_rate_brings_that_many_never_seen_blocks(rate):
 
 def test_novelty_torch_matches_the_rate_and_never_syncs(monkeypatch):
     torch = pytest.importorskip("torch")
-    sel = SyntheticSelection(64, torch.full((64,), 512), 64, SyntheticParams(novelty_rate=0.5), seed=2, layers=4,
-                             kv_heads=4)
+    sel = SyntheticSelection(
+        64, torch.full((64,), 512), 64, SyntheticParams(novelty_rate=0.5), seed=2, layers=4, kv_heads=4
+    )
     assert _never_seen_per_row_step(sel, warmup=150, steps=300) == pytest.approx(0.5, abs=0.04)
 
     def forbid(*args, **kwargs):
@@ -316,8 +359,9 @@ def test_novelty_keeps_sets_valid_and_exhausts_gracefully():
 
 def test_novelty_leaves_the_calibration_targets_nearly_unchanged():
     """The paper-scale rate (~0.45 per row per step) moves overlap by ~0.45 / 128 and nothing else measurably."""
-    sel = SyntheticSelection(ROWS, N_BLOCKS, K, SyntheticParams(novelty_rate=0.45), seed=7, layers=LAYERS,
-                             kv_heads=HEADS)
+    sel = SyntheticSelection(
+        ROWS, N_BLOCKS, K, SyntheticParams(novelty_rate=0.45), seed=7, layers=LAYERS, kv_heads=HEADS
+    )
     pct = measure(sel, STEPS).as_percent()
     assert abs(pct["agreement"] - 98.74) <= TOL and abs(pct["proxy_recall"] - 83.9) <= TOL + 0.4, pct
     assert abs(pct["adjacent_overlap"] - 88.0 + 100 * 0.45 / K) <= TOL, pct

@@ -12,11 +12,23 @@ def valid_doc():
         "schema": "oasiskv-trace",
         "version": 1,
         "requests": [
-            {"id": 0, "arrival_s": 0.0, "prompt_tokens": 1000, "output_tokens": 10,
-             "prefix_block_ids": [0, 1], "prefix_block_tokens": 512},
+            {
+                "id": 0,
+                "arrival_s": 0.0,
+                "prompt_tokens": 1000,
+                "output_tokens": 10,
+                "prefix_block_ids": [0, 1],
+                "prefix_block_tokens": 512,
+            },
             {"id": 1, "arrival_s": 1.5, "prompt_tokens": 20, "output_tokens": 3},
-            {"id": 7, "arrival_s": 1.5, "prompt_tokens": 513, "output_tokens": 1,
-             "prefix_block_ids": [0, 5], "prefix_block_tokens": 512},
+            {
+                "id": 7,
+                "arrival_s": 1.5,
+                "prompt_tokens": 513,
+                "output_tokens": 1,
+                "prefix_block_ids": [0, 5],
+                "prefix_block_tokens": 512,
+            },
         ],
     }
 
@@ -36,7 +48,7 @@ def error_of(tmp_path, text):
     assert "\n" not in message
     prefix = f"{path}: "
     assert message.startswith(prefix)
-    return message[len(prefix):]
+    return message[len(prefix) :]
 
 
 def mutated(edit):
@@ -60,6 +72,7 @@ def _set(path, value):
         for key in path[:-1]:
             target = target[key]
         target[path[-1]] = value
+
     return edit
 
 
@@ -69,6 +82,7 @@ def _delete(path):
         for key in path[:-1]:
             target = target[key]
         del target[path[-1]]
+
     return edit
 
 
@@ -79,62 +93,132 @@ MALFORMED = [
     ("truncated", json.dumps(valid_doc())[:60], "invalid JSON at line 1 column 61: Expecting ':' delimiter"),
     ("not utf8", b'{"schema": "\xff"}', "not UTF-8 text: byte 0xff at offset 12"),
     ("nan", '{"schema": "oasiskv-trace", "version": 1, "x": NaN}', "invalid JSON: NaN is not valid JSON"),
-    ("duplicate key", '{"schema": "oasiskv-trace", "schema": "x"}',
-     'invalid JSON: an object repeats the key "schema"'),
+    ("duplicate key", '{"schema": "oasiskv-trace", "schema": "x"}', 'invalid JSON: an object repeats the key "schema"'),
     ("top-level array", "[1, 2]", "top level: must be an object, got array"),
-    ("wrong schema", mutated(_set(["schema"], "other-trace")),
-     'schema: must be "oasiskv-trace", got "other-trace" (string)'),
+    (
+        "wrong schema",
+        mutated(_set(["schema"], "other-trace")),
+        'schema: must be "oasiskv-trace", got "other-trace" (string)',
+    ),
     ("missing schema", mutated(_delete(["schema"])), "schema: missing required field"),
-    ("wrong version", mutated(_set(["version"], 2)), "version: must be 1 (the version this loader reads), got 2 (integer)"),
-    ("version as string", mutated(_set(["version"], "1")),
-     'version: must be 1 (the version this loader reads), got "1" (string)'),
-    ("unknown top-level field", mutated(_set(["colour"], "red")),
-     "colour: unknown field (allowed: schema, version, requests, meta, config, results)"),
+    (
+        "wrong version",
+        mutated(_set(["version"], 2)),
+        "version: must be 1 (the version this loader reads), got 2 (integer)",
+    ),
+    (
+        "version as string",
+        mutated(_set(["version"], "1")),
+        'version: must be 1 (the version this loader reads), got "1" (string)',
+    ),
+    (
+        "unknown top-level field",
+        mutated(_set(["colour"], "red")),
+        "colour: unknown field (allowed: schema, version, requests, meta, config, results)",
+    ),
     ("missing requests", mutated(_delete(["requests"])), "requests: missing required field"),
     ("requests not array", mutated(_set(["requests"], {"0": 1})), 'requests: must be an array, got {"0": 1} (object)'),
     ("no requests", mutated(_set(["requests"], [])), "requests: must hold at least 1 request, got 0"),
     ("request not object", mutated(_set(["requests", 1], 5)), "requests[1]: must be an object, got 5 (integer)"),
-    ("missing field", mutated(_delete(["requests", 2, "output_tokens"])),
-     "requests[2].output_tokens: missing required field"),
-    ("unknown request field", mutated(_set(["requests", 0, "priority"], 1)),
-     "requests[0].priority: unknown field (allowed: id, arrival_s, prompt_tokens, output_tokens, prefix_block_ids, "
-     "prefix_block_tokens)"),
-    ("unknown field with newline", mutated(_set(["requests", 0, "a\nb"], 1)),
-     'requests[0]["a\\nb"]: unknown field (allowed: id, arrival_s, prompt_tokens, output_tokens, prefix_block_ids, '
-     "prefix_block_tokens)"),
-    ("zero output", mutated(_set(["requests", 2, "output_tokens"], 0)), "requests[2].output_tokens: must be >= 1, got 0"),
-    ("negative prompt", mutated(_set(["requests", 1, "prompt_tokens"], -5)),
-     "requests[1].prompt_tokens: must be >= 1, got -5"),
-    ("bool is not int", mutated(_set(["requests", 1, "prompt_tokens"], True)),
-     "requests[1].prompt_tokens: must be an integer, got true (boolean)"),
-    ("float is not int", mutated(_set(["requests", 0, "output_tokens"], 10.0)),
-     "requests[0].output_tokens: must be an integer, got 10.0 (number)"),
-    ("string length", mutated(_set(["requests", 0, "prompt_tokens"], "1000")),
-     'requests[0].prompt_tokens: must be an integer, got "1000" (string)'),
-    ("null arrival", mutated(_set(["requests", 1, "arrival_s"], None)),
-     "requests[1].arrival_s: must be a number, got null (null)"),
-    ("negative arrival", mutated(_set(["requests", 0, "arrival_s"], -0.5)),
-     "requests[0].arrival_s: must be >= 0.0, got -0.5"),
-    ("arrival goes back", mutated(_set(["requests", 2, "arrival_s"], 1.0)),
-     "requests[2].arrival_s: must be >= requests[1].arrival_s (1.5), got 1.0"),
-    ("duplicate id", mutated(_set(["requests", 2, "id"], 0)),
-     "requests[2].id: must be unique but repeats requests[0].id, got 0"),
+    (
+        "missing field",
+        mutated(_delete(["requests", 2, "output_tokens"])),
+        "requests[2].output_tokens: missing required field",
+    ),
+    (
+        "unknown request field",
+        mutated(_set(["requests", 0, "priority"], 1)),
+        "requests[0].priority: unknown field (allowed: id, arrival_s, prompt_tokens, output_tokens, prefix_block_ids, "
+        "prefix_block_tokens)",
+    ),
+    (
+        "unknown field with newline",
+        mutated(_set(["requests", 0, "a\nb"], 1)),
+        'requests[0]["a\\nb"]: unknown field (allowed: id, arrival_s, prompt_tokens, output_tokens, prefix_block_ids, '
+        "prefix_block_tokens)",
+    ),
+    (
+        "zero output",
+        mutated(_set(["requests", 2, "output_tokens"], 0)),
+        "requests[2].output_tokens: must be >= 1, got 0",
+    ),
+    (
+        "negative prompt",
+        mutated(_set(["requests", 1, "prompt_tokens"], -5)),
+        "requests[1].prompt_tokens: must be >= 1, got -5",
+    ),
+    (
+        "bool is not int",
+        mutated(_set(["requests", 1, "prompt_tokens"], True)),
+        "requests[1].prompt_tokens: must be an integer, got true (boolean)",
+    ),
+    (
+        "float is not int",
+        mutated(_set(["requests", 0, "output_tokens"], 10.0)),
+        "requests[0].output_tokens: must be an integer, got 10.0 (number)",
+    ),
+    (
+        "string length",
+        mutated(_set(["requests", 0, "prompt_tokens"], "1000")),
+        'requests[0].prompt_tokens: must be an integer, got "1000" (string)',
+    ),
+    (
+        "null arrival",
+        mutated(_set(["requests", 1, "arrival_s"], None)),
+        "requests[1].arrival_s: must be a number, got null (null)",
+    ),
+    (
+        "negative arrival",
+        mutated(_set(["requests", 0, "arrival_s"], -0.5)),
+        "requests[0].arrival_s: must be >= 0.0, got -0.5",
+    ),
+    (
+        "arrival goes back",
+        mutated(_set(["requests", 2, "arrival_s"], 1.0)),
+        "requests[2].arrival_s: must be >= requests[1].arrival_s (1.5), got 1.0",
+    ),
+    (
+        "duplicate id",
+        mutated(_set(["requests", 2, "id"], 0)),
+        "requests[2].id: must be unique but repeats requests[0].id, got 0",
+    ),
     ("negative id", mutated(_set(["requests", 1, "id"], -1)), "requests[1].id: must be >= 0, got -1"),
-    ("huge int", mutated(_set(["requests", 1, "id"], 2**64)),
-     "requests[1].id: must be <= 9223372036854775807, got 18446744073709551616"),
-    ("absurd token count", mutated(_set(["requests", 1, "output_tokens"], 2**30 + 1)),
-     "requests[1].output_tokens: must be <= 1073741824, got 1073741825"),
-    ("block ids without size", mutated(_delete(["requests", 0, "prefix_block_tokens"])),
-     "requests[0].prefix_block_tokens: must be present when prefix_block_ids is, got nothing"),
-    ("block id not int", mutated(_set(["requests", 0, "prefix_block_ids"], [0, "a"])),
-     'requests[0].prefix_block_ids[1]: must be an integer, got "a" (string)'),
-    ("too many block ids", mutated(_set(["requests", 0, "prefix_block_ids"], [0, 1, 2])),
-     "requests[0].prefix_block_ids: must have at most ceil(prompt_tokens / prefix_block_tokens) = 2 entries, got 3"),
+    (
+        "huge int",
+        mutated(_set(["requests", 1, "id"], 2**64)),
+        "requests[1].id: must be <= 9223372036854775807, got 18446744073709551616",
+    ),
+    (
+        "absurd token count",
+        mutated(_set(["requests", 1, "output_tokens"], 2**30 + 1)),
+        "requests[1].output_tokens: must be <= 1073741824, got 1073741825",
+    ),
+    (
+        "block ids without size",
+        mutated(_delete(["requests", 0, "prefix_block_tokens"])),
+        "requests[0].prefix_block_tokens: must be present when prefix_block_ids is, got nothing",
+    ),
+    (
+        "block id not int",
+        mutated(_set(["requests", 0, "prefix_block_ids"], [0, "a"])),
+        'requests[0].prefix_block_ids[1]: must be an integer, got "a" (string)',
+    ),
+    (
+        "too many block ids",
+        mutated(_set(["requests", 0, "prefix_block_ids"], [0, 1, 2])),
+        "requests[0].prefix_block_ids: must have at most ceil(prompt_tokens / prefix_block_tokens) = 2 entries, got 3",
+    ),
     ("config not object", mutated(_set(["config"], [1])), "config: must be an object, got [1] (array)"),
-    ("results link bytes", mutated(_set(["results"], {"link_bytes": {"pcie_h2d": -1}})),
-     "results.link_bytes.pcie_h2d: must be >= 0, got -1"),
-    ("results step missing duration", mutated(_set(["results"], {"steps": [{"step": 0}]})),
-     "results.steps[0].duration_s: missing required field"),
+    (
+        "results link bytes",
+        mutated(_set(["results"], {"link_bytes": {"pcie_h2d": -1}})),
+        "results.link_bytes.pcie_h2d: must be >= 0, got -1",
+    ),
+    (
+        "results step missing duration",
+        mutated(_set(["results"], {"steps": [{"step": 0}]})),
+        "results.steps[0].duration_s: missing required field",
+    ),
 ]
 
 
@@ -168,8 +252,12 @@ def test_round_trip_is_exact_and_deterministic(tmp_path):
     doc = valid_doc()
     doc["meta"] = {"source": "x.jsonl", "options": {"b": 1, "a": [1, 2]}}
     doc["config"] = {"model": "qwen3-8b", "top_k": 128}
-    doc["results"] = {"steps": [{"step": 0, "duration_s": 0.017, "layer_stage_s": {"pred": [0.1, 0.2]}}],
-                      "link_bytes": {"pcie_h2d": 10}, "selection_file": "sel.npz", "tpot_s": 0.0177}
+    doc["results"] = {
+        "steps": [{"step": 0, "duration_s": 0.017, "layer_stage_s": {"pred": [0.1, 0.2]}}],
+        "link_bytes": {"pcie_h2d": 10},
+        "selection_file": "sel.npz",
+        "tpot_s": 0.0177,
+    }
     trace, _ = load_text(tmp_path, json.dumps(doc))
     save_trace(trace, tmp_path / "a.json")
     again = load_trace(tmp_path / "a.json")
@@ -194,8 +282,7 @@ def test_dataclasses_validate_too():
     with pytest.raises(ValueError) as e:
         Trace(requests=(a,), config={"x": float("inf")})
     assert str(e.value) == "Trace.config.x: must be a finite number, got inf"
-    r = Request(id=1, arrival_s=1, prompt_tokens=600, output_tokens=2, prefix_block_ids=[4, 5],
-                prefix_block_tokens=512)
+    r = Request(id=1, arrival_s=1, prompt_tokens=600, output_tokens=2, prefix_block_ids=[4, 5], prefix_block_tokens=512)
     assert r.arrival_s == 1.0 and isinstance(r.arrival_s, float) and r.prefix_block_ids == (4, 5)
     assert loads_trace(dumps_trace(Trace(requests=[r]))).requests == (r,)
 
@@ -210,6 +297,7 @@ def test_bundled_slice_loads(repo_root):
 @pytest.fixture
 def repo_root():
     from pathlib import Path
+
     return Path(__file__).resolve().parents[2]
 
 
@@ -217,14 +305,33 @@ def repo_root():
 # Fuzz: whatever the bytes, the loader returns a Trace or raises TraceError.
 
 json_values = st.recursive(
-    st.none() | st.booleans() | st.integers(min_value=-2**70, max_value=2**70) | st.floats(allow_nan=False)
+    st.none()
+    | st.booleans()
+    | st.integers(min_value=-(2**70), max_value=2**70)
+    | st.floats(allow_nan=False)
     | st.text(max_size=8),
     lambda children: st.lists(children, max_size=4) | st.dictionaries(st.text(max_size=8), children, max_size=4),
     max_leaves=12,
 )
 
-FIELDS = ["schema", "version", "requests", "meta", "config", "results", "id", "arrival_s", "prompt_tokens",
-          "output_tokens", "prefix_block_ids", "prefix_block_tokens", "steps", "link_bytes", "step", "duration_s"]
+FIELDS = [
+    "schema",
+    "version",
+    "requests",
+    "meta",
+    "config",
+    "results",
+    "id",
+    "arrival_s",
+    "prompt_tokens",
+    "output_tokens",
+    "prefix_block_ids",
+    "prefix_block_tokens",
+    "steps",
+    "link_bytes",
+    "step",
+    "duration_s",
+]
 
 
 @st.composite
@@ -237,9 +344,10 @@ def mutated_docs(draw):
 
         def walk(node):
             if isinstance(node, (dict, list)):
-                containers.append(node)
-                for child in (node.values() if isinstance(node, dict) else node):
+                containers.append(node)  # noqa: B023
+                for child in node.values() if isinstance(node, dict) else node:
                     walk(child)
+
         walk(doc)
         target = draw(st.sampled_from(containers))
         value = draw(json_values)
@@ -274,8 +382,9 @@ def test_fuzz_mutated_documents(tmp_path, doc, cut):
 
 
 @settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
-@given(data=st.binary(max_size=200) | st.text(alphabet='{}[]":,0123456789.eE-+ntrufalsNI \n', max_size=200).map(
-    str.encode))
+@given(
+    data=st.binary(max_size=200) | st.text(alphabet='{}[]":,0123456789.eE-+ntrufalsNI \n', max_size=200).map(str.encode)
+)
 def test_fuzz_arbitrary_bytes(tmp_path, data):
     _loads_only_trace_errors(data, tmp_path / "fuzz.json")
 
