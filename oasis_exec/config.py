@@ -158,10 +158,12 @@ class ExecConfig:
     )
     profile: bool = _f(False, "CUDA events per layer and stage (small overhead)")
     short_context: bool = _f(
-        True,
+        False,
         "sparse modes: a request whose context fits its resident set (top_k + 1 blocks) "
         "runs dense on the GPU, with no host copy, until it outgrows it "
-        "(oasis_core.short_context); off: every request is offloaded from its prefill",
+        "(oasis_core.short_context); off (the default): every request is offloaded from its prefill. Off by default "
+        "because on the H200 it is slower so far: it still predicts and selects for short lanes, and its crossing "
+        "step runs eagerly (experiments/dense_vs_lookahead_throughput/results/short_context.md)",
     )
     synthetic: dict | None = _f(
         None,

@@ -86,7 +86,18 @@ class Mirror:
     "mode, policy", [("lookahead", None), ("proxy", "budget:0.02,min_cap=0,max_ratio=1"), ("retrieval", None)]
 )
 def test_runner_slots_keep_the_mapping_invariants(mode, policy):
-    eng = Engine(cfg(mode, top_k=3, fetch_ratio=0.67, max_context=400, max_lanes=2, fetch_policy=policy, link_gb_s=1.0))
+    eng = Engine(
+        cfg(
+            mode,
+            top_k=3,
+            fetch_ratio=0.67,
+            max_context=400,
+            max_lanes=2,
+            fetch_policy=policy,
+            link_gb_s=1.0,
+            short_context=True,
+        )
+    )
     mirror = Mirror(eng.runner)
     for p in prompts(6, (40, 65, 50)):  # three requests on two lanes: a lane is reused
         eng.add_request(p, SamplingParams(max_tokens=60))

@@ -27,7 +27,7 @@ def _engine(mode, **kw):
             max_lanes=2,
             draft_vocab=64,
             prefill_chunk=48,
-            **kw,
+            **{"short_context": True, **kw},
         )
     )
 

@@ -245,6 +245,7 @@ def _exec_plans():
             host_kv_gb=(HOST_BLOCKS + 0.5) * unit / 1e9,
             draft_vocab=64,
             prefill_chunk=CHUNK,
+            short_context=True,  # the simulator's default: both backends apply the rule
         )
     )
     assert eng.runner.host_blocks_total == HOST_BLOCKS
