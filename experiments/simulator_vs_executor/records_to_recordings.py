@@ -1,6 +1,6 @@
 """Executor recordings from H200 bench records: one ``*.json`` recording per graph-mode bench record.
 
-    python experiments/simulator_vs_executor/records_to_recordings.py [JSONL ...] [--out traces/recordings_fused_2026-11-30]
+    python experiments/simulator_vs_executor/records_to_recordings.py [JSONL ...] [--out traces/recordings_fused]
                                              [--unfused-out DIR] [--dry-run]
 
 Each JSONL line is one ``oasis_exec.bench.run_bench`` record plus the runner's fields (``label``, ``kind``,
@@ -18,7 +18,7 @@ label (:func:`classify`):
 
 - not ``status: ok`` (``started`` markers are superseded by their ``ok`` line; ``error`` / ``skipped`` runs);
 - eager steps (``cuda_graph`` false, including the profiled runs): launch-bound, 2.5-6.4x slower than the same
-  graph-captured step, a different regime (``traces/recordings_eager_2026-11-30/`` holds the older eager ones);
+  graph-captured step, a different regime (``traces/recordings_eager/`` holds the older eager ones);
 - no-transfer twins (``no_transfer``): the run planned selections but skipped the copies, which the simulator
   cannot express (its lookahead mode always copies what it plans); a replay would time copies the run skipped;
 - fused-off twins (``fused_ops`` false): another executor (the plain torch ops and selection); written to
@@ -54,7 +54,7 @@ DEFAULT_INPUTS = tuple(
         "transfer_paths/results/uva_vs_host_in_step.jsonl",
     )
 )
-DEFAULT_OUT = os.path.join(REPO, "traces", "recordings_fused_2026-11-30")
+DEFAULT_OUT = os.path.join(REPO, "traces", "recordings_fused")
 LOG_NAME = "_records_to_recordings.jsonl"
 BENCH_KEYS = ("mode", "context", "concurrency", "steps", "tpot_ms_p50", "tpot_ms_p99", "throughput_tok_s")
 # runner fields worth keeping with the recording (meta): what the simulator has no field for, and provenance
