@@ -1,4 +1,4 @@
-"""Issue 5's H200 sweep: dense against lookahead at one KV budget (52 GB), per context, in one process.
+"""The H200 sweep: dense against lookahead at one KV budget (52 GB), per context, in one process.
 
     python experiments/dense_vs_lookahead_throughput/h200_headline.py --out FILE.jsonl [--budget-s 480] [--fused-ab] [--dry-run]
     python experiments/dense_vs_lookahead_throughput/h200_headline.py --out /tmp/s.jsonl --device cpu --model tiny --contexts 64 --dense-n 2,max \\
@@ -12,10 +12,10 @@ whole-step CUDA graphs, host pool not filled). The default plan (``--preset head
 
 - ``dense`` at ``--dense-n`` (16K: 8,12,16,max; 32K: 4,8,max; ``max`` = the engine's lanes for mode=dense at the
   budget, ``int(budget // DenseStore.bytes_per_lane)``: 21 at 16K, 10 at 32K);
-- the whole-H200 dense anchors of issue 5 item 3 at ``--anchors`` (16K: 8,32; 32K: 8) with ``--anchor-kv-gb`` 120;
+- the whole-H200 dense anchors (dense given the whole GPU) at ``--anchors`` (16K: 8,32; 32K: 8) with ``--anchor-kv-gb`` 120;
 - ``lookahead`` at ``--la-n`` (16K: 8,16,32,48,64,80; 32K: 8,16,24,32,40) and at the largest of the ``--max-n``
   candidates that host memory allows (16K: 88,84; 32K: 44,42; tried in order, the first that runs wins);
-- ``--no-transfer`` twins (issue 5 item 2) at ``--nt-n`` (16K: 16,64);
+- ``--no-transfer`` twins (the overlap reference) at ``--nt-n`` (16K: 16,64);
 - the sensitivity variants ``--variants`` (drift x2 and x4 of the synthetic default, fetch ratios 0.02 and 0.10)
   at ``--sens-n`` (16K only: ``all`` = every lookahead concurrency of the context's sweep, host maximum included);
 - with ``--fused-ab``, ``fused_ops=False`` twins of dense-8 and lookahead-16 at the first context.
@@ -561,7 +561,7 @@ def parse_args(argv):
     ap.add_argument(
         "--max-n", action="append", help=f"host-maximum candidates, largest first; the first that runs wins; {spec}"
     )
-    ap.add_argument("--nt-n", action="append", help=f"--no-transfer twins (issue 5 item 2); {spec}")
+    ap.add_argument("--nt-n", action="append", help=f"--no-transfer twins (the overlap reference); {spec}")
     ap.add_argument("--sens-n", action="append", help=f"where the variants run ('all' = every lookahead n); {spec}")
     ap.add_argument("--anchors", action="append", help=f"whole-GPU dense anchors at --anchor-kv-gb; {spec}")
     ap.add_argument(

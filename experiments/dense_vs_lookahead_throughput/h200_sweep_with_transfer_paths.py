@@ -1,11 +1,11 @@
-"""Issue 5's H200 measurements in one process, so the pinned host pool is pinned once for all of them.
+"""The headline sweep and the transfer-path comparison on the H200 in one process, so the pinned host pool is pinned once for all of them.
 
     python experiments/dense_vs_lookahead_throughput/h200_sweep_with_transfer_paths.py --out-dir DIR [--budget-s 420] [--torch-select] [--dry-run]
 
 1. ``h200_headline.py --preset headline`` (dense vs lookahead at 52 GB, 16K and 32K, to each mode's maximum; the
    no-transfer twins; the whole-H200 dense anchors; fused vs plain twins; the sensitivity variants at a few 16K
    points) -> DIR/headline.jsonl;
-2. ``transfer_paths.py`` (issue 5 item 1: UVA gather on 8/16/32 programs against the host-threaded gather + DMA, at
+2. ``transfer_paths.py`` (UVA gather on 8/16/32 programs against the host-threaded gather + DMA, at
    64, 32 and 8 requests) -> DIR/transfer_paths.jsonl, on what is left of the budget.
 
 The headline pins its largest pool first (``oasis_exec.kv_store.pinned_pieces`` keeps it); the transfer runs reuse
