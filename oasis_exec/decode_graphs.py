@@ -26,7 +26,7 @@ class DecodeGraphs:
             sources,
             n_kv_heads,
         )
-        self.graphs = {}  # batch size -> (graph, static inputs, logits, aux)
+        self.graphs = {}  # (batch size, short lanes possible) -> (graph, static inputs, logits, aux)
         self._warm = set()
 
     def ok(self, lanes_list) -> bool:
@@ -45,15 +45,17 @@ class DecodeGraphs:
             return False
         return lanes_list == list(range(len(lanes_list)))
 
-    def replay(self, lanes_list, toks, pos, sets):
-        """The decode step of lanes 0..B-1 (``ok``): eager the first time, captured the second, replayed after.
-        Returns (logits [B, V], aux) of the graph's static outputs."""
+    def replay(self, lanes_list, toks, pos, sets, short_active=True):
+        """The decode step of lanes 0..B-1 (``ok``): eager the first time, captured the second, replayed after; one
+        graph per batch size and ``short_active`` (whether the step carries the short-context masks). Returns
+        (logits [B, V], aux) of the graph's static outputs."""
         B = len(lanes_list)
-        g = self.graphs.get(B)
-        if g is None and B not in self._warm:  # one eager step first: kernels compile, workspaces allocate
-            self._warm.add(B)
+        key = (B, bool(short_active))
+        g = self.graphs.get(key)
+        if g is None and key not in self._warm:  # one eager step first: kernels compile, workspaces allocate
+            self._warm.add(key)
             lanes = torch.arange(B, device=self.device)
-            return self.model.decode_core(lanes, slice(0, B * self.H), toks, pos, sets, None)
+            return self.model.decode_core(lanes, slice(0, B * self.H), toks, pos, sets, None, short_active=short_active)
         if g is None:
             if self.pipe is not None:
                 self.pipe.wait_all()
@@ -66,12 +68,18 @@ class DecodeGraphs:
             torch.cuda.synchronize()
             graph = torch.cuda.CUDAGraph()
             if self.pipe is not None:
-                self.pipe.begin_capture(B)
+                self.pipe.begin_capture(key)
             self.model.capturing = True
             try:
                 with no_gc(), torch.cuda.graph(graph):
                     logits, aux = self.model.decode_core(
-                        st["lanes"], slice(0, B * self.H), st["toks"], st["pos"], st["sets"], None
+                        st["lanes"],
+                        slice(0, B * self.H),
+                        st["toks"],
+                        st["pos"],
+                        st["sets"],
+                        None,
+                        short_active=short_active,
                     )
                     if self.pipe is not None:
                         self.pipe.wait_all()  # every side stream joins before the capture ends
@@ -79,8 +87,8 @@ class DecodeGraphs:
                 self.model.capturing = False
             if self.pipe is not None:
                 st["keep"], self.pipe.keep = self.pipe.keep, []
-                self.pipe.capture_copies(B)  # UVA copy graphs: this step's copies, a graph of their own
-            g = self.graphs[B] = (graph, st, logits, aux)
+                self.pipe.capture_copies(key)  # UVA copy graphs: this step's copies, a graph of their own
+            g = self.graphs[key] = (graph, st, logits, aux)
         graph, st, logits, aux = g
         st["toks"].copy_(toks)
         st["pos"].copy_(pos)
@@ -90,7 +98,7 @@ class DecodeGraphs:
             self.pipe.before_replay()  # the host path's graph mode: last step's copies are enqueued
         graph.replay()
         if self.pipe is not None:
-            self.pipe.after_replay(B)  # UVA copy graphs: its copies; host path's graph mode: the worker's jobs
+            self.pipe.after_replay(key)  # UVA copy graphs: its copies; host path's graph mode: the worker's jobs
         return logits, aux
 
     def close(self) -> None:

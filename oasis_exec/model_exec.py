@@ -223,10 +223,12 @@ class ModelExec:
             st.k[l][dst] = kk.reshape(H * self.K, bs, -1)
             st.v[l][dst] = vv.reshape(H * self.K, bs, -1)
 
-    def decode_core(self, lanes, rows, toks, pos, sets, recorded, cross=None):
+    def decode_core(self, lanes, rows, toks, pos, sets, recorded, cross=None, short_active=True):
         """One decode step for lanes [B]; rows: the lanes' rows (slice or index). Reads only device tensors, so the
         same code runs eagerly and under CUDA-graph capture. ``cross``: indices into the batch of lanes at their
-        crossing step (eager only). Returns (logits [B, V], aux [B, 3 * hidden])."""
+        crossing step (eager only). ``short_active``: some lane of the step may be short (the runner decides it on
+        the host from the positions); False runs the plain sparse step, without the short-context masks. Returns
+        (logits [B, V], aux [B, 3 * hidden])."""
         cfg, dev, st, bs, H = self.cfg, self.device, self.store, self.bs, self.H
         B = lanes.shape[0]
         mode = self.mode
@@ -257,7 +259,7 @@ class ModelExec:
             item_dst = (phys[:, None] * H + hh).reshape(-1).to(torch.int32)
             sel_off = torch.arange(st.S, device=dev)
             wb_len, promote = item_len, None
-            if self.short is not None:
+            if self.short is not None and short_active:
                 w = self.short.window_tokens
                 short_row = (pos + 1 <= w).repeat_interleave(H)  # dense this step: no host blocks, cap 0
                 wb_len = torch.where(short_row, torch.zeros_like(item_len), item_len)

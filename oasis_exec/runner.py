@@ -248,12 +248,21 @@ class Runner:
         cross = [i for i, it in enumerate(items) if it.lane in self._crossing]
         if cross:  # short lanes outgrowing their window: their KV so far to the host first (an eager step)
             self._cross([items[i] for i in cross])
+        # host-side: may a lane of this step be short? (positions are known here; no device read)
+        short_active = self.short is not None and min(pos_list) + 1 <= self.short.window_tokens
         if not cross and self.cuda_graphs.ok(lanes_list):
-            logits, aux = self.cuda_graphs.replay(lanes_list, toks, pos, sets)
+            logits, aux = self.cuda_graphs.replay(lanes_list, toks, pos, sets, short_active)
         else:
             lanes = torch.tensor(lanes_list, device=dev)
             logits, aux = self.model.decode_core(
-                lanes, _rows_of(lanes_list, self.H), toks, pos, sets, recorded, cross=cross or None
+                lanes,
+                _rows_of(lanes_list, self.H),
+                toks,
+                pos,
+                sets,
+                recorded,
+                cross=cross or None,
+                short_active=short_active,
             )
         if synth_ready is not None:
             self.sources.presynth(lanes_list, synth_ready)

@@ -96,3 +96,15 @@ def test_lookahead_crossing_runs_to_the_end():
     out = _run(eng, _prompts(60), 50)
     assert len(out[0]) == 50 and eng.runner.counters()["units_fetched"] > 0
     assert eng.stats().host_blocks_used == 0
+
+
+def test_steps_with_no_short_lane_run_the_plain_sparse_step():
+    """The runner decides on the host whether a step may hold a short lane: when none can, the step carries no
+    short-context masks (every background plan gets the plain integer cap), and the output equals the rule off."""
+    prompts = _prompts(120, 150)  # both beyond the 80-token window from their prefill on
+    off = _run(_engine("lookahead", short_context=False), prompts, 12)
+    eng = _engine("lookahead")
+    caps, bg = [], eng.runner.pipe._bg_cap
+    eng.runner.pipe._bg_cap = lambda *a: caps.append(bg(*a)) or caps[-1]
+    assert _run(eng, prompts, 12) == off
+    assert caps and all(isinstance(c, int) for c in caps)
