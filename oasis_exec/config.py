@@ -162,8 +162,8 @@ class ExecConfig:
         "sparse modes: a request whose context fits its resident set (top_k + 1 blocks) "
         "runs dense on the GPU, with no host copy, until it outgrows it "
         "(oasis_core.short_context); off (the default): every request is offloaded from its prefill. Off by default "
-        "because on the H200 it is slower so far: it still predicts and selects for short lanes, and its crossing "
-        "step runs eagerly (experiments/dense_vs_lookahead_throughput/results/short_context.md)",
+        "because on the H200 it is slower so far while lanes are short: it still drafts, scores and selects for "
+        "them, and the crossing step runs eagerly (experiments/dense_vs_lookahead_throughput/results/short_context.md)",
     )
     synthetic: dict | None = _f(
         None,
