@@ -156,7 +156,17 @@ def main(argv=None) -> int:
     ap = build_parser()
     a = ap.parse_args(argv)
     if a.cmd not in ("bench", "generate"):
-        return a.func(a) or 0 if hasattr(a, "func") else 1
+        if not hasattr(a, "func"):
+            return 1
+        try:
+            return a.func(a) or 0
+        except (CliError, ValueError, OSError) as e:  # bad input found by a command's own checks (quality, serve)
+            print(
+                f"{ap.prog} {' '.join(x for x in (a.cmd, getattr(a, 'quality_cmd', None)) if x)}: error: "
+                f"{cliargs.one_line(e)}",
+                file=sys.stderr,
+            )
+            return 2
     logging.basicConfig(level=logging.INFO, format="%(message)s")  # the library's notes (clipping) on stderr
     prog = f"{ap.prog} {a.cmd}"
     try:

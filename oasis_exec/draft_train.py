@@ -19,7 +19,6 @@ real text, teacher forced. ``DIR`` gets ``model.safetensors`` + ``config.json`` 
 
 from __future__ import annotations
 
-import argparse
 import datetime
 import gzip
 import hashlib
@@ -342,7 +341,9 @@ def cmd_train(a) -> int:
 
 
 def main(argv=None) -> int:
-    ap = argparse.ArgumentParser(prog="python -m oasis_exec.draft_train", description=__doc__.split("\n\n")[0])
+    from oasis_core.cliargs import OneLineParser
+
+    ap = OneLineParser(prog="python -m oasis_exec.draft_train", description=__doc__.split("\n\n")[0])
     sub = ap.add_subparsers(dest="cmd", required=True)
     c = sub.add_parser("corpus", help="prompts from real text on this machine (train / held-out files apart)")
     c.add_argument("--model-path", required=True)
@@ -369,8 +370,33 @@ def main(argv=None) -> int:
     t.add_argument("--mlp-hidden", type=int, default=1024)
     t.add_argument("--seed", type=int, default=0)
     a = ap.parse_args(argv)
+    try:
+        check_args(a)
+    except ValueError as e:
+        print(f"{ap.prog} {a.cmd}: error: {e}", file=sys.stderr)
+        return 2
     logging.basicConfig(level=logging.INFO, format="%(message)s")  # progress notes on stderr
     return cmd_corpus(a) if a.cmd == "corpus" else cmd_train(a)
+
+
+def check_args(a) -> None:
+    """Bounds, paths and the device of either subcommand, before the model is loaded (``oasis_exec.cli_checks``)."""
+    from oasis_exec import cli_checks as c
+
+    counts = ("n_train", "n_held", "prompt_len", "held_text_tokens", "gen_len", "gen_batch", "steps", "batch")
+    c.bounds(a, {k: (1, None, False) for k in counts + ("mlp_hidden",)} | {"lr": (0, None, True)})
+    c.existing(a, "model_path")
+    if a.cmd == "corpus":
+        for f in a.held_texts or ():
+            if not os.path.isfile(f):
+                raise ValueError(f"--held-texts: no such file, got {f!r}")
+        c.writable_file(a, "out")
+    else:
+        c.existing(a, "corpus", kind="file")
+        c.device(a)
+        if a.dtype not in ("bfloat16", "float32"):
+            raise ValueError(f"--dtype: must be bfloat16 or float32, got {a.dtype!r}")
+        c.writable_dir(a, "out")
 
 
 if __name__ == "__main__":

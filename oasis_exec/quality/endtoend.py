@@ -766,11 +766,42 @@ def add_command(sub) -> None:
     )
 
 
+def check_args(args) -> None:
+    """Every option's bound, path and device, before anything is loaded (``oasis_exec.cli_checks``)."""
+    from oasis_exec import cli_checks as c
+
+    c.bounds(
+        args,
+        {
+            "fetch_ratios": (0, 1, True),
+            "k_fracs": (0, 1, True),
+            "top_k": (1, None, False),
+            "full_k_check": (1, None, False),
+            "lengths": (1, None, False),
+            "passkey_lengths": (1, None, False),
+            "passkey_depths": (0, 1, False),
+            "passkey_trials": (1, None, False),
+            "answer_tokens": (1, None, False),
+            "ppl_tokens": (1, None, False),
+            "greedy_tokens": (1, None, False),
+            "prefill_chunk": (1, None, False),
+            "time_budget_s": (0, None, True),
+            "threads": (1, None, False),
+        },
+    )
+    c.power_of_two(args, "block_size")
+    c.device(args)
+    c.existing(args, "model_path")
+    c.existing(args, "draft_path", kind="dir")
+    c.writable_file(args, "out")
+
+
 def run(args) -> int:
     from oasis_exec.model import Decoder
 
     from .texts import hf_tokenizer
 
+    check_args(args)
     command = _command(args)
     if args.threads:
         torch.set_num_threads(args.threads)

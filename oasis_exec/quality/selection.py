@@ -458,9 +458,31 @@ def refit(args) -> int:
     return 0
 
 
+def check_args(args) -> None:
+    """Every option's bound, path and device, before anything is loaded (``oasis_exec.cli_checks``)."""
+    from oasis_exec import cli_checks as c
+
+    c.bounds(
+        args,
+        {
+            "n_tokens": (1, None, False),
+            "k_frac": (0, 1, True),
+            "positions": (1, None, False),
+            "n_layers": (1, None, False),
+        },
+    )
+    c.power_of_two(args, "block_size")
+    c.device(args)
+    c.existing(args, "model_path")
+    c.existing(args, "draft_path", kind="dir")
+    c.existing(args, "refit", kind="file")
+    c.writable_file(args, "out")
+
+
 def run(args) -> int:
     from .texts import token_ids
 
+    check_args(args)
     if args.refit:
         return refit(args)
     t0 = time.time()

@@ -1,0 +1,82 @@
+"""Front-door checks for the hand-written command lines (``quality selection|endtoend``, ``draft_train``): every
+bound and path said as its option, before a model is loaded, so a bad value is one line and exit 2, not a traceback
+minutes into a run. Each check raises ``ValueError("--option: rule, got value")``."""
+
+from __future__ import annotations
+
+import math
+import os
+import re
+
+
+def _flag(dest: str) -> str:
+    return "--" + dest.replace("_", "-")
+
+
+def _values(v):
+    return v if isinstance(v, (list, tuple)) else [v]
+
+
+def bounds(args, spec: dict) -> None:
+    """``spec``: option dest -> (low, high, low_open). None values are skipped; every element of a list is checked."""
+    for dest, (lo, hi, lo_open) in spec.items():
+        v = getattr(args, dest, None)
+        if v is None:
+            continue
+        for x in _values(v):
+            bad = not math.isfinite(x) or (x <= lo if lo_open else x < lo) or (hi is not None and x > hi)
+            if bad:
+                side = "(" if lo_open else "["
+                top = f"{hi}]" if hi is not None else "inf)"
+                raise ValueError(f"{_flag(dest)}: must be in {side}{lo}, {top}, got {x!r}")
+
+
+def power_of_two(args, dest: str) -> None:
+    v = getattr(args, dest, None)
+    if v is not None and (v < 1 or v & (v - 1)):
+        raise ValueError(f"{_flag(dest)}: must be a power of two, got {v!r}")
+
+
+def device(args, dest: str = "device") -> None:
+    v = getattr(args, dest)
+    if not re.fullmatch(r"cpu|cuda(:\d+)?", v):
+        raise ValueError(f"{_flag(dest)}: must be cpu, cuda or cuda:N, got {v!r}")
+    if v.startswith("cuda"):
+        import torch
+
+        if not torch.cuda.is_available():
+            raise ValueError(f"{_flag(dest)}: {v} asked for, but CUDA is not available here")
+
+
+def existing(args, *dests: str, kind: str = "path") -> None:
+    for dest in dests:
+        v = getattr(args, dest, None)
+        if v is None:
+            continue
+        ok = os.path.isdir(v) if kind == "dir" else os.path.isfile(v) if kind == "file" else os.path.exists(v)
+        if not ok:
+            raise ValueError(f"{_flag(dest)}: no such {kind}, got {v!r}")
+
+
+def writable_file(args, dest: str = "out") -> None:
+    """The output file's folder exists and is writable, and the path is not a folder."""
+    v = getattr(args, dest, None)
+    if v is None:
+        return
+    if os.path.isdir(v):
+        raise ValueError(f"{_flag(dest)}: is a folder, want a file, got {v!r}")
+    parent = os.path.dirname(os.path.abspath(v))
+    if not os.path.isdir(parent) or not os.access(parent, os.W_OK):
+        raise ValueError(f"{_flag(dest)}: folder {parent!r} does not exist or is not writable, got {v!r}")
+
+
+def writable_dir(args, dest: str = "out") -> None:
+    """An output folder: it may not exist yet, but its parent must, and it must not be a file."""
+    v = getattr(args, dest, None)
+    if v is None:
+        return
+    if os.path.isfile(v):
+        raise ValueError(f"{_flag(dest)}: is a file, want a folder, got {v!r}")
+    parent = os.path.dirname(os.path.abspath(v))
+    if not os.path.isdir(v) and (not os.path.isdir(parent) or not os.access(parent, os.W_OK)):
+        raise ValueError(f"{_flag(dest)}: folder {parent!r} does not exist or is not writable, got {v!r}")
