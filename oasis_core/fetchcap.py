@@ -13,7 +13,9 @@ A policy has two faces:
 Adaptive policies (drift-aware, link-rate-aware, byte budgets from paper eq. 3) subclass ``FetchCapPolicy`` and
 read whatever they need from the context; callers never change. ``LinkBudget`` is the shipped example: eq. 3's
 per-step byte budget ``B_link · T_decode`` split over the rows that miss blocks. ``register_policy`` adds a name to
-``get_policy`` (the simulator's ``--fetch-policy``). Researcher guide: ``docs/policies.md``.
+``get_policy`` (the simulator's ``--fetch-policy``). The other shipped adaptive policies live in their own files:
+``fetchcap_drift.DriftAdaptive`` (``drift``), ``fetchcap_layers.PerLayer`` (``per-layer``) and
+``fetchcap_recall.RecallTarget`` (``recall``). Researcher guide: ``docs/policies.md``.
 """
 
 from __future__ import annotations
