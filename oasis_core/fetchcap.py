@@ -13,18 +13,24 @@ A policy has two faces:
 Adaptive policies (drift-aware, link-rate-aware, byte budgets from paper eq. 3) subclass ``FetchCapPolicy`` and
 read whatever they need from the context; callers never change. ``LinkBudget`` is the shipped example: eq. 3's
 per-step byte budget ``B_link · T_decode`` split over the rows that miss blocks. ``register_policy`` adds a name to
-``get_policy`` (the simulator's ``--fetch-policy``). Researcher guide: ``docs/policies.md``.
+``get_policy`` (the simulator's ``--fetch-policy``). The other shipped adaptive policies live in their own files:
+``fetchcap_drift.DriftAdaptive`` (``drift``), ``fetchcap_layers.PerLayer`` (``per-layer``) and
+``fetchcap_recall.RecallTarget`` (``recall``). Researcher guide: ``docs/policies.md``.
 """
 
 from __future__ import annotations
 
+import dataclasses
+import importlib
 import math
 import numbers
 from abc import ABC, abstractmethod
 from dataclasses import dataclass
 from typing import Any, Callable, Optional
 
-from .xp import namespace
+import numpy as np
+
+from .xp import is_torch, namespace
 
 DEFAULT_FETCH_RATIO = 0.05  # paper default: 0.05 of K, about 6 blocks per head per step at K = 128
 
@@ -48,6 +54,14 @@ class CapContext:
     row_weight: how many rows of the step each context row stands for (1 when the caller plans every row, as the
         executor would; the simulator samples rows and sets it to the rows each sampled row represents). A byte
         budget over the whole step is divided by it before it is split over the context rows.
+    n_predicted: array [R] of valid (non -1) entries of each row's predicted set, or None when unknown.
+    layer: the layer index of every row of this call (the executor plans one layer per call), or None when the rows
+        span all ``layers`` layers in layer-major order, ``R / layers`` rows each (the simulator's sampled layers).
+    layers: layers the per-layer state spans (executor: the model's layers; simulator: ``policy_layers``).
+    row_state: float64 array [R, W] of this call's rows, W = ``len(policy.row_state_init(K))``, or None when the
+        policy keeps none. The caller keeps it from step to step (initialised with ``state_array``); the policy
+        reads and updates it in place (``assign``), on the rows' device, without a host synchronisation.
+    layer_state: float64 array [layers, V], V = ``len(policy.layer_state_init(K))``, kept like ``row_state``.
     """
 
     step: int
@@ -60,6 +74,11 @@ class CapContext:
     link_bytes_per_s: Optional[float] = None
     bytes_per_block_head: Optional[int] = None
     row_weight: float = 1.0
+    n_predicted: Optional[Any] = None
+    layer: Optional[int] = None
+    layers: int = 1
+    row_state: Optional[Any] = None
+    layer_state: Optional[Any] = None
 
     def __post_init__(self):
         if self.step < 0:
@@ -70,6 +89,10 @@ class CapContext:
             raise ValueError(f"CapContext.rows: must be >= 0, got {self.rows}")
         if not (isinstance(self.row_weight, (int, float)) and math.isfinite(self.row_weight) and self.row_weight > 0):
             raise ValueError(f"CapContext.row_weight: must be a finite number > 0, got {self.row_weight!r}")
+        if isinstance(self.layers, bool) or not isinstance(self.layers, int) or self.layers < 1:
+            raise ValueError(f"CapContext.layers: must be an integer >= 1, got {self.layers!r}")
+        if self.layer is not None and not (isinstance(self.layer, int) and 0 <= self.layer < self.layers):
+            raise ValueError(f"CapContext.layer: must be None or an integer in [0, {self.layers}), got {self.layer!r}")
 
 
 class FetchCapPolicy(ABC):
@@ -94,6 +117,14 @@ class FetchCapPolicy(ABC):
     @abstractmethod
     def spec(self) -> str:
         """The string ``get_policy`` parses back into this policy (recorded with results)."""
+
+    def row_state_init(self, top_k: int) -> tuple:
+        """Initial values of one row's state columns (``CapContext.row_state``); () when the policy keeps none."""
+        return ()
+
+    def layer_state_init(self, top_k: int) -> tuple:
+        """Initial values of one layer's state columns (``CapContext.layer_state``); () when it keeps none."""
+        return ()
 
     def __str__(self) -> str:
         return self.spec
@@ -147,6 +178,23 @@ class Unlimited(FetchCapPolicy):
     @property
     def spec(self) -> str:
         return "unlimited"
+
+
+def state_array(values: tuple, rows: int, like=None):
+    """A float64 array [rows, len(values)], every row ``values``: numpy, or a torch tensor on ``like``'s device."""
+    data = [[float(v) for v in values]] * rows
+    if like is not None and is_torch(like):
+        torch = importlib.import_module("torch")
+        return torch.tensor(data, dtype=torch.float64, device=like.device).reshape(rows, len(values))
+    return np.asarray(data, dtype=np.float64).reshape(rows, len(values))
+
+
+def assign(dst, src) -> None:
+    """``dst[...] = src`` in place, for a numpy view or a torch tensor (a device copy: no host synchronisation)."""
+    if is_torch(dst):
+        dst.copy_(src)
+    else:
+        dst[...] = src
 
 
 def _num(x: float) -> str:
@@ -333,6 +381,45 @@ def _parse_budget(spec, arg):
         raise ValueError(f"fetch cap {spec!r}: {e}") from None
 
 
+def parse_fields(spec: str, arg: Optional[str], cls, fields: dict, positional: Optional[str] = None):
+    """``cls(**kw)`` from ``arg`` = ``[VALUE,]FIELD=VALUE,...`` (the first bare value is ``positional``); ``fields``
+    maps each accepted field to ``int`` or ``float``. Errors name the spec, the field and the value."""
+    kw = {}
+    parts = [p.strip() for p in arg.split(",")] if arg else []
+    if parts and "=" not in parts[0] and positional is not None:
+        kw[positional] = parts.pop(0)
+    for p in parts:
+        key, eq, val = (x.strip() for x in p.partition("="))
+        if not eq or key not in fields:
+            raise ValueError(f"fetch cap {spec!r}: {p!r} is not FIELD=VALUE with FIELD one of {', '.join(fields)}")
+        if key in kw:
+            raise ValueError(f"fetch cap {spec!r}: {key} given twice")
+        kw[key] = val
+    for key, val in kw.items():
+        try:
+            kw[key] = fields[key](val)
+        except ValueError:
+            kind = "an integer" if fields[key] is int else "a number"
+            raise ValueError(f"fetch cap {spec!r}: {cls.__name__}.{key}: must be {kind}, got {val!r}") from None
+    try:
+        return cls(**kw)
+    except ValueError as e:
+        raise ValueError(f"fetch cap {spec!r}: {e}") from None
+
+
+def spec_of(policy, name: str, positional: Optional[str] = None) -> str:
+    """``name[:POSITIONAL][,FIELD=VALUE...]`` with only the fields that differ from the class defaults."""
+    default = type(policy)()
+    out = []
+    if positional is not None:
+        out.append(_num(getattr(policy, positional)))
+    for f in dataclasses.fields(policy):
+        v = getattr(policy, f.name)
+        if f.name != positional and v != getattr(default, f.name):
+            out.append(f"{f.name}={v if isinstance(v, int) else _num(v)}")
+    return name + (":" + ",".join(out) if out else "")
+
+
 register_policy("fixed", "fixed[:RATIO]", _parse_fixed)
 register_policy("unlimited", "unlimited", _parse_unlimited)
 register_policy("budget", "budget[:FRACTION][,min_cap=N][,max_ratio=R][,first_ratio=R]", _parse_budget)
@@ -355,3 +442,7 @@ def get_policy(spec: str) -> FetchCapPolicy:
         choices = ", ".join(usage for usage, _ in _REGISTRY.values())
         raise ValueError(f"fetch cap {spec!r}: unknown policy {name!r}; choices: {choices}")
     return entry[1](spec, arg if sep else None)
+
+
+# The adaptive policies shipped in their own files register themselves here, so that get_policy knows them.
+from . import fetchcap_drift, fetchcap_layers, fetchcap_recall  # noqa: E402, F401

@@ -14,6 +14,16 @@ each standing for its row in every layer, so a byte budget for the whole step is
 ``drift_so_far`` is not tracked (None), ``bytes_moved_total`` stays 0 and ``step`` is the decode-step count when
 the cap was evaluated (frozen at capture under CUDA graphs): a policy that reads them is eager-only here.
 
+Per-row and per-layer context: ``n_predicted`` (valid entries of ``pred``), ``layer`` (the call's layer) and
+``layers = n_layers``. A policy's state lives here, on the device, allocated once: ``layer_state`` [n_layers, V]
+(passed whole) and ``row_state`` [n_layers, state_rows, W], of which a call passes its rows' slice. With ``rows``
+(the store row ids of the call's rows, an int64 device tensor) the slice is gathered at those rows and written back
+after the policy updated it, so a row's state follows its lane; without ``rows`` the call's rows are taken as the
+store's rows ``0 .. R-1`` (exact when the lanes are a prefix). ``state_rows`` defaults to the first call's row
+count, grown (and its new rows initialised) on the host when a later call has more: give the store's row count to
+allocate it before any CUDA-graph capture. A lane's state carries over to the next request in that lane; the
+moving averages forget it within a few steps.
+
 Step time: ``StepClock`` stamps the main stream at the start and end of each decode step (``kernels.step_clock``
 on CUDA, the host clock on CPU), so ``ns[1]`` holds the last step's nanoseconds and ``seconds = ns[1] * 1e-9``.
 Layer l's cap of step t is planned on the prediction stream, which may still run when step t + 1 begins, so each
@@ -28,7 +38,7 @@ from numbers import Integral
 
 import torch
 
-from oasis_core.fetchcap import CapContext, FetchCapPolicy
+from oasis_core.fetchcap import CapContext, FetchCapPolicy, state_array
 from oasis_core.selection import count_missing
 
 
@@ -70,6 +80,7 @@ class DeviceCaps:
         bytes_per_block_head: int,
         link_bytes_per_s: float,
         device: torch.device,
+        state_rows: int | None = None,
     ):
         self.policy, self.top_k, self.n_layers = policy, top_k, n_layers
         self.bytes_per_block_head, self.link_bytes_per_s = bytes_per_block_head, link_bytes_per_s
@@ -82,6 +93,21 @@ class DeviceCaps:
         self.clock = None if self.fixed is not None else StepClock(device=device)
         self.layer_s = None if self.clock is None else torch.zeros(n_layers, dtype=torch.float64, device=device)
         self.steps = 0
+        self._like = torch.empty(0, device=device)  # where the policy state lives
+        self._row_init, self._layer_init = policy.row_state_init(top_k), policy.layer_state_init(top_k)
+        self.row_state = None
+        self.layer_state = state_array(self._layer_init, n_layers, like=self._like) if self._layer_init else None
+        if self._row_init and state_rows:
+            self._grow_rows(state_rows)
+
+    def _grow_rows(self, rows: int) -> None:
+        """Row state for at least ``rows`` store rows per layer (host-side allocation; new rows initialised)."""
+        have = 0 if self.row_state is None else self.row_state.shape[1]
+        if rows <= have:
+            return
+        fresh = state_array(self._row_init, self.n_layers * (rows - have), like=self._like)
+        fresh = fresh.reshape(self.n_layers, rows - have, len(self._row_init))
+        self.row_state = fresh if self.row_state is None else torch.cat([self.row_state, fresh], dim=1)
 
     @property
     def adaptive(self) -> bool:
@@ -101,9 +127,20 @@ class DeviceCaps:
         if self.clock is not None:
             self.layer_s[layer].copy_(self.clock.seconds)
 
-    def context(self, layer: int, resident, pred) -> CapContext:
-        """The ``CapContext`` of one layer's plan: resident [R, S] and pred [R, K] of its rows (device tensors)."""
+    def _row_slice(self, layer: int, n: int, rows):
+        """The call's row state: a view of rows ``0 .. n-1`` of the layer, or a gathered copy at ``rows``."""
+        if rows is None:
+            self._grow_rows(n)
+            return self.row_state[layer, :n]
+        if self.row_state is None:
+            raise ValueError("DeviceCaps.cap: rows given but no state_rows to size the row state by")
+        return self.row_state[layer].index_select(0, rows)
+
+    def context(self, layer: int, resident, pred, rows=None) -> CapContext:
+        """The ``CapContext`` of one layer's plan: resident [R, S] and pred [R, K] of its rows (device tensors);
+        rows: their store row ids (int64 device tensor [R]) or None (see the module docstring)."""
         t = self.layer_s[layer] if self.clock is not None and self.clock.ticked else None
+        n = pred.shape[0]
         return CapContext(
             step=self.steps,
             top_k=self.top_k,
@@ -113,13 +150,22 @@ class DeviceCaps:
             link_bytes_per_s=self.link_bytes_per_s,
             bytes_per_block_head=self.bytes_per_block_head,
             row_weight=float(self.n_layers),
+            n_predicted=(pred >= 0).sum(dim=1),
+            layer=layer,
+            layers=self.n_layers,
+            row_state=self._row_slice(layer, n, rows) if self._row_init else None,
+            layer_state=self.layer_state,
         )
 
-    def cap(self, layer: int, resident, pred):
-        """This step's cap of the layer's rows: an int, or an int64 tensor [R] on the device."""
+    def cap(self, layer: int, resident, pred, rows=None):
+        """This step's cap of the layer's rows: an int, or an int64 tensor [R] on the device. rows: the store row
+        ids of those rows (int64 device tensor), or None: see the module docstring."""
         if self.fixed is not None:
             return self.fixed
-        c = self.policy.cap(self.context(layer, resident, pred))
+        ctx = self.context(layer, resident, pred, rows)
+        c = self.policy.cap(ctx)
+        if rows is not None and ctx.row_state is not None:  # the gathered copy back to the rows' state
+            self.row_state[layer].index_copy_(0, rows, ctx.row_state)
         if isinstance(c, Integral):  # a host-side branch of the policy (no step time yet)
             return min(max(int(c), 0), self.max_cap)
         return c.to(torch.int64)

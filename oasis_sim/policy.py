@@ -38,7 +38,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from oasis_core import modes
-from oasis_core.fetchcap import CapContext, Fixed, Unlimited, get_policy
+from oasis_core.fetchcap import CapContext, Fixed, Unlimited, get_policy, state_array
 from oasis_core.rpf import RemoteLedger
 from oasis_core.selection import count_missing, initial_plan, plan_step
 from oasis_core.synthetic import SyntheticSelection, SyntheticStep
@@ -200,6 +200,12 @@ class Runner:
         self.plans = []
         self.drift = np.zeros(self.rows, dtype=np.int64)  # cumulative missing blocks per row (adaptive policies)
         self.moved_bytes = 0.0
+        # Policy state: the rows are layer-major over the P sampled layers (one request in 'exact'); a replay's rows
+        # count as P layers when they divide evenly, else as one.
+        self.layers = self.P if self.rows % self.P == 0 else 1
+        rs, ls = self.cap.row_state_init(cfg.top_k), self.cap.layer_state_init(cfg.top_k)
+        self.row_state = state_array(rs, self.rows) if rs else None
+        self.layer_state = state_array(ls, self.layers) if ls else None
 
     def step(self, recall: bool = True, link: StepLink | None = None):
         """Per-row arrays (fetch, missing, recall) and per-group remote units per row (or None).
@@ -222,6 +228,10 @@ class Runner:
                 link_bytes_per_s=link.link_bytes_per_s if link is not None else None,
                 bytes_per_block_head=link.bytes_per_block_head if link is not None else None,
                 row_weight=max(n_dec, 1) * self.row_span / self.rows,
+                n_predicted=(pred >= 0).sum(axis=1),
+                layers=self.layers,
+                row_state=self.row_state,
+                layer_state=self.layer_state,
             )
             cap = self.cap.cap(ctx)
         else:
