@@ -329,7 +329,8 @@ class Prefetcher:
         caps = self.caps
         if caps.fixed is not None:
             return caps.fixed
-        return caps.cap(layer, self.store.resident[layer][self._rows_tensor(rows)], pred)
+        idx = self._rows_tensor(rows)
+        return caps.cap(layer, self.store.resident[layer][idx], pred, rows=idx)  # row state keyed by store row
 
     def _bg_cap(self, layer, pred, rows):
         """``_cap`` of a background plan, 0 for the rows in ``zero_rows`` (short lanes, set by the decode step for

@@ -105,6 +105,7 @@ class Runner:
                 bytes_per_block_head=kv.geometry.bytes_per_block_head,
                 link_bytes_per_s=cfg.link_gb_s * 1e9,
                 device=dev,
+                state_rows=kv.max_lanes * self.H,  # per-row policy state sized once: no growth inside a capture
             )
             self.max_cap = self.caps.max_cap
             self.pipe = Prefetcher(cfg=cfg, store=self.store, host=self.host, device=dev, caps=self.caps)
