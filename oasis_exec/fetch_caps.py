@@ -109,6 +109,14 @@ class DeviceCaps:
         fresh = fresh.reshape(self.n_layers, rows - have, len(self._row_init))
         self.row_state = fresh if self.row_state is None else torch.cat([self.row_state, fresh], dim=1)
 
+    def reset_rows(self, rows) -> None:
+        """A new request in these store rows (a lane's KV heads): their policy state starts afresh, not where the
+        lane's previous request left it. Called at admission, outside any captured step."""
+        if self.row_state is None:
+            return
+        init = torch.tensor(self._row_init, dtype=self.row_state.dtype, device=self.row_state.device)
+        self.row_state[:, rows] = init
+
     @property
     def adaptive(self) -> bool:
         return self.clock is not None

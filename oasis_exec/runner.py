@@ -219,6 +219,7 @@ class Runner:
         if self.cfg.sparse:
             self.lane_blocks[a.lane] = list(a.host_blocks)
             self.store.reset_lane(a.lane, a.host_blocks)
+            self.caps.reset_rows(slice(a.lane * self.H, (a.lane + 1) * self.H))  # adaptive policies' row state
         else:
             self.store.reset_lane(a.lane)
         if a.synthetic_prefill:

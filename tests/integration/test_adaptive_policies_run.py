@@ -96,3 +96,40 @@ def test_device_caps_key_row_state_by_store_rows():
     assert caps.row_state[0].tolist() == [[0.0, start]] * 4  # layer 0 untouched
     caps.cap(0, res, pred)  # no row ids: rows 0 and 1 of layer 0
     assert caps.row_state[0, :, 1].tolist() == [2 * start, start - 1, start, start]
+
+
+def test_device_caps_reset_rows_starts_a_new_request_afresh():
+    """A lane reused by a new request: its rows' drift state returns to the policy's initial state; other rows keep
+    theirs (the runner calls this at admission)."""
+    caps = DeviceCaps(
+        policy=get_policy("drift:alpha=1"),
+        top_k=100,
+        n_layers=2,
+        bytes_per_block_head=1,
+        link_bytes_per_s=1.0,
+        device=torch.device("cpu"),
+        state_rows=4,
+    )
+    init = caps.row_state.clone()
+    res = torch.full((4, 4), -1, dtype=torch.int64)
+    pred = torch.tensor([[0, 1, 2, 3]] * 4)  # every row misses everything: every cap grows
+    for layer in (0, 1):
+        caps.cap(layer, res, pred, rows=torch.arange(4))
+    grown = caps.row_state.clone()
+    assert not torch.equal(grown, init)
+    caps.reset_rows(slice(2, 4))
+    assert torch.equal(caps.row_state[:, 2:], init[:, 2:]) and torch.equal(caps.row_state[:, :2], grown[:, :2])
+
+
+def test_runner_resets_the_lane_rows_at_admission():
+    eng = Engine(cfg("lookahead", top_k=3, fetch_ratio=0.67, max_context=400, max_lanes=1, fetch_policy="drift"))
+    caps, calls = eng.runner.caps, []
+    reset = caps.reset_rows
+    caps.reset_rows = lambda rows: (calls.append(rows), reset(rows))
+    for p in prompts(2, (40, 50)):  # one lane, two requests: it is reused
+        eng.add_request(p, SamplingParams(max_tokens=8))
+    while eng.has_work():
+        eng.step()
+    H = eng.runner.H
+    assert calls == [slice(0, H), slice(0, H)]
+    eng.close()
