@@ -333,7 +333,27 @@ def _check_keys(where: str, obj: Dict[str, Any], required: Iterable[str], option
             raise _Problem(_join(where, key), "missing required field")
 
 
-def _parse(obj) -> Trace:
+def _parse_request(i: int, r) -> "Request":
+    """``requests[i]`` of a trace, checked (raises ``_Problem``)."""
+    where = f"requests[{i}]"
+    if not isinstance(r, dict):
+        raise _Problem(where, f"must be an object, got {_show_typed(r)}")
+    _check_keys(where, r, _REQ_REQUIRED, _REQ_OPTIONAL)
+    try:
+        values = _check_request_values(
+            r["id"],
+            r["arrival_s"],
+            r["prompt_tokens"],
+            r["output_tokens"],
+            r.get("prefix_block_ids"),
+            r.get("prefix_block_tokens"),
+        )
+    except _Problem as p:
+        raise _Problem(_join(where, p.where), p.text) from None
+    return Request(*values)
+
+
+def _parse(obj, parsed=None) -> Trace:
     if not isinstance(obj, dict):
         raise _Problem("top level", f"must be an object, got {_json_type(obj)}")
     # schema and version first, so an unrelated JSON file is named as such rather than by its first odd key
@@ -352,29 +372,15 @@ def _parse(obj) -> Trace:
         if name in obj:
             _check_section(name, obj[name])
 
-    raw = obj["requests"]
-    if not isinstance(raw, list):
-        raise _Problem("requests", f"must be an array, got {_show_typed(raw)}")
-    if not raw:
+    if parsed is None:
+        raw = obj["requests"]
+        if not isinstance(raw, list):
+            raise _Problem("requests", f"must be an array, got {_show_typed(raw)}")
+        requests = [_parse_request(i, r) for i, r in enumerate(raw)]
+    else:  # a streaming reader (oasis_core.trace_stream) checked every request as it arrived
+        requests = parsed
+    if not requests:
         raise _Problem("requests", "must hold at least 1 request, got 0")
-    requests = []
-    for i, r in enumerate(raw):
-        where = f"requests[{i}]"
-        if not isinstance(r, dict):
-            raise _Problem(where, f"must be an object, got {_show_typed(r)}")
-        _check_keys(where, r, _REQ_REQUIRED, _REQ_OPTIONAL)
-        try:
-            values = _check_request_values(
-                r["id"],
-                r["arrival_s"],
-                r["prompt_tokens"],
-                r["output_tokens"],
-                r.get("prefix_block_ids"),
-                r.get("prefix_block_tokens"),
-            )
-        except _Problem as p:
-            raise _Problem(_join(where, p.where), p.text) from None
-        requests.append(Request(*values))
     _check_order(requests)
     return Trace(requests=tuple(requests), meta=obj.get("meta"), config=obj.get("config"), results=obj.get("results"))
 

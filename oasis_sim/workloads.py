@@ -17,7 +17,7 @@ from pathlib import Path
 import numpy as np
 
 from oasis_core.importers import fit_context
-from oasis_core.trace import Trace, TraceError, loads_trace
+from oasis_core.trace import Trace, TraceError, load_trace
 
 from .config import SimConfig
 from .scheduler import Req
@@ -37,7 +37,7 @@ def bundled_trace_path() -> Path:
         return Path(__file__).resolve().parent / "data" / BUNDLED_NAME
 
 
-# Traces larger than this are read in chunks behind a tqdm progress bar on stderr.
+# Traces larger than this are streamed (oasis_core.trace_stream) behind a tqdm progress bar on stderr.
 PROGRESS_BYTES = 32 * 2**20
 # The latest arrival a run may simulate: 1e8 s (~3 years). Times are absolute floats, so at 1e8 s their spacing
 # is 1.5e-8 s, below the 1e-7 s (4 decimals of ms) TTFT and TPOT are reported at; far later arrivals would round
@@ -45,33 +45,34 @@ PROGRESS_BYTES = 32 * 2**20
 MAX_ARRIVAL_S = 1e8
 
 
-def _read(path) -> bytes:
-    try:
-        size = os.path.getsize(path)
-        with open(path, "rb") as f:
-            if size < PROGRESS_BYTES:
-                return f.read()
-            from tqdm import tqdm
+def _load_large(path) -> Trace:
+    """A trace of ``PROGRESS_BYTES`` or more: streamed (``oasis_core.trace_stream``), a progress bar on stderr."""
+    from tqdm import tqdm
 
-            chunks = []
-            with tqdm(
-                total=size, unit="B", unit_scale=True, desc=f"reading {Path(path).name}", file=sys.stderr, leave=False
-            ) as bar:
-                for chunk in iter(lambda: f.read(1 << 20), b""):
-                    chunks.append(chunk)
-                    bar.update(len(chunk))
-            return b"".join(chunks)
-    except OSError as e:
-        raise TraceError(f"{path}: cannot read: {e.strerror or type(e).__name__}") from None
+    from oasis_core.trace_stream import load_trace_stream
+
+    with tqdm(
+        total=os.path.getsize(path),
+        unit="B",
+        unit_scale=True,
+        desc=f"reading {Path(path).name}",
+        file=sys.stderr,
+        leave=False,
+    ) as bar:
+        return load_trace_stream(path, progress=bar.update)
 
 
 def load_workload(path) -> Trace:
     """Load and validate a trace (raises ``TraceError`` with a one-line message); a file of ``PROGRESS_BYTES`` or
-    more is read in 1 MiB chunks with a progress bar on stderr."""
+    more is streamed in 1 MiB chunks (each request checked as it arrives) with a progress bar on stderr."""
     if path is not None and os.path.isdir(path):
         raise TraceError(f"{path}: cannot read: is a directory")
     path = bundled_trace_path() if path is None else path
-    return loads_trace(_read(path), str(path))
+    try:
+        large = os.path.getsize(path) >= PROGRESS_BYTES
+    except OSError as e:
+        raise TraceError(f"{path}: cannot read: {e.strerror or type(e).__name__}") from None
+    return _load_large(path) if large else load_trace(path)
 
 
 def make_requests(trace: Trace, cfg: SimConfig) -> list[Req]:
