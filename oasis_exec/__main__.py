@@ -17,6 +17,7 @@ import sys
 from oasis_core import cliargs
 from oasis_core.cliargs import CliError, OneLineParser
 
+from .cli_checks import writable_path
 from .config import (
     BenchConfig,
     ExecConfig,
@@ -52,23 +53,6 @@ def build_parser() -> OneLineParser:
     return ap
 
 
-def _writable_file(option: str, path: str | None) -> None:
-    """Refuse an output file that cannot be written, before the run rather than after it."""
-    if path is None:
-        return
-    if os.path.isdir(path):
-        raise CliError(f"{option} {path}: is a folder")
-    d = os.path.dirname(os.path.abspath(path))
-    while not os.path.exists(d):  # the nearest existing folder must let us create the rest
-        d = os.path.dirname(d)
-    if (
-        not os.path.isdir(d)
-        or not os.access(d, os.W_OK | os.X_OK)
-        or (os.path.exists(path) and not os.access(path, os.W_OK))
-    ):
-        raise CliError(f"{option} {path}: not writable")
-
-
 def prepare_bench(a) -> tuple[ExecConfig, BenchConfig]:
     """The configs of a ``bench`` command line, validated, and its files checked; ``CliError`` when bad."""
     bc = bench_config(a)
@@ -88,8 +72,8 @@ def prepare_bench(a) -> tuple[ExecConfig, BenchConfig]:
             )
     elif bc.record is not None and cfg.device == "cpu":
         raise CliError("--record on the CPU needs --record-hardware (the simulator preset the recording is for)")
-    _writable_file("--out", bc.out)
-    _writable_file("--record", bc.record)
+    writable_path("--out", bc.out)
+    writable_path("--record", bc.record)
     return cfg, bc
 
 

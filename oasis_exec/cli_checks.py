@@ -8,6 +8,8 @@ import math
 import os
 import re
 
+from oasis_core.cliargs import CliError
+
 
 def _flag(dest: str) -> str:
     return "--" + dest.replace("_", "-")
@@ -39,7 +41,9 @@ def power_of_two(args, dest: str) -> None:
 
 def device(args, dest: str = "device") -> None:
     v = getattr(args, dest)
-    if not re.fullmatch(r"cpu|cuda(:\d+)?", v):
+    from oasis_exec.config import DEVICE_PATTERN
+
+    if not re.fullmatch(DEVICE_PATTERN, v):
         raise ValueError(f"{_flag(dest)}: must be cpu, cuda or cuda:N, got {v!r}")
     if v.startswith("cuda"):
         import torch
@@ -58,16 +62,25 @@ def existing(args, *dests: str, kind: str = "path") -> None:
             raise ValueError(f"{_flag(dest)}: no such {kind}, got {v!r}")
 
 
-def writable_file(args, dest: str = "out") -> None:
-    """The output file's folder exists and is writable, and the path is not a folder."""
-    v = getattr(args, dest, None)
-    if v is None:
+def writable_path(option: str, path: str | None) -> None:
+    """Refuse an output file that cannot be written, before the run rather than after it: a folder, or a file whose
+    folder cannot be made or written. Missing folders are created now (every command creates them anyway), so a
+    place where no folder can be made (``/proc/x/``) fails here and not after the work."""
+    if path is None:
         return
-    if os.path.isdir(v):
-        raise ValueError(f"{_flag(dest)}: is a folder, want a file, got {v!r}")
-    parent = os.path.dirname(os.path.abspath(v))
-    if not os.path.isdir(parent) or not os.access(parent, os.W_OK):
-        raise ValueError(f"{_flag(dest)}: folder {parent!r} does not exist or is not writable, got {v!r}")
+    if os.path.isdir(path):
+        raise CliError(f"{option} {path}: is a folder")
+    d = os.path.dirname(os.path.abspath(path))
+    try:
+        os.makedirs(d, exist_ok=True)
+    except OSError as e:
+        raise CliError(f"{option} {path}: cannot create its folder: {e.strerror or type(e).__name__}") from None
+    if not os.access(d, os.W_OK | os.X_OK) or (os.path.exists(path) and not os.access(path, os.W_OK)):
+        raise CliError(f"{option} {path}: not writable")
+
+
+def writable_file(args, dest: str = "out") -> None:
+    writable_path(_flag(dest), getattr(args, dest, None))
 
 
 def writable_dir(args, dest: str = "out") -> None:

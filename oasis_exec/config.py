@@ -20,6 +20,7 @@ PRIORITIES = ("normal", "high", "auto")
 SWITCHES = ("on", "off", "auto")
 DTYPES = ("bfloat16", "float32")
 GB = 1e9
+DEVICE_PATTERN = r"cpu|cuda(:\d+)?"  # ExecConfig.device and the quality / draft_train checks
 
 
 def _f(default, help, choices=None, metavar=None):
@@ -178,7 +179,7 @@ class ExecConfig:
         for f in fields(self):
             if "choices" in f.metadata and getattr(self, f.name) not in f.metadata["choices"]:
                 bad(f.name, f"must be one of {', '.join(f.metadata['choices'])}")
-        if not isinstance(self.device, str) or not re.fullmatch(r"cpu|cuda(:\d+)?", self.device):
+        if not isinstance(self.device, str) or not re.fullmatch(DEVICE_PATTERN, self.device):
             bad("device", "must be cpu, cuda or cuda:N")
         if self.selection == "replay" and not self.replay_path:
             bad("replay_path", "selection=replay needs a file")

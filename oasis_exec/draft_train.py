@@ -271,6 +271,7 @@ def cmd_corpus(a) -> int:
     for name in a.held_texts or []:
         ids = np.asarray(tok(read_text(name), add_special_tokens=False).input_ids[: a.held_text_tokens], np.int32)
         extra["text:" + os.path.basename(name)] = ids
+    os.makedirs(os.path.dirname(os.path.abspath(a.out)), exist_ok=True)
     np.savez_compressed(a.out, **c, **extra)
     log.info(
         "wrote %s: train %s from %d files, held %s from %d files; texts %s",
@@ -394,8 +395,10 @@ def check_args(a) -> None:
     else:
         c.existing(a, "corpus", kind="file")
         c.device(a)
-        if a.dtype not in ("bfloat16", "float32"):
-            raise ValueError(f"--dtype: must be bfloat16 or float32, got {a.dtype!r}")
+        from oasis_exec.config import DTYPES
+
+        if a.dtype not in DTYPES:
+            raise ValueError(f"--dtype: must be one of {', '.join(DTYPES)}, got {a.dtype!r}")
         c.writable_dir(a, "out")
 
 
