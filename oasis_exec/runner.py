@@ -251,7 +251,7 @@ class Runner:
         if cross:  # short lanes outgrowing their window: their KV so far to the host first (an eager step)
             self._cross([items[i] for i in cross])
         # host-side: may a lane of this step be short? (positions are known here; no device read)
-        short_active = self.short is not None and min(pos_list) + 1 <= self.short.window_tokens
+        short_active = self.short is not None and self.short.dense(min(pos_list) + 1)
         if not cross and self.cuda_graphs.ok(lanes_list):
             logits, aux = self.cuda_graphs.replay(lanes_list, toks, pos, sets, short_active)
         else:

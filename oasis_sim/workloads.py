@@ -45,14 +45,14 @@ PROGRESS_BYTES = 32 * 2**20
 MAX_ARRIVAL_S = 1e8
 
 
-def _load_large(path) -> Trace:
+def _load_large(path, size: int) -> Trace:
     """A trace of ``PROGRESS_BYTES`` or more: streamed (``oasis_core.trace_stream``), a progress bar on stderr."""
     from tqdm import tqdm
 
     from oasis_core.trace_stream import load_trace_stream
 
     with tqdm(
-        total=os.path.getsize(path),
+        total=size,
         unit="B",
         unit_scale=True,
         desc=f"reading {Path(path).name}",
@@ -69,10 +69,10 @@ def load_workload(path) -> Trace:
         raise TraceError(f"{path}: cannot read: is a directory")
     path = bundled_trace_path() if path is None else path
     try:
-        large = os.path.getsize(path) >= PROGRESS_BYTES
-    except OSError as e:
-        raise TraceError(f"{path}: cannot read: {e.strerror or type(e).__name__}") from None
-    return _load_large(path) if large else load_trace(path)
+        size = os.path.getsize(path)
+    except OSError:
+        return load_trace(path)  # its own one-line "cannot read" error
+    return _load_large(path, size) if size >= PROGRESS_BYTES else load_trace(path)
 
 
 def make_requests(trace: Trace, cfg: SimConfig) -> list[Req]:

@@ -108,7 +108,16 @@ def test_simulator_streams_traces_past_the_threshold(tmp_path, monkeypatch):
     save_trace(_trace(), p)
     calls = []
     real = workloads._load_large
-    monkeypatch.setattr(workloads, "_load_large", lambda path: calls.append(path) or real(path))
+    monkeypatch.setattr(workloads, "_load_large", lambda path, size: calls.append(path) or real(path, size))
     monkeypatch.setattr(workloads, "PROGRESS_BYTES", 1)
     _same(workloads.load_workload(p), load_trace(p))
     assert calls == [p]
+
+
+def test_an_unreadable_file_is_the_strict_loaders_error(tmp_path):
+    p = tmp_path / "missing.json"
+    with pytest.raises(TraceError) as strict:
+        load_trace(p)
+    with pytest.raises(TraceError) as streamed:
+        load_trace_stream(p)
+    assert str(streamed.value) == str(strict.value) and "cannot read" in str(strict.value)
