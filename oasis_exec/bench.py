@@ -271,6 +271,8 @@ def run_bench(
         "copy_graph": bool(runner.pipe is not None and runner.pipe.copy_graph and runner.graphs),
         "no_transfer": cfg.no_transfer,
         "fetch_ratio": cfg.fetch_ratio,
+        "fetch_policy": cfg.fetch_policy if cfg.sparse else None,
+        "short_context": runner.short is not None,
         "top_k": cfg.top_k,
         "model": cfg.model_path or cfg.model,
         "dummy_weights": cfg.model_path is None,

@@ -9,15 +9,21 @@ a layer (``predict``). It holds the draft tokens of the lanes (``draft_tok``), e
 draft head's next tokens once the runner has sampled.
 
 Short contexts (``short``, an ``oasis_core.short_context.ShortContext``; None: off): a lane whose context fits its
-resident set has no host blocks. Its prefill writes its KV into its resident slots and summaries only. Each of its
-decode steps is the sparse step unchanged, with three per-row differences decided on the device from the positions
-(so a captured graph takes them too): a block that fills while the next step still fits is moved from the local slot
-into the next free resident slot instead of being written back (the selection then finds nothing missing: slots
-``0 .. n-1`` hold its ``n`` full blocks, as fetches would have placed them); nothing is written back while it fits;
-and its rows plan with a fetch cap of 0 (nothing evicted before the crossing). At its crossing step (eager, see
-``Runner._cross``) ``offload`` copies its blocks to the host, and that step fetches its rows' top-K from the real
-query, on the critical path, before attending (background modes: their prediction of the step before had no
-host copy to fetch from).
+resident set has no host blocks. Its prefill writes its KV into its resident slots and summaries only. The runner
+decides per step, on the host from the positions, how many lanes can be short (``decode_core``'s ``short``):
+
+- "all": the resident-dense step. One query per lane (no draft token), attention over the lane's slots (which hold
+  every block of its context), summaries kept; no scoring, top-K, selection, fetch, write-back or step clock.
+- "some": the sparse step with three per-row differences decided on the device (so a captured graph takes them
+  too): a block that fills while the next step still fits is moved from the local slot into the next free
+  resident slot instead of being written back (slots ``0 .. n-1`` then hold its ``n`` full blocks, as fetches
+  would have placed them); nothing is written back while it fits; its rows plan with a fetch cap of 0.
+- "none": the plain sparse step.
+
+At its crossing step (eager, see ``Runner._cross``) each layer first copies the lane's GPU blocks to its host blocks
+with the write-back kernel (``_offload``, on the stream, no host synchronisation), and that step fetches its rows'
+top-K from the real query (the one block not resident, the newest full one, comes from the copy just made) before
+attending (background modes: their prediction of the step before had no host copy to fetch from).
 """
 
 from __future__ import annotations
@@ -33,6 +39,8 @@ from oasis_core.selection import initial_plan
 
 from . import ops
 from .writeback import writeback_full
+
+SHORT_STEPS = ("none", "some", "all")  # decode_core's ``short``: how many of the step's lanes can be short
 
 
 @dataclass
@@ -223,22 +231,26 @@ class ModelExec:
             st.k[l][dst] = kk.reshape(H * self.K, bs, -1)
             st.v[l][dst] = vv.reshape(H * self.K, bs, -1)
 
-    def decode_core(self, lanes, rows, toks, pos, sets, recorded, cross=None, short_active=True):
+    def decode_core(self, lanes, rows, toks, pos, sets, recorded, cross=None, short="none"):
         """One decode step for lanes [B]; rows: the lanes' rows (slice or index). Reads only device tensors, so the
         same code runs eagerly and under CUDA-graph capture. ``cross``: indices into the batch of lanes at their
-        crossing step (eager only). ``short_active``: some lane of the step may be short (the runner decides it on
-        the host from the positions); False runs the plain sparse step, without the short-context masks. Returns
-        (logits [B, V], aux [B, 3 * hidden])."""
+        crossing step (eager only). ``short`` (the runner decides it on the host from the positions, ``SHORT_STEPS``):
+        "none": no lane of the step can be short, the plain sparse step; "some": some may be, the step carries the
+        short-context masks; "all": every lane is short, the resident-dense step (no draft token, no prediction, no
+        selection, no fetch, no write-back). Returns (logits [B, V], aux [B, 3 * hidden])."""
         cfg, dev, st, bs, H = self.cfg, self.device, self.store, self.bs, self.H
+        if short not in SHORT_STEPS:
+            raise ValueError(f"decode_core: short must be one of {SHORT_STEPS}, got {short!r}")
+        all_short = short == "all"
         B = lanes.shape[0]
         mode = self.mode
-        nq = 2 if mode.drafts else 1
+        nq = 2 if mode.drafts and not all_short else 1
         if nq == 2:
             ids = torch.stack([toks, self.draft_tok[lanes]], 1).reshape(-1)
             positions = torch.stack([pos, pos + 1], 1).reshape(-1)
         else:
             ids, positions = toks, pos
-        if cfg.sparse:
+        if cfg.sparse and not all_short:
             self.caps.step_start()  # the step clock an adaptive fetch policy reads (nothing for a static one)
         x = self.dec.embed[ids]
         lanes32 = lanes.to(torch.int32)
@@ -259,18 +271,19 @@ class ModelExec:
             item_dst = (phys[:, None] * H + hh).reshape(-1).to(torch.int32)
             sel_off = torch.arange(st.S, device=dev)
             wb_len, promote = item_len, None
-            if self.short is not None and short_active:
+            if self.short is not None and short != "none":
                 w = self.short.window_tokens
                 short_row = (pos + 1 <= w).repeat_interleave(H)  # dense this step: no host blocks, cap 0
                 wb_len = torch.where(short_row, torch.zeros_like(item_len), item_len)
                 promote = (pos + 2 <= w).repeat_interleave(H) & (item_len == bs)  # filled, next step still fits
                 prom_dst = torch.where(promote, item_src - st.LOCAL + item_blk, item_src + 1)  # slot n, else TRASH
                 prom_row, prom_col = item_row.long(), torch.where(promote, item_blk, 0).long()
-                self.pipe.zero_rows = short_row
-            if cross is not None and not mode.on_demand:
+                self.pipe.zero_rows = None if all_short else short_row
+            if cross is not None:
                 ci = torch.tensor(cross, device=dev)
                 c_lanes = lanes[ci]
                 c_rows = (c_lanes[:, None] * H + hh).reshape(-1)
+                c_items = self._offload_items(c_lanes, pos[ci])
         else:
             page_cur = lanes * st.P + pos // bs
             item_src = (page_cur[:, None] * H + hh).reshape(-1).to(torch.int32)
@@ -297,11 +310,13 @@ class ModelExec:
             v = v.view(B, nq, H, -1)
             if cfg.sparse:
                 self.pipe.wait(l)
+                if cross is not None:  # crossing lanes: their KV so far to the host, before the local slot is reused
+                    self._offload(l, c_rows, *c_items)
                 ops.kv_write(k[:, 0], v[:, 0], st.k[l], st.v[l], item_src, off32, fused_kv)
                 if cross is not None and not mode.on_demand:  # the crossing lanes' first top-K, fetched now
                     pred = self.predict(l, q[ci, 0], lanes32[ci], nb_cur[ci], None)
                     self.pipe.fetch_now(l, pred, c_lanes, c_rows)
-                if mode.on_demand:
+                if mode.on_demand and not all_short:
                     pred = self.predict(
                         l, q[:, 0], lanes32, nb_cur, sets[0][:, l] if sets is not None else None, recorded
                     )
@@ -326,14 +341,15 @@ class ModelExec:
                     st.kmin[l].view(-1, st.NB, st.D),
                     st.kmax[l].view(-1, st.NB, st.D),
                 )
-                writeback_full(st.k[l], st.v[l], self.host.k[l], self.host.v[l], item_src, item_dst, wb_len, bs)
+                if not all_short:
+                    writeback_full(st.k[l], st.v[l], self.host.k[l], self.host.v[l], item_src, item_dst, wb_len, bs)
                 if promote is not None:  # a short lane's filled block stays on the GPU, in its next free slot
                     st.k[l][prom_dst] = st.k[l][item_src]
                     st.v[l][prom_dst] = st.v[l][item_src]
                     res_l, ls_l = st.resident[l], st.last_sel[l]
                     res_l[prom_row, prom_col] = torch.where(promote, item_blk.long(), res_l[prom_row, prom_col])
                     ls_l[prom_row, prom_col] = torch.where(promote, 0, ls_l[prom_row, prom_col])
-                if mode.background:
+                if mode.background and not all_short:
                     after = None
                     if dev.type == "cuda" and self.pipe.cuda:
                         after = torch.cuda.Event()
@@ -380,7 +396,8 @@ class ModelExec:
             if l in layers_aux:
                 aux[l] = x.view(B, nq, -1)[:, 0]
         if cfg.sparse:
-            self.caps.step_end()
+            if not all_short:
+                self.caps.step_end()
             self.pipe.zero_rows = None
         if prof:
             e = torch.cuda.Event(enable_timing=True)
@@ -407,24 +424,33 @@ class ModelExec:
         aux_t = torch.cat([aux[i] for i in layers_aux], -1) if layers_aux else None
         return logits, aux_t
 
-    def offload(self, lane: int, n_tok: int) -> None:
-        """A short lane's crossing: the KV of its first ``n_tok`` tokens (whole blocks: the resident slots hold all
-        but the newest, which is still in the local slot) copied device->host into its host blocks, once."""
-        st, bs, H, dev = self.store, self.bs, self.H, self.device
-        n_blk = n_tok // bs
-        phys = torch.tensor(self.lane_blocks[lane][:n_blk])
-        base = st.slot_base(torch.tensor([lane], device=dev))[0]  # [H]
-        rows = slice(lane * H, (lane + 1) * H)
-        for l in range(self.L):
-            res = st.resident[l, rows].cpu()  # [H, S] block ids
-            h, s_ = torch.nonzero(res >= 0, as_tuple=True)
-            slots = torch.cat([base.cpu()[h] + s_, base.cpu() + st.LOCAL])
-            blk = torch.cat([res[h, s_], torch.full((H,), n_blk - 1, dtype=torch.int64)])
-            heads = torch.cat([h, torch.arange(H)])
-            if sorted(set(zip(blk.tolist(), heads.tolist()))) != [(b, x) for b in range(n_blk) for x in range(H)]:
-                raise RuntimeError(f"lane {lane}: its GPU blocks at the crossing are not blocks 0..{n_blk - 1}")
-            self.host.k[l][phys[blk], heads] = st.k[l][slots.to(dev)].to("cpu")
-            self.host.v[l][phys[blk], heads] = st.v[l][slots.to(dev)].to("cpu")
+    def _offload_items(self, lanes, pos):
+        """The crossing lanes' copy items (the same for every layer but the resident table): their host blocks
+        [C, NB] and, per row, the local slot's host unit. At the crossing (``pos`` = the window) the lane's
+        ``pos // bs`` full blocks are all on the GPU: the resident slots hold all but the newest, which is still in
+        the local slot (``_first_working_set``, the promotion in ``decode_core``)."""
+        st, H = self.store, self.H
+        hh = torch.arange(H, device=self.device)
+        table = st.host_table[lanes]  # [C, NB] host block ids
+        newest = table.gather(1, (pos // self.bs - 1)[:, None])  # [C, 1] host block of the newest full block
+        local_dst = (newest * H + hh).reshape(-1)  # [C * H]
+        return table, local_dst
+
+    def _offload(self, l, c_rows, table, local_dst) -> None:
+        """Layer ``l`` of a crossing: every GPU block of the crossing rows ``c_rows`` [C * H] copied to its host
+        unit by the write-back kernel, on the current stream (no host synchronisation; fetches later in the step
+        and the next steps' background copies are ordered after it)."""
+        st, H, bs = self.store, self.H, self.bs
+        res = st.resident[l][c_rows]  # [C * H, S] block ids, -1 where free
+        C = table.shape[0]
+        base = c_rows * st.W  # [C * H] first slot of each row (SparseStore.slot_base)
+        slots = base[:, None] + torch.arange(st.S, device=self.device)
+        blk = table.repeat_interleave(H, 0).gather(1, res.clamp(min=0))  # [C * H, S] host blocks
+        head = torch.arange(H, device=self.device).repeat(C)
+        src = torch.cat([slots.reshape(-1), base + st.LOCAL]).to(torch.int32)
+        dst = torch.cat([(blk * H + head[:, None]).reshape(-1), local_dst]).to(torch.int32)
+        n_valid = torch.cat([torch.where(res >= 0, bs, 0).reshape(-1), torch.full_like(local_dst, bs)]).to(torch.int32)
+        writeback_full(st.k[l], st.v[l], self.host.k[l], self.host.v[l], src, dst, n_valid, bs)
 
     def predict(self, l, qsel, lanes32, n_blocks, src, recorded=None):
         """The top-K blocks per row [B * H, K] of layer ``l``: scored from ``qsel`` [B, Hq, D] against the summaries

@@ -248,12 +248,11 @@ class Runner:
         sets, synth_ready = self.sources.sets(lanes_list, pos_list)
         recorded = [] if self.sources.record is not None else None
         cross = [i for i, it in enumerate(items) if it.lane in self._crossing]
-        if cross:  # short lanes outgrowing their window: their KV so far to the host first (an eager step)
+        if cross:  # short lanes outgrowing their window: their KV so far goes to the host in this (eager) step
             self._cross([items[i] for i in cross])
-        # host-side: may a lane of this step be short? (positions are known here; no device read)
-        short_active = self.short is not None and self.short.dense(min(pos_list) + 1)
+        short = self._short_step(pos_list)
         if not cross and self.cuda_graphs.ok(lanes_list):
-            logits, aux = self.cuda_graphs.replay(lanes_list, toks, pos, sets, short_active)
+            logits, aux = self.cuda_graphs.replay(lanes_list, toks, pos, sets, short)
         else:
             lanes = torch.tensor(lanes_list, device=dev)
             logits, aux = self.model.decode_core(
@@ -264,7 +263,7 @@ class Runner:
                 sets,
                 recorded,
                 cross=cross or None,
-                short_active=short_active,
+                short=short,
             )
         if synth_ready is not None:
             self.sources.presynth(lanes_list, synth_ready)
@@ -286,11 +285,17 @@ class Runner:
         self.decode_steps += 1
         return {it.req_id: out[i] for i, it in enumerate(items)}
 
+    def _short_step(self, pos_list) -> str:
+        """How many lanes of a step over positions ``pos_list`` can be short, decided on the host (no device read):
+        "none", "some" or "all" (``ModelExec.decode_core``'s ``short``)."""
+        if self.short is None or not self.short.dense(min(pos_list) + 1):
+            return "none"
+        return "all" if self.short.dense(max(pos_list) + 1) else "some"
+
     def _cross(self, items) -> None:
-        """The crossing of short lanes (``ShortContext.crossing``): every block written so far goes device->host
-        once, into the host blocks the lane took for this step, before any of them can be evicted."""
-        if self.pipe is not None:
-            self.pipe.wait_all()
+        """Checks the crossing of short lanes (``ShortContext.crossing``): their host blocks were taken for this
+        step, which copies every block written so far device->host on the device (``ModelExec._offload``) before
+        any of them can be evicted."""
         for it in items:
             ctx = it.position + 1
             if not self.short.crossing(ctx):
@@ -298,7 +303,6 @@ class Runner:
                     f"lane {it.lane}: host blocks taken at context {ctx}, not at its crossing "
                     f"({self.short.window_tokens + 1})"
                 )
-            self.model.offload(it.lane, self.short.offload_tokens(ctx))
             self._crossing.discard(it.lane)
 
     # -- accounting -----------------------------------------------------------------------------------------------

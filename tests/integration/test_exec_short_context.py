@@ -108,3 +108,69 @@ def test_steps_with_no_short_lane_run_the_plain_sparse_step():
     eng.runner.pipe._bg_cap = lambda *a: caps.append(bg(*a)) or caps[-1]
     assert _run(eng, prompts, 12) == off
     assert caps and all(isinstance(c, int) for c in caps)
+
+
+def _spy_steps(eng):
+    """Wrap the model's decode step and prediction: returns (the ``short`` of each step, predictions made)."""
+    shorts, preds = [], []
+    m = eng.runner.model
+    core, predict = m.decode_core, m.predict
+    m.decode_core = lambda *a, **kw: shorts.append(kw.get("short")) or core(*a, **kw)
+    m.predict = lambda *a, **kw: preds.append(1) or predict(*a, **kw)
+    return shorts, preds
+
+
+@pytest.mark.parametrize("mode", ["lookahead", "retrieval", "proxy"])
+def test_all_short_steps_skip_drafting_and_prediction(mode):
+    """While every lane is short, the step is resident-dense: one query per lane (no draft token), no prediction,
+    selection or fetch; the output still equals dense."""
+    prompts = _prompts(30, 47)
+    dense = _run(_engine("dense"), prompts, 33)
+    eng = _engine(mode)
+    m = eng.runner.model
+    queries, core, qkv = [], m.decode_core, m.dec.qkv  # per decode step: [lanes, query rows of its first layer]
+
+    def step(lanes, *a, **kw):
+        queries.append([lanes.shape[0]])
+        return core(lanes, *a, **kw)
+
+    def first_qkv(l, x, p):
+        if l == 0 and queries and len(queries[-1]) == 1:
+            queries[-1].append(x.shape[0])
+        return qkv(l, x, p)
+
+    m.decode_core, m.dec.qkv = step, first_qkv
+    shorts, preds = _spy_steps(eng)
+    assert _run(eng, prompts, 33) == dense
+    assert shorts and set(shorts) == {"all"} and preds == []
+    assert queries and all(rows == lanes for lanes, rows in queries) and max(q[0] for q in queries) == 2
+
+
+def test_mixed_steps_carry_masks_and_the_crossing_copies_on_the_device():
+    """A short lane beside a long one: the step is "some" (masks) until the short lane crosses; the crossing copies
+    on the device (ModelExec has no host-side offload) and the run equals the rule off (retrieval: exact selection
+    each step)."""
+    prompts = _prompts(60, 150)  # 60 tokens crosses the 80-token window at the 21st step; 150 is long at once
+    off = _run(_engine("retrieval", short_context=False), prompts, 40)
+    eng = _engine("retrieval")
+    shorts, _ = _spy_steps(eng)
+    assert _run(eng, prompts, 40) == off
+    # alone while the long prompt prefills ("all"), beside it ("some"), then crossed ("none")
+    order = [s for i, s in enumerate(shorts) if i == 0 or s != shorts[i - 1]]
+    assert order == ["all", "some", "none"]
+    assert not hasattr(eng.runner.model, "offload")
+
+
+@pytest.mark.parametrize("mode", ["lookahead", "proxy"])
+def test_background_crossing_puts_the_prompt_kv_on_the_host(mode):
+    """A prompt of exactly the window crosses at its first decode step: the host then holds the prompt's KV, the
+    same values the rule off wrote at prefill."""
+    prompts = _prompts(80)
+    on, off = _engine(mode), _engine(mode, short_context=False)
+    _run(on, prompts, 3)
+    _run(off, prompts, 3)
+    nb = 80 // BS
+    b_on, b_off = on.runner.lane_blocks[0][:nb], off.runner.lane_blocks[0][:nb]
+    for l in range(len(on.runner.host.k)):
+        torch.testing.assert_close(on.runner.host.k[l][b_on], off.runner.host.k[l][b_off])
+        torch.testing.assert_close(on.runner.host.v[l][b_on], off.runner.host.v[l][b_off])
