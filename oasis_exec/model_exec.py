@@ -196,17 +196,29 @@ class ModelExec:
 
     def _first_working_set(self, ch, q_last, n_tok, short_lane=False) -> None:
         """Local block from the prompt's tail; the first step's top-K from the last prompt token's query. A short
-        lane's top-K is all its full blocks; with K + 1 of them (a prompt of exactly the window) the newest stays in
-        the local slot, where the crossing (the next step) finds it."""
+        lane instead holds block j in its slot j, the tail included (``decode_core``'s placement): with K + 1 full
+        blocks (a prompt of exactly the window) block K is in the local slot, where the crossing (the next step)
+        finds it."""
         st, bs, H, dev = self.store, self.bs, self.H, self.device
         sk, sv = self.scratch[ch.req_id]
         lane = torch.tensor([ch.lane], device=dev)
         base = st.slot_base(lane)[0]  # [H]
-        tail0 = (n_tok // bs) * bs
-        if short_lane and n_tok // bs > self.K:
-            tail0 -= bs
-        nb = tail0 // bs + 1  # blocks incl. the (possibly empty) local one
         rows = slice(ch.lane * H, (ch.lane + 1) * H)
+        if short_lane:
+            n_slots = -(-n_tok // bs)  # blocks holding the prompt, the partial tail included; at most K + 1
+            for l in range(self.L):
+                kb = torch.zeros(H, n_slots * bs, sk.shape[-1], dtype=sk.dtype, device=dev)
+                vb = torch.zeros_like(kb)
+                kb[:, :n_tok], vb[:, :n_tok] = sk[l, :, :n_tok], sv[l, :, :n_tok]
+                dst = (base[:, None] + torch.arange(n_slots, device=dev)).reshape(-1)
+                st.k[l][dst] = kb.view(H * n_slots, bs, -1)
+                st.v[l][dst] = vb.view(H * n_slots, bs, -1)
+                n_full = min(n_tok // bs, self.K)
+                st.resident[l, rows, :n_full] = torch.arange(n_full, device=dev)
+                st.last_sel[l, rows, :n_full] = 0
+            return
+        tail0 = (n_tok // bs) * bs
+        nb = tail0 // bs + 1  # blocks incl. the (possibly empty) local one
         for l in range(self.L):
             m = n_tok - tail0
             if m:
@@ -266,24 +278,31 @@ class ModelExec:
         if cfg.sparse:
             base = st.slot_base(lanes)  # [B, H]
             local_slot = base + st.LOCAL
+            sel_off = torch.arange(st.S, device=dev)
+            wb_len, in_order, slot_ids_all = item_len, None, None
+            if self.short is not None and short != "none":
+                # A short lane's block j lives in its slot j (its newest, partial block too; block K is the local
+                # slot), so nothing moves as it grows: its full blocks are slots 0 .. pos // bs - 1.
+                short_lane = pos + 1 <= self.short.window_tokens  # [B] resident-dense this step
+                short_row = short_lane.repeat_interleave(H)
+                local_slot = torch.where(short_lane[:, None], base + (pos // bs)[:, None], local_slot)
+                in_order = torch.where(sel_off < (pos // bs)[:, None], sel_off, -1)  # [B, S] block of each slot
+                wb_len = torch.where(short_row, torch.zeros_like(item_len), item_len)  # nothing to the host yet
+                self.pipe.zero_rows = None if all_short else short_row  # planned with cap 0 (nothing fetched)
+                if all_short:  # the same slots in every layer
+                    slot_ids_all = torch.where(in_order[:, None] >= 0, base[:, :, None] + sel_off, -1).to(torch.int32)
+                else:
+                    sr = short_row[:, None]
+                    res_short = in_order.repeat_interleave(H, 0)  # [B * H, S]
+                    ls_short = torch.where(res_short >= 0, 0, -1)
             item_src = local_slot.reshape(-1).to(torch.int32)
             phys = st.host_table[lanes, pos // bs]  # host block of each lane's local block
             item_dst = (phys[:, None] * H + hh).reshape(-1).to(torch.int32)
-            sel_off = torch.arange(st.S, device=dev)
-            wb_len, promote = item_len, None
-            if self.short is not None and short != "none":
-                w = self.short.window_tokens
-                short_row = (pos + 1 <= w).repeat_interleave(H)  # dense this step: no host blocks, cap 0
-                wb_len = torch.where(short_row, torch.zeros_like(item_len), item_len)
-                promote = (pos + 2 <= w).repeat_interleave(H) & (item_len == bs)  # filled, next step still fits
-                prom_dst = torch.where(promote, item_src - st.LOCAL + item_blk, item_src + 1)  # slot n, else TRASH
-                prom_row, prom_col = item_row.long(), torch.where(promote, item_blk, 0).long()
-                self.pipe.zero_rows = None if all_short else short_row
             if cross is not None:
                 ci = torch.tensor(cross, device=dev)
                 c_lanes = lanes[ci]
                 c_rows = (c_lanes[:, None] * H + hh).reshape(-1)
-                c_items = self._offload_items(c_lanes, pos[ci])
+                c_items = self._offload_items(c_lanes)
         else:
             page_cur = lanes * st.P + pos // bs
             item_src = (page_cur[:, None] * H + hh).reshape(-1).to(torch.int32)
@@ -310,6 +329,9 @@ class ModelExec:
             v = v.view(B, nq, H, -1)
             if cfg.sparse:
                 self.pipe.wait(l)
+                if in_order is not None and not all_short:  # short rows' tables: their blocks in slot order
+                    st.resident[l][rows] = torch.where(sr, res_short, st.resident[l][rows])
+                    st.last_sel[l][rows] = torch.where(sr, ls_short, st.last_sel[l][rows])
                 if cross is not None:  # crossing lanes: their KV so far to the host, before the local slot is reused
                     self._offload(l, c_rows, *c_items)
                 ops.kv_write(k[:, 0], v[:, 0], st.k[l], st.v[l], item_src, off32, fused_kv)
@@ -321,8 +343,11 @@ class ModelExec:
                         l, q[:, 0], lanes32, nb_cur, sets[0][:, l] if sets is not None else None, recorded
                     )
                     self.pipe.fetch_now(l, pred, lanes, rows)
-                res = st.resident[l][rows].view(B, H, st.S)
-                slot_ids = torch.where(res >= 0, base[:, :, None] + sel_off, -1).to(torch.int32)
+                if slot_ids_all is not None:
+                    slot_ids = slot_ids_all
+                else:
+                    res = st.resident[l][rows].view(B, H, st.S)
+                    slot_ids = torch.where(res >= 0, base[:, :, None] + sel_off, -1).to(torch.int32)
                 ek = ev = None
                 if nq == 2:
                     ek = k[:, 1:].transpose(1, 2).contiguous()
@@ -343,12 +368,6 @@ class ModelExec:
                 )
                 if not all_short:
                     writeback_full(st.k[l], st.v[l], self.host.k[l], self.host.v[l], item_src, item_dst, wb_len, bs)
-                if promote is not None:  # a short lane's filled block stays on the GPU, in its next free slot
-                    st.k[l][prom_dst] = st.k[l][item_src]
-                    st.v[l][prom_dst] = st.v[l][item_src]
-                    res_l, ls_l = st.resident[l], st.last_sel[l]
-                    res_l[prom_row, prom_col] = torch.where(promote, item_blk.long(), res_l[prom_row, prom_col])
-                    ls_l[prom_row, prom_col] = torch.where(promote, 0, ls_l[prom_row, prom_col])
                 if mode.background and not all_short:
                     after = None
                     if dev.type == "cuda" and self.pipe.cuda:
@@ -424,33 +443,28 @@ class ModelExec:
         aux_t = torch.cat([aux[i] for i in layers_aux], -1) if layers_aux else None
         return logits, aux_t
 
-    def _offload_items(self, lanes, pos):
-        """The crossing lanes' copy items (the same for every layer but the resident table): their host blocks
-        [C, NB] and, per row, the local slot's host unit. At the crossing (``pos`` = the window) the lane's
-        ``pos // bs`` full blocks are all on the GPU: the resident slots hold all but the newest, which is still in
-        the local slot (``_first_working_set``, the promotion in ``decode_core``)."""
-        st, H = self.store, self.H
-        hh = torch.arange(H, device=self.device)
-        table = st.host_table[lanes]  # [C, NB] host block ids
-        newest = table.gather(1, (pos // self.bs - 1)[:, None])  # [C, 1] host block of the newest full block
-        local_dst = (newest * H + hh).reshape(-1)  # [C * H]
-        return table, local_dst
+    def _offload_items(self, lanes):
+        """The crossing lanes' copy items, the same in every layer: the slots of their rows' blocks 0 .. K (block j
+        in slot j, block K in the local slot: ``decode_core``'s placement for short lanes) and those blocks' host
+        units. Returns (src, dst) int32 [C * H * (K + 1)]."""
+        st, H, dev = self.store, self.H, self.device
+        C = lanes.shape[0]
+        j = torch.arange(st.S + 1, device=dev)  # slot S is the local slot
+        rows = (lanes[:, None] * H + torch.arange(H, device=dev)).reshape(-1)  # [C * H]
+        src = rows[:, None] * st.W + j  # [C * H, K + 1]
+        blk = st.host_table[lanes][:, : st.S + 1].repeat_interleave(H, 0)  # [C * H, K + 1] host blocks
+        dst = blk * H + torch.arange(H, device=dev).repeat(C)[:, None]
+        return src.reshape(-1).to(torch.int32), dst.reshape(-1).to(torch.int32)
 
-    def _offload(self, l, c_rows, table, local_dst) -> None:
-        """Layer ``l`` of a crossing: every GPU block of the crossing rows ``c_rows`` [C * H] copied to its host
-        unit by the write-back kernel, on the current stream (no host synchronisation; fetches later in the step
-        and the next steps' background copies are ordered after it)."""
-        st, H, bs = self.store, self.H, self.bs
-        res = st.resident[l][c_rows]  # [C * H, S] block ids, -1 where free
-        C = table.shape[0]
-        base = c_rows * st.W  # [C * H] first slot of each row (SparseStore.slot_base)
-        slots = base[:, None] + torch.arange(st.S, device=self.device)
-        blk = table.repeat_interleave(H, 0).gather(1, res.clamp(min=0))  # [C * H, S] host blocks
-        head = torch.arange(H, device=self.device).repeat(C)
-        src = torch.cat([slots.reshape(-1), base + st.LOCAL]).to(torch.int32)
-        dst = torch.cat([(blk * H + head[:, None]).reshape(-1), local_dst]).to(torch.int32)
-        n_valid = torch.cat([torch.where(res >= 0, bs, 0).reshape(-1), torch.full_like(local_dst, bs)]).to(torch.int32)
-        writeback_full(st.k[l], st.v[l], self.host.k[l], self.host.v[l], src, dst, n_valid, bs)
+    def _offload(self, l, c_rows, src, dst) -> None:
+        """Layer ``l`` of a crossing: the crossing rows' ``K + 1`` GPU blocks copied to their host units by the
+        write-back kernel, on the current stream (no host synchronisation; the fetches later in the step and the next
+        steps' background copies are ordered after it), and their tables set to blocks 0 .. K-1 in slots
+        0 .. K-1 (a short lane's tables are not kept while every lane of a step is short)."""
+        st, bs = self.store, self.bs
+        writeback_full(st.k[l], st.v[l], self.host.k[l], self.host.v[l], src, dst, torch.full_like(src, bs), bs)
+        st.resident[l][c_rows] = torch.arange(st.S, device=self.device)
+        st.last_sel[l][c_rows] = 0
 
     def predict(self, l, qsel, lanes32, n_blocks, src, recorded=None):
         """The top-K blocks per row [B * H, K] of layer ``l``: scored from ``qsel`` [B, Hq, D] against the summaries

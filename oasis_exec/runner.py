@@ -245,12 +245,15 @@ class Runner:
         pos_list = [it.position for it in items]
         toks = torch.tensor([it.token for it in items], device=dev)
         pos = torch.tensor(pos_list, device=dev)
-        sets, synth_ready = self.sources.sets(lanes_list, pos_list)
+        short = self._short_step(pos_list)
+        if short == "all":  # nothing is selected: no sets drawn (one drawn ahead for this step is dropped)
+            sets, synth_ready = self.sources.skip(), None
+        else:
+            sets, synth_ready = self.sources.sets(lanes_list, pos_list)
         recorded = [] if self.sources.record is not None else None
         cross = [i for i, it in enumerate(items) if it.lane in self._crossing]
         if cross:  # short lanes outgrowing their window: their KV so far goes to the host in this (eager) step
             self._cross([items[i] for i in cross])
-        short = self._short_step(pos_list)
         if not cross and self.cuda_graphs.ok(lanes_list):
             logits, aux = self.cuda_graphs.replay(lanes_list, toks, pos, sets, short)
         else:

@@ -55,6 +55,12 @@ class SelectionSources:
             return self._replay_sets(lanes_list, pos_list), None
         return None, None
 
+    def skip(self):
+        """A step that selects nothing (every lane short): no sets; any drawn ahead for it are dropped, so the next
+        selecting step draws its own. Returns None (the step's sets)."""
+        self._pre_synth = None
+        return None
+
     def add_record(self, recorded, req_ids, pos_list) -> None:
         """Keep one step's predicted sets (a list of [B * H, K] tensors, one per prediction) for ``save``."""
         if self.device.type == "cuda":
