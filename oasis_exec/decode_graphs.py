@@ -26,7 +26,7 @@ class DecodeGraphs:
             sources,
             n_kv_heads,
         )
-        self.graphs = {}  # (batch size, short) -> (graph, static inputs, logits, aux)
+        self.graphs = {}  # (batch size, short, dense_slots) -> (graph, static inputs, logits, aux)
         self._warm = set()
 
     def ok(self, lanes_list) -> bool:
@@ -45,17 +45,19 @@ class DecodeGraphs:
             return False
         return lanes_list == list(range(len(lanes_list)))
 
-    def replay(self, lanes_list, toks, pos, sets, short="none"):
+    def replay(self, lanes_list, toks, pos, sets, short="none", dense_slots=None):
         """The decode step of lanes 0..B-1 (``ok``): eager the first time, captured the second, replayed after; one
-        graph per batch size and ``short`` (``ModelExec.decode_core``'s: how many lanes can be short). Returns
+        graph per batch size, ``short`` and ``dense_slots`` (``ModelExec.decode_core``'s). Returns
         (logits [B, V], aux) of the graph's static outputs."""
         B = len(lanes_list)
-        key = (B, short)
+        key = (B, short, dense_slots)
         g = self.graphs.get(key)
         if g is None and key not in self._warm:  # one eager step first: kernels compile, workspaces allocate
             self._warm.add(key)
             lanes = torch.arange(B, device=self.device)
-            return self.model.decode_core(lanes, slice(0, B * self.H), toks, pos, sets, None, short=short)
+            return self.model.decode_core(
+                lanes, slice(0, B * self.H), toks, pos, sets, None, short=short, dense_slots=dense_slots
+            )
         if g is None:
             if self.pipe is not None:
                 self.pipe.wait_all()
@@ -80,6 +82,7 @@ class DecodeGraphs:
                         st["sets"],
                         None,
                         short=short,
+                        dense_slots=dense_slots,
                     )
                     if self.pipe is not None:
                         self.pipe.wait_all()  # every side stream joins before the capture ends

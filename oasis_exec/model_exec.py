@@ -243,13 +243,15 @@ class ModelExec:
             st.k[l][dst] = kk.reshape(H * self.K, bs, -1)
             st.v[l][dst] = vv.reshape(H * self.K, bs, -1)
 
-    def decode_core(self, lanes, rows, toks, pos, sets, recorded, cross=None, short="none"):
+    def decode_core(self, lanes, rows, toks, pos, sets, recorded, cross=None, short="none", dense_slots=None):
         """One decode step for lanes [B]; rows: the lanes' rows (slice or index). Reads only device tensors, so the
         same code runs eagerly and under CUDA-graph capture. ``cross``: indices into the batch of lanes at their
         crossing step (eager only). ``short`` (the runner decides it on the host from the positions, ``SHORT_STEPS``):
         "none": no lane of the step can be short, the plain sparse step; "some": some may be, the step carries the
         short-context masks; "all": every lane is short, the resident-dense step (no draft token, no prediction, no
-        selection, no fetch, no write-back). Returns (logits [B, V], aux [B, 3 * hidden])."""
+        selection, no fetch, no write-back), attending the first ``dense_slots`` slots of each row (default: all
+        ``top_k``; the runner passes a bucket of the longest lane's full blocks). Returns (logits [B, V], aux
+        [B, 3 * hidden])."""
         cfg, dev, st, bs, H = self.cfg, self.device, self.store, self.bs, self.H
         if short not in SHORT_STEPS:
             raise ValueError(f"decode_core: short must be one of {SHORT_STEPS}, got {short!r}")
@@ -289,8 +291,10 @@ class ModelExec:
                 in_order = torch.where(sel_off < (pos // bs)[:, None], sel_off, -1)  # [B, S] block of each slot
                 wb_len = torch.where(short_row, torch.zeros_like(item_len), item_len)  # nothing to the host yet
                 self.pipe.zero_rows = None if all_short else short_row  # planned with cap 0 (nothing fetched)
-                if all_short:  # the same slots in every layer
-                    slot_ids_all = torch.where(in_order[:, None] >= 0, base[:, :, None] + sel_off, -1).to(torch.int32)
+                if all_short:  # the same slots in every layer; only the first dense_slots can hold a full block
+                    n = st.S if dense_slots is None else dense_slots
+                    slot_ids_all = torch.where(in_order[:, None, :n] >= 0, base[:, :, None] + sel_off[:n], -1)
+                    slot_ids_all = slot_ids_all.to(torch.int32)
                 else:
                     sr = short_row[:, None]
                     res_short = in_order.repeat_interleave(H, 0)  # [B * H, S]

@@ -246,6 +246,7 @@ class Runner:
         toks = torch.tensor([it.token for it in items], device=dev)
         pos = torch.tensor(pos_list, device=dev)
         short = self._short_step(pos_list)
+        dense_slots = self._dense_slots(pos_list) if short == "all" else None
         if short == "all":  # nothing is selected: no sets drawn (one drawn ahead for this step is dropped)
             sets, synth_ready = self.sources.skip(), None
         else:
@@ -255,7 +256,7 @@ class Runner:
         if cross:  # short lanes outgrowing their window: their KV so far goes to the host in this (eager) step
             self._cross([items[i] for i in cross])
         if not cross and self.cuda_graphs.ok(lanes_list):
-            logits, aux = self.cuda_graphs.replay(lanes_list, toks, pos, sets, short)
+            logits, aux = self.cuda_graphs.replay(lanes_list, toks, pos, sets, short, dense_slots)
         else:
             lanes = torch.tensor(lanes_list, device=dev)
             logits, aux = self.model.decode_core(
@@ -267,13 +268,14 @@ class Runner:
                 recorded,
                 cross=cross or None,
                 short=short,
+                dense_slots=dense_slots,
             )
         if synth_ready is not None:
             self.sources.presynth(lanes_list, synth_ready)
         self.last_logits = {it.req_id: logits[i] for i, it in enumerate(items)}
         tok = self.sampler(logits, [plan.sampling[it.req_id] for it in items])
         if self.draft is not None:
-            self.model.propose(lanes_list, aux, tok)
+            self._propose(short, lanes_list, pos_list, aux, tok)
         out = tok.tolist()  # the step's one host synchronisation
         tr = self.trace
         if self.pipe is not None and cfg.profile and dev.type == "cuda":
@@ -294,6 +296,23 @@ class Runner:
         if self.short is None or not self.short.dense(min(pos_list) + 1):
             return "none"
         return "all" if self.short.dense(max(pos_list) + 1) else "some"
+
+    def _dense_slots(self, pos_list) -> int:
+        """Slots an all-short step attends per row: the longest lane's full blocks, rounded up to a power of two
+        (at least 16, at most ``top_k``), so that a few CUDA graphs cover every length."""
+        n = max(pos_list) // self.bs
+        return min(self.K, max(16, 1 << max(n - 1, 0).bit_length()))
+
+    def _propose(self, short, lanes_list, pos_list, aux, tok) -> None:
+        """The draft tokens after a step. In an all-short step only the lanes whose next step is their crossing
+        draft: a short lane's draft token is read only from its crossing on (its lookahead query)."""
+        if short != "all":
+            self.model.propose(lanes_list, aux, tok)
+            return
+        nxt = [i for i, p in enumerate(pos_list) if self.short.crossing(p + 2)]
+        if nxt:
+            idx = torch.tensor(nxt, device=self.device)
+            self.model.propose([lanes_list[i] for i in nxt], aux[idx], tok[idx])
 
     def _cross(self, items) -> None:
         """Checks the crossing of short lanes (``ShortContext.crossing``): their host blocks were taken for this

@@ -21,13 +21,16 @@ def _engine(mode, **kw):
             device="cpu",
             dtype="float32",
             mode=mode,
-            top_k=K,
-            block_size=BS,
-            max_context=320,
-            max_lanes=2,
-            draft_vocab=64,
-            prefill_chunk=48,
-            **{"short_context": True, **kw},
+            **{
+                "top_k": K,
+                "block_size": BS,
+                "max_context": 320,
+                "max_lanes": 2,
+                "draft_vocab": 64,
+                "prefill_chunk": 48,
+                "short_context": True,
+                **kw,
+            },
         )
     )
 
@@ -174,3 +177,18 @@ def test_background_crossing_puts_the_prompt_kv_on_the_host(mode):
     for l in range(len(on.runner.host.k)):
         torch.testing.assert_close(on.runner.host.k[l][b_on], off.runner.host.k[l][b_off])
         torch.testing.assert_close(on.runner.host.v[l][b_on], off.runner.host.v[l][b_off])
+
+
+def test_all_short_steps_attend_a_power_of_two_of_slots_and_draft_only_before_crossing():
+    """An all-short step attends the longest lane's full blocks rounded up to a power of two (16 .. top_k slots);
+    its draft head runs only for lanes whose next step is their crossing."""
+    eng = _engine("lookahead", top_k=40, max_context=700)  # window 656 tokens: slots 16, 32, 40
+    r = eng.runner
+    assert [r._dense_slots([p]) for p in (0, 271, 272, 527, 528, 639)] == [16, 16, 32, 32, 40, 40]
+    proposed, propose = [], r.model.propose
+    r.model.propose = lambda lanes, aux, tok: proposed.append(list(lanes)) or propose(lanes, aux, tok)
+    w = r.short.window_tokens
+    aux = torch.zeros(2, 3 * r.shape.hidden)
+    r._propose("all", [0, 1], [w - 5, w - 1], aux, torch.tensor([3, 4]))  # lane 1's next step crosses
+    r._propose("some", [0, 1], [w - 5, w], aux, torch.tensor([3, 4]))
+    assert proposed == [[1], [0, 1]]
