@@ -299,8 +299,8 @@ def make_config(a):
         cuda_graph=not a.no_cuda_graph,
         synthetic=json.loads(a.synthetic) if a.synthetic else None,
     )
-    if a.short_context:
-        kw["short_context"] = True
+    if a.short_context is not None:
+        kw["short_context"] = a.short_context
     if "fused_ops" in ExecConfig.help():
         kw["fused_ops"] = not a.no_fused_ops
     elif a.no_fused_ops:
@@ -986,7 +986,12 @@ def build_parser() -> argparse.ArgumentParser:
     ap.add_argument("--no-transfer", action="store_true", help="plan selections, skip the copies")
     ap.add_argument("--no-cuda-graph", action="store_true", help="eager decode steps (every kernel launched)")
     ap.add_argument("--no-fused-ops", action="store_true", help="plain torch norm/RoPE/SwiGLU (ExecConfig.fused_ops)")
-    ap.add_argument("--short-context", action="store_true", help="ExecConfig.short_context on (sparse modes)")
+    ap.add_argument(
+        "--short-context",
+        action=argparse.BooleanOptionalAction,
+        default=None,
+        help="ExecConfig.short_context (sparse modes; default: ExecConfig's, on): short requests run resident-dense",
+    )
     ap.add_argument("--no-host-fill", action="store_true", help="leave the pinned host pool unwritten (faster build)")
     ap.add_argument("--synthetic", default=None, help="JSON of SyntheticParams overrides")
     ap.add_argument("--seed", type=int, default=0)

@@ -33,7 +33,7 @@ def _run(tmp_path, mode, *extra):
         "--mode",
         mode,
         "--context",
-        "64",
+        "160",  # beyond the short-context window of (4 + 1) * 16 tokens: the sparse step with its prefetch
         "--concurrency",
         "2",
         "--top-k",

@@ -167,11 +167,11 @@ POLICIES = [
 
 @pytest.mark.parametrize("policy", POLICIES, ids=lambda p: p.spec)
 @pytest.mark.parametrize("per_layer_calls", [False, True])
-@pytest.mark.parametrize("device", ["cpu", "cuda"])
+@pytest.mark.parametrize("device", ["cpu", pytest.param("cuda", marks=pytest.mark.gpu)])
 def test_numpy_equals_torch_without_sync(policy, per_layer_calls, device):
     torch = pytest.importorskip("torch")
     if device == "cuda" and not torch.cuda.is_available():
-        pytest.skip("no CUDA device")
+        pytest.skip("needs CUDA (run on the GPU machine with `pytest -m gpu`)")
     dev = torch.device(device)
     rng = np.random.default_rng(7)
     K, L, per = 32, 4, 6
