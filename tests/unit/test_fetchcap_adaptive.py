@@ -222,7 +222,10 @@ def test_numpy_equals_torch_without_sync(policy, per_layer_calls, device):
             assert isinstance(got, torch.Tensor) and got.dtype == torch.int64 and got.device.type == dev.type
             assert got.cpu().tolist() == want.tolist(), (step, layer)
             assert int(got.max()) <= policy.max_cap(K) and int(got.min()) >= 0
+        # float64 state: equal on the CPU; on CUDA to the last bits (a fused multiply-add rounds once, seen on the
+        # H200 for per-layer's moving average); the integer caps above are compared exactly
+        tol = dict(rtol=1e-12, atol=0) if device == "cuda" else dict(rtol=0, atol=0)
         if np_row is not None:
-            assert t_row.cpu().numpy().tolist() == np_row.tolist()
+            np.testing.assert_allclose(t_row.cpu().numpy(), np_row, **tol)
         if np_lay is not None:
-            assert t_lay.cpu().numpy().tolist() == np_lay.tolist()
+            np.testing.assert_allclose(t_lay.cpu().numpy(), np_lay, **tol)
