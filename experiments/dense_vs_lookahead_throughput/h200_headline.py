@@ -81,6 +81,22 @@ PRESETS = {
         variants="drift2,drift4,fr0.02,fr0.1",
         probe_n="0",
     ),
+    # issue 16's cost points: each fetch-cap policy at one lookahead concurrency per context (the same host pool:
+    # 32 x 16K = 16 x 32K), dense at its budget maximum, the no-transfer twin at 16K; use with --synthetic
+    "policies": dict(
+        contexts="16384,32768",
+        budget_s=480.0,
+        steps=24,
+        warmup=4,
+        dense_n={"*": "max"},
+        la_n={16384: "32", 32768: "16", "*": "8"},
+        max_n={"*": ""},
+        nt_n={16384: "32", "*": ""},
+        sens_n={"*": "all"},
+        anchors={"*": ""},
+        variants="pol=unlimited,pol=drift,pol=per-layer:0.5,pol=recall:0.9,pol=budget:0.5",
+        probe_n="0",
+    ),
     # the 2026-11-30 headline (run 5, results/headline_first.jsonl): old labels, one context
     "first-headline": dict(
         contexts="16384",
@@ -246,17 +262,23 @@ def spec_for(spec: dict, ctx: int) -> list:
 
 
 def variant_params(name: str, drift0: float, zone0: float) -> tuple:
-    """(fetch ratio, SyntheticParams overrides) of a variant: ``driftK`` = K x the default drift_rate (drift_zone
-    raised to it when it would exceed the default zone: drift happens only inside the zone), ``frX`` = fetch ratio X."""
+    """(fetch ratio, SyntheticParams overrides, other ExecConfig fields) of a variant: ``driftK`` = K x the default
+    drift_rate (drift_zone raised to it when it would exceed the default zone: drift happens only inside the zone),
+    ``frX`` = fetch ratio X, ``pol=SPEC`` = the fetch-cap policy SPEC (``oasis_core.fetchcap.get_policy``; no commas)."""
     if name.startswith("drift"):
         rate = round(float(name[5:]) * drift0, 6)
         syn = {"drift_rate": rate}
         if rate > zone0:
             syn["drift_zone"] = rate
-        return BASE_FETCH, syn
+        return BASE_FETCH, syn, {}
     if name.startswith("fr"):
-        return float(name[2:]), None
-    raise ValueError(f"unknown variant {name!r} (driftK or frX)")
+        return float(name[2:]), None, {}
+    if name.startswith("pol="):
+        from oasis_core.fetchcap import get_policy
+
+        get_policy(name[4:])  # a bad spec fails at planning, not mid-run
+        return BASE_FETCH, None, {"fetch_policy": name[4:]}
+    raise ValueError(f"unknown variant {name!r} (driftK, frX or pol=SPEC)")
 
 
 def _synthetic_defaults() -> tuple:
@@ -332,7 +354,7 @@ def plan_headline(a, geo: Geometry) -> list:
         sns = sorted(set(la + cands) if "all" in sn else {t for t in sn if isinstance(t, int)})
         for n in sns:
             for v in variants:
-                fr, syn = variant_params(v, d0, z0)
+                fr, syn, extra = variant_params(v, d0, z0)
                 sens.append(
                     Run(
                         f"{tag}-lookahead-{n}-{v}",
@@ -344,6 +366,7 @@ def plan_headline(a, geo: Geometry) -> list:
                         kv_budget_gb=B,
                         fetch_ratio=fr,
                         synthetic=syn,
+                        extra=extra,
                         needs=f"{tag}-lookahead-{n}" if n in cands else "",
                     )
                 )
@@ -404,16 +427,32 @@ def plan_first_sensitivity(a, geo: Geometry) -> list:
     for i, n in enumerate(spec_for(a.la_n, ctx)):
         runs.append(Run(f"lookahead-{n}-base", ctx, "lookahead", n, "la", "base", kv_budget_gb=B))
         for v in variants:
-            fr, syn = variant_params(v, d0, z0)
+            fr, syn, extra = variant_params(v, d0, z0)
             runs.append(
-                Run(f"lookahead-{n}-{v}", ctx, "lookahead", n, "sens", v, kv_budget_gb=B, fetch_ratio=fr, synthetic=syn)
+                Run(
+                    f"lookahead-{n}-{v}",
+                    ctx,
+                    "lookahead",
+                    n,
+                    "sens",
+                    v,
+                    kv_budget_gb=B,
+                    fetch_ratio=fr,
+                    synthetic=syn,
+                    extra=extra,
+                )
             )
         if i == 0:
             runs += [Run(f"dense-{d}", ctx, "dense", d, "dense", "dense", kv_budget_gb=B) for d in dn[:1]]
     return runs
 
 
-PLANS = {"headline": plan_headline, "first-headline": plan_first_headline, "first-sensitivity": plan_first_sensitivity}
+PLANS = {
+    "headline": plan_headline,
+    "policies": plan_headline,
+    "first-headline": plan_first_headline,
+    "first-sensitivity": plan_first_sensitivity,
+}
 
 
 # -- estimates -------------------------------------------------------------------------------------------------------
@@ -568,6 +607,12 @@ def parse_args(argv):
         "--variants",
         default=None,
         help="sensitivity variants: driftK (K x the default drift_rate), frX (fetch ratio X); none",
+    )
+    ap.add_argument(
+        "--synthetic",
+        default=None,
+        type=json.loads,
+        help="SyntheticParams overrides (JSON) for every sparse run, under each variant's, e.g. '{\"preset\": \"smollm2\"}'",
     )
     ap.add_argument("--probe-n", default=None, help="a lookahead probe above the host maximum; 0 = none")
     ap.add_argument(
@@ -731,7 +776,7 @@ def main(argv=None) -> int:
             max_lanes=r.n,
             transfer=a.transfer if sparse else "auto",
             mode=r.mode,
-            synthetic=r.synthetic,
+            synthetic={**(a.synthetic or {}), **(r.synthetic or {})} or None if sparse else None,
             **r.extra,
         )
         write(dict(base, **mem_rec, status="started", est_s=round(est, 1)))
