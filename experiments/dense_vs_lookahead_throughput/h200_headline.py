@@ -94,7 +94,7 @@ PRESETS = {
         nt_n={16384: "32", "*": ""},
         sens_n={"*": "all"},
         anchors={"*": ""},
-        variants="pol=unlimited,pol=drift,pol=per-layer:0.5,pol=recall:0.9,pol=budget:0.5",
+        variants="pol=unlimited,pol=drift,pol=per-layer:0.05,pol=recall:0.9,pol=budget:0.5",
         probe_n="0",
     ),
     # the 2026-11-30 headline (run 5, results/headline_first.jsonl): old labels, one context
@@ -264,7 +264,8 @@ def spec_for(spec: dict, ctx: int) -> list:
 def variant_params(name: str, drift0: float, zone0: float) -> tuple:
     """(fetch ratio, SyntheticParams overrides, other ExecConfig fields) of a variant: ``driftK`` = K x the default
     drift_rate (drift_zone raised to it when it would exceed the default zone: drift happens only inside the zone),
-    ``frX`` = fetch ratio X, ``pol=SPEC`` = the fetch-cap policy SPEC (``oasis_core.fetchcap.get_policy``; no commas)."""
+    ``frX`` = fetch ratio X, ``pol=SPEC`` = the fetch-cap policy SPEC (``oasis_core.fetchcap.get_policy``; write its
+    commas as ``+``, since variants are comma-separated: ``pol=budget:0.5+max_ratio=0.05``)."""
     if name.startswith("drift"):
         rate = round(float(name[5:]) * drift0, 6)
         syn = {"drift_rate": rate}
@@ -276,8 +277,9 @@ def variant_params(name: str, drift0: float, zone0: float) -> tuple:
     if name.startswith("pol="):
         from oasis_core.fetchcap import get_policy
 
-        get_policy(name[4:])  # a bad spec fails at planning, not mid-run
-        return BASE_FETCH, None, {"fetch_policy": name[4:]}
+        spec = name[4:].replace("+", ",")
+        get_policy(spec)  # a bad spec fails at planning, not mid-run
+        return BASE_FETCH, None, {"fetch_policy": spec}
     raise ValueError(f"unknown variant {name!r} (driftK, frX or pol=SPEC)")
 
 
