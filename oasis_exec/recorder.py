@@ -132,6 +132,7 @@ def recording_from_bench(
         "dummy_weights": bool(b.get("dummy_weights", c.get("model_path") is None)),
         "profile": bool(c.get("profile", bool(stages))),
         "synthetic": b.get("synthetic_params", c.get("synthetic")),
+        "fetch_policy": b.get("fetch_policy", c.get("fetch_policy")),
     }
     per_step = float(b.get("bytes_moved_per_step") or 0.0)
     stall = stages.get("stall")
@@ -267,6 +268,7 @@ def recording_from_serve(
         "dummy_weights": c.get("model_path") is None,
         "profile": bool(c.get("profile", False)),
         "synthetic": c.get("synthetic"),
+        "fetch_policy": c.get("fetch_policy"),
         "exec_config": c,
         "server": dict(s.get("server") or {}),
     }

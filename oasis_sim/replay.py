@@ -171,6 +171,12 @@ def sim_config(
         requests = [(1, q.prompt_tokens, q.output_tokens) for q in reqs]
     if c.get("synthetic"):
         values["synthetic"] = dict(c["synthetic"])
+    if c.get("fetch_policy"):  # the recorded policy; an adaptive one needs the exact per-step plans
+        from oasis_core.fetchcap import get_policy
+
+        values["fetch_policy"] = c["fetch_policy"]
+        if not get_policy(c["fetch_policy"]).static:
+            values["policy_sampling"] = "exact"
     if h2d_bytes_per_s:
         values["h2d_bytes_per_s"] = float(h2d_bytes_per_s)
     if replay_file:

@@ -124,6 +124,7 @@ def exec_config_of(r: dict) -> ExecConfig:
         cuda_graph=bool(r.get("cuda_graph", True)),
         profile=bool(r.get("profile", False)),
         synthetic=r.get("synthetic_params") or None,
+        fetch_policy=r.get("fetch_policy") or None,
     )
     if r.get("uva_programs"):
         kw["uva_programs"] = int(r["uva_programs"])

@@ -287,3 +287,19 @@ def test_real_cpu_bench_record_becomes_a_replayable_recording(tmp_path):
     assert rec.config["transfer_path"] == "uva"  # the default transfer auto runs the UVA gather
     res = replay(load_recording(path))
     assert len(res.window) == 3 and res.predicted["tpot_ms_p50"] > 0
+
+
+def test_recorded_fetch_policy_reaches_the_replay(tmp_path):
+    """A bench record's fetch_policy goes into its recording, and the replay runs that policy (an adaptive one with
+    the exact per-step plans); a record without one replays the fixed cap of its ratio."""
+    from oasis_sim.replay import sim_config
+
+    for spec, sampling in (("drift", "exact"), ("fixed:0.1", None), (None, None)):
+        b = dict(BENCH, fetch_policy=spec)
+        rec = write_bench_recording(str(tmp_path / f"r{spec}.json"), b, {"block_size": 16, "model": "qwen3-8b"})
+        back = load_recording(rec.source)
+        assert back.config["fetch_policy"] == spec
+        cfg = sim_config(back)
+        assert cfg.fetch_policy == spec
+        if sampling:
+            assert cfg.policy_sampling == sampling
