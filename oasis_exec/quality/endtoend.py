@@ -40,7 +40,8 @@ teacher-forced requests, dense's greedy token for the others: an upper bound on 
 lookup (``oasis_exec.prompt_lookup``) over the request's tokens.
 
 Order: ``dense`` of every group first (the references), then the variants by priority (``variants``: fetch 0.05,
-then the policies, then quest / retrieval, then the other ratios), each over every group; with ``--time-budget-s`` no new engine starts past the budget and the file says what was left out.
+then the policies, then quest / retrieval, then the other ratios), each over every group; with ``--time-budget-s``
+no new engine starts past the budget and the file says what was left out.
 The JSON (``experiments/real_attention_quality/results/endtoend.json`` unless ``--out``; the date is inside) is rewritten after every engine.
 Rows carry ``cap_blocks`` (None for an adaptive policy) and ``max_cap_blocks`` (the policy's ``max_cap``), and the
 engine's ``fetched_per_row_step`` / ``missing_per_row_step``. Version 2 added the policies and the shift kind.
