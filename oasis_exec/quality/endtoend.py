@@ -4,8 +4,11 @@ prefetch, exactly as served), on a real model (SmolLM2-135M-Instruct, its GGUF) 
 
 Per context length ``N`` (``--lengths``; a *group*: one engine per variant holds every request of the group as
 concurrent lanes) and per *variant* -- ``dense``; ``quest`` and ``retrieval`` at each K; ``proxy`` and
-``lookahead`` at each K and fetch ratio (``--fetch-ratios``; 1.0 = unlimited: the cap is K); ``lookahead`` per
-draft (``--drafts``) -- with ``K = k_frac * N / block_size`` (``--k-fracs``, or an absolute ``--top-k``):
+``lookahead`` at each K and fetch ratio (``--fetch-ratios``; 1.0 = unlimited: the cap is K) and, with
+``--fetch-policies SPEC ...``, at each K per fetch-cap policy (an ``oasis_core.fetchcap.get_policy`` spec such as
+``drift``, ``per-layer:0.5``, ``recall:0.9``, ``budget:0.5``, run as ``ExecConfig(fetch_policy=SPEC)``; the row's
+``fetch_policy`` is the spec, canonical, None for the ratio variants); ``lookahead`` per draft (``--drafts``) --
+with ``K = k_frac * N / block_size`` (``--k-fracs``, or an absolute ``--top-k``):
 
 - **perplexity**, teacher forced: each text (``texts.py``) long enough for the group (``>= 0.9 N`` tokens; used at
   ``n = min(N, length)`` tokens) is prefilled with its first ``n - M - 1`` tokens, then decodes ``M``
@@ -20,16 +23,28 @@ draft (``--drafts``) -- with ``K = k_frac * N / block_size`` (``--k-fracs``, or 
 - **passkey**: a random 5-digit number hidden at depth ``d`` (``--passkey-depths``) of real filler text (the texts,
   concatenated, from a per-trial offset), in one user message of the model's chat template that ends "What is the
   pass key?"; the assistant turn starts "The pass key is" and the model answers greedily (``--answer-tokens``,
-  <= 16). Correct when the number appears in the answer. The prompt fills ``N - answer_tokens`` tokens exactly.
+  <= 16). Correct when the number appears in the answer. The prompt fills ``N - answer_tokens`` tokens exactly;
+- **context shift** (groups of ``--shift-lengths``, none by default): the prompt is the chat template's user turn,
+  the passkey intro and filler A (the texts other than B's, concatenated); then *during decode* document B
+  (``--shift-tokens`` T, default N / 4: "\n\n", a text from its start with the passkey sentence at depth ``d`` of it,
+  the question, the turn change and "The pass key is") is fed as forced tokens, as for perplexity, and the model
+  answers greedily (``--answer-tokens``); prompt + T + answer = N exactly. B's blocks are written during decode, so
+  a sparse mode must fetch them as they fill. Per depth and trial (``--passkey-trials``; B cycles over the texts):
+  ``shift_passkey_acc`` and ``shift_nll`` = the mean NLL of B's forced tokens from the decode steps' logits (B's
+  first token is the prefill's and left out), ``shift_ppl`` its exp, against dense ``shift_nll_delta_vs_dense``
+  and ``shift_nll_max_abs_diff_vs_dense`` (per request: ``shift``).
 
 The draft for ``lookahead`` (``--drafts``): ``head`` = the EAGLE-3-style head (``--draft-path``; without it the
 head has *random* weights and the results say so), ``oracle`` = the true next token (the text's own for
 teacher-forced requests, dense's greedy token for the others: an upper bound on any draft), ``ngram`` = prompt
 lookup (``oasis_exec.prompt_lookup``) over the request's tokens.
 
-Order: ``dense`` of every group first (the references), then the variants by priority (``variants``), each over
-every group; with ``--time-budget-s`` no new engine starts past the budget and the file says what was left out.
+Order: ``dense`` of every group first (the references), then the variants by priority (``variants``: fetch 0.05,
+then the policies, then quest / retrieval, then the other ratios), each over every group; with ``--time-budget-s``
+no new engine starts past the budget and the file says what was left out.
 The JSON (``experiments/real_attention_quality/results/endtoend.json`` unless ``--out``; the date is inside) is rewritten after every engine.
+Rows carry ``cap_blocks`` (None for an adaptive policy) and ``max_cap_blocks`` (the policy's ``max_cap``), and the
+engine's ``fetched_per_row_step`` / ``missing_per_row_step``. Version 2 added the policies and the shift kind.
 """
 
 from __future__ import annotations
@@ -53,13 +68,14 @@ from ..gguf_model import sha256_file
 from .texts import TEXTS
 
 SCHEMA = "oasiskv-quality-endtoend"
-VERSION = 1
+VERSION = 2
 MODES = ("dense", "quest", "proxy", "retrieval", "lookahead")
 DRAFTS = ("head", "oracle", "ngram")
 FETCH_RATIOS = (0.02, 0.05, 0.10, 1.0)
 K_FRACS = (0.125, 0.25)
 LENGTHS = (2048, 4096, 8192)
 DEPTHS = (0.1, 0.5, 0.9)
+QUICK_LENGTHS = (2048, 8192)  # --quick
 TEXT_MIN_SHARE = 0.9  # a text joins a group of N tokens when it has at least this share of N
 INTRO = (
     "There is an important piece of information hidden inside a lot of irrelevant text. Find it and memorize "
@@ -86,6 +102,7 @@ class Variant:
     fetch_ratio: float | None = None  # proxy / lookahead only (retrieval fetches all, quest and dense nothing)
     draft: str | None = None  # lookahead only
     only_n: int | None = None  # run in this group only (the full-K check)
+    fetch_policy: str | None = None  # proxy / lookahead: a fetch-cap policy spec (get_policy) instead of the ratio
 
     @property
     def label(self) -> str:
@@ -94,6 +111,8 @@ class Variant:
             s += f" K={self.top_k}" if self.top_k else (" K=all" if self.k_frac >= 1 else f" K={self.k_frac:g}")
         if self.fetch_ratio is not None:
             s += " f=" + ("all" if self.fetch_ratio >= 1 else f"{self.fetch_ratio:g}")
+        if self.fetch_policy is not None:
+            s += f" p={self.fetch_policy}"
         if self.draft:
             s += f" {self.draft}"
         return s
@@ -107,12 +126,20 @@ class Variant:
 
 
 def variants(
-    modes=MODES, k_fracs=K_FRACS, fetch_ratios=FETCH_RATIOS, drafts=("head",), top_k=None, full_k_at: int | None = None
+    modes=MODES,
+    k_fracs=K_FRACS,
+    fetch_ratios=FETCH_RATIOS,
+    drafts=("head",),
+    top_k=None,
+    full_k_at: int | None = None,
+    fetch_policies=(),
 ) -> list:
     """The variants in run order: dense; with ``full_k_at`` (a group's N) every sparse mode at K = every block of
     that group (it must equal dense up to float rounding: a check of the path, not a measurement); then per fetch
-    ratio (the paper's 0.05 first, then the others as given) lookahead (each draft) and proxy, with quest and
-    retrieval after the first ratio; each at every K."""
+    ratio (the paper's 0.05 first, then the others as given) lookahead (each draft) and proxy, each at every K; right
+    after the first ratio's, per fetch-cap policy spec (``fetch_policies``, as given) lookahead (each draft) and
+    proxy at every K, then quest and retrieval at every K. Without ``fetch_policies`` the list is the one before
+    policies existed."""
     ks = [dict(top_k=top_k)] if top_k else [dict(k_frac=f) for f in k_fracs]
     ratios = sorted(fetch_ratios, key=lambda r: (r != 0.05, fetch_ratios.index(r)))
     out = [Variant(m) for m in modes if _is_reference(m)]
@@ -129,30 +156,56 @@ def variants(
                         only_n=full_k_at,
                     )
                 )
-    for i, r in enumerate(ratios):
+
+    def capped(**cap):
+        got = []
         for k in ks:
             for m in ("lookahead", "proxy"):
                 if m in modes:
                     ds = drafts if get_mode(m).drafts else (None,)
-                    out += [Variant(m, fetch_ratio=r, draft=d, **k) for d in ds]
+                    got += [Variant(m, draft=d, **cap, **k) for d in ds]
+        return got
+
+    def current_query():
+        return [Variant(m, **k) for m in ("quest", "retrieval") if m in modes for k in ks]
+
+    for i, r in enumerate(ratios):
+        out += capped(fetch_ratio=r)
         if i == 0:
-            for m in ("quest", "retrieval"):
-                if m in modes:
-                    out += [Variant(m, **k) for k in ks]
+            for spec in fetch_policies:
+                out += capped(fetch_policy=spec)
+            out += current_query()
     if not ratios:
-        for m in ("quest", "retrieval"):
-            if m in modes:
-                out += [Variant(m, **k) for k in ks]
+        for spec in fetch_policies:
+            out += capped(fetch_policy=spec)
+        out += current_query()
+    return out
+
+
+def canonical_policies(specs) -> list:
+    """``--fetch-policies`` checked and in their canonical spelling (``get_policy(spec).spec``, so that rows group by
+    policy); a bad or repeated spec is one ``ValueError`` line naming the option."""
+    from oasis_core.fetchcap import get_policy
+
+    out = []
+    for spec in specs or ():
+        try:
+            c = get_policy(spec).spec
+        except ValueError as e:
+            raise ValueError(f"--fetch-policies: {' '.join(str(e).split())}") from None
+        if c in out:
+            raise ValueError(f"--fetch-policies: {spec!r} given twice (as {c!r})")
+        out.append(c)
     return out
 
 
 @dataclass
 class Task:
-    kind: str  # ppl | greedy | passkey
-    name: str  # the text, or passkey@depth#trial
+    kind: str  # ppl | greedy | passkey | shift
+    name: str  # the text, or passkey@depth#trial, shift@depth#trial
     prompt: list
     max_tokens: int
-    forced: list | None = None  # ppl: the tokens every output position must take (index 0: the prefill's)
+    forced: list | None = None  # ppl, shift: the tokens the first outputs must take (index 0: the prefill's)
     info: dict = field(default_factory=dict)
 
 
@@ -198,6 +251,42 @@ def passkey_key(seed: int, n_tokens: int, depth_i: int, trial: int) -> int:
     return random.Random(f"passkey/{seed}/{n_tokens}/{depth_i}/{trial}").randint(10000, 99999)
 
 
+def shift_parts(
+    tok, n_tokens: int, depth: float, key: int, b_text: str, shift_tokens: int, offset: int, answer_tokens: int = 16
+) -> tuple[list, list]:
+    """A context-shift request of exactly ``n_tokens`` tokens: (prompt, forced). The prompt is the chat template's
+    user turn opening, ``INTRO`` and filler A (the other texts, concatenated, from ``offset``); ``forced`` (exactly
+    ``shift_tokens`` tokens, fed during decode) is document B: ``"\n\n"``, the text ``b_text`` from its start with
+    ``NEEDLE`` at ``depth`` of it, then ``QUESTION``, the template's turn change and ``ANSWER_PREFIX``; the remaining
+    ``answer_tokens`` are the model's greedy answer."""
+    from .texts import encode
+
+    head, tail = _render_chat(tok)
+    pre = encode(tok, head) + encode(tok, INTRO)
+    needle = encode(tok, NEEDLE.format(key=key))
+    post = encode(tok, QUESTION) + encode(tok, tail) + encode(tok, ANSWER_PREFIX)
+    sep = encode(tok, "\n\n")
+    n_b = shift_tokens - len(sep) - len(needle) - len(post)
+    n_a = n_tokens - answer_tokens - shift_tokens - len(pre)
+    if n_b < 16 or n_a < 16:
+        raise ValueError(
+            f"--shift-tokens: {shift_tokens} of {n_tokens} tokens leave {n_a} for filler A and {n_b} for document B "
+            "(16 each at least)"
+        )
+    b = filler_stream(tok, (b_text,))
+    b = (b * (-(-n_b // len(b)) + 1))[:n_b]
+    a_src = filler_stream(tok, tuple(x for x in TEXTS if x != b_text))
+    offset %= len(a_src)
+    reps = -(-(offset + n_a) // len(a_src)) + 1
+    a = (a_src * reps)[offset : offset + n_a]
+    cut = round(depth * n_b)
+    return pre + a, sep + b[:cut] + needle + b[cut:] + post
+
+
+def shift_key(seed: int, n_tokens: int, depth_i: int, trial: int) -> int:
+    return random.Random(f"shift/{seed}/{n_tokens}/{depth_i}/{trial}").randint(10000, 99999)
+
+
 def build_tasks(
     tok,
     n_tokens: int,
@@ -211,9 +300,12 @@ def build_tasks(
     answer_tokens=16,
     seed=0,
     filler=None,
+    shift=False,
+    shift_tokens=None,
 ) -> list:
     """The requests of one group, in admission (lane) order: longest outputs first, so that when the short ones end
-    the remaining lanes stay 0..B-1 (CUDA graphs)."""
+    the remaining lanes stay 0..B-1 (CUDA graphs). ``shift``: context-shift requests (``shift_parts``; B of
+    ``shift_tokens`` tokens, default ``n_tokens // 4``) per trial and depth, B cycling over the texts."""
     from .texts import token_ids
 
     ppl, greedy, keys = [], [], []
@@ -260,7 +352,34 @@ def build_tasks(
                         info={"depth": d, "key": key, "trial": t, "prompt": len(p)},
                     )
                 )
-    return sorted(ppl + greedy + keys, key=lambda x: -x.max_tokens)  # stable: ppl, greedy, passkey
+    shifts = []
+    if shift:
+        T = shift_tokens or n_tokens // 4
+        for t in range(trials):
+            for i, d in enumerate(depths):
+                key = shift_key(seed, n_tokens, i, t)
+                b_text = TEXTS[(t * len(depths) + i) % len(TEXTS)]
+                off = 7919 * (t * len(depths) + i) + 104729 * t
+                p, f = shift_parts(tok, n_tokens, d, key, b_text, T, off, answer_tokens)
+                shifts.append(
+                    Task(
+                        "shift",
+                        f"shift@{d:g}#{t}",
+                        p,
+                        len(f) + answer_tokens,
+                        forced=f,
+                        info={
+                            "depth": d,
+                            "key": key,
+                            "trial": t,
+                            "prompt": len(p),
+                            "shift_tokens": len(f),
+                            "b_text": b_text,
+                        },
+                    )
+                )
+    # stable: ppl, greedy, passkey, shift among equal lengths
+    return sorted(ppl + greedy + keys + shifts, key=lambda x: -x.max_tokens)
 
 
 # -- one engine ---------------------------------------------------------------------------------------------------
@@ -304,7 +423,12 @@ def run_engine(dec, cfg, tasks, draft: str | None = None, refs: dict | None = No
         plan = eng._plan
         rows = [plan.prefill.req_id] if plan.prefill is not None else [it.req_id for it in plan.decode]
         tok = base(logits, params)
-        fr = [(i, rid, forced[rid][len(sch.running[rid].output)]) for i, rid in enumerate(rows) if rid in forced]
+        fr = []
+        for i, rid in enumerate(rows):
+            f = forced.get(rid)
+            k = len(sch.running[rid].output) if f is not None else 0
+            if f is not None and k < len(f):  # a shift request answers freely after its forced tokens
+                fr.append((i, rid, f[k]))
         if not fr:
             return tok
         idx = torch.tensor([i for i, _, _ in fr], device=logits.device)
@@ -339,11 +463,11 @@ def run_engine(dec, cfg, tasks, draft: str | None = None, refs: dict | None = No
     res = {}
     for rid, t in rid_task.items():
         r = {"kind": t.kind, **t.info}
-        if t.kind == "ppl":
+        if t.kind in ("ppl", "shift"):
             r["nll"] = nll[rid]
             r["ppl"] = math.exp(sum(nll[rid]) / max(len(nll[rid]), 1))
-        else:
-            r["tokens_out"] = outs[rid]
+        if t.kind != "ppl":
+            r["tokens_out"] = outs[rid]  # shift: its forced tokens, then the answer
         res[t.name if t.kind != "greedy" else "greedy:" + t.name] = r
     return {
         "tasks": res,
@@ -365,9 +489,9 @@ def _chooser(kind, eng, rid_task, forced, refs):
         def oracle(rid, tok):
             k = len(sch.running[rid].output)  # ``tok`` is output k; the draft guesses output k + 1
             seq = forced.get(rid)
-            if seq is None:
-                t = rid_task[rid]
-                seq = refs.get(t.name if t.kind != "greedy" else "greedy:" + t.name)
+            t = rid_task[rid]
+            if seq is None or t.kind == "shift":  # shift: dense's outputs (its forced tokens, then its answer)
+                seq = refs.get(t.name if t.kind != "greedy" else "greedy:" + t.name) or seq
             return int(seq[k + 1]) if seq is not None and k + 1 < len(seq) else tok
 
         return oracle
@@ -435,6 +559,7 @@ def summarize(run: dict, dense_run: dict | None, tok) -> dict:
             pk[n] = {"depth": r["depth"], "key": r["key"], "answer": text, "correct": str(r["key"]) in text}
     out["passkey"] = pk
     out["passkey_acc"] = sum(p["correct"] for p in pk.values()) / len(pk) if pk else None
+    out.update(_shift_figures(tasks, dense_run, tok))
     steps = max(run["decode_steps"], 1)
     rows = max(run["decode_items"], 1) * run["rows_per_item"]  # (request, layer, KV head) rows over the steps
     out.update(
@@ -446,6 +571,44 @@ def summarize(run: dict, dense_run: dict | None, tok) -> dict:
         missing_per_row_step=run["missing"] / rows,
         wall_s=run["wall_s"],
     )
+    return out
+
+
+def _shift_figures(tasks: dict, dense_run: dict | None, tok) -> dict:
+    """The context-shift requests' figures (``shift_*``; none when the group has no such request): the answer's
+    passkey accuracy, and the NLL of document B's forced tokens (every decode step's, teacher forced; B's first
+    token is the prefill's and left out) -- mean over all of them (``shift_nll``, ``shift_ppl`` = its exp), per request,
+    and against dense's (``shift_nll_delta_vs_dense``, ``shift_nll_max_abs_diff_vs_dense``)."""
+    sh = {n: r for n, r in tasks.items() if r["kind"] == "shift"}
+    if not sh:
+        return {}
+    nll = [x for r in sh.values() for x in r["nll"]]
+    per = {}
+    for n, r in sh.items():
+        answer = r["tokens_out"][r["shift_tokens"] :]
+        text = tok.decode(answer, skip_special_tokens=True)
+        per[n] = {
+            "depth": r["depth"],
+            "key": r["key"],
+            "b_text": r["b_text"],
+            "answer": text,
+            "correct": str(r["key"]) in text,
+            "nll_mean": sum(r["nll"]) / len(r["nll"]) if r["nll"] else None,
+            "nll_tokens": len(r["nll"]),
+        }
+    mean = sum(nll) / len(nll) if nll else None
+    out = {
+        "shift": per,
+        "shift_passkey_acc": sum(p["correct"] for p in per.values()) / len(per),
+        "shift_nll": mean,
+        "shift_ppl": round(math.exp(mean), 4) if mean is not None else None,
+        "shift_nll_tokens": len(nll),
+    }
+    if dense_run is not None:
+        ref = [x for n in sh for x in dense_run["tasks"][n]["nll"]]
+        diffs = [abs(a - b) for n, r in sh.items() for a, b in zip(r["nll"], dense_run["tasks"][n]["nll"])]
+        out["shift_nll_delta_vs_dense"] = mean - sum(ref) / len(ref) if ref and mean is not None else None
+        out["shift_nll_max_abs_diff_vs_dense"] = max(diffs) if diffs else None
     return out
 
 
@@ -503,6 +666,7 @@ def exec_config(
         mode=v.mode,
         top_k=K,
         fetch_ratio=v.fetch_ratio or 0.05,
+        fetch_policy=v.fetch_policy,
         block_size=block_size,
         max_context=max(ctx, n_tokens),
         max_lanes=len(tasks),
@@ -539,6 +703,8 @@ def run_matrix(
     time_budget_s=None,
     on_result=None,
     progress=True,
+    shift_lengths=(),
+    shift_tokens=None,
 ) -> dict:
     """Every variant over every group (``lengths``); returns {"rows": [...], "skipped": [...]}. ``on_result(doc)``
     after each engine (the command rewrites its JSON there)."""
@@ -560,6 +726,8 @@ def run_matrix(
             answer_tokens=answer_tokens,
             seed=seed,
             filler=filler,
+            shift=n in set(shift_lengths or ()),
+            shift_tokens=shift_tokens,
         )
         for n in lengths
     }
@@ -621,6 +789,7 @@ def run_matrix(
                     "top_k_blocks": cfg.top_k,
                     "blocks": -(-n // block_size),
                     "cap_blocks": _cap(v, cfg.top_k),
+                    "max_cap_blocks": _max_cap(v, cfg.top_k),
                     **s,
                 }
             )
@@ -635,13 +804,27 @@ def run_matrix(
 
 
 def _cap(v: Variant, K: int):
-    from oasis_core.fetchcap import ratio_cap
+    """Blocks a row may fetch per step: K on demand (retrieval), the ratio's or a static policy's cap, None for an
+    adaptive policy (its cap moves per row and step; ``_max_cap`` bounds it) and for the modes fetching nothing."""
+    from oasis_core.fetchcap import CapContext, get_policy, ratio_cap
 
     if get_mode(v.mode).on_demand:
         return K
+    if v.fetch_policy is not None:
+        p = get_policy(v.fetch_policy)
+        return int(p.cap(CapContext(step=1, top_k=K, rows=1))) if p.static else None
     if v.fetch_ratio is None:
         return None
     return ratio_cap(v.fetch_ratio, K)
+
+
+def _max_cap(v: Variant, K: int):
+    """The most blocks a row may fetch in one step (the policy's ``max_cap``; the cap itself for a ratio)."""
+    from oasis_core.fetchcap import get_policy
+
+    if v.fetch_policy is not None and not get_mode(v.mode).on_demand:
+        return get_policy(v.fetch_policy).max_cap(K)
+    return _cap(v, K)
 
 
 def _refs(dense_run):
@@ -650,31 +833,50 @@ def _refs(dense_run):
     return {n: r["tokens_out"] for n, r in dense_run["tasks"].items() if "tokens_out" in r}
 
 
+def _rel(r: dict, d: dict | None, key: str) -> str:
+    """``r[key]`` relative to dense's, in percent (``""`` when either is missing)."""
+    if d and d.get(key) and r.get(key):
+        return f"{100 * (r[key] / d[key] - 1):+.2f}"
+    return ""
+
+
 def table(doc: dict) -> str:
+    rows = doc["rows"]
+    w = max([28] + [len(r["variant"]) for r in rows] + [len(s["variant"]) for s in doc.get("skipped", [])])
+    shift = any(r.get("shift_ppl") is not None for r in rows)
     hdr = (
-        f"{'N':>5} {'variant':<28} {'K':>4} {'cap':>4} {'ppl':>8} {'dppl%':>7} {'agree':>6} {'1st-div':>7} "
-        f"{'passkey':>7} {'fetch/row':>9} {'s':>6}"
+        f"{'N':>5} {'variant':<{w}} {'K':>4} {'cap':>5} {'ppl':>8} {'dppl%':>7} {'agree':>6} {'1st-div':>7} "
+        f"{'passkey':>7} "
+        + (f"{'shiftppl':>8} {'dshift%':>7} {'shiftpk':>7} " if shift else "")
+        + f"{'fetch/row':>9} {'miss/row':>8} {'s':>6}"
     )
     lines = [hdr, "-" * len(hdr)]
-    dense = {r["n_tokens"]: r for r in doc["rows"] if _is_reference(r["mode"])}
-    for r in doc["rows"]:
+    dense = {r["n_tokens"]: r for r in rows if _is_reference(r["mode"])}
+    for r in rows:
         d = dense.get(r["n_tokens"])
-        dp = ""
-        if d and d["ppl_all"] and r["ppl_all"]:
-            dp = f"{100 * (r['ppl_all'] / d['ppl_all'] - 1):+.2f}"
         ag = r.get("greedy_prefix_mean")
         fd = r.get("first_divergence_min")
         pk = r.get("passkey_acc")
-        k = '-' if _is_reference(r['mode']) else r['top_k_blocks']
+        k = "-" if _is_reference(r["mode"]) else r["top_k_blocks"]
+        cap = r["cap_blocks"]
+        if cap is None:
+            cap = f"<={r['max_cap_blocks']}" if r.get("max_cap_blocks") is not None else "-"
+        sh = ""
+        if shift:
+            sp, spk = r.get("shift_ppl"), r.get("shift_passkey_acc")
+            sh = (
+                f"{'' if sp is None else f'{sp:.3f}':>8} {_rel(r, d, 'shift_ppl'):>7} "
+                f"{'' if spk is None else f'{spk:.2f}':>7} "
+            )
         lines.append(
-            f"{r['n_tokens']:>5} {r['variant']:<28} {k:>4} "
-            f"{r['cap_blocks'] if r['cap_blocks'] is not None else '-':>4} "
-            f"{r['ppl_all'] if r['ppl_all'] is not None else float('nan'):>8.3f} {dp:>7} "
+            f"{r['n_tokens']:>5} {r['variant']:<{w}} {k:>4} {cap:>5} "
+            f"{r['ppl_all'] if r['ppl_all'] is not None else float('nan'):>8.3f} {_rel(r, d, 'ppl_all'):>7} "
             f"{'' if ag is None else f'{ag:.3f}':>6} {'' if fd is None else fd:>7} "
-            f"{'' if pk is None else f'{pk:.2f}':>7} {r['fetched_per_row_step']:>9.2f} {r['wall_s']:>6.1f}"
+            f"{'' if pk is None else f'{pk:.2f}':>7} {sh}{r['fetched_per_row_step']:>9.2f} "
+            f"{r['missing_per_row_step']:>8.2f} {r['wall_s']:>6.1f}"
         )
     for s in doc.get("skipped", []):
-        lines.append(f"{s['n_tokens']:>5} {s['variant']:<28} skipped: {s['why']}")
+        lines.append(f"{s['n_tokens']:>5} {s['variant']:<{w}} skipped: {s['why']}")
     return "\n".join(lines)
 
 
@@ -703,6 +905,14 @@ def add_command(sub) -> None:
         default=list(FETCH_RATIOS),
         help="proxy / lookahead fetch caps as fractions of K (1.0 = unlimited)",
     )
+    p.add_argument(
+        "--fetch-policies",
+        nargs="+",
+        default=[],
+        metavar="SPEC",
+        help="also run proxy / lookahead with each fetch-cap policy (oasis_core.fetchcap.get_policy specs: "
+        "fixed:R, unlimited, budget[:F], drift, per-layer[:R], recall[:T], ...), right after the fetch-0.05 variants",
+    )
     p.add_argument("--k-fracs", nargs="+", type=float, default=list(K_FRACS), help="K as a fraction of N's blocks")
     p.add_argument("--top-k", type=int, default=None, help="absolute K instead of --k-fracs")
     p.add_argument(
@@ -722,7 +932,24 @@ def add_command(sub) -> None:
         help="groups with passkey requests (default: every length; give none to skip)",
     )
     p.add_argument("--passkey-depths", nargs="+", type=float, default=list(DEPTHS))
-    p.add_argument("--passkey-trials", type=int, default=1, help="passkey prompts per (length, depth)")
+    p.add_argument(
+        "--passkey-trials", type=int, default=1, help="passkey (and context-shift) prompts per (length, depth)"
+    )
+    p.add_argument(
+        "--shift-lengths",
+        nargs="*",
+        type=int,
+        default=[],
+        metavar="N",
+        help="groups (of --lengths) with context-shift requests: filler A as the prompt, then during decode a "
+        "document B with a passkey at each --passkey-depths, fed as forced tokens, and the question (default: none)",
+    )
+    p.add_argument(
+        "--shift-tokens",
+        type=int,
+        default=None,
+        help="B's forced tokens (its text, the passkey sentence, the question; default: N / 4 per group)",
+    )
     p.add_argument("--answer-tokens", type=int, default=16)
     p.add_argument("--texts", nargs="+", default=list(TEXTS), choices=TEXTS)
     p.add_argument(
@@ -781,6 +1008,8 @@ def check_args(args) -> None:
             "passkey_lengths": (1, None, False),
             "passkey_depths": (0, 1, False),
             "passkey_trials": (1, None, False),
+            "shift_lengths": (1, None, False),
+            "shift_tokens": (1, None, False),
             "answer_tokens": (1, None, False),
             "ppl_tokens": (1, None, False),
             "greedy_tokens": (1, None, False),
@@ -794,6 +1023,16 @@ def check_args(args) -> None:
     c.existing(args, "model_path")
     c.existing(args, "draft_path", kind="dir")
     c.writable_file(args, "out")
+    args.fetch_policies = canonical_policies(args.fetch_policies)
+    lengths = args.lengths if not args.quick else QUICK_LENGTHS
+    for n in args.shift_lengths or ():
+        if n not in lengths:
+            raise ValueError(f"--shift-lengths: {n} is not one of --lengths ({' '.join(map(str, lengths))})")
+        T = args.shift_tokens or n // 4
+        if T + args.answer_tokens + 72 > n:  # the chat turn and intro (56 tokens of SmolLM2) and some filler A
+            raise ValueError(
+                f"--shift-tokens: {T} (+ {args.answer_tokens} answer tokens) leaves no filler in {n} tokens"
+            )
 
 
 def run(args) -> int:
@@ -806,7 +1045,7 @@ def run(args) -> int:
     if args.threads:
         torch.set_num_threads(args.threads)
     if args.quick:
-        args.k_fracs, args.fetch_ratios, args.lengths = [0.125], [0.02, 0.05, 1.0], [2048, 8192]
+        args.k_fracs, args.fetch_ratios, args.lengths = [0.125], [0.02, 0.05, 1.0], list(QUICK_LENGTHS)
         args.ppl_tokens, args.greedy_tokens = 127, 128
     dtype = args.dtype or ("bfloat16" if args.device == "cuda" else "float32")
     path = args.model_path
@@ -822,7 +1061,9 @@ def run(args) -> int:
     date = datetime.datetime.now(datetime.timezone.utc)
     out = args.out or os.path.join("experiments", "real_attention_quality", "results", "endtoend.json")
     with_ref = args.modes if any(map(_is_reference, args.modes)) else ["dense"] + list(args.modes)
-    var_list = variants(with_ref, args.k_fracs, args.fetch_ratios, args.drafts, args.top_k, args.full_k_check)
+    var_list = variants(
+        with_ref, args.k_fracs, args.fetch_ratios, args.drafts, args.top_k, args.full_k_check, args.fetch_policies
+    )
     head = (
         {"path": args.draft_path, "weights": "trained", "sha256": _dir_sha(args.draft_path)}
         if args.draft_path
@@ -859,6 +1100,7 @@ def run(args) -> int:
             "k_fracs": args.k_fracs,
             "top_k": args.top_k,
             "fetch_ratios": args.fetch_ratios,
+            "fetch_policies": args.fetch_policies,
             "modes": args.modes,
             "full_k_check": args.full_k_check,
             "ppl_tokens": args.ppl_tokens,
@@ -866,6 +1108,8 @@ def run(args) -> int:
             "passkey_depths": args.passkey_depths,
             "passkey_trials": args.passkey_trials,
             "passkey_lengths": args.passkey_lengths,
+            "shift_lengths": args.shift_lengths,
+            "shift_tokens": args.shift_tokens,
             "answer_tokens": args.answer_tokens,
             "texts": args.texts,
             "block_size": args.block_size,
@@ -874,6 +1118,8 @@ def run(args) -> int:
             "text_min_share": TEXT_MIN_SHARE,
             "quick": args.quick,
             "passkey_prompt": {"intro": INTRO, "needle": NEEDLE, "question": QUESTION, "answer_prefix": ANSWER_PREFIX},
+            "shift_prompt": "prompt: chat user turn + intro + filler A (the texts but B's); forced during decode: "
+            "'\\n\\n' + text B from its start with the needle at depth + question + turn change + answer prefix",
         },
         "load_s": round(time.time() - t0, 1),
     }
@@ -909,6 +1155,8 @@ def run(args) -> int:
         prefill_chunk=args.prefill_chunk,
         time_budget_s=args.time_budget_s,
         on_result=write,
+        shift_lengths=args.shift_lengths,
+        shift_tokens=args.shift_tokens,
     )
     doc["elapsed_total_s"] = round(time.time() - t0, 1)
     write(doc)

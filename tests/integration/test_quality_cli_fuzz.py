@@ -55,6 +55,9 @@ COMMANDS = {
         "--time-budget-s": NUM,
         "--modes": ["dense", "lookahead", "sparse"],
         "--threads": NUM,
+        "--fetch-policies": ["drift", "per-layer:0.5", "recall:2", "nope", "budget:x", "fixed:0.05", "DRIFT"],
+        "--shift-lengths": NUM,
+        "--shift-tokens": NUM,
     },
 }
 TRAIN = {

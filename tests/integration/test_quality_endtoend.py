@@ -34,6 +34,93 @@ def test_variants_order_and_contents():
     assert [x.label for x in only] == ["dense", "quest K=0.25"]
 
 
+def test_policy_variants_follow_the_fetch_005_ones_with_their_spec():
+    """``--fetch-policies``: per spec, lookahead (each draft) and proxy at every K, right after the fetch-0.05
+    variants and before quest / retrieval and the other ratios; the row fields say the spec (None for ratios)."""
+    base = E.variants(["dense", "quest", "proxy", "lookahead"], [0.125, 0.25], [0.02, 0.05, 1.0], ["head", "oracle"])
+    v = E.variants(
+        ["dense", "quest", "proxy", "lookahead"],
+        [0.125, 0.25],
+        [0.02, 0.05, 1.0],
+        ["head", "oracle"],
+        fetch_policies=["drift", "recall:0.9"],
+    )
+    pol = [x for x in v if x.fetch_policy is not None]
+    assert [x for x in v if x.fetch_policy is None] == base  # the ratio variants as before, in the same order
+    assert len(pol) == 2 * 2 * 3  # specs x K x (lookahead head, lookahead oracle, proxy)
+    i = [x.label for x in v].index("lookahead K=0.125 p=drift head")
+    assert all(x.fetch_ratio == 0.05 for x in v[1:i]) and len(v[1:i]) == 2 * 3  # right after the 0.05 ones
+    assert [x.label for x in v[i : i + 3]] == [
+        "lookahead K=0.125 p=drift head",
+        "lookahead K=0.125 p=drift oracle",
+        "proxy K=0.125 p=drift",
+    ]
+    assert v[i + len(pol)].mode == "quest"  # then the current-query modes
+    assert all(x.fetch_ratio is None and x.mode in ("lookahead", "proxy") for x in pol)
+    assert {x.fetch_policy for x in pol} == {"drift", "recall:0.9"}
+    only = E.variants(["dense", "quest"], [0.25], [0.05], fetch_policies=["drift"])
+    assert [x.label for x in only] == ["dense", "quest K=0.25"]  # no capped mode: no policy variant
+    assert [x.label for x in E.variants(["dense", "lookahead"], [0.25], [], fetch_policies=["drift"])] == [
+        "dense",
+        "lookahead K=0.25 p=drift head",
+    ]
+
+
+def test_policy_specs_are_checked_and_reach_the_engine_config():
+    assert E.canonical_policies(["DRIFT", "fixed:.05", "per-layer:0.5"]) == ["drift", "fixed:0.05", "per-layer:0.5"]
+    with pytest.raises(ValueError, match="--fetch-policies.*unknown policy 'nope'"):
+        E.canonical_policies(["drift", "nope:1"])
+    with pytest.raises(ValueError, match="--fetch-policies.*low"):
+        E.canonical_policies(["drift:low=x"])
+    with pytest.raises(ValueError, match="given twice"):
+        E.canonical_policies(["fixed:0.05", "fixed:.05"])
+    task = E.Task("ppl", "t", list(range(100)), 8, forced=[0] * 8)
+    v = E.Variant("lookahead", k_frac=0.25, fetch_policy="drift", draft="head")
+    cfg = E.exec_config(v, 256, [task], model_path="m.gguf", device="cpu", dtype="float32")
+    assert cfg.fetch_policy == "drift" and cfg.cap_policy().spec == "drift"
+    assert (
+        E.exec_config(
+            E.Variant("proxy", k_frac=0.25, fetch_ratio=0.1),
+            256,
+            [task],
+            model_path="m.gguf",
+            device="cpu",
+            dtype="float32",
+        )
+        .cap_policy()
+        .spec
+        == "fixed:0.1"
+    )
+    assert E._cap(v, 64) is None and E._max_cap(v, 64) == 16  # adaptive: bounded by ratio_cap(0.25, K)
+    fixed = E.Variant("lookahead", k_frac=0.125, fetch_policy="fixed:0.05", draft="head")
+    assert E._cap(fixed, 64) == E._max_cap(fixed, 64) == 3
+    assert E._cap(E.Variant("lookahead", k_frac=0.125, fetch_policy="unlimited"), 64) == 64
+
+
+@pytest.mark.parametrize(
+    "extra, message",
+    [
+        (["--fetch-policies", "drift", "nope:1"], "--fetch-policies: fetch cap 'nope:1': unknown policy 'nope'"),
+        (["--fetch-policies", "recall:2"], "--fetch-policies: fetch cap 'recall:2'"),
+        (["--shift-lengths", "1024"], "--shift-lengths: 1024 is not one of --lengths"),
+        (["--shift-lengths", "256", "--shift-tokens", "250"], "--shift-tokens: 250"),
+    ],
+)
+def test_bad_policy_or_shift_option_is_one_line_and_exit_2(extra, message, capsys, monkeypatch):
+    """Checked before the model loads (a load here fails the test)."""
+    from oasis_exec.__main__ import main
+    from oasis_exec.model import Decoder
+
+    def no_load(*a, **k):
+        raise AssertionError("the model was loaded before the options were checked")
+
+    monkeypatch.setattr(Decoder, "from_path", no_load)
+    rc = main(["quality", "endtoend", "--device", "cpu", "--lengths", "256", "--threads", "1"] + extra)
+    err = capsys.readouterr().err
+    assert rc == 2 and len(err.strip().splitlines()) == 1, err
+    assert message in err and "Traceback" not in err, err
+
+
 def test_full_k_check_variants():
     v = E.variants(["dense", "quest", "proxy", "lookahead"], [0.125], [0.02, 0.05], full_k_at=2048)
     assert [x.label for x in v[:4]] == ["dense", "quest K=all", "proxy K=all f=0.05", "lookahead K=all f=0.05 head"]
@@ -152,6 +239,114 @@ def test_passkey_prompt(smol):
     assert [t.kind for t in tasks] == ["greedy", "greedy", "ppl", "ppl"] + ["passkey"] * 6  # longest first
     assert len({t.info["key"] for t in tasks if t.kind == "passkey"}) == 6
     assert all(len(t.prompt) + t.max_tokens <= 512 for t in tasks)
+
+
+def test_shift_prompt(smol):
+    """Filler A as the prompt, then B (another text, the needle at its depth, the question, the answer prefix) as
+    the forced tokens; prompt + B + answer = N exactly; B's text is not in A."""
+    _, _, tok = smol
+    for depth in (0.1, 0.9):
+        p, f = E.shift_parts(tok, 512, depth, 54321, "shlex.py", 128, 1000, 16)
+        assert len(f) == 128 and len(p) + len(f) + 16 == 512
+        a, b = tok.decode(p), tok.decode(f)
+        assert "54321" not in a and b.count("54321") == 2
+        assert a.startswith("<|im_start|>") and E.INTRO.strip() in a and "What is the pass key?" not in a
+        assert b.startswith("\n\n") and b.rstrip().endswith(E.ANSWER_PREFIX) and "<|im_start|>assistant" in b
+        assert b.startswith('\n\n"""A lexical analyzer') and "lexical analyzer" not in a  # B: shlex.py from its start
+        at = b.index("The pass key is 54321") / b.index("What is the pass key?")
+        assert abs(at - depth) < 0.15, at
+    tasks = E.build_tasks(tok, 512, texts=("shlex.py",), ppl_tokens=16, greedy_tokens=16, depths=(0.5,), trials=2)
+    assert "shift" not in {t.kind for t in tasks}  # off unless asked
+    tasks = E.build_tasks(
+        tok, 512, texts=("shlex.py",), ppl_tokens=16, greedy_tokens=16, depths=(0.5,), trials=2, shift=True
+    )
+    sh = [t for t in tasks if t.kind == "shift"]
+    assert [t.name for t in sh] == ["shift@0.5#0", "shift@0.5#1"] and tasks[:2] == sh  # the longest: first lanes
+    assert all(len(t.forced) == 128 and t.max_tokens == 128 + 16 and len(t.prompt) + t.max_tokens == 512 for t in sh)
+    assert sh[0].info["b_text"] != sh[1].info["b_text"] and sh[0].info["key"] != sh[1].info["key"]
+    with pytest.raises(ValueError, match="--shift-tokens"):
+        E.shift_parts(tok, 512, 0.5, 1, "shlex.py", 30, 0, 16)  # no room for B's text
+
+
+@pytest.mark.slow
+def test_shift_through_the_engine_equals_dense_when_k_covers_every_block(smol):
+    """The context-shift request: dense scores B's forced tokens as the plain dense forward does and answers after
+    them; a sparse mode with a fetch-cap policy and K covering every block (short contexts off, so the sparse path
+    runs and fetches B's blocks as they fill during decode) gives the same NLL (fp32 tolerance) and answer."""
+    import dataclasses
+
+    path, dec, tok = smol
+    n, T, ans = 176, 64, 6
+    tasks = E.build_tasks(
+        tok,
+        n,
+        texts=(),
+        ppl_tokens=0,
+        greedy_tokens=0,
+        passkey=False,
+        depths=(0.5,),
+        shift=True,
+        shift_tokens=T,
+        answer_tokens=ans,
+    )
+    (t,) = tasks
+    ref = E.run_engine(dec, _cfg(E.Variant("dense"), n, tasks, smol), tasks)
+    r = ref["tasks"]["shift@0.5#0"]
+    assert r["tokens_out"][:T] == t.forced and len(r["tokens_out"]) == T + ans and len(r["nll"]) == T - 1
+    with torch.no_grad():
+        lp = torch.log_softmax(dec.forward_dense(t.prompt + t.forced).float(), -1)
+    P = len(t.prompt)
+    want = [-float(lp[P + i, t.forced[i + 1]]) for i in range(T - 1)]  # decode step i predicts forced token i + 1
+    assert max(abs(a - b) for a, b in zip(r["nll"], want)) < 1e-3
+    d = E.summarize(ref, None, tok)
+    assert d["shift_nll_tokens"] == T - 1 and d["shift_nll"] == pytest.approx(sum(want) / len(want), abs=1e-3)
+    assert d["shift_ppl"] == pytest.approx(math.exp(d["shift_nll"]), rel=1e-4) and d["shift_passkey_acc"] in (0, 1)
+    assert set(d["shift"]["shift@0.5#0"]) >= {"key", "answer", "correct", "nll_mean", "b_text"}
+    v = E.Variant("lookahead", top_k=-(-n // 16), fetch_policy="drift", draft="head")
+    cfg = dataclasses.replace(_cfg(v, n, tasks, smol), short_context=False)
+    got = E.run_engine(dec, cfg, tasks, v.draft)
+    s = E.summarize(got, ref, tok)
+    assert s["fetched_per_row_step"] > 0  # B's blocks were fetched as they filled: the sparse path ran
+    assert s["shift_nll_max_abs_diff_vs_dense"] < 2e-4, s["shift_nll_max_abs_diff_vs_dense"]
+    assert abs(s["shift_nll_delta_vs_dense"]) < 2e-4
+    assert got["tasks"]["shift@0.5#0"]["tokens_out"] == r["tokens_out"]
+    assert s["shift_passkey_acc"] == d["shift_passkey_acc"]
+
+
+@pytest.mark.slow
+def test_the_command_with_a_policy_and_the_shift_kind(smol, tmp_path, capsys, monkeypatch):
+    """``--fetch-policies drift --shift-lengths 256``: the policy row runs and names its spec, the ratio row says
+    None; every row has the shift figures; the table prints them (the module's model and tokenizer, not reloaded)."""
+    from oasis_exec import model
+    from oasis_exec.__main__ import main
+    from oasis_exec.quality import texts
+
+    path, dec, tok = smol
+    monkeypatch.setattr(model.Decoder, "from_path", lambda *a, **k: dec)
+    monkeypatch.setattr(texts, "hf_tokenizer", lambda p: tok)
+
+    out = tmp_path / "e2e.json"
+    args = ["quality", "endtoend", "--device", "cpu", "--lengths", "256", "--modes", "dense", "lookahead"]
+    args += ["--fetch-ratios", "0.05", "--fetch-policies", "drift", "--k-fracs", "0.25", "--ppl-tokens", "8"]
+    args += ["--greedy-tokens", "8", "--texts", "shlex.py", "--passkey-lengths", "--passkey-depths", "0.5"]
+    args += ["--shift-lengths", "256", "--shift-tokens", "64", "--answer-tokens", "4", "--threads", "1"]
+    assert main(args + ["--out", str(out)]) == 0
+    doc = json.loads(out.read_text())
+    assert doc["version"] == 2 and doc["settings"]["fetch_policies"] == ["drift"]
+    assert doc["settings"]["shift_lengths"] == [256] and doc["skipped"] == []
+    rows = {r["variant"]: r for r in doc["rows"]}
+    assert list(rows) == ["dense", "lookahead K=0.25 f=0.05 head", "lookahead K=0.25 p=drift head"]
+    d, fx, pol = rows.values()
+    assert d["fetch_policy"] is None and fx["fetch_policy"] is None and pol["fetch_policy"] == "drift"
+    assert pol["fetch_ratio"] is None and pol["cap_blocks"] is None and pol["max_cap_blocks"] == 1  # K = 4
+    assert fx["cap_blocks"] == fx["max_cap_blocks"] == 1
+    assert pol["fetched_per_row_step"] > 0 and pol["missing_per_row_step"] >= 0
+    for r in rows.values():
+        assert r["shift_nll_tokens"] == 63 and math.isfinite(r["shift_nll"]) and r["shift_passkey_acc"] in (0, 1)
+        assert set(r["shift"]) == {"shift@0.5#0"} and r["passkey_acc"] is None
+    assert "shift_nll_delta_vs_dense" in pol and "shift_nll_delta_vs_dense" not in d
+    printed = capsys.readouterr().out
+    assert "lookahead K=0.25 p=drift head" in printed and "shiftppl" in printed and "<=1" in printed
 
 
 @pytest.mark.slow
