@@ -676,6 +676,8 @@ def exec_config(
         cuda_graph=cuda_graph,
         prefill_chunk=prefill_chunk,
         prefill_interleave=False,
+        # K covering every block: the sparse path is what the check checks (short contexts would run it dense)
+        short_context=v.k_frac != 1.0,
     )
 
 

@@ -9,7 +9,7 @@
 # The matrix: 4K and 8K groups, K = 12.5% (32 / 64 blocks), lookahead with the trained head; per group the usual
 # requests (perplexity M = 255, greedy G = 256, passkey at 3 depths) plus 3 context-shift requests (B = N / 4 =
 # 1024 / 2048 forced tokens, passkey in B at depth 0.1 / 0.5 / 0.9). Order (the variants' priority, each over both
-# groups): dense; lookahead fetch 0.05; lookahead drift, per-layer:0.5, recall:0.9, budget:0.5; lookahead
+# groups): dense; lookahead fetch 0.05; lookahead drift, per-layer:0.05 (the fixed cap's total, spread by drift), recall:0.9, budget:0.5; lookahead
 # unlimited (fetch 1.0) -- 14 engines.
 #
 # Run-time estimate, from results/endtoend_h200*.json (the same engine, bf16, CUDA graphs, trained head): an engine
@@ -31,7 +31,7 @@ say "policies: budget ${BUDGET_S} s, timeout ${T} s"
 # shellcheck disable=SC2086
 timeout "$T" $PY -m oasis_exec quality endtoend --model-path "$M" --device cuda "${DRAFT_ARGS[@]}" \
   --lengths 4096 8192 --k-fracs 0.125 --modes dense lookahead --drafts head \
-  --fetch-ratios 0.05 1.0 --fetch-policies drift per-layer:0.5 recall:0.9 budget:0.5 \
+  --fetch-ratios 0.05 1.0 --fetch-policies drift per-layer:0.05 recall:0.9 budget:0.5 \
   --shift-lengths 4096 8192 --time-budget-s "$BUDGET_S" \
   --out "$OUT/policies.json" ${E2E_ARGS:-} 2>&1 \
   | tr '\r' '\n' | grep -v -e Warning -e clean_up_tokenization | tee "$OUT/policies.log" | grep -v -E 'engine(/s)?\]$'
