@@ -146,6 +146,12 @@ class ExecConfig:
         "with fused_ops on CUDA: selection + copy list in one kernels.plan_select launch a "
         "layer; off: the torch oasis_core.selection.plan_step (the reference)",
     )
+    fused_hot_gather: bool = _f(
+        True,
+        "mode=hisparse with fused selection on CUDA and the UVA path: the hot cache's miss lookup, the host reads of "
+        "the misses and the attention's slot list in one kernels.plan_select launch a layer; off: plan_select, then "
+        "the UVA gather of its copy list (two launches)",
+    )
     fused_kv_write: bool = _f(
         True, "with fused_ops: the decode step's K/V write by kernels.kv_write; off: advanced indexing (the reference)"
     )

@@ -346,11 +346,11 @@ class ModelExec:
                     pred = self.predict(
                         l, q[:, 0], lanes32, nb_cur, sets[0][:, l] if sets is not None else None, recorded
                     )
-                    self.pipe.fetch_now(l, pred, lanes, rows)
+                    hot_ids = self.pipe.fetch_now(l, pred, lanes, rows, slots=mode.hot_cache)
                 if slot_ids_all is not None:
                     slot_ids = slot_ids_all
                 elif mode.hot_cache and not all_short:  # the step's top-K inside the hot cache, not all its slots
-                    slot_ids = st.selected_slots(l, rows, pred, base)
+                    slot_ids = hot_ids.view(B, H, -1) if hot_ids is not None else st.selected_slots(l, rows, pred, base)
                 else:
                     res = st.resident[l][rows].view(B, H, st.S)
                     slot_ids = torch.where(res >= 0, base[:, :, None] + sel_off, -1).to(torch.int32)
