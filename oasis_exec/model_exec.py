@@ -20,6 +20,11 @@ decides per step, on the host from the positions, how many lanes can be short (`
   would have placed them); nothing is written back while it fits; its rows plan with a fetch cap of 0.
 - "none": the plain sparse step.
 
+On-demand modes (retrieval, hisparse) predict each layer's top-K from the step's own query and fetch it on the main
+stream before that layer attends (``Prefetcher.fetch_now``). A hot cache (hisparse: ``S = hot_slots > K`` slots a
+row) then attends only the step's top-K: the slot of each predicted block after the fetch (``plan_select``'s
+``slots_out`` on CUDA, ``SparseStore.selected_slots`` otherwise), not every slot of the row.
+
 At its crossing step (eager, see ``Runner._cross``) each layer first copies the lane's GPU blocks to its host blocks
 with the write-back kernel (``_offload``, on the stream, no host synchronisation), and that step fetches its rows'
 top-K from the real query (the one block not resident, the newest full one, comes from the copy just made) before
