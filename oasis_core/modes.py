@@ -40,6 +40,10 @@ class Mode:
     # used, of which attention reads only the step's selected top-K (hisparse); else it is the top-K itself
     hot_cache: bool = False
 
+    def __post_init__(self):
+        if self.hot_cache and (self.whole_kv_on_gpu or self.background):
+            raise ValueError(f"Mode {self.name!r}: a hot cache is fetched on demand (sparse, not background)")
+
     @property
     def sparse(self) -> bool:
         """Full KV in host memory, a selected working set on the GPU (the modes that transfer)."""
