@@ -17,7 +17,15 @@ head ``r % H``):
 - optionally writes the ``StepPlan`` fields ``fetch_block`` / ``fetch_slot`` [R, C] and ``n_fetch`` / ``n_missing`` /
   ``n_kept`` [R] (int64);
 - optionally adds ``n_missing`` and ``n_fetch`` (the live copies, when a copy list is written) atomically into an
-  int64 ``counters[2]`` tensor, so the host needs no per-layer reductions.
+  int64 ``counters[2]`` tensor, so the host needs no per-layer reductions;
+- optionally (``slots_out``) writes the slot of each predicted block after the plan, ``(lane * H + h) * W + s``
+  (-1: padding, or a block the cap left out): the attention's slot list of a hot cache (hisparse), whose rows hold
+  more blocks than the step attends;
+- optionally (``gather``) copies the row's admitted blocks from the (pinned, read through UVA) host pool into their
+  slots in the same program: hisparse's find-misses + read-from-host in one launch, no copy list round trip. The
+  program copies its row's blocks one after another (``bs * D`` elements of K and of V each), so a row with many
+  misses is a serial tail; the two-launch path (this without ``gather``, then ``kernels.gather.uva_gather`` of the
+  list) spreads the copies over the gather's persistent programs instead. Neither was timed on a GPU yet.
 
 Shapes S (slots), K (predicted), C (max_cap) are arbitrary (padded to powers of two with masks). No host sync.
 The [S, K] membership and [S, S] victim-rank compares run over chunks of ``chunk`` slots / predictions (reloaded from
@@ -70,6 +78,11 @@ def plan_select_kernel(
     NM,
     NK,
     CNT,
+    HK,
+    HV,
+    KS,
+    VS,
+    SLOT_OUT,
     cap_scalar,
     step,
     H,
@@ -82,6 +95,12 @@ def plan_select_kernel(
     stride_pr,
     stride_pk,
     stride_ht,
+    stride_hkb,
+    stride_hkh,
+    stride_hvb,
+    stride_hvh,
+    stride_ks,
+    stride_vs,
     SP: tl.constexpr,
     KP: tl.constexpr,
     CP: tl.constexpr,
@@ -91,6 +110,10 @@ def plan_select_kernel(
     COPY: tl.constexpr,
     PLAN: tl.constexpr,
     COUNT: tl.constexpr,
+    GATHER: tl.constexpr,
+    SLOTS: tl.constexpr,
+    CHUNK: tl.constexpr,
+    CHUNK_P: tl.constexpr,
 ):
     r = tl.program_id(0)
     row = tl.load(ROWS + r).to(tl.int64)
@@ -123,6 +146,7 @@ def plan_select_kernel(
     full_s = res_valid.to(tl.int32)[None, :]
     key_s = tl.where(res_valid, ls, 0)[None, :]
     in_res = tl.zeros([KP], dtype=tl.int32)
+    at_slot = tl.full([KP], -1, dtype=tl.int32)  # the slot a predicted block is resident in (SLOTS)
     v_rank = tl.zeros([SP], dtype=tl.int32)  # meaningful where cand
     for t0 in range(0, SP, TB):
         offs_t = t0 + tl.arange(0, TB)
@@ -132,6 +156,8 @@ def plan_select_kernel(
         rt_valid = t_ok & (rt >= 0)
         m = ((rt[:, None] == pred[None, :]) & rt_valid[:, None] & pred_valid[None, :]).to(tl.int32)
         in_res = tl.maximum(in_res, tl.max(m, axis=0))
+        if SLOTS:
+            at_slot = tl.maximum(at_slot, tl.max(tl.where(m > 0, offs_t[:, None], -1), axis=0))
         cand_t = t_ok & (tl.max(m, axis=1) == 0)
         full_t = rt_valid.to(tl.int32)[:, None]
         key_t = tl.where(rt_valid, lt, 0)[:, None]
@@ -191,6 +217,34 @@ def plan_select_kernel(
         tl.atomic_add(CNT, n_missing.to(tl.int64))
         if COPY:
             tl.atomic_add(CNT + 1, admit.to(tl.int64))
+    if SLOTS:  # where each predicted block lives after the plan: kept in place, or the victim slot it was given
+        b2 = r // H
+        h2 = r - b2 * H
+        base = (tl.load(LANES + b2).to(tl.int64) * H + h2) * W
+        got = pick_b & live[:, None]  # [C, K]: admitted missing block k went into fs[c]
+        new_at = tl.sum(tl.where(got, fs[:, None], 0), axis=0)
+        admitted = tl.max(got.to(tl.int32), axis=0) > 0
+        at = tl.where(in_res > 0, at_slot.to(tl.int64), tl.where(admitted, new_at, -1))
+        out = tl.where(pred_valid & (at >= 0), base + at, -1)
+        tl.store(SLOT_OUT + r.to(tl.int64) * K + offs_k, out.to(tl.int32), mask=k_ok)
+    if GATHER:  # the admitted blocks read from the (pinned) host pool into their slots, by this program
+        b3 = r // H
+        h3 = (r - b3 * H).to(tl.int64)
+        lane3 = tl.load(LANES + b3).to(tl.int64)
+        offs_e = tl.arange(0, CHUNK_P)
+        e_ok = offs_e < CHUNK
+        for j in range(0, CP):
+            pick = offs_c == j
+            ok = j < admit
+            blk = tl.sum(tl.where(pick, fb, 0), axis=0)
+            slot = tl.sum(tl.where(pick, fs, 0), axis=0)
+            hb = tl.load(HT + lane3 * stride_ht + tl.where(ok, blk, 0), mask=ok, other=0).to(tl.int64)
+            dslot = (lane3 * H + h3) * W + tl.where(ok, slot, 0)
+            m = e_ok & ok
+            kv = tl.load(HK + hb * stride_hkb + h3 * stride_hkh + offs_e, mask=m)
+            tl.store(KS + dslot * stride_ks + offs_e, kv, mask=m)
+            vv = tl.load(HV + hb * stride_hvb + h3 * stride_hvh + offs_e, mask=m)
+            tl.store(VS + dslot * stride_vs + offs_e, vv, mask=m)
 
 
 def plan_select(
@@ -209,6 +263,8 @@ def plan_select(
     counters=None,
     plan=False,
     out=None,
+    gather=None,
+    slots_out=None,
     chunk=16,
     num_warps=4,
 ) -> PlanSelectOut:
@@ -226,6 +282,12 @@ def plan_select(
     out: a ``PlanSelectOut`` of preallocated buffers of at least the needed sizes (flat [>= R * C] for the copy
     list, [>= R * C] or [>= R, C] for fetch_block/fetch_slot, [>= R] for the counts): the results are their leading
     views (stable addresses for CUDA-graph capture).
+    gather: ``(host_k, host_v, k_slots, v_slots)`` (``kernels.gather.uva_gather``'s pool and slots; needs the copy
+    list's arguments): each program also copies its row's admitted blocks from the host pool into their slots, in
+    the same launch (hisparse's find-misses + read-from-host; the two-launch path is this without ``gather``, then
+    ``uva_gather`` of the list). slots_out: int32 [R, K], written with the slot of each predicted block after the
+    plan (``(lane * H + h) * W + s``; -1 for padding and for a block left out by the cap): the attention's slot list
+    of a hot cache (``SparseStore.selected_slots`` in torch).
     """
     N, S = resident.shape
     dev = resident.device
@@ -255,6 +317,20 @@ def plan_select(
         check(host_table, "host_table", (None, None), (torch.int64, torch.int32), dev)
     if counters is not None:
         check(counters, "counters", (2,), torch.int64, dev)
+    if gather is not None:
+        assert copy, "gather needs the copy list's lanes, H, W and host_table"
+    if slots_out is not None:
+        assert lanes is not None and H is not None and W is not None, "slots_out needs lanes, H and W"
+        assert lanes.dim() == 1 and lanes.shape[0] * H == R, f"rows: R={R} must be lanes x H ({H})"
+        check(lanes, "lanes", (R // H,), (torch.int64, torch.int32), dev)
+        check(slots_out, "slots_out", (R, K), torch.int32, dev)
+    chunk_e = 1
+    if gather is not None:
+        from .gather import _check_pool_and_slots, _host_arg
+
+        host_k, host_v, k_slots, v_slots = gather
+        _nb, _h, BS, D = _check_pool_and_slots(host_k, host_v, k_slots, v_slots)
+        chunk_e = BS * D
 
     def buf(name, shape, dtype):
         t = getattr(out, name) if out is not None else None
@@ -283,7 +359,7 @@ def plan_select(
             rows,
             pred,
             cap_t if cap_t is not None else dummy,
-            lanes if copy else dummy,
+            lanes if copy or slots_out is not None else dummy,
             host_table if copy else dummy,
             src if copy else dummy,
             head if copy else dummy,
@@ -294,6 +370,11 @@ def plan_select(
             nm if plan else dummy,
             nk if plan else dummy,
             counters if counters is not None else dummy,
+            _host_arg(host_k) if gather is not None else dummy,
+            _host_arg(host_v) if gather is not None else dummy,
+            k_slots if gather is not None else dummy,
+            v_slots if gather is not None else dummy,
+            slots_out if slots_out is not None else dummy,
             0 if cap_t is not None else int(cap),
             int(step),
             int(H or 1),
@@ -306,6 +387,12 @@ def plan_select(
             pred.stride(0),
             pred.stride(1) if K else 1,
             host_table.stride(0) if copy else 0,
+            host_k.stride(0) if gather is not None else 0,
+            host_k.stride(1) if gather is not None else 0,
+            host_v.stride(0) if gather is not None else 0,
+            host_v.stride(1) if gather is not None else 0,
+            k_slots.stride(0) if gather is not None else 0,
+            v_slots.stride(0) if gather is not None else 0,
             SP=SP,
             KP=KP,
             CP=next_pow2(max(C, 1)),
@@ -315,6 +402,10 @@ def plan_select(
             COPY=copy,
             PLAN=plan,
             COUNT=counters is not None,
+            GATHER=gather is not None,
+            SLOTS=slots_out is not None,
+            CHUNK=chunk_e,
+            CHUNK_P=next_pow2(chunk_e),
             num_warps=num_warps,
         )
     return PlanSelectOut(src, head, dst, fb, fs, nf, nm, nk)
@@ -335,9 +426,11 @@ def plan_select_ref(
     host_table=None,
     counters=None,
     plan=False,
+    gather=None,
+    slots_out=None,
 ) -> PlanSelectOut:
     """Torch reference of ``plan_select``, built on ``oasis_core.selection.plan_step`` (same arguments, same
-    in-place updates and outputs)."""
+    in-place updates and outputs; ``gather`` by plain indexing, ``slots_out`` from the updated table)."""
     from oasis_core.selection import plan_step
 
     rows = rows.long()
@@ -363,6 +456,19 @@ def plan_select_ref(
         counters[0] += p.n_missing.sum()
         if host_table is not None:
             counters[1] += live.sum()
+    if gather is not None:
+        host_k, host_v, k_slots, v_slots = gather
+        ok = (src >= 0) & (dst >= 0)
+        s_, h_, d_ = src[ok].long().cpu(), head[ok].long().cpu(), dst[ok].long().to(k_slots.device)
+        k_slots[d_] = host_k[s_, h_].to(k_slots.device)
+        v_slots[d_] = host_v[s_, h_].to(v_slots.device)
+    if slots_out is not None:
+        res, pr = resident[rows], pred.long()
+        hit = (res[:, None, :] == pr[:, :, None]) & (pr >= 0)[:, :, None]  # [R, K, S]
+        s_at = torch.where(hit.any(-1), hit.to(torch.int64).argmax(-1), -1)
+        n_r = rows.shape[0]
+        base = (lanes.long().repeat_interleave(H) * H + torch.arange(H, device=res.device).repeat(n_r // H)) * W
+        slots_out.copy_(torch.where(s_at >= 0, base[:, None] + s_at, -1).to(torch.int32))
     if not plan:
         return PlanSelectOut(src, head, dst, None, None, None, None, None)
     return PlanSelectOut(src, head, dst, p.fetch_block, p.fetch_slot, p.n_fetch, p.n_missing, p.n_kept)

@@ -11,7 +11,14 @@ quest       the whole KV            no           current              none (top-
 retrieval   top-K working set       yes          current              on the critical path, uncapped
 proxy       top-K working set       yes          previous step's      in the background, capped
 lookahead   top-K working set       yes          draft token's        in the background, capped
+hisparse    LRU hot cache > top-K   yes          current              misses on the critical path, uncapped
 ==========  ======================  ===========  ===================  ==========================================
+
+``hisparse`` is a HiSparse-style baseline (arXiv 2608.07009; SGLang's ``--enable-hisparse``): retrieval's current
+top-K, fetched on the critical path with no cap, but into a per-(request, layer, KV head) hot cache of
+``ExecConfig.hot_slots`` blocks (default 2 x top_k) evicted least-recently-used, so a block selected again after it
+left the top-K is a hit while it is still cached; attention reads only the step's top-K (and the local block), not
+the whole hot cache (``hot_cache``).
 """
 
 from __future__ import annotations
@@ -29,6 +36,13 @@ class Mode:
     query: str  # what predicts the set: none | current (this step's query) | previous (last step's) | draft
     background: bool  # the set is fetched ahead by the prefetch pipeline, under the fetch cap
     summaries: bool  # keeps per-block min/max key summaries
+    # the GPU working set is a hot cache of ExecConfig.hot_slots (>= top_k) blocks per row, evicted least recently
+    # used, of which attention reads only the step's selected top-K (hisparse); else it is the top-K itself
+    hot_cache: bool = False
+
+    def __post_init__(self):
+        if self.hot_cache and (self.whole_kv_on_gpu or self.background):
+            raise ValueError(f"Mode {self.name!r}: a hot cache is fetched on demand (sparse, not background)")
 
     @property
     def sparse(self) -> bool:
@@ -73,6 +87,15 @@ REGISTRY: dict[str, Mode] = {
         Mode("retrieval", whole_kv_on_gpu=False, selects=True, query=QUERY_CURRENT, background=False, summaries=True),
         Mode("proxy", whole_kv_on_gpu=False, selects=True, query=QUERY_PREVIOUS, background=True, summaries=True),
         Mode("lookahead", whole_kv_on_gpu=False, selects=True, query=QUERY_DRAFT, background=True, summaries=True),
+        Mode(
+            "hisparse",
+            whole_kv_on_gpu=False,
+            selects=True,
+            query=QUERY_CURRENT,
+            background=False,
+            summaries=True,
+            hot_cache=True,
+        ),
     )
 }
 

@@ -274,6 +274,8 @@ def run_bench(
         "fetch_policy": cfg.fetch_policy if cfg.sparse else None,
         "short_context": runner.short is not None,
         "top_k": cfg.top_k,
+        "hot_slots": cfg.resident_slots if cfg.mode_spec.hot_cache else None,  # hisparse: its hot cache a row
+        "lane_bytes": runner.lane_bytes,  # GPU bytes of one lane (slots, summaries, tables): what the budget divides
         "model": cfg.model_path or cfg.model,
         "dummy_weights": cfg.model_path is None,
         "synthetic_params": cfg.synthetic,

@@ -40,7 +40,7 @@ class ExecConfig:
     draft_vocab: int = _f(32000, "draft vocabulary of a random draft head")
     dtype: str = _f("bfloat16", "bfloat16 | float32 (CPU tests)", DTYPES)
     device: str = _f("cuda", "cuda | cuda:N | cpu")
-    mode: str = _f("lookahead", "dense | quest | retrieval | proxy | lookahead", MODES)
+    mode: str = _f("lookahead", "dense | quest | retrieval | proxy | lookahead | hisparse (oasis_core.modes)", MODES)
     selection: str = _f("model", "model | synthetic | replay: where the chosen block ids come from", SOURCES)
     replay_path: str | None = _f(
         None,
@@ -60,6 +60,11 @@ class ExecConfig:
     )
     block_size: int = _f(PAPER_SPARSITY.block_size, "tokens per KV block")
     top_k: int = _f(PAPER_SPARSITY.top_k, "resident blocks per KV head (the local block comes on top)")
+    hot_slots: int | None = _f(
+        None,
+        "mode=hisparse: blocks of the LRU hot cache per (request, layer, KV head), >= top_k; attention reads the "
+        "step's top_k of them (None: 2 x top_k); counted in the GPU budget",
+    )
     fetch_ratio: float = _f(
         PAPER_SPARSITY.fetch_ratio, "fetch cap per head per step as a fraction of top_k (0 < r <= 1)"
     )
@@ -141,6 +146,12 @@ class ExecConfig:
         "with fused_ops on CUDA: selection + copy list in one kernels.plan_select launch a "
         "layer; off: the torch oasis_core.selection.plan_step (the reference)",
     )
+    fused_hot_gather: bool = _f(
+        True,
+        "mode=hisparse with fused selection on CUDA and the UVA path: the hot cache's miss lookup, the host reads of "
+        "the misses and the attention's slot list in one kernels.plan_select launch a layer; off: plan_select, then "
+        "the UVA gather of its copy list (two launches)",
+    )
     fused_kv_write: bool = _f(
         True, "with fused_ops: the decode step's K/V write by kernels.kv_write; off: advanced indexing (the reference)"
     )
@@ -187,6 +198,13 @@ class ExecConfig:
             bad("block_size", "must be a power of two")
         if self.top_k < 1:
             bad("top_k", "must be >= 1")
+        if self.hot_slots is not None:
+            if not self.mode_spec.hot_cache:
+                bad("hot_slots", f"only a mode with a hot cache (hisparse) takes it, not mode={self.mode}")
+            if isinstance(self.hot_slots, bool) or not isinstance(self.hot_slots, int):
+                bad("hot_slots", "must be an integer")
+            if self.hot_slots < self.top_k:
+                bad("hot_slots", f"must be >= top_k ({self.top_k}): the hot cache holds the step's top-K")
         if not 0 < self.fetch_ratio <= 1:
             bad("fetch_ratio", "must be in (0, 1]")
         if self.fetch_policy is not None:
@@ -226,6 +244,14 @@ class ExecConfig:
     @property
     def sparse(self) -> bool:
         return self.mode_spec.sparse
+
+    @property
+    def resident_slots(self) -> int:
+        """Selectable GPU slots per (lane, layer, KV head) of a sparse mode (``SparseStore.S``): ``top_k``, or the
+        hot cache's ``hot_slots`` (default ``2 * top_k``) in a mode with one."""
+        if not self.mode_spec.hot_cache:
+            return self.top_k
+        return self.hot_slots if self.hot_slots is not None else 2 * self.top_k
 
     def cap_policy(self):
         """The run's ``FetchCapPolicy``: ``Unlimited`` for a mode fetching on demand (retrieval), else

@@ -48,7 +48,7 @@ class Stats:
     waiting: int  # queued, not yet admitted
     lanes_used: int  # GPU lanes: one per admitted request
     lanes_free: int
-    slots_per_lane: int  # GPU KV slots of one lane: L * H * top_k (sparse modes) or L * H * max_blocks (paged)
+    slots_per_lane: int  # GPU KV slots of one lane: L * H * resident_slots (sparse modes) or L * H * max_blocks (paged)
     host_blocks_used: int  # host pool blocks (sparse modes; 0 / 0 in dense and quest)
     host_blocks_free: int
     prefetch_units: int  # (block, KV head) units copied host -> GPU
@@ -97,7 +97,7 @@ class Engine:
         self._units = 0  # prefetch units at the last counter read
         self.runner.sampler = self._sample  # the runner samples through the engine: per-request keys and top_p
         shape = self.runner.shape
-        self.slots_per_lane = shape.n_layers * shape.n_kv_heads * (cfg.top_k if cfg.sparse else cfg.max_blocks)
+        self.slots_per_lane = shape.n_layers * shape.n_kv_heads * (cfg.resident_slots if cfg.sparse else cfg.max_blocks)
         self.unit_bytes = 2 * cfg.block_size * shape.head_dim * _element_size(self.runner.dtype)
 
     @property

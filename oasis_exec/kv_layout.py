@@ -1,7 +1,8 @@
 """The runner's KV stores, built and sized: how many lanes the GPU budget holds and how large the host pool is.
 
 ``build_kv_layout(cfg, shape=, dtype=, device=)`` sizes one lane from ``KVGeometry`` (``SparseStore.bytes_per_lane``
-in the sparse modes, ``DenseStore.bytes_per_lane`` in the dense ones), takes the lanes the budget holds
+in the sparse modes, with ``ExecConfig.resident_slots`` slots a row: ``top_k``, or ``hot_slots`` in hisparse;
+``DenseStore.bytes_per_lane`` in the dense ones), takes the lanes the budget holds
 (``kv_budget_gb``; at most ``max_lanes`` when given, 4 when neither is), sizes the host pool through
 ``oasis_exec.host_memory.host_pool_blocks`` (checked against the host's memory before a byte is pinned) and builds
 the stores of ``kv_store.py``.
@@ -38,11 +39,11 @@ def build_kv_layout(cfg, *, shape, dtype, device) -> KVLayout:
     mode = cfg.mode_spec
     s = shape
     bs, H, D, L = cfg.block_size, s.n_kv_heads, s.head_dim, s.n_layers
-    K = cfg.top_k
+    S = cfg.resident_slots  # top_k, or the hot cache's hot_slots (hisparse): what each row holds on the GPU
     NB = cfg.max_blocks
     geo = KVGeometry(s, block_size=bs, dtype_bytes=torch.tensor([], dtype=dtype).element_size())
     if cfg.sparse:
-        per_lane = SparseStore.bytes_per_lane(geo, K, NB)
+        per_lane = SparseStore.bytes_per_lane(geo, S, NB)
     else:
         per_lane = DenseStore.bytes_per_lane(geo, NB, mode.summaries)
     budget = cfg.kv_budget_gb * 1e9 if cfg.kv_budget_gb else None
@@ -59,7 +60,7 @@ def build_kv_layout(cfg, *, shape, dtype, device) -> KVLayout:
         )  # sized for what runs, checked before pinning
         host = HostPool(L, hb, H, bs, D, dtype, pin=device.type == "cuda")
         host_blocks = hb
-        store = SparseStore(L, lanes, H, K, bs, D, NB, dtype, device)
+        store = SparseStore(L, lanes, H, S, bs, D, NB, dtype, device)
     else:
         store = DenseStore(L, lanes, H, NB, D, bs, dtype, device, summaries=mode.summaries)
     return KVLayout(

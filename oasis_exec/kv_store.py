@@ -8,6 +8,8 @@ Layouts (``bs`` = block size, ``D`` = head dim, ``H`` = KV heads, ``L`` layers),
 - ``SparseStore.k[l]`` / ``.v[l]``: [B_max * H * (S + 2), bs, D] per layer: the slot pool of ``kernels.sparse_attn``.
   Row (lane, head) owns slots ``(lane * H + head) * (S + 2) + s``: ``s < S`` the selectable working set,
   ``LOCAL = S`` the newest (partial) block, ``TRASH = S + 1`` absorbs padded writes of fixed-shape copies.
+  ``S = top_k``, except in hisparse, where the working set is a hot cache of ``S = hot_slots >= top_k`` slots
+  (``ExecConfig.resident_slots``) and attention reads only the step's top-K of them (``selected_slots``).
 - ``SparseStore.resident`` / ``last_sel``: [L, B_max * H, S] int64, the per-head mapping (slot -> host logical
   block of the request, -1 empty), in the form ``oasis_core.selection.plan_step`` takes and returns.
 - ``kmin`` / ``kmax``: [L, B_max, H, NB_max, D] block summaries (Quest min/max) of every block of every context;
@@ -170,10 +172,32 @@ class SparseStore:
     @staticmethod
     def bytes_per_lane(geo, slots, max_blocks) -> int:
         """GPU bytes of one lane (``geo``: a ``KVGeometry``): its ``slots`` + local + trash blocks in every layer and
-        KV head, the summaries of ``max_blocks`` blocks, and the int64 resident / last_sel tables."""
+        KV head, the summaries of ``max_blocks`` blocks, and the int64 resident / last_sel tables. ``slots`` is the
+        store's ``S``: ``top_k``, or hisparse's ``hot_slots`` (``ExecConfig.resident_slots``), so a larger hot cache
+        holds fewer lanes in the same budget."""
         kv = geo.resident_bytes(slots, local_blocks=2)
         summ = geo.summary_bytes(max_blocks * geo.block_size)
         return kv + summ + 2 * geo.rows_per_request * slots * 8
+
+    def selected_slots(self, layer, rows, pred, base):
+        """The slots of the predicted blocks: int32 [B, H, K], ``base[b, h] + s`` where block ``pred[r, k]`` sits in
+        slot ``s`` of row ``r`` (``resident[layer][rows]``), -1 where ``pred`` is padding or the block is not resident.
+        For a hot cache (hisparse) whose attention reads the step's top-K, not every slot of the row: the list is
+        built after the step's fetch, from the table it updated (an inverse map block -> slot per row, one scatter
+        and one gather; no host sync). ``rows``: the layer's rows (slice or index), ``pred`` [R, K], ``base`` [B, H]
+        (``slot_base``)."""
+        res = self.resident[layer][rows]  # [R, S]
+        R, S = res.shape
+        nb = self.NB
+        inv = torch.full((R, nb + 1), -1, dtype=torch.int32, device=res.device)  # block -> slot; column nb: none
+        slot = torch.arange(S, dtype=torch.int32, device=res.device).expand(R, S)
+        inv.scatter_(1, torch.where(res >= 0, res, nb), slot)
+        inv[:, nb] = -1  # the empty slots' (and the padding's) column
+        pred = pred.long()
+        s = inv.gather(1, torch.where(pred >= 0, pred, nb))  # [R, K]
+        B, H = base.shape
+        s = s.view(B, H, -1)
+        return torch.where(s >= 0, base[:, :, None].to(torch.int32) + s, -1).to(torch.int32)
 
     def slot_base(self, lanes):
         """[B, H] int64: first slot of each (lane, head) row."""

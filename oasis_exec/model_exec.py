@@ -20,6 +20,11 @@ decides per step, on the host from the positions, how many lanes can be short (`
   would have placed them); nothing is written back while it fits; its rows plan with a fetch cap of 0.
 - "none": the plain sparse step.
 
+On-demand modes (retrieval, hisparse) predict each layer's top-K from the step's own query and fetch it on the main
+stream before that layer attends (``Prefetcher.fetch_now``). A hot cache (hisparse: ``S = hot_slots > K`` slots a
+row) then attends only the step's top-K: the slot of each predicted block after the fetch (``plan_select``'s
+``slots_out`` on CUDA, ``SparseStore.selected_slots`` otherwise), not every slot of the row.
+
 At its crossing step (eager, see ``Runner._cross``) each layer first copies the lane's GPU blocks to its host blocks
 with the write-back kernel (``_offload``, on the stream, no host synchronisation), and that step fetches its rows'
 top-K from the real query (the one block not resident, the newest full one, comes from the copy just made) before
@@ -232,10 +237,10 @@ class ModelExec:
                 lane.to(torch.int32),
             )
             pred = topk_blocks(scores.view(H, -1), self.K, torch.full((H,), nb, device=dev))  # [H, K]
-            plan = initial_plan(pred, step=0, slots=self.K)
+            plan = initial_plan(pred, step=0, slots=st.S)  # the first K slots; a hot cache's others start empty
             st.resident[l, rows] = plan.resident
             st.last_sel[l, rows] = plan.last_sel
-            blk = plan.resident.clamp(min=0)  # [H, K]
+            blk = plan.resident[:, : self.K].clamp(min=0)  # [H, K]: fetch_slot j == j
             tok = blk[:, :, None] * bs + torch.arange(bs, device=dev)  # [H, K, bs]
             kk = torch.gather(sk[l], 1, tok.reshape(H, -1, 1).expand(-1, -1, sk.shape[-1]))
             vv = torch.gather(sv[l], 1, tok.reshape(H, -1, 1).expand(-1, -1, sv.shape[-1]))
@@ -346,9 +351,11 @@ class ModelExec:
                     pred = self.predict(
                         l, q[:, 0], lanes32, nb_cur, sets[0][:, l] if sets is not None else None, recorded
                     )
-                    self.pipe.fetch_now(l, pred, lanes, rows)
+                    hot_ids = self.pipe.fetch_now(l, pred, lanes, rows, slots=mode.hot_cache)
                 if slot_ids_all is not None:
                     slot_ids = slot_ids_all
+                elif mode.hot_cache and not all_short:  # the step's top-K inside the hot cache, not all its slots
+                    slot_ids = hot_ids.view(B, H, -1) if hot_ids is not None else st.selected_slots(l, rows, pred, base)
                 else:
                     res = st.resident[l][rows].view(B, H, st.S)
                     slot_ids = torch.where(res >= 0, base[:, :, None] + sel_off, -1).to(torch.int32)
@@ -449,26 +456,29 @@ class ModelExec:
 
     def _offload_items(self, lanes):
         """The crossing lanes' copy items, the same in every layer: the slots of their rows' blocks 0 .. K (block j
-        in slot j, block K in the local slot: ``decode_core``'s placement for short lanes) and those blocks' host
-        units. Returns (src, dst) int32 [C * H * (K + 1)]."""
+        in slot j, block K in slot K: the local slot when ``S == K``, a hot-cache slot when ``S > K``; ``decode_core``'s
+        placement for short lanes) and those blocks' host units. Returns (src, dst) int32 [C * H * (K + 1)]."""
         st, H, dev = self.store, self.H, self.device
         C = lanes.shape[0]
-        j = torch.arange(st.S + 1, device=dev)  # slot S is the local slot
+        j = torch.arange(self.K + 1, device=dev)  # slot j holds block j (slot K == S is the local slot when S == K)
         rows = (lanes[:, None] * H + torch.arange(H, device=dev)).reshape(-1)  # [C * H]
         src = rows[:, None] * st.W + j  # [C * H, K + 1]
-        blk = st.host_table[lanes][:, : st.S + 1].repeat_interleave(H, 0)  # [C * H, K + 1] host blocks
+        blk = st.host_table[lanes][:, : self.K + 1].repeat_interleave(H, 0)  # [C * H, K + 1] host blocks
         dst = blk * H + torch.arange(H, device=dev).repeat(C)[:, None]
         return src.reshape(-1).to(torch.int32), dst.reshape(-1).to(torch.int32)
 
     def _offload(self, l, c_rows, src, dst) -> None:
         """Layer ``l`` of a crossing: the crossing rows' ``K + 1`` GPU blocks copied to their host units by the
         write-back kernel, on the current stream (no host synchronisation; the fetches later in the step and the next
-        steps' background copies are ordered after it), and their tables set to blocks 0 .. K-1 in slots
-        0 .. K-1 (a short lane's tables are not kept while every lane of a step is short)."""
+        steps' background copies are ordered after it), and their tables set to blocks 0 .. n-1 in slots
+        0 .. n-1, ``n = min(S, K + 1)``: K, or with a hot cache (``S > K``) also block K, which stays in its slot (a
+        short lane's tables are not kept while every lane of a step is short)."""
         st, bs = self.store, self.bs
         writeback_full(st.k[l], st.v[l], self.host.k[l], self.host.v[l], src, dst, torch.full_like(src, bs), bs)
-        st.resident[l][c_rows] = torch.arange(st.S, device=self.device)
-        st.last_sel[l][c_rows] = 0
+        j = torch.arange(st.S, device=self.device)
+        held = j < min(st.S, self.K + 1)
+        st.resident[l][c_rows] = torch.where(held, j, -1)
+        st.last_sel[l][c_rows] = torch.where(held, 0, -1)
 
     def predict(self, l, qsel, lanes32, n_blocks, src, recorded=None):
         """The top-K blocks per row [B * H, K] of layer ``l``: scored from ``qsel`` [B, Hq, D] against the summaries

@@ -126,6 +126,10 @@ class Prefetcher:
             return PlanSelectOut(*i32, *i64)
 
         self._lists = [bufs() for _ in range(L if cfg.mode_spec.background else 1)]
+        # a hot cache (hisparse): the attention's slot list [R, K] that plan_select writes (fetch_now), allocated once
+        self._slot_buf = None
+        if cfg.mode_spec.hot_cache:
+            self._slot_buf = torch.full((n_rows * cfg.top_k,), -1, dtype=torch.int32, device=device)
         self.graph_host = False  # the host path captured in CUDA graphs (set below when torch has external events)
         self.copy_graph = False  # UVA under graphs: the copies in a graph of their own (set below, likewise)
         self._capture_key, self._graph_layers = None, {}
@@ -488,16 +492,62 @@ class Prefetcher:
         src, head, dst, _ = self._plan_list(layer, plan, lanes)
         copy_inline(self.store, self.host, self.device, layer, src, head, dst)
 
-    def fetch_now(self, layer, pred, lanes, rows) -> None:
-        """Synchronous selection + transfer on the current stream (retrieval mode: copies on the critical path)."""
-        plan = self._select_for(layer, pred, lanes, rows, 0, self._cap(layer, pred, rows))
+    def fetch_now(self, layer, pred, lanes, rows, slots: bool = False):
+        """Synchronous selection + transfer on the current stream (retrieval, hisparse: copies on the critical path).
+
+        ``slots`` (a hot cache): on the fused CUDA path, returns the attention's slot list int32 [R, K] (the slot of
+        each predicted block after the fetch, written by the same ``plan_select`` launch, ``_fetch_hot``); None
+        otherwise (the caller builds it from the updated table: ``SparseStore.selected_slots``)."""
+        cap = self._cap(layer, pred, rows)
+        if slots and self._fused(cap):
+            return self._fetch_hot(layer, pred, lanes, rows, cap)
+        plan = self._select_for(layer, pred, lanes, rows, 0, cap)
         if self.cfg.no_transfer:
-            return
+            return None
         if self.cuda and self.path == "uva":
             src, head, dst, _ = self._plan_list(layer, plan, lanes)
             self.uva.gather(layer, src, head, dst, self.gather_programs(lanes.shape[0]))
         else:
             self._transfer_inline(layer, plan, lanes)
+        return None
+
+    def _fetch_hot(self, layer, pred, lanes, rows, cap):
+        """A hot cache's fetch on CUDA (hisparse): one ``plan_select`` launch plans the rows over the hot cache
+        (least-recently-selected victims, the uncapped cap), counts, writes the slot list and, with
+        ``cfg.fused_hot_gather`` on the UVA path, reads the misses from the pinned host pool into their slots
+        (find-misses + read-from-host fused); else the copy list goes to the UVA gather (a second launch) or, on the
+        host path, to plain indexing. Everything on the current stream, no host sync. Returns the slot list [R, K]."""
+        from kernels.plan_select import plan_select
+
+        st, host = self.store, self.host
+        R, K = pred.shape
+        copy = not self.cfg.no_transfer
+        fused = copy and self.cfg.fused_hot_gather and self.path == "uva"
+        so = self._slot_buf[: R * K].view(R, K)
+        out = plan_select(
+            st.resident[layer],
+            st.last_sel[layer],
+            self._rows_tensor(rows),
+            pred if pred.dtype in (torch.int64, torch.int32) else pred.long(),
+            cap,
+            self.max_cap,
+            0,
+            lanes=lanes,
+            H=st.H,
+            W=st.W,
+            host_table=st.host_table if copy else None,
+            counters=self.counts,
+            plan=True,
+            out=self._lists[0],
+            gather=(host.k[layer], host.v[layer], st.k[layer], st.v[layer]) if fused else None,
+            slots_out=so,
+        )
+        if copy and not fused:
+            if self.path == "uva":
+                self.uva.gather(layer, out.src, out.head, out.dst, self.gather_programs(lanes.shape[0]))
+            else:
+                copy_inline(self.store, self.host, self.device, layer, out.src, out.head, out.dst)
+        return so
 
     # -- accounting ---------------------------------------------------------------------------------------------
 

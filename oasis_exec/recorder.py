@@ -133,6 +133,7 @@ def recording_from_bench(
         "profile": bool(c.get("profile", bool(stages))),
         "synthetic": b.get("synthetic_params", c.get("synthetic")),
         "fetch_policy": b.get("fetch_policy", c.get("fetch_policy")),
+        "hot_slots": b.get("hot_slots", c.get("hot_slots")),  # hisparse's hot cache a row (None: other modes)
     }
     per_step = float(b.get("bytes_moved_per_step") or 0.0)
     stall = stages.get("stall")
@@ -269,6 +270,7 @@ def recording_from_serve(
         "profile": bool(c.get("profile", False)),
         "synthetic": c.get("synthetic"),
         "fetch_policy": c.get("fetch_policy"),
+        "hot_slots": c.get("hot_slots"),
         "exec_config": c,
         "server": dict(s.get("server") or {}),
     }

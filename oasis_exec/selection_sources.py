@@ -87,8 +87,11 @@ class SelectionSources:
                 cur = gen.current().view(B, self.L, self.H, self.K)
                 for i, lane in enumerate(lanes_list):
                     rows = slice(lane * self.H, (lane + 1) * self.H)
-                    self.store.resident[:, rows] = cur[i]
-                    self.store.last_sel[:, rows] = 0
+                    # the first K of the row's slots (a hot cache, hisparse, has more: they start empty)
+                    self.store.resident[:, rows] = -1
+                    self.store.last_sel[:, rows] = -1
+                    self.store.resident[:, rows, : self.K] = cur[i]
+                    self.store.last_sel[:, rows, : self.K] = 0
         gen = self.synth[1]
         B = len(lanes_list)
         cur = gen.current().view(B, self.L, self.H, self.K)

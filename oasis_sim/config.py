@@ -41,8 +41,13 @@ class SimConfig:
     # -- what runs --------------------------------------------------------------------------------------------
     model: str = _h("model preset (oasis_core.specs.MODELS)", "qwen3-8b")
     hardware: str = _h("GPU preset (oasis_core.specs.HARDWARE)", "h100-sxm")
-    mode: str = _h("dense | quest | retrieval | proxy | lookahead", "lookahead")
+    mode: str = _h("dense | quest | retrieval | proxy | lookahead | hisparse (oasis_core.modes)", "lookahead")
     top_k: int = _h("selected blocks per KV head (plus the local block)", PAPER_SPARSITY.top_k)
+    hot_slots: Optional[int] = _h(
+        "mode=hisparse: blocks of the LRU hot cache per (request, layer, KV head), >= top_k (None: 2 x top_k); "
+        "held in HBM per request; misses are fetched on demand",
+        None,
+    )
     block_size: int = _h("tokens per KV block", PAPER_SPARSITY.block_size)
     fetch_ratio: float = _h(
         "fetch cap per row per step as a fraction of top-K (1 = unlimited)", PAPER_SPARSITY.fetch_ratio
@@ -153,6 +158,12 @@ class SimConfig:
         choice("event_mode", EVENT_MODES)
         choice("rpf_granularity", RPF_GRANULARITIES)
         integer("top_k", 1)
+        integer("hot_slots", 1, optional=True)
+        if self.hot_slots is not None:
+            if not mode.hot_cache:
+                bad("hot_slots", f"only a mode with a hot cache (hisparse) takes it, not mode={self.mode}")
+            if self.hot_slots < self.top_k:
+                bad("hot_slots", f"must be >= top_k ({self.top_k}): the hot cache holds the step's top-K")
         integer("block_size", 1)
         number("fetch_ratio", 0.0, 1.0, lo_open=True)
         integer("seed", 0)
@@ -220,6 +231,14 @@ class SimConfig:
     @property
     def sparse(self) -> bool:
         return modes.get(self.mode).sparse
+
+    @property
+    def resident_slots(self) -> int:
+        """Selectable GPU blocks per (request, layer, KV head) of a sparse mode: ``top_k``, or the hot cache's
+        ``hot_slots`` (default ``2 * top_k``) in a mode with one (hisparse; the executor's ``resident_slots``)."""
+        if not modes.get(self.mode).hot_cache:
+            return self.top_k
+        return self.hot_slots if self.hot_slots is not None else 2 * self.top_k
 
     @property
     def short_context_rule(self) -> Optional[ShortContext]:

@@ -79,6 +79,8 @@ class Engine:
         self.stall_s = 0.0
         self.recall_sum = 0.0
         self.recall_n = 0
+        self.miss_sum = 0.0  # per-row predicted blocks not on the GPU, summed over (request, decode step) that select
+        self.sel_n = 0  # those (request, decode step)s: a hot cache's hit rate is 1 - miss_sum / (sel_n * top_k)
         self.pending_fill = 0.0  # (block, head) slices of first fills planned in the previous step
         self._d2h_free = 0.0
         self.wake = env.event()  # succeeded when work may have arrived while idle
@@ -205,6 +207,8 @@ class Engine:
                     u = rem * pol.rscale * L * kvh
                     remote_units += u
                     remote.received(r, u * self.bpbh)
+                self.miss_sum += _miss
+                self.sel_n += 1
                 sl = f * L * kvh
                 r.fetch_blocks += sl
                 r.recall_sum += rec

@@ -11,8 +11,8 @@ prefill GEMM never beats peak FLOP/s, and sparse attention over a non-empty resi
 fit that leaves attention's excess at 0 keeps its floor). The fit interpolates over batch, context and selected
 blocks exactly as the roofline does (the roofline time is the feature that carries the shape), while the
 coefficients absorb what the roofline misses: kernel efficiency, launch overheads, the draft head's extra work. Coefficients are fitted per *family* of modes -- ``dense``
-(dense, quest: paged attention over the whole context) and ``sparse`` (retrieval, proxy, lookahead: sparse
-attention over the resident set) -- because the two run different attention kernels; a family with no training
+(dense, quest: paged attention over the whole context) and ``sparse`` (retrieval, proxy, lookahead, hisparse:
+sparse attention over the resident set) -- because the two run different attention kernels; a family with no training
 recordings borrows the other's.
 
 Groups (targets from ``results.stage_ms_per_step``, per layer unless said; features: mean roofline op times of the

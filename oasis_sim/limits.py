@@ -45,7 +45,7 @@ def policy_bytes(cfg: SimConfig, block_counts, concurrent: int) -> tuple[int, in
     else:
         groups = max(1, min(concurrent, len(block_counts)))
     rows = rows_per_group * groups
-    return rows * (width + cfg.top_k) * BYTES_PER_ROW_SLOT, rows, width
+    return rows * (width + cfg.resident_slots) * BYTES_PER_ROW_SLOT, rows, width
 
 
 def check_footprint(cfg: SimConfig, block_counts, concurrent: int) -> None:
@@ -54,7 +54,7 @@ def check_footprint(cfg: SimConfig, block_counts, concurrent: int) -> None:
     if need > limit:
         raise ConfigError(
             f"top_k: {cfg.top_k:,} with policy_layers = {cfg.policy_layers} and contexts of up to {width:,} blocks "
-            f"needs ~{need / 2**30:,.1f} GiB for the selection simulation ({rows:,} rows x {width + cfg.top_k:,} "
+            f"needs ~{need / 2**30:,.1f} GiB for the selection simulation ({rows:,} rows x {width + cfg.resident_slots:,} "
             f"slots), more than the {limit / 2**30:.1f} GiB limit; lower --top-k, --policy-layers or "
             f"--max-context, or raise --block-size"
         )

@@ -26,7 +26,9 @@ decides *which rows* are simulated and how their figures are scaled to the whole
 Step indexing: ``fetch[0]`` is the first fill at admission (``initial_plan``), ``fetch[i]`` (i >= 1) the blocks
 planned during decode step ``i - 1`` for step ``i``, ``recall[i]`` the share of step ``i``'s true top-K resident
 when it attends. Retrieval plans with the true set and no cap (fetched in the critical path), proxy with the
-current-query set, lookahead with the draft set.
+current-query set, lookahead with the draft set. Hisparse plans as retrieval does, over a hot cache of
+``hot_slots`` slots per row (``SimConfig.resident_slots``) evicted least-recently-used: its fetches are the hot
+cache's misses (the engine times them as retrieval's, on the critical path).
 """
 
 from __future__ import annotations
@@ -183,7 +185,8 @@ class Runner:
             self.gen = SyntheticSelection(
                 self.rows, nb, cfg.top_k, cfg.synthetic_params, seed, layers=self.P, kv_heads=self.kvh
             )
-        first = initial_plan(self.gen.current())
+        # The first fill: the first set into the row's slots (K, or a hot cache's hot_slots, whose others start empty)
+        first = initial_plan(self.gen.current(), slots=cfg.resident_slots)
         self.resident, self.last_sel = first.resident, first.last_sel
         self.first_fetch = first.n_fetch
         self.ledgers = None

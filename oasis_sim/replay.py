@@ -169,6 +169,8 @@ def sim_config(
         else:
             del values["chunk_tokens"]
         requests = [(1, q.prompt_tokens, q.output_tokens) for q in reqs]
+    if c.get("hot_slots"):  # hisparse: the recorded hot cache
+        values["hot_slots"] = c["hot_slots"]
     if c.get("synthetic"):
         values["synthetic"] = dict(c["synthetic"])
     if c.get("fetch_policy"):  # the recorded policy; an adaptive one needs the exact per-step plans
@@ -190,7 +192,9 @@ def sim_config(
     # Memory that admits the whole recorded batch (every recorded request of a trace) at once.
     kv = sum(k * (p + o + cfg.block_size) for k, p, o in requests) * geo.bytes_per_token
     count = sum(k for k, _p, _o in requests)
-    need_hbm = cfg.model_spec.weight_bytes + kv + count * (geo.resident_bytes(cfg.top_k) + cfg.draft_state_bytes)
+    need_hbm = (
+        cfg.model_spec.weight_bytes + kv + count * (geo.resident_bytes(cfg.resident_slots) + cfg.draft_state_bytes)
+    )
     hbm = max(cfg.hardware_spec.hbm_bytes, need_hbm * 1.1 / cfg.hbm_utilization)
     return cfg.with_(hbm_bytes=float(hbm), host_bytes=float(max(kv * 1.1, 1e9)))
 

@@ -70,7 +70,7 @@ class ByteAccounting:
         self.bs = cfg.block_size
         self.bpt = geo.bytes_per_token
         self.sparse = modes.get(cfg.mode).sparse
-        self.fixed_hbm = (geo.resident_bytes(cfg.top_k) + cfg.draft_state_bytes) if self.sparse else 0.0
+        self.fixed_hbm = (geo.resident_bytes(cfg.resident_slots) + cfg.draft_state_bytes) if self.sparse else 0.0
         self.rpf = cfg.split == "rpf"
         self.short = cfg.short_context_rule  # None: every request of a sparse mode is held sparse
 

@@ -12,6 +12,7 @@ from dataclasses import dataclass, field
 
 import simpy
 
+from oasis_core import modes
 from oasis_core.geometry import KVGeometry
 from oasis_core.trace import Trace
 
@@ -176,6 +177,9 @@ def simulate(cfg: SimConfig, trace: Trace, predictor: TimePredictor | None = Non
     extra = {"d2h_busy_s": metrics._r(node.gpu.d2h.busy_s)}
     if prefix is not None:
         extra["prefix_host_copy_bytes"] = round(engine.prefix_copy_bytes)
+    if modes.get(cfg.mode).hot_cache:  # hisparse: the share of the selected top-K found in the hot cache
+        extra["hot_slots"] = cfg.resident_slots
+        extra["hot_hit_rate"] = metrics._r(1.0 - engine.miss_sum / (engine.sel_n * cfg.top_k) if engine.sel_n else 1.0)
     if prefill is not None:
         extra.update(prefill.stats())
     summary = metrics.summarize(

@@ -11,7 +11,7 @@ from oasis_exec.scheduler import SamplingParams
 pytestmark = pytest.mark.gpu
 
 
-@pytest.mark.parametrize("mode", ["dense", "quest", "retrieval", "proxy", "lookahead"])
+@pytest.mark.parametrize("mode", ["dense", "quest", "retrieval", "proxy", "lookahead", "hisparse"])
 def test_cuda_graph_steps_equal_eager_steps(mode):
     ps = prompts(7, (90, 120, 64))
     kw = dict(top_k=3, fetch_ratio=0.67, transfer="uva")
@@ -190,7 +190,7 @@ def test_uva_copy_graphs_equal_copies_inside_the_step_graph():
             assert torch.allclose(a, b, atol=1e-2, rtol=1e-2)
 
 
-@pytest.mark.parametrize("mode", ["retrieval", "lookahead"])
+@pytest.mark.parametrize("mode", ["retrieval", "lookahead", "hisparse"])
 def test_short_context_in_graphs_equals_eager_and_crosses_on_the_device(mode):
     """Short contexts under CUDA graphs (steps "all", "some", "none" each a graph; the crossing eager, its copy to
     the host by the write-back kernel): the logits and tokens of the eager run, the slots hold the host's copies of
@@ -228,3 +228,37 @@ def test_adaptive_fetch_policies_in_graphs_equal_eager(spec):
     for rid in ref:
         for a, b in zip(ref[rid], got[rid]):
             assert torch.allclose(a, b, atol=1e-2, rtol=1e-2)
+
+
+def test_hisparse_graphs_equal_eager_and_slots_hold_their_blocks():
+    """hisparse on the GPU (plan_select over the hot cache with the slot list; the misses read from the pinned pool
+    in the same launch, or by the UVA gather after it): with either fetch, CUDA-graph steps give the eager logits
+    and tokens; both fetches give the same tokens and fetch counts; every hot-cache slot holds its block's host
+    copy over a long run."""
+    ps = prompts(17, (90, 120, 64))
+    tokens, counts = {}, {}
+    for fg in (True, False):
+        kw = dict(top_k=3, hot_slots=7, transfer="uva", fused_hot_gather=fg)
+        ref, out_ref = run_logits(cfg("hisparse", "cuda", cuda_graph=False, **kw), ps, 40)
+        got, out = run_logits(cfg("hisparse", "cuda", cuda_graph=True, **kw), ps, 40)
+        assert out == out_ref
+        for rid in ref:
+            for a, b in zip(ref[rid], got[rid]):
+                assert torch.isfinite(b).all()
+                assert torch.allclose(a, b, atol=1e-2, rtol=1e-2)
+        tokens[fg] = out
+        eng = Engine(cfg("hisparse", "cuda", cuda_graph=True, max_context=900, max_lanes=2, **kw))
+        assert eng.runner.store.S == 7 and eng.runner.pipe._slot_buf is not None
+        for p in prompts(2, (40, 65)):
+            eng.add_request(p, SamplingParams(max_tokens=700))
+        steps = 0
+        while eng.has_work():
+            eng.step()
+            steps += 1
+            if steps % 200 == 0:
+                assert _assert_slots_hold_their_blocks(eng) > 0
+        assert eng.runner.graphs
+        counts[fg] = eng.runner.counters()
+        eng.close()
+    assert tokens[True] == tokens[False]
+    assert counts[True] == counts[False] and counts[True]["units_fetched"] > 100

@@ -13,7 +13,7 @@ from oasis_exec.scheduler import SamplingParams
 
 pytestmark = pytest.mark.usefixtures("one_torch_thread")
 
-MODES = ("dense", "quest", "retrieval", "proxy", "lookahead")
+MODES = ("dense", "quest", "retrieval", "proxy", "lookahead", "hisparse")
 
 
 @pytest.mark.parametrize("mode", MODES[1:])

@@ -115,7 +115,7 @@ _DEL = object()
         ({"config__top_k": 0}, "bad.json: config.top_k: must be >= 1, got 0"),
         (
             {"config__mode": "fast"},
-            'bad.json: config.mode: must be one of dense, quest, retrieval, proxy, lookahead, got "fast"',
+            'bad.json: config.mode: must be one of dense, quest, retrieval, proxy, lookahead, hisparse, got "fast"',
         ),
         ({"config__fetch_ratio": 1.5}, "bad.json: config.fetch_ratio: must be in (0, 1], got 1.5"),
         ({"config__concurrency": "8"}, 'bad.json: config.concurrency: must be an integer, got "8" (string)'),
