@@ -116,7 +116,7 @@ def test_a_tiny_simulator_run_against_fixed(tmp_path):
 
 def test_the_sweep_grid_is_valid_and_its_policies_reach_a_fresh_sweep_and_its_workers(tmp_path):
     _trace, points, _workers = load_grid(str(EXAMPLES / "churn_sweep.yaml"))
-    assert [p["fetch_policy"] for p, _ in points] == ["fixed:0.05", "churn:0.5", "churn:1", "churn:1.5"]
+    assert [p["fetch_policy"] for p, _ in points] == ["fixed:0.05", "churn:0.5", "churn:1", "churn:1.5", "unlimited"]
     assert {v["policy_sampling"] for _, v in points} == {"exact"}
     # The same grid, tiny, in a fresh process with two workers: only the variable tells them about 'churn'.
     grid = tmp_path / "g.yaml"
@@ -197,3 +197,12 @@ def test_the_comparison_script_pairs_the_record_with_its_replay(bench_run, capsy
     assert "resident recall" in text and "drift blocks/step" in text
     with pytest.raises(SystemExit, match="1 records, but 2 recordings"):
         mod["main"](str(out), str(rec), str(rec))
+
+
+def test_every_example_file_is_in_the_doc_verbatim():
+    doc = (ROOT / "docs" / "policies.md").read_text()
+    blocks = re.findall(r"<!-- file: (\S+) -->\n```[a-z]*\n(.*?)^```$", doc, flags=re.S | re.M)
+    shown = {path for path, _ in blocks}
+    assert shown == {f"docs/examples/{f.name}" for f in EXAMPLES.iterdir() if f.is_file()}
+    for path, text in blocks:
+        assert text == (ROOT / path).read_text(), f"docs/policies.md: the block of {path} is not the file"
