@@ -15,7 +15,9 @@ read whatever they need from the context; callers never change. ``LinkBudget`` i
 per-step byte budget ``B_link · T_decode`` split over the rows that miss blocks. ``register_policy`` adds a name to
 ``get_policy`` (the simulator's ``--fetch-policy``). The other shipped adaptive policies live in their own files:
 ``fetchcap_drift.DriftAdaptive`` (``drift``), ``fetchcap_layers.PerLayer`` (``per-layer``) and
-``fetchcap_recall.RecallTarget`` (``recall``). Researcher guide: ``docs/policies.md``.
+``fetchcap_recall.RecallTarget`` (``recall``). A policy of your own is registered by a module that
+``$OASIS_POLICY_MODULES`` names (``get_policy`` imports it on first use of an unknown name). Researcher guide and
+tutorial: ``docs/policies.md``.
 """
 
 from __future__ import annotations
@@ -430,17 +432,80 @@ def policy_names() -> tuple:
     return tuple(_REGISTRY)
 
 
+POLICY_MODULES_ENV = "OASIS_POLICY_MODULES"
+_loaded_modules: set = set()  # entries of $OASIS_POLICY_MODULES imported by this process
+
+
+def _import_policy_module(entry: str) -> None:
+    """Import one entry of ``$OASIS_POLICY_MODULES``: a ``.py`` file path (relative to the working directory; the
+    module is named after the file) or an importable module name. Any failure is a ``ValueError`` naming it."""
+    import importlib.util
+    import sys
+    from pathlib import Path
+
+    try:
+        if entry.endswith(".py"):
+            path = Path(entry).resolve()
+            if not path.is_file():
+                raise FileNotFoundError(f"no such file: {path}")
+            name = path.stem
+            have = sys.modules.get(name)
+            if have is not None:
+                if Path(getattr(have, "__file__", "") or "").resolve() != path:
+                    raise ImportError(f"a module named {name!r} is already imported from elsewhere")
+                return
+            spec = importlib.util.spec_from_file_location(name, path)
+            module = importlib.util.module_from_spec(spec)
+            sys.modules[name] = module  # before it runs: dataclasses look their module up
+            try:
+                spec.loader.exec_module(module)
+            except BaseException:
+                del sys.modules[name]
+                raise
+        else:
+            importlib.import_module(entry)
+    except Exception as e:  # noqa: BLE001 - whatever the module raised, the caller reports one line
+        raise ValueError(
+            f"{POLICY_MODULES_ENV}: cannot import {entry!r}: {type(e).__name__}: {' '.join(str(e).split())}"
+        ) from None
+
+
+def load_policy_modules() -> tuple:
+    """Import the entries of ``$OASIS_POLICY_MODULES`` (comma-separated module names or ``.py`` paths) not imported
+    yet, so that the policies they register are known to this process: a bench process, a sweep worker. Returns
+    the entries; ``get_policy`` calls it before it fails on an unknown name."""
+    import os
+
+    entries = tuple(e.strip() for e in os.environ.get(POLICY_MODULES_ENV, "").split(",") if e.strip())
+    for entry in entries:
+        if entry not in _loaded_modules:
+            _import_policy_module(entry)
+            _loaded_modules.add(entry)
+    return entries
+
+
 def get_policy(spec: str) -> FetchCapPolicy:
     """Parse a spec: ``"fixed"`` (ratio 0.05), ``"fixed:0.1"``, ``"unlimited"``, ``"budget"``, ``"budget:0.8"``,
-    ``"budget:0.8,min_cap=0,max_ratio=0.5"``, or any name added with ``register_policy``. Case and spaces ignored."""
+    ``"budget:0.8,min_cap=0,max_ratio=0.5"``, or any name added with ``register_policy``. Case and spaces ignored.
+
+    A name not registered yet makes it import the modules of ``$OASIS_POLICY_MODULES`` (``load_policy_modules``)
+    and look again: how a policy of your own reaches ``python -m oasis_exec bench``, ``oasis_sim run`` and the
+    workers of ``oasis_sim sweep``, which all parse the spec with this function."""
     if not isinstance(spec, str):
         raise ValueError(f"fetch cap: expected a string such as 'fixed:0.05', got {spec!r}")
     name, sep, arg = spec.strip().lower().partition(":")
     name, arg = name.strip(), arg.strip()
     entry = _REGISTRY.get(name)
     if entry is None:
+        modules = load_policy_modules()
+        entry = _REGISTRY.get(name)
+    if entry is None:
         choices = ", ".join(usage for usage, _ in _REGISTRY.values())
-        raise ValueError(f"fetch cap {spec!r}: unknown policy {name!r}; choices: {choices}")
+        where = f" (after importing {POLICY_MODULES_ENV}={','.join(modules)})" if modules else ""
+        raise ValueError(
+            f"fetch cap {spec!r}: unknown policy {name!r}{where}; choices: {choices}; a policy of your own: "
+            f"register_policy in a module named in {POLICY_MODULES_ENV}"
+        )
     return entry[1](spec, arg if sep else None)
 
 

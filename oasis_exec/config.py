@@ -71,7 +71,8 @@ class ExecConfig:
     fetch_policy: str | None = _f(
         None,
         "fetch-cap policy spec (oasis_core.fetchcap.get_policy: fixed:R, unlimited, "
-        "budget[:FRACTION][,min_cap=N][,max_ratio=R][,first_ratio=R]), evaluated on "
+        "budget[:FRACTION][,min_cap=N][,max_ratio=R][,first_ratio=R], drift, per-layer:R, recall:T, or a name "
+        "registered by a module in $OASIS_POLICY_MODULES: docs/policies.md), evaluated on "
         "the device each step (oasis_exec.fetch_caps); None: fixed at fetch_ratio; "
         "retrieval always fetches its whole set",
     )

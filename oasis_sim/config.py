@@ -54,7 +54,8 @@ class SimConfig:
     )
     fetch_policy: Optional[str] = _h(
         "fetch-cap policy spec (oasis_core.fetchcap.get_policy: fixed:R, unlimited, "
-        "budget:F[,min_cap=N,max_ratio=R,first_ratio=R]); unset: fixed at fetch_ratio "
+        "budget:F[,min_cap=N,max_ratio=R,first_ratio=R], drift, per-layer:R, recall:T, or a name registered by a "
+        "module in $OASIS_POLICY_MODULES: docs/policies.md); unset: fixed at fetch_ratio "
         "(unlimited at 1); adaptive ones need policy_sampling=exact; ignored by retrieval",
         None,
     )

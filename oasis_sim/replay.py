@@ -252,14 +252,18 @@ def replay(
     predictor: Optional[TimePredictor] = None,
     work_dir: Optional[str] = None,
     use_selection: bool = True,
+    config: Optional[dict] = None,
 ) -> ReplayResult:
     """Simulate the recording. ``predictor``: default the roofline of its model and hardware; a predictor with an
     ``h2d_bytes_per_s`` attribute (the fitted one) also sets the copy rate, and one with a ``gather_sm_share``
     other than None the UVA gather's SM share. ``work_dir``: where the converted selection file goes (a temporary
-    directory by default)."""
+    directory by default). ``config``: ``SimConfig`` fields set over the recording's, e.g. ``{"fetch_policy":
+    "drift", "policy_sampling": "exact"}`` (a recording carries ``fetch_ratio``, not the bench's ``fetch_policy``,
+    so a replay is of ``Fixed(fetch_ratio)`` without it)."""
     h2d = getattr(predictor, "h2d_bytes_per_s", None) if predictor is not None else None
     share = getattr(predictor, "gather_sm_share", None) if predictor is not None else None
     overrides = {} if share is None else {"gather_sm_share": float(share)}
+    overrides.update(config or {})
     tmp = None
     replay_file = policy_layers = None
     if use_selection and rec.selection_path():
