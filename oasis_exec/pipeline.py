@@ -284,10 +284,11 @@ class Prefetcher:
             self._rows_key, self._rows_dev = rows, r.to(self.device, torch.int64, non_blocking=True)
         return self._rows_dev
 
-    def _select_fused(self, layer, pred, rows, cap, lanes=None):
+    def _select_fused(self, layer, pred, rows, cap, lanes=None, out=None, **extra):
         """Selection (+ the copy list when ``lanes`` is given and transfers are on) of a layer in one launch on the
-        current stream, into the layer's preallocated buffers; missing blocks and copies are added into ``counts``
-        on the device. No host sync."""
+        current stream, into the layer's preallocated buffers (``out``: others); missing blocks and copies are added
+        into ``counts`` on the device. No host sync. ``extra``: ``plan_select``'s hot-cache arguments (``gather``,
+        ``slots_out``; ``_fetch_hot``)."""
         from kernels.plan_select import plan_select
 
         st = self.store
@@ -308,7 +309,8 @@ class Prefetcher:
             host_table=st.host_table if copy else None,
             counters=self.counts,
             plan=True,
-            out=self._lists[layer % len(self._lists)],
+            out=self._lists[layer % len(self._lists)] if out is None else out,
+            **extra,
         )
 
     def _plan_list(self, layer, plan, lanes):
@@ -517,27 +519,17 @@ class Prefetcher:
         ``cfg.fused_hot_gather`` on the UVA path, reads the misses from the pinned host pool into their slots
         (find-misses + read-from-host fused); else the copy list goes to the UVA gather (a second launch) or, on the
         host path, to plain indexing. Everything on the current stream, no host sync. Returns the slot list [R, K]."""
-        from kernels.plan_select import plan_select
-
         st, host = self.store, self.host
         R, K = pred.shape
         copy = not self.cfg.no_transfer
         fused = copy and self.cfg.fused_hot_gather and self.path == "uva"
         so = self._slot_buf[: R * K].view(R, K)
-        out = plan_select(
-            st.resident[layer],
-            st.last_sel[layer],
-            self._rows_tensor(rows),
-            pred if pred.dtype in (torch.int64, torch.int32) else pred.long(),
+        out = self._select_fused(
+            layer,
+            pred,
+            rows,
             cap,
-            self.max_cap,
-            0,
-            lanes=lanes,
-            H=st.H,
-            W=st.W,
-            host_table=st.host_table if copy else None,
-            counters=self.counts,
-            plan=True,
+            lanes,
             out=self._lists[0],
             gather=(host.k[layer], host.v[layer], st.k[layer], st.v[layer]) if fused else None,
             slots_out=so,
