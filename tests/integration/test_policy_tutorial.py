@@ -174,14 +174,14 @@ def test_a_bench_process_finds_the_policy_through_the_variable(bench_run):
     assert "unknown policy 'churn'" in p.stderr and POLICY_MODULES_ENV in p.stderr
 
 
-def test_a_replay_takes_the_policy_the_recording_lacks(bench_run):
+def test_a_replay_runs_the_recorded_policy_and_config_overrides_it(bench_run):
     rec = load_recording(bench_run[2])
-    assert "fetch_policy" not in rec.config and rec.config["fetch_ratio"] == 0.05
-    fixed = replay(rec)
-    churn = replay(rec, config={"fetch_policy": "churn:0.5", "policy_sampling": "exact"})
-    assert fixed.cfg.fetch_policy is None and churn.cfg.fetch_policy == "churn:0.5"
-    assert churn.sim.summary["fetch_policy"] == "churn:0.5"
-    assert churn.predicted["pcie_h2d_bytes_per_step"] != fixed.predicted["pcie_h2d_bytes_per_step"]
+    assert rec.config["fetch_policy"] == "churn:0.5" and rec.config["fetch_ratio"] == 0.05
+    churn = replay(rec)  # the recorded policy, with exact plans (it is adaptive)
+    none = replay(rec, config={"fetch_policy": "fixed:0"})  # config= overrides it: a cap of 0 fetches nothing
+    assert churn.cfg.fetch_policy == "churn:0.5" and churn.cfg.policy_sampling == "exact"
+    assert churn.sim.summary["fetch_policy"] == "churn:0.5" and none.cfg.fetch_policy == "fixed:0"
+    assert churn.predicted["pcie_h2d_bytes_per_step"] > 0 == none.predicted["pcie_h2d_bytes_per_step"]
 
 
 def test_the_comparison_script_pairs_the_record_with_its_replay(bench_run, capsys):
