@@ -20,6 +20,24 @@ forced: the token after ``x_t`` is the text's ``x_{t+1}``), per layer and KV hea
   fraction in ``T_{t+1}`` (0 best, 1 last) of the blocks not in ``T_t``.
 
 The statistics then fit ``SyntheticParams`` (``oasis_core.synthetic_fit``), one fit per draft; the JSON keeps them.
+
+``--policies SPEC ...`` (``oasis_core.fetchcap.get_policy`` specs; default none) adds a *resident-set replay per
+fetch-cap policy* (``replay_policy``), the key ``policies`` of each result and average. Per K, the rows are every
+(layer, KV head), layer-major. The resident set starts as ``T_{t0}`` (the true top-K of the first position's current
+query: what the engine holds when the measured steps begin) and steps through the P positions in order; at position
+``t`` the predicted set is the one for ``t + 1``: ``lookahead`` (the ``--policy-draft`` draft, default the trained
+head ``eagle3``, through its ``sparse`` pass, i.e. its view is ``T_t`` + the local block, not the replayed resident
+set) or ``proxy`` (``q_t`` over the blocks of ``t + 1``). ``selection.plan_step`` (numpy) applies the policy's cap,
+with a ``CapContext`` filled as the simulator's ``policy_sampling=exact`` does (``oasis_sim.policy.Runner``):
+``n_missing`` from ``selection.count_missing``, ``n_predicted``, ``drift_so_far``, ``bytes_moved_total``,
+``layer=None`` over ``layers`` = the model's layers, ``row_state`` / ``layer_state`` from ``fetchcap.state_array``,
+``row_weight`` = the decoding requests sharing the link (``--policy-requests``, default 1; every row of one request is
+planned), and a fixed step time and link rate for every step (``--policy-step-ms`` 15, ``--policy-link-gb-s`` 30:
+H200-like figures, an assumption) with the bytes of one block-head of the model's bf16 KV cache
+(``KVGeometry.bytes_per_block_head``: 4096 for SmolLM2's d_h 64 at block 16). After each step, against ``q_{t+1}``'s
+true attention: *mass* of the resident set + the local block, *recall* of the true-mass top-K, blocks *fetched* and
+*missing* per row; means over rows and steps, and over the second half of the steps (``_late``, after the warm-up).
+``prediction`` holds each predicted set's own mass and recall (the resident set of an uncapped, instant fetch).
 """
 
 from __future__ import annotations
@@ -45,6 +63,8 @@ from .draft_pass import DraftPass, dense_mask, resident_mask
 from .drafts import DRAFTS, draft_tokens
 from .texts import TEXTS
 
+POLICY_STATS = ("mass", "recall", "fetch", "missing")
+PREDICTIONS = ("lookahead", "proxy")
 SELECTION_STATS = ("proxy", "adjacent", "recall", "mass", "heads", "new", "new_late", "entering_rank")
 
 
@@ -55,6 +75,20 @@ class Setup:
     positions: int = 64
     drafts: tuple = DRAFTS
     seed: int = 0
+    policies: tuple = ()  # fetch-cap policy specs replayed on the resident set (get_policy); none: no replay
+    policy_draft: str = "eagle3"  # the draft whose lookahead prediction the replay plans with
+    link: "PolicyLink | None" = None  # the replay's step time and link (default PolicyLink())
+
+
+@dataclass(frozen=True)
+class PolicyLink:
+    """What the replay tells adaptive policies of the link (``CapContext``): a fixed step time and link rate (an
+    assumption, the same every step), the bytes of one block-head, and the decoding requests sharing the link."""
+
+    step_time_s: float = 0.015
+    link_bytes_per_s: float = 30e9
+    bytes_per_block_head: int = 4096
+    decode_requests: int = 1
 
 
 @dataclass
@@ -96,6 +130,83 @@ def _topk(q, kmin, kmax, k: int, n_blocks):
     s = score_blocks(q.float(), kmin[None], kmax[None])  # [P, Hkv, NB]
     p_, h, nb = s.shape
     return topk_blocks(s.reshape(p_ * h, nb), k, n_blocks.repeat_interleave(h)).view(p_, h, k)
+
+
+def replay_policy(policy, initial, preds, layers: int = 1, link: PolicyLink | None = None):
+    """Step a resident set through ``preds`` under ``policy`` (``selection.plan_step``, numpy).
+
+    initial: int64 [R, S] the first resident set (-1 = empty slot); preds: int64 [P, R, K] the predicted set of each
+    step, best first, -1 padded; rows layer-major over ``layers`` layers. ``CapContext`` as the simulator's exact
+    episodes fill it (``oasis_sim.policy.Runner.step``); ``link`` None gives no step time or link rate (a budget
+    policy then uses its first-step cap). Returns (resident after each step int64 [P, R, S], fetched int64 [P, R],
+    missing int64 [P, R])."""
+    from oasis_core.fetchcap import CapContext, state_array
+    from oasis_core.selection import count_missing, initial_plan, plan_step
+
+    initial, preds = np.asarray(initial, np.int64), np.asarray(preds, np.int64)
+    p_, r, k = preds.shape
+    first = initial_plan(initial)
+    resident, last_sel = first.resident, first.last_sel
+    max_cap = policy.max_cap(k)
+    rs, ls = policy.row_state_init(k), policy.layer_state_init(k)
+    row_state = state_array(rs, r) if rs else None
+    layer_state = state_array(ls, layers) if ls else None
+    drift = np.zeros(r, np.int64)
+    moved = 0.0
+    out_res, out_fetch, out_miss = [], [], []
+    for j in range(p_):
+        pred, i = preds[j], j + 1
+        if policy.static:
+            cap = policy.cap(CapContext(step=i, top_k=k, rows=r))
+        else:
+            cap = policy.cap(
+                CapContext(
+                    step=i,
+                    top_k=k,
+                    rows=r,
+                    drift_so_far=drift.copy(),
+                    n_missing=count_missing(resident, pred),
+                    bytes_moved_total=moved,
+                    last_step_time_s=link.step_time_s if link is not None else None,
+                    link_bytes_per_s=link.link_bytes_per_s if link is not None else None,
+                    bytes_per_block_head=link.bytes_per_block_head if link is not None else None,
+                    row_weight=float(link.decode_requests) if link is not None else 1.0,
+                    n_predicted=(pred >= 0).sum(axis=1),
+                    layers=layers,
+                    row_state=row_state,
+                    layer_state=layer_state,
+                )
+            )
+        plan = plan_step(resident, last_sel, pred, cap, i, max_cap)
+        resident, last_sel = plan.resident, plan.last_sel
+        drift += plan.n_missing
+        if link is not None:
+            moved += float(plan.n_fetch.sum()) * link.bytes_per_block_head
+        out_res.append(resident)
+        out_fetch.append(plan.n_fetch)
+        out_miss.append(plan.n_missing)
+    return np.stack(out_res), np.stack(out_fetch), np.stack(out_miss)
+
+
+def _set_figures(mass, sets, local, true_mass_topk, layers: int, fetch=None, missing=None) -> dict:
+    """Mass (+ local block) and recall of the true-mass top-K of ``sets`` [P, R, S] (rows layer-major), with the
+    blocks fetched / missing per row [P, R] when given: means over rows and steps, over the second half of the
+    steps (``_late``) and per layer."""
+    per = {
+        "mass": metrics.captured_mass(mass, sets, local),
+        "recall": metrics.set_overlap(sets, true_mass_topk),
+    }
+    if fetch is not None:
+        per["fetch"] = torch.as_tensor(fetch).double()
+        per["missing"] = torch.as_tensor(missing).double()
+    p_ = sets.shape[0]
+    out = {}
+    for s, v in per.items():
+        v = v.double()
+        out[s] = float(v.mean())
+        out[s + "_late"] = float(v[p_ // 2 :].mean())
+    out["per_layer"] = {s: [float(x) for x in v.double().reshape(p_, layers, -1).mean((0, 2))] for s, v in per.items()}
+    return out
 
 
 def _mass_topk(mass, k: int, n_blocks):
@@ -142,6 +253,10 @@ def measure_tokens(dec, tokens, setup: Setup, head=None, progress=None) -> list[
     layers = dec.shape.n_layers
     hkv = dec.shape.n_kv_heads
     acc = {k: {s: [] for s in SELECTION_STATS} for k in ks}
+    # For the policy replay, per K and layer: T_{t0}, the predicted sets, the true-mass top-K; per layer the mass.
+    keep_pol = bool(setup.policies)
+    pol = {k: {"initial": [], "lookahead": [], "proxy": [], "true_mass": []} for k in ks}
+    masses = []
     agree = {k: {(d, m): [] for d in setup.drafts for m in ("sparse", "dense")} for k in ks}
     for li in range(layers):
         k_l, v_l = trace.k[li], trace.v[li]
@@ -169,6 +284,12 @@ def measure_tokens(dec, tokens, setup: Setup, head=None, progress=None) -> list[
             a["new_late"].append(float(np.mean(fresh[len(fresh) // 2 :])))
             rs, rc = metrics.entering_ranks(seq[:-1].reshape(-1, k), seq[1:].reshape(-1, k))
             a["entering_rank"].append((rs.sum() / rc.sum().clamp(min=1)).item())
+            if keep_pol:
+                pol[k]["initial"].append(tc[0])
+                pol[k]["proxy"].append(px)
+                pol[k]["true_mass"].append(tm)
+        if keep_pol:
+            masses.append(mass)
         masks = [
             dense_mask(ts_d, n_ctx).expand(-1, hkv, -1) if k is None else resident_mask(resident[k], ts_d, n_ctx, bs)
             for _, k in variants
@@ -181,6 +302,8 @@ def measure_tokens(dec, tokens, setup: Setup, head=None, progress=None) -> list[
                 agree[kk][(d, "dense" if k is None else "sparse")].append(
                     metrics.set_overlap(pred, t_next[kk]).mean().item()
                 )
+                if keep_pol and k is not None and d == setup.policy_draft:
+                    pol[kk]["lookahead"].append(pred)
         if progress is not None:
             progress.update(1)
     out = []
@@ -204,7 +327,58 @@ def measure_tokens(dec, tokens, setup: Setup, head=None, progress=None) -> list[
                 "drafts": drafts,
             }
         )
+        if keep_pol:
+            out[-1]["policies"] = policy_replay(setup, pol[k], masses, (ts_d + 1) // bs, layers)
     return out
+
+
+def policy_replay(setup: Setup, sets: dict, masses: list, local, layers: int) -> dict:
+    """The ``policies`` entry of one result: per prediction, its own figures, and per policy spec the replayed
+    resident set's (``replay_policy``, ``_set_figures``). ``sets``: per layer lists of ``initial`` [Hkv, K] and
+    ``lookahead`` / ``proxy`` / ``true_mass`` [P, Hkv, K]; ``masses``: per layer [P, Hkv, NB]."""
+    from oasis_core.fetchcap import get_policy
+
+    def rows(key):  # per layer [P, Hkv, ...] -> [P, layers * Hkv, ...], layer-major
+        return torch.cat(sets[key], 1)
+
+    mass, tm = torch.cat(masses, 1), rows("true_mass")
+    initial = torch.cat(sets["initial"], 0).cpu().numpy()
+    link = setup.link or PolicyLink()
+    out = {
+        "initial": "T_t0",
+        "lookahead_draft": setup.policy_draft,
+        "link": {
+            "step_time_s": link.step_time_s,
+            "link_bytes_per_s": link.link_bytes_per_s,
+            "bytes_per_block_head": link.bytes_per_block_head,
+            "decode_requests": link.decode_requests,
+        },
+        "prediction": {},
+        "by_policy": {},
+    }
+    preds = {src: rows(src) for src in PREDICTIONS}
+    for src, pr in preds.items():
+        out["prediction"][src] = _set_figures(mass, pr, local, tm, layers)
+    for spec in setup.policies:
+        policy = get_policy(spec)
+        out["by_policy"][spec] = {}
+        for src, pr in preds.items():
+            res, fetch, miss = replay_policy(policy, initial, pr.cpu().numpy(), layers, link)
+            res_t = torch.as_tensor(res, device=mass.device)
+            out["by_policy"][spec][src] = _set_figures(mass, res_t, local, tm, layers, fetch, miss)
+    return out
+
+
+def _mean_tree(items: list):
+    """Element-wise mean of equal-shaped nested dicts / lists of numbers; other values from the first item."""
+    x0 = items[0]
+    if isinstance(x0, dict):
+        return {key: _mean_tree([x[key] for x in items]) for key in x0}
+    if isinstance(x0, list) and x0 and isinstance(x0[0], (int, float)):
+        return [float(v) for v in np.mean(np.array(items, dtype=float), 0)]
+    if isinstance(x0, float):
+        return float(np.mean(items))
+    return x0
 
 
 # -- provenance, averaging, report ---------------------------------------------------------------------------------
@@ -277,6 +451,7 @@ def average(results: list[dict]) -> dict:
         "mean": {s: float(np.mean(v)) for s, v in per_layer.items()},
         "per_layer": per_layer,
         "drafts": drafts,
+        **({"policies": _mean_tree([r["policies"] for r in results])} if "policies" in r0 else {}),
     }
 
 
@@ -333,6 +508,40 @@ def table(doc: dict) -> str:
             if r["n_tokens_requested"] == n and r["k_frac"] == avg["k_frac"]:
                 lines.append(row(n, r["text"], r))
         lines.append(row(n, "mean", avg))
+    if any("policies" in avg for avg in doc["average"].values()):
+        lines += ["", policy_table(doc)]
+    return "\n".join(lines)
+
+
+def policy_table(doc: dict) -> str:
+    """Per length, K and policy (mean over texts): mass and recall (%) of the replayed resident set and fetched
+    blocks per row per step, all steps and the second half; ``(predicted)`` is the predicted set itself."""
+    head = (
+        f"{'N':>5} {'K':>4} {'policy':<16} {'pred':<9} | {'mass':>5} {'recl':>5} {'fetch':>5} {'miss':>5} | "
+        f"{'mass':>5} {'recl':>5} {'fetch':>5} (late)"
+    )
+    lines = [
+        "fetch-cap policies: resident set replayed from T_t0 (% mass + local block, % recall of the true-mass top-K)"
+    ]
+    lines.append(head)
+
+    def cells(f, fetch=True):
+        a = f"{_pct(f['mass'])} {_pct(f['recall'])}"
+        b = f"{_pct(f['mass_late'])} {_pct(f['recall_late'])}"
+        if fetch:
+            return f"{a} {f['fetch']:5.2f} {f['missing']:5.2f} | {b} {f['fetch_late']:5.2f}"
+        return f"{a} {'':>5} {'':>5} | {b}"
+
+    for avg in doc["average"].values():
+        pol = avg.get("policies")
+        if not pol:
+            continue
+        n, k = avg["n_tokens_requested"], avg["k"]
+        for src, f in pol["prediction"].items():
+            lines.append(f"{n:>5} {k:>4.0f} {'(predicted)':<16} {src:<9} | " + cells(f, fetch=False))
+        for spec, by in pol["by_policy"].items():
+            for src, f in by.items():
+                lines.append(f"{n:>5} {k:>4.0f} {spec[:16]:<16} {src:<9} | " + cells(f))
     return "\n".join(lines)
 
 
@@ -378,6 +587,26 @@ def add_command(sub) -> None:
         help="measure nothing: fit the averages of an earlier "
         "result file again and write it to --out (default: in place)",
     )
+    p.add_argument(
+        "--policies",
+        nargs="+",
+        default=[],
+        metavar="SPEC",
+        help="replay the resident set under each fetch-cap policy (oasis_core.fetchcap.get_policy specs: fixed:0.05, "
+        "unlimited, drift, per-layer:0.05, recall:0.9, budget:0.5, ...); default none",
+    )
+    p.add_argument(
+        "--policy-draft",
+        default="eagle3",
+        choices=DRAFTS,
+        help="draft whose lookahead prediction the policy replay plans with (one of --drafts)",
+    )
+    p.add_argument("--policy-step-ms", type=float, default=15.0, help="replay: fixed decode step time (budget)")
+    p.add_argument("--policy-link-gb-s", type=float, default=30.0, help="replay: host->GPU link rate, GB/s (budget)")
+    p.add_argument(
+        "--policy-requests", type=int, default=1, help="replay: decoding requests sharing the link (row weight)"
+    )
+    p.add_argument("--threads", type=int, default=None, help="torch CPU threads")
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--commit", default=None, help="commit to record when the tree has no git (default: git)")
     p.add_argument(
@@ -469,8 +698,15 @@ def check_args(args) -> None:
             "k_frac": (0, 1, True),
             "positions": (1, None, False),
             "n_layers": (1, None, False),
+            "policy_step_ms": (0, None, True),
+            "policy_link_gb_s": (0, None, True),
+            "policy_requests": (1, None, False),
+            "threads": (1, None, False),
         },
     )
+    args.policies = canonical_policies(getattr(args, "policies", None))
+    if args.policies and args.policy_draft not in args.drafts:
+        raise ValueError(f"--policy-draft: {args.policy_draft!r} must be one of --drafts ({', '.join(args.drafts)})")
     c.power_of_two(args, "block_size")
     c.device(args)
     c.existing(args, "model_path")
@@ -479,21 +715,51 @@ def check_args(args) -> None:
     c.writable_file(args, "out")
 
 
+def canonical_policies(specs) -> list:
+    """``--policies`` checked and in their canonical spelling (``get_policy(spec).spec``); a bad or repeated spec is
+    one ``ValueError`` line naming the option."""
+    from oasis_core.fetchcap import get_policy
+
+    out = []
+    for spec in specs or ():
+        try:
+            c = get_policy(spec).spec
+        except ValueError as e:
+            raise ValueError(f"--policies: {' '.join(str(e).split())}") from None
+        if c in out:
+            raise ValueError(f"--policies: {spec!r} given twice (as {c!r})")
+        out.append(c)
+    return out
+
+
 def run(args) -> int:
+    from oasis_core.geometry import KVGeometry
+
     from .texts import token_ids
 
     check_args(args)
     if args.refit:
         return refit(args)
+    if args.threads:
+        torch.set_num_threads(args.threads)
     t0 = time.time()
     path, dec, tok = _load(args)
     head, head_info = _head(args, dec) if "eagle3" in args.drafts else (None, None)
+    link = PolicyLink(
+        step_time_s=args.policy_step_ms / 1e3,
+        link_bytes_per_s=args.policy_link_gb_s * 1e9,
+        bytes_per_block_head=KVGeometry(dec.shape, args.block_size, dtype_bytes=2).bytes_per_block_head,
+        decode_requests=args.policy_requests,
+    )
     setup = Setup(
         block_size=args.block_size,
         k_fracs=tuple(args.k_frac),
         positions=args.positions,
         drafts=tuple(args.drafts),
         seed=args.seed,
+        policies=tuple(args.policies),
+        policy_draft=args.policy_draft,
+        link=link,
     )
     try:
         from tqdm import tqdm
@@ -551,6 +817,22 @@ def run(args) -> int:
             "seed": setup.seed,
             "n_tokens": args.n_tokens,
             "texts": args.texts,
+            **(
+                {
+                    "policies": list(setup.policies),
+                    "policy_draft": setup.policy_draft,
+                    "policy_link": {
+                        "step_time_s": link.step_time_s,
+                        "link_bytes_per_s": link.link_bytes_per_s,
+                        "bytes_per_block_head": link.bytes_per_block_head,
+                        "bytes_per_block_head_dtype": "bf16 KV cache (assumed)",
+                        "decode_requests": link.decode_requests,
+                    },
+                    "policy_initial": "T_t0: the true top-K of the first position's current query",
+                }
+                if setup.policies
+                else {}
+            ),
         },
         "results": results,
         "average": average_,

@@ -40,6 +40,10 @@ COMMANDS = {
         "--drafts": ["eagle3", "random", "bogus"],
         "--dtype": ["float32", "float16"],
         "--refit": ["/nonexistent.json"],
+        "--policies": ["drift", "per-layer:0.5", "nope", "budget:x", "fixed:0.05"],
+        "--policy-draft": ["eagle3", "random", "bogus"],
+        "--policy-link-gb-s": NUM,
+        "--threads": NUM,
         "--bogus": [""],
     },
     ("quality", "endtoend"): {
