@@ -19,7 +19,6 @@ TRANSFERS = ("host", "uva", "auto")
 PRIORITIES = ("normal", "high", "auto")
 SWITCHES = ("on", "off", "auto")
 DTYPES = ("bfloat16", "float32")
-SPECULATIVE_MODES = ("dense", "lookahead")  # the modes ExecConfig.speculative_k > 0 runs in
 GB = 1e9
 DEVICE_PATTERN = r"cpu|cuda(:\d+)?"  # ExecConfig.device and the quality / draft_train checks
 
@@ -238,11 +237,9 @@ class ExecConfig:
         k = self.speculative_k
         if isinstance(k, bool) or not isinstance(k, int) or k < 0:
             bad("speculative_k", "must be an integer >= 0")
-        if k and self.mode not in SPECULATIVE_MODES:
-            bad(
-                "speculative_k",
-                f"only modes {' and '.join(SPECULATIVE_MODES)} decode speculatively, not mode={self.mode}",
-            )
+        if k and not self.mode_spec.speculative:
+            names = " and ".join(modes.SPECULATIVE_MODES)
+            bad("speculative_k", f"only modes {names} decode speculatively, not mode={self.mode}")
         if k >= self.block_size:
             bad("speculative_k", f"must be < block_size ({self.block_size}): a step fills at most one block")
         for n in ("kv_budget_gb", "host_kv_gb"):
