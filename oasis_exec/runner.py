@@ -248,7 +248,7 @@ class Runner:
     # -- decode ----------------------------------------------------------------------------------------------------
 
     def _decode(self, plan: RunnerCall) -> dict:
-        cfg, dev = self.cfg, self.device
+        dev = self.device
         items = plan.decode
         lanes_list = [it.lane for it in items]
         pos_list = [it.position for it in items]
@@ -289,8 +289,13 @@ class Runner:
         if self.draft is not None:
             self._propose(short, lanes_list, pos_list, aux, tok)
         out = tok.tolist()  # the step's one host synchronisation
+        self._step_end(items, pos_list, recorded)
+        return {it.req_id: out[i] for i, it in enumerate(items)}
+
+    def _step_end(self, items, pos_list, recorded) -> None:
+        """A decode step's stage times (``--profile`` on CUDA), its recorded sets, the step count."""
         tr = self.trace
-        if self.pipe is not None and cfg.profile and dev.type == "cuda":
+        if self.pipe is not None and self.cfg.profile and self.device.type == "cuda":
             for k_, v_ in self.pipe.collect(tr.step_ref).items():
                 tr.stage_ms[k_] = tr.stage_ms.get(k_, 0.0) + v_
             if tr.step_ref is not None:  # side-stream stages of a traced step (--profile; ran on the H200)
@@ -300,7 +305,6 @@ class Runner:
         if recorded:
             self.sources.add_record(recorded, [it.req_id for it in items], pos_list)
         self.decode_steps += 1
-        return {it.req_id: out[i] for i, it in enumerate(items)}
 
     def _spec_k(self, items, short, cross) -> int:
         """Drafts of a speculative step (``oasis_exec.speculative``): ``speculative_k``, fewer when a lane may emit
@@ -342,9 +346,7 @@ class Runner:
         self.last_logits_seq = {it.req_id: logits[i, : n_acc[i] + 1] for i, it in enumerate(items)}
         last = torch.tensor([o[-1] for o in out], device=dev)
         self.model.propose(lanes_list, aux[ar, n_t], last)  # resync: the target's features at the last accepted
-        if recorded:
-            self.sources.add_record(recorded, [it.req_id for it in items], pos_list)
-        self.decode_steps += 1
+        self._step_end(items, pos_list, recorded)  # no per-layer trace in a speculative step
         self.spec_steps += 1
         self.spec_lanes += len(items)
         self.spec_tokens += sum(len(o) for o in out)

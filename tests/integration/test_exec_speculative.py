@@ -225,6 +225,30 @@ def test_bench_record_counts_emitted_tokens():
     assert rec["throughput_tok_s"] > 0 and rec["steps"] == 3
 
 
+def test_server_adapter_scores_every_token_of_a_speculative_step():
+    from oasis_exec.server.adapter import ExecutorEngine
+    from oasis_exec.server.engine_protocol import Sampling
+
+    ps = prompts(lens=(40,))
+    refd, ref = _reference("dense", ps)
+    eng = Engine(cfg("dense", speculative_k=3))
+    eng.runner.model.draft_chain = oracle_chain(eng, refd)
+    ad = ExecutorEngine(eng)
+    ad.add_request(ps[0], Sampling(max_tokens=12, logprobs=2))
+    toks, lps = [], []
+    while eng.has_work():
+        for o in ad.step():
+            assert len(o.logprobs) == len(o.new_token_ids)
+            toks.extend(o.new_token_ids)
+            lps.extend(o.logprobs)
+    assert toks == ref[0][:12] and eng.runner.decode_steps < 11  # several tokens a step
+    ld = ExecutorEngine(Engine(cfg("dense")))  # the ordinary engine's logprobs of the same tokens
+    ld.add_request(ps[0], Sampling(max_tokens=12, logprobs=2))
+    base = [lp for _ in iter(ld.engine.has_work, False) for o in ld.step() for lp in o.logprobs]
+    for a, b in zip(lps, base):
+        assert abs(a.logprob - b.logprob) < 1e-4 and [t for t, _ in a.top] == [t for t, _ in b.top]
+
+
 def test_config_and_cli():
     with pytest.raises(ValueError, match=r"speculative_k: must be an integer >= 0, got -1"):
         ExecConfig(speculative_k=-1)
