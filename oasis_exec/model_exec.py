@@ -25,6 +25,10 @@ stream before that layer attends (``Prefetcher.fetch_now``). A hot cache (hispar
 row) then attends only the step's top-K: the slot of each predicted block after the fetch (``plan_select``'s
 ``slots_out`` on CUDA, ``SparseStore.selected_slots`` otherwise), not every slot of the row.
 
+Speculative steps (``oasis_exec.speculative``): ``draft_chain`` drafts ``k`` tokens a lane, ``decode_spec`` is the
+verification pass over ``k + 1`` positions (eager only: the ordinary step's CUDA graphs are not used for it) and
+``commit_spec`` keeps what the accepted tokens wrote and launches the lookahead prediction for the next step.
+
 At its crossing step (eager, see ``Runner._cross``) each layer first copies the lane's GPU blocks to its host blocks
 with the write-back kernel (``_offload``, on the stream, no host synchronisation), and that step fetches its rows'
 top-K from the real query (the one block not resident, the newest full one, comes from the copy just made) before

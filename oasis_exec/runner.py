@@ -11,6 +11,12 @@ Dense modes keep the whole cache on the GPU in pages: ``dense`` attends every to
 ``quest`` attends the top-K blocks of the current query plus the local block (``kernels.sparse_attn`` over the
 pages seen as slots).
 
+Speculative decoding (``ExecConfig.speculative_k > 0``; dense and lookahead; ``oasis_exec.speculative``): a step of
+lanes none of which is short or crossing drafts ``k`` tokens a lane with the head, verifies them in one target pass
+(``ModelExec.decode_spec``, eager), accepts a prefix and emits it plus one token of the target, and keeps only the
+accepted tokens' KV (``ModelExec.commit_spec``); ``execute`` then returns a list of tokens a request. Other steps,
+and every step with ``speculative_k = 0``, are the ordinary ones above (their CUDA graphs unchanged).
+
 Benchmarks synthesize prefill (``Admit.synthetic_prefill``): the KV of the prompt is filled with random values
 (host pool pattern, random summaries and slots) rather than computed, so that many 16K-token requests start in
 seconds. The real chunked-prefill path is used for correctness tests and serving.
