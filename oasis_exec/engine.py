@@ -4,7 +4,8 @@ a server loop drives. A step executes one plan: its prefill chunks (a runner cal
     eng = Engine(ExecConfig(...))
     rid = eng.add_request(prompt_ids, SamplingParams(max_tokens=32, temperature=0.7, top_p=0.9, seed=1))
     while eng.has_work():
-        for out in eng.step(): ...   # StepOutput(request_id, new_token_ids, finish_reason)
+        for out in eng.step(): ...   # StepOutput(request_id, new_token_ids, finish_reason); several ids a
+                                     # step with ExecConfig.speculative_k (cut at a stop token, at max_tokens)
     eng.abort(rid)
     eng.stats()                      # Stats: requests, lanes, slots, host blocks, prefetch, stage times
 
