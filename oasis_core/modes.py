@@ -18,7 +18,8 @@ hisparse    LRU hot cache > top-K   yes          current              misses on 
 top-K, fetched on the critical path with no cap, but into a per-(request, layer, KV head) hot cache of
 ``ExecConfig.hot_slots`` blocks (default 2 x top_k) evicted least-recently-used, so a block selected again after it
 left the top-K is a hit while it is still cached; attention reads only the step's top-K (and the local block), not
-the whole hot cache (``hot_cache``).
+the whole hot cache (``hot_cache``). ``dense`` and ``lookahead`` also decode speculatively in the executor
+(``speculative``, ``ExecConfig.speculative_k``).
 """
 
 from __future__ import annotations
@@ -39,6 +40,9 @@ class Mode:
     # the GPU working set is a hot cache of ExecConfig.hot_slots (>= top_k) blocks per row, evicted least recently
     # used, of which attention reads only the step's selected top-K (hisparse); else it is the top-K itself
     hot_cache: bool = False
+    # the executor decodes it speculatively with ExecConfig.speculative_k > 0 (oasis_exec.speculative): its verify
+    # pass is written for the paged whole cache (dense) and for the background working set (lookahead)
+    speculative: bool = False
 
     def __post_init__(self):
         if self.hot_cache and (self.whole_kv_on_gpu or self.background):
@@ -82,11 +86,27 @@ class Mode:
 REGISTRY: dict[str, Mode] = {
     m.name: m
     for m in (
-        Mode("dense", whole_kv_on_gpu=True, selects=False, query=QUERY_NONE, background=False, summaries=False),
+        Mode(
+            "dense",
+            whole_kv_on_gpu=True,
+            selects=False,
+            query=QUERY_NONE,
+            background=False,
+            summaries=False,
+            speculative=True,
+        ),
         Mode("quest", whole_kv_on_gpu=True, selects=True, query=QUERY_CURRENT, background=False, summaries=True),
         Mode("retrieval", whole_kv_on_gpu=False, selects=True, query=QUERY_CURRENT, background=False, summaries=True),
         Mode("proxy", whole_kv_on_gpu=False, selects=True, query=QUERY_PREVIOUS, background=True, summaries=True),
-        Mode("lookahead", whole_kv_on_gpu=False, selects=True, query=QUERY_DRAFT, background=True, summaries=True),
+        Mode(
+            "lookahead",
+            whole_kv_on_gpu=False,
+            selects=True,
+            query=QUERY_DRAFT,
+            background=True,
+            summaries=True,
+            speculative=True,
+        ),
         Mode(
             "hisparse",
             whole_kv_on_gpu=False,
@@ -102,6 +122,7 @@ REGISTRY: dict[str, Mode] = {
 MODES = tuple(REGISTRY)
 SPARSE_MODES = tuple(n for n, m in REGISTRY.items() if m.sparse)
 BACKGROUND_MODES = tuple(n for n, m in REGISTRY.items() if m.background)
+SPECULATIVE_MODES = tuple(n for n, m in REGISTRY.items() if m.speculative)
 
 
 def get(mode: str | Mode) -> Mode:

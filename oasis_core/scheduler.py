@@ -132,7 +132,7 @@ class Plan:
     preempted: tuple = ()  # Request, preempted by the previous update() (memory already freed)
     rejected: tuple = ()  # Request, rejected since the previous plan
     prefill: tuple = ()  # Chunk, in admission order
-    decode: tuple = ()  # Request, one token each, in admission order
+    decode: tuple = ()  # Request, one token each (a speculative backend: one or more), in admission order
 
     @property
     def empty(self) -> bool:
@@ -253,10 +253,13 @@ class Scheduler:
         self.step += 1
         return plan
 
-    def update(self, plan: Plan, now: float = 0.0, stopped=()) -> list:
+    def update(self, plan: Plan, now: float = 0.0, stopped=(), emitted=None) -> list:
         """Fold a finished step in: token counts, first tokens, completions (``stopped``: ids whose new token was a
-        stop token), then growth and preemption. Returns the requests completed by this step."""
+        stop token), then growth and preemption. ``emitted``: id -> output tokens a decode produced this step (a
+        speculative step's accepted drafts and the target's token; absent ids: one). Returns the requests completed
+        by this step."""
         stopped = set(stopped)
+        emitted = emitted or {}
         finished_prefill = []
         for c in plan.prefill:
             r = c.req
@@ -271,7 +274,13 @@ class Scheduler:
                 finished_prefill.append(r)
         decoded = [r for r in plan.decode if r.state == DECODE]
         for r in decoded:
-            r.generated += 1
+            n = emitted.get(r.id, 1)
+            if not isinstance(n, int) or n < 1 or r.generated + n > r.max_tokens:
+                raise ValueError(
+                    f"Scheduler.update: request {r.id!r} emitted {n!r} tokens; must be 1 .. "
+                    f"{r.max_tokens - r.generated} (max_tokens {r.max_tokens}, {r.generated} generated)"
+                )
+            r.generated += n
             if r.first_token_t is None:  # a synthesized prefill: the first decode yields the first token
                 r.first_token_t = now
         done = [r for r in decoded + finished_prefill if r.generated >= r.max_tokens or r.id in stopped]

@@ -62,7 +62,9 @@ def prepare_bench(a) -> tuple[ExecConfig, BenchConfig]:
         if not os.path.isfile(bc.prompt_text):
             raise CliError(f"--prompt-text {bc.prompt_text}: no such file")
     block_size = getattr(a, "block_size", ExecConfig.block_size)
-    cfg = engine_config(a, exclude=BENCH_SETS, max_context=bc.engine_max_context(block_size))
+    spec_k = getattr(a, "speculative_k", ExecConfig.speculative_k)
+    max_context = bc.engine_max_context(block_size, spec_k if isinstance(spec_k, int) and spec_k > 0 else 0)
+    cfg = engine_config(a, exclude=BENCH_SETS, max_context=max_context)
     if bc.record_hardware is not None:
         from oasis_core.specs import HARDWARE
 

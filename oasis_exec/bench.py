@@ -5,7 +5,10 @@ with random values, see ``runner``), then every request decodes ``warmup + steps
 ``steps`` steps after the warm-up are timed on the host around the step (which ends with the sampled tokens
 reaching the host); the last step, in which every request finishes and its lane is released, is not timed (steady
 decode, as vLLM's decode-only figures; records before this rule timed it as their last step).
-One JSON record per run; fields are listed in ``RECORD_FIELDS``. ``concurrency`` is the requests that ran:
+With ``speculative_k > 0`` every request holds ``(warmup + steps + 1) * (k + 1)`` output
+tokens, ``throughput_tok_s`` counts the tokens the timed steps emitted, ``accepted_tokens_per_step`` is their mean per
+request and step (accepted drafts plus the target's token; 1.0 without speculation), and the requests still running
+after the timed steps are aborted. One JSON record per run; fields are listed in ``RECORD_FIELDS``. ``concurrency`` is the requests that ran:
 ``requested_concurrency`` bounded by the GPU lanes and the host pool, ``clipped_by`` naming the bound that took
 requests away (``gpu_lanes`` | ``host_pool``; null when none did). With ``--profile`` (eager) the record also holds
 ``layer_events``: ``[[step, layer, stage, start_ms, end_ms], ...]`` of up to ``LAYER_EVENT_STEPS`` sampled timed
@@ -43,6 +46,8 @@ RECORD_FIELDS = (
     "clipped_by",
     "kv_budget_gb",
     "throughput_tok_s",
+    "speculative_k",
+    "accepted_tokens_per_step",
     "tpot_ms_p50",
     "tpot_ms_p99",
     "layer_ms",
@@ -108,7 +113,8 @@ def bench_requests(eng, context: int, concurrency: int, steps: int, warmup: int)
     if eng.max_lanes < n:
         n, clipped_by = eng.max_lanes, "gpu_lanes"
     if eng.cfg.sparse:
-        per_req = -(-(context + warmup + steps + 1) // eng.cfg.block_size)
+        out_tokens = (warmup + steps + 1) * (eng.cfg.speculative_k + 1)  # BenchConfig.output_tokens
+        per_req = -(-(context + out_tokens) // eng.cfg.block_size)
         if eng.runner.host_blocks_total // per_req < n:
             n, clipped_by = eng.runner.host_blocks_total // per_req, "host_pool"
     if n < 1:
@@ -152,7 +158,8 @@ def build_bench_engine(
         log.warning("bench: concurrency %d clipped to %d: the %s", concurrency, n, CLIP_REASONS[clipped_by])
     if runner.host is not None and context > 0 and host_fill and prompt_tokens is None:
         runner.host.fill_pattern(cfg.seed)
-    sp = SamplingParams(max_tokens=warmup + steps + 1 + (prompt_tokens is not None))
+    out_tokens = (warmup + steps + 1) * (cfg.speculative_k + 1)  # BenchConfig.output_tokens: none ends timed
+    sp = SamplingParams(max_tokens=out_tokens + (prompt_tokens is not None))
     vocab = runner.shape.vocab
     if prompt_tokens is not None:
         for p in real_prompts(prompt_tokens, context, n):
@@ -198,6 +205,7 @@ def run_bench(
     times = []
     traced = set(layer_event_steps(steps)) if cfg.profile else set()
     layer_events, t_first = [], None
+    emitted = 0  # output tokens of the timed steps (a speculative step emits up to speculative_k + 1 a request)
     for i in range(warmup + steps):
         if i == warmup:
             if cfg.device == "cuda":
@@ -210,6 +218,8 @@ def run_bench(
             t_first = t0
         out = eng.step()
         times.append(time.perf_counter() - t0)
+        if i >= warmup:
+            emitted += sum(len(o.new_token_ids) for o in out)
         if runner.layer_events:  # ms since the step began -> ms since the first timed step began (host clock)
             off = 1e3 * (t0 - t_first)
             layer_events += [
@@ -246,7 +256,9 @@ def run_bench(
         "host_kv_gb": cfg.host_kv_gb,
         "steps": len(timed),
         "warmup": warmup,
-        "throughput_tok_s": n * len(timed) / total_s if total_s else 0.0,
+        "throughput_tok_s": emitted / total_s if total_s else 0.0,  # emitted tokens: n a step without speculation
+        "speculative_k": cfg.speculative_k,
+        "accepted_tokens_per_step": emitted / (n * len(timed)) if timed else None,  # mean emitted a request a step
         "tpot_ms_p50": 1e3 * statistics.median(timed) if timed else None,
         "tpot_ms_p99": 1e3 * _pct(timed, 99) if timed else None,
         "tpot_ms_mean": 1e3 * total_s / max(len(timed), 1),
@@ -283,7 +295,7 @@ def run_bench(
         if prompt_tokens is not None
         else "synthesized (random KV)",
         "prefill_s": prefill_s,
-        "draft": cfg.draft_path if cfg.mode_spec.drafts else None,
+        "draft": cfg.draft_path if cfg.mode_spec.drafts or cfg.speculative_k else None,
         "host_pool_filled": bool(host_fill and runner.host is not None and prompt_tokens is None),
         "build_s": build_s,
         "device": dev_name,
@@ -293,6 +305,9 @@ def run_bench(
     }
     if layer_events:
         rec["layer_events"] = sorted(layer_events, key=lambda e: (e[0], e[3], e[1]))
+    if cfg.speculative_k:  # requests hold tokens for k + 1 a step: end them rather than decode the rest untimed
+        for rid in list(eng.scheduler.running) + [r.id for r in eng.scheduler.waiting]:
+            eng.abort(rid)
     while eng.has_work():  # the untimed last step: every request finishes
         eng.step()
     eng.close()

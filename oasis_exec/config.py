@@ -178,6 +178,12 @@ class ExecConfig:
         "10.3 off and 6.7 dense, experiments/dense_vs_lookahead_throughput/results/short_context.md); off: every "
         "request is offloaded from its prefill",
     )
+    speculative_k: int = _f(
+        0,
+        "speculative decoding: the draft head drafts this many tokens a step as a chain, one target pass verifies "
+        "them (greedy acceptance, rejection sampling above temperature 0) and every accepted token is emitted "
+        "(modes dense and lookahead; < block_size; speculative steps run eagerly; oasis_exec.speculative); 0: off",
+    )
     synthetic: dict | None = _f(
         None,
         "SyntheticParams overrides, e.g. {'drift_rate': 0.1}; 'preset' names a base "
@@ -228,6 +234,14 @@ class ExecConfig:
                 resolve(self.synthetic)  # an unknown preset, field or value fails here, not at the first step
             except (TypeError, ValueError) as e:
                 bad("synthetic", str(e))
+        k = self.speculative_k
+        if isinstance(k, bool) or not isinstance(k, int) or k < 0:
+            bad("speculative_k", "must be an integer >= 0")
+        if k and not self.mode_spec.speculative:
+            names = " and ".join(modes.SPECULATIVE_MODES)
+            bad("speculative_k", f"only modes {names} decode speculatively, not mode={self.mode}")
+        if k >= self.block_size:
+            bad("speculative_k", f"must be < block_size ({self.block_size}): a step fills at most one block")
         for n in ("kv_budget_gb", "host_kv_gb"):
             v = getattr(self, n)
             if v is not None and v <= 0:
@@ -312,9 +326,14 @@ class BenchConfig:
             if not isinstance(v, int) or v < least:
                 raise ValueError(f"BenchConfig.{name}: must be an integer >= {least}, got {v!r}")
 
-    def engine_max_context(self, block_size: int) -> int:
+    def output_tokens(self, speculative_k: int = 0) -> int:
+        """The output tokens of each request: one a step, ``warmup + steps + 1`` (a speculative run: up to
+        ``speculative_k + 1`` a step, so that none finishes in a timed step)."""
+        return (self.warmup + self.steps + 1) * (speculative_k + 1)
+
+    def engine_max_context(self, block_size: int, speculative_k: int = 0) -> int:
         """The engine's ``max_context`` for this run: the prompt, every decoded token and two blocks of slack."""
-        return self.context + self.warmup + self.steps + 2 * block_size
+        return self.context + self.output_tokens(speculative_k) - 1 + 2 * block_size
 
 
 # -- the command-line options of both (oasis_core.cliargs) -------------------------------------------------------

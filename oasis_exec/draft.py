@@ -90,11 +90,11 @@ def random_draft_weights(shape: ModelSpec, draft_vocab: int, seed: int = 1, dtyp
     return w
 
 
-def draft_logits(w: dict, shape: ModelSpec, aux, emb, lm_head):
-    """The head's forward, differentiable (training uses it as is): aux [B, 3 * hidden] target features, emb
-    [B, hidden] the embedding of the token just sampled, lm_head [V', hidden] -> logits [B, V'] (float32)."""
+def draft_hidden(w: dict, shape: ModelSpec, feats, emb):
+    """The head's layer: fused features ``feats`` [B, hidden] (``fc`` of the target's, or the head's own hidden
+    state of the previous draft step in a speculative chain) and the embedding ``emb`` [B, hidden] of the token just
+    sampled or drafted -> the head's hidden state [B, hidden] before its final norm."""
     eps = shape.rms_eps
-    feats = aux @ w["fc.weight"].t()
     x = torch.cat(
         [
             rms_norm(emb, w["midlayer.input_layernorm.weight"], eps),
@@ -107,12 +107,18 @@ def draft_logits(w: dict, shape: ModelSpec, aux, emb, lm_head):
     attn = v.expand(-1, -1, shape.gqa_group, -1).reshape(v.shape[0], -1)
     h = feats + attn @ w["midlayer.self_attn.o_proj.weight"].t()
     y = rms_norm(h, w["midlayer.post_attention_layernorm.weight"], eps)
-    h = (
+    return (
         h
         + (F.silu(y @ w["midlayer.mlp.gate_proj.weight"].t()) * (y @ w["midlayer.mlp.up_proj.weight"].t()))
         @ w["midlayer.mlp.down_proj.weight"].t()
     )
-    return (rms_norm(h, w["norm.weight"], eps) @ lm_head.t()).float()
+
+
+def draft_logits(w: dict, shape: ModelSpec, aux, emb, lm_head):
+    """The head's forward, differentiable (training uses it as is): aux [B, 3 * hidden] target features, emb
+    [B, hidden] the embedding of the token just sampled, lm_head [V', hidden] -> logits [B, V'] (float32)."""
+    h = draft_hidden(w, shape, aux @ w["fc.weight"].t(), emb)
+    return (rms_norm(h, w["norm.weight"], shape.rms_eps) @ lm_head.t()).float()
 
 
 class DraftHead:
@@ -162,5 +168,22 @@ class DraftHead:
     def propose(self, aux, token_ids):
         """aux: [B, 3 * hidden] target features; token_ids: [B] the tokens just sampled -> draft ids [B] (target
         vocabulary), greedy."""
-        d = self.logits(aux, token_ids).argmax(-1)
+        return self.propose_state(aux, token_ids)[0]
+
+    def _ids(self, h):
+        d = (rms_norm(h, self.w["norm.weight"], self.shape.rms_eps) @ self.lm_head.t()).float().argmax(-1)
         return d + self.d2t[d] if self.own_head else d
+
+    def propose_state(self, aux, token_ids):
+        """``propose`` and the head's hidden state [B, hidden] behind it, which a speculative chain feeds on
+        (``chain``)."""
+        h = draft_hidden(self.w, self.shape, aux @ self.w["fc.weight"].t(), self.embed[token_ids])
+        return self._ids(h), h
+
+    def chain(self, h, token_ids):
+        """The next draft of a speculative chain, as EAGLE drafts: the head's own hidden state ``h`` [B, hidden] of
+        the previous draft step stands in for the fused target features (no ``fc``), ``token_ids`` [B] are the
+        drafts it proposed. Returns (draft ids [B], the new hidden state). The heads trained here saw only target
+        features, so a chain's later drafts are weaker than its first."""
+        h = draft_hidden(self.w, self.shape, h, self.embed[token_ids])
+        return self._ids(h), h

@@ -4,7 +4,8 @@ a server loop drives. A step executes one plan: its prefill chunks (a runner cal
     eng = Engine(ExecConfig(...))
     rid = eng.add_request(prompt_ids, SamplingParams(max_tokens=32, temperature=0.7, top_p=0.9, seed=1))
     while eng.has_work():
-        for out in eng.step(): ...   # StepOutput(request_id, new_token_ids, finish_reason)
+        for out in eng.step(): ...   # StepOutput(request_id, new_token_ids, finish_reason); several ids a
+                                     # step with ExecConfig.speculative_k (cut at a stop token, at max_tokens)
     eng.abort(rid)
     eng.stats()                      # Stats: requests, lanes, slots, host blocks, prefetch, stage times
 
@@ -27,8 +28,10 @@ from oasis_core.scheduler import Scheduler
 
 from .config import ExecConfig
 from .runner import Runner
-from .sampling import request_key, sample, uniform
+from .sampling import _mix64, request_key, sample, uniform
 from .scheduler import Admit, DecodeItem, LaneAccounting, PrefillChunk, Request, RunnerCall, SamplingParams
+
+ACCEPT_SALT = 0xACCE97  # the acceptance draws of a speculative step: a stream of their own per request
 
 
 @dataclass(frozen=True)
@@ -96,6 +99,7 @@ class Engine:
         self._ids = itertools.count()
         self._units = 0  # prefetch units at the last counter read
         self.runner.sampler = self._sample  # the runner samples through the engine: per-request keys and top_p
+        self.runner.spec_draws = self._spec_draws  # and a speculative step's acceptance draws (oasis_exec.speculative)
         shape = self.runner.shape
         self.slots_per_lane = shape.n_layers * shape.n_kv_heads * (cfg.resident_slots if cfg.sparse else cfg.max_blocks)
         self.unit_bytes = 2 * cfg.block_size * shape.head_dim * _element_size(self.runner.dtype)
@@ -170,18 +174,28 @@ class Engine:
             items = []
             for r in sorted(plan.decode, key=lambda x: x.lane):
                 pos = r.prompt_len + r.generated - 1
-                items.append(DecodeItem(r.id, r.lane, r.token_at(pos), pos))
+                items.append(DecodeItem(r.id, r.lane, r.token_at(pos), pos, r.max_tokens - r.generated))
             tokens.update(self._call(RunnerCall(admit, None, tuple(items), sampling)))
-        for rid, tok in tokens.items():
-            sch.running[rid].output.append(int(tok))
-        stopped = [rid for rid, tok in tokens.items() if int(tok) in sch.running[rid].sampling.stop_ids]
-        done = {r.id: r.reason for r in sch.update(plan, stopped=stopped)}
+        # a decode yields one token, a speculative one several: cut after the first stop token, never past max_tokens
+        new, emitted, stopped = {}, {}, []
+        for rid, got in tokens.items():
+            r = sch.running[rid]
+            seq = [int(t) for t in got] if isinstance(got, (list, tuple)) else [int(got)]
+            seq = seq[: max(1, r.max_tokens - len(r.output))]
+            stop = next((i for i, t in enumerate(seq) if t in r.sampling.stop_ids), None)
+            if stop is not None:
+                seq = seq[: stop + 1]
+                stopped.append(rid)
+            r.output.extend(seq)
+            new[rid] = tuple(seq)
+            emitted[rid] = len(seq)
+        done = {r.id: r.reason for r in sch.update(plan, stopped=stopped, emitted=emitted)}
         for r, blocks in self.acct.take_grown():
             if r.lane >= 0:
                 runner.extend_blocks(r.lane, blocks)
         for rid in done:
             self._forget(rid)
-        return outs + [StepOutput(rid, (int(tok),), done.get(rid)) for rid, tok in tokens.items()]
+        return outs + [StepOutput(rid, seq, done.get(rid)) for rid, seq in new.items()]
 
     def generate(self, prompts, sampling: SamplingParams | None = None) -> list:
         ids = [self.add_request(p, sampling) for p in prompts]
@@ -250,6 +264,19 @@ class Engine:
             for rid, sp in zip(rows, params)
         ]
         return sample(logits, params, draws)
+
+    def _spec_draws(self, req_ids, n):
+        """A speculative step's uniforms (``oasis_exec.speculative.accept``), [B, n] each: ``u_draw[:, j]`` is the
+        draw of the request's output token ``len(output) + j`` (the ordinary step's stream), ``u_acc[:, j]`` the
+        acceptance test of the draft there (a second stream of the same key)."""
+        running = self.scheduler.running
+        u_acc, u_draw = [], []
+        for rid in req_ids:
+            key, base = self._keys[rid], len(running[rid].output)
+            u_draw.append([uniform(key, base + j) for j in range(n)])
+            akey = _mix64(key ^ ACCEPT_SALT)
+            u_acc.append([uniform(akey, base + j) for j in range(n)])
+        return u_acc, u_draw
 
 
 def _element_size(dtype) -> int:

@@ -25,6 +25,10 @@ stream before that layer attends (``Prefetcher.fetch_now``). A hot cache (hispar
 row) then attends only the step's top-K: the slot of each predicted block after the fetch (``plan_select``'s
 ``slots_out`` on CUDA, ``SparseStore.selected_slots`` otherwise), not every slot of the row.
 
+Speculative steps (``oasis_exec.speculative``): ``draft_chain`` drafts ``k`` tokens a lane, ``decode_spec`` is the
+verification pass over ``k + 1`` positions (eager only: the ordinary step's CUDA graphs are not used for it) and
+``commit_spec`` keeps what the accepted tokens wrote and launches the lookahead prediction for the next step.
+
 At its crossing step (eager, see ``Runner._cross``) each layer first copies the lane's GPU blocks to its host blocks
 with the write-back kernel (``_offload``, on the stream, no host synchronisation), and that step fetches its rows'
 top-K from the real query (the one block not resident, the newest full one, comes from the copy just made) before
@@ -89,6 +93,10 @@ class ModelExec:
         self.scratch = {}  # req_id -> (k [L, H, T, D], v) during a real prefill (sparse modes)
         self.capturing = False  # set by DecodeGraphs while a step is captured
         self.short = short
+        # speculative decoding (oasis_exec.speculative): the draft head's hidden state behind each lane's draft token
+        self.draft_h = None
+        if cfg.speculative_k:
+            self.draft_h = torch.zeros(max_lanes, decoder.shape.hidden, dtype=dtype, device=device)
 
     def synthesize(self, a) -> None:
         """KV of positions 0..prompt_len-2 filled with random values; the last prompt token decodes first."""
@@ -496,8 +504,219 @@ class ModelExec:
 
     def propose_prefill(self, lane: int, aux, tok) -> None:
         """The draft token of ``lane`` after its prefill's sampled token ``tok`` [1] (``aux``: ``prefill``'s)."""
-        self.draft_tok[lane] = self.draft.propose(torch.cat([aux[i] for i in self.draft.layers])[None], tok)[0]
+        feats = torch.cat([aux[i] for i in self.draft.layers])[None]
+        if self.draft_h is not None:
+            d, h = self.draft.propose_state(feats, tok)
+            self.draft_tok[lane], self.draft_h[lane] = d[0], h[0].to(self.draft_h.dtype)
+            return
+        self.draft_tok[lane] = self.draft.propose(feats, tok)[0]
 
     def propose(self, lanes_list, aux, tok) -> None:
         """The draft tokens of the step's lanes after its sampled tokens ``tok`` [B] (``aux``: ``decode_core``'s)."""
-        self.draft_tok[torch.tensor(lanes_list, device=self.device)] = self.draft.propose(aux, tok)
+        idx = torch.tensor(lanes_list, device=self.device)
+        if self.draft_h is not None:
+            d, h = self.draft.propose_state(aux, tok)
+            self.draft_tok[idx], self.draft_h[idx] = d, h.to(self.draft_h.dtype)
+            return
+        self.draft_tok[idx] = self.draft.propose(aux, tok)
+
+    # -- speculative steps (oasis_exec.speculative) -----------------------------------------------------------------
+
+    def draft_chain(self, lanes, toks, pos, k: int):
+        """The ``k`` drafts [B, k] of a speculative step at positions ``pos + 1 .. pos + k`` (``toks`` [B] at
+        ``pos``): the draft token proposed after the previous step, then ``k - 1`` steps of the head on its own
+        hidden state (``DraftHead.chain``)."""
+        d = self.draft_tok[lanes]
+        out = [d]
+        h = self.draft_h[lanes]
+        for _ in range(k - 1):
+            d, h = self.draft.chain(h, d)
+            out.append(d)
+        return torch.stack(out, 1)
+
+    def decode_spec(self, lanes, rows, toks, drafts, pos, sets):
+        """The verification pass of a speculative step (eager; no lane short or crossing): lanes [B], the input
+        tokens ``toks`` [B] at ``pos`` and ``drafts`` [B, k] at ``pos + 1 .. pos + k``, one target pass over the
+        ``k + 1`` positions. Writes the input token's KV as the ordinary step does (local block, its summary, its
+        host copy once full; ``dense``: every position's KV into the pages); the drafts' KV stay out of the cache
+        (``commit_spec`` writes the accepted ones). Returns (logits [B, k + 1, V], aux [B, k + 1, 3 * hidden] or
+        None, what ``commit_spec`` needs)."""
+        cfg, dev, st, bs, H = self.cfg, self.device, self.store, self.bs, self.H
+        B, k = drafts.shape
+        nq = k + 1
+        ids = torch.cat([toks[:, None], drafts], 1).reshape(-1)
+        positions = (pos[:, None] + torch.arange(nq, device=dev)).reshape(-1)  # [B * nq], lane-major
+        x = self.dec.embed[ids]
+        hh = torch.arange(H, device=dev)
+        fused_kv = cfg.fused_ops and cfg.fused_kv_write
+        aux = {}
+        layers_aux = self.draft.layers if self.draft is not None else ()
+        saved = []
+        if cfg.sparse:
+            self.caps.step_start()
+            local_len = (pos % bs + 1).to(torch.int32)
+            item_row = (lanes[:, None] * H + hh).reshape(-1).to(torch.int32)
+            item_blk = (pos // bs).repeat_interleave(H).to(torch.int32)
+            item_len = local_len.repeat_interleave(H)
+            base = st.slot_base(lanes)  # [B, H]
+            local_slot = base + st.LOCAL
+            sel_off = torch.arange(st.S, device=dev)
+            item_src = local_slot.reshape(-1).to(torch.int32)
+            phys = st.host_table[lanes, pos // bs]
+            item_dst = (phys[:, None] * H + hh).reshape(-1).to(torch.int32)
+            off32 = (pos % bs).to(torch.int32)
+        else:
+            page = lanes[:, None] * st.P + positions.view(B, nq) // bs  # [B, nq]
+            rows_all = (page.reshape(-1)[:, None] * H + hh).reshape(-1).to(torch.int32)
+            offs_all = (positions % bs).to(torch.int32)
+            tables = st.block_table[lanes].repeat_interleave(nq, 0)
+            lens = (positions + 1).to(torch.int32)
+        for l in range(self.L):
+            q, k_, v_ = self.dec.qkv(l, x, positions)
+            Hq = q.shape[1]
+            if cfg.sparse:
+                q = q.view(B, nq, Hq, -1)
+                k_ = k_.view(B, nq, H, -1)
+                v_ = v_.view(B, nq, H, -1)
+                self.pipe.wait(l)
+                ops.kv_write(k_[:, 0], v_[:, 0], st.k[l], st.v[l], item_src, off32, fused_kv)
+                res = st.resident[l][rows].view(B, H, st.S)
+                slot_ids = torch.where(res >= 0, base[:, :, None] + sel_off, -1).to(torch.int32)
+                ek = ev = None
+                if k:
+                    ek = k_[:, 1:].transpose(1, 2).contiguous()  # [B, H, k, D]
+                    ev = v_[:, 1:].transpose(1, 2).contiguous()
+                attn = ops.sparse_attn(
+                    q.transpose(1, 2), st.k[l], st.v[l], slot_ids, local_slot.to(torch.int32), local_len, ek, ev
+                )  # [B, Hq, nq, D]
+                attn = attn.transpose(1, 2).reshape(B * nq, Hq, -1)
+                ops.summary_update(
+                    st.k[l],
+                    item_src,
+                    item_row,
+                    item_blk,
+                    item_len,
+                    st.kmin[l].view(-1, st.NB, st.D),
+                    st.kmax[l].view(-1, st.NB, st.D),
+                )
+                writeback_full(st.k[l], st.v[l], self.host.k[l], self.host.v[l], item_src, item_dst, item_len, bs)
+                saved.append((q, ek, ev))
+            else:
+                kf, vf = st.k[l].view(-1, bs, st.D), st.v[l].view(-1, bs, st.D)
+                ops.kv_write(k_, v_, kf, vf, rows_all, offs_all, fused_kv)
+                attn = ops.paged_attn(q.contiguous(), st.k[l], st.v[l], tables, lens).reshape(B * nq, Hq, -1)
+            x = self.dec.finish(l, x, attn)
+            if l in layers_aux:
+                aux[l] = x.view(B, nq, -1)
+        logits = self.dec.logits(x).view(B, nq, -1)
+        aux_t = torch.cat([aux[i] for i in layers_aux], -1) if layers_aux else None
+        return logits, aux_t, saved
+
+    def commit_spec(self, lanes, rows, pos, n_acc, saved, sets, recorded) -> None:
+        """After a speculative step's acceptance (``n_acc``: accepted drafts a lane, on the host): the accepted
+        drafts' KV into the local block, the summary and host copy of a block they fill, the new local block's
+        summary, then each layer's background prediction for the next step (``lookahead``; ``dense`` keeps
+        nothing more: its pass wrote the pages). Nothing of a rejected draft is written."""
+        cfg, dev, st, bs, H = self.cfg, self.device, self.store, self.bs, self.H
+        if not cfg.sparse:
+            return
+        B = lanes.shape[0]
+        k = saved[0][0].shape[1] - 1
+        pos_l = pos.tolist()
+        lanes_l = lanes.tolist()
+        # host-side lists: (lane index, draft index, offset) of the accepted drafts in the input's block (phase 0)
+        # and in the block after it (phase 1), and the summary / write-back items of both blocks
+        ph = ([], []), ([], [])
+        items = ([], [], [], [], []), ([], [], [], [], [])  # src row (b), dst row (lane), block, valid, host block
+        for b, (p, n) in enumerate(zip(pos_l, n_acc)):
+            if not n:
+                continue
+            b0 = p // bs
+            counts = [0, 0]
+            for j in range(1, n + 1):
+                phase = (p + j) // bs - b0
+                ph[phase][0].append(b * k + j - 1)
+                ph[phase][1].append((p + j) % bs)
+                counts[phase] += 1
+            for phase, c in enumerate(counts):
+                if not c:
+                    continue
+                valid = (p % bs + 1 + c) if phase == 0 else c
+                if valid > bs:
+                    raise RuntimeError(f"speculative step: {valid} tokens in one block of {bs}")
+                it = items[phase]
+                it[0].append(b)
+                it[1].append(lanes_l[b])
+                it[2].append(b0 + phase)
+                it[3].append(valid)
+                it[4].append(int(st.host_table[lanes_l[b], b0]) if phase == 0 and valid == bs else -1)
+        base = st.slot_base(lanes)
+        local = (base + st.LOCAL).to(torch.int32)  # [B, H]
+        hh = torch.arange(H, device=dev)
+
+        def t(x):
+            return torch.tensor(x, dtype=torch.int64, device=dev)
+
+        phase_t = [(t(a), t(o)) for a, o in ph]
+        item_t = []
+        for it in items:
+            if not it[0]:
+                item_t.append(None)
+                continue
+            b_, ln, blk, valid, hb = (t(v) for v in it)
+            item_t.append(
+                (
+                    local[b_].reshape(-1),
+                    (ln[:, None] * H + hh).reshape(-1).to(torch.int32),
+                    blk.repeat_interleave(H).to(torch.int32),
+                    valid.repeat_interleave(H).to(torch.int32),
+                    torch.where(hb[:, None] >= 0, hb[:, None] * H + hh, -1).reshape(-1).to(torch.int32),
+                    torch.where(valid == bs, valid, 0).repeat_interleave(H).to(torch.int32),
+                )
+            )
+        n_t = t(n_acc)
+        sel = torch.clamp(n_t + 1, max=k)  # the pass's query nearest the next step's position p + n + 1
+        qrow = torch.arange(B, device=dev)
+        nb_next = (pos + n_t + 1) // bs + 1
+        lanes32 = lanes.to(torch.int32)
+        mode = self.mode
+        for l in range(self.L):
+            q, ek, ev = saved[l]
+            for phase in (0, 1):
+                flat, off = phase_t[phase]
+                if flat.numel():
+                    bi = flat // k
+                    ji = flat % k
+                    dst = local[bi].long()  # [M, H]
+                    st.k[l][dst, off[:, None]] = ek[bi, :, ji]
+                    st.v[l][dst, off[:, None]] = ev[bi, :, ji]
+                if item_t[phase] is not None:
+                    src, row, blk, valid, dst_host, wb_len = item_t[phase]
+                    ops.summary_update(
+                        st.k[l],
+                        src,
+                        row,
+                        blk,
+                        valid,
+                        st.kmin[l].view(-1, st.NB, st.D),
+                        st.kmax[l].view(-1, st.NB, st.D),
+                    )
+                    if phase == 0:  # a block filled by the run: its host copy before the slot holds the next one
+                        ok = dst_host >= 0
+                        if bool(ok.any()):
+                            writeback_full(
+                                st.k[l], st.v[l], self.host.k[l], self.host.v[l], src[ok], dst_host[ok], wb_len[ok], bs
+                            )
+            if mode.background:
+                qsel = q[qrow, sel]  # [B, Hq, D]
+                after = None
+                if dev.type == "cuda" and self.pipe.cuda:
+                    after = torch.cuda.Event()
+                    after.record()
+                    extra = (sets,) if sets is not None else ()
+                    self.pipe._cross_stream(self.pipe.s_pred, qsel, lanes, lanes32, nb_next, *extra)
+                src_sets = sets[1][:, l] if sets is not None else None
+                predict = lambda l=l, qsel=qsel, src=src_sets: self.predict(l, qsel, lanes32, nb_next, src, recorded)
+                self.pipe.launch(l, after, predict, lanes, rows)
+        self.caps.step_end()
+        self.pipe.zero_rows = None

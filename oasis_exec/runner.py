@@ -11,6 +11,12 @@ Dense modes keep the whole cache on the GPU in pages: ``dense`` attends every to
 ``quest`` attends the top-K blocks of the current query plus the local block (``kernels.sparse_attn`` over the
 pages seen as slots).
 
+Speculative decoding (``ExecConfig.speculative_k > 0``; dense and lookahead; ``oasis_exec.speculative``): a step of
+lanes none of which is short or crossing drafts ``k`` tokens a lane with the head, verifies them in one target pass
+(``ModelExec.decode_spec``, eager), accepts a prefix and emits it plus one token of the target, and keeps only the
+accepted tokens' KV (``ModelExec.commit_spec``); ``execute`` then returns a list of tokens a request. Other steps,
+and every step with ``speculative_k = 0``, are the ordinary ones above (their CUDA graphs unchanged).
+
 Benchmarks synthesize prefill (``Admit.synthetic_prefill``): the KV of the prompt is filled with random values
 (host pool pattern, random summaries and slots) rather than computed, so that many 16K-token requests start in
 seconds. The real chunked-prefill path is used for correctness tests and serving.
@@ -40,6 +46,7 @@ from .pipeline import Prefetcher
 from .sampling import TemperatureSampler
 from .scheduler import RunnerCall
 from .selection_sources import SelectionSources
+from .speculative import accept, accept_greedy
 
 
 def _dtype(name):
@@ -76,7 +83,7 @@ class Runner:
                 f"{s.max_context_tokens} or less"
             )
         draft = None
-        if mode.drafts:
+        if mode.drafts or cfg.speculative_k:
             draft = DraftHead.build(
                 s,
                 decoder.embed,
@@ -129,6 +136,12 @@ class Runner:
         # sampler(logits [rows, V], sampling params a row) -> token ids [rows]; rows are the plan's prefill
         # request, else its decode items, in order. The Engine installs its per-request-seeded sampler here.
         self.sampler = TemperatureSampler(generator=self.gen)
+        # speculative steps' draws above temperature 0: spec_draws(req_ids, n) -> (u_acc, u_draw), each [B, n]
+        # uniforms in [0, 1) (oasis_exec.speculative.accept); the Engine installs its per-request-keyed one
+        self.spec_draws = None
+        self.spec_steps = 0  # speculative steps run, and the tokens they emitted (every lane's)
+        self.spec_tokens = 0
+        self.spec_lanes = 0
         # synthetic / replayed selections and the recorded sets (selection_sources.py)
         self.sources = SelectionSources(
             cfg=cfg,
@@ -146,6 +159,7 @@ class Runner:
         )
         self.decode_steps = 0
         self.last_logits = {}
+        self.last_logits_seq = {}
 
     # -- what the callers read of the parts ---------------------------------------------------------------------
 
@@ -203,6 +217,7 @@ class Runner:
     @torch.inference_mode()
     def execute(self, plan: RunnerCall) -> dict:
         self.last_logits = {}
+        self.last_logits_seq = {}  # a speculative step's: req_id -> logits [emitted, V], a row per emitted token
         if plan.admit and self.pipe is not None:
             self.pipe.wait_all()  # no background work may touch a lane being reset
         for a in plan.admit:
@@ -239,7 +254,7 @@ class Runner:
     # -- decode ----------------------------------------------------------------------------------------------------
 
     def _decode(self, plan: RunnerCall) -> dict:
-        cfg, dev = self.cfg, self.device
+        dev = self.device
         items = plan.decode
         lanes_list = [it.lane for it in items]
         pos_list = [it.position for it in items]
@@ -253,6 +268,9 @@ class Runner:
             sets, synth_ready = self.sources.sets(lanes_list, pos_list)
         recorded = [] if self.sources.record is not None else None
         cross = [i for i, it in enumerate(items) if it.lane in self._crossing]
+        k = self._spec_k(items, short, cross)
+        if k:
+            return self._decode_spec(plan, k, sets, synth_ready, recorded)
         if cross:  # short lanes outgrowing their window: their KV so far goes to the host in this (eager) step
             self._cross([items[i] for i in cross])
         if not cross and self.cuda_graphs.ok(lanes_list):
@@ -277,8 +295,13 @@ class Runner:
         if self.draft is not None:
             self._propose(short, lanes_list, pos_list, aux, tok)
         out = tok.tolist()  # the step's one host synchronisation
+        self._step_end(items, pos_list, recorded)
+        return {it.req_id: out[i] for i, it in enumerate(items)}
+
+    def _step_end(self, items, pos_list, recorded) -> None:
+        """A decode step's stage times (``--profile`` on CUDA), its recorded sets, the step count."""
         tr = self.trace
-        if self.pipe is not None and cfg.profile and dev.type == "cuda":
+        if self.pipe is not None and self.cfg.profile and self.device.type == "cuda":
             for k_, v_ in self.pipe.collect(tr.step_ref).items():
                 tr.stage_ms[k_] = tr.stage_ms.get(k_, 0.0) + v_
             if tr.step_ref is not None:  # side-stream stages of a traced step (--profile; ran on the H200)
@@ -288,6 +311,51 @@ class Runner:
         if recorded:
             self.sources.add_record(recorded, [it.req_id for it in items], pos_list)
         self.decode_steps += 1
+
+    def _spec_k(self, items, short, cross) -> int:
+        """Drafts of a speculative step (``oasis_exec.speculative``): ``speculative_k``, fewer when a lane may emit
+        fewer tokens (``DecodeItem.max_new``); 0 (the ordinary step) when off, when a lane is short or crossing."""
+        k = self.cfg.speculative_k
+        if not k or short != "none" or cross:
+            return 0
+        return max(0, min(k, min(it.max_new for it in items) - 1))
+
+    def _decode_spec(self, plan: RunnerCall, k: int, sets, synth_ready, recorded) -> dict:
+        """A speculative step (``oasis_exec.speculative``), eager: ``k`` drafts a lane, one verification pass,
+        the acceptance, then what the accepted tokens keep. Returns {req_id: [emitted tokens]}."""
+        dev, items = self.device, plan.decode
+        lanes_list = [it.lane for it in items]
+        pos_list = [it.position for it in items]
+        lanes = torch.tensor(lanes_list, device=dev)
+        rows = _rows_of(lanes_list, self.H)
+        toks = torch.tensor([it.token for it in items], device=dev)
+        pos = torch.tensor(pos_list, device=dev)
+        drafts = self.model.draft_chain(lanes, toks, pos, k)
+        logits, aux, saved = self.model.decode_spec(lanes, rows, toks, drafts, pos, sets)
+        params = [plan.sampling[it.req_id] for it in items]
+        if all(sp.temperature == 0 for sp in params):
+            n_acc, out = accept_greedy(logits, drafts)
+        else:
+            req_ids = [it.req_id for it in items]
+            if self.spec_draws is not None:
+                u_acc, u_draw = self.spec_draws(req_ids, k + 1)
+            else:
+                u_acc = torch.rand(len(items), k + 1, generator=self.gen, device=dev, dtype=torch.float64)
+                u_draw = torch.rand(len(items), k + 1, generator=self.gen, device=dev, dtype=torch.float64)
+            n_acc, out = accept(logits, drafts, params, u_acc, u_draw)
+        self.model.commit_spec(lanes, rows, pos, n_acc, saved, sets, recorded)
+        if synth_ready is not None:
+            self.sources.presynth(lanes_list, synth_ready)
+        n_t = torch.tensor(n_acc, device=dev)
+        ar = torch.arange(len(items), device=dev)
+        self.last_logits = {it.req_id: logits[i, n_acc[i]] for i, it in enumerate(items)}
+        self.last_logits_seq = {it.req_id: logits[i, : n_acc[i] + 1] for i, it in enumerate(items)}
+        last = torch.tensor([o[-1] for o in out], device=dev)
+        self.model.propose(lanes_list, aux[ar, n_t], last)  # resync: the target's features at the last accepted
+        self._step_end(items, pos_list, recorded)  # no per-layer trace in a speculative step
+        self.spec_steps += 1
+        self.spec_lanes += len(items)
+        self.spec_tokens += sum(len(o) for o in out)
         return {it.req_id: out[i] for i, it in enumerate(items)}
 
     def _short_step(self, pos_list) -> str:

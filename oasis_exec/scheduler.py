@@ -148,6 +148,7 @@ class DecodeItem:
     lane: int
     token: int
     position: int  # position of ``token``; its KV is written there
+    max_new: int = 1  # the most output tokens the step may emit for it (a speculative step: max_tokens - generated)
 
 
 @dataclass(frozen=True)

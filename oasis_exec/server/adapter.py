@@ -137,20 +137,31 @@ class ExecutorEngine:
         ]
 
     def _score(self, outs) -> dict:
-        """request id -> (TokenLogprobs of its one new token,), from the logits the step sampled from."""
+        """request id -> (TokenLogprobs of each new token,), from the logits the step sampled from (a speculative
+        step: the runner's ``last_logits_seq``, a row per emitted token)."""
         import torch
 
-        logits = self.engine.runner.last_logits
-        if any(len(o.new_token_ids) != 1 or o.request_id not in logits for o in outs):
-            raise RuntimeError("logprobs: the engine's step did not leave one logits row per new token")
-        rows = torch.log_softmax(torch.stack([logits[o.request_id] for o in outs]).float(), -1)
-        chosen = torch.tensor([[o.new_token_ids[0]] for o in outs], device=rows.device)
-        return dict(
-            zip(
-                (o.request_id for o in outs),
-                ((lp,) for lp in _token_logprobs(rows, chosen, [self._top_n[o.request_id] for o in outs])),
-            )
-        )
+        runner = self.engine.runner
+        single, multi = runner.last_logits, getattr(runner, "last_logits_seq", None) or {}
+        rows, chosen, top_n, spans = [], [], [], []
+        for o in outs:
+            n = len(o.new_token_ids)
+            lg = multi.get(o.request_id)
+            if lg is None and n == 1 and o.request_id in single:
+                lg = single[o.request_id][None]
+            if lg is None or lg.shape[0] < n:
+                raise RuntimeError("logprobs: the engine's step did not leave one logits row per new token")
+            rows.append(lg[:n])  # the engine may have cut a speculative run at a stop token
+            chosen.extend(o.new_token_ids)
+            top_n.extend([self._top_n[o.request_id]] * n)
+            spans.append(n)
+        lp = torch.log_softmax(torch.cat(rows).float(), -1)
+        scored = _token_logprobs(lp, torch.tensor(chosen, device=lp.device)[:, None], top_n)
+        out, i = {}, 0
+        for o, n in zip(outs, spans):
+            out[o.request_id] = tuple(scored[i : i + n])
+            i += n
+        return out
 
     def prompt_logprobs(self, prompt_ids, top_n: int) -> list:
         import torch

@@ -46,3 +46,24 @@ def run_logits(c, ps, steps, runner_hook=None):
     out = [outs[i] for i in ids]
     eng.close()
     return logs, out
+
+
+def oracle_chain(eng, reference, wrong=lambda position: False):
+    """A stand-in for ``ModelExec.draft_chain`` that drafts the reference continuation (``reference``: request id ->
+    the output of a non-speculative greedy run), so that a speculative run accepts several tokens a step; a draft
+    at a position where ``wrong(position)`` holds is made wrong (a rejection there)."""
+
+    def chain(lanes, toks, pos, k):
+        by_lane = {r.lane: r for r in eng.scheduler.running.values()}
+        rows = []
+        for lane, p in zip(lanes.tolist(), pos.tolist()):
+            r = by_lane[lane]
+            seq = r.prompt + list(reference[r.id])
+            row = []
+            for j in range(1, k + 1):
+                t = seq[p + j] if p + j < len(seq) else 0
+                row.append((t + 1) % eng.runner.shape.vocab if wrong(p + j) else t)
+            rows.append(row)
+        return torch.tensor(rows, dtype=torch.int64, device=lanes.device)
+
+    return chain
