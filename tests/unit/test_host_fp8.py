@@ -201,3 +201,35 @@ def test_an_fp8_pool_takes_a_byte_an_element_plus_its_scales(dtype, ratio):
     fp8.write(2, torch.tensor([7, 1]), x, -x)
     k, v = fp8.read(2, torch.tensor([7, 1, 7]), torch.tensor([0, 1, 1]))
     assert torch.equal(k, roundtrip(x)[[0, 1, 0], [0, 1, 1]]) and torch.equal(v, roundtrip(-x)[[0, 1, 0], [0, 1, 1]])
+
+
+@pytest.mark.gpu
+def test_kernels_on_the_gpu_equal_the_torch_reference():
+    """On the GPU: the write-back kernel writes the reference's fp8 bytes and scales through UVA (pinned pool), and
+    the UVA gather reads them back as the reference's bf16 values (div_rn, the integer conversions)."""
+    nb, H, bs, D, n_slots = 64, 4, 16, 128, 300
+    slots_k = _units(n_slots, bs, D, torch.bfloat16, seed=8).cuda()
+    slots_v = _units(n_slots, bs, D, torch.bfloat16, seed=9).cuda()
+    g = torch.Generator().manual_seed(8)
+    src = torch.randperm(n_slots, generator=g)[: nb * H].to(torch.int32)
+    dst = torch.randperm(nb * H, generator=g).to(torch.int32)
+    full = torch.full_like(src, bs)
+    pool = HostPool(1, nb, H, bs, D, torch.bfloat16, pin=True, quantized=True)
+    ref = HostPool(1, nb, H, bs, D, torch.bfloat16, pin=False, quantized=True)
+    sc = (pool.k_scale[0], pool.v_scale[0])
+    writeback_full(slots_k, slots_v, pool.k[0], pool.v[0], src.cuda(), dst.cuda(), full.cuda(), bs, sc)
+    writeback_full(
+        slots_k.cpu(), slots_v.cpu(), ref.k[0], ref.v[0], src, dst, full, bs, (ref.k_scale[0], ref.v_scale[0])
+    )
+    torch.cuda.synchronize()
+    assert torch.equal(pool.k[0].view(torch.uint8), ref.k[0].view(torch.uint8))
+    assert torch.equal(pool.v[0].view(torch.uint8), ref.v[0].view(torch.uint8))
+    assert torch.equal(pool.k_scale[0], ref.k_scale[0]) and torch.equal(pool.v_scale[0], ref.v_scale[0])
+    sb = (dst // H).to(torch.int32)
+    sh = (dst % H).to(torch.int32)
+    ks, vs = torch.zeros_like(slots_k), torch.zeros_like(slots_v)
+    uva_gather(pool.k[0], pool.v[0], sb.cuda(), sh.cuda(), src.cuda(), ks, vs, n_programs=16, scales=sc)
+    torch.cuda.synchronize()
+    k, v = ref.read(0, sb.long(), sh.long())
+    assert torch.equal(ks[src.long()].cpu(), k) and torch.equal(vs[src.long()].cpu(), v)
+    assert torch.equal(ks[src.long()].cpu(), roundtrip(slots_k[src.long()].cpu()))
