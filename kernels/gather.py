@@ -33,6 +33,7 @@ import triton.language as tl
 
 from . import interpreting
 from ._util import H2D_ROOFLINE_GBPS, cdiv, check
+from .fp8 import dequant
 
 
 class UVAPointer:
@@ -64,6 +65,8 @@ def uva_gather_kernel(
     COUNT,
     KS,
     VS,
+    HKS,
+    HVS,
     n_items,
     stride_hkb,
     stride_hkh,
@@ -71,12 +74,17 @@ def uva_gather_kernel(
     stride_hvh,
     stride_ks,
     stride_vs,
+    n_heads,
     CHUNK: tl.constexpr,
     IPI: tl.constexpr,
     NPROG: tl.constexpr,
     HAS_COUNT: tl.constexpr,
+    QUANT: tl.constexpr = False,
+    OUT_BF16: tl.constexpr = True,
 ):
-    """Persistent: program p copies items p*IPI.., (p+NPROG)*IPI.., ...; one item = one (block, head) of K and V."""
+    """Persistent: program p copies items p*IPI.., (p+NPROG)*IPI.., ...; one item = one (block, head) of K and V.
+    ``QUANT``: HK/HV are an fp8 pool's codes (uint8) and HKS/HVS its scales [n_blocks * n_heads] float32; the slots
+    get ``codes * scale`` in their dtype (``kernels.fp8.dequant``)."""
     pid = tl.program_id(0)
     n = n_items
     if HAS_COUNT:
@@ -96,17 +104,31 @@ def uva_gather_kernel(
         m = live[:, None]
         k = tl.load(HK + (blk64 * stride_hkb + hd64 * stride_hkh)[:, None] + offs_c[None, :], mask=m)
         v = tl.load(HV + (blk64 * stride_hvb + hd64 * stride_hvh)[:, None] + offs_c[None, :], mask=m)
+        if QUANT:
+            unit = blk64 * n_heads + hd64
+            sk = tl.load(HKS + unit, mask=live, other=1.0)
+            sv = tl.load(HVS + unit, mask=live, other=1.0)
+            k = dequant(k.to(tl.int32), sk[:, None], OUT_BF16)
+            v = dequant(v.to(tl.int32), sv[:, None], OUT_BF16)
         tl.store(KS + (dst64 * stride_ks)[:, None] + offs_c[None, :], k, mask=m)
         tl.store(VS + (dst64 * stride_vs)[:, None] + offs_c[None, :], v, mask=m)
 
 
-def _check_pool_and_slots(host_k, host_v, k_slots, v_slots):
+def _check_pool_and_slots(host_k, host_v, k_slots, v_slots, scales=None):
+    """The pool's and the slots' shapes; the slots' dtype is the pool's, or any float dtype for an fp8 pool with
+    ``scales`` ``(k_scale, v_scale)`` [n_blocks, Hkv] float32."""
     nb, Hkv, BS, D = host_k.shape
     check(host_k, "host_k", (nb, Hkv, BS, D), None, None, inner_contiguous=2)
     check(host_v, "host_v", (nb, Hkv, BS, D), host_k.dtype, host_k.device, inner_contiguous=2)
     n_slots = k_slots.shape[0]
-    check(k_slots, "k_slots", (n_slots, BS, D), host_k.dtype, None, inner_contiguous=2)
-    check(v_slots, "v_slots", (n_slots, BS, D), host_k.dtype, k_slots.device, inner_contiguous=2)
+    slot_dtype = host_k.dtype
+    if scales is not None:
+        assert host_k.dtype == torch.float8_e4m3fn, f"scales go with a float8_e4m3fn pool, got {host_k.dtype}"
+        for name, t in zip(("k_scale", "v_scale"), scales):
+            check(t, name, (nb, Hkv), torch.float32, host_k.device, inner_contiguous=2)
+        slot_dtype = k_slots.dtype
+    check(k_slots, "k_slots", (n_slots, BS, D), slot_dtype, None, inner_contiguous=2)
+    check(v_slots, "v_slots", (n_slots, BS, D), slot_dtype, k_slots.device, inner_contiguous=2)
     return nb, Hkv, BS, D
 
 
@@ -122,12 +144,16 @@ def uva_gather(
     n_programs=16,
     items_per_iter=2,
     num_warps=4,
+    scales=None,
 ):
     """Direct-read gather of ``src (block, head)`` of the pinned host pool into ``dst_slot`` of the GPU slots.
 
     Launches ``n_programs`` persistent programs; no host synchronisation (the list and ``count`` stay on the GPU).
+    ``scales``: ``(k_scale, v_scale)`` [n_blocks, Hkv] float32 (pinned) of an fp8 pool (``host_k``/``host_v``
+    float8_e4m3fn): the kernel reads the codes (half the bytes of bf16) and the unit's scale, and writes the
+    dequantized values in the slots' dtype (bf16, or float32 in CPU tests).
     """
-    nb, Hkv, BS, D = _check_pool_and_slots(host_k, host_v, k_slots, v_slots)
+    nb, Hkv, BS, D = _check_pool_and_slots(host_k, host_v, k_slots, v_slots, scales)
     dev = k_slots.device
     if dev.type == "cuda":
         assert host_k.device.type == "cuda" or (host_k.is_pinned() and host_v.is_pinned()), (
@@ -141,15 +167,19 @@ def uva_gather(
     if C == 0:
         return
     n_programs = max(1, min(n_programs, cdiv(C, items_per_iter)))
+    quant = scales is not None
+    hk, hv = (host_k.view(torch.uint8), host_v.view(torch.uint8)) if quant else (host_k, host_v)
     uva_gather_kernel[(n_programs,)](
-        _host_arg(host_k),
-        _host_arg(host_v),
+        _host_arg(hk),
+        _host_arg(hv),
         src_block,
         src_head,
         dst_slot,
         count if count is not None else src_block,
         k_slots,
         v_slots,
+        _host_arg(scales[0]) if quant else src_block,
+        _host_arg(scales[1]) if quant else src_block,
         C,
         host_k.stride(0),
         host_k.stride(1),
@@ -157,16 +187,35 @@ def uva_gather(
         host_v.stride(1),
         k_slots.stride(0),
         v_slots.stride(0),
+        Hkv,
         CHUNK=BS * D,
         IPI=items_per_iter,
         NPROG=n_programs,
         HAS_COUNT=count is not None,
+        QUANT=quant,
+        OUT_BF16=k_slots.dtype == torch.bfloat16,
         num_warps=num_warps,
     )
 
 
 @triton.jit
-def scatter_slots_kernel(SK, SV, DST, KS, VS, stride_sk, stride_sv, stride_ks, stride_vs, CHUNK: tl.constexpr):
+def scatter_slots_kernel(
+    SK,
+    SV,
+    DST,
+    KS,
+    VS,
+    SKS,
+    SVS,
+    stride_sk,
+    stride_sv,
+    stride_ks,
+    stride_vs,
+    CHUNK: tl.constexpr,
+    QUANT: tl.constexpr = False,
+    OUT_BF16: tl.constexpr = True,
+):
+    """``QUANT``: the staged rows are fp8 codes (uint8) and SKS/SVS their scales [C] float32 (dequantized here)."""
     i = tl.program_id(0)
     dst = tl.load(DST + i)
     live = dst >= 0
@@ -175,36 +224,51 @@ def scatter_slots_kernel(SK, SV, DST, KS, VS, stride_sk, stride_sv, stride_ks, s
     d64 = tl.where(live, dst, 0).to(tl.int64)
     k = tl.load(SK + i.to(tl.int64) * stride_sk + offs, mask=m)
     v = tl.load(SV + i.to(tl.int64) * stride_sv + offs, mask=m)
+    if QUANT:
+        k = dequant(k.to(tl.int32), tl.load(SKS + i), OUT_BF16)
+        v = dequant(v.to(tl.int32), tl.load(SVS + i), OUT_BF16)
     tl.store(KS + d64 * stride_ks + offs, k, mask=m)
     tl.store(VS + d64 * stride_vs + offs, v, mask=m)
 
 
-def scatter_slots(stage_k, stage_v, dst_slot, k_slots, v_slots):
+def scatter_slots(stage_k, stage_v, dst_slot, k_slots, v_slots, scales=None):
     """Copy staged block i (``stage_k/v[i]: [block_size, D]`` on the GPU) into slot ``dst_slot[i]`` (-1 = skip).
 
     stage_k, stage_v: [C, block_size, D]; dst_slot: [C] int32 on the same device (fixed capacity, -1 padded).
+    ``scales``: ``(stage_k_scale, stage_v_scale)`` [C] float32 when the staged rows are float8_e4m3fn codes (an fp8
+    host pool): the slots get them dequantized, in their own dtype.
     """
     C, BS, D = stage_k.shape
     dev = k_slots.device
-    check(stage_k, "stage_k", (C, BS, D), k_slots.dtype, dev, inner_contiguous=2)
-    check(stage_v, "stage_v", (C, BS, D), k_slots.dtype, dev, inner_contiguous=2)
+    quant = scales is not None
+    stage_dtype = torch.float8_e4m3fn if quant else k_slots.dtype
+    check(stage_k, "stage_k", (C, BS, D), stage_dtype, dev, inner_contiguous=2)
+    check(stage_v, "stage_v", (C, BS, D), stage_dtype, dev, inner_contiguous=2)
     n_slots = k_slots.shape[0]
     check(k_slots, "k_slots", (n_slots, BS, D), None, dev, inner_contiguous=2)
     check(v_slots, "v_slots", (n_slots, BS, D), k_slots.dtype, dev, inner_contiguous=2)
     check(dst_slot, "dst_slot", (C,), torch.int32, dev)
+    if quant:
+        for name, t in zip(("stage_k_scale", "stage_v_scale"), scales):
+            check(t, name, (C,), torch.float32, dev)
     if C == 0:
         return
+    sk, sv = (stage_k.view(torch.uint8), stage_v.view(torch.uint8)) if quant else (stage_k, stage_v)
     scatter_slots_kernel[(C,)](
-        stage_k,
-        stage_v,
+        sk,
+        sv,
         dst_slot,
         k_slots,
         v_slots,
+        scales[0] if quant else dst_slot,
+        scales[1] if quant else dst_slot,
         stage_k.stride(0),
         stage_v.stride(0),
         k_slots.stride(0),
         v_slots.stride(0),
         CHUNK=BS * D,
+        QUANT=quant,
+        OUT_BF16=k_slots.dtype == torch.bfloat16,
         num_warps=4,
     )
 
@@ -227,7 +291,7 @@ def gather_thread(n_threads: int) -> ThreadPoolExecutor:
     return ex
 
 
-def host_gather_stage(host_k, host_v, src_block, src_head, stage_k, stage_v, flat=None):
+def host_gather_stage(host_k, host_v, src_block, src_head, stage_k, stage_v, flat=None, scales=None, stage_scales=None):
     """CPU gather of ``n`` (block, head) pairs into ``stage_k/v[:n]`` (pinned, host side). Returns n.
 
     host_k, host_v: [n_host_blocks, Hkv, block_size, D] contiguous; src_block, src_head: [n] int32/int64 CPU
@@ -241,6 +305,9 @@ def host_gather_stage(host_k, host_v, src_block, src_head, stage_k, stage_v, fla
     launching kernels every re-take can wait for Python's switch interval (5 ms). That, not memory bandwidth, made
     the old version (a Python pool of chunked ``index_select`` calls) slow beside a running step
     (experiments/transfer_paths/results/host_gather_cpu.md).
+
+    An fp8 pool: ``scales`` ``(k_scale, v_scale)`` [n_host_blocks, Hkv] float32 and ``stage_scales`` (two [C]
+    float32 tensors) take the rows' scales beside their codes (the rows are copied as bytes).
     """
     nb, Hkv, BS, D = host_k.shape
     assert host_k.is_contiguous() and host_v.is_contiguous(), "host pool must be contiguous"
@@ -258,6 +325,11 @@ def host_gather_stage(host_k, host_v, src_block, src_head, stage_k, stage_v, fla
             return 0
     assert stage_k.shape[0] >= n, f"staging capacity {stage_k.shape[0]} < {n} blocks"
     W = BS * D
+    if scales is not None:  # codes as bytes; index_select of float8 is not needed
+        host_k, host_v = host_k.view(torch.uint8), host_v.view(torch.uint8)
+        stage_k, stage_v = stage_k.view(torch.uint8), stage_v.view(torch.uint8)
+        for sc, out in zip(scales, stage_scales):
+            torch.index_select(sc.view(nb * Hkv), 0, flat, out=out[:n])
     torch.index_select(host_k.view(nb * Hkv, W), 0, flat, out=stage_k.view(-1, W)[:n])
     torch.index_select(host_v.view(nb * Hkv, W), 0, flat, out=stage_v.view(-1, W)[:n])
     return n
@@ -275,20 +347,36 @@ class HostStager:
     intra-op threads that thread has (the pipeline's host worker, itself a ``gather_thread``).
     """
 
-    def __init__(self, capacity, block_size, head_dim, dtype=torch.bfloat16, device="cuda", n_threads=8):
+    def __init__(
+        self, capacity, block_size, head_dim, dtype=torch.bfloat16, device="cuda", n_threads=8, quantized=False
+    ):
+        """``dtype``: the slots'; ``quantized`` (an fp8 pool): the staging holds float8_e4m3fn codes and a float32
+        scale per row (``stage_ks`` / ``stage_vs``, ``gpu_ks`` / ``gpu_vs``), DMA'd beside them and dequantized by the
+        scatter."""
         pin = torch.device(device).type == "cuda"
         shape = (capacity, block_size, head_dim)
-        self.stage_k = torch.empty(shape, dtype=dtype, pin_memory=pin)
-        self.stage_v = torch.empty(shape, dtype=dtype, pin_memory=pin)
-        self.gpu_k = torch.empty(shape, dtype=dtype, device=device)
-        self.gpu_v = torch.empty(shape, dtype=dtype, device=device)
+        self.quantized = quantized
+        sdt = torch.float8_e4m3fn if quantized else dtype
+        self.stage_k = torch.empty(shape, dtype=sdt, pin_memory=pin)
+        self.stage_v = torch.empty(shape, dtype=sdt, pin_memory=pin)
+        self.gpu_k = torch.empty(shape, dtype=sdt, device=device)
+        self.gpu_v = torch.empty(shape, dtype=sdt, device=device)
+        self.stage_ks = self.stage_vs = self.gpu_ks = self.gpu_vs = None
+        if quantized:
+            self.stage_ks = torch.ones(capacity, dtype=torch.float32, pin_memory=pin)
+            self.stage_vs = torch.ones(capacity, dtype=torch.float32, pin_memory=pin)
+            self.gpu_ks = torch.ones(capacity, dtype=torch.float32, device=device)
+            self.gpu_vs = torch.ones(capacity, dtype=torch.float32, device=device)
         self.n_threads = n_threads
         self.pool = None
         if n_threads is not None:
             self.pool = gather_thread(n_threads)
 
-    def gather(self, host_k, host_v, src_block, src_head, flat=None) -> int:
-        args = (host_k, host_v, src_block, src_head, self.stage_k, self.stage_v, flat)
+    def gather(self, host_k, host_v, src_block, src_head, flat=None, scales=None) -> int:
+        """``scales``: the fp8 pool's ``(k_scale, v_scale)`` (a quantized stager needs them)."""
+        assert (scales is not None) == self.quantized, "an fp8 pool's scales go with a quantized stager"
+        stage_sc = (self.stage_ks, self.stage_vs) if self.quantized else None
+        args = (host_k, host_v, src_block, src_head, self.stage_k, self.stage_v, flat, scales, stage_sc)
         if self.pool is None:
             return host_gather_stage(*args)
         return self.pool.submit(host_gather_stage, *args).result()
@@ -297,10 +385,14 @@ class HostStager:
         if n:
             self.gpu_k[:n].copy_(self.stage_k[:n], non_blocking=True)
             self.gpu_v[:n].copy_(self.stage_v[:n], non_blocking=True)
+            if self.quantized:
+                self.gpu_ks[:n].copy_(self.stage_ks[:n], non_blocking=True)
+                self.gpu_vs[:n].copy_(self.stage_vs[:n], non_blocking=True)
 
     def scatter(self, dst_slot, k_slots, v_slots):
         """dst_slot: [capacity] int32 on the GPU, -1 past the staged prefix."""
-        scatter_slots(self.gpu_k, self.gpu_v, dst_slot, k_slots, v_slots)
+        sc = (self.gpu_ks, self.gpu_vs) if self.quantized else None
+        scatter_slots(self.gpu_k, self.gpu_v, dst_slot, k_slots, v_slots, scales=sc)
 
     def close(self):
         if self.pool is not None:
@@ -327,14 +419,19 @@ def copy_list(fetch_block, fetch_slot, n_kv_heads, host_table=None):
     return src_block, head.to(torch.int32).reshape(-1), dst
 
 
-def gather_ref(host_k, host_v, src_block, src_head, dst_slot, k_slots, v_slots, count=None):
-    """Plain-torch reference, in place: slot[dst] = pool[src_block, src_head] for the live items."""
+def gather_ref(host_k, host_v, src_block, src_head, dst_slot, k_slots, v_slots, count=None, scales=None):
+    """Plain-torch reference, in place: slot[dst] = pool[src_block, src_head] for the live items (an fp8 pool with
+    ``scales``: dequantized, ``q * scale`` in the slots' dtype)."""
     n = src_block.shape[0] if count is None else min(int(count[0]), src_block.shape[0])
     for i in range(n):
         b, h, d = int(src_block[i]), int(src_head[i]), int(dst_slot[i])
         if b >= 0 and d >= 0:
-            k_slots[d] = host_k[b, h].to(k_slots.device)
-            v_slots[d] = host_v[b, h].to(v_slots.device)
+            k, v = host_k[b, h], host_v[b, h]
+            if scales is not None:
+                k = (k.float() * scales[0][b, h].float()).to(k_slots.dtype)
+                v = (v.float() * scales[1][b, h].float()).to(v_slots.dtype)
+            k_slots[d] = k.to(k_slots.device)
+            v_slots[d] = v.to(v_slots.device)
 
 
 def _bench_setup(n_items, pool_gb, n_kv_heads, block_size, head_dim, seed):

@@ -12,6 +12,13 @@ from dataclasses import dataclass
 
 from .specs import ModelSpec, _check_int, _check_real
 
+# The host copy's element type (``ExecConfig.host_kv_dtype``, ``SimConfig.host_kv_dtype``): "auto" = the KV dtype
+# (``dtype_bytes``); "fp8_e4m3" = one byte per element plus one float32 scale per (layer, block, KV head) of K and
+# one of V (``oasis_exec.host_quant``). Only the host pool and what crosses host->GPU change; the GPU keeps
+# ``dtype_bytes``.
+HOST_KV_DTYPES = ("auto", "fp8_e4m3")
+FP8_SCALE_BYTES = 4
+
 
 @dataclass(frozen=True)
 class KVGeometry:
@@ -58,6 +65,26 @@ class KVGeometry:
     def bytes_per_block_head_half(self) -> int:
         """One of K or V of one block of one KV head in one layer (4 KiB for d_h 128, bf16)."""
         return self.block_size * self.model.head_dim * self.dtype_bytes
+
+    def host_bytes_per_block_head(self, host_kv_dtype: str = "auto") -> int:
+        """K and V of one block of one KV head in one layer as the host copy holds it -- the bytes a fetch moves
+        host->GPU: ``bytes_per_block_head`` for "auto", ``2 * (block_size * d_h + 4)`` for "fp8_e4m3" (the codes
+        and the unit's two float32 scales: 4,104 bytes at 16 x 128, against 8,192 in bf16)."""
+        if host_kv_dtype == "auto":
+            return self.bytes_per_block_head
+        if host_kv_dtype == "fp8_e4m3":
+            return 2 * (self.block_size * self.model.head_dim + FP8_SCALE_BYTES)
+        raise ValueError(f"host_kv_dtype: must be one of {', '.join(HOST_KV_DTYPES)}, got {host_kv_dtype!r}")
+
+    def host_bytes_per_block(self, host_kv_dtype: str = "auto") -> int:
+        """K and V of one block, all layers and KV heads, in the host copy (``host_bytes_per_block_head`` x rows)."""
+        return self.host_bytes_per_block_head(host_kv_dtype) * self.rows_per_request
+
+    def host_bytes_per_token(self, host_kv_dtype: str = "auto") -> float:
+        """``host_bytes_per_block / block_size``: a token's share of its block's host copy (float for fp8)."""
+        if host_kv_dtype == "auto":
+            return float(self.bytes_per_token)
+        return self.host_bytes_per_block(host_kv_dtype) / self.block_size
 
     @property
     def rows_per_request(self) -> int:

@@ -24,6 +24,7 @@ from typing import Any, Dict, Mapping, Optional, Sequence, Union
 import numpy as np
 
 from . import modes
+from .geometry import HOST_KV_DTYPES
 from .modes import MODES
 from .trace import (
     MAX_REQUEST_TOKENS,
@@ -152,6 +153,8 @@ def _check_config(c) -> None:
     _int_field("config.seed", c["seed"], 0)
     _int_field("config.warmup_steps", c["warmup_steps"], 0, MAX_RECORDED_STEPS)
     _int_field("config.steps", c["steps"], 1, MAX_RECORDED_STEPS)
+    if c.get("host_kv_dtype") is not None:  # optional (recordings before it: the compute dtype, "auto")
+        _str_field("config.host_kv_dtype", c["host_kv_dtype"], HOST_KV_DTYPES)
 
 
 def _check_results(r, config) -> None:

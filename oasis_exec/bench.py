@@ -57,6 +57,8 @@ RECORD_FIELDS = (
     "hidden_fraction",
     "peak_gpu_bytes",
     "peak_host_bytes",
+    "host_pool_bytes",
+    "host_kv_dtype",
     "selection",
     "device",
     "date",
@@ -236,7 +238,11 @@ def run_bench(
     timed = times[warmup:]
     c1 = runner.counters()
     shape = runner.shape
-    unit_bytes = 2 * cfg.block_size * shape.head_dim * torch.tensor([], dtype=runner.dtype).element_size()
+    # bytes one (block, head) fetch moves: the host copy's (an fp8 copy: the codes and the two scales)
+    if runner.host is not None:
+        unit_bytes = runner.host.unit_bytes
+    else:
+        unit_bytes = 2 * cfg.block_size * shape.head_dim * torch.tensor([], dtype=runner.dtype).element_size()
     units = c1["units_fetched"] - c0["units_fetched"]
     # the timed steps' wall time, from the first one's start (all copies drained) until the device is idle
     total_s = t_end - t_first if timed else 0.0
@@ -271,6 +277,8 @@ def run_bench(
         "drift_blocks_per_step": (c1["missing"] - c0["missing"]) / max(len(timed), 1),
         "peak_gpu_bytes": torch.cuda.max_memory_allocated() if cfg.device == "cuda" else None,
         "host_pool_bytes": runner.host.nbytes if runner.host is not None else 0,
+        "host_kv_dtype": cfg.host_kv_dtype if cfg.sparse else None,  # the host copy's elements (fp8_e4m3: + scales)
+        "unit_bytes": unit_bytes,  # bytes of one (block, head) fetch, what bytes_moved_per_step counts
         "peak_host_bytes": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024,
         "selection": cfg.selection,
         "transfer": cfg.transfer if cfg.sparse else None,

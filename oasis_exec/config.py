@@ -12,6 +12,7 @@ import re
 from dataclasses import dataclass, field, fields
 
 from oasis_core import cliargs, modes
+from oasis_core.geometry import HOST_KV_DTYPES
 from oasis_core.specs import MODELS, MODES, PAPER_SPARSITY
 
 SOURCES = ("model", "synthetic", "replay")
@@ -93,6 +94,14 @@ class ExecConfig:
         "pool is checked against the host's available memory before it is pinned",
     )
     max_lanes: int | None = _f(None, "cap on concurrent requests (default: what --kv-budget-gb fits; else only 4)")
+    host_kv_dtype: str = _f(
+        "auto",
+        "element type of the host copy of K and V (sparse modes): auto (the compute dtype) | fp8_e4m3 "
+        "(float8_e4m3fn with a float32 scale per (layer, block, KV head) of K and of V: half the host memory and "
+        "half the bytes a fetch moves; dequantized to the compute dtype as it is copied into the GPU slots, which "
+        "stay in the compute dtype; oasis_exec.host_quant)",
+        HOST_KV_DTYPES,
+    )
     transfer: str = _f(
         "auto",
         "host (threaded gather into pinned staging + one DMA) | uva (direct-read gather "
@@ -151,7 +160,7 @@ class ExecConfig:
         True,
         "mode=hisparse with fused selection on CUDA and the UVA path: the hot cache's miss lookup, the host reads of "
         "the misses and the attention's slot list in one kernels.plan_select launch a layer; off: plan_select, then "
-        "the UVA gather of its copy list (two launches)",
+        "the UVA gather of its copy list (two launches; also what an fp8 host copy runs, host_kv_dtype=fp8_e4m3)",
     )
     fused_kv_write: bool = _f(
         True, "with fused_ops: the decode step's K/V write by kernels.kv_write; off: advanced indexing (the reference)"
@@ -212,6 +221,18 @@ class ExecConfig:
                 bad("hot_slots", "must be an integer")
             if self.hot_slots < self.top_k:
                 bad("hot_slots", f"must be >= top_k ({self.top_k}): the hot cache holds the step's top-K")
+        if self.host_kv_dtype == "fp8_e4m3":
+            if not self.sparse:
+                bad("host_kv_dtype", f"only a sparse mode keeps a host copy, not mode={self.mode}")
+            if self.uva_kernel == "tma":
+                bad(
+                    "host_kv_dtype",
+                    "the experimental TMA gather (uva_kernel=tma) copies bf16 only; use uva_kernel=loads",
+                )
+            import torch
+
+            if not hasattr(torch, "float8_e4m3fn"):
+                bad("host_kv_dtype", f"fp8_e4m3 needs torch.float8_e4m3fn, which torch {torch.__version__} lacks")
         if not 0 < self.fetch_ratio <= 1:
             bad("fetch_ratio", "must be in (0, 1]")
         if self.fetch_policy is not None:

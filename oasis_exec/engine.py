@@ -102,7 +102,11 @@ class Engine:
         self.runner.spec_draws = self._spec_draws  # and a speculative step's acceptance draws (oasis_exec.speculative)
         shape = self.runner.shape
         self.slots_per_lane = shape.n_layers * shape.n_kv_heads * (cfg.resident_slots if cfg.sparse else cfg.max_blocks)
-        self.unit_bytes = 2 * cfg.block_size * shape.head_dim * _element_size(self.runner.dtype)
+        host = getattr(self.runner, "host", None)  # bytes of one (block, head) fetch: the host copy's (fp8: + scales)
+        if host is not None:
+            self.unit_bytes = host.unit_bytes
+        else:
+            self.unit_bytes = 2 * cfg.block_size * shape.head_dim * _element_size(self.runner.dtype)
 
     @property
     def max_lanes(self) -> int:

@@ -70,7 +70,9 @@ def check_fits(nbytes: int, available: int | None = None) -> None:
 
 def host_pool_blocks(cfg, *, lanes: int, block_bytes: int, available: int | None = None) -> int:
     """Blocks of the host pool for ``cfg`` (an ``ExecConfig``) with ``lanes`` GPU lanes and ``block_bytes`` per
-    block (every layer and KV head, K and V), checked against the host's memory (``check_fits``)."""
+    block (every layer and KV head, K and V, as the host copy holds them: ``KVGeometry.host_bytes_per_block``, one
+    byte an element plus the scales with ``host_kv_dtype="fp8_e4m3"``), checked against the host's memory
+    (``check_fits``)."""
     if cfg.host_kv_gb:
         blocks = int(cfg.host_kv_gb * GB // block_bytes)
     else:

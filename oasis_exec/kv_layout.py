@@ -4,8 +4,9 @@
 in the sparse modes, with ``ExecConfig.resident_slots`` slots a row: ``top_k``, or ``hot_slots`` in hisparse;
 ``DenseStore.bytes_per_lane`` in the dense ones), takes the lanes the budget holds
 (``kv_budget_gb``; at most ``max_lanes`` when given, 4 when neither is), sizes the host pool through
-``oasis_exec.host_memory.host_pool_blocks`` (checked against the host's memory before a byte is pinned) and builds
-the stores of ``kv_store.py``.
+``oasis_exec.host_memory.host_pool_blocks`` (checked against the host's memory before a byte is pinned; its block
+bytes are the host copy's, ``KVGeometry.host_bytes_per_block(cfg.host_kv_dtype)``: half of bf16's, plus the scales,
+with an fp8 host copy) and builds the stores of ``kv_store.py``.
 """
 
 from __future__ import annotations
@@ -55,10 +56,10 @@ def build_kv_layout(cfg, *, shape, dtype, device) -> KVLayout:
     host = None
     host_blocks = 0
     if cfg.sparse:
-        hb = host_pool_blocks(
-            cfg, lanes=lanes, block_bytes=geo.bytes_per_block
-        )  # sized for what runs, checked before pinning
-        host = HostPool(L, hb, H, bs, D, dtype, pin=device.type == "cuda")
+        # sized for what runs, checked before pinning; an fp8 host copy counts 1 byte an element plus its scales
+        hb = host_pool_blocks(cfg, lanes=lanes, block_bytes=geo.host_bytes_per_block(cfg.host_kv_dtype))
+        quantized = cfg.host_kv_dtype == "fp8_e4m3"
+        host = HostPool(L, hb, H, bs, D, dtype, pin=device.type == "cuda", quantized=quantized)
         host_blocks = hb
         store = SparseStore(L, lanes, H, S, bs, D, NB, dtype, device)
     else:

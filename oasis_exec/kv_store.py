@@ -4,7 +4,9 @@ Layouts (``bs`` = block size, ``D`` = head dim, ``H`` = KV heads, ``L`` layers),
 
 - ``HostPool.k[l]`` / ``.v[l]``: [N_host, H, bs, D] per layer, pinned. One (layer, block, KV head) of K, and of V, is one
   contiguous run of bs * D elements (4 KiB at 16 x 128 bf16), so a fetch is two contiguous reads. Host block ids
-  are allocated by the scheduler (torch-free) and handed over per request as a block table.
+  are allocated by the scheduler (torch-free) and handed over per request as a block table. With
+  ``ExecConfig.host_kv_dtype="fp8_e4m3"`` the elements are float8_e4m3fn (2 KiB a run) and ``k_scale[l]`` /
+  ``v_scale[l]``: [N_host, H] float32 hold each run's scale (``oasis_exec.host_quant``), in the same pinned piece.
 - ``SparseStore.k[l]`` / ``.v[l]``: [B_max * H * (S + 2), bs, D] per layer: the slot pool of ``kernels.sparse_attn``.
   Row (lane, head) owns slots ``(lane * H + head) * (S + 2) + s``: ``s < S`` the selectable working set,
   ``LOCAL = S`` the newest (partial) block, ``TRASH = S + 1`` absorbs padded writes of fixed-shape copies.
@@ -119,27 +121,86 @@ class HostPool:
     """The full KV cache of every admitted request, in (pinned, when CUDA is present) host memory.
 
     ``k[l]`` / ``v[l]``: [N_host, H, bs, D], one tensor per layer, each its own exact-size page-locked piece
-    (``pinned_pieces``; see the note above on why not ``pin_memory=True``).
+    (``pinned_pieces``; see the note above on why not ``pin_memory=True``). ``dtype``: the compute dtype, what
+    ``read`` returns and ``write`` takes. ``quantized`` (``host_kv_dtype="fp8_e4m3"``): ``k[l]`` / ``v[l]`` are
+    float8_e4m3fn and ``k_scale[l]`` / ``v_scale[l]`` [N_host, H] float32 their per-(block, head) scales, placed after
+    the codes in the same piece (64-byte aligned); else ``k_scale`` / ``v_scale`` are None.
     """
 
-    def __init__(self, n_layers, n_blocks, n_kv_heads, block_size, head_dim, dtype, pin):
+    def __init__(self, n_layers, n_blocks, n_kv_heads, block_size, head_dim, dtype, pin, quantized: bool = False):
         shape = (n_blocks, n_kv_heads, block_size, head_dim)
+        self.dtype, self.quantized = dtype, quantized
+        self.block_size, self.head_dim = block_size, head_dim
+        store = dtype
+        if quantized:
+            from .host_quant import fp8_dtype
+
+            store = fp8_dtype()
+        self.storage_dtype = store
+        data = math.prod(shape) * torch.tensor([], dtype=store).element_size()
+        off = -(-data // 64) * 64  # the scales after the codes, aligned
+        nbytes = off + n_blocks * n_kv_heads * 4 if quantized else data
         if pin:
-            nbytes = math.prod(shape) * torch.tensor([], dtype=dtype).element_size()
             flat = pinned_pieces(2 * n_layers, nbytes)
-            views = [f.view(dtype).view(shape) for f in flat]
-            self.k, self.v = views[0::2], views[1::2]
         else:
-            self.k = [torch.empty(shape, dtype=dtype) for _ in range(n_layers)]
-            self.v = [torch.empty(shape, dtype=dtype) for _ in range(n_layers)]
+            flat = [torch.empty(nbytes, dtype=torch.uint8) for _ in range(2 * n_layers)]
+        views = [f[:data].view(store).view(shape) for f in flat]
+        self.k, self.v = views[0::2], views[1::2]
+        self.k_scale = self.v_scale = None
+        if quantized:
+            sc = [f[off:nbytes].view(torch.float32).view(n_blocks, n_kv_heads) for f in flat]
+            for t in sc:  # 0.2% of the pool: finite scales even in a pool left unwritten (bench --no-host-fill)
+                t.fill_(1.0)
+            self.k_scale, self.v_scale = sc[0::2], sc[1::2]
         self.n_blocks = n_blocks
 
     @property
     def nbytes(self) -> int:
-        return sum(t.numel() * t.element_size() for t in self.k + self.v)
+        """Host bytes of the pool: K and V of every layer, and their scales when quantized."""
+        t = self.k + self.v + (self.k_scale + self.v_scale if self.quantized else [])
+        return sum(x.numel() * x.element_size() for x in t)
+
+    @property
+    def unit_bytes(self) -> int:
+        """Bytes one (layer, block, KV head) fetch reads from the pool: K and V (and their two scales)."""
+        run = self.block_size * self.head_dim * self.k[0].element_size()
+        return 2 * (run + (4 if self.quantized else 0))
+
+    def write(self, layer: int, blocks, k, v) -> None:
+        """Host copies of whole blocks: ``k`` / ``v`` [n, H, bs, D] in the compute dtype (any device) into host blocks
+        ``blocks`` (n ids) of layer ``layer``, quantized first (on ``k``'s device) when the pool is fp8."""
+        if self.quantized:
+            from .host_quant import quantize
+
+            (qk, sk), (qv, sv) = quantize(k), quantize(v)
+            self.k[layer][blocks] = qk.to("cpu")
+            self.v[layer][blocks] = qv.to("cpu")
+            self.k_scale[layer][blocks] = sk.to("cpu")
+            self.v_scale[layer][blocks] = sv.to("cpu")
+            return
+        self.k[layer][blocks] = k.to("cpu")
+        self.v[layer][blocks] = v.to("cpu")
+
+    def read(self, layer: int, blocks, heads, device=None) -> tuple:
+        """The (block, head) units ``blocks[i], heads[i]`` (CPU index tensors) of layer ``layer`` in the compute dtype
+        on ``device`` (default: the CPU): ``(k, v)``, each [n, bs, D]. An fp8 pool moves the codes and scales to
+        ``device`` and dequantizes there."""
+        dev = torch.device(device) if device is not None else torch.device("cpu")
+        hk, hv = self.k[layer][blocks, heads], self.v[layer][blocks, heads]
+        nb = dev.type != "cpu"
+        if not self.quantized:
+            return hk.to(dev, non_blocking=nb), hv.to(dev, non_blocking=nb)
+        from .host_quant import dequantize
+
+        sk, sv = self.k_scale[layer][blocks, heads], self.v_scale[layer][blocks, heads]
+        return (
+            dequantize(hk.to(dev, non_blocking=nb), sk.to(dev, non_blocking=nb), self.dtype),
+            dequantize(hv.to(dev, non_blocking=nb), sv.to(dev, non_blocking=nb), self.dtype),
+        )
 
     def fill_pattern(self, seed: int = 0, chunk: int = 1 << 24) -> None:
-        """Fill with a repeated random pattern (benchmarks: synthesized prefill; values need only be non-zero)."""
+        """Fill with a repeated random pattern (benchmarks: synthesized prefill; values need only be non-zero). An
+        fp8 pool gets codes of the pattern and scales of 1/64."""
         g = torch.Generator().manual_seed(seed)
         pat = None
         for t in self.k + self.v:
@@ -149,6 +210,9 @@ class HostPool:
             for off in range(0, flat.numel(), pat.numel()):
                 n = min(pat.numel(), flat.numel() - off)
                 flat[off : off + n].copy_(pat[:n])
+        if self.quantized:
+            for t in self.k_scale + self.v_scale:
+                t.fill_(1 / 64)
 
 
 class SparseStore:

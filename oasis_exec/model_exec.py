@@ -33,6 +33,13 @@ At its crossing step (eager, see ``Runner._cross``) each layer first copies the 
 with the write-back kernel (``_offload``, on the stream, no host synchronisation), and that step fetches its rows'
 top-K from the real query (the one block not resident, the newest full one, comes from the copy just made) before
 attending (background modes: their prediction of the step before had no host copy to fetch from).
+
+An fp8 host copy (``ExecConfig.host_kv_dtype="fp8_e4m3"``, ``oasis_exec.host_quant``) is quantized where it is
+written: the prefill's host copies (``HostPool.write``), the write-back of filled blocks and the crossing's offload
+(the write-back kernel); it is dequantized where it is read (the transfer paths), so the slots stay in the compute
+dtype. Blocks that become resident without a fetch -- the first working set after a prefill, a crossing lane's
+blocks -- are rounded through the same quantization, so every resident non-local slot holds what its host copy
+reads back as; the local block and a short lane's blocks (no host copy yet) stay exact.
 """
 
 from __future__ import annotations
@@ -47,6 +54,7 @@ from oasis_core.scoring import topk_blocks
 from oasis_core.selection import initial_plan
 
 from . import ops
+from .host_quant import roundtrip
 from .writeback import writeback_full
 
 SHORT_STEPS = ("none", "some", "all")  # decode_core's ``short``: how many of the step's lanes can be short
@@ -180,8 +188,7 @@ class ModelExec:
                 if sparse and not short_lane:
                     vb = vals[:, full_lo * bs : full_hi * bs].reshape(H, full_hi - full_lo, bs, D)
                     phys = torch.tensor(self.lane_blocks[ch.lane][full_lo:full_hi])
-                    self.host.k[l][phys] = kb.transpose(0, 1).to("cpu")
-                    self.host.v[l][phys] = vb.transpose(0, 1).to("cpu")
+                    self.host.write(l, phys, kb.transpose(0, 1), vb.transpose(0, 1))  # fp8: quantized here
             if ch.last:
                 q_last.append(q[-1])
             x = self.dec.finish(l, x, attn)
@@ -253,8 +260,11 @@ class ModelExec:
             kk = torch.gather(sk[l], 1, tok.reshape(H, -1, 1).expand(-1, -1, sk.shape[-1]))
             vv = torch.gather(sv[l], 1, tok.reshape(H, -1, 1).expand(-1, -1, sv.shape[-1]))
             dst = (base[:, None] + torch.arange(self.K, device=dev)).reshape(-1)
-            st.k[l][dst] = kk.reshape(H * self.K, bs, -1)
-            st.v[l][dst] = vv.reshape(H * self.K, bs, -1)
+            kk, vv = kk.reshape(H * self.K, bs, -1), vv.reshape(H * self.K, bs, -1)
+            if self.host.quantized:  # what the host copy reads back as (the prefill just wrote it quantized)
+                kk, vv = roundtrip(kk), roundtrip(vv)
+            st.k[l][dst] = kk
+            st.v[l][dst] = vv
 
     def decode_core(self, lanes, rows, toks, pos, sets, recorded, cross=None, short="none", dense_slots=None):
         """One decode step for lanes [B]; rows: the lanes' rows (slice or index). Reads only device tensors, so the
@@ -386,7 +396,17 @@ class ModelExec:
                     st.kmax[l].view(-1, st.NB, st.D),
                 )
                 if not all_short:
-                    writeback_full(st.k[l], st.v[l], self.host.k[l], self.host.v[l], item_src, item_dst, wb_len, bs)
+                    writeback_full(
+                        st.k[l],
+                        st.v[l],
+                        self.host.k[l],
+                        self.host.v[l],
+                        item_src,
+                        item_dst,
+                        wb_len,
+                        bs,
+                        self._scales(l),
+                    )
                 if mode.background and not all_short:
                     after = None
                     if dev.type == "cuda" and self.pipe.cuda:
@@ -482,11 +502,20 @@ class ModelExec:
         0 .. n-1, ``n = min(S, K + 1)``: K, or with a hot cache (``S > K``) also block K, which stays in its slot (a
         short lane's tables are not kept while every lane of a step is short)."""
         st, bs = self.store, self.bs
-        writeback_full(st.k[l], st.v[l], self.host.k[l], self.host.v[l], src, dst, torch.full_like(src, bs), bs)
+        full = torch.full_like(src, bs)
+        sc = self._scales(l)  # fp8: the slots keep what the host copy reads back as (roundtrip)
+        writeback_full(
+            st.k[l], st.v[l], self.host.k[l], self.host.v[l], src, dst, full, bs, sc, roundtrip=sc is not None
+        )
         j = torch.arange(st.S, device=self.device)
         held = j < min(st.S, self.K + 1)
         st.resident[l][c_rows] = torch.where(held, j, -1)
         st.last_sel[l][c_rows] = torch.where(held, 0, -1)
+
+    def _scales(self, l):
+        """``(k_scale, v_scale)`` of layer ``l`` of an fp8 host pool (``writeback_full``'s ``scales``), else None."""
+        h = self.host
+        return (h.k_scale[l], h.v_scale[l]) if h.quantized else None
 
     def predict(self, l, qsel, lanes32, n_blocks, src, recorded=None):
         """The top-K blocks per row [B * H, K] of layer ``l``: scored from ``qsel`` [B, Hq, D] against the summaries

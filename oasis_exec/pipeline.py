@@ -517,12 +517,14 @@ class Prefetcher:
         """A hot cache's fetch on CUDA (hisparse): one ``plan_select`` launch plans the rows over the hot cache
         (least-recently-selected victims, the uncapped cap), counts, writes the slot list and, with
         ``cfg.fused_hot_gather`` on the UVA path, reads the misses from the pinned host pool into their slots
-        (find-misses + read-from-host fused); else the copy list goes to the UVA gather (a second launch) or, on the
-        host path, to plain indexing. Everything on the current stream, no host sync. Returns the slot list [R, K]."""
+        (find-misses + read-from-host fused; not with an fp8 host pool, whose reads dequantize); else the copy list
+        goes to the UVA gather (a second launch) or, on the host path, to plain indexing. Everything on the current
+        stream, no host sync. Returns the slot list [R, K]."""
         st, host = self.store, self.host
         R, K = pred.shape
         copy = not self.cfg.no_transfer
-        fused = copy and self.cfg.fused_hot_gather and self.path == "uva"
+        # plan_select's fused host reads copy the pool as it is: an fp8 pool takes the dequantizing UVA gather
+        fused = copy and self.cfg.fused_hot_gather and self.path == "uva" and not host.quantized
         so = self._slot_buf[: R * K].view(R, K)
         out = self._select_fused(
             layer,

@@ -134,6 +134,8 @@ def recording_from_bench(
         "synthetic": b.get("synthetic_params", c.get("synthetic")),
         "fetch_policy": b.get("fetch_policy", c.get("fetch_policy")),
         "hot_slots": b.get("hot_slots", c.get("hot_slots")),  # hisparse's hot cache a row (None: other modes)
+        # the host copy's element type (sparse modes; None: dense, or a record from before it, i.e. "auto")
+        "host_kv_dtype": (b.get("host_kv_dtype") or c.get("host_kv_dtype") or "auto") if sparse else None,
     }
     per_step = float(b.get("bytes_moved_per_step") or 0.0)
     stall = stages.get("stall")
@@ -271,6 +273,7 @@ def recording_from_serve(
         "synthetic": c.get("synthetic"),
         "fetch_policy": c.get("fetch_policy"),
         "hot_slots": c.get("hot_slots"),
+        "host_kv_dtype": c.get("host_kv_dtype", "auto") if sparse else None,
         "exec_config": c,
         "server": dict(s.get("server") or {}),
     }

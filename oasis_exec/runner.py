@@ -109,7 +109,7 @@ class Runner:
                 policy=self.cap_policy,
                 top_k=self.K,
                 n_layers=self.L,
-                bytes_per_block_head=kv.geometry.bytes_per_block_head,
+                bytes_per_block_head=kv.geometry.host_bytes_per_block_head(cfg.host_kv_dtype),  # what a fetch moves
                 link_bytes_per_s=cfg.link_gb_s * 1e9,
                 device=dev,
                 state_rows=kv.max_lanes * self.H,  # per-row policy state sized once: no growth inside a capture

@@ -9,6 +9,10 @@ threads, ``kernels.gather.host_gather_stage``), uploads them and scatters them i
 records ``end`` (graph mode: the external ``copied_x[layer]``; else a new event), which the returned future yields.
 Each copied byte crosses host DRAM three times (pool read, staging write, DMA read), which bounds this path by the
 host's memory bandwidth (experiments/transfer_paths/results/host_dma_pipeline.md).
+
+An fp8 host pool (``HostPool.quantized``): the codes are staged and DMA'd as they are (half the bytes of bf16), with
+each row's float32 scale beside them (a second gather of the same list; ``HostStager(quantized=True)``), and the
+scatter kernel dequantizes into the slots.
 """
 
 from __future__ import annotations
@@ -42,7 +46,15 @@ class HostPath:
         for _ in range(n_stagers):
             from kernels.gather import HostStager
 
-            st = HostStager(capacity, store.bs, store.D, dtype=store.k[0].dtype, device=device, n_threads=None)
+            st = HostStager(
+                capacity,
+                store.bs,
+                store.D,
+                dtype=store.k[0].dtype,
+                device=device,
+                n_threads=None,
+                quantized=host.quantized,
+            )
             st.src = torch.empty(2, capacity, dtype=torch.int32, pin_memory=True)  # flat row (block * H + head), dst
             st.dst_pin = torch.empty(capacity, dtype=torch.int32, pin_memory=True)
             st.dst_gpu = torch.empty(capacity, dtype=torch.int32, device=device)
@@ -72,15 +84,30 @@ class HostPath:
         if stg.free is not None:
             stg.free.synchronize()  # the previous upload from this staging buffer has completed
         t_start = time.perf_counter()
-        hk, hv = self.host.k[layer], self.host.v[layer]
+        host = self.host
+        hk, hv = host.k[layer], host.v[layer]
+        sc = (host.k_scale[layer], host.v_scale[layer]) if host.quantized else None
         if self.native is not None:  # compaction, both gathers and the slot list in one GIL-free call
             m = self.native.gather_rows(hk, hv, stg.src[0], stg.src[1], n, stg.stage_k, stg.stage_v, stg.dst_pin)
+            if sc is not None:  # an fp8 pool: the rows' scales, as 4-byte rows of the same list (a second call)
+                nb, H = sc[0].shape
+                self.native.gather_rows(
+                    sc[0].view(nb, H, 1),
+                    sc[1].view(nb, H, 1),
+                    stg.src[0],
+                    stg.src[1],
+                    n,
+                    stg.stage_ks.view(-1, 1),
+                    stg.stage_vs.view(-1, 1),
+                    stg.dst_pin,
+                )
         else:
             ids = stg.src[:, :n]
             live = ids[0] >= 0
             flat, dst = ids[0][live], ids[1][live]
             m = int(flat.shape[0])
-            host_gather_stage(hk, hv, None, None, stg.stage_k, stg.stage_v, flat=flat)
+            stage_sc = (stg.stage_ks, stg.stage_vs) if sc is not None else None
+            host_gather_stage(hk, hv, None, None, stg.stage_k, stg.stage_v, flat=flat, scales=sc, stage_scales=stage_sc)
             stg.dst_pin.fill_(-1)
             stg.dst_pin[:m].copy_(dst)
         self.wait_s.append(t_start - t_wait)

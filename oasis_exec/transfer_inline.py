@@ -2,7 +2,8 @@
 
 What the CPU runs (tests) and the synchronous reference mode on CUDA (host rows indexed on the CPU, then one
 copy to the device each for K and V); retrieval mode on CUDA takes the UVA path instead, still on the critical
-path (``Prefetcher.fetch_now``).
+path (``Prefetcher.fetch_now``). An fp8 host pool is read through ``HostPool.read``: the codes and scales are moved,
+then dequantized on the device (``oasis_exec.host_quant.dequantize``).
 """
 
 from __future__ import annotations
@@ -13,11 +14,6 @@ def copy_inline(store, host, device, layer, src, head, dst) -> None:
     GPU slot ``dst``, for K and V."""
     live = src >= 0
     s, h, d = src[live].long(), head[live].long(), dst[live].long()
-    hk, hv = host.k[layer], host.v[layer]
-    if device.type == "cuda":
-        s, h = s.cpu(), h.cpu()
-        store.k[layer][d] = hk[s, h].to(device, non_blocking=True)
-        store.v[layer][d] = hv[s, h].to(device, non_blocking=True)
-    else:
-        store.k[layer][d] = hk[s, h]
-        store.v[layer][d] = hv[s, h]
+    k, v = host.read(layer, s.cpu(), h.cpu(), device)  # an fp8 pool: codes and scales moved, dequantized there
+    store.k[layer][d] = k
+    store.v[layer][d] = v

@@ -5,7 +5,8 @@
 ``kernels.gather_tma.tma_gather``); ``programs_for(batch)`` says on how many programs (``transfer="auto"``: the
 measured table's choice for that batch). Under CUDA graphs with ``copy_graph`` on, a step's copies are captured as
 a graph of their own (``capture``) and launched after each replay of the step (``replay``), tied to the step's graph
-by external events (see ``pipeline.py``).
+by external events (see ``pipeline.py``). An fp8 host pool (``host_kv_dtype="fp8_e4m3"``): the gather reads the codes
+and each unit's scale and writes the dequantized values (``kernels.gather.uva_gather(scales=...)``).
 """
 
 from __future__ import annotations
@@ -26,15 +27,17 @@ class UvaPath:
     def gather(self, layer, src, head, dst, programs) -> None:
         """The copy of one layer's list on the current stream: ``kernels.gather.uva_gather`` (thread loads), or
         with ``uva_kernel="tma"`` the experimental ``kernels.gather_tma.tma_gather`` (TMA tile loads)."""
-        args = (self.host.k[layer], self.host.v[layer], src, head, dst, self.store.k[layer], self.store.v[layer])
-        if self.cfg.uva_kernel == "tma":
+        host = self.host
+        args = (host.k[layer], host.v[layer], src, head, dst, self.store.k[layer], self.store.v[layer])
+        if self.cfg.uva_kernel == "tma":  # bf16 pools only (ExecConfig refuses it with an fp8 host copy)
             from kernels.gather_tma import tma_gather
 
             tma_gather(*args, n_programs=programs)
         else:
             from kernels.gather import uva_gather
 
-            uva_gather(*args, n_programs=programs)
+            sc = (host.k_scale[layer], host.v_scale[layer]) if host.quantized else None
+            uva_gather(*args, n_programs=programs, scales=sc)  # fp8: reads codes + scales, writes the slots' dtype
 
     def programs_for(self, batch: int) -> int:
         """Gather programs for a step of ``batch`` lanes. ``transfer="auto"``: the measured table's choice for that

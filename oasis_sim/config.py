@@ -12,6 +12,7 @@ from dataclasses import dataclass, field, fields, replace
 from typing import Any, Mapping, Optional
 
 from oasis_core import modes, specs
+from oasis_core.geometry import HOST_KV_DTYPES
 from oasis_core.short_context import ShortContext
 from oasis_core.specs import MODES, PAPER_SPARSITY, SPARSE_MODES
 from oasis_core.synthetic import SyntheticParams
@@ -81,6 +82,13 @@ class SimConfig:
         True,
     )
     # -- transfers --------------------------------------------------------------------------------------------
+    host_kv_dtype: str = _h(
+        "element type of the host copy of K and V (sparse modes; the executor's ExecConfig.host_kv_dtype): auto "
+        "(the KV dtype) | fp8_e4m3 (1 byte an element + a 4-byte scale per (layer, block, KV head) of K and of V: "
+        "host bytes per block and PCIe bytes per fetched block halve, as do the GPU->host offloads; the GPU's "
+        "working set, attention and the summaries keep the KV dtype; split=none only)",
+        "auto",
+    )
     transfer_path: str = _h("dma: host gather + one DMA | uva: direct-read gather kernel (steals SMs)", "dma")
     h2d_bytes_per_s: Optional[float] = _h("effective host->GPU rate for scattered blocks (default: 0.55 x link)", None)
     gather_sm_share: float = _h("share of SMs a uva gather takes from compute while it runs", 0.24)
@@ -153,6 +161,7 @@ class SimConfig:
             bad("mode", f"must be one of {', '.join(MODES)}")
         choice("arrival", ARRIVALS)
         choice("transfer_path", TRANSFER_PATHS)
+        choice("host_kv_dtype", HOST_KV_DTYPES)
         choice("selection", SELECTION_SOURCES)
         choice("policy_sampling", POLICY_SAMPLING)
         choice("split", SPLITS)
@@ -212,6 +221,11 @@ class SimConfig:
             bad("rate_rps", "must be set for arrival=poisson")
         if self.selection == "replay" and not self.replay_file:
             bad("replay_file", "must name a file for selection=replay")
+        if self.host_kv_dtype != "auto":
+            if not mode.sparse:
+                bad("host_kv_dtype", f"only a sparse mode keeps a host copy, not mode={self.mode}")
+            if self.split != "none":
+                bad("host_kv_dtype", "an fp8 host copy is modelled on one node (split=none); the hand-off is not")
         if self.split == "rpf" and not mode.sparse:
             bad("split", f"rpf needs a sparse mode ({', '.join(SPARSE_MODES)}) but mode is {self.mode!r}")
         if self.synthetic is not None:

@@ -16,6 +16,10 @@ the step it outgrows the set, its KV so far is copied GPU->host once on the d2h 
 lasts at least the copy (the blocks must be on the host before the next step may evict them); it is a sparse step
 from then on.
 
+An fp8 host copy (``SimConfig.host_kv_dtype="fp8_e4m3"``): every host->GPU fetch and GPU->host offload moves the
+host copy's bytes (``KVGeometry.host_bytes_per_block_head``: half of bf16's, plus two 4-byte scales), so the copy
+times follow; the GPU's attention and summary reads keep the KV dtype (the executor dequantizes in the copy).
+
 Per step the engine records (``StepLog``): start, duration, decode and prefill tokens, host→GPU bytes, stall.
 """
 
@@ -84,7 +88,11 @@ class Engine:
         self.pending_fill = 0.0  # (block, head) slices of first fills planned in the previous step
         self._d2h_free = 0.0
         self.wake = env.event()  # succeeded when work may have arrived while idle
-        self.bpbh = geo.bytes_per_block_head
+        self.bpbh = geo.bytes_per_block_head  # the KV dtype's: the NIC hand-off (split), the GPU's own reads
+        # what crosses host->GPU per fetched (block, head) and GPU->host per offloaded token: the host copy's bytes
+        # (SimConfig.host_kv_dtype; fp8_e4m3 halves them, plus the scales)
+        self.host_bpbh = geo.host_bytes_per_block_head(cfg.host_kv_dtype)
+        self.host_bpt = geo.host_bytes_per_token(cfg.host_kv_dtype)
         self.bpt_layer = geo.bytes_per_token_layer
         self.sum_bpbh = geo.summary_bytes_per_block_head
         self.res_tokens = (cfg.top_k + 1) * cfg.block_size
@@ -184,7 +192,7 @@ class Engine:
             link = None
             if self._adaptive:
                 lg = self.log
-                link = StepLink(lg.dur[-1] if lg.dur else None, self.h2d_Bps, self.bpbh, n_dec)
+                link = StepLink(lg.dur[-1] if lg.dur else None, self.h2d_Bps, self.host_bpbh, n_dec)
             for r in plan.decode:
                 ctx = r.prompt + r.generated
                 att_tokens += ctx if ctx < res_tokens else res_tokens
@@ -253,12 +261,12 @@ class Engine:
             c += score_s + topk_s
         net_bytes = 0.0
         if mode.on_demand:
-            layer_bytes = (inline_slices + fill) / L * self.bpbh
+            layer_bytes = (inline_slices + fill) / L * self.host_bpbh
             c += score_s + topk_s + sel_s + self._copy_s(layer_bytes)
-            h2d = (inline_slices + fill) * self.bpbh
+            h2d = (inline_slices + fill) * self.host_bpbh
             x = 0.0
         elif background:
-            layer_bytes = (fetch_slices + fill) / L * self.bpbh
+            layer_bytes = (fetch_slices + fill) / L * self.host_bpbh
             x = self._copy_s(layer_bytes)
             if rpf and remote_units > 0:
                 # Remote misses cross the NIC first; a layer's transfer waits for its share of them.
@@ -282,12 +290,12 @@ class Engine:
             tail_s = pred.time("lm_head", {"tokens": n_tail})  # a step's last predictor call
         self.h2d_bytes += h2d
         if cfg.sparse and n_offload_pf:  # prefill KV offloaded to host DRAM on the GPU->host path
-            nbytes = n_offload_pf * self.geo.bytes_per_token
+            nbytes = n_offload_pf * self.host_bpt
             self.d2h_bytes += nbytes
             self.gpu.d2h.account(nbytes, self.gpu.d2h.duration(nbytes))
         offload_s = 0.0  # the crossing requests' one-time copy of their KV so far
         if offload_tokens:
-            nbytes = offload_tokens * self.geo.bytes_per_token
+            nbytes = offload_tokens * self.host_bpt
             offload_s = self.gpu.d2h.duration(nbytes)
             self.d2h_bytes += nbytes
             self.gpu.d2h.account(nbytes, offload_s)

@@ -133,6 +133,8 @@ def summarize(
         "stall_ms_total": _r(stall_s * 1e3, 4),
         "simulated_s": _r(sim_s),
     }
+    if getattr(cfg, "host_kv_dtype", "auto") != "auto":  # likewise: an fp8 host copy says so
+        s["host_kv_dtype"] = cfg.host_kv_dtype
     if getattr(cfg, "fetch_policy", None) is not None:  # only when chosen: default runs keep their bytes
         from oasis_core.fetchcap import get_policy
 

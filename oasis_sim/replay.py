@@ -169,6 +169,8 @@ def sim_config(
         else:
             del values["chunk_tokens"]
         requests = [(1, q.prompt_tokens, q.output_tokens) for q in reqs]
+    if c.get("host_kv_dtype") and c["host_kv_dtype"] != "auto":  # the recorded host copy (fp8: half the bytes)
+        values["host_kv_dtype"] = c["host_kv_dtype"]
     if c.get("hot_slots"):  # hisparse: the recorded hot cache
         values["hot_slots"] = c["hot_slots"]
     if c.get("synthetic"):

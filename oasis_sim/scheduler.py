@@ -7,7 +7,8 @@ Memory per request (bytes; ``ctx`` = tokens held, rounded up to whole blocks; si
 - sparse modes (``retrieval``, ``proxy``, ``lookahead``): HBM = resident set (``(K+1)`` blocks per layer and KV
   head) + block summaries of ``ctx`` + draft state, plus the whole prefill target's KV while it is being prefilled
   (staging, released when prefill ends and the KV sits in host DRAM); host DRAM ``ctx × bytes_per_token`` (with
-  ``split=rpf`` only what crossed the network plus the tokens decoded here).
+  ``split=rpf`` only what crossed the network plus the tokens decoded here; with ``host_kv_dtype="fp8_e4m3"``
+  ``host_bytes_per_block`` a block: one byte an element plus the scales).
 - short contexts (``SimConfig.short_context``, ``oasis_core.short_context``): a sparse-mode request with at most
   ``(K+1) × block_size`` tokens is resident-dense and is held as in ``dense`` (HBM ``ctx × bytes_per_token``, host
   nothing, while prefilling too); from the step it outgrows that, the sparse-mode holdings above.
@@ -69,6 +70,7 @@ class ByteAccounting:
         self.geo, self.hbm, self.host = geo, hbm, host
         self.bs = cfg.block_size
         self.bpt = geo.bytes_per_token
+        self.host_block = geo.host_bytes_per_block(cfg.host_kv_dtype)  # a block's host copy (fp8: half, + scales)
         self.sparse = modes.get(cfg.mode).sparse
         self.fixed_hbm = (geo.resident_bytes(cfg.resident_slots) + cfg.draft_state_bytes) if self.sparse else 0.0
         self.rpf = cfg.split == "rpf"
@@ -86,7 +88,7 @@ class ByteAccounting:
             hbm += self._blocks(tokens) * bs * bpt
         if self.rpf:  # only what crossed the network, plus the tokens decoded here
             return hbm, r.net_bytes + self._blocks(max(0, tokens - r.prompt_len)) * bs * bpt
-        return hbm, self._blocks(tokens) * bs * bpt
+        return hbm, self._blocks(tokens) * self.host_block
 
     def capacity(self) -> tuple:
         return self.hbm.capacity, self.host.capacity

@@ -170,7 +170,7 @@ def simulate(cfg: SimConfig, trace: Trace, predictor: TimePredictor | None = Non
     env.process(engine.run(more))
     env.run()
 
-    rows = metrics.request_rows(sched.done, geo.bytes_per_block_head)
+    rows = metrics.request_rows(sched.done, geo.host_bytes_per_block_head(cfg.host_kv_dtype))
     first_arrival = min((r.arrival for r in reqs), default=0.0)
     end = max((r.finish_t for r in sched.done), default=env.now)
     net = node.nic.bytes_moved if node.nic is not None else 0.0

@@ -45,10 +45,15 @@ no new engine starts past the budget and the file says what was left out.
 The JSON (``experiments/real_attention_quality/results/endtoend.json`` unless ``--out``; the date is inside) is rewritten after every engine.
 Rows carry ``cap_blocks`` (None for an adaptive policy) and ``max_cap_blocks`` (the policy's ``max_cap``), and the
 engine's ``fetched_per_row_step`` / ``missing_per_row_step``. Version 2 added the policies and the shift kind.
+With ``--host-kv-dtype auto fp8_e4m3`` every sparse variant (retrieval, proxy, lookahead, hisparse; with
+``--full-k-check`` its K = every block rows too, which isolate fp8's own cost) runs with each host copy of K and V,
+one right after the other (``ExecConfig.host_kv_dtype``; the fp8 one is quantized per (block, head) and dequantized
+as it is fetched: ``oasis_exec.host_quant``); each row records its ``host_kv_dtype`` (label suffix ``host=fp8``).
 """
 
 from __future__ import annotations
 
+import dataclasses
 import datetime
 import json
 import math
@@ -62,6 +67,7 @@ from dataclasses import asdict, dataclass, field
 
 import torch
 
+from oasis_core.geometry import HOST_KV_DTYPES
 from oasis_core.modes import get as get_mode
 
 from ..gguf_model import sha256_file
@@ -103,6 +109,7 @@ class Variant:
     draft: str | None = None  # lookahead only
     only_n: int | None = None  # run in this group only (the full-K check)
     fetch_policy: str | None = None  # proxy / lookahead: a fetch-cap policy spec (get_policy) instead of the ratio
+    host_kv_dtype: str = "auto"  # the sparse modes' host copy (ExecConfig.host_kv_dtype): auto | fp8_e4m3
 
     @property
     def label(self) -> str:
@@ -115,6 +122,8 @@ class Variant:
             s += f" p={self.fetch_policy}"
         if self.draft:
             s += f" {self.draft}"
+        if self.host_kv_dtype != "auto":
+            s += " host=fp8" if self.host_kv_dtype == "fp8_e4m3" else f" host={self.host_kv_dtype}"
         return s
 
     def k_of(self, n_tokens: int, block_size: int) -> int:
@@ -133,13 +142,25 @@ def variants(
     top_k=None,
     full_k_at: int | None = None,
     fetch_policies=(),
+    host_kv_dtypes=("auto",),
 ) -> list:
     """The variants in run order: dense; with ``full_k_at`` (a group's N) every sparse mode at K = every block of
     that group (it must equal dense up to float rounding: a check of the path, not a measurement); then per fetch
     ratio (the paper's 0.05 first, then the others as given) lookahead (each draft) and proxy, each at every K; right
     after the first ratio's, per fetch-cap policy spec (``fetch_policies``, as given) lookahead (each draft) and
     proxy at every K, then quest and retrieval at every K. Without ``fetch_policies`` the list is the one before
-    policies existed."""
+    policies existed. ``host_kv_dtypes`` (``--host-kv-dtype``): every variant of a mode with a host copy (the sparse
+    modes: retrieval, proxy, lookahead, hisparse) runs once per host copy dtype, in the order given, right after one
+    another (dense and quest keep their whole KV on the GPU: once); the default, ``("auto",)``, is the list before
+    it."""
+    out = _variants(modes, k_fracs, fetch_ratios, drafts, top_k, full_k_at, fetch_policies)
+    dts = list(host_kv_dtypes or ("auto",))
+    return [
+        dataclasses.replace(v, host_kv_dtype=d) for v in out for d in (dts if get_mode(v.mode).sparse else ["auto"])
+    ]
+
+
+def _variants(modes, k_fracs, fetch_ratios, drafts, top_k, full_k_at, fetch_policies) -> list:
     ks = [dict(top_k=top_k)] if top_k else [dict(k_frac=f) for f in k_fracs]
     ratios = sorted(fetch_ratios, key=lambda r: (r != 0.05, fetch_ratios.index(r)))
     out = [Variant(m) for m in modes if _is_reference(m)]
@@ -650,13 +671,15 @@ def exec_config(
     prefill_chunk=2048,
     shape=None,
 ):
+    from oasis_core.geometry import KVGeometry
     from oasis_exec.config import ExecConfig
 
     K = v.k_of(n_tokens, block_size)
     ctx = max(len(t.prompt) + t.max_tokens for t in tasks)
     host = None
     if get_mode(v.mode).sparse and shape is not None:
-        unit = shape.n_layers * shape.n_kv_heads * block_size * shape.head_dim * (2 if dtype == "bfloat16" else 4) * 2
+        geo = KVGeometry(shape, block_size, 2 if dtype == "bfloat16" else 4)
+        unit = geo.host_bytes_per_block(v.host_kv_dtype)  # an fp8 copy: a byte an element plus the scales
         blocks = sum(-(-(len(t.prompt) + t.max_tokens) // block_size) for t in tasks) + 1
         host = (blocks + 0.5) * unit / 1e9
     return ExecConfig(
@@ -667,6 +690,7 @@ def exec_config(
         top_k=K,
         fetch_ratio=v.fetch_ratio or 0.05,
         fetch_policy=v.fetch_policy,
+        host_kv_dtype=v.host_kv_dtype if get_mode(v.mode).sparse else "auto",
         block_size=block_size,
         max_context=max(ctx, n_tokens),
         max_lanes=len(tasks),
@@ -915,6 +939,16 @@ def add_command(sub) -> None:
         help="also run proxy / lookahead with each fetch-cap policy (oasis_core.fetchcap.get_policy specs: "
         "fixed:R, unlimited, budget[:F], drift, per-layer[:R], recall[:T], ...), right after the fetch-0.05 variants",
     )
+    p.add_argument(
+        "--host-kv-dtype",
+        nargs="+",
+        default=["auto"],
+        choices=HOST_KV_DTYPES,
+        metavar="DTYPE",
+        help="the sparse variants' host copy of K and V (ExecConfig.host_kv_dtype): auto (the compute dtype) | "
+        "fp8_e4m3 (per-(block, head) scales, dequantized as it is fetched); several: every sparse variant once per "
+        "dtype, one after the other (each row records its host_kv_dtype)",
+    )
     p.add_argument("--k-fracs", nargs="+", type=float, default=list(K_FRACS), help="K as a fraction of N's blocks")
     p.add_argument("--top-k", type=int, default=None, help="absolute K instead of --k-fracs")
     p.add_argument(
@@ -1026,6 +1060,8 @@ def check_args(args) -> None:
     c.existing(args, "draft_path", kind="dir")
     c.writable_file(args, "out")
     args.fetch_policies = canonical_policies(args.fetch_policies)
+    if len(set(args.host_kv_dtype)) != len(args.host_kv_dtype):
+        raise ValueError(f"--host-kv-dtype: a dtype given twice ({' '.join(args.host_kv_dtype)})")
     lengths = args.lengths if not args.quick else QUICK_LENGTHS
     for n in args.shift_lengths or ():
         if n not in lengths:
@@ -1064,7 +1100,14 @@ def run(args) -> int:
     out = args.out or os.path.join("experiments", "real_attention_quality", "results", "endtoend.json")
     with_ref = args.modes if any(map(_is_reference, args.modes)) else ["dense"] + list(args.modes)
     var_list = variants(
-        with_ref, args.k_fracs, args.fetch_ratios, args.drafts, args.top_k, args.full_k_check, args.fetch_policies
+        with_ref,
+        args.k_fracs,
+        args.fetch_ratios,
+        args.drafts,
+        args.top_k,
+        args.full_k_check,
+        args.fetch_policies,
+        args.host_kv_dtype,
     )
     head = (
         {"path": args.draft_path, "weights": "trained", "sha256": _dir_sha(args.draft_path)}
@@ -1103,6 +1146,7 @@ def run(args) -> int:
             "top_k": args.top_k,
             "fetch_ratios": args.fetch_ratios,
             "fetch_policies": args.fetch_policies,
+            "host_kv_dtypes": args.host_kv_dtype,
             "modes": args.modes,
             "full_k_check": args.full_k_check,
             "ppl_tokens": args.ppl_tokens,

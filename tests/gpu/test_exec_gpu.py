@@ -25,7 +25,8 @@ def test_cuda_graph_steps_equal_eager_steps(mode):
 
 
 def _assert_slots_hold_their_blocks(eng) -> int:
-    """Every resident (layer, row, slot) holds the host pool's copy of its block; returns how many were checked."""
+    """Every resident (layer, row, slot) holds the host pool's copy of its block (an fp8 pool: dequantized,
+    ``HostPool.read``); returns how many were checked."""
     torch.cuda.synchronize()
     r = eng.runner
     st = r.store
@@ -38,8 +39,12 @@ def _assert_slots_hold_their_blocks(eng) -> int:
                 for s, b in enumerate(st.resident[l, row].tolist()):
                     if b >= 0:
                         assert b < req.n_tokens // r.bs
-                        assert torch.equal(st.k[l][row * st.W + s].cpu(), r.host.k[l][blocks[b], h])
-                        assert torch.equal(st.v[l][row * st.W + s].cpu(), r.host.v[l][blocks[b], h])
+                        if r.host.quantized:
+                            hk, hv = (t[0] for t in r.host.read(l, torch.tensor([blocks[b]]), torch.tensor([h])))
+                        else:
+                            hk, hv = r.host.k[l][blocks[b], h], r.host.v[l][blocks[b], h]
+                        assert torch.equal(st.k[l][row * st.W + s].cpu(), hk), (l, row, s, b)
+                        assert torch.equal(st.v[l][row * st.W + s].cpu(), hv)
                         checked += 1
     return checked
 
@@ -262,3 +267,44 @@ def test_hisparse_graphs_equal_eager_and_slots_hold_their_blocks():
         eng.close()
     assert tokens[True] == tokens[False]
     assert counts[True] == counts[False] and counts[True]["units_fetched"] > 100
+
+
+@pytest.mark.parametrize(
+    "mode, transfer, kernel",
+    [
+        ("lookahead", "uva", "torch"),
+        ("lookahead", "host", "torch"),
+        ("lookahead", "host", "native"),
+        ("retrieval", "uva", "torch"),
+        ("hisparse", "uva", "torch"),
+    ],
+)
+def test_fp8_host_graphs_equal_eager_and_slots_hold_the_dequantized_host_copies(mode, transfer, kernel):
+    """An fp8 host copy (host_kv_dtype=fp8_e4m3) on the GPU: the write-back kernel quantizes through UVA, the UVA
+    gather (or the staged fp8 rows + the scatter) dequantizes into bf16 slots. CUDA-graph steps give the eager logits
+    and tokens; every resident slot equals its block's dequantized host copy over a long run (short contexts on:
+    both lanes cross on the device first); the logits stay near the bf16-host run's."""
+    ps = prompts(19, (90, 120, 64))
+    kw = dict(top_k=3, fetch_ratio=0.67, transfer=transfer, host_kv_dtype="fp8_e4m3", host_threads=2)
+    kw["host_kernel"] = kernel
+    ref, out_ref = run_logits(cfg(mode, "cuda", cuda_graph=False, **kw), ps, 40)
+    got, out = run_logits(cfg(mode, "cuda", cuda_graph=True, **kw), ps, 40)
+    assert out == out_ref
+    for rid in ref:
+        for a, b in zip(ref[rid], got[rid]):
+            assert torch.isfinite(b).all()
+            assert torch.allclose(a, b, atol=1e-2, rtol=1e-2)
+    eng = Engine(cfg(mode, "cuda", cuda_graph=True, max_context=900, max_lanes=2, **kw))
+    assert eng.runner.host.quantized and eng.runner.host.k[0].dtype == torch.float8_e4m3fn
+    assert eng.runner.store.k[0].dtype == torch.bfloat16
+    for p in prompts(2, (40, 65)):
+        eng.add_request(p, SamplingParams(max_tokens=500))
+    steps = 0
+    while eng.has_work():
+        eng.step()
+        steps += 1
+        if steps % 200 == 0:
+            eng.runner.pipe.wait_all()  # the host path's worker jobs
+            assert _assert_slots_hold_their_blocks(eng) > 0
+    assert eng.runner.graphs and eng.runner.counters()["units_fetched"] > 100
+    eng.close()

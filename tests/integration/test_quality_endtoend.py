@@ -97,6 +97,34 @@ def test_policy_specs_are_checked_and_reach_the_engine_config():
     assert E._cap(E.Variant("lookahead", k_frac=0.125, fetch_policy="unlimited"), 64) == 64
 
 
+def test_host_kv_dtypes_run_every_sparse_variant_once_per_dtype_and_reach_the_engine():
+    v = E.variants(["dense", "quest", "lookahead"], [0.25], [0.05], full_k_at=256, host_kv_dtypes=["auto", "fp8_e4m3"])
+    assert [x.label for x in v] == [
+        "dense",
+        "quest K=all",
+        "lookahead K=all f=0.05 head",
+        "lookahead K=all f=0.05 head host=fp8",
+        "lookahead K=0.25 f=0.05 head",
+        "lookahead K=0.25 f=0.05 head host=fp8",
+        "quest K=0.25",
+    ]
+    assert E.variants() == E.variants(host_kv_dtypes=("auto",))  # the default list is the one before the option
+    assert [x.label for x in E.variants(["dense", "retrieval"], [0.25], [], host_kv_dtypes=["fp8_e4m3"])] == [
+        "dense",
+        "retrieval K=0.25 host=fp8",
+    ]
+    task = E.Task("ppl", "t", list(range(100)), 8, forced=[0] * 8)
+    from oasis_core.specs import get_model
+
+    shape = get_model("tiny")
+    kw = dict(model_path="m.gguf", device="cpu", dtype="float32", shape=shape)
+    fp8 = E.exec_config(v[3], 256, [task], **kw)
+    auto = E.exec_config(v[2], 256, [task], **kw)
+    assert (fp8.host_kv_dtype, auto.host_kv_dtype) == ("fp8_e4m3", "auto")
+    assert fp8.host_kv_gb < auto.host_kv_gb / 3  # sized for a byte an element (float32 compute: 4)
+    assert E.exec_config(v[0], 256, [task], **kw).host_kv_dtype == "auto"
+
+
 @pytest.mark.parametrize(
     "extra, message",
     [
