@@ -27,6 +27,10 @@ when the prior exceeds ``γ`` (its evidence never weighs more than ``1 / (1 - de
 
 **γ** (``AdaptiveK``): configured, or measured by the caller (``observe_cost``: the seconds of one draft-head step
 against one verification pass, an exponentially weighted mean of the steps measured).
+
+**Drawn acceptance** (the simulator, ``ChainAcceptance``): the accepted drafts of a ``k``-draft step are the leading
+successes of ``k`` draws, draft ``j + 1`` accepted with probability ``rates[j]`` (every rate ``α``: the chain model;
+from a measured histogram: ``position_rates``).
 """
 
 from __future__ import annotations
@@ -184,3 +188,61 @@ class AdaptiveK:
         g = draft_step_s / verify_s
         self.gamma = g if not self.gamma_samples else (1 - GAMMA_EWMA) * self.gamma + GAMMA_EWMA * g
         self.gamma_samples += 1
+
+
+def position_rates(hist) -> tuple:
+    """``(rates, pooled)`` of a measured acceptance ``{k: [steps accepting 0 .. k drafts]}`` (keys int or str):
+    ``rates[j]`` = P(draft ``j + 1`` accepted | drafts ``1 .. j`` accepted) = steps accepting more than ``j`` / steps
+    that tried draft ``j + 1`` (drafted more than ``j`` and accepted at least ``j``), for every position some step
+    tried; ``pooled`` = accepted / tried over all positions (``Acceptance``'s estimate without prior), for the
+    positions past them. A chain drawn with these rates reproduces the histogram of each measured length."""
+    rows = {int(k): list(v) for k, v in hist.items()}
+    longest = max(rows)
+    rates = []
+    acc_all = tried_all = 0
+    for j in range(longest):
+        tried = sum(c for k, v in rows.items() if k > j for n, c in enumerate(v) if n >= j)
+        acc = sum(c for k, v in rows.items() if k > j for n, c in enumerate(v) if n > j)
+        if not tried:
+            break
+        rates.append(acc / tried)
+        acc_all += acc
+        tried_all += tried
+    return tuple(rates), (acc_all / tried_all if tried_all else 0.0)
+
+
+class ChainAcceptance:
+    """Accepted drafts of a chain step drawn per position: ``rates`` (position ``j``'s acceptance probability;
+    positions past them take ``tail``). ``ChainAcceptance.constant(α)`` is the chain model, ``from_hist(h)`` the
+    measured one."""
+
+    def __init__(self, rates=(), tail: float = 0.0):
+        self.rates = tuple(float(r) for r in rates)
+        self.tail = float(tail)
+
+    @classmethod
+    def constant(cls, alpha: float) -> "ChainAcceptance":
+        return cls((), alpha)
+
+    @classmethod
+    def from_hist(cls, hist) -> "ChainAcceptance":
+        rates, pooled = position_rates(hist)
+        return cls(rates, pooled)
+
+    def rate(self, j: int) -> float:
+        return self.rates[j] if j < len(self.rates) else self.tail
+
+    def draw(self, k: int, random) -> int:
+        """Accepted drafts of ``k`` (``random()``: uniform in [0, 1), called once per position tried)."""
+        n = 0
+        while n < k and random() < self.rate(n):
+            n += 1
+        return n
+
+    def expected_tokens(self, k: int) -> float:
+        """``E(k)``: 1 + the expected accepted drafts of ``k``."""
+        e, p = 1.0, 1.0
+        for j in range(k):
+            p *= self.rate(j)
+            e += p
+        return e
