@@ -33,6 +33,12 @@ A speculative step of a lane whose input token ``x_p`` sits at position ``p``:
 6. **Resync**: the next step's first draft is proposed from the target's own features at the last accepted
    position ``p + n`` and the token emitted last (``propose``), whatever the head drafted before.
 
+**Adaptive k** (``speculative_k = "auto"`` / ``"auto:N"``; ``oasis_core.speculation``): each lane's draft length
+``k_i`` is chosen every step from its own acceptance estimate and the draft's relative cost γ (``Runner._spec_k``);
+the chain and the pass run the step's longest ``k = max k_i``, and ``accept`` / ``accept_greedy`` take the lanes'
+``limits``: drafts past ``k_i`` count as rejected without a residual (a lane that accepts its ``k_i`` draws from ``p``
+after them), which emits exactly what a ``k_i``-draft pass would. A step where every lane picks 0 is the ordinary one.
+
 Speculative steps run eagerly (no CUDA graph) and only while no lane of the step is short or crossing
 (``oasis_core.short_context``): such a step, and a step that may emit only one token, is the ordinary step (its
 CUDA graphs unchanged). A speculative lookahead step launches its background transfers after the whole pass, not
