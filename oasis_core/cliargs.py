@@ -6,7 +6,9 @@ Each field becomes ``--<prefix><name-with-dashes>`` with its ``metadata["help"]`
 - ``int`` / ``float`` (``Optional`` too): a number, finite, named in the error when it does not parse;
 - ``dict`` / ``Mapping``: a JSON object, e.g. ``--synthetic '{"drift_rate": 0.2}'``;
 - anything else (``str``): the text as given;
-- ``metadata["choices"]``: the values argparse accepts; ``metadata["metavar"]``: the value's name in the help.
+- ``metadata["choices"]``: the values argparse accepts; ``metadata["metavar"]``: the value's name in the help;
+- ``metadata["type"]``: an argparse ``type`` callable that parses the text itself (a field of several types, e.g.
+  ``int | str`` for ``--speculative-k 3`` or ``auto``; its ``ArgumentTypeError`` is the one-line error).
 
 Every option defaults to ``argparse.SUPPRESS``: an option the user did not give is absent from the namespace, so
 ``values()`` returns only what was given and ``build()`` leaves every other field to the dataclass's own default,
@@ -157,7 +159,8 @@ def add_options(
     hints = typing.get_type_hints(cls)
     helps = dict(helps or {})
     for f in _fields(cls, exclude):
-        tp = _base_type(hints[f.name])
+        parse = f.metadata.get("type")
+        tp = _base_type(hints[f.name]) if parse is None else None
         default = _default(f)
         text = helps.get(f.name, f.metadata.get("help", ""))
         negative = tp is bool and f.name.startswith("no_")
@@ -174,7 +177,9 @@ def add_options(
             action = "store_true" if negative else argparse.BooleanOptionalAction
             parser.add_argument(flag(f.name, prefix), action=action, **kw)
             continue
-        if tp in (int, float):
+        if parse is not None:
+            kw.update(type=parse, metavar=getattr(parse, "__name__", "VALUE").upper())
+        elif tp in (int, float):
             kw.update(type=number(tp), metavar=tp.__name__.upper())
         elif _is_mapping(tp):
             kw.update(type=parse_json_object, metavar="JSON")

@@ -155,6 +155,13 @@ def _check_config(c) -> None:
     _int_field("config.steps", c["steps"], 1, MAX_RECORDED_STEPS)
     if c.get("host_kv_dtype") is not None:  # optional (recordings before it: the compute dtype, "auto")
         _str_field("config.host_kv_dtype", c["host_kv_dtype"], HOST_KV_DTYPES)
+    if c.get("speculative_k") is not None:  # optional: a speculative run's draft length (int, auto, auto:N)
+        from .speculation import parse_spec
+
+        try:
+            parse_spec(c["speculative_k"], c["block_size"])
+        except ValueError as e:
+            raise _Problem("config.speculative_k", f"{e}, got {_show_typed(c['speculative_k'])}") from None
 
 
 def _check_results(r, config) -> None:
@@ -180,6 +187,11 @@ def _check_results(r, config) -> None:
         _str_field(f"results.{k}", r[k])
     if "layer_events" in r:
         _check_layer_events(r["layer_events"])
+    if r.get("accepted_hist") is not None:
+        try:
+            check_accepted_hist(r["accepted_hist"])
+        except ValueError as e:
+            raise _Problem("results.accepted_hist", str(e)) from None
     steps = r.get("steps")
     if steps is not None and config["workload"] == "closed-loop":
         last = -1
@@ -193,6 +205,34 @@ def _check_results(r, config) -> None:
             raise _Problem(
                 f"results.steps[{len(steps) - 1}].step", f"must be < config.steps ({config['steps']}), got {last}"
             )
+
+
+def check_accepted_hist(h) -> dict:
+    """A speculative run's acceptance, ``{"k": [steps that accepted 0, 1, .., k drafts], ...}`` per draft length
+    ``k >= 1`` (a request's step: ``accepted_hist["3"][2]`` counts the steps that drafted 3 and accepted 2), at
+    least one count > 0. Returns ``{k: [counts]}`` with int keys; raises ``ValueError`` saying what is wrong."""
+    if not isinstance(h, Mapping) or not h:
+        raise ValueError(f"must be a non-empty object of draft length -> counts, got {_show_typed(h)}")
+    out = {}
+    for key, v in h.items():
+        try:
+            k = int(key)
+        except (TypeError, ValueError):
+            k = None
+        if k is None or k < 1 or str(k) != str(key):
+            raise ValueError(f"keys must be draft lengths >= 1 (as strings), got {_show(key)}")
+        if (
+            not isinstance(v, (list, tuple))
+            or len(v) != k + 1
+            or any(isinstance(x, bool) or not isinstance(x, int) or x < 0 for x in v)
+        ):
+            raise ValueError(
+                f"[{_show(key)}]: must be {k + 1} integers >= 0 (steps accepting 0 .. {k}), got {_show(v)}"
+            )
+        out[k] = list(v)
+    if not any(sum(v) for v in out.values()):
+        raise ValueError("must count at least one step")
+    return out
 
 
 def _check_layer_events(ev) -> None:

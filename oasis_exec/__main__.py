@@ -14,7 +14,7 @@ import logging
 import os
 import sys
 
-from oasis_core import cliargs
+from oasis_core import cliargs, speculation
 from oasis_core.cliargs import CliError, OneLineParser
 
 from .cli_checks import writable_path
@@ -62,8 +62,11 @@ def prepare_bench(a) -> tuple[ExecConfig, BenchConfig]:
         if not os.path.isfile(bc.prompt_text):
             raise CliError(f"--prompt-text {bc.prompt_text}: no such file")
     block_size = getattr(a, "block_size", ExecConfig.block_size)
-    spec_k = getattr(a, "speculative_k", ExecConfig.speculative_k)
-    max_context = bc.engine_max_context(block_size, spec_k if isinstance(spec_k, int) and spec_k > 0 else 0)
+    try:  # the most tokens a step may emit (auto: its N); a bad value is reported by the config below
+        spec_k = speculation.parse_spec(getattr(a, "speculative_k", ExecConfig.speculative_k), block_size)[0]
+    except (TypeError, ValueError):
+        spec_k = 0
+    max_context = bc.engine_max_context(block_size, spec_k)
     cfg = engine_config(a, exclude=BENCH_SETS, max_context=max_context)
     if bc.record_hardware is not None:
         from oasis_core.specs import HARDWARE

@@ -7,7 +7,9 @@ reaching the host); the last step, in which every request finishes and its lane 
 decode, as vLLM's decode-only figures; records before this rule timed it as their last step).
 With ``speculative_k > 0`` every request holds ``(warmup + steps + 1) * (k + 1)`` output
 tokens, ``throughput_tok_s`` counts the tokens the timed steps emitted, ``accepted_tokens_per_step`` is their mean per
-request and step (accepted drafts plus the target's token; 1.0 without speculation), and the requests still running
+request and step (accepted drafts plus the target's token; 1.0 without speculation), ``accepted_hist`` their
+acceptance, ``{"k": [lanes that accepted 0 .. k drafts]}`` per draft length ``k`` (``speculative_k auto`` drafts
+several lengths; null without speculation), and the requests still running
 after the timed steps are aborted. One JSON record per run; fields are listed in ``RECORD_FIELDS``. ``concurrency`` is the requests that ran:
 ``requested_concurrency`` bounded by the GPU lanes and the host pool, ``clipped_by`` naming the bound that took
 requests away (``gpu_lanes`` | ``host_pool``; null when none did). With ``--profile`` (eager) the record also holds
@@ -48,6 +50,7 @@ RECORD_FIELDS = (
     "throughput_tok_s",
     "speculative_k",
     "accepted_tokens_per_step",
+    "accepted_hist",
     "tpot_ms_p50",
     "tpot_ms_p99",
     "layer_ms",
@@ -89,6 +92,19 @@ def _pct(xs, p):
     return xs[min(len(xs) - 1, int(round(p / 100 * (len(xs) - 1))))]
 
 
+def accepted_hist(counts, before=None) -> dict:
+    """The timed steps' acceptance: ``{"k": [lanes that accepted 0, 1, .., k drafts]}`` per draft length ``k >= 1``
+    of a speculative step (``Runner.spec_accepts``: (drafts, accepted) -> lanes; ``before``: the counts at the first
+    timed step). A recording carries it as ``results.accepted_hist``, the simulator's acceptance distribution."""
+    before = before or {}
+    out = {}
+    for (k, n), c in sorted(counts.items()):
+        c -= before.get((k, n), 0)
+        if k >= 1 and c > 0:
+            out.setdefault(str(k), [0] * (k + 1))[n] += c
+    return out
+
+
 def layer_event_steps(steps: int, most: int = LAYER_EVENT_STEPS) -> list:
     """Timed-step indices whose per-layer stage times ``--profile`` keeps: at most ``most``, evenly spaced."""
     if steps <= most:
@@ -115,7 +131,7 @@ def bench_requests(eng, context: int, concurrency: int, steps: int, warmup: int)
     if eng.max_lanes < n:
         n, clipped_by = eng.max_lanes, "gpu_lanes"
     if eng.cfg.sparse:
-        out_tokens = (warmup + steps + 1) * (eng.cfg.speculative_k + 1)  # BenchConfig.output_tokens
+        out_tokens = (warmup + steps + 1) * (eng.cfg.spec_max_k + 1)  # BenchConfig.output_tokens
         per_req = -(-(context + out_tokens) // eng.cfg.block_size)
         if eng.runner.host_blocks_total // per_req < n:
             n, clipped_by = eng.runner.host_blocks_total // per_req, "host_pool"
@@ -160,7 +176,7 @@ def build_bench_engine(
         log.warning("bench: concurrency %d clipped to %d: the %s", concurrency, n, CLIP_REASONS[clipped_by])
     if runner.host is not None and context > 0 and host_fill and prompt_tokens is None:
         runner.host.fill_pattern(cfg.seed)
-    out_tokens = (warmup + steps + 1) * (cfg.speculative_k + 1)  # BenchConfig.output_tokens: none ends timed
+    out_tokens = (warmup + steps + 1) * (cfg.spec_max_k + 1)  # BenchConfig.output_tokens: none ends timed
     sp = SamplingParams(max_tokens=out_tokens + (prompt_tokens is not None))
     vocab = runner.shape.vocab
     if prompt_tokens is not None:
@@ -214,6 +230,7 @@ def run_bench(
                 torch.cuda.synchronize()
             runner.stage_ms = {}
             c0 = runner.counters()
+            acc0 = dict(runner.spec_accepts)
         runner.trace_step = i - warmup if i - warmup in traced else None
         t0 = time.perf_counter()
         if i == warmup:
@@ -265,6 +282,7 @@ def run_bench(
         "throughput_tok_s": emitted / total_s if total_s else 0.0,  # emitted tokens: n a step without speculation
         "speculative_k": cfg.speculative_k,
         "accepted_tokens_per_step": emitted / (n * len(timed)) if timed else None,  # mean emitted a request a step
+        "accepted_hist": accepted_hist(runner.spec_accepts, acc0) if cfg.spec_max_k and timed else None,
         "tpot_ms_p50": 1e3 * statistics.median(timed) if timed else None,
         "tpot_ms_p99": 1e3 * _pct(timed, 99) if timed else None,
         "tpot_ms_mean": 1e3 * total_s / max(len(timed), 1),
@@ -303,7 +321,7 @@ def run_bench(
         if prompt_tokens is not None
         else "synthesized (random KV)",
         "prefill_s": prefill_s,
-        "draft": cfg.draft_path if cfg.mode_spec.drafts or cfg.speculative_k else None,
+        "draft": cfg.draft_path if cfg.mode_spec.drafts or cfg.spec_max_k else None,
         "host_pool_filled": bool(host_fill and runner.host is not None and prompt_tokens is None),
         "build_s": build_s,
         "device": dev_name,
@@ -313,7 +331,7 @@ def run_bench(
     }
     if layer_events:
         rec["layer_events"] = sorted(layer_events, key=lambda e: (e[0], e[3], e[1]))
-    if cfg.speculative_k:  # requests hold tokens for k + 1 a step: end them rather than decode the rest untimed
+    if cfg.spec_max_k:  # requests hold tokens for k + 1 a step: end them rather than decode the rest untimed
         for rid in list(eng.scheduler.running) + [r.id for r in eng.scheduler.waiting]:
             eng.abort(rid)
     while eng.has_work():  # the untimed last step: every request finishes

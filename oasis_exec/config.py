@@ -11,7 +11,7 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass, field, fields
 
-from oasis_core import cliargs, modes
+from oasis_core import cliargs, modes, speculation
 from oasis_core.geometry import HOST_KV_DTYPES
 from oasis_core.specs import MODELS, MODES, PAPER_SPARSITY
 
@@ -24,12 +24,14 @@ GB = 1e9
 DEVICE_PATTERN = r"cpu|cuda(:\d+)?"  # ExecConfig.device and the quality / draft_train checks
 
 
-def _f(default, help, choices=None, metavar=None):
+def _f(default, help, choices=None, metavar=None, type=None):
     meta = {"help": help}
     if choices is not None:
         meta["choices"] = tuple(choices)
     if metavar is not None:
         meta["metavar"] = metavar
+    if type is not None:  # the option's own parser (oasis_core.cliargs): a field of several types
+        meta["type"] = type
     return field(default=default, metadata=meta)
 
 
@@ -187,11 +189,20 @@ class ExecConfig:
         "10.3 off and 6.7 dense, experiments/dense_vs_lookahead_throughput/results/short_context.md); off: every "
         "request is offloaded from its prefill",
     )
-    speculative_k: int = _f(
+    speculative_k: int | str = _f(
         0,
         "speculative decoding: the draft head drafts this many tokens a step as a chain, one target pass verifies "
         "them (greedy acceptance, rejection sampling above temperature 0) and every accepted token is emitted "
-        "(modes dense and lookahead; < block_size; speculative steps run eagerly; oasis_exec.speculative); 0: off",
+        "(modes dense and lookahead; < block_size; speculative steps run eagerly; oasis_exec.speculative); "
+        "auto | auto:N: the length chosen per request every step in [0, N] (auto: N = 4, below block_size) from its "
+        "measured acceptance and the draft's relative cost (oasis_core.speculation); 0: off",
+        type=speculation.cli_value,
+    )
+    speculative_gamma: float | None = _f(
+        None,
+        "speculative_k auto: the draft's cost per drafted token as a fraction of a verification pass (the speed "
+        "identity's gamma); None: measured every speculative step (host timing of the draft chain against the "
+        "verify pass)",
     )
     synthetic: dict | None = _f(
         None,
@@ -255,14 +266,21 @@ class ExecConfig:
                 resolve(self.synthetic)  # an unknown preset, field or value fails here, not at the first step
             except (TypeError, ValueError) as e:
                 bad("synthetic", str(e))
-        k = self.speculative_k
-        if isinstance(k, bool) or not isinstance(k, int) or k < 0:
-            bad("speculative_k", "must be an integer >= 0")
+        try:
+            k, adaptive = speculation.parse_spec(self.speculative_k, self.block_size)
+        except ValueError as e:
+            bad("speculative_k", str(e))
         if k and not self.mode_spec.speculative:
             names = " and ".join(modes.SPECULATIVE_MODES)
             bad("speculative_k", f"only modes {names} decode speculatively, not mode={self.mode}")
         if k >= self.block_size:
             bad("speculative_k", f"must be < block_size ({self.block_size}): a step fills at most one block")
+        g = self.speculative_gamma
+        if g is not None:
+            if not adaptive:
+                bad("speculative_gamma", "only speculative_k auto takes it")
+            if isinstance(g, bool) or not isinstance(g, (int, float)) or not 0 <= g < float("inf"):
+                bad("speculative_gamma", "must be a finite number >= 0")
         for n in ("kv_budget_gb", "host_kv_gb"):
             v = getattr(self, n)
             if v is not None and v <= 0:
@@ -280,6 +298,16 @@ class ExecConfig:
     @property
     def sparse(self) -> bool:
         return self.mode_spec.sparse
+
+    @property
+    def spec_max_k(self) -> int:
+        """The most drafts a speculative step takes: ``speculative_k``, or auto's ``N`` (0: off)."""
+        return speculation.parse_spec(self.speculative_k, self.block_size)[0]
+
+    @property
+    def spec_adaptive(self) -> bool:
+        """``speculative_k`` is ``auto``: the draft length is chosen per request each step."""
+        return speculation.parse_spec(self.speculative_k, self.block_size)[1]
 
     @property
     def resident_slots(self) -> int:

@@ -103,7 +103,7 @@ class ModelExec:
         self.short = short
         # speculative decoding (oasis_exec.speculative): the draft head's hidden state behind each lane's draft token
         self.draft_h = None
-        if cfg.speculative_k:
+        if cfg.spec_max_k:
             self.draft_h = torch.zeros(max_lanes, decoder.shape.hidden, dtype=dtype, device=device)
 
     def synthesize(self, a) -> None:

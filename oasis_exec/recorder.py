@@ -13,7 +13,8 @@
 Bench keys read (``bench.RECORD_FIELDS`` and the rest of its record): ``mode, context, concurrency,
 requested_concurrency, kv_budget_gb, host_kv_gb, steps, warmup, throughput_tok_s, tpot_ms_p50, tpot_ms_p99,
 tpot_ms_mean, stage_ms_per_step, bytes_moved_per_step, bytes_moved_total, hidden_fraction, selection, transfer,
-fetch_ratio, top_k, model, device, date, commit`` and, when the bench provides them, ``step_ms`` (every timed
+fetch_ratio, top_k, model, device, date, commit`` and, when the bench provides them, ``speculative_k`` (into
+``config``), ``accepted_hist`` and ``accepted_tokens_per_step`` (into ``results``), ``step_ms`` (every timed
 step's duration, ms), ``layer_events`` (``[[step, layer, stage, start_ms, end_ms], ...]``) and ``ttft_ms_p50``.
 """
 
@@ -137,6 +138,11 @@ def recording_from_bench(
         # the host copy's element type (sparse modes; None: dense, or a record from before it, i.e. "auto")
         "host_kv_dtype": (b.get("host_kv_dtype") or c.get("host_kv_dtype") or "auto") if sparse else None,
     }
+    spec_k = b.get("speculative_k", c.get("speculative_k")) or 0
+    if spec_k:  # speculative decoding: the draft length (an int, or auto / auto:N) and its gamma
+        config["speculative_k"] = spec_k
+        if c.get("speculative_gamma") is not None:
+            config["speculative_gamma"] = c["speculative_gamma"]
     per_step = float(b.get("bytes_moved_per_step") or 0.0)
     stall = stages.get("stall")
     results = {
@@ -156,6 +162,9 @@ def recording_from_bench(
     for k in _EXTRA_RESULTS:
         if b.get(k) is not None:
             results[k] = b[k]
+    if b.get("accepted_hist"):  # speculative: {"k": [lanes that accepted 0 .. k drafts]} over the timed steps
+        results["accepted_hist"] = {str(k): [int(x) for x in v] for k, v in b["accepted_hist"].items()}
+        results["accepted_tokens_per_step"] = b.get("accepted_tokens_per_step")
     if b.get("step_ms"):
         results["steps"] = sample_steps(list(b["step_ms"]))
         results["steps_sampled_of"] = len(b["step_ms"])

@@ -30,10 +30,14 @@ bench, the server adapter and the quality harness use.
 
 from __future__ import annotations
 
+import time
+from collections import Counter
+
 import torch
 
 from oasis_core.short_context import ShortContext
 from oasis_core.specs import ModelSpec, get_model
+from oasis_core.speculation import AdaptiveK
 
 from .config import ExecConfig
 from .decode_graphs import DecodeGraphs
@@ -61,6 +65,30 @@ def _rows_of(lanes_list, H):
     return torch.tensor([b * H + h for b in lanes_list for h in range(H)])
 
 
+class _Clock:
+    """Three marks around a speculative step's draft chain and verify pass (``speculative_k auto`` measuring γ):
+    CUDA events on a GPU (read after the acceptance has synchronised), the host clock on the CPU."""
+
+    def __init__(self, device):
+        self.cuda = device.type == "cuda"
+        self.marks = []
+
+    def mark(self) -> None:
+        if self.cuda:
+            e = torch.cuda.Event(enable_timing=True)
+            e.record()
+            self.marks.append(e)
+        else:
+            self.marks.append(time.perf_counter())
+
+    def spans(self) -> tuple:
+        """(seconds of the draft chain, seconds of the verify pass)."""
+        a, b, c = self.marks
+        if self.cuda:
+            return a.elapsed_time(b) / 1e3, b.elapsed_time(c) / 1e3
+        return b - a, c - b
+
+
 class Runner:
     def __init__(self, cfg: ExecConfig, *, shape: ModelSpec | None = None, decoder: Decoder | None = None):
         self.cfg = cfg
@@ -83,7 +111,7 @@ class Runner:
                 f"{s.max_context_tokens} or less"
             )
         draft = None
-        if mode.drafts or cfg.speculative_k:
+        if mode.drafts or cfg.spec_max_k:
             draft = DraftHead.build(
                 s,
                 decoder.embed,
@@ -142,6 +170,9 @@ class Runner:
         self.spec_steps = 0  # speculative steps run, and the tokens they emitted (every lane's)
         self.spec_tokens = 0
         self.spec_lanes = 0
+        self.spec_accepts = Counter()  # (drafts a lane, accepted) -> lanes: results.accepted_hist of a recording
+        # speculative_k auto (oasis_core.speculation): each lane's draft length from its measured acceptance
+        self.adaptive = AdaptiveK(cfg.spec_max_k, cfg.speculative_gamma) if cfg.spec_adaptive else None
         # synthetic / replayed selections and the recorded sets (selection_sources.py)
         self.sources = SelectionSources(
             cfg=cfg,
@@ -231,6 +262,8 @@ class Runner:
     def _admit(self, a) -> None:
         self.sources.admit(a.lane)
         self._crossing.discard(a.lane)
+        if self.adaptive is not None:  # a new request on the lane: its acceptance is its own
+            self.adaptive.drop(a.lane)
         if self.cfg.sparse:
             self.lane_blocks[a.lane] = list(a.host_blocks)
             self.store.reset_lane(a.lane, a.host_blocks)
@@ -268,9 +301,12 @@ class Runner:
             sets, synth_ready = self.sources.sets(lanes_list, pos_list)
         recorded = [] if self.sources.record is not None else None
         cross = [i for i, it in enumerate(items) if it.lane in self._crossing]
-        k = self._spec_k(items, short, cross)
-        if k:
-            return self._decode_spec(plan, k, sets, synth_ready, recorded)
+        ks = self._spec_k(items, short, cross)
+        if ks:
+            return self._decode_spec(plan, ks, sets, synth_ready, recorded)
+        if self.adaptive is not None:  # an ordinary step: the lanes' acceptance evidence only decays
+            for it in items:
+                self.adaptive.observe(it.lane, 0, 0)
         if cross:  # short lanes outgrowing their window: their KV so far goes to the host in this (eager) step
             self._cross([items[i] for i in cross])
         if not cross and self.cuda_graphs.ok(lanes_list):
@@ -312,29 +348,46 @@ class Runner:
             self.sources.add_record(recorded, [it.req_id for it in items], pos_list)
         self.decode_steps += 1
 
-    def _spec_k(self, items, short, cross) -> int:
-        """Drafts of a speculative step (``oasis_exec.speculative``): ``speculative_k``, fewer when a lane may emit
-        fewer tokens (``DecodeItem.max_new``); 0 (the ordinary step) when off, when a lane is short or crossing."""
-        k = self.cfg.speculative_k
+    def _spec_k(self, items, short, cross):
+        """Drafts of a speculative step (``oasis_exec.speculative``) a lane, or None (the ordinary step) when off, when
+        a lane is short or crossing, or when no lane drafts. Fixed ``speculative_k``: the same ``k`` for every lane,
+        fewer when a lane may emit fewer tokens (``DecodeItem.max_new``: the batch's least). ``auto``: each lane's
+        own ``AdaptiveK.choose`` (at most its ``max_new - 1``); the pass verifies the longest, and a lane's drafts
+        past its own length count as rejected (``accept``'s ``limits``)."""
+        k = self.cfg.spec_max_k
         if not k or short != "none" or cross:
-            return 0
-        return max(0, min(k, min(it.max_new for it in items) - 1))
+            return None
+        if self.adaptive is None:
+            k = max(0, min(k, min(it.max_new for it in items) - 1))
+            return [k] * len(items) if k else None
+        ks = [max(0, min(self.adaptive.choose(it.lane), it.max_new - 1)) for it in items]
+        return ks if max(ks) else None
 
-    def _decode_spec(self, plan: RunnerCall, k: int, sets, synth_ready, recorded) -> dict:
-        """A speculative step (``oasis_exec.speculative``), eager: ``k`` drafts a lane, one verification pass,
-        the acceptance, then what the accepted tokens keep. Returns {req_id: [emitted tokens]}."""
+    def _decode_spec(self, plan: RunnerCall, ks, sets, synth_ready, recorded) -> dict:
+        """A speculative step (``oasis_exec.speculative``), eager: ``ks[i]`` drafts for lane ``i`` (the chain and
+        the pass run ``k = max(ks)`` for all), one verification pass, the acceptance, then what the accepted tokens
+        keep. Returns {req_id: [emitted tokens]}."""
         dev, items = self.device, plan.decode
+        k = max(ks)
+        limits = ks if min(ks) < k else None
         lanes_list = [it.lane for it in items]
         pos_list = [it.position for it in items]
         lanes = torch.tensor(lanes_list, device=dev)
         rows = _rows_of(lanes_list, self.H)
         toks = torch.tensor([it.token for it in items], device=dev)
         pos = torch.tensor(pos_list, device=dev)
+        clock = _Clock(dev) if self.adaptive is not None and k >= 2 else None  # γ: the chain runs k - 1 head steps
+        if clock is not None:
+            clock.mark()
         drafts = self.model.draft_chain(lanes, toks, pos, k)
+        if clock is not None:
+            clock.mark()
         logits, aux, saved = self.model.decode_spec(lanes, rows, toks, drafts, pos, sets)
+        if clock is not None:
+            clock.mark()
         params = [plan.sampling[it.req_id] for it in items]
         if all(sp.temperature == 0 for sp in params):
-            n_acc, out = accept_greedy(logits, drafts)
+            n_acc, out = accept_greedy(logits, drafts, limits)
         else:
             req_ids = [it.req_id for it in items]
             if self.spec_draws is not None:
@@ -342,7 +395,14 @@ class Runner:
             else:
                 u_acc = torch.rand(len(items), k + 1, generator=self.gen, device=dev, dtype=torch.float64)
                 u_draw = torch.rand(len(items), k + 1, generator=self.gen, device=dev, dtype=torch.float64)
-            n_acc, out = accept(logits, drafts, params, u_acc, u_draw)
+            n_acc, out = accept(logits, drafts, params, u_acc, u_draw, limits)
+        if clock is not None:  # the acceptance synchronised: the marks' times are known
+            chain_s, verify_s = clock.spans()
+            self.adaptive.observe_cost(chain_s / (k - 1), verify_s)
+        for it, ki, n in zip(items, ks, n_acc):
+            self.spec_accepts[ki, n] += 1
+            if self.adaptive is not None:
+                self.adaptive.observe(it.lane, ki, n)
         self.model.commit_spec(lanes, rows, pos, n_acc, saved, sets, recorded)
         if synth_ready is not None:
             self.sources.presynth(lanes_list, synth_ready)

@@ -33,6 +33,12 @@ A speculative step of a lane whose input token ``x_p`` sits at position ``p``:
 6. **Resync**: the next step's first draft is proposed from the target's own features at the last accepted
    position ``p + n`` and the token emitted last (``propose``), whatever the head drafted before.
 
+**Adaptive k** (``speculative_k = "auto"`` / ``"auto:N"``; ``oasis_core.speculation``): each lane's draft length
+``k_i`` is chosen every step from its own acceptance estimate and the draft's relative cost γ (``Runner._spec_k``);
+the chain and the pass run the step's longest ``k = max k_i``, and ``accept`` / ``accept_greedy`` take the lanes'
+``limits``: drafts past ``k_i`` count as rejected without a residual (a lane that accepts its ``k_i`` draws from ``p``
+after them), which emits exactly what a ``k_i``-draft pass would. A step where every lane picks 0 is the ordinary one.
+
 Speculative steps run eagerly (no CUDA graph) and only while no lane of the step is short or crossing
 (``oasis_core.short_context``): such a step, and a step that may emit only one token, is the ordinary step (its
 CUDA graphs unchanged). A speculative lookahead step launches its background transfers after the whole pass, not
@@ -67,21 +73,36 @@ def target_probs(logits, params):
     return out
 
 
-def accept_greedy(logits, drafts):
+def _limits(limits, B, k, device):
+    """[B] int64: the drafts each row may accept (``limits``: a row's own draft length ``k_i <= k``; None: ``k``)."""
+    if limits is None:
+        return None
+    return torch.as_tensor(limits, dtype=torch.int64, device=device).clamp(0, k)
+
+
+def accept_greedy(logits, drafts, limits=None):
     """Greedy verification: logits [B, k + 1, V] of the pass, drafts [B, k] -> (accepted drafts a row, the emitted
-    tokens a row: the accepted drafts, then the target's argmax after them). One host synchronisation."""
+    tokens a row: the accepted drafts, then the target's argmax after them). ``limits`` [B]: a row's own draft
+    length ``k_i <= k`` (adaptive k, ``oasis_core.speculation``): its drafts past ``k_i`` count as rejected, so
+    it emits at most ``k_i + 1`` tokens, the last the target's argmax after its ``k_i`` drafts. One host
+    synchronisation."""
     k = drafts.shape[1]
     tgt = logits.argmax(-1)  # [B, k + 1]
     n = (tgt[:, :k] == drafts).to(torch.int64).cumprod(1).sum(1)
+    lim = _limits(limits, drafts.shape[0], k, logits.device)
+    if lim is not None:
+        n = torch.minimum(n, lim)
     tgt_l, n_l = tgt.tolist(), n.tolist()
     return n_l, [row[: m + 1] for row, m in zip(tgt_l, n_l)]
 
 
-def accept(logits, drafts, params, u_acc, u_draw):
+def accept(logits, drafts, params, u_acc, u_draw, limits=None):
     """Verification of greedy drafts (``q`` one-hot) by rejection sampling against the target's distributions
     (``target_probs``; temperature 0 rows reduce to ``accept_greedy``'s rule). logits [B, k + 1, V]; drafts [B, k];
     params: SamplingParams a row; u_acc, u_draw [B, k + 1]: uniform draws in [0, 1) per row and emitted position
     (``u_acc[:, j]`` decides draft ``j``, ``u_draw[:, j]`` draws the token when position ``j`` is the row's last).
+    ``limits`` [B]: a row's own draft length ``k_i <= k`` (adaptive k): drafts past it were never proposed, so a
+    row that accepts all its ``k_i`` draws the token after them from ``p`` (not from a residual).
     Returns (accepted drafts a row, the emitted tokens a row)."""
     B, T, V = logits.shape
     k = T - 1
@@ -90,10 +111,14 @@ def accept(logits, drafts, params, u_acc, u_draw):
     u_acc = torch.as_tensor(u_acc, dtype=torch.float64, device=dev)
     u_draw = torch.as_tensor(u_draw, dtype=torch.float64, device=dev)
     pd = p[:, :k].gather(-1, drafts[..., None])[..., 0]  # [B, k] target probability of each draft
-    n = (u_acc[:, :k] < pd).to(torch.int64).cumprod(1).sum(1)  # accepted with probability min(1, p(d) / 1)
+    ok = u_acc[:, :k] < pd  # accepted with probability min(1, p(d) / 1)
+    lim = _limits(limits, B, k, dev)
+    if lim is not None:
+        ok &= torch.arange(k, device=dev) < lim[:, None]
+    n = ok.to(torch.int64).cumprod(1).sum(1)
     ar = torch.arange(B, device=dev)
     last = p[ar, n].clone()  # [B, V]: the distribution of the token after the accepted run
-    rej = n < k
+    rej = n < (k if lim is None else lim)  # a draft was rejected (not merely past the row's length)
     if bool(rej.any()):
         rr = ar[rej]
         last[rr, drafts[rr, n[rej]]] = 0.0  # normalize(max(0, p - q)) with q one-hot at the rejected draft

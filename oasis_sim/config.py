@@ -9,9 +9,9 @@ from __future__ import annotations
 import math
 import numbers
 from dataclasses import dataclass, field, fields, replace
-from typing import Any, Mapping, Optional
+from typing import Any, Mapping, Optional, Union
 
-from oasis_core import modes, specs
+from oasis_core import modes, specs, speculation
 from oasis_core.geometry import HOST_KV_DTYPES
 from oasis_core.short_context import ShortContext
 from oasis_core.specs import MODES, PAPER_SPARSITY, SPARSE_MODES
@@ -80,6 +80,29 @@ class SimConfig:
         "dense on the GPU, with no host copy, until it outgrows it (oasis_core.short_context; "
         "not with split=rpf)",
         True,
+    )
+    # -- speculative decoding (the executor's ExecConfig.speculative_k; oasis_core.speculation) -------------------
+    speculative_k: Union[int, str] = _h(
+        "speculative decoding (modes dense and lookahead, < block_size): K drafts a step, chained, verified by one "
+        "pass over K + 1 positions a request, emitting 1 + accepted tokens; auto | auto:N: K chosen per request "
+        "every step in [0, N] (auto: 4) by oasis_core.speculation from its drawn acceptance; 0: off",
+        0,
+        type=speculation.cli_value,
+    )
+    speculative_gamma: Optional[float] = _h(
+        "a draft token's cost as a fraction of the verify pass (the speed identity's gamma): the draft chain of "
+        "K drafts costs K x gamma x the pass; None: K steps of the predictor's draft_step (the draft head)",
+        None,
+    )
+    speculative_alpha: float = _h(
+        "per-position acceptance probability of the drafts (a chain: draft j counts only after drafts 1 .. j-1), "
+        "unless speculative_accepted_hist is given",
+        0.7,
+    )
+    speculative_accepted_hist: Optional[Mapping[str, Any]] = _h(
+        "a measured acceptance, {\"K\": [steps accepting 0 .. K drafts]} per draft length (a recording's "
+        "results.accepted_hist): per-position acceptance rates estimated from it replace speculative_alpha",
+        None,
     )
     # -- transfers --------------------------------------------------------------------------------------------
     host_kv_dtype: str = _h(
@@ -210,6 +233,26 @@ class SimConfig:
         number("prefix_cache_hbm_bytes", 0.0)
         number("prefix_cache_host_bytes", 0.0)
         integer("timeline_steps", 0)
+        try:
+            k, _adaptive = speculation.parse_spec(self.speculative_k, self.block_size)
+        except ValueError as e:
+            bad("speculative_k", str(e))
+        if k and not mode.speculative:
+            bad(
+                "speculative_k",
+                f"only modes {' and '.join(modes.SPECULATIVE_MODES)} decode speculatively, not {self.mode}",
+            )
+        if k >= self.block_size:
+            bad("speculative_k", f"must be < block_size ({self.block_size}): a step fills at most one block")
+        number("speculative_gamma", 0.0, optional=True)
+        number("speculative_alpha", 0.0, 1.0)
+        if self.speculative_accepted_hist is not None:
+            from oasis_core.recording import check_accepted_hist
+
+            try:
+                check_accepted_hist(self.speculative_accepted_hist)
+            except ValueError as e:
+                raise ConfigError(f"speculative_accepted_hist: {e}") from None
         for name in ("prefix_cache", "rpf_send_summaries", "short_context"):
             if not isinstance(getattr(self, name), bool):
                 bad(name, "must be true or false")
@@ -246,6 +289,15 @@ class SimConfig:
     @property
     def sparse(self) -> bool:
         return modes.get(self.mode).sparse
+
+    @property
+    def spec_max_k(self) -> int:
+        """The most drafts a speculative step takes: ``speculative_k``, or auto's ``N`` (0: off)."""
+        return speculation.parse_spec(self.speculative_k, self.block_size)[0]
+
+    @property
+    def spec_adaptive(self) -> bool:
+        return speculation.parse_spec(self.speculative_k, self.block_size)[1]
 
     @property
     def resident_slots(self) -> int:

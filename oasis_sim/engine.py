@@ -20,11 +20,28 @@ An fp8 host copy (``SimConfig.host_kv_dtype="fp8_e4m3"``): every host->GPU fetch
 host copy's bytes (``KVGeometry.host_bytes_per_block_head``: half of bf16's, plus two 4-byte scales), so the copy
 times follow; the GPU's attention and summary reads keep the KV dtype (the executor dequantizes in the copy).
 
-Per step the engine records (``StepLog``): start, duration, decode and prefill tokens, host→GPU bytes, stall.
+Speculative decoding (``SimConfig.speculative_k``, modes ``dense`` and ``lookahead``; the executor's
+``oasis_exec.speculative``): a decode step in which no request is short or crossing drafts ``k_r`` tokens for
+request ``r`` (fixed: ``speculative_k``, the batch's least ``max_tokens - generated - 1`` bounding it; ``auto``:
+``oasis_core.speculation.AdaptiveK`` per request, as the executor) and verifies ``K = max k_r`` for all (a
+request's drafts past its own ``k_r`` count as rejected, as the executor's pass). It costs the draft chain, ``K``
+draft-head steps over the batch (the predictor's ``draft_step``, or ``K · speculative_gamma`` times the verify
+pass), on the compute stream before the layers, plus the verify pass: every layer's GEMMs, norms and the LM head
+over ``K + 1`` tokens a decode request, and its attention reading the request's KV once per position (``K + 1``
+times: the executor's kernels attend each position as a query row of its own); no draft row in ``lookahead`` (the
+pass's positions hold the next step's query). It emits ``1 + n_r`` tokens, ``n_r`` drawn per request and step by
+``oasis_core.speculation.ChainAcceptance`` (``speculative_alpha``, or ``speculative_accepted_hist``'s
+per-position rates). Selection and transfers stay once a step (the next step's set), so per emitted token they
+happen ``1 / (1 + n)`` times as often; TPOT (per request: time / tokens) follows.
+
+Per step the engine records (``StepLog``): start, duration, decode and prefill tokens, host→GPU bytes, stall (and,
+not in ``steps.csv``, the tokens the decodes emitted).
 """
 
 from __future__ import annotations
 
+import random
+from collections import Counter
 from dataclasses import dataclass, field
 
 import simpy
@@ -32,6 +49,7 @@ import simpy
 from oasis_core import modes
 from oasis_core.geometry import KVGeometry
 from oasis_core.scheduler import Plan
+from oasis_core.speculation import AdaptiveK, ChainAcceptance
 
 from .config import SimConfig
 from .hardware import GPU
@@ -39,6 +57,8 @@ from .pipeline import LayerPipeline, LayerWork, StepTiming, at
 from .policy import StepLink, cap_policy
 from .predictor import TimePredictor
 from .scheduler import SimScheduler
+
+SPEC_SALT = 0xACCE97  # the acceptance draws: a stream of their own (the executor's ACCEPT_SALT)
 
 
 @dataclass
@@ -50,6 +70,7 @@ class StepLog:
     h2d: list = field(default_factory=list)  # host->GPU bytes planned this step
     net: list = field(default_factory=list)  # NIC bytes fetched remotely this step (split=rpf)
     stall: list = field(default_factory=list)  # s
+    emitted: list = field(default_factory=list)  # output tokens the step's decodes emitted (n_dec without speculation)
 
 
 class Engine:
@@ -104,6 +125,22 @@ class Engine:
         self._head_s = predictor.time("step_overhead", {}) if self._memo else 0.0
         # Adaptive cap policies (exact episodes) get the step's link view; static ones never look at it.
         self._adaptive = cfg.sparse and not cap_policy(cfg).static
+        # Speculative decoding (module docstring): off with speculative_k = 0, every step then as before
+        self.spec_k = cfg.spec_max_k
+        self.spec_policy = None
+        self.emitted = {}  # request id -> tokens the last step emitted for it (absent: one)
+        if self.spec_k:
+            if cfg.spec_adaptive:
+                self.spec_policy = AdaptiveK(self.spec_k, cfg.speculative_gamma)
+            hist = cfg.speculative_accepted_hist
+            self.spec_accept = (
+                ChainAcceptance.from_hist(hist) if hist is not None else ChainAcceptance.constant(cfg.speculative_alpha)
+            )
+            self.spec_random = random.Random(cfg.seed * 1_000_003 + SPEC_SALT).random
+            self.spec_steps = 0  # speculative steps, the decode request-steps in them and their emitted tokens
+            self.spec_req_steps = 0
+            self.spec_tokens = 0
+            self.spec_accepts = Counter()  # (drafts, accepted) -> request-steps
 
     def notify(self) -> None:
         if not self.wake.triggered:
@@ -126,7 +163,10 @@ class Engine:
                     yield self.wake
                 continue
             timing = yield from self.execute(plan)
-            sched.update(plan, timing.end)
+            done = sched.update(plan, timing.end, emitted=self.emitted)
+            if self.spec_policy is not None:
+                for r in done:
+                    self.spec_policy.drop(r.id)
 
     def next_ready_time(self):
         w = self.sched.waiting
@@ -163,7 +203,12 @@ class Engine:
                 if short.dense(r.prompt + r.generated):
                     n_dense += 1
         n_sel = n_dec - n_dense  # decode requests that select (and, sparse, predict and fetch)
-        gemm_tokens = n_dec + n_pf + (n_sel if mode.drafts else 0)  # + draft token per request
+        ks = self._spec_ks(plan, n_dense) if self.spec_k else None  # drafts per decode request, or None
+        K = max(ks) if ks else 0
+        if K:  # K + 1 positions a request; the lookahead query is among them (no draft row)
+            gemm_tokens = n_dec * (K + 1) + n_pf
+        else:
+            gemm_tokens = n_dec + n_pf + (n_sel if mode.drafts else 0)  # + draft token per request
         c = self._per_token(gemm_tokens) + pf_attn
 
         # Decode attention, selection work and transfers.
@@ -228,9 +273,9 @@ class Engine:
         self.recall_sum += recall_sum
         self.recall_n += n_dec
         if not mode.selects:
-            c += pred.time("attn_decode", {"kv_bytes": ctx_tokens * self.bpt_layer})
+            c += pred.time("attn_decode", {"kv_bytes": ctx_tokens * self.bpt_layer * (K + 1 if K else 1)})
         elif n_dec:
-            c += pred.time("attn_decode", {"kv_bytes": att_tokens * self.bpt_layer})
+            c += pred.time("attn_decode", {"kv_bytes": att_tokens * self.bpt_layer * (K + 1 if K else 1)})
         score_s = topk_s = sel_s = 0.0
         side_bytes = 0.0  # HBM bytes per layer the side stream moves (summary reads, top-K, landing transfers)
         if mode.selects and n_sel:
@@ -281,7 +326,10 @@ class Engine:
         else:
             h2d = 0.0
             x = 0.0
-        n_tail = n_dec + len(plan.prefill)
+        draft_s = 0.0
+        if K and self.cfg.speculative_gamma is None:  # K draft-head steps over the batch (before the step's lm_head)
+            draft_s = K * pred.time("draft_step", {"tokens": n_dec})
+        n_tail = n_dec * (K + 1 if K else 1) + len(plan.prefill)
         if self._memo:
             tail_s = self._lm_cache.get(n_tail)
             if tail_s is None:
@@ -300,6 +348,13 @@ class Engine:
             self.d2h_bytes += nbytes
             self.gpu.d2h.account(nbytes, offload_s)
 
+        if K:
+            verify_s = L * c + head_s + tail_s  # the verify pass on the compute stream
+            if self.cfg.speculative_gamma is not None:
+                draft_s = K * self.cfg.speculative_gamma * verify_s
+            if self.spec_policy is not None:
+                self.spec_policy.observe_cost(draft_s / K, verify_s)  # γ as the executor measures it
+            head_s += draft_s  # the chain runs on the compute stream before the layers
         work = LayerWork(
             L, head_s, c, tail_s, background, score_s + topk_s if background else 0.0, sel_s if background else 0.0, x
         )
@@ -325,10 +380,12 @@ class Engine:
             share = timing.stall_s / n_dec
             for r in plan.decode:
                 r.stall_s += share
+        self._spec_emit(plan, ks)
         lg = self.log
         lg.t.append(t0)
         lg.dur.append(timing.end - t0)
         lg.decode.append(n_dec)
+        lg.emitted.append(n_dec + sum(self.emitted.values()) - len(self.emitted))
         lg.prefill.append(n_pf)
         lg.h2d.append(h2d)
         lg.net.append(net_bytes)
@@ -336,6 +393,70 @@ class Engine:
         if record:
             self.timeline.add_step(self.steps - 1, timing, n_dec, n_pf, h2d)
         return timing
+
+    # -- speculative decoding ---------------------------------------------------------------------------------
+    def _spec_ks(self, plan: Plan, n_dense: int):
+        """Drafts per decode request of a speculative step (``plan.decode``'s order), or None for the ordinary step:
+        no decode, a short or crossing request (as the executor), or no request drafting."""
+        dec = plan.decode
+        if not dec or n_dense:
+            return None
+        short = self.short
+        if short is not None and any(short.crossing(r.prompt + r.generated) for r in dec):
+            return None
+        room = [r.max_tokens - r.generated - 1 for r in dec]  # never more tokens than a request may still emit
+        pol = self.spec_policy
+        if pol is None:
+            k = max(0, min(self.spec_k, min(room)))
+            return [k] * len(dec) if k else None
+        ks = [max(0, min(pol.choose(r.id), m)) for r, m in zip(dec, room)]
+        return ks if max(ks) else None
+
+    def _spec_emit(self, plan: Plan, ks) -> None:
+        """The step's emitted tokens (``self.emitted``, for ``sched.update``): ``1 + n`` a drafting request, ``n``
+        drawn by the acceptance model; the adaptive policy observes every decode request's step."""
+        self.emitted = {}
+        if not self.spec_k:
+            return
+        pol = self.spec_policy
+        if not ks:
+            if pol is not None:
+                for r in plan.decode:
+                    pol.observe(r.id, 0, 0)
+            return
+        draw, rnd = self.spec_accept.draw, self.spec_random
+        tokens = 0
+        for r, k in zip(plan.decode, ks):
+            n = draw(k, rnd) if k else 0
+            if n:
+                self.emitted[r.id] = n + 1
+            tokens += n + 1
+            self.spec_accepts[k, n] += 1
+            if pol is not None:
+                pol.observe(r.id, k, n)
+        self.spec_steps += 1
+        self.spec_req_steps += len(ks)
+        self.spec_tokens += tokens
+
+    def spec_summary(self) -> dict:
+        """summary.json's speculative figures: ``speculative_k``, ``speculative_steps``, ``accepted_tokens_per_step``
+        (mean tokens a decode request emitted in a speculative step), ``accepted_hist`` (``{"k": [request-steps
+        accepting 0 .. k]}``, a recording's form) and, with ``auto``, the final ``speculative_gamma_used``."""
+        hist = {}
+        for (k, n), c in sorted(self.spec_accepts.items()):
+            if k:
+                hist.setdefault(str(k), [0] * (k + 1))[n] += c
+        out = {
+            "speculative_k": self.cfg.speculative_k,
+            "speculative_steps": self.spec_steps,
+            "accepted_tokens_per_step": round(self.spec_tokens / self.spec_req_steps, 6)
+            if self.spec_req_steps
+            else None,
+            "accepted_hist": hist,
+        }
+        if self.spec_policy is not None:
+            out["speculative_gamma_used"] = round(self.spec_policy.gamma, 6)
+        return out
 
     def copy_in(self, nbytes: float) -> float:
         """Copy ``nbytes`` host->GPU now, outside a step (a prefix-cache host-tier hit); returns when it ends. In the

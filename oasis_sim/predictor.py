@@ -22,6 +22,11 @@ op                 shape keys                                    roofline model
                                                                  charged to compute: ``side_hbm_contention ·
                                                                  bytes / A``
 ``lm_head``        ``tokens``                                    final norm, LM head GEMM, sampling (per step)
+``draft_step``     ``tokens``                                    one step of the EAGLE-style draft head over
+                                                                 ``tokens`` rows (per step; speculative decoding):
+                                                                 its decoder layer's GEMMs, the ``3·hidden ->
+                                                                 hidden`` feature projection and the draft LM head
+                                                                 over ``DRAFT_VOCAB`` tokens, as ``gemm_layer``
 ``step_overhead``  (none)                                        launch/scheduling overhead per step
 =================  ============================================  =================================================
 
@@ -50,7 +55,10 @@ OPS = (
     "side_contention",
     "lm_head",
     "step_overhead",
+    "draft_step",
 )
+
+DRAFT_VOCAB = 32000  # the draft head's vocabulary (EAGLE-3; the executor's ExecConfig.draft_vocab default)
 
 
 class TimePredictor(ABC):
@@ -139,7 +147,10 @@ class RooflinePredictor(TimePredictor):
             "step_overhead": self._step_overhead,
             "sparse_overhead": self._sparse_overhead,
             "side_contention": self._side_contention,
+            "draft_step": self._draft_step,
         }
+        # the draft head's weights beyond one decoder layer: the feature projection and its LM head
+        self.draft_extra_params = 3 * m.hidden * m.hidden + m.hidden * min(m.vocab, DRAFT_VOCAB)
 
     @classmethod
     def floor(cls, model: ModelSpec, hardware: HardwareSpec) -> "RooflinePredictor":
@@ -199,6 +210,15 @@ class RooflinePredictor(TimePredictor):
         memory = m.hidden * m.vocab * m.dtype_bytes / (self.hbm * self.p.gemm_mem_eff)
         logits = tokens * m.vocab * 4.0 / (self.hbm * self.p.elementwise_eff)
         return (compute if compute > memory else memory) + logits + self.p.sampling_fixed_s
+
+    def _draft_step(self, s) -> float:
+        tokens = s["tokens"]
+        if tokens <= 0:
+            return 0.0
+        params = self.layer_params + self.draft_extra_params
+        compute = 2.0 * tokens * params / (self.flops * self.p.gemm_flops_eff)
+        memory = params * self.model.dtype_bytes / (self.hbm * self.p.gemm_mem_eff)
+        return (compute if compute > memory else memory) + self._norm_rope(s) + self.p.layer_overhead_s
 
     def _sparse_overhead(self, s) -> float:
         return s["requests"] * self.p.sparse_request_layer_s

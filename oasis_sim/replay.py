@@ -138,7 +138,7 @@ def sim_config(
     the recording when a field has no simulator equivalent (unknown model or hardware preset, ...)."""
     c = rec.config
     n, ctx = c["concurrency"], c["context"]
-    out_tokens = c["warmup_steps"] + c["steps"] + 1  # the prefill yields the first token
+    out_tokens = _closed_loop_output(c)
     values = dict(
         model=c["model"],
         hardware=c["hardware"],
@@ -171,6 +171,12 @@ def sim_config(
         requests = [(1, q.prompt_tokens, q.output_tokens) for q in reqs]
     if c.get("host_kv_dtype") and c["host_kv_dtype"] != "auto":  # the recorded host copy (fp8: half the bytes)
         values["host_kv_dtype"] = c["host_kv_dtype"]
+    if c.get("speculative_k"):  # speculative: the draft length, and the measured acceptance to draw from
+        values["speculative_k"] = c["speculative_k"]
+        if c.get("speculative_gamma") is not None:
+            values["speculative_gamma"] = c["speculative_gamma"]
+        if rec.results.get("accepted_hist"):
+            values["speculative_accepted_hist"] = dict(rec.results["accepted_hist"])
     if c.get("hot_slots"):  # hisparse: the recorded hot cache
         values["hot_slots"] = c["hot_slots"]
     if c.get("synthetic"):
@@ -201,13 +207,24 @@ def sim_config(
     return cfg.with_(hbm_bytes=float(hbm), host_bytes=float(max(kv * 1.1, 1e9)))
 
 
+def _closed_loop_output(c) -> int:
+    """Output tokens of a closed-loop replay's requests: the warm-up and timed steps, plus the prefill's token; a
+    speculative run's ``(steps + 1) × (k + 1)`` as the bench's, so that none finishes in the window."""
+    out = c["warmup_steps"] + c["steps"] + 1
+    if c.get("speculative_k"):
+        from oasis_core.speculation import parse_spec
+
+        out *= parse_spec(c["speculative_k"], c["block_size"])[0] + 1
+    return out
+
+
 def workload(rec: Recording) -> Trace:
     """The requests the replay runs: closed-loop recordings decode one token more than they time-and-warm, since
     the simulated prefill yields the first token (the bench's synthesized prefill does not)."""
     c = rec.config
     if c["workload"] != "closed-loop":
         return Trace(rec.trace.requests)
-    return Trace(closed_loop_requests(c["concurrency"], c["context"], c["warmup_steps"] + c["steps"] + 1))
+    return Trace(closed_loop_requests(c["concurrency"], c["context"], _closed_loop_output(c)))
 
 
 @dataclass
@@ -323,7 +340,7 @@ def replay(
     pred.update(
         tpot_ms_p50=1e3 * statistics.median(durs),
         tpot_ms_p99=1e3 * _pct_nearest(durs, 99),
-        throughput_tok_s=n * k / sum(durs),
+        throughput_tok_s=sum(log.emitted[i] for i in window) / sum(durs),  # n a step without speculation
         ttft_ms_p50=res.summary["ttft_ms_p50"],
         pcie_h2d_bytes_per_step=sum(log.h2d[i] for i in window) / k,
         stall_ms_per_step=stage_ms["stall"],

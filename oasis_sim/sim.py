@@ -182,6 +182,8 @@ def simulate(cfg: SimConfig, trace: Trace, predictor: TimePredictor | None = Non
         extra["hot_hit_rate"] = metrics._r(1.0 - engine.miss_sum / (engine.sel_n * cfg.top_k) if engine.sel_n else 1.0)
     if prefill is not None:
         extra.update(prefill.stats())
+    if engine.spec_k:  # speculative decoding (engine.py): only when on, so that default runs keep their bytes
+        extra.update(engine.spec_summary())
     summary = metrics.summarize(
         cfg,
         rows,

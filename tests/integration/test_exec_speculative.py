@@ -327,3 +327,118 @@ def test_real_model_trained_head_speculative_equals_greedy():
         assert eng.generate(ids, SamplingParams(max_tokens=24)) == ref, mode
         r = eng.runner
         assert r.spec_tokens / r.spec_lanes > 1.2  # the trained head's drafts are accepted (measured: ~1.5)
+
+
+# -- speculative_k auto (oasis_core.speculation): the length per lane from its measured acceptance ----------------
+
+
+@pytest.mark.parametrize("mode,kw", [("dense", {}), ("lookahead", {"short_context": False})])
+def test_auto_random_draft_equals_greedy_and_backs_off(mode, kw):
+    ps = prompts(3)
+    _, ref = _reference(mode, ps, **kw)
+    eng, out = _greedy(cfg(mode, speculative_k="auto:4", speculative_gamma=0.1, **kw), ps)
+    r = eng.runner
+    assert out == ref and r.spec_steps > 0
+    ks = sorted({k for k, _ in r.spec_accepts})
+    assert ks[0] < 4 and r.spec_tokens == r.spec_lanes  # drafts rejected: the lengths fall below N
+    assert all(r.adaptive.choose(lane) <= 1 for lane in range(3))
+    eng.close()
+
+
+def test_auto_oracle_draft_drafts_long_and_equals_greedy():
+    ps = prompts()
+    refd, ref = _reference("dense", ps)
+    eng = Engine(cfg("dense", speculative_k="auto:4"))  # γ measured on the host clock
+    eng.runner.model.draft_chain = oracle_chain(eng, refd)
+    out = eng.generate(ps, SamplingParams(max_tokens=N))
+    r = eng.runner
+    assert out == ref and r.spec_tokens / r.spec_lanes > 2.5
+    assert r.spec_accepts[4, 4] > 0 and r.adaptive.gamma_samples > 0 and r.adaptive.gamma != 0.1
+    eng.close()
+
+
+def test_auto_lanes_of_different_lengths_share_a_pass():
+    """Lane 0 drafts right, the others wrong: the pass verifies the longest chain and the short lanes' extra drafts
+    count as rejected; every output equals greedy."""
+    ps = prompts()
+    refd, ref = _reference("dense", ps)
+    eng = Engine(cfg("dense", speculative_k="auto:4", speculative_gamma=0.05))
+    ids = {}
+    good = oracle_chain(eng, refd)
+    bad = oracle_chain(eng, refd, lambda p: True)
+
+    def chain(lanes, toks, pos, k):
+        a, b = good(lanes, toks, pos, k), bad(lanes, toks, pos, k)
+        lane0 = torch.tensor([ids.get(int(x)) == 0 for x in lanes.tolist()])[:, None]
+        return torch.where(lane0, a, b)
+
+    eng.runner.model.draft_chain = chain
+    for p in ps:
+        eng.add_request(p, SamplingParams(max_tokens=N))
+    seen = []
+    inner = eng.runner._decode_spec
+
+    def spy(plan, ks, *a):
+        seen.append(list(ks))
+        return inner(plan, ks, *a)
+
+    eng.runner._decode_spec = spy
+    got = {}
+    while eng.has_work():
+        for r in eng.scheduler.running.values():
+            ids[r.lane] = r.id
+        for o in eng.step():
+            got.setdefault(o.request_id, []).extend(o.new_token_ids)
+    assert [got[i] for i in sorted(got)] == ref
+    assert any(ks[0] == 4 and min(ks) < 4 for ks in seen if len(ks) == 3)
+    eng.close()
+
+
+def test_auto_config_and_cli(capsys):
+    c = ExecConfig(mode="dense", speculative_k="auto")
+    assert (c.spec_max_k, c.spec_adaptive) == (4, True)
+    assert ExecConfig(mode="dense", speculative_k=3).spec_adaptive is False and ExecConfig().spec_max_k == 0
+    assert ExecConfig(mode="dense", speculative_k="auto", block_size=4).spec_max_k == 3
+    with pytest.raises(ValueError, match=r"speculative_k: must be an integer >= 0, auto or auto:N, got 'sometimes'"):
+        ExecConfig(mode="dense", speculative_k="sometimes")
+    with pytest.raises(ValueError, match=r"speculative_k: must be < block_size \(16\)"):
+        ExecConfig(mode="dense", speculative_k="auto:16")
+    with pytest.raises(ValueError, match=r"speculative_gamma: only speculative_k auto takes it"):
+        ExecConfig(mode="dense", speculative_k=2, speculative_gamma=0.1)
+    with pytest.raises(ValueError, match=r"speculative_gamma: must be a finite number >= 0"):
+        ExecConfig(mode="dense", speculative_k="auto", speculative_gamma=-1.0)
+    from oasis_exec.__main__ import build_parser, main, prepare_bench
+
+    ap = build_parser()
+    a = ap.parse_args(["bench", "--dummy", "--mode", "dense", "--speculative-k", "auto:3", "--steps", "4"])
+    c, bc = prepare_bench(a)
+    assert c.speculative_k == "auto:3" and c.max_context == bc.engine_max_context(c.block_size, 3)
+    a = ap.parse_args(["bench", "--dummy", "--mode", "dense", "--speculative-k", "auto", "--speculative-gamma", "0.2"])
+    assert prepare_bench(a)[0].speculative_gamma == 0.2
+    for junk, why in (("junk", "must be an integer >= 0, auto or auto:N"), ("auto:0", "auto or auto:N")):
+        with pytest.raises(SystemExit) as e:
+            main(["bench", "--dummy", "--mode", "dense", "--speculative-k", junk])
+        err = capsys.readouterr().err
+        assert e.value.code == 2 and err.count("\n") == 1 and "--speculative-k" in err and why in err, err
+    assert main(["bench", "--dummy", "--mode", "dense", "--speculative-k", "-2"]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "--speculative-k: must be an integer >= 0, got -2" in err, err
+    from oasis_exec.server.adapter import add_engine_args, exec_config_from_args
+
+    p = cliargs.OneLineParser(prog="serve")
+    add_engine_args(p)
+    assert exec_config_from_args(p.parse_args(["--dummy", "--mode", "dense", "--speculative-k", "auto"])).spec_adaptive
+
+
+def test_bench_auto_records_the_acceptance_histogram():
+    from oasis_exec.bench import run_bench
+    from oasis_exec.recorder import recording_from_bench
+
+    c = cfg("dense", speculative_k="auto:3", speculative_gamma=0.1, max_context=512, max_lanes=2)
+    rec = run_bench(c, context=100, concurrency=2, steps=4, warmup=1)
+    h = rec["accepted_hist"]
+    assert rec["speculative_k"] == "auto:3" and h and all(len(v) == int(k) + 1 for k, v in h.items())
+    assert sum(sum(v) for v in h.values()) <= 2 * 4 and all(v[1:] == [0] * int(k) for k, v in h.items())  # random
+    r = recording_from_bench(rec, c, hardware="h200", model="qwen3-8b")
+    assert r.config["speculative_k"] == "auto:3" and r.config["speculative_gamma"] == 0.1
+    assert r.results["accepted_hist"] == h

@@ -53,6 +53,7 @@ GRID = {
     "sparse_overhead": [{"requests": n} for n in (1, 16, 256)],
     "side_contention": [{"hbm_bytes": b} for b in (0.0, 1e6, 1e9)],
     "step_overhead": [{}],
+    "draft_step": [{"tokens": t} for t in TOKENS],
 }
 
 

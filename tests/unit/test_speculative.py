@@ -131,3 +131,34 @@ def test_target_probs_is_what_sample_draws_from(sp):
         freq = torch.bincount(toks, minlength=50).double() / n
         assert (freq - p[r]).abs().max() <= 1.5 / n
     assert torch.allclose(p.sum(-1), torch.ones(2, dtype=torch.float64))
+
+
+@pytest.mark.parametrize("sp", [SamplingParams(), SamplingParams(temperature=1.0), SamplingParams(temperature=0.6)])
+def test_a_row_limit_is_the_shorter_chain(sp):
+    """Adaptive k (``limits``): a row verified in a pass of k drafts with its own length k_i accepts and emits
+    exactly what a pass of its k_i drafts would, with the same draws (drafts past k_i were never proposed)."""
+    g = torch.Generator().manual_seed(4)
+    B, k = 64, 4
+    tgt, draft_next = _chain(5)
+    good = tgt.argmax(-1)
+    last = torch.randint(0, V, (B,), generator=g)
+    d = [torch.where(torch.rand(B, generator=g) < 0.7, good[last], draft_next[last])]
+    for _ in range(k - 1):
+        d.append(torch.where(torch.rand(B, generator=g) < 0.7, good[d[-1]], draft_next[d[-1]]))
+    drafts = torch.stack(d, 1)
+    logits = tgt[torch.cat([last[:, None], drafts], 1)]
+    u_acc = torch.rand(B, k + 1, generator=g, dtype=torch.float64)
+    u_draw = torch.rand(B, k + 1, generator=g, dtype=torch.float64)
+    limits = (torch.arange(B) % (k + 1)).tolist()
+    params = [sp] * B
+    n, toks = accept(logits, drafts, params, u_acc, u_draw, limits)
+    if sp.temperature == 0:
+        assert accept_greedy(logits, drafts, limits) == (n, toks)
+    for ki in range(k + 1):
+        rows = [i for i in range(B) if limits[i] == ki]
+        r = torch.tensor(rows)
+        n1, t1 = accept(
+            logits[r, : ki + 1], drafts[r, :ki], params[: len(rows)], u_acc[r, : ki + 1], u_draw[r, : ki + 1]
+        )
+        assert [n[i] for i in rows] == n1 and [toks[i] for i in rows] == t1, ki
+    assert max(n) >= 2 and 0 in n  # accepted runs of several lengths

@@ -1,0 +1,248 @@
+"""Adaptive speculation length: the draft length ``k`` of each request chosen online from its measured acceptance
+(issue 18). Standard library only; the executor (``oasis_exec.runner``) and the simulator (``oasis_sim.engine``) use
+it unchanged.
+
+**The speed identity** (issue 18): a step drafting ``k`` tokens, each accepted at rate ``α``, whose draft costs
+``γ`` of a target step per token, runs ``S = (αk + 1) / (kγ + 1)`` times as fast as ordinary decoding; longer drafts
+pay only while ``α`` exceeds ``γ``. The drafts here are a *chain* (draft ``j`` only counts when drafts ``1 .. j - 1``
+were accepted), so with a per-position acceptance probability ``α`` the tokens a step emits are, in expectation,
+
+    E(k) = 1 + α + α² + ... + α^k = (1 - α^(k+1)) / (1 - α)          (k + 1 at α = 1)
+
+and the speed-up of drafting ``k`` is ``S(k) = E(k) / (kγ + 1)``: the identity with ``αk`` replaced by the chain's
+expected accepted drafts ``E(k) - 1``. ``best_k`` returns the ``k`` in ``[0, k_max]`` of the largest ``S(k)`` (the
+smallest such ``k`` on a tie). Its first step is the issue's rule: ``S(1) > S(0)`` exactly when ``α > γ``; a
+further draft ``k -> k + 1`` pays when ``α^(k+1) (kγ + 1) > γ E(k)``, so that ``k`` grows with ``α`` and shrinks
+with ``γ`` (``α = 1``: ``k_max`` whenever ``γ < 1``).
+
+**The estimate of α** (``Acceptance``, one per request): decayed counts of the positions tried and accepted. A step
+drafting ``k`` and accepting ``n`` tried ``n + 1`` positions (the rejected one included) when ``n < k``, else ``k``,
+and accepted ``n``: the chain's maximum-likelihood ``α`` is accepted / tried. Both counts decay by ``decay`` every
+step (drafting or not) and the estimate is shrunk to a prior,
+
+    α̂ = (prior · weight + accepted) / (weight + tried),
+
+so that a request whose drafts stopped paying (``k = 0``: nothing tried) drifts back to the prior and probes again
+when the prior exceeds ``γ`` (its evidence never weighs more than ``1 / (1 - decay)`` steps).
+
+**γ** (``AdaptiveK``): configured, or measured by the caller (``observe_cost``: the seconds of one draft-head step
+against one verification pass, an exponentially weighted mean of the steps measured).
+
+**Drawn acceptance** (the simulator, ``ChainAcceptance``): the accepted drafts of a ``k``-draft step are the leading
+successes of ``k`` draws, draft ``j + 1`` accepted with probability ``rates[j]`` (every rate ``α``: the chain model;
+from a measured histogram: ``position_rates``).
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+AUTO = "auto"
+DEFAULT_MAX_K = 4  # "auto" without ":N": the longest draft, clipped to block_size - 1 by the configs
+DEFAULT_GAMMA = 0.1  # γ before any measurement: an EAGLE head (one layer + its LM head) of a 30-40 layer target
+PRIOR_ALPHA = 0.6
+PRIOR_WEIGHT = 2.0
+DECAY = 0.95
+GAMMA_EWMA = 0.2  # weight of a new γ measurement
+
+SPEC_HELP = "an integer >= 0, auto or auto:N"
+
+
+def parse_spec(value, block_size: int | None = None) -> tuple[int, bool]:
+    """``(k_max, adaptive)`` of a ``speculative_k`` value: an int ``k >= 0`` (fixed; 0 off), ``"auto"`` (adaptive up
+    to ``DEFAULT_MAX_K``, clipped to ``block_size - 1``) or ``"auto:N"`` (adaptive up to ``N >= 1``). Raises
+    ``ValueError`` with the rule broken (the caller names the field)."""
+    if isinstance(value, bool):
+        raise ValueError(f"must be {SPEC_HELP}")
+    if isinstance(value, int):
+        if value < 0:
+            raise ValueError("must be an integer >= 0")
+        return value, False
+    if not isinstance(value, str):
+        raise ValueError(f"must be {SPEC_HELP}")
+    head, sep, tail = value.partition(":")
+    if head != AUTO:
+        raise ValueError(f"must be {SPEC_HELP}")
+    if not sep:
+        k = DEFAULT_MAX_K if block_size is None else min(DEFAULT_MAX_K, block_size - 1)
+        if k < 1:
+            raise ValueError(f"auto needs block_size >= 2 (drafts < block_size), block_size is {block_size}")
+        return k, True
+    try:
+        k = int(tail)
+    except ValueError:
+        raise ValueError(f"must be {SPEC_HELP} (N an integer >= 1)") from None
+    if k < 1:
+        raise ValueError(f"must be {SPEC_HELP} (N an integer >= 1)")
+    return k, True
+
+
+def cli_value(text: str):
+    """The argparse ``type`` of ``--speculative-k``: an int, ``auto`` or ``auto:N`` (else a one-line error)."""
+    import argparse
+
+    t = text.strip()
+    try:
+        return int(t)
+    except ValueError:
+        pass
+    try:
+        parse_spec(t)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"must be {SPEC_HELP}, got {text!r}") from None
+    return t
+
+
+cli_value.__name__ = "K"
+
+
+def expected_tokens(alpha: float, k: int) -> float:
+    """Expected tokens a chain step of ``k`` drafts emits at per-position acceptance ``alpha``:
+    ``(1 - α^(k+1)) / (1 - α)`` (``k + 1`` at ``α = 1``)."""
+    if alpha >= 1.0:
+        return float(k + 1)
+    return (1.0 - alpha ** (k + 1)) / (1.0 - alpha)
+
+
+def speedup(alpha: float, k: int, gamma: float) -> float:
+    """``S(k) = E(k) / (kγ + 1)``: tokens a step per target-step cost, against ordinary decoding's 1."""
+    return expected_tokens(alpha, k) / (k * gamma + 1.0)
+
+
+def best_k(alpha: float, gamma: float, k_max: int) -> int:
+    """The ``k`` in ``[0, k_max]`` of the largest ``speedup(alpha, k, gamma)``; the smallest on a tie (within
+    1e-12 relative)."""
+    alpha = min(max(float(alpha), 0.0), 1.0)
+    gamma = max(float(gamma), 0.0)
+    best, best_s = 0, 1.0
+    for k in range(1, k_max + 1):
+        s = speedup(alpha, k, gamma)
+        if s > best_s * (1.0 + 1e-12):
+            best, best_s = k, s
+    return best
+
+
+@dataclass
+class Acceptance:
+    """One request's running estimate of the per-position acceptance probability (see the module docstring)."""
+
+    prior: float = PRIOR_ALPHA
+    weight: float = PRIOR_WEIGHT
+    decay: float = DECAY
+    accepted: float = 0.0
+    tried: float = 0.0
+
+    def observe(self, drafted: int, accepted: int) -> None:
+        """One step of the request: ``drafted`` drafts (0: an ordinary step, only the decay), ``accepted`` of them."""
+        if not 0 <= accepted <= drafted:
+            raise ValueError(f"Acceptance.observe: accepted must be in [0, {drafted}], got {accepted}")
+        self.accepted *= self.decay
+        self.tried *= self.decay
+        if drafted:
+            self.accepted += accepted
+            self.tried += accepted + (1 if accepted < drafted else 0)
+
+    @property
+    def alpha(self) -> float:
+        return (self.prior * self.weight + self.accepted) / (self.weight + self.tried)
+
+
+class AdaptiveK:
+    """Per-request draft lengths: ``choose(key)`` is ``best_k(α̂ of key, γ, k_max)``; ``observe(key, drafted,
+    accepted)`` after each of its steps; ``drop(key)`` when it ends (or its slot is reused). ``gamma``: a fixed γ,
+    or None to follow ``observe_cost`` (``DEFAULT_GAMMA`` until the first measurement)."""
+
+    def __init__(self, k_max: int, gamma: float | None = None, *, prior: float = PRIOR_ALPHA):
+        if not isinstance(k_max, int) or k_max < 0:
+            raise ValueError(f"AdaptiveK.k_max: must be an integer >= 0, got {k_max!r}")
+        if gamma is not None and not (math.isfinite(gamma) and gamma >= 0):
+            raise ValueError(f"AdaptiveK.gamma: must be a finite number >= 0 or None, got {gamma!r}")
+        self.k_max = k_max
+        self.fixed_gamma = gamma is not None
+        self.gamma = float(gamma) if gamma is not None else DEFAULT_GAMMA
+        self.gamma_samples = 0
+        self.prior = prior
+        self.states: dict = {}
+
+    def state(self, key) -> Acceptance:
+        s = self.states.get(key)
+        if s is None:
+            s = self.states[key] = Acceptance(prior=self.prior)
+        return s
+
+    def choose(self, key) -> int:
+        return best_k(self.state(key).alpha, self.gamma, self.k_max)
+
+    def observe(self, key, drafted: int, accepted: int) -> None:
+        self.state(key).observe(drafted, accepted)
+
+    def drop(self, key) -> None:
+        self.states.pop(key, None)
+
+    def observe_cost(self, draft_step_s: float, verify_s: float) -> None:
+        """A measured step: ``draft_step_s`` seconds a draft-head step, ``verify_s`` the verification pass. Ignored
+        with a fixed γ or a non-positive time."""
+        if self.fixed_gamma or not (verify_s > 0 and draft_step_s >= 0):
+            return
+        g = draft_step_s / verify_s
+        self.gamma = g if not self.gamma_samples else (1 - GAMMA_EWMA) * self.gamma + GAMMA_EWMA * g
+        self.gamma_samples += 1
+
+
+def position_rates(hist) -> tuple:
+    """``(rates, pooled)`` of a measured acceptance ``{k: [steps accepting 0 .. k drafts]}`` (keys int or str):
+    ``rates[j]`` = P(draft ``j + 1`` accepted | drafts ``1 .. j`` accepted) = steps accepting more than ``j`` / steps
+    that tried draft ``j + 1`` (drafted more than ``j`` and accepted at least ``j``), for every position some step
+    tried; ``pooled`` = accepted / tried over all positions (``Acceptance``'s estimate without prior), for the
+    positions past them. A chain drawn with these rates reproduces the histogram of each measured length."""
+    rows = {int(k): list(v) for k, v in hist.items()}
+    longest = max(rows)
+    rates = []
+    acc_all = tried_all = 0
+    for j in range(longest):
+        tried = sum(c for k, v in rows.items() if k > j for n, c in enumerate(v) if n >= j)
+        acc = sum(c for k, v in rows.items() if k > j for n, c in enumerate(v) if n > j)
+        if not tried:
+            break
+        rates.append(acc / tried)
+        acc_all += acc
+        tried_all += tried
+    return tuple(rates), (acc_all / tried_all if tried_all else 0.0)
+
+
+class ChainAcceptance:
+    """Accepted drafts of a chain step drawn per position: ``rates`` (position ``j``'s acceptance probability;
+    positions past them take ``tail``). ``ChainAcceptance.constant(α)`` is the chain model, ``from_hist(h)`` the
+    measured one."""
+
+    def __init__(self, rates=(), tail: float = 0.0):
+        self.rates = tuple(float(r) for r in rates)
+        self.tail = float(tail)
+
+    @classmethod
+    def constant(cls, alpha: float) -> "ChainAcceptance":
+        return cls((), alpha)
+
+    @classmethod
+    def from_hist(cls, hist) -> "ChainAcceptance":
+        rates, pooled = position_rates(hist)
+        return cls(rates, pooled)
+
+    def rate(self, j: int) -> float:
+        return self.rates[j] if j < len(self.rates) else self.tail
+
+    def draw(self, k: int, random) -> int:
+        """Accepted drafts of ``k`` (``random()``: uniform in [0, 1), called once per position tried)."""
+        n = 0
+        while n < k and random() < self.rate(n):
+            n += 1
+        return n
+
+    def expected_tokens(self, k: int) -> float:
+        """``E(k)``: 1 + the expected accepted drafts of ``k``."""
+        e, p = 1.0, 1.0
+        for j in range(k):
+            p *= self.rate(j)
+            e += p
+        return e

@@ -1,0 +1,139 @@
+"""Speculative decoding in the simulator (``SimConfig.speculative_k``, ``oasis_sim.engine``): off it changes no
+output byte, a step emits 1 + accepted tokens drawn from the chain model or a recording's histogram, throughput
+and transfers follow, ``auto`` runs the executor's ``oasis_core.speculation`` policy, and bad values exit 2."""
+
+import json
+
+import pytest
+from replay_fakes import base_config, fake_results
+
+from oasis_core.recording import build_recording
+from oasis_core.speculation import ChainAcceptance, position_rates
+from oasis_sim.cli import main
+from oasis_sim.config import ConfigError, SimConfig
+from oasis_sim.replay import replay, sim_config, workload
+
+QUICK = [
+    "--max-requests",
+    "4",
+    "--top-k",
+    "16",
+    "--policy-layers",
+    "1",
+    "--profile-steps",
+    "4",
+    "--timeline-steps",
+    "3",
+    "--quiet",
+    "--concurrency",
+    "4",
+]
+FILES = ("summary.json", "requests.csv", "steps.csv", "memory.csv", "timeline.json")
+
+
+def _run(tmp_path, name, *extra):
+    out = tmp_path / name
+    assert main(["run", "--out", str(out), *QUICK, *extra]) == 0
+    return {f: (out / f).read_bytes() for f in FILES}
+
+
+@pytest.mark.parametrize("mode", ["dense", "lookahead"])
+def test_off_changes_nothing_but_the_config_record(tmp_path, mode):
+    base = _run(tmp_path, "a", "--mode", mode)
+    same = _run(tmp_path, "b", "--mode", mode, "--speculative-k", "0", "--speculative-alpha", "0.3")
+    for f in FILES[1:]:
+        assert base[f] == same[f], f
+    a, b = json.loads(base["summary.json"]), json.loads(same["summary.json"])
+    assert a.pop("config")["speculative_alpha"] == 0.7 and b.pop("config")["speculative_alpha"] == 0.3
+    assert a == b and "accepted_tokens_per_step" not in a
+
+
+def _summary(files):
+    return json.loads(files["summary.json"])
+
+
+@pytest.mark.parametrize("mode", ["dense", "lookahead"])
+def test_every_draft_accepted_emits_k_plus_one_and_raises_throughput(tmp_path, mode):
+    base = _summary(_run(tmp_path, "a", "--mode", mode))
+    spec = _summary(_run(tmp_path, "b", "--mode", mode, "--speculative-k", "3", "--speculative-alpha", "1"))
+    hist = spec["accepted_hist"]
+    assert set(hist["3"][:3]) == {0} and hist["3"][3] > 0  # every 3-draft step accepted all 3
+    assert all(v[-1] == sum(v) for v in hist.values())  # shorter chains only at the end of a request, all accepted
+    steps_full = hist["3"][3]
+    assert steps_full / sum(sum(v) for v in hist.values()) > 0.9 and spec["accepted_tokens_per_step"] > 3.9
+    assert spec["output_tokens"] == base["output_tokens"] and spec["steps"] < base["steps"] / 3
+    # the draft head is a small share of a step (predictor's draft_step): about (k + 1) / (1 + k gamma) faster
+    assert spec["throughput_tok_s"] > 2.0 * base["throughput_tok_s"]
+    assert spec["tpot_ms_p50"] < base["tpot_ms_p50"] / 2
+    if mode == "lookahead":  # one selection and transfer a step: fewer bytes for the same tokens
+        assert spec["h2d_bytes"] < base["h2d_bytes"] / 2
+
+
+def test_no_draft_accepted_costs_and_gamma_sets_the_draft_cost(tmp_path):
+    base = _summary(_run(tmp_path, "a", "--mode", "dense"))
+    nothing = _summary(_run(tmp_path, "b", "--mode", "dense", "--speculative-k", "3", "--speculative-alpha", "0"))
+    assert nothing["accepted_tokens_per_step"] == 1.0 and nothing["steps"] == base["steps"]
+    assert nothing["throughput_tok_s"] < base["throughput_tok_s"]
+    cheap = _summary(_run(tmp_path, "c", "--mode", "dense", "--speculative-k", "3", "--speculative-gamma", "0"))
+    dear = _summary(_run(tmp_path, "d", "--mode", "dense", "--speculative-k", "3", "--speculative-gamma", "0.5"))
+    assert cheap["accepted_hist"] == dear["accepted_hist"]  # the same draws
+    assert dear["throughput_tok_s"] < cheap["throughput_tok_s"] * 0.5  # 1 + 3 x 0.5 = 2.5 x the pass
+
+
+def test_auto_follows_the_acceptance(tmp_path):
+    hi = _summary(_run(tmp_path, "a", "--mode", "dense", "--speculative-k", "auto:5", "--speculative-alpha", "1"))
+    lo = _summary(_run(tmp_path, "b", "--mode", "dense", "--speculative-k", "auto:5", "--speculative-alpha", "0"))
+    assert max(map(int, hi["accepted_hist"])) == 5 and hi["accepted_tokens_per_step"] > 5
+    n_lo = {int(k): sum(v) for k, v in lo["accepted_hist"].items()}
+    assert sum(c for k, c in n_lo.items() if k <= 1) > 0.8 * sum(n_lo.values())  # backs off to short probes
+    assert 0 < hi["speculative_gamma_used"] < 0.2 and lo["speculative_steps"] < lo["steps"]
+
+
+def test_position_rates_reproduce_a_histogram():
+    h = {"3": [40, 30, 20, 10]}
+    rates, pooled = position_rates(h)
+    assert rates == pytest.approx((60 / 100, 30 / 60, 10 / 30))
+    assert pooled == pytest.approx((60 + 30 + 10) / (100 + 60 + 30))
+    m = ChainAcceptance.from_hist(h)
+    assert m.expected_tokens(3) == pytest.approx(1 + (30 + 2 * 20 + 3 * 10) / 100)  # the histogram's mean
+    mixed = position_rates({"1": [5, 5], "2": [0, 0, 10]})  # censored: a 1-draft step says nothing of position 2
+    assert mixed[0] == pytest.approx((15 / 20, 10 / 10))
+
+
+def test_a_recordings_histogram_reaches_the_simulator():
+    c = base_config(mode="dense", concurrency=2, context=2048, steps=6, warmup=1, speculative_k=3)
+    rec = build_recording(c, fake_results(accepted_hist={"3": [0, 0, 0, 5]}))
+    cfg = sim_config(rec)
+    assert cfg.speculative_k == 3 and cfg.speculative_accepted_hist == {"3": [0, 0, 0, 5]}
+    assert workload(rec).requests[0].output_tokens == (1 + 6 + 1) * 4  # as the bench: none ends in the window
+    res = replay(rec)
+    s = res.sim.summary
+    assert s["accepted_hist"]["3"][:3] == [0, 0, 0] and s["accepted_tokens_per_step"] > 3.5
+    assert res.predicted["throughput_tok_s"] == pytest.approx(
+        2 * 4 * len(res.window) / sum(res.sim.steps.dur[i] for i in res.window)
+    )
+    none = replay(build_recording(c, fake_results(accepted_hist={"3": [5, 0, 0, 0]})))
+    assert none.sim.summary["accepted_tokens_per_step"] == 1.0
+    with pytest.raises(Exception, match=r"results.accepted_hist: \[\"3\"\]: must be 4 integers"):
+        build_recording(c, fake_results(accepted_hist={"3": [1, 2]}))
+
+
+def test_config_and_cli_errors(tmp_path, capsys):
+    assert SimConfig(mode="dense", speculative_k="auto").spec_max_k == 4
+    for kw, msg in (
+        ({"speculative_k": "often"}, "speculative_k: must be an integer >= 0, auto or auto:N"),
+        ({"mode": "quest", "speculative_k": 2}, "only modes dense and lookahead decode speculatively"),
+        ({"speculative_k": 16}, r"must be < block_size \(16\)"),
+        ({"speculative_alpha": 1.5}, r"speculative_alpha: must be in \[0.0, 1.0\]"),
+        ({"speculative_accepted_hist": {"x": [1]}}, "speculative_accepted_hist: keys must be draft lengths"),
+    ):
+        with pytest.raises(ConfigError, match=msg):
+            SimConfig(**kw)
+    for args, msg in (
+        (["--speculative-k", "junk"], "--speculative-k: must be an integer >= 0, auto or auto:N, got 'junk'"),
+        (["--speculative-k", "-1"], "--speculative-k: must be an integer >= 0, got -1"),
+        (["--mode", "proxy", "--speculative-k", "auto"], "only modes dense and lookahead"),
+    ):
+        assert main(["run", "--out", str(tmp_path / "x"), *QUICK, *args]) == 2
+        err = capsys.readouterr().err
+        assert err.count("\n") == 1 and msg in err, err

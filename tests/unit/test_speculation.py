@@ -1,0 +1,85 @@
+"""The adaptive speculation length (``oasis_core.speculation``): the chain's expected tokens, ``best_k`` on
+hand-worked cases, the acceptance estimate, γ's running mean and the ``speculative_k`` values."""
+
+import argparse
+
+import pytest
+
+from oasis_core import speculation as S
+
+
+def test_expected_tokens_and_speedup_by_hand():
+    assert S.expected_tokens(0.5, 0) == 1.0
+    assert S.expected_tokens(0.5, 3) == pytest.approx(1 + 0.5 + 0.25 + 0.125)
+    assert S.expected_tokens(1.0, 3) == 4.0 and S.expected_tokens(0.0, 5) == 1.0
+    # S(k) = E(k) / (k γ + 1)
+    assert S.speedup(0.8, 2, 0.1) == pytest.approx((1 + 0.8 + 0.64) / 1.2)
+
+
+@pytest.mark.parametrize(
+    "alpha,gamma,k_max,want",
+    [
+        (1.0, 0.1, 4, 4),  # every draft accepted, cheap draft: the longest
+        (0.95, 0.05, 6, 6),  # S(5) = 5.30 / 1.25 = 4.24 < S(6) = 6.03 / 1.3 = 4.64: still growing
+        (0.0, 0.1, 4, 0),  # nothing accepted: no draft
+        (0.09, 0.1, 4, 0),  # α < γ: S(1) = 1.09 / 1.1 < 1
+        (0.11, 0.1, 4, 1),  # α > γ: S(1) = 1.11 / 1.1 > 1; S(2) = 1.1221 / 1.2 < S(1)
+        (0.6, 0.1, 8, 3),  # S = 1, 1.4545, 1.6333, 1.6738, 1.6469: the interior optimum
+        (0.6, 0.1, 2, 2),  # the same, clipped
+        (0.5, 0.5, 4, 0),  # α = γ: S(1) = 1 ties k = 0, the smaller wins
+        (0.99, 1.0, 4, 0),  # a draft as dear as the target never pays
+    ],
+)
+def test_best_k_hand_worked(alpha, gamma, k_max, want):
+    assert S.best_k(alpha, gamma, k_max) == want
+
+
+def test_first_draft_pays_exactly_when_alpha_exceeds_gamma():
+    for g in (0.02, 0.1, 0.3):
+        assert S.best_k(g * 0.99, g, 4) == 0 and S.best_k(min(1.0, g * 1.01), g, 4) >= 1
+
+
+def test_acceptance_estimate():
+    a = S.Acceptance(prior=0.6, weight=2.0, decay=1.0)
+    assert a.alpha == 0.6
+    a.observe(4, 4)  # 4 tried, 4 accepted
+    a.observe(4, 1)  # 2 tried (the rejected one too), 1 accepted
+    assert (a.tried, a.accepted) == (6, 5) and a.alpha == pytest.approx((1.2 + 5) / 8)
+    with pytest.raises(ValueError, match="accepted must be in"):
+        a.observe(2, 3)
+    d = S.Acceptance(decay=0.5)
+    d.observe(3, 0)
+    d.observe(0, 0)  # an ordinary step: the evidence decays toward the prior
+    assert d.tried == 0.5 and d.alpha > S.Acceptance(decay=0.5, tried=1.0).alpha
+
+
+def test_adaptive_k_per_key_and_gamma():
+    pol = S.AdaptiveK(4)
+    assert pol.gamma == S.DEFAULT_GAMMA and pol.choose("a") == S.best_k(S.PRIOR_ALPHA, S.DEFAULT_GAMMA, 4)
+    for _ in range(60):
+        pol.observe("a", 4, 4)
+        pol.observe("b", 4, 0)
+    assert pol.choose("a") == 4 and pol.choose("b") == 0
+    pol.drop("b")
+    assert pol.choose("b") == pol.choose("new")  # the prior again
+    pol.observe_cost(0.002, 0.01)
+    assert pol.gamma == pytest.approx(0.2)
+    pol.observe_cost(0.001, 0.01)
+    assert pol.gamma == pytest.approx(0.8 * 0.2 + 0.2 * 0.1)
+    fixed = S.AdaptiveK(4, gamma=0.5)
+    fixed.observe_cost(0.001, 0.01)
+    assert fixed.gamma == 0.5
+    with pytest.raises(ValueError, match="k_max"):
+        S.AdaptiveK(-1)
+
+
+def test_spec_values():
+    assert S.parse_spec(0) == (0, False) and S.parse_spec(3) == (3, False)
+    assert S.parse_spec("auto") == (S.DEFAULT_MAX_K, True) and S.parse_spec("auto", block_size=4) == (3, True)
+    assert S.parse_spec("auto:7") == (7, True)
+    for bad in (-1, True, 1.5, "x", "auto:0", "auto:x", "auto:", "3"):
+        with pytest.raises(ValueError, match="must be"):
+            S.parse_spec(bad)
+    assert S.cli_value("3") == 3 and S.cli_value("auto") == "auto" and S.cli_value("auto:2") == "auto:2"
+    with pytest.raises(argparse.ArgumentTypeError, match="must be an integer >= 0, auto or auto:N, got 'junk'"):
+        S.cli_value("junk")
