@@ -377,24 +377,9 @@ class ModelExec:
                 else:
                     res = st.resident[l][rows].view(B, H, st.S)
                     slot_ids = torch.where(res >= 0, base[:, :, None] + sel_off, -1).to(torch.int32)
-                ek = ev = None
-                if nq == 2:
-                    ek = k[:, 1:].transpose(1, 2).contiguous()
-                    ev = v[:, 1:].transpose(1, 2).contiguous()
-                attn = ops.sparse_attn(
-                    q.transpose(1, 2), st.k[l], st.v[l], slot_ids, local_slot.to(torch.int32), local_len, ek, ev
-                )  # [B, Hq, nq, D]
-                attn = attn.transpose(1, 2).reshape(B * nq, Hq, -1)
+                attn, _, _ = self._attend(l, q, k, v, slot_ids, local_slot, local_len)
                 # The local block's summary (exact for its valid tokens) and, once full, its host copy.
-                ops.summary_update(
-                    st.k[l],
-                    item_src,
-                    item_row,
-                    item_blk,
-                    item_len,
-                    st.kmin[l].view(-1, st.NB, st.D),
-                    st.kmax[l].view(-1, st.NB, st.D),
-                )
+                self._summarize(l, item_src, item_row, item_blk, item_len)
                 if not all_short:
                     writeback_full(
                         st.k[l],
@@ -481,6 +466,27 @@ class ModelExec:
         logits = self.dec.logits(x.view(B, nq, -1)[:, 0])
         aux_t = torch.cat([aux[i] for i in layers_aux], -1) if layers_aux else None
         return logits, aux_t
+
+    def _attend(self, l, q, k, v, slot_ids, local_slot, local_len):
+        """Sparse attention of layer ``l``: queries ``q`` [B, nq, Hq, D] over each row's slots ``slot_ids`` and its
+        local block, positions 1.. also over the earlier positions' own KV (``k``/``v`` [B, nq, H, D]: draft or
+        verified positions, not in the cache). Returns (attn [B * nq, Hq, D], their KV [B, H, nq - 1, D] or None x2)."""
+        st = self.store
+        B, nq, Hq = q.shape[0], q.shape[1], q.shape[2]
+        ek = ev = None
+        if nq > 1:
+            ek = k[:, 1:].transpose(1, 2).contiguous()
+            ev = v[:, 1:].transpose(1, 2).contiguous()
+        attn = ops.sparse_attn(
+            q.transpose(1, 2), st.k[l], st.v[l], slot_ids, local_slot.to(torch.int32), local_len, ek, ev
+        )  # [B, Hq, nq, D]
+        return attn.transpose(1, 2).reshape(B * nq, Hq, -1), ek, ev
+
+    def _summarize(self, l, item_src, item_row, item_blk, item_len) -> None:
+        """Layer ``l``'s summaries of the items' blocks (``ops.summary_update``: exact for their valid tokens)."""
+        st = self.store
+        kmin, kmax = st.kmin[l].view(-1, st.NB, st.D), st.kmax[l].view(-1, st.NB, st.D)
+        ops.summary_update(st.k[l], item_src, item_row, item_blk, item_len, kmin, kmax)
 
     def _offload_items(self, lanes):
         """The crossing lanes' copy items, the same in every layer: the slots of their rows' blocks 0 .. K (block j
@@ -611,23 +617,8 @@ class ModelExec:
                 ops.kv_write(k_[:, 0], v_[:, 0], st.k[l], st.v[l], item_src, off32, fused_kv)
                 res = st.resident[l][rows].view(B, H, st.S)
                 slot_ids = torch.where(res >= 0, base[:, :, None] + sel_off, -1).to(torch.int32)
-                ek = ev = None
-                if k:
-                    ek = k_[:, 1:].transpose(1, 2).contiguous()  # [B, H, k, D]
-                    ev = v_[:, 1:].transpose(1, 2).contiguous()
-                attn = ops.sparse_attn(
-                    q.transpose(1, 2), st.k[l], st.v[l], slot_ids, local_slot.to(torch.int32), local_len, ek, ev
-                )  # [B, Hq, nq, D]
-                attn = attn.transpose(1, 2).reshape(B * nq, Hq, -1)
-                ops.summary_update(
-                    st.k[l],
-                    item_src,
-                    item_row,
-                    item_blk,
-                    item_len,
-                    st.kmin[l].view(-1, st.NB, st.D),
-                    st.kmax[l].view(-1, st.NB, st.D),
-                )
+                attn, ek, ev = self._attend(l, q, k_, v_, slot_ids, local_slot, local_len)
+                self._summarize(l, item_src, item_row, item_blk, item_len)
                 writeback_full(st.k[l], st.v[l], self.host.k[l], self.host.v[l], item_src, item_dst, item_len, bs)
                 saved.append((q, ek, ev))
             else:
