@@ -2,6 +2,8 @@
 
 import json
 
+from oasis_sim.cli import main
+
 QUICK = [
     "--max-requests",
     "3",
@@ -15,6 +17,18 @@ QUICK = [
     "3",
     "--quiet",
 ]
+
+
+# four closed-loop requests at concurrency 4: what the option tests (fetch policy, speculation) compare byte for byte
+QUICK4 = [*QUICK[:1], "4", *QUICK[2:], "--concurrency", "4"]
+OUTPUTS = ("summary.json", "requests.csv", "steps.csv", "memory.csv", "timeline.json")
+
+
+def run_outputs(tmp_path, name, *extra):
+    """``oasis_sim run`` of ``QUICK4`` plus ``extra`` into ``tmp_path/name``; returns {output file: its bytes}."""
+    out = tmp_path / name
+    assert main(["run", "--out", str(out), *QUICK4, *extra]) == 0
+    return {f: (out / f).read_bytes() for f in OUTPUTS}
 
 
 def _trace(tmp_path, requests, name="t.json", **top):

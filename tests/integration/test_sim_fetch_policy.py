@@ -5,34 +5,12 @@ import json
 
 import numpy as np
 import pytest
+from sim_cases import OUTPUTS, QUICK4, run_outputs
 
 from oasis_core.fetchcap import FetchCapPolicy, Fixed, LinkBudget, Unlimited, register_policy
 from oasis_sim.cli import main
 from oasis_sim.config import ConfigError, SimConfig
 from oasis_sim.policy import Runner, StepLink, cap_policy
-
-QUICK = [
-    "--max-requests",
-    "4",
-    "--top-k",
-    "16",
-    "--policy-layers",
-    "1",
-    "--profile-steps",
-    "4",
-    "--timeline-steps",
-    "3",
-    "--quiet",
-    "--concurrency",
-    "4",
-]
-FILES = ("summary.json", "requests.csv", "steps.csv", "memory.csv", "timeline.json")
-
-
-def _run(tmp_path, name, *extra):
-    out = tmp_path / name
-    assert main(["run", "--out", str(out), *QUICK, *extra]) == 0
-    return {f: (out / f).read_bytes() for f in FILES}
 
 
 def test_default_policy_follows_fetch_ratio():
@@ -44,9 +22,9 @@ def test_default_policy_follows_fetch_ratio():
 
 @pytest.mark.parametrize("sampling", ["profile", "exact"])
 def test_spelling_out_the_default_changes_only_the_summary_label(tmp_path, sampling):
-    base = _run(tmp_path, "a", "--policy-sampling", sampling)
-    same = _run(tmp_path, "b", "--policy-sampling", sampling, "--fetch-policy", "fixed:0.05")
-    for f in FILES[1:]:
+    base = run_outputs(tmp_path, "a", "--policy-sampling", sampling)
+    same = run_outputs(tmp_path, "b", "--policy-sampling", sampling, "--fetch-policy", "fixed:0.05")
+    for f in OUTPUTS[1:]:
         assert base[f] == same[f], f
     a, b = json.loads(base["summary.json"]), json.loads(same["summary.json"])
     assert a["config"].pop("fetch_policy") is None and b["config"].pop("fetch_policy") == "fixed:0.05"
@@ -54,8 +32,8 @@ def test_spelling_out_the_default_changes_only_the_summary_label(tmp_path, sampl
 
 
 def test_budget_policy_runs_and_is_deterministic(tmp_path):
-    one = _run(tmp_path, "a", "--policy-sampling", "exact", "--fetch-policy", "budget:0.8")
-    two = _run(tmp_path, "b", "--policy-sampling", "exact", "--fetch-policy", "budget:0.8")
+    one = run_outputs(tmp_path, "a", "--policy-sampling", "exact", "--fetch-policy", "budget:0.8")
+    two = run_outputs(tmp_path, "b", "--policy-sampling", "exact", "--fetch-policy", "budget:0.8")
     assert one == two
     s = json.loads(one["summary.json"])
     assert s["fetch_policy"] == "budget:0.8" and s["requests_completed"] == 4
@@ -73,7 +51,7 @@ def test_budget_policy_runs_and_is_deterministic(tmp_path):
     ],
 )
 def test_bad_fetch_policy_exits_2_with_one_line(tmp_path, capsys, extra, msg):
-    assert main(["run", "--out", str(tmp_path / "o"), *QUICK, *extra]) == 2
+    assert main(["run", "--out", str(tmp_path / "o"), *QUICK4, *extra]) == 2
     err = capsys.readouterr().err
     assert err.count("\n") == 1 and msg in err, err
 

@@ -6,6 +6,7 @@ import json
 
 import pytest
 from replay_fakes import base_config, fake_results
+from sim_cases import OUTPUTS, QUICK4, run_outputs
 
 from oasis_core.recording import build_recording
 from oasis_core.speculation import ChainAcceptance, position_rates
@@ -13,35 +14,12 @@ from oasis_sim.cli import main
 from oasis_sim.config import ConfigError, SimConfig
 from oasis_sim.replay import replay, sim_config, workload
 
-QUICK = [
-    "--max-requests",
-    "4",
-    "--top-k",
-    "16",
-    "--policy-layers",
-    "1",
-    "--profile-steps",
-    "4",
-    "--timeline-steps",
-    "3",
-    "--quiet",
-    "--concurrency",
-    "4",
-]
-FILES = ("summary.json", "requests.csv", "steps.csv", "memory.csv", "timeline.json")
-
-
-def _run(tmp_path, name, *extra):
-    out = tmp_path / name
-    assert main(["run", "--out", str(out), *QUICK, *extra]) == 0
-    return {f: (out / f).read_bytes() for f in FILES}
-
 
 @pytest.mark.parametrize("mode", ["dense", "lookahead"])
 def test_off_changes_nothing_but_the_config_record(tmp_path, mode):
-    base = _run(tmp_path, "a", "--mode", mode)
-    same = _run(tmp_path, "b", "--mode", mode, "--speculative-k", "0", "--speculative-alpha", "0.3")
-    for f in FILES[1:]:
+    base = run_outputs(tmp_path, "a", "--mode", mode)
+    same = run_outputs(tmp_path, "b", "--mode", mode, "--speculative-k", "0", "--speculative-alpha", "0.3")
+    for f in OUTPUTS[1:]:
         assert base[f] == same[f], f
     a, b = json.loads(base["summary.json"]), json.loads(same["summary.json"])
     assert a.pop("config")["speculative_alpha"] == 0.7 and b.pop("config")["speculative_alpha"] == 0.3
@@ -54,8 +32,8 @@ def _summary(files):
 
 @pytest.mark.parametrize("mode", ["dense", "lookahead"])
 def test_every_draft_accepted_emits_k_plus_one_and_raises_throughput(tmp_path, mode):
-    base = _summary(_run(tmp_path, "a", "--mode", mode))
-    spec = _summary(_run(tmp_path, "b", "--mode", mode, "--speculative-k", "3", "--speculative-alpha", "1"))
+    base = _summary(run_outputs(tmp_path, "a", "--mode", mode))
+    spec = _summary(run_outputs(tmp_path, "b", "--mode", mode, "--speculative-k", "3", "--speculative-alpha", "1"))
     hist = spec["accepted_hist"]
     assert set(hist["3"][:3]) == {0} and hist["3"][3] > 0  # every 3-draft step accepted all 3
     assert all(v[-1] == sum(v) for v in hist.values())  # shorter chains only at the end of a request, all accepted
@@ -70,19 +48,25 @@ def test_every_draft_accepted_emits_k_plus_one_and_raises_throughput(tmp_path, m
 
 
 def test_no_draft_accepted_costs_and_gamma_sets_the_draft_cost(tmp_path):
-    base = _summary(_run(tmp_path, "a", "--mode", "dense"))
-    nothing = _summary(_run(tmp_path, "b", "--mode", "dense", "--speculative-k", "3", "--speculative-alpha", "0"))
+    base = _summary(run_outputs(tmp_path, "a", "--mode", "dense"))
+    nothing = _summary(
+        run_outputs(tmp_path, "b", "--mode", "dense", "--speculative-k", "3", "--speculative-alpha", "0")
+    )
     assert nothing["accepted_tokens_per_step"] == 1.0 and nothing["steps"] == base["steps"]
     assert nothing["throughput_tok_s"] < base["throughput_tok_s"]
-    cheap = _summary(_run(tmp_path, "c", "--mode", "dense", "--speculative-k", "3", "--speculative-gamma", "0"))
-    dear = _summary(_run(tmp_path, "d", "--mode", "dense", "--speculative-k", "3", "--speculative-gamma", "0.5"))
+    cheap = _summary(run_outputs(tmp_path, "c", "--mode", "dense", "--speculative-k", "3", "--speculative-gamma", "0"))
+    dear = _summary(run_outputs(tmp_path, "d", "--mode", "dense", "--speculative-k", "3", "--speculative-gamma", "0.5"))
     assert cheap["accepted_hist"] == dear["accepted_hist"]  # the same draws
     assert dear["throughput_tok_s"] < cheap["throughput_tok_s"] * 0.5  # 1 + 3 x 0.5 = 2.5 x the pass
 
 
 def test_auto_follows_the_acceptance(tmp_path):
-    hi = _summary(_run(tmp_path, "a", "--mode", "dense", "--speculative-k", "auto:5", "--speculative-alpha", "1"))
-    lo = _summary(_run(tmp_path, "b", "--mode", "dense", "--speculative-k", "auto:5", "--speculative-alpha", "0"))
+    hi = _summary(
+        run_outputs(tmp_path, "a", "--mode", "dense", "--speculative-k", "auto:5", "--speculative-alpha", "1")
+    )
+    lo = _summary(
+        run_outputs(tmp_path, "b", "--mode", "dense", "--speculative-k", "auto:5", "--speculative-alpha", "0")
+    )
     assert max(map(int, hi["accepted_hist"])) == 5 and hi["accepted_tokens_per_step"] > 5
     n_lo = {int(k): sum(v) for k, v in lo["accepted_hist"].items()}
     assert sum(c for k, c in n_lo.items() if k <= 1) > 0.8 * sum(n_lo.values())  # backs off to short probes
@@ -134,6 +118,6 @@ def test_config_and_cli_errors(tmp_path, capsys):
         (["--speculative-k", "-1"], "--speculative-k: must be an integer >= 0, got -1"),
         (["--mode", "proxy", "--speculative-k", "auto"], "only modes dense and lookahead"),
     ):
-        assert main(["run", "--out", str(tmp_path / "x"), *QUICK, *args]) == 2
+        assert main(["run", "--out", str(tmp_path / "x"), *QUICK4, *args]) == 2
         err = capsys.readouterr().err
         assert err.count("\n") == 1 and msg in err, err
