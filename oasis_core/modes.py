@@ -57,6 +57,13 @@ class Mode:
     def transfers(self) -> bool:
         return self.sparse
 
+    def resident_slots(self, top_k: int, hot_slots=None) -> int:
+        """Selectable GPU blocks per (request, layer, KV head): ``top_k``, or in a mode with a hot cache its
+        ``hot_slots`` (default ``2 * top_k``). Both backends' configs ask this (``resident_slots``)."""
+        if not self.hot_cache:
+            return top_k
+        return hot_slots if hot_slots is not None else 2 * top_k
+
     @property
     def on_demand(self) -> bool:
         """Fetches its set on the step's critical path (no prediction ahead, no cap)."""

@@ -313,9 +313,7 @@ class ExecConfig:
     def resident_slots(self) -> int:
         """Selectable GPU slots per (lane, layer, KV head) of a sparse mode (``SparseStore.S``): ``top_k``, or the
         hot cache's ``hot_slots`` (default ``2 * top_k``) in a mode with one."""
-        if not self.mode_spec.hot_cache:
-            return self.top_k
-        return self.hot_slots if self.hot_slots is not None else 2 * self.top_k
+        return self.mode_spec.resident_slots(self.top_k, self.hot_slots)
 
     def cap_policy(self):
         """The run's ``FetchCapPolicy``: ``Unlimited`` for a mode fetching on demand (retrieval), else

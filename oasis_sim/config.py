@@ -303,9 +303,7 @@ class SimConfig:
     def resident_slots(self) -> int:
         """Selectable GPU blocks per (request, layer, KV head) of a sparse mode: ``top_k``, or the hot cache's
         ``hot_slots`` (default ``2 * top_k``) in a mode with one (hisparse; the executor's ``resident_slots``)."""
-        if not modes.get(self.mode).hot_cache:
-            return self.top_k
-        return self.hot_slots if self.hot_slots is not None else 2 * self.top_k
+        return modes.get(self.mode).resident_slots(self.top_k, self.hot_slots)
 
     @property
     def short_context_rule(self) -> Optional[ShortContext]:
