@@ -75,7 +75,7 @@ def cost_rows(paths, rec_dir: str, log=print) -> list:
             "static": is_static(policy_of(c)),
             "context": c["context"],
             "concurrency": c["concurrency"],
-            "commit": rec.meta.get("commit") if hasattr(rec, "meta") and isinstance(rec.meta, dict) else None,
+            "commit": rec.results.get("commit"),  # the executor run's
         }
         for k in ("throughput_tok_s", "tpot_ms_p50", "pcie_h2d_bytes_per_step"):
             if k in m_fit:
