@@ -509,5 +509,20 @@ def get_policy(spec: str) -> FetchCapPolicy:
     return entry[1](spec, arg if sep else None)
 
 
+def canonical_specs(specs, option: str) -> list:
+    """Policy specs of a command-line option checked and in their canonical spelling (``get_policy(spec).spec``,
+    so that results group by policy); a bad or repeated spec is one ``ValueError`` line naming ``option``."""
+    out = []
+    for spec in specs or ():
+        try:
+            c = get_policy(spec).spec
+        except ValueError as e:
+            raise ValueError(f"{option}: {' '.join(str(e).split())}") from None
+        if c in out:
+            raise ValueError(f"{option}: {spec!r} given twice (as {c!r})")
+        out.append(c)
+    return out
+
+
 # The adaptive policies shipped in their own files register themselves here, so that get_policy knows them.
 from . import fetchcap_drift, fetchcap_layers, fetchcap_recall  # noqa: E402, F401

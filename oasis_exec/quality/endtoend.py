@@ -204,20 +204,10 @@ def _variants(modes, k_fracs, fetch_ratios, drafts, top_k, full_k_at, fetch_poli
 
 
 def canonical_policies(specs) -> list:
-    """``--fetch-policies`` checked and in their canonical spelling (``get_policy(spec).spec``, so that rows group by
-    policy); a bad or repeated spec is one ``ValueError`` line naming the option."""
-    from oasis_core.fetchcap import get_policy
+    """``--fetch-policies`` checked and in their canonical spelling (``oasis_core.fetchcap.canonical_specs``)."""
+    from oasis_core.fetchcap import canonical_specs
 
-    out = []
-    for spec in specs or ():
-        try:
-            c = get_policy(spec).spec
-        except ValueError as e:
-            raise ValueError(f"--fetch-policies: {' '.join(str(e).split())}") from None
-        if c in out:
-            raise ValueError(f"--fetch-policies: {spec!r} given twice (as {c!r})")
-        out.append(c)
-    return out
+    return canonical_specs(specs, "--fetch-policies")
 
 
 @dataclass

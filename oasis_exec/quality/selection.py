@@ -716,20 +716,10 @@ def check_args(args) -> None:
 
 
 def canonical_policies(specs) -> list:
-    """``--policies`` checked and in their canonical spelling (``get_policy(spec).spec``); a bad or repeated spec is
-    one ``ValueError`` line naming the option."""
-    from oasis_core.fetchcap import get_policy
+    """``--policies`` checked and in their canonical spelling (``oasis_core.fetchcap.canonical_specs``)."""
+    from oasis_core.fetchcap import canonical_specs
 
-    out = []
-    for spec in specs or ():
-        try:
-            c = get_policy(spec).spec
-        except ValueError as e:
-            raise ValueError(f"--policies: {' '.join(str(e).split())}") from None
-        if c in out:
-            raise ValueError(f"--policies: {spec!r} given twice (as {c!r})")
-        out.append(c)
-    return out
+    return canonical_specs(specs, "--policies")
 
 
 def run(args) -> int:
