@@ -78,6 +78,21 @@ def parse_spec(value, block_size: int | None = None) -> tuple[int, bool]:
     return k, True
 
 
+class SpeculativeFields:
+    """What both backends' configs (``ExecConfig``, ``SimConfig``: fields ``speculative_k`` and ``block_size``) derive
+    from ``speculative_k`` (``parse_spec``)."""
+
+    @property
+    def spec_max_k(self) -> int:
+        """The most drafts a speculative step takes: ``speculative_k``, or auto's ``N`` (0: off)."""
+        return parse_spec(self.speculative_k, self.block_size)[0]
+
+    @property
+    def spec_adaptive(self) -> bool:
+        """``speculative_k`` is ``auto``: the draft length is chosen per request each step."""
+        return parse_spec(self.speculative_k, self.block_size)[1]
+
+
 def cli_value(text: str):
     """The argparse ``type`` of ``--speculative-k``: an int, ``auto`` or ``auto:N`` (else a one-line error)."""
     import argparse

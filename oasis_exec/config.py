@@ -36,7 +36,7 @@ def _f(default, help, choices=None, metavar=None, type=None):
 
 
 @dataclass(frozen=True)
-class ExecConfig:
+class ExecConfig(speculation.SpeculativeFields):
     model: str = _f("qwen3-8b", "oasis_core model preset (qwen3-8b, llama-3.1-8b, tiny, ...)")
     model_path: str | None = _f(None, "local Hugging Face directory (config.json + *.safetensors); None = dummy")
     draft_path: str | None = _f(None, "local EAGLE-3 draft directory; None = random draft head")
@@ -298,16 +298,6 @@ class ExecConfig:
     @property
     def sparse(self) -> bool:
         return self.mode_spec.sparse
-
-    @property
-    def spec_max_k(self) -> int:
-        """The most drafts a speculative step takes: ``speculative_k``, or auto's ``N`` (0: off)."""
-        return speculation.parse_spec(self.speculative_k, self.block_size)[0]
-
-    @property
-    def spec_adaptive(self) -> bool:
-        """``speculative_k`` is ``auto``: the draft length is chosen per request each step."""
-        return speculation.parse_spec(self.speculative_k, self.block_size)[1]
 
     @property
     def resident_slots(self) -> int:

@@ -38,7 +38,7 @@ MAX_PROFILE_STEPS = 1 << 20  # a calibration episode's steps: beyond this the ve
 
 
 @dataclass(frozen=True)
-class SimConfig:
+class SimConfig(speculation.SpeculativeFields):
     # -- what runs --------------------------------------------------------------------------------------------
     model: str = _h("model preset (oasis_core.specs.MODELS)", "qwen3-8b")
     hardware: str = _h("GPU preset (oasis_core.specs.HARDWARE)", "h100-sxm")
@@ -289,15 +289,6 @@ class SimConfig:
     @property
     def sparse(self) -> bool:
         return modes.get(self.mode).sparse
-
-    @property
-    def spec_max_k(self) -> int:
-        """The most drafts a speculative step takes: ``speculative_k``, or auto's ``N`` (0: off)."""
-        return speculation.parse_spec(self.speculative_k, self.block_size)[0]
-
-    @property
-    def spec_adaptive(self) -> bool:
-        return speculation.parse_spec(self.speculative_k, self.block_size)[1]
 
     @property
     def resident_slots(self) -> int:
