@@ -712,15 +712,7 @@ class ModelExec:
                     st.v[l][dst, off[:, None]] = ev[bi, :, ji]
                 if item_t[phase] is not None:
                     src, row, blk, valid, dst_host, wb_len = item_t[phase]
-                    ops.summary_update(
-                        st.k[l],
-                        src,
-                        row,
-                        blk,
-                        valid,
-                        st.kmin[l].view(-1, st.NB, st.D),
-                        st.kmax[l].view(-1, st.NB, st.D),
-                    )
+                    self._summarize(l, src, row, blk, valid)
                     if phase == 0:  # a block filled by the run: its host copy before the slot holds the next one
                         ok = dst_host >= 0
                         if bool(ok.any()):
