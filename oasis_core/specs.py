@@ -276,6 +276,22 @@ MODELS: Mapping[str, ModelSpec] = {
             rope_theta=5e5,
             rms_eps=1e-5,
         ),
+        # The one real model here (SmolLM2-135M-Instruct, ../shared/models/README.md): the simulator at its shape.
+        ModelSpec(
+            name="smollm2-135m",
+            n_layers=30,
+            n_q_heads=9,
+            n_kv_heads=3,
+            head_dim=64,
+            hidden=576,
+            mlp_hidden=1536,
+            vocab=49152,
+            max_context_tokens=8192,
+            qk_norm=False,
+            rope_theta=1e5,
+            rms_eps=1e-5,
+            tie_embeddings=True,
+        ),
         # A toy shape for CPU tests: small enough to run a real forward pass in milliseconds.
         ModelSpec(
             name="tiny",

@@ -134,6 +134,10 @@ class SimConfig(speculation.SpeculativeFields):
     # -- prefill/decode split, prefix cache -------------------------------------------------------------------
     split: str = _h("none: one node | full: hand off the whole KV | rpf: remote partial fetching", "none")
     nic: str = _h("link preset of the prefill->decode NIC", "roce-400g")
+    nic_bytes_per_s: Optional[float] = _h(
+        "the NIC's rate, bytes/s, in place of the preset's (a measured link: experiments/two_gpu_split)", None
+    )
+    nic_latency_s: Optional[float] = _h("the NIC's per-transfer latency, s, in place of the preset's", None)
     rpf_granularity: str = _h(
         "rpf hand-off unit: block (union over a layer's KV heads) | head (each head's own set)", "block"
     )
@@ -227,6 +231,8 @@ class SimConfig(speculation.SpeculativeFields):
         number("host_bytes", 0.0, lo_open=True, optional=True)
         number("draft_state_bytes", 0.0)
         number("h2d_bytes_per_s", 0.0, lo_open=True, optional=True)
+        number("nic_bytes_per_s", 0.0, lo_open=True, optional=True)
+        number("nic_latency_s", 0.0, optional=True)
         number("gather_sm_share", 0.0, 0.95)
         integer("policy_layers", 1)
         integer("profile_steps", 2, hi=MAX_PROFILE_STEPS)
