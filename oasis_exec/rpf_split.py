@@ -82,7 +82,7 @@ class Wire:
         return t
 
 
-def measure_link(wire: Wire, rank: int, sizes=(8, 1 << 20, 1 << 24, 1 << 26), reps: int = 5) -> dict | None:
+def measure_link(wire: Wire, rank: int, sizes=(8, 1 << 20, 1 << 24, 1 << 26), reps: int = 10) -> dict | None:
     """Ping-pong between the two ranks: the decode node asks, the prefill node answers with ``n`` bytes. Returns (on
     the decode node) ``{"latency_s", "bytes_per_s", "rtt_s": {n: best round trip}}``: the latency is half the
     smallest message's round trip, the rate ``n / (rtt(n) - rtt(smallest))`` of the largest; None on the other
@@ -136,17 +136,16 @@ def _prefill_node(cfg, prompt, n_out, handoff, wire) -> dict:
     t1 = time.perf_counter()
     handoff_start = time.monotonic()
     meta = torch.tensor([n_tok, r.output[0], int(run.draft_tok[lane])], dtype=torch.int64)
-    wire.send(meta, "meta+draft")
-    wire.send(torch.stack([resident, last_sel]), "tables")
-    wire.send(st.kmin[:, lane, :, :n_full], "summaries")
-    wire.send(st.kmax[:, lane, :, :n_full], "summaries")
     base = st.slot_base(torch.tensor([lane], device=st.host_table.device))[0].cpu()
-    wire.send(torch.stack([st.k[l][base + st.LOCAL] for l in range(L)]), "local")
-    wire.send(torch.stack([st.v[l][base + st.LOCAL] for l in range(L)]), "local")
-    for l in range(L):  # the predicted units, layer by layer (K and V of every head of a block in the union)
-        sel = li == l
-        wire.send(host.k[l][phys[bi[sel]], hi[sel]], "blocks")
-        wire.send(host.v[l][phys[bi[sel]], hi[sel]], "blocks")
+    wire.send(meta, "meta+draft")  # five messages: the hand-off is one flow, as the simulator's NIC sees it
+    wire.send(torch.stack([resident, last_sel]), "tables")
+    wire.send(torch.stack([st.kmin[:, lane, :, :n_full], st.kmax[:, lane, :, :n_full]]), "summaries")
+    wire.send(torch.stack([torch.stack([x[l][base + st.LOCAL] for l in range(L)]) for x in (st.k, st.v)]), "local")
+    # the predicted units (K and V of every head of a block in a layer's union), in (layer, head, block) order
+    wire.send(
+        torch.stack([torch.cat([x[l][phys[bi[li == l]], hi[li == l]] for l in range(L)]) for x in (host.k, host.v)]),
+        "blocks",
+    )
     handoff_send_s = time.perf_counter() - t1
     served, twice = 0, 0
     crossed = torch.from_numpy(mask)  # this node's own count of what crossed: the at-most-once check of the record
@@ -155,8 +154,7 @@ def _prefill_node(cfg, prompt, n_out, handoff, wire) -> dict:
         if req.shape[0] == 0:
             break
         l = int(req[0, 0])
-        wire.send(host.k[l][phys[req[:, 2]], req[:, 1]], "remote")
-        wire.send(host.v[l][phys[req[:, 2]], req[:, 1]], "remote")
+        wire.send(torch.stack([x[l][phys[req[:, 2]], req[:, 1]] for x in (host.k, host.v)]), "remote")
         twice += int(crossed[l, req[:, 1], req[:, 2]].sum())
         crossed[l, req[:, 1], req[:, 2]] = True
         served += req.shape[0]
@@ -188,15 +186,17 @@ def _decode_node(cfg, n_out, handoff, wire, poison) -> dict:
         for t in host.k + host.v:
             t.fill_(float("nan"))
     t0 = time.perf_counter()
-    meta = wire.recv("meta+draft")
+    c0 = time.process_time()
+    meta = wire.recv("meta+draft")  # waits through the prefill (wait_cpu_s: whether the wait took a core)
+    wait_cpu_s = time.process_time() - c0
     n_tok, first, draft_tok = (int(x) for x in meta)
     n_full = n_tok // bs
     tables = wire.recv("tables")
-    kmin, kmax = wire.recv("summaries"), wire.recv("summaries")
-    lk, lv = wire.recv("local"), wire.recv("local")
-    (mask, ledger) = _handoff_mask(tables[0], handoff, L, H, K, n_full, host.unit_bytes)
+    kmin, kmax = wire.recv("summaries")
+    lk, lv = wire.recv("local")
+    mask, ledger = _handoff_mask(tables[0], handoff, L, H, K, n_full, host.unit_bytes)
     li, hi, bi = (torch.from_numpy(x) for x in np.nonzero(mask))
-    blocks = [(wire.recv("blocks"), wire.recv("blocks")) for _ in range(L)]
+    kv = wire.recv("blocks")
     recv_s = time.perf_counter() - t0
     t_received = time.monotonic()
     state = {"phys": None, "remote_units": 0, "fetches": 0, "max_row": 0, "t_installed": None}
@@ -213,7 +213,7 @@ def _decode_node(cfg, n_out, handoff, wire, poison) -> dict:
         st.kmax[:, a.lane, :, :n_full] = kmax.to(dev)
         for l in range(L):
             sel = li == l
-            host.k[l][phys[bi[sel]], hi[sel]], host.v[l][phys[bi[sel]], hi[sel]] = blocks[l]
+            host.k[l][phys[bi[sel]], hi[sel]], host.v[l][phys[bi[sel]], hi[sel]] = kv[0][sel], kv[1][sel]
             res = tables[0][l]  # [H, S]: the first working set's blocks, slot by slot
             h, j = torch.nonzero(res >= 0, as_tuple=True)
             st.k[l][(base[h] + j).to(dev)] = host.k[l][phys[res[h, j]], h].to(dev)
@@ -238,7 +238,7 @@ def _decode_node(cfg, n_out, handoff, wire, poison) -> dict:
             b = got.blocks[layer][h, c]
             ids = torch.from_numpy(np.stack([np.full_like(h, layer), h, b], 1))
             wire.send(ids, "requests")
-            k, v = wire.recv("remote"), wire.recv("remote")
+            k, v = wire.recv("remote")
             phys = state["phys"][torch.from_numpy(b)]
             host.k[layer][phys, torch.from_numpy(h)] = k
             host.v[layer][phys, torch.from_numpy(h)] = v
@@ -274,6 +274,7 @@ def _decode_node(cfg, n_out, handoff, wire, poison) -> dict:
         "remote_fetch_messages": state["fetches"],
         "max_remote_units_per_row_step": state["max_row"],
         "cap_units_per_row_step": int(cap),
+        "wait_cpu_s": wait_cpu_s,
         "handoff_recv_s": recv_s,  # from the start: it includes the wait for the prefill
         "t_received": t_received,
         "t_installed": state["t_installed"],
@@ -288,23 +289,25 @@ def _decode_node(cfg, n_out, handoff, wire, poison) -> dict:
 def _node(cfg, prompt, n_out, handoff, poison, probe) -> dict:
     rank = torch.distributed.get_rank()
     wire = Wire(DECODE if rank == PREFILL else PREFILL)
-    link = measure_link(wire, rank) if probe else None
-    wire.bytes.clear()
     torch.distributed.barrier()
     if rank == PREFILL:
         out = _prefill_node(cfg, prompt, n_out, handoff, wire)
     else:
         out = _decode_node(cfg, n_out, handoff, wire, poison)
-        out["link"] = link
     out["wire_bytes"] = dict(wire.bytes)
     out["wire_s"] = wire.seconds
+    if probe:  # after the run, both nodes idle: the link the simulator's NIC is given
+        out["link"] = measure_link(wire, rank)
     return out
 
 
 def split_run(cfg, prompt, n_out: int, handoff: str = "rpf", poison: bool = True, probe: bool = True) -> dict:
     """Prefill ``prompt`` on one process, hand off (``handoff``: "rpf" | "full") and decode ``n_out`` tokens (the
     first one sampled by the prefill node) on another; two processes spawned here over gloo (NCCL is not used: the
-    wire is host memory either way). Returns ``{"prefill": rank 0's record, "decode": rank 1's}``."""
+    wire is host memory either way). ``poison``: the decode node's host pool starts as NaN; ``probe``: the link is
+    measured after the run (``measure_link``). Returns ``{"prefill": rank 0's record, "decode": rank 1's,
+    "handoff_s": the hand-off's wire time, "ttft_s": from the prefill's start until the decode node holds the
+    hand-off}`` (both nodes read the system-wide monotonic clock)."""
     from . import tensor_parallel
 
     if handoff not in ("rpf", "full"):
