@@ -120,6 +120,9 @@ def init(backend: str) -> None:
     if backend == "nccl":
         torch.cuda.set_device(int(os.environ.get("LOCAL_RANK", os.environ["RANK"])))
     torch.distributed.init_process_group(backend=backend)
+    if backend == "nccl":  # the communicator made now, eagerly: not lazily inside a CUDA-graph capture of a step
+        torch.distributed.all_reduce(torch.zeros(1, device="cuda"))
+        torch.cuda.synchronize()
 
 
 def _worker(rank, size, port, backend, fn, args, out_dir):
