@@ -5,30 +5,18 @@ without the fused kernels, so the tolerance is the CPU test's."""
 
 from __future__ import annotations
 
-import dataclasses
 import os
 
 import pytest
 import torch
+from tp_cases import TINY_PROMPTS, same_as_one_rank
 
-from oasis_exec import tensor_parallel as tp
 from oasis_exec.config import ExecConfig
 
 pytestmark = [
     pytest.mark.gpu,
     pytest.mark.skipif(not torch.cuda.is_available() or torch.cuda.device_count() < 2, reason="needs two GPUs"),
 ]
-LOGIT_TOL = 1e-3
-
-
-def _same_as_one_rank(cfg, prompts, n):
-    ref = tp.generate_greedy(cfg, prompts, n)
-    two = dataclasses.replace(cfg, tensor_parallel=2)
-    outs = tp.launch(tp.generate_greedy, 2, two, prompts, n, backend="nccl", every_rank=True)
-    for o in outs:
-        assert o["tokens"] == ref["tokens"]
-        for a, b in zip(o["logits"], ref["logits"]):
-            assert float((a - b).abs().max()) < LOGIT_TOL
 
 
 @pytest.mark.parametrize("graphs", [False, True])
@@ -47,8 +35,7 @@ def test_tp2_equals_tp1_tiny_cuda(mode, graphs):
         cuda_graph=graphs,
         transfer="uva",
     )
-    prompts = [[(3 * j + 1) % 200 + 1 for j in range(40)], [(5 * j + 2) % 200 + 1 for j in range(23)]]
-    _same_as_one_rank(cfg, prompts, 16)
+    same_as_one_rank(cfg, TINY_PROMPTS, 16, "nccl")
 
 
 @pytest.mark.skipif(not os.environ.get("OASIS_GGUF"), reason="OASIS_GGUF: the SmolLM2 GGUF")
@@ -65,4 +52,4 @@ def test_tp2_equals_tp1_real_model_cuda():
         fused_ops=False,
         transfer="uva",
     )
-    _same_as_one_rank(cfg, [ids], 24)
+    same_as_one_rank(cfg, [ids], 24, "nccl")

@@ -1,7 +1,7 @@
 """Tensor parallelism on the CPU: two processes over gloo (``oasis_exec.tensor_parallel``) give the one-process
 greedy output, with the tiny dummy preset and with the real model (SmolLM2-135M: 3 KV heads over 2 ranks, split
 2 + 1), in dense and in lookahead with a real selection (top-K below the context). fp32: the logits differ by the
-order of the partial sums only (the all-reduce adds two partial matmuls), tolerance ``LOGIT_TOL``; the tokens are
+order of the partial sums only (the all-reduce adds two partial matmuls), tolerance ``tp_cases.LOGIT_TOL``; the tokens are
 equal."""
 
 from __future__ import annotations
@@ -9,13 +9,12 @@ from __future__ import annotations
 import dataclasses
 
 import pytest
+from tp_cases import TINY_PROMPTS, same_as_one_rank
 
 from oasis_exec import tensor_parallel as tp
 from oasis_exec.config import ExecConfig
 
 pytestmark = pytest.mark.usefixtures("one_torch_thread")
-
-LOGIT_TOL = 1e-3  # fp32 logits of magnitude ~10: measured 1e-6 (tiny) and ~1e-5 (SmolLM2) apart
 
 
 def test_head_split_uneven_and_refused():
@@ -53,17 +52,6 @@ def test_config_refuses_more_ranks_than_kv_heads():
         tp.group(2)
 
 
-def _same_as_one_rank(cfg, prompts, n):
-    ref = tp.generate_greedy(cfg, prompts, n)
-    outs = tp.launch(tp.generate_greedy, 2, dataclasses.replace(cfg, tensor_parallel=2), prompts, n, every_rank=True)
-    for o in outs:  # every rank samples the same tokens from the same all-reduced logits
-        assert o["tokens"] == ref["tokens"]
-        for a, b in zip(o["logits"], ref["logits"]):
-            assert a.shape == b.shape
-            assert float((a - b).abs().max()) < LOGIT_TOL
-    return ref, outs
-
-
 @pytest.mark.parametrize("mode", ["dense", "lookahead"])
 def test_tp2_equals_tp1_tiny(mode):
     cfg = ExecConfig(
@@ -76,8 +64,7 @@ def test_tp2_equals_tp1_tiny(mode):
         max_context=128,
         short_context=False,
     )
-    prompts = [[(3 * j + 1) % 200 + 1 for j in range(40)], [(5 * j + 2) % 200 + 1 for j in range(23)]]
-    ref, outs = _same_as_one_rank(cfg, prompts, 16)
+    ref, outs = same_as_one_rank(cfg, TINY_PROMPTS, 16)
     assert [(o["kv_heads"], o["q_heads"]) for o in outs] == [(1, 2), (1, 2)]
     if mode == "lookahead":  # each rank holds the host copy of its own KV heads: half the pool
         assert sum(o["host_pool_bytes"] for o in outs) == ref["host_pool_bytes"]
@@ -114,7 +101,7 @@ def test_tp2_equals_tp1_real_model(smollm2):
         max_context=512,
         short_context=False,
     )
-    ref, outs = _same_as_one_rank(cfg, [ids], 24)
+    ref, outs = same_as_one_rank(cfg, [ids], 24)
     assert [(o["kv_heads"], o["q_heads"], o["mlp_hidden"]) for o in outs] == [(2, 6, 768), (1, 3, 768)]
     assert sum(o["host_pool_bytes"] for o in outs) == ref["host_pool_bytes"]
 
