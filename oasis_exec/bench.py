@@ -355,16 +355,18 @@ def _bench_rank(*args) -> list:
 def run_bench_tp(cfg: ExecConfig, *args) -> dict | None:
     """``run_bench`` on ``cfg.tensor_parallel`` ranks (``oasis_exec.tensor_parallel.launch``: spawned here, or under
     torchrun, where only rank 0 returns the record; gloo on the CPU, NCCL with one GPU a rank). The record is rank
-    0's (its step times are the run's: every layer ends with all-reduces), with the ranks' bytes summed:
-    ``bytes_moved_per_step``, ``bytes_moved_total``, ``host_pool_bytes`` (each rank copies and holds its own KV
-    heads); ``ranks`` keeps every rank's record but its step times and layer events."""
+    0's, the largest share (its step times are the run's: every layer ends with all-reduces; its bytes are its own,
+    as the simulator's ``tensor_parallel`` run simulates rank 0); ``all_ranks`` sums ``bytes_moved_per_step``,
+    ``bytes_moved_total`` and ``host_pool_bytes`` over the ranks (each copies and holds its own KV heads); ``ranks``
+    keeps every rank's record but its step times and layer events."""
     backend = "nccl" if cfg.device.startswith("cuda") else "gloo"
     recs = tp.launch(_bench_rank, cfg.tensor_parallel, cfg, *args, backend=backend)
     if int(os.environ.get("RANK", "0")) != 0:  # torchrun: rank 0 writes the record
         return None
     rec = dict(recs[0])
-    for k in ("bytes_moved_per_step", "bytes_moved_total", "host_pool_bytes"):
-        rec[k] = sum(r[k] for r in recs)
+    rec["all_ranks"] = {
+        k: sum(r[k] for r in recs) for k in ("bytes_moved_per_step", "bytes_moved_total", "host_pool_bytes")
+    }
     rec["ranks"] = [{k: v for k, v in r.items() if k not in ("step_ms", "layer_events")} for r in recs]
     return rec
 

@@ -31,19 +31,7 @@ import socket
 
 import torch
 
-
-def head_split(n: int, size: int) -> list:
-    """``[(lo, hi), ...]``: ``n`` units (KV heads, MLP columns) cut into ``size`` contiguous runs, the first
-    ``n % size`` runs one longer; ValueError when a rank would get none."""
-    if size < 1 or n < size:
-        raise ValueError(f"tensor_parallel={size}: cannot split {n} heads (a rank would own none)")
-    q, r = divmod(n, size)
-    out, lo = [], 0
-    for i in range(size):
-        hi = lo + q + (i < r)
-        out.append((lo, hi))
-        lo = hi
-    return out
+from oasis_core.specs import head_split, tp_local
 
 
 @dataclasses.dataclass(frozen=True)
@@ -87,8 +75,7 @@ class TPGroup:
                 lo, hi, dim = cols[part]
                 w = w.narrow(dim, lo, hi - lo).contiguous()
             out[name] = w
-        local = dataclasses.replace(shape, n_q_heads=q1 - q0, n_kv_heads=k1 - k0, mlp_hidden=m1 - m0)
-        return local, out
+        return tp_local(shape, self.size, self.rank), out
 
 
 def group(size: int) -> TPGroup | None:

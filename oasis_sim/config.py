@@ -131,6 +131,12 @@ class SimConfig(speculation.SpeculativeFields):
         "profile: steps per calibration episode (later steps reuse the tail mean; RPF misses are stepped over the longest decode instead)",
         64,
     )
+    tensor_parallel: int = _h(
+        "decode GPUs a model is split over (heads and MLP, oasis_core.specs.tp_local; 3 KV heads over 2 is 2 + 1): "
+        "the run simulates rank 0, the largest share (its KV, weights, HBM and host bytes: hbm_bytes / host_bytes are "
+        "one GPU's), plus two all-reduces a layer over NVLink (predictor op all_reduce); split=none only",
+        1,
+    )
     # -- prefill/decode split, prefix cache -------------------------------------------------------------------
     split: str = _h("none: one node | full: hand off the whole KV | rpf: remote partial fetching", "none")
     nic: str = _h("link preset of the prefill->decode NIC", "roce-400g")
@@ -239,6 +245,14 @@ class SimConfig(speculation.SpeculativeFields):
         number("prefix_cache_hbm_bytes", 0.0)
         number("prefix_cache_host_bytes", 0.0)
         integer("timeline_steps", 0)
+        integer("tensor_parallel", 1)
+        if self.tensor_parallel > 1:
+            if self.split != "none":
+                bad("tensor_parallel", "is modelled on one node (split=none)")
+            try:
+                self.model_spec  # noqa: B018  (more ranks than KV heads fail here)
+            except ValueError as e:
+                bad("tensor_parallel", str(e))
         try:
             k, _adaptive = speculation.parse_spec(self.speculative_k, self.block_size)
         except ValueError as e:
@@ -312,7 +326,8 @@ class SimConfig(speculation.SpeculativeFields):
 
     @property
     def model_spec(self) -> specs.ModelSpec:
-        return specs.get_model(self.model)
+        """The model preset; with ``tensor_parallel > 1`` rank 0's share of it (``oasis_core.specs.tp_local``)."""
+        return specs.tp_local(specs.get_model(self.model), self.tensor_parallel)
 
     @property
     def hardware_spec(self) -> specs.HardwareSpec:

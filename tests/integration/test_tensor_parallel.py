@@ -107,8 +107,8 @@ def test_tp2_equals_tp1_real_model(smollm2):
 
 
 def test_bench_cli_tensor_parallel(tmp_path):
-    """``python -m oasis_exec bench --tensor-parallel 2`` spawns two ranks; the record is rank 0's with the ranks'
-    bytes summed and each rank's own record under ``ranks``."""
+    """``python -m oasis_exec bench --tensor-parallel 2`` spawns two ranks; the record is rank 0's, with the ranks'
+    bytes summed under ``all_ranks`` and each rank's own record under ``ranks``."""
     import json
     import os
     import subprocess
@@ -123,5 +123,6 @@ def test_bench_cli_tensor_parallel(tmp_path):
     (rec,) = [json.loads(x) for x in out.read_text().splitlines()]
     assert rec["tensor_parallel"] == 2 and [r["tp_rank"] for r in rec["ranks"]] == [0, 1]
     assert [r["kv_heads"] for r in rec["ranks"]] == [1, 1]
-    assert rec["host_pool_bytes"] == sum(r["host_pool_bytes"] for r in rec["ranks"]) > 0
-    assert rec["bytes_moved_total"] == sum(r["bytes_moved_total"] for r in rec["ranks"])
+    assert rec["all_ranks"]["host_pool_bytes"] == sum(r["host_pool_bytes"] for r in rec["ranks"]) > 0
+    assert rec["all_ranks"]["bytes_moved_total"] == sum(r["bytes_moved_total"] for r in rec["ranks"])
+    assert rec["host_pool_bytes"] == rec["ranks"][0]["host_pool_bytes"]  # rank 0's own, as the simulator's

@@ -10,7 +10,10 @@ need_model || say "no real model: its GPU test skips"
 say "pytest -m gpu: TP=2 equals TP=1 on two GPUs"
 TEST_S=${TEST_S:-150} gpu_tests tests/gpu/test_tensor_parallel_gpu.py
 # Qwen3-8B shape, 16K, dummy weights, synthetic selection at the fitted SmolLM2 preset; the 52 GB KV budget a GPU.
-# TP=1 and TP=2 at the same concurrencies: the step-time figures the simulator is to be checked against.
+# TP=1 and TP=2 at the same concurrencies, each also a recording (rank 0's, with config.tensor_parallel): back on the
+# CPU, `python -m oasis_sim validate OUT/rec` gives the simulator's error on every TP step time (it simulates rank 0's
+# share of the model plus two NVLink all-reduces a layer, SimConfig.tensor_parallel).
+mkdir -p "$OUT/rec"
 for n in ${CONCS:-16 32}; do
   for tp in 1 2; do
     for mode in ${MODES:-lookahead dense}; do
@@ -19,7 +22,8 @@ for n in ${CONCS:-16 32}; do
       timeout $(min "$(left)" ${RUN_S:-150}) $PY -m oasis_exec bench --model qwen3-8b --dummy --mode $mode \
         --context 16384 --concurrency $n --kv-budget-gb 52 --steps ${STEPS:-32} --warmup ${WARMUP:-5} \
         --selection synthetic --synthetic '{"preset": "smollm2"}' --tensor-parallel $tp \
-        --out "$OUT/tp_bench.jsonl" > /dev/null 2>> "$OUT/bench.err" || tail -5 "$OUT/bench.err"
+        --out "$OUT/tp_bench.jsonl" --record "$OUT/rec/${mode}_tp${tp}_n${n}.json" --record-hardware h200 \
+        > /dev/null 2>> "$OUT/bench.err" || tail -5 "$OUT/bench.err"
     done
   done
 done
