@@ -185,10 +185,18 @@ def main(argv=None) -> int:
     ap.add_argument("--fetch-ratio", type=float, default=0.05)
     ap.add_argument("--reference", action="store_true", help="also a one-process run: the tokens must be equal")
     ap.add_argument("--out", default=str(HERE / "results"))
+    ap.add_argument("--exec-from", help="reuse the executor part of an earlier run (its split_exec.json)")
     args = ap.parse_args(argv)
     os.environ.setdefault("OMP_NUM_THREADS", "1")
     prov = common.provenance()
-    ex = executor_runs(args)
+    out = Path(args.out)
+    out.mkdir(parents=True, exist_ok=True)
+    if args.exec_from:  # the executor part of an earlier run (its own provenance inside)
+        ex = json.loads(Path(args.exec_from).read_text())
+    else:
+        ex = executor_runs(args)
+        ex["provenance"] = prov
+        (out / "split_exec.json").write_text(json.dumps(ex, indent=1, default=str) + "\n")  # kept before the rest
     figs = {h: summarize_exec(ex[h]) for h in ("rpf", "full")}
     link = figs["rpf"]["link"]
     half = 2  # fp32 -> bf16 bytes: every KV and summary byte halves (the simulator's geometry is bf16)
@@ -240,14 +248,14 @@ def main(argv=None) -> int:
         "question": "RPF against a full hand-off, for real on two processes, and the simulator's error on it",
         "provenance": prov,
         "device": "CPU (two processes of this machine, gloo over loopback); no GPU",
-        "executor": {k: v for k, v in ex.items() if k not in ("rpf", "full", "reference_tokens")},
+        "executor": {k: v for k, v in ex.items() if k not in ("rpf", "full", "reference_tokens", "provenance")},
+        "executor_provenance": ex.get("provenance"),
         "executor_figures": figs,
         "simulator_smollm2": sims,
         "simulator_error": rows,
         "qwen3_8b_24k": q,
         "args": vars(args),
     }
-    os.makedirs(args.out, exist_ok=True)
     Path(args.out, "split_study.json").write_text(json.dumps(res, indent=1, default=str) + "\n")
     common.write_markdown(Path(args.out, "split_study.md"), report(res), HERE / "split_study_notes.md")
     print("\n".join(report(res)))
