@@ -173,6 +173,16 @@ def sim(model, split, prompt, output, top_k, fetch_ratio, layers, preset="smollm
     return out
 
 
+def best_link(links) -> dict:
+    """The link of several ping-pong probes (``rpf_split.measure_link``): each size's quickest round trip over all of
+    them (other work on the two shared cores only ever slows a probe), then latency and rate as ``measure_link``
+    derives them."""
+    rtt = {n: min(x["rtt_s"][n] for x in links) for n in links[0]["rtt_s"]}
+    small, big = min(rtt, key=int), max(rtt, key=int)
+    rate = (int(big) - int(small)) / max(rtt[big] - rtt[small], 1e-9)
+    return {"latency_s": rtt[small] / 2, "bytes_per_s": rate, "rtt_s": rtt, "from": "quickest of the runs' probes"}
+
+
 def err(pred, meas):
     return None if not meas else (pred - meas) / meas
 
@@ -198,7 +208,7 @@ def main(argv=None) -> int:
         ex["provenance"] = prov
         (out / "split_exec.json").write_text(json.dumps(ex, indent=1, default=str) + "\n")  # kept before the rest
     figs = {h: summarize_exec(ex[h]) for h in ("rpf", "full")}
-    link = figs["rpf"]["link"]
+    link = best_link([figs[h]["link"] for h in ("rpf", "full")])
     half = 2  # fp32 -> bf16 bytes: every KV and summary byte halves (the simulator's geometry is bf16)
     sims = {}
     for h in ("rpf", "full"):
@@ -251,6 +261,7 @@ def main(argv=None) -> int:
         "executor": {k: v for k, v in ex.items() if k not in ("rpf", "full", "reference_tokens", "provenance")},
         "executor_provenance": ex.get("provenance"),
         "executor_figures": figs,
+        "link": link,
         "simulator_smollm2": sims,
         "simulator_error": rows,
         "qwen3_8b_24k": q,
@@ -273,14 +284,16 @@ def _pct(x):
 def report(res) -> list:
     ex, f, a = res["executor"], res["executor_figures"], res["args"]
     r, fu = f["rpf"], f["full"]
-    link = r["link"]
+    link = res["link"]
     L = [
         "# RPF split for real: two processes, SmolLM2-135M; the simulator's error; the Qwen3-8B shape at 24K",
         "",
-        common.provenance_md(res["provenance"]),
+        "Simulator part: " + common.provenance_md(res["provenance"]),
+        "Executor part (the two-process runs): "
+        + common.provenance_md(res["executor_provenance"] or res["provenance"]),
         f"Device: {res['device']}. Weights: {ex['weights']}. Draft: {ex['draft']}. Selection: {ex['selection']}. "
         f"Prompt: {ex['prompt']}; {a['decode']} tokens out; top-K {a['top_k']} + the local block, block 16, fetch "
-        f"ratio {a['fetch_ratio']} (cap {r['cap_units_per_row_step']} unit a row and step).",
+        f"ratio {a['fetch_ratio']} (cap: {r['cap_units_per_row_step']} units a row and step).",
         "",
         "## Executor: RPF against a full hand-off (fp32 bytes as moved)",
         "",
@@ -310,8 +323,13 @@ def report(res) -> list:
         + ", ".join(f"{k}: {_g(v)}" for k, v in r["remote_bytes_by_tokens_out"].items())
         + ".",
         "",
-        f"Link (gloo send/recv over loopback, ping-pong after the run): {link['bytes_per_s'] / 1e9:.2f} GB/s, "
-        f"latency {1e6 * link['latency_s']:.0f} us.",
+        f"Link (gloo send/recv over loopback; ping-pong after each run, the quickest round trips of both): "
+        f"{link['bytes_per_s'] / 1e9:.2f} GB/s, latency {1e6 * link['latency_s']:.0f} us (each run's: "
+        + "; ".join(
+            f"{h} {f[h]['link']['bytes_per_s'] / 1e9:.2f} GB/s, {1e6 * f[h]['link']['latency_s']:.0f} us"
+            for h in ("rpf", "full")
+        )
+        + ").",
         "",
         "## The simulator's error (SmolLM2 shape, synthetic `smollm2` preset, the NIC at the measured link)",
         "",
