@@ -22,7 +22,8 @@ On one host the "network" is gloo's send/recv over loopback TCP (``Wire``); ``me
 returns one record: bytes by kind (hand-off and per decode token), the ledger's counters, TTFT and the decode
 node's host KV bytes, and the decode node's tokens (the prefill node's first token first).
 
-One request at a time, the CPU or one GPU a rank; a sparse background mode (lookahead, proxy) with a fixed fetch
+One request at a time, on the CPU (the remote fetch hooks the inline transfer path; the GPU paths are not hooked
+yet); a sparse background mode (lookahead, proxy) with a fixed fetch
 cap and ``short_context`` off (a short request would keep its KV on the GPU and hand nothing off).
 """
 
@@ -112,6 +113,8 @@ def measure_link(wire: Wire, rank: int, sizes=(8, 1 << 20, 1 << 24, 1 << 26), re
 def _check(cfg) -> None:
     if not (cfg.sparse and cfg.mode_spec.background) or cfg.short_context or cfg.fetch_policy is not None:
         raise ValueError("rpf_split: a background sparse mode, short_context off and a fixed fetch cap")
+    if cfg.device != "cpu":  # the remote fetch hooks the inline transfer; the CUDA paths (UVA, host) are not hooked
+        raise ValueError("rpf_split: the CPU only (device=cpu): the GPU transfer paths have no remote-fetch hook yet")
 
 
 def _prefill_node(cfg, prompt, n_out, handoff, wire) -> dict:

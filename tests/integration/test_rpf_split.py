@@ -59,6 +59,8 @@ def test_split_refuses_what_it_cannot_run():
         rpf_split.split_run(ExecConfig(model="tiny", device="cpu"), [1, 2, 3], 4)
     with pytest.raises(ValueError, match="short_context off"):
         rpf_split.split_run(ExecConfig(model="tiny", device="cpu", mode="dense", short_context=False), [1, 2, 3], 4)
+    with pytest.raises(ValueError, match="the CPU only"):
+        rpf_split.split_run(ExecConfig(model="tiny", device="cuda", short_context=False), [1, 2, 3], 4)
 
 
 @pytest.mark.slow
