@@ -38,6 +38,7 @@ from oasis_core import speculation
 
 from .config import ExecConfig
 from .engine import Engine
+from .runner import Runner
 from .scheduler import SamplingParams
 
 log = logging.getLogger(__name__)
@@ -157,23 +158,25 @@ def build_bench_engine(
     host_fill: bool = True,
     prompt_tokens=None,
     output_tokens: int | None = None,
+    decoder=None,
 ) -> tuple:
     """The benchmark's engine: built, its host pool filled (``host_fill``), and ``n`` requests of ``context``
-    tokens (synthesized prefill, ``warmup + steps + 1`` output tokens each: none finishes in a timed step) queued;
-    they are admitted by the first step. ``n`` is ``concurrency`` bounded by the lanes and, in sparse modes, the host
-    blocks (``bench_requests``; a clipped run logs a warning). Unless ``cfg`` says otherwise (``host_kv_gb``,
-    ``host_requests``) the host pool is sized for ``concurrency`` requests, not for every lane
-    (``oasis_exec.host_memory``). With ``prompt_tokens`` (a real text's token ids) the prompts are cut from that
-    text and prefilled for real (``run_bench`` runs every prefill before the warm-up), so that ``selection=model``
-    on real weights selects from real keys. ``output_tokens``: each request's, instead of the bench's (several
-    measurements over one prefill, ``run_bench_phases``). Returns (engine, n)."""
+        tokens (synthesized prefill, ``warmup + steps + 1`` output tokens each: none finishes in a timed step) queued;
+        they are admitted by the first step. ``n`` is ``concurrency`` bounded by the lanes and, in sparse modes, the host
+        blocks (``bench_requests``; a clipped run logs a warning). Unless ``cfg`` says otherwise (``host_kv_gb``,
+        ``host_requests``) the host pool is sized for ``concurrency`` requests, not for every lane
+        (``oasis_exec.host_memory``). With ``prompt_tokens`` (a real text's token ids) the prompts are cut from that
+        text and prefilled for real (``run_bench`` runs every prefill before the warm-up), so that ``selection=model``
+        on real weights selects from real keys. ``output_tokens``: each request's, instead of the bench's (several
+        measurements over one prefill, ``run_bench_phases``). ``decoder``: the model's weights, already loaded (a study of many runs loads them
+    once). Returns (engine, n)."""
     if prompt_tokens is not None:
         # every prompt prefilled before any request decodes: interleaved decode steps would let the first requests
         # finish (or run ahead) before the timed steps, which must see all n decoding together
         cfg = dataclasses.replace(cfg, prefill_interleave=False)
     if cfg.host_requests is None:
         cfg = dataclasses.replace(cfg, host_requests=concurrency)
-    eng = Engine(cfg)
+    eng = Engine(cfg, Runner(cfg, decoder=decoder) if decoder is not None else None)
     runner = eng.runner
     n, clipped_by = bench_requests(eng, context, concurrency, steps, warmup)
     if clipped_by:
@@ -217,9 +220,10 @@ def run_bench(
     host_fill: bool = True,
     prompt_tokens=None,
     prompt_name: str | None = None,
+    decoder=None,
 ) -> dict:
     t_build = time.perf_counter()
-    eng, n = build_bench_engine(cfg, context, concurrency, steps, warmup, host_fill, prompt_tokens)
+    eng, n = build_bench_engine(cfg, context, concurrency, steps, warmup, host_fill, prompt_tokens, decoder=decoder)
     clipped_by = bench_requests(eng, context, concurrency, steps, warmup)[1]
     build_s = time.perf_counter() - t_build
     prefill_s = _prefill_all(eng, n) if prompt_tokens is not None else 0.0
@@ -261,6 +265,7 @@ def run_bench_phases(
     prompt_tokens=None,
     prompt_name: str | None = None,
     host_fill: bool = True,
+    decoder=None,
 ) -> list:
     """One record a ``speculative_k`` value of ``phases`` (ints, ``auto``, ``auto:N``), all measured on one engine
     over one prefill, one phase after the other (``warmup`` untimed and ``steps`` timed steps each; a real prefill
@@ -274,7 +279,9 @@ def run_bench_phases(
         raise ValueError(f"run_bench_phases: cfg.speculative_k must be the phases' longest ({max(ks)})")
     out_tokens = sum((warmup + steps) * (k + 1) for k in ks) + 1
     t_build = time.perf_counter()
-    eng, n = build_bench_engine(cfg, context, concurrency, steps, warmup, host_fill, prompt_tokens, out_tokens)
+    eng, n = build_bench_engine(
+        cfg, context, concurrency, steps, warmup, host_fill, prompt_tokens, out_tokens, decoder=decoder
+    )
     clipped_by = bench_requests(eng, context, concurrency, steps, warmup)[1]
     build_s = time.perf_counter() - t_build
     prefill_s = _prefill_all(eng, n) if prompt_tokens is not None else 0.0

