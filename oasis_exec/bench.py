@@ -222,27 +222,37 @@ def run_bench(
     prompt_name: str | None = None,
     decoder=None,
 ) -> dict:
+    return _bench(cfg, context, concurrency, steps, warmup, host_fill, prompt_tokens, prompt_name, decoder)[0]
+
+
+def _bench(cfg, context, concurrency, steps, warmup, host_fill, prompt_tokens, prompt_name, decoder, phases=None):
+    """Build, prefill, then one ``measure`` (``phases`` None) or one a ``speculative_k`` of ``phases``."""
+    out_tokens = None if phases is None else sum((warmup + steps) * (k + 1) for k in _phase_ks(cfg, phases)) + 1
     t_build = time.perf_counter()
-    eng, n = build_bench_engine(cfg, context, concurrency, steps, warmup, host_fill, prompt_tokens, decoder=decoder)
+    eng, n = build_bench_engine(
+        cfg, context, concurrency, steps, warmup, host_fill, prompt_tokens, out_tokens, decoder=decoder
+    )
     clipped_by = bench_requests(eng, context, concurrency, steps, warmup)[1]
     build_s = time.perf_counter() - t_build
     prefill_s = _prefill_all(eng, n) if prompt_tokens is not None else 0.0
-    rec = measure(
-        eng,
-        n,
-        steps,
-        warmup,
-        clipped_by,
-        context,
-        host_fill,
-        prompt_tokens,
-        prompt_name,
-        prefill_s,
-        build_s,
-        concurrency,
-    )
+    run = dict(clipped_by=clipped_by, context=context, host_fill=host_fill, prompt_tokens=prompt_tokens,
+               prompt_name=prompt_name, prefill_s=prefill_s, build_s=build_s, concurrency=concurrency)  # fmt: skip
+    recs = []
+    for i, p in enumerate([None] if phases is None else phases):
+        if p is None:
+            recs.append(measure(eng, n, steps, warmup, **run))
+            continue
+        eng.runner.set_speculative_k(p)
+        recs.append(dict(measure(eng, n, steps, warmup, **run), phase=i, phases=list(phases), prefill_shared=True))
     _finish(eng)
-    return rec
+    return recs
+
+
+def _phase_ks(cfg, phases) -> list:
+    ks = [speculation.parse_spec(p, cfg.block_size)[0] for p in phases]
+    if max(ks) != cfg.spec_max_k:
+        raise ValueError(f"run_bench_phases: cfg.speculative_k must be the phases' longest ({max(ks)})")
+    return ks
 
 
 def _finish(eng) -> None:
@@ -274,41 +284,23 @@ def run_bench_phases(
     ``phases`` and has ``prefill_shared`` true; the contexts of later phases are longer by the earlier phases'
     tokens. A phase with ``speculative_k`` 0 in ``dense`` still runs the draft head's proposal each step (the engine
     holds one for the phases after it), which an engine built with ``speculative_k`` 0 does not."""
-    ks = [speculation.parse_spec(p, cfg.block_size)[0] for p in phases]
-    if max(ks) != cfg.spec_max_k:
-        raise ValueError(f"run_bench_phases: cfg.speculative_k must be the phases' longest ({max(ks)})")
-    out_tokens = sum((warmup + steps) * (k + 1) for k in ks) + 1
-    t_build = time.perf_counter()
-    eng, n = build_bench_engine(
-        cfg, context, concurrency, steps, warmup, host_fill, prompt_tokens, out_tokens, decoder=decoder
-    )
-    clipped_by = bench_requests(eng, context, concurrency, steps, warmup)[1]
-    build_s = time.perf_counter() - t_build
-    prefill_s = _prefill_all(eng, n) if prompt_tokens is not None else 0.0
-    recs = []
-    for i, p in enumerate(phases):
-        eng.runner.set_speculative_k(p)
-        rec = measure(
-            eng,
-            n,
-            steps,
-            warmup,
-            clipped_by,
-            context,
-            host_fill,
-            prompt_tokens,
-            prompt_name,
-            prefill_s,
-            build_s,
-            concurrency,
-        )
-        recs.append(dict(rec, phase=i, phases=list(phases), prefill_shared=True))
-    _finish(eng)
-    return recs
+    return _bench(cfg, context, concurrency, steps, warmup, host_fill, prompt_tokens, prompt_name, decoder, phases)
 
 
 def measure(
-    eng, n, steps, warmup, clipped_by, context, host_fill, prompt_tokens, prompt_name, prefill_s, build_s, concurrency
+    eng,
+    n,
+    steps,
+    warmup,
+    *,
+    clipped_by,
+    context,
+    host_fill,
+    prompt_tokens,
+    prompt_name,
+    prefill_s,
+    build_s,
+    concurrency,
 ) -> dict:
     """``warmup`` untimed then ``steps`` timed decode steps of ``eng``'s ``n`` requests, and the bench's record of
     them (the configuration fields from ``eng.runner.cfg``)."""
