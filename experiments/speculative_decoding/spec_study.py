@@ -134,6 +134,12 @@ def run(a) -> list:
     return recs
 
 
+def _short(path: str) -> str:
+    """A draft path from ``experiments/`` on (the records keep the path the run had)."""
+    i = path.find("experiments/")
+    return path[i:] if i >= 0 else path
+
+
 def _k_sort(k):
     return (1, 0) if isinstance(k, str) else (0, k)
 
@@ -147,7 +153,7 @@ def table(recs) -> str:
     dates = sorted({r["date"][:10] for r in recs})
     head = (
         f"Weights: {r0.get('weights', 'real' if not r0.get('dummy_weights') else 'dummy')} "
-        f"({os.path.basename(str(r0['model']))}), draft: {next((r['draft'] for r in recs if r.get('draft')), None)}, "
+        f"({os.path.basename(str(r0['model']))}), draft: {_short(next((r['draft'] for r in recs if r.get('draft')), ''))}, "
         "selection source: "
         f"{', '.join(sorted({r['selection'] for r in recs}))}, acceptance: "
         f"{', '.join(sorted({str(r.get('acceptance') or 'model') for r in recs if r['speculative_k']}))}, "
