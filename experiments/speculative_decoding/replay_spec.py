@@ -14,7 +14,7 @@ speculative step is predicted from the ordinary step's calibration). Reported: m
 
 **What if** (``--what-if-k``): the first recording without speculation (else the first) replayed with each draft
 length, its acceptance the real model's (``--accept-from``: the study's records, mode and draft length matching,
-the longest context's ``accepted_hist``; ``auto:N`` draws from the chain rate pooled over them): the simulator at the
+the longest context's ``accepted_hist``, or ``--accept-context``'s; ``auto:N`` draws from the chain rate pooled over them): the simulator at the
 recording's shape with the measured acceptance, where no executor ran. A row whose draft length has a recording
 too names it (the executor beside the simulator).
 
@@ -54,12 +54,14 @@ def _k_of(v) -> int:
     return parse_spec(v or 0)[0]
 
 
-def study_hists(path: str, mode: str) -> dict:
-    """speculative_k -> accepted_hist of the study's records of ``mode`` (the longest context's)."""
+def study_hists(path: str, mode: str, context: int | None = None) -> dict:
+    """speculative_k -> accepted_hist of the study's records of ``mode`` (at ``context``; None: the longest)."""
     best = {}
     for line in open(path):
         r = json.loads(line)
         if r["mode"] != mode or not r.get("accepted_hist") or (r.get("acceptance") or "model") != "model":
+            continue
+        if context is not None and r["context"] != context:
             continue
         k = r["speculative_k"]
         if k not in best or r["context"] > best[k]["context"]:
@@ -113,10 +115,11 @@ def replay_rows(recs, calibrate) -> list:
 
 def what_if(recs, calibrate, ks, hists) -> list:
     """The simulator at the base recording's shape for each draft length of ``ks``, acceptance from ``hists``."""
-    from oasis_sim.fitted import fit, sample_of
+    from oasis_sim.fitted import fit, recording_key, sample_of
 
     base = next((r for r in recs if not r.config.get("speculative_k")), recs[0])
-    pool = [r for r in calibrate]
+    scored = {recording_key(r) for r in recs}
+    pool = [r for r in calibrate if recording_key(r) not in scored]  # held out: none of the compared recordings
     model = fit([sample_of(r, replay(r)) for r in pool]) if pool else None
     by_k = {str(r.config.get("speculative_k", 0)): r for r in recs}
     rows = []
@@ -229,6 +232,7 @@ def main(argv=None) -> int:
     ap.add_argument(
         "--accept-mode", default=None, help="the study's mode to take acceptance from (default: the base's)"
     )
+    ap.add_argument("--accept-context", type=int, default=None, help="the study's context (default: the longest)")
     ap.add_argument("--what-if-k", nargs="*", default=["0", "1", "2", "3", "auto:3"])
     ap.add_argument("--out", default=os.path.join(HERE, "results", "replay_qwen"))
     a = ap.parse_args(argv)
@@ -238,7 +242,7 @@ def main(argv=None) -> int:
     whatif = []
     if a.what_if_k:
         mode = a.accept_mode or recs[0].config["mode"]
-        whatif = what_if(recs, calib, a.what_if_k, study_hists(a.accept_from, mode))
+        whatif = what_if(recs, calib, a.what_if_k, study_hists(a.accept_from, mode, a.accept_context))
     md = markdown(rows, whatif, [r.name for r in calib], os.path.relpath(a.accept_from, REPO))
     os.makedirs(os.path.dirname(os.path.abspath(a.out)) or ".", exist_ok=True)
     with open(a.out + ".md", "w") as fh:
