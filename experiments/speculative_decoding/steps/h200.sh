@@ -27,8 +27,9 @@ fi
 
 say "real-model sweep on $DEVICE $DTYPE (left $(left)s)"
 B=$(min $(( $(left) - ${QWEN_RESERVE_S:-140} )) ${SWEEP_S:-200})
+[ "$B" -lt 30 ] && { say "only ${B}s for the sweep: skipped"; B=1; }
 # shellcheck disable=SC2086
-timeout -k 10 "$B" $PY experiments/speculative_decoding/spec_study.py --device "$DEVICE" --dtype "$DTYPE" \
+[ "$B" -gt 1 ] && timeout -k 10 "$B" $PY experiments/speculative_decoding/spec_study.py --device "$DEVICE" --dtype "$DTYPE" \
   --model-path "$M" --contexts ${CONTEXTS:-4096 7936} --concurrency "${N:-16}" --steps "${STEPS:-16}" \
   --warmup "${WARMUP:-4}" --fresh-k0 ${CONTEXTS:-4096 7936} --fresh-k0-modes dense lookahead --eager-k0 \
   --out "$OUT/spec_h200.jsonl" 2>&1 | grep -v -e Warning -e warn | tee "$OUT/spec_h200.log" | tail -40
