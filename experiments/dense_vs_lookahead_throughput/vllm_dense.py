@@ -34,19 +34,35 @@ def model_dir(a) -> tuple:
         with open(os.path.join(d, "config.json"), "w") as f:
             json.dump(QWEN3_8B, f)
         return d, "dummy", "dummy", QWEN3_8B["vocab_size"]
-    import torch
-    import transformers
-
     d = "/tmp/vllm-" + os.path.splitext(os.path.basename(a.gguf))[0]
     if not os.path.exists(os.path.join(d, "config.json")):
-        src = os.path.dirname(os.path.abspath(a.gguf))
-        m = transformers.AutoModelForCausalLM.from_pretrained(
-            src, gguf_file=os.path.basename(a.gguf), dtype=torch.bfloat16
-        )
-        m.save_pretrained(d)
+        hf_dir_from_gguf(a.gguf, d)
     with open(os.path.join(d, "config.json")) as f:
         vocab = json.load(f)["vocab_size"]
     return d, "auto", "real", vocab
+
+
+def hf_dir_from_gguf(gguf: str, d: str) -> None:
+    """A Hugging Face directory (config.json + model.safetensors, bf16) of the GGUF's weights as transformers
+    dequantizes them. ``save_pretrained`` refuses a model loaded from a GGUF ("not serializable"), so the state dict
+    is written directly: the GGUF quantization entry dropped from the config, a tied lm_head left to the config."""
+    import torch
+    import transformers
+    from safetensors.torch import save_file
+
+    m = transformers.AutoModelForCausalLM.from_pretrained(
+        os.path.dirname(os.path.abspath(gguf)), gguf_file=os.path.basename(gguf), dtype=torch.bfloat16
+    )
+    cfg = m.config.to_dict()
+    cfg.pop("quantization_config", None)
+    cfg["architectures"] = cfg.get("architectures") or [type(m).__name__]  # vLLM picks its model class by it
+    sd = m.state_dict()
+    if cfg.get("tie_word_embeddings"):
+        sd.pop("lm_head.weight", None)
+    os.makedirs(d, exist_ok=True)
+    save_file({k: v.contiguous() for k, v in sd.items()}, os.path.join(d, "model.safetensors"), {"format": "pt"})
+    with open(os.path.join(d, "config.json"), "w") as f:
+        json.dump(cfg, f, indent=1)
 
 
 def main() -> None:
