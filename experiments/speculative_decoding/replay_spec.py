@@ -121,7 +121,9 @@ def what_if(recs, calibrate, ks, hists) -> list:
     scored = {recording_key(r) for r in recs}
     pool = [r for r in calibrate if recording_key(r) not in scored]  # held out: none of the compared recordings
     model = fit([sample_of(r, replay(r)) for r in pool]) if pool else None
-    by_k = {str(r.config.get("speculative_k", 0)): r for r in recs}
+    by_k = {}
+    for r in recs:  # the first recording of each k (list the graphed k = 0 before an eager one)
+        by_k.setdefault(str(r.config.get("speculative_k", 0)), r)
     rows = []
     for k in ks:
         kk = int(k) if str(k).isdigit() else k

@@ -14,7 +14,8 @@
 #                                                   -> $OUT/qwen_spec.jsonl, qwen_k2.json, qwen_k0.json, qwen.log
 # Estimate ~350 s (tests ~60 s, the sweep ~150 s, the two Qwen runs ~60 s each, most of it pinning 78 GB).
 # Overrides: DEVICE=cpu (a dry run: float32, tiny shapes, QWEN_MODEL=tiny), N (16), STEPS (16), WARMUP (4),
-# CONTEXTS ("4096 7936"), QWEN_N (32), QWEN_CONTEXT (16384), QWEN_MODEL (qwen3-8b), SPEC_ACCEPT (a JSON acceptance).
+# CONTEXTS ("4096 7936"), QWEN_N (32), QWEN_CONTEXT (16384), QWEN_MODEL (qwen3-8b), SPEC_ACCEPT (a JSON acceptance),
+# QWEN_EAGER=1 (also Qwen k = 0 eager, qwen_k0e.json: the speculative step's eager baseline), SKIP_TESTS=1.
 DEADLINE_S=${DEADLINE_S:-400}
 DEVICE=${DEVICE:-cuda}
 DTYPE=$([ "$DEVICE" = cpu ] && echo float32 || echo bfloat16)
@@ -47,20 +48,21 @@ PY
 say "Qwen3-8B-shape dummy, lookahead, synthetic acceptance $ACC (left $(left)s)"
 QM=${QWEN_MODEL:-qwen3-8b}
 if [ "$DEVICE" = cpu ]; then QARGS=(--record-hardware h200 --kv-budget-gb 1 --top-k 8); else QARGS=(--kv-budget-gb 52); fi
-for k in 2 0; do
-  EXTRA=(); [ "$k" != 0 ] && EXTRA=(--synthetic-accept "$ACC")
+for k in 2 0 ${QWEN_EAGER:+0e}; do  # 0e: k = 0 with CUDA graphs off (QWEN_EAGER=1; another ~50 s)
+  EXTRA=(); [ "$k" = 2 ] && EXTRA=(--synthetic-accept "$ACC")
+  [ "$k" = 0e ] && EXTRA=(--no-cuda-graph)
   T=$(min $(( $(left) - 5 )) ${QWEN_RUN_S:-120})
   [ "$T" -lt 30 ] && { say "no time left for the k=$k run"; break; }
   timeout -k 10 "$T" $PY -m oasis_exec bench --model "$QM" --dummy --device "$DEVICE" --dtype "$DTYPE" \
     --mode lookahead --context "${QWEN_CONTEXT:-16384}" --concurrency "${QWEN_N:-32}" --steps "${STEPS:-16}" \
     --warmup "${WARMUP:-4}" --selection synthetic --synthetic '{"preset": "smollm2"}' --no-host-fill \
-    --speculative-k "$k" "${EXTRA[@]}" "${QARGS[@]}" --record "$OUT/qwen_k$k.json" --out "$OUT/qwen_spec.jsonl" \
+    --speculative-k "${k%e}" "${EXTRA[@]}" "${QARGS[@]}" --record "$OUT/qwen_k$k.json" --out "$OUT/qwen_spec.jsonl" \
     2>> "$OUT/qwen.log" | $PY -c '
 import json, sys
 for l in sys.stdin:
     r = json.loads(l)
-    f = "qwen k=%s n=%s tok/s=%.1f step p50=%.2f ms tokens/step=%.3f acceptance=%s hist=%s"
-    print(f % (r["speculative_k"], r["concurrency"], r["throughput_tok_s"], r["tpot_ms_p50"],
+    f = "qwen k=%s graphs=%s n=%s tok/s=%.1f step p50=%.2f ms tokens/step=%.3f acceptance=%s hist=%s"
+    print(f % (r["speculative_k"], r.get("cuda_graph"), r["concurrency"], r["throughput_tok_s"], r["tpot_ms_p50"],
                r["accepted_tokens_per_step"], r["acceptance"], r["accepted_hist"]))' | tee -a "$OUT/qwen.log" \
     || tail -5 "$OUT/qwen.log"
 done
