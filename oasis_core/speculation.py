@@ -30,7 +30,9 @@ against one verification pass, an exponentially weighted mean of the steps measu
 
 **Drawn acceptance** (the simulator, ``ChainAcceptance``): the accepted drafts of a ``k``-draft step are the leading
 successes of ``k`` draws, draft ``j + 1`` accepted with probability ``rates[j]`` (every rate ``α``: the chain model;
-from a measured histogram: ``position_rates``).
+from a measured histogram: ``position_rates``). The executor draws from one too, with dummy weights only
+(``ExecConfig.synthetic_accept``, ``synthetic_acceptance``): a benchmark of the speculative step's cost and commit
+path at a model shape whose random draft head would accept nothing.
 """
 
 from __future__ import annotations
@@ -261,3 +263,32 @@ class ChainAcceptance:
             p *= self.rate(j)
             e += p
         return e
+
+
+def synthetic_acceptance(spec) -> ChainAcceptance:
+    """The ``ChainAcceptance`` of an ``ExecConfig.synthetic_accept`` value (a dict, as JSON on the command line):
+    ``{"alpha": A}`` (the chain model, every position accepted with probability ``A`` in [0, 1]), ``{"hist": H}``
+    or ``H`` itself, a measured histogram ``{"k": [steps accepting 0 .. k drafts]}`` (a bench record's
+    ``accepted_hist``; ``ChainAcceptance.from_hist``). Raises ``ValueError`` naming what is wrong."""
+    if not isinstance(spec, dict) or not spec:
+        raise ValueError('must be {"alpha": A}, {"hist": {"k": [counts]}} or a histogram {"k": [counts]}')
+    if "alpha" in spec:
+        a = spec["alpha"]
+        if set(spec) != {"alpha"} or isinstance(a, bool) or not isinstance(a, (int, float)) or not 0 <= a <= 1:
+            raise ValueError('{"alpha": A} takes one number A in [0, 1] and nothing else')
+        return ChainAcceptance.constant(float(a))
+    hist = spec["hist"] if set(spec) == {"hist"} else spec
+    if not isinstance(hist, dict) or not hist:
+        raise ValueError('"hist" must be a histogram {"k": [steps accepting 0 .. k drafts]}')
+    for k, v in hist.items():
+        if not str(k).isdigit() or int(k) < 1:
+            raise ValueError(f"histogram key {k!r}: must be a draft length >= 1")
+        if (
+            not isinstance(v, list)
+            or len(v) != int(k) + 1
+            or any(isinstance(c, bool) or not isinstance(c, int) or c < 0 for c in v)
+        ):
+            raise ValueError(f"histogram {k!r}: must be {int(k) + 1} counts >= 0 (steps accepting 0 .. {k} drafts)")
+    if not sum(sum(v) for v in hist.values()):
+        raise ValueError("histogram: every count is 0")
+    return ChainAcceptance.from_hist(hist)
