@@ -13,7 +13,8 @@
 #   - $OUT/device.txt: the step, commit, date, GPU, host memory and CPU, torch and Triton versions.
 # Built-in steps (no file):
 #   info    only the above (a cheap first call);
-#   stash   copy the carried model pieces (.models/*/p_* and part_*) into $MODEL_DIR for a later call;
+#   stash   copy the carried model pieces (.models/*/p_* and part_*) into $MODEL_DIR and the vLLM bundle's pieces
+#           (.vb/*/v_??) into $VLLM_DIR, for a later call;
 #   model   assemble and check the model (need_model below) and print its path.
 # Steps may use: el (seconds since the start), left (seconds to $DEADLINE_S, which the step sets), say MSG,
 #   min A B (integers), need_model (assemble $MODEL_DIR/model.gguf from its pieces if needed, check its sha256, export
@@ -41,6 +42,7 @@ cd "$ROOT"
 
 OUT=${OUT:-/tmp/out}; mkdir -p "$OUT"
 MODEL_DIR=${MODEL_DIR:-/tmp/m}
+VLLM_DIR=${VLLM_DIR:-/tmp/vbx}  # stashed pieces of the vLLM bundle
 SITE=${SITE:-/tmp/site}
 CARRIED=${CARRIED:-.models}  # where a call's carried pieces and wheels are (the `carry` paths of the device tool)
 MODEL_SHA256=${MODEL_SHA256:-b179c9523d0e6a0f98a330c7562b682750a6f8c8c15e5bc70ea373728110db53}  # SmolLM2-135M Q4_1
@@ -121,7 +123,9 @@ case "$STEP" in
   stash)
     mkdir -p "$MODEL_DIR"; n=0
     for f in "$CARRIED"/*/p_?? "$CARRIED"/*/part_??; do [ -f "$f" ] && cp "$f" "$MODEL_DIR/" && n=$((n + 1)); done
-    say "stashed $n piece(s) in $MODEL_DIR"; exit 0 ;;
+    mkdir -p "$VLLM_DIR"; v=0  # pieces of the vLLM bundle (.vb/N/v_??: dense_vs_lookahead_throughput/vllm_setup.sh)
+    for f in .vb/*/v_??; do [ -f "$f" ] && cp "$f" "$VLLM_DIR/" && v=$((v + 1)); done
+    say "stashed $n model piece(s) in $MODEL_DIR, $v vLLM piece(s) in $VLLM_DIR"; exit 0 ;;
   model) need_model || exit 1; echo "$M"; exit 0 ;;
 esac
 say "step $STEP"

@@ -73,8 +73,10 @@ def quantize_unit(x):
 
 @triton.jit
 def dequant(c, scale, OUT_BF16: tl.constexpr):
-    """Codes ``c`` (int32) times ``scale`` (broadcast) in the slots' dtype: bfloat16 (``OUT_BF16``) or float32."""
+    """Codes ``c`` (int32) times ``scale`` (broadcast) in the slots' dtype: bfloat16 (``OUT_BF16``) or float32.
+    One return: Triton compiles every return statement of a function, the ones after a taken constexpr branch too,
+    and refuses two of different types (the interpreter does not; the H200 did, 2026-12-01)."""
     v = e4m3_value(c) * scale
     if OUT_BF16:
-        return bf16_rne(v)
+        v = bf16_rne(v)
     return v

@@ -25,18 +25,27 @@ step (drafting or not) and the estimate is shrunk to a prior,
 so that a request whose drafts stopped paying (``k = 0``: nothing tried) drifts back to the prior and probes again
 when the prior exceeds ``γ`` (its evidence never weighs more than ``1 / (1 - decay)`` steps).
 
+**Per position** (what ``AdaptiveK.choose`` uses): the same counts are kept for each draft position ``j`` (tried:
+the steps that reached it; accepted: those that accepted it), ``α̂_j`` shrunk to the prior alike, and the chain's
+expected tokens are ``E(k) = 1 + α̂_1 + α̂_1 α̂_2 + ... + α̂_1 ⋯ α̂_k``: the pooled ``α̂`` above when every position
+accepts alike. A real draft head does not: SmolLM2's trained head had its first draft accepted 71% of the time at
+4K and its later ones almost never (CPU, 2026-12-01, ``experiments/speculative_decoding``), where the pooled ``α̂``
+of 0.5 made ``auto`` draft 2–3 tokens and lose to ``k = 1``; per position it drafts 1.
+
 **γ** (``AdaptiveK``): configured, or measured by the caller (``observe_cost``: the seconds of one draft-head step
 against one verification pass, an exponentially weighted mean of the steps measured).
 
 **Drawn acceptance** (the simulator, ``ChainAcceptance``): the accepted drafts of a ``k``-draft step are the leading
 successes of ``k`` draws, draft ``j + 1`` accepted with probability ``rates[j]`` (every rate ``α``: the chain model;
-from a measured histogram: ``position_rates``).
+from a measured histogram: ``position_rates``). The executor draws from one too, with dummy weights only
+(``ExecConfig.synthetic_accept``, ``synthetic_acceptance``): a benchmark of the speculative step's cost and commit
+path at a model shape whose random draft head would accept nothing.
 """
 
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 AUTO = "auto"
 DEFAULT_MAX_K = 4  # "auto" without ":N": the longest draft, clipped to block_size - 1 by the configs
@@ -129,10 +138,16 @@ def best_k(alpha: float, gamma: float, k_max: int) -> int:
     """The ``k`` in ``[0, k_max]`` of the largest ``speedup(alpha, k, gamma)``; the smallest on a tie (within
     1e-12 relative)."""
     alpha = min(max(float(alpha), 0.0), 1.0)
+    return best_k_of(lambda k: expected_tokens(alpha, k), gamma, k_max)
+
+
+def best_k_of(expected, gamma: float, k_max: int) -> int:
+    """The ``k`` in ``[0, k_max]`` of the largest ``expected(k) / (kγ + 1)`` (``expected``: a chain's expected
+    tokens a step, ``expected(0) = 1``); the smallest on a tie (within 1e-12 relative)."""
     gamma = max(float(gamma), 0.0)
     best, best_s = 0, 1.0
     for k in range(1, k_max + 1):
-        s = speedup(alpha, k, gamma)
+        s = expected(k) / (k * gamma + 1.0)
         if s > best_s * (1.0 + 1e-12):
             best, best_s = k, s
     return best
@@ -147,24 +162,54 @@ class Acceptance:
     decay: float = DECAY
     accepted: float = 0.0
     tried: float = 0.0
+    pos_accepted: list = field(default_factory=list)  # per draft position j = 0, 1, ..: decayed counts
+    pos_tried: list = field(default_factory=list)
 
     def observe(self, drafted: int, accepted: int) -> None:
         """One step of the request: ``drafted`` drafts (0: an ordinary step, only the decay), ``accepted`` of them."""
         if not 0 <= accepted <= drafted:
             raise ValueError(f"Acceptance.observe: accepted must be in [0, {drafted}], got {accepted}")
-        self.accepted *= self.decay
-        self.tried *= self.decay
+        d = self.decay
+        self.accepted *= d
+        self.tried *= d
+        self.pos_accepted[:] = [a * d for a in self.pos_accepted]
+        self.pos_tried[:] = [t * d for t in self.pos_tried]
         if drafted:
+            reached = accepted + (1 if accepted < drafted else 0)  # positions tried: the accepted, then the rejected
             self.accepted += accepted
-            self.tried += accepted + (1 if accepted < drafted else 0)
+            self.tried += reached
+            grow = drafted - len(self.pos_tried)
+            if grow > 0:
+                self.pos_tried += [0.0] * grow
+                self.pos_accepted += [0.0] * grow
+            for j in range(reached):
+                self.pos_tried[j] += 1.0
+            for j in range(accepted):
+                self.pos_accepted[j] += 1.0
 
     @property
     def alpha(self) -> float:
+        """The pooled estimate: every position alike."""
         return (self.prior * self.weight + self.accepted) / (self.weight + self.tried)
+
+    def rate(self, j: int) -> float:
+        """``α̂`` of draft position ``j`` (0-based): P(draft ``j + 1`` accepted | drafts ``1 .. j`` accepted),
+        shrunk to the prior as ``alpha`` (the prior alone at a position no step has reached)."""
+        a = self.pos_accepted[j] if j < len(self.pos_accepted) else 0.0
+        t = self.pos_tried[j] if j < len(self.pos_tried) else 0.0
+        return (self.prior * self.weight + a) / (self.weight + t)
+
+    def expected_tokens(self, k: int) -> float:
+        """``E(k) = 1 + α̂_1 + α̂_1 α̂_2 + ...``: the per-position chain's expected tokens a ``k``-draft step."""
+        e, p = 1.0, 1.0
+        for j in range(k):
+            p *= self.rate(j)
+            e += p
+        return e
 
 
 class AdaptiveK:
-    """Per-request draft lengths: ``choose(key)`` is ``best_k(α̂ of key, γ, k_max)``; ``observe(key, drafted,
+    """Per-request draft lengths: ``choose(key)`` is ``best_k_of(key's per-position E(k), γ, k_max)``; ``observe(key, drafted,
     accepted)`` after each of its steps; ``drop(key)`` when it ends (or its slot is reused). ``gamma``: a fixed γ,
     or None to follow ``observe_cost`` (``DEFAULT_GAMMA`` until the first measurement)."""
 
@@ -187,7 +232,8 @@ class AdaptiveK:
         return s
 
     def choose(self, key) -> int:
-        return best_k(self.state(key).alpha, self.gamma, self.k_max)
+        """``best_k_of`` the key's per-position estimate (``Acceptance.expected_tokens``)."""
+        return best_k_of(self.state(key).expected_tokens, self.gamma, self.k_max)
 
     def observe(self, key, drafted: int, accepted: int) -> None:
         self.state(key).observe(drafted, accepted)
@@ -261,3 +307,32 @@ class ChainAcceptance:
             p *= self.rate(j)
             e += p
         return e
+
+
+def synthetic_acceptance(spec) -> ChainAcceptance:
+    """The ``ChainAcceptance`` of an ``ExecConfig.synthetic_accept`` value (a dict, as JSON on the command line):
+    ``{"alpha": A}`` (the chain model, every position accepted with probability ``A`` in [0, 1]), ``{"hist": H}``
+    or ``H`` itself, a measured histogram ``{"k": [steps accepting 0 .. k drafts]}`` (a bench record's
+    ``accepted_hist``; ``ChainAcceptance.from_hist``). Raises ``ValueError`` naming what is wrong."""
+    if not isinstance(spec, dict) or not spec:
+        raise ValueError('must be {"alpha": A}, {"hist": {"k": [counts]}} or a histogram {"k": [counts]}')
+    if "alpha" in spec:
+        a = spec["alpha"]
+        if set(spec) != {"alpha"} or isinstance(a, bool) or not isinstance(a, (int, float)) or not 0 <= a <= 1:
+            raise ValueError('{"alpha": A} takes one number A in [0, 1] and nothing else')
+        return ChainAcceptance.constant(float(a))
+    hist = spec["hist"] if set(spec) == {"hist"} else spec
+    if not isinstance(hist, dict) or not hist:
+        raise ValueError('"hist" must be a histogram {"k": [steps accepting 0 .. k drafts]}')
+    for k, v in hist.items():
+        if not str(k).isdigit() or int(k) < 1:
+            raise ValueError(f"histogram key {k!r}: must be a draft length >= 1")
+        if (
+            not isinstance(v, list)
+            or len(v) != int(k) + 1
+            or any(isinstance(c, bool) or not isinstance(c, int) or c < 0 for c in v)
+        ):
+            raise ValueError(f"histogram {k!r}: must be {int(k) + 1} counts >= 0 (steps accepting 0 .. {k} drafts)")
+    if not sum(sum(v) for v in hist.values()):
+        raise ValueError("histogram: every count is 0")
+    return ChainAcceptance.from_hist(hist)

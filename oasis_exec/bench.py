@@ -34,9 +34,12 @@ import time
 
 import torch
 
+from oasis_core import speculation
+
 from . import tensor_parallel as tp
 from .config import ExecConfig
 from .engine import Engine
+from .runner import Runner
 from .scheduler import SamplingParams
 
 log = logging.getLogger(__name__)
@@ -155,29 +158,33 @@ def build_bench_engine(
     warmup: int = 5,
     host_fill: bool = True,
     prompt_tokens=None,
+    output_tokens: int | None = None,
+    decoder=None,
 ) -> tuple:
     """The benchmark's engine: built, its host pool filled (``host_fill``), and ``n`` requests of ``context``
-    tokens (synthesized prefill, ``warmup + steps + 1`` output tokens each: none finishes in a timed step) queued;
-    they are admitted by the first step. ``n`` is ``concurrency`` bounded by the lanes and, in sparse modes, the host
-    blocks (``bench_requests``; a clipped run logs a warning). Unless ``cfg`` says otherwise (``host_kv_gb``,
-    ``host_requests``) the host pool is sized for ``concurrency`` requests, not for every lane
-    (``oasis_exec.host_memory``). With ``prompt_tokens`` (a real text's token ids) the prompts are cut from that
-    text and prefilled for real (``run_bench`` runs every prefill before the warm-up), so that ``selection=model``
-    on real weights selects from real keys. Returns (engine, n)."""
+        tokens (synthesized prefill, ``warmup + steps + 1`` output tokens each: none finishes in a timed step) queued;
+        they are admitted by the first step. ``n`` is ``concurrency`` bounded by the lanes and, in sparse modes, the host
+        blocks (``bench_requests``; a clipped run logs a warning). Unless ``cfg`` says otherwise (``host_kv_gb``,
+        ``host_requests``) the host pool is sized for ``concurrency`` requests, not for every lane
+        (``oasis_exec.host_memory``). With ``prompt_tokens`` (a real text's token ids) the prompts are cut from that
+        text and prefilled for real (``run_bench`` runs every prefill before the warm-up), so that ``selection=model``
+        on real weights selects from real keys. ``output_tokens``: each request's, instead of the bench's (several
+        measurements over one prefill, ``run_bench_phases``). ``decoder``: the model's weights, already loaded (a study of many runs loads them
+    once). Returns (engine, n)."""
     if prompt_tokens is not None:
         # every prompt prefilled before any request decodes: interleaved decode steps would let the first requests
         # finish (or run ahead) before the timed steps, which must see all n decoding together
         cfg = dataclasses.replace(cfg, prefill_interleave=False)
     if cfg.host_requests is None:
         cfg = dataclasses.replace(cfg, host_requests=concurrency)
-    eng = Engine(cfg)
+    eng = Engine(cfg, Runner(cfg, decoder=decoder) if decoder is not None else None)
     runner = eng.runner
     n, clipped_by = bench_requests(eng, context, concurrency, steps, warmup)
     if clipped_by:
         log.warning("bench: concurrency %d clipped to %d: the %s", concurrency, n, CLIP_REASONS[clipped_by])
     if runner.host is not None and context > 0 and host_fill and prompt_tokens is None:
         runner.host.fill_pattern(cfg.seed)
-    out_tokens = (warmup + steps + 1) * (cfg.spec_max_k + 1)  # BenchConfig.output_tokens: none ends timed
+    out_tokens = output_tokens or (warmup + steps + 1) * (cfg.spec_max_k + 1)  # BenchConfig.output_tokens
     sp = SamplingParams(max_tokens=out_tokens + (prompt_tokens is not None))
     vocab = runner.shape.vocab
     if prompt_tokens is not None:
@@ -214,13 +221,92 @@ def run_bench(
     host_fill: bool = True,
     prompt_tokens=None,
     prompt_name: str | None = None,
+    decoder=None,
 ) -> dict:
+    return _bench(cfg, context, concurrency, steps, warmup, host_fill, prompt_tokens, prompt_name, decoder)[0]
+
+
+def _bench(cfg, context, concurrency, steps, warmup, host_fill, prompt_tokens, prompt_name, decoder, phases=None):
+    """Build, prefill, then one ``measure`` (``phases`` None) or one a ``speculative_k`` of ``phases``."""
+    out_tokens = None if phases is None else sum((warmup + steps) * (k + 1) for k in _phase_ks(cfg, phases)) + 1
     t_build = time.perf_counter()
-    eng, n = build_bench_engine(cfg, context, concurrency, steps, warmup, host_fill, prompt_tokens)
+    eng, n = build_bench_engine(
+        cfg, context, concurrency, steps, warmup, host_fill, prompt_tokens, out_tokens, decoder=decoder
+    )
     clipped_by = bench_requests(eng, context, concurrency, steps, warmup)[1]
-    runner = eng.runner
     build_s = time.perf_counter() - t_build
     prefill_s = _prefill_all(eng, n) if prompt_tokens is not None else 0.0
+    run = dict(clipped_by=clipped_by, context=context, host_fill=host_fill, prompt_tokens=prompt_tokens,
+               prompt_name=prompt_name, prefill_s=prefill_s, build_s=build_s, concurrency=concurrency)  # fmt: skip
+    recs = []
+    for i, p in enumerate([None] if phases is None else phases):
+        if p is None:
+            recs.append(measure(eng, n, steps, warmup, **run))
+            continue
+        eng.runner.set_speculative_k(p)
+        recs.append(dict(measure(eng, n, steps, warmup, **run), phase=i, phases=list(phases), prefill_shared=True))
+    _finish(eng)
+    return recs
+
+
+def _phase_ks(cfg, phases) -> list:
+    ks = [speculation.parse_spec(p, cfg.block_size)[0] for p in phases]
+    if max(ks) != cfg.spec_max_k:
+        raise ValueError(f"run_bench_phases: cfg.speculative_k must be the phases' longest ({max(ks)})")
+    return ks
+
+
+def _finish(eng) -> None:
+    """End the bench's requests (a speculative run's, which hold tokens for ``k + 1`` a step, aborted) and close."""
+    if eng.runner.cfg.spec_max_k:
+        for rid in list(eng.scheduler.running) + [r.id for r in eng.scheduler.waiting]:
+            eng.abort(rid)
+    while eng.has_work():  # the untimed last step: every request finishes
+        eng.step()
+    eng.close()
+
+
+def run_bench_phases(
+    cfg: ExecConfig,
+    context: int,
+    concurrency: int,
+    steps: int,
+    warmup: int,
+    phases,
+    prompt_tokens=None,
+    prompt_name: str | None = None,
+    host_fill: bool = True,
+    decoder=None,
+) -> list:
+    """One record a ``speculative_k`` value of ``phases`` (ints, ``auto``, ``auto:N``), all measured on one engine
+    over one prefill, one phase after the other (``warmup`` untimed and ``steps`` timed steps each; a real prefill
+    of long contexts on the CPU costs minutes, the decode steps seconds). ``cfg.speculative_k`` must be the phases'
+    longest (``Runner.set_speculative_k``: the buffers are sized for it). Each record names its ``phase`` and
+    ``phases`` and has ``prefill_shared`` true; the contexts of later phases are longer by the earlier phases'
+    tokens. A phase with ``speculative_k`` 0 in ``dense`` still runs the draft head's proposal each step (the engine
+    holds one for the phases after it), which an engine built with ``speculative_k`` 0 does not."""
+    return _bench(cfg, context, concurrency, steps, warmup, host_fill, prompt_tokens, prompt_name, decoder, phases)
+
+
+def measure(
+    eng,
+    n,
+    steps,
+    warmup,
+    *,
+    clipped_by,
+    context,
+    host_fill,
+    prompt_tokens,
+    prompt_name,
+    prefill_s,
+    build_s,
+    concurrency,
+) -> dict:
+    """``warmup`` untimed then ``steps`` timed decode steps of ``eng``'s ``n`` requests, and the bench's record of
+    them (the configuration fields from ``eng.runner.cfg``)."""
+    runner = eng.runner
+    cfg = runner.cfg
     times = []
     traced = set(layer_event_steps(steps)) if cfg.profile else set()
     layer_events, t_first = [], None
@@ -284,6 +370,9 @@ def run_bench(
         "speculative_k": cfg.speculative_k,
         "accepted_tokens_per_step": emitted / (n * len(timed)) if timed else None,  # mean emitted a request a step
         "accepted_hist": accepted_hist(runner.spec_accepts, acc0) if cfg.spec_max_k and timed else None,
+        # who decided the accepted drafts: the target (model) or, benchmark only, draws (synthetic_accept)
+        "acceptance": ("synthetic" if cfg.synthetic_accept else "model") if cfg.spec_max_k else None,
+        "synthetic_accept": cfg.synthetic_accept,
         "tpot_ms_p50": 1e3 * statistics.median(timed) if timed else None,
         "tpot_ms_p99": 1e3 * _pct(timed, 99) if timed else None,
         "tpot_ms_mean": 1e3 * total_s / max(len(timed), 1),
@@ -308,6 +397,9 @@ def run_bench(
         "stream_priority": runner.pipe.priority if runner.pipe is not None else None,
         "uva_kernel": cfg.uva_kernel if runner.pipe is not None and runner.pipe.path == "uva" else None,
         "copy_graph": bool(runner.pipe is not None and runner.pipe.copy_graph and runner.graphs),
+        "cuda_graph": bool(
+            runner.graphs
+        ),  # decode steps were captured and replayed as CUDA graphs (speculative: eager)
         "no_transfer": cfg.no_transfer,
         "fetch_ratio": cfg.fetch_ratio,
         "fetch_policy": cfg.fetch_policy if cfg.sparse else None,
@@ -335,12 +427,6 @@ def run_bench(
     }
     if layer_events:
         rec["layer_events"] = sorted(layer_events, key=lambda e: (e[0], e[3], e[1]))
-    if cfg.spec_max_k:  # requests hold tokens for k + 1 a step: end them rather than decode the rest untimed
-        for rid in list(eng.scheduler.running) + [r.id for r in eng.scheduler.waiting]:
-            eng.abort(rid)
-    while eng.has_work():  # the untimed last step: every request finishes
-        eng.step()
-    eng.close()
     return rec
 
 

@@ -212,6 +212,14 @@ class ExecConfig(speculation.SpeculativeFields):
         "head and draft head replicated (oasis_exec.tensor_parallel). bench spawns the ranks (gloo on the CPU, NCCL "
         "with one GPU a rank) or runs under torchrun",
     )
+    synthetic_accept: dict | None = _f(
+        None,
+        "BENCHMARK ONLY, dummy weights: the accepted drafts of every lane's speculative step drawn (seeded) from "
+        "this acceptance instead of the target's verdict, so that the step's cost and KV commit run with a real "
+        "model's acceptance at a shape whose random draft head accepts nothing: {'alpha': A}, or a histogram "
+        "{'k': [steps accepting 0 .. k drafts]} such as a real run's accepted_hist (oasis_core.speculation."
+        "synthetic_acceptance); records say acceptance: synthetic; refused with real weights; unused at speculative_k 0",
+    )
     synthetic: dict | None = _f(
         None,
         "SyntheticParams overrides, e.g. {'drift_rate': 0.1}; 'preset' names a base "
@@ -283,6 +291,17 @@ class ExecConfig(speculation.SpeculativeFields):
             bad("speculative_k", f"only modes {names} decode speculatively, not mode={self.mode}")
         if k >= self.block_size:
             bad("speculative_k", f"must be < block_size ({self.block_size}): a step fills at most one block")
+        if self.synthetic_accept is not None:
+            if self.model_path:
+                bad(
+                    "synthetic_accept",
+                    "benchmark-only, for dummy weights: with a real model (model_path) the target's own verdict "
+                    "decides what is accepted; drop one of the two",
+                )
+            try:
+                speculation.synthetic_acceptance(self.synthetic_accept)
+            except ValueError as e:
+                bad("synthetic_accept", str(e))
         g = self.speculative_gamma
         if g is not None:
             if not adaptive:

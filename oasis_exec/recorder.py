@@ -146,6 +146,11 @@ def recording_from_bench(
         config["speculative_k"] = spec_k
         if c.get("speculative_gamma") is not None:
             config["speculative_gamma"] = c["speculative_gamma"]
+        # who decided the accepted drafts: the target (model) or, benchmark only, draws (synthetic_accept)
+        synth = b.get("synthetic_accept", c.get("synthetic_accept"))
+        config["acceptance"] = b.get("acceptance") or ("synthetic" if synth else "model")
+        if synth:
+            config["synthetic_accept"] = synth
     per_step = float(b.get("bytes_moved_per_step") or 0.0)
     stall = stages.get("stall")
     results = {

@@ -30,6 +30,8 @@ bench, the server adapter and the quality harness use.
 
 from __future__ import annotations
 
+import dataclasses
+import random
 import time
 from collections import Counter
 
@@ -37,7 +39,7 @@ import torch
 
 from oasis_core.short_context import ShortContext
 from oasis_core.specs import ModelSpec, get_model
-from oasis_core.speculation import AdaptiveK
+from oasis_core.speculation import AdaptiveK, parse_spec, synthetic_acceptance
 
 from . import tensor_parallel
 from .config import ExecConfig
@@ -51,7 +53,7 @@ from .pipeline import Prefetcher
 from .sampling import TemperatureSampler
 from .scheduler import RunnerCall
 from .selection_sources import SelectionSources
-from .speculative import accept, accept_greedy
+from .speculative import accept, accept_greedy, accept_synthetic
 
 
 def _dtype(name):
@@ -88,6 +90,9 @@ class _Clock:
         if self.cuda:
             return a.elapsed_time(b) / 1e3, b.elapsed_time(c) / 1e3
         return b - a, c - b
+
+
+SYNTH_ACCEPT_SALT = 0x5A11CE  # the seeded draws of synthetic_accept
 
 
 class Runner:
@@ -175,6 +180,9 @@ class Runner:
         self.spec_accepts = Counter()  # (drafts a lane, accepted) -> lanes: results.accepted_hist of a recording
         # speculative_k auto (oasis_core.speculation): each lane's draft length from its measured acceptance
         self.adaptive = AdaptiveK(cfg.spec_max_k, cfg.speculative_gamma) if cfg.spec_adaptive else None
+        # synthetic_accept (benchmark only, dummy weights): accepted drafts drawn, seeded, instead of the target's
+        self.synth_accept = synthetic_acceptance(cfg.synthetic_accept) if cfg.synthetic_accept else None
+        self.synth_rng = random.Random(cfg.seed ^ SYNTH_ACCEPT_SALT)
         # synthetic / replayed selections and the recorded sets (selection_sources.py)
         self.sources = SelectionSources(
             cfg=cfg,
@@ -350,6 +358,17 @@ class Runner:
             self.sources.add_record(recorded, [it.req_id for it in items], pos_list)
         self.decode_steps += 1
 
+    def set_speculative_k(self, value) -> None:
+        """Another ``speculative_k`` (an int, ``auto``, ``auto:N``) from the next step on, at most the longest this
+        runner was built for (its buffers are sized for it; ``bench.run_bench_phases``: several draft lengths over
+        one prefill). ``auto`` starts a fresh acceptance estimate for every lane."""
+        k, adaptive = parse_spec(value, self.cfg.block_size)
+        built = self.model.cfg.spec_max_k
+        if k > built:
+            raise ValueError(f"Runner.set_speculative_k: {value!r} drafts more than the {built} this runner holds")
+        self.cfg = dataclasses.replace(self.cfg, speculative_k=value)
+        self.adaptive = AdaptiveK(k, self.cfg.speculative_gamma) if adaptive else None
+
     def _spec_k(self, items, short, cross):
         """Drafts of a speculative step (``oasis_exec.speculative``) a lane, or None (the ordinary step) when off, when
         a lane is short or crossing, or when no lane drafts. Fixed ``speculative_k``: the same ``k`` for every lane,
@@ -388,7 +407,11 @@ class Runner:
         if clock is not None:
             clock.mark()
         params = [plan.sampling[it.req_id] for it in items]
-        if all(sp.temperature == 0 for sp in params):
+        if self.synth_accept is not None:  # benchmark only (dummy weights): drawn, not the target's verdict
+            n_acc, out = accept_synthetic(
+                logits, drafts, [self.synth_accept.draw(ki, self.synth_rng.random) for ki in ks]
+            )
+        elif all(sp.temperature == 0 for sp in params):
             n_acc, out = accept_greedy(logits, drafts, limits)
         else:
             req_ids = [it.req_id for it in items]

@@ -96,6 +96,17 @@ def accept_greedy(logits, drafts, limits=None):
     return n_l, [row[: m + 1] for row, m in zip(tgt_l, n_l)]
 
 
+def accept_synthetic(logits, drafts, n_acc):
+    """Benchmark-only verification (``ExecConfig.synthetic_accept``, dummy weights): row ``i`` accepts its first
+    ``n_acc[i]`` drafts whatever the target says (drawn by the caller from a measured acceptance) and emits them and
+    the target's argmax after them, so the commit keeps exactly those tokens' KV. Returns (n_acc, emitted tokens)."""
+    n_l = [int(n) for n in n_acc]
+    if any(not 0 <= n <= drafts.shape[1] for n in n_l):
+        raise ValueError(f"accept_synthetic: accepted drafts must be in [0, {drafts.shape[1]}], got {n_l}")
+    tgt_l, d_l = logits.argmax(-1).tolist(), drafts.tolist()
+    return n_l, [d[:m] + [t[m]] for d, t, m in zip(d_l, tgt_l, n_l)]
+
+
 def accept(logits, drafts, params, u_acc, u_draw, limits=None):
     """Verification of greedy drafts (``q`` one-hot) by rejection sampling against the target's distributions
     (``target_probs``; temperature 0 rows reduce to ``accept_greedy``'s rule). logits [B, k + 1, V]; drafts [B, k];

@@ -3,6 +3,7 @@ fixture, and ``helpers/`` on ``sys.path`` so that test files import the shared f
 (``from server_fakes import FakeEngine``), wherever they sit."""
 
 import importlib.util
+import os
 import sys
 from pathlib import Path
 
@@ -22,7 +23,7 @@ def _cuda_available() -> bool:
 
 
 def pytest_collection_modifyitems(config, items):
-    if _cuda_available():
+    if _cuda_available() or os.environ.get("OASIS_GPU_TESTS_DEVICE") == "cpu":  # cpu: a dry run of files that take it
         return
     skip = pytest.mark.skip(reason="needs CUDA (run on the GPU machine with `pytest -m gpu`)")
     for item in items:

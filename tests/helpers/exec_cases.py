@@ -67,3 +67,29 @@ def oracle_chain(eng, reference, wrong=lambda position: False):
         return torch.tensor(rows, dtype=torch.int64, device=lanes.device)
 
     return chain
+
+
+def layer0_kv_exact(eng, ps, outs):
+    """Layer 0's KV depends on the tokens alone: the lanes' host copies, summaries and local blocks must be those of
+    prompt + output (but the last token, whose KV the next step would write)."""
+    r = eng.runner
+    st, bs, dec = r.store, r.bs, r.dec
+    for lane, (p, o) in enumerate(zip(ps, outs)):
+        seq = p + o[:-1]
+        T = len(seq)
+        _, k, v = dec.qkv(0, dec.embed[torch.tensor(seq)], torch.arange(T))  # [T, H, D]
+        nf = T // bs
+        hb = r.lane_blocks[lane]
+        for b in range(nf):
+            torch.testing.assert_close(r.host.k[0][hb[b]], k[b * bs : (b + 1) * bs].transpose(0, 1))
+            torch.testing.assert_close(r.host.v[0][hb[b]], v[b * bs : (b + 1) * bs].transpose(0, 1))
+        nb = -(-T // bs)
+        for b in range(nb):
+            kb = k[b * bs : min(T, (b + 1) * bs)]
+            torch.testing.assert_close(st.kmin[0, lane][:, b], kb.amin(0))
+            torch.testing.assert_close(st.kmax[0, lane][:, b], kb.amax(0))
+        assert torch.isinf(st.kmin[0, lane][:, nb:]).all()  # nothing summarised past the context
+        m = T % bs
+        slot = st.slot_base(torch.tensor([lane]))[0] + st.LOCAL
+        torch.testing.assert_close(st.k[0][slot][:, :m], k[nf * bs : T].transpose(0, 1))
+        torch.testing.assert_close(st.v[0][slot][:, :m], v[nf * bs : T].transpose(0, 1))

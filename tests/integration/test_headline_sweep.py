@@ -257,3 +257,15 @@ def test_poisoned_cuda_context_stops_the_process_and_the_next_resumes(tmp_path, 
     assert H.main(args) == 0 and calls == [1, 2, 3]  # resumed in a "fresh process": the error is not retried
     final = {r["label"]: r["status"] for r in _lines(out) if r["status"] != "started"}
     assert final == {"c64-dense-1": "ok", "c64-dense-2": "error", "c64-dense-3": "ok"}
+
+
+def test_mode_variant_plans_another_sparse_mode_at_the_same_point(tmp_path, capsys):
+    H = _load("h200_headline")
+    assert H.variant_params("mode=hisparse", 0.1, 0.1)[2] == {"mode": "hisparse"}
+    with pytest.raises(ValueError, match="nosuch"):
+        H.variant_params("mode=nosuch", 0.1, 0.1)
+    argv = ["--out", str(tmp_path / "p.jsonl"), "--dry-run", "--contexts", "16k", "--dense-n", "none"]
+    argv += ["--la-n", "44", "--max-n", "none", "--nt-n", "none", "--sens-n", "44", "--variants", "mode=hisparse"]
+    assert H.main(argv + ["--anchors", "none", "--assume-mem-gb", "262"]) == 0
+    plan = [ln.split("plan ", 1)[1].split()[0] for ln in capsys.readouterr().out.splitlines() if "] plan " in ln]
+    assert plan[1:] == ["16k-lookahead-44", "16k-hisparse-44"]  # after the "(headline)" line

@@ -53,6 +53,30 @@ def test_acceptance_estimate():
     assert d.tried == 0.5 and d.alpha > S.Acceptance(decay=0.5, tried=1.0).alpha
 
 
+def test_per_position_estimate_and_choice():
+    a = S.Acceptance(prior=0.6, weight=2.0, decay=1.0)
+    a.observe(3, 1)  # position 0 tried and accepted, position 1 tried and rejected, position 2 not reached
+    a.observe(3, 0)  # position 0 tried and rejected
+    assert a.pos_tried == [2.0, 1.0, 0.0] and a.pos_accepted == [1.0, 0.0, 0.0]
+    assert a.rate(0) == pytest.approx((1.2 + 1) / 4) and a.rate(1) == pytest.approx(1.2 / 3)
+    assert a.rate(2) == 0.6 == a.rate(9)  # never reached: the prior
+    assert a.expected_tokens(2) == pytest.approx(1 + a.rate(0) + a.rate(0) * a.rate(1))
+    alike = S.Acceptance(decay=1.0)
+    for _ in range(50):
+        alike.observe(4, 4)
+        alike.observe(4, 1)
+    # every position alike (a chain with one alpha): the per-position E(k) is near the pooled formula's
+    assert abs(alike.expected_tokens(1) - S.expected_tokens(alike.alpha, 1)) < 0.2
+    # a head whose first draft is accepted 90% and later ones never (as SmolLM2's trained head): k = 1, where the
+    # pooled estimate (about 0.5) would draft 2
+    pol = S.AdaptiveK(4, gamma=0.1)
+    for i in range(200):
+        pol.observe("h", 4, 1 if i % 10 else 0)
+    st = pol.state("h")
+    assert st.rate(0) > 0.85 and st.rate(1) < 0.1  # the prior still weighs 2 of ~20 decayed steps
+    assert pol.choose("h") == 1 and S.best_k(st.alpha, 0.1, 4) >= 2
+
+
 def test_adaptive_k_per_key_and_gamma():
     pol = S.AdaptiveK(4)
     assert pol.gamma == S.DEFAULT_GAMMA and pol.choose("a") == S.best_k(S.PRIOR_ALPHA, S.DEFAULT_GAMMA, 4)

@@ -1,0 +1,74 @@
+"""The issue-17 table from one device call's files: vLLM dense (vllm_*.json) against OasisKV (every *.jsonl bench
+record under the folder), each ratio against the best vLLM decode throughput at the same context and KV dtype of the
+same call, and each sparse run's TPOT against its no-transfer twin (same mode, context, concurrency, host dtype).
+
+    python experiments/dense_vs_lookahead_throughput/baselines_table.py RESULTS_DIR > baselines.md
+"""
+
+import glob
+import json
+import os
+import sys
+
+
+def load(folder: str) -> tuple:
+    vllm, ours = [], []
+    for f in sorted(glob.glob(os.path.join(folder, "vllm_*.json"))):
+        with open(f) as fh:
+            r = json.load(fh)
+        for run in r.get("runs", []):
+            vllm.append(dict(run, ctx=r["ctx"], kv=r.get("kv_cache_dtype", "auto"), weights=r.get("weights", "dummy")))
+    for f in sorted(glob.glob(os.path.join(folder, "*.jsonl"))):
+        with open(f) as fh:
+            for line in fh:
+                r = json.loads(line) if line.strip() else {}
+                if r.get("throughput_tok_s") and r.get("status", "ok") == "ok":
+                    ours.append(r)
+    return vllm, ours
+
+
+def weights(r: dict) -> str:
+    return "dummy" if r.get("dummy_weights", True) else "real"
+
+
+def main(folder: str) -> None:
+    vllm, ours = load(folder)
+    best = {}
+    for v in vllm:
+        key = (v["ctx"], v["kv"], v["weights"])
+        best[key] = max(best.get(key, 0.0), v["decode_tok_s"])
+    print(
+        "| system | weights | selection | context | requests | KV / host copy | tok/s | TPOT ms | MB/step | x vLLM bf16 "
+        "| x vLLM fp8 | TPOT / no-transfer |"
+    )
+    print("|---|---|---|---|---|---|---|---|---|---|---|---|")
+    for v in vllm:
+        print(f"| vLLM dense | {v['weights']} | - | {v['ctx']} | {v['conc']} | {v['kv']} | {v['decode_tok_s']:.1f} "
+              f"| {v['tpot_ms']:.2f} | 0 | | | |")  # fmt: skip
+    twins = {}
+    for r in ours:
+        if r.get("no_transfer"):
+            twins[(r["mode"], r["context"], r["concurrency"], r.get("host_kv_dtype", "auto"), weights(r))] = r
+    for r in ours:
+        ctx, w = r["context"], weights(r)
+        # the real model's contexts (8,096) run vLLM at the same tokens; vLLM's context key is its prompt length
+        b16, b8 = best.get((ctx, "auto", w)), best.get((ctx, "fp8", w))
+        tps = r["throughput_tok_s"]
+        twin = twins.get((r["mode"], ctx, r["concurrency"], r.get("host_kv_dtype", "auto"), w))
+        over = f"{r['tpot_ms_p50'] / twin['tpot_ms_p50']:.3f}" if twin and not r.get("no_transfer") else ""
+        name = r["mode"] + (" (no transfer)" if r.get("no_transfer") else "")
+        spec = r.get("speculative_k")
+        if spec:
+            name += f", speculative k={spec}"
+        print(
+            f"| OasisKV {name} | {w} | {r.get('selection')} | {ctx} | {r['concurrency']} | bf16 / {r.get('host_kv_dtype') or 'auto'} "
+            f"| {tps:.1f} | {r['tpot_ms_p50']:.2f} | {r.get('bytes_moved_per_step', 0) / 1e6:.1f} "
+            f"| {f'{tps / b16:.2f}' if b16 else ''} | {f'{tps / b8:.2f}' if b8 else ''} | {over} |"
+        )
+    commits = sorted({str(r.get("commit")) for r in ours} | {str(v.get("commit")) for v in vllm if "commit" in v})
+    devices = sorted({str(r.get("device")) for r in ours})
+    print(f"\nOasisKV commit(s) {', '.join(commits)}; device {', '.join(devices)}; ratios within this folder's call.")
+
+
+if __name__ == "__main__":
+    main(sys.argv[1] if len(sys.argv) > 1 else ".")

@@ -1,0 +1,70 @@
+"""Every Triton kernel the CPU kernel tests launch also compiles for the H200 (sm_90), here, without a GPU.
+
+The interpreter the CPU tests run under accepts programs the compiler refuses; this test replays the kernel tests'
+launches through the real compiler (``sm90_compile``: frontend, MLIR passes and the bundled ptxas). The one refusal
+it lets through is ``tl.dot``'s minimum of 16 along K, which only the CPU tests' toy block sizes (BS = 4) hit: the
+executor's blocks are 16 tokens. Each kernel must still compile in at least one specialization, so a kernel whose
+every launch is skipped fails."""
+
+import json
+import os
+import subprocess
+import sys
+
+import pytest
+from sm90_compile import compile_sm90
+
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+KERNEL_TESTS = [
+    "tests/unit/test_kernels_block_score.py",
+    "tests/unit/test_kernels_fused_ops.py",
+    "tests/unit/test_kernels_gather.py",
+    "tests/unit/test_kernels_gather_tma.py",
+    "tests/unit/test_kernels_kv_write.py",
+    "tests/unit/test_kernels_paged_attn.py",
+    "tests/unit/test_kernels_sparse_attn.py",
+    "tests/unit/test_kernels_summary_update.py",
+    "tests/unit/test_host_fp8.py",
+    "tests/integration/test_kernels_plan_select.py",
+]
+KERNELS = {  # every kernel of the executor's decode step, its fetches and write-backs
+    "kernels.block_score.block_score_kernel",
+    "kernels.fused_ops.rms_norm_kernel",
+    "kernels.fused_ops.qk_norm_rope_kernel",
+    "kernels.fused_ops.silu_mul_kernel",
+    "kernels.gather.uva_gather_kernel",
+    "kernels.gather.scatter_slots_kernel",
+    "kernels.gather_tma.tma_gather_kernel",
+    "kernels.kv_write.kv_write_kernel",
+    "kernels.paged_attn.paged_attn_kernel",
+    "kernels.plan_select.plan_select_kernel",
+    "kernels.sparse_attn.sparse_attn_kernel",
+    "kernels.splitk.splitk_merge_kernel",
+    "kernels.summary_update.summary_update_kernel",
+    "oasis_exec.writeback._writeback_fp8_kernel",
+}
+CPU_ONLY_SHAPE = "Input shapes should have"  # tl.dot's K >= 16: the CPU tests' 4-token blocks
+
+
+@pytest.mark.slow  # the kernel tests once more (~30 s) and ~100 compilations (~40 s)
+def test_every_kernel_the_cpu_tests_launch_compiles_for_sm90(tmp_path):
+    pytest.importorskip("triton.backends.nvidia")
+    out = tmp_path / "launches.json"
+    env = dict(os.environ, OASIS_SM90_OUT=str(out), OMP_NUM_THREADS="1")
+    env["PYTHONPATH"] = os.pathsep.join([os.path.join(ROOT, "tests", "helpers"), ROOT, env.get("PYTHONPATH", "")])
+    p = subprocess.run(
+        [sys.executable, "-m", "pytest", "-q", "-p", "sm90_plugin", "-p", "no:cacheprovider", *KERNEL_TESTS],
+        cwd=ROOT,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
+    assert p.returncode == 0, p.stdout[-3000:]
+    seen = [r for r in json.load(open(out)) if not r["module"].startswith("test_")]  # a test's own kernels
+    compiled, failed = compile_sm90(seen)
+    real = {k: v for k, v in failed.items() if CPU_ONLY_SHAPE not in v}
+    assert not real, "\n\n".join(f"{k}: {v}" for k, v in real.items())
+    ok = {f"{r['module']}.{r['name']}" for i, r in enumerate(seen) if f"{r['module']}.{r['name']}(#{i})" not in failed}
+    assert KERNELS <= ok, f"never compiled for sm_90: {sorted(KERNELS - ok)}"
+    print(f"{compiled} signatures compiled for sm_90 from {len(seen)} launches; {len(failed)} CPU-only shapes")
