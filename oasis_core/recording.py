@@ -155,6 +155,8 @@ def _check_config(c) -> None:
     _int_field("config.steps", c["steps"], 1, MAX_RECORDED_STEPS)
     if c.get("host_kv_dtype") is not None:  # optional (recordings before it: the compute dtype, "auto")
         _str_field("config.host_kv_dtype", c["host_kv_dtype"], HOST_KV_DTYPES)
+    if c.get("tensor_parallel") is not None:  # optional: the ranks of a tensor-parallel run (its rank 0 recorded)
+        _int_field("config.tensor_parallel", c["tensor_parallel"], 1)
     if c.get("speculative_k") is not None:  # optional: a speculative run's draft length (int, auto, auto:N)
         from .speculation import parse_spec
 

@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import math
 import numbers
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Mapping, Optional, Tuple
 
 from .modes import MODES, SPARSE_MODES  # noqa: F401  (re-exported; the modes live in oasis_core.modes)
@@ -276,6 +276,22 @@ MODELS: Mapping[str, ModelSpec] = {
             rope_theta=5e5,
             rms_eps=1e-5,
         ),
+        # The one real model here (SmolLM2-135M-Instruct, ../shared/models/README.md): the simulator at its shape.
+        ModelSpec(
+            name="smollm2-135m",
+            n_layers=30,
+            n_q_heads=9,
+            n_kv_heads=3,
+            head_dim=64,
+            hidden=576,
+            mlp_hidden=1536,
+            vocab=49152,
+            max_context_tokens=8192,
+            qk_norm=False,
+            rope_theta=1e5,
+            rms_eps=1e-5,
+            tie_embeddings=True,
+        ),
         # A toy shape for CPU tests: small enough to run a real forward pass in milliseconds.
         ModelSpec(
             name="tiny",
@@ -293,6 +309,34 @@ MODELS: Mapping[str, ModelSpec] = {
         ),
     )
 }
+
+
+def head_split(n: int, size: int) -> list:
+    """Tensor parallelism: ``[(lo, hi), ...]``, ``n`` units (KV heads, MLP columns) cut into ``size`` contiguous
+    runs, the first ``n % size`` runs one longer (3 KV heads over 2 ranks: 2 + 1); ValueError when a rank would get
+    none."""
+    _check_int("head_split", "size", size, 1)
+    if n < size:
+        raise ValueError(f"tensor_parallel={size}: cannot split {n} heads (a rank would own none)")
+    q, r = divmod(n, size)
+    out, lo = [], 0
+    for i in range(size):
+        hi = lo + q + (i < r)
+        out.append((lo, hi))
+        lo = hi
+    return out
+
+
+def tp_local(model: ModelSpec, size: int, rank: int = 0) -> ModelSpec:
+    """The share of ``model`` that rank ``rank`` of ``size`` tensor-parallel ranks holds: the KV heads of
+    ``head_split``, their query heads and its run of the MLP columns; all else (layers, hidden, vocabulary: the
+    embedding and LM head are replicated) the model's. Rank 0 holds the largest share."""
+    if size == 1:
+        return model
+    k0, k1 = head_split(model.n_kv_heads, size)[rank]
+    m0, m1 = head_split(model.mlp_hidden, size)[rank]
+    g = model.gqa_group
+    return replace(model, n_q_heads=(k1 - k0) * g, n_kv_heads=k1 - k0, mlp_hidden=m1 - m0)
 
 
 # ----------------------------------------------------------------------------------------------------------------
@@ -346,6 +390,10 @@ LINKS: Mapping[str, LinkSpec] = {
     for l in (
         LinkSpec(name="pcie-gen5-x16", bytes_per_s=64e9, latency_s=20e-6, effective_bytes_per_s=55.3e9),
         LinkSpec(name="roce-400g", bytes_per_s=50e9, latency_s=5e-6),
+        # NVLink 4 between two GPUs of an H100 / H200 node: 900 GB/s both ways, 450 GB/s a direction (NVIDIA's
+        # datasheets); the latency is NCCL's order for a small all-reduce, assumed until the two-GPU run measures it
+        # (experiments/two_gpu_split/steps/tp2.sh)
+        LinkSpec(name="nvlink-4", bytes_per_s=450e9, latency_s=15e-6),
     )
 }
 

@@ -107,10 +107,13 @@ def _prompt_tokens(path: str, model_path: str) -> list:
 
 
 def run_bench_command(cfg: ExecConfig, bc: BenchConfig) -> int:
-    from .bench import run_bench, write_record
+    from .bench import run_bench, run_bench_tp, write_record
 
     toks = _prompt_tokens(bc.prompt_text, cfg.model_path) if bc.prompt_text else None
-    rec = run_bench(cfg, bc.context, bc.concurrency, bc.steps, bc.warmup, bc.host_fill, toks, bc.prompt_text)
+    args = (cfg, bc.context, bc.concurrency, bc.steps, bc.warmup, bc.host_fill, toks, bc.prompt_text)
+    rec = run_bench(*args) if cfg.tensor_parallel == 1 else run_bench_tp(*args)
+    if rec is None:  # a torchrun rank other than 0
+        return 0
     write_record(rec, bc.out)
     if bc.record:
         from .recorder import write_bench_recording

@@ -36,6 +36,7 @@ import torch
 
 from oasis_core import speculation
 
+from . import tensor_parallel as tp
 from .config import ExecConfig
 from .engine import Engine
 from .runner import Runner
@@ -405,6 +406,9 @@ def measure(
         "short_context": runner.short is not None,
         "top_k": cfg.top_k,
         "hot_slots": cfg.resident_slots if cfg.mode_spec.hot_cache else None,  # hisparse: its hot cache a row
+        "tensor_parallel": cfg.tensor_parallel,  # ranks; this record's rank, and the KV heads it owns
+        "tp_rank": runner.tp.rank if runner.tp is not None else 0,
+        "kv_heads": shape.n_kv_heads,
         "lane_bytes": runner.lane_bytes,  # GPU bytes of one lane (slots, summaries, tables): what the budget divides
         "model": cfg.model_path or cfg.model,
         "dummy_weights": cfg.model_path is None,
@@ -423,6 +427,33 @@ def measure(
     }
     if layer_events:
         rec["layer_events"] = sorted(layer_events, key=lambda e: (e[0], e[3], e[1]))
+    return rec
+
+
+def _bench_rank(*args) -> list:
+    """One rank's ``run_bench`` under ``oasis_exec.tensor_parallel.launch``: every rank's record, gathered."""
+    rec = run_bench(*args)
+    recs = [None] * torch.distributed.get_world_size()
+    torch.distributed.all_gather_object(recs, rec)
+    return recs
+
+
+def run_bench_tp(cfg: ExecConfig, *args) -> dict | None:
+    """``run_bench`` on ``cfg.tensor_parallel`` ranks (``oasis_exec.tensor_parallel.launch``: spawned here, or under
+    torchrun, where only rank 0 returns the record; gloo on the CPU, NCCL with one GPU a rank). The record is rank
+    0's, the largest share (its step times are the run's: every layer ends with all-reduces; its bytes are its own,
+    as the simulator's ``tensor_parallel`` run simulates rank 0); ``all_ranks`` sums ``bytes_moved_per_step``,
+    ``bytes_moved_total`` and ``host_pool_bytes`` over the ranks (each copies and holds its own KV heads); ``ranks``
+    keeps every rank's record but its step times and layer events."""
+    backend = "nccl" if cfg.device.startswith("cuda") else "gloo"
+    recs = tp.launch(_bench_rank, cfg.tensor_parallel, cfg, *args, backend=backend)
+    if int(os.environ.get("RANK", "0")) != 0:  # torchrun: rank 0 writes the record
+        return None
+    rec = dict(recs[0])
+    rec["all_ranks"] = {
+        k: sum(r[k] for r in recs) for k in ("bytes_moved_per_step", "bytes_moved_total", "host_pool_bytes")
+    }
+    rec["ranks"] = [{k: v for k, v in r.items() if k not in ("step_ms", "layer_events")} for r in recs]
     return rec
 
 

@@ -204,6 +204,14 @@ class ExecConfig(speculation.SpeculativeFields):
         "identity's gamma); None: measured every speculative step (host timing of the draft chain against the "
         "verify pass)",
     )
+    tensor_parallel: int = _f(
+        1,
+        "tensor-parallel ranks: each owns a contiguous run of the KV heads (uneven when they do not divide: 3 over 2 "
+        "is 2 + 1), their query heads and a share of the MLP, with its own working set, summaries, per-head maps, "
+        "prefetch pipeline and host pool share; one all-reduce after attention and one after the MLP; embedding, LM "
+        "head and draft head replicated (oasis_exec.tensor_parallel). bench spawns the ranks (gloo on the CPU, NCCL "
+        "with one GPU a rank) or runs under torchrun",
+    )
     synthetic_accept: dict | None = _f(
         None,
         "BENCHMARK ONLY, dummy weights: the accepted drafts of every lane's speculative step drawn (seeded) from "
@@ -304,6 +312,11 @@ class ExecConfig(speculation.SpeculativeFields):
             v = getattr(self, n)
             if v is not None and v <= 0:
                 bad(n, "must be > 0")
+        tp = self.tensor_parallel
+        if isinstance(tp, bool) or not isinstance(tp, int) or tp < 1:
+            bad("tensor_parallel", "must be an integer >= 1")
+        if tp > 1 and self.model_path is None and self.model in MODELS and MODELS[self.model].n_kv_heads < tp:
+            bad("tensor_parallel", f"the model has {MODELS[self.model].n_kv_heads} KV heads, fewer than the ranks")
         for n in ("max_lanes", "host_requests", "draft_vocab", "host_threads", "uva_programs", "prefill_chunk"):
             v = getattr(self, n)
             if v is not None and v < 1:

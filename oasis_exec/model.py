@@ -177,7 +177,10 @@ class Decoder:
     (``ExecConfig.fused_ops``). ``fused=False`` (default) is the plain torch code, the reference.
     """
 
-    def __init__(self, shape: ModelSpec, weights: dict, dtype=torch.bfloat16, fused: bool = False):
+    def __init__(self, shape: ModelSpec, weights: dict, dtype=torch.bfloat16, fused: bool = False, tp=None):
+        self.full_shape, self.tp = shape, tp  # tp: an oasis_exec.tensor_parallel.TPGroup, or None (one rank)
+        if tp is not None:  # this rank's heads and MLP columns: ``shape`` is then the local one
+            shape, weights = tp.shard(shape, weights)
         self.shape, self.dtype = shape, dtype
         self.fused = bool(fused)
         self.device = weights["model.embed_tokens.weight"].device
@@ -210,28 +213,30 @@ class Decoder:
         dtype=torch.bfloat16,
         device="cpu",
         fused: bool = False,
+        tp=None,
     ):
+        """``tp``: this rank's ``TPGroup`` (the full model's weights are made or read, then sliced)."""
         if path is None:
-            return Decoder(shape, random_weights(shape, seed, dtype, device), dtype, fused)
-        return Decoder(shape, load_safetensors_dir(path, dtype, device), dtype, fused)
+            return Decoder(shape, random_weights(shape, seed, dtype, device), dtype, fused, tp)
+        return Decoder(shape, load_safetensors_dir(path, dtype, device), dtype, fused, tp)
 
     @staticmethod
-    def from_dir(path: str, dtype=torch.bfloat16, device="cpu", fused: bool = False) -> "Decoder":
+    def from_dir(path: str, dtype=torch.bfloat16, device="cpu", fused: bool = False, tp=None) -> "Decoder":
         with open(os.path.join(path, "config.json")) as fh:
             shape = spec_from_hf_config(json.load(fh), name=os.path.basename(path.rstrip("/")))
-        return Decoder.build(shape, path, dtype=dtype, device=device, fused=fused)
+        return Decoder.build(shape, path, dtype=dtype, device=device, fused=fused, tp=tp)
 
     @staticmethod
-    def from_path(path: str, dtype=torch.bfloat16, device="cpu", fused: bool = False) -> "Decoder":
+    def from_path(path: str, dtype=torch.bfloat16, device="cpu", fused: bool = False, tp=None) -> "Decoder":
         """A real model from a ``.gguf`` file or a Hugging Face directory."""
         if str(path).endswith(".gguf"):
             from .gguf_model import load_gguf_weights, read_gguf
 
             g = read_gguf(path)
-            return Decoder(g.spec, load_gguf_weights(g, dtype, device), dtype, fused)
+            return Decoder(g.spec, load_gguf_weights(g, dtype, device), dtype, fused, tp)
         if not os.path.isdir(path):
             raise FileNotFoundError(f"{path}: neither a .gguf file nor a Hugging Face directory")
-        return Decoder.from_dir(path, dtype, device, fused)
+        return Decoder.from_dir(path, dtype, device, fused, tp)
 
     def forward(self, tokens, hook=None, cache=None, start=0):
         """Plain causal forward of a batch of sequences (the reference path; no KV store): tokens [B, T] at positions
@@ -292,20 +297,28 @@ class Decoder:
         return rope(q, pos, s.rope_theta), rope(k, pos, s.rope_theta), v.contiguous()
 
     def finish(self, i: int, x, attn):
-        """x: residual [N, hidden], attn: [N, Hq, D] -> next residual [N, hidden]."""
+        """x: residual [N, hidden], attn: [N, Hq, D] -> next residual [N, hidden]. Tensor parallel: ``attn`` holds
+        this rank's query heads; the output projection and the MLP's down projection are each summed over the ranks
+        (one all-reduce each; ``oasis_exec.tensor_parallel``)."""
         s, lw = self.shape, self.layers[i]
+        red = self.tp.all_reduce if self.tp is not None else _same  # tensor parallel: sum the ranks' partial outputs
+        o = red(attn.reshape(attn.shape[0], -1) @ lw["o"].t())
         if self.fused:
             fk = self._fk
-            x, h = fk.add_rms_norm(x, attn.reshape(attn.shape[0], -1) @ lw["o"].t(), lw["ln2"], s.rms_eps)
-            return x + fk.silu_mul(h @ lw["gate_up"].t()) @ lw["down"].t()
-        x = x + attn.reshape(attn.shape[0], -1) @ lw["o"].t()
+            x, h = fk.add_rms_norm(x, o, lw["ln2"], s.rms_eps)
+            return x + red(fk.silu_mul(h @ lw["gate_up"].t()) @ lw["down"].t())
+        x = x + o
         gu = rms_norm(x, lw["ln2"], s.rms_eps) @ lw["gate_up"].t()
         g, u = gu.chunk(2, dim=-1)
-        return x + (F.silu(g) * u) @ lw["down"].t()
+        return x + red((F.silu(g) * u) @ lw["down"].t())
 
     def logits(self, x):
         norm = self._fk.rms_norm if self.fused else rms_norm
         return (norm(x, self.norm, self.shape.rms_eps) @ self.lm_head.t()).float()
+
+
+def _same(x):
+    return x
 
 
 def attention_ref(q, k, v, mask=None):

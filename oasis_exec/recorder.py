@@ -138,6 +138,9 @@ def recording_from_bench(
         # the host copy's element type (sparse modes; None: dense, or a record from before it, i.e. "auto")
         "host_kv_dtype": (b.get("host_kv_dtype") or c.get("host_kv_dtype") or "auto") if sparse else None,
     }
+    tp = int(b.get("tensor_parallel", c.get("tensor_parallel", 1)) or 1)
+    if tp > 1:  # rank 0's record: the simulator simulates rank 0's share (SimConfig.tensor_parallel)
+        config["tensor_parallel"] = tp
     spec_k = b.get("speculative_k", c.get("speculative_k")) or 0
     if spec_k:  # speculative decoding: the draft length (an int, or auto / auto:N) and its gamma
         config["speculative_k"] = spec_k

@@ -41,6 +41,7 @@ from oasis_core.short_context import ShortContext
 from oasis_core.specs import ModelSpec, get_model
 from oasis_core.speculation import AdaptiveK, parse_spec, synthetic_acceptance
 
+from . import tensor_parallel
 from .config import ExecConfig
 from .decode_graphs import DecodeGraphs
 from .draft import DraftHead
@@ -100,15 +101,16 @@ class Runner:
         self.mode = mode = cfg.mode_spec
         self.device = dev = torch.device(cfg.device)
         self.dtype = dt = _dtype(cfg.dtype)
+        self.tp = tensor_parallel.group(cfg.tensor_parallel)  # None with one rank
         if decoder is None:
             fused = cfg.fused_ops and dev.type == "cuda"  # on CPU the kernels would run in Triton's interpreter
             if cfg.model_path:
-                decoder = Decoder.from_path(cfg.model_path, dt, dev, fused)
+                decoder = Decoder.from_path(cfg.model_path, dt, dev, fused, self.tp)
             else:
                 shape = shape or get_model(cfg.model)
-                decoder = Decoder.build(shape, None, cfg.seed, dt, dev, fused)
+                decoder = Decoder.build(shape, None, cfg.seed, dt, dev, fused, self.tp)
         self.dec = decoder
-        self.shape = s = decoder.shape
+        self.shape = s = decoder.shape  # tensor parallel: this rank's heads and MLP share (full_shape: the model's)
         if cfg.model_path and cfg.max_context > s.max_context_tokens:  # dummy weights have no trained positions
             raise ValueError(
                 f"ExecConfig.max_context: {cfg.max_context} tokens exceed the model's "
@@ -118,7 +120,7 @@ class Runner:
         draft = None
         if mode.drafts or cfg.spec_max_k:
             draft = DraftHead.build(
-                s,
+                decoder.full_shape,  # replicated on every rank: the same head as with one rank
                 decoder.embed,
                 cfg.draft_path,
                 min(cfg.draft_vocab, s.vocab),

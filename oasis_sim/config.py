@@ -131,9 +131,19 @@ class SimConfig(speculation.SpeculativeFields):
         "profile: steps per calibration episode (later steps reuse the tail mean; RPF misses are stepped over the longest decode instead)",
         64,
     )
+    tensor_parallel: int = _h(
+        "decode GPUs a model is split over (heads and MLP, oasis_core.specs.tp_local; 3 KV heads over 2 is 2 + 1): "
+        "the run simulates rank 0, the largest share (its KV, weights, HBM and host bytes: hbm_bytes / host_bytes are "
+        "one GPU's), plus two all-reduces a layer over NVLink (predictor op all_reduce); split=none only",
+        1,
+    )
     # -- prefill/decode split, prefix cache -------------------------------------------------------------------
     split: str = _h("none: one node | full: hand off the whole KV | rpf: remote partial fetching", "none")
     nic: str = _h("link preset of the prefill->decode NIC", "roce-400g")
+    nic_bytes_per_s: Optional[float] = _h(
+        "the NIC's rate, bytes/s, in place of the preset's (a measured link: experiments/two_gpu_split)", None
+    )
+    nic_latency_s: Optional[float] = _h("the NIC's per-transfer latency, s, in place of the preset's", None)
     rpf_granularity: str = _h(
         "rpf hand-off unit: block (union over a layer's KV heads) | head (each head's own set)", "block"
     )
@@ -227,12 +237,22 @@ class SimConfig(speculation.SpeculativeFields):
         number("host_bytes", 0.0, lo_open=True, optional=True)
         number("draft_state_bytes", 0.0)
         number("h2d_bytes_per_s", 0.0, lo_open=True, optional=True)
+        number("nic_bytes_per_s", 0.0, lo_open=True, optional=True)
+        number("nic_latency_s", 0.0, optional=True)
         number("gather_sm_share", 0.0, 0.95)
         integer("policy_layers", 1)
         integer("profile_steps", 2, hi=MAX_PROFILE_STEPS)
         number("prefix_cache_hbm_bytes", 0.0)
         number("prefix_cache_host_bytes", 0.0)
         integer("timeline_steps", 0)
+        integer("tensor_parallel", 1)
+        if self.tensor_parallel > 1:
+            if self.split != "none":
+                bad("tensor_parallel", "is modelled on one node (split=none)")
+            try:
+                self.model_spec  # noqa: B018  (more ranks than KV heads fail here)
+            except ValueError as e:
+                bad("tensor_parallel", str(e))
         try:
             k, _adaptive = speculation.parse_spec(self.speculative_k, self.block_size)
         except ValueError as e:
@@ -306,7 +326,8 @@ class SimConfig(speculation.SpeculativeFields):
 
     @property
     def model_spec(self) -> specs.ModelSpec:
-        return specs.get_model(self.model)
+        """The model preset; with ``tensor_parallel > 1`` rank 0's share of it (``oasis_core.specs.tp_local``)."""
+        return specs.tp_local(specs.get_model(self.model), self.tensor_parallel)
 
     @property
     def hardware_spec(self) -> specs.HardwareSpec:

@@ -176,12 +176,16 @@ class Engine:
 
     # -- execute: the step's timing ---------------------------------------------------------------------------
     def _per_token(self, tokens: int) -> float:
-        """gemm_layer + norm_rope for a token count; memoised when the predictor says its times depend
+        """gemm_layer + norm_rope (+ tensor parallelism's two all-reduces) for a token count; memoised when the predictor says its times depend
         only on the shape (``memoisable`` class attribute), otherwise asked every step (e.g. a recording tap)."""
         v = self._tok_cache.get(tokens) if self._memo else None
         if v is None:
             pred = self.pred
             v = pred.time("gemm_layer", {"tokens": tokens}) + pred.time("norm_rope", {"tokens": tokens})
+            tp = self.cfg.tensor_parallel
+            if tp > 1:  # attention's and the MLP's partial outputs summed over the ranks: [tokens, hidden] each
+                ar = {"bytes": tokens * self.geo.model.hidden * self.geo.model.dtype_bytes, "ranks": tp}
+                v += 2 * pred.time("all_reduce", ar)
             if self._memo:
                 self._tok_cache[tokens] = v
         return v

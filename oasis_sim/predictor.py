@@ -28,6 +28,10 @@ op                 shape keys                                    roofline model
                                                                  hidden`` feature projection and the draft LM head
                                                                  over ``DRAFT_VOCAB`` tokens, as ``gemm_layer``
 ``step_overhead``  (none)                                        launch/scheduling overhead per step
+``all_reduce``     ``bytes``, ``ranks``                          tensor parallelism (``SimConfig.tensor_parallel``),
+                                                                 one ring all-reduce over NVLink 4 (``nvlink-4``):
+                                                                 ``latency + 2(r-1)/r·bytes / (N·e_ar)``; 0 for one
+                                                                 rank (two a layer: attention's and the MLP's)
 =================  ============================================  =================================================
 
 ``F`` is the GPU's dense BF16 FLOP/s, ``H`` its HBM bandwidth, ``P_layer``/``W_layer`` the active parameters/weight
@@ -41,7 +45,7 @@ from abc import ABC, abstractmethod
 from dataclasses import dataclass, fields
 from typing import Mapping
 
-from oasis_core.specs import HardwareSpec, ModelSpec
+from oasis_core.specs import HardwareSpec, ModelSpec, get_link
 
 OPS = (
     "gemm_layer",
@@ -56,6 +60,7 @@ OPS = (
     "lm_head",
     "step_overhead",
     "draft_step",
+    "all_reduce",
 )
 
 DRAFT_VOCAB = 32000  # the draft head's vocabulary (EAGLE-3; the executor's ExecConfig.draft_vocab default)
@@ -106,6 +111,7 @@ class RooflineParams:
     layer_overhead_s: float = 4e-6  # per layer: kernel launches not hidden by graphs
     sparse_request_layer_s: float = 6.7e-6  # per request per layer (sparse modes): see the class docstring
     side_hbm_contention: float = 1.0  # share of the side stream's HBM bytes charged to the compute stream
+    allreduce_link_eff: float = 0.8  # of the NVLink rate, a ring all-reduce's bus bandwidth (unfitted: no TP run yet)
 
     def __post_init__(self):
         for f in fields(self):
@@ -148,7 +154,9 @@ class RooflinePredictor(TimePredictor):
             "sparse_overhead": self._sparse_overhead,
             "side_contention": self._side_contention,
             "draft_step": self._draft_step,
+            "all_reduce": self._all_reduce,
         }
+        self.gpu_link = get_link("nvlink-4")  # between the GPUs of a node (H100 / H200): tensor parallelism
         # the draft head's weights beyond one decoder layer: the feature projection and its LM head
         self.draft_extra_params = 3 * m.hidden * m.hidden + m.hidden * min(m.vocab, DRAFT_VOCAB)
 
@@ -225,6 +233,15 @@ class RooflinePredictor(TimePredictor):
 
     def _side_contention(self, s) -> float:
         return self.p.side_hbm_contention * s["hbm_bytes"] / self.attn_Bps
+
+    def _all_reduce(self, s) -> float:
+        r = s["ranks"]
+        if r <= 1:
+            return 0.0
+        link = self.gpu_link
+        rate = link.bytes_per_s * self.p.allreduce_link_eff
+        lat = link.latency_s if self.p.layer_overhead_s else 0.0  # the floor (PEAK_PARAMS) has no fixed costs
+        return lat + 2.0 * (r - 1) / r * s["bytes"] / rate
 
     def _step_overhead(self, s) -> float:
         return self.p.step_overhead_s

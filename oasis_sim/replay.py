@@ -171,6 +171,8 @@ def sim_config(
         requests = [(1, q.prompt_tokens, q.output_tokens) for q in reqs]
     if c.get("host_kv_dtype") and c["host_kv_dtype"] != "auto":  # the recorded host copy (fp8: half the bytes)
         values["host_kv_dtype"] = c["host_kv_dtype"]
+    if c.get("tensor_parallel", 1) > 1:  # rank 0 of a tensor-parallel run: its share of the model, the all-reduces
+        values["tensor_parallel"] = c["tensor_parallel"]
     if c.get("speculative_k"):  # speculative: the draft length, and the measured acceptance to draw from
         values["speculative_k"] = c["speculative_k"]
         if c.get("speculative_gamma") is not None:

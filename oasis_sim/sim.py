@@ -110,7 +110,9 @@ def simulate(cfg: SimConfig, trace: Trace, predictor: TimePredictor | None = Non
         from .split import PrefillNode, RemoteFetcher
 
         nic_spec = get_link(cfg.nic)
-        node.nic = FairLink(env, nic_spec.achieved_bytes_per_s, nic_spec.latency_s, "nic")
+        rate = cfg.nic_bytes_per_s if cfg.nic_bytes_per_s is not None else nic_spec.achieved_bytes_per_s
+        latency = cfg.nic_latency_s if cfg.nic_latency_s is not None else nic_spec.latency_s
+        node.nic = FairLink(env, rate, latency, "nic")
         remote = RemoteFetcher(cfg, geo, node.nic, sched) if cfg.split == "rpf" else None
         engine = Engine(
             env,

@@ -123,7 +123,10 @@ def test_hardware_presets():
 def test_hardware_validation():
     with pytest.raises(ValueError) as e:
         dataclasses.replace(get_hardware("h200"), pcie_link="pcie-gen9")
-    assert str(e.value) == "HardwareSpec.pcie_link: must be one of ['pcie-gen5-x16', 'roce-400g'], got 'pcie-gen9'"
+    assert (
+        str(e.value)
+        == "HardwareSpec.pcie_link: must be one of ['nvlink-4', 'pcie-gen5-x16', 'roce-400g'], got 'pcie-gen9'"
+    )
     with pytest.raises(ValueError) as e:
         dataclasses.replace(get_hardware("h200"), hbm_bytes=0)
     assert str(e.value) == "HardwareSpec.hbm_bytes: must be >= 1, got 0"

@@ -1,0 +1,90 @@
+"""Prefill/decode split with remote partial fetching for real (``oasis_exec.rpf_split``): two processes over gloo.
+The decode node's host pool starts as NaN, so its greedy tokens equal a one-process run's only if every unit it read
+arrived; the ledger's and the prefill node's own counts show each unit crossed at most once and never more than the
+fetch cap a row and step; an RPF hand-off carries fewer bytes than a full one and the remote fetches make up for
+it. The tiny dummy preset (fast) and the real model (SmolLM2-135M, slow)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from oasis_exec import rpf_split, tensor_parallel
+from oasis_exec.config import ExecConfig
+
+pytestmark = pytest.mark.usefixtures("one_torch_thread")
+DRAFT = Path(__file__).resolve().parents[2] / "experiments" / "trained_draft_head" / "smollm2-eagle3"
+
+
+def _check(cfg, prompt, n):
+    ref = tensor_parallel.generate_greedy(cfg, [prompt], n)["tokens"][0]
+    runs = {h: rpf_split.split_run(cfg, prompt, n, handoff=h, probe=False) for h in ("rpf", "full")}
+    for h, r in runs.items():
+        d, p = r["decode"], r["prefill"]
+        assert d["tokens"] == ref, h
+        assert p["units_crossed_twice"] == 0
+        assert (
+            d["ledger_units_sent"] == d["handoff_units"] + d["remote_units"] == p["units_served"] + d["handoff_units"]
+        )
+        assert d["max_remote_units_per_row_step"] <= d["cap_units_per_row_step"]
+        assert sum(d["remote_units_per_step"]) == d["remote_units"]
+        assert r["ttft_s"] >= p["prefill_s"] > 0
+        assert d["wire_bytes"].get("remote", 0) == d["remote_units"] * d["unit_bytes"]
+    rpf, full = runs["rpf"]["decode"], runs["full"]["decode"]
+    assert full["remote_units"] == 0 and full["handoff_units"] * full["unit_bytes"] == full["full_kv_bytes"]
+    assert 0 < rpf["handoff_units"] < full["handoff_units"]
+    assert rpf["remote_units"] > 0
+    assert rpf["wire_bytes"]["blocks"] < full["wire_bytes"]["blocks"]
+    return runs
+
+
+def test_split_tiny():
+    cfg = ExecConfig(
+        model="tiny",
+        device="cpu",
+        dtype="float32",
+        mode="lookahead",
+        block_size=4,
+        top_k=6,
+        max_context=400,
+        short_context=False,
+        fetch_ratio=0.34,
+    )
+    _check(cfg, [(3 * j + 1) % 200 + 1 for j in range(150)], 60)
+
+
+def test_split_refuses_what_it_cannot_run():
+    with pytest.raises(ValueError, match="short_context off"):
+        rpf_split.split_run(ExecConfig(model="tiny", device="cpu"), [1, 2, 3], 4)
+    with pytest.raises(ValueError, match="short_context off"):
+        rpf_split.split_run(ExecConfig(model="tiny", device="cpu", mode="dense", short_context=False), [1, 2, 3], 4)
+    with pytest.raises(ValueError, match="the CPU only"):
+        rpf_split.split_run(ExecConfig(model="tiny", device="cuda", short_context=False), [1, 2, 3], 4)
+
+
+@pytest.mark.slow
+def test_split_real_model():
+    """SmolLM2-135M with the trained draft head, 512 prompt tokens, top-K 8, the model's own selection."""
+    import shlex
+
+    from oasis_exec.gguf_model import smollm2_path
+    from oasis_exec.server.tokenizer import load_tokenizer
+
+    try:
+        path = smollm2_path()
+    except FileNotFoundError as e:
+        pytest.skip(str(e))
+    with open(shlex.__file__, encoding="utf-8") as fh:
+        ids = load_tokenizer(path).encode(fh.read())[:512]
+    cfg = ExecConfig(
+        model_path=path,
+        draft_path=str(DRAFT),
+        device="cpu",
+        dtype="float32",
+        mode="lookahead",
+        top_k=8,
+        max_context=640,
+        short_context=False,
+    )
+    _check(cfg, ids, 24)
