@@ -129,6 +129,15 @@ def expected_tokens(alpha: float, k: int) -> float:
     return (1.0 - alpha ** (k + 1)) / (1.0 - alpha)
 
 
+def chain_expected_tokens(rate, k: int) -> float:
+    """``E(k) = 1 + r(0) + r(0) r(1) + ... + r(0) ⋯ r(k - 1)`` for per-position acceptance rates ``rate(j)``."""
+    e, p = 1.0, 1.0
+    for j in range(k):
+        p *= rate(j)
+        e += p
+    return e
+
+
 def speedup(alpha: float, k: int, gamma: float) -> float:
     """``S(k) = E(k) / (kγ + 1)``: tokens a step per target-step cost, against ordinary decoding's 1."""
     return expected_tokens(alpha, k) / (k * gamma + 1.0)
@@ -201,11 +210,7 @@ class Acceptance:
 
     def expected_tokens(self, k: int) -> float:
         """``E(k) = 1 + α̂_1 + α̂_1 α̂_2 + ...``: the per-position chain's expected tokens a ``k``-draft step."""
-        e, p = 1.0, 1.0
-        for j in range(k):
-            p *= self.rate(j)
-            e += p
-        return e
+        return chain_expected_tokens(self.rate, k)
 
 
 class AdaptiveK:
@@ -302,11 +307,7 @@ class ChainAcceptance:
 
     def expected_tokens(self, k: int) -> float:
         """``E(k)``: 1 + the expected accepted drafts of ``k``."""
-        e, p = 1.0, 1.0
-        for j in range(k):
-            p *= self.rate(j)
-            e += p
-        return e
+        return chain_expected_tokens(self.rate, k)
 
 
 def synthetic_acceptance(spec) -> ChainAcceptance:

@@ -27,8 +27,8 @@ def test_tp2_equals_tp1_tiny_cuda(mode, graphs):
         device="cuda",
         dtype="float32",
         mode=mode,
-        block_size=4,
-        top_k=3,
+        block_size=16,  # the GPU kernels' tl.dot needs >= 16 keys a tile (4-token blocks compile on the CPU only)
+        top_k=2,  # of the 40-token prompt's 3 full blocks after 16 tokens: sparse
         max_context=128,
         short_context=False,
         fused_ops=False,
