@@ -1,12 +1,13 @@
 # Issue 17, call B, right after `baselines` (vLLM installed, the model's pieces stashed: carry .models/b):
 #   OASIS_COMMIT=<sha> bash experiments/device.sh dense_vs_lookahead_throughput/baselines_more
+# 0. GPU tests of the fp8 host copy and hisparse (their kernels compiled on the H200)              -> pytest_gpu.txt
 # 1. the fp8 (e4m3) host copy at 16K: lookahead at 44 (bytes per step and the pool halved against call A's bf16 44)
 #    and at the most requests the host memory holds with fp8 (the GPU's 52 GB lanes may bind first)  -> fp8.jsonl
 # 2. kernel profiles, lookahead against hisparse, 16K x 16 (the cause of the difference)   -> profile_16k.jsonl
 # 3. the real model (SmolLM2-135M, real weights, model selections, trained head) at 8,096 x 32, K = 64: OasisKV
 #    lookahead, hisparse, dense; vLLM dense (real weights from the same GGUF)               -> real_8k.jsonl, vllm_real*.json
 # 4. the table of this call                                                                  -> baselines_more.md
-DEADLINE_S=${DEADLINE_S:-400}
+DEADLINE_S=${DEADLINE_S:-480}
 SYN=${SYN:-'{"preset": "smollm2"}'}
 . experiments/dense_vs_lookahead_throughput/vllm_setup.sh
 BENCH=(-m oasis_exec bench --context 16384 --kv-budget-gb 52 --selection synthetic --synthetic "$SYN" --no-host-fill
@@ -20,6 +21,7 @@ bench() {  # NAME TIMEOUT ARGS...
   say "bench $name rc=$rc $(tail -c 240 "$OUT/bench_$name.log" | tr '\n' ' ' | cut -c1-240)"
   return $rc
 }
+TEST_S=${TEST_S:-90} gpu_tests tests/gpu/test_exec_gpu.py -k "fp8 or hisparse"
 NMAX=$($PY - <<'PY'
 from oasis_core.geometry import KVGeometry
 from oasis_core.specs import get_model
