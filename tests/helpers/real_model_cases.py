@@ -4,7 +4,7 @@ prompts, transformers' greedy reference and where two outputs part."""
 import torch
 
 GREEDY = 64  # tokens of greedy output compared
-SPARSE = ("quest", "proxy", "retrieval", "lookahead")
+SPARSE = ("quest", "proxy", "retrieval", "lookahead", "hisparse")
 BLOCK, CONTEXT = 16, 128  # the longest prompt (38 tokens) + 64 fit in 8 blocks: top_k = 8 covers them all
 
 
