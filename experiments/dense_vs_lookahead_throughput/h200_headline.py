@@ -289,6 +289,17 @@ def variant_params(name: str, drift0: float, zone0: float) -> tuple:
     raise ValueError(f"unknown variant {name!r} (driftK, frX, pol=SPEC or mode=MODE)")
 
 
+def variant_run(v: str, prefix: str, ctx: int, n: int, budget_gb: float, drift0: float, zone0: float, needs="") -> Run:
+    """The sensitivity run of variant ``v`` at ``n`` requests: ``{prefix}lookahead-{n}-{v}``, or ``{prefix}{mode}-{n}``
+    for a ``mode=MODE`` variant (``variant_params``)."""
+    fr, syn, extra = variant_params(v, drift0, zone0)
+    mode = extra.pop("mode", "lookahead")
+    label = f"{prefix}lookahead-{n}-{v}" if mode == "lookahead" else f"{prefix}{mode}-{n}"
+    return Run(
+        label, ctx, mode, n, "sens", v, kv_budget_gb=budget_gb, fetch_ratio=fr, synthetic=syn, extra=extra, needs=needs
+    )
+
+
 def _synthetic_defaults() -> tuple:
     from oasis_core.synthetic import SyntheticParams
 
@@ -362,23 +373,8 @@ def plan_headline(a, geo: Geometry) -> list:
         sns = sorted(set(la + cands) if "all" in sn else {t for t in sn if isinstance(t, int)})
         for n in sns:
             for v in variants:
-                fr, syn, extra = variant_params(v, d0, z0)
-                mode = extra.pop("mode", "lookahead")
-                sens.append(
-                    Run(
-                        f"{tag}-{mode}-{n}" if mode != "lookahead" else f"{tag}-lookahead-{n}-{v}",
-                        ctx,
-                        mode,
-                        n,
-                        "sens",
-                        v,
-                        kv_budget_gb=B,
-                        fetch_ratio=fr,
-                        synthetic=syn,
-                        extra=extra,
-                        needs=f"{tag}-lookahead-{n}" if n in cands else "",
-                    )
-                )
+                needs = f"{tag}-lookahead-{n}" if n in cands else ""
+                sens.append(variant_run(v, f"{tag}-", ctx, n, B, d0, z0, needs))
         probe = int(a.probe_n or 0)
         if probe:
             sens.append(
@@ -435,23 +431,7 @@ def plan_first_sensitivity(a, geo: Geometry) -> list:
     runs = []
     for i, n in enumerate(spec_for(a.la_n, ctx)):
         runs.append(Run(f"lookahead-{n}-base", ctx, "lookahead", n, "la", "base", kv_budget_gb=B))
-        for v in variants:
-            fr, syn, extra = variant_params(v, d0, z0)
-            mode = extra.pop("mode", "lookahead")
-            runs.append(
-                Run(
-                    f"lookahead-{n}-{v}" if mode == "lookahead" else f"{mode}-{n}",
-                    ctx,
-                    mode,
-                    n,
-                    "sens",
-                    v,
-                    kv_budget_gb=B,
-                    fetch_ratio=fr,
-                    synthetic=syn,
-                    extra=extra,
-                )
-            )
+        runs += [variant_run(v, "", ctx, n, B, d0, z0) for v in variants]
         if i == 0:
             runs += [Run(f"dense-{d}", ctx, "dense", d, "dense", "dense", kv_budget_gb=B) for d in dn[:1]]
     return runs
