@@ -169,8 +169,6 @@ class Acceptance:
     prior: float = PRIOR_ALPHA
     weight: float = PRIOR_WEIGHT
     decay: float = DECAY
-    accepted: float = 0.0
-    tried: float = 0.0
     pos_accepted: list = field(default_factory=list)  # per draft position j = 0, 1, ..: decayed counts
     pos_tried: list = field(default_factory=list)
 
@@ -179,14 +177,10 @@ class Acceptance:
         if not 0 <= accepted <= drafted:
             raise ValueError(f"Acceptance.observe: accepted must be in [0, {drafted}], got {accepted}")
         d = self.decay
-        self.accepted *= d
-        self.tried *= d
         self.pos_accepted[:] = [a * d for a in self.pos_accepted]
         self.pos_tried[:] = [t * d for t in self.pos_tried]
         if drafted:
             reached = accepted + (1 if accepted < drafted else 0)  # positions tried: the accepted, then the rejected
-            self.accepted += accepted
-            self.tried += reached
             grow = drafted - len(self.pos_tried)
             if grow > 0:
                 self.pos_tried += [0.0] * grow
@@ -195,6 +189,16 @@ class Acceptance:
                 self.pos_tried[j] += 1.0
             for j in range(accepted):
                 self.pos_accepted[j] += 1.0
+
+    @property
+    def accepted(self) -> float:
+        """Decayed accepted drafts over every position (each position's counts decay alike)."""
+        return sum(self.pos_accepted)
+
+    @property
+    def tried(self) -> float:
+        """Decayed positions tried over every position."""
+        return sum(self.pos_tried)
 
     @property
     def alpha(self) -> float:

@@ -50,7 +50,7 @@ def test_acceptance_estimate():
     d = S.Acceptance(decay=0.5)
     d.observe(3, 0)
     d.observe(0, 0)  # an ordinary step: the evidence decays toward the prior
-    assert d.tried == 0.5 and d.alpha > S.Acceptance(decay=0.5, tried=1.0).alpha
+    assert d.tried == 0.5 and d.alpha > S.Acceptance(decay=0.5, pos_tried=[1.0]).alpha
 
 
 def test_per_position_estimate_and_choice():
