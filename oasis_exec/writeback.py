@@ -37,6 +37,17 @@ if triton is not None:
             tl.store(HV + d * BSD + offs, tl.load(SV + s * BSD + offs))
 
     @triton.jit
+    def _quantize_one(SLOTS, CODES, SCALES, s, d, BSD: tl.constexpr, ROUNDTRIP: tl.constexpr, OUT_BF16: tl.constexpr):
+        """Slot ``s``'s unit of K (or V) -> host unit ``d``'s codes and scale; with ``ROUNDTRIP`` the slot gets the
+        dequantized values back."""
+        offs = tl.arange(0, BSD)
+        c, sc = quantize_unit(tl.load(SLOTS + s * BSD + offs).to(tl.float32))
+        tl.store(CODES + d * BSD + offs, c.to(tl.uint8))
+        tl.store(SCALES + d, sc)
+        if ROUNDTRIP:
+            tl.store(SLOTS + s * BSD + offs, dequant(c, sc, OUT_BF16))
+
+    @triton.jit
     def _writeback_fp8_kernel(
         SK,
         SV,
@@ -57,19 +68,8 @@ if triton is not None:
         if tl.load(NV + i) == FULL:
             s = tl.load(SRC + i).to(tl.int64)
             d = tl.load(DST + i).to(tl.int64)
-            offs = tl.arange(0, BSD)
-            x = tl.load(SK + s * BSD + offs).to(tl.float32)
-            c, sc = quantize_unit(x)
-            tl.store(HK + d * BSD + offs, c.to(tl.uint8))
-            tl.store(HKS + d, sc)
-            if ROUNDTRIP:
-                tl.store(SK + s * BSD + offs, dequant(c, sc, OUT_BF16))
-            x = tl.load(SV + s * BSD + offs).to(tl.float32)
-            c, sc = quantize_unit(x)
-            tl.store(HV + d * BSD + offs, c.to(tl.uint8))
-            tl.store(HVS + d, sc)
-            if ROUNDTRIP:
-                tl.store(SV + s * BSD + offs, dequant(c, sc, OUT_BF16))
+            _quantize_one(SK, HK, HKS, s, d, BSD, ROUNDTRIP, OUT_BF16)
+            _quantize_one(SV, HV, HVS, s, d, BSD, ROUNDTRIP, OUT_BF16)
 
 
 def writeback_full(
