@@ -104,8 +104,7 @@ def _compile_one(rec: dict, done: set) -> bool:
     from triton.compiler import ASTSource
 
     jf = getattr(importlib.import_module(rec["module"]), rec["name"])
-    jf = getattr(jf, "fn", jf) if not hasattr(jf, "params") else jf  # an Autotuner / Heuristics wraps the JITFunction
-    while not hasattr(jf, "params"):
+    while not hasattr(jf, "params"):  # an Autotuner / Heuristics wraps the JITFunction
         jf = jf.fn
     sig, consts = {}, {}
     for i, p in enumerate(jf.params):
