@@ -55,9 +55,11 @@ left() { echo $(( ${DEADLINE_S:-560} - $(el) )); }  # a step sets DEADLINE_S (it
 say() { echo "[$(date -u +%H:%M:%S) +$(el)s] $*" | tee -a "$OUT/progress.log"; }
 min() { [ "$1" -lt "$2" ] && echo "$1" || echo "$2"; }
 
-pieces() {  # the model's pieces, carried now or stashed earlier, in name order (split names them in order)
-  ls "$MODEL_DIR"/p_?? "$MODEL_DIR"/part_?? "$CARRIED"/*/p_?? "$CARRIED"/*/part_?? 2>/dev/null \
-    | awk -F/ '{print $NF "\t" $0}' | sort -u -k1,1 | cut -f2
+in_name_order() {  # PATHS...: the existing ones, one per file name, in name order (split names its pieces in order)
+  ls "$@" 2>/dev/null | awk -F/ '{print $NF "\t" $0}' | sort -u -k1,1 | cut -f2
+}
+pieces() {  # the model's pieces, carried now or stashed earlier
+  in_name_order "$MODEL_DIR"/p_?? "$MODEL_DIR"/part_?? "$CARRIED"/*/p_?? "$CARRIED"/*/part_??
 }
 need_model() {  # sets M and OASIS_GGUF; returns 1 (with a line) when the model cannot be assembled or is wrong
   M=$MODEL_DIR/model.gguf

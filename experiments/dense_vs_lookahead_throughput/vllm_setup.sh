@@ -8,11 +8,12 @@
 #                split -b 35M /tmp/v.tar.xz v_  ->  .vb/1/v_aa, .vb/2/v_ab;  .vb/3/ = .vb/b/*.whl + v.sha256
 #   calls:       carry .vb/1, then .vb/2, each `bash experiments/device.sh stash` (-> $VLLM_DIR); the step's call
 #                carries .vb/3 (with .models/b: 42 MB) and sources this file.
-# Installs into /tmp/vsite (vLLM) and /tmp/vsite2 (the wheels), once per machine.
+# Installs into /tmp/vsite (vLLM) and /tmp/vsite2 (the wheels), once per machine. Sourced by a step of
+# experiments/device.sh, whose say and in_name_order it uses.
 VLLM_DIR=${VLLM_DIR:-/tmp/vbx}
 vllm_ready() {
   if [ ! -d /tmp/vsite/vllm ]; then
-    local parts; parts=$(ls "$VLLM_DIR"/v_?? .vb/*/v_?? 2> /dev/null | awk -F/ '{print $NF "\t" $0}' | sort -u -k1,1 | cut -f2)
+    local parts; parts=$(in_name_order "$VLLM_DIR"/v_?? .vb/*/v_??)  # experiments/device.sh's
     [ -z "$parts" ] && { echo "vllm_setup: no pieces v_?? in $VLLM_DIR or .vb/*/ (stash them first)"; return 1; }
     # shellcheck disable=SC2086
     cat $parts > /tmp/v.tar.xz || return 1
@@ -28,4 +29,12 @@ vllm_ready() {
   fi
   export PYTHONPATH=/tmp/vsite:/tmp/vsite2${PYTHONPATH:+:$PYTHONPATH} VLLM_USE_FLASHINFER_SAMPLER=0 \
     VLLM_LOGGING_LEVEL=WARNING VLLM_ALLOW_LONG_MAX_MODEL_LEN=1
+}
+vllm_run() {  # NAME TIMEOUT ARGS...: one vllm_dense.py run in its own shell (vLLM's PYTHONPATH only there)
+  local name=$1 t=$2; shift 2
+  say "vLLM $name: $*"
+  ( vllm_ready && timeout -k 5 "$t" python3 experiments/dense_vs_lookahead_throughput/vllm_dense.py "$@" \
+    --out "$OUT/vllm_$name.json" ) > "$OUT/vllm_$name.log" 2>&1 \
+    || say "vLLM $name failed: $(grep -v '^\s*$' "$OUT/vllm_$name.log" | tail -2 | cut -c1-300)"
+  [ -f "$OUT/vllm_$name.json" ] && say "vLLM $name: $(python3 -c "import json,sys; print([(r['conc'], r['decode_tok_s'], r['tpot_ms']) for r in json.load(open(sys.argv[1]))['runs']])" "$OUT/vllm_$name.json")"
 }

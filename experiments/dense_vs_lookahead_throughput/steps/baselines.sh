@@ -13,22 +13,14 @@
 DEADLINE_S=${DEADLINE_S:-540}
 SYN=${SYN:-'{"preset": "smollm2"}'}
 . experiments/dense_vs_lookahead_throughput/vllm_setup.sh
-VB=experiments/dense_vs_lookahead_throughput/vllm_dense.py
-vllm() {  # NAME TIMEOUT ARGS...: one vLLM process in its own shell (its PYTHONPATH only there)
-  local name=$1 t=$2; shift 2
-  say "vLLM $name: $*"
-  ( vllm_ready && timeout -k 5 "$t" python3 $VB "$@" --out "$OUT/vllm_$name.json" ) > "$OUT/vllm_$name.log" 2>&1 \
-    || say "vLLM $name failed: $(grep -v '^\s*$' "$OUT/vllm_$name.log" | tail -2 | cut -c1-300)"
-  [ -f "$OUT/vllm_$name.json" ] && say "vLLM $name: $(python3 -c "import json,sys; print([(r['conc'], r['decode_tok_s'], r['tpot_ms']) for r in json.load(open(sys.argv[1]))['runs']])" "$OUT/vllm_$name.json")"
-}
-vllm 16384 170 --ctx 16384 --conc 21,16 --kv-bytes 52e9
-vllm 32768 150 --ctx 32768 --conc 10 --kv-bytes 52e9
+vllm_run 16384 170 --ctx 16384 --conc 21,16 --kv-bytes 52e9
+vllm_run 32768 150 --ctx 32768 --conc 10 --kv-bytes 52e9
 B=$(( $(left) - 130 ))
 say "OasisKV (budget ${B}s)"
 timeout -k 10 $(( B + 5 )) $PY -X faulthandler experiments/dense_vs_lookahead_throughput/h200_headline.py \
   --out "$OUT/oasis.jsonl" --contexts 16k,32k --dense-n none --la-n '16k=44,16;32k=22' --max-n none \
   --nt-n '16k=44,16' --sens-n '16k=44,16' --variants mode=hisparse --anchors none --budget-s "$B" \
   --steps 24 --warmup 4 --synthetic "$SYN" 2>&1 | grep -v " plan " | tee "$OUT/oasis.log" | grep -E "done|skip|fail|error" 
-vllm 16384_fp8 $(min 150 $(( $(left) - 10 ))) --ctx 16384 --conc 42,21 --kv-bytes 52e9 --kv-cache-dtype fp8
+vllm_run 16384_fp8 $(min 150 $(( $(left) - 10 ))) --ctx 16384 --conc 42,21 --kv-bytes 52e9 --kv-cache-dtype fp8
 $PY experiments/dense_vs_lookahead_throughput/baselines_table.py "$OUT" > "$OUT/baselines.md" 2>&1; cat "$OUT/baselines.md"
 say "done"

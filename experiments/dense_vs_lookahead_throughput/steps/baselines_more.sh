@@ -58,10 +58,7 @@ if need_model; then
   done
   T=$(min 120 $(( $(left) - 10 )))
   if [ "$T" -gt 40 ]; then
-    say "vLLM real 8K x 32 (${T}s)"
-    ( vllm_ready && timeout -k 5 "$T" python3 experiments/dense_vs_lookahead_throughput/vllm_dense.py --gguf "$M" \
-      --ctx 8096 --decode 64 --conc 32 --out "$OUT/vllm_real_8096.json" ) > "$OUT/vllm_real.log" 2>&1 \
-      || say "vLLM real failed: $(grep -v '^\s*$' "$OUT/vllm_real.log" | tail -2 | cut -c1-300)"
+    vllm_run real_8096 "$T" --gguf "$M" --ctx 8096 --decode 64 --conc 32
   else
     say "no time for vLLM on the real model"
   fi
