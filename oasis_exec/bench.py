@@ -397,9 +397,8 @@ def measure(
         "stream_priority": runner.pipe.priority if runner.pipe is not None else None,
         "uva_kernel": cfg.uva_kernel if runner.pipe is not None and runner.pipe.path == "uva" else None,
         "copy_graph": bool(runner.pipe is not None and runner.pipe.copy_graph and runner.graphs),
-        "cuda_graph": bool(
-            runner.graphs
-        ),  # decode steps were captured and replayed as CUDA graphs (speculative: eager)
+        # decode steps were captured and replayed as CUDA graphs (greedy speculative ones too)
+        "cuda_graph": bool(runner.graphs),
         "no_transfer": cfg.no_transfer,
         "fetch_ratio": cfg.fetch_ratio,
         "fetch_policy": cfg.fetch_policy if cfg.sparse else None,

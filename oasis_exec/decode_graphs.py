@@ -1,8 +1,9 @@
 """CUDA graphs of decode steps: a step of B lanes (lanes 0..B-1) captured once and replayed after.
 
-``DecodeGraphs.ok(lanes)`` says whether a step may run as a graph; ``replay`` runs it: the first step of a batch
-size eagerly (kernels compile, workspaces allocate), the second captures ``ModelExec.decode_core`` into a graph (the
-prefetch pipeline's side streams join before the capture ends; the UVA path's copies get a graph of their own,
+``DecodeGraphs.ok(lanes)`` says whether a step may run as a graph; ``run`` runs one (``replay``: the ordinary
+step, ``ModelExec.decode_core``; ``spec_chain`` and ``spec_step``: a speculative step's draft chain and the rest of
+it, ``ModelExec.spec_core``): the first step of a key eagerly (kernels compile, workspaces allocate), the second
+captures it into a graph (the prefetch pipeline's side streams join before the capture ends; the UVA path's copies get a graph of their own,
 ``Prefetcher.capture_copies``), every later one copies the step's inputs into the graph's static tensors and
 replays it, bracketed by ``Prefetcher.before_replay`` / ``after_replay``. ``no_gc`` keeps garbage collection out
 of a capture.
@@ -26,7 +27,9 @@ class DecodeGraphs:
             sources,
             n_kv_heads,
         )
-        self.graphs = {}  # (batch size, short, dense_slots) -> (graph, static inputs, logits, aux)
+        # (batch size, short, dense_slots), ("chain", batch size, k), ("spec", batch size, k, forced)
+        #   -> (graph, static inputs, outputs)
+        self.graphs = {}
         self._warm = set()
 
     def ok(self, lanes_list) -> bool:
@@ -49,60 +52,81 @@ class DecodeGraphs:
         """The decode step of lanes 0..B-1 (``ok``): eager the first time, captured the second, replayed after; one
         graph per batch size, ``short`` and ``dense_slots`` (``ModelExec.decode_core``'s). Returns
         (logits [B, V], aux) of the graph's static outputs."""
-        B = len(lanes_list)
-        key = (B, short, dense_slots)
-        g = self.graphs.get(key)
-        if g is None and key not in self._warm:  # one eager step first: kernels compile, workspaces allocate
-            self._warm.add(key)
-            lanes = torch.arange(B, device=self.device)
+        B, H = len(lanes_list), self.H
+
+        def step(lanes, toks, pos, sets):
             return self.model.decode_core(
-                lanes, slice(0, B * self.H), toks, pos, sets, None, short=short, dense_slots=dense_slots
+                lanes, slice(0, B * H), toks, pos, sets, None, short=short, dense_slots=dense_slots
             )
+
+        return self.run((B, short, dense_slots), B, step, toks=toks, pos=pos, sets=sets)
+
+    def spec_chain(self, B, toks, pos, k):
+        """A speculative step's draft chain (``ModelExec.draft_chain``) of lanes 0..B-1 as a graph of its own
+        (timed apart from the pass for adaptive k). Returns drafts [B, k] (the graph's static output)."""
+
+        def chain(lanes, toks, pos):
+            return self.model.draft_chain(lanes, toks, pos, k)
+
+        return self.run(("chain", B, k), B, chain, pipeline=False, toks=toks, pos=pos)
+
+    def spec_step(self, B, toks, pos, drafts, lim, n_forced, sets):
+        """The rest of a speculative step of lanes 0..B-1 (``ModelExec.spec_core``: pass, device-side acceptance,
+        commit, resync), one graph per batch size, draft length and acceptance kind (greedy, or the benchmark's
+        forced counts ``n_forced``). Returns (logits, accepted, emitted) of the graph's static outputs."""
+        B, H, k = len(toks), self.H, drafts.shape[1]
+        forced = n_forced is not None
+
+        def step(lanes, toks, pos, drafts, lim, n_forced, sets):
+            return self.model.spec_core(lanes, slice(0, B * H), toks, pos, drafts, lim, n_forced, sets)
+
+        return self.run(
+            ("spec", B, k, forced), B, step, toks=toks, pos=pos, drafts=drafts, lim=lim, n_forced=n_forced, sets=sets
+        )
+
+    def run(self, key, B, fn, pipeline=True, **inputs):
+        """``fn(lanes, **inputs)`` for lanes 0..B-1 as graph ``key``: eager the
+        first time (kernels compile, workspaces allocate), captured the second, replayed after with ``inputs``
+        (tensors or None) copied into the graph's static copies. ``pipeline``: the step launches the prefetch
+        pipeline's stages (its side streams join before the capture ends; its copies are bracketed around each
+        replay). Returns ``fn``'s outputs (the graph's static tensors once captured)."""
+        pipe = self.pipe if pipeline else None
+        g = self.graphs.get(key)
+        if g is None and key not in self._warm:
+            self._warm.add(key)
+            return fn(torch.arange(B, device=self.device), **inputs)
         if g is None:
-            if self.pipe is not None:
-                self.pipe.wait_all()
-            st = {
-                "toks": toks.clone(),
-                "pos": pos.clone(),
-                "sets": None if sets is None else sets.clone(),
-                "lanes": torch.arange(B, device=self.device),
-            }
+            if pipe is not None:
+                pipe.wait_all()
+            st = {n: None if t is None else t.clone() for n, t in inputs.items()}
+            lanes = torch.arange(B, device=self.device)
             torch.cuda.synchronize()
             graph = torch.cuda.CUDAGraph()
-            if self.pipe is not None:
-                self.pipe.begin_capture(key)
+            if pipe is not None:
+                pipe.begin_capture(key)
             self.model.capturing = True
             try:
                 with no_gc(), torch.cuda.graph(graph):
-                    logits, aux = self.model.decode_core(
-                        st["lanes"],
-                        slice(0, B * self.H),
-                        st["toks"],
-                        st["pos"],
-                        st["sets"],
-                        None,
-                        short=short,
-                        dense_slots=dense_slots,
-                    )
-                    if self.pipe is not None:
-                        self.pipe.wait_all()  # every side stream joins before the capture ends
+                    out = fn(lanes, **st)
+                    if pipe is not None:
+                        pipe.wait_all()  # every side stream joins before the capture ends
             finally:
                 self.model.capturing = False
-            if self.pipe is not None:
-                st["keep"], self.pipe.keep = self.pipe.keep, []
-                self.pipe.capture_copies(key)  # UVA copy graphs: this step's copies, a graph of their own
-            g = self.graphs[key] = (graph, st, logits, aux)
-        graph, st, logits, aux = g
-        st["toks"].copy_(toks)
-        st["pos"].copy_(pos)
-        if sets is not None:
-            st["sets"].copy_(sets)
-        if self.pipe is not None:
-            self.pipe.before_replay()  # the host path's graph mode: last step's copies are enqueued
+            st["_lanes"] = lanes
+            if pipe is not None:
+                st["_keep"], pipe.keep = pipe.keep, []
+                pipe.capture_copies(key)  # UVA copy graphs: this step's copies, a graph of their own
+            g = self.graphs[key] = (graph, st, out)
+        graph, st, out = g
+        for n, t in inputs.items():
+            if t is not None:
+                st[n].copy_(t)
+        if pipe is not None:
+            pipe.before_replay()  # the host path's graph mode: last step's copies are enqueued
         graph.replay()
-        if self.pipe is not None:
-            self.pipe.after_replay(key)  # UVA copy graphs: its copies; host path's graph mode: the worker's jobs
-        return logits, aux
+        if pipe is not None:
+            pipe.after_replay(key)  # UVA copy graphs: its copies; host path's graph mode: the worker's jobs
+        return out
 
     def close(self) -> None:
         if self.graphs and self.device.type == "cuda":

@@ -26,8 +26,9 @@ row) then attends only the step's top-K: the slot of each predicted block after 
 ``slots_out`` on CUDA, ``SparseStore.selected_slots`` otherwise), not every slot of the row.
 
 Speculative steps (``oasis_exec.speculative``): ``draft_chain`` drafts ``k`` tokens a lane, ``decode_spec`` is the
-verification pass over ``k + 1`` positions (eager only: the ordinary step's CUDA graphs are not used for it) and
-``commit_spec`` keeps what the accepted tokens wrote and launches the lookahead prediction for the next step.
+verification pass over ``k + 1`` positions and ``commit_spec`` keeps what the accepted tokens wrote (device-side
+masks, no host list) and launches the lookahead prediction for the next step; ``spec_core`` is the pass, the
+device-side acceptance, the commit and the resync in one capturable call.
 
 At its crossing step (eager, see ``Runner._cross``) each layer first copies the lane's GPU blocks to its host blocks
 with the write-back kernel (``_offload``, on the stream, no host synchronisation), and that step fetches its rows'
@@ -55,6 +56,7 @@ from oasis_core.selection import initial_plan
 
 from . import ops
 from .host_quant import roundtrip
+from .speculative import emitted_tokens, greedy_accepted
 from .writeback import writeback_full
 
 SHORT_STEPS = ("none", "some", "all")  # decode_core's ``short``: how many of the step's lanes can be short
@@ -546,9 +548,10 @@ class ModelExec:
             return
         self.draft_tok[lane] = self.draft.propose(feats, tok)[0]
 
-    def propose(self, lanes_list, aux, tok) -> None:
-        """The draft tokens of the step's lanes after its sampled tokens ``tok`` [B] (``aux``: ``decode_core``'s)."""
-        idx = torch.tensor(lanes_list, device=self.device)
+    def propose(self, lanes, aux, tok) -> None:
+        """The draft tokens of the step's lanes (a list, or a device tensor: no host copy, capturable) after its
+        sampled tokens ``tok`` [B] (``aux``: ``decode_core``'s)."""
+        idx = lanes if torch.is_tensor(lanes) else torch.tensor(lanes, device=self.device)
         if self.draft_h is not None:
             d, h = self.draft.propose_state(aux, tok)
             self.draft_tok[idx], self.draft_h[idx] = d, h.to(self.draft_h.dtype)
@@ -570,7 +573,7 @@ class ModelExec:
         return torch.stack(out, 1)
 
     def decode_spec(self, lanes, rows, toks, drafts, pos, sets):
-        """The verification pass of a speculative step (eager; no lane short or crossing): lanes [B], the input
+        """The verification pass of a speculative step (no lane short or crossing): lanes [B], the input
         tokens ``toks`` [B] at ``pos`` and ``drafts`` [B, k] at ``pos + 1 .. pos + k``, one target pass over the
         ``k + 1`` positions. Writes the input token's KV as the ordinary step does (local block, its summary, its
         host copy once full; ``dense``: every position's KV into the pages); the drafts' KV stay out of the cache
@@ -619,7 +622,9 @@ class ModelExec:
                 slot_ids = torch.where(res >= 0, base[:, :, None] + sel_off, -1).to(torch.int32)
                 attn, ek, ev = self._attend(l, q, k_, v_, slot_ids, local_slot, local_len)
                 self._summarize(l, item_src, item_row, item_blk, item_len)
-                writeback_full(st.k[l], st.v[l], self.host.k[l], self.host.v[l], item_src, item_dst, item_len, bs)
+                writeback_full(
+                    st.k[l], st.v[l], self.host.k[l], self.host.v[l], item_src, item_dst, item_len, bs, self._scales(l)
+                )
                 saved.append((q, ek, ev))
             else:
                 kf, vf = st.k[l].view(-1, bs, st.D), st.v[l].view(-1, bs, st.D)
@@ -632,93 +637,67 @@ class ModelExec:
         aux_t = torch.cat([aux[i] for i in layers_aux], -1) if layers_aux else None
         return logits, aux_t, saved
 
-    def commit_spec(self, lanes, rows, pos, n_acc, saved, sets, recorded) -> None:
-        """After a speculative step's acceptance (``n_acc``: accepted drafts a lane, on the host): the accepted
-        drafts' KV into the local block, the summary and host copy of a block they fill, the new local block's
-        summary, then each layer's background prediction for the next step (``lookahead``; ``dense`` keeps
-        nothing more: its pass wrote the pages). Nothing of a rejected draft is written."""
+    def spec_core(self, lanes, rows, toks, pos, drafts, lim, n_forced=None, sets=None, recorded=None):
+        """A speculative step after its draft chain, all on the device (eager, or captured as one CUDA graph by
+        ``DecodeGraphs``): the verification pass (``decode_spec``), greedy acceptance (``speculative.greedy_accepted``,
+        at most ``lim`` [B] drafts a row) or, with ``n_forced`` [B] (benchmark-only synthetic acceptance), that
+        many, the commit (``commit_spec``) and the resync (the next first draft from the target's features at the
+        last accepted position and the token emitted last). Returns (logits [B, k + 1, V], accepted [B] int64,
+        emitted tokens [B, k + 1]: a row's first ``accepted + 1`` count)."""
+        logits, aux, saved = self.decode_spec(lanes, rows, toks, drafts, pos, sets)
+        n, tgt = greedy_accepted(logits, drafts, lim)
+        if n_forced is not None:
+            n = n_forced
+        emitted = emitted_tokens(tgt, drafts, n)
+        self.commit_spec(lanes, rows, pos, n, saved, sets, recorded)
+        ar = torch.arange(lanes.shape[0], device=self.device)
+        self.propose(lanes, aux[ar, n], emitted[ar, n])
+        return logits, n, emitted
+
+    def commit_spec(self, lanes, rows, pos, n, saved, sets, recorded) -> None:
+        """After a speculative step's acceptance (``n`` [B] int64: accepted drafts a lane, on the device; no host
+        synchronisation): the accepted drafts' KV into the local block, the summary and host copy of a block they
+        fill, the new local block's summary, then each layer's background prediction for the next step
+        (``lookahead``; ``dense`` keeps nothing more: its pass wrote the pages). Nothing of a rejected draft is
+        written: every write is masked to the accepted run (a masked-out entry rewrites what its slot held)."""
         cfg, dev, st, bs, H = self.cfg, self.device, self.store, self.bs, self.H
         if not cfg.sparse:
             return
         B = lanes.shape[0]
         k = saved[0][0].shape[1] - 1
-        pos_l = pos.tolist()
-        lanes_l = lanes.tolist()
-        # host-side lists: (lane index, draft index, offset) of the accepted drafts in the input's block (phase 0)
-        # and in the block after it (phase 1), and the summary / write-back items of both blocks
-        ph = ([], []), ([], [])
-        items = ([], [], [], [], []), ([], [], [], [], [])  # src row (b), dst row (lane), block, valid, host block
-        for b, (p, n) in enumerate(zip(pos_l, n_acc)):
-            if not n:
-                continue
-            b0 = p // bs
-            counts = [0, 0]
-            for j in range(1, n + 1):
-                phase = (p + j) // bs - b0
-                ph[phase][0].append(b * k + j - 1)
-                ph[phase][1].append((p + j) % bs)
-                counts[phase] += 1
-            for phase, c in enumerate(counts):
-                if not c:
-                    continue
-                valid = (p % bs + 1 + c) if phase == 0 else c
-                if valid > bs:
-                    raise RuntimeError(f"speculative step: {valid} tokens in one block of {bs}")
-                it = items[phase]
-                it[0].append(b)
-                it[1].append(lanes_l[b])
-                it[2].append(b0 + phase)
-                it[3].append(valid)
-                it[4].append(int(st.host_table[lanes_l[b], b0]) if phase == 0 and valid == bs else -1)
-        base = st.slot_base(lanes)
-        local = (base + st.LOCAL).to(torch.int32)  # [B, H]
+        j = torch.arange(1, k + 1, device=dev)
+        b0 = pos // bs
+        p_j = pos[:, None] + j  # [B, k]: the drafts' positions
+        accepted = j <= n[:, None]
+        # draft j goes to the input's block (phase 0) or, past its end, to the next block (phase 1), which reuses
+        # the local slot once the full block's summary and host copy are taken (k < block_size: at most one fills)
+        keep = [(accepted & (p_j // bs == b0[:, None] + ph))[:, None, :, None] for ph in (0, 1)]
+        local = st.slot_base(lanes) + st.LOCAL  # [B, H]
+        at = (local[:, :, None].long(), (p_j % bs)[:, None, :])  # [B, H, k]: slot and offset of each draft
         hh = torch.arange(H, device=dev)
-
-        def t(x):
-            return torch.tensor(x, dtype=torch.int64, device=dev)
-
-        phase_t = [(t(a), t(o)) for a, o in ph]
-        item_t = []
-        for it in items:
-            if not it[0]:
-                item_t.append(None)
-                continue
-            b_, ln, blk, valid, hb = (t(v) for v in it)
-            item_t.append(
-                (
-                    local[b_].reshape(-1),
-                    (ln[:, None] * H + hh).reshape(-1).to(torch.int32),
-                    blk.repeat_interleave(H).to(torch.int32),
-                    valid.repeat_interleave(H).to(torch.int32),
-                    torch.where(hb[:, None] >= 0, hb[:, None] * H + hh, -1).reshape(-1).to(torch.int32),
-                    torch.where(valid == bs, valid, 0).repeat_interleave(H).to(torch.int32),
-                )
-            )
-        n_t = t(n_acc)
-        sel = torch.clamp(n_t + 1, max=k)  # the pass's query nearest the next step's position p + n + 1
+        src = local.reshape(-1).to(torch.int32)
+        row = (lanes[:, None] * H + hh).reshape(-1).to(torch.int32)
+        fill = pos % bs + 1 + n  # tokens of the input's block and beyond after the run
+        blk = [(b0 + ph).repeat_interleave(H).to(torch.int32) for ph in (0, 1)]
+        valid = [v.repeat_interleave(H).to(torch.int32) for v in (fill.clamp(max=bs), (fill - bs).clamp(min=0))]
+        wb_dst = (st.host_table[lanes, b0][:, None] * H + hh).reshape(-1).to(torch.int32)
+        filled = (fill >= bs) & (pos % bs + 1 < bs)  # the run (not the input token: decode_spec copied it) filled it
+        wb_len = torch.where(filled, bs, 0).repeat_interleave(H).to(torch.int32)
+        sel = torch.clamp(n + 1, max=k)  # the pass's query nearest the next step's position p + n + 1
         qrow = torch.arange(B, device=dev)
-        nb_next = (pos + n_t + 1) // bs + 1
+        nb_next = (pos + n + 1) // bs + 1
         lanes32 = lanes.to(torch.int32)
         mode = self.mode
         for l in range(self.L):
-            q, ek, ev = saved[l]
-            for phase in (0, 1):
-                flat, off = phase_t[phase]
-                if flat.numel():
-                    bi = flat // k
-                    ji = flat % k
-                    dst = local[bi].long()  # [M, H]
-                    st.k[l][dst, off[:, None]] = ek[bi, :, ji]
-                    st.v[l][dst, off[:, None]] = ev[bi, :, ji]
-                if item_t[phase] is not None:
-                    src, row, blk, valid, dst_host, wb_len = item_t[phase]
-                    self._summarize(l, src, row, blk, valid)
-                    if phase == 0:  # a block filled by the run: its host copy before the slot holds the next one
-                        ok = dst_host >= 0
-                        if bool(ok.any()):
-                            writeback_full(
-                                st.k[l], st.v[l], self.host.k[l], self.host.v[l], src[ok], dst_host[ok], wb_len[ok], bs
-                            )
+            q, ek, ev = saved[l]  # ek, ev [B, H, k, D]
+            for ph in (0, 1):
+                st.k[l][at] = torch.where(keep[ph], ek, st.k[l][at])
+                st.v[l][at] = torch.where(keep[ph], ev, st.v[l][at])
+                self._summarize(l, src, row, blk[ph], valid[ph])  # no-op for a row with no token in the block
+                if ph == 0:  # a block filled by the run: its host copy before the slot holds the next one
+                    writeback_full(
+                        st.k[l], st.v[l], self.host.k[l], self.host.v[l], src, wb_dst, wb_len, bs, self._scales(l)
+                    )
             if mode.background:
                 qsel = q[qrow, sel]  # [B, Hq, D]
                 after = None

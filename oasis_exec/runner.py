@@ -13,9 +13,10 @@ pages seen as slots).
 
 Speculative decoding (``ExecConfig.speculative_k > 0``; dense and lookahead; ``oasis_exec.speculative``): a step of
 lanes none of which is short or crossing drafts ``k`` tokens a lane with the head, verifies them in one target pass
-(``ModelExec.decode_spec``, eager), accepts a prefix and emits it plus one token of the target, and keeps only the
-accepted tokens' KV (``ModelExec.commit_spec``); ``execute`` then returns a list of tokens a request. Other steps,
-and every step with ``speculative_k = 0``, are the ordinary ones above (their CUDA graphs unchanged).
+(``ModelExec.decode_spec``), accepts a prefix and emits it plus one token of the target, and keeps only the
+accepted tokens' KV (``ModelExec.commit_spec``); ``execute`` then returns a list of tokens a request. Greedy and
+synthetic acceptance run on the device and as CUDA graphs (``DecodeGraphs.spec_chain`` / ``spec_step``); sampled
+rows eagerly. Other steps, and every step with ``speculative_k = 0``, are the ordinary ones above.
 
 Benchmarks synthesize prefill (``Admit.synthetic_prefill``): the KV of the prompt is filled with random values
 (host pool pattern, random summaries and slots) rather than computed, so that many 16K-token requests start in
@@ -53,7 +54,7 @@ from .pipeline import Prefetcher
 from .sampling import TemperatureSampler
 from .scheduler import RunnerCall
 from .selection_sources import SelectionSources
-from .speculative import accept, accept_greedy, accept_synthetic
+from .speculative import accept, rows_of
 
 
 def _dtype(name):
@@ -385,58 +386,70 @@ class Runner:
         return ks if max(ks) else None
 
     def _decode_spec(self, plan: RunnerCall, ks, sets, synth_ready, recorded) -> dict:
-        """A speculative step (``oasis_exec.speculative``), eager: ``ks[i]`` drafts for lane ``i`` (the chain and
-        the pass run ``k = max(ks)`` for all), one verification pass, the acceptance, then what the accepted tokens
-        keep. Returns {req_id: [emitted tokens]}."""
+        """A speculative step (``oasis_exec.speculative``): ``ks[i]`` drafts for lane ``i`` (the chain and the pass
+        run ``k = max(ks)`` for all), one verification pass, the acceptance, then what the accepted tokens keep.
+        Greedy and synthetic acceptance run on the device (``ModelExec.spec_core``), as CUDA graphs where the
+        ordinary step may (``DecodeGraphs.spec_chain`` / ``spec_step``); rows above temperature 0 are verified by
+        rejection sampling on the host between the pass and the commit (eager). Returns {req_id: [emitted tokens]}."""
         dev, items = self.device, plan.decode
         k = max(ks)
-        limits = ks if min(ks) < k else None
         lanes_list = [it.lane for it in items]
         pos_list = [it.position for it in items]
         lanes = torch.tensor(lanes_list, device=dev)
         rows = _rows_of(lanes_list, self.H)
         toks = torch.tensor([it.token for it in items], device=dev)
         pos = torch.tensor(pos_list, device=dev)
+        params = [plan.sampling[it.req_id] for it in items]
+        sampled = self.synth_accept is None and any(sp.temperature > 0 for sp in params)
+        graphed = not sampled and self.cuda_graphs.ok(lanes_list)
         clock = _Clock(dev) if self.adaptive is not None and k >= 2 else None  # γ: the chain runs k - 1 head steps
         if clock is not None:
             clock.mark()
-        drafts = self.model.draft_chain(lanes, toks, pos, k)
-        if clock is not None:
-            clock.mark()
-        logits, aux, saved = self.model.decode_spec(lanes, rows, toks, drafts, pos, sets)
-        if clock is not None:
-            clock.mark()
-        params = [plan.sampling[it.req_id] for it in items]
-        if self.synth_accept is not None:  # benchmark only (dummy weights): drawn, not the target's verdict
-            n_acc, out = accept_synthetic(
-                logits, drafts, [self.synth_accept.draw(ki, self.synth_rng.random) for ki in ks]
-            )
-        elif all(sp.temperature == 0 for sp in params):
-            n_acc, out = accept_greedy(logits, drafts, limits)
+        if graphed:
+            drafts = self.cuda_graphs.spec_chain(len(items), toks, pos, k)
         else:
+            drafts = self.model.draft_chain(lanes, toks, pos, k)
+        if clock is not None:
+            clock.mark()
+        if sampled:
+            logits, aux, saved = self.model.decode_spec(lanes, rows, toks, drafts, pos, sets)
             req_ids = [it.req_id for it in items]
             if self.spec_draws is not None:
                 u_acc, u_draw = self.spec_draws(req_ids, k + 1)
             else:
                 u_acc = torch.rand(len(items), k + 1, generator=self.gen, device=dev, dtype=torch.float64)
                 u_draw = torch.rand(len(items), k + 1, generator=self.gen, device=dev, dtype=torch.float64)
-            n_acc, out = accept(logits, drafts, params, u_acc, u_draw, limits)
-        if clock is not None:  # the acceptance synchronised: the marks' times are known
+            n_acc, out = accept(logits, drafts, params, u_acc, u_draw, ks if min(ks) < k else None)
+            n_t = torch.tensor(n_acc, device=dev)
+            self.model.commit_spec(lanes, rows, pos, n_t, saved, sets, recorded)
+            ar = torch.arange(len(items), device=dev)
+            self.model.propose(lanes, aux[ar, n_t], torch.tensor([o[-1] for o in out], device=dev))
+        else:
+            lim = torch.tensor(ks, device=dev)
+            n_forced = None
+            if self.synth_accept is not None:  # benchmark only (dummy weights): drawn, not the target's verdict
+                n_forced = torch.tensor([self.synth_accept.draw(ki, self.synth_rng.random) for ki in ks], device=dev)
+            if graphed:
+                logits, n_t, emitted = self.cuda_graphs.spec_step(len(items), toks, pos, drafts, lim, n_forced, sets)
+            else:
+                logits, n_t, emitted = self.model.spec_core(
+                    lanes, rows, toks, pos, drafts, lim, n_forced, sets, recorded
+                )
+        if clock is not None:
+            clock.mark()
+        if not sampled:
+            n_acc, out = rows_of(n_t, emitted)  # the step's one host synchronisation
+        if clock is not None:  # synchronised: the marks' times are known
             chain_s, verify_s = clock.spans()
             self.adaptive.observe_cost(chain_s / (k - 1), verify_s)
         for it, ki, n in zip(items, ks, n_acc):
             self.spec_accepts[ki, n] += 1
             if self.adaptive is not None:
                 self.adaptive.observe(it.lane, ki, n)
-        self.model.commit_spec(lanes, rows, pos, n_acc, saved, sets, recorded)
         if synth_ready is not None:
             self.sources.presynth(lanes_list, synth_ready)
-        n_t = torch.tensor(n_acc, device=dev)
-        ar = torch.arange(len(items), device=dev)
         self.last_logits = {it.req_id: logits[i, n_acc[i]] for i, it in enumerate(items)}
         self.last_logits_seq = {it.req_id: logits[i, : n_acc[i] + 1] for i, it in enumerate(items)}
-        last = torch.tensor([o[-1] for o in out], device=dev)
-        self.model.propose(lanes_list, aux[ar, n_t], last)  # resync: the target's features at the last accepted
         self._step_end(items, pos_list, recorded)  # no per-layer trace in a speculative step
         self.spec_steps += 1
         self.spec_lanes += len(items)

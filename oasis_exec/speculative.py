@@ -39,10 +39,15 @@ the chain and the pass run the step's longest ``k = max k_i``, and ``accept`` / 
 ``limits``: drafts past ``k_i`` count as rejected without a residual (a lane that accepts its ``k_i`` draws from ``p``
 after them), which emits exactly what a ``k_i``-draft pass would. A step where every lane picks 0 is the ordinary one.
 
-Speculative steps run eagerly (no CUDA graph) and only while no lane of the step is short or crossing
-(``oasis_core.short_context``): such a step, and a step that may emit only one token, is the ordinary step (its
-CUDA graphs unchanged). A speculative lookahead step launches its background transfers after the whole pass, not
-layer by layer during it, so they overlap the next step only.
+Greedy and synthetic acceptance are decided on the device (``greedy_accepted``, ``emitted_tokens``), so the whole
+step after the chain (``ModelExec.spec_core``: pass, acceptance, commit with every write masked to the accepted run,
+resync) needs one host synchronisation, at its end, and runs as a CUDA graph wherever the ordinary step may
+(``DecodeGraphs.spec_chain`` / ``spec_step``: one graph per batch size, draft length and acceptance kind). Steps with
+a row above temperature 0 run eagerly (``accept`` draws on the host between the pass and the commit). Speculative
+steps run only while no lane of the step is short or crossing (``oasis_core.short_context``): such a step, and a
+step that may emit only one token, is the ordinary step. A speculative lookahead step launches its background
+transfers after the whole pass (the prediction needs the acceptance), not layer by layer during it: inside the
+step's graph they run behind the commit only (``copy_graph`` on: behind the next step's chain and first layers).
 """
 
 from __future__ import annotations
@@ -80,31 +85,42 @@ def _limits(limits, B, k, device):
     return torch.as_tensor(limits, dtype=torch.int64, device=device).clamp(0, k)
 
 
+def greedy_accepted(logits, drafts, lim):
+    """Device-only greedy verification (no host synchronisation: CUDA-graph capturable): logits [B, k + 1, V] of the
+    pass, drafts [B, k], lim [B] int64 (a row's own draft length ``k_i <= k``) -> (accepted drafts a row [B] int64,
+    the target's argmax at every position [B, k + 1]): a row accepts its drafts while each is the target's argmax,
+    at most ``lim``."""
+    k = drafts.shape[1]
+    tgt = logits.argmax(-1)
+    n = (tgt[:, :k] == drafts).to(torch.int64).cumprod(1).sum(1)
+    return torch.minimum(n, lim), tgt
+
+
+def emitted_tokens(tgt, drafts, n):
+    """Device-only: the tokens a row emits, [B, k + 1] of which a row's first ``n + 1`` count: its ``n`` accepted
+    drafts, then the target's token after them (``tgt`` [B, k + 1]: the argmax, or any per-position choice)."""
+    j = torch.arange(tgt.shape[1], device=tgt.device)
+    padded = torch.cat([drafts, tgt[:, -1:]], 1)
+    return torch.where(j < n[:, None], padded, tgt)
+
+
+def rows_of(n, emitted) -> tuple:
+    """Host lists of a step's acceptance (the step's one host synchronisation): (accepted drafts a row, the emitted
+    tokens a row)."""
+    n_l, e_l = n.tolist(), emitted.tolist()
+    return n_l, [row[: m + 1] for row, m in zip(e_l, n_l)]
+
+
 def accept_greedy(logits, drafts, limits=None):
     """Greedy verification: logits [B, k + 1, V] of the pass, drafts [B, k] -> (accepted drafts a row, the emitted
     tokens a row: the accepted drafts, then the target's argmax after them). ``limits`` [B]: a row's own draft
     length ``k_i <= k`` (adaptive k, ``oasis_core.speculation``): its drafts past ``k_i`` count as rejected, so
     it emits at most ``k_i + 1`` tokens, the last the target's argmax after its ``k_i`` drafts. One host
     synchronisation."""
-    k = drafts.shape[1]
-    tgt = logits.argmax(-1)  # [B, k + 1]
-    n = (tgt[:, :k] == drafts).to(torch.int64).cumprod(1).sum(1)
-    lim = _limits(limits, drafts.shape[0], k, logits.device)
-    if lim is not None:
-        n = torch.minimum(n, lim)
-    tgt_l, n_l = tgt.tolist(), n.tolist()
-    return n_l, [row[: m + 1] for row, m in zip(tgt_l, n_l)]
-
-
-def accept_synthetic(logits, drafts, n_acc):
-    """Benchmark-only verification (``ExecConfig.synthetic_accept``, dummy weights): row ``i`` accepts its first
-    ``n_acc[i]`` drafts whatever the target says (drawn by the caller from a measured acceptance) and emits them and
-    the target's argmax after them, so the commit keeps exactly those tokens' KV. Returns (n_acc, emitted tokens)."""
-    n_l = [int(n) for n in n_acc]
-    if any(not 0 <= n <= drafts.shape[1] for n in n_l):
-        raise ValueError(f"accept_synthetic: accepted drafts must be in [0, {drafts.shape[1]}], got {n_l}")
-    tgt_l, d_l = logits.argmax(-1).tolist(), drafts.tolist()
-    return n_l, [d[:m] + [t[m]] for d, t, m in zip(d_l, tgt_l, n_l)]
+    B, k = drafts.shape
+    lim = _limits(limits, B, k, logits.device)
+    n, tgt = greedy_accepted(logits, drafts, lim if lim is not None else torch.full((B,), k, device=logits.device))
+    return rows_of(n, emitted_tokens(tgt, drafts, n))
 
 
 def accept(logits, drafts, params, u_acc, u_draw, limits=None):

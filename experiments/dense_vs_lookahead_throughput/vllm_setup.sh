@@ -27,8 +27,10 @@ vllm_ready() {
     python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --target /tmp/vsite2 .vb/3/*.whl \
       && touch /tmp/vsite2/.done || return 1
   fi
+  # spawn: with --gguf the parent initialises CUDA before LLM(); a forked engine core then cannot ("Cannot
+  # re-initialize CUDA in forked subprocess", results/baselines_more_8e1c817/vllm_real_8096.log)
   export PYTHONPATH=/tmp/vsite:/tmp/vsite2${PYTHONPATH:+:$PYTHONPATH} VLLM_USE_FLASHINFER_SAMPLER=0 \
-    VLLM_LOGGING_LEVEL=WARNING VLLM_ALLOW_LONG_MAX_MODEL_LEN=1
+    VLLM_LOGGING_LEVEL=WARNING VLLM_ALLOW_LONG_MAX_MODEL_LEN=1 VLLM_WORKER_MULTIPROC_METHOD=spawn
 }
 vllm_run() {  # NAME TIMEOUT ARGS...: one vllm_dense.py run in its own shell (vLLM's PYTHONPATH only there)
   local name=$1 t=$2; shift 2

@@ -15,8 +15,9 @@ steps seconds); their contexts grow by the earlier phases' tokens (at most 14 ×
 engine a ``dense`` k = 0 phase still runs the draft head's proposal each step; ``--fresh-k0 CONTEXT`` adds, at those
 contexts, a k = 0 run of an engine of its own (``dense`` then has no draft head at all), the plain non-speculative
 baseline. ``--engine-per-k`` builds one engine per k instead (the GPU, where the prefill is cheap).
-``--eager-k0`` adds a k = 0 run with CUDA graphs off (speculative steps always run eagerly; on the CPU there are
-no graphs, so it is the same as k = 0 and is not run there).
+``--eager-k0`` adds a k = 0 run with CUDA graphs off (greedy speculative steps run as graphs too since 2026-12-01
+evening; before, they ran eagerly, and this was their like-for-like baseline; on the CPU there are no graphs, so it
+is the same as k = 0 and is not run there).
 
 Each record is the bench's (``oasis_exec.bench``) plus ``weights`` (real), ``run`` (phase | fresh | engine |
 eager) and the study's arguments; the table (markdown) has, per mode and context, the tokens a request emits per
@@ -97,6 +98,15 @@ def run(a) -> list:
     values = phase_values(a.ks)
     k_max = longest(values)
     extra = {"weights": "real", "dtype": a.dtype, "study": "speculative_decoding", "study_commit": commit()}
+    for context in a.contexts:  # refused up front, not after the earlier contexts have run
+        need = base_config(a, "dense", context, k_max).max_context
+        if need > dec.shape.max_context_tokens:
+            room = need - context
+            raise SystemExit(
+                f"spec_study: context {context} + {room} tokens of decode room exceed the model's "
+                f"{dec.shape.max_context_tokens} positions; the longest context here is "
+                f"{dec.shape.max_context_tokens - room}"
+            )
     recs = []
 
     def keep(rec, how):

@@ -308,3 +308,42 @@ def test_fp8_host_graphs_equal_eager_and_slots_hold_the_dequantized_host_copies(
             assert _assert_slots_hold_their_blocks(eng) > 0
     assert eng.runner.graphs and eng.runner.counters()["units_fetched"] > 100
     eng.close()
+
+
+@pytest.mark.parametrize("mode,accept", [("dense", None), ("lookahead", None), ("lookahead", {"3": [1, 2, 2, 3]})])
+def test_speculative_steps_in_graphs_equal_eager(mode, accept):
+    """Speculative steps (k = 3) as CUDA graphs (the draft chain, then the pass with the device-side acceptance,
+    commit and resync: ``DecodeGraphs.spec_chain`` / ``spec_step``) give the eager steps' logits, tokens and
+    acceptance. Lookahead fetches (top-K 3 of up to 14 blocks); with a synthetic acceptance (the random head accepts
+    almost nothing) runs of up to 4 tokens fill blocks in the middle of a step; the slots hold their blocks' host
+    copies after."""
+    ps = prompts(13, (90, 120, 64))
+    kw = dict(top_k=3, fetch_ratio=0.67, transfer="uva", speculative_k=3, short_context=False)
+    if accept:
+        kw["synthetic_accept"] = accept
+    runners, keys = [], []
+
+    def hook(r):
+        runners.append(r)
+        run = r.cuda_graphs.run
+        r.cuda_graphs.run = lambda key, *a, **k: (keys.append(key), run(key, *a, **k))[1]
+
+    ref, out_ref = run_logits(cfg(mode, "cuda", cuda_graph=False, **kw), ps, 40, runner_hook=hook)
+    got, out = run_logits(cfg(mode, "cuda", cuda_graph=True, **kw), ps, 40, runner_hook=hook)
+    assert {k[0] for k in keys} >= {"chain", "spec"}  # the speculative steps ran through graphs
+    assert runners[1].spec_steps == runners[0].spec_steps > 0
+    assert runners[1].spec_accepts == runners[0].spec_accepts
+    assert out == out_ref
+    for rid in ref:
+        for a, b in zip(ref[rid], got[rid]):
+            assert torch.isfinite(b).all()
+            assert torch.allclose(a, b, atol=1e-2, rtol=1e-2)
+    if mode == "lookahead":
+        eng = Engine(cfg(mode, "cuda", cuda_graph=True, **kw))
+        for p in ps:
+            eng.add_request(p, SamplingParams(max_tokens=40))
+        for _ in range(8):
+            eng.step()
+        eng.runner.pipe.wait_all()
+        assert _assert_slots_hold_their_blocks(eng) > 0
+        eng.close()

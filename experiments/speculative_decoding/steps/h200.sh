@@ -3,10 +3,10 @@
 # carrying .models/a then .models/c; this call carries .models/b, the last piece and the gguf wheel):
 #   OASIS_COMMIT=<hash> bash experiments/device.sh speculative_decoding/h200
 # 1. pytest -m gpu -k spec (tests/gpu/test_real_model_gpu.py: greedy speculative == greedy ordinary on the real model,
-#    dense and lookahead at K = all; graphs off == graphs on)                               -> $OUT/pytest_gpu.txt
-# 2. the CPU study's sweep on cuda bf16: SmolLM2-135M + trained EAGLE-3 head, dense and lookahead, 4096 and 7936
-#    tokens, k in {0, 1, 2, 3, auto:3} over one prefill per (mode, context), plus k = 0 of an engine of its own
-#    (CUDA graphs on) and k = 0 eager (graphs off); speculative steps always run eagerly
+#    dense and lookahead at K = all; graphs off == graphs on; tests/gpu/test_exec_gpu.py: speculative graphs == eager)                               -> $OUT/pytest_gpu.txt
+# 2. the CPU study's sweep on cuda bf16: SmolLM2-135M + trained EAGLE-3 head, dense and lookahead, 4096 and 7800
+#    tokens (7,800 + the phases' 313 tokens of decode room fit the 8,192 positions), k in {0, 1, 2, 3, auto:3} over one prefill per (mode, context), plus k = 0 of an engine of its own
+#    (CUDA graphs on) and k = 0 eager (graphs off); greedy speculative steps run as CUDA graphs too (spec_core)
 #                                                              -> $OUT/spec_h200.jsonl, spec_h200.md, spec_h200.log
 # 3. dummy Qwen3-8B at 16K x 32, lookahead, synthetic selection (preset smollm2), k = 2 with the acceptance drawn from
 #    the CPU real model's lookahead k = 2 histogram (--synthetic-accept, benchmark only) and k = 0, each recorded for
@@ -14,7 +14,7 @@
 #                                                   -> $OUT/qwen_spec.jsonl, qwen_k2.json, qwen_k0.json, qwen.log
 # Estimate ~350 s (tests ~60 s, the sweep ~150 s, the two Qwen runs ~60 s each, most of it pinning 78 GB).
 # Overrides: DEVICE=cpu (a dry run: float32, tiny shapes, QWEN_MODEL=tiny), N (16), STEPS (16), WARMUP (4),
-# CONTEXTS ("4096 7936"), QWEN_N (32), QWEN_CONTEXT (16384), QWEN_MODEL (qwen3-8b), SPEC_ACCEPT (a JSON acceptance),
+# CONTEXTS ("4096 7800"), QWEN_N (32), QWEN_CONTEXT (16384), QWEN_MODEL (qwen3-8b), SPEC_ACCEPT (a JSON acceptance),
 # QWEN_EAGER=1 (also Qwen k = 0 eager, qwen_k0e.json: the speculative step's eager baseline), SKIP_TESTS=1.
 DEADLINE_S=${DEADLINE_S:-400}
 DEVICE=${DEVICE:-cuda}
@@ -23,7 +23,7 @@ need_model || exit 1
 if [ "${SKIP_TESTS:-0}" != 1 ]; then
   say "pytest -m gpu -k spec"
   if [ "$DEVICE" = cpu ]; then export OASIS_GPU_TESTS_DEVICE=cpu; fi
-  TEST_S=${TEST_S:-150} gpu_tests -k spec tests/gpu/test_real_model_gpu.py
+  TEST_S=${TEST_S:-150} gpu_tests -k spec tests/gpu/test_real_model_gpu.py tests/gpu/test_exec_gpu.py
 fi
 
 say "real-model sweep on $DEVICE $DTYPE (left $(left)s)"
@@ -31,8 +31,8 @@ B=$(min $(( $(left) - ${QWEN_RESERVE_S:-140} )) ${SWEEP_S:-200})
 [ "$B" -lt 30 ] && { say "only ${B}s for the sweep: skipped"; B=1; }
 # shellcheck disable=SC2086
 [ "$B" -gt 1 ] && timeout -k 10 "$B" $PY experiments/speculative_decoding/spec_study.py --device "$DEVICE" --dtype "$DTYPE" \
-  --model-path "$M" --contexts ${CONTEXTS:-4096 7936} --concurrency "${N:-16}" --steps "${STEPS:-16}" \
-  --warmup "${WARMUP:-4}" --fresh-k0 ${CONTEXTS:-4096 7936} --fresh-k0-modes dense lookahead --eager-k0 \
+  --model-path "$M" --contexts ${CONTEXTS:-4096 7800} --concurrency "${N:-16}" --steps "${STEPS:-16}" \
+  --warmup "${WARMUP:-4}" --fresh-k0 ${CONTEXTS:-4096 7800} --fresh-k0-modes dense lookahead --eager-k0 \
   --out "$OUT/spec_h200.jsonl" 2>&1 | grep -v -e Warning -e warn | tee "$OUT/spec_h200.log" | tail -40
 [ -f "$OUT/spec_h200.jsonl" ] && $PY experiments/speculative_decoding/spec_study.py --table-only "$OUT/spec_h200.jsonl" \
   > /dev/null
