@@ -59,6 +59,8 @@ if REPO not in sys.path:
 RECORD = (
     "tool",
     "mode",
+    "speculative_k",
+    "synthetic_accept",
     "context",
     "concurrency",
     "requested_concurrency",
@@ -288,7 +290,7 @@ def make_config(a):
         top_k=a.top_k,
         block_size=a.block_size,
         fetch_ratio=a.fetch_ratio,
-        max_context=a.context + a.warmup + a.plain_steps + a.steps + 2 * a.block_size,
+        max_context=a.context + (a.warmup + a.plain_steps + a.steps) * (a.speculative_k + 1) + 2 * a.block_size,
         kv_budget_gb=a.kv_budget_gb,
         host_kv_gb=a.host_kv_gb if a.mode != "dense" else None,
         max_lanes=a.concurrency if a.max_lanes is None else (a.max_lanes or None),
@@ -299,6 +301,8 @@ def make_config(a):
         cuda_graph=not a.no_cuda_graph,
         synthetic=json.loads(a.synthetic) if a.synthetic else None,
     )
+    if a.speculative_k:  # speculative steps of dummy weights: the accepted drafts drawn (ExecConfig.synthetic_accept)
+        kw.update(speculative_k=a.speculative_k, synthetic_accept=json.loads(a.synthetic_accept))
     if a.short_context is not None:
         kw["short_context"] = a.short_context
     if "fused_ops" in ExecConfig.help():
@@ -785,6 +789,8 @@ def profile_steps(a) -> dict:
     rec = {
         "tool": "step_profile",
         "mode": a.mode,
+        "speculative_k": a.speculative_k,
+        "synthetic_accept": json.loads(a.synthetic_accept) if a.speculative_k else None,
         "context": a.context,
         "requested_concurrency": a.concurrency,
         "kv_budget_gb": a.kv_budget_gb,
@@ -1000,6 +1006,14 @@ def build_parser() -> argparse.ArgumentParser:
         type=int,
         default=5,
         help="steps before anything is timed (>= 3 under graphs: the first step runs eagerly, the second captures)",
+    )
+    ap.add_argument(
+        "--speculative-k", type=int, default=0, help="speculative steps of k drafts (needs --synthetic-accept)"
+    )
+    ap.add_argument(
+        "--synthetic-accept",
+        default='{"alpha": 0.5}',
+        help="JSON acceptance the speculative steps' accepted drafts are drawn from (dummy weights)",
     )
     ap.add_argument("--plain-steps", type=int, default=5, help="steps timed on the host without the profiler")
     ap.add_argument("--steps", type=int, default=3, help="profiled steps")
