@@ -435,6 +435,8 @@ class Runner:
                 logits, n_t, emitted = self.model.spec_core(
                     lanes, rows, toks, pos, drafts, lim, n_forced, sets, recorded
                 )
+        if synth_ready is not None:  # the next step's synthetic sets, drawn while the GPU runs this step
+            self.sources.presynth(lanes_list, synth_ready)
         if clock is not None:
             clock.mark()
         if not sampled:
@@ -446,8 +448,6 @@ class Runner:
             self.spec_accepts[ki, n] += 1
             if self.adaptive is not None:
                 self.adaptive.observe(it.lane, ki, n)
-        if synth_ready is not None:
-            self.sources.presynth(lanes_list, synth_ready)
         self.last_logits = {it.req_id: logits[i, n_acc[i]] for i, it in enumerate(items)}
         self.last_logits_seq = {it.req_id: logits[i, : n_acc[i] + 1] for i, it in enumerate(items)}
         self._step_end(items, pos_list, recorded)  # no per-layer trace in a speculative step

@@ -27,12 +27,17 @@ request ``r`` (fixed: ``speculative_k``, the batch's least ``max_tokens - genera
 request's drafts past its own ``k_r`` count as rejected, as the executor's pass). It costs the draft chain, ``K``
 draft-head steps over the batch (the predictor's ``draft_step``, or ``K · speculative_gamma`` times the verify
 pass), on the compute stream before the layers, plus the verify pass: every layer's GEMMs, norms and the LM head
-over ``K + 1`` tokens a decode request, and its attention reading the request's KV once per position (``K + 1``
-times: the executor's kernels attend each position as a query row of its own); no draft row in ``lookahead`` (the
-pass's positions hold the next step's query). It emits ``1 + n_r`` tokens, ``n_r`` drawn per request and step by
+over ``K + 1`` tokens a decode request, and its attention reading the request's KV once per position in ``dense``
+(``K + 1`` times: the paged kernel attends each position as a query row of its own) and once in ``lookahead`` (the
+sparse kernel attends a row's positions together: 2.80 ms of sparse attention a step at k = 2 against 3.39 at
+k = 0 in the H200 profile, ``experiments/speculative_decoding/results/profile_spec_2610b77``); no draft row in
+``lookahead`` (the pass's positions hold the next step's query). It emits ``1 + n_r`` tokens, ``n_r`` drawn per request and step by
 ``oasis_core.speculation.ChainAcceptance`` (``speculative_alpha``, or ``speculative_accepted_hist``'s
 per-position rates). Selection and transfers stay once a step (the next step's set), so per emitted token they
-happen ``1 / (1 + n)`` times as often; TPOT (per request: time / tokens) follows.
+happen ``1 / (1 + n)`` times as often; TPOT (per request: time / tokens) follows. In ``lookahead`` they run after
+the pass, as the executor's speculative step runs them (its prediction needs the step's acceptance; measured on the
+H200, experiments/speculative_decoding/README.md): every layer's prediction and selection, then its copy, the
+prediction one layer ahead of the copy, none beside the pass's compute.
 
 Per step the engine records (``StepLog``): start, duration, decode and prefill tokens, host→GPU bytes, stall (and,
 not in ``steps.csv``, the tokens the decodes emitted).
@@ -279,7 +284,7 @@ class Engine:
         if not mode.selects:
             c += pred.time("attn_decode", {"kv_bytes": ctx_tokens * self.bpt_layer * (K + 1 if K else 1)})
         elif n_dec:
-            c += pred.time("attn_decode", {"kv_bytes": att_tokens * self.bpt_layer * (K + 1 if K else 1)})
+            c += pred.time("attn_decode", {"kv_bytes": att_tokens * self.bpt_layer})  # one read for all positions
         score_s = topk_s = sel_s = 0.0
         side_bytes = 0.0  # HBM bytes per layer the side stream moves (summary reads, top-K, landing transfers)
         if mode.selects and n_sel:
@@ -321,12 +326,13 @@ class Engine:
                 # Remote misses cross the NIC first; a layer's transfer waits for its share of them.
                 net_bytes = remote_units * self.bpbh
                 x = max(x, self.remote.fetch_s(net_bytes) / L)
-            if cfg.transfer_path == "uva":
-                c += cfg.gather_sm_share * x
             h2d = layer_bytes * L
             side_bytes += layer_bytes
-            # Side work overlapped with compute is not free: its HBM traffic is taken from the compute stream's.
-            c += pred.time("side_contention", {"hbm_bytes": side_bytes})
+            if not K:  # (a speculative step runs its side work after the pass: nothing beside the compute)
+                if cfg.transfer_path == "uva":
+                    c += cfg.gather_sm_share * x
+                # Side work overlapped with compute is not free: its HBM traffic is taken from the compute stream's.
+                c += pred.time("side_contention", {"hbm_bytes": side_bytes})
         else:
             h2d = 0.0
             x = 0.0
@@ -359,6 +365,10 @@ class Engine:
             if self.spec_policy is not None:
                 self.spec_policy.observe_cost(draft_s / K, verify_s)  # γ as the executor measures it
             head_s += draft_s  # the chain runs on the compute stream before the layers
+            if background:  # the next step's prediction needs the acceptance: after the pass, not beside it
+                side = score_s + topk_s + sel_s
+                tail_s += L * max(side, x) + min(side, x)  # layer by layer, prediction one layer ahead of its copy
+                background = False
         work = LayerWork(
             L, head_s, c, tail_s, background, score_s + topk_s if background else 0.0, sel_s if background else 0.0, x
         )
