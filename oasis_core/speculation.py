@@ -35,6 +35,16 @@ of 0.5 made ``auto`` draft 2–3 tokens and lose to ``k = 1``; per position it d
 **γ** (``AdaptiveK``): configured, or measured by the caller (``observe_cost``: the seconds of one draft-head step
 against one verification pass, an exponentially weighted mean of the steps measured).
 
+**Measured step costs** (``AdaptiveK.observe_step``, unless γ is configured): ``kγ + 1`` prices the verification
+pass as independent of ``k``, which the H200 runs of 2026-12-01 refute (SmolLM2 × 16 at 4K, graphed steps: dense
+2.0 / 2.5 / 3.2 / 3.6 ms for k = 0 .. 3, lookahead 3.0 / 5.6 / 6.2 / 6.4 ms; ``auto`` drafted 2–3 and ran at
+0.71–0.92× where k = 1 gave 1.30× in dense). So the caller also reports each step's seconds with the draft length it
+ran (0: an ordinary step), kept as an exponentially weighted mean per ``k`` after ``STEP_SKIP`` samples (the first
+steps of a length compile kernels and capture graphs); once ``k`` and 0 both have a mean, the cost of drafting
+``k`` is their ratio ``T(k) / T(0)``, else ``kγ + 1``. ``choose`` maximises ``E(k) / cost(k)``. So that ``T(0)``
+is known, ``probe_due`` asks the caller for an ordinary step until ``STEP_SKIP + 1`` were timed and then once every
+``PROBE_EVERY`` steps (an ordinary step emits ~1/1.4 of a speculative one's tokens here: ~0.5% of throughput).
+
 **Drawn acceptance** (the simulator, ``ChainAcceptance``): the accepted drafts of a ``k``-draft step are the leading
 successes of ``k`` draws, draft ``j + 1`` accepted with probability ``rates[j]`` (every rate ``α``: the chain model;
 from a measured histogram: ``position_rates``). The executor draws from one too, with dummy weights only
@@ -54,6 +64,9 @@ PRIOR_ALPHA = 0.6
 PRIOR_WEIGHT = 2.0
 DECAY = 0.95
 GAMMA_EWMA = 0.2  # weight of a new γ measurement
+STEP_EWMA = 0.2  # weight of a new step-time measurement (observe_step)
+STEP_SKIP = 2  # the first samples of a draft length not kept: kernels compile, CUDA graphs are captured
+PROBE_EVERY = 64  # measured costs: an ordinary step at least once in this many steps, so T(0) stays measured
 
 SPEC_HELP = "an integer >= 0, auto or auto:N"
 
@@ -150,13 +163,16 @@ def best_k(alpha: float, gamma: float, k_max: int) -> int:
     return best_k_of(lambda k: expected_tokens(alpha, k), gamma, k_max)
 
 
-def best_k_of(expected, gamma: float, k_max: int) -> int:
-    """The ``k`` in ``[0, k_max]`` of the largest ``expected(k) / (kγ + 1)`` (``expected``: a chain's expected
-    tokens a step, ``expected(0) = 1``); the smallest on a tie (within 1e-12 relative)."""
+def best_k_of(expected, gamma: float, k_max: int, cost=None) -> int:
+    """The ``k`` in ``[0, k_max]`` of the largest ``expected(k) / cost(k)`` (``expected``: a chain's expected
+    tokens a step, ``expected(0) = 1``; ``cost``: a step drafting ``k`` against an ordinary one, default
+    ``kγ + 1``); the smallest on a tie (within 1e-12 relative)."""
     gamma = max(float(gamma), 0.0)
+    if cost is None:
+        cost = lambda k: k * gamma + 1.0  # noqa: E731
     best, best_s = 0, 1.0
     for k in range(1, k_max + 1):
-        s = expected(k) / (k * gamma + 1.0)
+        s = expected(k) / cost(k)
         if s > best_s * (1.0 + 1e-12):
             best, best_s = k, s
     return best
@@ -218,9 +234,10 @@ class Acceptance:
 
 
 class AdaptiveK:
-    """Per-request draft lengths: ``choose(key)`` is ``best_k_of(key's per-position E(k), γ, k_max)``; ``observe(key, drafted,
-    accepted)`` after each of its steps; ``drop(key)`` when it ends (or its slot is reused). ``gamma``: a fixed γ,
-    or None to follow ``observe_cost`` (``DEFAULT_GAMMA`` until the first measurement)."""
+    """Per-request draft lengths: ``choose(key)`` is ``best_k_of(key's per-position E(k), γ, k_max, cost)``;
+    ``observe(key, drafted, accepted)`` after each of its steps; ``drop(key)`` when it ends (or its slot is reused).
+    ``gamma``: a fixed γ (costs ``kγ + 1`` always), or None to follow ``observe_cost`` (``DEFAULT_GAMMA`` until
+    the first measurement) and ``observe_step`` (``cost``)."""
 
     def __init__(self, k_max: int, gamma: float | None = None, *, prior: float = PRIOR_ALPHA):
         if not isinstance(k_max, int) or k_max < 0:
@@ -233,6 +250,9 @@ class AdaptiveK:
         self.gamma_samples = 0
         self.prior = prior
         self.states: dict = {}
+        self.step_s: dict = {}  # draft length -> weighted mean seconds of a step that ran it (0: ordinary)
+        self.step_n: dict = {}  # draft length -> steps reported
+        self.since_ordinary = 0  # speculative steps reported since the last ordinary one
 
     def state(self, key) -> Acceptance:
         s = self.states.get(key)
@@ -241,8 +261,37 @@ class AdaptiveK:
         return s
 
     def choose(self, key) -> int:
-        """``best_k_of`` the key's per-position estimate (``Acceptance.expected_tokens``)."""
-        return best_k_of(self.state(key).expected_tokens, self.gamma, self.k_max)
+        """``best_k_of`` the key's per-position estimate (``Acceptance.expected_tokens``) and ``cost``."""
+        return best_k_of(self.state(key).expected_tokens, self.gamma, self.k_max, self.cost)
+
+    def cost(self, k: int) -> float:
+        """A step drafting ``k`` against an ordinary step: ``T(k) / T(0)`` when both were measured
+        (``observe_step``) and γ is not fixed, else ``kγ + 1``."""
+        if k == 0:
+            return 1.0
+        t0, tk = self.step_s.get(0), self.step_s.get(k)
+        if self.fixed_gamma or t0 is None or tk is None:
+            return k * self.gamma + 1.0
+        return tk / t0
+
+    def probe_due(self) -> bool:
+        """Whether the next step should be an ordinary one, to measure ``T(0)`` (never with a fixed γ): until
+        ``STEP_SKIP + 1`` ordinary steps were reported, then after ``PROBE_EVERY`` speculative ones in a row."""
+        if self.fixed_gamma:
+            return False
+        return self.step_n.get(0, 0) <= STEP_SKIP or self.since_ordinary >= PROBE_EVERY
+
+    def observe_step(self, k: int, seconds: float) -> None:
+        """A step that ran draft length ``k`` (the batch's longest; 0: an ordinary step) took ``seconds``. The
+        first ``STEP_SKIP`` of each ``k`` are not kept; non-positive times are ignored."""
+        if not seconds > 0:
+            return
+        self.since_ordinary = 0 if k == 0 else self.since_ordinary + 1
+        n = self.step_n[k] = self.step_n.get(k, 0) + 1
+        if n <= STEP_SKIP:
+            return
+        prev = self.step_s.get(k)
+        self.step_s[k] = seconds if prev is None else (1 - STEP_EWMA) * prev + STEP_EWMA * seconds
 
     def observe(self, key, drafted: int, accepted: int) -> None:
         self.state(key).observe(drafted, accepted)

@@ -298,6 +298,7 @@ class Runner:
     # -- decode ----------------------------------------------------------------------------------------------------
 
     def _decode(self, plan: RunnerCall) -> dict:
+        t_step = time.perf_counter()  # speculative_k auto: every plain step's wall time, by draft length
         dev = self.device
         items = plan.decode
         lanes_list = [it.lane for it in items]
@@ -314,7 +315,10 @@ class Runner:
         cross = [i for i, it in enumerate(items) if it.lane in self._crossing]
         ks = self._spec_k(items, short, cross)
         if ks:
-            return self._decode_spec(plan, ks, sets, synth_ready, recorded)
+            out = self._decode_spec(plan, ks, sets, synth_ready, recorded)
+            if self.adaptive is not None:
+                self.adaptive.observe_step(max(ks), time.perf_counter() - t_step)
+            return out
         if self.adaptive is not None:  # an ordinary step: the lanes' acceptance evidence only decays
             for it in items:
                 self.adaptive.observe(it.lane, 0, 0)
@@ -342,6 +346,8 @@ class Runner:
         if self.draft is not None:
             self._propose(short, lanes_list, pos_list, aux, tok)
         out = tok.tolist()  # the step's one host synchronisation
+        if self.adaptive is not None and short == "none" and not cross:
+            self.adaptive.observe_step(0, time.perf_counter() - t_step)
         self._step_end(items, pos_list, recorded)
         return {it.req_id: out[i] for i, it in enumerate(items)}
 
@@ -382,6 +388,8 @@ class Runner:
         if self.adaptive is None:
             k = max(0, min(k, min(it.max_new for it in items) - 1))
             return [k] * len(items) if k else None
+        if self.adaptive.probe_due():  # an ordinary step, timed: the cost speculation is weighed against
+            return None
         ks = [max(0, min(self.adaptive.choose(it.lane), it.max_new - 1)) for it in items]
         return ks if max(ks) else None
 

@@ -394,6 +394,8 @@ class Engine:
             share = timing.stall_s / n_dec
             for r in plan.decode:
                 r.stall_s += share
+        if self.spec_policy is not None and n_dec and not plan.prefill and not n_dense and not offload_tokens:
+            self.spec_policy.observe_step(K, timing.end - t0)  # a plain step's time by draft length (0: ordinary)
         self._spec_emit(plan, ks)
         lg = self.log
         lg.t.append(t0)
@@ -423,6 +425,8 @@ class Engine:
         if pol is None:
             k = max(0, min(self.spec_k, min(room)))
             return [k] * len(dec) if k else None
+        if pol.probe_due():  # an ordinary step, timed (AdaptiveK.observe_step), as the executor's
+            return None
         ks = [max(0, min(pol.choose(r.id), m)) for r, m in zip(dec, room)]
         return ks if max(ks) else None
 

@@ -107,3 +107,71 @@ def test_spec_values():
     assert S.cli_value("3") == 3 and S.cli_value("auto") == "auto" and S.cli_value("auto:2") == "auto:2"
     with pytest.raises(argparse.ArgumentTypeError, match="must be an integer >= 0, auto or auto:N, got 'junk'"):
         S.cli_value("junk")
+
+
+def _acc_pattern(rates, steps=200):
+    """An ``AdaptiveK`` key fed ``steps`` 3-draft steps, draft ``j`` accepted (given the ones before) at rate
+    ``rates[j]``: a deterministic low-discrepancy pattern, independent across positions."""
+    ad = S.AdaptiveK(3)
+    for i in range(steps):
+        n = 0
+        for j, r in enumerate(rates):
+            if (i * 0.6180339887 + j * 0.4142135623) % 1.0 >= r:
+                break
+            n += 1
+        ad.observe("r", 3, n)
+    return ad
+
+
+def test_measured_step_costs_replace_the_gamma_model_once_both_are_known():
+    ad = S.AdaptiveK(3)
+    assert ad.cost(2) == pytest.approx(2 * S.DEFAULT_GAMMA + 1)
+    for _ in range(S.STEP_SKIP):  # compile / capture steps: not kept
+        ad.observe_step(0, 1.0)
+        ad.observe_step(2, 9.0)
+    assert ad.step_s == {} and ad.cost(2) == pytest.approx(2 * S.DEFAULT_GAMMA + 1)
+    ad.observe_step(0, 2.0)
+    assert ad.cost(2) == pytest.approx(2 * S.DEFAULT_GAMMA + 1)  # T(2) not measured yet
+    ad.observe_step(2, 3.2)
+    assert ad.cost(2) == pytest.approx(1.6) and ad.cost(0) == 1.0
+    ad.observe_step(2, 0.0)  # ignored
+    ad.observe_step(2, 4.2)  # weighted mean
+    assert ad.step_s[2] == pytest.approx((1 - S.STEP_EWMA) * 3.2 + S.STEP_EWMA * 4.2)
+    fixed = S.AdaptiveK(3, 0.05)
+    for _ in range(S.STEP_SKIP + 1):
+        fixed.observe_step(0, 1.0)
+        fixed.observe_step(1, 5.0)
+    assert fixed.cost(1) == pytest.approx(1.05)  # a configured γ keeps its model
+
+
+def test_measured_costs_pick_the_draft_length_the_h200_measured_best():
+    """Acceptance 0.7 / 0.3 / 0.3 by position: under kγ + 1 (γ = 0.05) two drafts look best; at the step times dense
+    measured on the H200 (SmolLM2 × 16, 4K: 2.0 / 2.5 / 3.2 / 3.6 ms for k = 0 .. 3) one is, and at lookahead's
+    (3.0 / 5.6 / 6.2 / 6.4 ms) none."""
+    ad = _acc_pattern([0.7, 0.3, 0.3])
+    ad.gamma = 0.05
+    assert ad.choose("r") == 2
+    for k, t in enumerate((2.0, 2.5, 3.2, 3.6)):
+        for _ in range(S.STEP_SKIP + 1):
+            ad.observe_step(k, t)
+    assert ad.choose("r") == 1
+    for k, t in enumerate((3.0, 5.6, 6.2, 6.4)):  # lookahead's: no draft length pays
+        for _ in range(8):
+            ad.observe_step(k, t)
+    assert ad.choose("r") == 0
+
+
+def test_probe_due_asks_for_ordinary_steps_to_time():
+    ad = S.AdaptiveK(3)
+    assert ad.probe_due()
+    for _ in range(S.STEP_SKIP + 1):
+        ad.observe_step(0, 1.0)
+    assert not ad.probe_due()
+    for _ in range(S.PROBE_EVERY - 1):
+        ad.observe_step(2, 1.5)
+    assert not ad.probe_due()
+    ad.observe_step(1, 1.2)
+    assert ad.probe_due()
+    ad.observe_step(0, 1.0)
+    assert not ad.probe_due()
+    assert not S.AdaptiveK(3, 0.1).probe_due()  # a configured γ: nothing to measure

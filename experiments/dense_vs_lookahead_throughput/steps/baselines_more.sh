@@ -30,7 +30,9 @@ from oasis_exec.host_memory import POOL_SHARE, available_bytes
 from oasis_exec.kv_store import SparseStore
 geo = KVGeometry(get_model("qwen3-8b"), 16, 2)
 blocks = -(-BenchConfig(context=16384, steps=24, warmup=4).engine_max_context(16) // 16)
-host = int(POOL_SHARE * available_bytes() // (blocks * geo.host_bytes_per_block("fp8_e4m3")))
+# 2% below the estimate: at 8e1c817 the estimate said 99 and the bench, with less memory free by then, refused 99
+# (120.3 GB needed, 90% of 133.6 GB allowed); 96 ran
+host = int(0.98 * POOL_SHARE * available_bytes() // (blocks * geo.host_bytes_per_block("fp8_e4m3")))
 gpu = int(52e9 // SparseStore.bytes_per_lane(geo, 128, blocks))
 print(min(host, gpu), host, gpu)
 PY
