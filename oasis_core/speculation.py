@@ -234,7 +234,8 @@ class Acceptance:
 
 
 class AdaptiveK:
-    """Per-request draft lengths: ``choose(key)`` is ``best_k_of(key's per-position E(k), γ, k_max, cost)``;
+    """Draft lengths from per-request estimates: ``choose(key)`` is ``best_k_of(key's per-position E(k), γ, k_max,
+    cost)``, ``choose_batch(keys)`` the one length of a step over several (what the executor and the simulator use);
     ``observe(key, drafted, accepted)`` after each of its steps; ``drop(key)`` when it ends (or its slot is reused).
     ``gamma``: a fixed γ (costs ``kγ + 1`` always), or None to follow ``observe_cost`` (``DEFAULT_GAMMA`` until
     the first measurement) and ``observe_step`` (``cost``)."""
@@ -263,6 +264,15 @@ class AdaptiveK:
     def choose(self, key) -> int:
         """``best_k_of`` the key's per-position estimate (``Acceptance.expected_tokens``) and ``cost``."""
         return best_k_of(self.state(key).expected_tokens, self.gamma, self.k_max, self.cost)
+
+    def choose_batch(self, keys) -> int:
+        """One draft length for a step over ``keys``: the ``k`` of the largest mean ``E_key(k)`` over ``cost(k)``.
+        The pass verifies the step's longest draft for every row and the step pays for it, so a key drafting less
+        than the step's ``k`` saves nothing and forgoes its tokens: one length a step, from every key's estimate."""
+        ests = [self.state(key).expected_tokens for key in keys]
+        if not ests:
+            return 0
+        return best_k_of(lambda k: sum(e(k) for e in ests) / len(ests), self.gamma, self.k_max, self.cost)
 
     def cost(self, k: int) -> float:
         """A step drafting ``k`` against an ordinary step: ``T(k) / T(0)`` when both were measured

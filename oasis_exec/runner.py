@@ -379,9 +379,10 @@ class Runner:
     def _spec_k(self, items, short, cross):
         """Drafts of a speculative step (``oasis_exec.speculative``) a lane, or None (the ordinary step) when off, when
         a lane is short or crossing, or when no lane drafts. Fixed ``speculative_k``: the same ``k`` for every lane,
-        fewer when a lane may emit fewer tokens (``DecodeItem.max_new``: the batch's least). ``auto``: each lane's
-        own ``AdaptiveK.choose`` (at most its ``max_new - 1``); the pass verifies the longest, and a lane's drafts
-        past its own length count as rejected (``accept``'s ``limits``)."""
+        fewer when a lane may emit fewer tokens (``DecodeItem.max_new``: the batch's least). ``auto``: one length for
+        the step from every lane's acceptance estimate (``AdaptiveK.choose_batch``), a lane's at most its
+        ``max_new - 1`` (its drafts past that count as rejected: ``accept``'s ``limits``); now and then an ordinary
+        step, timed (``AdaptiveK.probe_due``)."""
         k = self.cfg.spec_max_k
         if not k or short != "none" or cross:
             return None
@@ -390,7 +391,8 @@ class Runner:
             return [k] * len(items) if k else None
         if self.adaptive.probe_due():  # an ordinary step, timed: the cost speculation is weighed against
             return None
-        ks = [max(0, min(self.adaptive.choose(it.lane), it.max_new - 1)) for it in items]
+        k = self.adaptive.choose_batch([it.lane for it in items])  # one length: the pass verifies the longest
+        ks = [max(0, min(k, it.max_new - 1)) for it in items]
         return ks if max(ks) else None
 
     def _decode_spec(self, plan: RunnerCall, ks, sets, synth_ready, recorded) -> dict:

@@ -427,7 +427,8 @@ class Engine:
             return [k] * len(dec) if k else None
         if pol.probe_due():  # an ordinary step, timed (AdaptiveK.observe_step), as the executor's
             return None
-        ks = [max(0, min(pol.choose(r.id), m)) for r, m in zip(dec, room)]
+        k = pol.choose_batch([r.id for r in dec])  # one length a step, as the executor
+        ks = [max(0, min(k, m)) for m in room]
         return ks if max(ks) else None
 
     def _spec_emit(self, plan: Plan, ks) -> None:

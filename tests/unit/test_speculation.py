@@ -175,3 +175,22 @@ def test_probe_due_asks_for_ordinary_steps_to_time():
     ad.observe_step(0, 1.0)
     assert not ad.probe_due()
     assert not S.AdaptiveK(3, 0.1).probe_due()  # a configured γ: nothing to measure
+
+
+def test_choose_batch_weighs_every_key_at_one_length():
+    """A key that accepts everything and one that accepts nothing, γ = 0.1: alone they pick 3 and 0; the step's one
+    length maximises their mean E(k) / (kγ + 1): (1 + (k + 1)) / 2 / (kγ + 1) grows with k here, so 3."""
+    ad = S.AdaptiveK(3, 0.1)
+    for _ in range(100):
+        ad.observe("good", 3, 3)
+        ad.observe("bad", 3, 0)
+    assert ad.choose("good") == 3 and ad.choose("bad") == 0
+    mean = lambda k: (ad.state("good").expected_tokens(k) + ad.state("bad").expected_tokens(k)) / 2  # noqa: E731
+    want = max(range(4), key=lambda k: (mean(k) / (k * 0.1 + 1), -k))
+    assert ad.choose_batch(["good", "bad"]) == want == 3
+    assert ad.choose_batch([]) == 0
+    ad3 = S.AdaptiveK(3, 0.6)  # a dear draft: the mean no longer pays for it
+    for _ in range(100):
+        ad3.observe("good", 3, 3)
+        ad3.observe("bad", 3, 0)
+    assert ad3.choose("good") > 0 and ad3.choose_batch(["good", "bad", "bad", "bad"]) == 0
