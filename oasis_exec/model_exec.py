@@ -395,20 +395,8 @@ class ModelExec:
                         self._scales(l),
                     )
                 if mode.background and not all_short:
-                    after = None
-                    if dev.type == "cuda" and self.pipe.cuda:
-                        after = torch.cuda.Event()
-                        after.record()
-                        extra = (sets,) if sets is not None else ()
-                        if self.pipe.zero_rows is not None:
-                            extra += (self.pipe.zero_rows,)
-                        self.pipe._cross_stream(self.pipe.s_pred, q, lanes, lanes32, nb_next, *extra)
-                    qsel = q[:, nq - 1]
-                    src = None
-                    if sets is not None:
-                        src = (sets[1] if mode.drafts else sets[2])[:, l]
-                    predict = lambda l=l, qsel=qsel, src=src: self.predict(l, qsel, lanes32, nb_next, src, recorded)
-                    self.pipe.launch(l, after, predict, lanes, rows)
+                    given = None if sets is None else (sets[1] if mode.drafts else sets[2])[:, l]
+                    self._launch_prediction(l, q[:, nq - 1], given, lanes, lanes32, nb_next, rows, sets, recorded)
             else:
                 ops.kv_write(
                     k[:, 0], v[:, 0], st.k[l].view(-1, bs, st.D), st.v[l].view(-1, bs, st.D), item_src, off32, fused_kv
@@ -468,6 +456,19 @@ class ModelExec:
         logits = self.dec.logits(x.view(B, nq, -1)[:, 0])
         aux_t = torch.cat([aux[i] for i in layers_aux], -1) if layers_aux else None
         return logits, aux_t
+
+    def _launch_prediction(self, l, qsel, given, lanes, lanes32, nb_next, rows, sets, recorded) -> None:
+        """Layer ``l``'s background prediction -> selection -> transfer for the next step (``Prefetcher.launch``),
+        started once the main stream reaches this point: query ``qsel`` [B, Hq, D], the step's drawn or replayed
+        sets for it ``given`` (or None), the next step's block counts ``nb_next``. On CUDA the tensors the side
+        stream reads are handed across (``Prefetcher._cross_stream``)."""
+        after = None
+        if self.device.type == "cuda" and self.pipe.cuda:
+            after = torch.cuda.Event()
+            after.record()
+            extra = tuple(t for t in (sets, self.pipe.zero_rows) if t is not None)
+            self.pipe._cross_stream(self.pipe.s_pred, qsel, lanes, lanes32, nb_next, *extra)
+        self.pipe.launch(l, after, lambda: self.predict(l, qsel, lanes32, nb_next, given, recorded), lanes, rows)
 
     def _attend(self, l, q, k, v, slot_ids, local_slot, local_len):
         """Sparse attention of layer ``l``: queries ``q`` [B, nq, Hq, D] over each row's slots ``slot_ids`` and its
@@ -699,15 +700,7 @@ class ModelExec:
                         st.k[l], st.v[l], self.host.k[l], self.host.v[l], src, wb_dst, wb_len, bs, self._scales(l)
                     )
             if mode.background:
-                qsel = q[qrow, sel]  # [B, Hq, D]
-                after = None
-                if dev.type == "cuda" and self.pipe.cuda:
-                    after = torch.cuda.Event()
-                    after.record()
-                    extra = (sets,) if sets is not None else ()
-                    self.pipe._cross_stream(self.pipe.s_pred, qsel, lanes, lanes32, nb_next, *extra)
-                src_sets = sets[1][:, l] if sets is not None else None
-                predict = lambda l=l, qsel=qsel, src=src_sets: self.predict(l, qsel, lanes32, nb_next, src, recorded)
-                self.pipe.launch(l, after, predict, lanes, rows)
+                given = sets[1][:, l] if sets is not None else None
+                self._launch_prediction(l, q[qrow, sel], given, lanes, lanes32, nb_next, rows, sets, recorded)
         self.caps.step_end()
         self.pipe.zero_rows = None

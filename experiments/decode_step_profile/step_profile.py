@@ -1008,7 +1008,10 @@ def build_parser() -> argparse.ArgumentParser:
         help="steps before anything is timed (>= 3 under graphs: the first step runs eagerly, the second captures)",
     )
     ap.add_argument(
-        "--speculative-k", type=int, default=0, help="speculative steps of k drafts (needs --synthetic-accept)"
+        "--speculative-k",
+        type=int,
+        default=0,
+        help="speculative steps of k drafts, their accepted drafts drawn from --synthetic-accept",
     )
     ap.add_argument(
         "--synthetic-accept",
