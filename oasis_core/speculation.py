@@ -262,8 +262,8 @@ class AdaptiveK:
         return s
 
     def choose(self, key) -> int:
-        """``best_k_of`` the key's per-position estimate (``Acceptance.expected_tokens``) and ``cost``."""
-        return best_k_of(self.state(key).expected_tokens, self.gamma, self.k_max, self.cost)
+        """The draft length for ``key`` alone: ``choose_batch([key])``."""
+        return self.choose_batch([key])
 
     def choose_batch(self, keys) -> int:
         """One draft length for a step over ``keys``: the ``k`` of the largest mean ``E_key(k)`` over ``cost(k)``.

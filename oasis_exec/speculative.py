@@ -35,7 +35,7 @@ A speculative step of a lane whose input token ``x_p`` sits at position ``p``:
 
 **Adaptive k** (``speculative_k = "auto"`` / ``"auto:N"``; ``oasis_core.speculation``): each lane's draft length
 ``k_i`` is chosen every step from its own acceptance estimate and the draft's relative cost γ (``Runner._spec_k``);
-the chain and the pass run the step's longest ``k = max k_i``, and ``accept`` / ``accept_greedy`` take the lanes'
+the chain and the pass run the step's longest ``k = max k_i``, and ``accept`` / ``greedy_accepted`` take the lanes'
 ``limits``: drafts past ``k_i`` count as rejected without a residual (a lane that accepts its ``k_i`` draws from ``p``
 after them), which emits exactly what a ``k_i``-draft pass would. A step where every lane picks 0 is the ordinary one.
 
@@ -111,21 +111,9 @@ def rows_of(n, emitted) -> tuple:
     return n_l, [row[: m + 1] for row, m in zip(e_l, n_l)]
 
 
-def accept_greedy(logits, drafts, limits=None):
-    """Greedy verification: logits [B, k + 1, V] of the pass, drafts [B, k] -> (accepted drafts a row, the emitted
-    tokens a row: the accepted drafts, then the target's argmax after them). ``limits`` [B]: a row's own draft
-    length ``k_i <= k`` (adaptive k, ``oasis_core.speculation``): its drafts past ``k_i`` count as rejected, so
-    it emits at most ``k_i + 1`` tokens, the last the target's argmax after its ``k_i`` drafts. One host
-    synchronisation."""
-    B, k = drafts.shape
-    lim = _limits(limits, B, k, logits.device)
-    n, tgt = greedy_accepted(logits, drafts, lim if lim is not None else torch.full((B,), k, device=logits.device))
-    return rows_of(n, emitted_tokens(tgt, drafts, n))
-
-
 def accept(logits, drafts, params, u_acc, u_draw, limits=None):
     """Verification of greedy drafts (``q`` one-hot) by rejection sampling against the target's distributions
-    (``target_probs``; temperature 0 rows reduce to ``accept_greedy``'s rule). logits [B, k + 1, V]; drafts [B, k];
+    (``target_probs``; temperature 0 rows reduce to ``greedy_accepted``'s rule). logits [B, k + 1, V]; drafts [B, k];
     params: SamplingParams a row; u_acc, u_draw [B, k + 1]: uniform draws in [0, 1) per row and emitted position
     (``u_acc[:, j]`` decides draft ``j``, ``u_draw[:, j]`` draws the token when position ``j`` is the row's last).
     ``limits`` [B]: a row's own draft length ``k_i <= k`` (adaptive k): drafts past it were never proposed, so a

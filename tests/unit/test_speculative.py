@@ -14,7 +14,7 @@ import torch
 
 from oasis_exec.sampling import sample
 from oasis_exec.scheduler import SamplingParams
-from oasis_exec.speculative import accept, accept_greedy, target_probs
+from oasis_exec.speculative import accept, emitted_tokens, greedy_accepted, rows_of, target_probs
 
 V, TRIALS, LENGTH = 6, 12_000, 3
 
@@ -107,6 +107,15 @@ def test_rejection_sampling_accepts_often_when_the_draft_is_good():
     seqs = _speculate(tgt, good, sp, 2, seed=3)
     stat, df = _chi2(seqs, _expected(tgt, sp))
     assert stat < _critical(df)
+
+
+def accept_greedy(logits, drafts, limits=None):
+    """The executor's greedy acceptance (``ModelExec.spec_core``: ``greedy_accepted``, ``emitted_tokens``) as host
+    lists, as ``rows_of`` reads them after the step."""
+    B, k = drafts.shape
+    lim = torch.full((B,), k) if limits is None else torch.tensor(limits)
+    n, tgt = greedy_accepted(logits, drafts, lim)
+    return rows_of(n, emitted_tokens(tgt, drafts, n))
 
 
 def test_greedy_rows_take_the_longest_agreeing_prefix_and_the_argmax():
