@@ -16,6 +16,17 @@ def prompt_ids(tok) -> list:
     return [tok.encode(p) for p in ("The capital of France is", "def fibonacci(n):\n", chat)]
 
 
+def shlex_ids(model_path, n) -> list:
+    """The first ``n`` token ids of the standard library's ``shlex.py`` in the model's tokenizer: a long real text
+    every machine has (the real-model tests that need more than the short prompts)."""
+    import shlex
+
+    from oasis_exec.server.tokenizer import load_tokenizer
+
+    with open(shlex.__file__, encoding="utf-8") as fh:
+        return load_tokenizer(model_path).encode(fh.read())[:n]
+
+
 def hf_greedy(model, ids, n, eos=False):
     """transformers' greedy output (``n`` tokens, through EOS unless ``eos``), with the attention mask given."""
     x = torch.tensor([ids], device=model.device)

@@ -9,6 +9,7 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
+from real_model_cases import shlex_ids
 
 from oasis_exec import rpf_split, tensor_parallel
 from oasis_exec.config import ExecConfig
@@ -66,17 +67,13 @@ def test_split_refuses_what_it_cannot_run():
 @pytest.mark.slow
 def test_split_real_model():
     """SmolLM2-135M with the trained draft head, 512 prompt tokens, top-K 8, the model's own selection."""
-    import shlex
-
     from oasis_exec.gguf_model import smollm2_path
-    from oasis_exec.server.tokenizer import load_tokenizer
 
     try:
         path = smollm2_path()
     except FileNotFoundError as e:
         pytest.skip(str(e))
-    with open(shlex.__file__, encoding="utf-8") as fh:
-        ids = load_tokenizer(path).encode(fh.read())[:512]
+    ids = shlex_ids(path, 512)
     cfg = ExecConfig(
         model_path=path,
         draft_path=str(DRAFT),

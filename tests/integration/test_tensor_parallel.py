@@ -9,6 +9,7 @@ from __future__ import annotations
 import dataclasses
 
 import pytest
+from real_model_cases import shlex_ids
 from tp_cases import TINY_PROMPTS, same_as_one_rank
 
 from oasis_exec import tensor_parallel as tp
@@ -84,13 +85,7 @@ def smollm2():
 def test_tp2_equals_tp1_real_model(smollm2):
     """SmolLM2-135M, lookahead, top-K 4 of ~20 blocks (a real selection from the real summaries): rank 0 owns KV
     heads 0-1 (query heads 0-5), rank 1 KV head 2 (query heads 6-8)."""
-    import shlex
-
-    from oasis_exec.server.tokenizer import load_tokenizer
-
-    with open(shlex.__file__, encoding="utf-8") as fh:
-        text = fh.read()
-    ids = load_tokenizer(smollm2).encode(text)[:300]
+    ids = shlex_ids(smollm2, 300)
     cfg = ExecConfig(
         model_path=smollm2,
         device="cpu",
