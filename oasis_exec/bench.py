@@ -162,15 +162,15 @@ def build_bench_engine(
     decoder=None,
 ) -> tuple:
     """The benchmark's engine: built, its host pool filled (``host_fill``), and ``n`` requests of ``context``
-        tokens (synthesized prefill, ``warmup + steps + 1`` output tokens each: none finishes in a timed step) queued;
-        they are admitted by the first step. ``n`` is ``concurrency`` bounded by the lanes and, in sparse modes, the host
-        blocks (``bench_requests``; a clipped run logs a warning). Unless ``cfg`` says otherwise (``host_kv_gb``,
-        ``host_requests``) the host pool is sized for ``concurrency`` requests, not for every lane
-        (``oasis_exec.host_memory``). With ``prompt_tokens`` (a real text's token ids) the prompts are cut from that
-        text and prefilled for real (``run_bench`` runs every prefill before the warm-up), so that ``selection=model``
-        on real weights selects from real keys. ``output_tokens``: each request's, instead of the bench's (several
-        measurements over one prefill, ``run_bench_phases``). ``decoder``: the model's weights, already loaded (a study of many runs loads them
-    once). Returns (engine, n)."""
+    tokens (synthesized prefill, ``warmup + steps + 1`` output tokens each: none finishes in a timed step) queued;
+    they are admitted by the first step. ``n`` is ``concurrency`` bounded by the lanes and, in sparse modes, the
+    host blocks (``bench_requests``; a clipped run logs a warning). Unless ``cfg`` says otherwise (``host_kv_gb``,
+    ``host_requests``) the host pool is sized for ``concurrency`` requests, not for every lane
+    (``oasis_exec.host_memory``). With ``prompt_tokens`` (a real text's token ids) the prompts are cut from that
+    text and prefilled for real (``run_bench`` runs every prefill before the warm-up), so that ``selection=model``
+    on real weights selects from real keys. ``output_tokens``: each request's, instead of the bench's (several
+    measurements over one prefill, ``run_bench_phases``). ``decoder``: the model's weights, already loaded (a
+    study of many runs loads them once). Returns (engine, n)."""
     if prompt_tokens is not None:
         # every prompt prefilled before any request decodes: interleaved decode steps would let the first requests
         # finish (or run ahead) before the timed steps, which must see all n decoding together

@@ -218,7 +218,8 @@ class ExecConfig(speculation.SpeculativeFields):
         "this acceptance instead of the target's verdict, so that the step's cost and KV commit run with a real "
         "model's acceptance at a shape whose random draft head accepts nothing: {'alpha': A}, or a histogram "
         "{'k': [steps accepting 0 .. k drafts]} such as a real run's accepted_hist (oasis_core.speculation."
-        "synthetic_acceptance); records say acceptance: synthetic; refused with real weights; unused at speculative_k 0",
+        "synthetic_acceptance); records say acceptance: synthetic; refused with real weights; "
+        "unused at speculative_k 0",
     )
     synthetic: dict | None = _f(
         None,

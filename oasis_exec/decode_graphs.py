@@ -3,9 +3,9 @@
 ``DecodeGraphs.ok(lanes)`` says whether a step may run as a graph; ``run`` runs one (``replay``: the ordinary
 step, ``ModelExec.decode_core``; ``spec_chain`` and ``spec_step``: a speculative step's draft chain and the rest of
 it, ``ModelExec.spec_core``): the first step of a key eagerly (kernels compile, workspaces allocate), the second
-captures it into a graph (the prefetch pipeline's side streams join before the capture ends; the UVA path's copies get a graph of their own,
-``Prefetcher.capture_copies``), every later one copies the step's inputs into the graph's static tensors and
-replays it, bracketed by ``Prefetcher.before_replay`` / ``after_replay``. ``no_gc`` keeps garbage collection out
+captures it into a graph (the prefetch pipeline's side streams join before the capture ends; the UVA path's copies
+get a graph of their own, ``Prefetcher.capture_copies``), every later one copies the step's inputs into the graph's
+static tensors and replays it, bracketed by ``Prefetcher.before_replay`` / ``after_replay``. ``no_gc`` keeps garbage collection out
 of a capture.
 """
 
@@ -85,9 +85,9 @@ class DecodeGraphs:
         )
 
     def run(self, key, B, fn, pipeline=True, **inputs):
-        """``fn(lanes, **inputs)`` for lanes 0..B-1 as graph ``key``: eager the
-        first time (kernels compile, workspaces allocate), captured the second, replayed after with ``inputs``
-        (tensors or None) copied into the graph's static copies. ``pipeline``: the step launches the prefetch
+        """``fn(lanes, **inputs)`` for lanes 0..B-1 as graph ``key``: eager the first time (kernels compile,
+        workspaces allocate), captured the second, replayed after with ``inputs`` (tensors or None) copied into the
+        graph's static copies. ``pipeline``: the step launches the prefetch
         pipeline's stages (its side streams join before the capture ends; its copies are bracketed around each
         replay). Returns ``fn``'s outputs (the graph's static tensors once captured)."""
         pipe = self.pipe if pipeline else None

@@ -31,8 +31,8 @@ over ``K + 1`` tokens a decode request, and its attention reading the request's 
 (``K + 1`` times: the paged kernel attends each position as a query row of its own) and once in ``lookahead`` (the
 sparse kernel attends a row's positions together: 2.80 ms of sparse attention a step at k = 2 against 3.39 at
 k = 0 in the H200 profile, ``experiments/speculative_decoding/results/profile_spec_2610b77``); no draft row in
-``lookahead`` (the pass's positions hold the next step's query). It emits ``1 + n_r`` tokens, ``n_r`` drawn per request and step by
-``oasis_core.speculation.ChainAcceptance`` (``speculative_alpha``, or ``speculative_accepted_hist``'s
+``lookahead`` (the pass's positions hold the next step's query). It emits ``1 + n_r`` tokens, ``n_r`` drawn per
+request and step by ``oasis_core.speculation.ChainAcceptance`` (``speculative_alpha``, or ``speculative_accepted_hist``'s
 per-position rates). Selection and transfers stay once a step (the next step's set), so per emitted token they
 happen ``1 / (1 + n)`` times as often; TPOT (per request: time / tokens) follows. In ``lookahead`` they run after
 the pass, as the executor's speculative step runs them (its prediction needs the step's acceptance; measured on the
@@ -181,8 +181,9 @@ class Engine:
 
     # -- execute: the step's timing ---------------------------------------------------------------------------
     def _per_token(self, tokens: int) -> float:
-        """gemm_layer + norm_rope (+ tensor parallelism's two all-reduces) for a token count; memoised when the predictor says its times depend
-        only on the shape (``memoisable`` class attribute), otherwise asked every step (e.g. a recording tap)."""
+        """gemm_layer + norm_rope (+ tensor parallelism's two all-reduces) for a token count; memoised when the
+        predictor says its times depend only on the shape (``memoisable`` class attribute), otherwise asked every
+        step (e.g. a recording tap)."""
         v = self._tok_cache.get(tokens) if self._memo else None
         if v is None:
             pred = self.pred
