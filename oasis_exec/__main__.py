@@ -62,11 +62,12 @@ def prepare_bench(a) -> tuple[ExecConfig, BenchConfig]:
         if not os.path.isfile(bc.prompt_text):
             raise CliError(f"--prompt-text {bc.prompt_text}: no such file")
     block_size = getattr(a, "block_size", ExecConfig.block_size)
-    try:  # the most tokens a step may emit (auto: its N); a bad value is reported by the config below
+    try:  # the most tokens a step may emit (auto: its N; a decode chain: its length); bad values: the config below
         spec_k = speculation.parse_spec(getattr(a, "speculative_k", ExecConfig.speculative_k), block_size)[0]
     except (TypeError, ValueError):
         spec_k = 0
-    max_context = bc.engine_max_context(block_size, spec_k)
+    chain = getattr(a, "decode_chain", ExecConfig.decode_chain)
+    max_context = bc.engine_max_context(block_size, max(spec_k, chain - 1 if isinstance(chain, int) else 0))
     cfg = engine_config(a, exclude=BENCH_SETS, max_context=max_context)
     if bc.record_hardware is not None:
         from oasis_core.specs import HARDWARE
@@ -78,6 +79,8 @@ def prepare_bench(a) -> tuple[ExecConfig, BenchConfig]:
     elif bc.record is not None and cfg.device == "cpu":
         raise CliError("--record on the CPU needs --record-hardware (the simulator preset the recording is for)")
     writable_path("--out", bc.out)
+    if bc.record is not None and cfg.decode_chain > 1:  # refused before the run, not after it
+        raise CliError("--record needs --decode-chain 1 (the simulator replays one decode step a scheduler step)")
     writable_path("--record", bc.record)
     return cfg, bc
 

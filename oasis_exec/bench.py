@@ -135,7 +135,7 @@ def bench_requests(eng, context: int, concurrency: int, steps: int, warmup: int)
     if eng.max_lanes < n:
         n, clipped_by = eng.max_lanes, "gpu_lanes"
     if eng.cfg.sparse:
-        out_tokens = (warmup + steps + 1) * (eng.cfg.spec_max_k + 1)  # BenchConfig.output_tokens
+        out_tokens = (warmup + steps + 1) * eng.cfg.step_tokens_max  # BenchConfig.output_tokens
         per_req = -(-(context + out_tokens) // eng.cfg.block_size)
         if eng.runner.host_blocks_total // per_req < n:
             n, clipped_by = eng.runner.host_blocks_total // per_req, "host_pool"
@@ -184,7 +184,7 @@ def build_bench_engine(
         log.warning("bench: concurrency %d clipped to %d: the %s", concurrency, n, CLIP_REASONS[clipped_by])
     if runner.host is not None and context > 0 and host_fill and prompt_tokens is None:
         runner.host.fill_pattern(cfg.seed)
-    out_tokens = output_tokens or (warmup + steps + 1) * (cfg.spec_max_k + 1)  # BenchConfig.output_tokens
+    out_tokens = output_tokens or (warmup + steps + 1) * cfg.step_tokens_max  # BenchConfig.output_tokens
     sp = SamplingParams(max_tokens=out_tokens + (prompt_tokens is not None))
     vocab = runner.shape.vocab
     if prompt_tokens is not None:
@@ -311,6 +311,7 @@ def measure(
     traced = set(layer_event_steps(steps)) if cfg.profile else set()
     layer_events, t_first = [], None
     emitted = 0  # output tokens of the timed steps (a speculative step emits up to speculative_k + 1 a request)
+    per_req = []  # output tokens a request of each timed step (1; a speculative step or a decode chain: more)
     for i in range(warmup + steps):
         if i == warmup:
             if cfg.device == "cuda":
@@ -318,6 +319,7 @@ def measure(
             runner.stage_ms = {}
             c0 = runner.counters()
             acc0 = dict(runner.spec_accepts)
+            passes0 = runner.decode_steps
         runner.trace_step = i - warmup if i - warmup in traced else None
         t0 = time.perf_counter()
         if i == warmup:
@@ -325,7 +327,9 @@ def measure(
         out = eng.step()
         times.append(time.perf_counter() - t0)
         if i >= warmup:
-            emitted += sum(len(o.new_token_ids) for o in out)
+            got = sum(len(o.new_token_ids) for o in out)
+            emitted += got
+            per_req.append(got / max(len(out), 1))
         if runner.layer_events:  # ms since the step began -> ms since the first timed step began (host clock)
             off = 1e3 * (t0 - t_first)
             layer_events += [
@@ -340,6 +344,8 @@ def measure(
         torch.cuda.synchronize()  # copies still running past the last timed step (UVA copy graphs) count too
         t_end = time.perf_counter()
     timed = times[warmup:]
+    # TPOT: a step's wall time over the tokens it gave each request (the step time itself when it gave one)
+    tpot = [t / m for t, m in zip(timed, per_req)] if timed else []
     c1 = runner.counters()
     shape = runner.shape
     # bytes one (block, head) fetch moves: the host copy's (an fp8 copy: the codes and the two scales)
@@ -353,7 +359,9 @@ def measure(
     stage = {k: v / max(len(timed), 1) for k, v in runner.stage_ms.items()}
     transfer_ms = stage.get("transfer", 0.0)
     stall_ms = stage.get("stall", 0.0)
-    bytes_step = units * unit_bytes / max(len(timed), 1)
+    # per decode pass (a decode chain runs several a scheduler step; a speculative step, one)
+    passes = max(runner.decode_steps - passes0, 1) if timed else 1
+    bytes_step = units * unit_bytes / passes
     dev_name = torch.cuda.get_device_name() if cfg.device == "cuda" else platform.processor() or "cpu"
     rec = {
         "mode": cfg.mode,
@@ -373,9 +381,12 @@ def measure(
         # who decided the accepted drafts: the target (model) or, benchmark only, draws (synthetic_accept)
         "acceptance": ("synthetic" if cfg.synthetic_accept else "model") if cfg.spec_max_k else None,
         "synthetic_accept": cfg.synthetic_accept,
-        "tpot_ms_p50": 1e3 * statistics.median(timed) if timed else None,
-        "tpot_ms_p99": 1e3 * _pct(timed, 99) if timed else None,
-        "tpot_ms_mean": 1e3 * total_s / max(len(timed), 1),
+        "decode_chain": cfg.decode_chain,
+        "tpot_ms_p50": 1e3 * statistics.median(tpot) if tpot else None,
+        "tpot_ms_p99": 1e3 * _pct(tpot, 99) if tpot else None,
+        "tpot_ms_mean": 1e3 * total_s / max(sum(per_req), 1),
+        "step_ms_p50": 1e3 * statistics.median(timed) if timed else None,  # a scheduler step's wall time
+        "step_ms_mean": 1e3 * total_s / max(len(timed), 1),
         "layer_ms": stage.get("layers", 0.0) / shape.n_layers if "layers" in stage else None,
         "stage_ms_per_step": stage,
         "bytes_moved_per_step": bytes_step,

@@ -172,6 +172,14 @@ class ExecConfig(speculation.SpeculativeFields):
         "capture whole decode steps as CUDA graphs (not with --profile, recording or replayed "
         "selections, nor the host transfer path in retrieval mode)",
     )
+    decode_chain: int = _f(
+        1,
+        "ordinary decode steps run back to back on the device per scheduler step, each step's greedy tokens and "
+        "draft tokens feeding the next without a host round trip; the host reads the chain's tokens once (one "
+        "synchronisation per chain, its launches overlapping the GPU). Only where every row is greedy, no lane is "
+        "short or crossing, no speculative_k, no profile or set recording; at most block_size and each request's "
+        "remaining tokens (a request that stops inside a chain has its later tokens cut). 1: off",
+    )
     copy_graph: str = _f(
         "auto",
         "UVA path under CUDA graphs: on (a step's copies form a graph of their own, launched "
@@ -292,6 +300,11 @@ class ExecConfig(speculation.SpeculativeFields):
             bad("speculative_k", f"only modes {names} decode speculatively, not mode={self.mode}")
         if k >= self.block_size:
             bad("speculative_k", f"must be < block_size ({self.block_size}): a step fills at most one block")
+        if not isinstance(self.decode_chain, int) or not 1 <= self.decode_chain <= self.block_size:
+            bad(
+                "decode_chain",
+                f"must be an int in 1 .. block_size ({self.block_size}): a chain fills at most one block",
+            )
         if self.synthetic_accept is not None:
             if self.model_path:
                 bad(
@@ -346,6 +359,11 @@ class ExecConfig(speculation.SpeculativeFields):
         if self.mode_spec.on_demand:
             return Unlimited()
         return get_policy(self.fetch_policy) if self.fetch_policy is not None else Fixed(self.fetch_ratio)
+
+    @property
+    def step_tokens_max(self) -> int:
+        """The most output tokens one scheduler step may emit a request: ``speculative_k + 1`` or ``decode_chain``."""
+        return max(self.spec_max_k + 1, self.decode_chain)
 
     @property
     def max_blocks(self) -> int:

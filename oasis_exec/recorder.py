@@ -103,6 +103,12 @@ def recording_from_bench(
     is not a valid recording."""
     c = _fields(exec_config)
     b = dict(bench)
+    chain = int(b.get("decode_chain", c.get("decode_chain", 1)) or 1)
+    if chain > 1:  # the simulator runs one decode step a scheduler step
+        raise ValueError(
+            f"recording_from_bench: a run with decode_chain {chain} is not a recording the simulator replays "
+            "(it models one decode step a scheduler step); record with decode_chain 1"
+        )
     device = str(b.get("device") or "unknown")
     hw = _hardware("recording_from_bench", hardware, device)
     mode = b["mode"]
@@ -401,7 +407,7 @@ def exec_timeline(rec: Recording) -> dict:
         x(f"step {s['step']}", 4, t, d, {"sampled": True} if len(steps) < rec.config["steps"] else None)
         t += d
     if not layer_events and not steps:
-        tpot = r.get("tpot_ms_mean", r["tpot_ms_p50"])
+        tpot = r.get("step_ms_mean", r.get("tpot_ms_mean", r["tpot_ms_p50"]))
         x("mean step", 4, 0.0, tpot, {"mean": True})
         start = {}
         for stage, ms in sorted(r["stage_ms_per_step"].items()):

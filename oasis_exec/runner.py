@@ -324,32 +324,68 @@ class Runner:
                 self.adaptive.observe(it.lane, 0, 0)
         if cross:  # short lanes outgrowing their window: their KV so far goes to the host in this (eager) step
             self._cross([items[i] for i in cross])
-        if not cross and self.cuda_graphs.ok(lanes_list):
-            logits, aux = self.cuda_graphs.replay(lanes_list, toks, pos, sets, short, dense_slots)
-        else:
-            lanes = torch.tensor(lanes_list, device=dev)
-            logits, aux = self.model.decode_core(
-                lanes,
-                _rows_of(lanes_list, self.H),
-                toks,
-                pos,
-                sets,
-                recorded,
-                cross=cross or None,
-                short=short,
-                dense_slots=dense_slots,
-            )
-        if synth_ready is not None:
-            self.sources.presynth(lanes_list, synth_ready)
+        params = [plan.sampling[it.req_id] for it in items]
+        n_chain = self._chain_len(items, params, short, cross)
+        graphed = not cross and self.cuda_graphs.ok(lanes_list)
+        # lanes on the device before anything is queued: a list -> device copy waits for the stream (PyTorch's
+        # blocking host-to-device copy), which after the launch would hold the draft's launches until the step ends
+        lanes = torch.arange(len(lanes_list), device=dev) if graphed else torch.tensor(lanes_list, device=dev)
+        toks_out = []
+        for i in range(n_chain):  # decode_chain: step i's tokens feed step i + 1 on the device, no host read between
+            if i:
+                pos_list = [p + 1 for p in pos_list]
+                toks, pos = toks_out[-1], pos + 1
+                sets, synth_ready = self.sources.sets(lanes_list, pos_list)
+            if graphed:
+                logits, aux = self.cuda_graphs.replay(lanes_list, toks, pos, sets, short, dense_slots)
+            else:
+                logits, aux = self.model.decode_core(
+                    lanes,
+                    _rows_of(lanes_list, self.H),
+                    toks,
+                    pos,
+                    sets,
+                    recorded,
+                    cross=cross or None,
+                    short=short,
+                    dense_slots=dense_slots,
+                )
+            if synth_ready is not None:
+                self.sources.presynth(lanes_list, synth_ready)
+            tok = self.sampler(logits, params)
+            if self.draft is not None:
+                self._propose(short, lanes, pos_list, aux, tok)
+            toks_out.append(tok)
+            if i < n_chain - 1:
+                self._step_end(items, pos_list, recorded)
         self.last_logits = {it.req_id: logits[i] for i, it in enumerate(items)}
-        tok = self.sampler(logits, [plan.sampling[it.req_id] for it in items])
-        if self.draft is not None:
-            self._propose(short, lanes_list, pos_list, aux, tok)
-        out = tok.tolist()  # the step's one host synchronisation
+        if n_chain == 1:
+            out = tok.tolist()  # the step's one host synchronisation
+        else:
+            out = torch.stack(toks_out, 1).tolist()  # the chain's one host synchronisation: [B] lists of n_chain
         if self.adaptive is not None and short == "none" and not cross:
             self.adaptive.observe_step(0, time.perf_counter() - t_step)
         self._step_end(items, pos_list, recorded)
         return {it.req_id: out[i] for i, it in enumerate(items)}
+
+    def _chain_len(self, items, params, short, cross) -> int:
+        """Ordinary steps this call runs back to back (``ExecConfig.decode_chain``): 1 unless every row is greedy,
+        no lane is short or crossing (a lane short now could cross inside the chain), no speculative decoding, no
+        profile and no recorded sets (each reads the host every step); at most every request's remaining tokens
+        (``DecodeItem.max_new``) and ``block_size`` (a chain fills at most one block, whose host copy is written by
+        the step that fills it: the host block of the next one, taken after the chain, is not read before it fills)."""
+        cfg = self.cfg
+        if (
+            cfg.decode_chain == 1
+            or short != "none"
+            or cross
+            or cfg.spec_max_k
+            or cfg.profile
+            or self.sources.record is not None
+            or any(sp.temperature > 0 for sp in params)
+        ):
+            return 1
+        return max(1, min(cfg.decode_chain, self.bs, min(it.max_new for it in items)))
 
     def _step_end(self, items, pos_list, recorded) -> None:
         """A decode step's stage times (``--profile`` on CUDA), its recorded sets, the step count."""
@@ -479,16 +515,17 @@ class Runner:
         n = max(pos_list) // self.bs
         return min(self.K, max(16, 1 << max(n - 1, 0).bit_length()))
 
-    def _propose(self, short, lanes_list, pos_list, aux, tok) -> None:
-        """The draft tokens after a step. In an all-short step only the lanes whose next step is their crossing
-        draft: a short lane's draft token is read only from its crossing on (its lookahead query)."""
+    def _propose(self, short, lanes, pos_list, aux, tok) -> None:
+        """The draft tokens after a step (``lanes``: the step's, on the device). In an all-short step only the lanes
+        whose next step is their crossing draft: a short lane's draft token is read only from its crossing on (its
+        lookahead query)."""
         if short != "all":
-            self.model.propose(lanes_list, aux, tok)
+            self.model.propose(lanes, aux, tok)
             return
         nxt = [i for i, p in enumerate(pos_list) if self.short.crossing(p + 2)]
         if nxt:
             idx = torch.tensor(nxt, device=self.device)
-            self.model.propose([lanes_list[i] for i in nxt], aux[idx], tok[idx])
+            self.model.propose(lanes[idx], aux[idx], tok[idx])
 
     def _cross(self, items) -> None:
         """Checks the crossing of short lanes (``ShortContext.crossing``): their host blocks were taken for this

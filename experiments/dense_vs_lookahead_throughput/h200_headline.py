@@ -156,12 +156,13 @@ class Run:
 class Geometry:
     """The byte sizes the plan needs, from oasis_core.specs and the executor's own per-lane formulas."""
 
-    def __init__(self, model: str, device: str, steps: int, warmup: int):
+    def __init__(self, model: str, device: str, steps: int, warmup: int, step_tokens: int = 1):
         from oasis_core.specs import get_model
 
         self.m = get_model(model)
         self.eb = 2 if device == "cuda" else 4  # bfloat16 on CUDA, float32 on the CPU (as the runner)
-        self.steps, self.warmup = steps, warmup
+        # output tokens a request a step at most (a decode chain's length): the bench's requests are that much longer
+        self.steps, self.warmup = steps * step_tokens, warmup * step_tokens
         m = self.m
         self.unit = m.n_layers * m.n_kv_heads * BS * m.head_dim * 2 * self.eb  # one host block: all layers, K and V
 
@@ -286,7 +287,29 @@ def variant_params(name: str, drift0: float, zone0: float) -> tuple:
 
         modes.get(name[5:])  # a bad mode fails at planning
         return BASE_FETCH, None, {"mode": name[5:]}
-    raise ValueError(f"unknown variant {name!r} (driftK, frX, pol=SPEC or mode=MODE)")
+    if name.startswith("set="):
+        return BASE_FETCH, None, exec_fields(name[4:].replace(":", "=").split("+"))
+    raise ValueError(f"unknown variant {name!r} (driftK, frX, pol=SPEC, mode=MODE or set=FIELD:VALUE)")
+
+
+def exec_fields(items) -> dict:
+    """``FIELD=VALUE`` items -> ExecConfig fields (values read as JSON, else kept as text); an unknown field fails
+    here, at planning."""
+    import dataclasses
+
+    from oasis_exec.config import ExecConfig
+
+    names = {f.name for f in dataclasses.fields(ExecConfig)}
+    out = {}
+    for it in items:
+        k, sep, v = it.partition("=")
+        if not sep or k not in names:
+            raise ValueError(f"--exec / set=: want FIELD=VALUE with an ExecConfig field, got {it!r}")
+        try:
+            out[k] = json.loads(v)
+        except json.JSONDecodeError:
+            out[k] = v
+    return out
 
 
 def variant_run(v: str, prefix: str, ctx: int, n: int, budget_gb: float, drift0: float, zone0: float, needs="") -> Run:
@@ -623,6 +646,13 @@ def parse_args(argv):
     ap.add_argument(
         "--assume-mem-gb", type=float, default=None, help="--dry-run: simulate the guard at this MemAvailable (GB)"
     )
+    ap.add_argument(
+        "--exec",
+        action="append",
+        default=[],
+        metavar="FIELD=VALUE",
+        help="an ExecConfig field for every run (repeatable; a variant's set= overrides it), e.g. decode_chain=8",
+    )
     ap.add_argument("--transfer", default="uva")
     ap.add_argument("--model", default="qwen3-8b")
     ap.add_argument("--device", default="cuda", help="cpu: a smoke test with --model tiny")
@@ -645,7 +675,11 @@ def main(argv=None) -> int:
     def log(msg):
         print(f"[{time.strftime('%H:%M:%S')} +{time.perf_counter() - t0:5.0f}s] {msg}", flush=True)
 
-    geo = Geometry(a.model, a.device, a.steps, a.warmup)
+    a.exec_fields = exec_fields(a.exec)
+    chains = [a.exec_fields.get("decode_chain", 1)] + [
+        variant_params(v, 0.0, 0.0)[2].get("decode_chain", 1) for v in a.variants.split(",") if v.startswith("set=")
+    ]
+    geo = Geometry(a.model, a.device, a.steps, a.warmup, step_tokens=max(chains))
     runs = PLANS[a.preset](a, geo)
     done, died, ok_recs = load_done(a.out)
     print_plan(runs, a, geo, log, done)
@@ -767,7 +801,7 @@ def main(argv=None) -> int:
             transfer=a.transfer if sparse else "auto",
             mode=r.mode,
             synthetic={**(a.synthetic or {}), **(r.synthetic or {})} or None if sparse else None,
-            **r.extra,
+            **{**a.exec_fields, **r.extra},
         )
         write(dict(base, **mem_rec, status="started", est_s=round(est, 1)))
         log(f"start {r.label} (~{est:.0f} s{f', pins {new / 1e9:.1f} GB' if new and cuda else ''})")

@@ -347,3 +347,30 @@ def test_speculative_steps_in_graphs_equal_eager(mode, accept):
         eng.runner.pipe.wait_all()
         assert _assert_slots_hold_their_blocks(eng) > 0
         eng.close()
+
+
+@pytest.mark.parametrize("mode,copy_graph", [("dense", "off"), ("lookahead", "off"), ("lookahead", "on")])
+def test_decode_chains_in_graphs_equal_single_steps(mode, copy_graph):
+    """Graphed decode steps chained on the device (decode_chain: each step's tokens and draft tokens feed the next,
+    the host reads the chain once) give the tokens of one graphed step a scheduler step; mid-run, the lookahead
+    slots hold the host copies of their blocks."""
+    from exec_cases import run_synthesized
+
+    ps = prompts(13, (90, 120, 64))
+    kw = dict(top_k=3, fetch_ratio=0.67, transfer="uva", cuda_graph=True, copy_graph=copy_graph, short_context=False)
+    ref_eng, ref, _ = run_synthesized(cfg(mode, "cuda", **kw), ps, 40)
+    ref_eng.close()
+    eng, out, steps = run_synthesized(cfg(mode, "cuda", decode_chain=8, **kw), ps, 40)
+    eng.close()
+    assert max(steps) == 8 and len(steps) <= 6
+    assert out == ref
+    if mode == "lookahead":
+        c = cfg(mode, "cuda", decode_chain=8, **kw)
+        eng = Engine(c)
+        eng.runner.host.fill_pattern(c.seed)
+        for p in ps:
+            eng.add_request(p, SamplingParams(max_tokens=40), synthetic_prefill=True)
+        for _ in range(3):  # three chains of 8: two captured and replayed
+            assert max(len(o.new_token_ids) for o in eng.step()) == 8
+        assert _assert_slots_hold_their_blocks(eng) > 0
+        eng.close()

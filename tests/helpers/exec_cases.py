@@ -48,6 +48,25 @@ def run_logits(c, ps, steps, runner_hook=None):
     return logs, out
 
 
+def run_synthesized(c, ps, n, sampling=None):
+    """Greedy (or ``sampling``) run of prompts ``ps`` with their KV synthesized, so that every request decodes from
+    the first step on and the batches are the same whatever the run's decode chain; the host pool holds the bench's
+    pattern (a synthesized prefill writes no host copy). Returns (engine, outputs, the most tokens a request
+    emitted in each engine step); the caller closes the engine."""
+    eng = Engine(c)
+    if eng.runner.host is not None:
+        eng.runner.host.fill_pattern(c.seed)
+    steps = []
+    ids = [eng.add_request(p, sampling or SamplingParams(max_tokens=n), synthetic_prefill=True) for p in ps]
+    outs = {i: [] for i in ids}
+    while eng.has_work():
+        got = eng.step()
+        steps.append(max((len(o.new_token_ids) for o in got), default=0))
+        for o in got:
+            outs[o.request_id].extend(o.new_token_ids)
+    return eng, [outs[i] for i in ids], steps
+
+
 def oracle_chain(eng, reference, wrong=lambda position: False):
     """A stand-in for ``ModelExec.draft_chain`` that drafts the reference continuation (``reference``: request id ->
     the output of a non-speculative greedy run), so that a speculative run accepts several tokens a step; a draft
