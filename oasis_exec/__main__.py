@@ -9,6 +9,7 @@ line on stderr and exit status 2, checked before any work. The server adds ``ser
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import logging
 import os
@@ -62,13 +63,19 @@ def prepare_bench(a) -> tuple[ExecConfig, BenchConfig]:
         if not os.path.isfile(bc.prompt_text):
             raise CliError(f"--prompt-text {bc.prompt_text}: no such file")
     block_size = getattr(a, "block_size", ExecConfig.block_size)
-    try:  # the most tokens a step may emit (auto: its N; a decode chain: its length); bad values: the config below
+    try:  # the most tokens a step may emit (auto: its N); a bad value is reported by the config below
         spec_k = speculation.parse_spec(getattr(a, "speculative_k", ExecConfig.speculative_k), block_size)[0]
     except (TypeError, ValueError):
         spec_k = 0
-    chain = getattr(a, "decode_chain", ExecConfig.decode_chain)
-    max_context = bc.engine_max_context(block_size, max(spec_k, chain - 1 if isinstance(chain, int) else 0))
-    cfg = engine_config(a, exclude=BENCH_SETS, max_context=max_context)
+    if bc.record is not None and getattr(a, "decode_chain", 1) != 1:  # the simulator replays single decode steps
+        print(
+            f"--record: decode_chain {a.decode_chain} -> 1 (a recording's steps are single decode steps)",
+            file=sys.stderr,
+        )
+        a.decode_chain = 1
+    cfg = engine_config(a, exclude=BENCH_SETS, max_context=bc.engine_max_context(block_size, spec_k))
+    # the prompt, every token the steps emit (a speculative step or a decode chain: several) and two blocks of slack
+    cfg = dataclasses.replace(cfg, max_context=bc.engine_max_context(cfg.block_size, cfg.step_tokens_max - 1))
     if bc.record_hardware is not None:
         from oasis_core.specs import HARDWARE
 
@@ -79,8 +86,6 @@ def prepare_bench(a) -> tuple[ExecConfig, BenchConfig]:
     elif bc.record is not None and cfg.device == "cpu":
         raise CliError("--record on the CPU needs --record-hardware (the simulator preset the recording is for)")
     writable_path("--out", bc.out)
-    if bc.record is not None and cfg.decode_chain > 1:  # refused before the run, not after it
-        raise CliError("--record needs --decode-chain 1 (the simulator replays one decode step a scheduler step)")
     writable_path("--record", bc.record)
     return cfg, bc
 

@@ -381,7 +381,7 @@ def measure(
         # who decided the accepted drafts: the target (model) or, benchmark only, draws (synthetic_accept)
         "acceptance": ("synthetic" if cfg.synthetic_accept else "model") if cfg.spec_max_k else None,
         "synthetic_accept": cfg.synthetic_accept,
-        "decode_chain": cfg.decode_chain,
+        "decode_chain": cfg.chain_max,  # the longest chain the run could take (1: off, speculative or profiled)
         "tpot_ms_p50": 1e3 * statistics.median(tpot) if tpot else None,
         "tpot_ms_p99": 1e3 * _pct(tpot, 99) if tpot else None,
         "tpot_ms_mean": 1e3 * total_s / max(sum(per_req), 1),

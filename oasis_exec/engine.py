@@ -179,7 +179,7 @@ class Engine:
             for r in sorted(plan.decode, key=lambda x: x.lane):
                 pos = r.prompt_len + r.generated - 1
                 items.append(DecodeItem(r.id, r.lane, r.token_at(pos), pos, r.max_tokens - r.generated))
-            tokens.update(self._call(RunnerCall(admit, None, tuple(items), sampling)))
+            tokens.update(self._call(RunnerCall(admit, None, tuple(items), sampling, self._chain(plan))))
         # a decode yields one token, a speculative one several: cut after the first stop token, never past max_tokens
         new, emitted, stopped = {}, {}, []
         for rid, got in tokens.items():
@@ -245,6 +245,21 @@ class Engine:
             return self.runner.execute(call)
         finally:
             self._plan = None
+
+    def _chain(self, plan) -> int:
+        """The decode steps this step's batch may chain (``ExecConfig.decode_chain``): none while another request
+        waits for work the chain would delay (a prefill under way, a queued request with a lane free for it), nor
+        with a sampler other than the engine's (one installed by a harness may read the host every step)."""
+        sch = self.scheduler
+        if (
+            self.cfg.chain_max == 1
+            or plan.prefill
+            or len(plan.decode) < len(sch.running)
+            or (sch.waiting and self.acct.free_lanes)
+            or self.runner.sampler != self._sample
+        ):
+            return 1
+        return self.cfg.chain_max
 
     def _forget(self, req_id) -> None:
         self._keys.pop(req_id, None)

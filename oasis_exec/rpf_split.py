@@ -316,7 +316,7 @@ def split_run(cfg, prompt, n_out: int, handoff: str = "rpf", poison: bool = True
     if handoff not in ("rpf", "full"):
         raise ValueError(f"handoff: must be rpf or full, got {handoff!r}")
     _check(cfg)
-    cfg = dataclasses.replace(cfg, max_lanes=1, host_requests=1)
+    cfg = dataclasses.replace(cfg, max_lanes=1, host_requests=1, decode_chain=1)  # per-step remote units
     p, d = tensor_parallel.launch(_node, 2, cfg, list(prompt), n_out, handoff, poison, probe, every_rank=True)
     return {
         "prefill": p,

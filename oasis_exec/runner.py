@@ -325,12 +325,12 @@ class Runner:
         if cross:  # short lanes outgrowing their window: their KV so far goes to the host in this (eager) step
             self._cross([items[i] for i in cross])
         params = [plan.sampling[it.req_id] for it in items]
-        n_chain = self._chain_len(items, params, short, cross)
+        n_chain = self._chain_len(plan, params, short, cross)
         graphed = not cross and self.cuda_graphs.ok(lanes_list)
         # lanes on the device before anything is queued: a list -> device copy waits for the stream (PyTorch's
         # blocking host-to-device copy), which after the launch would hold the draft's launches until the step ends
         lanes = torch.arange(len(lanes_list), device=dev) if graphed else torch.tensor(lanes_list, device=dev)
-        toks_out = []
+        toks_out, logits_seq = [], []
         for i in range(n_chain):  # decode_chain: step i's tokens feed step i + 1 on the device, no host read between
             if i:
                 pos_list = [p + 1 for p in pos_list]
@@ -356,9 +356,14 @@ class Runner:
             if self.draft is not None:
                 self._propose(short, lanes, pos_list, aux, tok)
             toks_out.append(tok)
+            if n_chain > 1:  # a row per emitted token (logprobs); a graph's logits are overwritten by the next replay
+                logits_seq.append(logits.clone())
             if i < n_chain - 1:
                 self._step_end(items, pos_list, recorded)
         self.last_logits = {it.req_id: logits[i] for i, it in enumerate(items)}
+        if n_chain > 1:
+            seq = torch.stack(logits_seq, 1)  # [B, n_chain, V]
+            self.last_logits_seq = {it.req_id: seq[i] for i, it in enumerate(items)}
         if n_chain == 1:
             out = tok.tolist()  # the step's one host synchronisation
         else:
@@ -368,15 +373,16 @@ class Runner:
         self._step_end(items, pos_list, recorded)
         return {it.req_id: out[i] for i, it in enumerate(items)}
 
-    def _chain_len(self, items, params, short, cross) -> int:
-        """Ordinary steps this call runs back to back (``ExecConfig.decode_chain``): 1 unless every row is greedy,
+    def _chain_len(self, plan, params, short, cross) -> int:
+        """Ordinary steps this call runs back to back (``RunnerCall.chain``, the engine's share of
+        ``ExecConfig.decode_chain``): 1 unless every row is greedy,
         no lane is short or crossing (a lane short now could cross inside the chain), no speculative decoding, no
         profile and no recorded sets (each reads the host every step); at most every request's remaining tokens
         (``DecodeItem.max_new``) and ``block_size`` (a chain fills at most one block, whose host copy is written by
         the step that fills it: the host block of the next one, taken after the chain, is not read before it fills)."""
         cfg = self.cfg
         if (
-            cfg.decode_chain == 1
+            plan.chain == 1
             or short != "none"
             or cross
             or cfg.spec_max_k
@@ -385,7 +391,7 @@ class Runner:
             or any(sp.temperature > 0 for sp in params)
         ):
             return 1
-        return max(1, min(cfg.decode_chain, self.bs, min(it.max_new for it in items)))
+        return max(1, min(plan.chain, self.bs, min(it.max_new for it in plan.decode)))
 
     def _step_end(self, items, pos_list, recorded) -> None:
         """A decode step's stage times (``--profile`` on CUDA), its recorded sets, the step count."""

@@ -159,3 +159,4 @@ class RunnerCall:
     prefill: PrefillChunk | None = None
     decode: tuple = ()  # DecodeItem, ordered by lane
     sampling: dict = field(default_factory=dict)  # req_id -> SamplingParams
+    chain: int = 1  # the most decode steps the runner may chain in this call (ExecConfig.decode_chain)

@@ -300,6 +300,7 @@ def make_config(a):
         seed=a.seed,
         cuda_graph=not a.no_cuda_graph,
         synthetic=json.loads(a.synthetic) if a.synthetic else None,
+        decode_chain=1,  # one decode pass a profiled step
     )
     if a.speculative_k:  # speculative steps of dummy weights: the accepted drafts drawn (ExecConfig.synthetic_accept)
         kw.update(speculative_k=a.speculative_k, synthetic_accept=json.loads(a.synthetic_accept))

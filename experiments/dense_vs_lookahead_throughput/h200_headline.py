@@ -676,8 +676,13 @@ def main(argv=None) -> int:
         print(f"[{time.strftime('%H:%M:%S')} +{time.perf_counter() - t0:5.0f}s] {msg}", flush=True)
 
     a.exec_fields = exec_fields(a.exec)
-    chains = [a.exec_fields.get("decode_chain", 1)] + [
-        variant_params(v, 0.0, 0.0)[2].get("decode_chain", 1) for v in a.variants.split(",") if v.startswith("set=")
+    from oasis_exec.config import ExecConfig
+
+    chain0 = a.exec_fields.get("decode_chain", ExecConfig.decode_chain)
+    chains = [chain0] + [
+        variant_params(v, 0.0, 0.0)[2].get("decode_chain", chain0)
+        for v in a.variants.split(",")
+        if v.startswith("set=")
     ]
     geo = Geometry(a.model, a.device, a.steps, a.warmup, step_tokens=max(chains))
     runs = PLANS[a.preset](a, geo)

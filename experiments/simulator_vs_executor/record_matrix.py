@@ -125,6 +125,7 @@ def exec_config(mode, ctx, n, fr, a, geo):
         transfer=a.transfer,
         seed=a.seed,
         profile=not a.no_profile,
+        decode_chain=1,  # recordings replay one decode step a scheduler step
     )
 
 

@@ -125,6 +125,7 @@ def exec_config_of(r: dict) -> ExecConfig:
         profile=bool(r.get("profile", False)),
         synthetic=r.get("synthetic_params") or None,
         fetch_policy=r.get("fetch_policy") or None,
+        decode_chain=int(r.get("decode_chain", 1) or 1),  # records before it: one decode step a scheduler step
     )
     if r.get("uva_programs"):
         kw["uva_programs"] = int(r["uva_programs"])

@@ -81,6 +81,7 @@ def base_config(a, mode, context, k_max):
         max_context=context + max(out, (a.warmup + a.steps + 1) * (k_max + 1)) + 32,
         speculative_k=k_max,
         prefill_interleave=False,
+        decode_chain=1,  # k = 0 phases: the single graphed step the speculative results were measured against
     )
 
 

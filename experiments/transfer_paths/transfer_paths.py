@@ -209,6 +209,7 @@ def run(a) -> int:
                 kv_budget_gb=a.kv_budget_gb,
                 host_kv_gb=gb,
                 max_lanes=n,
+                decode_chain=1,  # the paths' per-step cost, as the table was measured
                 **kw,
             )
             rec = run_bench(cfg, a.context, n, a.steps, a.warmup, host_fill=False)

@@ -20,6 +20,7 @@ def cfg(mode, device="cpu", **kw):
         block_size=16,
         draft_vocab=64,
         prefill_chunk=48,
+        decode_chain=1,  # a step a token: the tests compare every step's logits (decode chains: their own tests)
     )
     base.update(kw)
     return ExecConfig(**base)

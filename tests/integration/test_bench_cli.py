@@ -184,7 +184,8 @@ def test_fuzz_parsing_and_validation_never_raise(tmp_path, capsys, monkeypatch):
     for kind, cfg, extra in ran:  # what passed validation is a config the executor accepts
         assert cfg.top_k >= 1 and 0 < cfg.fetch_ratio <= 1 and cfg.block_size & (cfg.block_size - 1) == 0
         if kind == "bench":
-            assert extra.context >= 1 and cfg.max_context == extra.engine_max_context(cfg.block_size)
+            assert extra.context >= 1
+            assert cfg.max_context == extra.engine_max_context(cfg.block_size, cfg.step_tokens_max - 1)
 
 
 @pytest.mark.parametrize(

@@ -102,31 +102,74 @@ def test_sampled_rows_never_chain():
     eng.close()
 
 
+def _call(max_new, chain=8):
+    from oasis_exec.scheduler import DecodeItem, RunnerCall
+
+    return RunnerCall(decode=tuple(DecodeItem(i, i, 1, 40, m) for i, m in enumerate(max_new)), chain=chain)
+
+
 def test_chain_length_bounds():
     c = cfg("lookahead", decode_chain=8)
     eng = Engine(c)
     r = eng.runner
-    greedy = SamplingParams(max_tokens=4)
-    items = [type("I", (), {"max_new": 3})(), type("I", (), {"max_new": 20})()]
-    assert r._chain_len(items, [greedy, greedy], "none", []) == 3  # the batch's fewest remaining tokens
-    items = [type("I", (), {"max_new": 20})()]
-    assert r._chain_len(items, [greedy], "none", []) == 8
-    assert r._chain_len(items, [greedy], "some", []) == 1  # a lane may be short: it could cross inside the chain
-    assert r._chain_len(items, [greedy], "none", [0]) == 1
-    assert r._chain_len(items, [SamplingParams(temperature=0.5)], "none", []) == 1
+    g = SamplingParams(max_tokens=4)
+    assert r._chain_len(_call([3, 20]), [g, g], "none", []) == 3  # the batch's fewest remaining tokens
+    assert r._chain_len(_call([20]), [g], "none", []) == 8
+    assert r._chain_len(_call([20], chain=1), [g], "none", []) == 1  # the engine's call allows none
+    assert r._chain_len(_call([20], chain=16), [g], "none", []) == 16  # at most block_size (16)
+    assert r._chain_len(_call([20]), [g], "some", []) == 1  # a lane may be short: it could cross inside the chain
+    assert r._chain_len(_call([20]), [g], "none", [0]) == 1
+    assert r._chain_len(_call([20]), [SamplingParams(temperature=0.5)], "none", []) == 1
     eng.close()
-    with pytest.raises(ValueError, match="decode_chain"):
-        ExecConfig(model="tiny", block_size=16, decode_chain=17)
+    assert ExecConfig(model="tiny", block_size=16, decode_chain=17).chain_max == 16  # one block filled at most
+    assert ExecConfig(model="tiny", decode_chain=8, profile=True).chain_max == 1
+    assert ExecConfig(mode="dense", decode_chain=8, speculative_k=2).chain_max == 1
     with pytest.raises(ValueError, match="decode_chain"):
         ExecConfig(model="tiny", decode_chain=0)
     assert ExecConfig(mode="dense", decode_chain=6).step_tokens_max == 6
     assert ExecConfig(mode="dense", speculative_k=3, decode_chain=2).step_tokens_max == 4
 
 
+def test_engine_chains_only_when_nothing_else_waits():
+    """No chain while a prefill is under way or a queued request has a free lane (it would wait for the chain), nor
+    with a sampler a harness installed; chains once every admitted request decodes."""
+    c = cfg("lookahead", decode_chain=8, max_lanes=2, **OFF)
+    eng = Engine(c)
+    ps = prompts(4, lens=(70, 60, 50))
+    sp = SamplingParams(max_tokens=30)
+    for p in ps:  # real prefill, in chunks of 48 tokens; 2 lanes for 3 requests
+        eng.add_request(p, sp)
+    seen = []
+    while eng.has_work():
+        running = eng.scheduler.running
+        busy = any(r.state != "decode" for r in running.values()) or bool(eng.scheduler.waiting and eng.acct.free_lanes)
+        got = eng.step()
+        n = max((len(o.new_token_ids) for o in got), default=0)
+        seen.append(n)
+        if busy:
+            assert n <= 1
+    assert max(seen) == 8  # the two first requests decode alone, chained; the third waits for a lane
+    eng.close()
+    _, ref, _ = run_synthesized(cfg("lookahead", **OFF), ps, 12)
+    eng = Engine(cfg("lookahead", decode_chain=8, **OFF))
+    eng.runner.host.fill_pattern(0)
+    for p in ps:
+        eng.add_request(p, SamplingParams(max_tokens=12), synthetic_prefill=True)
+    inner = eng.runner.sampler
+    eng.runner.sampler = lambda logits, params: inner(logits, params)  # a harness's sampler: per step
+    out = {}
+    while eng.has_work():
+        for o in eng.step():
+            assert len(o.new_token_ids) == 1
+            out.setdefault(o.request_id, []).extend(o.new_token_ids)
+    assert list(out.values()) == ref
+    eng.close()
+
+
 def test_speculative_config_never_chains():
     ps = prompts(2, lens=(40, 21))
     eng, _, steps = _run(cfg("dense", speculative_k=2, decode_chain=8), ps)
-    assert eng.runner._chain_len([type("I", (), {"max_new": 20})()], [SamplingParams()], "none", []) == 1
+    assert eng.runner._chain_len(_call([20]), [SamplingParams()], "none", []) == 1
     assert max(steps) <= 3
     eng.close()
 
@@ -142,23 +185,18 @@ def test_bench_reports_tpot_per_token(tmp_path):
     assert rec["tpot_ms_mean"] == pytest.approx(rec["step_ms_mean"] / 4)
 
 
-def test_record_refuses_a_chain(tmp_path, capsys):
-    from oasis_exec.__main__ import main
+def test_record_runs_single_steps(tmp_path, capsys):
+    """``bench --record`` runs one decode step a scheduler step (what the simulator replays), and says so."""
+    from oasis_exec.__main__ import build_parser, prepare_bench
 
-    rc = main(
-        [
-            "bench",
-            "--device",
-            "cpu",
-            "--model",
-            "tiny",
-            "--decode-chain",
-            "4",
-            "--record",
-            str(tmp_path / "r.json"),
-            "--record-hardware",
-            "h200",
-        ]
+    a = build_parser().parse_args(
+        ["bench", "--device", "cpu", "--model", "tiny", "--decode-chain", "4", "--record", str(tmp_path / "r.json")]
+        + ["--record-hardware", "h200"]
     )
-    assert rc == 2
-    assert "--decode-chain 1" in capsys.readouterr().err
+    cfg, bc = prepare_bench(a)
+    assert cfg.decode_chain == 1 and cfg.max_context == bc.engine_max_context(cfg.block_size)
+    assert "decode_chain 4 -> 1" in capsys.readouterr().err
+    with pytest.raises(ValueError, match="decode_chain 4"):
+        from oasis_exec.recorder import recording_from_bench
+
+        recording_from_bench({"decode_chain": 4, "mode": "dense", "steps": 1}, exec_config=cfg, hardware="h200")

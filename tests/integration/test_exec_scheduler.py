@@ -178,6 +178,7 @@ def _engine(mode="lookahead", **kw):
         block_size=16,
         draft_vocab=64,
         prefill_chunk=24,
+        decode_chain=1,  # the engine's state after every decode step
     )
     base.update(kw)
     return Engine(ExecConfig(**base))

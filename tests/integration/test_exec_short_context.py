@@ -186,9 +186,10 @@ def test_all_short_steps_attend_a_power_of_two_of_slots_and_draft_only_before_cr
     r = eng.runner
     assert [r._dense_slots([p]) for p in (0, 271, 272, 527, 528, 639)] == [16, 16, 32, 32, 40, 40]
     proposed, propose = [], r.model.propose
-    r.model.propose = lambda lanes, aux, tok: proposed.append(list(lanes)) or propose(lanes, aux, tok)
+    r.model.propose = lambda lanes, aux, tok: proposed.append(lanes.tolist()) or propose(lanes, aux, tok)
     w = r.short.window_tokens
     aux = torch.zeros(2, 3 * r.shape.hidden)
-    r._propose("all", [0, 1], [w - 5, w - 1], aux, torch.tensor([3, 4]))  # lane 1's next step crosses
-    r._propose("some", [0, 1], [w - 5, w], aux, torch.tensor([3, 4]))
+    lanes = torch.tensor([0, 1])
+    r._propose("all", lanes, [w - 5, w - 1], aux, torch.tensor([3, 4]))  # lane 1's next step crosses
+    r._propose("some", lanes, [w - 5, w], aux, torch.tensor([3, 4]))
     assert proposed == [[1], [0, 1]]

@@ -45,7 +45,7 @@ def test_dry_run_prints_the_plan_and_runs_nothing(tmp_path, capsys):
     assert all(p.startswith("16k") for p in plan if p.endswith(("drift2", "drift4", "fr0.02", "fr0.1")))
     assert {"16k-lookahead-80-drift4", "16k-lookahead-8-fr0.1", "16k-lookahead-88-drift2"} <= set(plan)
     # one pinning for both contexts (the 16K pool of 88 holds the 32K pool of 44)
-    assert "pins at most 213.2 GB, once" in text
+    assert "pins at most 215.7 GB, once" in text  # requests of 4 + 24 chains of 8 (ExecConfig.decode_chain)
     assert "dense lanes at 52 GB = 21" in text and "dense lanes at 52 GB = 10" in text
     assert "(alternative: not run once one ran)" in text and "estimate:" in text
 

@@ -27,6 +27,7 @@ def _cfg(mode="lookahead", profile=True):
         kv_budget_gb=0.05,
         max_lanes=2,
         profile=profile,
+        decode_chain=1,  # one decode step a scheduler step: the step sequence below
     )
 
 

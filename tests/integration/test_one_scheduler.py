@@ -246,6 +246,7 @@ def _exec_plans():
             draft_vocab=64,
             prefill_chunk=CHUNK,
             short_context=True,  # the simulator's default: both backends apply the rule
+            decode_chain=1,  # the simulator runs one decode step a scheduler step
         )
     )
     assert eng.runner.host_blocks_total == HOST_BLOCKS

@@ -278,6 +278,7 @@ def test_real_cpu_bench_record_becomes_a_replayable_recording(tmp_path):
         host_kv_gb=0.01,
         kv_budget_gb=0.05,
         max_lanes=2,
+        decode_chain=1,  # a recording: one decode step a scheduler step
     )
     bench = run_bench(cfg, 128, 2, 3, 1)
     path = str(tmp_path / "cpu.json")
