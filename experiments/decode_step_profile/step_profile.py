@@ -301,6 +301,7 @@ def make_config(a):
         cuda_graph=not a.no_cuda_graph,
         synthetic=json.loads(a.synthetic) if a.synthetic else None,
         decode_chain=1,  # one decode pass a profiled step
+        host_kv_dtype=a.host_kv_dtype,
     )
     if a.speculative_k:  # speculative steps of dummy weights: the accepted drafts drawn (ExecConfig.synthetic_accept)
         kw.update(speculative_k=a.speculative_k, synthetic_accept=json.loads(a.synthetic_accept))
@@ -804,6 +805,7 @@ def profile_steps(a) -> dict:
         "transfer": cfg.transfer if cfg.sparse else None,
         "uva_programs": cfg.uva_programs if cfg.sparse else None,
         "no_transfer": cfg.no_transfer,
+        "host_kv_dtype": cfg.host_kv_dtype,
         "top_k": cfg.top_k,
         "fetch_ratio": cfg.fetch_ratio,
         "warmup": a.warmup,
@@ -991,6 +993,7 @@ def build_parser() -> argparse.ArgumentParser:
     ap.add_argument("--transfer", default="auto", help="host | uva | auto (uva)")
     ap.add_argument("--uva-programs", type=int, default=32)
     ap.add_argument("--no-transfer", action="store_true", help="plan selections, skip the copies")
+    ap.add_argument("--host-kv-dtype", default="auto", help="auto (the compute dtype) | fp8_e4m3 (ExecConfig's)")
     ap.add_argument("--no-cuda-graph", action="store_true", help="eager decode steps (every kernel launched)")
     ap.add_argument("--no-fused-ops", action="store_true", help="plain torch norm/RoPE/SwiGLU (ExecConfig.fused_ops)")
     ap.add_argument(
