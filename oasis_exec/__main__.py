@@ -67,11 +67,9 @@ def prepare_bench(a) -> tuple[ExecConfig, BenchConfig]:
         spec_k = speculation.parse_spec(getattr(a, "speculative_k", ExecConfig.speculative_k), block_size)[0]
     except (TypeError, ValueError):
         spec_k = 0
-    if bc.record is not None and getattr(a, "decode_chain", 1) != 1:  # the simulator replays single decode steps
-        print(
-            f"--record: decode_chain {a.decode_chain} -> 1 (a recording's steps are single decode steps)",
-            file=sys.stderr,
-        )
+    chain = getattr(a, "decode_chain", ExecConfig.decode_chain)  # an option not given is absent from ``a``
+    if bc.record is not None and chain != 1:  # the simulator replays single decode steps
+        print(f"--record: decode_chain {chain} -> 1 (a recording's steps are single decode steps)", file=sys.stderr)
         a.decode_chain = 1
     cfg = engine_config(a, exclude=BENCH_SETS, max_context=bc.engine_max_context(block_size, spec_k))
     # the prompt, every token the steps emit (a speculative step or a decode chain: several) and two blocks of slack

@@ -196,6 +196,21 @@ def test_record_runs_single_steps(tmp_path, capsys):
     cfg, bc = prepare_bench(a)
     assert cfg.decode_chain == 1 and cfg.max_context == bc.engine_max_context(cfg.block_size)
     assert "decode_chain 4 -> 1" in capsys.readouterr().err
+    a = build_parser().parse_args(
+        [
+            "bench",
+            "--device",
+            "cpu",
+            "--model",
+            "tiny",
+            "--record",
+            str(tmp_path / "r.json"),
+            "--record-hardware",
+            "h200",
+        ]
+    )
+    assert prepare_bench(a)[0].decode_chain == 1  # the default chain too
+    assert f"decode_chain {ExecConfig.decode_chain} -> 1" in capsys.readouterr().err
     with pytest.raises(ValueError, match="decode_chain 4"):
         from oasis_exec.recorder import recording_from_bench
 
