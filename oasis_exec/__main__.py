@@ -68,8 +68,7 @@ def prepare_bench(a) -> tuple[ExecConfig, BenchConfig]:
     except (TypeError, ValueError):
         spec_k = 0
     chain = getattr(a, "decode_chain", ExecConfig.decode_chain)  # an option not given is absent from ``a``
-    if bc.record is not None and chain != 1:  # the simulator replays single decode steps
-        print(f"--record: decode_chain {chain} -> 1 (a recording's steps are single decode steps)", file=sys.stderr)
+    if bc.record is not None and chain != 1:  # the simulator replays single decode steps (said once all is valid)
         a.decode_chain = 1
     cfg = engine_config(a, exclude=BENCH_SETS, max_context=bc.engine_max_context(block_size, spec_k))
     # the prompt, every token the steps emit (a speculative step or a decode chain: several) and two blocks of slack
@@ -85,6 +84,8 @@ def prepare_bench(a) -> tuple[ExecConfig, BenchConfig]:
         raise CliError("--record on the CPU needs --record-hardware (the simulator preset the recording is for)")
     writable_path("--out", bc.out)
     writable_path("--record", bc.record)
+    if bc.record is not None and chain != 1:
+        print(f"--record: decode_chain {chain} -> 1 (a recording's steps are single decode steps)", file=sys.stderr)
     return cfg, bc
 
 
