@@ -37,6 +37,7 @@ TRANSFER_NAMES = {"host": "dma", "uva": "uva", "auto": "uva"}  # "auto" runs the
 DEVICE_PRESETS = (("H200", "h200"), ("H100", "h100-sxm"))
 _EXTRA_RESULTS = (
     "tpot_ms_mean",
+    "step_ms_mean",
     "layer_ms",
     "transfer_gb_s",
     "drift_blocks_per_step",

@@ -284,6 +284,7 @@ def test_real_cpu_bench_record_becomes_a_replayable_recording(tmp_path):
     path = str(tmp_path / "cpu.json")
     rec = write_bench_recording(path, bench, cfg, hardware="h200")
     assert [s["step"] for s in rec.results["steps"]] == [0, 1, 2]
+    assert rec.results["step_ms_mean"] == bench["step_ms_mean"]  # what the fitter reads as a step's time
     assert rec.config["top_k"] == 4 and rec.config["concurrency"] == 2
     assert rec.config["transfer_path"] == "uva"  # the default transfer auto runs the UVA gather
     res = replay(load_recording(path))
