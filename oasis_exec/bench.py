@@ -259,7 +259,7 @@ def _phase_ks(cfg, phases) -> list:
 def _finish(eng) -> None:
     """End the bench's requests (a speculative or chained run's, which hold tokens for several a step, aborted: where
     no chain ran, a short or sampled run, they would take one step a token) and close."""
-    if eng.cfg.step_tokens_max > 1 or eng.runner.cfg.spec_max_k:
+    if eng.cfg.step_tokens_max > 1:  # the engine's config: a phase's runner config drafts no more than it
         for rid in list(eng.scheduler.running) + [r.id for r in eng.scheduler.waiting]:
             eng.abort(rid)
     while eng.has_work():  # the untimed last step: every request finishes
