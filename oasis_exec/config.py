@@ -17,7 +17,7 @@ from oasis_core.specs import MODELS, MODES, PAPER_SPARSITY
 
 SOURCES = ("model", "synthetic", "replay")
 TRANSFERS = ("host", "uva", "auto")
-PRIORITIES = ("normal", "high", "auto")
+PRIORITIES = ("normal", "high", "low", "auto")
 SWITCHES = ("on", "off", "auto")
 DTYPES = ("bfloat16", "float32")
 GB = 1e9
@@ -132,8 +132,10 @@ class ExecConfig(speculation.SpeculativeFields):
     stream_priority: str = _f(
         "auto",
         "CUDA priority of the prediction and copy streams: normal | high (their "
-        "kernels are scheduled ahead of the step's waiting ones) | auto (the measured "
-        "table's choice with transfer=auto, else normal)",
+        "kernels are scheduled ahead of the step's waiting ones) | low (a captured step's "
+        "own kernels are scheduled ahead of theirs: graphs are captured on a high-priority "
+        "stream; eager steps run as normal) | auto (the measured table's choice with "
+        "transfer=auto, else normal)",
         PRIORITIES,
     )
     no_transfer: bool = _f(

@@ -31,6 +31,16 @@ class DecodeGraphs:
         #   -> (graph, static inputs, outputs)
         self.graphs = {}
         self._warm = set()
+        self._capture_stream = None  # stream_priority "low": the step's graphs captured at a priority above the pipe's
+
+    def _stream(self):
+        """The capture stream: torch's own, or one of priority -1 when the side streams are to yield to the step
+        (``stream_priority`` "low"; torch graphs keep a captured kernel's priority)."""
+        if self.pipe is None or self.pipe.priority != "low":
+            return None
+        if self._capture_stream is None:
+            self._capture_stream = torch.cuda.Stream(self.device, priority=-1)
+        return self._capture_stream
 
     def ok(self, lanes_list) -> bool:
         """Whole-step CUDA graphs: no profiling events, no recording or replayed selection, lanes 0..B-1; the host
@@ -106,7 +116,7 @@ class DecodeGraphs:
                 pipe.begin_capture(key)
             self.model.capturing = True
             try:
-                with no_gc(), torch.cuda.graph(graph):
+                with no_gc(), torch.cuda.graph(graph, stream=self._stream()):
                     out = fn(lanes, **st)
                     if pipe is not None:
                         pipe.wait_all()  # every side stream joins before the capture ends

@@ -146,6 +146,7 @@ class Prefetcher:
             # high: the side streams' blocks are scheduled ahead of the main stream's waiting ones (a layer's
             # plan_select and gather do not queue behind a wide kernel of the step); -1 is above the main stream's 0,
             # and torch graphs keep a captured kernel's priority (they instantiate with use-node-priority)
+            # low: they stay at 0 and the captured step's kernels run at -1 (DecodeGraphs captures on such a stream)
             prio = -1 if self.priority == "high" else 0
             self.s_pred = torch.cuda.Stream(device, priority=prio)
             self.s_copy = torch.cuda.Stream(device, priority=prio)

@@ -302,6 +302,7 @@ def make_config(a):
         synthetic=json.loads(a.synthetic) if a.synthetic else None,
         decode_chain=1,  # one decode pass a profiled step
         host_kv_dtype=a.host_kv_dtype,
+        stream_priority=a.stream_priority,
     )
     if a.speculative_k:  # speculative steps of dummy weights: the accepted drafts drawn (ExecConfig.synthetic_accept)
         kw.update(speculative_k=a.speculative_k, synthetic_accept=json.loads(a.synthetic_accept))
@@ -993,6 +994,7 @@ def build_parser() -> argparse.ArgumentParser:
     ap.add_argument("--transfer", default="auto", help="host | uva | auto (uva)")
     ap.add_argument("--uva-programs", type=int, default=32)
     ap.add_argument("--no-transfer", action="store_true", help="plan selections, skip the copies")
+    ap.add_argument("--stream-priority", default="auto", help="normal | high | low | auto (ExecConfig's)")
     ap.add_argument("--host-kv-dtype", default="auto", help="auto (the compute dtype) | fp8_e4m3 (ExecConfig's)")
     ap.add_argument("--no-cuda-graph", action="store_true", help="eager decode steps (every kernel launched)")
     ap.add_argument("--no-fused-ops", action="store_true", help="plain torch norm/RoPE/SwiGLU (ExecConfig.fused_ops)")

@@ -55,6 +55,7 @@ def _assert_slots_hold_their_blocks(eng) -> int:
         (False, "normal", "on", "loads"),
         (True, "normal", "on", "loads"),
         (True, "high", "on", "loads"),
+        (True, "low", "off", "loads"),
         (True, "normal", "off", "loads"),
         (True, "normal", "off", "tma"),
     ],
@@ -75,6 +76,8 @@ def test_mapping_matches_slots_on_gpu(graph, prio, cg, kern):
     )
     eng = Engine(c)
     assert eng.runner.pipe.copy_graph == (cg == "on")
+    if prio == "low" and graph:  # the step captured above the side streams (priority 0)
+        assert eng.runner.cuda_graphs._stream().priority == -1 and eng.runner.pipe.s_pred.priority == 0
     for p in prompts(2, (40, 65)):
         eng.add_request(p, SamplingParams(max_tokens=700))
     steps = 0
