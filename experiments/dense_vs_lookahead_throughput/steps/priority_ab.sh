@@ -16,7 +16,7 @@ timeout -k 10 $(( B + 5 )) $PY -X faulthandler experiments/dense_vs_lookahead_th
   --exec decode_chain=8 --budget-s "$B" --steps 24 --warmup 4 --synthetic "$SYN" 2>&1 | grep -v " plan " \
   | tee "$OUT/oasis.log" | grep -E "done|skip|fail|error"
 $PY experiments/dense_vs_lookahead_throughput/baselines_table.py "$OUT" > "$OUT/baselines.md" 2>&1; cat "$OUT/baselines.md"
-T=$(min 130 $(( $(left) - 20 )))
+T=$(min 130 $(( $(left) - 80 )))
 if [ "$T" -ge 60 ]; then
   say "profile la16k44 low"
   timeout -k 5 "$T" $PY experiments/decode_step_profile/step_profile.py --kv-budget-gb 52 --no-host-fill --synthetic "$SYN" \
@@ -24,4 +24,5 @@ if [ "$T" -ge 60 ]; then
     --trace-out /tmp/low44.json.gz --out "$OUT/profile_low44.jsonl" > "$OUT/profile_low44.txt" 2>&1 \
     && $PY experiments/decode_step_profile/critical_path.py /tmp/low44.json.gz >> "$OUT/profile_low44.txt" 2>&1
 fi
+TEST_S=$(min 90 $(( $(left) - 5 ))) gpu_tests tests/gpu/test_exec_gpu.py -k low
 say "done"
