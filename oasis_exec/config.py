@@ -17,7 +17,7 @@ from oasis_core.specs import MODELS, MODES, PAPER_SPARSITY
 
 SOURCES = ("model", "synthetic", "replay")
 TRANSFERS = ("host", "uva", "auto")
-PRIORITIES = ("normal", "high", "low", "auto")
+PRIORITIES = ("normal", "high", "low", "pred_low", "pred_low_copy_high", "auto")
 SWITCHES = ("on", "off", "auto")
 DTYPES = ("bfloat16", "float32")
 GB = 1e9
@@ -134,8 +134,10 @@ class ExecConfig(speculation.SpeculativeFields):
         "CUDA priority of the prediction and copy streams: normal | high (their "
         "kernels are scheduled ahead of the step's waiting ones) | low (a captured step's "
         "own kernels are scheduled ahead of theirs: graphs are captured on a high-priority "
-        "stream; eager steps run as normal) | auto (the measured table's choice with "
-        "transfer=auto, else normal)",
+        "stream; eager steps run as normal) | pred_low (the prediction stream below the "
+        "step, the copy stream level with it) | pred_low_copy_high (the copy above) | "
+        "auto (the measured table's choice with transfer=auto, else normal); "
+        "oasis_exec.pipeline.STREAM_PRIORITIES",
         PRIORITIES,
     )
     no_transfer: bool = _f(

@@ -31,15 +31,16 @@ class DecodeGraphs:
         #   -> (graph, static inputs, outputs)
         self.graphs = {}
         self._warm = set()
-        self._capture_stream = None  # stream_priority "low": the step's graphs captured at a priority above the pipe's
+        self._capture_stream = None  # the step's graphs captured above a side stream (Prefetcher.step_priority)
 
     def _stream(self):
-        """The capture stream: torch's own, or one of priority -1 when the side streams are to yield to the step
-        (``stream_priority`` "low"; torch graphs keep a captured kernel's priority)."""
-        if self.pipe is None or self.pipe.priority != "low":
+        """The capture stream: torch's own, or one of the pipe's ``step_priority`` when that is not 0 (the side
+        streams are to yield to the step: ``stream_priority`` low, pred_low, ...)."""
+        prio = getattr(self.pipe, "step_priority", 0) if self.pipe is not None else 0
+        if not prio:
             return None
         if self._capture_stream is None:
-            self._capture_stream = torch.cuda.Stream(self.device, priority=-1)
+            self._capture_stream = torch.cuda.Stream(self.device, priority=prio)
         return self._capture_stream
 
     def ok(self, lanes_list) -> bool:

@@ -60,6 +60,17 @@ from .transfer_host import HostPath
 from .transfer_inline import copy_inline
 from .transfer_uva import UvaPath
 
+# stream_priority -> (captured step, prediction stream, copy stream) CUDA priorities (0 is torch's default; -1, -2
+# higher). normal: all level; high: both side streams above the step; low: both below it; pred_low: the prediction
+# stream below, the copy level with it; pred_low_copy_high: the prediction below, the copy above.
+STREAM_PRIORITIES = {
+    "normal": (0, 0, 0),
+    "high": (0, -1, -1),
+    "low": (-1, 0, 0),
+    "pred_low": (-1, 0, -1),
+    "pred_low_copy_high": (-1, 0, -2),
+}
+
 
 class Prefetcher:
     def __init__(self, *, cfg, store, host, device, caps, synchronous: bool = False):
@@ -143,13 +154,13 @@ class Prefetcher:
         )
         self.host_path = None
         if self.cuda:
-            # high: the side streams' blocks are scheduled ahead of the main stream's waiting ones (a layer's
-            # plan_select and gather do not queue behind a wide kernel of the step); -1 is above the main stream's 0,
-            # and torch graphs keep a captured kernel's priority (they instantiate with use-node-priority)
-            # low: they stay at 0 and the captured step's kernels run at -1 (DecodeGraphs captures on such a stream)
-            prio = -1 if self.priority == "high" else 0
-            self.s_pred = torch.cuda.Stream(device, priority=prio)
-            self.s_copy = torch.cuda.Stream(device, priority=prio)
+            # CUDA priorities (lower runs first; torch graphs keep a captured kernel's priority, they instantiate
+            # with use-node-priority) of the captured step and the side streams: STREAM_PRIORITIES. A side stream
+            # above the step gets its blocks scheduled ahead of the step's waiting ones; below, it fills the SMs
+            # the step leaves free (DecodeGraphs captures on a stream of priority step_priority).
+            self.step_priority, pred, copy = STREAM_PRIORITIES[self.priority]
+            self.s_pred = torch.cuda.Stream(device, priority=pred)
+            self.s_copy = torch.cuda.Stream(device, priority=copy)
             # external events between a captured step and the copies outside it: the host path's graph mode
             # (graph_host) and the UVA path's copy graphs (copy_graph); the layers captured per graph key
             if (

@@ -9,7 +9,7 @@
 lowest TPOT p50 inside the real decode step). ``choose(concurrency)`` picks the entry whose concurrency is nearest
 to the engine's lane count (ties: the smaller concurrency) and returns ``(path, uva_programs)``; a host entry may
 also carry ``host_threads`` and ``host_kernel`` ("torch" / "native"; absent = the engine's default), and any entry
-``stream_priority`` ("normal" / "high" / "low": the side streams' CUDA priority
+``stream_priority`` (``config.PRIORITIES`` but auto: the side streams' CUDA priorities
 that won; absent = normal) and ``copy_graph`` (true: the UVA copies as a graph of their own won; absent = false,
 inside the step's graph)
 (``explain`` returns the whole entry). Without a usable table the answer is the old
@@ -27,7 +27,7 @@ import warnings
 TABLE = os.path.join(os.path.dirname(os.path.abspath(__file__)), "transfer_table.json")
 DEFAULT = ("uva", 32)  # ExecConfig's defaults: what "auto" meant before the table
 PATHS = ("uva", "host")
-PRIORITIES = ("normal", "high", "low")
+PRIORITIES = ("normal", "high", "low", "pred_low", "pred_low_copy_high")
 HOST_KERNELS = ("torch", "native")
 
 

@@ -6,6 +6,7 @@ import torch
 from exec_cases import cfg, prompts, run_logits
 
 from oasis_exec.engine import Engine
+from oasis_exec.pipeline import STREAM_PRIORITIES
 from oasis_exec.scheduler import SamplingParams
 
 pytestmark = pytest.mark.gpu
@@ -56,6 +57,7 @@ def _assert_slots_hold_their_blocks(eng) -> int:
         (True, "normal", "on", "loads"),
         (True, "high", "on", "loads"),
         (True, "low", "off", "loads"),
+        (True, "pred_low", "off", "loads"),
         (True, "normal", "off", "loads"),
         (True, "normal", "off", "tma"),
     ],
@@ -76,8 +78,11 @@ def test_mapping_matches_slots_on_gpu(graph, prio, cg, kern):
     )
     eng = Engine(c)
     assert eng.runner.pipe.copy_graph == (cg == "on")
-    if prio == "low" and graph:  # the step captured above the side streams (priority 0)
-        assert eng.runner.cuda_graphs._stream().priority == -1 and eng.runner.pipe.s_pred.priority == 0
+    step_p, pred_p, copy_p = STREAM_PRIORITIES[prio]
+    pipe = eng.runner.pipe
+    assert (pipe.step_priority, pipe.s_pred.priority, pipe.s_copy.priority) == (step_p, pred_p, copy_p)
+    if step_p:  # the step captured above a side stream
+        assert eng.runner.cuda_graphs._stream().priority == step_p
     for p in prompts(2, (40, 65)):
         eng.add_request(p, SamplingParams(max_tokens=700))
     steps = 0

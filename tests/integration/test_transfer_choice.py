@@ -435,3 +435,14 @@ def test_host_kernel_auto_takes_the_tables_and_explicit_wins(tmp_path, monkeypat
         tc.load_table(dict(TABLE, choices=[dict(TABLE["choices"][1], host_kernel="rust")]))
     with pytest.raises(ValueError, match="host_kernel"):
         ExecConfig(host_kernel="rust")
+
+
+def test_every_stream_priority_has_its_streams():
+    """Every configurable priority but auto maps to (step, prediction, copy) CUDA priorities, and a table may name any."""
+    from oasis_exec.config import PRIORITIES as CONFIG_PRIORITIES
+    from oasis_exec.pipeline import STREAM_PRIORITIES
+
+    assert set(STREAM_PRIORITIES) == set(CONFIG_PRIORITIES) - {"auto"} == set(tc.PRIORITIES)
+    assert STREAM_PRIORITIES["normal"] == (0, 0, 0)
+    for step, pred, copy in STREAM_PRIORITIES.values():
+        assert all(p in (0, -1, -2) for p in (step, pred, copy))
