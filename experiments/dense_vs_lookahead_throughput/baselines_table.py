@@ -1,7 +1,7 @@
 """The issue-17 table from one device call's files: vLLM dense (vllm_*.json) against OasisKV (every *.jsonl bench
 record under the folder), each ratio against the best vLLM decode throughput at the same context and KV dtype of the
-same call, and each sparse run's TPOT against its no-transfer twin (same mode, context, concurrency, host dtype and
-decode chain). TPOT is a token's (a decode chain's step over its length); MB/step is a decode pass's.
+same call, and each sparse run's TPOT against its no-transfer twin (same mode, context, concurrency, host dtype,
+decode chain and side-stream priority). TPOT is a token's (a decode chain's step over its length); MB/step is a decode pass's.
 
     python experiments/dense_vs_lookahead_throughput/baselines_table.py RESULTS_DIR > baselines.md
 """
@@ -50,14 +50,15 @@ def main(folder: str) -> None:
     for r in ours:
         if r.get("no_transfer"):
             key = (r["mode"], r["context"], r["concurrency"], r.get("host_kv_dtype", "auto"), weights(r))
-            twins[key + (r.get("decode_chain", 1),)] = r
+            twins[key + (r.get("decode_chain", 1), r.get("stream_priority"))] = r
     for r in ours:
         ctx, w = r["context"], weights(r)
         # the real model's contexts (8,096) run vLLM at the same tokens; vLLM's context key is its prompt length
         b16, b8 = best.get((ctx, "auto", w)), best.get((ctx, "fp8", w))
         tps = r["throughput_tok_s"]
         chain = r.get("decode_chain", 1)
-        twin = twins.get((r["mode"], ctx, r["concurrency"], r.get("host_kv_dtype", "auto"), w, chain))
+        prio = r.get("stream_priority")
+        twin = twins.get((r["mode"], ctx, r["concurrency"], r.get("host_kv_dtype", "auto"), w, chain, prio))
         over = f"{r['tpot_ms_p50'] / twin['tpot_ms_p50']:.3f}" if twin and not r.get("no_transfer") else ""
         name = r["mode"] + (" (no transfer)" if r.get("no_transfer") else "")
         spec = r.get("speculative_k")
@@ -65,6 +66,8 @@ def main(folder: str) -> None:
             name += f", speculative k={spec}"
         if chain > 1:
             name += f", decode chain {chain}"
+        if prio not in (None, "normal"):
+            name += f", streams {prio}"
         print(
             f"| OasisKV {name} | {w} | {r.get('selection')} | {ctx} | {r['concurrency']} | bf16 / {r.get('host_kv_dtype') or 'auto'} "
             f"| {tps:.1f} | {r['tpot_ms_p50']:.2f} | {r.get('bytes_moved_per_step', 0) / 1e6:.1f} "
