@@ -1,0 +1,16 @@
+# Issue 17, overlap: the UVA gather's program count with decode chain 8 (the table, oasis_exec/transfer_table.json,
+# chose 8 at 16 requests and 16 at 48 from chain-1 steps at 7e41f72), at 16K x 16 and x 44, with the no-transfer twins;
+# then tests/gpu/test_exec_gpu.py at this commit. traces_16 (319a24f) put the 16-request overlap cost spread over the
+# layers (+11 us a layer, 259 against 248 us): the copy kernel's share of the SMs.
+# Prediction: 4 programs too slow at 16 (a tail); 12-16 no better than 8; at 44, 24-32 programs no better than 16.
+#   OASIS_COMMIT=<sha> bash experiments/device.sh dense_vs_lookahead_throughput/uva_programs_chain
+DEADLINE_S=${DEADLINE_S:-400}
+SYN=${SYN:-'{"preset": "smollm2"}'}
+V=$(printf 'set=transfer:uva+uva_programs:%s,' 4 12 16 24 32); V=${V%,}
+timeout -k 10 200 $PY -X faulthandler experiments/dense_vs_lookahead_throughput/h200_headline.py \
+  --out "$OUT/oasis.jsonl" --contexts 16k --dense-n none --la-n '16k=44,16' --max-n none --nt-n '16k=44,16' \
+  --sens-n '16k=44,16' --variants "$V" --anchors none --exec decode_chain=8 --budget-s 190 --steps 24 --warmup 4 \
+  --synthetic "$SYN" 2>&1 | grep -v " plan " | tee "$OUT/oasis.log" | grep -E "done|skip|fail|error"
+TEST_S=$(( $(left) - 5 )) gpu_tests tests/gpu/test_exec_gpu.py
+grep -E "^(FAILED|ERROR)" "$OUT/pytest_gpu.txt" | head -10
+say "done"
