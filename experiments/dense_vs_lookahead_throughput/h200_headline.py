@@ -791,7 +791,7 @@ def main(argv=None) -> int:
             write(dict(base, **mem_rec, status="skipped", reason=f"budget: {left:.0f} s left, estimate {est:.0f} s"))
             log(f"skip  {r.label}: budget ({left:.0f} s left, ~{est:.0f} s)")
             continue
-        cfg = ExecConfig(
+        kw = dict(
             model=a.model,
             device=a.device,
             dtype="bfloat16" if cuda else "float32",
@@ -806,8 +806,8 @@ def main(argv=None) -> int:
             transfer=a.transfer if sparse else "auto",
             mode=r.mode,
             synthetic={**(a.synthetic or {}), **(r.synthetic or {})} or None if sparse else None,
-            **{**a.exec_fields, **r.extra},
         )
+        cfg = ExecConfig(**{**kw, **a.exec_fields, **r.extra})  # --exec and a variant's fields override (transfer too)
         write(dict(base, **mem_rec, status="started", est_s=round(est, 1)))
         log(f"start {r.label} (~{est:.0f} s{f', pins {new / 1e9:.1f} GB' if new and cuda else ''})")
         t1 = time.perf_counter()

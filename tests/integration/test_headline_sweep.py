@@ -269,3 +269,16 @@ def test_mode_variant_plans_another_sparse_mode_at_the_same_point(tmp_path, caps
     assert H.main(argv + ["--anchors", "none", "--assume-mem-gb", "262"]) == 0
     plan = [ln.split("plan ", 1)[1].split()[0] for ln in capsys.readouterr().out.splitlines() if "] plan " in ln]
     assert plan[1:] == ["16k-lookahead-44", "16k-hisparse-44"]  # after the "(headline)" line
+
+
+def test_a_variant_may_set_the_transfer_path(tmp_path):
+    """``set=transfer:...`` (with its programs) overrides the sweep's own ``--transfer``, not a duplicate keyword."""
+    H = _load("h200_headline")
+    out = tmp_path / "t.jsonl"
+    argv = ["--out", str(out), "--device", "cpu", "--model", "tiny", "--contexts", "64", "--steps", "2", "--warmup"]
+    argv += ["1", "--dense-n", "none", "--anchors", "none", "--la-n", "2", "--max-n", "none", "--nt-n", "none"]
+    argv += ["--sens-n", "2", "--variants", "set=transfer:uva+uva_programs:4", "--assume-mem-gb", "262"]
+    assert H.main(argv) == 0
+    done = {r["label"]: r for r in _lines(out) if r.get("status") == "ok"}
+    assert set(done) == {"c64-lookahead-2", "c64-lookahead-2-set=transfer:uva+uva_programs:4"}
+    assert done["c64-lookahead-2-set=transfer:uva+uva_programs:4"]["uva_programs"] == 4
