@@ -14,6 +14,12 @@ Per step, from the kernels of its graph replay (same correlation id as the ``cud
 - ``main_with_copy``: how much of the main stream's busy time ran while a UVA gather ran beside it.
 
 A gap can also be the dependency edge's own latency (a few µs each); the per-name sums say which waits matter.
+
+Caveat (seen on the H200, traces_16 at 319a24f): a replay runs the graph's branches on the driver's streams, and
+the step's own chain does not stay on one of them. Its first ~60 µs (index and elementwise setup) and a few GEMMs
+ran on the stream that also ran plan_select and the gather. So ``head`` and the gaps are upper bounds on the
+main chain's waits. Two figures do not depend on the streams: ``layer_period_us`` (the mean spacing of the
+layers' ``sparse_attn`` starts) and ``first_gemm_us`` (span start to the first GEMM).
 """
 
 from __future__ import annotations
@@ -96,6 +102,9 @@ def analyse_step(ks, min_gap_us=2.0):
                 lo, hi = max(a, c0), min(b, c1)
                 if hi > lo:
                     with_copy += hi - lo
+    att = sorted(a for n, _, a, _ in ks if "sparse_attn" in n or "paged_attn" in n)
+    period = (att[-1] - att[0]) / (len(att) - 1) if len(att) > 1 else None
+    gemm_starts = [a for n, _, a, _ in ks if kernel_category(n) == "gemm"]
     side_by_name = defaultdict(float)
     for n, _, a, b in side:
         side_by_name[_short(n)] += b - a
@@ -113,6 +122,8 @@ def analyse_step(ks, min_gap_us=2.0):
         "small_gaps_ms": ms(small),
         "gaps_charged": {w: {"n": v[0], "ms": ms(v[1])} for w, v in sorted(charged.items(), key=lambda kv: -kv[1][1])},
         "main_with_copy_ms": ms(with_copy),
+        "layer_period_us": round(period, 1) if period is not None else None,
+        "first_gemm_us": round(min(gemm_starts) - t0, 1) if gemm_starts else None,
         "side_kernel_ms": {n: ms(t) for n, t in sorted(side_by_name.items(), key=lambda kv: -kv[1])[:12]},
     }
 
@@ -131,7 +142,8 @@ def print_report(rec, out=None):
         print(
             f"step {i}: span {s['span_ms']} ms, busy {s['busy_union_ms']}, main busy {s['main_busy_ms']} "
             f"(with a copy beside it {s['main_with_copy_ms']}), head {s['head_ms']}, inner gaps {s['inner_gap_ms']} "
-            f"(<= 2 us each: {s['small_gaps_ms']}), tail {s['tail_ms']} [{', '.join(s['tail_kernels'][:6])}]",
+            f"(<= 2 us each: {s['small_gaps_ms']}), tail {s['tail_ms']} [{', '.join(s['tail_kernels'][:6])}]; "
+            f"layer period {s['layer_period_us']} us, first GEMM at {s['first_gemm_us']} us",
             file=out,
         )
         for w, v in list(s["gaps_charged"].items())[:8]:

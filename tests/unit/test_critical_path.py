@@ -55,6 +55,7 @@ def test_gaps_tail_and_copy_overlap(tmp_path):
     assert s["inner_gap_ms"] == 0.021 and s["small_gaps_ms"] == 0.001
     assert s["gaps_charged"] == {"plan_select_kernel": {"n": 1, "ms": 0.02}}
     assert s["main_with_copy_ms"] == 0.024  # 75 .. 90 and 91 .. 100
+    assert s["layer_period_us"] is None and s["first_gemm_us"] == 0.0  # one attention kernel; the GEMM opens the span
 
 
 def test_report_prints(tmp_path, capsys):
