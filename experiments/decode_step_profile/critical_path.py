@@ -59,6 +59,17 @@ def graph_steps(events):
     return out
 
 
+def _merge(intervals):
+    """Sorted, merged [start, end] lists of (start, end) intervals."""
+    out = []
+    for a, b in sorted(intervals):
+        if out and a <= out[-1][1]:
+            out[-1][1] = max(out[-1][1], b)
+        else:
+            out.append([a, b])
+    return out
+
+
 def analyse_step(ks, min_gap_us=2.0):
     gemm_t = defaultdict(float)
     for n, s, a, b in ks:
@@ -68,14 +79,7 @@ def analyse_step(ks, min_gap_us=2.0):
     mk = [k for k in ks if k[1] == main]
     side = [k for k in ks if k[1] != main]
     t0, t1 = min(k[2] for k in ks), max(k[3] for k in ks)
-    # main's busy intervals (merged), its gaps
-    iv = sorted((a, b) for _, _, a, b in mk)
-    merged = []
-    for a, b in iv:
-        if merged and a <= merged[-1][1]:
-            merged[-1][1] = max(merged[-1][1], b)
-        else:
-            merged.append([a, b])
+    merged = _merge((a, b) for _, _, a, b in mk)  # main's busy intervals; its gaps between them
     gaps = [(merged[i][1], merged[i + 1][0]) for i in range(len(merged) - 1)]
     charged = defaultdict(lambda: [0, 0.0])
     small = 0.0
@@ -87,21 +91,10 @@ def analyse_step(ks, min_gap_us=2.0):
         who = _short(max(ended, key=lambda k: k[3])[0]) if ended else "(no side kernel ended: host or edge)"
         charged[who][0] += 1
         charged[who][1] += b - a
-    copy_iv = [(a, b) for n, _, a, b in side if "uva_gather" in n]
     with_copy = 0.0
-    if copy_iv:
-        cu = sorted(copy_iv)
-        cm = []
-        for a, b in cu:
-            if cm and a <= cm[-1][1]:
-                cm[-1][1] = max(cm[-1][1], b)
-            else:
-                cm.append([a, b])
+    for c0, c1 in _merge((a, b) for n, _, a, b in side if "uva_gather" in n):
         for a, b in merged:
-            for c0, c1 in cm:
-                lo, hi = max(a, c0), min(b, c1)
-                if hi > lo:
-                    with_copy += hi - lo
+            with_copy += max(0.0, min(b, c1) - max(a, c0))
     att = sorted(a for n, _, a, _ in ks if "sparse_attn" in n or "paged_attn" in n)
     period = (att[-1] - att[0]) / (len(att) - 1) if len(att) > 1 else None
     gemm_starts = [a for n, _, a, _ in ks if kernel_category(n) == "gemm"]
