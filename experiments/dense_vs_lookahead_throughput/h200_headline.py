@@ -156,15 +156,18 @@ class Run:
 class Geometry:
     """The byte sizes the plan needs, from oasis_core.specs and the executor's own per-lane formulas."""
 
-    def __init__(self, model: str, device: str, steps: int, warmup: int, step_tokens: int = 1):
+    def __init__(
+        self, model: str, device: str, steps: int, warmup: int, step_tokens: int = 1, host_kv_dtype: str = "auto"
+    ):
+        from oasis_core.geometry import KVGeometry
         from oasis_core.specs import get_model
 
         self.m = get_model(model)
         self.eb = 2 if device == "cuda" else 4  # bfloat16 on CUDA, float32 on the CPU (as the runner)
         # output tokens a request a step at most (a decode chain's length): the bench's requests are that much longer
         self.steps, self.warmup = steps * step_tokens, warmup * step_tokens
-        m = self.m
-        self.unit = m.n_layers * m.n_kv_heads * BS * m.head_dim * 2 * self.eb  # one host block: all layers, K and V
+        # one host block: all layers, K and V, as the host copy holds them (fp8: a byte an element plus the scales)
+        self.unit = KVGeometry(self.m, BS, self.eb).host_bytes_per_block(host_kv_dtype)
 
     def max_context(self, ctx: int) -> int:
         return ctx + self.warmup + self.steps + 2 * BS
@@ -684,7 +687,12 @@ def main(argv=None) -> int:
         for v in a.variants.split(",")
         if v.startswith("set=")
     ]
-    geo = Geometry(a.model, a.device, a.steps, a.warmup, step_tokens=max(chains))
+    if any("host_kv_dtype" in variant_params(v, 0.0, 0.0)[2] for v in a.variants.split(",") if v.startswith("set=")):
+        raise SystemExit(
+            "h200_headline: host_kv_dtype sizes the one pool of the process: give it as --exec, not a variant"
+        )
+    host_dtype = a.exec_fields.get("host_kv_dtype", "auto")
+    geo = Geometry(a.model, a.device, a.steps, a.warmup, step_tokens=max(chains), host_kv_dtype=host_dtype)
     runs = PLANS[a.preset](a, geo)
     done, died, ok_recs = load_done(a.out)
     print_plan(runs, a, geo, log, done)

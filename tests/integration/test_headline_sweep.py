@@ -282,3 +282,18 @@ def test_a_variant_may_set_the_transfer_path(tmp_path):
     done = {r["label"]: r for r in _lines(out) if r.get("status") == "ok"}
     assert set(done) == {"c64-lookahead-2", "c64-lookahead-2-set=transfer:uva+uva_programs:4"}
     assert done["c64-lookahead-2-set=transfer:uva+uva_programs:4"]["uva_programs"] == 4
+
+
+def test_an_fp8_host_copy_sizes_the_pool_in_its_own_bytes(tmp_path, capsys):
+    """--exec host_kv_dtype=fp8_e4m3: the plan's pools (and the runs' host_kv_gb) count a byte an element plus the
+    scales, so 88 fp8 requests of 16K plan the pool 44 bf16 ones do; a variant may not change the pool's dtype."""
+    H = _load("h200_headline")
+    g16, g8 = H.Geometry("qwen3-8b", "cuda", 24, 4), H.Geometry("qwen3-8b", "cuda", 24, 4, host_kv_dtype="fp8_e4m3")
+    assert g16.unit == 36 * 8 * 16 * 128 * 2 * 2 and g8.unit == 36 * 8 * 2 * (16 * 128 + 4)
+    assert abs(g8.host_gb(88, 16384) - g16.host_gb(44, 16384)) < 0.5
+    argv = ["--out", str(tmp_path / "p.jsonl"), "--dry-run", "--contexts", "16k", "--dense-n", "none", "--la-n", "88"]
+    argv += ["--max-n", "none", "--nt-n", "none", "--sens-n", "none", "--anchors", "none", "--assume-mem-gb", "130"]
+    assert H.main(argv + ["--exec", "host_kv_dtype=fp8_e4m3"]) == 0
+    assert "host pool 1.228 GB a request" in capsys.readouterr().out
+    with pytest.raises(SystemExit, match="give it as --exec"):
+        H.main(argv + ["--sens-n", "88", "--variants", "set=host_kv_dtype:fp8_e4m3"])
