@@ -406,6 +406,7 @@ def measure(
         "uva_programs": runner.pipe.gather_programs(n)
         if runner.pipe is not None and runner.pipe.path == "uva"
         else None,  # the programs the steps of n lanes used
+        "uva_items_per_iter": cfg.uva_items_per_iter if runner.pipe is not None and runner.pipe.path == "uva" else None,
         "stream_priority": runner.pipe.priority if runner.pipe is not None else None,
         "uva_kernel": cfg.uva_kernel if runner.pipe is not None and runner.pipe.path == "uva" else None,
         "copy_graph": bool(runner.pipe is not None and runner.pipe.copy_graph and runner.graphs),

@@ -123,6 +123,11 @@ class ExecConfig(speculation.SpeculativeFields):
     uva_programs: int = _f(
         32, "programs of the persistent UVA gather with transfer=uva (auto takes them from the measured table)"
     )
+    uva_items_per_iter: int = _f(
+        2,
+        "(block, head) items each UVA gather program loads an iteration (a power of two, at most 16): the loads it "
+        "keeps in flight, so fewer programs (fewer SMs) can move the same rate",
+    )
     uva_kernel: str = _f(
         "loads",
         "the UVA gather's kernel: loads (kernels.gather.uva_gather, thread loads) | tma "
@@ -339,6 +344,9 @@ class ExecConfig(speculation.SpeculativeFields):
             v = getattr(self, n)
             if v is not None and v < 1:
                 bad(n, "must be >= 1")
+        ipi = self.uva_items_per_iter
+        if isinstance(ipi, bool) or not isinstance(ipi, int) or ipi < 1 or ipi > 16 or ipi & (ipi - 1):
+            bad("uva_items_per_iter", f"must be a power of two from 1 to 16, got {ipi!r}")
 
     @property
     def mode_spec(self) -> modes.Mode:

@@ -37,7 +37,8 @@ class UvaPath:
             from kernels.gather import uva_gather
 
             sc = (host.k_scale[layer], host.v_scale[layer]) if host.quantized else None
-            uva_gather(*args, n_programs=programs, scales=sc)  # fp8: reads codes + scales, writes the slots' dtype
+            # fp8: reads codes + scales, writes the slots' dtype
+            uva_gather(*args, n_programs=programs, items_per_iter=self.cfg.uva_items_per_iter, scales=sc)
 
     def programs_for(self, batch: int) -> int:
         """Gather programs for a step of ``batch`` lanes. ``transfer="auto"``: the measured table's choice for that

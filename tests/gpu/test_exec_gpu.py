@@ -51,18 +51,19 @@ def _assert_slots_hold_their_blocks(eng) -> int:
 
 
 @pytest.mark.parametrize(
-    "graph, prio, cg, kern",
+    "graph, prio, cg, kern, ipi",
     [
-        (False, "normal", "on", "loads"),
-        (True, "normal", "on", "loads"),
-        (True, "high", "on", "loads"),
-        (True, "low", "off", "loads"),
-        (True, "pred_low", "off", "loads"),
-        (True, "normal", "off", "loads"),
-        (True, "normal", "off", "tma"),
+        (False, "normal", "on", "loads", 2),
+        (True, "normal", "on", "loads", 2),
+        (True, "high", "on", "loads", 2),
+        (True, "low", "off", "loads", 2),
+        (True, "pred_low", "off", "loads", 2),
+        (True, "normal", "off", "loads", 2),
+        (True, "normal", "off", "loads", 8),
+        (True, "normal", "off", "tma", 2),
     ],
 )
-def test_mapping_matches_slots_on_gpu(graph, prio, cg, kern):
+def test_mapping_matches_slots_on_gpu(graph, prio, cg, kern, ipi):
     c = cfg(
         "lookahead",
         "cuda",
@@ -75,6 +76,7 @@ def test_mapping_matches_slots_on_gpu(graph, prio, cg, kern):
         stream_priority=prio,
         copy_graph=cg,
         uva_kernel=kern,
+        uva_items_per_iter=ipi,
     )
     eng = Engine(c)
     assert eng.runner.pipe.copy_graph == (cg == "on")

@@ -446,3 +446,28 @@ def test_every_stream_priority_has_its_streams():
     assert STREAM_PRIORITIES["normal"] == (0, 0, 0)
     for step, pred, copy in STREAM_PRIORITIES.values():
         assert all(p in (0, -1, -2) for p in (step, pred, copy))
+
+
+def test_uva_items_per_iter_is_checked_and_reaches_the_gather(monkeypatch):
+    """ExecConfig.uva_items_per_iter: a power of two from 1 to 16, passed to kernels.gather.uva_gather by the UVA
+    path (CUDA only runs it; here the kernel's entry is replaced to see its arguments)."""
+    import kernels.gather
+    from oasis_exec.config import ExecConfig
+    from oasis_exec.transfer_uva import UvaPath
+
+    for bad in (0, 3, 32, True, 2.0):
+        with pytest.raises(ValueError, match="uva_items_per_iter"):
+            ExecConfig(model="tiny", device="cpu", uva_items_per_iter=bad)
+    seen = {}
+    monkeypatch.setattr(kernels.gather, "uva_gather", lambda *a, **kw: seen.update(kw))
+
+    class _Pool:
+        k = v = [None]
+        quantized = False
+
+    class _Store:
+        k = v = [None]
+
+    c = ExecConfig(model="tiny", device="cpu", uva_items_per_iter=8)
+    UvaPath(cfg=c, store=_Store(), host=_Pool(), choice=None, programs=4).gather(0, None, None, None, 4)
+    assert seen == {"n_programs": 4, "items_per_iter": 8, "scales": None}

@@ -119,8 +119,8 @@ def test_write_back_kernel_equals_the_torch_reference_bit_for_bit(dtype, roundtr
         assert torch.equal(sk, slots_k) and torch.equal(sv, slots_v)
 
 
-@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
-def test_uva_gather_dequantizes_like_the_torch_reference(dtype):
+@pytest.mark.parametrize("dtype,ipi", [(torch.float32, 2), (torch.bfloat16, 2), (torch.bfloat16, 8)])
+def test_uva_gather_dequantizes_like_the_torch_reference(dtype, ipi):
     nb, H, bs, D, n_slots = 6, 2, 4, 16, 14
     pool = _pool(nb, H, bs, D, dtype, seed=5)
     sb = torch.tensor([0, 5, -1, 3, 2, 5, 1, 4], dtype=torch.int32)
@@ -129,7 +129,7 @@ def test_uva_gather_dequantizes_like_the_torch_reference(dtype):
     ks = torch.full((n_slots, bs, D), float("nan"), dtype=dtype)
     vs = ks.clone()
     sc = (pool.k_scale[1], pool.v_scale[1])
-    uva_gather(pool.k[1], pool.v[1], sb, sh, ds, ks, vs, n_programs=3, scales=sc)
+    uva_gather(pool.k[1], pool.v[1], sb, sh, ds, ks, vs, n_programs=3, items_per_iter=ipi, scales=sc)
     wk, wv = torch.full_like(ks, float("nan")), torch.full_like(vs, float("nan"))
     gather_ref(pool.k[1], pool.v[1], sb, sh, ds, wk, wv, scales=sc)
     assert torch.equal(ks.isnan(), wk.isnan()) and torch.equal(ks.nan_to_num(), wk.nan_to_num())
