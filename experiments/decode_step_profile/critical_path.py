@@ -20,6 +20,10 @@ the step's own chain does not stay on one of them. Its first ~60 µs (index and 
 ran on the stream that also ran plan_select and the gather. So ``head`` and the gaps are upper bounds on the
 main chain's waits. Two figures do not depend on the streams: ``layer_period_us`` (the mean spacing of the
 layers' ``sparse_attn`` starts) and ``first_gemm_us`` (span start to the first GEMM).
+
+Between two graphs (``to_next_graph``, every graph but the last): the GPU time from one graph's last kernel to the
+next one's first, and the kernels outside any graph in it. In a decode chain (``step_profile.py --decode-chain``)
+that is the eager work between two passes.
 """
 
 from __future__ import annotations
@@ -121,11 +125,47 @@ def analyse_step(ks, min_gap_us=2.0):
     }
 
 
+def between_graphs(steps, events):
+    """For each graph but the last: the GPU time from its last kernel's end to the next graph's first kernel, and
+    the kernels outside any graph that ran in it (a decode chain's eager work between two passes: the greedy pick,
+    the draft head, the synthetic sets)."""
+    in_graph = {c for c, _ in steps}
+    eager = [
+        (e["name"], e["ts"], e["ts"] + e["dur"])
+        for e in events
+        if e.get("ph") == "X"
+        and e.get("cat") in ("kernel", "gpu_memcpy", "gpu_memset")
+        and (e.get("args") or {}).get("correlation") not in in_graph
+    ]
+    out = []
+    for (_, a), (_, b) in zip(steps, steps[1:]):
+        lo, hi = max(k[3] for k in a), min(k[2] for k in b)
+        ks = [k for k in eager if k[2] > lo and k[1] < hi]
+        names = defaultdict(float)
+        for n, t0, t1 in ks:
+            names[_short(n)] += min(t1, hi) - max(t0, lo)
+        out.append(
+            {
+                "gap_ms": round((hi - lo) / 1e3, 4),
+                "eager_kernels": len(ks),
+                "eager_busy_ms": round(
+                    sum(b_ - a_ for a_, b_ in _merge((max(t0, lo), min(t1, hi)) for _, t0, t1 in ks)) / 1e3, 4
+                ),
+                "eager_top": {n: round(t / 1e3, 4) for n, t in sorted(names.items(), key=lambda kv: -kv[1])[:5]},
+            }
+        )
+    return out
+
+
 def analyse(path, min_gap_us=2.0):
-    steps = graph_steps(load_trace_events(path))
+    events = load_trace_events(path)
+    steps = graph_steps(events)
     if not steps:
         raise SystemExit(f"{path}: no graph launch with kernels (profile with CUDA graphs and --trace-out)")
-    return {"trace": os.path.basename(path), "steps": [analyse_step(ks, min_gap_us) for _, ks in steps]}
+    recs = [analyse_step(ks, min_gap_us) for _, ks in steps]
+    for r, g in zip(recs, between_graphs(steps, events)):
+        r["to_next_graph"] = g
+    return {"trace": os.path.basename(path), "steps": recs}
 
 
 def print_report(rec, out=None):
@@ -141,6 +181,14 @@ def print_report(rec, out=None):
         )
         for w, v in list(s["gaps_charged"].items())[:8]:
             print(f"    gap before main resumed, after {w:<60} n={v['n']:<4} {v['ms']:.3f} ms", file=out)
+        g = s.get("to_next_graph")
+        if g:
+            top = ", ".join(f"{n} {t}" for n, t in g["eager_top"].items())
+            print(
+                f"    to the next graph: {g['gap_ms']} ms, {g['eager_kernels']} kernels outside graphs busy "
+                f"{g['eager_busy_ms']} ms [{top}]",
+                file=out,
+            )
     last = rec["steps"][-1]
     print(
         "  side-stream kernel time (last step): " + ", ".join(f"{n} {t}" for n, t in last["side_kernel_ms"].items()),

@@ -60,6 +60,7 @@ RECORD = (
     "tool",
     "mode",
     "speculative_k",
+    "decode_chain",
     "synthetic_accept",
     "context",
     "concurrency",
@@ -290,7 +291,9 @@ def make_config(a):
         top_k=a.top_k,
         block_size=a.block_size,
         fetch_ratio=a.fetch_ratio,
-        max_context=a.context + (a.warmup + a.plain_steps + a.steps) * (a.speculative_k + 1) + 2 * a.block_size,
+        max_context=a.context
+        + (a.warmup + a.plain_steps + a.steps) * max(a.speculative_k + 1, a.decode_chain)
+        + 2 * a.block_size,
         kv_budget_gb=a.kv_budget_gb,
         host_kv_gb=a.host_kv_gb if a.mode != "dense" else None,
         max_lanes=a.concurrency if a.max_lanes is None else (a.max_lanes or None),
@@ -300,7 +303,7 @@ def make_config(a):
         seed=a.seed,
         cuda_graph=not a.no_cuda_graph,
         synthetic=json.loads(a.synthetic) if a.synthetic else None,
-        decode_chain=1,  # one decode pass a profiled step
+        decode_chain=a.decode_chain,  # decode passes a profiled step (default 1: one graph a step)
         host_kv_dtype=a.host_kv_dtype,
         stream_priority=a.stream_priority,
     )
@@ -334,7 +337,8 @@ class Annotator:
         self._wrap(r.cuda_graphs, "replay", "graph_replay")
         self._wrap(r.sources, "_synthetic_sets", "synthetic_sets")
         self._wrap(r.model, "predict", "predict")
-        self._wrap(r, "sampler", "sample")
+        if eng.cfg.chain_max == 1:  # a wrapped sampler is a harness's to the engine, which then runs no chains
+            self._wrap(r, "sampler", "sample")
         self._wrap(r.dec, "qkv", "qkv")
         self._wrap(r.dec, "finish", "finish")
         self._wrap(r.dec, "logits", "logits")
@@ -793,6 +797,7 @@ def profile_steps(a) -> dict:
         "tool": "step_profile",
         "mode": a.mode,
         "speculative_k": a.speculative_k,
+        "decode_chain": cfg.chain_max,  # decode passes an engine step at most (ExecConfig.chain_max)
         "synthetic_accept": json.loads(a.synthetic_accept) if a.speculative_k else None,
         "context": a.context,
         "requested_concurrency": a.concurrency,
@@ -995,6 +1000,13 @@ def build_parser() -> argparse.ArgumentParser:
     ap.add_argument("--uva-programs", type=int, default=32)
     ap.add_argument("--no-transfer", action="store_true", help="plan selections, skip the copies")
     ap.add_argument("--stream-priority", default="auto", help="normal | high | low | auto (ExecConfig's)")
+    ap.add_argument(
+        "--decode-chain",
+        type=int,
+        default=1,
+        help="ExecConfig.decode_chain: decode passes an engine step (a profiled step then holds that many graph "
+        "launches; critical_path.py measures the gaps between them)",
+    )
     ap.add_argument("--host-kv-dtype", default="auto", help="auto (the compute dtype) | fp8_e4m3 (ExecConfig's)")
     ap.add_argument("--no-cuda-graph", action="store_true", help="eager decode steps (every kernel launched)")
     ap.add_argument("--no-fused-ops", action="store_true", help="plain torch norm/RoPE/SwiGLU (ExecConfig.fused_ops)")

@@ -207,3 +207,12 @@ def test_categories():
     assert sp.kernel_category("void at::native::reduce_kernel<512, 1>") == "elementwise/norm/rope"
     assert sp.kernel_category("Memset (Device)") == "memcpy/memset"
     assert sp.op_category("aten::mm") == "gemm" and sp.op_category("aten::view") == "view/alloc (no kernel)"
+
+
+def test_a_decode_chain_profiles_its_passes_in_one_step(tmp_path):
+    """--decode-chain 4: each profiled engine step runs four decode passes (about four times a single step's ops)."""
+    one = _run(tmp_path, "lookahead")
+    (tmp_path / "p.jsonl").unlink()
+    four = _run(tmp_path, "lookahead", "--decode-chain", "4")
+    assert (one["decode_chain"], four["decode_chain"]) == (1, 4)
+    assert four["host"]["kernel_like_ops_per_step"] > 3 * one["host"]["kernel_like_ops_per_step"]

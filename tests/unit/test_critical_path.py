@@ -36,7 +36,9 @@ def _trace(tmp_path):
         _k("sparse_attn_kernel", 1, 70, 20),  # main 70..90
         _k("uva_gather_kernel", 3, 75, 40),  # copy 75..115, beside main 75..90
         _k("nvjet_sm90_gemm", 1, 91, 9),  # a 1 us gap (small), main ends at 100
-        _k("other_kernel", 9, 500, 5, corr=8),  # not in the graph
+        _k("other_kernel", 9, 120, 5, corr=8),  # not in a graph: between the two
+        {"ph": "X", "cat": "cuda_runtime", "name": "cudaGraphLaunch", "ts": 90, "dur": 5, "args": {"correlation": 9}},
+        _k("nvjet_sm90_gemm", 1, 130, 10, corr=9),  # the second graph
     ]
     p = tmp_path / "t.json.gz"
     with gzip.open(p, "wt") as fh:
@@ -46,7 +48,14 @@ def _trace(tmp_path):
 
 def test_gaps_tail_and_copy_overlap(tmp_path):
     rec = cp.analyse(_trace(tmp_path))
-    (s,) = rec["steps"]
+    s, s2 = rec["steps"]
+    assert s["to_next_graph"] == {
+        "gap_ms": 0.015,  # 115 .. 130
+        "eager_kernels": 1,
+        "eager_busy_ms": 0.005,
+        "eager_top": {"other_kernel": 0.005},
+    }
+    assert "to_next_graph" not in s2 and s2["kernels"] == 1
     assert s["main_stream"] == 1 and s["kernels"] == 6
     assert s["span_ms"] == 0.105  # 10 .. 115
     assert s["main_busy_ms"] == 0.069  # 40 + 20 + 9
@@ -61,5 +70,5 @@ def test_gaps_tail_and_copy_overlap(tmp_path):
 def test_report_prints(tmp_path, capsys):
     assert cp.main([_trace(tmp_path), "--out", str(tmp_path / "o.jsonl")]) == 0
     out = capsys.readouterr().out
-    assert "plan_select_kernel" in out and "tail 0.015" in out
+    assert "plan_select_kernel" in out and "tail 0.015" in out and "to the next graph: 0.015 ms, 1 kernels" in out
     assert json.loads((tmp_path / "o.jsonl").read_text())["steps"][0]["main_busy_ms"] == 0.069
