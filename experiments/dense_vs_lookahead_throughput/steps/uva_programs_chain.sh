@@ -5,7 +5,8 @@
 # Prediction: 4 programs too slow at 16 (a tail); 12-16 no better than 8; at 44, 24-32 programs no better than 16.
 #   OASIS_COMMIT=<sha> [NS='16k=16'] [TESTS=0] bash experiments/device.sh dense_vs_lookahead_throughput/uva_programs_chain
 # (d7f3e32's run crashed at the first variant, a duplicate transfer keyword, fixed in 2628eea; it ran the base runs and
-# the GPU tests; the re-run at 2628eea took NS='16k=16' TESTS=0, what the device time left allowed.)
+# the GPU tests. A re-run with NS='16k=16' TESTS=0 found too little device time to start; transfer_paths/steps/
+# gather_launch_chain.sh asks the same with the items per iteration added.)
 NS=${NS:-'16k=44,16'}
 DEADLINE_S=${DEADLINE_S:-400}
 SYN=${SYN:-'{"preset": "smollm2"}'}
