@@ -364,6 +364,7 @@ def measure(
     passes = max(runner.decode_steps - passes0, 1) if timed else 1
     bytes_step = units * unit_bytes / passes
     dev_name = torch.cuda.get_device_name() if cfg.device == "cuda" else platform.processor() or "cpu"
+    uva = runner.pipe is not None and runner.pipe.path == "uva"
     rec = {
         "mode": cfg.mode,
         "context": context,
@@ -403,12 +404,10 @@ def measure(
         "selection": cfg.selection,
         "transfer": cfg.transfer if cfg.sparse else None,
         "transfer_path": runner.pipe.path if runner.pipe is not None else None,  # what "auto" resolved to
-        "uva_programs": runner.pipe.gather_programs(n)
-        if runner.pipe is not None and runner.pipe.path == "uva"
-        else None,  # the programs the steps of n lanes used
-        "uva_items_per_iter": cfg.uva_items_per_iter if runner.pipe is not None and runner.pipe.path == "uva" else None,
+        "uva_programs": runner.pipe.gather_programs(n) if uva else None,  # the programs the steps of n lanes used
+        "uva_items_per_iter": cfg.uva_items_per_iter if uva else None,
         "stream_priority": runner.pipe.priority if runner.pipe is not None else None,
-        "uva_kernel": cfg.uva_kernel if runner.pipe is not None and runner.pipe.path == "uva" else None,
+        "uva_kernel": cfg.uva_kernel if uva else None,
         "copy_graph": bool(runner.pipe is not None and runner.pipe.copy_graph and runner.graphs),
         # decode steps were captured and replayed as CUDA graphs (greedy speculative ones too)
         "cuda_graph": bool(runner.graphs),

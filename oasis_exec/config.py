@@ -17,7 +17,18 @@ from oasis_core.specs import MODELS, MODES, PAPER_SPARSITY
 
 SOURCES = ("model", "synthetic", "replay")
 TRANSFERS = ("host", "uva", "auto")
-PRIORITIES = ("normal", "high", "low", "pred_low", "pred_low_copy_high", "auto")
+# stream_priority -> (captured step, prediction stream, copy stream) CUDA priorities (0 is torch's default; -1, -2
+# higher; oasis_exec.pipeline creates the streams). normal: all level; high: both side streams above the step; low:
+# both below it; pred_low: the prediction stream below, the copy level with it; pred_low_copy_high: the prediction
+# below, the copy above.
+STREAM_PRIORITIES = {
+    "normal": (0, 0, 0),
+    "high": (0, -1, -1),
+    "low": (-1, 0, 0),
+    "pred_low": (-1, 0, -1),
+    "pred_low_copy_high": (-1, 0, -2),
+}
+PRIORITIES = (*STREAM_PRIORITIES, "auto")
 SWITCHES = ("on", "off", "auto")
 DTYPES = ("bfloat16", "float32")
 GB = 1e9
@@ -141,8 +152,7 @@ class ExecConfig(speculation.SpeculativeFields):
         "own kernels are scheduled ahead of theirs: graphs are captured on a high-priority "
         "stream; eager steps run as normal) | pred_low (the prediction stream below the "
         "step, the copy stream level with it) | pred_low_copy_high (the copy above) | "
-        "auto (the measured table's choice with transfer=auto, else normal); "
-        "oasis_exec.pipeline.STREAM_PRIORITIES",
+        "auto (the measured table's choice with transfer=auto, else normal); STREAM_PRIORITIES",
         PRIORITIES,
     )
     no_transfer: bool = _f(

@@ -36,7 +36,7 @@ class DecodeGraphs:
     def _stream(self):
         """The capture stream: torch's own, or one of the pipe's ``step_priority`` when that is not 0 (the side
         streams are to yield to the step: ``stream_priority`` low, pred_low, ...)."""
-        prio = getattr(self.pipe, "step_priority", 0) if self.pipe is not None else 0
+        prio = self.pipe.step_priority if self.pipe is not None else 0
         if not prio:
             return None
         if self._capture_stream is None:

@@ -56,20 +56,10 @@ import torch
 
 from oasis_core.selection import plan_step
 
+from .config import STREAM_PRIORITIES
 from .transfer_host import HostPath
 from .transfer_inline import copy_inline
 from .transfer_uva import UvaPath
-
-# stream_priority -> (captured step, prediction stream, copy stream) CUDA priorities (0 is torch's default; -1, -2
-# higher). normal: all level; high: both side streams above the step; low: both below it; pred_low: the prediction
-# stream below, the copy level with it; pred_low_copy_high: the prediction below, the copy above.
-STREAM_PRIORITIES = {
-    "normal": (0, 0, 0),
-    "high": (0, -1, -1),
-    "low": (-1, 0, 0),
-    "pred_low": (-1, 0, -1),
-    "pred_low_copy_high": (-1, 0, -2),
-}
 
 
 class Prefetcher:
@@ -153,6 +143,7 @@ class Prefetcher:
             programs=self.uva_programs,
         )
         self.host_path = None
+        self.step_priority = 0  # the captured step's CUDA priority (STREAM_PRIORITIES; CUDA only)
         if self.cuda:
             # CUDA priorities (lower runs first; torch graphs keep a captured kernel's priority, they instantiate
             # with use-node-priority) of the captured step and the side streams: STREAM_PRIORITIES. A side stream

@@ -24,10 +24,12 @@ import json
 import os
 import warnings
 
+from .config import STREAM_PRIORITIES
+
 TABLE = os.path.join(os.path.dirname(os.path.abspath(__file__)), "transfer_table.json")
 DEFAULT = ("uva", 32)  # ExecConfig's defaults: what "auto" meant before the table
 PATHS = ("uva", "host")
-PRIORITIES = ("normal", "high", "low", "pred_low", "pred_low_copy_high")
+PRIORITIES = tuple(STREAM_PRIORITIES)  # a table entry names one (not auto)
 HOST_KERNELS = ("torch", "native")
 
 

@@ -999,7 +999,11 @@ def build_parser() -> argparse.ArgumentParser:
     ap.add_argument("--transfer", default="auto", help="host | uva | auto (uva)")
     ap.add_argument("--uva-programs", type=int, default=32)
     ap.add_argument("--no-transfer", action="store_true", help="plan selections, skip the copies")
-    ap.add_argument("--stream-priority", default="auto", help="normal | high | low | auto (ExecConfig's)")
+    ap.add_argument(
+        "--stream-priority",
+        default="auto",
+        help="ExecConfig.stream_priority: normal | high | low | pred_low | pred_low_copy_high | auto",
+    )
     ap.add_argument(
         "--decode-chain",
         type=int,

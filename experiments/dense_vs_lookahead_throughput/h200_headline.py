@@ -681,13 +681,10 @@ def main(argv=None) -> int:
     a.exec_fields = exec_fields(a.exec)
     from oasis_exec.config import ExecConfig
 
+    set_fields = [variant_params(v, 0.0, 0.0)[2] for v in a.variants.split(",") if v.startswith("set=")]
     chain0 = a.exec_fields.get("decode_chain", ExecConfig.decode_chain)
-    chains = [chain0] + [
-        variant_params(v, 0.0, 0.0)[2].get("decode_chain", chain0)
-        for v in a.variants.split(",")
-        if v.startswith("set=")
-    ]
-    if any("host_kv_dtype" in variant_params(v, 0.0, 0.0)[2] for v in a.variants.split(",") if v.startswith("set=")):
+    chains = [chain0] + [f.get("decode_chain", chain0) for f in set_fields]
+    if any("host_kv_dtype" in f for f in set_fields):
         raise SystemExit(
             "h200_headline: host_kv_dtype sizes the one pool of the process: give it as --exec, not a variant"
         )

@@ -5,8 +5,8 @@ import pytest
 import torch
 from exec_cases import cfg, prompts, run_logits
 
+from oasis_exec.config import STREAM_PRIORITIES
 from oasis_exec.engine import Engine
-from oasis_exec.pipeline import STREAM_PRIORITIES
 from oasis_exec.scheduler import SamplingParams
 
 pytestmark = pytest.mark.gpu

@@ -440,7 +440,7 @@ def test_host_kernel_auto_takes_the_tables_and_explicit_wins(tmp_path, monkeypat
 def test_every_stream_priority_has_its_streams():
     """Every configurable priority but auto maps to (step, prediction, copy) CUDA priorities, and a table may name any."""
     from oasis_exec.config import PRIORITIES as CONFIG_PRIORITIES
-    from oasis_exec.pipeline import STREAM_PRIORITIES
+    from oasis_exec.config import STREAM_PRIORITIES
 
     assert set(STREAM_PRIORITIES) == set(CONFIG_PRIORITIES) - {"auto"} == set(tc.PRIORITIES)
     assert STREAM_PRIORITIES["normal"] == (0, 0, 0)

@@ -1,4 +1,4 @@
-# Issue 17: the side streams' priorities against the step (oasis_exec.pipeline.STREAM_PRIORITIES) with vLLM dense in
+# Issue 17: the side streams' priorities against the step (oasis_exec.config.STREAM_PRIORITIES) with vLLM dense in
 # the same call. priority_ab (fd776ce) found low (both side streams below the step) cut the no-transfer 16K x 44 step
 # from 14.84 to 13.78 ms (the step no longer waits for SMs the prediction holds) but starved the copy (17.49 -> 20.33
 # ms with transfers). Here: pred_low (the prediction below, the copy level with the step) and pred_low_copy_high (the
