@@ -15,7 +15,7 @@ import logging
 import os
 import sys
 
-from oasis_core import cliargs, speculation
+from oasis_core import cliargs
 from oasis_core.cliargs import CliError, OneLineParser
 
 from .cli_checks import writable_path
@@ -62,16 +62,13 @@ def prepare_bench(a) -> tuple[ExecConfig, BenchConfig]:
             raise CliError("--prompt-text needs --model-path (a real model and its tokenizer)")
         if not os.path.isfile(bc.prompt_text):
             raise CliError(f"--prompt-text {bc.prompt_text}: no such file")
-    block_size = getattr(a, "block_size", ExecConfig.block_size)
-    try:  # the most tokens a step may emit (auto: its N); a bad value is reported by the config below
-        spec_k = speculation.parse_spec(getattr(a, "speculative_k", ExecConfig.speculative_k), block_size)[0]
-    except (TypeError, ValueError):
-        spec_k = 0
     chain = getattr(a, "decode_chain", ExecConfig.decode_chain)  # an option not given is absent from ``a``
     if bc.record is not None and chain != 1:  # the simulator replays single decode steps (said once all is valid)
         a.decode_chain = 1
-    cfg = engine_config(a, exclude=BENCH_SETS, max_context=bc.engine_max_context(block_size, spec_k))
-    # the prompt, every token the steps emit (a speculative step or a decode chain: several) and two blocks of slack
+    # validated with one token a step first (a bound >= one block, as the config requires); then the prompt, every
+    # token the steps emit (a speculative step or a decode chain: several) and two blocks of slack
+    block_size = getattr(a, "block_size", ExecConfig.block_size)
+    cfg = engine_config(a, exclude=BENCH_SETS, max_context=bc.engine_max_context(block_size))
     cfg = dataclasses.replace(cfg, max_context=bc.engine_max_context(cfg.block_size, cfg.step_tokens_max - 1))
     if bc.record_hardware is not None:
         from oasis_core.specs import HARDWARE
