@@ -1,5 +1,5 @@
 # Issue 17: the UVA gather's launch shape in the decode-chain step (chain 8), two questions, one call. Not yet run
-# (written 2026-12-02, when the session's device time ran out). One H200 with a 128 GiB host; no vLLM needed.
+# (written 2026-12-02, when the session's device time ran out; widened and run the next session). One H200 with a 128 GiB host; no vLLM needed.
 # 1. Overlap at 16 requests (1.100 at 2270bc3). The copies add 11-20 us to every layer, with no tail
 #    (decode_step_profile/results/traces_16_319a24f): the gather's share of the SMs. The table runs 8 programs x 2
 #    items. Fewer programs with more items in flight (ExecConfig.uva_items_per_iter) might keep the 23 GB/s the
@@ -19,12 +19,14 @@ sweep() {  # NAME NS VARIANTS [ARGS...] -> $OUT/NAME/NAME.jsonl, $OUT/NAME.log, 
   say "$name: $ns"
   mkdir -p "$OUT/$name"
   timeout -k 10 $(( $(left) - 20 )) $PY -X faulthandler experiments/dense_vs_lookahead_throughput/h200_headline.py \
-    --out "$OUT/$name/$name.jsonl" --contexts 16k --dense-n none --la-n "$ns" --max-n none --nt-n '16k=44' \
+    --out "$OUT/$name/$name.jsonl" --contexts 16k --dense-n none --la-n "$ns" --max-n none --nt-n "$NT" \
     --sens-n "$ns" --variants "$vs" --anchors none --exec decode_chain=8 --budget-s $(( $(left) - 40 )) --steps 24 \
     --warmup 4 --synthetic "$SYN" "$@" 2>&1 | grep -v " plan " | tee "$OUT/$name.log" | grep -E "done|skip|fail|error"
   $PY experiments/dense_vs_lookahead_throughput/baselines_table.py "$OUT/$name" > "$OUT/$name.md" 2>&1
   cat "$OUT/$name.md"
 }
-DEADLINE_S=300 sweep bf16 '16k=44,16' "$(v 4x4 4x8 2x8 8x4 16x2 16x4 8x8)"
-sweep fp8 '16k=88,44' "$(v 16x4 32x2 32x4)" --exec host_kv_dtype=fp8_e4m3
+# Every variant runs at both concurrencies (one process pins the pool once; a run takes 3-6 s), each point beside its
+# own no-transfer twin of the same call.
+NT='16k=44,16' DEADLINE_S=300 sweep bf16 '16k=44,16' "$(v 4x4 4x8 2x8 8x4 16x2 16x4 8x8 32x2 32x4)"
+NT='16k=44' sweep fp8 '16k=88,44' "$(v 16x4 32x2 32x4 8x8)" --exec host_kv_dtype=fp8_e4m3
 say "done"
