@@ -402,10 +402,14 @@ def measure(
         "unit_bytes": unit_bytes,  # bytes of one (block, head) fetch, what bytes_moved_per_step counts
         "peak_host_bytes": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024,
         "selection": cfg.selection,
+        # synthetic: sets drawn before the run (their generator's GPU work outside the timed steps) / the model
+        # selection's top-K run too
+        "synthetic_ahead": cfg.synthetic_ahead if cfg.selection == "synthetic" else None,
+        "synthetic_topk": cfg.synthetic_topk if cfg.selection == "synthetic" else None,
         "transfer": cfg.transfer if cfg.sparse else None,
         "transfer_path": runner.pipe.path if runner.pipe is not None else None,  # what "auto" resolved to
         "uva_programs": runner.pipe.gather_programs(n) if uva else None,  # the programs the steps of n lanes used
-        "uva_items_per_iter": cfg.uva_items_per_iter if uva else None,
+        "uva_items_per_iter": cfg.gather_items_per_iter if uva else None,
         "stream_priority": runner.pipe.priority if runner.pipe is not None else None,
         "uva_kernel": cfg.uva_kernel if uva else None,
         "copy_graph": bool(runner.pipe is not None and runner.pipe.copy_graph and runner.graphs),

@@ -134,10 +134,11 @@ class ExecConfig(speculation.SpeculativeFields):
     uva_programs: int = _f(
         32, "programs of the persistent UVA gather with transfer=uva (auto takes them from the measured table)"
     )
-    uva_items_per_iter: int = _f(
-        2,
+    uva_items_per_iter: int | None = _f(
+        None,
         "(block, head) items each UVA gather program loads an iteration (a power of two, at most 16): the loads it "
-        "keeps in flight, so fewer programs (fewer SMs) can move the same rate",
+        "keeps in flight, so fewer programs (fewer SMs) can move the same rate. Default: 16 KiB in flight a "
+        "program, i.e. 2 items of a bf16 host copy and 4 of an fp8 one (gather_items_per_iter)",
     )
     uva_kernel: str = _f(
         "loads",
@@ -256,6 +257,18 @@ class ExecConfig(speculation.SpeculativeFields):
         "SyntheticParams overrides, e.g. {'drift_rate': 0.1}; 'preset' names a base "
         "(oasis_core.synthetic_presets: paper | smollm2), e.g. {'preset': 'smollm2'}",
     )
+    synthetic_ahead: int = _f(
+        0,
+        "selection=synthetic: draw this many decode steps' sets at the first step of a lane set, before it runs, "
+        "and take one a step (int32 on the device: 3 x lanes x layers x KV heads x top_k x 4 bytes a step); past "
+        "them, and at 0, each step's sets are drawn beside the step before it. For benchmarks with a fixed lane "
+        "set: the generator's GPU work, which a model-selected step does not do, then leaves the timed steps",
+    )
+    synthetic_topk: bool = _f(
+        False,
+        "selection=synthetic: also run the top-K of each layer's block scores that selection=model runs (its "
+        "result unused), so a synthetic step does the GPU work of a model-selected one",
+    )
 
     def __post_init__(self):
         def bad(name, why):
@@ -313,6 +326,14 @@ class ExecConfig(speculation.SpeculativeFields):
                 resolve(self.synthetic)  # an unknown preset, field or value fails here, not at the first step
             except (TypeError, ValueError) as e:
                 bad("synthetic", str(e))
+        sa = self.synthetic_ahead
+        if isinstance(sa, bool) or not isinstance(sa, int) or sa < 0:
+            bad("synthetic_ahead", f"must be an integer >= 0, got {sa!r}")
+        if (sa or self.synthetic_topk) and self.selection != "synthetic":
+            bad(
+                "synthetic_ahead" if sa else "synthetic_topk",
+                f"only selection=synthetic takes it, not {self.selection}",
+            )
         try:
             k, adaptive = speculation.parse_spec(self.speculative_k, self.block_size)
         except ValueError as e:
@@ -355,8 +376,18 @@ class ExecConfig(speculation.SpeculativeFields):
             if v is not None and v < 1:
                 bad(n, "must be >= 1")
         ipi = self.uva_items_per_iter
-        if isinstance(ipi, bool) or not isinstance(ipi, int) or ipi < 1 or ipi > 16 or ipi & (ipi - 1):
+        if ipi is not None and (
+            isinstance(ipi, bool) or not isinstance(ipi, int) or not 1 <= ipi <= 16 or ipi & (ipi - 1)
+        ):
             bad("uva_items_per_iter", f"must be a power of two from 1 to 16, got {ipi!r}")
+
+    @property
+    def gather_items_per_iter(self) -> int:
+        """The UVA gather's items an iteration: ``uva_items_per_iter``, or by default as many as keep 16 KiB of
+        loads in flight a program (2 units of a bf16 host copy, 4 of an fp8 one, which are half the bytes)."""
+        if self.uva_items_per_iter is not None:
+            return self.uva_items_per_iter
+        return 4 if self.host_kv_dtype == "fp8_e4m3" else 2
 
     @property
     def mode_spec(self) -> modes.Mode:

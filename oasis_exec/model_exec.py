@@ -528,12 +528,15 @@ class ModelExec:
 
     def predict(self, l, qsel, lanes32, n_blocks, src, recorded=None):
         """The top-K blocks per row [B * H, K] of layer ``l``: scored from ``qsel`` [B, Hq, D] against the summaries
-        (always run, so synthetic runs pay for it), then taken from the selection source."""
+        (always run, so synthetic runs pay for it), then taken from the selection source (``synthetic_topk``: the
+        top-K of the scores is run for synthetic sets too, as selection=model runs it)."""
         st = self.store
         scores = ops.block_score(qsel.contiguous(), st.kmin[l], st.kmax[l], n_blocks.to(torch.int32), lanes32)
         B = qsel.shape[0]
         if src is not None:
             pred = src.reshape(B * self.H, -1)
+            if self.cfg.synthetic_topk:  # the work selection=model does here; its result is not used
+                topk_blocks(scores.view(B * self.H, -1), self.K, n_blocks.repeat_interleave(self.H))
         else:
             pred = topk_blocks(scores.view(B * self.H, -1), self.K, n_blocks.repeat_interleave(self.H))
         if recorded is not None:

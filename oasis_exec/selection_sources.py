@@ -3,7 +3,9 @@
 ``SelectionSources`` holds the runner's three non-model selection paths (``ExecConfig.selection``, ``record_path``):
 
 - ``synthetic``: sets drawn by ``oasis_core.synthetic.SyntheticSelection`` for every (lane, layer, head) row; on
-  CUDA the next step's sets are drawn on a side stream while the GPU runs this step (``presynth``);
+  CUDA the next step's sets are drawn on a side stream while the GPU runs this step (``presynth``), or, with
+  ``ExecConfig.synthetic_ahead`` N, N steps' sets are drawn at the first step of a lane set and taken one a step
+  (the same sets: the generator's draws do not depend on the steps' outputs);
 - ``replay``: sets recorded by another run (``oasis_core.setrecord``), mapped to this run's shape;
 - ``record``: this run's predicted sets, kept on the host and written once when the engine closes (``save``).
 
@@ -27,6 +29,7 @@ class SelectionSources:
         self.L, self.H, self.K, self.bs = n_layers, n_kv_heads, top_k, block_size
         self.synth = None  # (lanes tuple, SyntheticSelection)
         self._s_synth, self._pre_synth = None, None  # next step's synthetic sets, drawn during this step (CUDA)
+        self._ahead = None  # synthetic_ahead: (lanes tuple, list of the steps' sets drawn ahead, int32, in order)
         self.replay = None
         if cfg.selection == "replay":
             from oasis_core.setrecord import SetReplay, load_setrecord
@@ -43,6 +46,9 @@ class SelectionSources:
         if not self.mode.selects:
             return None, None
         if self.cfg.selection == "synthetic":
+            sets = self._ahead_take(lanes_list, pos_list)
+            if sets is not None:  # drawn before the run: nothing to draw beside this step (no ready event)
+                return sets, None
             sets = self._presynth_take(lanes_list)
             if sets is None:
                 sets = torch.stack(self._synthetic_sets(lanes_list, [p // self.bs + 1 for p in pos_list]))
@@ -54,6 +60,26 @@ class SelectionSources:
         if self.replay is not None:
             return self._replay_sets(lanes_list, pos_list), None
         return None, None
+
+    def _ahead_take(self, lanes_list, pos_list):
+        """This step's sets from those drawn ahead (``synthetic_ahead``), or None. At the first step of a lane set
+        the N steps' sets are drawn at once (the generator is then N steps on: past them each step draws its own);
+        a new lane set drops what is left and draws its own N."""
+        n = self.cfg.synthetic_ahead
+        if not n:
+            return None
+        key = tuple(lanes_list)
+        if self._ahead is None or self._ahead[0] != key:
+            if self.synth is not None and self.synth[0] == key:
+                return None  # this lane set's drawn steps are used up: drawn each step from here
+            nb = [p // self.bs + 1 for p in pos_list]
+            drawn = [torch.stack(self._synthetic_sets(lanes_list, nb)).to(torch.int32) for _ in range(n)]
+            self._ahead = (key, drawn[::-1])  # popped from the end
+            self._pre_synth = None
+        left = self._ahead[1]
+        if not left:
+            return None
+        return left.pop().long()
 
     def skip(self):
         """A step that selects nothing (every lane short): no sets; any drawn ahead for it are dropped, so the next

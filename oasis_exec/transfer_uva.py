@@ -38,7 +38,7 @@ class UvaPath:
 
             sc = (host.k_scale[layer], host.v_scale[layer]) if host.quantized else None
             # fp8: reads codes + scales, writes the slots' dtype
-            uva_gather(*args, n_programs=programs, items_per_iter=self.cfg.uva_items_per_iter, scales=sc)
+            uva_gather(*args, n_programs=programs, items_per_iter=self.cfg.gather_items_per_iter, scales=sc)
 
     def programs_for(self, batch: int) -> int:
         """Gather programs for a step of ``batch`` lanes. ``transfer="auto"``: the measured table's choice for that

@@ -1,7 +1,10 @@
 """The issue-17 table from one device call's files: vLLM dense (vllm_*.json) against OasisKV (every *.jsonl bench
 record under the folder), each ratio against the best vLLM decode throughput at the same context and KV dtype of the
 same call, and each sparse run's TPOT against its no-transfer twin (same mode, context, concurrency, host dtype,
-decode chain and side-stream priority). TPOT is a token's (a decode chain's step over its length); MB/step is a decode pass's.
+decode chain, side-stream priority and selection work). TPOT is a token's (a decode chain's step over its length);
+MB/step is a decode pass's; "copy" is the UVA gather's programs x items an iteration. Selection "synthetic, ahead +
+top-K": the sets drawn before the timed steps and the model selection's top-K run in each step
+(``ExecConfig.synthetic_ahead``, ``synthetic_topk``).
 
     python experiments/dense_vs_lookahead_throughput/baselines_table.py RESULTS_DIR > baselines.md
 """
@@ -32,6 +35,20 @@ def weights(r: dict) -> str:
     return "dummy" if r.get("dummy_weights", True) else "real"
 
 
+def selection(r: dict) -> str:
+    """The selection source, with how a synthetic one's work was placed."""
+    sel = str(r.get("selection"))
+    how = [w for w, on in (("ahead", r.get("synthetic_ahead")), ("top-K", r.get("synthetic_topk"))) if on]
+    return f"{sel}, {' + '.join(how)}" if how else sel
+
+
+def copy(r: dict) -> str:
+    """The copy's launch: UVA programs x items an iteration (``-`` without transfers)."""
+    if r.get("no_transfer") or not r.get("uva_programs"):
+        return "-"
+    return f"{r['uva_programs']}x{r.get('uva_items_per_iter') or 2}"
+
+
 def main(folder: str) -> None:
     vllm, ours = load(folder)
     best = {}
@@ -39,18 +56,18 @@ def main(folder: str) -> None:
         key = (v["ctx"], v["kv"], v["weights"])
         best[key] = max(best.get(key, 0.0), v["decode_tok_s"])
     print(
-        "| system | weights | selection | context | requests | KV / host copy | tok/s | TPOT ms | MB/step | x vLLM bf16 "
-        "| x vLLM fp8 | TPOT / no-transfer |"
+        "| system | weights | selection | context | requests | KV / host copy | copy | tok/s | TPOT ms | MB/step "
+        "| x vLLM bf16 | x vLLM fp8 | TPOT / no-transfer |"
     )
-    print("|---|---|---|---|---|---|---|---|---|---|---|---|")
+    print("|---|---|---|---|---|---|---|---|---|---|---|---|---|")
     for v in vllm:
-        print(f"| vLLM dense | {v['weights']} | - | {v['ctx']} | {v['conc']} | {v['kv']} | {v['decode_tok_s']:.1f} "
+        print(f"| vLLM dense | {v['weights']} | - | {v['ctx']} | {v['conc']} | {v['kv']} | - | {v['decode_tok_s']:.1f} "
               f"| {v['tpot_ms']:.2f} | 0 | | | |")  # fmt: skip
     twins = {}
     for r in ours:
         if r.get("no_transfer"):
             key = (r["mode"], r["context"], r["concurrency"], r.get("host_kv_dtype", "auto"), weights(r))
-            twins[key + (r.get("decode_chain", 1), r.get("stream_priority"))] = r
+            twins[key + (r.get("decode_chain", 1), r.get("stream_priority"), selection(r))] = r
     for r in ours:
         ctx, w = r["context"], weights(r)
         # the real model's contexts (8,096) run vLLM at the same tokens; vLLM's context key is its prompt length
@@ -58,7 +75,8 @@ def main(folder: str) -> None:
         tps = r["throughput_tok_s"]
         chain = r.get("decode_chain", 1)
         prio = r.get("stream_priority")
-        twin = twins.get((r["mode"], ctx, r["concurrency"], r.get("host_kv_dtype", "auto"), w, chain, prio))
+        key = (r["mode"], ctx, r["concurrency"], r.get("host_kv_dtype", "auto"), w, chain, prio, selection(r))
+        twin = twins.get(key)
         over = f"{r['tpot_ms_p50'] / twin['tpot_ms_p50']:.3f}" if twin and not r.get("no_transfer") else ""
         name = r["mode"] + (" (no transfer)" if r.get("no_transfer") else "")
         spec = r.get("speculative_k")
@@ -69,8 +87,8 @@ def main(folder: str) -> None:
         if prio not in (None, "normal"):
             name += f", streams {prio}"
         print(
-            f"| OasisKV {name} | {w} | {r.get('selection')} | {ctx} | {r['concurrency']} | bf16 / {r.get('host_kv_dtype') or 'auto'} "
-            f"| {tps:.1f} | {r['tpot_ms_p50']:.2f} | {r.get('bytes_moved_per_step', 0) / 1e6:.1f} "
+            f"| OasisKV {name} | {w} | {selection(r)} | {ctx} | {r['concurrency']} "
+            f"| bf16 / {r.get('host_kv_dtype') or 'auto'} | {copy(r)} | {tps:.1f} | {r['tpot_ms_p50']:.2f} | {r.get('bytes_moved_per_step', 0) / 1e6:.1f} "
             f"| {f'{tps / b16:.2f}' if b16 else ''} | {f'{tps / b8:.2f}' if b8 else ''} | {over} |"
         )
     commits = sorted({str(r.get("commit")) for r in ours} | {str(v.get("commit")) for v in vllm if "commit" in v})

@@ -6,8 +6,10 @@
     python experiments/dense_vs_lookahead_throughput/h200_headline.py --preset first-headline ...     # the 2026-11-30 headline plan (run 5)
     python experiments/dense_vs_lookahead_throughput/h200_headline.py --preset first-sensitivity ...  # the 2026-11-30 sensitivity plan (run 6)
 
-Every run is ``oasis_exec.bench.run_bench`` (dummy weights, synthetic selection, top-K 128, block 16, UVA transfer,
-whole-step CUDA graphs, host pool not filled). The default plan (``--preset headline``), for each context of
+Every run is ``oasis_exec.bench.run_bench`` (dummy weights, synthetic selection, top-K 128, block 16, the
+engine's own transfer choice ``--transfer auto``: the measured table's path and programs for the run's concurrency;
+until 2026-12-02 the default was ``uva``, which runs 32 programs whatever the table says; whole-step CUDA graphs,
+host pool not filled). The default plan (``--preset headline``), for each context of
 ``--contexts`` (default 16384,32768), at the ``--kv-budget-gb`` budget (52 GB, what an 80 GB H100 leaves):
 
 - ``dense`` at ``--dense-n`` (16K: 8,12,16,max; 32K: 4,8,max; ``max`` = the engine's lanes for mode=dense at the
@@ -656,7 +658,12 @@ def parse_args(argv):
         metavar="FIELD=VALUE",
         help="an ExecConfig field for every run (repeatable; a variant's set= overrides it), e.g. decode_chain=8",
     )
-    ap.add_argument("--transfer", default="uva")
+    ap.add_argument(
+        "--transfer",
+        default="auto",
+        help="the sparse runs' transfer (ExecConfig.transfer): auto, the engine's own choice from "
+        "oasis_exec/transfer_table.json (default; before 2026-12-02 it was uva, i.e. 32 programs), uva or host",
+    )
     ap.add_argument("--model", default="qwen3-8b")
     ap.add_argument("--device", default="cuda", help="cpu: a smoke test with --model tiny")
     ap.add_argument("--dry-run", action="store_true", help="print the plan and its time estimate, run nothing")

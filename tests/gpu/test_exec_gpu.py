@@ -99,19 +99,17 @@ def test_mapping_matches_slots_on_gpu(graph, prio, cg, kern, ipi):
 
 @pytest.mark.parametrize("graph", [False, True])
 def test_synthetic_sets_drawn_ahead_equal_drawn_in_step(graph):
-    """The runner draws the next step's synthetic sets on a side stream during the step (``presynth``); the
-    selections, mappings and tokens must equal those of drawing them at the step's start."""
+    """The runner draws the next step's synthetic sets on a side stream during the step (``presynth``), or, with
+    ``synthetic_ahead``, 8 steps' at once before them (then each step's again; the model's top-K run beside them,
+    ``synthetic_topk``); the selections, mappings and tokens must equal those of drawing them at the step's start."""
     ps = prompts(3, (70, 90))
     kw = dict(top_k=3, fetch_ratio=0.67, transfer="uva", selection="synthetic", cuda_graph=graph)
     states = []
-    for ahead in (False, True):
-
-        def hook(r, ahead=ahead):
-            if not ahead:
-                r.sources.presynth = lambda *a: None
-
-        eng = Engine(cfg("lookahead", "cuda", **kw))
-        hook(eng.runner)
+    for how in ("at_step", "presynth", "ahead"):
+        extra = dict(synthetic_ahead=8, synthetic_topk=True) if how == "ahead" else {}
+        eng = Engine(cfg("lookahead", "cuda", **kw, **extra))
+        if how == "at_step":
+            eng.runner.sources.presynth = lambda *a: None
         for p in ps:
             eng.add_request(p, SamplingParams(max_tokens=30))
         toks = []
@@ -121,10 +119,11 @@ def test_synthetic_sets_drawn_ahead_equal_drawn_in_step(graph):
         st = eng.runner.store
         states.append((toks, st.resident.clone(), st.last_sel.clone(), eng.runner.counters()["units_fetched"]))
         eng.close()
-    (t0, r0, l0, u0), (t1, r1, l1, u1) = states
-    assert t0 == t1
-    assert torch.equal(r0, r1) and torch.equal(l0, l1)
-    assert u0 == u1 > 0
+    t0, r0, l0, u0 = states[0]
+    for t1, r1, l1, u1 in states[1:]:
+        assert t0 == t1
+        assert torch.equal(r0, r1) and torch.equal(l0, l1)
+        assert u0 == u1 > 0
 
 
 @pytest.mark.parametrize("mode", ["dense", "lookahead"])

@@ -471,3 +471,15 @@ def test_uva_items_per_iter_is_checked_and_reaches_the_gather(monkeypatch):
     c = ExecConfig(model="tiny", device="cpu", uva_items_per_iter=8)
     UvaPath(cfg=c, store=_Store(), host=_Pool(), choice=None, programs=4).gather(0, None, None, None, 4)
     assert seen == {"n_programs": 4, "items_per_iter": 8, "scales": None}
+
+
+def test_uva_items_per_iter_default_keeps_the_bytes_in_flight():
+    """Unset, a gather program loads 2 units of a bf16 host copy an iteration and 4 of an fp8 one (half the bytes
+    each), so the bytes in flight a program stay 16 KiB; a set value wins."""
+    from oasis_exec.config import ExecConfig
+
+    base = dict(model="tiny", device="cpu", mode="lookahead")
+    assert ExecConfig(**base).gather_items_per_iter == 2
+    assert ExecConfig(**base, host_kv_dtype="fp8_e4m3").gather_items_per_iter == 4
+    assert ExecConfig(**base, host_kv_dtype="fp8_e4m3", uva_items_per_iter=2).gather_items_per_iter == 2
+    assert ExecConfig(**base, uva_items_per_iter=8).gather_items_per_iter == 8
