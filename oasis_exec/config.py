@@ -140,6 +140,13 @@ class ExecConfig(speculation.SpeculativeFields):
         "keeps in flight, so fewer programs (fewer SMs) can move the same rate. Default: 16 KiB in flight a "
         "program, i.e. 2 items of a bf16 host copy and 4 of an fp8 one (gather_items_per_iter)",
     )
+    topk_kernel: str = _f(
+        "sort",
+        "the prediction's top-K of each layer's block scores (selection=model, synthetic_topk): sort "
+        "(oasis_core.scoring.topk_blocks on torch: a stable sort and ~12 small kernels) | fused "
+        "(kernels.topk_select: the same ids in one launch; not yet measured on the GPU)",
+        ("sort", "fused"),
+    )
     uva_kernel: str = _f(
         "loads",
         "the UVA gather's kernel: loads (kernels.gather.uva_gather, thread loads) | tma "

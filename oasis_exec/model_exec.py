@@ -536,12 +536,19 @@ class ModelExec:
         if src is not None:
             pred = src.reshape(B * self.H, -1)
             if self.cfg.synthetic_topk:  # the work selection=model does here; its result is not used
-                topk_blocks(scores.view(B * self.H, -1), self.K, n_blocks.repeat_interleave(self.H))
+                self._topk(scores.view(B * self.H, -1), n_blocks)
         else:
-            pred = topk_blocks(scores.view(B * self.H, -1), self.K, n_blocks.repeat_interleave(self.H))
+            pred = self._topk(scores.view(B * self.H, -1), n_blocks)
         if recorded is not None:
             recorded.append(pred)
         return pred
+
+    def _topk(self, scores, n_blocks):
+        """The top-K block ids [B * H, K] of ``scores`` [B * H, N] (``ExecConfig.topk_kernel``: the torch sort of
+        ``oasis_core.scoring.topk_blocks``, or ``kernels.topk_select``'s one launch; the same ids)."""
+        if self.cfg.topk_kernel == "fused":
+            return ops.topk_select(scores, self.K, n_blocks, self.H)
+        return topk_blocks(scores, self.K, n_blocks.repeat_interleave(self.H))
 
     def propose_prefill(self, lane: int, aux, tok) -> None:
         """The draft token of ``lane`` after its prefill's sampled token ``tok`` [1] (``aux``: ``prefill``'s)."""

@@ -42,6 +42,18 @@ def block_score(q, kmin, kmax, n_blocks, seat=None):
     return block_score_ref(q, kmin, kmax, n_blocks, seat)
 
 
+def topk_select(scores, k, n_blocks, heads):
+    """Top-``k`` block ids [R, k] of ``scores`` [R, N], rows ``b * heads + h`` of request ``b`` with ``n_blocks[b]``
+    blocks (``oasis_core.scoring.topk_blocks``'s ids)."""
+    if _cuda(scores):
+        from kernels.topk_select import topk_select as k_
+
+        return k_(scores, k, n_blocks, heads)
+    from kernels.topk_select import topk_select_ref
+
+    return topk_select_ref(scores, k, n_blocks, heads)
+
+
 def summary_update(k_src, src, dst_row, dst_block, n_valid, kmin, kmax):
     if _cuda(k_src):
         from kernels.summary_update import summary_update as k

@@ -126,6 +126,30 @@ def test_synthetic_sets_drawn_ahead_equal_drawn_in_step(graph):
         assert u0 == u1 > 0
 
 
+@pytest.mark.parametrize("graph", [False, True])
+def test_fused_topk_gives_the_run_of_the_sort(graph):
+    """``topk_kernel="fused"`` (kernels.topk_select in the prediction, captured with the step) chooses the blocks the
+    torch sort does: same tokens, mappings and fetches (selection=model)."""
+    ps = prompts(4, (70, 90))
+    kw = dict(top_k=3, fetch_ratio=0.67, transfer="uva", cuda_graph=graph)
+    states = []
+    for kern in ("sort", "fused"):
+        eng = Engine(cfg("lookahead", "cuda", **kw, topk_kernel=kern))
+        for p in ps:
+            eng.add_request(p, SamplingParams(max_tokens=30))
+        toks = []
+        while eng.has_work():
+            toks += [o.new_token_ids for o in eng.step()]
+        torch.cuda.synchronize()
+        st = eng.runner.store
+        states.append((toks, st.resident.clone(), st.last_sel.clone(), eng.runner.counters()["units_fetched"]))
+        eng.close()
+    (t0, r0, l0, u0), (t1, r1, l1, u1) = states
+    assert t0 == t1
+    assert torch.equal(r0, r1) and torch.equal(l0, l1)
+    assert u0 == u1 > 0
+
+
 @pytest.mark.parametrize("mode", ["dense", "lookahead"])
 def test_fused_kv_write_equals_indexed_write(mode):
     """kernels.kv_write in the step (graphs on) gives the same logits and tokens as the indexed assignment."""

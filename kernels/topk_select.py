@@ -1,0 +1,81 @@
+"""The top-K blocks of every row of block scores in one launch: ``oasis_core.scoring.topk_blocks``, exactly.
+
+``oasis_core.scoring.topk_blocks`` on torch is about a dozen small kernels (eligibility mask, a stable descending
+sort, a gather, selects). In a lookahead step they run on the prediction stream between a layer's scores and its
+plan, which that layer's copy waits for; with copies beside the step they cost 3-4 ms a 16K token
+(``experiments/dense_vs_lookahead_throughput/results/engine_choice_vllm_fed96a7/``). Here one program sorts one row.
+
+Layout:
+
+- ``scores: [R, N]`` float (any float dtype; compared as float32), rows ``r = b * heads + h``;
+- ``n_blocks: [R // heads]`` integer, blocks of request ``b``'s context including the partial local block: blocks
+  ``>= n_blocks[b] - 1`` (the local block and beyond) are never chosen;
+- returns ``ids: [R, k]`` int64, best first, ties to the lower block id, -1 where a row has fewer than ``k``
+  eligible blocks (eligible scores must not be NaN; an eligible ``-inf`` still ranks above every ineligible block).
+
+Each score is made an order-preserving integer (its float32 bits, negatives flipped; -0.0 taken as +0.0) in the
+high 32 bits of an int64 key whose low bits are ``2**31 - 1 - id``: all keys differ, so one descending bitonic
+sort (``tl.sort``) of the row gives the stable order of the reference.
+"""
+
+from __future__ import annotations
+
+import torch
+import triton
+import triton.language as tl
+
+from ._util import check, next_pow2
+
+LOW = 2**31 - 1  # a key's low bits: LOW - block id (ids < 2**31)
+
+
+@triton.jit
+def topk_select_kernel(S, NBLK, OUT, N, stride_s, K: tl.constexpr, HEADS: tl.constexpr, BLOCK_N: tl.constexpr):
+    row = tl.program_id(0)
+    nb = tl.load(NBLK + row // HEADS).to(tl.int32)
+    offs = tl.arange(0, BLOCK_N)
+    s = tl.load(S + row * stride_s + offs, mask=offs < N, other=float("-inf")).to(tl.float32)
+    s = tl.where(offs < nb - 1, s, float("-inf"))
+    s = tl.where(s == 0.0, 0.0, s)  # -0.0 and +0.0 are equal scores: one bit pattern
+    bits = s.to(tl.int32, bitcast=True)
+    ordered = tl.where(bits >= 0, bits, bits ^ 0x7FFFFFFF)  # signed int32, monotonic in the float
+    key = (ordered.to(tl.int64) << 32) | (LOW - offs).to(tl.int64)
+    key = tl.sort(key, descending=True)
+    ids = LOW - (key & 0x7FFFFFFF).to(tl.int32)
+    out = tl.where(ids < nb - 1, ids, -1).to(tl.int64)
+    tl.store(OUT + row * K + offs, out, mask=offs < K)
+
+
+def topk_select(scores: torch.Tensor, k: int, n_blocks: torch.Tensor, heads: int = 1, out=None, num_warps=4):
+    """Top-``k`` block ids of each row of ``scores`` [R, N] (``R = len(n_blocks) * heads``), as
+    ``oasis_core.scoring.topk_blocks(scores, k, n_blocks.repeat_interleave(heads))``; one launch, no host sync."""
+    R, N = scores.shape
+    assert k >= 0, f"k: must be >= 0, got {k}"
+    assert heads >= 1 and R % heads == 0, f"rows ({R}) must be a multiple of heads ({heads})"
+    check(scores, "scores", (R, N), None, None)
+    check(n_blocks, "n_blocks", (R // heads,), None, scores.device)
+    assert N < LOW, f"N ({N}) must be < 2**31 - 1"
+    if out is None:
+        out = torch.empty((R, k), dtype=torch.int64, device=scores.device)
+    check(out, "out", (R, k), torch.int64, scores.device)
+    if R == 0 or k == 0:
+        return out
+    topk_select_kernel[(R,)](
+        scores,
+        n_blocks,
+        out,
+        N,
+        scores.stride(0),
+        K=k,
+        HEADS=heads,
+        BLOCK_N=next_pow2(max(N, k)),
+        num_warps=num_warps,
+    )
+    return out
+
+
+def topk_select_ref(scores: torch.Tensor, k: int, n_blocks: torch.Tensor, heads: int = 1) -> torch.Tensor:
+    """The reference: ``oasis_core.scoring.topk_blocks`` with each request's block count repeated over its heads."""
+    from oasis_core.scoring import topk_blocks
+
+    return topk_blocks(scores.float(), k, n_blocks.long().repeat_interleave(heads))
