@@ -315,7 +315,9 @@ def make_config(a):
         kw["fused_ops"] = not a.no_fused_ops
     elif a.no_fused_ops:
         print("warning: this ExecConfig has no fused_ops; --no-fused-ops ignored", file=sys.stderr)
-    return ExecConfig(**kw)
+    from experiments.common.execargs import exec_fields
+
+    return ExecConfig(**{**kw, **exec_fields(a.exec)})
 
 
 class Annotator:
@@ -1039,6 +1041,13 @@ def build_parser() -> argparse.ArgumentParser:
         "--synthetic-accept",
         default='{"alpha": 0.5}',
         help="JSON acceptance the speculative steps' accepted drafts are drawn from (dummy weights)",
+    )
+    ap.add_argument(
+        "--exec",
+        action="append",
+        default=[],
+        metavar="FIELD=VALUE",
+        help="any other ExecConfig field (repeatable; overrides the options above), e.g. synthetic_ahead=64",
     )
     ap.add_argument("--plain-steps", type=int, default=5, help="steps timed on the host without the profiler")
     ap.add_argument("--steps", type=int, default=3, help="profiled steps")

@@ -9,7 +9,9 @@
 Every run is ``oasis_exec.bench.run_bench`` (dummy weights, synthetic selection, top-K 128, block 16, the
 engine's own transfer choice ``--transfer auto``: the measured table's path and programs for the run's concurrency;
 until 2026-12-02 the default was ``uva``, which runs 32 programs whatever the table says; whole-step CUDA graphs,
-host pool not filled). The default plan (``--preset headline``), for each context of
+host pool not filled; ``--synthetic-work model``: the synthetic sets of every pass drawn before the timed steps and
+the model selection's top-K run in each layer, the GPU work of a model-selected step, where until 2026-12-02 the
+generator ran beside each step and no top-K ran, ``--synthetic-work live``). The default plan (``--preset headline``), for each context of
 ``--contexts`` (default 16384,32768), at the ``--kv-budget-gb`` budget (52 GB, what an 80 GB H100 leaves):
 
 - ``dense`` at ``--dense-n`` (16K: 8,12,16,max; 32K: 4,8,max; ``max`` = the engine's lanes for mode=dense at the
@@ -50,6 +52,8 @@ from dataclasses import dataclass, field
 REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 if REPO not in sys.path:
     sys.path.insert(0, REPO)
+
+from experiments.common.execargs import exec_fields  # noqa: E402
 
 BS = 16
 TOP_K = 128
@@ -295,26 +299,6 @@ def variant_params(name: str, drift0: float, zone0: float) -> tuple:
     if name.startswith("set="):
         return BASE_FETCH, None, exec_fields(name[4:].replace(":", "=").split("+"))
     raise ValueError(f"unknown variant {name!r} (driftK, frX, pol=SPEC, mode=MODE or set=FIELD:VALUE)")
-
-
-def exec_fields(items) -> dict:
-    """``FIELD=VALUE`` items -> ExecConfig fields (values read as JSON, else kept as text); an unknown field fails
-    here, at planning."""
-    import dataclasses
-
-    from oasis_exec.config import ExecConfig
-
-    names = {f.name for f in dataclasses.fields(ExecConfig)}
-    out = {}
-    for it in items:
-        k, sep, v = it.partition("=")
-        if not sep or k not in names:
-            raise ValueError(f"--exec / set=: want FIELD=VALUE with an ExecConfig field, got {it!r}")
-        try:
-            out[k] = json.loads(v)
-        except json.JSONDecodeError:
-            out[k] = v
-    return out
 
 
 def variant_run(v: str, prefix: str, ctx: int, n: int, budget_gb: float, drift0: float, zone0: float, needs="") -> Run:
@@ -659,6 +643,15 @@ def parse_args(argv):
         help="an ExecConfig field for every run (repeatable; a variant's set= overrides it), e.g. decode_chain=8",
     )
     ap.add_argument(
+        "--synthetic-work",
+        default="model",
+        choices=("model", "live"),
+        help="the synthetic selection's GPU work in the sparse runs: model (default since 2026-12-02: every pass's "
+        "sets drawn before the timed steps and the model selection's top-K run in each layer, the GPU work of a "
+        "model-selected step; ExecConfig.synthetic_ahead, synthetic_topk) | live (the generator beside each step "
+        "and no top-K, as every earlier figure)",
+    )
+    ap.add_argument(
         "--transfer",
         default="auto",
         help="the sparse runs' transfer (ExecConfig.transfer): auto, the engine's own choice from "
@@ -819,6 +812,8 @@ def main(argv=None) -> int:
             mode=r.mode,
             synthetic={**(a.synthetic or {}), **(r.synthetic or {})} or None if sparse else None,
         )
+        if sparse and a.synthetic_work == "model":  # sets for every pass of the run (and a few over), drawn first
+            kw.update(synthetic_ahead=(a.warmup + a.steps) * max(chains) + 8, synthetic_topk=True)
         cfg = ExecConfig(**{**kw, **a.exec_fields, **r.extra})  # --exec and a variant's fields override (transfer too)
         write(dict(base, **mem_rec, status="started", est_s=round(est, 1)))
         log(f"start {r.label} (~{est:.0f} s{f', pins {new / 1e9:.1f} GB' if new and cuda else ''})")
