@@ -3,7 +3,7 @@ per-head mapping equals the slot contents with the device-side write-back and UV
 
 import pytest
 import torch
-from exec_cases import cfg, prompts, run_logits
+from exec_cases import assert_same_run, cfg, prompts, run_logits, run_state
 
 from oasis_exec.config import STREAM_PRIORITIES
 from oasis_exec.engine import Engine
@@ -104,26 +104,14 @@ def test_synthetic_sets_drawn_ahead_equal_drawn_in_step(graph):
     ``synthetic_topk``); the selections, mappings and tokens must equal those of drawing them at the step's start."""
     ps = prompts(3, (70, 90))
     kw = dict(top_k=3, fetch_ratio=0.67, transfer="uva", selection="synthetic", cuda_graph=graph)
-    states = []
-    for how in ("at_step", "presynth", "ahead"):
-        extra = dict(synthetic_ahead=8, synthetic_topk=True) if how == "ahead" else {}
-        eng = Engine(cfg("lookahead", "cuda", **kw, **extra))
-        if how == "at_step":
-            eng.runner.sources.presynth = lambda *a: None
-        for p in ps:
-            eng.add_request(p, SamplingParams(max_tokens=30))
-        toks = []
-        while eng.has_work():
-            toks += [o.new_token_ids for o in eng.step()]
-        torch.cuda.synchronize()
-        st = eng.runner.store
-        states.append((toks, st.resident.clone(), st.last_sel.clone(), eng.runner.counters()["units_fetched"]))
-        eng.close()
-    t0, r0, l0, u0 = states[0]
-    for t1, r1, l1, u1 in states[1:]:
-        assert t0 == t1
-        assert torch.equal(r0, r1) and torch.equal(l0, l1)
-        assert u0 == u1 > 0
+
+    def at_step(r):
+        r.sources.presynth = lambda *a: None
+
+    ref = run_state(cfg("lookahead", "cuda", **kw), ps, 30, at_step)
+    assert ref[2] > 0
+    assert_same_run(run_state(cfg("lookahead", "cuda", **kw), ps, 30), ref)  # presynth
+    assert_same_run(run_state(cfg("lookahead", "cuda", **kw, synthetic_ahead=8, synthetic_topk=True), ps, 30), ref)
 
 
 @pytest.mark.parametrize("graph", [False, True])
@@ -132,22 +120,9 @@ def test_fused_topk_gives_the_run_of_the_sort(graph):
     torch sort does: same tokens, mappings and fetches (selection=model)."""
     ps = prompts(4, (70, 90))
     kw = dict(top_k=3, fetch_ratio=0.67, transfer="uva", cuda_graph=graph)
-    states = []
-    for kern in ("sort", "fused"):
-        eng = Engine(cfg("lookahead", "cuda", **kw, topk_kernel=kern))
-        for p in ps:
-            eng.add_request(p, SamplingParams(max_tokens=30))
-        toks = []
-        while eng.has_work():
-            toks += [o.new_token_ids for o in eng.step()]
-        torch.cuda.synchronize()
-        st = eng.runner.store
-        states.append((toks, st.resident.clone(), st.last_sel.clone(), eng.runner.counters()["units_fetched"]))
-        eng.close()
-    (t0, r0, l0, u0), (t1, r1, l1, u1) = states
-    assert t0 == t1
-    assert torch.equal(r0, r1) and torch.equal(l0, l1)
-    assert u0 == u1 > 0
+    ref = run_state(cfg("lookahead", "cuda", **kw, topk_kernel="sort"), ps, 30)
+    assert ref[2] > 0
+    assert_same_run(run_state(cfg("lookahead", "cuda", **kw, topk_kernel="fused"), ps, 30), ref)
 
 
 @pytest.mark.parametrize("mode", ["dense", "lookahead"])

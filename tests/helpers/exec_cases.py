@@ -113,3 +113,32 @@ def layer0_kv_exact(eng, ps, outs):
         slot = st.slot_base(torch.tensor([lane]))[0] + st.LOCAL
         torch.testing.assert_close(st.k[0][slot][:, :m], k[nf * bs : T].transpose(0, 1))
         torch.testing.assert_close(st.v[0][slot][:, :m], v[nf * bs : T].transpose(0, 1))
+
+
+def run_state(c, ps, steps, runner_hook=None):
+    """Greedy run of prompts ``ps``; returns (each engine step's (request, tokens), the slot tables ``resident`` and
+    ``last_sel`` cloned where the store has them (a sparse working set), units fetched from the host), for
+    comparing two runs that must choose the same blocks (``assert_same_run``)."""
+    eng = Engine(c)
+    if runner_hook:
+        runner_hook(eng.runner)
+    for p in ps:
+        eng.add_request(p, SamplingParams(max_tokens=steps))
+    toks = []
+    while eng.has_work():
+        toks += [(o.request_id, o.new_token_ids) for o in eng.step()]
+    if torch.cuda.is_available() and c.device == "cuda":
+        torch.cuda.synchronize()
+    st = eng.runner.store
+    held = [t.clone() for t in (getattr(st, "resident", None), getattr(st, "last_sel", None)) if t is not None]
+    out = (toks, held, eng.runner.counters()["units_fetched"])
+    eng.close()
+    return out
+
+
+def assert_same_run(got, ref):
+    """Two ``run_state`` results: the same tokens, slot tables and fetches."""
+    assert got[0] == ref[0]
+    assert len(got[1]) == len(ref[1])
+    assert all(torch.equal(a, b) for a, b in zip(got[1], ref[1]))
+    assert got[2] == ref[2]
