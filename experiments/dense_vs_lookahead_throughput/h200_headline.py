@@ -150,6 +150,7 @@ class Run:
     extra: dict = field(default_factory=dict)  # other ExecConfig fields: no_transfer, fused_ops
     group: str = ""  # alternatives: once a member ran ok, the others are not run
     needs: str = ""  # a label that must have run ok first
+    repeat: int = 1  # --repeat: which pass over the plan (labels of passes 2.. end -rK)
 
     @property
     def sparse(self) -> bool:
@@ -570,6 +571,19 @@ def print_plan(runs: list, a, geo: Geometry, log, done: dict) -> None:
 # -- running ---------------------------------------------------------------------------------------------------------
 
 
+REPEATED = ("dense", "la", "nt", "sens")  # kinds --repeat runs again (not the host-maximum groups, probes, anchors)
+
+
+def with_repeats(runs: list, n: int) -> list:
+    """The plan, then ``n - 1`` more passes over its runs of the ``REPEATED`` kinds in the same order (so the largest
+    pool is still pinned first), labelled ``-r2``, ``-r3``, ...; a record's ``repeat`` says its pass, and
+    ``baselines_table.py`` pairs each run with the no-transfer twin of its own pass."""
+    from dataclasses import replace
+
+    again = [r for r in runs if r.kind in REPEATED]
+    return runs + [replace(r, label=f"{r.label}-r{i}", repeat=i) for i in range(2, n + 1) for r in again]
+
+
 def load_done(path: str) -> tuple:
     """({label: 'ok'|'error'} of finished runs, [labels whose last line is 'started': the run took the process down],
     {label: record} of ok runs). 'skipped' runs are not finished: a later invocation evaluates them again."""
@@ -643,6 +657,13 @@ def parse_args(argv):
         help="an ExecConfig field for every run (repeatable; a variant's set= overrides it), e.g. decode_chain=8",
     )
     ap.add_argument(
+        "--repeat",
+        type=int,
+        default=1,
+        help="passes over the plan's dense, lookahead, twin and variant runs (labels of passes 2.. end -rK): a "
+        "spread to compare with, since two runs of one configuration in one call differed by up to 5%%",
+    )
+    ap.add_argument(
         "--synthetic-work",
         default="model",
         choices=("model", "live"),
@@ -690,7 +711,9 @@ def main(argv=None) -> int:
         )
     host_dtype = a.exec_fields.get("host_kv_dtype", "auto")
     geo = Geometry(a.model, a.device, a.steps, a.warmup, step_tokens=max(chains), host_kv_dtype=host_dtype)
-    runs = PLANS[a.preset](a, geo)
+    if a.repeat < 1:
+        raise SystemExit(f"h200_headline: --repeat must be >= 1, got {a.repeat}")
+    runs = with_repeats(PLANS[a.preset](a, geo), a.repeat)
     done, died, ok_recs = load_done(a.out)
     print_plan(runs, a, geo, log, done)
     if a.dry_run:
@@ -764,6 +787,7 @@ def main(argv=None) -> int:
             "host_kv_gb": host_kv_gb,
             "fetch_ratio": r.fetch_ratio,
             "synthetic_params": r.synthetic,
+            "repeat": r.repeat,
         }
         if cuda:
             st.read()
@@ -828,6 +852,7 @@ def main(argv=None) -> int:
                 kind=r.kind,
                 variant=r.variant,
                 group=r.group,
+                repeat=r.repeat,
                 preset=a.preset,
                 status="ok",
                 wall_s=round(time.perf_counter() - t1, 1),

@@ -297,3 +297,31 @@ def test_an_fp8_host_copy_sizes_the_pool_in_its_own_bytes(tmp_path, capsys):
     assert "host pool 1.228 GB a request" in capsys.readouterr().out
     with pytest.raises(SystemExit, match="give it as --exec"):
         H.main(argv + ["--sens-n", "88", "--variants", "set=host_kv_dtype:fp8_e4m3"])
+
+
+def test_repeat_runs_the_plan_again_and_pairs_twins_within_a_pass(tmp_path, capsys):
+    """--repeat 2: the lookahead run, its twin and a variant again as ``-r2``, each record saying its pass; the
+    baselines table pairs each run with its own pass's twin; the default model-selected work is recorded."""
+    H, T = _load("h200_headline"), _load("baselines_table")
+    out = tmp_path / "r.jsonl"
+    argv = ["--out", str(out), "--device", "cpu", "--model", "tiny", "--contexts", "64", "--steps", "2", "--warmup"]
+    argv += ["1", "--dense-n", "none", "--anchors", "none", "--la-n", "2", "--max-n", "none", "--nt-n", "2"]
+    argv += ["--sens-n", "2", "--variants", "fr0.1", "--assume-mem-gb", "262", "--repeat", "2"]
+    assert H.main(argv) == 0
+    done = {r["label"]: r for r in _lines(out) if r.get("status") == "ok"}
+    first = ["c64-lookahead-2", "c64-lookahead-2-notransfer", "c64-lookahead-2-fr0.1"]
+    assert set(done) == set(first) | {f"{x}-r2" for x in first}
+    assert {done[x]["repeat"] for x in first} == {1} and {done[f"{x}-r2"]["repeat"] for x in first} == {2}
+    assert all(r["synthetic_ahead"] > 0 and r["synthetic_topk"] for r in done.values())
+    capsys.readouterr()
+    T.main(str(tmp_path))
+    rows = [ln.split("|") for ln in capsys.readouterr().out.splitlines() if ln.startswith("| OasisKV lookahead, ")]
+    # both passes' lookahead runs (fetch 0.05 and 0.1) over a twin of their own pass: 4 ratios, each its run's own
+    tps = {round(r["throughput_tok_s"], 1): r for r in done.values()}
+    for row in rows:
+        r = tps[float(row[8])]
+        twin = done["c64-lookahead-2-notransfer" + ("-r2" if r["repeat"] == 2 else "")]
+        assert row[13].strip() == f"{r['tpot_ms_p50'] / twin['tpot_ms_p50']:.3f}"
+    assert len(rows) == 4
+    with pytest.raises(SystemExit, match="repeat"):
+        H.main(argv[:-1] + ["0"])

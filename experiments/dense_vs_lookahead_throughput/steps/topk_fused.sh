@@ -3,7 +3,8 @@
 # run). engine_choice_vllm_fed96a7 found the sort's ~12 kernels a layer cost 0.35 ms a 16K x 44 token without copies
 # but 4.4 ms with them (2.9 ms at 16 requests): the copies wait for plans that wait for the top-K. Here, one call, no
 # vLLM: the GPU tests of the kernel and of the engine with it, then 16K x 44, 16K x 16 and 32K x 22 with the sort
-# (base), fused, and no top-K (synthetic_topk false: the generator-free bound), each with its no-transfer twin; then
+# (base), fused, and no top-K (synthetic_topk false: the generator-free bound), each with its no-transfer twin, every
+# run twice (--repeat 2: 30 runs of 3-6 s); then
 # profiles of the sort and the fused top-K at 16K x 16 with critical_path.py. Written 2026-12-02; not yet run.
 # Prediction: fused within 0.3 ms of no top-K with copies: 16K x 16 ~9.9 ms (1.06 of its twin), 16K x 44 ~15.3 ms.
 #   OASIS_COMMIT=<sha> bash experiments/device.sh dense_vs_lookahead_throughput/topk_fused
@@ -18,7 +19,7 @@ V='set=topk_kernel:fused,set=no_transfer:true+topk_kernel:fused,set=synthetic_to
 V="$V,set=no_transfer:true+synthetic_topk:false"
 timeout -k 10 $(( B + 5 )) $PY -X faulthandler experiments/dense_vs_lookahead_throughput/h200_headline.py \
   --out "$OUT/oasis.jsonl" --contexts 16k,32k --dense-n none --la-n '16k=44,16;32k=22' --max-n none \
-  --nt-n '16k=44,16;32k=22' --sens-n '16k=44,16;32k=22' --variants "$V" --anchors none --synthetic-work model \
+  --nt-n '16k=44,16;32k=22' --sens-n '16k=44,16;32k=22' --variants "$V" --anchors none --synthetic-work model --repeat 2 \
   --exec decode_chain=8 --budget-s "$B" --steps 24 --warmup 4 --synthetic "$SYN" 2>&1 | grep -v " plan " \
   | tee "$OUT/oasis.log" | grep -E "done|skip|fail|error"
 $PY experiments/dense_vs_lookahead_throughput/baselines_table.py "$OUT" > "$OUT/baselines.md" 2>&1; cat "$OUT/baselines.md"
