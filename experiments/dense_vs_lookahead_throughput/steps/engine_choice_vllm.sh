@@ -22,7 +22,7 @@ V="set=$AH+synthetic_topk:true,set=no_transfer:true+$AH+synthetic_topk:true,set=
 V="$V,set=transfer:uva+uva_programs:8,set=transfer:uva+uva_programs:32,set=transfer:auto"
 timeout -k 10 $(( B + 5 )) $PY -X faulthandler experiments/dense_vs_lookahead_throughput/h200_headline.py \
   --out "$OUT/oasis.jsonl" --contexts 16k,32k --dense-n none --la-n '16k=44,16;32k=22' --max-n none \
-  --nt-n '16k=44,16;32k=22' --sens-n '16k=44,16;32k=22' --variants "$V" --anchors none \
+  --nt-n '16k=44,16;32k=22' --sens-n '16k=44,16;32k=22' --variants "$V" --anchors none --synthetic-work live \
   --exec decode_chain=8 --budget-s "$B" --steps 24 --warmup 4 --synthetic "$SYN" 2>&1 | grep -v " plan " \
   | tee "$OUT/oasis.log" | grep -E "done|skip|fail|error"
 $PY experiments/dense_vs_lookahead_throughput/baselines_table.py "$OUT" > "$OUT/baselines.md" 2>&1; cat "$OUT/baselines.md"
