@@ -2,7 +2,7 @@
 # against a graph span of ~16.0 ms, so ~1.5 ms a pass is outside the graphs. At chain 1 the eager GPU work between
 # two graphs is ~0.35-0.38 ms (draft head GEMMs, argmax; traces_16_319a24f, critical_path.py "to the next graph").
 # Here: 16K x 44 and x 16 profiled with --decode-chain 8 (and 1 at 44), traces kept, critical_path.py on them.
-# Not yet run (written 2026-12-02). Prediction: ~0.4 ms of eager kernels and ~1 ms of idle GPU between chained graphs
+# Run at f143ed3: results/chain_gaps_f143ed3/. Prediction: ~0.4 ms of eager kernels and ~1 ms of idle GPU between chained graphs
 # (the host's launches of the next pass not far enough ahead).
 #   OASIS_COMMIT=<sha> bash experiments/device.sh decode_step_profile/chain_gaps   -> *.json.gz, profiles.*, critical_path.txt
 DEADLINE_S=${DEADLINE_S:-400}

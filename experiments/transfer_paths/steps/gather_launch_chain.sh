@@ -1,5 +1,6 @@
-# Issue 17: the UVA gather's launch shape in the decode-chain step (chain 8), two questions, one call. Not yet run
-# (written 2026-12-02, when the session's device time ran out; widened and run the next session). One H200 with a 128 GiB host; no vLLM needed.
+# Issue 17: the UVA gather's launch shape in the decode-chain step (chain 8), two questions, one call. Written
+# 2026-12-02 when a session's device time ran out; widened and run at f143ed3 (results/gather_launch_chain_f143ed3/,
+# with --transfer uva and the live generator, h200_headline's defaults then). One H200, 128 GiB host; no vLLM.
 # 1. Overlap at 16 requests (1.100 at 2270bc3). The copies add 11-20 us to every layer, with no tail
 #    (decode_step_profile/results/traces_16_319a24f): the gather's share of the SMs. The table runs 8 programs x 2
 #    items. Fewer programs with more items in flight (ExecConfig.uva_items_per_iter) might keep the 23 GB/s the
