@@ -1,24 +1,17 @@
 """The headline sweep runner (experiments/dense_vs_lookahead_throughput/h200_headline.py) and its report (experiments/dense_vs_lookahead_throughput/dense_vs_lookahead_report.py) on the CPU: the plan
 and its estimate (--dry-run), a tiny sweep (guard skip, died run, resume, variants, twins), the report's sections."""
 
-import importlib.util
 import json
 import os
-import sys
 
 import pytest
+from experiment_scripts import load_script
 
 REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 
 def _load(name):
-    spec = importlib.util.spec_from_file_location(
-        name, os.path.join(REPO, "experiments", "dense_vs_lookahead_throughput", f"{name}.py")
-    )
-    mod = importlib.util.module_from_spec(spec)
-    sys.modules[name] = mod  # dataclasses look their module up
-    spec.loader.exec_module(mod)
-    return mod
+    return load_script(f"dense_vs_lookahead_throughput/{name}.py")
 
 
 def _lines(path):

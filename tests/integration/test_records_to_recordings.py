@@ -1,10 +1,10 @@
 """experiments/simulator_vs_executor/records_to_recordings.py: H200 bench records (committed JSONL) -> recordings that load and replay."""
 
-import importlib.util
 import json
 import os
 
 import pytest
+from experiment_scripts import load_script
 
 from oasis_core.recording import find_recordings, load_recording
 from oasis_sim.replay import measured_metrics, replay
@@ -16,10 +16,7 @@ PATHS = os.path.join(EXP, "transfer_paths", "results", "uva_vs_host_in_step.json
 
 
 def _load(name):
-    spec = importlib.util.spec_from_file_location(name, os.path.join(EXP, "simulator_vs_executor", f"{name}.py"))
-    mod = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(mod)
-    return mod
+    return load_script(f"simulator_vs_executor/{name}.py")
 
 
 @pytest.fixture(scope="module")

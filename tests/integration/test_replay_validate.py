@@ -5,6 +5,7 @@ import os
 
 import numpy as np
 import pytest
+from experiment_scripts import load_script
 from replay_fakes import base_config, fake_results, synthetic_recording
 
 from oasis_core.recording import build_recording, find_recordings, load_recording, save_recording, save_selection
@@ -291,14 +292,7 @@ def test_committed_recordings_validate(tmp_path):
 
 
 def _analysis():
-    import importlib.util
-
-    spec = importlib.util.spec_from_file_location(
-        "sim_vs_exec", os.path.join(REPO, "experiments", "simulator_vs_executor", "sim_vs_exec.py")
-    )
-    mod = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(mod)
-    return mod
+    return load_script("simulator_vs_executor/sim_vs_exec.py")
 
 
 def test_analysis_with_zero_recordings(tmp_path):
@@ -320,13 +314,7 @@ def test_analysis_with_recordings(tmp_path, synth):
 
 
 def test_record_matrix_dry_run_plans_the_issue_matrix(capsys):
-    import importlib.util
-
-    spec = importlib.util.spec_from_file_location(
-        "record_matrix", os.path.join(REPO, "experiments", "simulator_vs_executor", "record_matrix.py")
-    )
-    mod = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(mod)
+    mod = load_script("simulator_vs_executor/record_matrix.py")
     runs = mod.plan("all")
     assert len(runs) == 12 + 12 + 24
     assert {(m, fr) for m, _c, _n, fr in runs} == {

@@ -4,24 +4,19 @@ clients hanging up mid-stream. Every request is accounted for and the pools are 
 from __future__ import annotations
 
 import asyncio
-import importlib.util
-import sys
 
 import pytest
+from experiment_scripts import load_script
 
 pytest.importorskip("fastapi")
 
-from server_proc import ROOT, TINY, ServerProcess
+from server_proc import TINY, ServerProcess
 
 N_REQUESTS, CONCURRENCY, DISCONNECT = 300, 32, 0.10
 
 
 def _loadgen():
-    spec = importlib.util.spec_from_file_location("oasis_loadgen", ROOT / "experiments" / "common" / "loadgen.py")
-    mod = importlib.util.module_from_spec(spec)
-    sys.modules[spec.name] = mod  # dataclasses look their module up while the file executes
-    spec.loader.exec_module(mod)
-    return mod
+    return load_script("common/loadgen.py", "oasis_loadgen")
 
 
 def test_bounded_load_with_disconnects():

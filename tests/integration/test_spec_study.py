@@ -2,23 +2,17 @@
 with synthetic acceptance (tiny preset, CPU, a recording for the h200 preset) in the simulator: the simulated tokens
 a step follow the recorded acceptance, and the what-if rows draw from the study's measured histograms."""
 
-import importlib.util
 import json
-from pathlib import Path
 
 import pytest
 from exec_cases import cfg
+from experiment_scripts import load_script
 
 pytestmark = pytest.mark.usefixtures("one_torch_thread")
 
-HERE = Path(__file__).resolve().parents[2] / "experiments" / "speculative_decoding"
-
 
 def _load(name):
-    spec = importlib.util.spec_from_file_location(name, HERE / f"{name}.py")
-    mod = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(mod)
-    return mod
+    return load_script(f"speculative_decoding/{name}.py")
 
 
 def _rec(k, run, tok_s, tokens, mode="dense", hist=None):

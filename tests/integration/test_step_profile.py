@@ -1,23 +1,14 @@
 """experiments/decode_step_profile/step_profile.py: the CPU smoke path (aten ops per decode step, by phase) for dense and lookahead, and the
 kernel-trace parser on a hand-made CUDA trace (graph replay, two streams, overlap, a sync)."""
 
-import importlib.util
 import json
-import os
 
 import pytest
+from experiment_scripts import load_script
 
 torch = pytest.importorskip("torch")
 
-_PATH = os.path.join(
-    os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))),
-    "experiments",
-    "decode_step_profile",
-    "step_profile.py",
-)
-_spec = importlib.util.spec_from_file_location("step_profile", _PATH)
-sp = importlib.util.module_from_spec(_spec)
-_spec.loader.exec_module(sp)
+sp = load_script("decode_step_profile/step_profile.py")
 
 
 pytestmark = pytest.mark.usefixtures("one_torch_thread")

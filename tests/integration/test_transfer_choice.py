@@ -2,13 +2,13 @@
 
 The summarize test feeds fabricated records: it checks the arithmetic of the report, it is not a result."""
 
-import importlib.util
 import json
 import os
 import re
 import warnings
 
 import pytest
+from experiment_scripts import load_script
 
 from oasis_exec import transfer_choice as tc
 
@@ -16,12 +16,7 @@ REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)
 
 
 def _script():
-    spec = importlib.util.spec_from_file_location(
-        "transfer_paths", os.path.join(REPO, "experiments", "transfer_paths", "transfer_paths.py")
-    )
-    mod = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(mod)
-    return mod
+    return load_script("transfer_paths/transfer_paths.py")
 
 
 TABLE = {

@@ -1,19 +1,11 @@
 """experiments/dense_vs_lookahead_throughput/baselines_table.py: ratios against the same call's best vLLM, and each
 sparse run's no-transfer twin of the same side-stream priority (not the last twin of its point)."""
 
-import importlib.util
 import json
-import os
 
-_PATH = os.path.join(
-    os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))),
-    "experiments",
-    "dense_vs_lookahead_throughput",
-    "baselines_table.py",
-)
-_spec = importlib.util.spec_from_file_location("baselines_table", _PATH)
-bt = importlib.util.module_from_spec(_spec)
-_spec.loader.exec_module(bt)
+from experiment_scripts import load_script
+
+bt = load_script("dense_vs_lookahead_throughput/baselines_table.py")
 
 
 def _run(tpot, prio, nt=False):

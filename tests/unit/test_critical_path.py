@@ -2,18 +2,17 @@
 that a side-stream kernel releases, a copy beside main, and a tail of side work after main's last kernel."""
 
 import gzip
-import importlib.util
 import json
 import os
 import sys
+
+from experiment_scripts import load_script
 
 _DIR = os.path.join(
     os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))), "experiments", "decode_step_profile"
 )
 sys.path.insert(0, _DIR)
-_spec = importlib.util.spec_from_file_location("critical_path", os.path.join(_DIR, "critical_path.py"))
-cp = importlib.util.module_from_spec(_spec)
-_spec.loader.exec_module(cp)
+cp = load_script("decode_step_profile/critical_path.py")
 
 
 def _k(name, stream, ts, dur, corr=7):

@@ -1,20 +1,13 @@
 """experiments/simulator_vs_executor/sim_vs_exec.py's flattened fit parameters: the GEMM group's time per layer in
 the fitted form of oasis_sim.fitted, floor + scale * (roofline - floor) + offset (hand-computed here)."""
 
-import importlib.util
-from pathlib import Path
-
 import pytest
-
-PATH = Path(__file__).resolve().parents[2] / "experiments" / "simulator_vs_executor" / "sim_vs_exec.py"
+from experiment_scripts import load_script
 
 
 @pytest.fixture(scope="module")
 def sve():
-    spec = importlib.util.spec_from_file_location("sim_vs_exec", PATH)
-    mod = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(mod)
-    return mod
+    return load_script("simulator_vs_executor/sim_vs_exec.py")
 
 
 def _desc(dense=None, sparse=None):
