@@ -533,12 +533,13 @@ class ModelExec:
         st = self.store
         scores = ops.block_score(qsel.contiguous(), st.kmin[l], st.kmax[l], n_blocks.to(torch.int32), lanes32)
         B = qsel.shape[0]
+        rows = scores.view(B * self.H, -1)
         if src is not None:
             pred = src.reshape(B * self.H, -1)
             if self.cfg.synthetic_topk:  # the work selection=model does here; its result is not used
-                self._topk(scores.view(B * self.H, -1), n_blocks)
+                self._topk(rows, n_blocks)
         else:
-            pred = self._topk(scores.view(B * self.H, -1), n_blocks)
+            pred = self._topk(rows, n_blocks)
         if recorded is not None:
             recorded.append(pred)
         return pred

@@ -70,8 +70,6 @@ class SelectionSources:
             return None
         key = tuple(lanes_list)
         if self._ahead is None or self._ahead[0] != key:
-            if self.synth is not None and self.synth[0] == key:
-                return None  # this lane set's drawn steps are used up: drawn each step from here
             nb = [p // self.bs + 1 for p in pos_list]
             drawn = [torch.stack(self._synthetic_sets(lanes_list, nb)).to(torch.int32) for _ in range(n)]
             self._ahead = (key, drawn[::-1])  # popped from the end

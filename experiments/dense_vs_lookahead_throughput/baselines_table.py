@@ -1,8 +1,8 @@
 """The issue-17 table from one device call's files: vLLM dense (vllm_*.json) against OasisKV (every *.jsonl bench
 record under the folder), each ratio against the best vLLM decode throughput at the same context and KV dtype of the
 same call, and each sparse run's TPOT against its no-transfer twin (same mode, context, concurrency, host dtype,
-decode chain, side-stream priority, selection work and ``--repeat`` pass). TPOT is a token's (a decode chain's step over its length);
-MB/step is a decode pass's; "copy" is the UVA gather's programs x items an iteration. Selection "synthetic, ahead +
+decode chain, side-stream priority, selection work and ``--repeat`` pass: ``point``). TPOT is a token's (a decode
+chain's step over its length); MB/step is a decode pass's; "copy" is the UVA gather's programs x items an iteration. Selection "synthetic, ahead +
 top-K": the sets drawn before the timed steps and the model selection's top-K run in each step
 (``ExecConfig.synthetic_ahead``, ``synthetic_topk``).
 
@@ -49,6 +49,12 @@ def copy(r: dict) -> str:
     return f"{r['uva_programs']}x{r.get('uva_items_per_iter') or 2}"
 
 
+def point(r: dict) -> tuple:
+    """What a run and its no-transfer twin share."""
+    return (r["mode"], r["context"], r["concurrency"], r.get("host_kv_dtype", "auto"), weights(r),
+            r.get("decode_chain", 1), r.get("stream_priority"), selection(r), r.get("repeat", 1))  # fmt: skip
+
+
 def main(folder: str) -> None:
     vllm, ours = load(folder)
     best = {}
@@ -63,11 +69,7 @@ def main(folder: str) -> None:
     for v in vllm:
         print(f"| vLLM dense | {v['weights']} | - | {v['ctx']} | {v['conc']} | {v['kv']} | - | {v['decode_tok_s']:.1f} "
               f"| {v['tpot_ms']:.2f} | 0 | | | |")  # fmt: skip
-    twins = {}
-    for r in ours:
-        if r.get("no_transfer"):
-            key = (r["mode"], r["context"], r["concurrency"], r.get("host_kv_dtype", "auto"), weights(r))
-            twins[key + (r.get("decode_chain", 1), r.get("stream_priority"), selection(r), r.get("repeat", 1))] = r
+    twins = {point(r): r for r in ours if r.get("no_transfer")}
     for r in ours:
         ctx, w = r["context"], weights(r)
         # the real model's contexts (8,096) run vLLM at the same tokens; vLLM's context key is its prompt length
@@ -75,9 +77,7 @@ def main(folder: str) -> None:
         tps = r["throughput_tok_s"]
         chain = r.get("decode_chain", 1)
         prio = r.get("stream_priority")
-        key = (r["mode"], ctx, r["concurrency"], r.get("host_kv_dtype", "auto"), w, chain, prio, selection(r))
-        key += (r.get("repeat", 1),)
-        twin = twins.get(key)
+        twin = twins.get(point(r))
         over = f"{r['tpot_ms_p50'] / twin['tpot_ms_p50']:.3f}" if twin and not r.get("no_transfer") else ""
         name = r["mode"] + (" (no transfer)" if r.get("no_transfer") else "")
         spec = r.get("speculative_k")
