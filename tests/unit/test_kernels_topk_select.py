@@ -44,3 +44,12 @@ def test_topk_select_takes_a_non_contiguous_row_stride_and_bf16():
     assert torch.equal(topk_select(wide[:, :48], 6, nb, heads=2).cpu(), topk_select_ref(s, 6, nb, heads=2).cpu())
     b = s.to(torch.bfloat16)
     assert torch.equal(topk_select(b, 6, nb, heads=2).cpu(), topk_select_ref(b, 6, nb, heads=2).cpu())
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="the engine's shapes are too slow for the interpreter")
+@pytest.mark.parametrize("B,N,ties", [(44, 1024, False), (22, 2048, True), (16, 1024, True)])
+def test_topk_select_at_the_engines_shapes(B, N, ties):
+    """16K and 32K contexts of 16-token blocks, 8 KV heads, top-K 128: the rows the engine sorts each layer."""
+    s, nb = case(B, 8, N, seed=B + N, ties=ties, short=64)
+    assert torch.equal(topk_select(s, 128, nb, heads=8).cpu(), topk_select_ref(s, 128, nb, heads=8).cpu())

@@ -6,13 +6,18 @@
 # (base), fused, and no top-K (synthetic_topk false: the generator-free bound), each with its no-transfer twin, every
 # run twice (--repeat 2: 30 runs of 3-6 s); then
 # profiles of the sort and the fused top-K at 16K x 16 with critical_path.py. Written 2026-12-02; not yet run.
+# Carry .vb/3 after `stash` of .vb/1 and .vb/2: vLLM's bundle is unpacked during the tests (CPU only) and, if time is
+# left, vLLM 16K x 16 runs last, so that the next call (figures 1 and 3) starts vLLM warm.
 # Prediction: fused within 0.3 ms of no top-K with copies: 16K x 16 ~9.9 ms (1.06 of its twin), 16K x 44 ~15.3 ms.
 #   OASIS_COMMIT=<sha> bash experiments/device.sh dense_vs_lookahead_throughput/topk_fused
 DEADLINE_S=${DEADLINE_S:-560}
 SYN=${SYN:-'{"preset": "smollm2"}'}
+. experiments/dense_vs_lookahead_throughput/vllm_setup.sh
+( vllm_ready > "$OUT/vllm_ready.log" 2>&1 || say "vLLM bundle not ready: $(tail -1 "$OUT/vllm_ready.log")" ) &
 timeout -k 5 60 $PY -m pytest -q -p no:cacheprovider tests/unit/test_kernels_topk_select.py > "$OUT/pytest_topk.txt" 2>&1
 say "kernel against topk_blocks on the GPU: $(tail -1 "$OUT/pytest_topk.txt")"
 TEST_S=90 gpu_tests tests/gpu/test_exec_gpu.py -k "topk or synthetic_sets"
+wait  # the bundle's unpacking (CPU) ends before any timed run
 B=$(( $(left) - 150 ))
 say "OasisKV (budget ${B}s)"
 V='set=topk_kernel:fused,set=no_transfer:true+topk_kernel:fused,set=synthetic_topk:false'
@@ -34,4 +39,6 @@ for kern in sort fused; do
     || say "failed: $kern"
   $PY experiments/decode_step_profile/critical_path.py "$OUT/$kern.json.gz" >> "$OUT/critical_path.txt" 2>&1
 done
+T=$(( $(left) - 5 )); [ "$T" -ge 150 ] && vllm_run 16384 "$T" --ctx 16384 --conc 16 --kv-bytes 52e9
+[ -f "$OUT/vllm_16384.log" ] && { tail -n 40 "$OUT/vllm_16384.log" > "$OUT/vllm.log"; rm -f "$OUT/vllm_16384.log"; }
 say "done"
