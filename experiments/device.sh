@@ -18,7 +18,8 @@
 #   model   assemble and check the model (need_model below) and print its path.
 # Steps may use: el (seconds since the start), left (seconds to $DEADLINE_S, which the step sets), say MSG,
 #   min A B (integers), need_model (assemble $MODEL_DIR/model.gguf from its pieces if needed, check its sha256, export
-#   OASIS_GGUF and M), gpu_tests [PYTEST ARGS] (pytest -m gpu into $OUT/pytest_gpu.txt), table_from RUNS PREFIX.
+#   OASIS_GGUF and M), gpu_tests [PYTEST ARGS] (pytest -m gpu into $OUT/pytest_gpu.txt), table_from RUNS PREFIX,
+#   pack_out KEEP... (every other file under $OUT into $OUT/all.tgz: a call brings back 8 files at most).
 # The real model's pieces: /work/shared/models/README.md (a call carries 64 MiB, so the 98 MB GGUF is split with
 # `split -b 36M FILE .models/p_` over several carried folders; earlier calls `stash` theirs while the machine is
 # warm). A CPU machine runs the same runner: steps that support it say how (e.g. serving_load/serve with DEVICE=cpu).
@@ -54,6 +55,12 @@ el() { echo $(( $(date +%s) - T0 )); }
 left() { echo $(( ${DEADLINE_S:-560} - $(el) )); }  # a step sets DEADLINE_S (its default) first
 say() { echo "[$(date -u +%H:%M:%S) +$(el)s] $*" | tee -a "$OUT/progress.log"; }
 min() { [ "$1" -lt "$2" ] && echo "$1" || echo "$2"; }
+
+pack_out() {  # KEEP...: every other file under $OUT into $OUT/all.tgz (a device call brings back 8 files at most)
+  local keep=() f; for f in "$@"; do keep+=(--exclude "./$f"); done
+  (cd "$OUT" && tar czf /tmp/all.tgz "${keep[@]}" . && find . -type f $(printf "! -name %s " "$@") -delete \
+    && mv /tmp/all.tgz all.tgz)
+}
 
 in_name_order() {  # PATHS...: the existing ones, one per file name, in name order (split names its pieces in order)
   ls "$@" 2>/dev/null | awk -F/ '{print $NF "\t" $0}' | sort -u -k1,1 | cut -f2

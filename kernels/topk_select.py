@@ -26,7 +26,7 @@ import triton.language as tl
 
 from ._util import check, next_pow2
 
-LOW = 2**31 - 1  # a key's low bits: LOW - block id (ids < 2**31)
+LOW = 2**31 - 1  # a key's low bits: LOW - block id (ids < 2**31); the kernel spells it 0x7FFFFFFF (a global is refused)
 
 
 @triton.jit
@@ -39,9 +39,9 @@ def topk_select_kernel(S, NBLK, OUT, N, stride_s, K: tl.constexpr, HEADS: tl.con
     s = tl.where(s == 0.0, 0.0, s)  # -0.0 and +0.0 are equal scores: one bit pattern
     bits = s.to(tl.int32, bitcast=True)
     ordered = tl.where(bits >= 0, bits, bits ^ 0x7FFFFFFF)  # signed int32, monotonic in the float
-    key = (ordered.to(tl.int64) << 32) | (LOW - offs).to(tl.int64)
+    key = (ordered.to(tl.int64) << 32) | (0x7FFFFFFF - offs).to(tl.int64)
     key = tl.sort(key, descending=True)
-    ids = LOW - (key & 0x7FFFFFFF).to(tl.int32)
+    ids = 0x7FFFFFFF - (key & 0x7FFFFFFF).to(tl.int32)
     out = tl.where(ids < nb - 1, ids, -1).to(tl.int64)
     tl.store(OUT + row * K + offs, out, mask=offs < K)
 
