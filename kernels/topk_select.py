@@ -2,8 +2,8 @@
 
 ``oasis_core.scoring.topk_blocks`` on torch is about a dozen small kernels (eligibility mask, a stable descending
 sort, a gather, selects). In a lookahead step they run on the prediction stream between a layer's scores and its
-plan, which that layer's copy waits for; with copies beside the step they cost 3-4 ms a 16K token
-(``experiments/dense_vs_lookahead_throughput/results/engine_choice_vllm_fed96a7/``). Here one program sorts one row.
+plan, which that layer's copy waits for; with copies beside the step they cost 3-5 ms a 16K token
+(``experiments/dense_vs_lookahead_throughput/results/topk_fused_85a86bf/``). Here one program selects one row.
 
 Layout:
 
@@ -13,9 +13,12 @@ Layout:
 - returns ``ids: [R, k]`` int64, best first, ties to the lower block id, -1 where a row has fewer than ``k``
   eligible blocks (eligible scores must not be NaN; an eligible ``-inf`` still ranks above every ineligible block).
 
-Each score is made an order-preserving integer (its float32 bits, negatives flipped; -0.0 taken as +0.0) in the
-high 32 bits of an int64 key whose low bits are ``2**31 - 1 - id``: all keys differ, so one descending bitonic
-sort (``tl.sort``) of the row gives the stable order of the reference.
+Each score is made an order-preserving integer (its float32 bits, negatives flipped; -0.0 taken as +0.0). The
+K-th largest of them is found bit by bit (32 counts over the row), which selects every block above it and, of those
+equal to it, the lowest ids: exactly K. Their int64 keys (the score in the high bits, ``2**31 - 1 - id`` in the low;
+all keys differ) are packed into the output row, and each key's rank among the K (a K x K count) is its place.
+A first version sorted the whole row (``tl.sort``, a bitonic network): 4 ms of GPU a 16K x 16 step, more than the
+torch sort it replaced (``results/figures_topk_vllm_2746686/``).
 """
 
 from __future__ import annotations
@@ -30,7 +33,8 @@ LOW = 2**31 - 1  # a key's low bits: LOW - block id (ids < 2**31); the kernel sp
 
 
 @triton.jit
-def topk_select_kernel(S, NBLK, OUT, N, stride_s, K: tl.constexpr, HEADS: tl.constexpr, BLOCK_N: tl.constexpr):
+def topk_select_kernel(S, NBLK, OUT, N, stride_s, K: tl.constexpr, HEADS: tl.constexpr, BLOCK_N: tl.constexpr,
+                       BLOCK_K: tl.constexpr):
     row = tl.program_id(0)
     nb = tl.load(NBLK + row // HEADS).to(tl.int32)
     offs = tl.arange(0, BLOCK_N)
@@ -39,11 +43,28 @@ def topk_select_kernel(S, NBLK, OUT, N, stride_s, K: tl.constexpr, HEADS: tl.con
     s = tl.where(s == 0.0, 0.0, s)  # -0.0 and +0.0 are equal scores: one bit pattern
     bits = s.to(tl.int32, bitcast=True)
     ordered = tl.where(bits >= 0, bits, bits ^ 0x7FFFFFFF)  # signed int32, monotonic in the float
+    # 1. the K-th largest score, bit by bit from the top: the largest t with #{u >= t} >= K (u: 0 .. 2**32 - 1)
+    u = ordered.to(tl.int64) + 0x80000000
+    t = tl.zeros((), dtype=tl.int64)
+    for b in tl.static_range(31, -1, -1):
+        cand = t | (1 << b)
+        t = tl.where(tl.sum((u >= cand).to(tl.int32), axis=0) >= K, cand, t)
+    # 2. every score above it, and of those equal to it the lowest ids, K in all (BLOCK_N >= K)
+    eq = u == t
+    need = K - tl.sum((u > t).to(tl.int32), axis=0)
+    sel = (u > t) | (eq & (tl.cumsum(eq.to(tl.int32), axis=0) <= need))
+    # 3. their keys, packed into the output row (scratch), then each one's rank among them: its place, best first
     key = (ordered.to(tl.int64) << 32) | (0x7FFFFFFF - offs).to(tl.int64)
-    key = tl.sort(key, descending=True)
-    ids = 0x7FFFFFFF - (key & 0x7FFFFFFF).to(tl.int32)
+    pos = tl.cumsum(sel.to(tl.int32), axis=0) - 1
+    tl.store(OUT + row * K + pos, key, mask=sel)
+    tl.debug_barrier()
+    ok = tl.arange(0, BLOCK_K)
+    kk = tl.load(OUT + row * K + ok, mask=ok < K, other=-(2**63))
+    rank = tl.sum((kk[None, :] > kk[:, None]).to(tl.int32), axis=1)
+    ids = 0x7FFFFFFF - (kk & 0x7FFFFFFF).to(tl.int32)
     out = tl.where(ids < nb - 1, ids, -1).to(tl.int64)
-    tl.store(OUT + row * K + offs, out, mask=offs < K)
+    tl.debug_barrier()  # every key read before any slot is overwritten
+    tl.store(OUT + row * K + rank, out, mask=ok < K)
 
 
 def topk_select(scores: torch.Tensor, k: int, n_blocks: torch.Tensor, heads: int = 1, out=None, num_warps=4):
@@ -69,6 +90,7 @@ def topk_select(scores: torch.Tensor, k: int, n_blocks: torch.Tensor, heads: int
         K=k,
         HEADS=heads,
         BLOCK_N=next_pow2(max(N, k)),
+        BLOCK_K=next_pow2(k),
         num_warps=num_warps,
     )
     return out

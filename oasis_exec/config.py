@@ -144,7 +144,7 @@ class ExecConfig(speculation.SpeculativeFields):
         "sort",
         "the prediction's top-K of each layer's block scores (selection=model, synthetic_topk): sort "
         "(oasis_core.scoring.topk_blocks on torch: a stable sort and ~12 small kernels) | fused "
-        "(kernels.topk_select: the same ids in one launch; not yet measured on the GPU)",
+        "(kernels.topk_select: the same ids in one launch, a threshold select)",
         ("sort", "fused"),
     )
     uva_kernel: str = _f(

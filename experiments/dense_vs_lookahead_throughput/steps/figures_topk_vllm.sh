@@ -9,6 +9,8 @@
 # Prediction: fused within 0.3 ms of no top-K: 16K x 44 ~14.8 ms (2.7x vLLM), 16K x 16 ~9.9 ms (overlap ~1.06),
 # 32K x 22 ~11.7 ms (3.6x).
 #   OASIS_COMMIT=<sha> bash experiments/device.sh dense_vs_lookahead_throughput/figures_topk_vllm
+# Ran at 2746686 (the bitonic kernel) as above; then with the threshold select (results/figures_topk_select_*) with DEADLINE_S=500 and VARIANTS
+# set to the sort, no top-K and their twins (no hisparse: the device time left was ~550 s).
 DEADLINE_S=${DEADLINE_S:-575}
 SYN=${SYN:-'{"preset": "smollm2"}'}
 . experiments/dense_vs_lookahead_throughput/vllm_setup.sh
@@ -21,8 +23,8 @@ vllm_run 16384 200 --ctx 16384 --conc 16 --kv-bytes 52e9
 vllm_run 32768 $(min 170 $(( $(left) - 190 ))) --ctx 32768 --conc 10 --kv-bytes 52e9
 B=$(( $(left) - 45 ))
 say "OasisKV (budget ${B}s)"
-V='set=topk_kernel:sort,set=no_transfer:true+topk_kernel:sort,set=synthetic_topk:false'
-V="$V,set=no_transfer:true+synthetic_topk:false,mode=hisparse"
+V=${VARIANTS:-set=topk_kernel:sort,set=no_transfer:true+topk_kernel:sort,set=synthetic_topk:false}
+[ -z "${VARIANTS:-}" ] && V="$V,set=no_transfer:true+synthetic_topk:false,mode=hisparse"
 timeout -k 10 $(( B + 5 )) $PY -X faulthandler experiments/dense_vs_lookahead_throughput/h200_headline.py \
   --out "$OUT/oasis.jsonl" --contexts 16k,32k --dense-n none --la-n '16k=44,16;32k=22' --max-n none \
   --nt-n '16k=44,16;32k=22' --sens-n '16k=44,16;32k=22' --variants "$V" --anchors none --synthetic-work model \
