@@ -38,7 +38,8 @@ def weights(r: dict) -> str:
 def selection(r: dict) -> str:
     """The selection source, with how a synthetic one's work was placed."""
     sel = str(r.get("selection"))
-    how = [w for w, on in (("ahead", r.get("synthetic_ahead")), ("top-K", r.get("synthetic_topk"))) if on]
+    topk = "top-K" + (f" ({r['topk_kernel']})" if r.get("topk_kernel") else "")  # unrecorded before dd08326
+    how = [w for w, on in (("ahead", r.get("synthetic_ahead")), (topk, r.get("synthetic_topk"))) if on]
     return f"{sel}, {' + '.join(how)}" if how else sel
 
 

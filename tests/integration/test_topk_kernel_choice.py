@@ -1,4 +1,4 @@
-"""``ExecConfig.topk_kernel="fused"``: the prediction's top-K from ``kernels.topk_select`` (run here by the Triton
+"""``ExecConfig.topk_kernel="fused"`` (the default): the prediction's top-K from ``kernels.topk_select`` (run here by the Triton
 interpreter, in place of ``ops``' CPU reference) gives the run of the torch sort: same tokens, mappings and fetches
 (tiny random model, selection=model, CPU). The GPU twin is in ``tests/gpu/test_exec_gpu.py``."""
 
@@ -23,7 +23,7 @@ def test_fused_topk_gives_the_run_of_the_sort(monkeypatch):
     monkeypatch.setattr(ops, "topk_select", kernel)
     ps = prompts(2, (90, 60, 120))
     kw = dict(top_k=3, fetch_ratio=0.67)
-    ref = run_state(cfg("lookahead", **kw), ps, 12)
+    ref = run_state(cfg("lookahead", **kw, topk_kernel="sort"), ps, 12)
     assert not calls
     got = run_state(cfg("lookahead", **kw, topk_kernel="fused"), ps, 12)
     assert calls  # the kernel chose the blocks

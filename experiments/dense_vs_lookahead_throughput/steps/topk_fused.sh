@@ -5,7 +5,9 @@
 # vLLM: the GPU tests of the kernel and of the engine with it, then 16K x 44, 16K x 16 and 32K x 22 with the sort
 # (base), fused, and no top-K (synthetic_topk false: the generator-free bound), each with its no-transfer twin, every
 # run twice (--repeat 2: 30 runs of 3-6 s); then
-# profiles of the sort and the fused top-K at 16K x 16 with critical_path.py. Written 2026-12-02; not yet run.
+# profiles of the sort and the fused top-K at 16K x 16 with critical_path.py. Ran 2026-12-02 at 85a86bf (the fused
+# kernel failed to compile on the GPU: results/topk_fused_85a86bf/) and at dd08326, the threshold select, with
+# DEADLINE_S=415 and no vLLM pieces (results/topk_select_dd08326/).
 # Carry .vb/3 after `stash` of .vb/1 and .vb/2: vLLM's bundle is unpacked during the tests (CPU only) and, if time is
 # left, vLLM 16K x 16 runs last, so that the next call (figures 1 and 3) starts vLLM warm.
 # Prediction: fused within 0.3 ms of no top-K with copies: 16K x 16 ~9.9 ms (1.06 of its twin), 16K x 44 ~15.3 ms.
@@ -42,3 +44,4 @@ done
 T=$(( $(left) - 5 )); [ "$T" -ge 150 ] && vllm_run 16384 "$T" --ctx 16384 --conc 16 --kv-bytes 52e9
 [ -f "$OUT/vllm_16384.log" ] && { tail -n 40 "$OUT/vllm_16384.log" > "$OUT/vllm.log"; rm -f "$OUT/vllm_16384.log"; }
 say "done"
+pack_out baselines.md progress.log critical_path.txt  # a call brings back 8 files: the rest in all.tgz
