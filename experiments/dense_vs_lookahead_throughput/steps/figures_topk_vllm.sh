@@ -6,11 +6,13 @@
 # 16K x 16 and 32K x 22: fused (base) and its no-transfer twin, the sort and its twin, no top-K and its twin, and the
 # HiSparse-style baseline (mode=hisparse, the fused top-K on its critical path); a profile of fused at 16K x 16 last.
 # Carry .vb/3 after `stash` of .vb/1 and .vb/2 (vllm_setup.sh).
-# Prediction: fused within 0.3 ms of no top-K: 16K x 44 ~14.8 ms (2.7x vLLM), 16K x 16 ~9.9 ms (overlap ~1.06),
-# 32K x 22 ~11.7 ms (3.6x).
+# Prediction (at 2746686): fused within 0.3 ms of no top-K: 16K x 44 ~14.8 ms (2.7x vLLM), 16K x 16 ~9.9 ms
+# (overlap ~1.06), 32K x 22 ~11.7 ms (3.6x). For the threshold select: as topk_select_dd08326, 16K x 44 ~15.4 ms
+# (~2.5x), 32K x 22 ~12.5 ms (~3.3x), hisparse 16K x 44 faster than its 38.5 ms by less than 1 ms.
 #   OASIS_COMMIT=<sha> bash experiments/device.sh dense_vs_lookahead_throughput/figures_topk_vllm
-# Ran at 2746686 (the bitonic kernel) as above; then with the threshold select (results/figures_topk_select_*) with DEADLINE_S=500 and VARIANTS
-# set to the sort, no top-K and their twins (no hisparse: the device time left was ~550 s).
+# Ran at 2746686 with the bitonic kernel (results/figures_topk_vllm_2746686/). Not yet run with the threshold select
+# (dd08326 on; topk_select_dd08326 measured it without vLLM): the next call for figures 1-3. VARIANTS=... replaces
+# the variant list (the default's hisparse runs take ~40 s).
 DEADLINE_S=${DEADLINE_S:-575}
 SYN=${SYN:-'{"preset": "smollm2"}'}
 . experiments/dense_vs_lookahead_throughput/vllm_setup.sh
