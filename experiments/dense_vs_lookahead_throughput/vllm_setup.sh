@@ -32,6 +32,9 @@ vllm_ready() {
   export PYTHONPATH=/tmp/vsite:/tmp/vsite2${PYTHONPATH:+:$PYTHONPATH} VLLM_USE_FLASHINFER_SAMPLER=0 \
     VLLM_LOGGING_LEVEL=WARNING VLLM_ALLOW_LONG_MAX_MODEL_LEN=1 VLLM_WORKER_MULTIPROC_METHOD=spawn
 }
+vllm_unpack() {  # vllm_ready without the PYTHONPATH, for a step to run in the background (CPU only) during its tests
+  ( vllm_ready > "$OUT/vllm_ready.log" 2>&1 ) || say "vLLM bundle not ready: $(tail -1 "$OUT/vllm_ready.log")"
+}
 vllm_run() {  # NAME TIMEOUT ARGS...: one vllm_dense.py run in its own shell (vLLM's PYTHONPATH only there)
   local name=$1 t=$2; shift 2
   say "vLLM $name: $*"

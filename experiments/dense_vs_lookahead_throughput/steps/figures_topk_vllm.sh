@@ -16,7 +16,7 @@
 DEADLINE_S=${DEADLINE_S:-575}
 SYN=${SYN:-'{"preset": "smollm2"}'}
 . experiments/dense_vs_lookahead_throughput/vllm_setup.sh
-( vllm_ready > "$OUT/vllm_ready.log" 2>&1 || say "vLLM bundle not ready: $(tail -1 "$OUT/vllm_ready.log")" ) &
+vllm_unpack &
 timeout -k 5 60 $PY -m pytest -q -p no:cacheprovider tests/unit/test_kernels_topk_select.py > "$OUT/pytest_topk.txt" 2>&1
 say "kernel against topk_blocks on the GPU: $(tail -1 "$OUT/pytest_topk.txt")"
 TEST_S=60 gpu_tests tests/gpu/test_exec_gpu.py -k "topk"
