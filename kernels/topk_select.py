@@ -33,8 +33,9 @@ LOW = 2**31 - 1  # a key's low bits: LOW - block id (ids < 2**31); the kernel sp
 
 
 @triton.jit
-def topk_select_kernel(S, NBLK, OUT, N, stride_s, K: tl.constexpr, HEADS: tl.constexpr, BLOCK_N: tl.constexpr,
-                       BLOCK_K: tl.constexpr):
+def topk_select_kernel(
+    S, NBLK, OUT, N, stride_s, K: tl.constexpr, HEADS: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr
+):
     row = tl.program_id(0)
     nb = tl.load(NBLK + row // HEADS).to(tl.int32)
     offs = tl.arange(0, BLOCK_N)
