@@ -24,6 +24,7 @@ KERNEL_TESTS = [
     "tests/unit/test_kernels_paged_attn.py",
     "tests/unit/test_kernels_sparse_attn.py",
     "tests/unit/test_kernels_summary_update.py",
+    "tests/unit/test_kernels_topk_select.py",
     "tests/unit/test_host_fp8.py",
     "tests/integration/test_kernels_plan_select.py",
 ]
@@ -41,9 +42,29 @@ KERNELS = {  # every kernel of the executor's decode step, its fetches and write
     "kernels.sparse_attn.sparse_attn_kernel",
     "kernels.splitk.splitk_merge_kernel",
     "kernels.summary_update.summary_update_kernel",
+    "kernels.topk_select.topk_select_kernel",
     "oasis_exec.writeback._writeback_fp8_kernel",
 }
+NOT_LAUNCHED_ON_CPU = {"kernels.step_clock.step_clock_kernel"}  # reads the GPU's globaltimer: tests/gpu only
 CPU_ONLY_SHAPE = "Input shapes should have"  # tl.dot's K >= 16: the CPU tests' 4-token blocks
+
+
+def test_every_kernel_of_the_package_is_listed():
+    """A new kernel joins KERNELS (and its test file KERNEL_TESTS), or it is never compiled here: topk_select was
+    not, and failed to compile on the H200 (2026-12-02, 85a86bf) after passing every CPU test."""
+    import importlib
+    import pkgutil
+
+    import kernels
+
+    found = set()
+    for m in pkgutil.iter_modules(kernels.__path__):
+        mod = importlib.import_module(f"kernels.{m.name}")
+        found |= {f"{mod.__name__}.{n}" for n, v in vars(mod).items() if n.endswith("_kernel") and hasattr(v, "fn")}
+    assert found, "no kernels found"
+    assert found - NOT_LAUNCHED_ON_CPU <= KERNELS, (
+        f"not compiled for sm_90 here: {sorted(found - NOT_LAUNCHED_ON_CPU - KERNELS)}"
+    )
 
 
 @pytest.mark.slow  # the kernel tests once more (~30 s) and ~100 compilations (~40 s)

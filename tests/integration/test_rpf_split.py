@@ -18,9 +18,9 @@ pytestmark = pytest.mark.usefixtures("one_torch_thread")
 DRAFT = Path(__file__).resolve().parents[2] / "experiments" / "trained_draft_head" / "smollm2-eagle3"
 
 
-def _check(cfg, prompt, n):
+def _check(cfg, prompt, n, handoffs=("rpf", "full")):
     ref = tensor_parallel.generate_greedy(cfg, [prompt], n)["tokens"][0]
-    runs = {h: rpf_split.split_run(cfg, prompt, n, handoff=h, probe=False) for h in ("rpf", "full")}
+    runs = {h: rpf_split.split_run(cfg, prompt, n, handoff=h, probe=False) for h in handoffs}
     for h, r in runs.items():
         d, p = r["decode"], r["prefill"]
         assert d["tokens"] == ref, h
@@ -32,7 +32,11 @@ def _check(cfg, prompt, n):
         assert sum(d["remote_units_per_step"]) == d["remote_units"]
         assert r["ttft_s"] >= p["prefill_s"] > 0
         assert d["wire_bytes"].get("remote", 0) == d["remote_units"] * d["unit_bytes"]
-    rpf, full = runs["rpf"]["decode"], runs["full"]["decode"]
+    rpf = runs["rpf"]["decode"]
+    assert 0 < rpf["handoff_units"] * rpf["unit_bytes"] < rpf["full_kv_bytes"] and rpf["remote_units"] > 0
+    if "full" not in runs:
+        return runs
+    full = runs["full"]["decode"]
     assert full["remote_units"] == 0 and full["handoff_units"] * full["unit_bytes"] == full["full_kv_bytes"]
     assert 0 < rpf["handoff_units"] < full["handoff_units"]
     assert rpf["remote_units"] > 0
@@ -66,7 +70,9 @@ def test_split_refuses_what_it_cannot_run():
 
 @pytest.mark.slow
 def test_split_real_model():
-    """SmolLM2-135M with the trained draft head, 512 prompt tokens, top-K 8, the model's own selection."""
+    """SmolLM2-135M with the trained draft head, 512 prompt tokens, top-K 8, the model's own selection; the RPF
+    hand-off only (the full one and the comparison of the two are the tiny case's: each split run loads the model
+    in two processes, ~14 s each on a 2-core CPU)."""
     from oasis_exec.gguf_model import smollm2_path
 
     try:
@@ -84,4 +90,4 @@ def test_split_real_model():
         max_context=640,
         short_context=False,
     )
-    _check(cfg, ids, 24)
+    _check(cfg, ids, 24, handoffs=("rpf",))
