@@ -13,7 +13,8 @@ op                 shape keys                                    roofline model
                                                                  ``4·Hq·d·tokens·(past + tokens/2) / (F·e_pf)``
 ``norm_rope``      ``tokens``                                    two RMSNorms + RoPE (+ QK-norm): elementwise bytes
 ``score``          ``summary_bytes``                             lookahead scoring reads the block summaries
-``topk``           ``elements``                                  top-K over the scores: ``elements·4 B`` read twice
+``topk``           ``elements``                                  top-K over the scores: a launch's latency
+                                                                 ``topk_fixed_s`` + ``elements·4 B`` read twice
 ``select``         ``rows``                                      Algorithm 2 on the GPU: fixed cost + per row
 ``sparse_overhead`` ``requests``                                  per-request cost of the sparse machinery that is
                                                                  not hidden: ``requests · sparse_request_layer_s``
@@ -105,6 +106,10 @@ class RooflineParams:
     elementwise_eff: float = 0.7
     score_mem_eff: float = 0.7  # summary reads by the scoring kernel
     select_fixed_s: float = 20e-6  # per layer, the selection kernel's launch and sort
+    # per layer, the top-K's one launch (kernels.topk_select): latency-bound (32 dependent counts over each row), not
+    # byte-bound; 1.20 ms of GPU a 16K x 16 step over 36 layers on the H200 (experiments/dense_vs_lookahead_throughput/
+    # results/topk_select_dd08326/). The byte term alone put it at ~0.3 µs.
+    topk_fixed_s: float = 33e-6
     select_per_row_s: float = 2e-9
     sampling_fixed_s: float = 50e-6  # per step
     step_overhead_s: float = 300e-6  # per step: scheduling, launch (CUDA graphs assumed)
@@ -204,7 +209,7 @@ class RooflinePredictor(TimePredictor):
         return s["summary_bytes"] / (self.hbm * self.p.score_mem_eff)
 
     def _topk(self, s) -> float:
-        return 2.0 * 4.0 * s["elements"] / (self.hbm * self.p.elementwise_eff)
+        return self.p.topk_fixed_s + 2.0 * 4.0 * s["elements"] / (self.hbm * self.p.elementwise_eff)
 
     def _select(self, s) -> float:
         return self.p.select_fixed_s + self.p.select_per_row_s * s["rows"]

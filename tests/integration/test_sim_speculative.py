@@ -126,7 +126,9 @@ def test_config_and_cli_errors(tmp_path, capsys):
 def test_lookahead_speculative_step_runs_its_copies_after_the_pass(tmp_path):
     """The executor's speculative lookahead step predicts the next step's blocks after the acceptance, so its
     selection and copies run after the pass (measured on the H200 at 2610b77): more copied bytes lengthen it by
-    about their copy time, where the ordinary step hides them behind its layers."""
+    about their copy time, where the ordinary step hides them behind its layers. Top-K 128 (QUICK's is 16): a
+    layer's copies then outweigh its prediction (the top-K's ~33 µs launch and the selection), which they would
+    otherwise wait behind."""
     from oasis_core.specs import get_hardware
     from oasis_sim.sim import SCATTER_EFFICIENCY
 
@@ -136,7 +138,7 @@ def test_lookahead_speculative_step_runs_its_copies_after_the_pass(tmp_path):
     for fr in ("0.05", "0.5"):
         for name, extra in (("base", ()), ("spec", spec)):
             got[name, fr] = _summary(
-                run_outputs(tmp_path, name + fr, "--mode", "lookahead", "--fetch-ratio", fr, *extra)
+                run_outputs(tmp_path, name + fr, "--mode", "lookahead", "--fetch-ratio", fr, "--top-k", "128", *extra)
             )
     copy_ms = {fr: 1e3 * got["base", fr]["h2d_bytes_per_step"] / rate for fr in ("0.05", "0.5")}
     more_copy = copy_ms["0.5"] - copy_ms["0.05"]
