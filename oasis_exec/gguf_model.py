@@ -15,6 +15,7 @@ importing the package (its ``__init__`` needs the ``llm`` CLI, which we do not i
 
 from __future__ import annotations
 
+import functools
 import importlib.util
 import os
 from dataclasses import dataclass
@@ -90,14 +91,23 @@ class GGUFModel:
         return {k: f.contents() for k, f in self.reader.fields.items() if k.startswith("tokenizer.")}
 
 
-def read_gguf(path: str) -> GGUFModel:
-    """Parse ``path`` (memory-mapped; no tensor is read yet) into a spec and metadata."""
+@functools.lru_cache(maxsize=4)
+def _reader(path: str, mtime_ns: int, size: int):
+    """One parse of a file while it is unchanged: gguf's reader walks every metadata array element by element (the
+    49,152-token vocabulary of SmolLM2 takes ~5 s on a 2-core CPU), and an engine, its tokenizer and a test's
+    reference each read the same file. The reader is read-only (a memory map)."""
     import gguf
 
+    return gguf.GGUFReader(path)
+
+
+def read_gguf(path: str) -> GGUFModel:
+    """Parse ``path`` (memory-mapped; no tensor is read yet) into a spec and metadata."""
     if not os.path.isfile(path):
         raise FileNotFoundError(path)
+    st = os.stat(path)
     try:
-        rd = gguf.GGUFReader(path)
+        rd = _reader(os.path.abspath(path), st.st_mtime_ns, st.st_size)
     except Exception as e:  # noqa: BLE001 - the reader raises several types on a broken file
         raise GGUFError(f"{path}: not a readable GGUF file ({e})") from e
     meta = {}
