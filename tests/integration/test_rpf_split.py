@@ -39,7 +39,6 @@ def _check(cfg, prompt, n, handoffs=("rpf", "full")):
     full = runs["full"]["decode"]
     assert full["remote_units"] == 0 and full["handoff_units"] * full["unit_bytes"] == full["full_kv_bytes"]
     assert 0 < rpf["handoff_units"] < full["handoff_units"]
-    assert rpf["remote_units"] > 0
     assert rpf["wire_bytes"]["blocks"] < full["wire_bytes"]["blocks"]
     return runs
 
