@@ -10,9 +10,10 @@
 # (overlap ~1.06), 32K x 22 ~11.7 ms (3.6x). For the threshold select: as topk_select_dd08326, 16K x 44 ~15.4 ms
 # (~2.5x), 32K x 22 ~12.5 ms (~3.3x), hisparse 16K x 44 faster than its 38.5 ms by less than 1 ms.
 #   OASIS_COMMIT=<sha> bash experiments/device.sh dense_vs_lookahead_throughput/figures_topk_vllm
-# Ran at 2746686 with the bitonic kernel (results/figures_topk_vllm_2746686/). Not yet run with the threshold select
-# (dd08326 on; topk_select_dd08326 measured it without vLLM): the next call for figures 1-3. VARIANTS=... replaces
-# the variant list (the default's hisparse runs take ~40 s).
+# Ran at 2746686 with the bitonic kernel (results/figures_topk_vllm_2746686/) and at f42f4b0 with the threshold
+# select found a bit a pass (results/figures_topk_vllm_f42f4b0/: 16K 2.58x, 32K 3.35x). Since then it also times the
+# kernel alone after its tests (kernels.bench --only topk_select: radix 1, 2, 4, 8 bits a pass x 4, 8 warps, on a
+# layer's rows at 16K x 44, 16K x 16, 32K x 22). VARIANTS=... replaces the variant list (hisparse's runs take ~40 s).
 DEADLINE_S=${DEADLINE_S:-575}
 SYN=${SYN:-'{"preset": "smollm2"}'}
 . experiments/dense_vs_lookahead_throughput/vllm_setup.sh
@@ -20,6 +21,8 @@ vllm_unpack &
 timeout -k 5 60 $PY -m pytest -q -p no:cacheprovider tests/unit/test_kernels_topk_select.py > "$OUT/pytest_topk.txt" 2>&1
 say "kernel against topk_blocks on the GPU: $(tail -1 "$OUT/pytest_topk.txt")"
 TEST_S=60 gpu_tests tests/gpu/test_exec_gpu.py -k "topk"
+timeout -k 5 60 $PY -m kernels.bench --only topk_select --out "$OUT/topk_bench.json" > "$OUT/topk_bench.txt" 2>&1
+say "topk_select alone (us a launch):"; grep -E "^topk_select" "$OUT/topk_bench.txt" | cut -c1-150
 wait
 vllm_run 16384 200 --ctx 16384 --conc 16 --kv-bytes 52e9
 vllm_run 32768 $(min 170 $(( $(left) - 190 ))) --ctx 32768 --conc 10 --kv-bytes 52e9
