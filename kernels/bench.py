@@ -65,10 +65,8 @@ def _other_runs(quick):
         ("fused_ops", bench_fused_ops, dict(batch=64)),
     ]
     for batch, context in ((44, 16384), (16, 16384), (22, 32768)):  # the engine's rows of one layer
-        for radix, warps in ((4, 4),) if quick else [(r, w) for r in (1, 2, 4, 8) for w in (4, 8)]:
-            runs.append(
-                ("topk_select", bench_topk_select, dict(batch=batch, context=context, radix=radix, num_warps=warps))
-            )
+        for warps in (4,) if quick else (4, 8):
+            runs.append(("topk_select", bench_topk_select, dict(batch=batch, context=context, num_warps=warps)))
     for n in (256, 4096, 24576):
         for p, t in ((16, 8), (32, 16)) if not quick else ((16, 8),):
             runs.append(("gather", bench_gather, dict(n_items=n, n_programs=p, n_threads=t)))

@@ -14,12 +14,14 @@ Layout:
   eligible blocks (eligible scores must not be NaN; an eligible ``-inf`` still ranks above every ineligible block).
 
 Each score is made an order-preserving integer (its float32 bits, negatives flipped; -0.0 taken as +0.0). The
-K-th largest of them is found ``radix`` bits a pass (default 4: 8 passes, each counting the row against the 16
-values of the next digit at once; a bit a pass took 32 dependent counts, ~49 us a launch at 16K x 44 on the H200),
-which selects every block above it and, of those equal to it, the lowest ids: exactly K. Their int64 keys (the score in the high bits, ``2**31 - 1 - id`` in the low;
+K-th largest of them is found bit by bit (32 counts over the row), which selects every block above it and, of those
+equal to it, the lowest ids: exactly K. Their int64 keys (the score in the high bits, ``2**31 - 1 - id`` in the low;
 all keys differ) are packed into the output row, and each key's rank among the K (a K x K count) is its place.
 A first version sorted the whole row (``tl.sort``, a bitonic network): 4 ms of GPU a 16K x 16 step, more than the
-torch sort it replaced (``results/figures_topk_vllm_2746686/``).
+torch sort it replaced (``results/figures_topk_vllm_2746686/``). Finding the threshold 2, 4 or 8 bits a pass (each
+pass counting the row against every value of the digit at once) was slower on the H200: alone 23-30 us a launch at
+16K x 44 against 22 us, and 16.64 against 15.30 ms a 16K x 44 token in the engine at 4 bits
+(``results/figures_topk_vllm_5ce928b/``).
 """
 
 from __future__ import annotations
@@ -35,16 +37,7 @@ LOW = 2**31 - 1  # a key's low bits: LOW - block id (ids < 2**31); the kernel sp
 
 @triton.jit
 def topk_select_kernel(
-    S,
-    NBLK,
-    OUT,
-    N,
-    stride_s,
-    K: tl.constexpr,
-    HEADS: tl.constexpr,
-    BLOCK_N: tl.constexpr,
-    BLOCK_K: tl.constexpr,
-    RADIX: tl.constexpr,
+    S, NBLK, OUT, N, stride_s, K: tl.constexpr, HEADS: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr
 ):
     row = tl.program_id(0)
     nb = tl.load(NBLK + row // HEADS).to(tl.int32)
@@ -54,16 +47,12 @@ def topk_select_kernel(
     s = tl.where(s == 0.0, 0.0, s)  # -0.0 and +0.0 are equal scores: one bit pattern
     bits = s.to(tl.int32, bitcast=True)
     ordered = tl.where(bits >= 0, bits, bits ^ 0x7FFFFFFF)  # signed int32, monotonic in the float
-    # 1. the K-th largest score, RADIX bits at a time from the top: the largest t with #{u >= t} >= K
-    #    (u: 0 .. 2**32 - 1). Each pass counts the row against all 2**RADIX candidates of its digit at once: the
-    #    counts fall as the digit grows, and the digit is how many of its nonzero values still count >= K.
+    # 1. the K-th largest score, bit by bit from the top: the largest t with #{u >= t} >= K (u: 0 .. 2**32 - 1)
     u = ordered.to(tl.int64) + 0x80000000
     t = tl.zeros((), dtype=tl.int64)
-    digit = tl.arange(0, 1 << RADIX).to(tl.int64)
-    for b in tl.static_range(32 - RADIX, -1, -RADIX):
-        cand = t | (digit << b)
-        cnt = tl.sum((u[None, :] >= cand[:, None]).to(tl.int32), axis=1)
-        t = t | ((tl.sum((cnt >= K).to(tl.int64), axis=0) - 1) << b)
+    for b in tl.static_range(31, -1, -1):
+        cand = t | (1 << b)
+        t = tl.where(tl.sum((u >= cand).to(tl.int32), axis=0) >= K, cand, t)
     # 2. every score above it, and of those equal to it the lowest ids, K in all (BLOCK_N >= K)
     eq = u == t
     need = K - tl.sum((u > t).to(tl.int32), axis=0)
@@ -82,19 +71,15 @@ def topk_select_kernel(
     tl.store(OUT + row * K + rank, out, mask=ok < K)
 
 
-def topk_select(
-    scores: torch.Tensor, k: int, n_blocks: torch.Tensor, heads: int = 1, out=None, num_warps=4, radix: int = 4
-):
+def topk_select(scores: torch.Tensor, k: int, n_blocks: torch.Tensor, heads: int = 1, out=None, num_warps=4):
     """Top-``k`` block ids of each row of ``scores`` [R, N] (``R = len(n_blocks) * heads``), as
-    ``oasis_core.scoring.topk_blocks(scores, k, n_blocks.repeat_interleave(heads))``; one launch, no host sync.
-    ``radix``: bits of the threshold found per pass over the row (1, 2, 4 or 8: 32, 16, 8 or 4 passes)."""
+    ``oasis_core.scoring.topk_blocks(scores, k, n_blocks.repeat_interleave(heads))``; one launch, no host sync."""
     R, N = scores.shape
     assert k >= 0, f"k: must be >= 0, got {k}"
     assert heads >= 1 and R % heads == 0, f"rows ({R}) must be a multiple of heads ({heads})"
     check(scores, "scores", (R, N), None, None)
     check(n_blocks, "n_blocks", (R // heads,), None, scores.device)
     assert N < LOW, f"N ({N}) must be < 2**31 - 1"
-    assert radix in (1, 2, 4, 8), f"radix: must be 1, 2, 4 or 8 bits, got {radix}"
     if out is None:
         out = torch.empty((R, k), dtype=torch.int64, device=scores.device)
     check(out, "out", (R, k), torch.int64, scores.device)
@@ -110,7 +95,6 @@ def topk_select(
         HEADS=heads,
         BLOCK_N=next_pow2(max(N, k)),
         BLOCK_K=next_pow2(k),
-        RADIX=radix,
         num_warps=num_warps,
     )
     return out
@@ -123,7 +107,7 @@ def topk_select_ref(scores: torch.Tensor, k: int, n_blocks: torch.Tensor, heads:
     return topk_blocks(scores.float(), k, n_blocks.long().repeat_interleave(heads))
 
 
-def bench_topk_select(batch=44, heads=8, context=16384, block_size=16, k=128, radix=4, num_warps=4, seed=0):
+def bench_topk_select(batch=44, heads=8, context=16384, block_size=16, k=128, num_warps=4, seed=0):
     """GB/s over the scores read (float32, one row per (request, KV head)) against the 4.3 TB/s roofline; the
     kernel is latency-bound, so ``ms`` (one launch of every row of a layer) is the figure to read."""
     from triton.testing import do_bench
@@ -133,7 +117,7 @@ def bench_topk_select(batch=44, heads=8, context=16384, block_size=16, k=128, ra
     s = torch.randn(batch * heads, n, device="cuda", generator=g)
     nb = torch.full((batch,), n, dtype=torch.int32, device="cuda")
     out = torch.empty(batch * heads, k, dtype=torch.int64, device="cuda")
-    fn = lambda: topk_select(s, k, nb, heads, out=out, num_warps=num_warps, radix=radix)  # noqa: E731
+    fn = lambda: topk_select(s, k, nb, heads, out=out, num_warps=num_warps)  # noqa: E731
     fn()
     equal = bool(torch.equal(out, topk_select_ref(s, k, nb, heads)))
     ms = do_bench(fn, warmup=25, rep=200)
@@ -144,7 +128,6 @@ def bench_topk_select(batch=44, heads=8, context=16384, block_size=16, k=128, ra
         batch=batch,
         context=context,
         k=k,
-        radix=radix,
         num_warps=num_warps,
         ms=ms,
         bytes=nbytes,

@@ -28,10 +28,9 @@ def case(B, H, N, seed, ties=False, short=None):
     "B,H,N,k,ties",
     [(3, 2, 37, 8, False), (2, 4, 64, 16, True), (1, 1, 5, 8, False), (4, 2, 100, 100, True), (2, 3, 130, 7, True)],
 )
-@pytest.mark.parametrize("radix", [1, 4])
-def test_topk_select_equals_topk_blocks(B, H, N, k, ties, radix):
+def test_topk_select_equals_topk_blocks(B, H, N, k, ties):
     s, nb = case(B, H, N, seed=N + k, ties=ties, short=max(1, min(N, k // 2)))
-    got = topk_select(s, k, nb, heads=H, radix=radix)
+    got = topk_select(s, k, nb, heads=H)
     ref = topk_select_ref(s, k, nb, heads=H)
     assert got.dtype == torch.int64 and got.shape == (B * H, k)
     assert torch.equal(got.cpu(), ref.cpu())
@@ -47,25 +46,10 @@ def test_topk_select_takes_a_non_contiguous_row_stride_and_bf16():
     assert torch.equal(topk_select(b, 6, nb, heads=2).cpu(), topk_select_ref(b, 6, nb, heads=2).cpu())
 
 
-@pytest.mark.parametrize("radix", [2, 8])
-def test_every_radix_finds_the_same_threshold(radix):
-    """The threshold's bits found 2 or 8 at a time (16 or 4 passes) select what one at a time selects."""
-    s, nb = case(3, 2, 70, seed=radix, ties=True, short=5)
-    assert torch.equal(topk_select(s, 9, nb, heads=2, radix=radix).cpu(), topk_select_ref(s, 9, nb, heads=2).cpu())
-
-
-def test_a_radix_that_does_not_divide_32_bits_is_refused():
-    s, nb = case(1, 1, 8, seed=0)
-    with pytest.raises(AssertionError, match="radix"):
-        topk_select(s, 4, nb, radix=3)
-
-
 @pytest.mark.gpu
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="the engine's shapes are too slow for the interpreter")
 @pytest.mark.parametrize("B,N,ties", [(44, 1024, False), (22, 2048, True), (16, 1024, True)])
-@pytest.mark.parametrize("radix", [1, 4])
-def test_topk_select_at_the_engines_shapes(B, N, ties, radix):
+def test_topk_select_at_the_engines_shapes(B, N, ties):
     """16K and 32K contexts of 16-token blocks, 8 KV heads, top-K 128: the rows the engine sorts each layer."""
     s, nb = case(B, 8, N, seed=B + N, ties=ties, short=64)
-    got = topk_select(s, 128, nb, heads=8, radix=radix)
-    assert torch.equal(got.cpu(), topk_select_ref(s, 128, nb, heads=8).cpu())
+    assert torch.equal(topk_select(s, 128, nb, heads=8).cpu(), topk_select_ref(s, 128, nb, heads=8).cpu())

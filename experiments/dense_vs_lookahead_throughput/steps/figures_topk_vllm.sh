@@ -12,8 +12,10 @@
 #   OASIS_COMMIT=<sha> bash experiments/device.sh dense_vs_lookahead_throughput/figures_topk_vllm
 # Ran at 2746686 with the bitonic kernel (results/figures_topk_vllm_2746686/) and at f42f4b0 with the threshold
 # select found a bit a pass (results/figures_topk_vllm_f42f4b0/: 16K 2.58x, 32K 3.35x). Since then it also times the
-# kernel alone after its tests (kernels.bench --only topk_select: radix 1, 2, 4, 8 bits a pass x 4, 8 warps, on a
-# layer's rows at 16K x 44, 16K x 16, 32K x 22). VARIANTS=... replaces the variant list (hisparse's runs take ~40 s).
+# kernel alone after its tests (kernels.bench --only topk_select, a layer's rows at 16K x 44, 16K x 16, 32K x 22). At
+# 5ce928b, with the threshold found 4 bits a pass and a sweep of 1, 2, 4, 8 bits, it was slower
+# (results/figures_topk_vllm_5ce928b/: 16K 2.37x); a bit a pass is back. VARIANTS=... replaces the variant list
+# (hisparse's runs take ~40 s).
 DEADLINE_S=${DEADLINE_S:-575}
 SYN=${SYN:-'{"preset": "smollm2"}'}
 . experiments/dense_vs_lookahead_throughput/vllm_setup.sh
