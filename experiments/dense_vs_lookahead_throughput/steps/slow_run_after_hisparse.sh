@@ -4,6 +4,7 @@
 # adjacency, twice (--repeat 2), nothing else: 32k-22, 16k-16, their sort variants and hisparse.
 # Prediction: 16k-lookahead-16-set=topk_kernel:sort slow (>= 15 ms) in both passes; every other run normal.
 #   OASIS_COMMIT=<sha> bash experiments/device.sh dense_vs_lookahead_throughput/slow_run_after_hisparse
+# Not yet run (written 2026-12-02; the session's device time ran out at 07b2e8b).
 DEADLINE_S=${DEADLINE_S:-170}
 SYN=${SYN:-'{"preset": "smollm2"}'}
 timeout -k 5 $(( $(left) - 5 )) $PY -X faulthandler experiments/dense_vs_lookahead_throughput/h200_headline.py \
