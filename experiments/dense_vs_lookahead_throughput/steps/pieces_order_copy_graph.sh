@@ -11,6 +11,8 @@
 # (2) copy_graph on within +-3% of off at 44 (the link binds), up to 0.3 ms faster at 16 (the 0.32 ms gather tail);
 # (3) a 16K x 16 run after a 32K run with copies is slow (>= 15 ms) in both passes.
 #   OASIS_COMMIT=<sha> bash experiments/device.sh dense_vs_lookahead_throughput/pieces_order_copy_graph
+# Ran at 81463a5 (results/pieces_order_copy_graph_81463a5/): 8 KiB pieces 16.9 GB/s; copy graphs 22% slower at 44;
+# the slow run not triggered. All three predictions wrong in part (README there).
 DEADLINE_S=${DEADLINE_S:-560}
 SYN=${SYN:-'{"preset": "smollm2"}'}
 say "copy-engine batches by piece size"
