@@ -196,7 +196,7 @@ def main(argv=None) -> int:
     )
     rows.append(row)
     print(json.dumps(row), flush=True)
-    del pool
+    pool = src_big = None  # unpinned before the UVA reference pins its own pool (src_big, a view, kept it alive)
     try:
         import kernels  # noqa: F401
         from kernels.gather import _bench_setup, uva_gather
