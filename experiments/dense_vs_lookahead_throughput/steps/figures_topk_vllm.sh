@@ -30,8 +30,7 @@ vllm_run 16384 200 --ctx 16384 --conc 16 --kv-bytes 52e9
 vllm_run 32768 $(min 170 $(( $(left) - 190 ))) --ctx 32768 --conc 10 --kv-bytes 52e9
 B=$(( $(left) - 45 ))
 say "OasisKV (budget ${B}s)"
-V='set=topk_kernel:sort,set=no_transfer:true+topk_kernel:sort,set=synthetic_topk:false'
-V=${VARIANTS:-$V,set=no_transfer:true+synthetic_topk:false,mode=hisparse}
+V=${VARIANTS:-set=topk_kernel:sort,set=no_transfer:true+topk_kernel:sort,set=synthetic_topk:false,set=no_transfer:true+synthetic_topk:false,mode=hisparse}
 timeout -k 10 $(( B + 5 )) $PY -X faulthandler experiments/dense_vs_lookahead_throughput/h200_headline.py \
   --out "$OUT/oasis.jsonl" --contexts 16k,32k --dense-n none --la-n '16k=44,16;32k=22' --max-n none \
   --nt-n '16k=44,16;32k=22' --sens-n '16k=44,16;32k=22' --variants "$V" --anchors none --synthetic-work model \
