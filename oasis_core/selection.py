@@ -11,6 +11,12 @@ never appears in ``resident`` or ``pred``. One step:
 - ``admit = min(|missing|, cap, |victims|)``; ``missing[j]`` goes into slot ``victims[j]`` for ``j < admit``, and
   its ``last_sel`` becomes ``step``. Missing blocks beyond the cap are not fetched this step.
 
+A row may hold more slots than the step attends (``S > K``: a victim cache). Blocks the prediction dropped then stay
+resident until they are the least recently selected, so a block that comes back into the set is a hit, not a fetch.
+Attention reads ``attend_slots``: the ``K`` most recently selected resident slots, which are the step's kept and
+admitted blocks and, where the cap left some out, the most recently selected of the others (with ``S == K``: every
+resident slot, the paper's working set).
+
 The code is array-namespace code (``oasis_core.xp``): on torch tensors it never synchronises with the host (no
 ``.item()``, ``.tolist()``, ``.cpu()``, no Python branch on values) and every output has a shape fixed by the
 inputs and ``max_cap``. Preconditions (not checked, to stay sync-free): block ids are ``>= 0`` or -1, distinct
@@ -158,6 +164,29 @@ def plan_step(resident, last_sel, pred, cap, step: int, max_cap: int) -> StepPla
         resident=new_resident,
         last_sel=new_last_sel,
     )
+
+
+def attend_slots(resident, last_sel, k: int):
+    """The slots attention reads in a row that holds ``S >= k`` blocks: its ``k`` most recently selected resident
+    slots (largest ``last_sel``; ties: the higher slot), listed in ascending slot order, -1 padded where the row
+    holds fewer than ``k`` blocks. int64 [R, k]; resident, last_sel: integer [R, S]. After a ``plan_step`` the kept
+    and admitted blocks come first (their ``last_sel`` is the step's); with ``S == k`` this is every resident slot.
+    No host sync."""
+    xp = namespace(resident, last_sel)
+    resident = xp.astype(resident, xp.int64)
+    last_sel = xp.astype(last_sel, xp.int64)
+    r, s = resident.shape
+    if not 1 <= k <= s:
+        raise ValueError(f"attend_slots: k must be in [1, S={s}], got {k}")
+    slot = xp.arange(s, like=resident)[None, :]
+    valid = resident >= 0
+    # last_sel first, then the slot; an empty slot after every resident one
+    key = xp.where(valid, last_sel * s + slot, xp.full((), _EMPTY_FIRST, xp.int64, like=resident))
+    top = xp.argsort_desc(key, axis=1)[:, :k]  # [R, k] slot indices, most recent first
+    keep = xp.take_along(valid, top, axis=1)
+    chosen = xp.where(keep, top, xp.full((), s, xp.int64, like=resident))  # s: a pad that sorts last
+    chosen = xp.take_along(chosen, xp.argsort_asc(chosen, axis=1), axis=1)
+    return xp.where(chosen < s, chosen, xp.full((), -1, xp.int64, like=resident))
 
 
 def initial_plan(pred, step: int = 0, slots: int | None = None) -> StepPlan:

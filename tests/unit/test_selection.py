@@ -282,3 +282,45 @@ def test_mapping_rejects_a_plan_from_a_stale_table():
     p = plan_step(arr([[5, -1]]), arr([[0, -1]]), arr([[6, 7]]), cap=1, step=1, max_cap=1)
     with pytest.raises(ValueError, match="different table"):
         m.apply(p, rows)
+
+
+# ---------------------------------------------------------------- a victim cache: S > K slots, K attended
+
+
+def test_attend_slots_takes_the_most_recently_selected_in_slot_order():
+    from oasis_core.selection import attend_slots
+
+    resident = arr([[5, -1, 7, 9, 2, 4], [1, 2, -1, -1, -1, -1]])
+    last_sel = arr([[0, -1, -3, 0, -2, -2], [0, -5, -1, -1, -1, -1]])
+    # row 0: slots 0 and 3 were just selected; then ls -2 ties between slots 4 and 5: the higher slot wins
+    assert attend_slots(resident, last_sel, 3).tolist() == [[0, 3, 5], [0, 1, -1]]
+    # k == S: every resident slot
+    assert attend_slots(resident, last_sel, 6).tolist() == [[0, 2, 3, 4, 5, -1], [0, 1, -1, -1, -1, -1]]
+    with pytest.raises(ValueError, match="k must be"):
+        attend_slots(resident, last_sel, 7)
+
+
+@pytest.mark.parametrize("seed", range(5))
+def test_attend_slots_after_a_plan_holds_the_kept_and_admitted_blocks(seed):
+    """Against a loop: after plan_step on S = 3K slots the attended set is the step's kept + admitted blocks, filled
+    with the most recently selected others, and numpy == torch."""
+    from oasis_core.selection import attend_slots
+
+    rng = np.random.default_rng(seed)
+    R, K, S, NB = 6, 8, 24, 60
+    plan = initial_plan(arr([rng.permutation(NB)[:K] for _ in range(R)]), step=0, slots=S)
+    res, ls = plan.resident, plan.last_sel
+    for step in range(1, 12):
+        pred = arr([rng.permutation(NB)[:K] for _ in range(R)])
+        cap = int(rng.integers(0, K + 1))
+        p = plan_step(res, ls, pred, cap, step, K)
+        res, ls = p.resident, p.last_sel
+        got = attend_slots(res, ls, K)
+        assert np.array_equal(got, attend_slots(torch.tensor(res), torch.tensor(ls), K).numpy())
+        for r in range(R):
+            held = [s for s in range(S) if res[r, s] >= 0]
+            want = sorted(held, key=lambda s: (ls[r, s], s), reverse=True)[:K]
+            assert got[r][got[r] >= 0].tolist() == sorted(want)
+            sel_now = {s for s in held if ls[r, s] == step}
+            assert sel_now <= set(want)  # kept and admitted blocks are always attended
+            assert {int(res[r, s]) for s in sel_now} == set(pred[r].tolist()) & set(res[r].tolist())
