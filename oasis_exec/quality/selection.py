@@ -38,6 +38,12 @@ H200-like figures, an assumption) with the bytes of one block-head of the model'
 true attention: *mass* of the resident set + the local block, *recall* of the true-mass top-K, blocks *fetched* and
 *missing* per row; means over rows and steps, and over the second half of the steps (``_late``, after the warm-up).
 ``prediction`` holds each predicted set's own mass and recall (the resident set of an uncapped, instant fetch).
+
+``--slots-ratio R ...`` (default 1) replays each policy once per ratio with S = round(R * K) slots a row (a victim
+cache: ``T_{t0}`` in the first K slots, the rest empty; ``plan_step`` evicts the least recently selected), and mass
+and recall are those of the K slots attention reads (``selection.attend_slots``: the most recently selected), not of
+all S; fetched and missing count as before. Ratio 1 alone keeps the key ``by_policy``; other ratios give
+``by_slots_ratio`` (ratio as ``f"{R:g}"`` -> the same entries) and one policy table per ratio.
 """
 
 from __future__ import annotations
@@ -77,6 +83,7 @@ class Setup:
     seed: int = 0
     policies: tuple = ()  # fetch-cap policy specs replayed on the resident set (get_policy); none: no replay
     policy_draft: str = "eagle3"  # the draft whose lookahead prediction the replay plans with
+    slots_ratios: tuple = (1,)  # replay: S = round(R * K) slots a row per ratio R; attention reads K (attend_slots)
     link: "PolicyLink | None" = None  # the replay's step time and link (default PolicyLink())
 
 
@@ -132,20 +139,22 @@ def _topk(q, kmin, kmax, k: int, n_blocks):
     return topk_blocks(s.reshape(p_ * h, nb), k, n_blocks.repeat_interleave(h)).view(p_, h, k)
 
 
-def replay_policy(policy, initial, preds, layers: int = 1, link: PolicyLink | None = None):
+def replay_policy(policy, initial, preds, layers: int = 1, link: PolicyLink | None = None, slots: int | None = None):
     """Step a resident set through ``preds`` under ``policy`` (``selection.plan_step``, numpy).
 
-    initial: int64 [R, S] the first resident set (-1 = empty slot); preds: int64 [P, R, K] the predicted set of each
+    initial: int64 [R, K] the first resident set (-1 = none); preds: int64 [P, R, K] the predicted set of each
     step, best first, -1 padded; rows layer-major over ``layers`` layers. ``CapContext`` as the simulator's exact
     episodes fill it (``oasis_sim.policy.Runner.step``); ``link`` None gives no step time or link rate (a budget
-    policy then uses its first-step cap). Returns (resident after each step int64 [P, R, S], fetched int64 [P, R],
-    missing int64 [P, R])."""
+    policy then uses its first-step cap). ``slots``: S >= K slots a row (default K; ``initial`` fills the first K,
+    the rest start empty: a victim cache). Returns (the blocks attention reads after each step int64 [P, R, K]:
+    ``selection.attend_slots``, the K most recently selected resident slots in slot order, -1 padded; with S = K
+    the resident set itself; fetched int64 [P, R], missing int64 [P, R])."""
     from oasis_core.fetchcap import CapContext, state_array
-    from oasis_core.selection import count_missing, initial_plan, plan_step
+    from oasis_core.selection import attend_slots, count_missing, initial_plan, plan_step
 
     initial, preds = np.asarray(initial, np.int64), np.asarray(preds, np.int64)
     p_, r, k = preds.shape
-    first = initial_plan(initial)
+    first = initial_plan(initial, slots=slots)
     resident, last_sel = first.resident, first.last_sel
     max_cap = policy.max_cap(k)
     rs, ls = policy.row_state_init(k), policy.layer_state_init(k)
@@ -182,7 +191,8 @@ def replay_policy(policy, initial, preds, layers: int = 1, link: PolicyLink | No
         drift += plan.n_missing
         if link is not None:
             moved += float(plan.n_fetch.sum()) * link.bytes_per_block_head
-        out_res.append(resident)
+        att = attend_slots(resident, last_sel, k)
+        out_res.append(np.where(att >= 0, np.take_along_axis(resident, np.maximum(att, 0), 1), -1))
         out_fetch.append(plan.n_fetch)
         out_miss.append(plan.n_missing)
     return np.stack(out_res), np.stack(out_fetch), np.stack(out_miss)
@@ -334,8 +344,10 @@ def measure_tokens(dec, tokens, setup: Setup, head=None, progress=None) -> list[
 
 def policy_replay(setup: Setup, sets: dict, masses: list, local, layers: int) -> dict:
     """The ``policies`` entry of one result: per prediction, its own figures, and per policy spec the replayed
-    resident set's (``replay_policy``, ``_set_figures``). ``sets``: per layer lists of ``initial`` [Hkv, K] and
-    ``lookahead`` / ``proxy`` / ``true_mass`` [P, Hkv, K]; ``masses``: per layer [P, Hkv, NB]."""
+    resident set's (``replay_policy``, ``_set_figures``): ``by_policy`` for the default slots ratio 1 alone, else
+    ``by_slots_ratio`` (per ratio R, as ``f"{R:g}"``, the same entries for S = round(R * K) slots). ``sets``: per
+    layer lists of ``initial`` [Hkv, K] and ``lookahead`` / ``proxy`` / ``true_mass`` [P, Hkv, K]; ``masses``: per
+    layer [P, Hkv, NB]."""
     from oasis_core.fetchcap import get_policy
 
     def rows(key):  # per layer [P, Hkv, ...] -> [P, layers * Hkv, ...], layer-major
@@ -354,18 +366,27 @@ def policy_replay(setup: Setup, sets: dict, masses: list, local, layers: int) ->
             "decode_requests": link.decode_requests,
         },
         "prediction": {},
-        "by_policy": {},
     }
     preds = {src: rows(src) for src in PREDICTIONS}
     for src, pr in preds.items():
         out["prediction"][src] = _set_figures(mass, pr, local, tm, layers)
-    for spec in setup.policies:
-        policy = get_policy(spec)
-        out["by_policy"][spec] = {}
-        for src, pr in preds.items():
-            res, fetch, miss = replay_policy(policy, initial, pr.cpu().numpy(), layers, link)
-            res_t = torch.as_tensor(res, device=mass.device)
-            out["by_policy"][spec][src] = _set_figures(mass, res_t, local, tm, layers, fetch, miss)
+    ratios = tuple(setup.slots_ratios)
+    k = initial.shape[1]
+    by_ratio = {}
+    for ratio in ratios:
+        by = by_ratio[f"{ratio:g}"] = {}
+        for spec in setup.policies:
+            policy = get_policy(spec)
+            by[spec] = {}
+            for src, pr in preds.items():
+                att, fetch, miss = replay_policy(policy, initial, pr.cpu().numpy(), layers, link, int(round(ratio * k)))
+                att_t = torch.as_tensor(att, device=mass.device)
+                by[spec][src] = _set_figures(mass, att_t, local, tm, layers, fetch, miss)
+    if ratios == (1,):
+        out["by_policy"] = by_ratio["1"]
+    else:
+        out["slots"] = "round(ratio * K) a row; mass and recall of the K most recently selected (attend_slots)"
+        out["by_slots_ratio"] = by_ratio
     return out
 
 
@@ -515,7 +536,8 @@ def table(doc: dict) -> str:
 
 def policy_table(doc: dict) -> str:
     """Per length, K and policy (mean over texts): mass and recall (%) of the replayed resident set and fetched
-    blocks per row per step, all steps and the second half; ``(predicted)`` is the predicted set itself."""
+    blocks per row per step, all steps and the second half; ``(predicted)`` is the predicted set itself. With
+    ``--slots-ratio``, one table per ratio (its figures on the K attended slots)."""
     head = (
         f"{'N':>5} {'K':>4} {'policy':<16} {'pred':<9} | {'mass':>5} {'recl':>5} {'fetch':>5} {'miss':>5} | "
         f"{'mass':>5} {'recl':>5} {'fetch':>5} (late)"
@@ -539,9 +561,22 @@ def policy_table(doc: dict) -> str:
         n, k = avg["n_tokens_requested"], avg["k"]
         for src, f in pol["prediction"].items():
             lines.append(f"{n:>5} {k:>4.0f} {'(predicted)':<16} {src:<9} | " + cells(f, fetch=False))
-        for spec, by in pol["by_policy"].items():
+        for spec, by in pol.get("by_policy", {}).items():
             for src, f in by.items():
                 lines.append(f"{n:>5} {k:>4.0f} {spec[:16]:<16} {src:<9} | " + cells(f))
+    ratios = [r for avg in doc["average"].values() for r in avg.get("policies", {}).get("by_slots_ratio", {})]
+    for ratio in dict.fromkeys(ratios):
+        lines += [
+            "",
+            f"slots ratio {ratio}: S = round({ratio} * K) slots a row, figures on the K most recently selected",
+        ]
+        lines.append(head)
+        for avg in doc["average"].values():
+            by_ratio = avg.get("policies", {}).get("by_slots_ratio", {})
+            n, k = avg["n_tokens_requested"], avg["k"]
+            for spec, by in by_ratio.get(ratio, {}).items():
+                for src, f in by.items():
+                    lines.append(f"{n:>5} {k:>4.0f} {spec[:16]:<16} {src:<9} | " + cells(f))
     return "\n".join(lines)
 
 
@@ -600,6 +635,15 @@ def add_command(sub) -> None:
         default="eagle3",
         choices=DRAFTS,
         help="draft whose lookahead prediction the policy replay plans with (one of --drafts)",
+    )
+    p.add_argument(
+        "--slots-ratio",
+        nargs="+",
+        type=float,
+        default=[1.0],
+        metavar="R",
+        help="replay: S = round(R * K) slots a row per ratio R >= 1 (a victim cache; mass and recall on the K most "
+        "recently selected, oasis_core.selection.attend_slots); default 1",
     )
     p.add_argument("--policy-step-ms", type=float, default=15.0, help="replay: fixed decode step time (budget)")
     p.add_argument("--policy-link-gb-s", type=float, default=30.0, help="replay: host->GPU link rate, GB/s (budget)")
@@ -701,12 +745,18 @@ def check_args(args) -> None:
             "policy_step_ms": (0, None, True),
             "policy_link_gb_s": (0, None, True),
             "policy_requests": (1, None, False),
+            "slots_ratio": (1, None, False),
             "threads": (1, None, False),
         },
     )
     args.policies = canonical_policies(getattr(args, "policies", None))
     if args.policies and args.policy_draft not in args.drafts:
         raise ValueError(f"--policy-draft: {args.policy_draft!r} must be one of --drafts ({', '.join(args.drafts)})")
+    ratios = getattr(args, "slots_ratio", None) or [1.0]
+    if len({f"{r:g}" for r in ratios}) < len(ratios):
+        raise ValueError(f"--slots-ratio: each ratio once, got {' '.join(f'{r:g}' for r in ratios)}")
+    if ratios != [1.0] and not args.policies:
+        raise ValueError("--slots-ratio: the slots of the policy replay; needs --policies")
     c.power_of_two(args, "block_size")
     c.device(args)
     c.existing(args, "model_path")
@@ -750,6 +800,7 @@ def run(args) -> int:
         policies=tuple(args.policies),
         policy_draft=args.policy_draft,
         link=link,
+        slots_ratios=tuple(args.slots_ratio),
     )
     try:
         from tqdm import tqdm
@@ -819,6 +870,7 @@ def run(args) -> int:
                         "decode_requests": link.decode_requests,
                     },
                     "policy_initial": "T_t0: the true top-K of the first position's current query",
+                    **({"slots_ratios": list(setup.slots_ratios)} if setup.slots_ratios != (1,) else {}),
                 }
                 if setup.policies
                 else {}

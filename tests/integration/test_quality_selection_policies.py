@@ -59,6 +59,20 @@ def test_unlimited_resident_is_the_prediction():
     assert np.array_equal(fetch, miss)
 
 
+def test_victim_slots_fetch_less_and_attend_the_prediction():
+    # Uncapped, S = 2K holds every set the prediction held last step: fewer fetches than S = K, and the K attended
+    # slots (the most recently selected) are exactly the predicted set, not all 2K resident blocks.
+    initial, preds = _sets()
+    pol = get_policy("unlimited")
+    att1, fetch1, _ = replay_policy(pol, initial, preds)
+    att2, fetch2, miss2 = replay_policy(pol, initial, preds, slots=10)
+    assert att2.shape == att1.shape == preds.shape
+    assert (fetch2 <= fetch1).all() and fetch2.sum() < fetch1.sum() and np.array_equal(fetch2, miss2)
+    for j in range(preds.shape[0]):
+        assert [set(r) for r in att2[j].tolist()] == [set(r) for r in preds[j].tolist()]
+    assert np.array_equal(replay_policy(pol, initial, preds, slots=5)[0], att1)  # S = K is the default
+
+
 def test_fixed_zero_never_changes_the_resident_set():
     initial, preds = _sets()
     res, fetch, miss = replay_policy(get_policy("fixed:0"), initial, preds)
@@ -122,6 +136,34 @@ def test_cli_policies_reach_the_json_and_table(monkeypatch, tmp_path, capsys):
     assert "budget:0.5" in capsys.readouterr().out
 
 
+def test_cli_slots_ratio(monkeypatch, tmp_path, capsys):
+    # ratio 1 of a multi-ratio run is the default run's by_policy; ratio 2 fetches no more, and its mass and
+    # recall are those of the K attended blocks (uncapped: the predicted set's own figures, not 2K blocks' more).
+    specs = ("--policies", "unlimited", "fixed:0.05")
+    doc0 = json.loads(_cli(monkeypatch, tmp_path, *specs)[1].read_text())
+    capsys.readouterr()
+    rc, out = _cli(monkeypatch, tmp_path, *specs, "--slots-ratio", "1", "2")
+    doc = json.loads(out.read_text())
+    assert rc == 0 and doc["setup"]["slots_ratios"] == [1.0, 2.0] and "slots_ratios" not in doc0["setup"]
+    for key in ("results", "average"):
+        p0 = doc0[key][0] if key == "results" else next(iter(doc0[key].values()))
+        p = doc[key][0] if key == "results" else next(iter(doc[key].values()))
+        p0, p = p0["policies"], p["policies"]
+        assert "by_slots_ratio" not in p0 and "by_policy" not in p and list(p["by_slots_ratio"]) == ["1", "2"]
+        assert p["by_slots_ratio"]["1"] == p0["by_policy"]
+        one, two = p["by_slots_ratio"]["1"], p["by_slots_ratio"]["2"]
+        for spec in ("unlimited", "fixed:0.05"):
+            for src in ("lookahead", "proxy"):
+                assert two[spec][src]["fetch"] <= one[spec][src]["fetch"] + 1e-12, (spec, src)
+        for src in ("lookahead", "proxy"):
+            own, unl = p["prediction"][src], two["unlimited"][src]
+            assert unl["mass"] == pytest.approx(own["mass"], abs=1e-9) and unl["recall"] == pytest.approx(own["recall"])
+        assert sum(two["unlimited"][s]["fetch"] for s in ("lookahead", "proxy")) < sum(
+            one["unlimited"][s]["fetch"] for s in ("lookahead", "proxy")
+        )
+    assert "slots ratio 2:" in capsys.readouterr().out
+
+
 def test_cli_without_policies_is_unchanged(monkeypatch, tmp_path):
     rc, out = _cli(monkeypatch, tmp_path)
     doc = json.loads(out.read_text())
@@ -143,3 +185,20 @@ def test_cli_bad_policy_is_one_line_exit_2(monkeypatch, tmp_path, capsys, extra)
     err = [x for x in capsys.readouterr().err.splitlines() if x.strip()]
     assert rc == 2 and len(err) == 1 and "Traceback" not in err[0], err
     assert "--polic" in err[0]
+
+
+@pytest.mark.parametrize(
+    "extra",
+    [
+        ("--policies", "drift", "--slots-ratio", "0.5"),
+        ("--policies", "drift", "--slots-ratio", "2", "2.0"),
+        (
+            "--slots-ratio",
+            "2",
+        ),
+    ],
+)
+def test_cli_bad_slots_ratio_is_one_line_exit_2(monkeypatch, tmp_path, capsys, extra):
+    rc, _ = _cli(monkeypatch, tmp_path, *extra)
+    err = [x for x in capsys.readouterr().err.splitlines() if x.strip()]
+    assert rc == 2 and len(err) == 1 and "--slots-ratio" in err[0], err
