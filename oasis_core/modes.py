@@ -58,11 +58,15 @@ class Mode:
         return self.sparse
 
     def resident_slots(self, top_k: int, hot_slots=None) -> int:
-        """Selectable GPU blocks per (request, layer, KV head): ``top_k``, or in a mode with a hot cache its
-        ``hot_slots`` (default ``2 * top_k``). Both backends' configs ask this (``resident_slots``)."""
-        if not self.hot_cache:
-            return top_k
-        return hot_slots if hot_slots is not None else 2 * top_k
+        """Selectable GPU blocks per (request, layer, KV head): ``top_k``; in a mode with a hot cache its
+        ``hot_slots`` (default ``2 * top_k``); in a background mode ``hot_slots`` when given (a victim cache, of
+        which attention reads the ``top_k`` most recently selected: ``oasis_core.selection.attend_slots``). Both
+        backends' configs ask this (``resident_slots``)."""
+        if self.hot_cache:
+            return hot_slots if hot_slots is not None else 2 * top_k
+        if self.background and hot_slots is not None:
+            return hot_slots
+        return top_k
 
     @property
     def on_demand(self) -> bool:

@@ -422,7 +422,8 @@ def measure(
         "fetch_policy": cfg.fetch_policy if cfg.sparse else None,
         "short_context": runner.short is not None,
         "top_k": cfg.top_k,
-        "hot_slots": cfg.resident_slots if cfg.mode_spec.hot_cache else None,  # hisparse: its hot cache a row
+        # GPU blocks a row holds when more than top_k: hisparse's hot cache, a background mode's victim cache
+        "hot_slots": cfg.resident_slots if cfg.mode_spec.hot_cache or cfg.resident_slots != cfg.top_k else None,
         "tensor_parallel": cfg.tensor_parallel,  # ranks; this record's rank, and the KV heads it owns
         "tp_rank": runner.tp.rank if runner.tp is not None else 0,
         "kv_heads": shape.n_kv_heads,

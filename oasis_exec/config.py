@@ -76,8 +76,11 @@ class ExecConfig(speculation.SpeculativeFields):
     top_k: int = _f(PAPER_SPARSITY.top_k, "resident blocks per KV head (the local block comes on top)")
     hot_slots: int | None = _f(
         None,
-        "mode=hisparse: blocks of the LRU hot cache per (request, layer, KV head), >= top_k; attention reads the "
-        "step's top_k of them (None: 2 x top_k); counted in the GPU budget",
+        "GPU blocks per (request, layer, KV head), >= top_k, counted in the GPU budget. mode=hisparse: its LRU hot "
+        "cache, of which attention reads the step's top_k (None: 2 x top_k). Background modes (lookahead, proxy): "
+        "above top_k a victim cache, blocks the prediction dropped stay until least recently selected (a block that "
+        "comes back is a hit, not a fetch) and attention reads the top_k most recently selected (None: top_k, the "
+        "paper's working set; oasis_core.selection.attend_slots)",
     )
     fetch_ratio: float = _f(
         PAPER_SPARSITY.fetch_ratio, "fetch cap per head per step as a fraction of top_k (0 < r <= 1)"
@@ -295,12 +298,16 @@ class ExecConfig(speculation.SpeculativeFields):
         if self.top_k < 1:
             bad("top_k", "must be >= 1")
         if self.hot_slots is not None:
-            if not self.mode_spec.hot_cache:
-                bad("hot_slots", f"only a mode with a hot cache (hisparse) takes it, not mode={self.mode}")
+            if not (self.mode_spec.hot_cache or self.mode_spec.background):
+                bad(
+                    "hot_slots",
+                    f"only hisparse (its hot cache) and the background modes (a victim cache) take it, not "
+                    f"mode={self.mode}",
+                )
             if isinstance(self.hot_slots, bool) or not isinstance(self.hot_slots, int):
                 bad("hot_slots", "must be an integer")
             if self.hot_slots < self.top_k:
-                bad("hot_slots", f"must be >= top_k ({self.top_k}): the hot cache holds the step's top-K")
+                bad("hot_slots", f"must be >= top_k ({self.top_k}): the GPU holds the step's top-K")
         if self.host_kv_dtype == "fp8_e4m3":
             if not self.sparse:
                 bad("host_kv_dtype", f"only a sparse mode keeps a host copy, not mode={self.mode}")
@@ -409,8 +416,9 @@ class ExecConfig(speculation.SpeculativeFields):
 
     @property
     def resident_slots(self) -> int:
-        """Selectable GPU slots per (lane, layer, KV head) of a sparse mode (``SparseStore.S``): ``top_k``, or the
-        hot cache's ``hot_slots`` (default ``2 * top_k``) in a mode with one."""
+        """Selectable GPU slots per (lane, layer, KV head) of a sparse mode (``SparseStore.S``): ``top_k``, the hot
+        cache's ``hot_slots`` (default ``2 * top_k``) in a mode with one, or a background mode's ``hot_slots``
+        (a victim cache; default ``top_k``)."""
         return self.mode_spec.resident_slots(self.top_k, self.hot_slots)
 
     def cap_policy(self):

@@ -377,8 +377,7 @@ class ModelExec:
                 elif mode.hot_cache and not all_short:  # the step's top-K inside the hot cache, not all its slots
                     slot_ids = hot_ids.view(B, H, -1) if hot_ids is not None else st.selected_slots(l, rows, pred, base)
                 else:
-                    res = st.resident[l][rows].view(B, H, st.S)
-                    slot_ids = torch.where(res >= 0, base[:, :, None] + sel_off, -1).to(torch.int32)
+                    slot_ids = self._resident_slot_ids(l, rows, base, sel_off)
                 attn, _, _ = self._attend(l, q, k, v, slot_ids, local_slot, local_len)
                 # The local block's summary (exact for its valid tokens) and, once full, its host copy.
                 self._summarize(l, item_src, item_row, item_blk, item_len)
@@ -469,6 +468,18 @@ class ModelExec:
             extra = tuple(t for t in (sets, self.pipe.zero_rows) if t is not None)
             self.pipe._cross_stream(self.pipe.s_pred, qsel, lanes, lanes32, nb_next, *extra)
         self.pipe.launch(l, after, lambda: self.predict(l, qsel, lanes32, nb_next, given, recorded), lanes, rows)
+
+    def _resident_slot_ids(self, l, rows, base, sel_off):
+        """The slots layer ``l``'s attention reads in a background mode, int32 [B, H, K']: every resident slot
+        (``S == K``, the paper's working set), or with a victim cache (``S > K``: ``ExecConfig.hot_slots``) the ``K``
+        most recently selected resident slots of each row (``ops.attend_slots``, one launch)."""
+        st = self.store
+        B, H = base.shape
+        if st.S > self.K:
+            ids = self.pipe.row_ids(rows)
+            return ops.attend_slots(st.resident[l], st.last_sel[l], ids, self.K, st.W).view(B, H, self.K)
+        res = st.resident[l][rows].view(B, H, st.S)
+        return torch.where(res >= 0, base[:, :, None] + sel_off, -1).to(torch.int32)
 
     def _attend(self, l, q, k, v, slot_ids, local_slot, local_len):
         """Sparse attention of layer ``l``: queries ``q`` [B, nq, Hq, D] over each row's slots ``slot_ids`` and its
@@ -630,8 +641,7 @@ class ModelExec:
                 v_ = v_.view(B, nq, H, -1)
                 self.pipe.wait(l)
                 ops.kv_write(k_[:, 0], v_[:, 0], st.k[l], st.v[l], item_src, off32, fused_kv)
-                res = st.resident[l][rows].view(B, H, st.S)
-                slot_ids = torch.where(res >= 0, base[:, :, None] + sel_off, -1).to(torch.int32)
+                slot_ids = self._resident_slot_ids(l, rows, base, sel_off)
                 attn, ek, ev = self._attend(l, q, k_, v_, slot_ids, local_slot, local_len)
                 self._summarize(l, item_src, item_row, item_blk, item_len)
                 writeback_full(

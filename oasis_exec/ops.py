@@ -54,6 +54,18 @@ def topk_select(scores, k, n_blocks, heads):
     return topk_select_ref(scores, k, n_blocks, heads)
 
 
+def attend_slots(resident, last_sel, rows, k, W):
+    """Absolute slot ids [R, k] int32 of the ``k`` most recently selected resident slots of each of ``rows`` (a
+    victim cache's attended set: ``kernels.attend_slots``, ``oasis_core.selection.attend_slots``)."""
+    if _cuda(resident):
+        from kernels.attend_slots import attend_slots as k_
+
+        return k_(resident, last_sel, rows, k, W)
+    from kernels.attend_slots import attend_slots_ref
+
+    return attend_slots_ref(resident, last_sel, rows, k, W)
+
+
 def summary_update(k_src, src, dst_row, dst_block, n_valid, kmin, kmax):
     if _cuda(k_src):
         from kernels.summary_update import summary_update as k

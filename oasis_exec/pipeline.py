@@ -277,8 +277,8 @@ class Prefetcher:
             and (not isinstance(cap, int) or cap <= self.max_cap)
         )
 
-    def _rows_tensor(self, rows):
-        """The layer's rows as an int64 device tensor: a view of the row ids for a slice (no kernel), else the
+    def row_ids(self, rows):
+        """The layer's rows (store rows ``lane * H + h``) as an int64 device tensor: a view of the row ids for a slice (no kernel), else the
         index converted once per step (the runner passes the same object to every layer of a step)."""
         if isinstance(rows, slice):
             return self._row_ids[rows]
@@ -301,7 +301,7 @@ class Prefetcher:
         return plan_select(
             st.resident[layer],
             st.last_sel[layer],
-            self._rows_tensor(rows),
+            self.row_ids(rows),
             pred,
             cap,
             self.max_cap,
@@ -338,7 +338,7 @@ class Prefetcher:
         caps = self.caps
         if caps.fixed is not None:
             return caps.fixed
-        idx = self._rows_tensor(rows)
+        idx = self.row_ids(rows)
         return caps.cap(layer, self.store.resident[layer][idx], pred, rows=idx)  # row state keyed by store row
 
     def _bg_cap(self, layer, pred, rows):

@@ -45,8 +45,9 @@ class SimConfig(speculation.SpeculativeFields):
     mode: str = _h("dense | quest | retrieval | proxy | lookahead | hisparse (oasis_core.modes)", "lookahead")
     top_k: int = _h("selected blocks per KV head (plus the local block)", PAPER_SPARSITY.top_k)
     hot_slots: Optional[int] = _h(
-        "mode=hisparse: blocks of the LRU hot cache per (request, layer, KV head), >= top_k (None: 2 x top_k); "
-        "held in HBM per request; misses are fetched on demand",
+        "blocks held in HBM per (request, layer, KV head), >= top_k. mode=hisparse: its LRU hot cache (None: "
+        "2 x top_k), misses fetched on demand. Background modes: a victim cache above top_k, attention reads the "
+        "top_k most recently selected (None: top_k; the executor's hot_slots)",
         None,
     )
     block_size: int = _h("tokens per KV block", PAPER_SPARSITY.block_size)
@@ -203,10 +204,14 @@ class SimConfig(speculation.SpeculativeFields):
         integer("top_k", 1)
         integer("hot_slots", 1, optional=True)
         if self.hot_slots is not None:
-            if not mode.hot_cache:
-                bad("hot_slots", f"only a mode with a hot cache (hisparse) takes it, not mode={self.mode}")
+            if not (mode.hot_cache or mode.background):
+                bad(
+                    "hot_slots",
+                    f"only hisparse (its hot cache) and the background modes (a victim cache) take it, not "
+                    f"mode={self.mode}",
+                )
             if self.hot_slots < self.top_k:
-                bad("hot_slots", f"must be >= top_k ({self.top_k}): the hot cache holds the step's top-K")
+                bad("hot_slots", f"must be >= top_k ({self.top_k}): HBM holds the step's top-K")
         integer("block_size", 1)
         number("fetch_ratio", 0.0, 1.0, lo_open=True)
         integer("seed", 0)

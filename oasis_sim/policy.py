@@ -28,7 +28,9 @@ planned during decode step ``i - 1`` for step ``i``, ``recall[i]`` the share of 
 when it attends. Retrieval plans with the true set and no cap (fetched in the critical path), proxy with the
 current-query set, lookahead with the draft set. Hisparse plans as retrieval does, over a hot cache of
 ``hot_slots`` slots per row (``SimConfig.resident_slots``) evicted least-recently-used: its fetches are the hot
-cache's misses (the engine times them as retrieval's, on the critical path).
+cache's misses (the engine times them as retrieval's, on the critical path). Proxy and lookahead with ``hot_slots``
+above ``top_k`` keep a victim cache: the same plans over more slots, recall of the ``top_k`` slots attention reads
+(``oasis_core.selection.attend_slots``).
 """
 
 from __future__ import annotations
@@ -42,7 +44,7 @@ import numpy as np
 from oasis_core import modes
 from oasis_core.fetchcap import CapContext, Fixed, Unlimited, get_policy, state_array
 from oasis_core.rpf import RemoteLedger
-from oasis_core.selection import count_missing, initial_plan, plan_step
+from oasis_core.selection import attend_slots, count_missing, initial_plan, plan_step
 from oasis_core.synthetic import SyntheticSelection, SyntheticStep
 
 from .config import ConfigError, SimConfig
@@ -167,6 +169,8 @@ class Runner:
 
     def __init__(self, cfg: SimConfig, group_blocks, seed: int, replay: "ReplaySets | None" = None):
         self.mode, self.top_k = cfg.mode, cfg.top_k
+        # a background mode's victim cache: recall is of the top_k slots attention reads, not of every slot
+        self.victim = modes.get(cfg.mode).background and cfg.resident_slots > cfg.top_k
         self.kvh = cfg.model_spec.n_kv_heads
         self.P = cfg.policy_layers
         self.cap = cap_policy(cfg)
@@ -247,7 +251,13 @@ class Runner:
                 self.moved_bytes += float(plan.n_fetch.sum()) * link.bytes_per_block_head
         if self.record:
             self.plans.append((s, plan))
-        rec = resident_recall(plan.resident, s.true_next) if recall else None
+        rec = None
+        if recall:
+            held = plan.resident
+            if self.victim:
+                a = attend_slots(plan.resident, plan.last_sel, self.top_k)
+                held = np.where(a >= 0, np.take_along_axis(plan.resident, np.maximum(a, 0), 1), -1)
+            rec = resident_recall(held, s.true_next)
         remote = None
         if self.ledgers is not None:
             fb = plan.fetch_block.reshape(len(self.nb), self.P, self.kvh, -1)

@@ -85,13 +85,17 @@ def test_hot_slots_defaults_and_checks():
     assert ExecConfig(mode="retrieval", device="cpu", top_k=8).resident_slots == 8
     with pytest.raises(ValueError, match=r"ExecConfig.hot_slots: must be >= top_k \(8\).*got 7"):
         ExecConfig(mode="hisparse", device="cpu", top_k=8, hot_slots=7)
-    with pytest.raises(ValueError, match="ExecConfig.hot_slots: only a mode with a hot cache.*retrieval"):
+    with pytest.raises(ValueError, match="ExecConfig.hot_slots: only hisparse.*background modes.*retrieval"):
         ExecConfig(mode="retrieval", device="cpu", top_k=8, hot_slots=16)
+    # a background mode's victim cache (tests/integration/test_exec_victim_cache.py)
+    assert ExecConfig(mode="lookahead", device="cpu", top_k=8).resident_slots == 8
+    assert ExecConfig(mode="lookahead", device="cpu", top_k=8, hot_slots=24).resident_slots == 24
     assert SimConfig(mode="hisparse", top_k=8).resident_slots == 16
     with pytest.raises(ConfigError, match="hot_slots: must be >= top_k"):
         SimConfig(mode="hisparse", top_k=8, hot_slots=4)
-    with pytest.raises(ConfigError, match="hot_slots: only a mode with a hot cache"):
-        SimConfig(mode="lookahead", hot_slots=200)
+    with pytest.raises(ConfigError, match="hot_slots: only hisparse"):
+        SimConfig(mode="retrieval", hot_slots=200)
+    assert SimConfig(mode="lookahead", hot_slots=384).resident_slots == 384
     assert [n for n, m in modes.REGISTRY.items() if m.hot_cache] == ["hisparse"]
 
 
