@@ -382,3 +382,31 @@ def test_decode_chains_in_graphs_equal_single_steps(mode, copy_graph):
             assert max(len(o.new_token_ids) for o in eng.step()) == 8
         assert _assert_slots_hold_their_blocks(eng) > 0
         eng.close()
+
+
+@pytest.mark.parametrize("mode", ["lookahead", "proxy"])
+def test_victim_cache_graphs_equal_eager_cpu_and_slots_hold_their_blocks(mode):
+    """A background mode's victim cache on the GPU (plan_select over S = 3K slots, kernels.attend_slots for the K
+    slots attention reads): CUDA-graph steps give the eager logits and tokens; every slot holds its block's host
+    copy over a long run."""
+    ps = prompts(19, (90, 120, 64))
+    kw = dict(top_k=3, hot_slots=9, fetch_ratio=0.34, transfer="uva")
+    ref, out_ref = run_logits(cfg(mode, "cuda", cuda_graph=False, **kw), ps, 40)
+    got, out = run_logits(cfg(mode, "cuda", cuda_graph=True, **kw), ps, 40)
+    assert out == out_ref
+    for rid in ref:
+        for a, b in zip(ref[rid], got[rid]):
+            assert torch.isfinite(b).all()
+            assert torch.allclose(a, b, atol=1e-2, rtol=1e-2)
+    eng = Engine(cfg(mode, "cuda", cuda_graph=True, max_context=900, max_lanes=2, **kw))
+    assert eng.runner.store.S == 9
+    for p in prompts(2, (40, 65)):
+        eng.add_request(p, SamplingParams(max_tokens=700))
+    steps = 0
+    while eng.has_work():
+        eng.step()
+        steps += 1
+        if steps % 200 == 0:
+            assert _assert_slots_hold_their_blocks(eng) > 0
+    assert eng.runner.graphs and eng.runner.counters()["units_fetched"] > 100
+    eng.close()
