@@ -15,7 +15,9 @@ Layout:
 
 Per program (one row): each resident slot gets the key ``(last_sel, slot)`` packed into a non-negative int64
 (last_sel clamped below at ``-2**40``, which a step-relative table reaches after 2**40 steps), the K-th largest key
-is found bit by bit (61 counts over the row), and the chosen slots are packed in slot order by a cumsum.
+is found bit by bit (61 counts over the row), and the chosen slots are packed in slot order by a cumsum. A row
+whose newest ``last_sel`` is held by exactly ``min(K, resident)`` slots (the victim cache's usual row: every
+predicted block resident after the plan) takes those without the search.
 """
 
 from __future__ import annotations
@@ -43,12 +45,19 @@ def attend_slots_kernel(
     lsc = tl.maximum(ls, -(2**40))
     key = tl.where(valid, ((lsc + 2**40) << 20) | offs.to(tl.int64), -1)  # distinct, < 2**61 where valid
     need = tl.minimum(tl.sum(valid.to(tl.int32), axis=0), K)
-    # the need-th largest key: the largest t with #{key >= t} >= need
-    t = tl.zeros((), dtype=tl.int64)
-    for b in tl.static_range(60, -1, -1):
-        cand = t | (1 << b)
-        t = tl.where(tl.sum((key >= cand).to(tl.int32), axis=0) >= need, cand, t)
-    sel = valid & (key >= t) & (need > 0)
+    # The common row: exactly `need` slots share the newest last_sel (the last plan's kept and admitted blocks, all
+    # of the prediction resident): those, no search.
+    top = tl.max(tl.where(valid, lsc, -(2**41)), axis=0)
+    newest = valid & (lsc == top)
+    if tl.sum(newest.to(tl.int32), axis=0) == need:
+        sel = newest
+    else:
+        # the need-th largest key: the largest t with #{key >= t} >= need
+        t = tl.zeros((), dtype=tl.int64)
+        for b in tl.static_range(60, -1, -1):
+            cand = t | (1 << b)
+            t = tl.where(tl.sum((key >= cand).to(tl.int32), axis=0) >= need, cand, t)
+        sel = valid & (key >= t) & (need > 0)
     pos = tl.cumsum(sel.to(tl.int32), axis=0) - 1
     tl.store(OUT + r * K + pos, (row * W + offs).to(tl.int32), mask=sel)
     offs_k = tl.arange(0, BLOCK_K)

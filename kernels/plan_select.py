@@ -8,7 +8,7 @@ head ``r % H``):
   step: one decrement per step, folded in here) and ``pred[r]`` (best first, -1 padded);
 - plans exactly what ``plan_step(res, ls, pred, cap, step, max_cap)`` plans: ``keep = P ∩ R``; ``missing = P \\ R``
   in prediction order (ranks by ``tl.cumsum``); victims ``R \\ P``: empty slots first (lower slot first), then
-  least-recently-selected (ties: lower slot), ranked by broadcast compares (no sort);
+  least-recently-selected (ties: lower slot), the first ``admit`` found by one min-reduction each (no sort);
   ``admit = min(n_missing, clip(cap, 0, max_cap), n_victims)``; ``missing[j]`` goes into ``victims[j]``, ``j < admit``;
 - writes the row's ``resident`` / ``last_sel`` back in place (a program owns its row);
 - writes the layer's copy list in ``kernels.gather.uva_gather``'s format, flat row-major [R, C] int32:
@@ -28,11 +28,14 @@ head ``r % H``):
   list) spreads the copies over the gather's persistent programs instead. Neither was timed on a GPU yet.
 
 Shapes S (slots), K (predicted), C (max_cap) are arbitrary (padded to powers of two with masks). No host sync.
-The [S, K] membership and [S, S] victim-rank compares run over chunks of ``chunk`` slots / predictions (reloaded from
-memory, before the in-place stores): at S = K = 128 that is 111 registers and no spills at 4 warps on sm_90 (the
-unchunked form took 255 registers and spilled). Rows must be distinct (each program owns its row).
-The kernel uses no sentinel keys: ``plan_step`` orders victims by a key with ``±2**62`` sentinels for empty / kept
-slots, which equals this explicit ordering as long as real ``last_sel`` values stay inside ``(-2**62, 2**62)``.
+The [S, K] membership compares run over chunks of ``chunk`` slots / predictions (reloaded from memory, before the
+in-place stores): at S = K = 128 that is 111 registers and no spills at 4 warps on sm_90 (the unchunked form took 255
+registers and spilled). The victims are found one at a time, ``admit`` min-reductions of an int64 key over the row
+(empty slots by slot, then ``last_sel``, then the slot; ``last_sel`` clamped at ``-2**40``, so rows ranked by older
+selections than 2**40 steps tie there): C x S work instead of ranking every candidate against every other (S x S),
+which made a victim cache of S = 3K slots (``ExecConfig.hot_slots``) 2.3x slower a launch at 16K x 44 (213 against
+93 us, ``experiments/dense_vs_lookahead_throughput/victim_kernels.py`` at 48f3192). Rows must be distinct (each
+program owns its row).
 """
 
 from __future__ import annotations
@@ -130,7 +133,7 @@ def plan_select_kernel(
     res_valid = s_ok & (res >= 0)
     pred_valid = k_ok & (pred >= 0)
 
-    # Membership, chunked so no [S, K] / [S, S] tensor is live at once (registers at S = K = 128).
+    # Membership, chunked so no [S, K] tensor is live at once (registers at S = K = 128).
     # keep[s] = resident block s is predicted: over chunks of the prediction (reloaded from memory).
     keep_i = tl.zeros([SP], dtype=tl.int32)
     for k0 in range(0, KP, KB):
@@ -140,31 +143,19 @@ def plan_select_kernel(
         m = (res[:, None] == pk[None, :]) & res_valid[:, None] & (pk >= 0)[None, :]
         keep_i = tl.maximum(keep_i, tl.max(m.to(tl.int32), axis=1))
     keep = keep_i > 0
-    # Over chunks t of the slots (reloaded): predicted blocks resident there, and the victim ranks: the candidates
-    # (slots not kept) t that come before s in the order (non-empty, last_sel, slot).
+    # Over chunks t of the slots (reloaded): the predicted blocks resident there (and in which slot).
     cand = s_ok & ~keep
-    full_s = res_valid.to(tl.int32)[None, :]
-    key_s = tl.where(res_valid, ls, 0)[None, :]
     in_res = tl.zeros([KP], dtype=tl.int32)
     at_slot = tl.full([KP], -1, dtype=tl.int32)  # the slot a predicted block is resident in (SLOTS)
-    v_rank = tl.zeros([SP], dtype=tl.int32)  # meaningful where cand
     for t0 in range(0, SP, TB):
         offs_t = t0 + tl.arange(0, TB)
         t_ok = offs_t < S
         rt = tl.load(RES + row * stride_res + offs_t, mask=t_ok, other=-1).to(tl.int64)
-        lt = tl.load(LS + row * stride_ls + offs_t, mask=t_ok, other=0).to(tl.int64) - 1
         rt_valid = t_ok & (rt >= 0)
         m = ((rt[:, None] == pred[None, :]) & rt_valid[:, None] & pred_valid[None, :]).to(tl.int32)
         in_res = tl.maximum(in_res, tl.max(m, axis=0))
         if SLOTS:
             at_slot = tl.maximum(at_slot, tl.max(tl.where(m > 0, offs_t[:, None], -1), axis=0))
-        cand_t = t_ok & (tl.max(m, axis=1) == 0)
-        full_t = rt_valid.to(tl.int32)[:, None]
-        key_t = tl.where(rt_valid, lt, 0)[:, None]
-        before = (full_t < full_s) | (
-            (full_t == full_s) & ((key_t < key_s) | ((key_t == key_s) & (offs_t[:, None] < offs_s[None, :])))
-        )
-        v_rank += tl.sum((before & cand_t[:, None]).to(tl.int32), axis=0)
     missing = pred_valid & (in_res == 0)  # [KP]
     miss_i = missing.to(tl.int32)
     n_missing = tl.sum(miss_i, axis=0)
@@ -179,12 +170,20 @@ def plan_select_kernel(
     cap = tl.minimum(tl.maximum(cap, 0), C)
     admit = tl.minimum(tl.minimum(n_missing, cap), n_victims)
 
-    # The j-th missing block and the j-th victim slot, j < admit: [C, K] and [C, S] one-hot selections.
+    # The j-th missing block ([C, K] one-hot) and the j-th victim slot, j < admit. Victims in order: empty slots (by
+    # slot), then least recently selected (ties: the lower slot), as one int64 key; kept slots never. The first
+    # `admit` by one min-reduction each: C x S work, where ranking every candidate took S x S (4x at S = 2K).
     live = c_ok & (offs_c < admit)
     pick_b = missing[None, :] & (miss_rank[None, :] == offs_c[:, None])
     fb = tl.sum(tl.where(pick_b, pred[None, :], 0), axis=1)
-    pick_s = cand[None, :] & (v_rank[None, :] == offs_c[:, None])
-    fs = tl.sum(tl.where(pick_s, offs_s[None, :], 0), axis=1).to(tl.int64)
+    lsc = tl.maximum(ls, -(2**40)) + 2**40  # [0, 2**40): last_sel clamped (reached after 2**40 steps)
+    vkey = tl.where(res_valid, (1 << 61) + (lsc << 20), 0) + offs_s.to(tl.int64)
+    vkey = tl.where(cand, vkey, 1 << 62)
+    fs = tl.full([CP], -1, dtype=tl.int64)
+    for j in range(0, admit.to(tl.int32)):
+        slot = tl.min(vkey, axis=0) & 0xFFFFF
+        fs = tl.where(offs_c == j, slot, fs)
+        vkey = tl.where(offs_s == slot, 1 << 62, vkey)
     fb = tl.where(live, fb, -1)
     fs = tl.where(live, fs, -1)
 
@@ -291,6 +290,7 @@ def plan_select(
     """
     N, S = resident.shape
     dev = resident.device
+    assert S < 2**20, f"S ({S}) must be < 2**20 (the victims' key holds the slot in 20 bits)"
     check(resident, "resident", (N, S), torch.int64, dev)
     check(last_sel, "last_sel", (N, S), torch.int64, dev)
     R = rows.shape[0]

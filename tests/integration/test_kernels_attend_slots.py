@@ -44,3 +44,21 @@ def test_every_resident_slot_when_k_is_s():
     for r in range(6):
         held = [r * 12 + s for s in range(12) if res[r, s] >= 0]
         assert got[r].tolist() == held + [-1] * (12 - len(held))
+
+
+def test_rows_whose_newest_selection_is_exactly_k_take_the_short_path():
+    """After a plan that found every predicted block: exactly K slots hold the newest last_sel (the kernel takes them
+    without its search); mixed with rows that need the search (fewer or more such slots)."""
+    g = torch.Generator().manual_seed(3)
+    N, S, K, W = 10, 30, 8, 32
+    res, _ = tables(g, N, S, 0)
+    res[:6] = torch.stack([torch.randperm(200, generator=g)[:S] for _ in range(6)])  # full rows
+    ls = -torch.randint(1, 9, (N, S), generator=g)
+    for i in range(N):
+        n_new = K if i < 6 else (K - 3, K + 3, 0, K)[i - 6]
+        ls[i, torch.randperm(S, generator=g)[:n_new]] = 0
+    rows = torch.arange(N)
+    got = attend_slots(res.to(DEV), ls.to(DEV), rows.to(DEV), K, W).cpu()
+    assert torch.equal(got, attend_slots_ref(res, ls, rows, K, W))
+    for i in range(6):
+        assert got[i].tolist() == [i * W + s for s in range(S) if ls[i, s] == 0]
