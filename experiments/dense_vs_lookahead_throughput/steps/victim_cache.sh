@@ -12,6 +12,13 @@
 # ~9.4 ms, 32K x 22 ~11.2 ms; its twin within 0.3 ms of S = K's twin (attend_slots ~5 us a layer, plan_select's
 # S**2 victim ranks on the side stream). S = 2K gains little (5.14 blocks).
 #   OASIS_COMMIT=<sha> bash experiments/device.sh dense_vs_lookahead_throughput/victim_cache
+# At 48f3192 (results/victim_cache_48f3192/): bytes as predicted (16K x 44: 44.9 MB a step against 622.9; overlap
+# 1.011), but the step without copies 6 ms slower (19.72 against 13.67 ms): plan_select took 213 us a launch at
+# S = 3K (93 at S = K; its victim ranks are S x S) and attend_slots 19 us on the main stream. S = 2K and a decode
+# chain of 16 bought nothing. Since 77b8100 plan_select finds the victims by min-reductions (C x S) and attend_slots
+# skips its search for rows whose newest selection is exactly K. Prediction there: plan_select <= 93 us at S = 3K,
+# attend_slots <= 8 us; the no-copy step within 0.5 ms of S = K's (~14.1 ms at 16K x 44), overlap <= 1.03 (~14.4
+# ms, ~2.7x vLLM's 1,117.9 at f42f4b0).
 DEADLINE_S=${DEADLINE_S:-575}
 SYN=${SYN:-'{"preset": "smollm2"}'}
 timeout -k 5 90 $PY -m pytest -q -p no:cacheprovider tests/integration/test_kernels_attend_slots.py \
@@ -23,7 +30,7 @@ timeout -k 5 60 $PY experiments/dense_vs_lookahead_throughput/victim_kernels.py 
 cat "$OUT/victim_kernels.txt" | cut -c1-200
 B=$(( $(left) - 20 ))
 say "OasisKV (budget ${B}s)"
-V=${VARIANTS:-set=hot_slots:384,set=no_transfer:true+hot_slots:384,set=hot_slots:256,set=hot_slots:384+decode_chain:16}
+V=${VARIANTS:-set=hot_slots:384,set=no_transfer:true+hot_slots:384,set=hot_slots:512}
 timeout -k 10 $(( B + 5 )) $PY -X faulthandler experiments/dense_vs_lookahead_throughput/h200_headline.py \
   --out "$OUT/oasis.jsonl" --contexts 16k,32k --dense-n none --la-n '16k=44,16;32k=22' --max-n none \
   --nt-n '16k=44,16;32k=22' --sens-n '16k=44,16;32k=22' --variants "$V" --anchors none --synthetic-work model \
