@@ -30,7 +30,7 @@ timeout -k 5 60 $PY experiments/dense_vs_lookahead_throughput/victim_kernels.py 
 cat "$OUT/victim_kernels.txt" | cut -c1-200
 B=$(( $(left) - 20 ))
 say "OasisKV (budget ${B}s)"
-V=${VARIANTS:-set=hot_slots:384,set=no_transfer:true+hot_slots:384,set=hot_slots:512}
+V=${VARIANTS:-set=hot_slots:384,set=no_transfer:true+hot_slots:384,set=hot_slots:320}
 timeout -k 10 $(( B + 5 )) $PY -X faulthandler experiments/dense_vs_lookahead_throughput/h200_headline.py \
   --out "$OUT/oasis.jsonl" --contexts 16k,32k --dense-n none --la-n '16k=44,16;32k=22' --max-n none \
   --nt-n '16k=44,16;32k=22' --sens-n '16k=44,16;32k=22' --variants "$V" --anchors none --synthetic-work model \
