@@ -38,5 +38,15 @@ timeout -k 10 $(( B + 5 )) $PY -X faulthandler experiments/dense_vs_lookahead_th
   --exec decode_chain=8 --exec topk_kernel=fused --budget-s "$B" --steps 24 --warmup 4 --synthetic "$SYN" 2>&1 \
   | grep -v " plan " | tee "$OUT/oasis.log" | grep -E "done|skip|FAIL|fail|rror"
 $PY experiments/dense_vs_lookahead_throughput/baselines_table.py "$OUT" > "$OUT/baselines.md" 2>&1; cat "$OUT/baselines.md"
+T=$(min 100 $(( $(left) - 5 )))
+if [ "$T" -ge 70 ]; then  # where S = 3K's step goes at 16K x 44 (no copies beside it: the compute alone)
+  say "profile S = 3K, 16K x 44, no transfer"
+  timeout -k 5 "$T" $PY experiments/decode_step_profile/step_profile.py --kv-budget-gb 52 --no-host-fill \
+    --synthetic "$SYN" --top 30 --steps 2 --out "$OUT/profiles.jsonl" --mode lookahead --context 16384 \
+    --concurrency 44 --no-transfer --exec hot_slots=384 --exec synthetic_ahead=64 --exec synthetic_topk=true \
+    --trace-out "$OUT/vc44.json.gz" > "$OUT/profiles.txt" 2>&1 || say "profile failed: $(tail -1 "$OUT/profiles.txt")"
+  $PY experiments/decode_step_profile/critical_path.py "$OUT/vc44.json.gz" > "$OUT/critical_path.txt" 2>&1
+  rm -f "$OUT"/*.json.gz
+fi
 say "done"
-pack_out baselines.md progress.log oasis.jsonl victim_kernels.jsonl pytest_gpu.txt pytest_kernels.txt
+pack_out baselines.md progress.log oasis.jsonl victim_kernels.jsonl pytest_gpu.txt profiles.txt critical_path.txt
