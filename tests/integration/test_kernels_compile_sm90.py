@@ -28,8 +28,10 @@ KERNEL_TESTS = [
     "tests/unit/test_kernels_topk_select.py",
     "tests/unit/test_host_fp8.py",
     "tests/integration/test_kernels_plan_select.py",
+    "tests/integration/test_kernels_attend_slots.py",
 ]
 KERNELS = {  # every kernel of the executor's decode step, its fetches and write-backs
+    "kernels.attend_slots.attend_slots_kernel",
     "kernels.block_score.block_score_kernel",
     "kernels.fused_ops.rms_norm_kernel",
     "kernels.fused_ops.qk_norm_rope_kernel",
