@@ -1,7 +1,7 @@
 """The issue-17 table from one device call's files: vLLM dense (vllm_*.json) against OasisKV (every *.jsonl bench
 record under the folder), each ratio against the best vLLM decode throughput at the same context and KV dtype of the
 same call, and each sparse run's TPOT against its no-transfer twin (same mode, context, concurrency, host dtype,
-decode chain, side-stream priority, selection work and ``--repeat`` pass: ``point``). TPOT is a token's (a decode
+decode chain, side-stream priority, selection work, GPU slots a row and ``--repeat`` pass: ``point``). TPOT is a token's (a decode
 chain's step over its length); MB/step is a decode pass's; "copy" is the UVA gather's programs x items an iteration. Selection "synthetic, ahead +
 top-K": the sets drawn before the timed steps and the model selection's top-K run in each step
 (``ExecConfig.synthetic_ahead``, ``synthetic_topk``).
@@ -53,7 +53,8 @@ def copy(r: dict) -> str:
 def point(r: dict) -> tuple:
     """What a run and its no-transfer twin share."""
     return (r["mode"], r["context"], r["concurrency"], r.get("host_kv_dtype", "auto"), weights(r),
-            r.get("decode_chain", 1), r.get("stream_priority"), selection(r), r.get("repeat", 1))  # fmt: skip
+            r.get("decode_chain", 1), r.get("stream_priority"), selection(r), r.get("hot_slots"),
+            r.get("repeat", 1))  # fmt: skip
 
 
 def main(folder: str) -> None:
@@ -88,6 +89,10 @@ def main(folder: str) -> None:
             name += f", decode chain {chain}"
         if prio not in (None, "normal"):
             name += f", streams {prio}"
+        if r.get("hot_slots") and r["mode"] != "hisparse":
+            name += f", victim cache S={r['hot_slots']}"
+        if r.get("fetch_ratio") not in (None, 0.05) and not r.get("no_transfer"):
+            name += f", fetch {r['fetch_ratio']:g}"
         print(
             f"| OasisKV {name} | {w} | {selection(r)} | {ctx} | {r['concurrency']} "
             f"| bf16 / {r.get('host_kv_dtype') or 'auto'} | {copy(r)} | {tps:.1f} | {r['tpot_ms_p50']:.2f} | {r.get('bytes_moved_per_step', 0) / 1e6:.1f} "
