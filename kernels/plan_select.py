@@ -86,6 +86,7 @@ def plan_select_kernel(
     KS,
     VS,
     SLOT_OUT,
+    MK,
     cap_scalar,
     step,
     H,
@@ -104,6 +105,7 @@ def plan_select_kernel(
     stride_hvh,
     stride_ks,
     stride_vs,
+    stride_mk,
     SP: tl.constexpr,
     KP: tl.constexpr,
     CP: tl.constexpr,
@@ -115,6 +117,7 @@ def plan_select_kernel(
     COUNT: tl.constexpr,
     GATHER: tl.constexpr,
     SLOTS: tl.constexpr,
+    MARKS: tl.constexpr,
     CHUNK: tl.constexpr,
     CHUNK_P: tl.constexpr,
 ):
@@ -133,29 +136,48 @@ def plan_select_kernel(
     res_valid = s_ok & (res >= 0)
     pred_valid = k_ok & (pred >= 0)
 
-    # Membership, chunked so no [S, K] tensor is live at once (registers at S = K = 128).
-    # keep[s] = resident block s is predicted: over chunks of the prediction (reloaded from memory).
-    keep_i = tl.zeros([SP], dtype=tl.int32)
-    for k0 in range(0, KP, KB):
-        offs_kb = k0 + tl.arange(0, KB)
-        pk = tl.load(PRED + r.to(tl.int64) * stride_pr + offs_kb * stride_pk, mask=offs_kb < K, other=-1)
-        pk = pk.to(tl.int64)
-        m = (res[:, None] == pk[None, :]) & res_valid[:, None] & (pk >= 0)[None, :]
-        keep_i = tl.maximum(keep_i, tl.max(m.to(tl.int32), axis=1))
-    keep = keep_i > 0
-    # Over chunks t of the slots (reloaded): the predicted blocks resident there (and in which slot).
+    if MARKS:
+        # Membership through this program's row of marks, indexed by block id (all zero between launches): O(S + K)
+        # stores and loads instead of S x K compares. Predicted blocks mark -(k + 1), read at the resident ids (keep);
+        # then resident blocks mark s + 1 over them, read at the predicted ids (in_res, at_slot); then all back to 0.
+        mrow = MK + r.to(tl.int64) * stride_mk
+        tl.store(mrow + tl.where(pred_valid, pred, 0), -(offs_k + 1), mask=pred_valid)
+        tl.debug_barrier()
+        v = tl.load(mrow + tl.where(res_valid, res, 0), mask=res_valid, other=0)
+        keep = res_valid & (v < 0)
+        tl.debug_barrier()
+        tl.store(mrow + tl.where(res_valid, res, 0), offs_s + 1, mask=res_valid)
+        tl.debug_barrier()
+        w = tl.load(mrow + tl.where(pred_valid, pred, 0), mask=pred_valid, other=0)
+        in_res = (pred_valid & (w > 0)).to(tl.int32)
+        at_slot = tl.where(pred_valid & (w > 0), w - 1, -1).to(tl.int32)
+        tl.debug_barrier()
+        tl.store(mrow + tl.where(pred_valid, pred, 0), tl.zeros([KP], dtype=tl.int32), mask=pred_valid)
+        tl.store(mrow + tl.where(res_valid, res, 0), tl.zeros([SP], dtype=tl.int32), mask=res_valid)
+    else:
+        # Membership, chunked so no [S, K] tensor is live at once (registers at S = K = 128).
+        # keep[s] = resident block s is predicted: over chunks of the prediction (reloaded from memory).
+        keep_i = tl.zeros([SP], dtype=tl.int32)
+        for k0 in range(0, KP, KB):
+            offs_kb = k0 + tl.arange(0, KB)
+            pk = tl.load(PRED + r.to(tl.int64) * stride_pr + offs_kb * stride_pk, mask=offs_kb < K, other=-1)
+            pk = pk.to(tl.int64)
+            m = (res[:, None] == pk[None, :]) & res_valid[:, None] & (pk >= 0)[None, :]
+            keep_i = tl.maximum(keep_i, tl.max(m.to(tl.int32), axis=1))
+        keep = keep_i > 0
+        # Over chunks t of the slots (reloaded): the predicted blocks resident there (and in which slot).
+        in_res = tl.zeros([KP], dtype=tl.int32)
+        at_slot = tl.full([KP], -1, dtype=tl.int32)  # the slot a predicted block is resident in (SLOTS)
+        for t0 in range(0, SP, TB):
+            offs_t = t0 + tl.arange(0, TB)
+            t_ok = offs_t < S
+            rt = tl.load(RES + row * stride_res + offs_t, mask=t_ok, other=-1).to(tl.int64)
+            rt_valid = t_ok & (rt >= 0)
+            m = ((rt[:, None] == pred[None, :]) & rt_valid[:, None] & pred_valid[None, :]).to(tl.int32)
+            in_res = tl.maximum(in_res, tl.max(m, axis=0))
+            if SLOTS:
+                at_slot = tl.maximum(at_slot, tl.max(tl.where(m > 0, offs_t[:, None], -1), axis=0))
     cand = s_ok & ~keep
-    in_res = tl.zeros([KP], dtype=tl.int32)
-    at_slot = tl.full([KP], -1, dtype=tl.int32)  # the slot a predicted block is resident in (SLOTS)
-    for t0 in range(0, SP, TB):
-        offs_t = t0 + tl.arange(0, TB)
-        t_ok = offs_t < S
-        rt = tl.load(RES + row * stride_res + offs_t, mask=t_ok, other=-1).to(tl.int64)
-        rt_valid = t_ok & (rt >= 0)
-        m = ((rt[:, None] == pred[None, :]) & rt_valid[:, None] & pred_valid[None, :]).to(tl.int32)
-        in_res = tl.maximum(in_res, tl.max(m, axis=0))
-        if SLOTS:
-            at_slot = tl.maximum(at_slot, tl.max(tl.where(m > 0, offs_t[:, None], -1), axis=0))
     missing = pred_valid & (in_res == 0)  # [KP]
     miss_i = missing.to(tl.int32)
     n_missing = tl.sum(miss_i, axis=0)
@@ -264,6 +286,7 @@ def plan_select(
     out=None,
     gather=None,
     slots_out=None,
+    marks=None,
     chunk=16,
     num_warps=4,
 ) -> PlanSelectOut:
@@ -287,6 +310,9 @@ def plan_select(
     ``uva_gather`` of the list). slots_out: int32 [R, K], written with the slot of each predicted block after the
     plan (``(lane * H + h) * W + s``; -1 for padding and for a block left out by the cap): the attention's slot list
     of a hot cache (``SparseStore.selected_slots`` in torch).
+    marks: int32 [>= R, NB], all zero, NB above every block id of ``resident`` and ``pred``: membership through a
+    row of marks a program (O(S + K)) instead of S x K compares; left all zero again. One launch at a time may use a
+    marks tensor (a stream's launches are in order).
     """
     N, S = resident.shape
     dev = resident.device
@@ -324,6 +350,9 @@ def plan_select(
         assert lanes.dim() == 1 and lanes.shape[0] * H == R, f"rows: R={R} must be lanes x H ({H})"
         check(lanes, "lanes", (R // H,), (torch.int64, torch.int32), dev)
         check(slots_out, "slots_out", (R, K), torch.int32, dev)
+    if marks is not None:
+        check(marks, "marks", (None, None), torch.int32, dev)
+        assert marks.shape[0] >= R, f"marks: need >= {R} rows, got {marks.shape[0]}"
     chunk_e = 1
     if gather is not None:
         from .gather import _check_pool_and_slots, _host_arg
@@ -375,6 +404,7 @@ def plan_select(
             k_slots if gather is not None else dummy,
             v_slots if gather is not None else dummy,
             slots_out if slots_out is not None else dummy,
+            marks if marks is not None else dummy,
             0 if cap_t is not None else int(cap),
             int(step),
             int(H or 1),
@@ -393,6 +423,7 @@ def plan_select(
             host_v.stride(1) if gather is not None else 0,
             k_slots.stride(0) if gather is not None else 0,
             v_slots.stride(0) if gather is not None else 0,
+            marks.stride(0) if marks is not None else 0,
             SP=SP,
             KP=KP,
             CP=next_pow2(max(C, 1)),
@@ -404,6 +435,7 @@ def plan_select(
             COUNT=counters is not None,
             GATHER=gather is not None,
             SLOTS=slots_out is not None,
+            MARKS=marks is not None,
             CHUNK=chunk_e,
             CHUNK_P=next_pow2(chunk_e),
             num_warps=num_warps,

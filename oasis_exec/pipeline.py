@@ -127,6 +127,12 @@ class Prefetcher:
             return PlanSelectOut(*i32, *i64)
 
         self._lists = [bufs() for _ in range(L if cfg.mode_spec.background else 1)]
+        # plan_select's membership through rows of marks (zero between launches) where a row holds more blocks than
+        # it attends (a hot cache, a victim cache): O(S + K) a row instead of S x K compares. One set for the
+        # prediction stream's plans, one for fetch_now's on the main stream (they may run at once).
+        self._marks = None
+        if store.S > cfg.top_k:
+            self._marks = [torch.zeros(n_rows, store.NB, dtype=torch.int32, device=device) for _ in range(2)]
         # a hot cache (hisparse): the attention's slot list [R, K] that plan_select writes (fetch_now), allocated once
         self._slot_buf = None
         if cfg.mode_spec.hot_cache:
@@ -298,6 +304,10 @@ class Prefetcher:
         if pred.dtype not in (torch.int64, torch.int32):
             pred = pred.long()
         copy = lanes is not None and not self.cfg.no_transfer
+        if self._marks is not None and "marks" not in extra:
+            s_pred = getattr(self, "s_pred", None)  # absent on CPU (tests force the fused path there)
+            bg = s_pred is not None and torch.cuda.current_stream() == s_pred
+            extra["marks"] = self._marks[0 if bg else 1]
         return plan_select(
             st.resident[layer],
             st.last_sel[layer],

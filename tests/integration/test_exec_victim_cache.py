@@ -116,3 +116,23 @@ def test_simulator_victim_cache():
     assert same["h2d_bytes"] == ws["h2d_bytes"] and same["resident_recall"] == ws["resident_recall"]
     # the cap binds at K = 16 (one block a row a step): fewer bytes, and the blocks that come back are held
     assert vc["h2d_bytes"] < ws["h2d_bytes"] and vc["resident_recall"] > ws["resident_recall"] + 0.05
+
+
+def test_fused_selection_equals_the_torch_path():
+    """The CUDA selection (plan_select over S = 3K slots, membership through its rows of marks), forced on the CPU
+    under the Triton interpreter: the torch path's tokens, logits and counters, and the marks left zero."""
+    ps = prompts(6, (90, 120))
+    kw = dict(top_k=3, hot_slots=9, fetch_ratio=0.34)
+    ra, rb = [], []
+    ref, out_ref = run_logits(cfg("lookahead", **kw), ps, 10, ra.append)
+
+    def force(r):
+        r.pipe._fused = lambda cap: True  # select() through plan_select; nothing else of the step changes
+        rb.append(r)
+
+    got, out = run_logits(cfg("lookahead", **kw), ps, 10, force)
+    assert out == out_ref and ra[0].counters() == rb[0].counters()
+    for rid in ref:
+        for a, b in zip(ref[rid], got[rid]):
+            assert torch.equal(a, b)
+    assert rb[0].pipe._marks is not None and not any(m.any() for m in rb[0].pipe._marks)

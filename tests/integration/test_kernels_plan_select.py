@@ -51,14 +51,20 @@ def make_case(g, R_lanes, H, S, K, C, n_extra=3, overlap="mixed", tie_span=3, n_
     return res, ls, rows, pred, lanes, host_table
 
 
-def run_both(res, ls, rows, pred, cap, C, lanes, host_table, H, W, step=0, plan=True, copy=True, out=None):
-    """Kernel and reference on separate copies of the state; returns both outputs, states and counters."""
+def run_both(res, ls, rows, pred, cap, C, lanes, host_table, H, W, step=0, plan=True, copy=True, out=None, marks=False):
+    """Kernel and reference on separate copies of the state; returns both outputs, states and counters. ``marks``:
+    the kernel finds membership through a zeroed row of marks a program, which it must leave zeroed."""
     dev_t = [t.to(DEV, copy=True) for t in (res, ls, rows, pred, lanes, host_table)]
     r1, l1, rw, p1, ln, ht = dev_t
     cnt1 = torch.tensor([5, 7], dtype=torch.int64, device=DEV)
     cap1 = cap.to(DEV) if isinstance(cap, torch.Tensor) else cap
     kw = dict(lanes=ln, H=H, W=W, host_table=ht) if copy else {}
+    if marks:
+        bound = int(max(res.max(), pred.max())) + 1
+        kw["marks"] = torch.zeros(rows.shape[0] + 2, bound + 3, dtype=torch.int32, device=DEV)
     got = plan_select(r1, l1, rw, p1, cap1, C, step, counters=cnt1, plan=plan, out=out, **kw)
+    if marks:
+        assert not kw["marks"].any(), "the marks must be left all zero"
     r2, l2, cnt2 = res.clone(), ls.clone(), torch.tensor([5, 7], dtype=torch.int64)
     kw = dict(lanes=lanes, H=H, W=W, host_table=host_table) if copy else {}
     want = plan_select_ref(r2, l2, rows, pred, cap, C, step, counters=cnt2, plan=plan, **kw)
@@ -87,8 +93,9 @@ CASES = [  # (lanes, H, S, K, C, overlap)
 ]
 
 
+@pytest.mark.parametrize("marks", [False, True])
 @pytest.mark.parametrize("lanes,H,S,K,C,overlap", CASES)
-def test_plan_select_matches_plan_step(lanes, H, S, K, C, overlap):
+def test_plan_select_matches_plan_step(lanes, H, S, K, C, overlap, marks):
     g = torch.Generator().manual_seed(S * 131 + K * 17 + C * 7 + H)
     res, ls, rows, pred, ln, ht = make_case(g, lanes, H, S, K, C, overlap=overlap)
     R = rows.shape[0]
@@ -101,8 +108,27 @@ def test_plan_select_matches_plan_step(lanes, H, S, K, C, overlap):
     ]  # 0 and huge (> n_missing; int64 clip)
     for i, cap in enumerate(caps):
         p = pred.to(torch.int32) if i == 1 else pred  # Prefetcher passes int64; int32 works too
-        got, want, sg, sw = run_both(res, ls, rows, p, cap, C, ln, ht, H, S + 2, step=-i)
+        got, want, sg, sw = run_both(res, ls, rows, p, cap, C, ln, ht, H, S + 2, step=-i, marks=marks)
         assert_same(got, want, sg, sw)
+
+
+@pytest.mark.parametrize("S,K", [(12, 4), (9, 9), (20, 8)])
+def test_marks_give_the_slot_list_of_the_compares(S, K):
+    """slots_out (the slot of each predicted block after the plan) is the same through the marks as through the
+    compares, victim caches (S > K) included."""
+    g = torch.Generator().manual_seed(S + K)
+    res, ls, rows, pred, ln, ht = make_case(g, 3, 2, S, K, 3, overlap="heavy")
+    outs = []
+    for marks in (None, torch.zeros(rows.shape[0], 64, dtype=torch.int32, device=DEV)):
+        r, l = res.clone().to(DEV), ls.clone().to(DEV)
+        so = torch.full((rows.shape[0], K), -7, dtype=torch.int32, device=DEV)
+        kw = dict(lanes=ln.to(DEV), H=2, W=S + 2, slots_out=so, marks=marks)
+        plan_select(r, l, rows.to(DEV), pred.to(DEV), 3, 3, 0, **kw)
+        outs.append((so.cpu(), r.cpu(), l.cpu()))
+        assert marks is None or not marks.any()
+    for a, b in zip(*outs):
+        assert torch.equal(a, b)
+    assert (outs[0][0] >= 0).sum() > 0
 
 
 def test_plan_select_is_plan_step_of_decremented_last_sel():
