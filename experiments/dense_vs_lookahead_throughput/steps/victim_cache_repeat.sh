@@ -8,7 +8,7 @@
 # alone. Prediction: plan_select at S = 3K <= 40 us alone at 352 rows (71 at c16fd83); S = 3K's no-copy step
 # <= 14.0 ms at 44 (14.67 at c16fd83) and TPOT ~14.3 (overlap <= 1.03 in both repeats); S = 3K at 0.02 about its twin.
 #   OASIS_COMMIT=<sha> bash experiments/device.sh dense_vs_lookahead_throughput/victim_cache_repeat
-DEADLINE_S=${DEADLINE_S:-400}
+DEADLINE_S=${DEADLINE_S:-330}
 SYN=${SYN:-'{"preset": "smollm2"}'}
 timeout -k 5 60 $PY -m pytest -q -p no:cacheprovider tests/integration/test_kernels_plan_select.py \
   tests/integration/test_kernels_attend_slots.py > "$OUT/pytest_kernels.txt" 2>&1
