@@ -3,7 +3,7 @@ per-head mapping equals the slot contents with the device-side write-back and UV
 
 import pytest
 import torch
-from exec_cases import assert_same_run, cfg, prompts, run_logits, run_state
+from exec_cases import assert_same_run, cfg, drive, prompts, run_logits, run_state
 
 from oasis_exec.config import STREAM_PRIORITIES
 from oasis_exec.engine import Engine
@@ -12,17 +12,21 @@ from oasis_exec.scheduler import SamplingParams
 pytestmark = pytest.mark.gpu
 
 
-@pytest.mark.parametrize("mode", ["dense", "quest", "retrieval", "proxy", "lookahead", "hisparse"])
-def test_cuda_graph_steps_equal_eager_steps(mode):
-    ps = prompts(7, (90, 120, 64))
-    kw = dict(top_k=3, fetch_ratio=0.67, transfer="uva")
-    ref, out_ref = run_logits(cfg(mode, "cuda", cuda_graph=False, **kw), ps, 40)
-    got, out = run_logits(cfg(mode, "cuda", cuda_graph=True, **kw), ps, 40)
+def _graphs_equal_eager(mode, ps, steps, **kw):
+    """CUDA-graph steps give the eager steps' tokens, and their logits within bf16 noise; returns the tokens."""
+    ref, out_ref = run_logits(cfg(mode, "cuda", cuda_graph=False, **kw), ps, steps)
+    got, out = run_logits(cfg(mode, "cuda", cuda_graph=True, **kw), ps, steps)
     for rid in ref:
         for a, b in zip(ref[rid], got[rid]):
             assert torch.isfinite(b).all()
             assert torch.allclose(a, b, atol=1e-2, rtol=1e-2)
     assert out == out_ref
+    return out
+
+
+@pytest.mark.parametrize("mode", ["dense", "quest", "retrieval", "proxy", "lookahead", "hisparse"])
+def test_cuda_graph_steps_equal_eager_steps(mode):
+    _graphs_equal_eager(mode, prompts(7, (90, 120, 64)), 40, top_k=3, fetch_ratio=0.67, transfer="uva")
 
 
 def _assert_slots_hold_their_blocks(eng) -> int:
@@ -48,6 +52,10 @@ def _assert_slots_hold_their_blocks(eng) -> int:
                         assert torch.equal(st.v[l][row * st.W + s].cpu(), hv)
                         checked += 1
     return checked
+
+
+def _slots_checked(eng) -> None:
+    assert _assert_slots_hold_their_blocks(eng) > 0
 
 
 @pytest.mark.parametrize(
@@ -252,24 +260,10 @@ def test_hisparse_graphs_equal_eager_and_slots_hold_their_blocks():
     tokens, counts = {}, {}
     for fg in (True, False):
         kw = dict(top_k=3, hot_slots=7, transfer="uva", fused_hot_gather=fg)
-        ref, out_ref = run_logits(cfg("hisparse", "cuda", cuda_graph=False, **kw), ps, 40)
-        got, out = run_logits(cfg("hisparse", "cuda", cuda_graph=True, **kw), ps, 40)
-        assert out == out_ref
-        for rid in ref:
-            for a, b in zip(ref[rid], got[rid]):
-                assert torch.isfinite(b).all()
-                assert torch.allclose(a, b, atol=1e-2, rtol=1e-2)
-        tokens[fg] = out
+        tokens[fg] = _graphs_equal_eager("hisparse", ps, 40, **kw)
         eng = Engine(cfg("hisparse", "cuda", cuda_graph=True, max_context=900, max_lanes=2, **kw))
         assert eng.runner.store.S == 7 and eng.runner.pipe._slot_buf is not None
-        for p in prompts(2, (40, 65)):
-            eng.add_request(p, SamplingParams(max_tokens=700))
-        steps = 0
-        while eng.has_work():
-            eng.step()
-            steps += 1
-            if steps % 200 == 0:
-                assert _assert_slots_hold_their_blocks(eng) > 0
+        drive(eng, prompts(2, (40, 65)), 700, 200, _slots_checked)
         assert eng.runner.graphs
         counts[fg] = eng.runner.counters()
         eng.close()
@@ -389,24 +383,12 @@ def test_victim_cache_graphs_equal_eager_cpu_and_slots_hold_their_blocks(mode):
     """A background mode's victim cache on the GPU (plan_select over S = 3K slots, kernels.attend_slots for the K
     slots attention reads): CUDA-graph steps give the eager logits and tokens; every slot holds its block's host
     copy over a long run."""
-    ps = prompts(19, (90, 120, 64))
     kw = dict(top_k=3, hot_slots=9, fetch_ratio=0.34, transfer="uva")
-    ref, out_ref = run_logits(cfg(mode, "cuda", cuda_graph=False, **kw), ps, 40)
-    got, out = run_logits(cfg(mode, "cuda", cuda_graph=True, **kw), ps, 40)
-    assert out == out_ref
-    for rid in ref:
-        for a, b in zip(ref[rid], got[rid]):
-            assert torch.isfinite(b).all()
-            assert torch.allclose(a, b, atol=1e-2, rtol=1e-2)
+    _graphs_equal_eager(mode, prompts(19, (90, 120, 64)), 40, **kw)
     eng = Engine(cfg(mode, "cuda", cuda_graph=True, max_context=900, max_lanes=2, **kw))
-    assert eng.runner.store.S == 9
-    for p in prompts(2, (40, 65)):
-        eng.add_request(p, SamplingParams(max_tokens=700))
-    steps = 0
-    while eng.has_work():
-        eng.step()
-        steps += 1
-        if steps % 200 == 0:
-            assert _assert_slots_hold_their_blocks(eng) > 0
+    assert eng.runner.store.S == 9 and eng.runner.pipe._marks is not None
+    drive(eng, prompts(2, (40, 65)), 700, 200, _slots_checked)
+    torch.cuda.synchronize()  # the prediction stream's last plans
+    assert not any(m.any() for m in eng.runner.pipe._marks)
     assert eng.runner.graphs and eng.runner.counters()["units_fetched"] > 100
     eng.close()

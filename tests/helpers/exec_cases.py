@@ -49,6 +49,25 @@ def run_logits(c, ps, steps, runner_hook=None):
     return logs, out
 
 
+def live_lanes(eng) -> dict:
+    """{lane: tokens so far} of the engine's running requests (test_exec_engine._check_mapping's argument)."""
+    return {r.lane: r.n_tokens for r in eng.scheduler.running.values()}
+
+
+def drive(eng, ps, max_tokens, every, check):
+    """Add prompts ``ps`` as requests of ``max_tokens`` each and step ``eng`` until it has no work, calling
+    ``check(eng)`` every ``every`` steps (long runs that check the slots as they go). Returns the steps."""
+    for p in ps:
+        eng.add_request(p, SamplingParams(max_tokens=max_tokens))
+    steps = 0
+    while eng.has_work():
+        eng.step()
+        steps += 1
+        if steps % every == 0:
+            check(eng)
+    return steps
+
+
 def run_synthesized(c, ps, n, sampling=None):
     """Greedy (or ``sampling``) run of prompts ``ps`` with their KV synthesized, so that every request decodes from
     the first step on and the batches are the same whatever the run's decode chain; the host pool holds the bench's

@@ -6,11 +6,10 @@ test_exec_engine.test_sparse_equals_dense_when_top_k_covers_every_block.)"""
 
 import pytest
 import torch
-from exec_cases import cfg, prompts, run_logits
+from exec_cases import cfg, drive, live_lanes, prompts, run_logits
 from test_exec_engine import _check_mapping
 
 from oasis_exec.engine import Engine
-from oasis_exec.scheduler import SamplingParams
 
 pytestmark = pytest.mark.usefixtures("one_torch_thread")
 
@@ -61,14 +60,7 @@ def test_hot_slots_equal_to_top_k_is_retrieval():
 
 def test_hot_cache_slots_hold_their_blocks_over_many_steps():
     eng = Engine(cfg("hisparse", top_k=3, hot_slots=7, max_context=1000, max_lanes=2))
-    for p in prompts(2, (40, 65)):  # both start short and cross
-        eng.add_request(p, SamplingParams(max_tokens=500))
-    steps = 0
-    while eng.has_work():
-        eng.step()
-        steps += 1
-        if steps % 100 == 0:
-            _check_mapping(eng.runner, {r.lane: r.n_tokens for r in eng.scheduler.running.values()})
+    drive(eng, prompts(2, (40, 65)), 500, 100, lambda e: _check_mapping(e.runner, live_lanes(e)))  # both cross
     assert eng.runner.store.S == 7 and eng.runner.counters()["units_fetched"] > 100
 
 

@@ -5,12 +5,11 @@ every slot holding its block's host copy across short-context crossings."""
 
 import pytest
 import torch
-from exec_cases import cfg, prompts, run_logits
+from exec_cases import cfg, drive, live_lanes, prompts, run_logits
 from test_exec_engine import _check_mapping
 
 from oasis_core.selection import attend_slots
 from oasis_exec.engine import Engine
-from oasis_exec.scheduler import SamplingParams
 
 pytestmark = pytest.mark.usefixtures("one_torch_thread")
 
@@ -78,14 +77,8 @@ def test_victim_cache_attends_k_most_recent_and_fetches_less():
 
 def test_victim_slots_hold_their_blocks_over_many_steps():
     eng = Engine(cfg("lookahead", top_k=3, hot_slots=8, fetch_ratio=0.67, max_context=1000, max_lanes=2))
-    for p in prompts(2, (40, 65)):  # both start short and cross
-        eng.add_request(p, SamplingParams(max_tokens=500))
-    steps = 0
-    while eng.has_work():
-        eng.step()
-        steps += 1
-        if steps % 100 == 0:
-            _check_mapping(eng.runner, {r.lane: r.n_tokens for r in eng.scheduler.running.values()})
+    # both start short and cross
+    drive(eng, prompts(2, (40, 65)), 500, 100, lambda e: _check_mapping(e.runner, live_lanes(e)))
     assert eng.runner.store.S == 8 and eng.runner.counters()["units_fetched"] > 100
 
 
