@@ -8,6 +8,7 @@
 # alone. Prediction: plan_select at S = 3K <= 40 us alone at 352 rows (71 at c16fd83); S = 3K's no-copy step
 # <= 14.0 ms at 44 (14.67 at c16fd83) and TPOT ~14.3 (overlap <= 1.03 in both repeats); S = 3K at 0.02 about its twin.
 #   OASIS_COMMIT=<sha> bash experiments/device.sh dense_vs_lookahead_throughput/victim_cache_repeat
+# (LA_N, REPEAT, VARIANTS and DEADLINE_S shrink it: LA_N='16k=44' REPEAT=1 for one pass at 44)
 DEADLINE_S=${DEADLINE_S:-270}
 SYN=${SYN:-'{"preset": "smollm2"}'}
 timeout -k 5 60 $PY -m pytest -q -p no:cacheprovider tests/integration/test_kernels_plan_select.py \
@@ -18,8 +19,9 @@ timeout -k 5 60 $PY experiments/dense_vs_lookahead_throughput/victim_kernels.py 
 cut -c1-200 "$OUT/victim_kernels.txt"
 V=${VARIANTS:-set=hot_slots:384,set=no_transfer:true+hot_slots:384,set=hot_slots:384+fetch_ratio:0.02}
 timeout -k 10 $(( $(left) - 65 )) $PY -X faulthandler experiments/dense_vs_lookahead_throughput/h200_headline.py \
-  --out "$OUT/oasis.jsonl" --contexts 16k --dense-n none --la-n '16k=44,16' --max-n none --nt-n '16k=44,16' \
-  --sens-n '16k=44,16' --variants "$V" --anchors none --repeat 2 --synthetic-work model --exec decode_chain=8 \
+  --out "$OUT/oasis.jsonl" --contexts 16k --dense-n none --la-n "${LA_N:-16k=44,16}" --max-n none \
+  --nt-n "${LA_N:-16k=44,16}" --sens-n "${LA_N:-16k=44,16}" --variants "$V" --anchors none --repeat "${REPEAT:-2}" \
+  --synthetic-work model --exec decode_chain=8 \
   --exec topk_kernel=fused --budget-s $(( $(left) - 75 )) --steps 24 --warmup 4 --synthetic "$SYN" 2>&1 \
   | grep -v " plan " | tee "$OUT/oasis.log" | grep -E "done|skip|FAIL|fail|rror"
 $PY experiments/dense_vs_lookahead_throughput/baselines_table.py "$OUT" > "$OUT/baselines.md" 2>&1; cat "$OUT/baselines.md"
