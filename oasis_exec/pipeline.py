@@ -284,8 +284,9 @@ class Prefetcher:
         )
 
     def row_ids(self, rows):
-        """The layer's rows (store rows ``lane * H + h``) as an int64 device tensor: a view of the row ids for a slice (no kernel), else the
-        index converted once per step (the runner passes the same object to every layer of a step)."""
+        """The layer's rows (store rows ``lane * H + h``) as an int64 device tensor: a view of the row ids for a
+        slice (no kernel), else the index converted once per step (the runner passes the same object to every layer
+        of a step)."""
         if isinstance(rows, slice):
             return self._row_ids[rows]
         if rows is not self._rows_key:
