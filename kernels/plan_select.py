@@ -34,8 +34,10 @@ registers and spilled). The victims are found one at a time, ``admit`` min-reduc
 (empty slots by slot, then ``last_sel``, then the slot; ``last_sel`` clamped at ``-2**40``, so rows ranked by older
 selections than 2**40 steps tie there): C x S work instead of ranking every candidate against every other (S x S),
 which made a victim cache of S = 3K slots (``ExecConfig.hot_slots``) 2.3x slower a launch at 16K x 44 (213 against
-93 us, ``experiments/dense_vs_lookahead_throughput/victim_kernels.py`` at 48f3192). Rows must be distinct (each
-program owns its row).
+93 us, ``experiments/dense_vs_lookahead_throughput/victim_kernels.py`` at 48f3192). With ``marks`` (a zeroed
+int32 row a program, indexed by block id; ``ExecConfig.plan_marks``) the membership is O(S + K) stores and loads
+instead of the S x K compares; checked against the reference under the interpreter and compiled for sm_90, not yet
+timed on the H200. Rows must be distinct (each program owns its row).
 """
 
 from __future__ import annotations

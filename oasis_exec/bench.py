@@ -424,6 +424,7 @@ def measure(
         "top_k": cfg.top_k,
         # GPU blocks a row holds when more than top_k: hisparse's hot cache, a background mode's victim cache
         "hot_slots": cfg.resident_slots if cfg.mode_spec.hot_cache or cfg.resident_slots != cfg.top_k else None,
+        "plan_marks": bool(runner.pipe is not None and runner.pipe._marks is not None),  # plan_select's membership
         "tensor_parallel": cfg.tensor_parallel,  # ranks; this record's rank, and the KV heads it owns
         "tp_rank": runner.tp.rank if runner.tp is not None else 0,
         "kv_heads": shape.n_kv_heads,

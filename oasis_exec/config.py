@@ -190,6 +190,12 @@ class ExecConfig(speculation.SpeculativeFields):
         "with fused_ops on CUDA: selection + copy list in one kernels.plan_select launch a "
         "layer; off: the torch oasis_core.selection.plan_step (the reference)",
     )
+    plan_marks: bool = _f(
+        False,
+        "with fused selection, where a row holds more blocks than it attends (hot_slots > top_k): plan_select finds "
+        "membership through a zeroed row of marks a program, O(S + K), instead of S x K compares; checked against "
+        "the reference on the CPU and compiled for sm_90, not yet timed on the H200 (off until it is)",
+    )
     fused_hot_gather: bool = _f(
         True,
         "mode=hisparse with fused selection on CUDA and the UVA path: the hot cache's miss lookup, the host reads of "

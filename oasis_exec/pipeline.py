@@ -128,10 +128,10 @@ class Prefetcher:
 
         self._lists = [bufs() for _ in range(L if cfg.mode_spec.background else 1)]
         # plan_select's membership through rows of marks (zero between launches) where a row holds more blocks than
-        # it attends (a hot cache, a victim cache): O(S + K) a row instead of S x K compares. One set for the
-        # prediction stream's plans, one for fetch_now's on the main stream (they may run at once).
+        # it attends (a hot cache, a victim cache; ExecConfig.plan_marks): O(S + K) a row instead of S x K compares.
+        # One set for the prediction stream's plans, one for fetch_now's on the main stream (they may run at once).
         self._marks = None
-        if store.S > cfg.top_k:
+        if cfg.plan_marks and store.S > cfg.top_k:
             self._marks = [torch.zeros(n_rows, store.NB, dtype=torch.int32, device=device) for _ in range(2)]
         # a hot cache (hisparse): the attention's slot list [R, K] that plan_select writes (fetch_now), allocated once
         self._slot_buf = None

@@ -1,5 +1,5 @@
 """The victim cache's two kernels alone, at the engine's rows of one layer (GPU only): plan_select over S slots
-(Algorithm 2; with S > K as the engine runs it, membership through rows of marks) and attend_slots
+(Algorithm 2; for S > K by compares and through rows of marks, ExecConfig.plan_marks) and attend_slots
 (the K slots attention reads, one launch on the main stream per layer). Prints and writes JSON lines.
 
     python experiments/dense_vs_lookahead_throughput/victim_kernels.py --out victim_kernels.jsonl
@@ -30,25 +30,28 @@ def tables(R, S, K, n_blocks, g):
 
 
 def measure(R, S, K, C, n_blocks, g, dev, do_bench) -> list[dict]:
-    """plan_select's us a launch (less the table restore it needs each repeat) and, for S > K, attend_slots'."""
+    """plan_select's us a launch (less the table restore it needs each repeat), by compares and, for S > K, through
+    rows of marks (``ExecConfig.plan_marks``); for S > K also attend_slots'."""
     res0, ls0, pred = (t.to(dev) for t in tables(R, S, K, n_blocks, g))
     rows = torch.arange(R, device=dev)
     res, ls = res0.clone(), ls0.clone()
-    # as the engine plans (oasis_exec.pipeline): membership through rows of marks where S > K, else compares
-    marks = torch.zeros(R, n_blocks, dtype=torch.int32, device=dev) if S > K else None
 
     def restore():
         res.copy_(res0)
         ls.copy_(ls0)
 
-    def plan():
-        restore()
-        plan_select(res, ls, rows, pred, C, C, 0, marks=marks)
+    recs = []
+    restore_ms = do_bench(restore, warmup=25, rep=200)
+    for marks in (None, torch.zeros(R, n_blocks, dtype=torch.int32, device=dev)) if S > K else (None,):
 
-    plan_ms = do_bench(plan, warmup=25, rep=200) - do_bench(restore, warmup=25, rep=200)
-    recs = [dict(kernel="plan_select", rows=R, S=S, K=K, C=C, marks=marks is not None, us=round(plan_ms * 1e3, 2))]
+        def plan(marks=marks):
+            restore()
+            plan_select(res, ls, rows, pred, C, C, 0, marks=marks)
+
+        plan_ms = do_bench(plan, warmup=25, rep=200) - restore_ms
+        rec = dict(kernel="plan_select", rows=R, S=S, K=K, C=C, marks=marks is not None, us=round(plan_ms * 1e3, 2))
+        recs.append(rec)
     if S > K:
-        plan()
         out = torch.empty(R, K, dtype=torch.int32, device=dev)
         a_ms = do_bench(lambda: attend_slots(res, ls, rows, K, S + 2, out=out), warmup=25, rep=200)
         equal = bool(torch.equal(out, attend_slots_ref(res, ls, rows, K, S + 2)))

@@ -378,17 +378,17 @@ def test_decode_chains_in_graphs_equal_single_steps(mode, copy_graph):
         eng.close()
 
 
-@pytest.mark.parametrize("mode", ["lookahead", "proxy"])
-def test_victim_cache_graphs_equal_eager_cpu_and_slots_hold_their_blocks(mode):
+@pytest.mark.parametrize("mode,marks", [("lookahead", False), ("proxy", False), ("lookahead", True)])
+def test_victim_cache_graphs_equal_eager_cpu_and_slots_hold_their_blocks(mode, marks):
     """A background mode's victim cache on the GPU (plan_select over S = 3K slots, kernels.attend_slots for the K
     slots attention reads): CUDA-graph steps give the eager logits and tokens; every slot holds its block's host
     copy over a long run."""
-    kw = dict(top_k=3, hot_slots=9, fetch_ratio=0.34, transfer="uva")
+    kw = dict(top_k=3, hot_slots=9, fetch_ratio=0.34, transfer="uva", plan_marks=marks)
     _graphs_equal_eager(mode, prompts(19, (90, 120, 64)), 40, **kw)
     eng = Engine(cfg(mode, "cuda", cuda_graph=True, max_context=900, max_lanes=2, **kw))
-    assert eng.runner.store.S == 9 and eng.runner.pipe._marks is not None
+    assert eng.runner.store.S == 9 and (eng.runner.pipe._marks is not None) == marks
     drive(eng, prompts(2, (40, 65)), 700, 200, _slots_checked)
     torch.cuda.synchronize()  # the prediction stream's last plans
-    assert not any(m.any() for m in eng.runner.pipe._marks)
+    assert not any(m.any() for m in eng.runner.pipe._marks or [])
     assert eng.runner.graphs and eng.runner.counters()["units_fetched"] > 100
     eng.close()

@@ -111,11 +111,12 @@ def test_simulator_victim_cache():
     assert vc["h2d_bytes"] < ws["h2d_bytes"] and vc["resident_recall"] > ws["resident_recall"] + 0.05
 
 
-def test_fused_selection_equals_the_torch_path():
-    """The CUDA selection (plan_select over S = 3K slots, membership through its rows of marks), forced on the CPU
-    under the Triton interpreter: the torch path's tokens, logits and counters, and the marks left zero."""
+@pytest.mark.parametrize("marks", [False, True])
+def test_fused_selection_equals_the_torch_path(marks):
+    """The CUDA selection (plan_select over S = 3K slots; membership by compares, or through its rows of marks),
+    forced on the CPU under the Triton interpreter: the torch path's tokens, logits and counters, marks left zero."""
     ps = prompts(6, (90, 120))
-    kw = dict(top_k=3, hot_slots=9, fetch_ratio=0.34)
+    kw = dict(top_k=3, hot_slots=9, fetch_ratio=0.34, plan_marks=marks)
     ra, rb = [], []
     ref, out_ref = run_logits(cfg("lookahead", **kw), ps, 10, ra.append)
 
@@ -128,4 +129,5 @@ def test_fused_selection_equals_the_torch_path():
     for rid in ref:
         for a, b in zip(ref[rid], got[rid]):
             assert torch.equal(a, b)
-    assert rb[0].pipe._marks is not None and not any(m.any() for m in rb[0].pipe._marks)
+    assert (rb[0].pipe._marks is not None) == marks
+    assert not any(m.any() for m in rb[0].pipe._marks or [])
