@@ -189,6 +189,14 @@ def attend_slots(resident, last_sel, k: int):
     return xp.where(chosen < s, chosen, xp.full((), -1, xp.int64, like=resident))
 
 
+def attended_blocks(resident, last_sel, k: int):
+    """The block ids ``attend_slots`` lists (int64 [R, k], -1 padded): what attention reads in each row."""
+    xp = namespace(resident, last_sel)
+    a = attend_slots(resident, last_sel, k)
+    held = xp.take_along(xp.astype(resident, xp.int64), xp.maximum(a, xp.full((), 0, xp.int64, like=a)), axis=1)
+    return xp.where(a >= 0, held, xp.full((), -1, xp.int64, like=a))
+
+
 def initial_plan(pred, step: int = 0, slots: int | None = None) -> StepPlan:
     """First fill at admission: all ``slots`` (default K) empty, every predicted block fetched (cap = C = K).
 

@@ -44,7 +44,7 @@ import numpy as np
 from oasis_core import modes
 from oasis_core.fetchcap import CapContext, Fixed, Unlimited, get_policy, state_array
 from oasis_core.rpf import RemoteLedger
-from oasis_core.selection import attend_slots, count_missing, initial_plan, plan_step
+from oasis_core.selection import attended_blocks, count_missing, initial_plan, plan_step
 from oasis_core.synthetic import SyntheticSelection, SyntheticStep
 
 from .config import ConfigError, SimConfig
@@ -253,10 +253,7 @@ class Runner:
             self.plans.append((s, plan))
         rec = None
         if recall:
-            held = plan.resident
-            if self.victim:
-                a = attend_slots(plan.resident, plan.last_sel, self.top_k)
-                held = np.where(a >= 0, np.take_along_axis(plan.resident, np.maximum(a, 0), 1), -1)
+            held = attended_blocks(plan.resident, plan.last_sel, self.top_k) if self.victim else plan.resident
             rec = resident_recall(held, s.true_next)
         remote = None
         if self.ledgers is not None:

@@ -150,7 +150,7 @@ def replay_policy(policy, initial, preds, layers: int = 1, link: PolicyLink | No
     ``selection.attend_slots``, the K most recently selected resident slots in slot order, -1 padded; with S = K
     the resident set itself; fetched int64 [P, R], missing int64 [P, R])."""
     from oasis_core.fetchcap import CapContext, state_array
-    from oasis_core.selection import attend_slots, count_missing, initial_plan, plan_step
+    from oasis_core.selection import attended_blocks, count_missing, initial_plan, plan_step
 
     initial, preds = np.asarray(initial, np.int64), np.asarray(preds, np.int64)
     p_, r, k = preds.shape
@@ -191,8 +191,7 @@ def replay_policy(policy, initial, preds, layers: int = 1, link: PolicyLink | No
         drift += plan.n_missing
         if link is not None:
             moved += float(plan.n_fetch.sum()) * link.bytes_per_block_head
-        att = attend_slots(resident, last_sel, k)
-        out_res.append(np.where(att >= 0, np.take_along_axis(resident, np.maximum(att, 0), 1), -1))
+        out_res.append(attended_blocks(resident, last_sel, k))
         out_fetch.append(plan.n_fetch)
         out_miss.append(plan.n_missing)
     return np.stack(out_res), np.stack(out_fetch), np.stack(out_miss)

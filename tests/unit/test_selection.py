@@ -288,7 +288,7 @@ def test_mapping_rejects_a_plan_from_a_stale_table():
 
 
 def test_attend_slots_takes_the_most_recently_selected_in_slot_order():
-    from oasis_core.selection import attend_slots
+    from oasis_core.selection import attend_slots, attended_blocks
 
     resident = arr([[5, -1, 7, 9, 2, 4], [1, 2, -1, -1, -1, -1]])
     last_sel = arr([[0, -1, -3, 0, -2, -2], [0, -5, -1, -1, -1, -1]])
@@ -298,6 +298,8 @@ def test_attend_slots_takes_the_most_recently_selected_in_slot_order():
     assert attend_slots(resident, last_sel, 6).tolist() == [[0, 2, 3, 4, 5, -1], [0, 1, -1, -1, -1, -1]]
     with pytest.raises(ValueError, match="k must be"):
         attend_slots(resident, last_sel, 7)
+    # the blocks those slots hold
+    assert attended_blocks(resident, last_sel, 3).tolist() == [[5, 9, 4], [1, 2, -1]]
 
 
 @pytest.mark.parametrize("seed", range(5))
