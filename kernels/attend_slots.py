@@ -27,6 +27,7 @@ import triton
 import triton.language as tl
 
 from ._util import check, next_pow2
+from .topk_select import kth_largest
 
 LS_FLOOR = -(2**40)  # last_sel below this ties with it (the kernel's key has 40 bits of last_sel)
 
@@ -52,11 +53,7 @@ def attend_slots_kernel(
     if tl.sum(newest.to(tl.int32), axis=0) == need:
         sel = newest
     else:
-        # the need-th largest key: the largest t with #{key >= t} >= need
-        t = tl.zeros((), dtype=tl.int64)
-        for b in tl.static_range(60, -1, -1):
-            cand = t | (1 << b)
-            t = tl.where(tl.sum((key >= cand).to(tl.int32), axis=0) >= need, cand, t)
+        t = kth_largest(key, need, 60)  # the need-th largest key
         sel = valid & (key >= t) & (need > 0)
     pos = tl.cumsum(sel.to(tl.int32), axis=0) - 1
     tl.store(OUT + r * K + pos, (row * W + offs).to(tl.int32), mask=sel)

@@ -36,6 +36,18 @@ LOW = 2**31 - 1  # a key's low bits: LOW - block id (ids < 2**31); the kernel sp
 
 
 @triton.jit
+def kth_largest(keys, need, HI: tl.constexpr):
+    """The largest ``t`` with ``#{keys >= t} >= need``: the ``need``-th largest of non-negative int64 ``keys`` below
+    ``2**(HI + 1)``, found bit by bit from bit ``HI`` (``HI + 1`` counts over the row). Shared with
+    ``kernels.attend_slots``."""
+    t = tl.zeros((), dtype=tl.int64)
+    for b in tl.static_range(HI, -1, -1):
+        cand = t | (1 << b)
+        t = tl.where(tl.sum((keys >= cand).to(tl.int32), axis=0) >= need, cand, t)
+    return t
+
+
+@triton.jit
 def topk_select_kernel(
     S, NBLK, OUT, N, stride_s, K: tl.constexpr, HEADS: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr
 ):
@@ -47,12 +59,9 @@ def topk_select_kernel(
     s = tl.where(s == 0.0, 0.0, s)  # -0.0 and +0.0 are equal scores: one bit pattern
     bits = s.to(tl.int32, bitcast=True)
     ordered = tl.where(bits >= 0, bits, bits ^ 0x7FFFFFFF)  # signed int32, monotonic in the float
-    # 1. the K-th largest score, bit by bit from the top: the largest t with #{u >= t} >= K (u: 0 .. 2**32 - 1)
+    # 1. the K-th largest score, bit by bit from the top (u: 0 .. 2**32 - 1)
     u = ordered.to(tl.int64) + 0x80000000
-    t = tl.zeros((), dtype=tl.int64)
-    for b in tl.static_range(31, -1, -1):
-        cand = t | (1 << b)
-        t = tl.where(tl.sum((u >= cand).to(tl.int32), axis=0) >= K, cand, t)
+    t = kth_largest(u, K, 31)
     # 2. every score above it, and of those equal to it the lowest ids, K in all (BLOCK_N >= K)
     eq = u == t
     need = K - tl.sum((u > t).to(tl.int32), axis=0)
