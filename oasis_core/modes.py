@@ -57,6 +57,22 @@ class Mode:
     def transfers(self) -> bool:
         return self.sparse
 
+    @property
+    def takes_hot_slots(self) -> bool:
+        """Whether ``hot_slots`` (more GPU blocks a row than the top-K) means anything: a hot cache's size, or a
+        background mode's victim cache. Both backends' configs refuse it elsewhere."""
+        return self.hot_cache or self.background
+
+    def hot_slots_error(self, top_k: int, hot_slots: int) -> str | None:
+        """Why ``hot_slots`` is refused for this mode and ``top_k`` (None: it is valid). Both backends' configs."""
+        if not self.takes_hot_slots:
+            return (
+                f"only hisparse (its hot cache) and the background modes (a victim cache) take it, not mode={self.name}"
+            )
+        if type(hot_slots) is int and hot_slots < top_k:  # anything else: the config's own type check
+            return f"must be >= top_k ({top_k}): the GPU holds the step's top-K"
+        return None
+
     def resident_slots(self, top_k: int, hot_slots=None) -> int:
         """Selectable GPU blocks per (request, layer, KV head): ``top_k``; in a mode with a hot cache its
         ``hot_slots`` (default ``2 * top_k``); in a background mode ``hot_slots`` when given (a victim cache, of
@@ -64,9 +80,7 @@ class Mode:
         backends' configs ask this (``resident_slots``)."""
         if self.hot_cache:
             return hot_slots if hot_slots is not None else 2 * top_k
-        if self.background and hot_slots is not None:
-            return hot_slots
-        return top_k
+        return hot_slots if self.takes_hot_slots and hot_slots is not None else top_k
 
     @property
     def on_demand(self) -> bool:

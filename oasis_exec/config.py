@@ -304,16 +304,11 @@ class ExecConfig(speculation.SpeculativeFields):
         if self.top_k < 1:
             bad("top_k", "must be >= 1")
         if self.hot_slots is not None:
-            if not (self.mode_spec.hot_cache or self.mode_spec.background):
-                bad(
-                    "hot_slots",
-                    f"only hisparse (its hot cache) and the background modes (a victim cache) take it, not "
-                    f"mode={self.mode}",
-                )
+            why = self.mode_spec.hot_slots_error(self.top_k, self.hot_slots)
+            if why:
+                bad("hot_slots", why)
             if isinstance(self.hot_slots, bool) or not isinstance(self.hot_slots, int):
                 bad("hot_slots", "must be an integer")
-            if self.hot_slots < self.top_k:
-                bad("hot_slots", f"must be >= top_k ({self.top_k}): the GPU holds the step's top-K")
         if self.host_kv_dtype == "fp8_e4m3":
             if not self.sparse:
                 bad("host_kv_dtype", f"only a sparse mode keeps a host copy, not mode={self.mode}")

@@ -204,14 +204,9 @@ class SimConfig(speculation.SpeculativeFields):
         integer("top_k", 1)
         integer("hot_slots", 1, optional=True)
         if self.hot_slots is not None:
-            if not (mode.hot_cache or mode.background):
-                bad(
-                    "hot_slots",
-                    f"only hisparse (its hot cache) and the background modes (a victim cache) take it, not "
-                    f"mode={self.mode}",
-                )
-            if self.hot_slots < self.top_k:
-                bad("hot_slots", f"must be >= top_k ({self.top_k}): HBM holds the step's top-K")
+            why = mode.hot_slots_error(self.top_k, self.hot_slots)
+            if why:
+                bad("hot_slots", why)
         integer("block_size", 1)
         number("fetch_ratio", 0.0, 1.0, lo_open=True)
         integer("seed", 0)
