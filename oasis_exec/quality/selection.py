@@ -553,6 +553,11 @@ def policy_table(doc: dict) -> str:
             return f"{a} {f['fetch']:5.2f} {f['missing']:5.2f} | {b} {f['fetch_late']:5.2f}"
         return f"{a} {'':>5} {'':>5} | {b}"
 
+    def policy_rows(n, k, by_policy):  # one row per policy spec and prediction source
+        for spec, by in by_policy.items():
+            for src, f in by.items():
+                lines.append(f"{n:>5} {k:>4.0f} {spec[:16]:<16} {src:<9} | " + cells(f))
+
     for avg in doc["average"].values():
         pol = avg.get("policies")
         if not pol:
@@ -560,9 +565,7 @@ def policy_table(doc: dict) -> str:
         n, k = avg["n_tokens_requested"], avg["k"]
         for src, f in pol["prediction"].items():
             lines.append(f"{n:>5} {k:>4.0f} {'(predicted)':<16} {src:<9} | " + cells(f, fetch=False))
-        for spec, by in pol.get("by_policy", {}).items():
-            for src, f in by.items():
-                lines.append(f"{n:>5} {k:>4.0f} {spec[:16]:<16} {src:<9} | " + cells(f))
+        policy_rows(n, k, pol.get("by_policy", {}))
     ratios = [r for avg in doc["average"].values() for r in avg.get("policies", {}).get("by_slots_ratio", {})]
     for ratio in dict.fromkeys(ratios):
         lines += [
@@ -572,10 +575,7 @@ def policy_table(doc: dict) -> str:
         lines.append(head)
         for avg in doc["average"].values():
             by_ratio = avg.get("policies", {}).get("by_slots_ratio", {})
-            n, k = avg["n_tokens_requested"], avg["k"]
-            for spec, by in by_ratio.get(ratio, {}).items():
-                for src, f in by.items():
-                    lines.append(f"{n:>5} {k:>4.0f} {spec[:16]:<16} {src:<9} | " + cells(f))
+            policy_rows(avg["n_tokens_requested"], avg["k"], by_ratio.get(ratio, {}))
     return "\n".join(lines)
 
 
