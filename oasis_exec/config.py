@@ -191,10 +191,10 @@ class ExecConfig(speculation.SpeculativeFields):
         "layer; off: the torch oasis_core.selection.plan_step (the reference)",
     )
     plan_marks: bool = _f(
-        False,
-        "with fused selection, where a row holds more blocks than it attends (hot_slots > top_k): plan_select finds "
-        "membership through a zeroed row of marks a program, O(S + K), instead of S x K compares; checked against "
-        "the reference on the CPU and compiled for sm_90, not yet timed on the H200 (off until it is)",
+        True,
+        "with fused selection, where a row holds more blocks than it attends (hot_slots > top_k, hisparse): "
+        "plan_select finds membership through a zeroed row of marks a program, O(S + K), instead of S x K compares "
+        "(measured on the H200, S = 3K at 16K x 44: TPOT 12.92 against 14.84 ms; off: the compares)",
     )
     fused_hot_gather: bool = _f(
         True,
