@@ -355,6 +355,7 @@ def measure(
     else:
         unit_bytes = 2 * cfg.block_size * shape.head_dim * torch.tensor([], dtype=runner.dtype).element_size()
     units = c1["units_fetched"] - c0["units_fetched"]
+    slots = runner.store.S if cfg.sparse else None  # a row's GPU blocks (kv_layout.victim_slots may grow them)
     # the timed steps' wall time, from the first one's start (all copies drained) until the device is idle
     total_s = t_end - t_first if timed else 0.0
     stage = {k: v / max(len(timed), 1) for k, v in runner.stage_ms.items()}
@@ -423,7 +424,7 @@ def measure(
         "short_context": runner.short is not None,
         "top_k": cfg.top_k,
         # GPU blocks a row holds when more than top_k: hisparse's hot cache, a background mode's victim cache
-        "hot_slots": cfg.resident_slots if cfg.mode_spec.hot_cache or cfg.resident_slots != cfg.top_k else None,
+        "hot_slots": slots if cfg.mode_spec.hot_cache or slots != cfg.top_k else None,
         "plan_marks": bool(runner.pipe is not None and runner.pipe._marks is not None),  # plan_select's membership
         "tensor_parallel": cfg.tensor_parallel,  # ranks; this record's rank, and the KV heads it owns
         "tp_rank": runner.tp.rank if runner.tp is not None else 0,

@@ -79,8 +79,10 @@ class ExecConfig(speculation.SpeculativeFields):
         "GPU blocks per (request, layer, KV head), >= top_k, counted in the GPU budget. mode=hisparse: its LRU hot "
         "cache, of which attention reads the step's top_k (None: 2 x top_k). Background modes (lookahead, proxy): "
         "above top_k a victim cache, blocks the prediction dropped stay until least recently selected (a block that "
-        "comes back is a hit, not a fetch) and attention reads the top_k most recently selected (None: top_k, the "
-        "paper's working set; oasis_core.selection.attend_slots)",
+        "comes back is a hit, not a fetch) and attention reads the top_k most recently selected "
+        "(oasis_core.selection.attend_slots); None: 3 x top_k where the requests the config names (max_lanes, "
+        "host_requests, host_kv_gb) fit kv_budget_gb at that size, else top_k (oasis_exec.kv_layout.victim_slots); "
+        "top_k: the paper's working set",
     )
     fetch_ratio: float = _f(
         PAPER_SPARSITY.fetch_ratio, "fetch cap per head per step as a fraction of top_k (0 < r <= 1)"
@@ -417,9 +419,10 @@ class ExecConfig(speculation.SpeculativeFields):
 
     @property
     def resident_slots(self) -> int:
-        """Selectable GPU slots per (lane, layer, KV head) of a sparse mode (``SparseStore.S``): ``top_k``, the hot
+        """Selectable GPU slots per (lane, layer, KV head) of a sparse mode as configured: ``top_k``, the hot
         cache's ``hot_slots`` (default ``2 * top_k``) in a mode with one, or a background mode's ``hot_slots``
-        (a victim cache; default ``top_k``)."""
+        (a victim cache; at None ``top_k`` here, which ``oasis_exec.kv_layout.victim_slots`` may grow to
+        3 x top_k where the budget has room: the built store's ``S`` is what runs)."""
         return self.mode_spec.resident_slots(self.top_k, self.hot_slots)
 
     def cap_policy(self):

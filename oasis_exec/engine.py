@@ -51,7 +51,7 @@ class Stats:
     waiting: int  # queued, not yet admitted
     lanes_used: int  # GPU lanes: one per admitted request
     lanes_free: int
-    slots_per_lane: int  # GPU KV slots of one lane: L * H * resident_slots (sparse modes) or L * H * max_blocks (paged)
+    slots_per_lane: int  # GPU KV slots of one lane: L * H * the store's S (sparse modes) or L * H * max_blocks (paged)
     host_blocks_used: int  # host pool blocks (sparse modes; 0 / 0 in dense and quest)
     host_blocks_free: int
     prefetch_units: int  # (block, KV head) units copied host -> GPU
@@ -101,7 +101,9 @@ class Engine:
         self.runner.sampler = self._sample  # the runner samples through the engine: per-request keys and top_p
         self.runner.spec_draws = self._spec_draws  # and a speculative step's acceptance draws (oasis_exec.speculative)
         shape = self.runner.shape
-        self.slots_per_lane = shape.n_layers * shape.n_kv_heads * (cfg.resident_slots if cfg.sparse else cfg.max_blocks)
+        self.slots_per_lane = (
+            shape.n_layers * shape.n_kv_heads * (self.runner.store.S if cfg.sparse else cfg.max_blocks)
+        )
         host = getattr(self.runner, "host", None)  # bytes of one (block, head) fetch: the host copy's (fp8: + scales)
         if host is not None:
             self.unit_bytes = host.unit_bytes

@@ -141,7 +141,7 @@ def recording_from_bench(
         "profile": bool(c.get("profile", bool(stages))),
         "synthetic": b.get("synthetic_params", c.get("synthetic")),
         "fetch_policy": b.get("fetch_policy", c.get("fetch_policy")),
-        "hot_slots": b.get("hot_slots", c.get("hot_slots")),  # hisparse's hot cache a row (None: other modes)
+        "hot_slots": b.get("hot_slots", c.get("hot_slots")),  # a row's GPU blocks above top_k (None: S = K)
         # the host copy's element type (sparse modes; None: dense, or a record from before it, i.e. "auto")
         "host_kv_dtype": (b.get("host_kv_dtype") or c.get("host_kv_dtype") or "auto") if sparse else None,
     }

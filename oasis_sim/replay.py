@@ -179,7 +179,7 @@ def sim_config(
             values["speculative_gamma"] = c["speculative_gamma"]
         if rec.results.get("accepted_hist"):
             values["speculative_accepted_hist"] = dict(rec.results["accepted_hist"])
-    if c.get("hot_slots"):  # hisparse: the recorded hot cache
+    if c.get("hot_slots"):  # the recorded hot cache (hisparse) or victim cache (a background mode)
         values["hot_slots"] = c["hot_slots"]
     if c.get("synthetic"):
         values["synthetic"] = dict(c["synthetic"])

@@ -131,3 +131,25 @@ def test_fused_selection_equals_the_torch_path(marks):
             assert torch.equal(a, b)
     assert (rb[0].pipe._marks is not None) == marks
     assert not any(m.any() for m in rb[0].pipe._marks or [])
+
+
+def test_a_budget_with_room_runs_a_victim_cache_by_default():
+    """hot_slots=None in lookahead: the named lanes fit the budget at 3 x top_k, so the store, the engine's slot
+    count and the bench record all say 12 slots a row; hot_slots=top_k runs the working set and fetches more."""
+    from oasis_core.geometry import KVGeometry
+    from oasis_core.specs import get_model
+    from oasis_exec.bench import run_bench
+    from oasis_exec.kv_store import SparseStore
+
+    geo = KVGeometry(get_model("tiny"), block_size=16, dtype_bytes=4)
+    budget = 2 * SparseStore.bytes_per_lane(geo, 12, 20) / 1e9 * 1.01
+    recs = {}
+    for hot in (None, 4):
+        c = cfg("lookahead", max_lanes=2, kv_budget_gb=budget, hot_slots=hot, fetch_ratio=0.5, short_context=False)
+        eng = Engine(c)
+        assert eng.runner.store.S == (12 if hot is None else 4)
+        assert eng.slots_per_lane == 2 * 2 * eng.runner.store.S  # layers x KV heads x slots
+        eng.close()
+        recs[hot] = run_bench(c, context=200, concurrency=2, steps=12, warmup=2)
+    assert recs[None]["hot_slots"] == 12 and recs[4]["hot_slots"] is None
+    assert recs[None]["bytes_moved_total"] < recs[4]["bytes_moved_total"]
