@@ -7,9 +7,10 @@
 # Prediction: hisparse faster than its 38.5 ms at 16K x 44 by <= 10% (its misses, not its plan, bind); lookahead
 # ~13.0 ms (figures_victim_vllm_4e13b06): ~2.7x at 16K x 44, ~3x at 32K x 22.
 #   OASIS_COMMIT=<sha> bash experiments/device.sh dense_vs_lookahead_throughput/hisparse_marks
+# (TESTS=0 DEADLINE_S=200 for the runs alone)
 DEADLINE_S=${DEADLINE_S:-330}
 SYN=${SYN:-'{"preset": "smollm2"}'}
-TEST_S=100 gpu_tests tests/gpu
+[ "${TESTS:-1}" = 1 ] && TEST_S=100 gpu_tests tests/gpu  # TESTS=0 skips them (no GPU test sets a budget)
 B=$(( $(left) - 20 ))
 timeout -k 10 $(( B + 5 )) $PY -X faulthandler experiments/dense_vs_lookahead_throughput/h200_headline.py \
   --out "$OUT/oasis.jsonl" --contexts 16k,32k --dense-n none --la-n "${LA_N:-16k=44;32k=22}" --max-n none \
