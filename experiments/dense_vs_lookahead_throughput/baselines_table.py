@@ -54,7 +54,7 @@ def point(r: dict) -> tuple:
     """What a run and its no-transfer twin share."""
     return (r["mode"], r["context"], r["concurrency"], r.get("host_kv_dtype", "auto"), weights(r),
             r.get("decode_chain", 1), r.get("stream_priority"), selection(r), r.get("hot_slots"),
-            r.get("repeat", 1))  # fmt: skip
+            r.get("fetch_ratio"), r.get("fetch_policy"), r.get("plan_marks"), r.get("repeat", 1))  # fmt: skip
 
 
 def main(folder: str) -> None:
