@@ -191,8 +191,9 @@ class Geometry:
     def per_request_gb(self, ctx: int) -> float:
         return (-(-(ctx + self.steps + self.warmup) // BS) + 1) * self.unit / 1e9
 
-    def lanes(self, mode: str, ctx: int, budget_gb: float) -> int:
-        """The engine's lane count at ``budget_gb`` (Runner: ``int(budget // bytes_per_lane)``)."""
+    def lanes(self, mode: str, ctx: int, budget_gb: float, slots: int = TOP_K) -> int:
+        """The engine's lane count at ``budget_gb`` (Runner: ``int(budget // bytes_per_lane)``), sparse rows of
+        ``slots`` GPU blocks."""
         from oasis_core.geometry import KVGeometry
         from oasis_exec.kv_store import DenseStore, SparseStore
 
@@ -200,7 +201,7 @@ class Geometry:
         if mode == "dense":
             per = DenseStore.bytes_per_lane(KVGeometry(m, BS, self.eb), nb, False)
         else:
-            per = SparseStore.bytes_per_lane(KVGeometry(m, BS, self.eb), TOP_K, nb)
+            per = SparseStore.bytes_per_lane(KVGeometry(m, BS, self.eb), slots, nb)
         return int(budget_gb * 1e9 // per)
 
     def tpot_guess_s(self, run: Run) -> float:
@@ -557,7 +558,9 @@ def print_plan(runs: list, a, geo: Geometry, log, done: dict) -> None:
         pools = [geo.host_gb(r.n, r.ctx) for r in runs if r.sparse and r.ctx == ctx and r.label in ran]
         log(
             f"context {ctx}: dense lanes at {a.kv_budget_gb:g} GB = {geo.lanes('dense', ctx, a.kv_budget_gb)}, "
-            f"lookahead GPU lanes at {a.kv_budget_gb:g} GB = {geo.lanes('lookahead', ctx, a.kv_budget_gb)}; "
+            f"lookahead GPU lanes at {a.kv_budget_gb:g} GB = {geo.lanes('lookahead', ctx, a.kv_budget_gb)} at S = K, "
+            f"{geo.lanes('lookahead', ctx, a.kv_budget_gb, 3 * TOP_K)} at S = 3K (the engine's victim cache where a "
+            f"run's requests fit it); "
             f"host pool {geo.per_request_gb(ctx):.3f} GB a request; largest pool of the plan "
             f"{max(pools) if pools else 0:.1f} GB"
         )
