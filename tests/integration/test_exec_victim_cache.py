@@ -153,3 +153,13 @@ def test_a_budget_with_room_runs_a_victim_cache_by_default():
         recs[hot] = run_bench(c, context=200, concurrency=2, steps=12, warmup=2)
     assert recs[None]["hot_slots"] == 12 and recs[4]["hot_slots"] is None
     assert recs[None]["bytes_moved_total"] < recs[4]["bytes_moved_total"]
+
+
+@pytest.mark.parametrize("extra", [dict(speculative_k=2), dict(decode_chain=4)])
+def test_speculative_and_chained_steps_over_a_victim_cache_equal_dense(extra):
+    """The default config grows a victim cache wherever a budget has room, speculative and chained steps included:
+    with the top-K covering every block their greedy tokens are dense's."""
+    ps = prompts()
+    _, out_ref = run_logits(cfg("dense", **extra), ps, 12)
+    _, out = run_logits(cfg("lookahead", top_k=32, hot_slots=48, fetch_ratio=1.0, **extra), ps, 12)
+    assert out == out_ref
