@@ -38,7 +38,8 @@ which made a victim cache of S = 3K slots (``ExecConfig.hot_slots``) 2.3x slower
 int32 row a program, indexed by block id; ``ExecConfig.plan_marks``) the membership is O(S + K) stores and loads
 instead of the S x K compares: alone on the H200 at S = 3K, 93 against 111 us a launch at 352 rows (55 against 74 at
 384), and 1.9 ms shorter a 16K x 44 token beside the step, where the compares held SMs the layers wait for
-(``experiments/dense_vs_lookahead_throughput/results/victim_lanes_f1fc382/``). Rows must be distinct (each program owns its row).
+(``experiments/dense_vs_lookahead_throughput/results/victim_lanes_f1fc382/``). Rows must be distinct (each program
+owns its row).
 """
 
 from __future__ import annotations
