@@ -19,7 +19,7 @@ import torch
 
 from oasis_core.geometry import KVGeometry
 
-from .host_memory import host_pool_blocks
+from .host_memory import GB, host_pool_blocks
 from .kv_store import DenseStore, HostPool, SparseStore
 
 
@@ -44,7 +44,7 @@ def wanted_lanes(cfg, geo: KVGeometry) -> int | None:
     of ``max_context`` tokens that ``host_kv_gb`` holds; None when it says none of them (then the budget's lanes)."""
     given = [n for n in (cfg.max_lanes, cfg.host_requests) if n]
     if cfg.host_kv_gb:
-        given.append(int(cfg.host_kv_gb * 1e9 // (cfg.max_blocks * geo.host_bytes_per_block(cfg.host_kv_dtype))))
+        given.append(int(cfg.host_kv_gb * GB // (cfg.max_blocks * geo.host_bytes_per_block(cfg.host_kv_dtype))))
     return min(given) if given else None
 
 
@@ -57,12 +57,11 @@ def victim_slots(cfg, geo: KVGeometry) -> int:
     ``experiments/dense_vs_lookahead_throughput/results/figures_victim_vllm_4e13b06``). ``hot_slots=top_k`` keeps
     the paper's working set."""
     S = cfg.resident_slots
-    mode = cfg.mode_spec
-    if cfg.hot_slots is not None or not mode.background or mode.hot_cache or not cfg.kv_budget_gb:
+    if cfg.hot_slots is not None or not cfg.mode_spec.background or not cfg.kv_budget_gb:  # hisparse: not background
         return S
     n = wanted_lanes(cfg, geo)
     big = VICTIM_FACTOR * cfg.top_k
-    if n and n * SparseStore.bytes_per_lane(geo, big, cfg.max_blocks) <= cfg.kv_budget_gb * 1e9:
+    if n and n * SparseStore.bytes_per_lane(geo, big, cfg.max_blocks) <= cfg.kv_budget_gb * GB:
         return big
     return S
 

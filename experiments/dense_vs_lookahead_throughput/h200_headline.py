@@ -554,12 +554,15 @@ def print_plan(runs: list, a, geo: Geometry, log, done: dict) -> None:
             f"syn={json.dumps(r.synthetic, separators=(',', ':')) if r.synthetic else '-'} {extra} "
             f"pool={pool:5.1f}GB pin={new / 1e9:5.1f}GB ~{est:3.0f}s cum={cum:4.0f}s {note}".rstrip()
         )
+    from oasis_exec.kv_layout import VICTIM_FACTOR  # the engine's victim cache, where a run's requests fit it
+
     for ctx in a.contexts:
         pools = [geo.host_gb(r.n, r.ctx) for r in runs if r.sparse and r.ctx == ctx and r.label in ran]
         log(
             f"context {ctx}: dense lanes at {a.kv_budget_gb:g} GB = {geo.lanes('dense', ctx, a.kv_budget_gb)}, "
             f"lookahead GPU lanes at {a.kv_budget_gb:g} GB = {geo.lanes('lookahead', ctx, a.kv_budget_gb)} at S = K, "
-            f"{geo.lanes('lookahead', ctx, a.kv_budget_gb, 3 * TOP_K)} at S = 3K (the engine's victim cache where a "
+            f"{geo.lanes('lookahead', ctx, a.kv_budget_gb, VICTIM_FACTOR * TOP_K)} at S = {VICTIM_FACTOR}K (the engine's "
+            f"victim cache where a "
             f"run's requests fit it); "
             f"host pool {geo.per_request_gb(ctx):.3f} GB a request; largest pool of the plan "
             f"{max(pools) if pools else 0:.1f} GB"
