@@ -54,8 +54,12 @@ def quantize(x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
     amax = x32.abs().amax(dim=(-2, -1))
     pos = amax > 0
     one = torch.ones_like(amax)
-    scale = torch.where(pos, amax / E4M3_MAX, one)
-    inv = torch.where(pos, E4M3_MAX / torch.where(pos, amax, one), one)
+    cap = torch.full_like(amax, E4M3_MAX)
+    # tensor / tensor: one correctly rounded division, as the kernels' div_rn. torch computes ``448 / t`` as
+    # ``t.reciprocal() * 448`` (two roundings) and a CUDA ``t / 448`` as ``t * (1 / 448)``: either puts a tie such as
+    # 200 = 225 / 504 * 448 one float32 ulp off, and the code one step off (seen on the H200, 2026-12-02).
+    scale = torch.where(pos, amax / cap, one)
+    inv = torch.where(pos, cap / torch.where(pos, amax, one), one)
     q = (x32 * inv[..., None, None]).clamp(-E4M3_MAX, E4M3_MAX).to(fp8_dtype())
     return q, scale
 

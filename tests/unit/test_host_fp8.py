@@ -52,6 +52,30 @@ def test_round_trip_relative_error_is_at_most_2_pow_minus_4_above_the_subnormals
     assert rel.max() <= 2.0**-4 * (1 + 1e-5)
 
 
+def test_scale_and_its_inverse_are_one_correctly_rounded_division():
+    """The kernels divide with div_rn; the reference must too. ``448 / t`` in torch is ``t.reciprocal() * 448``: for
+    amax = 504 * 2^-17 that inverse is an ulp high, and x = 225 * 2^-17 (exactly 200 after scaling, a tie between
+    the e4m3 codes of 192 and 208) rounded to 208 instead of 192 (the H200 kernel's code, 2026-12-02)."""
+    g = torch.Generator().manual_seed(5)
+    x = torch.randn(400, 2, 8, generator=g) * torch.logspace(-7, 3, 400)[:, None, None]
+    x[0, 0, 0], x[0, 0, 1] = 504 * 2.0**-17, 225 * 2.0**-17  # the tie; the other values of unit 0 are smaller
+    x[0, 1:] = 0.0
+    x[0, 0, 2:] = 0.0
+    q, s = quantize(x)
+    amax = x.abs().amax((-2, -1)).double()
+    assert torch.equal(s, (amax / 448).float())  # float64 then float32: the correctly rounded float32 quotient
+    inv = (448 / amax).float()
+    assert torch.equal(q.float(), (x * inv[:, None, None]).clamp(-448, 448).to(FP8).float())
+    assert q[0, 0, 1].float().item() == 192.0
+    assert q[0, 0, 1].view(torch.uint8).item() == 0x74
+    pool = HostPool(1, 400, 1, 2, 8, torch.float32, pin=False, quantized=True)
+    i = torch.arange(400, dtype=torch.int32)
+    writeback_kernel(
+        x, x.clone(), pool.k[0], pool.v[0], i, i, torch.full_like(i, 2), 2, (pool.k_scale[0], pool.v_scale[0])
+    )
+    assert torch.equal(pool.k[0][:, 0].view(torch.uint8), q.view(torch.uint8)) and torch.equal(pool.k_scale[0][:, 0], s)
+
+
 @triton.jit
 def _codes_kernel(C, V, Y, B, N: tl.constexpr):
     offs = tl.arange(0, N)
@@ -225,6 +249,9 @@ def test_kernels_on_the_gpu_equal_the_torch_reference():
     assert torch.equal(pool.k[0].view(torch.uint8), ref.k[0].view(torch.uint8))
     assert torch.equal(pool.v[0].view(torch.uint8), ref.v[0].view(torch.uint8))
     assert torch.equal(pool.k_scale[0], ref.k_scale[0]) and torch.equal(pool.v_scale[0], ref.v_scale[0])
+    q, s = quantize(slots_k[src.long()])  # the torch path on CUDA tensors (a prefill's host copies) gives them too
+    assert torch.equal(q.cpu().view(torch.uint8), pool.k[0].view(nb * H, bs, D)[dst.long()].view(torch.uint8))
+    assert torch.equal(s.cpu(), pool.k_scale[0].view(-1)[dst.long()])
     sb = (dst // H).to(torch.int32)
     sh = (dst % H).to(torch.int32)
     ks, vs = torch.zeros_like(slots_k), torch.zeros_like(slots_v)
