@@ -7,7 +7,7 @@
 # Dummy Qwen3-8B on both sides, synthetic smollm2 selection with a model-selected step's work. Carry .vb/3 after
 # `stash` of .vb/1 and .vb/2 (vllm_setup.sh), back to back.
 # Prediction: bf16 48 ~14.1 ms (3.1x vLLM bf16); fp8 at 48 ~14 ms, at 96 ~33 ms (~2,900 tok/s, ~1.8x vLLM fp8).
-# Not yet run.
+# Ran 2026-12-02 16:11 UTC at 6fa88eb: results/fp8_both_vllm_6fa88eb/.
 #   OASIS_COMMIT=<sha> bash experiments/device.sh dense_vs_lookahead_throughput/fp8_both_vllm
 DEADLINE_S=${DEADLINE_S:-590}
 SYN=${SYN:-'{"preset": "smollm2"}'}

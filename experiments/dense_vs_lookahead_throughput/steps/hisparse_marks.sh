@@ -7,7 +7,8 @@
 # Prediction: hisparse faster than its 38.5 ms at 16K x 44 by <= 10% (its misses, not its plan, bind); lookahead
 # ~13.0 ms (figures_victim_vllm_4e13b06): ~2.7x at 16K x 44, ~3x at 32K x 22.
 #   OASIS_COMMIT=<sha> bash experiments/device.sh dense_vs_lookahead_throughput/hisparse_marks
-# (TESTS=0 DEADLINE_S=200 for the runs alone)
+# (TESTS=0 DEADLINE_S=200 for the runs alone). Ran 2026-12-02 16:18 UTC at 6fa88eb (TESTS=0 DEADLINE_S=210):
+# results/hisparse_marks_6fa88eb/.
 DEADLINE_S=${DEADLINE_S:-330}
 SYN=${SYN:-'{"preset": "smollm2"}'}
 [ "${TESTS:-1}" = 1 ] && TEST_S=100 gpu_tests tests/gpu  # TESTS=0 skips them (no GPU test sets a budget)
