@@ -150,6 +150,7 @@ class Prefetcher:
         )
         self.host_path = None
         self.step_priority = 0  # the captured step's CUDA priority (STREAM_PRIORITIES; CUDA only)
+        self.s_pred = self.s_copy = None  # the side streams (CUDA only)
         if self.cuda:
             # CUDA priorities (lower runs first; torch graphs keep a captured kernel's priority, they instantiate
             # with use-node-priority) of the captured step and the side streams: STREAM_PRIORITIES. A side stream
@@ -306,8 +307,8 @@ class Prefetcher:
             pred = pred.long()
         copy = lanes is not None and not self.cfg.no_transfer
         if self._marks is not None and "marks" not in extra:
-            s_pred = getattr(self, "s_pred", None)  # absent on CPU (tests force the fused path there)
-            bg = s_pred is not None and torch.cuda.current_stream() == s_pred
+            # s_pred is None on CPU (tests force the fused path there)
+            bg = self.s_pred is not None and torch.cuda.current_stream() == self.s_pred
             extra["marks"] = self._marks[0 if bg else 1]
         return plan_select(
             st.resident[layer],
