@@ -1,8 +1,8 @@
 # The real model on one H200, in calls back to back while the machine stays warm (it goes back 30 s after a call).
-# The GGUF goes in three 36 MB pieces (`split -b 36M FILE .models/p_`: p_aa in .models/a, p_ab in .models/c, p_ac
-# with the gguf wheel in .models/b): with the trained head the working tree is 19 MB, and a call carries 64 MiB.
-#   calls 1, 2 (carry .models/a, then .models/c): bash experiments/device.sh stash
-#   call 3 (carry .models/b): OASIS_COMMIT=<hash> STAGE=quality bash experiments/device.sh real_model_step_cost/real_model
+# The GGUF goes in four 26 MB pieces (experiments/device.sh's header: .models/a .. .models/d, the gguf wheel with the
+# last): the working tree is 30 MB (2026-12-02), and a call carries 64 MiB.
+#   calls 1-3 (carry .models/a, .models/b, .models/c): bash experiments/device.sh stash
+#   call 4 (carry .models/d): OASIS_COMMIT=<hash> STAGE=quality bash experiments/device.sh real_model_step_cost/real_model
 #                             (GPU tests, quality selection, then real_attention_quality/endtoend)
 #   call 4 (no carry):        OASIS_COMMIT=<hash> STAGE=bench bash experiments/device.sh real_model_step_cost/real_model
 #                             (five modes at 8K)
