@@ -22,7 +22,8 @@
 #   pack_out KEEP... (every other file under $OUT into $OUT/all.tgz: a call brings back 8 files at most).
 # The real model's pieces: /work/shared/models/README.md (a call carries 64 MiB with the working tree, 30 MB since
 # 2026-12-02, so the 98 MB GGUF is split with `split -b 26M FILE /tmp/p_` into .models/a .. .models/d, the gguf wheel
-# (`pip download --no-deps gguf`) with the last; earlier calls `stash` theirs while the machine is warm). A CPU machine runs the same runner: steps that support it say how (e.g. serving_load/serve with DEVICE=cpu).
+# (`pip download --no-deps gguf`) with the last; earlier calls `stash` theirs while the machine is warm).
+# A CPU machine runs the same runner: steps that support it say how (e.g. serving_load/serve with DEVICE=cpu).
 set -uo pipefail
 usage() { echo "usage: bash experiments/device.sh <question>/<step> [ARG ...] | info | stash | model | --list" >&2; }
 ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
