@@ -72,11 +72,10 @@ def build_kv_layout(cfg, *, shape, dtype, device) -> KVLayout:
     mode = cfg.mode_spec
     s = shape
     bs, H, D, L = cfg.block_size, s.n_kv_heads, s.head_dim, s.n_layers
-    S = cfg.resident_slots  # top_k, or the hot cache's hot_slots (hisparse): what each row holds on the GPU
     NB = cfg.max_blocks
     geo = KVGeometry(s, block_size=bs, dtype_bytes=torch.tensor([], dtype=dtype).element_size())
     if cfg.sparse:
-        S = victim_slots(cfg, geo)
+        S = victim_slots(cfg, geo)  # what each row holds on the GPU: top_k, hisparse's hot cache or a victim cache
         per_lane = SparseStore.bytes_per_lane(geo, S, NB)
     else:
         per_lane = DenseStore.bytes_per_lane(geo, NB, mode.summaries)

@@ -561,9 +561,8 @@ def print_plan(runs: list, a, geo: Geometry, log, done: dict) -> None:
         log(
             f"context {ctx}: dense lanes at {a.kv_budget_gb:g} GB = {geo.lanes('dense', ctx, a.kv_budget_gb)}, "
             f"lookahead GPU lanes at {a.kv_budget_gb:g} GB = {geo.lanes('lookahead', ctx, a.kv_budget_gb)} at S = K, "
-            f"{geo.lanes('lookahead', ctx, a.kv_budget_gb, VICTIM_FACTOR * TOP_K)} at S = {VICTIM_FACTOR}K (the engine's "
-            f"victim cache where a "
-            f"run's requests fit it); "
+            f"{geo.lanes('lookahead', ctx, a.kv_budget_gb, VICTIM_FACTOR * TOP_K)} at S = {VICTIM_FACTOR}K "
+            f"(the engine's victim cache where a run's requests fit it); "
             f"host pool {geo.per_request_gb(ctx):.3f} GB a request; largest pool of the plan "
             f"{max(pools) if pools else 0:.1f} GB"
         )
