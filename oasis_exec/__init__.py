@@ -8,7 +8,7 @@ Module map (files named by role):
 - ``kv_store.py``  pinned host pool, sparse GPU slot pool + per-head mapping + summaries, paged dense cache.
 - ``pipeline.py``  per-layer prediction -> selection -> transfer on side streams (UVA gather or host gather + DMA).
 - ``writeback.py`` device-decided copy of filled local blocks to the host pool (UVA kernel).
-- ``ops.py``       kernel dispatch: ``kernels/`` on CUDA, their torch references elsewhere.
+- ``ops.py``       kernel dispatch: ``oasis_kernels/`` on CUDA, their torch references elsewhere.
 - ``scheduler.py`` torch-free: the executor's side of ``oasis_core.scheduler`` (lanes + host blocks accounting,
   request state) and ``RunnerCall``, what one runner call executes.
 - ``runner.py``    the facade the engine uses: executes a ``RunnerCall`` (prefill chunk or decode step) with

@@ -407,7 +407,7 @@ def measure(
         # selection's top-K run too
         "synthetic_ahead": cfg.synthetic_ahead if cfg.selection == "synthetic" else None,
         "synthetic_topk": cfg.synthetic_topk if cfg.selection == "synthetic" else None,
-        # the prediction's top-K (selection=model, or synthetic_topk): fused (kernels.topk_select) or sort
+        # the prediction's top-K (selection=model, or synthetic_topk): fused (oasis_kernels.topk_select) or sort
         "topk_kernel": cfg.topk_kernel if cfg.sparse and (cfg.selection == "model" or cfg.synthetic_topk) else None,
         "transfer": cfg.transfer if cfg.sparse else None,
         "transfer_path": runner.pipe.path if runner.pipe is not None else None,  # what "auto" resolved to

@@ -129,8 +129,8 @@ class ExecConfig(speculation.SpeculativeFields):
     host_threads: int = _f(8, "CPU threads of the host gather")
     host_kernel: str = _f(
         "auto",
-        "the host gather's CPU code: torch (index_select, kernels.gather."
-        "host_gather_stage) | native (one GIL-free C call a layer, kernels.host_native; "
+        "the host gather's CPU code: torch (index_select, oasis_kernels.gather."
+        "host_gather_stage) | native (one GIL-free C call a layer, oasis_kernels.host_native; "
         "needs a C compiler) | "
         "auto (the measured table's choice where its entry names one, else native when a C "
         "compiler is found, else torch)",
@@ -148,7 +148,7 @@ class ExecConfig(speculation.SpeculativeFields):
     topk_kernel: str = _f(
         "fused",
         "the prediction's top-K of each layer's block scores (selection=model, synthetic_topk): fused "
-        "(kernels.topk_select: one launch, a threshold select; the torch reference off CUDA) | sort "
+        "(oasis_kernels.topk_select: one launch, a threshold select; the torch reference off CUDA) | sort "
         "(oasis_core.scoring.topk_blocks on torch: a stable sort and ~12 small kernels). The same ids; on the H200 "
         "fused gave a 16K x 44 token in 15.4 ms against 20.1 with copies (topk_select_dd08326), 16K x 16 10.4 "
         "against 10.8, 32K x 22 12.5 against 12.6",
@@ -156,8 +156,8 @@ class ExecConfig(speculation.SpeculativeFields):
     )
     uva_kernel: str = _f(
         "loads",
-        "the UVA gather's kernel: loads (kernels.gather.uva_gather, thread loads) | tma "
-        "(experimental kernels.gather_tma: TMA tile loads from the pinned pool)",
+        "the UVA gather's kernel: loads (oasis_kernels.gather.uva_gather, thread loads) | tma "
+        "(experimental oasis_kernels.gather_tma: TMA tile loads from the pinned pool)",
         ("loads", "tma"),
     )
     stream_priority: str = _f(
@@ -183,13 +183,13 @@ class ExecConfig(speculation.SpeculativeFields):
     seed: int = _f(0, "weights, sampling and synthetic-selection seed")
     fused_ops: bool = _f(
         True,
-        "fused Triton kernels on CUDA: RMSNorm, q/k norm + RoPE, SwiGLU (kernels.fused_ops), "
-        "selection + copy list (kernels.plan_select) and the KV write (kernels.kv_write); off: "
+        "fused Triton kernels on CUDA: RMSNorm, q/k norm + RoPE, SwiGLU (oasis_kernels.fused_ops), "
+        "selection + copy list (oasis_kernels.plan_select) and the KV write (oasis_kernels.kv_write); off: "
         "the plain torch ops, which are the reference",
     )
     fused_select: bool = _f(
         True,
-        "with fused_ops on CUDA: selection + copy list in one kernels.plan_select launch a "
+        "with fused_ops on CUDA: selection + copy list in one oasis_kernels.plan_select launch a "
         "layer; off: the torch oasis_core.selection.plan_step (the reference)",
     )
     plan_marks: bool = _f(
@@ -201,11 +201,12 @@ class ExecConfig(speculation.SpeculativeFields):
     fused_hot_gather: bool = _f(
         True,
         "mode=hisparse with fused selection on CUDA and the UVA path: the hot cache's miss lookup, the host reads of "
-        "the misses and the attention's slot list in one kernels.plan_select launch a layer; off: plan_select, then "
+        "the misses and the attention's slot list in one oasis_kernels.plan_select launch a layer; off: plan_select, then "
         "the UVA gather of its copy list (two launches; also what an fp8 host copy runs, host_kv_dtype=fp8_e4m3)",
     )
     fused_kv_write: bool = _f(
-        True, "with fused_ops: the decode step's K/V write by kernels.kv_write; off: advanced indexing (the reference)"
+        True,
+        "with fused_ops: the decode step's K/V write by oasis_kernels.kv_write; off: advanced indexing (the reference)",
     )
     cuda_graph: bool = _f(
         True,

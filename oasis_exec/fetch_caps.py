@@ -3,7 +3,7 @@
 ``DeviceCaps.cap(layer, resident, pred)`` is the cap of one layer's plan (its rows are that layer's (lane, KV head)
 rows): an int for a static policy (``Fixed``, ``Unlimited``: the value every step, as before the policies ran
 here), else whatever the policy returns for a ``CapContext`` whose arrays live on the device, an int64 tensor [R]
-that ``kernels.plan_select`` / ``plan_step`` read per row. The policy's code is the core's, unchanged; nothing here
+that ``oasis_kernels.plan_select`` / ``plan_step`` read per row. The policy's code is the core's, unchanged; nothing here
 synchronises the host, so the caps run inside a captured CUDA graph too.
 
 Context the executor fills: ``n_missing`` (``selection.count_missing`` of the rows against the prediction, on the
@@ -24,7 +24,7 @@ count, grown (and its new rows initialised) on the host when a later call has mo
 allocate it before any CUDA-graph capture. A lane's state carries over to the next request in that lane; the
 moving averages forget it within a few steps.
 
-Step time: ``StepClock`` stamps the main stream at the start and end of each decode step (``kernels.step_clock``
+Step time: ``StepClock`` stamps the main stream at the start and end of each decode step (``oasis_kernels.step_clock``
 on CUDA, the host clock on CPU), so ``ns[1]`` holds the last step's nanoseconds and ``seconds = ns[1] * 1e-9``.
 Layer l's cap of step t is planned on the prediction stream, which may still run when step t + 1 begins, so each
 layer reads its own copy ``layer_s[l]``, refreshed on the main stream once that layer's transfer of the previous
@@ -53,9 +53,9 @@ class StepClock:
 
     def _stamp(self, end: bool) -> None:
         if self.device.type == "cuda":
-            from kernels.step_clock import stamp
+            from oasis_kernels.step_clock import stamp
         else:
-            from kernels.step_clock import stamp_host as stamp
+            from oasis_kernels.step_clock import stamp_host as stamp
         stamp(self.ns, end)
 
     def start(self) -> None:

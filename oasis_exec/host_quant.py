@@ -6,11 +6,11 @@ the unit a fetch moves -- so a fetch moves ``bs * D`` bytes of K and of V (plus 
 ``2 * bs * D``, and the pool takes half the host memory (a quarter of a float32 pool).
 
 Design (issue 17): *dequantize in the copy*. Whatever reads the host copy turns it back into the compute dtype on
-its way into the GPU slots -- the UVA gather kernel (``kernels.gather.uva_gather``: reads fp8 codes and the scale,
+its way into the GPU slots -- the UVA gather kernel (``oasis_kernels.gather.uva_gather``: reads fp8 codes and the scale,
 writes bf16), the host-staged path (fp8 rows and their scales staged and DMA'd, the scatter kernel dequantizes) and
 the inline path (``HostPool.read``: this module) -- so the GPU slots, the summaries and the attention kernel are
 unchanged and the GPU working set stays bf16. The other design, fp8 slots dequantized inside
-``kernels.sparse_attn``, would also halve the GPU working set (twice the lanes in a budget) and the attention's
+``oasis_kernels.sparse_attn``, would also halve the GPU working set (twice the lanes in a budget) and the attention's
 HBM reads, at the cost of a second attention kernel variant and fp8 summaries or local blocks; not built.
 
 Quantization (``quantize``) happens wherever host copies are written: a prefill's host copies

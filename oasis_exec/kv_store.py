@@ -1,13 +1,13 @@
 """KV storage: the pinned host pool, the sparse GPU working set, and the paged dense GPU cache.
 
-Layouts (``bs`` = block size, ``D`` = head dim, ``H`` = KV heads, ``L`` layers), chosen to match ``kernels/``:
+Layouts (``bs`` = block size, ``D`` = head dim, ``H`` = KV heads, ``L`` layers), chosen to match ``oasis_kernels/``:
 
 - ``HostPool.k[l]`` / ``.v[l]``: [N_host, H, bs, D] per layer, pinned. One (layer, block, KV head) of K, and of V, is one
   contiguous run of bs * D elements (4 KiB at 16 x 128 bf16), so a fetch is two contiguous reads. Host block ids
   are allocated by the scheduler (torch-free) and handed over per request as a block table. With
   ``ExecConfig.host_kv_dtype="fp8_e4m3"`` the elements are float8_e4m3fn (2 KiB a run) and ``k_scale[l]`` /
   ``v_scale[l]``: [N_host, H] float32 hold each run's scale (``oasis_exec.host_quant``), in the same pinned piece.
-- ``SparseStore.k[l]`` / ``.v[l]``: [B_max * H * (S + 2), bs, D] per layer: the slot pool of ``kernels.sparse_attn``.
+- ``SparseStore.k[l]`` / ``.v[l]``: [B_max * H * (S + 2), bs, D] per layer: the slot pool of ``oasis_kernels.sparse_attn``.
   Row (lane, head) owns slots ``(lane * H + head) * (S + 2) + s``: ``s < S`` the selectable working set,
   ``LOCAL = S`` the newest (partial) block, ``TRASH = S + 1`` absorbs padded writes of fixed-shape copies.
   ``S = top_k``, except in hisparse, where the working set is a hot cache of ``S = hot_slots >= top_k`` slots
@@ -16,7 +16,7 @@ Layouts (``bs`` = block size, ``D`` = head dim, ``H`` = KV heads, ``L`` layers),
   block of the request, -1 empty), in the form ``oasis_core.selection.plan_step`` takes and returns.
 - ``kmin`` / ``kmax``: [L, B_max, H, NB_max, D] block summaries (Quest min/max) of every block of every context;
   blocks not yet full hold +inf / -inf.
-- ``DenseStore.k[l]`` / ``.v[l]``: [B_max * P, H, bs, D] pages (``kernels.paged_attn``); lane b owns pages
+- ``DenseStore.k[l]`` / ``.v[l]``: [B_max * P, H, bs, D] pages (``oasis_kernels.paged_attn``); lane b owns pages
   ``b * P .. b * P + P - 1`` (P = blocks of the longest context), so its block table is fixed.
 """
 

@@ -171,7 +171,7 @@ class Decoder:
     """Weights and the pieces of a decoder layer. Activations: x [N, hidden] for N tokens (flattened batch).
 
     ``fused=True`` runs the elementwise ops of ``qkv``, ``finish`` and ``logits`` as the Triton kernels of
-    ``kernels.fused_ops`` (one launch each for RMSNorm, residual add + RMSNorm, q/k norm + RoPE + v copy, SwiGLU)
+    ``oasis_kernels.fused_ops`` (one launch each for RMSNorm, residual add + RMSNorm, q/k norm + RoPE + v copy, SwiGLU)
     on whatever device the weights are on: on CPU they run in Triton's interpreter, which is how the CPU tests check
     them against the plain path. The caller decides: the runner asks for them only on CUDA
     (``ExecConfig.fused_ops``). ``fused=False`` (default) is the plain torch code, the reference.
@@ -200,7 +200,7 @@ class Decoder:
             self.layers.append(lw)
         self._fk = self._inv_freq = None
         if self.fused:
-            from kernels import fused_ops  # imports kernels first: the interpreter switch precedes triton
+            from oasis_kernels import fused_ops  # imports kernels first: the interpreter switch precedes triton
 
             self._fk = fused_ops
             self._inv_freq = fused_ops.rope_inv_freq(shape.head_dim, shape.rope_theta, self.device)

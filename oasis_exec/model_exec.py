@@ -557,7 +557,7 @@ class ModelExec:
 
     def _topk(self, scores, n_blocks):
         """The top-K block ids [B * H, K] of ``scores`` [B * H, N] (``ExecConfig.topk_kernel``: the torch sort of
-        ``oasis_core.scoring.topk_blocks``, or ``kernels.topk_select``'s one launch; the same ids)."""
+        ``oasis_core.scoring.topk_blocks``, or ``oasis_kernels.topk_select``'s one launch; the same ids)."""
         if self.cfg.topk_kernel == "fused":
             return ops.topk_select(scores, self.K, n_blocks, self.H)
         return topk_blocks(scores, self.K, n_blocks.repeat_interleave(self.H))

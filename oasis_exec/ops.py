@@ -10,22 +10,22 @@ def _cuda(t) -> bool:
 
 
 def sparse_attn(q, k_slots, v_slots, slot_ids, local_slot, local_len, extra_k=None, extra_v=None):
-    """q [B, Hq, Tq, D]; see kernels.sparse_attn. Returns out [B, Hq, Tq, D]."""
+    """q [B, Hq, Tq, D]; see oasis_kernels.sparse_attn. Returns out [B, Hq, Tq, D]."""
     if _cuda(q):
-        from kernels.sparse_attn import sparse_attn as k
+        from oasis_kernels.sparse_attn import sparse_attn as k
 
         return k(q, k_slots, v_slots, slot_ids, local_slot, local_len, extra_k, extra_v)
-    from kernels.sparse_attn import sparse_attn_ref
+    from oasis_kernels.sparse_attn import sparse_attn_ref
 
     return sparse_attn_ref(q, k_slots, v_slots, slot_ids, local_slot, local_len, extra_k, extra_v)[0]
 
 
 def paged_attn(q, k_cache, v_cache, block_table, seq_lens):
     if _cuda(q):
-        from kernels.paged_attn import paged_attn as k
+        from oasis_kernels.paged_attn import paged_attn as k
 
         return k(q, k_cache, v_cache, block_table, seq_lens)
-    from kernels.paged_attn import paged_attn_ref
+    from oasis_kernels.paged_attn import paged_attn_ref
 
     out = paged_attn_ref(q, k_cache, v_cache, block_table, seq_lens)
     return out[0] if isinstance(out, tuple) else out
@@ -34,10 +34,10 @@ def paged_attn(q, k_cache, v_cache, block_table, seq_lens):
 def block_score(q, kmin, kmax, n_blocks, seat=None):
     """Scores [B, Hkv, Nmax] fp32, -inf where not eligible (local block and beyond)."""
     if _cuda(q):
-        from kernels.block_score import block_score as k
+        from oasis_kernels.block_score import block_score as k
 
         return k(q, kmin, kmax, n_blocks, seat)
-    from kernels.block_score import block_score_ref
+    from oasis_kernels.block_score import block_score_ref
 
     return block_score_ref(q, kmin, kmax, n_blocks, seat)
 
@@ -46,32 +46,32 @@ def topk_select(scores, k, n_blocks, heads):
     """Top-``k`` block ids [R, k] of ``scores`` [R, N], rows ``b * heads + h`` of request ``b`` with ``n_blocks[b]``
     blocks (``oasis_core.scoring.topk_blocks``'s ids)."""
     if _cuda(scores):
-        from kernels.topk_select import topk_select as k_
+        from oasis_kernels.topk_select import topk_select as k_
 
         return k_(scores, k, n_blocks, heads)
-    from kernels.topk_select import topk_select_ref
+    from oasis_kernels.topk_select import topk_select_ref
 
     return topk_select_ref(scores, k, n_blocks, heads)
 
 
 def attend_slots(resident, last_sel, rows, k, W):
     """Absolute slot ids [R, k] int32 of the ``k`` most recently selected resident slots of each of ``rows`` (a
-    victim cache's attended set: ``kernels.attend_slots``, ``oasis_core.selection.attend_slots``)."""
+    victim cache's attended set: ``oasis_kernels.attend_slots``, ``oasis_core.selection.attend_slots``)."""
     if _cuda(resident):
-        from kernels.attend_slots import attend_slots as k_
+        from oasis_kernels.attend_slots import attend_slots as k_
 
         return k_(resident, last_sel, rows, k, W)
-    from kernels.attend_slots import attend_slots_ref
+    from oasis_kernels.attend_slots import attend_slots_ref
 
     return attend_slots_ref(resident, last_sel, rows, k, W)
 
 
 def summary_update(k_src, src, dst_row, dst_block, n_valid, kmin, kmax):
     if _cuda(k_src):
-        from kernels.summary_update import summary_update as k
+        from oasis_kernels.summary_update import summary_update as k
 
         return k(k_src, src, dst_row, dst_block, n_valid, kmin, kmax)
-    # Vectorised torch equivalent of kernels.summary_update_ref (whose per-item loop is too slow for long tests).
+    # Vectorised torch equivalent of oasis_kernels.summary_update_ref (whose per-item loop is too slow for long tests).
     ok = (src >= 0) & (n_valid > 0)
     if not bool(ok.any()):
         return
@@ -83,10 +83,10 @@ def summary_update(k_src, src, dst_row, dst_block, n_valid, kmin, kmax):
 
 
 def kv_write(k_new, v_new, k_cache, v_cache, row, off, fused: bool = True):
-    """The step's K/V into ``cache[row, off]`` (``kernels.kv_write``): one launch on CUDA when ``fused``, else the
-    plain-torch assignment (``kernels.kv_write_ref`` without its -1 skip: the runner's rows are all live)."""
+    """The step's K/V into ``cache[row, off]`` (``oasis_kernels.kv_write``): one launch on CUDA when ``fused``, else the
+    plain-torch assignment (``oasis_kernels.kv_write_ref`` without its -1 skip: the runner's rows are all live)."""
     if fused and _cuda(k_new):
-        from kernels.kv_write import kv_write as k
+        from oasis_kernels.kv_write import kv_write as k
 
         return k(k_new, v_new, k_cache, v_cache, row, off)
     B, H = k_new.shape[:2]  # plain advanced indexing, no host sync (every row is live here)

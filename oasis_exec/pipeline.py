@@ -16,7 +16,7 @@ Transfer paths (``ExecConfig.transfer``; ``auto`` takes the path from the measur
 ``gather_programs``; the chosen values are ``path``, ``uva_programs``, ``host_threads``, and ``priority``: the CUDA
 priority of both side streams, ``ExecConfig.stream_priority`` or the table's):
 
-- ``uva``: ``kernels.gather.uva_gather``, a persistent kernel on a bounded number of programs reading the pinned
+- ``uva``: ``oasis_kernels.gather.uva_gather``, a persistent kernel on a bounded number of programs reading the pinned
   pool directly; fixed-shape copy list, no host sync at all. Under a CUDA graph with ``copy_graph`` on
   the step's copies are captured as a graph of their own on the copy stream (``capture_copies``), launched after
   each replay of the step (``after_replay``) and tied to it by the same external events as the host path's graph
@@ -25,8 +25,8 @@ priority of both side streams, ``ExecConfig.stream_priority`` or the table's):
   copy must end before the step does.
 - ``host``: the copy list (flat pool rows, destinations) goes to pinned memory, a worker thread waits for it and
   gathers the blocks into the layer's pinned staging buffer: with ``host_kernel="native"`` in one GIL-free C call on
-  ``host_threads`` OpenMP threads (``kernels.host_native``), with ``"torch"`` by one ``index_select`` per K/V on its
-  own ``host_threads`` torch intra-op threads (``kernels.gather.host_gather_stage``); one DMA per K/V moves them,
+  ``host_threads`` OpenMP threads (``oasis_kernels.host_native``), with ``"torch"`` by one ``index_select`` per K/V on its
+  own ``host_threads`` torch intra-op threads (``oasis_kernels.gather.host_gather_stage``); one DMA per K/V moves them,
   ``scatter_slots`` writes the slots. Each copied byte crosses host DRAM three times (pool read, staging write, DMA
   read), which bounds this path by the host's memory bandwidth (experiments/transfer_paths/results/host_dma_pipeline.md).
 
@@ -39,7 +39,7 @@ priority of both side streams, ``ExecConfig.stream_priority`` or the table's):
   transfer-path sweeps (experiments/transfer_paths/results/host_path_in_graphs_priority.md) and its GPU tests
   (tests/gpu/test_exec_gpu.py; tests/integration/test_pipeline_graph_host.py checks its event protocol on the CPU).
 
-Selection on CUDA (``self.cuda``): one ``kernels.plan_select`` launch per layer plans Algorithm 2 in place on the
+Selection on CUDA (``self.cuda``): one ``oasis_kernels.plan_select`` launch per layer plans Algorithm 2 in place on the
 layer's mapping, writes the copy list into buffers allocated once (stable addresses for CUDA-graph capture) and
 adds the step's missing blocks and copies into ``counts`` on the device (``missing`` / ``units`` are views of it).
 The torch path (``oasis_core.selection.plan_step`` + ``_copy_list``) is the reference: it runs on CPU and in the
@@ -83,7 +83,7 @@ class Prefetcher:
         self.priority = "normal" if cfg.stream_priority == "auto" else cfg.stream_priority
         self.host_kernel = cfg.host_kernel
         if self.host_kernel == "auto":  # the table may name one below; else the C gather where it can be built
-            from kernels.host_native import available
+            from oasis_kernels.host_native import available
 
             self.host_kernel = "native" if available() else "torch"
         self.choice = None
@@ -118,7 +118,7 @@ class Prefetcher:
         self._row_ids = torch.arange(n_rows, dtype=torch.int64, device=device)
         self._rows_key = self._rows_dev = None
         self._lanes = None  # the copy list's lanes during launch / fetch_now's select
-        from kernels.plan_select import PlanSelectOut
+        from oasis_kernels.plan_select import PlanSelectOut
 
         def bufs():
             n = n_rows * max_cap
@@ -255,7 +255,7 @@ class Prefetcher:
     def select(self, layer, pred, rows, step, cap):
         """Algorithm 2 on this layer's rows; updates the mapping in place.
 
-        On CUDA: one ``kernels.plan_select`` launch (``_select_fused``) that also writes the copy list for the lanes
+        On CUDA: one ``oasis_kernels.plan_select`` launch (``_select_fused``) that also writes the copy list for the lanes
         ``launch`` / ``fetch_now`` set in ``_lanes`` and counts into ``counts``; returns a ``PlanSelectOut``
         (``fetch_block``, ``fetch_slot``, ``n_fetch``, ``n_missing``, ``n_kept``, and ``src``/``head``/``dst``).
         Else (CPU, synchronous mode: the reference) ``oasis_core.selection.plan_step`` in torch; returns its
@@ -300,7 +300,7 @@ class Prefetcher:
         current stream, into the layer's preallocated buffers (``out``: others); missing blocks and copies are added
         into ``counts`` on the device. No host sync. ``extra``: ``plan_select``'s hot-cache arguments (``gather``,
         ``slots_out``; ``_fetch_hot``)."""
-        from kernels.plan_select import plan_select
+        from oasis_kernels.plan_select import plan_select
 
         st = self.store
         if pred.dtype not in (torch.int64, torch.int32):

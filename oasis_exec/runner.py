@@ -7,8 +7,8 @@ block (+ the draft token's own K/V for the draft query) -> flush a block that ju
 launch prediction -> selection -> transfer of layer l for the next step in the background (``proxy``: from the
 real query; ``lookahead``: from the draft query) -> output projection and MLP.
 
-Dense modes keep the whole cache on the GPU in pages: ``dense`` attends every token (``kernels.paged_attn``),
-``quest`` attends the top-K blocks of the current query plus the local block (``kernels.sparse_attn`` over the
+Dense modes keep the whole cache on the GPU in pages: ``dense`` attends every token (``oasis_kernels.paged_attn``),
+``quest`` attends the top-K blocks of the current query plus the local block (``oasis_kernels.sparse_attn`` over the
 pages seen as slots).
 
 Speculative decoding (``ExecConfig.speculative_k > 0``; dense and lookahead; ``oasis_exec.speculative``): a step of

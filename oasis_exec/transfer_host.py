@@ -4,8 +4,8 @@
 pinned staging buffer on the current stream and returns its length; ``submit(layer, n, planned, end=None)`` hands
 the layer to the worker, which waits for event ``planned`` (the list has reached pinned memory), gathers the blocks
 into the staging buffer (``kernel="native"``: one GIL-free C call on ``threads`` OpenMP threads,
-``kernels.host_native``; ``"torch"``: one ``index_select`` per K/V on the worker's own ``threads`` torch intra-op
-threads, ``kernels.gather.host_gather_stage``), uploads them and scatters them into the slots on ``stream``, and
+``oasis_kernels.host_native``; ``"torch"``: one ``index_select`` per K/V on the worker's own ``threads`` torch intra-op
+threads, ``oasis_kernels.gather.host_gather_stage``), uploads them and scatters them into the slots on ``stream``, and
 records ``end`` (graph mode: the external ``copied_x[layer]``; else a new event), which the returned future yields.
 Each copied byte crosses host DRAM three times (pool read, staging write, DMA read), which bounds this path by the
 host's memory bandwidth (experiments/transfer_paths/results/host_dma_pipeline.md).
@@ -30,7 +30,7 @@ class HostPath:
         """``n_stagers``: one staging buffer per layer (reused a step later, after the pipeline's wait(layer) joined
         its job); ``capacity``: copy-list entries a layer may hold; ``record(rec)``: keeps a profiling record."""
         self.cfg, self.store, self.host, self.stream, self.record = cfg, store, host, stream, record
-        from kernels.gather import gather_thread
+        from oasis_kernels.gather import gather_thread
 
         # one thread gathering with ``threads`` torch intra-op threads of its own (no Python pool: every extra torch
         # call or thread hand-off re-takes the GIL from the main thread); kernel="native": one C call a layer on its
@@ -39,12 +39,12 @@ class HostPath:
         self.worker = ThreadPoolExecutor(max_workers=1) if native else gather_thread(threads)
         self.native = None
         if native:
-            from kernels.host_native import Gatherer
+            from oasis_kernels.host_native import Gatherer
 
             self.native = Gatherer(capacity, threads)
         self.stagers = []
         for _ in range(n_stagers):
-            from kernels.gather import HostStager
+            from oasis_kernels.gather import HostStager
 
             st = HostStager(
                 capacity,
@@ -76,7 +76,7 @@ class HostPath:
         return self.worker.submit(self._job, layer, n, planned, end)
 
     def _job(self, layer, n, planned, end=None):
-        from kernels.gather import host_gather_stage
+        from oasis_kernels.gather import host_gather_stage
 
         stg = self.stagers[layer]
         t_wait = time.perf_counter()

@@ -1,12 +1,12 @@
 """The UVA transfer path: a layer's copy list read straight from the pinned host pool by one persistent kernel.
 
 ``UvaPath.gather(layer, src, head, dst, programs)`` copies one layer's fixed-shape list on the current stream
-(``kernels.gather.uva_gather``: thread loads; ``ExecConfig.uva_kernel="tma"``: the experimental
-``kernels.gather_tma.tma_gather``); ``programs_for(batch)`` says on how many programs (``transfer="auto"``: the
+(``oasis_kernels.gather.uva_gather``: thread loads; ``ExecConfig.uva_kernel="tma"``: the experimental
+``oasis_kernels.gather_tma.tma_gather``); ``programs_for(batch)`` says on how many programs (``transfer="auto"``: the
 measured table's choice for that batch). Under CUDA graphs with ``copy_graph`` on, a step's copies are captured as
 a graph of their own (``capture``) and launched after each replay of the step (``replay``), tied to the step's graph
 by external events (see ``pipeline.py``). An fp8 host pool (``host_kv_dtype="fp8_e4m3"``): the gather reads the codes
-and each unit's scale and writes the dequantized values (``kernels.gather.uva_gather(scales=...)``).
+and each unit's scale and writes the dequantized values (``oasis_kernels.gather.uva_gather(scales=...)``).
 """
 
 from __future__ import annotations
@@ -25,16 +25,16 @@ class UvaPath:
         self.copy_graphs = {}  # graph key -> the copies of that step, captured (copy_graph)
 
     def gather(self, layer, src, head, dst, programs) -> None:
-        """The copy of one layer's list on the current stream: ``kernels.gather.uva_gather`` (thread loads), or
-        with ``uva_kernel="tma"`` the experimental ``kernels.gather_tma.tma_gather`` (TMA tile loads)."""
+        """The copy of one layer's list on the current stream: ``oasis_kernels.gather.uva_gather`` (thread loads), or
+        with ``uva_kernel="tma"`` the experimental ``oasis_kernels.gather_tma.tma_gather`` (TMA tile loads)."""
         host = self.host
         args = (host.k[layer], host.v[layer], src, head, dst, self.store.k[layer], self.store.v[layer])
         if self.cfg.uva_kernel == "tma":  # bf16 pools only (ExecConfig refuses it with an fp8 host copy)
-            from kernels.gather_tma import tma_gather
+            from oasis_kernels.gather_tma import tma_gather
 
             tma_gather(*args, n_programs=programs)
         else:
-            from kernels.gather import uva_gather
+            from oasis_kernels.gather import uva_gather
 
             sc = (host.k_scale[layer], host.v_scale[layer]) if host.quantized else None
             # fp8: reads codes + scales, writes the slots' dtype

@@ -6,7 +6,7 @@ kernel writes host memory through its unified virtual address (one program per i
 return at once), so the decode step, CUDA-graph captured or not, needs no host knowledge of which blocks filled.
 
 An fp8 host copy (``HostPool.quantized``, ``host_kv_dtype="fp8_e4m3"``): the kernel quantizes each unit on its way
-(``kernels.fp8.quantize_unit``: amax of the unit's K, and of its V, scale = amax / 448, codes e4m3, round to nearest
+(``oasis_kernels.fp8.quantize_unit``: amax of the unit's K, and of its V, scale = amax / 448, codes e4m3, round to nearest
 even; scale 1 when amax is 0) and writes the codes and the two scales; ``roundtrip`` also writes the dequantized
 values back into the source slot (the short-context crossing's offload: its blocks stay resident, and a resident
 block holds what its host copy reads back as). The CPU path is the plain-torch reference (``oasis_exec.host_quant``),
@@ -15,7 +15,7 @@ which the kernel equals bit for bit (``tests/unit/test_host_fp8.py``).
 
 from __future__ import annotations
 
-import kernels  # noqa: F401  -- decides TRITON_INTERPRET before triton is first imported (see kernels/__init__.py)
+import oasis_kernels  # noqa: F401  -- decides TRITON_INTERPRET before triton is first imported (see oasis_kernels/__init__.py)
 
 try:
     import triton
@@ -24,7 +24,7 @@ except ImportError:  # pragma: no cover - CPU installs without triton use the to
     triton = None
 
 if triton is not None:
-    from kernels.fp8 import dequant, quantize_unit
+    from oasis_kernels.fp8 import dequant, quantize_unit
 
     @triton.jit
     def _writeback_kernel(SK, SV, HK, HV, SRC, DST, NV, FULL: tl.constexpr, BSD: tl.constexpr):
@@ -109,7 +109,7 @@ def writeback_kernel(
     the tests compare it with the torch path)."""
     import torch
 
-    from kernels.gather import _host_arg
+    from oasis_kernels.gather import _host_arg
 
     n = src.shape[0]
     bsd = k_slots.shape[1] * k_slots.shape[2]

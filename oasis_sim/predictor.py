@@ -107,7 +107,7 @@ class RooflineParams:
     score_mem_eff: float = 0.7  # summary reads by the scoring kernel
     select_fixed_s: float = 20e-6  # per layer, the selection kernel's launch and sort
     select_per_row_s: float = 2e-9
-    # per layer, the top-K's one launch (kernels.topk_select): latency-bound (32 dependent counts over each row), not
+    # per layer, the top-K's one launch (oasis_kernels.topk_select): latency-bound (32 dependent counts over each row), not
     # byte-bound; 1.20 ms of GPU a 16K x 16 step over 36 layers on the H200 (experiments/dense_vs_lookahead_throughput/
     # results/topk_select_dd08326/). The byte term alone put it at ~0.3 µs.
     topk_fixed_s: float = 33e-6

@@ -20,7 +20,7 @@ import sys
 import torch
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))))
-from kernels.plan_select import plan_select  # noqa: E402
+from oasis_kernels.plan_select import plan_select  # noqa: E402
 
 
 def inputs(R, S, K, n_blocks, overlap, L, dev, seed=0):

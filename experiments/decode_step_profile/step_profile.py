@@ -788,7 +788,7 @@ def _commit():
 def profile_steps(a) -> dict:
     import torch
 
-    import kernels  # noqa: F401  (TRITON_INTERPRET without CUDA, before triton)
+    import oasis_kernels  # noqa: F401  (TRITON_INTERPRET without CUDA, before triton)
     from oasis_exec.bench import build_bench_engine
 
     if a.cpu_threads:
@@ -927,7 +927,7 @@ def print_table(rec, out=None) -> None:
     g = rec.get("gpu")
     if g:
         p(
-            f"GPU: {g['kernels_per_step']} kernels/step (+{g['memcpy_memset_per_step']} memcpy/memset), "
+            f"GPU: {g['kernels_per_step']} oasis_kernels/step (+{g['memcpy_memset_per_step']} memcpy/memset), "
             f"kernel {g['kernel_ms_per_step']} ms, busy(union) {g['busy_union_ms_per_step']} ms, span "
             f"{g['span_ms_per_step']} ms, busy in step window {g['busy_in_window_ms_per_step']} ms; graph launches "
             f"{g['graph_launches_per_step']}/step, graph kernels visible: {g['graph_kernels_visible']}"

@@ -10,8 +10,8 @@
 
 The headline pins its largest pool first (``oasis_exec.kv_store.pinned_pieces`` keeps it); the transfer runs reuse
 it. ``--torch-select``: plan the selection with the torch ``oasis_core.selection.plan_step`` instead of the fused
-``kernels.plan_select`` (the fallback if that kernel's GPU test fails); ``--plain-kv-write`` likewise for
-``kernels.kv_write``. Each part resumes by label when re-run.
+``oasis_kernels.plan_select`` (the fallback if that kernel's GPU test fails); ``--plain-kv-write`` likewise for
+``oasis_kernels.kv_write``. Each part resumes by label when re-run.
 """
 
 from __future__ import annotations
@@ -36,7 +36,7 @@ def main(argv=None) -> int:
         "--plain-kv-write",
         action="store_true",
         help="the K/V write by advanced indexing instead of "
-        "kernels.kv_write (the fallback if that kernel's GPU test fails)",
+        "oasis_kernels.kv_write (the fallback if that kernel's GPU test fails)",
     )
     ap.add_argument("--dry-run", action="store_true")
     ap.add_argument("--device", default="cuda")

@@ -12,9 +12,9 @@ import json
 
 import torch
 
-import kernels  # noqa: F401
-from kernels.attend_slots import attend_slots, attend_slots_ref
-from kernels.plan_select import plan_select
+import oasis_kernels  # noqa: F401
+from oasis_kernels.attend_slots import attend_slots, attend_slots_ref
+from oasis_kernels.plan_select import plan_select
 
 
 def tables(R, S, K, n_blocks, g):

@@ -14,7 +14,7 @@ list path cannot lift the 16K cap; if they reach the large-piece rate, it can.
 Per piece size: the host's submit time for the pass, the GPU time of the 36 batches alone (events), and beside a
 load of bf16 GEMMs (``[64, 4096] x [4096, 16384]``, HBM-bound like the step's weight reads) on the main stream. Each
 batch's content is checked against the pool. References in the same process: one contiguous copy a layer (the
-copy engine's large-piece rate) and the UVA gather (``kernels.gather.uva_gather``, 16 programs) of the same bytes as
+copy engine's large-piece rate) and the UVA gather (``oasis_kernels.gather.uva_gather``, 16 programs) of the same bytes as
 8 KiB (block, head) items. One JSON file with every row and the device, date and commit.
 """
 
@@ -198,8 +198,8 @@ def main(argv=None) -> int:
     print(json.dumps(row), flush=True)
     pool = src_big = None  # unpinned before the UVA reference pins its own pool (src_big, a view, kept it alive)
     try:
-        import kernels  # noqa: F401
-        from kernels.gather import _bench_setup, uva_gather
+        import oasis_kernels  # noqa: F401
+        from oasis_kernels.gather import _bench_setup, uva_gather
 
         items = layer_b // 8192
         hk, hv, ks, vs, sb, sh, ds = _bench_setup(items, min(a.pool_gb, 8.0), 8, 16, 128, 0)

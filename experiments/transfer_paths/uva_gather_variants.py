@@ -3,7 +3,7 @@
     python experiments/transfer_paths/uva_gather_variants.py --out FILE.json [--items 3584] [--programs 8,16,32] [--ipi 2,4,8]
         [--warps 4,8] [--kernel uva,tma] [--stages 2,4] [--tma-warps 1,4] [--dry-run]
 
-In the decode step the gather (``kernels.gather.uva_gather``) moved 42.8 GB/s at 64 requests, hiding 70% of its copy
+In the decode step the gather (``oasis_kernels.gather.uva_gather``) moved 42.8 GB/s at 64 requests, hiding 70% of its copy
 time. This sweep asks whether a launch variant (programs, items per iteration = bytes in flight per program, warps)
 moves more or hides more. The load beside it stands in for a decode step: ``--gemms`` bf16 GEMMs of [M=64, 4096] by
 [4096, 16384] (each reads its 134 MB weight once: HBM-bound, like the step's weight reads), run on the main stream
@@ -11,7 +11,7 @@ while the gather runs on a side stream. Per variant: gather alone (ms, GB/s), lo
 hidden = (alone_gather + alone_load - together) / min(alone_gather, alone_load). Each variant's copy is checked
 against the host pool. One JSON file with every row and the device/date/commit.
 
-``--kernel tma`` adds the experimental ``kernels.gather_tma.tma_gather`` (TMA tile loads; variants: programs x
+``--kernel tma`` adds the experimental ``oasis_kernels.gather_tma.tma_gather`` (TMA tile loads; variants: programs x
 ``--stages`` tiles in flight x ``--tma-warps``): does a gather that barely occupies its SMs keep more of its rate
 beside the load? Its rows carry ``kernel: "tma"`` and ``stages`` in place of ``items_per_iter``.
 """
@@ -57,9 +57,9 @@ def main(argv=None) -> int:
     import torch
     from triton.testing import do_bench
 
-    import kernels  # noqa: F401
-    from kernels.gather import _bench_setup, uva_gather
-    from kernels.gather_tma import tma_gather
+    import oasis_kernels  # noqa: F401
+    from oasis_kernels.gather import _bench_setup, uva_gather
+    from oasis_kernels.gather_tma import tma_gather
 
     hk, hv, ks, vs, sb, sh, ds = _bench_setup(a.items, a.pool_gb, 8, 16, 128, 0)
     dev = ks.device

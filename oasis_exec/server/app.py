@@ -8,6 +8,7 @@ from __future__ import annotations
 import asyncio
 import json
 import logging
+import time
 from contextlib import asynccontextmanager
 from typing import Any, AsyncIterator
 
@@ -39,8 +40,11 @@ def _leading_field(message: str) -> str | None:
     return head if sep and head.isidentifier() else None
 
 
-def create_app(engine: ServingEngine, tokenizer: Tokenizer, config: ServerConfig, served=None) -> FastAPI:
-    """`served`: a `record.ServeLog` (`serve --record`), written once the engine thread has stopped.
+def create_app(
+    engine: ServingEngine, tokenizer: Tokenizer, config: ServerConfig, served=None, clock=time.monotonic
+) -> FastAPI:
+    """`served`: a `record.ServeLog` (`serve --record`), written once the engine thread has stopped; `clock`: the
+    seconds /health's stall rule reads (tests drive it).
 
     Request bodies are read incrementally up to `config.max_body_bytes` (413 beyond); parsing, validation and
     tokenisation run in a worker thread, so a large body never blocks the event loop (streams, /health)."""
@@ -48,7 +52,12 @@ def create_app(engine: ServingEngine, tokenizer: Tokenizer, config: ServerConfig
     model_name = config.served_model_name or info.name
     metrics = ServerMetrics(lambda: loop.snapshot())  # read at scrape time, after `loop` exists
     loop = EngineLoop(
-        engine, max_waiting=config.max_waiting, metrics=metrics, served=served, stall_timeout_s=config.stall_timeout_s
+        engine,
+        max_waiting=config.max_waiting,
+        metrics=metrics,
+        served=served,
+        stall_timeout_s=config.stall_timeout_s,
+        clock=clock,
     )
 
     @asynccontextmanager

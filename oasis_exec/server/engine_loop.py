@@ -100,9 +100,19 @@ _STOP = object()
 
 class EngineLoop:
     def __init__(
-        self, engine: ServingEngine, *, max_waiting: int, metrics=None, served=None, stall_timeout_s: float = 60.0
+        self,
+        engine: ServingEngine,
+        *,
+        max_waiting: int,
+        metrics=None,
+        served=None,
+        stall_timeout_s: float = 60.0,
+        clock: Callable[[], float] = time.monotonic,
     ) -> None:
+        """`clock`: the seconds the stall rule reads (the engine thread's last sign of life against now); tests
+        drive it by hand."""
         self.engine = engine
+        self.clock = clock
         self.max_waiting = max_waiting
         self.stall_timeout_s = stall_timeout_s
         self.metrics = metrics
@@ -117,7 +127,7 @@ class EngineLoop:
         self._stats = EngineStats()
         self._draining = False  # shutting down: no new requests
         self._failure: str | None = None  # why the last step failed, until the engine is healthy again
-        self._progress_at = time.monotonic()  # the engine thread's last sign of life
+        self._progress_at = clock()  # the engine thread's last sign of life
         # engine thread only:
         self._live: dict[int, Hashable] = {}
         self._sid_of: dict[Hashable, int] = {}
@@ -176,7 +186,7 @@ class EngineLoop:
         if self._thread is None:
             return "unhealthy", "the engine thread is not running"
         with self._lock:
-            failure, idle_s, handoff = self._failure, time.monotonic() - self._progress_at, self._handoff
+            failure, idle_s, handoff = self._failure, self.clock() - self._progress_at, self._handoff
         if failure is not None:
             return "unhealthy", failure
         if idle_s > self.stall_timeout_s and (handoff or self._streams):
@@ -341,7 +351,7 @@ class EngineLoop:
 
     def _alive(self) -> None:
         with self._lock:
-            self._progress_at = time.monotonic()
+            self._progress_at = self.clock()
 
     def _probe(self) -> None:
         """Idle after a failed step: ask the engine whether it can serve again."""

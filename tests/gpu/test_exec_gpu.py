@@ -124,7 +124,7 @@ def test_synthetic_sets_drawn_ahead_equal_drawn_in_step(graph):
 
 @pytest.mark.parametrize("graph", [False, True])
 def test_fused_topk_gives_the_run_of_the_sort(graph):
-    """``topk_kernel="fused"`` (kernels.topk_select in the prediction, captured with the step) chooses the blocks the
+    """``topk_kernel="fused"`` (oasis_kernels.topk_select in the prediction, captured with the step) chooses the blocks the
     torch sort does: same tokens, mappings and fetches (selection=model)."""
     ps = prompts(4, (70, 90))
     kw = dict(top_k=3, fetch_ratio=0.67, transfer="uva", cuda_graph=graph)
@@ -135,7 +135,7 @@ def test_fused_topk_gives_the_run_of_the_sort(graph):
 
 @pytest.mark.parametrize("mode", ["dense", "lookahead"])
 def test_fused_kv_write_equals_indexed_write(mode):
-    """kernels.kv_write in the step (graphs on) gives the same logits and tokens as the indexed assignment."""
+    """oasis_kernels.kv_write in the step (graphs on) gives the same logits and tokens as the indexed assignment."""
     ps = prompts(5, (70, 90))
     kw = dict(top_k=3, fetch_ratio=0.67, transfer="uva", cuda_graph=True)
     ref, out_ref = run_logits(cfg(mode, "cuda", fused_kv_write=False, **kw), ps, 24)
@@ -380,7 +380,7 @@ def test_decode_chains_in_graphs_equal_single_steps(mode, copy_graph):
 
 @pytest.mark.parametrize("mode,marks", [("lookahead", False), ("proxy", False), ("lookahead", True)])
 def test_victim_cache_graphs_equal_eager_cpu_and_slots_hold_their_blocks(mode, marks):
-    """A background mode's victim cache on the GPU (plan_select over S = 3K slots, kernels.attend_slots for the K
+    """A background mode's victim cache on the GPU (plan_select over S = 3K slots, oasis_kernels.attend_slots for the K
     slots attention reads): CUDA-graph steps give the eager logits and tokens; every slot holds its block's host
     copy over a long run."""
     kw = dict(top_k=3, hot_slots=9, fetch_ratio=0.34, transfer="uva", plan_marks=marks)

@@ -1,4 +1,4 @@
-"""kernels.step_clock (%globaltimer into a device tensor) and the adaptive fetch caps under CUDA graphs: GPU only
+"""oasis_kernels.step_clock (%globaltimer into a device tensor) and the adaptive fetch caps under CUDA graphs: GPU only
 (the interpreter cannot run inline PTX; the CPU's host-clock path is tests/unit/test_fetch_caps.py)."""
 
 import pytest
@@ -8,7 +8,7 @@ pytestmark = pytest.mark.gpu
 
 
 def test_stamp_counts_forward_and_replays_in_a_graph():
-    from kernels.step_clock import stamp
+    from oasis_kernels.step_clock import stamp
 
     ns = torch.zeros(2, dtype=torch.int64, device="cuda")
     stamp(ns)

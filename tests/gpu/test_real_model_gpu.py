@@ -27,7 +27,7 @@ import pytest
 import torch
 from real_model_cases import BLOCK, CONTEXT, GREEDY, SPARSE, first_divergence, hf_greedy, prompt_ids
 
-import kernels  # noqa: F401  -- before transformers imports triton (see kernels/__init__.py)
+import oasis_kernels  # noqa: F401  -- before transformers imports triton (see oasis_kernels/__init__.py)
 from oasis_exec.config import ExecConfig
 from oasis_exec.scheduler import SamplingParams
 

@@ -39,6 +39,7 @@ class FakeEngine:
         self.fail_steps = set(fail_steps)  # only these steps raise
         self.broken = False  # check() raises while set
         self.gate: threading.Event | None = None  # when set to an Event, step() waits for it (a hung engine)
+        self.entered = threading.Event()  # set when a step begins (a test knows the step is in progress)
         if checkable:
             self.check = self._check
         self._ids = itertools.count()
@@ -66,6 +67,7 @@ class FakeEngine:
 
     def step(self) -> list[StepOutput]:
         self.n_steps += 1
+        self.entered.set()
         if self.gate is not None:
             self.gate.wait(30)
         if (self.fail_at_step is not None and self.n_steps >= self.fail_at_step) or self.n_steps in self.fail_steps:

@@ -6,7 +6,7 @@ import os
 
 from sm90_compile import record_launches
 
-import kernels  # noqa: F401  -- first: it sets TRITON_INTERPRET before triton decorates its own functions
+import oasis_kernels  # noqa: F401  -- first: it sets TRITON_INTERPRET before triton decorates its own functions
 
 _ctx = None
 _seen = None

@@ -3,8 +3,8 @@
 import pytest
 import torch
 
-import kernels  # noqa: F401  (Triton interpreter without CUDA)
-from kernels.attend_slots import attend_slots, attend_slots_ref
+import oasis_kernels  # noqa: F401  (Triton interpreter without CUDA)
+from oasis_kernels.attend_slots import attend_slots, attend_slots_ref
 
 DEV = "cuda" if torch.cuda.is_available() else "cpu"
 

@@ -31,24 +31,24 @@ KERNEL_TESTS = [
     "tests/integration/test_kernels_attend_slots.py",
 ]
 KERNELS = {  # every kernel of the executor's decode step, its fetches and write-backs
-    "kernels.attend_slots.attend_slots_kernel",
-    "kernels.block_score.block_score_kernel",
-    "kernels.fused_ops.rms_norm_kernel",
-    "kernels.fused_ops.qk_norm_rope_kernel",
-    "kernels.fused_ops.silu_mul_kernel",
-    "kernels.gather.uva_gather_kernel",
-    "kernels.gather.scatter_slots_kernel",
-    "kernels.gather_tma.tma_gather_kernel",
-    "kernels.kv_write.kv_write_kernel",
-    "kernels.paged_attn.paged_attn_kernel",
-    "kernels.plan_select.plan_select_kernel",
-    "kernels.sparse_attn.sparse_attn_kernel",
-    "kernels.splitk.splitk_merge_kernel",
-    "kernels.summary_update.summary_update_kernel",
-    "kernels.topk_select.topk_select_kernel",
+    "oasis_kernels.attend_slots.attend_slots_kernel",
+    "oasis_kernels.block_score.block_score_kernel",
+    "oasis_kernels.fused_ops.rms_norm_kernel",
+    "oasis_kernels.fused_ops.qk_norm_rope_kernel",
+    "oasis_kernels.fused_ops.silu_mul_kernel",
+    "oasis_kernels.gather.uva_gather_kernel",
+    "oasis_kernels.gather.scatter_slots_kernel",
+    "oasis_kernels.gather_tma.tma_gather_kernel",
+    "oasis_kernels.kv_write.kv_write_kernel",
+    "oasis_kernels.paged_attn.paged_attn_kernel",
+    "oasis_kernels.plan_select.plan_select_kernel",
+    "oasis_kernels.sparse_attn.sparse_attn_kernel",
+    "oasis_kernels.splitk.splitk_merge_kernel",
+    "oasis_kernels.summary_update.summary_update_kernel",
+    "oasis_kernels.topk_select.topk_select_kernel",
     "oasis_exec.writeback._writeback_fp8_kernel",
 }
-NOT_LAUNCHED_ON_CPU = {"kernels.step_clock.step_clock_kernel"}  # reads the GPU's globaltimer: tests/gpu only
+NOT_LAUNCHED_ON_CPU = {"oasis_kernels.step_clock.step_clock_kernel"}  # reads the GPU's globaltimer: tests/gpu only
 CPU_ONLY_SHAPE = "Input shapes should have"  # tl.dot's K >= 16: the CPU tests' 4-token blocks
 
 
@@ -58,11 +58,11 @@ def test_every_kernel_of_the_package_is_listed():
     import importlib
     import pkgutil
 
-    import kernels
+    import oasis_kernels
 
     found = set()
-    for m in pkgutil.iter_modules(kernels.__path__):
-        mod = importlib.import_module(f"kernels.{m.name}")
+    for m in pkgutil.iter_modules(oasis_kernels.__path__):
+        mod = importlib.import_module(f"oasis_kernels.{m.name}")
         found |= {f"{mod.__name__}.{n}" for n, v in vars(mod).items() if n.endswith("_kernel") and hasattr(v, "fn")}
     assert found, "no kernels found"
     assert found - NOT_LAUNCHED_ON_CPU <= KERNELS, (

@@ -3,9 +3,9 @@
 import pytest
 import torch
 
-import kernels  # noqa: F401  (Triton interpreter without CUDA)
-from kernels.plan_select import PlanSelectOut, plan_select, plan_select_ref
+import oasis_kernels  # noqa: F401  (Triton interpreter without CUDA)
 from oasis_core.selection import plan_step
+from oasis_kernels.plan_select import PlanSelectOut, plan_select, plan_select_ref
 
 DEV = "cuda" if torch.cuda.is_available() else "cpu"
 # the Prefetcher's CUDA path forced on CPU tensors: only the Triton interpreter runs it (on a GPU the kernel takes no

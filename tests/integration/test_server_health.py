@@ -56,17 +56,36 @@ def test_health_recovers_after_a_successful_step_without_a_check():
         assert httpx.get(f"{url}/health", timeout=10).json() == {"status": "ok"}
 
 
+class ManualClock:
+    """The seconds /health's stall rule reads, advanced by the test alone: no wall-time race on a loaded machine."""
+
+    def __init__(self) -> None:
+        self.t = 1000.0
+
+    def __call__(self) -> float:
+        return self.t
+
+
 def test_a_hung_step_is_reported_stalled_then_ok_when_it_moves():
     eng = FakeEngine(step_s=0)
     eng.gate = threading.Event()
-    with serve_app(create_app(eng, ByteTokenizer(), ServerConfig(stall_timeout_s=0.3))) as url:
+    clock = ManualClock()
+    app = create_app(eng, ByteTokenizer(), ServerConfig(stall_timeout_s=5.0), clock=clock)
+    with serve_app(app) as url:
         assert httpx.get(f"{url}/health", timeout=10).json() == {"status": "ok"}  # idle: never stalled
+        clock.t += 60
+        assert httpx.get(f"{url}/health", timeout=10).json() == {"status": "ok"}  # idle for long: still not stalled
         done = {}
         sender = threading.Thread(target=lambda: done.setdefault("r", _complete(url)))
         sender.start()
         try:
-            r = _health_until(url, "stalled")
-            assert r.status_code == 503 and "no engine progress" in r.json()["reason"]
+            assert eng.entered.wait(30), "the engine never began a step"
+            r = httpx.get(f"{url}/health", timeout=10)  # hung, but for less than the timeout on the clock
+            assert r.status_code == 200 and r.json() == {"status": "ok"}
+            clock.t += 5.5
+            r = httpx.get(f"{url}/health", timeout=10)
+            assert r.status_code == 503 and r.json()["status"] == "stalled"
+            assert "no engine progress for 5.5 s" in r.json()["reason"]
             m = httpx.get(f"{url}/metrics", timeout=10).text
             assert "oasis_engine_healthy 0.0" in m
         finally:

@@ -1,12 +1,12 @@
-"""``ExecConfig.topk_kernel="fused"`` (the default): the prediction's top-K from ``kernels.topk_select`` (run here by the Triton
+"""``ExecConfig.topk_kernel="fused"`` (the default): the prediction's top-K from ``oasis_kernels.topk_select`` (run here by the Triton
 interpreter, in place of ``ops``' CPU reference) gives the run of the torch sort: same tokens, mappings and fetches
 (tiny random model, selection=model, CPU). The GPU twin is in ``tests/gpu/test_exec_gpu.py``."""
 
 import pytest
 from exec_cases import assert_same_run, cfg, prompts, run_state
 
-import kernels.topk_select
 import oasis_exec.ops as ops
+import oasis_kernels.topk_select
 from oasis_exec.config import ExecConfig
 
 pytestmark = pytest.mark.usefixtures("one_torch_thread")
@@ -18,7 +18,7 @@ def test_fused_topk_gives_the_run_of_the_sort(monkeypatch):
 
     def kernel(s, k, nb, heads):
         calls.append(s.shape)
-        return kernels.topk_select.topk_select(s, k, nb, heads)
+        return oasis_kernels.topk_select.topk_select(s, k, nb, heads)
 
     monkeypatch.setattr(ops, "topk_select", kernel)
     ps = prompts(2, (90, 60, 120))

@@ -142,7 +142,7 @@ def test_prefetcher_auto_takes_the_tables_path_and_explicit_wins(tmp_path, monke
         assert (p.path, p.uva_programs, p.choice) == ("uva", 4, None)
         p = Runner(ExecConfig(max_lanes=2, transfer="host", host_threads=3, **kw)).pipe
         assert (p.path, p.host_threads) == ("host", 3)
-        from kernels.host_native import available
+        from oasis_kernels.host_native import available
 
         assert p.host_kernel == ("native" if available() else "torch")  # auto, no table entry: C where it builds
         p = Runner(ExecConfig(max_lanes=30, mode="retrieval", **{k: v for k, v in kw.items() if k != "mode"})).pipe
@@ -444,9 +444,9 @@ def test_every_stream_priority_has_its_streams():
 
 
 def test_uva_items_per_iter_is_checked_and_reaches_the_gather(monkeypatch):
-    """ExecConfig.uva_items_per_iter: a power of two from 1 to 16, passed to kernels.gather.uva_gather by the UVA
+    """ExecConfig.uva_items_per_iter: a power of two from 1 to 16, passed to oasis_kernels.gather.uva_gather by the UVA
     path (CUDA only runs it; here the kernel's entry is replaced to see its arguments)."""
-    import kernels.gather
+    import oasis_kernels.gather
     from oasis_exec.config import ExecConfig
     from oasis_exec.transfer_uva import UvaPath
 
@@ -454,7 +454,7 @@ def test_uva_items_per_iter_is_checked_and_reaches_the_gather(monkeypatch):
         with pytest.raises(ValueError, match="uva_items_per_iter"):
             ExecConfig(model="tiny", device="cpu", uva_items_per_iter=bad)
     seen = {}
-    monkeypatch.setattr(kernels.gather, "uva_gather", lambda *a, **kw: seen.update(kw))
+    monkeypatch.setattr(oasis_kernels.gather, "uva_gather", lambda *a, **kw: seen.update(kw))
 
     class _Pool:
         k = v = [None]

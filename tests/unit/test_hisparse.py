@@ -1,13 +1,11 @@
 """The hisparse mode's parts, one at a time: the hot cache's eviction order is least-recently-used when every step
-selects the top-K (the executor's relative last_sel, in torch and in kernels.plan_select), its configuration checks,
+selects the top-K (the executor's relative last_sel, in torch and in oasis_kernels.plan_select), its configuration checks,
 its GPU budget (a larger hot cache holds fewer lanes), the attention's slot list, and plan_select's fused host read."""
 
 import pytest
 import torch
 
-import kernels  # noqa: F401  (Triton interpreter without CUDA)
-from kernels.gather import uva_gather
-from kernels.plan_select import plan_select, plan_select_ref
+import oasis_kernels  # noqa: F401  (Triton interpreter without CUDA)
 from oasis_core import modes
 from oasis_core.geometry import KVGeometry
 from oasis_core.selection import plan_step
@@ -15,6 +13,8 @@ from oasis_core.specs import get_model
 from oasis_exec.config import ExecConfig
 from oasis_exec.kv_layout import build_kv_layout
 from oasis_exec.kv_store import SparseStore
+from oasis_kernels.gather import uva_gather
+from oasis_kernels.plan_select import plan_select, plan_select_ref
 from oasis_sim.config import ConfigError, SimConfig
 
 
@@ -63,7 +63,7 @@ def test_eviction_is_lru_over_random_top_k_sequences(seed):
 
 
 def test_plan_select_kernel_keeps_the_same_lru_order():
-    """The CUDA selection (kernels.plan_select, interpreted here) evicts as plan_step does over a hot cache."""
+    """The CUDA selection (oasis_kernels.plan_select, interpreted here) evicts as plan_step does over a hot cache."""
     g = torch.Generator().manual_seed(3)
     R, S, K, N = 2, 4, 2, 8
     res_t = torch.full((R, S), -1, dtype=torch.int64)

@@ -5,12 +5,12 @@ the same fp8 bytes and scales, the same dequantized values."""
 import pytest
 import torch
 
-import kernels  # noqa: F401  (Triton interpreter without CUDA; before triton is first imported)
-from kernels.fp8 import e4m3_bits, e4m3_value, tl, triton
-from kernels.gather import HostStager, gather_ref, uva_gather
+import oasis_kernels  # noqa: F401  (Triton interpreter without CUDA; before triton is first imported)
 from oasis_exec.host_quant import dequantize, error_bound, quantize, roundtrip
 from oasis_exec.kv_store import HostPool
 from oasis_exec.writeback import writeback_full, writeback_kernel
+from oasis_kernels.fp8 import e4m3_bits, e4m3_value, tl, triton
+from oasis_kernels.gather import HostStager, gather_ref, uva_gather
 
 pytestmark = pytest.mark.usefixtures("one_torch_thread")
 FP8 = torch.float8_e4m3fn
@@ -190,7 +190,7 @@ def test_staged_fp8_rows_and_scales_scatter_like_the_reference(dtype):
 
 
 def test_native_gather_moves_fp8_rows_and_their_scales():
-    from kernels import host_native
+    from oasis_kernels import host_native
 
     if not host_native.available():
         pytest.skip("no C compiler")

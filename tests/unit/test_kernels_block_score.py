@@ -5,9 +5,9 @@ import math
 import pytest
 import torch
 
-import kernels  # noqa: F401  (Triton interpreter without CUDA)
-from kernels.block_score import block_score, block_score_ref
+import oasis_kernels  # noqa: F401  (Triton interpreter without CUDA)
 from oasis_core.scoring import build_summaries, score_blocks, topk_blocks
+from oasis_kernels.block_score import block_score, block_score_ref
 
 DEV = "cuda" if torch.cuda.is_available() else "cpu"
 

@@ -3,8 +3,9 @@
 import pytest
 import torch
 
-import kernels  # noqa: F401  (Triton interpreter without CUDA)
-from kernels.fused_ops import (
+import oasis_kernels  # noqa: F401  (Triton interpreter without CUDA)
+from oasis_exec import model
+from oasis_kernels.fused_ops import (
     add_rms_norm,
     add_rms_norm_ref,
     qk_norm_rope,
@@ -15,7 +16,6 @@ from kernels.fused_ops import (
     silu_mul,
     silu_mul_ref,
 )
-from oasis_exec import model
 
 DEV = "cuda" if torch.cuda.is_available() else "cpu"
 TOL = {torch.float32: dict(atol=1e-5, rtol=1e-5), torch.bfloat16: dict(atol=1e-2, rtol=1e-2)}

@@ -4,8 +4,8 @@ import pytest
 import torch
 from gather_cases import DEV, make_pool, random_list
 
-import kernels  # noqa: F401  (Triton interpreter without CUDA)
-from kernels.gather import HostStager, copy_list, gather_ref, uva_gather
+import oasis_kernels  # noqa: F401  (Triton interpreter without CUDA)
+from oasis_kernels.gather import HostStager, copy_list, gather_ref, uva_gather
 
 
 @pytest.mark.parametrize("n_programs,ipi,use_count", [(3, 2, True), (2, 1, False), (16, 4, False)])
@@ -104,7 +104,7 @@ def test_host_stager_gpu():
 @pytest.mark.parametrize("n_threads", [None, 1, 2])
 def test_host_gather_stage_many_blocks_flat_rows(n_threads):
     """Many (block, head) items across heads, by (block, head) or by precomputed flat row with -1 padding dropped."""
-    from kernels.gather import host_gather_stage
+    from oasis_kernels.gather import host_gather_stage
 
     n_host, Hkv, BS, D, C = 300, 4, 4, 16, 700
     host_k, host_v, _, _ = make_pool(n_host, Hkv, BS, D, 1, seed=7)
@@ -125,7 +125,7 @@ def test_host_gather_stage_many_blocks_flat_rows(n_threads):
 
 
 def test_gather_thread_owns_its_thread_count():
-    from kernels.gather import gather_thread
+    from oasis_kernels.gather import gather_thread
 
     before = torch.get_num_threads()
     ex = gather_thread(1)

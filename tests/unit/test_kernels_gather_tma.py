@@ -1,12 +1,12 @@
-"""The experimental TMA gather (kernels.gather_tma) against the reference copy, -1 padding included."""
+"""The experimental TMA gather (oasis_kernels.gather_tma) against the reference copy, -1 padding included."""
 
 import pytest
 import torch
 from gather_cases import DEV, make_pool, random_list
 
-import kernels  # noqa: F401  (Triton interpreter without CUDA)
-from kernels.gather import gather_ref
-from kernels.gather_tma import tma_gather
+import oasis_kernels  # noqa: F401  (Triton interpreter without CUDA)
+from oasis_kernels.gather import gather_ref
+from oasis_kernels.gather_tma import tma_gather
 
 
 @pytest.mark.parametrize("n_programs,stages", [(3, 2), (1, 1), (32, 3)])

@@ -5,7 +5,7 @@ import threading
 import pytest
 import torch
 
-from kernels import host_native
+from oasis_kernels import host_native
 
 pytestmark = pytest.mark.skipif(not host_native.available(), reason="no C compiler")
 

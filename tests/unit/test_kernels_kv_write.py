@@ -1,11 +1,11 @@
-"""kernels.kv_write against its plain-torch reference (interpreter on CPU; the realistic shape on the GPU)."""
+"""oasis_kernels.kv_write against its plain-torch reference (interpreter on CPU; the realistic shape on the GPU)."""
 
 import pytest
 import torch
 
-import kernels  # noqa: F401  (sets TRITON_INTERPRET without CUDA)
-from kernels.kv_write import kv_write, kv_write_ref
+import oasis_kernels  # noqa: F401  (sets TRITON_INTERPRET without CUDA)
 from oasis_exec import ops
+from oasis_kernels.kv_write import kv_write, kv_write_ref
 
 
 def _case(B, H, D, bs, n_rows, dtype, device, strided, seed=0):

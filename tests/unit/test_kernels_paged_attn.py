@@ -3,9 +3,9 @@
 import pytest
 import torch
 
-import kernels  # noqa: F401  (Triton interpreter without CUDA)
-from kernels.paged_attn import paged_attn, paged_attn_ref
-from kernels.sparse_attn import sparse_attn
+import oasis_kernels  # noqa: F401  (Triton interpreter without CUDA)
+from oasis_kernels.paged_attn import paged_attn, paged_attn_ref
+from oasis_kernels.sparse_attn import sparse_attn
 
 DEV = "cuda" if torch.cuda.is_available() else "cpu"
 

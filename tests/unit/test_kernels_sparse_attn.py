@@ -5,8 +5,8 @@ import math
 import pytest
 import torch
 
-import kernels  # noqa: F401  (turns the Triton interpreter on without CUDA, before kernel modules load)
-from kernels.sparse_attn import sparse_attn, sparse_attn_ref
+import oasis_kernels  # noqa: F401  (turns the Triton interpreter on without CUDA, before kernel modules load)
+from oasis_kernels.sparse_attn import sparse_attn, sparse_attn_ref
 
 DEV = "cuda" if torch.cuda.is_available() else "cpu"
 

@@ -3,9 +3,9 @@
 import pytest
 import torch
 
-import kernels  # noqa: F401  (Triton interpreter without CUDA)
-from kernels.summary_update import summary_update, summary_update_local, summary_update_ref
+import oasis_kernels  # noqa: F401  (Triton interpreter without CUDA)
 from oasis_core.scoring import build_summaries
+from oasis_kernels.summary_update import summary_update, summary_update_local, summary_update_ref
 
 DEV = "cuda" if torch.cuda.is_available() else "cpu"
 

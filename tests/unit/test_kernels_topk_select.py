@@ -4,8 +4,8 @@ eligible -inf, rows with fewer eligible blocks than k, k above the row length.""
 import pytest
 import torch
 
-import kernels  # noqa: F401  (Triton interpreter without CUDA)
-from kernels.topk_select import topk_select, topk_select_ref
+import oasis_kernels  # noqa: F401  (Triton interpreter without CUDA)
+from oasis_kernels.topk_select import topk_select, topk_select_ref
 
 DEV = "cuda" if torch.cuda.is_available() else "cpu"
 

@@ -14,7 +14,7 @@ import pytest
 from oasis_core import modes
 
 ROOT = Path(__file__).resolve().parents[2]
-PACKAGES = ("oasis_core", "oasis_exec", "oasis_sim", "kernels")
+PACKAGES = ("oasis_core", "oasis_exec", "oasis_sim", "oasis_kernels")
 REGISTRY_FILE = ROOT / "oasis_core" / "modes.py"
 NAME_TUPLES = {"MODES", "SPARSE_MODES", "BACKGROUND_MODES", "DENSE_FAMILY"}
 

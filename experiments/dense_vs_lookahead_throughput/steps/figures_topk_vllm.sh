@@ -1,5 +1,5 @@
 # Issue 17: figures 1, 2 and 3 in one call with a model-selected step's work (h200_headline --synthetic-work model:
-# sets drawn ahead, the top-K run), the one-launch top-K (kernels/topk_select.py, ExecConfig.topk_kernel=fused) as
+# sets drawn ahead, the top-K run), the one-launch top-K (oasis_kernels/topk_select.py, ExecConfig.topk_kernel=fused) as
 # the base. topk_fused_85a86bf measured the torch sort's top-K at +5.1 ms a 16K x 44 token with copies (19.55 against
 # 14.52 ms without a top-K) and found the fused kernel failing to compile on the GPU (a global the interpreter
 # allowed; fixed). Here: the kernel's GPU tests; vLLM dense 16K x 16 and 32K x 10; then OasisKV at 16K x 44,
@@ -12,7 +12,7 @@
 #   OASIS_COMMIT=<sha> bash experiments/device.sh dense_vs_lookahead_throughput/figures_topk_vllm
 # Ran at 2746686 with the bitonic kernel (results/figures_topk_vllm_2746686/) and at f42f4b0 with the threshold
 # select found a bit a pass (results/figures_topk_vllm_f42f4b0/: 16K 2.58x, 32K 3.35x). Since then it also times the
-# kernel alone after its tests (kernels.bench --only topk_select, a layer's rows at 16K x 44, 16K x 16, 32K x 22). At
+# kernel alone after its tests (oasis_kernels.bench --only topk_select, a layer's rows at 16K x 44, 16K x 16, 32K x 22). At
 # 5ce928b, with the threshold found 4 bits a pass and a sweep of 1, 2, 4, 8 bits, it was slower
 # (results/figures_topk_vllm_5ce928b/: 16K 2.37x); a bit a pass is back. VARIANTS=... replaces the variant list
 # (hisparse's runs take ~40 s).
@@ -23,7 +23,7 @@ vllm_unpack &
 timeout -k 5 60 $PY -m pytest -q -p no:cacheprovider tests/unit/test_kernels_topk_select.py > "$OUT/pytest_topk.txt" 2>&1
 say "kernel against topk_blocks on the GPU: $(tail -1 "$OUT/pytest_topk.txt")"
 TEST_S=60 gpu_tests tests/gpu/test_exec_gpu.py -k "topk"
-timeout -k 5 60 $PY -m kernels.bench --only topk_select --out "$OUT/topk_bench.json" > "$OUT/topk_bench.txt" 2>&1
+timeout -k 5 60 $PY -m oasis_kernels.bench --only topk_select --out "$OUT/topk_bench.json" > "$OUT/topk_bench.txt" 2>&1
 say "topk_select alone (us a launch):"; grep -E "^topk_select" "$OUT/topk_bench.txt" | cut -c1-150
 wait
 vllm_run 16384 200 --ctx 16384 --conc 16 --kv-bytes 52e9

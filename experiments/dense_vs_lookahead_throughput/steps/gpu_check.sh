@@ -1,4 +1,4 @@
-# The executor's first check on the GPU: gpu-marked tests (TESTS=1), kernels.bench (KBENCH=1), then one `bench`
+# The executor's first check on the GPU: gpu-marked tests (TESTS=1), oasis_kernels.bench (KBENCH=1), then one `bench`
 # per line of a matrix file (each line = extra arguments; default matrix_check.txt, or matrix_measure.txt /
 # matrix_max.txt beside it, or any path). Everything lands in $OUT; a summary table is printed last.
 #   OASIS_COMMIT=<hash> bash experiments/device.sh dense_vs_lookahead_throughput/gpu_check [MATRIX]
@@ -10,8 +10,8 @@ if [ "${TESTS:-1}" = 1 ]; then
   timeout ${TEST_TIMEOUT:-240} python3 -m pytest -q -m gpu -p no:cacheprovider $FILES > "$OUT/exec_pytest_gpu.txt" 2>&1
   tail -4 "$OUT/exec_pytest_gpu.txt"
 fi
-if [ "${KBENCH:-0}" = 1 ] && [ -f kernels/bench.py ]; then
-  timeout 150 python3 -m kernels.bench --out "$OUT/kernels_bench.json" > "$OUT/kernels_bench.log" 2>&1
+if [ "${KBENCH:-0}" = 1 ] && [ -f oasis_kernels/bench.py ]; then
+  timeout 150 python3 -m oasis_kernels.bench --out "$OUT/kernels_bench.json" > "$OUT/kernels_bench.log" 2>&1
 fi
 while read -r line; do
   [ -z "$line" ] && continue; case "$line" in \#*) continue;; esac

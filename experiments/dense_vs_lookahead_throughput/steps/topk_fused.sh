@@ -1,4 +1,4 @@
-# Issue 17: the prediction's top-K in one launch (ExecConfig.topk_kernel=fused, kernels/topk_select.py) against the
+# Issue 17: the prediction's top-K in one launch (ExecConfig.topk_kernel=fused, oasis_kernels/topk_select.py) against the
 # torch sort, in the model-selected step's work (h200_headline --synthetic-work model: sets drawn ahead, the top-K
 # run). engine_choice_vllm_fed96a7 found the sort's ~12 kernels a layer cost 0.35 ms a 16K x 44 token without copies
 # but 4.4 ms with them (2.9 ms at 16 requests): the copies wait for plans that wait for the top-K. Here, one call, no

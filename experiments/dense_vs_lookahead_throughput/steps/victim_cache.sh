@@ -1,6 +1,6 @@
 # Issue 17, fewer bytes per step: a victim cache in lookahead (ExecConfig.hot_slots > top_k). Blocks the draft's
 # prediction dropped stay on the GPU until they are the least recently selected, so the flicker at the top-K's
-# boundary is a hit, not a fetch; attention reads the K most recently selected slots (kernels/attend_slots.py, one
+# boundary is a hit, not a fetch; attention reads the K most recently selected slots (oasis_kernels/attend_slots.py, one
 # launch a layer on the main stream). The GPU has room: at 16K the host binds at 44 requests, while 52 GB holds 112
 # lanes of S = K and ~48 of S = 3K (1.07 GB a lane).
 # Here: the GPU tests of the two kernels and of the engine's victim cache; both kernels alone at a layer's rows; then

@@ -1,8 +1,8 @@
-# The host path with the native (C, GIL-free) gather (kernels/host_native.py) and the
+# The host path with the native (C, GIL-free) gather (oasis_kernels/host_native.py) and the
 # persistent scatter against UVA inside the real step. On a 256 GiB host (kind nvidia-h200-x2, one GPU used), in one command:
 #   OASIS_COMMIT=<hash> bash experiments/device.sh transfer_paths/native_host_gather
 # 1. the native gather's tests + the GPU tests of the host path (graph == eager, slots == host pool)  -> pytest_gpu.txt
-# 2. kernels.bench_host_gather: torch vs native gather alone and beside a launching thread, 8/16/24
+# 2. oasis_kernels.bench_host_gather: torch vs native gather alone and beside a launching thread, 8/16/24
 #    threads, at the per-layer sizes of 8 and 64 requests (384 and 3,072 items)                    -> host_gather.json
 # 3. transfer_paths.py at $CONC (64,32): uva16 (copies in the step's graph, as the table) against the native host
 #    gather on $THREADS (16,24) threads, under $SWITCH_US (0,200) us switch intervals, side streams at $PRIOS
@@ -14,7 +14,7 @@ DEADLINE_S=${DEADLINE_S:-565}
 export OASIS_CACHE_DIR=${OASIS_CACHE_DIR:-/tmp/oasis-cache}
 
 { nproc; lscpu 2>&1 | grep -E "Model name|Socket|NUMA|Thread|Core|L3"; } >> "$OUT/device.txt" 2>&1
-$PY -c "from kernels import host_native as h; print(\"native gather openmp:\", h.openmp())" >> "$OUT/device.txt" 2>&1
+$PY -c "from oasis_kernels import host_native as h; print(\"native gather openmp:\", h.openmp())" >> "$OUT/device.txt" 2>&1
 tail -10 "$OUT/device.txt"
 
 say "1. pytest (native gather + host path GPU tests)"
@@ -25,7 +25,7 @@ say "1. rc=$? : $(tail -1 "$OUT/pytest_gpu.txt")"
 
 if [ "${GATHER_BENCH:-1}" = 1 ]; then
 say "2. host gather alone"
-timeout -k 5 90 $PY -m kernels.bench_host_gather --threads 8 16 24 --blocks 384 3072 --impls flat native \
+timeout -k 5 90 $PY -m oasis_kernels.bench_host_gather --threads 8 16 24 --blocks 384 3072 --impls flat native \
   --conditions idle launcher --pool-gb 8 --min-s 0.3 --out "$OUT/host_gather.json" 2>&1 | tail -24
 say "2. rc=${PIPESTATUS[0]}"
 fi

@@ -19,7 +19,7 @@ Interpreter mode: ``triton.jit`` reads ``TRITON_INTERPRET`` when a function is *
 first imported), so the variable must be set before ``triton`` is imported anywhere in the process: a kernel
 decorated under the interpreter that calls a compiled-mode helper fails with "Cannot call @triton.jit'd outside of
 the scope of a kernel". This package sets it whenever CUDA is unavailable; any module that imports ``triton`` must
-import ``kernels`` first. Set ``TRITON_INTERPRET=0`` explicitly to opt out. On a CUDA machine nothing changes.
+import ``oasis_kernels`` first. Set ``TRITON_INTERPRET=0`` explicitly to opt out. On a CUDA machine nothing changes.
 
 Interpreter fixes (Triton 3.6, applied only when interpreting; the compiled path is untouched):
 - with numpy >= 2.4, ``range(0, n)`` fails when ``n`` is a runtime scalar argument (``int()`` of a 1-element,
@@ -44,8 +44,8 @@ def _cuda_available() -> bool:
 if not _cuda_available() and "TRITON_INTERPRET" not in os.environ:
     if "triton" in sys.modules:
         warnings.warn(
-            "triton was imported before kernels on a machine without CUDA: its own @jit helpers are "
-            "compiled-mode, so interpreted kernels that reduce (tl.max, tl.sum) will fail; import kernels "
+            "triton was imported before oasis_kernels on a machine without CUDA: its own @jit helpers are "
+            "compiled-mode, so interpreted kernels that reduce (tl.max, tl.sum) will fail; import oasis_kernels "
             "first or set TRITON_INTERPRET=1 in the environment",
             RuntimeWarning,
             stacklevel=2,

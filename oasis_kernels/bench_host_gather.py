@@ -1,6 +1,6 @@
-"""CPU benchmark of the host-side gather (``kernels.gather.host_gather_stage``): GB/s by thread count and block count.
+"""CPU benchmark of the host-side gather (``oasis_kernels.gather.host_gather_stage``): GB/s by thread count and block count.
 
-    python -m kernels.bench_host_gather [--threads 1 2] [--blocks 256 768 4096 24576] [--pool-gb 2] [--out PATH]
+    python -m oasis_kernels.bench_host_gather [--threads 1 2] [--blocks 256 768 4096 24576] [--pool-gb 2] [--out PATH]
 
 K + V bytes moved per second, random (block, head) 4 KiB items (16 x 128 bf16) from a host pool of ``--pool-gb`` GiB
 per tensor. Each repetition uses a fresh index set (sets rotate over ``--rotate-mb`` MiB of sources, default 1,024)
@@ -12,7 +12,7 @@ so the L3 cache does not serve repeats: a 64 MiB rotation, enough on the 32 MiB 
   chunks, one ``index_select`` per chunk and tensor, torch intra-op threads left at the process default);
 - ``flat``: the torch one (one ``index_select`` per tensor over the ``[n_host_blocks * Hkv, bs * D]`` view on a
   dedicated thread holding n torch intra-op threads: ``HostStager(n_threads=n).gather``);
-- ``native``: the C one (``kernels.host_native``: compaction, both copies on n OpenMP threads and the slot list in
+- ``native``: the C one (``oasis_kernels.host_native``: compaction, both copies on n OpenMP threads and the slot list in
   one GIL-free call, on the calling thread), from the same flat rows.
 
 and three conditions for the calling process: ``idle``; ``launcher`` (another Python thread runs a loop of tiny

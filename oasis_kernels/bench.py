@@ -1,6 +1,6 @@
 """Benchmark every kernel on the GPU: GB/s against the roofline (4.3 TB/s HBM, 55.3 GB/s host->GPU).
 
-    python -m kernels.bench [--quick] [--only paged_attn,sparse_attn,...] [--out results.json]
+    python -m oasis_kernels.bench [--quick] [--only paged_attn,sparse_attn,...] [--out results.json]
 
 Prints one line per configuration and, with ``--out``, writes a JSON document: device, date, commit and a list of
 records (kernel, shape, launch parameters, ms, bytes, GB/s, fraction of the roofline, error vs the reference).
@@ -81,13 +81,13 @@ def _commit():
 
 
 def main(argv=None):
-    ap = argparse.ArgumentParser(prog="python -m kernels.bench", description=__doc__.splitlines()[0])
+    ap = argparse.ArgumentParser(prog="python -m oasis_kernels.bench", description=__doc__.splitlines()[0])
     ap.add_argument("--quick", action="store_true", help="default launch parameters only, no sweep")
     ap.add_argument("--only", default="", help="comma-separated kernel names to run")
     ap.add_argument("--out", default=None, help="write the JSON records here")
     args = ap.parse_args(argv)
     if not torch.cuda.is_available():
-        print("kernels.bench needs CUDA", file=sys.stderr)
+        print("oasis_kernels.bench needs CUDA", file=sys.stderr)
         return 2
     only = set(filter(None, args.only.split(",")))
     records = []

@@ -84,7 +84,7 @@ def uva_gather_kernel(
 ):
     """Persistent: program p copies items p*IPI.., (p+NPROG)*IPI.., ...; one item = one (block, head) of K and V.
     ``QUANT``: HK/HV are an fp8 pool's codes (uint8) and HKS/HVS its scales [n_blocks * n_heads] float32; the slots
-    get ``codes * scale`` in their dtype (``kernels.fp8.dequant``)."""
+    get ``codes * scale`` in their dtype (``oasis_kernels.fp8.dequant``)."""
     pid = tl.program_id(0)
     n = n_items
     if HAS_COUNT:

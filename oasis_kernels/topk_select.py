@@ -39,7 +39,7 @@ LOW = 2**31 - 1  # a key's low bits: LOW - block id (ids < 2**31); the kernel sp
 def kth_largest(keys, need, HI: tl.constexpr):
     """The largest ``t`` with ``#{keys >= t} >= need``: the ``need``-th largest of non-negative int64 ``keys`` below
     ``2**(HI + 1)``, found bit by bit from bit ``HI`` (``HI + 1`` counts over the row). Shared with
-    ``kernels.attend_slots``."""
+    ``oasis_kernels.attend_slots``."""
     t = tl.zeros((), dtype=tl.int64)
     for b in tl.static_range(HI, -1, -1):
         cand = t | (1 << b)

@@ -1,6 +1,6 @@
 """Experimental: the direct-read gather with Hopper's tensor-memory accelerator (TMA) reading the pinned pool.
 
-Same contract as ``kernels.gather.uva_gather`` (pool ``[nb, Hkv, block_size, D]`` pinned on the host, slots
+Same contract as ``oasis_kernels.gather.uva_gather`` (pool ``[nb, Hkv, block_size, D]`` pinned on the host, slots
 ``[n_slots, block_size, D]`` on the GPU, int32 copy list ``src_block, src_head, dst_slot``, -1 = skip), but each
 program asks the TMA unit for a whole (block, head) tile instead of having its threads load it: few threads, and the
 pipeliner keeps ``stages`` tiles in flight. The question it answers (``experiments/transfer_paths/uva_gather_variants.py --kernel``):

@@ -1,4 +1,4 @@
-/* The host path's CPU gather as one GIL-free call (kernels/host_native.py builds and loads it).
+/* The host path's CPU gather as one GIL-free call (oasis_kernels/host_native.py builds and loads it).
  *
  * One layer's copy list, as the pipeline hands it to the worker in pinned memory: flat[i] is the row
  * (block * Hkv + head) of the [n_pool_rows, row_bytes] view of the host pool, -1 for a padding entry; dst[i] is the

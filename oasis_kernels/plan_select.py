@@ -11,7 +11,7 @@ head ``r % H``):
   least-recently-selected (ties: lower slot), the first ``admit`` found by one min-reduction each (no sort);
   ``admit = min(n_missing, clip(cap, 0, max_cap), n_victims)``; ``missing[j]`` goes into ``victims[j]``, ``j < admit``;
 - writes the row's ``resident`` / ``last_sel`` back in place (a program owns its row);
-- writes the layer's copy list in ``kernels.gather.uva_gather``'s format, flat row-major [R, C] int32:
+- writes the layer's copy list in ``oasis_kernels.gather.uva_gather``'s format, flat row-major [R, C] int32:
   ``src = host_table[lanes[b], fetch_block]``, ``head = h``, ``dst = (lanes[b] * H + h) * W + fetch_slot``, with
   ``src = dst = -1`` for ``j >= admit`` (``head`` is ``h`` everywhere, as in ``_copy_list``);
 - optionally writes the ``StepPlan`` fields ``fetch_block`` / ``fetch_slot`` [R, C] and ``n_fetch`` / ``n_missing`` /
@@ -24,7 +24,7 @@ head ``r % H``):
 - optionally (``gather``) copies the row's admitted blocks from the (pinned, read through UVA) host pool into their
   slots in the same program: hisparse's find-misses + read-from-host in one launch, no copy list round trip. The
   program copies its row's blocks one after another (``bs * D`` elements of K and of V each), so a row with many
-  misses is a serial tail; the two-launch path (this without ``gather``, then ``kernels.gather.uva_gather`` of the
+  misses is a serial tail; the two-launch path (this without ``gather``, then ``oasis_kernels.gather.uva_gather`` of the
   list) spreads the copies over the gather's persistent programs instead. Neither was timed on a GPU yet.
 
 Shapes S (slots), K (predicted), C (max_cap) are arbitrary (padded to powers of two with masks). No host sync.
@@ -308,7 +308,7 @@ def plan_select(
     out: a ``PlanSelectOut`` of preallocated buffers of at least the needed sizes (flat [>= R * C] for the copy
     list, [>= R * C] or [>= R, C] for fetch_block/fetch_slot, [>= R] for the counts): the results are their leading
     views (stable addresses for CUDA-graph capture).
-    gather: ``(host_k, host_v, k_slots, v_slots)`` (``kernels.gather.uva_gather``'s pool and slots; needs the copy
+    gather: ``(host_k, host_v, k_slots, v_slots)`` (``oasis_kernels.gather.uva_gather``'s pool and slots; needs the copy
     list's arguments): each program also copies its row's admitted blocks from the host pool into their slots, in
     the same launch (hisparse's find-misses + read-from-host; the two-launch path is this without ``gather``, then
     ``uva_gather`` of the list). slots_out: int32 [R, K], written with the slot of each predicted block after the
