@@ -87,6 +87,9 @@ class ModelSpec:
     n_experts: int = 0
     experts_active: int = 0
     moe_mlp_hidden: int = 0
+    # Hybrid attention: per layer, None (full attention over the whole context) or W (a sliding window: the layer's
+    # query at position p attends positions p - W + 1 .. p). None for the field: every layer full (Llama, Qwen3).
+    layer_windows: Optional[Tuple[Optional[int], ...]] = None
 
     def __post_init__(self):
         owner = "ModelSpec"
@@ -113,6 +116,15 @@ class ModelSpec:
             raise ValueError(
                 f"{owner}.n_q_heads: must be a multiple of n_kv_heads ({self.n_kv_heads}), got {self.n_q_heads}"
             )
+        if self.layer_windows is not None:
+            if not isinstance(self.layer_windows, tuple) or len(self.layer_windows) != self.n_layers:
+                raise ValueError(
+                    f"{owner}.layer_windows: must be a tuple of n_layers={self.n_layers} entries (None or a window "
+                    f"in tokens), got {self.layer_windows!r}"
+                )
+            for w in self.layer_windows:
+                if w is not None:
+                    _check_int(owner, "layer_windows", w, 1)
         if self.n_experts:
             if not 1 <= self.experts_active <= self.n_experts:
                 raise ValueError(
@@ -139,6 +151,15 @@ class ModelSpec:
     def gqa_group(self) -> int:
         """Query heads sharing one KV head."""
         return self.n_q_heads // self.n_kv_heads
+
+    def window_of(self, layer: int) -> Optional[int]:
+        """Layer ``layer``'s sliding window in tokens, or None for a full-attention layer."""
+        return None if self.layer_windows is None else self.layer_windows[layer]
+
+    @property
+    def full_layers(self) -> Tuple[int, ...]:
+        """The layers that attend the whole context (every layer unless ``layer_windows`` says otherwise)."""
+        return tuple(i for i in range(self.n_layers) if self.window_of(i) is None)
 
     @property
     def q_dim(self) -> int:

@@ -26,7 +26,7 @@ import torch
 from oasis_core.specs import ModelSpec
 
 SMOLLM2_FILE = "SmolLM2-135M-Instruct.Q4_1.gguf"
-ARCHS = ("llama", "qwen3")
+ARCHS = ("llama", "qwen3", "gemma3")  # gemma3: oasis_exec.gemma3
 
 _LAYER = {
     "attn_norm": "input_layernorm",
@@ -80,6 +80,7 @@ class GGUFModel:
     spec: ModelSpec
     meta: dict  # scalar and string metadata (token lists are left out: see ``tokenizer_fields``)
     reader: object
+    arch: object = None  # the family's extra parameters (gemma3: ``oasis_exec.gemma3.Gemma3Arch``), else None
 
     @property
     def name(self) -> str:
@@ -128,13 +129,19 @@ def read_gguf(path: str) -> GGUFModel:
             raise GGUFError(f"{path}: metadata lacks {arch}.{key}")
         return v
 
+    names = {t.name for t in rd.tensors}
+    if arch == "gemma3":
+        from .gemma3 import spec_from_gguf_meta
+
+        vocab = meta.get(f"{arch}.vocab_size") or len(rd.fields["tokenizer.ggml.tokens"].data)
+        spec, extra = spec_from_gguf_meta(meta, names, vocab, path)
+        return GGUFModel(path=path, spec=spec, meta=meta, reader=rd, arch=extra)
     scaling = get("rope.scaling.type", "none", required=False)
     if scaling not in (None, "none", ""):
         raise GGUFError(
             f"{path}: RoPE scaling {scaling!r} is not implemented (only plain RoPE); refusing rather "
             "than running with wrong positions"
         )
-    names = {t.name for t in rd.tensors}
     if "rope_freqs.weight" in names:
         raise GGUFError(f"{path}: carries rope_freqs (llama3-style RoPE scaling), which is not implemented")
     n_q = int(get("attention.head_count"))
@@ -181,6 +188,10 @@ def load_gguf_weights(model: GGUFModel, dtype=torch.float32, device="cpu") -> di
     from gguf.quants import dequantize
 
     s, arch = model.spec, model.meta["general.architecture"]
+    if arch == "gemma3":
+        from .gemma3 import load_gguf_gemma3
+
+        return load_gguf_gemma3(model, dtype, device)
     w = {}
     for t in model.reader.tensors:
         name = hf_name(t.name)

@@ -37,7 +37,12 @@ def rope_theta_of(cfg: dict) -> float:
 
 
 def spec_from_hf_config(cfg: dict, name: str = "hf") -> ModelSpec:
-    """The ``oasis_core`` spec of a Hugging Face Qwen3 / Llama ``config.json`` (a dense model)."""
+    """The ``oasis_core`` spec of a Hugging Face Qwen3 / Llama ``config.json`` (a dense model), or a Gemma 3 one
+    (``oasis_exec.gemma3``)."""
+    if cfg.get("model_type") in ("gemma3_text", "gemma3"):
+        from .gemma3 import spec_from_hf_config as gemma3_spec
+
+        return gemma3_spec(cfg, name)[0]
     n_q = cfg["num_attention_heads"]
     head_dim = cfg.get("head_dim") or cfg["hidden_size"] // n_q
     arch = " ".join(cfg.get("architectures", [])) + " " + cfg.get("model_type", "")
@@ -228,7 +233,12 @@ class Decoder:
 
     @staticmethod
     def from_path(path: str, dtype=torch.bfloat16, device="cpu", fused: bool = False, tp=None) -> "Decoder":
-        """A real model from a ``.gguf`` file or a Hugging Face directory."""
+        """A real model from a ``.gguf`` file or a Hugging Face directory (``oasis_exec.archs`` picks the family)."""
+        from .archs import decoder_class
+
+        cls = decoder_class(path)
+        if cls is not Decoder:
+            return cls.from_path(path, dtype, device, fused, tp)
         if str(path).endswith(".gguf"):
             from .gguf_model import load_gguf_weights, read_gguf
 
@@ -237,6 +247,10 @@ class Decoder:
         if not os.path.isdir(path):
             raise FileNotFoundError(f"{path}: neither a .gguf file nor a Hugging Face directory")
         return Decoder.from_dir(path, dtype, device, fused, tp)
+
+    def embed_tokens(self, ids):
+        """The input embeddings of token ids (a family may scale them: ``oasis_exec.gemma3``)."""
+        return self.embed[ids]
 
     def forward(self, tokens, hook=None, cache=None, start=0):
         """Plain causal forward of a batch of sequences (the reference path; no KV store): tokens [B, T] at positions

@@ -152,7 +152,7 @@ class ModelExec:
         n = len(ch.tokens)
         start, end = ch.start, ch.start + n
         pos = torch.arange(start, end, device=dev)
-        x = self.dec.embed[torch.tensor(ch.tokens, device=dev)]
+        x = self.dec.embed_tokens(torch.tensor(ch.tokens, device=dev))
         sparse = self.cfg.sparse
         short_lane = sparse and self.short is not None and not self.lane_blocks[ch.lane]  # no host blocks: short
         if sparse and ch.req_id not in self.scratch:
@@ -291,7 +291,7 @@ class ModelExec:
             ids, positions = toks, pos
         if cfg.sparse and not all_short:
             self.caps.step_start()  # the step clock an adaptive fetch policy reads (nothing for a static one)
-        x = self.dec.embed[ids]
+        x = self.dec.embed_tokens(ids)
         lanes32 = lanes.to(torch.int32)
         nb_cur = pos // bs + 1  # blocks of the context incl. the local block (which holds ``pos``)
         nb_next = (pos + 1) // bs + 1
@@ -607,7 +607,7 @@ class ModelExec:
         nq = k + 1
         ids = torch.cat([toks[:, None], drafts], 1).reshape(-1)
         positions = (pos[:, None] + torch.arange(nq, device=dev)).reshape(-1)  # [B * nq], lane-major
-        x = self.dec.embed[ids]
+        x = self.dec.embed_tokens(ids)
         hh = torch.arange(H, device=dev)
         fused_kv = cfg.fused_ops and cfg.fused_kv_write
         aux = {}

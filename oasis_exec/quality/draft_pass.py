@@ -61,7 +61,7 @@ class DraftPass:
     def __init__(self, dec, tokens, pos):
         self.dec = dec
         self.pos = pos.to(dec.device)
-        self.x = dec.embed[tokens.to(dec.device)]
+        self.x = dec.embed_tokens(tokens.to(dec.device))
 
     @torch.no_grad()
     def layer(self, i: int, k_ctx, v_ctx, mask):

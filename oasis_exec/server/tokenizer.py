@@ -139,6 +139,7 @@ class HFTokenizer:
         self.chat_template = chat_template
         self._special = {k: v for k, v in special_tokens.items() if v is not None}  # bos_token -> "<s>", ...
         self._source = source
+        self._spm = False  # SentencePiece pieces (from_gguf sets it): token_bytes reads <0xXX> and ▁
 
     @classmethod
     def from_dir(cls, model_dir: Path) -> "HFTokenizer":
@@ -182,8 +183,24 @@ class HFTokenizer:
 
         f = read_gguf(path).tokenizer_fields()
         kind, pre = f.get("tokenizer.ggml.model"), f.get("tokenizer.ggml.pre")
+        if kind == "llama":  # SentencePiece-style with byte fallback (Gemma): oasis_exec.server.spm_tokenizer
+            from .spm_tokenizer import build_spm
+
+            tok, special = build_spm(f, path)
+            eos = f.get("tokenizer.ggml.eos_token_id")
+            out = cls(
+                tok,
+                () if eos is None else (int(eos),),
+                f.get("tokenizer.chat_template"),
+                special,
+                f"gguf SentencePiece-style BPE with byte fallback ({path})",
+            )
+            out._spm = True
+            return out
         if kind != "gpt2":
-            raise ValueError(f"{path}: tokenizer.ggml.model {kind!r} is not supported (only gpt2, byte-level BPE)")
+            raise ValueError(
+                f"{path}: tokenizer.ggml.model {kind!r} is not supported (gpt2: byte-level BPE; llama: SentencePiece)"
+            )
         pre_tokenizer = _gguf_pre_tokenizer(pre, path)
         tokens = list(f["tokenizer.ggml.tokens"])
         types = list(f.get("tokenizer.ggml.token_type") or [1] * len(tokens))
@@ -250,6 +267,10 @@ class HFTokenizer:
         piece = self._tok.id_to_token(int(token_id))
         if piece is None:
             return b""
+        if self._spm and int(token_id) not in self._skipped:
+            from .spm_tokenizer import piece_bytes
+
+            return piece_bytes(piece)
         if not self._byte_level or int(token_id) in self._skipped:
             return (
                 piece.encode("utf-8")
