@@ -61,7 +61,7 @@ class Gemma3Arch:
     """What a Gemma 3 layer needs beyond ``ModelSpec`` (which carries the per-layer windows)."""
 
     rope_local_theta: float = LOCAL_THETA
-    query_pre_attn_scalar: float = QUERY_PRE_ATTN_SCALAR
+    query_pre_attn_scalar: int = QUERY_PRE_ATTN_SCALAR
 
     def theta(self, spec: ModelSpec, layer: int) -> float:
         return spec.rope_theta if spec.window_of(layer) is None else self.rope_local_theta
@@ -171,7 +171,7 @@ def spec_from_hf_config(cfg: dict, name: str = "hf") -> tuple[ModelSpec, Gemma3A
         tie_embeddings=bool(cfg.get("tie_word_embeddings", True)),
         layer_windows=windows,
     )
-    return spec, Gemma3Arch(float(local_theta), float(cfg.get("query_pre_attn_scalar", QUERY_PRE_ATTN_SCALAR)))
+    return spec, Gemma3Arch(float(local_theta), cfg.get("query_pre_attn_scalar", QUERY_PRE_ATTN_SCALAR))
 
 
 def is_gemma3_config(cfg: dict) -> bool:

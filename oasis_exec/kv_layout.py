@@ -21,6 +21,7 @@ from oasis_core.geometry import KVGeometry
 
 from .host_memory import GB, host_pool_blocks
 from .kv_store import DenseStore, HostPool, SparseStore
+from .ring_kv import RingKV
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -79,6 +80,10 @@ def build_kv_layout(cfg, *, shape, dtype, device) -> KVLayout:
         per_lane = SparseStore.bytes_per_lane(geo, S, NB)
     else:
         per_lane = DenseStore.bytes_per_lane(geo, NB, mode.summaries)
+        if s.layer_windows is not None:  # hybrid: pages for the full layers only, a ring for each sliding one
+            per_lane = per_lane * len(s.full_layers) // L + RingKV.bytes_per_lane(
+                s, cfg.spec_max_k or 0, geo.dtype_bytes
+            )
     budget = cfg.kv_budget_gb * 1e9 if cfg.kv_budget_gb else None
     lanes = cfg.max_lanes or (int(budget // per_lane) if budget else 4)
     if budget is not None:
@@ -95,7 +100,7 @@ def build_kv_layout(cfg, *, shape, dtype, device) -> KVLayout:
         host_blocks = hb
         store = SparseStore(L, lanes, H, S, bs, D, NB, dtype, device)
     else:
-        store = DenseStore(L, lanes, H, NB, D, bs, dtype, device, summaries=mode.summaries)
+        store = DenseStore(L, lanes, H, NB, D, bs, dtype, device, summaries=mode.summaries, paged_layers=s.full_layers)
     return KVLayout(
         geometry=geo, lane_bytes=per_lane, max_lanes=lanes, store=store, host=host, host_blocks_total=host_blocks
     )

@@ -280,7 +280,17 @@ class SparseStore:
 
 class DenseStore:
     def __init__(
-        self, n_layers, max_lanes, n_kv_heads, max_blocks, head_dim, block_size, dtype, device, summaries: bool
+        self,
+        n_layers,
+        max_lanes,
+        n_kv_heads,
+        max_blocks,
+        head_dim,
+        block_size,
+        dtype,
+        device,
+        summaries: bool,
+        paged_layers=None,
     ):
         self.L, self.B, self.H, self.P, self.D, self.bs = (
             n_layers,
@@ -290,9 +300,13 @@ class DenseStore:
             head_dim,
             block_size,
         )
+        # paged_layers: the layers with pages (None: all); a sliding-window layer keeps its KV in a ring instead
+        # (oasis_exec.ring_kv) and gets an empty page array
+        paged = set(range(n_layers) if paged_layers is None else paged_layers)
         shape = (max_lanes * max_blocks, n_kv_heads, block_size, head_dim)
-        self.k = [torch.zeros(shape, dtype=dtype, device=device) for _ in range(n_layers)]
-        self.v = [torch.zeros(shape, dtype=dtype, device=device) for _ in range(n_layers)]
+        none = (0, n_kv_heads, block_size, head_dim)
+        self.k = [torch.zeros(shape if l in paged else none, dtype=dtype, device=device) for l in range(n_layers)]
+        self.v = [torch.zeros(shape if l in paged else none, dtype=dtype, device=device) for l in range(n_layers)]
         self.block_table = (
             torch.arange(max_lanes, device=device)[:, None] * max_blocks + torch.arange(max_blocks, device=device)
         ).to(torch.int32)

@@ -56,6 +56,7 @@ from oasis_core.selection import initial_plan
 
 from . import ops
 from .host_quant import roundtrip
+from .ring_kv import RingKV
 from .speculative import emitted_tokens, greedy_accepted
 from .writeback import writeback_full
 
@@ -103,6 +104,10 @@ class ModelExec:
         self.scratch = {}  # req_id -> (k [L, H, T, D], v) during a real prefill (sparse modes)
         self.capturing = False  # set by DecodeGraphs while a step is captured
         self.short = short
+        # sliding-window layers (ModelSpec.layer_windows): their KV in a ring a lane, dense attention (ring_kv.py)
+        self.ring = None
+        if any(w is not None for w in (s.layer_windows or ())):
+            self.ring = RingKV(s, max_lanes, cfg.spec_max_k or 0, dtype, device)
         # speculative decoding (oasis_exec.speculative): the draft head's hidden state behind each lane's draft token
         self.draft_h = None
         if cfg.spec_max_k:
@@ -167,6 +172,11 @@ class ModelExec:
         full_lo, full_hi = start // bs, end // bs  # blocks completed by this chunk: [full_lo, full_hi)
         for l in range(self.L):
             q, k, v = self.dec.qkv(l, x, pos)  # q [n, Hq, D], k/v [n, H, D]
+            if self.ring is not None and self.ring.has(l):  # a sliding layer: its ring, nothing else
+                x = self.dec.finish(l, x, self.ring.prefill(l, ch.lane, q, k, v, start))
+                if l in layers_aux:
+                    aux[l] = x[-1]
+                continue
             if sparse:
                 sk, sv = self.scratch[ch.req_id]
                 sk[l, :, start:end] = k.transpose(0, 1)
@@ -396,6 +406,9 @@ class ModelExec:
                 if mode.background and not all_short:
                     given = None if sets is None else (sets[1] if mode.drafts else sets[2])[:, l]
                     self._launch_prediction(l, q[:, nq - 1], given, lanes, lanes32, nb_next, rows, sets, recorded)
+            elif self.ring is not None and self.ring.has(l):  # a sliding layer (dense modes): its ring
+                self.ring.write(l, lanes, pos[:, None], k[:, :1], v[:, :1])
+                attn = self.ring.attend(l, q[:, :1], lanes, pos[:, None]).reshape(B, Hq, -1)
             else:
                 ops.kv_write(
                     k[:, 0], v[:, 0], st.k[l].view(-1, bs, st.D), st.v[l].view(-1, bs, st.D), item_src, off32, fused_kv
@@ -648,6 +661,10 @@ class ModelExec:
                     st.k[l], st.v[l], self.host.k[l], self.host.v[l], item_src, item_dst, item_len, bs, self._scales(l)
                 )
                 saved.append((q, ek, ev))
+            elif self.ring is not None and self.ring.has(l):  # a sliding layer: every position into its ring
+                p2 = positions.view(B, nq)
+                self.ring.write(l, lanes, p2, k_.view(B, nq, H, -1), v_.view(B, nq, H, -1))
+                attn = self.ring.attend(l, q.view(B, nq, Hq, -1), lanes, p2).reshape(B * nq, Hq, -1)
             else:
                 kf, vf = st.k[l].view(-1, bs, st.D), st.v[l].view(-1, bs, st.D)
                 ops.kv_write(k_, v_, kf, vf, rows_all, offs_all, fused_kv)

@@ -118,6 +118,11 @@ class Runner:
                 f"{s.max_context_tokens} positions ({s.name}); pass --max-context "
                 f"{s.max_context_tokens} or less"
             )
+        if s.layer_windows is not None and any(w is not None for w in s.layer_windows) and (cfg.sparse or mode.selects):
+            raise ValueError(
+                f"mode {cfg.mode!r}: {s.name} has sliding-window layers; the sparse modes do not run hybrid attention "
+                "yet (use --mode dense)"
+            )
         draft = None
         if mode.drafts or cfg.spec_max_k:
             draft = DraftHead.build(

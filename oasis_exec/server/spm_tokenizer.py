@@ -32,9 +32,7 @@ def _merges(tokens: list[str]) -> list[tuple[str, str]]:
     vocab = {t: i for i, t in enumerate(tokens)}
     found = []
     for merge, idx in vocab.items():
-        local = [
-            (merge[:j], merge[j:]) for j in range(1, len(merge)) if merge[:j] in vocab and merge[j:] in vocab
-        ]
+        local = [(merge[:j], merge[j:]) for j in range(1, len(merge)) if merge[:j] in vocab and merge[j:] in vocab]
         local.sort(key=lambda p: (vocab[p[0]], vocab[p[1]]))
         found.extend((left, right, -idx) for left, right in local)
     found.sort(key=lambda m: (m[2], len(m[0]), len(m[1])), reverse=True)
@@ -62,15 +60,23 @@ def build_spm(fields: dict, path: str):
     tok.normalizer = normalizers.Replace(" ", SPACE)
     tok.pre_tokenizer = pre_tokenizers.Split(pattern=" ", behavior="merged_with_previous", invert=False)
     tok.decoder = decoders.Sequence([decoders.Replace(SPACE, " "), decoders.ByteFallback(), decoders.Fuse()])
-    tok.add_special_tokens([AddedToken(t, special=True, normalized=False) for t, ty in zip(raw, types) if ty == _CONTROL])
+    tok.add_special_tokens(
+        [AddedToken(t, special=True, normalized=False) for t, ty in zip(raw, types) if ty == _CONTROL]
+    )
     known = tok.get_vocab()
     tok.add_tokens(
-        [AddedToken(t, special=False, normalized=False) for t, ty in zip(raw, types) if ty == _USER_DEFINED and t in known]
+        [
+            AddedToken(t, special=False, normalized=False)
+            for t, ty in zip(raw, types)
+            if ty == _USER_DEFINED and t in known
+        ]
     )
     bos = token("bos_token_id")
     if fields.get("tokenizer.ggml.add_bos_token") and bos is not None:
         tok.post_processor = processors.TemplateProcessing(
-            single=f"{bos} $A", pair=f"{bos} $A {bos} $B", special_tokens=[(bos, int(fields["tokenizer.ggml.bos_token_id"]))]
+            single=f"{bos} $A",
+            pair=f"{bos} $A {bos} $B",
+            special_tokens=[(bos, int(fields["tokenizer.ggml.bos_token_id"]))],
         )
     special = {
         "bos_token": bos,
