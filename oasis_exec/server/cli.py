@@ -81,6 +81,22 @@ def build_parser() -> argparse.ArgumentParser:
     return p
 
 
+def set_chat_template(tokenizer, path: str) -> None:
+    """``--chat-template FILE``: the file's Jinja template replaces the tokenizer's (a real model's tokenizer only:
+    the byte tokenizer of a dummy model has its own minimal one)."""
+    if not hasattr(tokenizer, "chat_template"):
+        raise ValueError("a dummy model's byte tokenizer takes no chat template")
+    with open(path, encoding="utf-8") as fh:
+        text = fh.read()
+    from .tokenizer import _compile_template
+
+    try:
+        _compile_template(text)
+    except Exception as exc:  # noqa: BLE001 - jinja2's syntax errors
+        raise ValueError(f"not a valid Jinja template ({exc})") from None
+    tokenizer.chat_template = text
+
+
 def serve(args: argparse.Namespace) -> int:
     from uvicorn import Config
 
@@ -106,6 +122,12 @@ def serve(args: argparse.Namespace) -> int:
     except (ValueError, OSError, ImportError) as exc:  # a real model is never served with the byte tokenizer
         print(f"error: the tokenizer of {info.model_dir}: {exc}", file=sys.stderr)
         return 2
+    if config.chat_template:
+        try:
+            set_chat_template(tokenizer, config.chat_template)
+        except (ValueError, OSError) as exc:
+            print(f"error: --chat-template {config.chat_template}: {exc}", file=sys.stderr)
+            return 2
     served_name = config.served_model_name or info.name
     served = None
     if config.record:

@@ -55,6 +55,12 @@ class ServerConfig:
         "`python -m oasis_sim replay|validate`",
         metavar="FILE",
     )
+    chat_template: str | None = _opt(
+        None,
+        "a Jinja chat template file for /v1/chat/completions, replacing the model's own (a model without one, such as "
+        "a base model, otherwise answers chat requests with 400)",
+        metavar="FILE",
+    )
     record_hardware: str | None = _opt(
         None, "simulator hardware preset of the recording (default: told from the GPU's name)", metavar="PRESET"
     )

@@ -247,7 +247,9 @@ class HFTokenizer:
 
     def apply_chat_template(self, messages: list[dict]) -> str:
         if not self.chat_template:
-            raise ValueError("this model has no chat template; use /v1/completions")
+            raise ValueError(
+                "this model has no chat template; use /v1/completions, or start the server with --chat-template FILE"
+            )
         import jinja2
 
         try:
