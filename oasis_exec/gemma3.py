@@ -282,7 +282,8 @@ class Gemma3Decoder(Decoder):
         self.fused, self._fk, self._inv_freq = False, None, None
         self.device = weights["model.embed_tokens.weight"].device
         self.embed = weights["model.embed_tokens.weight"]
-        self.embed_scale = torch.tensor(math.sqrt(shape.hidden)).to(dtype)  # transformers: scale cast to the dtype
+        # transformers: the scale cast to the dtype; on the weights' device (no copy inside a captured CUDA graph)
+        self.embed_scale = torch.tensor(math.sqrt(shape.hidden)).to(dtype).to(self.device)
         self.norm = weights["model.norm.weight"]
         self.lm_head = self.embed
         # q scaled so that the kernels' 1 / sqrt(head_dim) becomes 1 / sqrt(query_pre_attn_scalar)
@@ -323,7 +324,7 @@ class Gemma3Decoder(Decoder):
         return Gemma3Decoder.from_dir(path, dtype, device, fused, tp)
 
     def embed_tokens(self, ids):
-        return self.embed[ids] * self.embed_scale.to(self.embed.device)
+        return self.embed[ids] * self.embed_scale
 
     def window(self, i: int):
         return self.shape.window_of(i)

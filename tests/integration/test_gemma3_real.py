@@ -22,7 +22,7 @@ import oasis_kernels  # noqa: F401  -- before transformers imports triton (see o
 from oasis_exec.config import ExecConfig
 from oasis_exec.scheduler import SamplingParams
 
-pytestmark = pytest.mark.usefixtures("one_torch_thread")
+pytestmark = [pytest.mark.usefixtures("one_torch_thread"), pytest.mark.xdist_group("gemma3_real")]  # fixtures once
 
 GREEDY = 64
 SHORT = 600
