@@ -14,7 +14,7 @@ from .specs import ModelSpec, _check_int, _check_real
 
 # The host copy's element type (``ExecConfig.host_kv_dtype``, ``SimConfig.host_kv_dtype``): "auto" = the KV dtype
 # (``dtype_bytes``); "fp8_e4m3" = one byte per element plus one float32 scale per (layer, block, KV head) of K and
-# one of V (``oasis_exec.host_quant``). Only the host pool and what crosses host->GPU change; the GPU keeps
+# one of V (``oasis_exec.kv.host_quant``). Only the host pool and what crosses host->GPU change; the GPU keeps
 # ``dtype_bytes``.
 HOST_KV_DTYPES = ("auto", "fp8_e4m3")
 FP8_SCALE_BYTES = 4

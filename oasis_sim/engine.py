@@ -21,7 +21,7 @@ host copy's bytes (``KVGeometry.host_bytes_per_block_head``: half of bf16's, plu
 times follow; the GPU's attention and summary reads keep the KV dtype (the executor dequantizes in the copy).
 
 Speculative decoding (``SimConfig.speculative_k``, modes ``dense`` and ``lookahead``; the executor's
-``oasis_exec.speculative``): a decode step in which no request is short or crossing drafts ``k_r`` tokens for
+``oasis_exec.runner.speculative``): a decode step in which no request is short or crossing drafts ``k_r`` tokens for
 request ``r`` (fixed: ``speculative_k``, the batch's least ``max_tokens - generated - 1`` bounding it; ``auto``:
 ``oasis_core.speculation.AdaptiveK`` per request, as the executor) and verifies ``K = max k_r`` for all (a
 request's drafts past its own ``k_r`` count as rejected, as the executor's pass). It costs the draft chain, ``K``

@@ -241,7 +241,7 @@ class ReplayResult:
 
     def files(self) -> dict:
         """Output files: the simulator's own (timeline.json = predicted) + replay.json + exec_timeline.json."""
-        from oasis_exec.recorder import exec_timeline
+        from oasis_exec.tools.recorder import exec_timeline
 
         out = self.sim.files()
         out["replay.json"] = (
