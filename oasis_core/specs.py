@@ -96,6 +96,7 @@ class ModelSpec:
     moe_mlp_hidden: int = 0
     layer_windows: Tuple[Optional[int], ...] = ()  # per layer: None = full attention, W = sliding window of W tokens
     sliding_rope_theta: Optional[float] = None  # RoPE base of the windowed layers; None = rope_theta
+    expert_bytes_per_param: Optional[float] = None  # MoE experts' storage (MXFP4: 0.53125 B); None = dtype_bytes
 
     def __post_init__(self):
         owner = "ModelSpec"
@@ -141,6 +142,13 @@ class ModelSpec:
         _check_windows(owner, self.layer_windows, self.n_layers)
         if self.sliding_rope_theta is not None:
             _check_real(owner, "sliding_rope_theta", self.sliding_rope_theta)
+        if self.expert_bytes_per_param is not None:
+            _check_real(owner, "expert_bytes_per_param", self.expert_bytes_per_param)
+            if not self.n_experts:
+                raise ValueError(
+                    f"{owner}.expert_bytes_per_param: must be None for a dense model (n_experts=0), "
+                    f"got {self.expert_bytes_per_param!r}"
+                )
 
     # -- per-layer attention kind -----------------------------------------------------------------------------
     def layer_window(self, layer: int) -> Optional[int]:
@@ -232,13 +240,34 @@ class ModelSpec:
         return self.n_layers * per_layer + self.embedding_params + self.hidden
 
     # -- bytes ------------------------------------------------------------------------------------------------
+    def _expert_params_per_layer(self, experts: int) -> int:
+        return experts * 3 * self.hidden * self.moe_mlp_hidden
+
+    def _with_experts(self, params: int, experts: int) -> int:
+        """Bytes of ``params`` parameters of which ``experts`` experts' matrices a layer are stored at
+        ``expert_bytes_per_param`` and the rest at ``dtype_bytes``."""
+        if self.expert_bytes_per_param is None:
+            return params * self.dtype_bytes
+        e = self._expert_params_per_layer(experts) * self.n_layers
+        return int(round((params - e) * self.dtype_bytes + e * self.expert_bytes_per_param))
+
     @property
     def weight_bytes(self) -> int:
-        return self.params_total * self.dtype_bytes
+        return self._with_experts(self.params_total, self.n_experts)
 
     @property
     def active_weight_bytes(self) -> int:
-        return self.params_active * self.dtype_bytes
+        return self._with_experts(self.params_active, self.experts_active)
+
+    @property
+    def layer_active_weight_bytes(self) -> int:
+        """Weight bytes one decode token reads in one layer: attention and the active MLP (routed experts at
+        ``expert_bytes_per_param``)."""
+        params = self.attn_params_per_layer + self.active_mlp_params_per_layer
+        if self.expert_bytes_per_param is None:
+            return params * self.dtype_bytes
+        e = self._expert_params_per_layer(self.experts_active)
+        return int(round((params - e) * self.dtype_bytes + e * self.expert_bytes_per_param))
 
     @property
     def kv_bytes_per_token(self) -> int:
@@ -435,8 +464,9 @@ MODELS: Mapping[str, ModelSpec] = {
         # num_attention_heads 64, num_key_value_heads 8, head_dim 64, hidden_size 2880, intermediate_size 2880,
         # num_local_experts 128, num_experts_per_tok 4, vocab_size 201088, max_position_embeddings 131072,
         # rope_theta 150000 with YaRN x32, rms_norm_eps 1e-5, untied); the same values are transformers'
-        # GptOssConfig defaults. Model card (arXiv 2508.10925): 116.8B total parameters. Not modelled: attention
-        # biases and per-head sinks (a few MB), MXFP4 experts (dtype_bytes is 2 for all weights).
+        # GptOssConfig defaults. Model card (arXiv 2508.10925): 116.8B total parameters, MoE weights in MXFP4 (4.25
+        # bits a parameter: 4-bit values and one 8-bit scale per 32) so that the model fits one 80 GB GPU; the rest
+        # bf16. Not modelled: attention biases and per-head sinks (a few MB).
         ModelSpec(
             name="gpt-oss-120b",
             n_layers=36,
@@ -454,6 +484,7 @@ MODELS: Mapping[str, ModelSpec] = {
             experts_active=4,
             moe_mlp_hidden=2880,
             layer_windows=periodic_windows(36, 128, period=2, full_at=1),
+            expert_bytes_per_param=4.25 / 8,
         ),
         # A toy shape for CPU tests: small enough to run a real forward pass in milliseconds.
         ModelSpec(

@@ -102,3 +102,23 @@ def test_every_preset_is_a_valid_spec():
     for m in MODELS.values():
         assert isinstance(m, ModelSpec)
         assert len(m.full_layers) + len(m.sliding_layers) == m.n_layers
+
+
+def test_mxfp4_experts_size_gpt_oss_as_published_and_leave_others_alone():
+    oss = get_model("gpt-oss-120b")
+    assert oss.expert_bytes_per_param == 4.25 / 8
+    experts = 36 * 128 * 3 * 2880 * 2880  # every expert matrix of every layer
+    assert oss.weight_bytes == round((oss.params_total - experts) * 2 + experts * 4.25 / 8)
+    assert 64e9 < oss.weight_bytes < 66e9  # the checkpoint: 60.8 GiB, fits one 80 GB GPU
+    active = 36 * 4 * 3 * 2880 * 2880
+    assert oss.active_weight_bytes == round((oss.params_active - active) * 2 + active * 4.25 / 8)
+    per_layer = oss.attn_params_per_layer + oss.active_mlp_params_per_layer
+    assert oss.layer_active_weight_bytes == round(
+        (per_layer - 4 * 3 * 2880 * 2880) * 2 + 4 * 3 * 2880 * 2880 * 4.25 / 8
+    )
+    for name in ("qwen3-8b", "qwen3-235b-a22b", "gemma3-270m"):
+        m = get_model(name)
+        assert m.weight_bytes == m.params_total * m.dtype_bytes
+        assert m.layer_active_weight_bytes == (m.attn_params_per_layer + m.active_mlp_params_per_layer) * m.dtype_bytes
+    with pytest.raises(ValueError, match=r"ModelSpec.expert_bytes_per_param: must be None for a dense model"):
+        dataclasses.replace(get_model("tiny"), expert_bytes_per_param=0.5)
