@@ -198,3 +198,36 @@ def test_configs_a_hybrid_model_cannot_run(monkeypatch):
     assert SimConfig(model="all-windows", mode="dense").model_spec.n_full_layers == 0
     with pytest.raises(ConfigError, match=r"prefix_cache: is not modelled for a hybrid model"):
         SimConfig(model=G, prefix_cache=True)
+
+
+def test_recordings_carry_the_layer_kinds():
+    from oasis_core.recording import RecordingError, build_recording
+    from oasis_sim.replay import replay, sim_config
+    from tests.helpers.replay_fakes import base_config, fake_results
+
+    kinds = [None if l in (5, 11, 17) else 512 for l in range(18)]
+    rec = build_recording(
+        base_config(model=G, context=4096, concurrency=2, top_k=16, layer_windows=kinds), fake_results()
+    )
+    cfg = sim_config(rec)
+    assert cfg.model_spec.layer_windows == tuple(kinds)
+    res = replay(rec)
+    assert res.predicted["tpot_ms_p50"] > 0
+    # the replay's stages count the full layers' selection and each kind's attention: 3 full layers and 15 windows
+    attn = pred = 0.0
+    for calls in res.op_steps:
+        a = [t for op, _s, t in calls if op == "attn_decode"]
+        assert len(a) == 2  # the full layers' sparse attention, then the 512-token windows
+        attn += 3 * a[0] + 15 * a[1]
+        pred += 3 * sum(t for op, _s, t in calls if op in ("score", "topk"))
+    k = len(res.op_steps)
+    assert res.stage_ms_per_step["attn"] == pytest.approx(1e3 * attn / k, rel=1e-12)
+    assert res.stage_ms_per_step["pred"] == pytest.approx(1e3 * pred / k, rel=1e-12)
+    # the replay refuses kinds that are not the preset's; a full model's recording may say so
+    with pytest.raises(ConfigError, match=r"layer_windows: the recorded layer kinds differ from model gemma3-270m"):
+        sim_config(build_recording(base_config(model=G, layer_windows=[None] * 18), fake_results()))
+    assert sim_config(build_recording(base_config(layer_windows=[None] * 36), fake_results())).model == "qwen3-8b"
+    with pytest.raises(RecordingError, match=r"config.layer_windows\[2\]: must be >= 1, got 0"):
+        build_recording(base_config(model=G, layer_windows=[None, 512, 0]), fake_results())
+    with pytest.raises(RecordingError, match=r"config.layer_windows: must be a non-empty list or null"):
+        build_recording(base_config(model=G, layer_windows="full"), fake_results())
