@@ -231,3 +231,25 @@ def test_recordings_carry_the_layer_kinds():
         build_recording(base_config(model=G, layer_windows=[None, 512, 0]), fake_results())
     with pytest.raises(RecordingError, match=r"config.layer_windows: must be a non-empty list or null"):
         build_recording(base_config(model=G, layer_windows="full"), fake_results())
+
+
+def test_short_context_crossing_offloads_the_full_layers():
+    w = 17 * 16  # top_k 16 + the local block: 272 tokens run dense
+    res = run(uniform_trace(1, w - 3, 30), mode="lookahead")
+    assert res.summary["d2h_bytes"] == w * TOKEN_FULL  # the crossing copies the full layers' KV so far, once
+    hbm = [b for _, b in res.memory["decode.hbm"]]
+    assert hbm[0] == w * (TOKEN_FULL + 15 * TOKEN_LAYER)  # while dense: 17 blocks on every layer (all < W)
+    assert hbm[1] == RESIDENT_16 + DRAFT + 18 * ROWS * SUMMARY + 15 * 288 * TOKEN_LAYER  # sparse, windows of 288
+
+
+@pytest.mark.parametrize("mode", ["lookahead", "dense"])
+def test_closed_form_and_events_agree_on_per_layer_steps(mode):
+    tr = uniform_trace(3, 1500, 24, gap_s=0.001)
+    closed = run(tr, mode=mode, event_mode="closed")
+    events = run(tr, mode=mode, event_mode="events")
+    assert closed.steps.dur == events.steps.dur and closed.summary["h2d_bytes"] == events.summary["h2d_bytes"]
+
+
+def test_speculative_steps_on_a_hybrid_model():
+    s = run(uniform_trace(2, 3000, 40), mode="lookahead", speculative_k=2, speculative_alpha=0.8).summary
+    assert s["speculative_steps"] > 0 and s["accepted_tokens_per_step"] > 1 and s["requests_completed"] == 2
