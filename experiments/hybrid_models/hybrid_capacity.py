@@ -2,7 +2,8 @@
 
 For each preset (``--models``) and context, a closed loop of ``--requests`` requests (prompt = the context, ``--output``
 tokens each) runs on one H200 (``h200``: its HBM less the weights, 0.9 of its 128 GiB host) in ``dense`` and in
-``lookahead`` (K = 128, S = K, fetch cap 5%, synthetic selections, preset ``paper``). Reported per run: the most
+``lookahead`` (K = 128, S = K, fetch cap 5%, synthetic selections, preset ``paper``), every prefill that fits in one
+step (as the bench's closed loop), so that the lanes are bound by memory. Reported per run: the most
 requests decoding in one step (lanes), the decode throughput over the steps without prefill (emitted tokens / their
 time), the median such step, host->GPU MB a decode step, HBM and host peaks. Writes ``results/capacity_<commit>.md``
 and ``.json``. CPU only, a few minutes.
@@ -32,7 +33,15 @@ OUT = Path(__file__).resolve().parent / "results"
 
 
 def one(model: str, ctx: int, mode: str, requests: int, output: int) -> dict:
-    cfg = SimConfig(model=model, hardware="h200", mode=mode, concurrency=requests, timeline_steps=0)
+    cfg = SimConfig(
+        model=model,
+        hardware="h200",
+        mode=mode,
+        concurrency=requests,
+        max_batch=max(256, requests),
+        chunk_tokens=requests * ctx,  # every prefill that fits in one step, as the bench: lanes bound by memory
+        timeline_steps=0,
+    )
     t = time.perf_counter()
     res = simulate(cfg, uniform_trace(requests, ctx, output))
     log, s = res.steps, res.summary
@@ -72,7 +81,8 @@ def main() -> None:
     date = datetime.now(timezone.utc).strftime("%Y-%m-%d")
     head = (
         f"Simulated {date} at commit {commit} (oasis_sim, roofline predictor, `h200` preset; dummy: no weights, "
-        f"synthetic selections, preset paper; closed loop of {a.requests} requests x {a.output} output tokens).\n\n"
+        f"synthetic selections, preset paper; closed loop of {a.requests} requests x {a.output} output tokens, "
+        "prefills in one step; lanes = the most requests decoding in one step).\n\n"
         "| model | context | mode | lanes | decode tok/s | decode step ms | MB / step | HBM peak GB | host peak GB |\n"
         "| --- | --- | --- | --- | --- | --- | --- | --- | --- |\n"
     )
