@@ -122,3 +122,32 @@ def test_mxfp4_experts_size_gpt_oss_as_published_and_leave_others_alone():
         assert m.layer_active_weight_bytes == (m.attn_params_per_layer + m.active_mlp_params_per_layer) * m.dtype_bytes
     with pytest.raises(ValueError, match=r"ModelSpec.expert_bytes_per_param: must be None for a dense model"):
         dataclasses.replace(get_model("tiny"), expert_bytes_per_param=0.5)
+
+
+def test_gemma3_270m_preset_matches_the_real_model():
+    """The preset against the GGUF's own metadata (``$OASIS_GEMMA3_GGUF``: the file ``assemble`` writes; skipped
+    without it) and the layer pattern against transformers' Gemma 3 config (the GGUF stores the window, not which
+    layers are full: llama.cpp and transformers both take every sixth)."""
+    import os
+
+    path = os.environ.get("OASIS_GEMMA3_GGUF")
+    if not path or not os.path.exists(path):
+        pytest.skip("set OASIS_GEMMA3_GGUF to the Gemma 3 270M GGUF")
+    gguf = pytest.importorskip("gguf")
+    transformers = pytest.importorskip("transformers")
+    fields = gguf.GGUFReader(path).fields
+
+    def meta(key):
+        f = fields[f"gemma3.{key}"]
+        return f.parts[f.data[0]].tolist()[0]
+
+    g = get_model("gemma3-270m")
+    assert (meta("block_count"), meta("embedding_length"), meta("feed_forward_length")) == (18, 640, 2048)
+    assert (meta("attention.head_count"), meta("attention.head_count_kv"), meta("attention.key_length")) == (4, 1, 256)
+    assert (meta("context_length"), meta("attention.sliding_window"), meta("rope.freq_base")) == (32768, 512, 1e6)
+    assert len(fields["tokenizer.ggml.tokens"].data) == g.vocab
+    assert (g.n_layers, g.hidden, g.mlp_hidden, g.n_q_heads, g.n_kv_heads, g.head_dim) == (18, 640, 2048, 4, 1, 256)
+    assert (g.max_context_tokens, g.rope_theta) == (32768, 1e6)
+    assert {g.layer_window(l) for l in g.sliding_layers} == {512}
+    kinds = transformers.Gemma3TextConfig(num_hidden_layers=18, sliding_window=512).layer_types
+    assert g.full_layers == tuple(l for l, k in enumerate(kinds) if k == "full_attention")
