@@ -49,7 +49,7 @@ class CapContext:
     n_missing: array [R] of missing blocks per row this step (``|P \\ R|``), or None when unknown yet.
     bytes_moved_total: bytes fetched into the GPU so far (all rows, all steps).
     last_step_time_s: wall (or simulated) time of the previous step in seconds, None before the first: a float, or a
-        0-d float64 array on the caller's device (the executor's step clock, ``oasis_exec.fetch_caps``: read without a
+        0-d float64 array on the caller's device (the executor's step clock, ``oasis_exec.workingset.fetch_caps``: read without a
         host synchronisation; a policy then computes with array operations, as it does on ``n_missing``).
     link_bytes_per_s: bandwidth of the link the blocks cross, bytes per second, None when unknown.
     bytes_per_block_head: bytes of one block of one KV head (K and V), None when unknown.

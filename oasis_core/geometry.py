@@ -4,6 +4,12 @@ capacity formulas built on them.
 Units: bytes, tokens, blocks, seconds. ``L`` is a context length in tokens, ``B`` a number of requests.
 A *block* holds ``block_size`` consecutive tokens of one request; a *(block, head)* slice is one block of one KV
 head of one layer -- the unit that the sparse policy selects, fetches and evicts.
+
+Hybrid models (``ModelSpec.layer_windows``): only the full-attention layers hold the whole context, so only they
+have a host copy, block summaries and a sparse working set; ``rows_per_request``, the host copy's bytes, the resident
+set and the summaries count full layers only. A windowed layer keeps a ring of its last W tokens on the GPU:
+``window_bytes(L)``, a fixed size once ``L >= W``. ``dense_bytes(L)`` is the whole KV of an ``L``-token request
+(full layers' every token plus the windows). For a model without windows every layer is full and nothing changes.
 """
 
 from __future__ import annotations
@@ -14,7 +20,7 @@ from .specs import ModelSpec, _check_int, _check_real
 
 # The host copy's element type (``ExecConfig.host_kv_dtype``, ``SimConfig.host_kv_dtype``): "auto" = the KV dtype
 # (``dtype_bytes``); "fp8_e4m3" = one byte per element plus one float32 scale per (layer, block, KV head) of K and
-# one of V (``oasis_exec.host_quant``). Only the host pool and what crosses host->GPU change; the GPU keeps
+# one of V (``oasis_exec.kv.host_quant``). Only the host pool and what crosses host->GPU change; the GPU keeps
 # ``dtype_bytes``.
 HOST_KV_DTYPES = ("auto", "fp8_e4m3")
 FP8_SCALE_BYTES = 4
@@ -41,7 +47,8 @@ class KVGeometry:
     # -- per token ----------------------------------------------------------------------------------------------
     @property
     def bytes_per_token(self) -> int:
-        """K and V of one token, all layers and KV heads: ``N_layer * 2 * N_kv * d_h * s``."""
+        """K and V of one token, all layers and KV heads: ``N_layer * 2 * N_kv * d_h * s`` (a hybrid model's
+        windowed layers included, as if they held every token: see ``full_bytes_per_token``)."""
         m = self.model
         return m.n_layers * 2 * m.n_kv_heads * m.head_dim * self.dtype_bytes
 
@@ -49,6 +56,23 @@ class KVGeometry:
     def bytes_per_token_layer(self) -> int:
         """K and V of one token in one layer (all KV heads)."""
         return 2 * self.model.n_kv_heads * self.model.head_dim * self.dtype_bytes
+
+    @property
+    def full_bytes_per_token(self) -> int:
+        """K and V of one token over the full-attention layers: what grows with the context (``bytes_per_token``
+        for a model without windows)."""
+        return self.model.n_full_layers * self.bytes_per_token_layer
+
+    def window_bytes(self, L: int) -> int:
+        """K and V the windowed layers hold for an ``L``-token request: ``min(L, W)`` tokens a layer (0 without
+        windows; ``ModelSpec.window_kv_bytes`` at the KV dtype once ``L`` reaches every window)."""
+        m = self.model
+        return sum(min(L, m.layer_windows[l]) for l in m.sliding_layers) * self.bytes_per_token_layer
+
+    def dense_bytes(self, L: int) -> int:
+        """The whole KV of an ``L``-token request on the GPU: ``L`` tokens of every full layer plus the windows
+        (``L * bytes_per_token`` for a model without windows)."""
+        return L * self.full_bytes_per_token + self.window_bytes(L)
 
     # -- per block ----------------------------------------------------------------------------------------------
     @property
@@ -77,19 +101,22 @@ class KVGeometry:
         raise ValueError(f"host_kv_dtype: must be one of {', '.join(HOST_KV_DTYPES)}, got {host_kv_dtype!r}")
 
     def host_bytes_per_block(self, host_kv_dtype: str = "auto") -> int:
-        """K and V of one block, all layers and KV heads, in the host copy (``host_bytes_per_block_head`` x rows)."""
+        """K and V of one block, all full layers and KV heads, in the host copy (``host_bytes_per_block_head`` x
+        rows)."""
         return self.host_bytes_per_block_head(host_kv_dtype) * self.rows_per_request
 
     def host_bytes_per_token(self, host_kv_dtype: str = "auto") -> float:
-        """``host_bytes_per_block / block_size``: a token's share of its block's host copy (float for fp8)."""
+        """``host_bytes_per_block / block_size``: a token's share of its block's host copy (float for fp8; full
+        layers only)."""
         if host_kv_dtype == "auto":
-            return float(self.bytes_per_token)
+            return float(self.full_bytes_per_token)
         return self.host_bytes_per_block(host_kv_dtype) / self.block_size
 
     @property
     def rows_per_request(self) -> int:
-        """(layer, KV head) rows one request contributes to the policy's row dimension R."""
-        return self.model.n_layers * self.model.n_kv_heads
+        """(layer, KV head) rows one request contributes to the policy's row dimension R: the full-attention layers
+        only (every layer for a model without windows)."""
+        return self.model.n_full_layers * self.model.n_kv_heads
 
     def n_blocks(self, L: int) -> int:
         """Blocks covering ``L`` tokens (the last one may be partly filled)."""
@@ -98,10 +125,11 @@ class KVGeometry:
 
     # -- paper formulas -----------------------------------------------------------------------------------------
     def m_kv(self, B: int, L: int) -> int:
-        """Paper eq. 1: ``M_KV(B, L) = B * L * N_layer * 2 * N_kv * d_h * s`` bytes (dense, token granularity)."""
+        """Paper eq. 1: ``M_KV(B, L) = B * L * N_layer * 2 * N_kv * d_h * s`` bytes (dense, token granularity); for a
+        hybrid model ``B * dense_bytes(L)`` (the windowed layers hold ``min(L, W)`` tokens)."""
         _check_int("KVGeometry.m_kv", "B", B, 0)
         _check_int("KVGeometry.m_kv", "L", L, 0)
-        return B * L * self.bytes_per_token
+        return B * self.dense_bytes(L)
 
     def b_max(self, budget_bytes: float, L: int) -> int:
         """Largest number of ``L``-token requests whose dense KV fits in ``budget_bytes``: ``floor(budget / M_KV(1, L))``."""
@@ -110,8 +138,9 @@ class KVGeometry:
         return int(budget_bytes // self.m_kv(1, L))
 
     def resident_bytes(self, top_k: int, local_blocks: int = 1) -> int:
-        """GPU bytes of one request's sparse working set: ``top_k + local_blocks`` blocks in every layer and KV
-        head (the resident set is per head, so each head holds its own ``top_k`` blocks)."""
+        """GPU bytes of one request's sparse working set: ``top_k + local_blocks`` blocks in every full layer and KV
+        head (the resident set is per head, so each head holds its own ``top_k`` blocks); the windows are apart
+        (``window_bytes``)."""
         _check_int("KVGeometry.resident_bytes", "top_k", top_k, 0)
         _check_int("KVGeometry.resident_bytes", "local_blocks", local_blocks, 0)
         return (top_k + local_blocks) * self.rows_per_request * self.bytes_per_block_head
@@ -122,8 +151,8 @@ class KVGeometry:
         return 2 * self.model.head_dim * self.dtype_bytes
 
     def summary_bytes(self, L: int) -> int:
-        """Bytes of the block summaries of an ``L``-token context, all layers and KV heads. At 16-token blocks this
-        is 1/16 of the blocks' K+V bytes (two vectors per block instead of 2 x 16)."""
+        """Bytes of the block summaries of an ``L``-token context, all full layers and KV heads. At 16-token blocks
+        this is 1/16 of the blocks' K+V bytes (two vectors per block instead of 2 x 16)."""
         return self.n_blocks(L) * self.rows_per_request * self.summary_bytes_per_block_head
 
 

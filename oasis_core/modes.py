@@ -40,7 +40,7 @@ class Mode:
     # the GPU working set is a hot cache of ExecConfig.hot_slots (>= top_k) blocks per row, evicted least recently
     # used, of which attention reads only the step's selected top-K (hisparse); else it is the top-K itself
     hot_cache: bool = False
-    # the executor decodes it speculatively with ExecConfig.speculative_k > 0 (oasis_exec.speculative): its verify
+    # the executor decodes it speculatively with ExecConfig.speculative_k > 0 (oasis_exec.runner.speculative): its verify
     # pass is written for the paged whole cache (dense) and for the background working set (lookahead)
     speculative: bool = False
 

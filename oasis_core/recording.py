@@ -157,6 +157,13 @@ def _check_config(c) -> None:
         _str_field("config.host_kv_dtype", c["host_kv_dtype"], HOST_KV_DTYPES)
     if c.get("tensor_parallel") is not None:  # optional: the ranks of a tensor-parallel run (its rank 0 recorded)
         _int_field("config.tensor_parallel", c["tensor_parallel"], 1)
+    if c.get("layer_windows") is not None:  # optional: per layer, null (full) or its window in tokens (hybrid)
+        lw = c["layer_windows"]
+        if not isinstance(lw, list) or not lw:
+            raise _Problem("config.layer_windows", f"must be a non-empty list or null, got {_show_typed(lw)}")
+        for i, w in enumerate(lw):
+            if w is not None:
+                _int_field(f"config.layer_windows[{i}]", w, 1)
     if c.get("speculative_k") is not None:  # optional: a speculative run's draft length (int, auto, auto:N)
         from .speculation import parse_spec
 

@@ -1,6 +1,6 @@
 """Recorded selected block sets of an executor run (``--record-path``) and their replay at any model shape.
 
-numpy only; no torch. The executor writes the file (``oasis_exec.runner``: ``ExecConfig.record_path``) when the
+numpy only; no torch. The executor writes the file (``oasis_exec.runner.runner``: ``ExecConfig.record_path``) when the
 engine closes; ``selection=replay`` (``ExecConfig.replay_path``) reads it back through :class:`SetReplay`, and the
 simulator replays the same file: it is also a valid *selection file* of ``traces/SCHEMA.md`` ("Selected block
 sets", ``oasis_core.recording.load_selection``), so one format serves both backends.

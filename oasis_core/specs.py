@@ -68,6 +68,13 @@ class ModelSpec:
     model and is kept only as the config's nominal dense intermediate size.
     Parameter counts are derived from the shapes (attention projections, SwiGLU MLP or experts plus router,
     RMSNorm weights, embeddings and LM head), so they can be checked against the published totals.
+
+    Hybrid attention: ``layer_windows`` gives, per layer, how that layer attends: ``None`` for the full context, an
+    integer W for a sliding window of the last W tokens (the token itself included). The empty tuple (the default)
+    means every layer is full. Only full layers grow with the context, so only they have a host copy, summaries,
+    selection, transfers and the draft's lookahead; a windowed layer keeps a ring of its last W tokens on the GPU
+    and attends it densely. ``sliding_rope_theta`` is the RoPE base of the windowed layers (``None``: the same as
+    ``rope_theta``, which is then the full layers' base). Build a periodic pattern with ``periodic_windows``.
     """
 
     name: str
@@ -87,9 +94,9 @@ class ModelSpec:
     n_experts: int = 0
     experts_active: int = 0
     moe_mlp_hidden: int = 0
-    # Hybrid attention: per layer, None (full attention over the whole context) or W (a sliding window: the layer's
-    # query at position p attends positions p - W + 1 .. p). None for the field: every layer full (Llama, Qwen3).
-    layer_windows: Optional[Tuple[Optional[int], ...]] = None
+    layer_windows: Tuple[Optional[int], ...] = ()  # per layer: None = full attention, W = sliding window of W tokens
+    sliding_rope_theta: Optional[float] = None  # RoPE base of the windowed layers; None = rope_theta
+    expert_bytes_per_param: Optional[float] = None  # MoE experts' storage (MXFP4: 0.53125 B); None = dtype_bytes
 
     def __post_init__(self):
         owner = "ModelSpec"
@@ -116,15 +123,6 @@ class ModelSpec:
             raise ValueError(
                 f"{owner}.n_q_heads: must be a multiple of n_kv_heads ({self.n_kv_heads}), got {self.n_q_heads}"
             )
-        if self.layer_windows is not None:
-            if not isinstance(self.layer_windows, tuple) or len(self.layer_windows) != self.n_layers:
-                raise ValueError(
-                    f"{owner}.layer_windows: must be a tuple of n_layers={self.n_layers} entries (None or a window "
-                    f"in tokens), got {self.layer_windows!r}"
-                )
-            for w in self.layer_windows:
-                if w is not None:
-                    _check_int(owner, "layer_windows", w, 1)
         if self.n_experts:
             if not 1 <= self.experts_active <= self.n_experts:
                 raise ValueError(
@@ -141,6 +139,47 @@ class ModelSpec:
                     raise ValueError(
                         f"{owner}.{name}: must be 0 for a dense model (n_experts=0), got {getattr(self, name)}"
                     )
+        _check_windows(owner, self.layer_windows, self.n_layers)
+        if self.sliding_rope_theta is not None:
+            _check_real(owner, "sliding_rope_theta", self.sliding_rope_theta)
+        if self.expert_bytes_per_param is not None:
+            _check_real(owner, "expert_bytes_per_param", self.expert_bytes_per_param)
+            if not self.n_experts:
+                raise ValueError(
+                    f"{owner}.expert_bytes_per_param: must be None for a dense model (n_experts=0), "
+                    f"got {self.expert_bytes_per_param!r}"
+                )
+
+    # -- per-layer attention kind -----------------------------------------------------------------------------
+    def layer_window(self, layer: int) -> Optional[int]:
+        """The window of layer ``layer`` in tokens, or ``None`` when it attends the full context."""
+        if not 0 <= layer < self.n_layers:
+            raise ValueError(f"ModelSpec.layer_window: layer must be in [0, {self.n_layers}), got {layer}")
+        return self.layer_windows[layer] if self.layer_windows else None
+
+    @property
+    def is_hybrid(self) -> bool:
+        """True when some layer attends a sliding window."""
+        return any(w is not None for w in self.layer_windows)
+
+    @property
+    def full_layers(self) -> Tuple[int, ...]:
+        """Indices of the full-attention layers, ascending (every layer for a model without windows)."""
+        return tuple(l for l in range(self.n_layers) if self.layer_window(l) is None)
+
+    @property
+    def sliding_layers(self) -> Tuple[int, ...]:
+        """Indices of the sliding-window layers, ascending (none for a model without windows)."""
+        return tuple(l for l in range(self.n_layers) if self.layer_window(l) is not None)
+
+    @property
+    def n_full_layers(self) -> int:
+        return len(self.full_layers)
+
+    @property
+    def rope_theta_sliding(self) -> float:
+        """The RoPE base a windowed layer uses."""
+        return self.rope_theta if self.sliding_rope_theta is None else self.sliding_rope_theta
 
     # -- shape facts ------------------------------------------------------------------------------------------
     @property
@@ -151,15 +190,6 @@ class ModelSpec:
     def gqa_group(self) -> int:
         """Query heads sharing one KV head."""
         return self.n_q_heads // self.n_kv_heads
-
-    def window_of(self, layer: int) -> Optional[int]:
-        """Layer ``layer``'s sliding window in tokens, or None for a full-attention layer."""
-        return None if self.layer_windows is None else self.layer_windows[layer]
-
-    @property
-    def full_layers(self) -> Tuple[int, ...]:
-        """The layers that attend the whole context (every layer unless ``layer_windows`` says otherwise)."""
-        return tuple(i for i in range(self.n_layers) if self.window_of(i) is None)
 
     @property
     def q_dim(self) -> int:
@@ -210,18 +240,90 @@ class ModelSpec:
         return self.n_layers * per_layer + self.embedding_params + self.hidden
 
     # -- bytes ------------------------------------------------------------------------------------------------
+    def _expert_params_per_layer(self, experts: int) -> int:
+        return experts * 3 * self.hidden * self.moe_mlp_hidden
+
+    def _with_experts(self, params: int, experts: int) -> int:
+        """Bytes of ``params`` parameters of which ``experts`` experts' matrices a layer are stored at
+        ``expert_bytes_per_param`` and the rest at ``dtype_bytes``."""
+        if self.expert_bytes_per_param is None:
+            return params * self.dtype_bytes
+        e = self._expert_params_per_layer(experts) * self.n_layers
+        return int(round((params - e) * self.dtype_bytes + e * self.expert_bytes_per_param))
+
     @property
     def weight_bytes(self) -> int:
-        return self.params_total * self.dtype_bytes
+        return self._with_experts(self.params_total, self.n_experts)
 
     @property
     def active_weight_bytes(self) -> int:
-        return self.params_active * self.dtype_bytes
+        return self._with_experts(self.params_active, self.experts_active)
+
+    @property
+    def layer_active_weight_bytes(self) -> int:
+        """Weight bytes one decode token reads in one layer: attention and the active MLP (routed experts at
+        ``expert_bytes_per_param``)."""
+        params = self.attn_params_per_layer + self.active_mlp_params_per_layer
+        if self.expert_bytes_per_param is None:
+            return params * self.dtype_bytes
+        e = self._expert_params_per_layer(self.experts_active)
+        return int(round((params - e) * self.dtype_bytes + e * self.expert_bytes_per_param))
 
     @property
     def kv_bytes_per_token(self) -> int:
-        """K and V of one token over all layers and KV heads, at the model's dtype (paper eq. 1 with B = L = 1)."""
-        return self.n_layers * 2 * self.n_kv_heads * self.head_dim * self.dtype_bytes
+        """K and V of one token over all layers and KV heads, at the model's dtype (paper eq. 1 with B = L = 1).
+        For a hybrid model this is what a cache without windows would hold; see ``kv_bytes`` for the real size."""
+        return self.n_layers * self.kv_bytes_per_token_layer
+
+    @property
+    def kv_bytes_per_token_layer(self) -> int:
+        """K and V of one token in one layer, all KV heads."""
+        return 2 * self.n_kv_heads * self.head_dim * self.dtype_bytes
+
+    @property
+    def full_kv_bytes_per_token(self) -> int:
+        """K and V of one token over the full-attention layers only: what grows with the context."""
+        return self.n_full_layers * self.kv_bytes_per_token_layer
+
+    @property
+    def window_kv_bytes(self) -> int:
+        """The fixed bytes of every windowed layer's ring of W tokens, one request (0 without windows)."""
+        return sum(self.layer_windows[l] for l in self.sliding_layers) * self.kv_bytes_per_token_layer
+
+    def window_kv_bytes_at(self, context_tokens: int) -> int:
+        """The windowed layers' K and V of one request at ``context_tokens`` tokens: min(context, W) a layer."""
+        return sum(min(context_tokens, self.layer_windows[l]) for l in self.sliding_layers) * (
+            self.kv_bytes_per_token_layer
+        )
+
+    def kv_bytes(self, context_tokens: int) -> int:
+        """K and V of one request at ``context_tokens`` tokens: the full layers' every token plus each window's
+        last min(context, W) tokens (``context_tokens * kv_bytes_per_token`` for a model without windows)."""
+        return context_tokens * self.full_kv_bytes_per_token + self.window_kv_bytes_at(context_tokens)
+
+
+def _check_windows(owner: str, windows, n_layers: int) -> None:
+    if not isinstance(windows, tuple):
+        raise ValueError(f"{owner}.layer_windows: must be a tuple, got {windows!r} ({_type_name(windows)})")
+    if windows and len(windows) != n_layers:
+        raise ValueError(
+            f"{owner}.layer_windows: must be empty or hold one entry per layer ({n_layers}), got {len(windows)}"
+        )
+    for l, w in enumerate(windows):
+        if w is not None and (isinstance(w, bool) or not isinstance(w, numbers.Integral) or w < 1):
+            raise ValueError(f"{owner}.layer_windows[{l}]: must be None (full) or an integer >= 1, got {w!r}")
+
+
+def periodic_windows(n_layers: int, window: int, period: int, full_at: int) -> Tuple[Optional[int], ...]:
+    """``layer_windows`` of a model whose layer ``l`` is full when ``l % period == full_at`` and a window of
+    ``window`` tokens otherwise: Gemma 3 is ``period=6, full_at=5`` (layers 5, 11, 17, ...), GPT-OSS
+    ``period=2, full_at=1`` (odd layers full)."""
+    for name, value, minimum in (("n_layers", n_layers, 1), ("window", window, 1), ("period", period, 1)):
+        _check_int("periodic_windows", name, value, minimum)
+    _check_int("periodic_windows", "full_at", full_at, 0)
+    if full_at >= period:
+        raise ValueError(f"periodic_windows.full_at: must be in [0, period={period}), got {full_at}")
+    return tuple(None if l % period == full_at else window for l in range(n_layers))
 
 
 # Sources: the HuggingFace config.json of each model (hidden_size, intermediate_size, num_hidden_layers,
@@ -312,6 +414,77 @@ MODELS: Mapping[str, ModelSpec] = {
             rope_theta=1e5,
             rms_eps=1e-5,
             tie_embeddings=True,
+        ),
+        # Hybrid models: a few full layers among sliding-window ones (ModelSpec.layer_windows).
+        # Gemma 3 270M, the second real model here (../shared/models/README.md; the GGUF's metadata and
+        # transformers' Gemma3TextConfig, https://huggingface.co/google/gemma-3-270m/blob/main/config.json):
+        # layer_types full at 5, 11, 17 (sliding_window_pattern 6), sliding_window 512, RoPE 1e6 full / 1e4 local.
+        # Its gated MLP is GELU-tanh (same three matrices as SwiGLU) and it has four norms a layer (two counted here).
+        ModelSpec(
+            name="gemma3-270m",
+            n_layers=18,
+            n_q_heads=4,
+            n_kv_heads=1,
+            head_dim=256,
+            hidden=640,
+            mlp_hidden=2048,
+            vocab=262144,
+            max_context_tokens=32768,
+            qk_norm=True,
+            rope_theta=1e6,
+            rms_eps=1e-6,
+            tie_embeddings=True,
+            layer_windows=periodic_windows(18, 512, period=6, full_at=5),
+            sliding_rope_theta=1e4,
+        ),
+        # Gemma 3 27B (text part): https://huggingface.co/google/gemma-3-27b-it/blob/main/config.json text_config
+        # (hidden_size 5376, intermediate_size 21504, num_hidden_layers 62, num_attention_heads 32,
+        # num_key_value_heads 16, head_dim 128, sliding_window 1024, sliding_window_pattern 6 -> 5 local : 1 global,
+        # vocab_size 262208, max_position_embeddings 131072, RoPE 1e6 global with linear scaling x8 / 1e4 local);
+        # Gemma 3 technical report (arXiv 2503.19786), 5:1 local:global with 1024-token windows, 128K context.
+        ModelSpec(
+            name="gemma3-27b",
+            n_layers=62,
+            n_q_heads=32,
+            n_kv_heads=16,
+            head_dim=128,
+            hidden=5376,
+            mlp_hidden=21504,
+            vocab=262208,
+            max_context_tokens=131072,
+            qk_norm=True,
+            rope_theta=1e6,
+            rms_eps=1e-6,
+            tie_embeddings=True,
+            layer_windows=periodic_windows(62, 1024, period=6, full_at=5),
+            sliding_rope_theta=1e4,
+        ),
+        # GPT-OSS-120B: https://huggingface.co/openai/gpt-oss-120b/blob/main/config.json (num_hidden_layers 36,
+        # layer_types alternating sliding_attention / full_attention from layer 0, sliding_window 128,
+        # num_attention_heads 64, num_key_value_heads 8, head_dim 64, hidden_size 2880, intermediate_size 2880,
+        # num_local_experts 128, num_experts_per_tok 4, vocab_size 201088, max_position_embeddings 131072,
+        # rope_theta 150000 with YaRN x32, rms_norm_eps 1e-5, untied); the same values are transformers'
+        # GptOssConfig defaults. Model card (arXiv 2508.10925): 116.8B total parameters, MoE weights in MXFP4 (4.25
+        # bits a parameter: 4-bit values and one 8-bit scale per 32) so that the model fits one 80 GB GPU; the rest
+        # bf16. Not modelled: attention biases and per-head sinks (a few MB).
+        ModelSpec(
+            name="gpt-oss-120b",
+            n_layers=36,
+            n_q_heads=64,
+            n_kv_heads=8,
+            head_dim=64,
+            hidden=2880,
+            mlp_hidden=2880,
+            vocab=201088,
+            max_context_tokens=131072,
+            qk_norm=False,
+            rope_theta=1.5e5,
+            rms_eps=1e-5,
+            n_experts=128,
+            experts_active=4,
+            moe_mlp_hidden=2880,
+            layer_windows=periodic_windows(36, 128, period=2, full_at=1),
+            expert_bytes_per_param=4.25 / 8,
         ),
         # A toy shape for CPU tests: small enough to run a real forward pass in milliseconds.
         ModelSpec(

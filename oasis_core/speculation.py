@@ -1,5 +1,5 @@
 """Adaptive speculation length: the draft length ``k`` of each request chosen online from its measured acceptance
-(issue 18). Standard library only; the executor (``oasis_exec.runner``) and the simulator (``oasis_sim.engine``) use
+(issue 18). Standard library only; the executor (``oasis_exec.runner.runner``) and the simulator (``oasis_sim.engine``) use
 it unchanged.
 
 **The speed identity** (issue 18): a step drafting ``k`` tokens, each accepted at rate ``α``, whose draft costs

@@ -18,7 +18,6 @@ import sys
 from oasis_core import cliargs
 from oasis_core.cliargs import CliError, OneLineParser
 
-from .cli_checks import writable_path
 from .config import (
     BenchConfig,
     ExecConfig,
@@ -27,6 +26,7 @@ from .config import (
     bench_config,
     engine_config,
 )
+from .tools.cli_checks import writable_path
 
 BENCH_SETS = ("max_context",)  # ExecConfig fields bench derives from its own options
 ENGINE_GROUP = "engine (oasis_exec.config.ExecConfig)"
@@ -48,7 +48,7 @@ def build_parser() -> OneLineParser:
         add_serve_command = None
     if add_serve_command is not None:
         add_serve_command(sub)
-    from .quality.cli import add_quality_command
+    from .tools.quality.cli import add_quality_command
 
     add_quality_command(sub)
     return ap
@@ -111,7 +111,7 @@ def _prompt_tokens(path: str, model_path: str) -> list:
 
 
 def run_bench_command(cfg: ExecConfig, bc: BenchConfig) -> int:
-    from .bench import run_bench, run_bench_tp, write_record
+    from .tools.bench import run_bench, run_bench_tp, write_record
 
     toks = _prompt_tokens(bc.prompt_text, cfg.model_path) if bc.prompt_text else None
     args = (cfg, bc.context, bc.concurrency, bc.steps, bc.warmup, bc.host_fill, toks, bc.prompt_text)
@@ -120,7 +120,7 @@ def run_bench_command(cfg: ExecConfig, bc: BenchConfig) -> int:
         return 0
     write_record(rec, bc.out)
     if bc.record:
-        from .recorder import write_bench_recording
+        from .tools.recorder import write_bench_recording
 
         write_bench_recording(bc.record, rec, cfg, hardware=bc.record_hardware)
         print(f"wrote recording {bc.record}", file=sys.stderr)
@@ -128,8 +128,8 @@ def run_bench_command(cfg: ExecConfig, bc: BenchConfig) -> int:
 
 
 def run_generate_command(cfg: ExecConfig, ids: list[int], max_tokens: int) -> int:
-    from .engine import Engine
-    from .scheduler import SamplingParams
+    from .engine.engine import Engine
+    from .engine.scheduler import SamplingParams
 
     eng = Engine(cfg)
     try:

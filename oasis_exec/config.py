@@ -18,7 +18,7 @@ from oasis_core.specs import MODELS, MODES, PAPER_SPARSITY
 SOURCES = ("model", "synthetic", "replay")
 TRANSFERS = ("host", "uva", "auto")
 # stream_priority -> (captured step, prediction stream, copy stream) CUDA priorities (0 is torch's default; -1, -2
-# higher; oasis_exec.pipeline creates the streams). normal: all level; high: both side streams above the step; low:
+# higher; oasis_exec.workingset.prefetcher creates the streams). normal: all level; high: both side streams above the step; low:
 # both below it; pred_low: the prediction stream below, the copy level with it; pred_low_copy_high: the prediction
 # below, the copy above.
 STREAM_PRIORITIES = {
@@ -81,7 +81,7 @@ class ExecConfig(speculation.SpeculativeFields):
         "above top_k a victim cache, blocks the prediction dropped stay until least recently selected (a block that "
         "comes back is a hit, not a fetch) and attention reads the top_k most recently selected "
         "(oasis_core.selection.attend_slots); None: 3 x top_k where the requests the config names (max_lanes, "
-        "host_requests, host_kv_gb) fit kv_budget_gb at that size, else top_k (oasis_exec.kv_layout.victim_slots); "
+        "host_requests, host_kv_gb) fit kv_budget_gb at that size, else top_k (oasis_exec.kv.layout.victim_slots); "
         "top_k: the paper's working set",
     )
     fetch_ratio: float = _f(
@@ -92,7 +92,7 @@ class ExecConfig(speculation.SpeculativeFields):
         "fetch-cap policy spec (oasis_core.fetchcap.get_policy: fixed:R, unlimited, "
         "budget[:FRACTION][,min_cap=N][,max_ratio=R][,first_ratio=R], drift, per-layer:R, recall:T, or a name "
         "registered by a module in $OASIS_POLICY_MODULES: docs/policies.md), evaluated on "
-        "the device each step (oasis_exec.fetch_caps); None: fixed at fetch_ratio; "
+        "the device each step (oasis_exec.workingset.fetch_caps); None: fixed at fetch_ratio; "
         "retrieval always fetches its whole set",
     )
     link_gb_s: float = _f(
@@ -117,13 +117,13 @@ class ExecConfig(speculation.SpeculativeFields):
         "element type of the host copy of K and V (sparse modes): auto (the compute dtype) | fp8_e4m3 "
         "(float8_e4m3fn with a float32 scale per (layer, block, KV head) of K and of V: half the host memory and "
         "half the bytes a fetch moves; dequantized to the compute dtype as it is copied into the GPU slots, which "
-        "stay in the compute dtype; oasis_exec.host_quant)",
+        "stay in the compute dtype; oasis_exec.kv.host_quant)",
         HOST_KV_DTYPES,
     )
     transfer: str = _f(
         "auto",
         "host (threaded gather into pinned staging + one DMA) | uva (direct-read gather "
-        "kernel) | auto (path and programs measured on the H200: oasis_exec/transfer_table.json)",
+        "kernel) | auto (path and programs measured on the H200: oasis_exec/transfer/table.json)",
         TRANSFERS,
     )
     host_threads: int = _f(8, "CPU threads of the host gather")
@@ -245,7 +245,7 @@ class ExecConfig(speculation.SpeculativeFields):
         0,
         "speculative decoding: the draft head drafts this many tokens a step as a chain, one target pass verifies "
         "them (greedy acceptance, rejection sampling above temperature 0) and every accepted token is emitted "
-        "(modes dense and lookahead; < block_size; speculative steps run eagerly; oasis_exec.speculative); "
+        "(modes dense and lookahead; < block_size; speculative steps run eagerly; oasis_exec.runner.speculative); "
         "auto | auto:N: the length chosen per request every step in [0, N] (auto: N = 4, below block_size) from its "
         "measured acceptance and the draft's relative cost (oasis_core.speculation); 0: off",
         type=speculation.cli_value,
@@ -261,7 +261,7 @@ class ExecConfig(speculation.SpeculativeFields):
         "tensor-parallel ranks: each owns a contiguous run of the KV heads (uneven when they do not divide: 3 over 2 "
         "is 2 + 1), their query heads and a share of the MLP, with its own working set, summaries, per-head maps, "
         "prefetch pipeline and host pool share; one all-reduce after attention and one after the MLP; embedding, LM "
-        "head and draft head replicated (oasis_exec.tensor_parallel). bench spawns the ranks (gloo on the CPU, NCCL "
+        "head and draft head replicated (oasis_exec.model.tensor_parallel). bench spawns the ranks (gloo on the CPU, NCCL "
         "with one GPU a rank) or runs under torchrun",
     )
     synthetic_accept: dict | None = _f(
@@ -422,7 +422,7 @@ class ExecConfig(speculation.SpeculativeFields):
     def resident_slots(self) -> int:
         """Selectable GPU slots per (lane, layer, KV head) of a sparse mode as configured: ``top_k``, the hot
         cache's ``hot_slots`` (default ``2 * top_k``) in a mode with one, or a background mode's ``hot_slots``
-        (a victim cache; at None ``top_k`` here, which ``oasis_exec.kv_layout.victim_slots`` may grow to
+        (a victim cache; at None ``top_k`` here, which ``oasis_exec.kv.layout.victim_slots`` may grow to
         3 x top_k where the budget has room: the built store's ``S`` is what runs)."""
         return self.mode_spec.resident_slots(self.top_k, self.hot_slots)
 
@@ -459,7 +459,7 @@ class ExecConfig(speculation.SpeculativeFields):
 
 @dataclass(frozen=True)
 class BenchConfig:
-    """What ``python -m oasis_exec bench`` runs on the engine (``oasis_exec.bench``)."""
+    """What ``python -m oasis_exec bench`` runs on the engine (``oasis_exec.tools.bench``)."""
 
     context: int = _f(16384, "prompt tokens of every request")
     concurrency: int = _f(

@@ -1,7 +1,7 @@
 """fp8 (e4m3) host copies: the Triton helpers that quantize a (block, head) unit and dequantize it again.
 
 The host pool may hold K and V as float8_e4m3fn with one float32 scale per (layer, block, KV head) of K and of V
-(``ExecConfig.host_kv_dtype="fp8_e4m3"``, ``oasis_exec.host_quant`` is the plain-torch reference). A unit of
+(``ExecConfig.host_kv_dtype="fp8_e4m3"``, ``oasis_exec.kv.host_quant`` is the plain-torch reference). A unit of
 ``bs * D`` values ``x`` is stored as ``q = e4m3(clamp(x * (448 / amax), -448, 448))`` and ``scale = amax / 448``
 (``amax = max |x|`` over the unit; ``amax == 0``: scale 1, q 0); it reads back as ``q * scale`` in the compute dtype.
 

@@ -1,7 +1,7 @@
 """Fused elementwise ops of the decoder layer: RMSNorm, residual add + RMSNorm, q/k norm + RoPE + v copy, SwiGLU.
 
 The dense decode step is launch-bound at small batch: plain torch spends ~8 kernels on one RMSNorm and ~20 on RoPE.
-Each op here is one launch, with the plain-torch semantics of ``oasis_exec.model`` (the references below are the
+Each op here is one launch, with the plain-torch semantics of ``oasis_exec.model.decoder`` (the references below are the
 same expressions):
 
 - ``rms_norm(x, w, eps)``: ``(xf * rsqrt(mean(xf^2) + eps)).to(x.dtype) * w`` with ``xf = x.float()``. x
@@ -287,7 +287,7 @@ def qk_norm_rope(y, pos, hq, hk, d, q_w=None, k_w=None, eps=1e-6, theta=10000.0,
 
 
 def rope_ref(x, pos, theta):
-    """Rotate-half RoPE (same expression as ``oasis_exec.model.rope``). x: [..., T, H, D]; pos: int [..., T]."""
+    """Rotate-half RoPE (same expression as ``oasis_exec.model.decoder.rope``). x: [..., T, H, D]; pos: int [..., T]."""
     d = x.shape[-1]
     inv = 1.0 / (theta ** (torch.arange(0, d, 2, device=x.device, dtype=torch.float32) / d))
     ang = pos.to(torch.float32)[..., None] * inv

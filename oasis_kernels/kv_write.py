@@ -11,7 +11,7 @@
 
 It replaces two advanced-indexing assignments (``cache[row, off] = new``), which cost several small kernels each
 (index arithmetic, ``index_put``): on the H200 about 0.43 ms of a 10.2 ms dense step at batch 8 (36 layers).
-``kv_write_ref`` is that plain-torch assignment with the -1 skip (the tests' reference; ``oasis_exec.ops`` keeps a
+``kv_write_ref`` is that plain-torch assignment with the -1 skip (the tests' reference; ``oasis_exec.runner.ops`` keeps a
 mask-free copy of it for CPU runs, where every row is live and a boolean mask would force a host sync on CUDA).
 """
 

@@ -284,6 +284,11 @@ class SimConfig(speculation.SpeculativeFields):
             bad("rate_rps", "must be set for arrival=poisson")
         if self.selection == "replay" and not self.replay_file:
             bad("replay_file", "must name a file for selection=replay")
+        spec = specs.get_model(self.model)
+        if mode.selects and not spec.n_full_layers:
+            bad("mode", f"selects blocks of the full-attention layers, and every layer of {self.model} is windowed")
+        if self.prefix_cache and spec.is_hybrid:
+            bad("prefix_cache", f"is not modelled for a hybrid model (windowed layers), got model={self.model}")
         if self.host_kv_dtype != "auto":
             if not mode.sparse:
                 bad("host_kv_dtype", f"only a sparse mode keeps a host copy, not mode={self.mode}")

@@ -21,7 +21,7 @@ host copy's bytes (``KVGeometry.host_bytes_per_block_head``: half of bf16's, plu
 times follow; the GPU's attention and summary reads keep the KV dtype (the executor dequantizes in the copy).
 
 Speculative decoding (``SimConfig.speculative_k``, modes ``dense`` and ``lookahead``; the executor's
-``oasis_exec.speculative``): a decode step in which no request is short or crossing drafts ``k_r`` tokens for
+``oasis_exec.runner.speculative``): a decode step in which no request is short or crossing drafts ``k_r`` tokens for
 request ``r`` (fixed: ``speculative_k``, the batch's least ``max_tokens - generated - 1`` bounding it; ``auto``:
 ``oasis_core.speculation.AdaptiveK`` per request, as the executor) and verifies ``K = max k_r`` for all (a
 request's drafts past its own ``k_r`` count as rejected, as the executor's pass). It costs the draft chain, ``K``
@@ -38,6 +38,15 @@ happen ``1 / (1 + n)`` times as often; TPOT (per request: time / tokens) follows
 the pass, as the executor's speculative step runs them (its prediction needs the step's acceptance; measured on the
 H200, experiments/speculative_decoding/README.md): every layer's prediction and selection, then its copy, the
 prediction one layer ahead of the copy, none beside the pass's compute.
+
+Hybrid models (``ModelSpec.layer_windows``, ``oasis_sim.layer_kinds``): only the full-attention layers have the
+sparse machinery. Rows, fetches, first fills, remote units and transfers count the full layers (``Lf`` of them),
+each full layer's transfer carrying ``1 / Lf`` of the step's bytes; prediction, selection, the side stream's HBM
+traffic, the sparse overhead and the uva gather's SM share sit on the full layers alone. A windowed layer of window
+W runs the step's GEMMs (the draft row included: the draft token's query must pass it to reach the next full layer)
+and attends ``min(ctx, W)`` tokens of every decode request densely (``K + 1`` reads in a speculative step), its
+prefill attention over the window; no side work, no transfer. The step then has per-layer durations (lists in
+``LayerWork``); a model without windows keeps the scalars, float for float.
 
 Per step the engine records (``StepLog``): start, duration, decode and prefill tokens, host→GPU bytes, stall (and,
 not in ``steps.csv``, the tokens the decodes emitted).
@@ -58,6 +67,7 @@ from oasis_core.speculation import AdaptiveK, ChainAcceptance
 
 from .config import SimConfig
 from .hardware import GPU
+from .layer_kinds import LayerKinds
 from .pipeline import LayerPipeline, LayerWork, StepTiming, at
 from .policy import StepLink, cap_policy
 from .predictor import TimePredictor
@@ -95,6 +105,8 @@ class Engine:
         self.env, self.cfg, self.geo, self.gpu, self.sched, self.pred = env, cfg, geo, gpu, sched, predictor
         m = geo.model
         self.L = m.n_layers
+        self.kinds = LayerKinds(m)
+        self.Lf = self.kinds.n_full  # layers with a sparse working set: all L without windows
         self.kvh = m.n_kv_heads
         self.h2d_Bps = h2d_Bps
         self.h2d_lat = h2d_latency_s
@@ -197,7 +209,8 @@ class Engine:
         return v
 
     def execute(self, plan: Plan):
-        cfg, pred, L, kvh = self.cfg, self.pred, self.L, self.kvh
+        cfg, pred, L, Lf, kvh = self.cfg, self.pred, self.L, self.Lf, self.kvh
+        kinds = self.kinds
         mode = modes.get(cfg.mode)
         short = self.short
         n_dec = len(plan.decode)
@@ -207,6 +220,7 @@ class Engine:
             r, n = ch.req, ch.n
             pf_attn += pred.time("attn_prefill", {"tokens": n, "past_tokens": r.prefill_done})
             n_pf += n
+        win_attn = self._window_prefill(plan) if kinds.hybrid else None  # W -> a windowed layer's attention
         n_dense = 0  # decode requests running resident-dense in a sparse mode
         if short is not None:
             for r in plan.decode:
@@ -219,7 +233,8 @@ class Engine:
             gemm_tokens = n_dec * (K + 1) + n_pf
         else:
             gemm_tokens = n_dec + n_pf + (n_sel if mode.drafts else 0)  # + draft token per request
-        c = self._per_token(gemm_tokens) + pf_attn
+        base = self._per_token(gemm_tokens)
+        c = base + pf_attn
 
         # Decode attention, selection work and transfers.
         fetch_slices = 0.0  # (block, head) slices over all layers planned this step for the next
@@ -267,12 +282,12 @@ class Engine:
                 else:
                     f, _miss, rec, rem = pol.next(link)  # an exact episode (rscale 1)
                 if rpf and rem:
-                    u = rem * pol.rscale * L * kvh
+                    u = rem * pol.rscale * Lf * kvh
                     remote_units += u
                     remote.received(r, u * self.bpbh)
                 self.miss_sum += _miss
                 self.sel_n += 1
-                sl = f * L * kvh
+                sl = f * Lf * kvh
                 r.fetch_blocks += sl
                 r.recall_sum += rec
                 r.recall_n += 1
@@ -286,6 +301,10 @@ class Engine:
             c += pred.time("attn_decode", {"kv_bytes": ctx_tokens * self.bpt_layer * (K + 1 if K else 1)})
         elif n_dec:
             c += pred.time("attn_decode", {"kv_bytes": att_tokens * self.bpt_layer})  # one read for all positions
+        if win_attn is not None and n_dec:  # a windowed layer reads min(ctx, W) tokens a request, once a position
+            reads = K + 1 if K else 1
+            for w, tok in kinds.window_tokens([r.prompt + r.generated for r in plan.decode]).items():
+                win_attn[w] += pred.time("attn_decode", {"kv_bytes": tok * self.bpt_layer * reads})
         score_s = topk_s = sel_s = 0.0
         side_bytes = 0.0  # HBM bytes per layer the side stream moves (summary reads, top-K, landing transfers)
         if mode.selects and n_sel:
@@ -306,7 +325,7 @@ class Engine:
                 n_offload_pf -= n
                 continue
             if r.policy is not None and r.prefill_done + n >= r.prefill_target:
-                sl = r.policy.first_fill() * L * kvh
+                sl = r.policy.first_fill() * Lf * kvh
                 r.fetch_blocks += sl
                 fill += sl
 
@@ -316,18 +335,18 @@ class Engine:
             c += score_s + topk_s
         net_bytes = 0.0
         if mode.on_demand:
-            layer_bytes = (inline_slices + fill) / L * self.host_bpbh
+            layer_bytes = (inline_slices + fill) / Lf * self.host_bpbh
             c += score_s + topk_s + sel_s + self._copy_s(layer_bytes)
             h2d = (inline_slices + fill) * self.host_bpbh
             x = 0.0
         elif background:
-            layer_bytes = (fetch_slices + fill) / L * self.host_bpbh
+            layer_bytes = (fetch_slices + fill) / Lf * self.host_bpbh
             x = self._copy_s(layer_bytes)
             if rpf and remote_units > 0:
                 # Remote misses cross the NIC first; a layer's transfer waits for its share of them.
                 net_bytes = remote_units * self.bpbh
-                x = max(x, self.remote.fetch_s(net_bytes) / L)
-            h2d = layer_bytes * L
+                x = max(x, self.remote.fetch_s(net_bytes) / Lf)
+            h2d = layer_bytes * Lf
             side_bytes += layer_bytes
             if not K:  # (a speculative step runs its side work after the pass: nothing beside the compute)
                 if cfg.transfer_path == "uva":
@@ -359,8 +378,10 @@ class Engine:
             self.d2h_bytes += nbytes
             self.gpu.d2h.account(nbytes, offload_s)
 
+        compute_s = c if win_attn is None else kinds.per_layer(c, {w: base + a for w, a in win_attn.items()})
         if K:
-            verify_s = L * c + head_s + tail_s  # the verify pass on the compute stream
+            layers_s = L * c if win_attn is None else sum(compute_s)
+            verify_s = layers_s + head_s + tail_s  # the verify pass on the compute stream
             if self.cfg.speculative_gamma is not None:
                 draft_s = K * self.cfg.speculative_gamma * verify_s
             if self.spec_policy is not None:
@@ -368,11 +389,13 @@ class Engine:
             head_s += draft_s  # the chain runs on the compute stream before the layers
             if background:  # the next step's prediction needs the acceptance: after the pass, not beside it
                 side = score_s + topk_s + sel_s
-                tail_s += L * max(side, x) + min(side, x)  # layer by layer, prediction one layer ahead of its copy
+                tail_s += Lf * max(side, x) + min(side, x)  # layer by layer, prediction one layer ahead of its copy
                 background = False
-        work = LayerWork(
-            L, head_s, c, tail_s, background, score_s + topk_s if background else 0.0, sel_s if background else 0.0, x
-        )
+        side_s, sel_bg = score_s + topk_s if background else 0.0, sel_s if background else 0.0
+        if win_attn is not None and background:  # side work and transfers on the full layers only
+            zero = dict.fromkeys(kinds.distinct, 0.0)
+            side_s, sel_bg, x = (kinds.per_layer(v, zero) for v in (side_s, sel_bg, x))
+        work = LayerWork(L, head_s, compute_s, tail_s, background, side_s, sel_bg, x)
         t0 = self.env.now
         record = self.timeline is not None and self.steps < cfg.timeline_steps
         if cfg.event_mode == "events":
@@ -410,6 +433,18 @@ class Engine:
         if record:
             self.timeline.add_step(self.steps - 1, timing, n_dec, n_pf, h2d)
         return timing
+
+    def _window_prefill(self, plan: Plan) -> dict:
+        """Per window W, a windowed layer's prefill attention this step (``LayerKinds.prefill_past``)."""
+        pred, prefill_past = self.pred, self.kinds.prefill_past
+        out = {}
+        for w in self.kinds.distinct:
+            t = 0.0
+            for ch in plan.prefill:
+                past = prefill_past(ch.n, ch.req.prefill_done, w)
+                t += pred.time("attn_prefill", {"tokens": ch.n, "past_tokens": past})
+            out[w] = t
+        return out
 
     # -- speculative decoding ---------------------------------------------------------------------------------
     def _spec_ks(self, plan: Plan, n_dense: int):

@@ -6,10 +6,11 @@ the plan from ``selection.initial_plan`` / ``selection.plan_step`` under a ``fet
 decides *which rows* are simulated and how their figures are scaled to the whole batch:
 
 - **rows**: ``policy_layers`` (P) layers per request are simulated, each with all the model's KV heads; they
-  stand for the request's ``layers × kv_heads`` rows. The generator is built with ``layers=P``, so its per-layer
+  stand for the request's ``layers × kv_heads`` rows (a hybrid model's full layers only: its windowed layers
+  select nothing). The generator is built with ``layers=P``, so its per-layer
   draft error ramp spans the P sampled layers from the worst to the best and their mean is the model's layer mean
   (P = 2 samples exactly the two ends). Per-row figures (blocks fetched, recall, remote units) are averaged over
-  the ``P × kv_heads`` rows and scaled by ``layers × kv_heads``.
+  the ``P × kv_heads`` rows and scaled by ``layers × kv_heads`` (full layers).
 - **RPF** (``split='rpf'``): each episode also keeps an ``oasis_core.rpf.RemoteLedger`` over its sampled rows: the
   hand-off sends the first predicted set (block granularity: union over the heads of a layer) and every later
   step asks the ledger for the plan's fetched blocks, so a unit crosses the network at most once.
@@ -176,7 +177,7 @@ class Runner:
         self.cap = cap_policy(cfg)
         self.max_cap = self.cap.max_cap(cfg.top_k)
         self.adaptive = not self.cap.static
-        self.row_span = cfg.model_spec.n_layers * self.kvh  # rows of a request (all layers and KV heads)
+        self.row_span = cfg.model_spec.n_full_layers * self.kvh  # rows of a request (full layers, all KV heads)
         self.nb = [max(int(n), 2) for n in group_blocks]
         if replay is not None:
             self.gen = _ReplayGen(replay)

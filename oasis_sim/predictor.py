@@ -142,7 +142,7 @@ class RooflinePredictor(TimePredictor):
         self.p = params or RooflineParams()
         m, p = model, self.p
         self.layer_params = m.attn_params_per_layer + m.active_mlp_params_per_layer
-        self.layer_weight_bytes = self.layer_params * m.dtype_bytes
+        self.layer_weight_bytes = m.layer_active_weight_bytes  # layer_params x dtype_bytes, experts at their own bytes
         self.flops = hardware.bf16_flops
         self.hbm = hardware.hbm_bytes_per_s
         self.attn_Bps = hardware.measured_attn_read_bytes_per_s or self.hbm * p.attn_mem_eff

@@ -42,6 +42,7 @@ from oasis_core.specs import get_link
 from oasis_core.trace import Trace
 
 from .config import ConfigError, SimConfig, make_config
+from .layer_kinds import LayerKinds
 from .predictor import RooflinePredictor, TimePredictor
 from .sim import SCATTER_EFFICIENCY, SimResult, simulate
 
@@ -197,6 +198,7 @@ def sim_config(
     try:
         cfg = make_config(values)
         geo = KVGeometry(cfg.model_spec, cfg.block_size)
+        _check_layer_kinds(c, cfg.model_spec)
     except ConfigError as e:
         raise ConfigError(f"{rec.source or rec.name}: config: {e}") from None
     # Memory that admits the whole recorded batch (every recorded request of a trace) at once.
@@ -207,6 +209,19 @@ def sim_config(
     )
     hbm = max(cfg.hardware_spec.hbm_bytes, need_hbm * 1.1 / cfg.hbm_utilization)
     return cfg.with_(hbm_bytes=float(hbm), host_bytes=float(max(kv * 1.1, 1e9)))
+
+
+def _check_layer_kinds(c, model) -> None:
+    """A recording that names its layer kinds (``config.layer_windows``: a hybrid run) must match the preset it is
+    replayed on, layer for layer (a preset without windows: every layer full)."""
+    lw = c.get("layer_windows")
+    if lw is None:
+        return
+    preset = list(model.layer_windows) or [None] * model.n_layers
+    if list(lw) != preset:
+        raise ConfigError(
+            f"layer_windows: the recorded layer kinds differ from model {c['model']}'s {preset}, got {list(lw)}"
+        )
 
 
 def _closed_loop_output(c) -> int:
@@ -241,7 +256,7 @@ class ReplayResult:
 
     def files(self) -> dict:
         """Output files: the simulator's own (timeline.json = predicted) + replay.json + exec_timeline.json."""
-        from oasis_exec.recorder import exec_timeline
+        from oasis_exec.tools.recorder import exec_timeline
 
         out = self.sim.files()
         out["replay.json"] = (
@@ -323,17 +338,22 @@ def replay(
     stages = {k: 0.0 for k in ("layers", "gemm", "attn", "pred", "select", "transfer", "stall")}
     mode = modes.get(cfg.mode)
     background = mode.background
+    kinds = LayerKinds(cfg.model_spec)
+    Lf = kinds.n_full  # layers with selection and transfers (L without windows)
     for i in window:
         ops = {}
         for op, _shape, t in tap.steps[i]:
             ops[op] = ops.get(op, 0.0) + t
         stages["gemm"] += L * (ops.get("gemm_layer", 0.0) + ops.get("norm_rope", 0.0))
-        stages["attn"] += L * ops.get("attn_decode", 0.0)
+        if kinds.hybrid:
+            stages["attn"] += _hybrid_attn(tap.steps[i], kinds)
+        else:
+            stages["attn"] += L * ops.get("attn_decode", 0.0)
         if mode.selects:
-            stages["pred"] += L * (ops.get("score", 0.0) + ops.get("topk", 0.0))
-            stages["select"] += L * ops.get("select", 0.0)
+            stages["pred"] += Lf * (ops.get("score", 0.0) + ops.get("topk", 0.0))
+            stages["select"] += Lf * ops.get("select", 0.0)
         if background and log.h2d[i] > 0:
-            stages["transfer"] += L * lat + log.h2d[i] / rate
+            stages["transfer"] += Lf * lat + log.h2d[i] / rate
         stages["stall"] += log.stall[i]
         stages["layers"] += log.dur[i] - ops.get("step_overhead", 0.0) - ops.get("lm_head", 0.0)
     k = len(window)
@@ -357,6 +377,16 @@ def replay(
     for s in ("layers", "gemm", "attn", "pred", "select", "transfer"):
         pred[f"layer_ms_{s}"] = stage_ms[s] / L
     return ReplayResult(rec, cfg, res, window, pred, stage_ms, [tap.steps[i] for i in window])
+
+
+def _hybrid_attn(calls, kinds: LayerKinds) -> float:
+    """A hybrid step's decode attention over all layers: the engine asks ``attn_decode`` once for the full layers,
+    then once a window (``kinds.distinct`` order) for its windowed layers."""
+    times = [t for op, _shape, t in calls if op == "attn_decode"]
+    if not times:
+        return 0.0
+    per = [kinds.n_full, *(kinds.count[w] for w in kinds.distinct)]
+    return sum(n * t for n, t in zip(per, times))
 
 
 def write_replay(result: ReplayResult, out_dir: str) -> list:

@@ -12,6 +12,10 @@ Memory per request (bytes; ``ctx`` = tokens held, rounded up to whole blocks; si
 - short contexts (``SimConfig.short_context``, ``oasis_core.short_context``): a sparse-mode request with at most
   ``(K+1) × block_size`` tokens is resident-dense and is held as in ``dense`` (HBM ``ctx × bytes_per_token``, host
   nothing, while prefilling too); from the step it outgrows that, the sparse-mode holdings above.
+- hybrid models (``ModelSpec.layer_windows``): ``bytes_per_token`` above is the full layers' (``KVGeometry.
+  full_bytes_per_token``) and the resident set, summaries and host copy count full layers only; every request
+  also holds its windowed layers' rings on the GPU, ``min(ctx, W)`` tokens a layer (``KVGeometry.window_bytes``),
+  in every mode.
 """
 
 from __future__ import annotations
@@ -69,7 +73,8 @@ class ByteAccounting:
     def __init__(self, cfg: SimConfig, geo: KVGeometry, hbm: MemoryPool, host: MemoryPool):
         self.geo, self.hbm, self.host = geo, hbm, host
         self.bs = cfg.block_size
-        self.bpt = geo.bytes_per_token
+        self.bpt = geo.full_bytes_per_token  # bytes_per_token without windows
+        self.hybrid = geo.model.is_hybrid
         self.host_block = geo.host_bytes_per_block(cfg.host_kv_dtype)  # a block's host copy (fp8: half, + scales)
         self.sparse = modes.get(cfg.mode).sparse
         self.fixed_hbm = (geo.resident_bytes(cfg.resident_slots) + cfg.draft_state_bytes) if self.sparse else 0.0
@@ -82,8 +87,10 @@ class ByteAccounting:
     def need(self, r: Req, tokens: int, *, staging: bool) -> tuple:
         bs, bpt = self.bs, self.bpt
         if not self.sparse or (self.short is not None and self.short.dense(tokens)):
-            return self._blocks(tokens) * bs * bpt, 0.0
+            return self.geo.dense_bytes(self._blocks(tokens) * bs), 0.0
         hbm = self.fixed_hbm + self._blocks(tokens) * self.geo.rows_per_request * self.geo.summary_bytes_per_block_head
+        if self.hybrid:  # the windowed layers' rings stay on the GPU
+            hbm += self.geo.window_bytes(self._blocks(tokens) * bs)
         if staging:
             hbm += self._blocks(tokens) * bs * bpt
         if self.rpf:  # only what crossed the network, plus the tokens decoded here

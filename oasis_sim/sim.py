@@ -184,6 +184,10 @@ def simulate(cfg: SimConfig, trace: Trace, predictor: TimePredictor | None = Non
         extra["hot_hit_rate"] = metrics._r(1.0 - engine.miss_sum / (engine.sel_n * cfg.top_k) if engine.sel_n else 1.0)
     if prefill is not None:
         extra.update(prefill.stats())
+    if model.is_hybrid:  # the layer kinds (oasis_sim.layer_kinds): only for a hybrid model, so others keep their bytes
+        extra["full_layers"] = list(model.full_layers)
+        extra["layer_windows"] = list(model.layer_windows)
+        extra["window_kv_bytes"] = geo.window_bytes(max(model.layer_windows, key=lambda w: w or 0))
     if engine.spec_k:  # speculative decoding (engine.py): only when on, so that default runs keep their bytes
         extra.update(engine.spec_summary())
     summary = metrics.summarize(

@@ -21,6 +21,9 @@
     the decode-time misses ``rpf_remote_bytes``.
 
   TTFT in split runs is measured when the hand-off completes (the decode node streams tokens from then on).
+  A hybrid model (``ModelSpec.layer_windows``): the full hand-off is the full layers' KV plus the windows
+  (``KVGeometry.dense_bytes``); RPF's units are the full layers' and the windows (``window_bytes``) always cross
+  with them; the prefill's windowed layers attend their window (``LayerKinds.prefill_past``).
 - :class:`RemoteFetcher` — the decode engine's RPF hook: a step's remote misses become one NIC flow; the step's
   layer transfers take ``latency + bytes / fair share`` of the NIC, the share a new flow gets at step start.
   The decode node's host memory holds only what has arrived (hand-off + remote misses + decoded tokens).
@@ -30,6 +33,7 @@ from __future__ import annotations
 
 from collections import OrderedDict
 
+from .layer_kinds import LayerKinds
 from .scheduler import Req
 
 
@@ -136,6 +140,7 @@ class PrefillNode:
 
     def _prefill_s(self, tokens: int, past: int) -> float:
         p, L = self.pred, self.geo.model.n_layers
+        kinds = LayerKinds(self.geo.model)
         t = p.time("step_overhead", {}) + p.time("lm_head", {"tokens": 1})
         done = 0
         while done < tokens:
@@ -145,7 +150,14 @@ class PrefillNode:
                 + p.time("norm_rope", {"tokens": n})
                 + p.time("attn_prefill", {"tokens": n, "past_tokens": past + done})
             )
-            t += L * per_layer
+            if kinds.hybrid:  # the windowed layers attend their window: their attention replaces the full one's
+                full_attn = p.time("attn_prefill", {"tokens": n, "past_tokens": past + done})
+                t += L * (per_layer - full_attn) + kinds.n_full * full_attn
+                for w, k in kinds.count.items():
+                    wpast = kinds.prefill_past(n, past + done, w)
+                    t += k * p.time("attn_prefill", {"tokens": n, "past_tokens": wpast})
+            else:
+                t += L * per_layer
             done += n
         return t
 
@@ -169,7 +181,7 @@ class PrefillNode:
     def _handoff(self, r: Req):
         env, geo, cfg = self.env, self.geo, self.cfg
         n_blocks = -(-r.prompt // cfg.block_size)
-        full = n_blocks * cfg.block_size * geo.bytes_per_token
+        full = geo.dense_bytes(n_blocks * cfg.block_size)  # n_blocks * block_size * bytes_per_token without windows
         keep = 1.0
         if self.decode_cache is not None and r.prefix_ids:
             local = min(self.decode_cache.lookup_insert(r.prefix_ids, r.prefix_block_tokens), r.prompt)
@@ -180,7 +192,7 @@ class PrefillNode:
         else:
             rows = geo.rows_per_request
             units = r.policy.handoff_units() * rows
-            kv = units * geo.bytes_per_block_head * keep
+            kv = units * geo.bytes_per_block_head * keep + geo.window_bytes(r.prompt)  # the windows: whole
             summ = geo.summary_bytes(r.prompt) * keep if cfg.rpf_send_summaries else 0.0
             draft = cfg.draft_state_bytes
         nbytes = kv + summ + draft

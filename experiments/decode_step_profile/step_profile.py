@@ -6,7 +6,7 @@
     python experiments/decode_step_profile/step_profile.py --device cpu --model tiny --context 64 --concurrency 2 --top-k 4 \\
         --kv-budget-gb 0.05 --host-kv-gb 0.01 --mode lookahead          # CPU smoke: aten ops per step
 
-The engine is built as ``oasis_exec.bench.run_bench`` builds it (``build_bench_engine``: dummy weights, synthesized
+The engine is built as ``oasis_exec.tools.bench.run_bench`` builds it (``build_bench_engine``: dummy weights, synthesized
 prefill, ``--concurrency`` requests of ``--context`` tokens decoding in lockstep). ``--warmup`` steps run first
 (the first decode steps compile kernels and capture the CUDA graph), then ``--plain-steps`` steps timed on the host
 without the profiler (the clean wall time), then ``--steps`` steps under ``torch.profiler`` (CPU + CUDA activities).
@@ -20,7 +20,7 @@ layers are one ``cudaGraphLaunch`` (phase ``graph_replay``); the kernels inside 
 (torch's Kineto) with the launch's correlation id -- seen on the H200 with torch 2.11+cu130: the same kernel count
 as the eager step; the record's ``graph_kernels_visible`` says whether they were seen (false: only the launch
 showed; profile with ``--no-cuda-graph`` for the kernel split). Inside a replay the kernels run on the driver's
-streams for the graph's branches, so the per-stream split (``s_pred`` / ``s_copy`` of ``oasis_exec.pipeline``) and
+streams for the graph's branches, so the per-stream split (``s_pred`` / ``s_copy`` of ``oasis_exec.workingset.prefetcher``) and
 the per-phase GPU times need an eager run. The profiler slows the host (``cudaGraphLaunch`` of a 3-7K-node graph
 took 3-8 ms under it, eager ops ~1.5x) but not the kernels: take the host wall from ``wall_ms_plain`` and the GPU
 time from ``busy_union_ms`` / ``graph_span_ms``; ``wall_ms_plain - graph_span_ms`` is the step's exposed host work.
@@ -326,8 +326,8 @@ class Annotator:
     def __init__(self, eng):
         from torch.profiler import record_function
 
-        import oasis_exec.model_exec as model_exec_mod
-        import oasis_exec.ops as ops_mod
+        import oasis_exec.runner.model_exec as model_exec_mod
+        import oasis_exec.runner.ops as ops_mod
 
         self._rf = record_function
         self._undo = []
@@ -780,7 +780,7 @@ def _phase_of(path, ts, windows):
 
 
 def _commit():
-    from oasis_exec.bench import _commit as c
+    from oasis_exec.tools.bench import _commit as c
 
     return c()
 
@@ -789,7 +789,7 @@ def profile_steps(a) -> dict:
     import torch
 
     import oasis_kernels  # noqa: F401  (TRITON_INTERPRET without CUDA, before triton)
-    from oasis_exec.bench import build_bench_engine
+    from oasis_exec.tools.bench import build_bench_engine
 
     if a.cpu_threads:
         torch.set_num_threads(a.cpu_threads)
@@ -842,7 +842,7 @@ def profile_steps(a) -> dict:
     rec["concurrency"], rec["max_lanes"] = n, eng.max_lanes
     runner = eng.runner
     pipe = runner.pipe
-    if pipe is not None:  # what transfer="auto" resolved to (oasis_exec.transfer_choice, where it exists)
+    if pipe is not None:  # what transfer="auto" resolved to (oasis_exec.transfer.choice, where it exists)
         rec["transfer_path"] = pipe.path
         rec["uva_programs"] = getattr(pipe, "uva_programs", cfg.uva_programs) if pipe.path == "uva" else None
 

@@ -6,7 +6,7 @@
     python experiments/dense_vs_lookahead_throughput/h200_headline.py --preset first-headline ...     # the 2026-11-30 headline plan (run 5)
     python experiments/dense_vs_lookahead_throughput/h200_headline.py --preset first-sensitivity ...  # the 2026-11-30 sensitivity plan (run 6)
 
-Every run is ``oasis_exec.bench.run_bench`` (dummy weights, synthetic selection, top-K 128, block 16, the
+Every run is ``oasis_exec.tools.bench.run_bench`` (dummy weights, synthetic selection, top-K 128, block 16, the
 engine's own transfer choice ``--transfer auto``: the measured table's path and programs for the run's concurrency;
 until 2026-12-02 the default was ``uva``, which runs 32 programs whatever the table says; whole-step CUDA graphs,
 host pool not filled; ``--synthetic-work model``: the synthetic sets of every pass drawn before the timed steps and
@@ -26,7 +26,7 @@ generator ran beside each step and no top-K ran, ``--synthetic-work live``). The
 
 Order: dense runs first (no host pool), then every lookahead run largest host pool first across contexts (a 16K pool
 of 88 requests holds a 32K pool of 44, so the pool is pinned once in the process and every later pool reuses its
-registered pieces, ``oasis_exec.kv_store.pinned_pieces``), each ``--no-transfer`` / unfused twin right after its
+registered pieces, ``oasis_exec.kv.store.pinned_pieces``), each ``--no-transfer`` / unfused twin right after its
 base run, then the sensitivity variants, largest pool first. Host-memory guard: before a lookahead run that has to
 pin a new pool, ``/proc/meminfo`` MemAvailable (plus the kept pool it would free) minus the new pool must leave
 ``--min-free-gb`` (12), else the run is written as ``status: skipped`` with the reason. Budget: a run whose estimate
@@ -195,7 +195,7 @@ class Geometry:
         """The engine's lane count at ``budget_gb`` (Runner: ``int(budget // bytes_per_lane)``), sparse rows of
         ``slots`` GPU blocks."""
         from oasis_core.geometry import KVGeometry
-        from oasis_exec.kv_store import DenseStore, SparseStore
+        from oasis_exec.kv.store import DenseStore, SparseStore
 
         m, nb = self.m, -(-self.max_context(ctx) // BS)
         if mode == "dense":
@@ -227,9 +227,9 @@ def meminfo() -> dict:
 
 
 def pinned_kept() -> tuple:
-    """(pieces, bytes per piece) that oasis_exec.kv_store keeps registered for reuse (0, 0 if none / no CUDA)."""
+    """(pieces, bytes per piece) that oasis_exec.kv.store keeps registered for reuse (0, 0 if none / no CUDA)."""
     try:
-        from oasis_exec import kv_store
+        from oasis_exec.kv import store as kv_store
 
         kept = getattr(kv_store, "_PINNED", {"pieces": [], "piece_bytes": 0})
         return len(kept["pieces"]), int(kept["piece_bytes"])
@@ -554,7 +554,7 @@ def print_plan(runs: list, a, geo: Geometry, log, done: dict) -> None:
             f"syn={json.dumps(r.synthetic, separators=(',', ':')) if r.synthetic else '-'} {extra} "
             f"pool={pool:5.1f}GB pin={new / 1e9:5.1f}GB ~{est:3.0f}s cum={cum:4.0f}s {note}".rstrip()
         )
-    from oasis_exec.kv_layout import VICTIM_FACTOR  # the engine's victim cache, where a run's requests fit it
+    from oasis_exec.kv.layout import VICTIM_FACTOR  # the engine's victim cache, where a run's requests fit it
 
     for ctx in a.contexts:
         pools = [geo.host_gb(r.n, r.ctx) for r in runs if r.sparse and r.ctx == ctx and r.label in ran]
@@ -681,7 +681,7 @@ def parse_args(argv):
         "--transfer",
         default="auto",
         help="the sparse runs' transfer (ExecConfig.transfer): auto, the engine's own choice from "
-        "oasis_exec/transfer_table.json (default; before 2026-12-02 it was uva, i.e. 32 programs), uva or host",
+        "oasis_exec/transfer/table.json (default; before 2026-12-02 it was uva, i.e. 32 programs), uva or host",
     )
     ap.add_argument("--model", default="qwen3-8b")
     ap.add_argument("--device", default="cuda", help="cpu: a smoke test with --model tiny")
@@ -728,8 +728,8 @@ def main(argv=None) -> int:
 
     import torch
 
-    from oasis_exec.bench import run_bench
     from oasis_exec.config import ExecConfig
+    from oasis_exec.tools.bench import run_bench
 
     def write(rec):
         with open(a.out, "a") as f:

@@ -8,7 +8,7 @@
 2. ``transfer_paths.py`` (UVA gather on 8/16/32 programs against the host-threaded gather + DMA, at
    64, 32 and 8 requests) -> DIR/transfer_paths.jsonl, on what is left of the budget.
 
-The headline pins its largest pool first (``oasis_exec.kv_store.pinned_pieces`` keeps it); the transfer runs reuse
+The headline pins its largest pool first (``oasis_exec.kv.store.pinned_pieces`` keeps it); the transfer runs reuse
 it. ``--torch-select``: plan the selection with the torch ``oasis_core.selection.plan_step`` instead of the fused
 ``oasis_kernels.plan_select`` (the fallback if that kernel's GPU test fails); ``--plain-kv-write`` likewise for
 ``oasis_kernels.kv_write``. Each part resumes by label when re-run.

@@ -20,10 +20,11 @@ import time
 import torch
 
 sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", ".."))
+from oasis_exec.scheduler import SamplingParams  # noqa: E402
+
 import oasis_kernels  # noqa: E402,F401  -- before transformers imports triton
 from oasis_exec.config import ExecConfig  # noqa: E402
 from oasis_exec.engine import Engine  # noqa: E402
-from oasis_exec.scheduler import SamplingParams  # noqa: E402
 from oasis_exec.server.tokenizer import load_tokenizer  # noqa: E402
 
 TIE_STEPS = 2

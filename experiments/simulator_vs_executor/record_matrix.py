@@ -8,9 +8,9 @@
 
 Matrix (issue 7): concurrency {8, 16, 32, 64} x context {8K, 16K, 32K} for ``dense`` and ``lookahead`` (fetch
 ratio 0.05), plus ``lookahead`` at fetch ratios 0.02 and 0.10 at the contexts of ``--fr-contexts`` (default 16K;
-``all`` for every context). Each run is ``oasis_exec.bench.run_bench`` (closed loop, synthesized prefill, dummy
+``all`` for every context). Each run is ``oasis_exec.tools.bench.run_bench`` (closed loop, synthesized prefill, dummy
 weights, synthetic selection by default; ``--profile`` stage timing unless ``--no-profile``) and is written at once as
-``<out>/<label>.json`` with ``oasis_exec.recorder`` (a few KB: summaries and sampled steps). Existing recordings
+``<out>/<label>.json`` with ``oasis_exec.tools.recorder`` (a few KB: summaries and sampled steps). Existing recordings
 are skipped unless ``--overwrite``, so a matrix cut short by the budget resumes where it stopped on the next call.
 
 Bounded time: before starting, the script prints a per-run estimate (build: model + pinned host pool; steps:
@@ -169,7 +169,7 @@ def main(argv=None) -> int:
         "--prepin",
         action="store_true",
         help="pin the largest host pool of the plan once, before the "
-        "runs (oasis_exec.kv_store reuses it for every run)",
+        "runs (oasis_exec.kv.store reuses it for every run)",
     )
     ap.add_argument("--dry-run", action="store_true", help="print the plan and the estimate, run nothing")
     a = ap.parse_args(argv)
@@ -219,14 +219,14 @@ def main(argv=None) -> int:
 
     import torch
 
-    from oasis_exec.bench import run_bench
-    from oasis_exec.recorder import write_bench_recording
+    from oasis_exec.tools.bench import run_bench
+    from oasis_exec.tools.recorder import write_bench_recording
 
     os.makedirs(a.out, exist_ok=True)
     if a.prepin and a.device == "cuda":
         sparse_gb = [host_gb(r[3], r[4], r[5], a.steps, a.warmup, geo, a.max_host_gb) for r in runs if r[3] != "dense"]
         if sparse_gb:
-            from oasis_exec.kv_store import pinned_pieces
+            from oasis_exec.kv.store import pinned_pieces
 
             t_pin = time.perf_counter()
             unit = geo.bytes_per_token * geo.block_size  # one host block: every layer and head, K and V

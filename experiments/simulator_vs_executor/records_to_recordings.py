@@ -3,13 +3,13 @@
     python experiments/simulator_vs_executor/records_to_recordings.py [JSONL ...] [--out traces/recordings_fused]
                                              [--unfused-out DIR] [--dry-run]
 
-Each JSONL line is one ``oasis_exec.bench.run_bench`` record plus the runner's fields (``label``, ``kind``,
+Each JSONL line is one ``oasis_exec.tools.bench.run_bench`` record plus the runner's fields (``label``, ``kind``,
 ``status``, ``cuda_graph``, ``fused_ops``, ``uva_programs``, ...), as written by ``experiments/dense_vs_lookahead_throughput/h200_headline.py`` /
 ``h200_sweep_with_transfer_paths.py`` and ``experiments/transfer_paths/transfer_paths.py``. The records do not carry the run's
 ``ExecConfig``; it is rebuilt from their fields (:func:`exec_config_of`: mode, context, concurrency, kv_budget_gb, host_kv_gb,
 fetch_ratio, top_k, transfer and the path it resolved to, uva_programs, no_transfer, fused_ops, cuda_graph,
 synthetic parameters; the rest at the executor's defaults, which is what those runners used) and validated by
-``ExecConfig`` itself, then ``oasis_exec.recorder.recording_from_bench`` makes the recording. Files are named
+``ExecConfig`` itself, then ``oasis_exec.tools.recorder.recording_from_bench`` makes the recording. Files are named
 ``<label>_<commit>.json``; no selection ``.npz`` is written (the records hold no selected sets: the replay uses the
 seeded synthetic generator with the recorded parameters).
 
@@ -44,7 +44,7 @@ if REPO not in sys.path:
 
 from oasis_core.recording import RecordingError  # noqa: E402
 from oasis_exec.config import ExecConfig  # noqa: E402
-from oasis_exec.recorder import TRANSFER_NAMES, write_bench_recording  # noqa: E402
+from oasis_exec.tools.recorder import TRANSFER_NAMES, write_bench_recording  # noqa: E402
 
 DEFAULT_INPUTS = tuple(
     os.path.join(REPO, "experiments", f)
@@ -199,7 +199,7 @@ def convert(
         try:
             cfg = exec_config_of(r)
             if dry_run:
-                from oasis_exec.recorder import recording_from_bench
+                from oasis_exec.tools.recorder import recording_from_bench
 
                 recording_from_bench(bench_of(r), cfg, meta=meta, source=path)
             else:

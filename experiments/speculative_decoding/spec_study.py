@@ -10,7 +10,7 @@
 Every (mode, context) runs ``concurrency`` requests cut from one real text (``--text``), prefilled for real, then
 decodes them greedily with each draft length of ``--ks`` (``auto`` is ``auto:N``, N the longest integer of
 ``--ks``), ``--warmup`` untimed and ``--steps`` timed steps each. By default all the k of a (mode, context) share
-one engine and one prefill (``oasis_exec.bench.run_bench_phases``: on the CPU a real 8K prefill costs minutes, the
+one engine and one prefill (``oasis_exec.tools.bench.run_bench_phases``: on the CPU a real 8K prefill costs minutes, the
 steps seconds); their contexts grow by the earlier phases' tokens (at most 14 × (warmup + steps) tokens). In that
 engine a ``dense`` k = 0 phase still runs the draft head's proposal each step; ``--fresh-k0 CONTEXT`` adds, at those
 contexts, a k = 0 run of an engine of its own (``dense`` then has no draft head at all), the plain non-speculative
@@ -19,7 +19,7 @@ baseline. ``--engine-per-k`` builds one engine per k instead (the GPU, where the
 evening; before, they ran eagerly, and this was their like-for-like baseline; on the CPU there are no graphs, so it
 is the same as k = 0 and is not run there).
 
-Each record is the bench's (``oasis_exec.bench``) plus ``weights`` (real), ``run`` (phase | fresh | engine |
+Each record is the bench's (``oasis_exec.tools.bench``) plus ``weights`` (real), ``run`` (phase | fresh | engine |
 eager) and the study's arguments; the table (markdown) has, per mode and context, the tokens a request emits per
 step, tok/s (emitted tokens), the step time p50, the TPOT (mean step time / tokens a step) and both against k = 0.
 """
@@ -89,8 +89,8 @@ def run(a) -> list:
     import torch
 
     from oasis_exec.__main__ import _prompt_tokens
-    from oasis_exec.bench import run_bench, run_bench_phases
-    from oasis_exec.model import Decoder
+    from oasis_exec.model.decoder import Decoder
+    from oasis_exec.tools.bench import run_bench, run_bench_phases
 
     toks = _prompt_tokens(a.text, a.model_path)
     dtype = torch.bfloat16 if a.dtype == "bfloat16" else torch.float32
@@ -234,7 +234,7 @@ def main(argv=None) -> int:
         md = a.table or os.path.splitext(a.table_only)[0] + ".md"
     else:
         if a.model_path is None:
-            from oasis_exec.gguf_model import smollm2_path
+            from oasis_exec.model.gguf import smollm2_path
 
             a.model_path = smollm2_path()
         a.dtype = a.dtype or ("float32" if a.device == "cpu" else "bfloat16")

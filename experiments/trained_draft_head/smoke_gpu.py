@@ -10,8 +10,8 @@ import os
 import time
 
 from oasis_exec.config import ExecConfig
-from oasis_exec.engine import Engine
-from oasis_exec.scheduler import SamplingParams
+from oasis_exec.engine.engine import Engine
+from oasis_exec.engine.scheduler import SamplingParams
 
 ap = argparse.ArgumentParser()
 ap.add_argument("model")

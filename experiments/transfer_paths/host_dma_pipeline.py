@@ -8,7 +8,7 @@ Inside the decode step at 64 requests the host path's native CPU gather moved ~2
 (``results/native_host_gather_in_step.md``), against 55.3 GB/s for one large pinned copy (125 GB/s for the gather
 alone turned out to be the host's L3, not DRAM: see ``oasis_kernels/bench_host_gather.py``). This replays the worker's
 loop on synthetic copy lists (``--items`` (block, head) rows of K and V per layer, random rows of a pool registered
-like the engine's, ``oasis_exec.kv_store.pinned_pieces``),
+like the engine's, ``oasis_exec.kv.store.pinned_pieces``),
 with the engine's own pieces (``oasis_kernels.host_native.Gatherer``, pinned staging per layer, ``HostStager.upload``),
 in five modes:
 
@@ -107,7 +107,7 @@ def main(argv=None) -> int:
 
     import torch
 
-    from oasis_exec.kv_store import pinned_pieces
+    from oasis_exec.kv.store import pinned_pieces
     from oasis_kernels.gather import HostStager
     from oasis_kernels.host_native import Gatherer
 

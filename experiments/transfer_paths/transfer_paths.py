@@ -6,20 +6,20 @@
 
 Run mode, in ONE process (lookahead, 16K context, synthetic selection, fetch ratio 0.05, Qwen3-8B shape, dummy
 weights, ``--kv-budget-gb`` 52, ``max_lanes`` = concurrency, host pool sized per concurrency like
-``h200_headline.host_gb``): for each concurrency, ``oasis_exec.bench.run_bench`` of
+``h200_headline.host_gb``): for each concurrency, ``oasis_exec.tools.bench.run_bench`` of
 
 - ``c{n}-notransfer-graph``: the step without the copies, CUDA graphs (the reference of the UVA runs);
 - ``c{n}-uva{p}-graph``: the UVA gather on ``p`` programs, CUDA graphs, for each ``--programs`` (the copies in a
   graph of their own, ``copy_graph``; ``--in-graph`` adds ``c{n}-uva{p}-ig-graph`` with them inside the step's);
 - ``c{n}-notransfer-eager``: the step without the copies, eager (the reference of the eager host path);
 - ``c{n}-host{t}-graph``: the host-threaded gather into pinned staging + one DMA, ``t`` threads, in CUDA graphs
-  (external events hand the copy list to the worker and its copies back: ``oasis_exec.pipeline``);
+  (external events hand the copy list to the worker and its copies back: ``oasis_exec.workingset.prefetcher``);
 - ``c{n}-host{t}-eager``: the same path run eagerly;
 - then, for each transferring configuration, ``...-profile``: the same eager with ``profile=True`` (per-stage CUDA
   events), for the copy time per step, its GB/s and the stall-based hidden fraction.
 
 Order: the TPOT runs of every concurrency first (largest concurrency first), then the profiled runs (largest first).
-The first run pins the largest host pool; ``oasis_exec.kv_store.pinned_pieces`` keeps the registered pieces and
+The first run pins the largest host pool; ``oasis_exec.kv.store.pinned_pieces`` keeps the registered pieces and
 hands later, smaller pools slices of them, so pinning (~0.4 s/GB) happens once. One JSON line per run appended to
 ``--out``: the bench record plus ``label``, ``n`` (target concurrency), ``config`` (``notransfer`` / ``uva{p}`` /
 ``host{t}``), ``exec`` (graph / eager), ``role`` (reference / transfer / profile) and ``status``; a failed run
@@ -32,7 +32,7 @@ matching no-transfer TPOT (graph or eager, as the run), copy ms per step and GB/
 fraction = 1 - exposed / copy ms clipped to [0, 1]; the winner = lowest TPOT p50 among the transferring configs,
 the experimental ``-tma`` ones excepted)
 and the engine's choice table ``OUT_PREFIX_table.json`` (or ``--table-out``) in the format of
-``oasis_exec/transfer_table.json``, which ``oasis_exec.transfer_choice`` reads.
+``oasis_exec/transfer/table.json``, which ``oasis_exec.transfer.choice`` reads.
 """
 
 from __future__ import annotations
@@ -176,8 +176,8 @@ def run(a) -> int:
 
     import torch
 
-    from oasis_exec.bench import run_bench
     from oasis_exec.config import ExecConfig
+    from oasis_exec.tools.bench import run_bench
 
     cuda = a.device == "cuda"
     for label, n, conf, ex, role, kw in todo:
@@ -454,7 +454,7 @@ def summarize(inp: str, prefix: str, table_out: str | None = None) -> dict:
     lines += [
         "## The engine's choice (`transfer=auto`)",
         "",
-        "`oasis_exec.transfer_choice.choose(lanes)` takes the entry with the nearest concurrency (ties: the smaller).",
+        "`oasis_exec.transfer.choice.choose(lanes)` takes the entry with the nearest concurrency (ties: the smaller).",
         "",
         "| concurrency | path | UVA programs | host threads | side streams | copy graph | TPOT p50 ms | "
         "no-transfer ms | exec |",
@@ -473,7 +473,7 @@ def summarize(inp: str, prefix: str, table_out: str | None = None) -> dict:
     lines += [
         "",
         f"Table written to `{tpath if shown.startswith('..') else shown}`; the engine reads "
-        "`oasis_exec/transfer_table.json` (copy it there, or pass `--table-out oasis_exec/transfer_table.json`).",
+        "`oasis_exec/transfer/table.json` (copy it there, or pass `--table-out oasis_exec/transfer/table.json`).",
     ]
     d = os.path.dirname(os.path.abspath(prefix))
     os.makedirs(d, exist_ok=True)

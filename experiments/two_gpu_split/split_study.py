@@ -2,7 +2,7 @@
 error on what it predicts of it (hand-off bytes, remote bytes, TTFT, decode-node host memory).
 
 Part 1 (executor, CPU, real model): SmolLM2-135M (GGUF, fp32) with the trained draft head, lookahead, the model's
-own selection; one prefill process and one decode process over gloo (``oasis_exec.rpf_split``), ``--handoff rpf``
+own selection; one prefill process and one decode process over gloo (``oasis_exec.tools.rpf_split``), ``--handoff rpf``
 and ``full``; the decode node's greedy tokens checked against a one-process run (``--reference``).
 
 Part 2 (simulator): the same request at the SmolLM2 shape with the fitted synthetic preset (``smollm2``), the NIC at
@@ -39,10 +39,11 @@ PAPER_24K = {"handoff_gib": 0.52, "full_gib": 3.37}
 
 
 def executor_runs(args) -> dict:
-    from oasis_exec import rpf_split, tensor_parallel
     from oasis_exec.config import ExecConfig
-    from oasis_exec.gguf_model import sha256_file, smollm2_path
+    from oasis_exec.model import tensor_parallel
+    from oasis_exec.model.gguf import sha256_file, smollm2_path
     from oasis_exec.server.tokenizer import load_tokenizer
+    from oasis_exec.tools import rpf_split
 
     model = smollm2_path()
     ids = load_tokenizer(model).encode(TEXT.read_text())[: args.context]

@@ -27,7 +27,7 @@ TEXT = common.REPO / "traces" / "texts" / "shlex.py.txt"
 
 
 def compare(name, cfg, prompts, n, weights) -> dict:
-    from oasis_exec import tensor_parallel as tp
+    from oasis_exec.model import tensor_parallel as tp
 
     t0 = time.perf_counter()
     one = tp.generate_greedy(cfg, prompts, n)
@@ -59,7 +59,7 @@ def main(argv=None) -> int:
     a = ap.parse_args(argv)
     os.environ.setdefault("OMP_NUM_THREADS", "1")
     from oasis_exec.config import ExecConfig
-    from oasis_exec.gguf_model import sha256_file, smollm2_path
+    from oasis_exec.model.gguf import sha256_file, smollm2_path
     from oasis_exec.server.tokenizer import load_tokenizer
 
     prov = common.provenance()

@@ -1,4 +1,4 @@
-"""Wrap the executor's engine (`oasis_exec.engine.Engine`) to the server's `ServingEngine` protocol.
+"""Wrap the executor's engine (`oasis_exec.engine.engine.Engine`) to the server's `ServingEngine` protocol.
 
 Engine options come from `oasis_exec.config.ExecConfig`: every field becomes a `--kebab-case` flag with the
 field's help, so the server accepts exactly the options the executor does. `--model` names a preset, or a real
@@ -6,7 +6,7 @@ model (a `.gguf` file or a local Hugging Face directory) as a shorthand for `--m
 weights. A real model is served under its own name (GGUF `general.name`, else the directory's name) and, unless
 `--max-context` says otherwise, with a context of its trained positions.
 
-Accounting for `/metrics`, read from the public `Engine.stats()` (the same definitions as `oasis_exec.bench`):
+Accounting for `/metrics`, read from the public `Engine.stats()` (the same definitions as `oasis_exec.tools.bench`):
 
 - GPU slots: a lane is one request's reservation in the GPU KV store; a lane holds `L * H * top_k` selectable
   block slots in the sparse modes and `L * H * max_blocks` paged blocks in `dense` / `quest`.
@@ -71,11 +71,11 @@ def exec_config_from_args(args: argparse.Namespace):
 def real_model(path: str) -> tuple[str, int]:
     """(name, trained positions) of a `.gguf` file (its `general.name`) or a Hugging Face directory (its name)."""
     if path.endswith(".gguf"):
-        from oasis_exec.gguf_model import read_gguf
+        from oasis_exec.model.gguf import read_gguf
 
         g = read_gguf(path)
         return g.name, g.spec.max_context_tokens
-    from oasis_exec.model import spec_from_hf_config
+    from oasis_exec.model.decoder import spec_from_hf_config
 
     cfg_path = os.path.join(path, "config.json")
     if not os.path.isfile(cfg_path):
@@ -86,13 +86,13 @@ def real_model(path: str) -> tuple[str, int]:
 
 def build_engine(args: argparse.Namespace) -> "ExecutorEngine":
     cfg = exec_config_from_args(args)
-    from oasis_exec.engine import Engine  # imports torch
+    from oasis_exec.engine.engine import Engine  # imports torch
 
     return ExecutorEngine(Engine(cfg))
 
 
 class ExecutorEngine:
-    """`ServingEngine` over `oasis_exec.engine.Engine` (request ids are the engine's)."""
+    """`ServingEngine` over `oasis_exec.engine.engine.Engine` (request ids are the engine's)."""
 
     def __init__(self, engine) -> None:
         self.engine = engine
@@ -111,7 +111,7 @@ class ExecutorEngine:
         self._top_n: dict = {}  # request id -> alternatives a token, for the requests that asked for logprobs
 
     def add_request(self, prompt_ids, sampling: Sampling):
-        from oasis_exec.scheduler import SamplingParams
+        from oasis_exec.engine.scheduler import SamplingParams
 
         sp = SamplingParams(
             max_tokens=sampling.max_tokens,

@@ -179,7 +179,7 @@ class HFTokenizer:
         from tokenizers import AddedToken, decoders, models, processors
         from tokenizers import Tokenizer as _Tok
 
-        from oasis_exec.gguf_model import read_gguf
+        from oasis_exec.model.gguf import read_gguf
 
         f = read_gguf(path).tokenizer_fields()
         kind, pre = f.get("tokenizer.ggml.model"), f.get("tokenizer.ggml.pre")

@@ -6,8 +6,8 @@ import torch
 from exec_cases import assert_same_run, cfg, drive, prompts, run_logits, run_state
 
 from oasis_exec.config import STREAM_PRIORITIES
-from oasis_exec.engine import Engine
-from oasis_exec.scheduler import SamplingParams
+from oasis_exec.engine.engine import Engine
+from oasis_exec.engine.scheduler import SamplingParams
 
 pytestmark = pytest.mark.gpu
 

@@ -29,8 +29,8 @@ def test_stamp_counts_forward_and_replays_in_a_graph():
 def test_budget_policy_runs_in_the_step(graph):
     from exec_cases import cfg, prompts
 
-    from oasis_exec.engine import Engine
-    from oasis_exec.scheduler import SamplingParams
+    from oasis_exec.engine.engine import Engine
+    from oasis_exec.engine.scheduler import SamplingParams
 
     eng = Engine(
         cfg(

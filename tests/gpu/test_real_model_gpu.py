@@ -29,7 +29,7 @@ from real_model_cases import BLOCK, CONTEXT, GREEDY, SPARSE, first_divergence, h
 
 import oasis_kernels  # noqa: F401  -- before transformers imports triton (see oasis_kernels/__init__.py)
 from oasis_exec.config import ExecConfig
-from oasis_exec.scheduler import SamplingParams
+from oasis_exec.engine.scheduler import SamplingParams
 
 pytestmark = pytest.mark.gpu
 DEVICE = os.environ.get("OASIS_GPU_TESTS_DEVICE", "cuda")
@@ -44,7 +44,7 @@ TIE_STEPS = 2
 
 @pytest.fixture(scope="module")
 def gguf_path():
-    from oasis_exec.gguf_model import smollm2_path
+    from oasis_exec.model.gguf import smollm2_path
 
     path = os.environ.get("OASIS_GGUF")
     if path:
@@ -91,7 +91,7 @@ def cfg(gguf_path, mode, **kw):
 @pytest.fixture(scope="module")
 def dense(gguf_path, prompts):
     """Our engine in dense mode (bf16, CUDA) and its greedy outputs."""
-    from oasis_exec.engine import Engine
+    from oasis_exec.engine.engine import Engine
 
     eng = Engine(cfg(gguf_path, "dense"))
     return eng, eng.generate(prompts, SamplingParams(max_tokens=GREEDY))
@@ -137,8 +137,8 @@ def test_dense_bf16_greedy_matches_transformers_bf16(hf, prompts, dense, referen
 def test_sparse_bf16_greedy_matches_transformers_when_top_k_covers_every_block(
     mode, gguf_path, hf, prompts, dense, reference
 ):
-    from oasis_exec.engine import Engine
-    from oasis_exec.runner import Runner
+    from oasis_exec.engine.engine import Engine
+    from oasis_exec.runner.runner import Runner
 
     c = cfg(gguf_path, mode)
     got = Engine(c, Runner(c, decoder=dense[0].runner.dec)).generate(prompts, SamplingParams(max_tokens=GREEDY))
@@ -153,8 +153,8 @@ def test_sparse_bf16_greedy_matches_transformers_when_top_k_covers_every_block(
 def _spec_run(gguf_path, dense, prompts, mode, **kw):
     """Speculative decoding (k = 3, the trained EAGLE-3 head) on ``dense``'s weights; short_context off (else every
     lane of these short prompts runs dense and no lookahead step speculates)."""
-    from oasis_exec.engine import Engine
-    from oasis_exec.runner import Runner
+    from oasis_exec.engine.engine import Engine
+    from oasis_exec.runner.runner import Runner
 
     c = cfg(gguf_path, mode, speculative_k=3, draft_path=HEAD, short_context=False, **kw)
     eng = Engine(c, Runner(c, decoder=dense[0].runner.dec))
@@ -163,8 +163,8 @@ def _spec_run(gguf_path, dense, prompts, mode, **kw):
 
 @pytest.fixture(scope="module")
 def ordinary_lookahead(gguf_path, dense, prompts):
-    from oasis_exec.engine import Engine
-    from oasis_exec.runner import Runner
+    from oasis_exec.engine.engine import Engine
+    from oasis_exec.runner.runner import Runner
 
     c = cfg(gguf_path, "lookahead", short_context=False, draft_path=HEAD)
     return Engine(c, Runner(c, decoder=dense[0].runner.dec)).generate(prompts, SamplingParams(max_tokens=GREEDY))

@@ -4,8 +4,8 @@ greedy run that keeps every step's logits."""
 import torch
 
 from oasis_exec.config import ExecConfig
-from oasis_exec.engine import Engine
-from oasis_exec.scheduler import SamplingParams
+from oasis_exec.engine.engine import Engine
+from oasis_exec.engine.scheduler import SamplingParams
 
 
 def cfg(mode, device="cpu", **kw):

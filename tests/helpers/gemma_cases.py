@@ -5,7 +5,7 @@ import torch
 
 from oasis_core.specs import ModelSpec
 from oasis_exec.config import ExecConfig
-from oasis_exec.gemma3 import Gemma3Arch, Gemma3Decoder, random_weights
+from oasis_exec.model.gemma3 import Gemma3Arch, Gemma3Decoder, random_weights
 
 WINDOW = 40  # tokens: not a multiple of the block size, shorter than the prompts
 TINY_GEMMA = ModelSpec(
@@ -23,8 +23,9 @@ TINY_GEMMA = ModelSpec(
     rms_eps=1e-6,
     tie_embeddings=True,
     layer_windows=(WINDOW, None, WINDOW, None),
+    sliding_rope_theta=1e4,
 )
-ARCH = Gemma3Arch(rope_local_theta=1e4, query_pre_attn_scalar=24)  # != head_dim: the q scale is exercised
+ARCH = Gemma3Arch(query_pre_attn_scalar=24)  # != head_dim: the q scale is exercised
 
 
 def tiny_decoder(dtype=torch.float32, seed=0):

@@ -3,7 +3,7 @@ check."""
 
 import dataclasses
 
-from oasis_exec import tensor_parallel as tp
+from oasis_exec.model import tensor_parallel as tp
 
 LOGIT_TOL = 1e-3  # fp32 logits of magnitude ~10: measured 1e-6 (tiny) and ~1e-5 (SmolLM2) apart on the CPU
 TINY_PROMPTS = [[(3 * j + 1) % 200 + 1 for j in range(40)], [(5 * j + 2) % 200 + 1 for j in range(23)]]

@@ -1,6 +1,6 @@
 """Each adaptive policy (drift, per-layer, recall) runs end to end in both backends: a tiny simulator run
 (``policy_sampling=exact``) and a CPU executor run (tiny dummy model), with the policy state carried by the
-backend (oasis_sim.policy.Runner, oasis_exec.fetch_caps.DeviceCaps)."""
+backend (oasis_sim.policy.Runner, oasis_exec.workingset.fetch_caps.DeviceCaps)."""
 
 import json
 
@@ -10,9 +10,9 @@ import torch
 from exec_cases import cfg, prompts
 
 from oasis_core.fetchcap import get_policy
-from oasis_exec.engine import Engine
-from oasis_exec.fetch_caps import DeviceCaps
-from oasis_exec.scheduler import SamplingParams
+from oasis_exec.engine.engine import Engine
+from oasis_exec.engine.scheduler import SamplingParams
+from oasis_exec.workingset.fetch_caps import DeviceCaps
 from oasis_sim.cli import main
 from oasis_sim.config import SimConfig
 from oasis_sim.policy import Runner

@@ -26,7 +26,7 @@ def _bench(argv, tmp_path):
 
 
 def test_concurrency_clipped_by_the_gpu_lanes_is_announced_and_recorded(tmp_path, caplog):
-    with caplog.at_level(logging.WARNING, logger="oasis_exec.bench"):
+    with caplog.at_level(logging.WARNING, logger="oasis_exec.tools.bench"):
         rec = _bench(["--concurrency", "6"], tmp_path)  # no budget, no --max-lanes: 4 lanes
     assert (rec["requested_concurrency"], rec["concurrency"], rec["clipped_by"]) == (6, 4, "gpu_lanes")
     assert any("concurrency 6 clipped to 4" in r.getMessage() and "lanes" in r.getMessage() for r in caplog.records)
@@ -34,14 +34,14 @@ def test_concurrency_clipped_by_the_gpu_lanes_is_announced_and_recorded(tmp_path
 
 def test_concurrency_clipped_by_the_host_pool(tmp_path, caplog):
     # tiny: 8192 bytes a host block, 5 blocks a request (64 + 1 + 2 + 1 tokens): 7 blocks hold one
-    with caplog.at_level(logging.WARNING, logger="oasis_exec.bench"):
+    with caplog.at_level(logging.WARNING, logger="oasis_exec.tools.bench"):
         rec = _bench(["--concurrency", "3", "--host-kv-gb", str(7 * 8192 / 1e9)], tmp_path)
     assert (rec["requested_concurrency"], rec["concurrency"], rec["clipped_by"]) == (3, 1, "host_pool")
     assert any("host pool" in r.getMessage() for r in caplog.records)
 
 
 def test_unclipped_runs_say_so(tmp_path, caplog):
-    with caplog.at_level(logging.WARNING, logger="oasis_exec.bench"):
+    with caplog.at_level(logging.WARNING, logger="oasis_exec.tools.bench"):
         rec = _bench(["--concurrency", "2"], tmp_path)
     assert (rec["requested_concurrency"], rec["concurrency"], rec["clipped_by"]) == (2, 2, None)
     assert not caplog.records

@@ -2,8 +2,8 @@
 
 import pytest
 
-from oasis_exec.bench import real_prompts, run_bench
 from oasis_exec.config import ExecConfig
+from oasis_exec.tools.bench import real_prompts, run_bench
 
 
 def test_real_prompts_cut_the_text_at_different_offsets():

@@ -15,8 +15,8 @@ import torch
 from exec_cases import cfg, prompts, run_synthesized
 
 from oasis_exec.config import ExecConfig
-from oasis_exec.engine import Engine
-from oasis_exec.scheduler import SamplingParams
+from oasis_exec.engine.engine import Engine
+from oasis_exec.engine.scheduler import SamplingParams
 
 pytestmark = pytest.mark.usefixtures("one_torch_thread")
 
@@ -103,7 +103,7 @@ def test_sampled_rows_never_chain():
 
 
 def _call(max_new, chain=8):
-    from oasis_exec.scheduler import DecodeItem, RunnerCall
+    from oasis_exec.engine.scheduler import DecodeItem, RunnerCall
 
     return RunnerCall(decode=tuple(DecodeItem(i, i, 1, 40, m) for i, m in enumerate(max_new)), chain=chain)
 
@@ -175,7 +175,7 @@ def test_speculative_config_never_chains():
 
 
 def test_bench_reports_tpot_per_token(tmp_path):
-    from oasis_exec.bench import run_bench
+    from oasis_exec.tools.bench import run_bench
 
     c = cfg("lookahead", decode_chain=4, max_context=4096, max_lanes=2, **OFF)
     rec = run_bench(c, context=64, concurrency=2, steps=3, warmup=1, host_fill=False)
@@ -212,6 +212,6 @@ def test_record_runs_single_steps(tmp_path, capsys):
     assert prepare_bench(a)[0].decode_chain == 1  # the default chain too
     assert f"decode_chain {ExecConfig.decode_chain} -> 1" in capsys.readouterr().err
     with pytest.raises(ValueError, match="decode_chain 4"):
-        from oasis_exec.recorder import recording_from_bench
+        from oasis_exec.tools.recorder import recording_from_bench
 
         recording_from_bench({"decode_chain": 4, "mode": "dense", "steps": 1}, exec_config=cfg, hardware="h200")

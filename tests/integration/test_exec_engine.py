@@ -8,8 +8,8 @@ import torch
 from exec_cases import cfg, prompts, run_logits
 
 from oasis_core.selection import plan_step
-from oasis_exec.engine import Engine
-from oasis_exec.scheduler import SamplingParams
+from oasis_exec.engine.engine import Engine
+from oasis_exec.engine.scheduler import SamplingParams
 
 pytestmark = pytest.mark.usefixtures("one_torch_thread")
 
@@ -172,8 +172,8 @@ def test_abort_frees_the_lane():
 
 def test_checkpoint_round_trip(tmp_path):
     from oasis_core.specs import get_model
-    from oasis_exec.draft import DraftHead
-    from oasis_exec.model import Decoder, random_weights, save_checkpoint
+    from oasis_exec.model.decoder import Decoder, random_weights, save_checkpoint
+    from oasis_exec.model.draft import DraftHead
 
     shape = get_model("tiny")
     w = random_weights(shape, seed=3, dtype=torch.float32)

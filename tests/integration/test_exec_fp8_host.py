@@ -9,9 +9,9 @@ from exec_cases import cfg, prompts, run_logits
 
 from oasis_core.short_context import ShortContext
 from oasis_exec.config import ExecConfig
-from oasis_exec.engine import Engine
-from oasis_exec.host_quant import roundtrip
-from oasis_exec.scheduler import SamplingParams
+from oasis_exec.engine.engine import Engine
+from oasis_exec.engine.scheduler import SamplingParams
+from oasis_exec.kv.host_quant import roundtrip
 
 pytestmark = pytest.mark.usefixtures("one_torch_thread")
 
@@ -123,7 +123,7 @@ def test_host_pool_takes_a_byte_an_element_plus_the_scales(dtype, ratio):
     """The pool of the same engine with fp8 codes: 1/4 of float32's bytes (1/2 of bfloat16's) plus 4 bytes per
     (layer, block, head) of K and of V; the pool sizing counts the same."""
     from oasis_core.specs import get_model
-    from oasis_exec.kv_layout import build_kv_layout
+    from oasis_exec.kv.layout import build_kv_layout
 
     s = get_model("tiny")
     kw = dict(model="tiny", device="cpu", dtype=dtype, mode="lookahead", top_k=4, max_context=320, max_lanes=3)
@@ -141,8 +141,8 @@ def test_host_pool_takes_a_byte_an_element_plus_the_scales(dtype, ratio):
 
 def test_the_host_memory_check_counts_the_fp8_bytes(monkeypatch):
     """A pool that fits only as fp8: the same request count is refused with the compute dtype's copy."""
-    from oasis_exec import host_memory
-    from oasis_exec.host_memory import HostMemoryError
+    from oasis_exec.kv import host_memory
+    from oasis_exec.kv.host_memory import HostMemoryError
 
     kw = dict(model="tiny", device="cpu", dtype="float32", mode="lookahead", top_k=4, max_context=320, max_lanes=3)
     fp8 = Engine(ExecConfig(**kw, **FP8)).runner.host.nbytes
@@ -154,7 +154,7 @@ def test_the_host_memory_check_counts_the_fp8_bytes(monkeypatch):
 
 def test_bench_record_says_host_kv_dtype_pool_bytes_and_bytes_moved():
     from oasis_core.specs import get_model
-    from oasis_exec.bench import run_bench
+    from oasis_exec.tools.bench import run_bench
 
     kw = dict(model="tiny", device="cpu", dtype="float32", mode="lookahead", top_k=4, selection="synthetic")
     recs = {}

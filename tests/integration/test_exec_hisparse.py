@@ -9,7 +9,7 @@ import torch
 from exec_cases import cfg, drive, live_lanes, prompts, run_logits
 from test_exec_engine import _check_mapping
 
-from oasis_exec.engine import Engine
+from oasis_exec.engine.engine import Engine
 
 pytestmark = pytest.mark.usefixtures("one_torch_thread")
 

@@ -9,8 +9,8 @@ import torch
 from exec_cases import cfg, prompts
 
 from oasis_core.mapping import HeadMapping
-from oasis_exec.engine import Engine
-from oasis_exec.scheduler import SamplingParams
+from oasis_exec.engine.engine import Engine
+from oasis_exec.engine.scheduler import SamplingParams
 
 pytestmark = pytest.mark.usefixtures("one_torch_thread")
 

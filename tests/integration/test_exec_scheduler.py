@@ -9,12 +9,12 @@ import sys
 import pytest
 
 from oasis_core.scheduler import Scheduler
-from oasis_exec.scheduler import LaneAccounting, Request, SamplingParams
+from oasis_exec.engine.scheduler import LaneAccounting, Request, SamplingParams
 
 
 def test_scheduler_imports_without_torch():
     code = (
-        "import sys; sys.modules['torch'] = None; import oasis_exec.scheduler as s; import oasis_core.scheduler; "
+        "import sys; sys.modules['torch'] = None; import oasis_exec.engine.scheduler as s; import oasis_core.scheduler; "
         "assert 'torch' not in [m for m in sys.modules if sys.modules[m] is not None]"
     )
     subprocess.run([sys.executable, "-c", code], check=True)
@@ -165,7 +165,7 @@ def test_bench_cli_writes_a_record(tmp_path):
 
 def _engine(mode="lookahead", **kw):
     from oasis_exec.config import ExecConfig
-    from oasis_exec.engine import Engine
+    from oasis_exec.engine.engine import Engine
 
     base = dict(
         model="tiny",
@@ -286,7 +286,7 @@ def test_seeded_request_is_deterministic_whatever_the_batch(mode):
 def test_sample_top_p_and_temperature():
     import torch
 
-    from oasis_exec.sampling import sample, uniform
+    from oasis_exec.engine.sampling import sample, uniform
 
     logits = torch.log(torch.tensor([[0.5, 0.3, 0.15, 0.05]] * 4))
     P = [SamplingParams(temperature=1.0, top_p=p) for p in (1.0, 0.5, 0.8, 0.81)]

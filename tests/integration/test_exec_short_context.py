@@ -7,8 +7,8 @@ import pytest
 import torch
 
 from oasis_exec.config import ExecConfig
-from oasis_exec.engine import Engine
-from oasis_exec.scheduler import SamplingParams
+from oasis_exec.engine.engine import Engine
+from oasis_exec.engine.scheduler import SamplingParams
 
 BS, K = 16, 4  # window: (K + 1) * BS = 80 tokens
 

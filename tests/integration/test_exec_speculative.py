@@ -1,4 +1,4 @@
-"""Speculative decoding in the executor (``ExecConfig.speculative_k``, ``oasis_exec.speculative``), on the CPU in fp32.
+"""Speculative decoding in the executor (``ExecConfig.speculative_k``, ``oasis_exec.runner.speculative``), on the CPU in fp32.
 
 - Greedy speculative output equals greedy ordinary output token for token: with the random draft head (every draft
   rejected: the speculative step is then the ordinary step, in dense and in lookahead with a small top-K), and with
@@ -18,8 +18,8 @@ from exec_cases import cfg, layer0_kv_exact, oracle_chain, prompts
 
 from oasis_core import cliargs
 from oasis_exec.config import ExecConfig
-from oasis_exec.engine import Engine
-from oasis_exec.scheduler import SamplingParams
+from oasis_exec.engine.engine import Engine
+from oasis_exec.engine.scheduler import SamplingParams
 
 pytestmark = pytest.mark.usefixtures("one_torch_thread")
 
@@ -191,7 +191,7 @@ def test_sampling_runs_seeded_and_in_vocabulary():
 
 
 def test_bench_record_counts_emitted_tokens():
-    from oasis_exec.bench import run_bench
+    from oasis_exec.tools.bench import run_bench
 
     c = cfg("lookahead", speculative_k=2, max_context=512, max_lanes=2, short_context=False)
     rec = run_bench(c, context=100, concurrency=2, steps=3, warmup=1)
@@ -249,7 +249,7 @@ def test_config_and_cli():
 
 def test_scheduler_update_takes_emitted_counts():
     from oasis_core.scheduler import Scheduler
-    from oasis_exec.scheduler import LaneAccounting, Request
+    from oasis_exec.engine.scheduler import LaneAccounting, Request
 
     acct = LaneAccounting(max_lanes=1, host_blocks=8, block_size=16, needs_host=True)
     s = Scheduler(accounting=acct, prefill_tokens=64)
@@ -266,8 +266,8 @@ def test_real_model_trained_head_speculative_equals_greedy():
     import os
 
     pytest.importorskip("tokenizers")
-    from oasis_exec.gguf_model import smollm2_path
-    from oasis_exec.runner import Runner
+    from oasis_exec.model.gguf import smollm2_path
+    from oasis_exec.runner.runner import Runner
     from oasis_exec.server.tokenizer import load_tokenizer
 
     try:
@@ -407,8 +407,8 @@ def test_auto_config_and_cli(capsys):
 
 
 def test_bench_auto_records_the_acceptance_histogram():
-    from oasis_exec.bench import run_bench
-    from oasis_exec.recorder import recording_from_bench
+    from oasis_exec.tools.bench import run_bench
+    from oasis_exec.tools.recorder import recording_from_bench
 
     c = cfg("dense", speculative_k="auto:3", speculative_gamma=0.1, max_context=512, max_lanes=2)
     rec = run_bench(c, context=100, concurrency=2, steps=4, warmup=1)

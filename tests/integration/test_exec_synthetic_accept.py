@@ -17,8 +17,8 @@ from exec_cases import cfg, layer0_kv_exact, prompts
 
 from oasis_core.speculation import ChainAcceptance, synthetic_acceptance
 from oasis_exec.config import ExecConfig
-from oasis_exec.engine import Engine
-from oasis_exec.scheduler import SamplingParams
+from oasis_exec.engine.engine import Engine
+from oasis_exec.engine.scheduler import SamplingParams
 
 pytestmark = pytest.mark.usefixtures("one_torch_thread")
 
@@ -111,8 +111,8 @@ def test_cli_refuses_it_with_a_model_path(tmp_path, capsys):
 
 
 def test_bench_records_say_synthetic_and_phases_share_one_prefill():
-    from oasis_exec.bench import run_bench_phases
-    from oasis_exec.recorder import recording_from_bench
+    from oasis_exec.tools.bench import run_bench_phases
+    from oasis_exec.tools.recorder import recording_from_bench
 
     c = cfg("lookahead", speculative_k=2, max_context=640, max_lanes=2, synthetic_accept={"2": [0, 0, 4]}, **LOOK)
     recs = run_bench_phases(c, context=100, concurrency=2, steps=3, warmup=1, phases=[0, 2, "auto:2"])

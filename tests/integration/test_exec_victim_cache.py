@@ -9,7 +9,7 @@ from exec_cases import cfg, drive, live_lanes, prompts, run_logits
 from test_exec_engine import _check_mapping
 
 from oasis_core.selection import attend_slots
-from oasis_exec.engine import Engine
+from oasis_exec.engine.engine import Engine
 
 pytestmark = pytest.mark.usefixtures("one_torch_thread")
 
@@ -138,8 +138,8 @@ def test_a_budget_with_room_runs_a_victim_cache_by_default():
     count and the bench record all say 12 slots a row; hot_slots=top_k runs the working set and fetches more."""
     from oasis_core.geometry import KVGeometry
     from oasis_core.specs import get_model
-    from oasis_exec.bench import run_bench
-    from oasis_exec.kv_store import SparseStore
+    from oasis_exec.kv.store import SparseStore
+    from oasis_exec.tools.bench import run_bench
 
     geo = KVGeometry(get_model("tiny"), block_size=16, dtype_bytes=4)
     budget = 2 * SparseStore.bytes_per_lane(geo, 12, 20) / 1e9 * 1.01

@@ -8,10 +8,10 @@ from __future__ import annotations
 import pytest
 import torch
 from gemma_cases import TINY_GEMMA, WINDOW, cfg, greedy_ref, prompts, tiny_decoder
+from oasis_exec.scheduler import SamplingParams
 
 from oasis_exec.engine import Engine
 from oasis_exec.runner import Runner
-from oasis_exec.scheduler import SamplingParams
 
 pytestmark = pytest.mark.usefixtures("one_torch_thread")
 
@@ -27,7 +27,7 @@ def test_plain_forward_applies_the_window():
 
     from gemma_cases import ARCH
 
-    from oasis_exec.gemma3 import Gemma3Decoder, random_weights
+    from oasis_exec.model.gemma3 import Gemma3Decoder, random_weights
 
     one = replace(TINY_GEMMA, n_layers=1, layer_windows=(WINDOW,))
     d = Gemma3Decoder(one, ARCH, random_weights(one, 0, torch.float32), torch.float32)
@@ -78,9 +78,9 @@ def test_hf_directory_loads_and_equals_transformers(tmp_path):
     transformers = pytest.importorskip("transformers")
     from gemma_cases import ARCH
 
-    from oasis_exec.archs import family_of
-    from oasis_exec.gemma3 import Gemma3Decoder, hf_config
     from oasis_exec.model import Decoder
+    from oasis_exec.model.archs import family_of
+    from oasis_exec.model.gemma3 import Gemma3Decoder, hf_config
 
     cfg_d = hf_config(TINY_GEMMA, ARCH)
     cfg_d.pop("architectures"), cfg_d.pop("model_type")

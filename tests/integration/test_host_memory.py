@@ -6,9 +6,9 @@ import sys
 
 import pytest
 
-from oasis_exec import host_memory
 from oasis_exec.config import ExecConfig
-from oasis_exec.host_memory import HostMemoryError, check_fits, host_pool_blocks
+from oasis_exec.kv import host_memory
+from oasis_exec.kv.host_memory import HostMemoryError, check_fits, host_pool_blocks
 
 GB = 1e9
 TINY = {
@@ -61,8 +61,8 @@ def test_available_memory_from_meminfo_without_psutil(tmp_path, monkeypatch):
 
 
 def test_the_runner_refuses_before_allocating_the_pool(monkeypatch):
-    import oasis_exec.kv_layout as kv_layout
-    import oasis_exec.runner as runner_mod
+    import oasis_exec.kv.layout as kv_layout
+    import oasis_exec.runner.runner as runner_mod
 
     monkeypatch.setattr(host_memory, "available_bytes", lambda: 1_000)  # a 1 kB host
 
@@ -75,7 +75,7 @@ def test_the_runner_refuses_before_allocating_the_pool(monkeypatch):
 
 
 def test_bench_sizes_the_pool_for_its_concurrency_not_for_every_lane():
-    from oasis_exec.bench import build_bench_engine
+    from oasis_exec.tools.bench import build_bench_engine
 
     cfg = ExecConfig(**{**TINY, "max_context": 64 + 1 + 2 + 32}, kv_budget_gb=0.05)
     eng, n = build_bench_engine(cfg, 64, 2, 2, 1, host_fill=False)

@@ -46,7 +46,7 @@ KERNELS = {  # every kernel of the executor's decode step, its fetches and write
     "oasis_kernels.splitk.splitk_merge_kernel",
     "oasis_kernels.summary_update.summary_update_kernel",
     "oasis_kernels.topk_select.topk_select_kernel",
-    "oasis_exec.writeback._writeback_fp8_kernel",
+    "oasis_exec.transfer.writeback._writeback_fp8_kernel",
 }
 NOT_LAUNCHED_ON_CPU = {"oasis_kernels.step_clock.step_clock_kernel"}  # reads the GPU's globaltimer: tests/gpu only
 CPU_ONLY_SHAPE = "Input shapes should have"  # tl.dot's K >= 16: the CPU tests' 4-token blocks

@@ -243,15 +243,15 @@ def test_plan_select_gpu_realistic():
         assert int(c1[1]) > 0
 
 
-# -- the Prefetcher's fused path (oasis_exec.pipeline): plan_fused / fetch_now against the torch path ---------------
+# -- the Prefetcher's fused path (oasis_exec.workingset.prefetcher): plan_fused / fetch_now against the torch path ---------------
 
 
 def _prefetcher(B=4, H=2, S=4, L=2, NB=12, max_cap=2, seed=0, policy=None, **kw):
     from oasis_core.fetchcap import Fixed
     from oasis_exec.config import ExecConfig
-    from oasis_exec.fetch_caps import DeviceCaps
-    from oasis_exec.kv_store import HostPool, SparseStore
-    from oasis_exec.pipeline import Prefetcher
+    from oasis_exec.kv.store import HostPool, SparseStore
+    from oasis_exec.workingset.fetch_caps import DeviceCaps
+    from oasis_exec.workingset.prefetcher import Prefetcher
 
     c = ExecConfig(
         model="tiny",
@@ -307,7 +307,7 @@ def test_prefetcher_select_fused_equals_torch_select(lanes_list):
     index tensor, converted once per step), several steps."""
     pipe, g = _prefetcher()
     st, H = pipe.store, pipe.store.H
-    from oasis_exec.runner import _rows_of
+    from oasis_exec.runner.runner import _rows_of
 
     lanes = torch.tensor(lanes_list)
     for step in range(3):
@@ -368,7 +368,7 @@ def test_prefetcher_fetch_now_fused_equals_reference(path):
     st, H = pipe.store, pipe.store.H
     lanes_list = [2, 0, 1]
     lanes = torch.tensor(lanes_list)
-    from oasis_exec.runner import _rows_of
+    from oasis_exec.runner.runner import _rows_of
 
     rows = _rows_of(lanes_list, H)
     preds = [

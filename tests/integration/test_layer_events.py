@@ -8,9 +8,9 @@ import pytest
 torch = pytest.importorskip("torch")
 
 from oasis_core.recording import load_recording  # noqa: E402
-from oasis_exec.bench import LAYER_EVENT_STEPS, layer_event_steps, run_bench  # noqa: E402
 from oasis_exec.config import ExecConfig  # noqa: E402
-from oasis_exec.recorder import exec_timeline, write_bench_recording  # noqa: E402
+from oasis_exec.tools.bench import LAYER_EVENT_STEPS, layer_event_steps, run_bench  # noqa: E402
+from oasis_exec.tools.recorder import exec_timeline, write_bench_recording  # noqa: E402
 from oasis_sim.replay import replay  # noqa: E402
 
 
@@ -95,7 +95,7 @@ def test_dense_profile_has_main_stream_only_and_no_profile_has_none():
 def test_bench_times_steady_steps_only(monkeypatch):
     """No request finishes inside a timed step: the bench gives each request one token more and runs the step in
     which they all finish untimed, after the timed ones."""
-    from oasis_exec.engine import Engine
+    from oasis_exec.engine.engine import Engine
 
     finishing, real_step = [], Engine.step
 

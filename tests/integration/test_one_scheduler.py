@@ -227,8 +227,8 @@ def _exec_plans():
     import torch
 
     from oasis_exec.config import ExecConfig
-    from oasis_exec.engine import Engine
-    from oasis_exec.scheduler import SamplingParams
+    from oasis_exec.engine.engine import Engine
+    from oasis_exec.engine.scheduler import SamplingParams
 
     torch.set_num_threads(1)
     unit = 2 * 2 * BS * 16 * 4 * 2  # tiny: layers x KV heads x block x head_dim x float32 x (K, V)
@@ -295,8 +295,8 @@ def test_executor_preemption_keeps_greedy_output():
     import torch
 
     from oasis_exec.config import ExecConfig
-    from oasis_exec.engine import Engine
-    from oasis_exec.scheduler import SamplingParams
+    from oasis_exec.engine.engine import Engine
+    from oasis_exec.engine.scheduler import SamplingParams
 
     torch.set_num_threads(1)
     unit = 2 * 2 * BS * 16 * 4 * 2

@@ -1,4 +1,4 @@
-"""Bookkeeping of the host path's CUDA-graph mode (oasis_exec.pipeline.Prefetcher), on CPU with a stand-in job:
+"""Bookkeeping of the host path's CUDA-graph mode (oasis_exec.workingset.prefetcher.Prefetcher), on CPU with a stand-in job:
 which layers a capture registers, what after_replay submits, what before_replay joins. The CUDA side (external
 events inside a captured step) is checked on the GPU by tests/gpu/test_exec_gpu.py."""
 
@@ -7,7 +7,7 @@ from concurrent.futures import ThreadPoolExecutor
 import torch
 from exec_cases import cfg
 
-from oasis_exec.engine import Engine
+from oasis_exec.engine.engine import Engine
 
 
 def test_after_replay_submits_the_captured_layers_and_before_replay_joins_them():

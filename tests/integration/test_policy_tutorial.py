@@ -19,8 +19,8 @@ from exec_cases import cfg, prompts
 
 from oasis_core.fetchcap import POLICY_MODULES_ENV, CapContext, get_policy, load_policy_modules, state_array
 from oasis_core.recording import load_recording
-from oasis_exec.engine import Engine
-from oasis_exec.scheduler import SamplingParams
+from oasis_exec.engine.engine import Engine
+from oasis_exec.engine.scheduler import SamplingParams
 from oasis_sim.cli import main as sim_main
 from oasis_sim.replay import replay
 from oasis_sim.sweep import load_grid

@@ -1,5 +1,5 @@
 """Fuzz of the hand-written command lines (``python -m oasis_exec quality selection|endtoend`` and
-``python -m oasis_exec.draft_train corpus|train``): random option vectors (fixed seed; valid, invalid, extreme and
+``python -m oasis_exec.tools.draft_train corpus|train``): random option vectors (fixed seed; valid, invalid, extreme and
 unknown values, bad paths) never give a traceback. A vector either stops at the first model load (patched to raise
 ``Reached``: its options passed every front-door check) or ends with exit 0 / 2 and at most one line on stderr."""
 
@@ -10,8 +10,8 @@ import pytest
 pytest.importorskip("torch")
 
 from oasis_exec import __main__ as exec_main  # noqa: E402
-from oasis_exec import draft_train  # noqa: E402
-from oasis_exec.model import Decoder  # noqa: E402
+from oasis_exec.model.decoder import Decoder  # noqa: E402
+from oasis_exec.tools import draft_train  # noqa: E402
 
 SEED, N = 20261201, 150
 

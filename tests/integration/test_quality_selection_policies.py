@@ -10,10 +10,10 @@ import torch
 from oasis_core.fetchcap import get_policy
 from oasis_core.specs import ModelSpec
 from oasis_exec import __main__ as exec_main
-from oasis_exec.draft import DraftHead
-from oasis_exec.model import Decoder
-from oasis_exec.quality import texts
-from oasis_exec.quality.selection import PolicyLink, Setup, measure_tokens, replay_policy
+from oasis_exec.model.decoder import Decoder
+from oasis_exec.model.draft import DraftHead
+from oasis_exec.tools.quality import texts
+from oasis_exec.tools.quality.selection import PolicyLink, Setup, measure_tokens, replay_policy
 
 TINY = ModelSpec(  # the tiny model of test_quality_selection.py
     name="tiny",

@@ -24,8 +24,8 @@ from real_model_cases import BLOCK, CONTEXT, GREEDY, SPARSE, first_divergence, h
 import oasis_kernels  # noqa: F401  -- before transformers imports triton (see oasis_kernels/__init__.py)
 from oasis_core.specs import ModelSpec
 from oasis_exec.config import ExecConfig
-from oasis_exec.model import Decoder, random_weights, rope_theta_of, save_checkpoint
-from oasis_exec.scheduler import SamplingParams
+from oasis_exec.engine.scheduler import SamplingParams
+from oasis_exec.model.decoder import Decoder, random_weights, rope_theta_of, save_checkpoint
 
 pytestmark = pytest.mark.usefixtures("one_torch_thread")
 
@@ -100,7 +100,7 @@ def test_rope_scaling_refused_in_hf_config(cfg):
 @pytest.mark.parametrize("kind", ["yarn", "llama3"])
 def test_rope_scaling_refused_in_gguf_metadata(tmp_path, kind):
     gguf = pytest.importorskip("gguf")
-    from oasis_exec.gguf_model import GGUFError, read_gguf
+    from oasis_exec.model.gguf import GGUFError, read_gguf
 
     path = str(tmp_path / f"{kind}.gguf")
     w = gguf.GGUFWriter(path, arch="llama")
@@ -117,7 +117,7 @@ def test_rope_scaling_refused_in_gguf_metadata(tmp_path, kind):
 
 
 def test_max_context_above_the_models_positions_raises(tmp_path):
-    from oasis_exec.runner import Runner
+    from oasis_exec.runner.runner import Runner
 
     save_checkpoint(str(tmp_path), TINY, random_weights(TINY, dtype=torch.float32))
     Runner(ExecConfig(model_path=str(tmp_path), device="cpu", dtype="float32", mode="dense", max_context=128))
@@ -127,7 +127,7 @@ def test_max_context_above_the_models_positions_raises(tmp_path):
 
 @pytest.mark.parametrize("rest", [(), (5,)])
 def test_unpermute_inverts_llama_cpp_permutation(rest):
-    from oasis_exec.gguf_model import _unpermute
+    from oasis_exec.model.gguf import _unpermute
 
     n_head, rows = 3, 3 * 8
     w = np.random.default_rng(0).standard_normal((rows, *rest)).astype(np.float32)
@@ -141,7 +141,7 @@ def test_unpermute_inverts_llama_cpp_permutation(rest):
 
 @pytest.fixture(scope="module")
 def gguf_path():
-    from oasis_exec.gguf_model import smollm2_path
+    from oasis_exec.model.gguf import smollm2_path
 
     try:
         return smollm2_path()
@@ -193,7 +193,7 @@ def engine_cfg(gguf_path, mode, **kw):
 
 @pytest.fixture(scope="module")
 def dense_engine(gguf_path):
-    from oasis_exec.engine import Engine
+    from oasis_exec.engine.engine import Engine
 
     return Engine(engine_cfg(gguf_path, "dense"))  # loads the GGUF as a user's --model-path does
 
@@ -222,8 +222,8 @@ def test_dense_engine_greedy_matches_transformers(prompts, reference, dense_engi
 def test_sparse_engine_greedy_matches_transformers_when_top_k_covers_every_block(
     mode, gguf_path, prompts, reference, dense_engine
 ):
-    from oasis_exec.engine import Engine
-    from oasis_exec.runner import Runner
+    from oasis_exec.engine.engine import Engine
+    from oasis_exec.runner.runner import Runner
 
     cfg = engine_cfg(gguf_path, mode)
     assert max(len(p) for p in prompts) + GREEDY <= cfg.top_k * BLOCK
@@ -233,7 +233,7 @@ def test_sparse_engine_greedy_matches_transformers_when_top_k_covers_every_block
 
 
 def test_real_model_positions_bound_max_context(gguf_path, dense_engine):
-    from oasis_exec.runner import Runner
+    from oasis_exec.runner.runner import Runner
 
     cfg = ExecConfig(model_path=gguf_path, device="cpu", dtype="float32", mode="dense", max_context=8192 + 16)
     with pytest.raises(ValueError, match="exceed the model's 8192 positions"):
@@ -311,7 +311,7 @@ def test_hf_directory_tokenizer_matches_transformers(tmp_path, hf_tokenizer):
 def test_server_cli_defaults_for_a_gguf(gguf_path):
     import argparse
 
-    from oasis_exec.gguf_model import read_gguf
+    from oasis_exec.model.gguf import read_gguf
     from oasis_exec.server.adapter import add_engine_args, exec_config_from_args
 
     p = argparse.ArgumentParser()
@@ -329,7 +329,7 @@ def test_server_openai_client_greedy_text_matches_transformers(gguf_path, hf):
     pytest.importorskip("fastapi")
     from server_proc import ServerProcess
 
-    from oasis_exec.gguf_model import read_gguf
+    from oasis_exec.model.gguf import read_gguf
 
     model, tok = hf
     name = read_gguf(gguf_path).name

@@ -20,8 +20,8 @@ from oasis_core.setrecord import (
     to_sim_replay,
 )
 from oasis_exec.config import ExecConfig
-from oasis_exec.engine import Engine
-from oasis_exec.scheduler import SamplingParams
+from oasis_exec.engine.engine import Engine
+from oasis_exec.engine.scheduler import SamplingParams
 
 pytestmark = pytest.mark.usefixtures("one_torch_thread")
 
@@ -139,7 +139,7 @@ def test_replay_at_the_qwen3_shape_dummy_weights(tmp_path):
     # a cut-down Qwen3-8B width (same layer / head counts) keeps the CPU run short
     from dataclasses import replace
 
-    from oasis_exec.runner import Runner
+    from oasis_exec.runner.runner import Runner
 
     shape = replace(s, hidden=64, n_q_heads=16, head_dim=16, mlp_hidden=64, vocab=256)
     runner = Runner(c, shape=shape)

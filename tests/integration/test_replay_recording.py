@@ -18,7 +18,7 @@ from oasis_core.recording import (
     save_selection,
 )
 from oasis_core.trace import TraceError, dumps_trace, load_trace
-from oasis_exec.recorder import exec_timeline, recording_from_bench, sample_steps, write_bench_recording
+from oasis_exec.tools.recorder import exec_timeline, recording_from_bench, sample_steps, write_bench_recording
 
 BENCH = {
     "mode": "lookahead",
@@ -254,7 +254,7 @@ def test_exec_timeline_from_layer_events_and_mean():
 
 def test_recorder_and_format_import_without_torch():
     code = (
-        "import sys; sys.modules['torch'] = None; import oasis_exec.recorder, oasis_core.recording, "
+        "import sys; sys.modules['torch'] = None; import oasis_exec.tools.recorder, oasis_core.recording, "
         "oasis_sim.replay, oasis_sim.validate, oasis_sim.fitted; print('ok')"
     )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
@@ -263,8 +263,8 @@ def test_recorder_and_format_import_without_torch():
 
 def test_real_cpu_bench_record_becomes_a_replayable_recording(tmp_path):
     pytest.importorskip("torch")
-    from oasis_exec.bench import run_bench
     from oasis_exec.config import ExecConfig
+    from oasis_exec.tools.bench import run_bench
     from oasis_sim.replay import replay
 
     cfg = ExecConfig(

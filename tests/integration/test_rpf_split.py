@@ -1,4 +1,4 @@
-"""Prefill/decode split with remote partial fetching for real (``oasis_exec.rpf_split``): two processes over gloo.
+"""Prefill/decode split with remote partial fetching for real (``oasis_exec.tools.rpf_split``): two processes over gloo.
 The decode node's host pool starts as NaN, so its greedy tokens equal a one-process run's only if every unit it read
 arrived; the ledger's and the prefill node's own counts show each unit crossed at most once and never more than the
 fetch cap a row and step; an RPF hand-off carries fewer bytes than a full one and the remote fetches make up for
@@ -11,8 +11,9 @@ from pathlib import Path
 import pytest
 from real_model_cases import shlex_ids
 
-from oasis_exec import rpf_split, tensor_parallel
 from oasis_exec.config import ExecConfig
+from oasis_exec.model import tensor_parallel
+from oasis_exec.tools import rpf_split
 
 pytestmark = pytest.mark.usefixtures("one_torch_thread")
 DRAFT = Path(__file__).resolve().parents[2] / "experiments" / "trained_draft_head" / "smollm2-eagle3"
@@ -72,7 +73,7 @@ def test_split_real_model():
     """SmolLM2-135M with the trained draft head, 512 prompt tokens, top-K 8, the model's own selection; the RPF
     hand-off only (the full one and the comparison of the two are the tiny case's: each split run loads the model
     in two processes, ~14 s each on a 2-core CPU)."""
-    from oasis_exec.gguf_model import smollm2_path
+    from oasis_exec.model.gguf import smollm2_path
 
     try:
         path = smollm2_path()

@@ -47,7 +47,7 @@ def test_recordings_carry_host_kv_dtype_into_the_replay(tmp_path):
     from replay_fakes import base_config, fake_results
 
     from oasis_core.recording import RecordingError, build_recording
-    from oasis_exec.recorder import write_bench_recording
+    from oasis_exec.tools.recorder import write_bench_recording
     from oasis_sim.replay import sim_config
 
     bench = {

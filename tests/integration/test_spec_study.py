@@ -40,8 +40,8 @@ def test_table_compares_with_the_fresh_k0_run():
 
 def test_replay_draws_the_recorded_acceptance_and_what_if_uses_the_study(tmp_path):
     from oasis_core.recording import load_recording
-    from oasis_exec.bench import run_bench
-    from oasis_exec.recorder import write_bench_recording
+    from oasis_exec.tools.bench import run_bench
+    from oasis_exec.tools.recorder import write_bench_recording
 
     r = _load("replay_spec")
     recs = []

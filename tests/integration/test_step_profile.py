@@ -82,7 +82,7 @@ def test_cpu_smoke_counts_ops_per_step(tmp_path, mode):
 
 
 def test_annotations_are_removed_after_profiling(tmp_path):
-    from oasis_exec.bench import build_bench_engine
+    from oasis_exec.tools.bench import build_bench_engine
 
     a = sp.build_parser().parse_args(
         [
@@ -111,12 +111,12 @@ def test_annotations_are_removed_after_profiling(tmp_path):
     ann.remove()
     assert eng.runner.dec.qkv == before[0] and eng.runner.sampler == before[1]
     assert "predict" not in vars(eng.runner.model) and "launch" not in vars(eng.runner.pipe)
-    import oasis_exec.model_exec as model_exec_mod
-    import oasis_exec.ops as ops_mod
+    import oasis_exec.runner.model_exec as model_exec_mod
+    import oasis_exec.runner.ops as ops_mod
 
     assert (
-        ops_mod.sparse_attn.__module__ == "oasis_exec.ops"
-        and model_exec_mod.writeback_full.__module__ == "oasis_exec.writeback"
+        ops_mod.sparse_attn.__module__ == "oasis_exec.runner.ops"
+        and model_exec_mod.writeback_full.__module__ == "oasis_exec.transfer.writeback"
     )
     eng.close()
 

@@ -5,7 +5,7 @@ before it (tiny random model, CPU). The GPU twin is ``tests/gpu/test_exec_gpu.py
 import pytest
 from exec_cases import assert_same_run, cfg, prompts, run_state
 
-import oasis_exec.model_exec as model_exec
+import oasis_exec.runner.model_exec as model_exec
 from oasis_exec.config import ExecConfig
 
 pytestmark = pytest.mark.usefixtures("one_torch_thread")

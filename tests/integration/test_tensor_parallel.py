@@ -1,4 +1,4 @@
-"""Tensor parallelism on the CPU: two processes over gloo (``oasis_exec.tensor_parallel``) give the one-process
+"""Tensor parallelism on the CPU: two processes over gloo (``oasis_exec.model.tensor_parallel``) give the one-process
 greedy output, with the tiny dummy preset and with the real model (SmolLM2-135M: 3 KV heads over 2 ranks, split
 2 + 1), in dense and in lookahead with a real selection (top-K below the context). fp32: the logits differ by the
 order of the partial sums only (the all-reduce adds two partial matmuls), tolerance ``tp_cases.LOGIT_TOL``; the tokens are
@@ -12,8 +12,8 @@ import pytest
 from real_model_cases import shlex_ids
 from tp_cases import TINY_PROMPTS, same_as_one_rank
 
-from oasis_exec import tensor_parallel as tp
 from oasis_exec.config import ExecConfig
+from oasis_exec.model import tensor_parallel as tp
 
 pytestmark = pytest.mark.usefixtures("one_torch_thread")
 
@@ -30,7 +30,7 @@ def test_shard_slices_heads_and_mlp():
     import torch
 
     from oasis_core.specs import get_model
-    from oasis_exec.model import random_weights
+    from oasis_exec.model.decoder import random_weights
 
     shape = dataclasses.replace(get_model("tiny"), n_q_heads=6, n_kv_heads=3)
     w = random_weights(shape, 0, torch.float32)
@@ -73,7 +73,7 @@ def test_tp2_equals_tp1_tiny(mode):
 
 @pytest.fixture(scope="module")
 def smollm2():
-    from oasis_exec.gguf_model import smollm2_path
+    from oasis_exec.model.gguf import smollm2_path
 
     try:
         return smollm2_path()

@@ -1,4 +1,4 @@
-"""The engine's measured transfer-path choice (oasis_exec.transfer_choice) and experiments/transfer_paths/transfer_paths.py.
+"""The engine's measured transfer-path choice (oasis_exec.transfer.choice) and experiments/transfer_paths/transfer_paths.py.
 
 The summarize test feeds fabricated records: it checks the arithmetic of the report, it is not a result."""
 
@@ -10,7 +10,7 @@ import warnings
 import pytest
 from experiment_scripts import load_script
 
-from oasis_exec import transfer_choice as tc
+from oasis_exec.transfer import choice as tc
 
 REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
@@ -119,7 +119,7 @@ def _use_table(tmp_path, monkeypatch, table):
 def test_prefetcher_auto_takes_the_tables_path_and_explicit_wins(tmp_path, monkeypatch):
     torch = pytest.importorskip("torch")
     from oasis_exec.config import ExecConfig
-    from oasis_exec.runner import Runner
+    from oasis_exec.runner.runner import Runner
 
     _use_table(tmp_path, monkeypatch, TABLE)
     kw = dict(
@@ -152,7 +152,7 @@ def test_prefetcher_auto_takes_the_tables_path_and_explicit_wins(tmp_path, monke
 def test_stream_priority_auto_takes_the_tables_and_explicit_wins(tmp_path, monkeypatch):
     torch = pytest.importorskip("torch")
     from oasis_exec.config import ExecConfig
-    from oasis_exec.runner import Runner
+    from oasis_exec.runner.runner import Runner
 
     tab = dict(TABLE, choices=[dict(TABLE["choices"][0], stream_priority="high"), TABLE["choices"][2]])
     _use_table(tmp_path, monkeypatch, tab)
@@ -182,7 +182,7 @@ def test_gather_programs_follow_the_live_batch_under_auto(tmp_path, monkeypatch)
     """auto: the path is fixed for the lane count, the UVA programs follow each step's batch (its uva entries)."""
     torch = pytest.importorskip("torch")
     from oasis_exec.config import ExecConfig
-    from oasis_exec.runner import Runner
+    from oasis_exec.runner.runner import Runner
 
     _use_table(tmp_path, monkeypatch, TABLE)
     kw = dict(
@@ -206,8 +206,8 @@ def test_gather_programs_follow_the_live_batch_under_auto(tmp_path, monkeypatch)
 
 def test_prefetcher_auto_follows_the_committed_table_and_the_record_names_it():
     pytest.importorskip("torch")
-    from oasis_exec.bench import run_bench
     from oasis_exec.config import ExecConfig
+    from oasis_exec.tools.bench import run_bench
 
     rec = run_bench(
         ExecConfig(
@@ -405,7 +405,7 @@ def test_transfer_paths_cpu_smoke(tmp_path):
 def test_host_kernel_auto_takes_the_tables_and_explicit_wins(tmp_path, monkeypatch):
     torch = pytest.importorskip("torch")
     from oasis_exec.config import ExecConfig
-    from oasis_exec.runner import Runner
+    from oasis_exec.runner.runner import Runner
 
     tab = dict(TABLE, choices=[TABLE["choices"][0], dict(TABLE["choices"][1], host_kernel="native")])
     _use_table(tmp_path, monkeypatch, tab)
@@ -448,7 +448,7 @@ def test_uva_items_per_iter_is_checked_and_reaches_the_gather(monkeypatch):
     path (CUDA only runs it; here the kernel's entry is replaced to see its arguments)."""
     import oasis_kernels.gather
     from oasis_exec.config import ExecConfig
-    from oasis_exec.transfer_uva import UvaPath
+    from oasis_exec.transfer.uva import UvaPath
 
     for bad in (0, 3, 32, True, 2.0):
         with pytest.raises(ValueError, match="uva_items_per_iter"):

@@ -1,4 +1,4 @@
-"""oasis_exec.draft_train on the tiny dummy model: the corpus split, the cached greedy generation against the plain
+"""oasis_exec.tools.draft_train on the tiny dummy model: the corpus split, the cached greedy generation against the plain
 forward, and training that moves acceptance; the committed SmolLM2 head loads in its layout."""
 
 import os
@@ -8,8 +8,9 @@ import pytest
 import torch
 
 from oasis_core.specs import get_model
-from oasis_exec.draft import DraftHead, draft_logits
-from oasis_exec.draft_train import (
+from oasis_exec.model.decoder import Decoder
+from oasis_exec.model.draft import DraftHead, draft_logits
+from oasis_exec.tools.draft_train import (
     acceptance,
     build_corpus,
     features,
@@ -19,7 +20,6 @@ from oasis_exec.draft_train import (
     init_head,
     train_head,
 )
-from oasis_exec.model import Decoder
 
 HEAD = os.path.join(os.path.dirname(__file__), "..", "..", "experiments", "trained_draft_head", "smollm2-eagle3")
 
@@ -73,13 +73,13 @@ def test_training_raises_acceptance_on_the_training_text(dec):
 def test_the_committed_smollm2_head_loads():
     if not os.path.isfile(os.path.join(HEAD, "model.safetensors")):
         pytest.skip("no trained head in this checkout")
-    from oasis_exec.gguf_model import smollm2_path
+    from oasis_exec.model.gguf import smollm2_path
 
     try:
         path = smollm2_path()
     except FileNotFoundError as e:
         pytest.skip(str(e))
-    from oasis_exec.gguf_model import read_gguf
+    from oasis_exec.model.gguf import read_gguf
 
     spec = read_gguf(path).spec
     embed = torch.zeros(spec.vocab, spec.hidden)

@@ -1,4 +1,4 @@
-"""The executor's fetch caps (oasis_exec.fetch_caps) against the core's numpy policies: the device-side step time
+"""The executor's fetch caps (oasis_exec.workingset.fetch_caps) against the core's numpy policies: the device-side step time
 and budget give the caps the numpy policy gives for the same step time, on random inputs; static policies stay
 plain ints (the kernels' scalar path, as before the policies ran on the executor)."""
 
@@ -9,7 +9,7 @@ import torch
 from oasis_core.fetchcap import CapContext, Fixed, LinkBudget, Unlimited, get_policy, split_budget
 from oasis_core.selection import count_missing
 from oasis_exec.config import ExecConfig
-from oasis_exec.fetch_caps import DeviceCaps, StepClock
+from oasis_exec.workingset.fetch_caps import DeviceCaps, StepClock
 
 CPU = torch.device("cpu")
 

@@ -11,8 +11,8 @@ from oasis_core.geometry import KVGeometry
 from oasis_core.selection import plan_step
 from oasis_core.specs import get_model
 from oasis_exec.config import ExecConfig
-from oasis_exec.kv_layout import build_kv_layout
-from oasis_exec.kv_store import SparseStore
+from oasis_exec.kv.layout import build_kv_layout
+from oasis_exec.kv.store import SparseStore
 from oasis_kernels.gather import uva_gather
 from oasis_kernels.plan_select import plan_select, plan_select_ref
 from oasis_sim.config import ConfigError, SimConfig

@@ -6,9 +6,9 @@ import pytest
 import torch
 
 import oasis_kernels  # noqa: F401  (Triton interpreter without CUDA; before triton is first imported)
-from oasis_exec.host_quant import dequantize, error_bound, quantize, roundtrip
-from oasis_exec.kv_store import HostPool
-from oasis_exec.writeback import writeback_full, writeback_kernel
+from oasis_exec.kv.host_quant import dequantize, error_bound, quantize, roundtrip
+from oasis_exec.kv.store import HostPool
+from oasis_exec.transfer.writeback import writeback_full, writeback_kernel
 from oasis_kernels.fp8 import e4m3_bits, e4m3_value, tl, triton
 from oasis_kernels.gather import HostStager, gather_ref, uva_gather
 

@@ -1,10 +1,10 @@
-"""fused_ops kernels vs their references (and the references vs oasis_exec.model), and a fused tiny Decoder."""
+"""fused_ops kernels vs their references (and the references vs oasis_exec.model.decoder), and a fused tiny Decoder."""
 
 import pytest
 import torch
 
 import oasis_kernels  # noqa: F401  (Triton interpreter without CUDA)
-from oasis_exec import model
+from oasis_exec.model import decoder as model
 from oasis_kernels.fused_ops import (
     add_rms_norm,
     add_rms_norm_ref,

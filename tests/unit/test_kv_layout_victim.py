@@ -1,4 +1,4 @@
-"""``oasis_exec.kv_layout.victim_slots``: a background mode left at ``hot_slots=None`` grows a victim cache of
+"""``oasis_exec.kv.layout.victim_slots``: a background mode left at ``hot_slots=None`` grows a victim cache of
 3 x top_k slots a row where the requests its config names fit the GPU budget at that size, and keeps top_k
 everywhere else (no budget, no request count, a budget without room, an explicit hot_slots, other modes)."""
 
@@ -8,8 +8,8 @@ import torch
 from oasis_core.geometry import KVGeometry
 from oasis_core.specs import get_model
 from oasis_exec.config import ExecConfig
-from oasis_exec.kv_layout import VICTIM_FACTOR, build_kv_layout, victim_slots
-from oasis_exec.kv_store import SparseStore
+from oasis_exec.kv.layout import VICTIM_FACTOR, build_kv_layout, victim_slots
+from oasis_exec.kv.store import SparseStore
 
 K, NB = 4, 20
 SHAPE = get_model("tiny")

@@ -4,7 +4,7 @@ with the CUDA calls replaced by fakes: sizes, per-layer views, reuse within a pr
 import pytest
 import torch
 
-from oasis_exec import kv_store as KS
+from oasis_exec.kv import store as KS
 
 
 @pytest.fixture

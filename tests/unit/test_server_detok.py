@@ -45,7 +45,7 @@ def test_window_detokenizer_equals_decode():
 @pytest.fixture(scope="module")
 def gguf_tokenizer():
     pytest.importorskip("tokenizers")
-    from oasis_exec.gguf_model import smollm2_path
+    from oasis_exec.model.gguf import smollm2_path
     from oasis_exec.server.tokenizer import load_tokenizer
 
     try:

@@ -1,4 +1,4 @@
-"""The acceptance rules of speculative steps (``oasis_exec.speculative``) on a small vocabulary.
+"""The acceptance rules of speculative steps (``oasis_exec.runner.speculative``) on a small vocabulary.
 
 The target is a Markov chain over 6 tokens (its logits depend on the previous token only), the draft a greedy chain
 of another one; a speculative decoder of 3 tokens runs in 12,000 seeded trials at once. The sequences it emits must
@@ -12,9 +12,9 @@ import math
 import pytest
 import torch
 
-from oasis_exec.sampling import sample
-from oasis_exec.scheduler import SamplingParams
-from oasis_exec.speculative import accept, emitted_tokens, greedy_accepted, rows_of, target_probs
+from oasis_exec.engine.sampling import sample
+from oasis_exec.engine.scheduler import SamplingParams
+from oasis_exec.runner.speculative import accept, emitted_tokens, greedy_accepted, rows_of, target_probs
 
 V, TRIALS, LENGTH = 6, 12_000, 3
 

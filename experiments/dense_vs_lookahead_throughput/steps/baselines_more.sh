@@ -26,8 +26,8 @@ NMAX=$($PY - <<'PY'
 from oasis_core.geometry import KVGeometry
 from oasis_core.specs import get_model
 from oasis_exec.config import BenchConfig
-from oasis_exec.host_memory import POOL_SHARE, available_bytes
-from oasis_exec.kv_store import SparseStore
+from oasis_exec.kv.host_memory import POOL_SHARE, available_bytes
+from oasis_exec.kv.store import SparseStore
 geo = KVGeometry(get_model("qwen3-8b"), 16, 2)
 blocks = -(-BenchConfig(context=16384, steps=24, warmup=4).engine_max_context(16) // 16)
 # 2% below the estimate: at 8e1c817 the estimate said 99 and the bench, with less memory free by then, refused 99

