@@ -20,11 +20,10 @@ import time
 import torch
 
 sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", ".."))
-from oasis_exec.scheduler import SamplingParams  # noqa: E402
-
 import oasis_kernels  # noqa: E402,F401  -- before transformers imports triton
 from oasis_exec.config import ExecConfig  # noqa: E402
-from oasis_exec.engine import Engine  # noqa: E402
+from oasis_exec.engine.engine import Engine  # noqa: E402
+from oasis_exec.engine.scheduler import SamplingParams  # noqa: E402
 from oasis_exec.server.tokenizer import load_tokenizer  # noqa: E402
 
 TIE_STEPS = 2
@@ -97,7 +96,7 @@ def main():
                 max_lanes=1,
                 block_size=16,
             )
-            from oasis_exec.runner import Runner
+            from oasis_exec.runner.runner import Runner
 
             t1 = time.time()
             runner = Runner(cfg, decoder=dec)

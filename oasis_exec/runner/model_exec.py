@@ -60,6 +60,13 @@ from ..transfer.writeback import writeback_full
 from . import ops
 from .speculative import emitted_tokens, greedy_accepted
 
+
+def ring_extra(cfg) -> int:
+    """Slots a ring holds past its window: a speculative step's drafts, or the draft row of a lookahead step (its
+    KV is written at ``p + 1``; with ``W`` slots it would overwrite position ``p + 1 - W``, still in ``p``'s window)."""
+    return max(cfg.spec_max_k or 0, 1 if cfg.mode_spec.drafts else 0)
+
+
 SHORT_STEPS = ("none", "some", "all")  # decode_core's ``short``: how many of the step's lanes can be short
 
 
@@ -105,7 +112,7 @@ class ModelExec:
         self.capturing = False  # set by DecodeGraphs while a step is captured
         self.short = short
         # sliding-window layers (ModelSpec.layer_windows): their KV in a ring a lane, dense attention (kv/ring.py)
-        self.ring = RingKV(s, max_lanes, cfg.spec_max_k or 0, dtype, device) if s.is_hybrid else None
+        self.ring = RingKV(s, max_lanes, ring_extra(cfg), dtype, device) if s.is_hybrid else None
         # speculative decoding (oasis_exec.runner.speculative): the draft head's hidden state behind each lane's draft token
         self.draft_h = None
         if cfg.spec_max_k:
@@ -171,6 +178,7 @@ class ModelExec:
         for l in range(self.L):
             q, k, v = self.dec.qkv(l, x, pos)  # q [n, Hq, D], k/v [n, H, D]
             if self.ring is not None and self.ring.has(l):  # a sliding layer: its ring, nothing else
+                q_last.append(None)  # no first working set
                 x = self.dec.finish(l, x, self.ring.prefill(l, ch.lane, q, k, v, start))
                 if l in layers_aux:
                     aux[l] = x[-1]
@@ -237,6 +245,8 @@ class ModelExec:
         if short_lane:
             n_slots = -(-n_tok // bs)  # blocks holding the prompt, the partial tail included; at most K + 1
             for l in range(self.L):
+                if q_last[l] is None:  # a sliding layer: its ring
+                    continue
                 kb = torch.zeros(H, n_slots * bs, sk.shape[-1], dtype=sk.dtype, device=dev)
                 vb = torch.zeros_like(kb)
                 kb[:, :n_tok], vb[:, :n_tok] = sk[l, :, :n_tok], sv[l, :, :n_tok]
@@ -250,6 +260,8 @@ class ModelExec:
         tail0 = (n_tok // bs) * bs
         nb = tail0 // bs + 1  # blocks incl. the (possibly empty) local one
         for l in range(self.L):
+            if q_last[l] is None:  # a sliding layer: its ring
+                continue
             m = n_tok - tail0
             if m:
                 st.k[l][base + st.LOCAL, :m] = sk[l, :, tail0:n_tok]
@@ -364,7 +376,11 @@ class ModelExec:
             q = q.view(B, nq, Hq, -1)
             k = k.view(B, nq, H, -1)
             v = v.view(B, nq, H, -1)
-            if cfg.sparse:
+            if self.ring is not None and self.ring.has(l):  # a sliding layer, every mode: its ring, nothing else
+                p2 = positions.view(B, nq)  # a draft row's KV too: the real token rewrites its slot next step
+                self.ring.write(l, lanes, p2, k, v)
+                attn = self.ring.attend(l, q, lanes, p2).reshape(B * nq, Hq, -1)
+            elif cfg.sparse:
                 self.pipe.wait(l)
                 if in_order is not None and not all_short:  # short rows' tables: their blocks in slot order
                     st.resident[l][rows] = torch.where(sr, res_short, st.resident[l][rows])
@@ -404,9 +420,6 @@ class ModelExec:
                 if mode.background and not all_short:
                     given = None if sets is None else (sets[1] if mode.drafts else sets[2])[:, l]
                     self._launch_prediction(l, q[:, nq - 1], given, lanes, lanes32, nb_next, rows, sets, recorded)
-            elif self.ring is not None and self.ring.has(l):  # a sliding layer (dense modes): its ring
-                self.ring.write(l, lanes, pos[:, None], k[:, :1], v[:, :1])
-                attn = self.ring.attend(l, q[:, :1], lanes, pos[:, None]).reshape(B, Hq, -1)
             else:
                 ops.kv_write(
                     k[:, 0], v[:, 0], st.k[l].view(-1, bs, st.D), st.v[l].view(-1, bs, st.D), item_src, off32, fused_kv
@@ -646,7 +659,12 @@ class ModelExec:
         for l in range(self.L):
             q, k_, v_ = self.dec.qkv(l, x, positions)
             Hq = q.shape[1]
-            if cfg.sparse:
+            if self.ring is not None and self.ring.has(l):  # a sliding layer: every position into its ring
+                p2 = positions.view(B, nq)
+                self.ring.write(l, lanes, p2, k_.view(B, nq, H, -1), v_.view(B, nq, H, -1))
+                attn = self.ring.attend(l, q.view(B, nq, Hq, -1), lanes, p2).reshape(B * nq, Hq, -1)
+                saved.append(None)  # commit_spec: nothing to keep (a rejected draft's slot is rewritten later)
+            elif cfg.sparse:
                 q = q.view(B, nq, Hq, -1)
                 k_ = k_.view(B, nq, H, -1)
                 v_ = v_.view(B, nq, H, -1)
@@ -659,10 +677,6 @@ class ModelExec:
                     st.k[l], st.v[l], self.host.k[l], self.host.v[l], item_src, item_dst, item_len, bs, self._scales(l)
                 )
                 saved.append((q, ek, ev))
-            elif self.ring is not None and self.ring.has(l):  # a sliding layer: every position into its ring
-                p2 = positions.view(B, nq)
-                self.ring.write(l, lanes, p2, k_.view(B, nq, H, -1), v_.view(B, nq, H, -1))
-                attn = self.ring.attend(l, q.view(B, nq, Hq, -1), lanes, p2).reshape(B * nq, Hq, -1)
             else:
                 kf, vf = st.k[l].view(-1, bs, st.D), st.v[l].view(-1, bs, st.D)
                 ops.kv_write(k_, v_, kf, vf, rows_all, offs_all, fused_kv)
@@ -701,7 +715,7 @@ class ModelExec:
         if not cfg.sparse:
             return
         B = lanes.shape[0]
-        k = saved[0][0].shape[1] - 1
+        k = next(sv for sv in saved if sv is not None)[0].shape[1] - 1  # a full layer's queries [B, k + 1, ...]
         j = torch.arange(1, k + 1, device=dev)
         b0 = pos // bs
         p_j = pos[:, None] + j  # [B, k]: the drafts' positions
@@ -726,6 +740,8 @@ class ModelExec:
         lanes32 = lanes.to(torch.int32)
         mode = self.mode
         for l in range(self.L):
+            if saved[l] is None:  # a sliding layer (its ring holds every position already)
+                continue
             q, ek, ev = saved[l]  # ek, ev [B, H, k, D]
             for ph in (0, 1):
                 st.k[l][at] = torch.where(keep[ph], ek, st.k[l][at])

@@ -118,11 +118,6 @@ class Runner:
                 f"{s.max_context_tokens} positions ({s.name}); pass --max-context "
                 f"{s.max_context_tokens} or less"
             )
-        if s.is_hybrid and (cfg.sparse or mode.selects):
-            raise ValueError(
-                f"mode {cfg.mode!r}: {s.name} has sliding-window layers; the sparse modes do not run hybrid attention "
-                "yet (use --mode dense)"
-            )
         draft = None
         if mode.drafts or cfg.spec_max_k:
             draft = DraftHead.build(

@@ -1,17 +1,18 @@
 """Gemma 3's hybrid attention in the executor (CPU, fp32, a tiny random Gemma-shaped model): the sliding layers'
 rings give the plain forward's greedy output and logits in ``dense`` (prompts longer than the window, chunked
 prefill, several lanes), speculative steps included; the loader of a Hugging Face directory equals transformers'
-``Gemma3ForCausalLM`` on the same weights; the sparse modes refuse a hybrid model with a clear error."""
+``Gemma3ForCausalLM`` on the same weights; every sparse mode with K covering every block equals it too (the full
+layers run the mode, the sliding layers their rings)."""
 
 from __future__ import annotations
 
 import pytest
 import torch
 from gemma_cases import TINY_GEMMA, WINDOW, cfg, greedy_ref, prompts, tiny_decoder
-from oasis_exec.scheduler import SamplingParams
 
-from oasis_exec.engine import Engine
-from oasis_exec.runner import Runner
+from oasis_exec.engine.engine import Engine
+from oasis_exec.engine.scheduler import SamplingParams
+from oasis_exec.runner.runner import Runner
 
 pytestmark = pytest.mark.usefixtures("one_torch_thread")
 
@@ -67,9 +68,19 @@ def test_dense_engine_ring_is_smaller_than_pages(dec):
 
 
 @pytest.mark.parametrize("mode", ["quest", "lookahead", "proxy", "retrieval", "hisparse"])
-def test_sparse_modes_refuse_a_hybrid_model(dec, mode):
-    with pytest.raises(ValueError, match="sliding-window layers"):
-        Runner(cfg(mode), decoder=dec)
+@pytest.mark.parametrize("kw", [{"short_context": False}, {}, {"speculative_k": 3, "short_context": False}])
+def test_sparse_modes_with_top_k_covering_every_block_equal_dense(dec, mode, kw):
+    """The full layers run the mode (host copies, summaries, selection, transfers, a lookahead step's draft row);
+    the sliding layers their rings. With K covering every block the output is the plain forward's."""
+    if "speculative_k" in kw and mode != "lookahead":
+        pytest.skip("speculative steps: dense and lookahead only")
+    ps = prompts()
+    c = cfg(mode, top_k=10, fetch_ratio=1.0, **kw)
+    eng = Engine(c, Runner(c, decoder=dec))
+    assert eng.runner.model.ring.R[0] == WINDOW + max(kw.get("speculative_k", 0), int(c.mode_spec.drafts))
+    got = eng.generate(ps, SamplingParams(max_tokens=40))
+    for p, g in zip(ps, got):
+        assert g == greedy_ref(dec, p, 40)
 
 
 def test_hf_directory_loads_and_equals_transformers(tmp_path):
@@ -78,8 +89,8 @@ def test_hf_directory_loads_and_equals_transformers(tmp_path):
     transformers = pytest.importorskip("transformers")
     from gemma_cases import ARCH
 
-    from oasis_exec.model import Decoder
     from oasis_exec.model.archs import family_of
+    from oasis_exec.model.decoder import Decoder
     from oasis_exec.model.gemma3 import Gemma3Decoder, hf_config
 
     cfg_d = hf_config(TINY_GEMMA, ARCH)

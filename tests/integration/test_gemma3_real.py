@@ -16,11 +16,11 @@ import os
 
 import pytest
 import torch
-from oasis_exec.scheduler import SamplingParams
 from real_model_cases import first_divergence, hf_greedy
 
 import oasis_kernels  # noqa: F401  -- before transformers imports triton (see oasis_kernels/__init__.py)
 from oasis_exec.config import ExecConfig
+from oasis_exec.engine.scheduler import SamplingParams
 
 pytestmark = [pytest.mark.usefixtures("one_torch_thread"), pytest.mark.xdist_group("gemma3_real")]  # fixtures once
 
@@ -79,14 +79,14 @@ def tokenizer(gguf_path):
 
 @pytest.fixture(scope="module")
 def dec(gguf_path):
-    from oasis_exec.model import Decoder
+    from oasis_exec.model.decoder import Decoder
 
     return Decoder.from_path(gguf_path, torch.float32, "cpu")
 
 
 def engine(dec, max_context):
-    from oasis_exec.engine import Engine
-    from oasis_exec.runner import Runner
+    from oasis_exec.engine.engine import Engine
+    from oasis_exec.runner.runner import Runner
 
     cfg = ExecConfig(
         model_path=None,
