@@ -94,9 +94,9 @@ def build_kv_layout(cfg, *, shape, dtype, device) -> KVLayout:
         # sized for what runs, checked before pinning; an fp8 host copy counts 1 byte an element plus its scales
         hb = host_pool_blocks(cfg, lanes=lanes, block_bytes=geo.host_bytes_per_block(cfg.host_kv_dtype))
         quantized = cfg.host_kv_dtype == "fp8_e4m3"
-        host = HostPool(L, hb, H, bs, D, dtype, pin=device.type == "cuda", quantized=quantized)
+        host = HostPool(L, hb, H, bs, D, dtype, pin=device.type == "cuda", quantized=quantized, layers=s.full_layers)
         host_blocks = hb
-        store = SparseStore(L, lanes, H, S, bs, D, NB, dtype, device)
+        store = SparseStore(L, lanes, H, S, bs, D, NB, dtype, device, layers=s.full_layers)
     else:
         store = DenseStore(L, lanes, H, NB, D, bs, dtype, device, summaries=mode.summaries, paged_layers=s.full_layers)
     return KVLayout(

@@ -127,7 +127,12 @@ class HostPool:
     the codes in the same piece (64-byte aligned); else ``k_scale`` / ``v_scale`` are None.
     """
 
-    def __init__(self, n_layers, n_blocks, n_kv_heads, block_size, head_dim, dtype, pin, quantized: bool = False):
+    def __init__(
+        self, n_layers, n_blocks, n_kv_heads, block_size, head_dim, dtype, pin, quantized: bool = False, layers=None
+    ):
+        # layers: those with a host copy (None: all); a sliding-window layer has none (oasis_exec.kv.ring): its
+        # arrays are empty
+        held = list(range(n_layers) if layers is None else layers)
         shape = (n_blocks, n_kv_heads, block_size, head_dim)
         self.dtype, self.quantized = dtype, quantized
         self.block_size, self.head_dim = block_size, head_dim
@@ -141,17 +146,22 @@ class HostPool:
         off = -(-data // 64) * 64  # the scales after the codes, aligned
         nbytes = off + n_blocks * n_kv_heads * 4 if quantized else data
         if pin:
-            flat = pinned_pieces(2 * n_layers, nbytes)
+            flat = pinned_pieces(2 * len(held), nbytes)
         else:
-            flat = [torch.empty(nbytes, dtype=torch.uint8) for _ in range(2 * n_layers)]
+            flat = [torch.empty(nbytes, dtype=torch.uint8) for _ in range(2 * len(held))]
+        at = {l: i for i, l in enumerate(held)}
+
+        def per_layer(views, empty):  # [k of each layer], [v of each layer]; empty where a layer has no copy
+            return [[views[2 * at[l] + kv] if l in at else empty for l in range(n_layers)] for kv in (0, 1)]
+
         views = [f[:data].view(store).view(shape) for f in flat]
-        self.k, self.v = views[0::2], views[1::2]
+        self.k, self.v = per_layer(views, torch.empty((0, *shape[1:]), dtype=store))
         self.k_scale = self.v_scale = None
         if quantized:
             sc = [f[off:nbytes].view(torch.float32).view(n_blocks, n_kv_heads) for f in flat]
             for t in sc:  # 0.2% of the pool: finite scales even in a pool left unwritten (bench --no-host-fill)
                 t.fill_(1.0)
-            self.k_scale, self.v_scale = sc[0::2], sc[1::2]
+            self.k_scale, self.v_scale = per_layer(sc, torch.empty((0, n_kv_heads)))
         self.n_blocks = n_blocks
 
     @property
@@ -216,14 +226,24 @@ class HostPool:
 
 
 class SparseStore:
-    def __init__(self, n_layers, max_lanes, n_kv_heads, slots, block_size, head_dim, max_blocks, dtype, device):
+    def __init__(
+        self, n_layers, max_lanes, n_kv_heads, slots, block_size, head_dim, max_blocks, dtype, device, layers=None
+    ):
         self.L, self.B, self.H, self.S, self.bs, self.D = n_layers, max_lanes, n_kv_heads, slots, block_size, head_dim
         self.W = slots + 2  # slots per row
         self.LOCAL, self.TRASH = slots, slots + 1
         self.NB = max_blocks
         n = max_lanes * n_kv_heads * self.W
-        self.k = [torch.zeros(n, block_size, head_dim, dtype=dtype, device=device) for _ in range(n_layers)]
-        self.v = [torch.zeros(n, block_size, head_dim, dtype=dtype, device=device) for _ in range(n_layers)]
+        # layers: those with slots (None: all); a sliding-window layer keeps a ring instead (oasis_exec.kv.ring)
+        held = set(range(n_layers) if layers is None else layers)
+        self.k = [
+            torch.zeros(n if l in held else 0, block_size, head_dim, dtype=dtype, device=device)
+            for l in range(n_layers)
+        ]
+        self.v = [
+            torch.zeros(n if l in held else 0, block_size, head_dim, dtype=dtype, device=device)
+            for l in range(n_layers)
+        ]
         rows = max_lanes * n_kv_heads
         self.resident = torch.full((n_layers, rows, slots), -1, dtype=torch.int64, device=device)
         self.last_sel = torch.full((n_layers, rows, slots), -1, dtype=torch.int64, device=device)

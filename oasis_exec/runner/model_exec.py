@@ -132,7 +132,7 @@ class ModelExec:
         if self.cfg.sparse:
             lane = torch.tensor([a.lane], device=self.device)
             slots = (st.slot_base(lane)[0][:, None] + torch.arange(st.W, device=self.device)).reshape(-1)
-            for l in range(self.L):
+            for l in self._paged_layers():
                 st.k[l][slots] = torch.randn(
                     slots.numel(), self.bs, self.shape.head_dim, generator=g, device=self.device
                 ).to(self.dtype)
@@ -146,14 +146,22 @@ class ModelExec:
                 st.last_sel[l, rows, :k] = 0
         else:
             pages = torch.arange(a.lane * st.P, a.lane * st.P + -(-a.prompt_len // self.bs), device=self.device)
-            for l in range(self.L):
+            for l in self._paged_layers():
                 st.k[l][pages] = torch.randn(
                     pages.numel(), self.H, self.bs, self.shape.head_dim, generator=g, device=self.device
                 ).to(self.dtype)
                 st.v[l][pages] = torch.randn(
                     pages.numel(), self.H, self.bs, self.shape.head_dim, generator=g, device=self.device
                 ).to(self.dtype)
+        if self.ring is not None:  # the sliding layers' windows: random too
+            for l in self.ring.windows:
+                self.ring.k[l][a.lane] = torch.randn(self.ring.k[l][a.lane].shape, generator=g, device=self.device)
+                self.ring.v[l][a.lane] = torch.randn(self.ring.v[l][a.lane].shape, generator=g, device=self.device)
         self.draft_tok[a.lane] = 0
+
+    def _paged_layers(self) -> list:
+        """The layers with slots or pages (every layer but a hybrid model's sliding ones, which keep rings)."""
+        return [l for l in range(self.L) if self.ring is None or not self.ring.has(l)]
 
     def prefill(self, ch):
         """One chunk of a real prefill (``RunnerCall.prefill``). Returns None before the last chunk, else
