@@ -95,6 +95,9 @@ def main():
                 max_context=n + a.greedy + 16,
                 max_lanes=1,
                 block_size=16,
+                # a sparse mode with K covering every block: the full layers' selection, host copies and transfers
+                # run, and the output must be dense's
+                **({} if mode == "dense" else {"top_k": -(-(n + a.greedy + 16) // 16), "fetch_ratio": 1.0}),
             )
             from oasis_exec.runner.runner import Runner
 

@@ -1,6 +1,6 @@
 # Issue 36: Gemma 3 270M's greedy output on the engine (bf16, dense: rings for the sliding layers) against
-# transformers' at 16K and 32K tokens (greedy_long.py; tie rule of tests/gpu/test_real_model_gpu.py). The sparse
-# modes refuse a hybrid model so far (oasis_exec.runner): MODES=dense,lookahead would show that refusal.
+# transformers' at 16K and 32K tokens (greedy_long.py; tie rule of tests/gpu/test_real_model_gpu.py), in dense and
+# lookahead with K covering every block (MODES=dense,quest,retrieval,proxy,lookahead,hisparse for all: two calls).
 # The model: Gemma's GGUF in eight 32 MB pieces (/work/shared/models/README.md: `split -b 32M
 # gemma-3-270m-q4_k_m.gguf .models/g/p_`, one piece a folder .models/a .. .models/h, `stash` calls back to back),
 # the gguf wheel carried with the last piece. Run:
@@ -10,6 +10,6 @@
 DEADLINE_S=${DEADLINE_S:-580}
 need_model || exit 1
 timeout -k 10 $(( $(left) - 10 )) $PY -X faulthandler experiments/gemma3_hybrid/greedy_long.py --gguf "$M" \
-  --lengths "${LENGTHS:-16384,32704}" --modes "${MODES:-dense}" --out "$OUT/greedy_long.jsonl" 2>&1 \
+  --lengths "${LENGTHS:-16384,32704}" --modes "${MODES:-dense,lookahead}" --out "$OUT/greedy_long.jsonl" 2>&1 \
   | grep -v "it/s\]" | tee "$OUT/greedy_long.log" | tail -20
 say "done"
