@@ -3,7 +3,8 @@ one for a dummy model.
 
 `HFTokenizer` wraps a `tokenizers` tokenizer with the model's BOS/EOS, special tokens and chat template, rendered
 with jinja2 as transformers' `apply_chat_template` renders it. From a `.gguf` file it is built from the
-`tokenizer.ggml.*` metadata (byte-level BPE, `tokenizer.ggml.model` "gpt2"); anything it cannot build is an error,
+`tokenizer.ggml.*` metadata (byte-level BPE, `tokenizer.ggml.model` "gpt2"; or SentencePiece-style with byte
+fallback, "llama", as Gemma's: `spm_tokenizer.py`); anything it cannot build is an error,
 never a silent fall back to bytes. A dummy (random-weight) model has no vocabulary, so it is served with
 `ByteTokenizer`: text is encoded as its UTF-8 bytes (ids 0..255); an id of 256 or more, which random weights do emit,
 decodes as the byte `id % 256`.
@@ -11,10 +12,12 @@ decodes as the byte `id % 256`.
 
 Streaming needs incremental decoding that never splits a multi-byte character: `Detokenizer` takes ids as they
 arrive and returns only text that is final, so the concatenated deltas equal the decoding of all ids. It costs
-O(1) a token: where decoding is the UTF-8 decoding of the tokens' bytes (the byte tokenizer; byte-level BPE, which
-every GGUF tokenizer served here is) each token's bytes go through one incremental UTF-8 decoder; any other
-tokenizer decodes a short window of recent tokens (`_WindowDetokenizer`). `token_bytes(id)` is a token's own bytes
-(for log-probabilities: a token may hold part of a character).
+O(1) a token: where decoding is the UTF-8 decoding of the tokens' bytes (the byte tokenizer; byte-level BPE) each
+token's bytes go through one incremental UTF-8 decoder; any other tokenizer decodes a short window of recent tokens
+(`_WindowDetokenizer`; a SentencePiece byte-fallback tokenizer too: its decoder turns each byte of an invalid UTF-8
+run into U+FFFD, which Python's incremental decoder does not, so the window keeps the text equal to `decode`).
+`token_bytes(id)` is a token's own bytes (for log-probabilities: a token may hold part of a character; `<0xF0>` is
+the byte 0xF0).
 """
 
 from __future__ import annotations
