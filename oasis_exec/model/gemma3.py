@@ -209,10 +209,6 @@ def gemma3_path() -> str:
     return cache
 
 
-def is_gemma3_config(cfg: dict) -> bool:
-    return cfg.get("model_type") in ("gemma3_text", "gemma3")
-
-
 def norm1p(x, w, eps):
     """Gemma's RMSNorm: ``x / rms(x) * (1 + w)`` in float32, cast back to ``x``'s dtype."""
     xf = x.float()
