@@ -44,6 +44,7 @@ from oasis_core.trace import Trace
 from .config import ConfigError, SimConfig, make_config
 from .predictor import RooflinePredictor, TimePredictor
 from .sim import SCATTER_EFFICIENCY, SimResult, simulate
+from .timeline import exec_timeline
 
 # Metrics compared by validate: name -> (unit, description)
 METRICS = {
@@ -241,8 +242,6 @@ class ReplayResult:
 
     def files(self) -> dict:
         """Output files: the simulator's own (timeline.json = predicted) + replay.json + exec_timeline.json."""
-        from oasis_exec.tools.recorder import exec_timeline
-
         out = self.sim.files()
         out["replay.json"] = (
             json.dumps(
