@@ -32,6 +32,7 @@ from oasis_core.synthetic import SyntheticParams, param_help
 from oasis_core.trace import TraceError
 
 from .config import ConfigError, SimConfig, make_config
+from .files import load_config_file, prepare_out_dir
 
 EXIT_BAD_INPUT = 2
 
@@ -103,29 +104,6 @@ def build_parser() -> argparse.ArgumentParser:
     return p
 
 
-def load_config_file(path: str) -> dict:
-    import yaml
-
-    try:
-        with open(path, "rb") as f:
-            text = f.read().decode("utf-8")
-    except OSError as e:
-        raise ConfigError(f"{path}: cannot read: {e.strerror or type(e).__name__}") from None
-    except UnicodeDecodeError:
-        raise ConfigError(f"{path}: not UTF-8 text") from None
-    try:
-        obj = yaml.safe_load(text)
-    except yaml.YAMLError as e:
-        mark = getattr(e, "problem_mark", None)
-        where = f" at line {mark.line + 1} column {mark.column + 1}" if mark else ""
-        raise ConfigError(f"{path}: invalid YAML{where}: {getattr(e, 'problem', None) or 'syntax error'}") from None
-    if obj is None:
-        raise ConfigError(f"{path}: empty file")
-    if not isinstance(obj, dict):
-        raise ConfigError(f"{path}: top level: must be a mapping of SimConfig fields, got {type(obj).__name__}")
-    return obj
-
-
 def config_from_args(args) -> SimConfig:
     values = {}
     if args.config:
@@ -181,18 +159,6 @@ def summary_table(s: dict, wall_s: float) -> str:
     ]
     w = max(len(k) for k, _ in rows)
     return "\n".join(f"{k:<{w}}  {v}" for k, v in rows)
-
-
-def prepare_out_dir(out_dir: str) -> None:
-    """Create ``out_dir`` (a folder) before any work, so a bad ``--out`` costs one line, not a finished run."""
-    if os.path.exists(out_dir) and not os.path.isdir(out_dir):
-        raise ConfigError(f"--out {out_dir}: exists and is not a folder")
-    try:
-        os.makedirs(out_dir, exist_ok=True)
-    except OSError as e:
-        raise ConfigError(f"--out {out_dir}: cannot create: {e.strerror}") from None
-    if not os.access(out_dir, os.W_OK | os.X_OK):
-        raise ConfigError(f"--out {out_dir}: not writable")
 
 
 def write_outputs(result, out_dir: str) -> None:

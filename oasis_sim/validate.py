@@ -263,7 +263,7 @@ def _one_line_errors(fn):
 
 @_one_line_errors
 def cmd_replay(args) -> int:
-    from .cli import prepare_out_dir
+    from .files import prepare_out_dir
     from .replay import replay_table, write_replay
 
     prepare_out_dir(args.out)
@@ -287,7 +287,7 @@ def cmd_replay(args) -> int:
 
 @_one_line_errors
 def cmd_validate(args) -> int:
-    from .cli import prepare_out_dir
+    from .files import prepare_out_dir
 
     prepare_out_dir(args.out)
     recs = load_all(args.recordings)
