@@ -127,7 +127,8 @@ class Engine:
         self._memo = bool(getattr(type(predictor), "memoisable", False))
         self._tok_cache: dict = {}
         self._lm_cache: dict = {}
-        self._head_s = predictor.time("step_overhead", {}) if self._memo else 0.0
+        self._head_cache: dict = {}  # decode chain length -> step_overhead (memoisable predictors)
+        self.chain_max = min(cfg.decode_chain, cfg.block_size)
         # Adaptive cap policies (exact episodes) get the step's link view; static ones never look at it.
         self._adaptive = cfg.sparse and not cap_policy(cfg).static
         # Speculative decoding (module docstring): off with speculative_k = 0, every step then as before
@@ -311,7 +312,16 @@ class Engine:
                 fill += sl
 
         background = mode.background
-        head_s = self._head_s if self._memo else pred.time("step_overhead", {})
+        # a decode chain (SimConfig.decode_chain): the host's round trip is paid once a chain of ordinary steps
+        chain = 1
+        if self.chain_max > 1 and n_dec and not plan.prefill and not K and not n_dense and not self.sched.waiting:
+            if short is None or not any(short.crossing(r.prompt + r.generated) for r in plan.decode):
+                chain = self.chain_max
+        head_s = self._head_cache.get(chain) if self._memo else None
+        if head_s is None:
+            head_s = pred.time("step_overhead", {"chain": chain})
+            if self._memo:
+                self._head_cache[chain] = head_s
         if mode.selects_in_place:
             c += score_s + topk_s
         net_bytes = 0.0
@@ -321,7 +331,7 @@ class Engine:
             h2d = (inline_slices + fill) * self.host_bpbh
             x = 0.0
         elif background:
-            layer_bytes = (fetch_slices + fill) / L * self.host_bpbh
+            layer_bytes = 0.0 if cfg.no_transfer else (fetch_slices + fill) / L * self.host_bpbh
             x = self._copy_s(layer_bytes)
             if rpf and remote_units > 0:
                 # Remote misses cross the NIC first; a layer's transfer waits for its share of them.

@@ -75,12 +75,16 @@ class ByteAccounting:
         self.fixed_hbm = (geo.resident_bytes(cfg.resident_slots) + cfg.draft_state_bytes) if self.sparse else 0.0
         self.rpf = cfg.split == "rpf"
         self.short = cfg.short_context_rule  # None: every request of a sparse mode is held sparse
+        self.lane_bytes = None  # SimConfig.kv_budget_gb (engine oasis): a whole lane a request, as the executor's
 
     def _blocks(self, tokens: int) -> int:
         return -(-tokens // self.bs)
 
     def need(self, r: Req, tokens: int, *, staging: bool) -> tuple:
         bs, bpt = self.bs, self.bpt
+        if self.lane_bytes is not None:
+            host = self._blocks(tokens) * self.host_block if self.sparse else 0.0
+            return self.lane_bytes, host
         if not self.sparse or (self.short is not None and self.short.dense(tokens)):
             return self._blocks(tokens) * bs * bpt, 0.0
         hbm = self.fixed_hbm + self._blocks(tokens) * self.geo.rows_per_request * self.geo.summary_bytes_per_block_head
