@@ -128,6 +128,7 @@ class Engine:
         self._tok_cache: dict = {}
         self._lm_cache: dict = {}
         self._head_cache: dict = {}  # decode chain length -> step_overhead (memoisable predictors)
+        self._floor_cache: dict = {}  # decode requests -> step_floor
         self.chain_max = min(cfg.decode_chain, cfg.block_size)
         # Adaptive cap policies (exact episodes) get the step's link view; static ones never look at it.
         self._adaptive = cfg.sparse and not cap_policy(cfg).static
@@ -398,6 +399,13 @@ class Engine:
             timing = self.pipe.step_closed(t0, work, record)
             if t0 + offload_s > timing.end:
                 self._wait_offload(timing, t0 + offload_s)
+            floor = self._floor_cache.get(n_dec) if self._memo else None
+            if floor is None:
+                floor = pred.time("step_floor", {"requests": n_dec})
+                if self._memo:
+                    self._floor_cache[n_dec] = floor
+            if t0 + floor > timing.end:  # the least a step lasts (a host loop beside the GPU): not a stall
+                timing.end = t0 + floor
             yield at(self.env, timing.end)
         self.steps += 1
         self.stall_s += timing.stall_s
