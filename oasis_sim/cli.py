@@ -150,7 +150,6 @@ def config_from_args(args) -> SimConfig:
             make_config(values)
         except ConfigError as e:
             raise ConfigError(f"{source}: {e}") from None
-    values.setdefault("predictor", "calibrated")  # the shipped calibration: `run`'s (and `bench`'s) default
     syn = dict(values.get("synthetic") or {})
     values.update(cliargs.values(args, SimConfig, exclude={"synthetic"}))
     syn.update(cliargs.values(args, SyntheticParams, dest_prefix="syn_"))
@@ -264,7 +263,6 @@ def cmd_bench(args) -> int:
         syn["preset"] = args.syn_preset
     if syn:
         given["synthetic"] = syn
-    given.setdefault("predictor", "calibrated")
     if not given.get("concurrency"):
         raise ConfigError("options: --concurrency: the bench's lanes must be given")
     d = SimConfig()

@@ -159,8 +159,8 @@ class SimConfig(speculation.SpeculativeFields):
     # -- timing and the bench's view (oasis_sim.calibrated, oasis_core.lanes) ---------------------------------
     predictor: str = _h(
         "calibrated: per-operation costs fitted on the executor's H200 runs (calibration) | roofline: the analytic "
-        "roofline (oasis_sim.predictor). `oasis_sim run` defaults to calibrated",
-        "roofline",
+        "roofline (oasis_sim.predictor)",
+        "calibrated",
     )
     calibration: Optional[str] = _h("calibration file of predictor=calibrated (default: the shipped H200 one)", None)
     engine: str = _h(
@@ -181,6 +181,12 @@ class SimConfig(speculation.SpeculativeFields):
         "ordinary decode steps a host round trip (the executor's decode_chain): the per-step host overhead is paid "
         "once a chain, in steps where every running request decodes and none waits",
         8,
+    )
+    fast_forward: int = _h(
+        "steady decode stretches (every running request decoding, none waiting or finishing, no event due, the "
+        "policy on its steady tail, the pipeline steady, the memory growth fitting) advance up to this many steps "
+        "at once with the step's duration (oasis_sim.engine); 0: every step simulated",
+        16,
     )
     # -- simulation -------------------------------------------------------------------------------------------
     event_mode: str = _h("closed: closed-form per-layer timing | events: one SimPy event per layer stage", "closed")
@@ -235,6 +241,7 @@ class SimConfig(speculation.SpeculativeFields):
             bad("engine", f"vllm runs mode=dense, not mode={self.mode}")
         number("kv_budget_gb", 0.0, lo_open=True, optional=True)
         integer("decode_chain", 1)
+        integer("fast_forward", 0)
         if self.calibration is not None and not isinstance(self.calibration, str):
             bad("calibration", "must be a file path")
         integer("top_k", 1)

@@ -53,7 +53,7 @@ import simpy
 
 from oasis_core import modes
 from oasis_core.geometry import KVGeometry
-from oasis_core.scheduler import Plan
+from oasis_core.scheduler import DECODE, Plan
 from oasis_core.speculation import AdaptiveK, ChainAcceptance
 
 from .config import SimConfig
@@ -129,6 +129,9 @@ class Engine:
         self._lm_cache: dict = {}
         self._head_cache: dict = {}  # decode chain length -> step_overhead (memoisable predictors)
         self._floor_cache: dict = {}  # decode requests -> step_floor
+        self.ff_max = cfg.fast_forward if cfg.event_mode == "closed" else 0
+        self.ff_steps = 0  # steps taken by the fast-forward
+        self._last_work = None
         self.chain_max = min(cfg.decode_chain, cfg.block_size)
         # Adaptive cap policies (exact episodes) get the step's link view; static ones never look at it.
         self._adaptive = cfg.sparse and not cap_policy(cfg).static
@@ -174,6 +177,109 @@ class Engine:
             if self.spec_policy is not None:
                 for r in done:
                     self.spec_policy.drop(r.id)
+            elif self.ff_max and not done:
+                k = self._ff_steps(plan, timing)
+                if k:
+                    yield from self._fast_forward(plan, k, timing)
+
+    # -- fast-forward (SimConfig.fast_forward) -------------------------------------------------------------------
+    def _ff_steps(self, plan: Plan, timing) -> int:
+        """How many more steps exactly like ``plan``'s the engine may take at once: 0 unless every running request
+        decoded in it (no prefill, none waiting, no speculation, no short context, no stall, the pipeline in its
+        steady fast path), every sparse request reads its policy's steady tail, and then the fewest of: ``ff_max``,
+        the steps before any request's last token, before the next event in the queue (an arrival, a prefill-node
+        hand-off) and those whose memory growth the pools can give without a preemption."""
+        sched, env = self.sched, self.env
+        n = len(plan.decode)
+        if not n or plan.prefill or plan.admitted or plan.preempted or sched.waiting or len(sched.running) != n:
+            return 0
+        if timing.stall_s or self.remote is not None or self._adaptive or not self._memo:
+            return 0
+        if self.cfg.mode != "dense" and modes.get(self.cfg.mode).background and self.pipe._lazy is None:
+            return 0  # not the steady fast path: a copy or side stream still carries over
+        if self.timeline is not None and self.steps < self.cfg.timeline_steps:
+            return 0
+        dur = timing.end - timing.start
+        if dur <= 0:
+            return 0
+        k = self.ff_max
+        nxt = env.peek()
+        if nxt != float("inf"):
+            k = min(k, int((nxt - env.now) / dur) - 1)
+        short, bs = self.short, self.cfg.block_size
+        grow_gpu = grow_host = 0.0
+        acct = sched.acct
+        for r in plan.decode:
+            if r.state != DECODE:
+                return 0
+            k = min(k, r.max_tokens - r.generated - 1)  # its finishing step runs as an ordinary step
+            if k <= 0:
+                return 0
+            ctx = r.prompt + r.generated
+            if short is not None and ctx <= short.window_tokens + 1:
+                return 0  # resident-dense now, or its offload step still to come
+            pol = r.policy
+            if pol is not None and (pol.profile is None or pol.i + 1 < pol.profile.n):
+                return 0  # not yet on the profile's steady tail
+            if -(-(r.ctx + k) // bs) != -(-r.ctx // bs):
+                gpu, host = acct.need(r, r.ctx + k, staging=False)
+                grow_gpu += gpu - r.gpu_held
+                grow_host += host - r.host_held
+        if grow_gpu > 0 and grow_gpu > self.gpu.hbm.free or grow_host > 0 and grow_host > sched.acct.host.free:
+            return 0
+        return max(k, 0)
+
+    def _fast_forward(self, plan: Plan, k: int, timing):
+        """Advance ``k`` steps of ``plan``'s duration at once (the module docstring's fast-forward): each request
+        emits ``k`` tokens, its policy tail is read ``k`` times, the step log gets ``k`` rows, memory grows once."""
+        cfg, sched = self.cfg, self.sched
+        L, kvh = self.L, self.kvh
+        dur = timing.end - timing.start
+        lg = self.log
+        t0 = self.env.now
+        h2d = lg.h2d[-1]
+        n = len(plan.decode)
+        fetch = recall = miss = 0.0
+        nsel = 0
+        for r in plan.decode:
+            pol = r.policy
+            if pol is not None and pol.profile is not None and not modes.get(cfg.mode).whole_kv_on_gpu:
+                f, m, rec, _rem = pol.profile.tail
+                pol.i += k
+                r.fetch_blocks += k * f * L * kvh
+                r.recall_sum += k * rec
+                fetch += f
+                recall += rec
+                miss += m
+                nsel += 1
+            else:
+                r.recall_sum += k
+                recall += 1.0
+            r.recall_n += k
+            r.generated += k
+        self.recall_sum += k * recall
+        self.recall_n += k * n
+        self.miss_sum += k * miss
+        self.sel_n += k * nsel
+        self.h2d_bytes += k * h2d
+        self.steps += k
+        self.ff_steps += k
+        sched.step += k
+        ts = [t0 + i * dur for i in range(k)]
+        lg.t.extend(ts)
+        lg.dur.extend([dur] * k)
+        lg.decode.extend([n] * k)
+        lg.emitted.extend([n] * k)
+        lg.prefill.extend([0] * k)
+        lg.h2d.extend([h2d] * k)
+        lg.net.extend([0.0] * k)
+        lg.stall.extend([0.0] * k)
+        if self._last_work is not None:  # the pipeline's state after the last of the k steps
+            self.pipe.step_closed(ts[-1], self._last_work)
+        end = ts[-1] + dur
+        for r in plan.decode:
+            sched._grow(r)  # the growth fits (_ff_steps): no preemption
+        yield at(self.env, end)
 
     def next_ready_time(self):
         w = self.sched.waiting
@@ -384,6 +490,7 @@ class Engine:
         work = LayerWork(
             L, head_s, c, tail_s, background, score_s + topk_s if background else 0.0, sel_s if background else 0.0, x
         )
+        self._last_work = work
         t0 = self.env.now
         record = self.timeline is not None and self.steps < cfg.timeline_steps
         if cfg.event_mode == "events":
