@@ -123,6 +123,7 @@ class Engine:
         self.sum_bpbh = geo.summary_bytes_per_block_head
         self.res_tokens = (cfg.top_k + 1) * cfg.block_size
         self.short = cfg.short_context_rule  # None: no request runs resident-dense
+        self.short_window = self.short.window_tokens if self.short is not None else 0
         self._events_out: list[StepTiming] = []
         self._memo = bool(getattr(type(predictor), "memoisable", False))
         self._tok_cache: dict = {}
@@ -185,14 +186,17 @@ class Engine:
     # -- fast-forward (SimConfig.fast_forward) -------------------------------------------------------------------
     def _ff_steps(self, plan: Plan, timing) -> int:
         """How many more steps exactly like ``plan``'s the engine may take at once: 0 unless every running request
-        decoded in it (no prefill, none waiting, no speculation, no short context, no stall, the pipeline in its
-        steady fast path), every sparse request reads its policy's steady tail, and then the fewest of: ``ff_max``,
-        the steps before any request's last token, before the next event in the queue (an arrival, a prefill-node
-        hand-off) and those whose memory growth the pools can give without a preemption."""
+        decoded in it (no prefill, no admission or preemption, no speculation, no short context, no stall, the
+        pipeline in its steady fast path), every sparse request reads its policy's steady tail, and then the fewest
+        of: ``ff_max``, the steps before any request's last token, before the next event in the queue (an arrival, a
+        prefill-node hand-off) or the waiting head's ready time, and those whose memory growth the pools can give
+        without a preemption. A waiting request that this step's schedule could not admit stays blocked through
+        the stretch: memory only shrinks while no request finishes."""
         sched, env = self.sched, self.env
         n = len(plan.decode)
-        if not n or plan.prefill or plan.admitted or plan.preempted or sched.waiting or len(sched.running) != n:
+        if not n or plan.prefill or plan.admitted or plan.preempted or len(sched.running) != n:
             return 0
+        head = sched.waiting[0] if sched.waiting else None  # blocked: no memory frees in a stretch (none finishes)
         if timing.stall_s or self.remote is not None or self._adaptive or not self._memo:
             return 0
         if self.cfg.mode != "dense" and modes.get(self.cfg.mode).background and self.pipe._lazy is None:
@@ -204,6 +208,8 @@ class Engine:
             return 0
         k = self.ff_max
         nxt = env.peek()
+        if head is not None and head.ready_t > env.now:
+            nxt = min(nxt, head.ready_t)
         if nxt != float("inf"):
             k = min(k, int((nxt - env.now) / dur) - 1)
         short, bs = self.short, self.cfg.block_size
@@ -316,10 +322,15 @@ class Engine:
             pf_attn += pred.time("attn_prefill", {"tokens": n, "past_tokens": r.prefill_done})
             n_pf += n
         n_dense = 0  # decode requests running resident-dense in a sparse mode
+        n_cross = 0  # of them, at their offload step (ShortContext.crossing: ctx == window + 1)
         if short is not None:
+            w = self.short_window
             for r in plan.decode:
-                if short.dense(r.prompt + r.generated):
+                ctx = r.prompt_len + r.generated
+                if ctx <= w:  # ShortContext.dense, inlined (the hot loop)
                     n_dense += 1
+                elif ctx == w + 1:
+                    n_cross += 1
         n_sel = n_dec - n_dense  # decode requests that select (and, sparse, predict and fetch)
         ks = self._spec_ks(plan, n_dense) if self.spec_k else None  # drafts per decode request, or None
         K = max(ks) if ks else 0
@@ -360,12 +371,13 @@ class Engine:
                 ctx = r.prompt + r.generated
                 att_tokens += ctx if ctx < res_tokens else res_tokens
                 if short is not None:
-                    if short.dense(ctx):  # attends its whole KV in place: nothing selected or fetched
+                    if ctx <= w:  # resident-dense: attends its whole KV in place, nothing selected or fetched
                         r.recall_sum += 1.0
                         r.recall_n += 1
                         recall_sum += 1.0
                         continue
-                    offload_tokens += short.offload_tokens(ctx)
+                    if ctx == w + 1:  # ShortContext.offload_tokens: its KV so far, once
+                        offload_tokens += ctx - 1
                 blocks_sum += -(-ctx // bs)
                 pol = r.policy
                 prof = pol.profile
@@ -422,7 +434,7 @@ class Engine:
         # a decode chain (SimConfig.decode_chain): the host's round trip is paid once a chain of ordinary steps
         chain = 1
         if self.chain_max > 1 and n_dec and not plan.prefill and not K and not n_dense and not self.sched.waiting:
-            if short is None or not any(short.crossing(r.prompt + r.generated) for r in plan.decode):
+            if not n_cross:
                 chain = self.chain_max
         head_s = self._head_cache.get(chain) if self._memo else None
         if head_s is None:

@@ -39,6 +39,7 @@ class Req(Request):
         "prefix_hit_tokens",
         "net_bytes",
         "h2d_bytes",
+        "held_key",
     )
 
     def __init__(self, id, arrival, prompt, output, prefix_ids=None, prefix_block_tokens=None):
@@ -53,6 +54,7 @@ class Req(Request):
         self.prefix_hit_tokens = 0
         self.net_bytes = 0.0
         self.h2d_bytes = 0.0
+        self.held_key = None  # (blocks, gpu_held, host_held) after the last growth (SimScheduler._grow)
 
     @property
     def prompt(self) -> int:
@@ -127,6 +129,7 @@ class SimScheduler(Scheduler):
             on_end=self._ended,
         )
         self.bs = cfg.block_size
+        self.rpf = cfg.split == "rpf"
         self.policy_source = policy_source
         self.done: list[Req] = []  # completed
         self.rejected: list[Req] = []
@@ -143,6 +146,18 @@ class SimScheduler(Scheduler):
         _, host = self.acct.need(r, r.ctx, staging=False)
         if not self._resize(r, r.gpu_held, host):
             self.host_overflow += 1
+
+    def _grow(self, r: Req) -> None:
+        """The core's growth, skipped when nothing it depends on moved since the last: the same blocks and the same
+        holdings give the same need (block-granular in every mode; not with split=rpf, whose host need follows the
+        bytes that arrived)."""
+        if self.rpf:
+            return super()._grow(r)
+        key = (-(-r.ctx // self.bs), r.gpu_held, r.host_held)
+        if key == r.held_key:
+            return
+        super()._grow(r)
+        r.held_key = (key[0], r.gpu_held, r.host_held)
 
     def _admitted(self, r: Req, now: float) -> None:
         self.ensure_policy(r)
