@@ -39,6 +39,21 @@ the pass, as the executor's speculative step runs them (its prediction needs the
 H200, experiments/speculative_decoding/README.md): every layer's prediction and selection, then its copy, the
 prediction one layer ahead of the copy, none beside the pass's compute.
 
+Decode chains (``SimConfig.decode_chain``, the executor's): in a step where every running request decodes, none waits
+and none is short or crossing, the predictor's ``step_overhead`` is asked with ``chain`` = the chain's length (the
+calibrated predictor pays the host's round trip once a chain; the roofline ignores it). A ``step_floor`` (vLLM's
+host loop, calibrated predictor) is the least a step lasts.
+
+Fast-forward (``SimConfig.fast_forward``, closed form only): after a step in which every running request decoded (no
+prefill, admission or preemption, no speculation, no stall, the pipeline on its steady fast path, every sparse
+request on its policy profile's steady tail), the next ``k`` steps are taken at once with that step's duration: ``k``
+at most ``fast_forward``, fewer than any request's remaining tokens (its last step runs as an ordinary one), before
+the next event in the queue (an arrival, a hand-off) or the waiting head's ready time, and only when the pools can
+give the stretch's memory growth (so no preemption can fall inside it). Each request emits ``k`` tokens and reads
+its profile's tail ``k`` times; the step log gets ``k`` rows. What it leaves out: within a stretch a dense step's
+attention grows by ``n`` tokens a step and a sparse step's summaries by the blocks crossed, which the repeated
+duration does not follow (measured: ``experiments/simulator_calibration``).
+
 Per step the engine records (``StepLog``): start, duration, decode and prefill tokens, host→GPU bytes, stall (and,
 not in ``steps.csv``, the tokens the decodes emitted).
 """
@@ -130,7 +145,7 @@ class Engine:
         self._lm_cache: dict = {}
         self._head_cache: dict = {}  # decode chain length -> step_overhead (memoisable predictors)
         self._floor_cache: dict = {}  # decode requests -> step_floor
-        self.ff_max = cfg.fast_forward if cfg.event_mode == "closed" else 0
+        self.ff_max = cfg.fast_forward if cfg.event_mode == "closed" and not cfg.spec_max_k else 0
         self.ff_steps = 0  # steps taken by the fast-forward
         self._last_work = None
         self.chain_max = min(cfg.decode_chain, cfg.block_size)
@@ -225,8 +240,8 @@ class Engine:
             if short is not None and ctx <= short.window_tokens + 1:
                 return 0  # resident-dense now, or its offload step still to come
             pol = r.policy
-            if pol is not None and (pol.profile is None or pol.i + 1 < pol.profile.n):
-                return 0  # not yet on the profile's steady tail
+            if pol is not None and (pol.profile is None or pol.i < pol.profile.n):
+                return 0  # this step did not read the profile's steady tail
             if -(-(r.ctx + k) // bs) != -(-r.ctx // bs):
                 gpu, host = acct.need(r, r.ctx + k, staging=False)
                 grow_gpu += gpu - r.gpu_held

@@ -92,6 +92,7 @@ def train_points() -> dict:
         if str(d.get("commit", ""))[:7] in CURRENT_QWEN and d["mode"] == "lookahead" and plain(d):
             out["qwen3_8b_current.jsonl"].append(point(src, d, "qwen3-8b", weights="dummy"))
         elif "decode_chain_dc6e77f" in src and d["mode"] == "lookahead" and plain(d):
+            d = {**d, "hot_slots": d.get("hot_slots") or d.get("top_k") or 128}  # before the victim cache: S = K
             out["qwen3_8b_chains.jsonl"].append(point(src, d, "qwen3-8b", weights="dummy"))
     seen = set()
     for pattern in (
