@@ -11,7 +11,8 @@ fitted to the selection model's errors::
 
 and the constants (``CalibParams``, all but ``gemm_flops_eff``; ``step_host_s`` first, from runs equal but for their
 decode chain: ``fit``) minimise the robust sum of squared relative TPOT
-errors (``scipy.optimize.least_squares``, ``soft_l1`` loss at a 5% scale: the H200's runs of one configuration
+errors (``scipy.optimize.least_squares``, plain squared loss (``soft_l1`` made the fit depend on the points' order: two minima, one ignoring the one
+vLLM point of the small model); the H200's runs of one configuration
 differ by up to 15% call to call, and a few runs sit on a slow path) within physical bounds (efficiencies in
 (0.05, 1], times >= 0, the copy rate at most the link's measured host->GPU rate). vLLM's per-layer fixed cost is
 tied to our dense engine's (the same kernels a layer) so that the small model's vLLM step is not extrapolated from
@@ -55,6 +56,7 @@ FITTED = {
     "gather_sm_share": (0.0, 0.9),
 }
 SCALE = {k: (1e-6 if k.endswith("_s") else 1e9 if k.endswith("per_s") else 1.0) for k in FITTED}
+LOSS = "linear"
 LOSS_SCALE = 0.05
 
 
@@ -183,7 +185,7 @@ def fit(points, base: CalibParams | None = None):
     lo = np.array([b[0] / SCALE[k] for k, b in fitted.items()])
     hi = np.array([b[1] / SCALE[k] for k, b in fitted.items()])
     x0 = np.clip(x0, lo + 1e-9, hi - 1e-9)
-    sol = least_squares(resid, x0, bounds=(lo, hi), loss="soft_l1", f_scale=LOSS_SCALE, x_scale="jac")
+    sol = least_squares(resid, x0, bounds=(lo, hi), loss=LOSS, f_scale=LOSS_SCALE, x_scale="jac")
     params = _params(sol.x, base, fitted)
     return params, use, resid(sol.x)
 

@@ -205,8 +205,8 @@ class Engine:
         pipeline in its steady fast path), every sparse request reads its policy's steady tail, and then the fewest
         of: ``ff_max``, the steps before any request's last token, before the next event in the queue (an arrival, a
         prefill-node hand-off) or the waiting head's ready time, and those whose memory growth the pools can give
-        without a preemption. A waiting request that this step's schedule could not admit stays blocked through
-        the stretch: memory only shrinks while no request finishes."""
+        without a preemption. A waiting head that this step's schedule tried and could not admit stays blocked
+        through the stretch (memory only shrinks while no request finishes); one that came during the step ends it."""
         sched, env = self.sched, self.env
         n = len(plan.decode)
         if not n or plan.prefill or plan.admitted or plan.preempted or len(sched.running) != n:
@@ -223,8 +223,11 @@ class Engine:
             return 0
         k = self.ff_max
         nxt = env.peek()
-        if head is not None and head.ready_t > env.now:
-            nxt = min(nxt, head.ready_t)
+        if head is not None:
+            if timing.start < head.ready_t <= env.now:
+                return 0  # it came during this step: the next schedule may admit it
+            if head.ready_t > env.now:
+                nxt = min(nxt, head.ready_t)
         if nxt != float("inf"):
             k = min(k, int((nxt - env.now) / dur) - 1)
         short, bs = self.short, self.cfg.block_size

@@ -84,7 +84,7 @@ def validate_points(points, predictors=("calibrated", "roofline"), calibration=N
         summary[name] = s
     ratios = []
     for p, row in rows:
-        if p.engine != "oasis":
+        if p.engine != "oasis" or p.no_transfer:  # a no-transfer twin is not a throughput OasisKV serves at
             continue
         base = [
             (q, r)

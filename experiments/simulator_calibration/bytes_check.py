@@ -30,8 +30,18 @@ def main(paths):
     for p in pts:
         if not modes.get(p.mode).background or p.no_transfer or not p.bytes_per_step:
             continue
-        key = (p.model, p.mode, p.context, p.lanes, p.top_k, p.hot_slots, p.fetch_ratio, p.host_kv_dtype,
-               p.selection, round(p.bytes_per_step))
+        key = (
+            p.model,
+            p.mode,
+            p.context,
+            p.lanes,
+            p.top_k,
+            p.hot_slots,
+            p.fetch_ratio,
+            p.host_kv_dtype,
+            p.selection,
+            round(p.bytes_per_step),
+        )
         if key in seen:
             continue
         seen.add(key)

@@ -87,7 +87,13 @@ def point(src, d, model, **kw) -> BenchPoint:
 
 
 def train_points() -> dict:
-    out = {"qwen3_8b_current.jsonl": [], "qwen3_8b_chains.jsonl": [], "smollm2_real.jsonl": [], "vllm_dense.jsonl": []}
+    out = {
+        "qwen3_8b_current.jsonl": [],
+        "qwen3_8b_chains.jsonl": [],
+        "smollm2_real.jsonl": [],
+        "vllm_dense.jsonl": [],
+        "vllm_dense_smollm2.jsonl": [],
+    }
     for src, d in rows("dense_vs_lookahead_throughput/results/**/*.jsonl"):
         if str(d.get("commit", ""))[:7] in CURRENT_QWEN and d["mode"] == "lookahead" and plain(d):
             out["qwen3_8b_current.jsonl"].append(point(src, d, "qwen3-8b", weights="dummy"))
@@ -169,7 +175,7 @@ def train_points() -> dict:
             "dense_vs_lookahead_throughput/results/figures_victim_vllm_4e13b06",
         ),
     ]
-    out["vllm_dense.jsonl"].append(
+    out["vllm_dense_smollm2.jsonl"].append(
         BenchPoint(
             "smollm2-135m",
             "dense",
