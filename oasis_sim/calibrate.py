@@ -197,7 +197,9 @@ def _sha(path: str) -> str:
 
 def repo_commit() -> str:
     try:
-        out = subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True, timeout=10)
+        out = subprocess.run(
+            ["git", "describe", "--always", "--dirty", "--abbrev=7"], capture_output=True, text=True, timeout=10
+        )
         return out.stdout.strip() if out.returncode == 0 else ""
     except (OSError, subprocess.SubprocessError):
         return ""

@@ -50,9 +50,10 @@ request on its policy profile's steady tail), the next ``k`` steps are taken at 
 at most ``fast_forward``, fewer than any request's remaining tokens (its last step runs as an ordinary one), before
 the next event in the queue (an arrival, a hand-off) or the waiting head's ready time, and only when the pools can
 give the stretch's memory growth (so no preemption can fall inside it). Each request emits ``k`` tokens and reads
-its profile's tail ``k`` times; the step log gets ``k`` rows. What it leaves out: within a stretch a dense step's
-attention grows by ``n`` tokens a step and a sparse step's summaries by the blocks crossed, which the repeated
-duration does not follow (measured: ``experiments/simulator_calibration``).
+its profile's tail ``k`` times; the step log gets ``k`` rows. A step's duration grows by the attention of one more
+token of every request whose attended KV grows (all of them with the whole KV on the GPU). What it leaves out: a
+sparse step's summaries and top-K grow with the blocks crossed inside a stretch (measured:
+``experiments/simulator_calibration``).
 
 Per step the engine records (``StepLog``): start, duration, decode and prefill tokens, host→GPU bytes, stall (and,
 not in ``steps.csv``, the tokens the decodes emitted).
@@ -63,6 +64,7 @@ from __future__ import annotations
 import random
 from collections import Counter
 from dataclasses import dataclass, field
+from itertools import accumulate
 
 import simpy
 
@@ -265,6 +267,12 @@ class Engine:
         n = len(plan.decode)
         fetch = recall = miss = 0.0
         nsel = 0
+        # each step attends one more token of every request whose attended KV still grows (all of them with the
+        # whole KV on the GPU; below the resident set otherwise): the duration grows by `grow` a step (attn_decode is
+        # linear in its bytes for every predictor here)
+        whole = modes.get(cfg.mode).whole_kv_on_gpu
+        m = n if whole else sum(1 for r in plan.decode if r.prompt_len + r.generated < self.res_tokens)
+        grow = L * self.pred.time("attn_decode", {"kv_bytes": m * self.bpt_layer}) if m else 0.0
         for r in plan.decode:
             pol = r.policy
             if pol is not None and pol.profile is not None and not modes.get(cfg.mode).whole_kv_on_gpu:
@@ -289,9 +297,10 @@ class Engine:
         self.steps += k
         self.ff_steps += k
         sched.step += k
-        ts = [t0 + i * dur for i in range(k)]
+        durs = [dur + (i + 1) * grow for i in range(k)]
+        ts = list(accumulate(durs[:-1], initial=t0))
         lg.t.extend(ts)
-        lg.dur.extend([dur] * k)
+        lg.dur.extend(durs)
         lg.decode.extend([n] * k)
         lg.emitted.extend([n] * k)
         lg.prefill.extend([0] * k)
@@ -300,7 +309,7 @@ class Engine:
         lg.stall.extend([0.0] * k)
         if self._last_work is not None:  # the pipeline's state after the last of the k steps
             self.pipe.step_closed(ts[-1], self._last_work)
-        end = ts[-1] + dur
+        end = ts[-1] + durs[-1]
         for r in plan.decode:
             sched._grow(r)  # the growth fits (_ff_steps): no preemption
         yield at(self.env, end)
