@@ -250,8 +250,18 @@ def cmd_run(args) -> int:
         )
     if not args.quiet:
         print(summary_table(result.summary, result.wall_s))
+        print(f"timing: {timing_line(cfg)}")
         print(f"wrote {args.out}/summary.json, requests.csv, steps.csv, memory.csv, timeline.json, timing.json")
     return 0
+
+
+def timing_line(cfg) -> str:
+    """Which predictor timed the run and, calibrated, where its constants come from."""
+    if cfg.predictor != "calibrated":
+        return f"{cfg.predictor} predictor"
+    from .calibrated import load_calibration
+
+    return f"calibrated predictor, {load_calibration(cfg.calibration).describe()}"
 
 
 def cmd_bench(args) -> int:
@@ -273,6 +283,10 @@ def cmd_bench(args) -> int:
         given["concurrency"],
         hardware=given.get("hardware", d.hardware),
         engine=given.get("engine", d.engine),
+        top_k=given.get("top_k", d.top_k),
+        hot_slots=given.get("hot_slots"),
+        no_transfer=given.get("no_transfer", False),
+        host_kv_dtype=given.get("host_kv_dtype", d.host_kv_dtype),
     )
     try:
         p.config(**given)
@@ -287,7 +301,7 @@ def cmd_bench(args) -> int:
     else:
         print(
             f"{p.name}: {r.lanes} lanes, TPOT {r.tpot_s * 1e3:.3f} ms, {r.tok_s:,.1f} tok/s, "
-            f"{r.bytes_per_step / 1e6:.2f} MB a decode pass ({cfg.predictor} predictor; {r.wall_s:.2f} s wall)"
+            f"{r.bytes_per_step / 1e6:.2f} MB a decode pass ({r.wall_s:.2f} s wall)\ntiming: {timing_line(cfg)}"
         )
     return 0
 

@@ -129,3 +129,16 @@ def test_calibrated_ops_never_beat_the_physical_floor():
                 ("step_overhead", {"chain": 8}),
             ):
                 assert p.time(op, shape) >= floor.time(op, shape), (model, mode, engine, op)
+
+
+def test_bench_command_prints_the_executor_bench_figures(capsys):
+    import json
+
+    from oasis_sim.cli import main
+
+    argv = ["bench", "--context", "4096", "--concurrency", "8", "--model", "smollm2-135m", "--hardware", "h200"]
+    assert main([*argv, "--top-k", "64", "--kv-budget-gb", "3", "--steps", "2", "--warmup", "1", "--json"]) == 0
+    out = json.loads(capsys.readouterr().out)
+    assert out["point"] == "oasis:smollm2-135m:lookahead:4096x8:K64" and out["predictor"] == "calibrated"
+    assert out["lanes"] == 8 and out["tok_s"] == pytest.approx(8 / (out["tpot_ms"] / 1e3), rel=1e-3)
+    assert main([*argv, "--mode", "quest", "--engine", "vllm"]) == 2  # vLLM runs dense only: one line, exit 2
