@@ -158,8 +158,8 @@ class SimConfig(speculation.SpeculativeFields):
     prefix_cache_host_bytes: float = _h("prefix cache: host tier bytes", 64e9)
     # -- timing and the bench's view (oasis_sim.calibrated, oasis_core.lanes) ---------------------------------
     predictor: str = _h(
-        "calibrated: per-operation costs fitted on the executor's H200 runs (calibration) | roofline: the analytic "
-        "roofline (oasis_sim.predictor)",
+        "calibrated: per-operation costs fitted on the executor's H200 runs (calibration; on other hardware its "
+        "efficiencies scale that hardware's peaks) | roofline: the analytic roofline (oasis_sim.predictor)",
         "calibrated",
     )
     calibration: Optional[str] = _h("calibration file of predictor=calibrated (default: the shipped H200 one)", None)
