@@ -149,7 +149,9 @@ class Engine:
         self._floor_cache: dict = {}  # decode requests -> step_floor
         self.ff_max = cfg.fast_forward if cfg.event_mode == "closed" and not cfg.spec_max_k else 0
         self.ff_steps = 0  # steps taken by the fast-forward
-        self._last_work = None
+        self._last_work = self._prev_work = None
+        self._last_gpu_floor = (0.0, 0.0)
+        self._ff_periodic = False
         self.chain_max = min(cfg.decode_chain, cfg.block_size)
         # Adaptive cap policies (exact episodes) get the step's link view; static ones never look at it.
         self._adaptive = cfg.sparse and not cap_policy(cfg).static
@@ -216,8 +218,14 @@ class Engine:
         head = sched.waiting[0] if sched.waiting else None  # blocked: no memory frees in a stretch (none finishes)
         if timing.stall_s or self.remote is not None or self._adaptive or not self._memo:
             return 0
-        if self.cfg.mode != "dense" and modes.get(self.cfg.mode).background and self.pipe._lazy is None:
-            return 0  # not the steady fast path: a copy or side stream still carries over
+        periodic = False  # the pipeline's loop path in a steady period: this step as long as the one before
+        if modes.get(self.cfg.mode).background and self.pipe._lazy is None:
+            d = self.log.dur
+            if len(d) < 2 or abs(d[-1] - d[-2]) > 1e-12 * d[-1] or self._prev_work != self._last_work:
+                return 0  # not steady: a copy or the side stream still carries over a changing backlog
+            if any(r.prompt_len + r.generated < self.res_tokens for r in plan.decode):
+                return 0  # attention still grows: the period would not hold
+            periodic = True
         if self.timeline is not None and self.steps < self.cfg.timeline_steps:
             return 0
         dur = timing.end - timing.start
@@ -253,6 +261,7 @@ class Engine:
                 grow_host += host - r.host_held
         if grow_gpu > 0 and grow_gpu > self.gpu.hbm.free or grow_host > 0 and grow_host > sched.acct.host.free:
             return 0
+        self._ff_periodic = periodic
         return max(k, 0)
 
     def _fast_forward(self, plan: Plan, k: int, timing):
@@ -260,7 +269,6 @@ class Engine:
         emits ``k`` tokens, its policy tail is read ``k`` times, the step log gets ``k`` rows, memory grows once."""
         cfg, sched = self.cfg, self.sched
         L, kvh = self.L, self.kvh
-        dur = timing.end - timing.start
         lg = self.log
         t0 = self.env.now
         h2d = lg.h2d[-1]
@@ -297,7 +305,8 @@ class Engine:
         self.steps += k
         self.ff_steps += k
         sched.step += k
-        durs = [dur + (i + 1) * grow for i in range(k)]
+        gpu, floor = self._last_gpu_floor
+        durs = [max(gpu + (i + 1) * grow, floor) for i in range(k)]
         ts = list(accumulate(durs[:-1], initial=t0))
         lg.t.extend(ts)
         lg.dur.extend(durs)
@@ -307,7 +316,13 @@ class Engine:
         lg.h2d.extend([h2d] * k)
         lg.net.extend([0.0] * k)
         lg.stall.extend([0.0] * k)
-        if self._last_work is not None:  # the pipeline's state after the last of the k steps
+        if self._ff_periodic:  # the loop path's state, k periods later (every step as long: grow is 0 here)
+            shift = sum(durs)
+            pipe = self.pipe
+            pipe._ready = [x + shift for x in pipe.ready]
+            pipe.side_free += shift
+            pipe.link_free += shift
+        elif self._last_work is not None:  # the pipeline's state after the last of the k steps
             self.pipe.step_closed(ts[-1], self._last_work)
         end = ts[-1] + durs[-1]
         for r in plan.decode:
@@ -529,7 +544,7 @@ class Engine:
         work = LayerWork(
             L, head_s, c, tail_s, background, score_s + topk_s if background else 0.0, sel_s if background else 0.0, x
         )
-        self._last_work = work
+        self._prev_work, self._last_work = self._last_work, work
         t0 = self.env.now
         record = self.timeline is not None and self.steps < cfg.timeline_steps
         if cfg.event_mode == "events":
@@ -541,15 +556,16 @@ class Engine:
             timing = out[0]
             if t0 + offload_s > timing.end:
                 yield at(self.env, self._wait_offload(timing, t0 + offload_s))
+            floor = self._step_floor(n_dec)
+            if t0 + floor > timing.end:  # the least a step lasts (a host loop beside the GPU): not a stall
+                timing.end = t0 + floor
+                yield at(self.env, timing.end)
         else:
             timing = self.pipe.step_closed(t0, work, record)
             if t0 + offload_s > timing.end:
                 self._wait_offload(timing, t0 + offload_s)
-            floor = self._floor_cache.get(n_dec) if self._memo else None
-            if floor is None:
-                floor = pred.time("step_floor", {"requests": n_dec})
-                if self._memo:
-                    self._floor_cache[n_dec] = floor
+            floor = self._step_floor(n_dec)
+            self._last_gpu_floor = (timing.end - t0, floor)  # the fast-forward's: the GPU's step and the floor
             if t0 + floor > timing.end:  # the least a step lasts (a host loop beside the GPU): not a stall
                 timing.end = t0 + floor
             yield at(self.env, timing.end)
@@ -574,6 +590,15 @@ class Engine:
         if record:
             self.timeline.add_step(self.steps - 1, timing, n_dec, n_pf, h2d)
         return timing
+
+    def _step_floor(self, n_dec: int) -> float:
+        """The predictor's ``step_floor`` for ``n_dec`` decode requests (memoised for memoisable predictors)."""
+        floor = self._floor_cache.get(n_dec) if self._memo else None
+        if floor is None:
+            floor = self.pred.time("step_floor", {"requests": n_dec})
+            if self._memo:
+                self._floor_cache[n_dec] = floor
+        return floor
 
     # -- speculative decoding ---------------------------------------------------------------------------------
     def _spec_ks(self, plan: Plan, n_dense: int):

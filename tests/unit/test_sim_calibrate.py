@@ -142,3 +142,17 @@ def test_bench_command_prints_the_executor_bench_figures(capsys):
     assert out["point"] == "oasis:smollm2-135m:lookahead:4096x8:K64" and out["predictor"] == "calibrated"
     assert out["lanes"] == 8 and out["tok_s"] == pytest.approx(8 / (out["tpot_ms"] / 1e3), rel=1e-3)
     assert main([*argv, "--mode", "quest", "--engine", "vllm"]) == 2  # vLLM runs dense only: one line, exit 2
+
+
+def test_fast_forward_changes_no_bench_figure():
+    """The fast-forward takes most of a bench's steps at once; the figures are those of every step simulated."""
+    for p in (
+        BenchPoint("qwen3-8b", "dense", 16384, 8, kv_budget_gb=52.0),
+        BenchPoint("smollm2-135m", "dense", 7800, 16, kv_budget_gb=3.0, engine="vllm", decode_chain=1),
+        BenchPoint("smollm2-135m", "lookahead", 4096, 8, top_k=64, kv_budget_gb=3.0),
+    ):
+        fast, slow = run_point(p, warmup=9, steps=4), run_point(p, warmup=9, steps=4, fast_forward=0)
+        # dense: exact; sparse: a stretch leaves out the summaries of the blocks it crosses (1e-5 measured)
+        rel = 1e-9 if p.mode == "dense" else 1e-4
+        assert fast.tpot_s == pytest.approx(slow.tpot_s, rel=rel), p.name
+        assert fast.bytes_per_step == pytest.approx(slow.bytes_per_step, rel=1e-9), p.name
