@@ -25,6 +25,8 @@ POLICY_SAMPLING = ("profile", "exact")
 EVENT_MODES = ("closed", "events")
 RPF_GRANULARITIES = ("block", "head")
 ARRIVALS = ("trace", "closed", "poisson")
+PREDICTORS = ("calibrated", "roofline")
+ENGINES = ("oasis", "vllm")
 
 
 class ConfigError(ValueError):
@@ -99,6 +101,38 @@ class SimConfig(SpeculationFields, TransferFields, KVFields, RunFields):
     prefix_cache: bool = _h("reuse prompt prefix blocks (trace prefix_block_ids)", False)
     prefix_cache_hbm_bytes: float = _h("prefix cache: HBM tier bytes (split=none: taken out of the KV pool)", 4e9)
     prefix_cache_host_bytes: float = _h("prefix cache: host tier bytes", 64e9)
+    # -- timing and the bench's view (oasis_sim.calibrated, oasis_core.lanes) ---------------------------------
+    predictor: str = _h(
+        "calibrated: per-operation costs fitted on the executor's H200 runs (calibration; on other hardware its "
+        "efficiencies scale that hardware's peaks) | roofline: the analytic roofline (oasis_sim.predictor)",
+        "calibrated",
+    )
+    calibration: Optional[str] = _h("calibration file of predictor=calibrated (default: the shipped H200 one)", None)
+    engine: str = _h(
+        "oasis: this project's engine | vllm: vLLM dense (mode=dense): paged attention at vLLM's fitted HBM "
+        "efficiency, a block allocator paging the KV budget block by block, preemption when it runs out",
+        "oasis",
+    )
+    kv_budget_gb: Optional[float] = _h(
+        "GPU KV budget in GB (the executor's --kv-budget-gb): HBM for KV is this, not what the weights leave; the "
+        "engine oasis reserves whole lanes as the executor (oasis_core.lanes, victim cache included), vllm pages it",
+        None,
+    )
+    decode_only: bool = _h(
+        "every request arrives with its prompt's KV in place (the bench's synthesized prefill): no prefill work", False
+    )
+    no_transfer: bool = _h("sparse background modes: the copies are skipped (the bench's no-transfer twin)", False)
+    decode_chain: int = _h(
+        "ordinary decode steps a host round trip (the executor's decode_chain): the per-step host overhead is paid "
+        "once a chain, in steps where every running request decodes and none waits",
+        8,
+    )
+    fast_forward: int = _h(
+        "steady decode stretches (every running request decoding, none waiting or finishing, no event due, the "
+        "policy on its steady tail, the pipeline steady, the memory growth fitting) advance up to this many steps "
+        "at once with the step's duration (oasis_sim.engine); 0: every step simulated",
+        16,
+    )
     # -- simulation -------------------------------------------------------------------------------------------
     event_mode: str = _h("closed: closed-form per-layer timing | events: one SimPy event per layer stage", "closed")
     timeline_steps: int = _h("steps recorded in timeline.json (0 = none)", 200)
@@ -148,6 +182,15 @@ class SimConfig(SpeculationFields, TransferFields, KVFields, RunFields):
         choice("split", SPLITS)
         choice("event_mode", EVENT_MODES)
         choice("rpf_granularity", RPF_GRANULARITIES)
+        choice("predictor", PREDICTORS)
+        choice("engine", ENGINES)
+        if self.engine == "vllm" and self.mode != "dense":
+            bad("engine", f"vllm runs mode=dense, not mode={self.mode}")
+        number("kv_budget_gb", 0.0, lo_open=True, optional=True)
+        integer("decode_chain", 1)
+        integer("fast_forward", 0)
+        if self.calibration is not None and not isinstance(self.calibration, str):
+            bad("calibration", "must be a file path")
         integer("top_k", 1)
         integer("hot_slots", 1, optional=True)
         if self.hot_slots is not None:
@@ -220,7 +263,7 @@ class SimConfig(SpeculationFields, TransferFields, KVFields, RunFields):
                 check_accepted_hist(self.speculative_accepted_hist)
             except ValueError as e:
                 raise ConfigError(f"speculative_accepted_hist: {e}") from None
-        for name in ("prefix_cache", "rpf_send_summaries", "short_context"):
+        for name in ("prefix_cache", "rpf_send_summaries", "short_context", "decode_only", "no_transfer"):
             if not isinstance(getattr(self, name), bool):
                 bad(name, "must be true or false")
         if self.concurrency is not None and self.arrival == "trace":
