@@ -93,8 +93,8 @@ gpu_tests() {  # [pytest args; default: every test file with GPU tests] -> $OUT/
   return $rc
 }
 table_from() {  # RUNS.jsonl PREFIX: transfer_paths.py's summary into the engine's table (on the device) and $OUT
-  $PY experiments/transfer_paths/transfer_paths.py --summarize "$1" "$2" --table-out oasis_exec/transfer_table.json 2>&1 | tail -2
-  cp oasis_exec/transfer_table.json "$OUT/transfer_table.json"
+  $PY experiments/transfer_paths/transfer_paths.py --summarize "$1" "$2" --table-out oasis_exec/transfer/table.json 2>&1 | tail -2
+  cp oasis_exec/transfer/table.json "$OUT/transfer_table.json"
 }
 install_wheels() {
   local w=() f

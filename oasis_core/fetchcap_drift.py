@@ -18,7 +18,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from .fetchcap import (
+from .fetchcap_base import (
     DEFAULT_FETCH_RATIO,
     CapContext,
     FetchCapPolicy,

@@ -14,7 +14,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from .fetchcap import CapContext, FetchCapPolicy, parse_fields, ratio_cap, register_policy, spec_of
+from .fetchcap_base import CapContext, FetchCapPolicy, parse_fields, ratio_cap, register_policy, spec_of
 from .xp import namespace
 
 _MILLION = 1_000_000

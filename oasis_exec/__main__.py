@@ -103,6 +103,24 @@ def prepare_generate(a) -> tuple[ExecConfig, list[int]]:
     return cfg, ids
 
 
+CPU_RUN = (
+    "--device cpu --dtype float32 --model tiny --top-k 4 --selection synthetic --context 512 --concurrency 2 --steps 4"
+)
+
+
+def check_device(cfg: ExecConfig) -> None:
+    """A CUDA device asked for where torch sees none: one line saying so and how to run on the CPU (``CliError``)."""
+    if not cfg.device.startswith("cuda"):
+        return
+    import torch
+
+    if not torch.cuda.is_available():
+        raise CliError(
+            f"--device {cfg.device}: no CUDA device here (torch {torch.__version__}); "
+            f"on the CPU: add {CPU_RUN} (the GPU figures need a GPU)"
+        )
+
+
 def _prompt_tokens(path: str, model_path: str) -> list:
     from .server.tokenizer import load_tokenizer
 
@@ -111,6 +129,7 @@ def _prompt_tokens(path: str, model_path: str) -> list:
 
 
 def run_bench_command(cfg: ExecConfig, bc: BenchConfig) -> int:
+    check_device(cfg)
     from .tools.bench import run_bench, run_bench_tp, write_record
 
     toks = _prompt_tokens(bc.prompt_text, cfg.model_path) if bc.prompt_text else None
@@ -128,6 +147,7 @@ def run_bench_command(cfg: ExecConfig, bc: BenchConfig) -> int:
 
 
 def run_generate_command(cfg: ExecConfig, ids: list[int], max_tokens: int) -> int:
+    check_device(cfg)
     from .engine.engine import Engine
     from .engine.scheduler import SamplingParams
 

@@ -12,10 +12,9 @@ import re
 from dataclasses import dataclass, field, fields
 
 from oasis_core import cliargs, modes, speculation
-from oasis_core.geometry import HOST_KV_DTYPES
-from oasis_core.specs import MODELS, MODES, PAPER_SPARSITY
+from oasis_core.config_pieces import KVFields, RunFields, SpeculationFields, TransferFields, resolve_default
+from oasis_core.specs import MODELS
 
-SOURCES = ("model", "synthetic", "replay")
 TRANSFERS = ("host", "uva", "auto")
 # stream_priority -> (captured step, prediction stream, copy stream) CUDA priorities (0 is torch's default; -1, -2
 # higher; oasis_exec.workingset.prefetcher creates the streams). normal: all level; high: both side streams above the step; low:
@@ -32,6 +31,7 @@ PRIORITIES = (*STREAM_PRIORITIES, "auto")
 SWITCHES = ("on", "off", "auto")
 DTYPES = ("bfloat16", "float32")
 GB = 1e9
+MAX_CONTEXT = 16384 + 1024  # ExecConfig.max_context's default: a 16K prompt and 1K of output
 DEVICE_PATTERN = r"cpu|cuda(:\d+)?"  # ExecConfig.device and the quality / draft_train checks
 
 
@@ -47,15 +47,16 @@ def _f(default, help, choices=None, metavar=None, type=None):
 
 
 @dataclass(frozen=True)
-class ExecConfig(speculation.SpeculativeFields):
-    model: str = _f("qwen3-8b", "oasis_core model preset (qwen3-8b, llama-3.1-8b, tiny, ...)")
+class ExecConfig(SpeculationFields, TransferFields, KVFields, RunFields):
+    """The engine: the shared fields (``oasis_core.config_pieces``: model, mode, selection (default model),
+    max_context (default 16,384 + 1,024), seed, synthetic, tensor_parallel; the KV shape; the fetch cap; speculation)
+    and the executor's own."""
+
     model_path: str | None = _f(None, "local Hugging Face directory (config.json + *.safetensors); None = dummy")
     draft_path: str | None = _f(None, "local EAGLE-3 draft directory; None = random draft head")
     draft_vocab: int = _f(32000, "draft vocabulary of a random draft head")
     dtype: str = _f("bfloat16", "bfloat16 | float32 (CPU tests)", DTYPES)
     device: str = _f("cuda", "cuda | cuda:N | cpu")
-    mode: str = _f("lookahead", "dense | quest | retrieval | proxy | lookahead | hisparse (oasis_core.modes)", MODES)
-    selection: str = _f("model", "model | synthetic | replay: where the chosen block ids come from", SOURCES)
     replay_path: str | None = _f(
         None,
         "recorded selections for selection=replay: a --record-path file (.npz, "
@@ -72,33 +73,9 @@ class ExecConfig(speculation.SpeculativeFields):
         "write the predicted block sets of every decode step here when the engine "
         "closes (.npz, oasis_core.setrecord; also a traces/SCHEMA.md selection file)",
     )
-    block_size: int = _f(PAPER_SPARSITY.block_size, "tokens per KV block")
-    top_k: int = _f(PAPER_SPARSITY.top_k, "resident blocks per KV head (the local block comes on top)")
-    hot_slots: int | None = _f(
-        None,
-        "GPU blocks per (request, layer, KV head), >= top_k, counted in the GPU budget. mode=hisparse: its LRU hot "
-        "cache, of which attention reads the step's top_k (None: 2 x top_k). Background modes (lookahead, proxy): "
-        "above top_k a victim cache, blocks the prediction dropped stay until least recently selected (a block that "
-        "comes back is a hit, not a fetch) and attention reads the top_k most recently selected "
-        "(oasis_core.selection.attend_slots); None: 3 x top_k where the requests the config names (max_lanes, "
-        "host_requests, host_kv_gb) fit kv_budget_gb at that size, else top_k (oasis_exec.kv.layout.victim_slots); "
-        "top_k: the paper's working set",
-    )
-    fetch_ratio: float = _f(
-        PAPER_SPARSITY.fetch_ratio, "fetch cap per head per step as a fraction of top_k (0 < r <= 1)"
-    )
-    fetch_policy: str | None = _f(
-        None,
-        "fetch-cap policy spec (oasis_core.fetchcap.get_policy: fixed:R, unlimited, "
-        "budget[:FRACTION][,min_cap=N][,max_ratio=R][,first_ratio=R], drift, per-layer:R, recall:T, or a name "
-        "registered by a module in $OASIS_POLICY_MODULES: docs/policies.md), evaluated on "
-        "the device each step (oasis_exec.workingset.fetch_caps); None: fixed at fetch_ratio; "
-        "retrieval always fetches its whole set",
-    )
     link_gb_s: float = _f(
         30.0, "host->GPU rate of scattered block copies, GB/s, that an adaptive fetch policy (budget) plans with"
     )
-    max_context: int = _f(16384 + 1024, "most tokens of one request (prompt + output)")
     kv_budget_gb: float | None = _f(None, "GPU memory for KV state (slots, summaries, caches), GB")
     host_kv_gb: float | None = _f(
         None,
@@ -112,14 +89,6 @@ class ExecConfig(speculation.SpeculativeFields):
         "pool is checked against the host's available memory before it is pinned",
     )
     max_lanes: int | None = _f(None, "cap on concurrent requests (default: what --kv-budget-gb fits; else only 4)")
-    host_kv_dtype: str = _f(
-        "auto",
-        "element type of the host copy of K and V (sparse modes): auto (the compute dtype) | fp8_e4m3 "
-        "(float8_e4m3fn with a float32 scale per (layer, block, KV head) of K and of V: half the host memory and "
-        "half the bytes a fetch moves; dequantized to the compute dtype as it is copied into the GPU slots, which "
-        "stay in the compute dtype; oasis_exec.kv.host_quant)",
-        HOST_KV_DTYPES,
-    )
     transfer: str = _f(
         "auto",
         "host (threaded gather into pinned staging + one DMA) | uva (direct-read gather "
@@ -180,7 +149,6 @@ class ExecConfig(speculation.SpeculativeFields):
         "prompts first, a step that prefills decodes nothing (benchmarks that need "
         "every request decoding in lockstep)",
     )
-    seed: int = _f(0, "weights, sampling and synthetic-selection seed")
     fused_ops: bool = _f(
         True,
         "fused Triton kernels on CUDA: RMSNorm, q/k norm + RoPE, SwiGLU (oasis_kernels.fused_ops), "
@@ -233,37 +201,6 @@ class ExecConfig(speculation.SpeculativeFields):
         SWITCHES,
     )
     profile: bool = _f(False, "CUDA events per layer and stage (small overhead)")
-    short_context: bool = _f(
-        True,
-        "sparse modes: a request whose context fits its resident set (top_k + 1 blocks) "
-        "runs dense on the GPU, with no host copy, until it outgrows it; a step whose requests are all short drafts, "
-        "scores and selects nothing (oasis_core.short_context; measured on the H200 at 1K: 7.4 ms a step against "
-        "10.3 off and 6.7 dense, experiments/dense_vs_lookahead_throughput/results/short_context.md); off: every "
-        "request is offloaded from its prefill",
-    )
-    speculative_k: int | str = _f(
-        0,
-        "speculative decoding: the draft head drafts this many tokens a step as a chain, one target pass verifies "
-        "them (greedy acceptance, rejection sampling above temperature 0) and every accepted token is emitted "
-        "(modes dense and lookahead; < block_size; speculative steps run eagerly; oasis_exec.runner.speculative); "
-        "auto | auto:N: the length chosen per request every step in [0, N] (auto: N = 4, below block_size) from its "
-        "measured acceptance and the draft's relative cost (oasis_core.speculation); 0: off",
-        type=speculation.cli_value,
-    )
-    speculative_gamma: float | None = _f(
-        None,
-        "speculative_k auto: the draft's cost per drafted token as a fraction of a verification pass (the speed "
-        "identity's gamma); None: measured every speculative step (host timing of the draft chain against the "
-        "verify pass)",
-    )
-    tensor_parallel: int = _f(
-        1,
-        "tensor-parallel ranks: each owns a contiguous run of the KV heads (uneven when they do not divide: 3 over 2 "
-        "is 2 + 1), their query heads and a share of the MLP, with its own working set, summaries, per-head maps, "
-        "prefetch pipeline and host pool share; one all-reduce after attention and one after the MLP; embedding, LM "
-        "head and draft head replicated (oasis_exec.model.tensor_parallel). bench spawns the ranks (gloo on the CPU, NCCL "
-        "with one GPU a rank) or runs under torchrun",
-    )
     synthetic_accept: dict | None = _f(
         None,
         "BENCHMARK ONLY, dummy weights: the accepted drafts of every lane's speculative step drawn (seeded) from "
@@ -272,11 +209,6 @@ class ExecConfig(speculation.SpeculativeFields):
         "{'k': [steps accepting 0 .. k drafts]} such as a real run's accepted_hist (oasis_core.speculation."
         "synthetic_acceptance); records say acceptance: synthetic; refused with real weights; "
         "unused at speculative_k 0",
-    )
-    synthetic: dict | None = _f(
-        None,
-        "SyntheticParams overrides, e.g. {'drift_rate': 0.1}; 'preset' names a base "
-        "(oasis_core.synthetic_presets: paper | smollm2), e.g. {'preset': 'smollm2'}",
     )
     synthetic_ahead: int = _f(
         0,
@@ -292,6 +224,9 @@ class ExecConfig(speculation.SpeculativeFields):
     )
 
     def __post_init__(self):
+        resolve_default(self, "selection", "model")
+        resolve_default(self, "max_context", MAX_CONTEXT)
+
         def bad(name, why):
             raise ValueError(f"ExecConfig.{name}: {why}, got {getattr(self, name)!r}")
 

@@ -13,10 +13,11 @@ from __future__ import annotations
 import argparse
 import datetime
 import json
-import subprocess
 import sys
 
 import torch
+
+from oasis_core import provenance
 
 from .block_score import bench_block_score
 from .fused_ops import bench_fused_ops
@@ -73,13 +74,6 @@ def _other_runs(quick):
     return runs
 
 
-def _commit():
-    try:
-        return subprocess.run(["git", "rev-parse", "HEAD"], capture_output=True, text=True, check=True).stdout.strip()
-    except (OSError, subprocess.CalledProcessError):
-        return None
-
-
 def main(argv=None):
     ap = argparse.ArgumentParser(prog="python -m oasis_kernels.bench", description=__doc__.splitlines()[0])
     ap.add_argument("--quick", action="store_true", help="default launch parameters only, no sweep")
@@ -133,7 +127,7 @@ def main(argv=None):
     doc = dict(
         device=torch.cuda.get_device_name(),
         date=datetime.datetime.now().isoformat(timespec="seconds"),
-        commit=_commit(),
+        commit=provenance.commit(full=True, default=None),
         torch=torch.__version__,
         records=records,
         best=[r for _, r in sorted(best.items())],

@@ -26,12 +26,13 @@ from __future__ import annotations
 import argparse
 import json
 import platform
-import subprocess
 import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
 
 import torch
+
+from oasis_core import provenance
 
 from . import host_native
 from ._util import cdiv
@@ -193,13 +194,6 @@ def run(
     return rows
 
 
-def _commit():
-    try:
-        return subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True).stdout.strip()
-    except OSError:
-        return None
-
-
 def main(argv=None):
     p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     p.add_argument("--threads", type=int, nargs="+", default=[1, 2])
@@ -214,7 +208,7 @@ def main(argv=None):
     rows = run(a.threads, a.blocks, a.pool_gb, a.conditions, a.impls, a.min_s, rotate_mb=a.rotate_mb)
     meta = dict(
         date=time.strftime("%Y-%m-%d"),
-        commit=_commit(),
+        commit=provenance.commit(default=None),
         torch=torch.__version__,
         cpu=platform.processor() or platform.machine(),
         cores=torch.get_num_threads(),

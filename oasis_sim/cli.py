@@ -1,4 +1,10 @@
-"""``python -m oasis_sim run|import|sweep|replay|validate`` (console script ``oasis-sim``).
+"""``python -m oasis_sim run|bench|import|sweep|replay|validate|calibrate`` (console script ``oasis-sim``).
+
+- ``run`` and ``bench`` time with the shipped calibration (``--predictor calibrated``, ``oasis_sim.calibrated``;
+  ``--predictor roofline`` for the analytic roofline). ``bench --context N --concurrency N [config options]``: the
+  executor's bench (decode-only closed loop, ``oasis_sim.bench``). ``calibrate POINTS... --out FILE``: refit the
+  calibration on bench points (``oasis_sim.calibrate``); ``validate POINTS...`` scores bench points
+  (``oasis_sim.validate_bench``).
 
 - ``run [TRACE] [--model ..] [--mode ..] ... [--config FILE.yaml] [--out DIR]``: every ``SimConfig`` field is an
   option (``--top-k``, ``--fetch-ratio``, ...; booleans as ``--prefix-cache``), every synthetic-selection parameter
@@ -32,6 +38,7 @@ from oasis_core.synthetic import SyntheticParams, param_help
 from oasis_core.trace import TraceError
 
 from .config import ConfigError, SimConfig, make_config
+from .files import load_config_file, prepare_out_dir
 
 EXIT_BAD_INPUT = 2
 
@@ -100,30 +107,16 @@ def build_parser() -> argparse.ArgumentParser:
     from .validate import add_subcommands
 
     add_subcommands(sub)
+    from .calibrate import add_subcommand as add_calibrate
+
+    add_calibrate(sub)
+    bench = sub.add_parser("bench", help="what `oasis_exec bench` measures: a decode-only closed loop")
+    bench.add_argument("--context", type=cliargs.number(int), required=True, help="tokens a lane holds")
+    bench.add_argument("--warmup", type=cliargs.number(int), default=4, help="untimed scheduler steps")
+    bench.add_argument("--steps", type=cliargs.number(int), default=24, help="timed scheduler steps")
+    bench.add_argument("--json", action="store_true", help="print one JSON object")
+    _add_config_options(bench)
     return p
-
-
-def load_config_file(path: str) -> dict:
-    import yaml
-
-    try:
-        with open(path, "rb") as f:
-            text = f.read().decode("utf-8")
-    except OSError as e:
-        raise ConfigError(f"{path}: cannot read: {e.strerror or type(e).__name__}") from None
-    except UnicodeDecodeError:
-        raise ConfigError(f"{path}: not UTF-8 text") from None
-    try:
-        obj = yaml.safe_load(text)
-    except yaml.YAMLError as e:
-        mark = getattr(e, "problem_mark", None)
-        where = f" at line {mark.line + 1} column {mark.column + 1}" if mark else ""
-        raise ConfigError(f"{path}: invalid YAML{where}: {getattr(e, 'problem', None) or 'syntax error'}") from None
-    if obj is None:
-        raise ConfigError(f"{path}: empty file")
-    if not isinstance(obj, dict):
-        raise ConfigError(f"{path}: top level: must be a mapping of SimConfig fields, got {type(obj).__name__}")
-    return obj
 
 
 def config_from_args(args) -> SimConfig:
@@ -183,18 +176,6 @@ def summary_table(s: dict, wall_s: float) -> str:
     return "\n".join(f"{k:<{w}}  {v}" for k, v in rows)
 
 
-def prepare_out_dir(out_dir: str) -> None:
-    """Create ``out_dir`` (a folder) before any work, so a bad ``--out`` costs one line, not a finished run."""
-    if os.path.exists(out_dir) and not os.path.isdir(out_dir):
-        raise ConfigError(f"--out {out_dir}: exists and is not a folder")
-    try:
-        os.makedirs(out_dir, exist_ok=True)
-    except OSError as e:
-        raise ConfigError(f"--out {out_dir}: cannot create: {e.strerror}") from None
-    if not os.access(out_dir, os.W_OK | os.X_OK):
-        raise ConfigError(f"--out {out_dir}: not writable")
-
-
 def write_outputs(result, out_dir: str) -> None:
     prepare_out_dir(out_dir)
     for name, text in result.files().items():
@@ -235,7 +216,59 @@ def cmd_run(args) -> int:
         )
     if not args.quiet:
         print(summary_table(result.summary, result.wall_s))
+        print(f"timing: {timing_line(cfg)}")
         print(f"wrote {args.out}/summary.json, requests.csv, steps.csv, memory.csv, timeline.json, timing.json")
+    return 0
+
+
+def timing_line(cfg) -> str:
+    """Which predictor timed the run and, calibrated, where its constants come from."""
+    if cfg.predictor != "calibrated":
+        return f"{cfg.predictor} predictor"
+    from .calibrated import load_calibration
+
+    return f"calibrated predictor, {load_calibration(cfg.calibration).describe()}"
+
+
+def cmd_bench(args) -> int:
+    from .bench import BenchPoint, run_point
+
+    given = cliargs.values(args, SimConfig, exclude={"synthetic"})  # only the options given: the bench's defaults
+    syn = cliargs.values(args, SyntheticParams, dest_prefix="syn_")  # (uva, the smollm2 preset) for the rest
+    if getattr(args, "syn_preset", None):
+        syn["preset"] = args.syn_preset
+    if syn:
+        given["synthetic"] = syn
+    if not given.get("concurrency"):
+        raise ConfigError("options: --concurrency: the bench's lanes must be given")
+    d = SimConfig()
+    p = BenchPoint(
+        given.get("model", d.model),
+        given.get("mode", d.mode),
+        args.context,
+        given["concurrency"],
+        hardware=given.get("hardware", d.hardware),
+        engine=given.get("engine", d.engine),
+        top_k=given.get("top_k", d.top_k),
+        hot_slots=given.get("hot_slots"),
+        no_transfer=given.get("no_transfer", False),
+        host_kv_dtype=given.get("host_kv_dtype", d.host_kv_dtype),
+    )
+    try:
+        p.config(**given)
+    except ConfigError as e:
+        name, _, rest = str(e).partition(":")
+        raise ConfigError(f"options: {cliargs.flag(name)}:{rest}") from None
+    cfg = p.config(**given)
+    r = run_point(p, warmup=args.warmup, steps=args.steps, **given)
+    out = {"point": p.name, "predictor": cfg.predictor, **r.as_dict()}
+    if args.json:
+        print(json.dumps(out, sort_keys=True))
+    else:
+        print(
+            f"{p.name}: {r.lanes} lanes, TPOT {r.tpot_s * 1e3:.3f} ms, {r.tok_s:,.1f} tok/s, "
+            f"{r.bytes_per_step / 1e6:.2f} MB a decode pass ({r.wall_s:.2f} s wall)\ntiming: {timing_line(cfg)}"
+        )
     return 0
 
 
@@ -257,11 +290,18 @@ def cmd_sweep(args) -> int:
 def main(argv: Optional[Sequence[str]] = None) -> int:
     try:
         args = build_parser().parse_args(argv)
+        from .calibrate import cmd_calibrate
         from .validate import cmd_replay, cmd_validate
 
-        rc = {"run": cmd_run, "import": cmd_import, "sweep": cmd_sweep, "replay": cmd_replay, "validate": cmd_validate}[
-            args.cmd
-        ](args)
+        rc = {
+            "run": cmd_run,
+            "import": cmd_import,
+            "sweep": cmd_sweep,
+            "replay": cmd_replay,
+            "validate": cmd_validate,
+            "calibrate": cmd_calibrate,
+            "bench": cmd_bench,
+        }[args.cmd](args)
         sys.stdout.flush()  # a closed stdout fails here, inside the handler below, not at interpreter exit
         return rc
     except SystemExit as e:  # --help

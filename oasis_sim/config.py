@@ -9,12 +9,13 @@ from __future__ import annotations
 import math
 import numbers
 from dataclasses import dataclass, field, fields, replace
-from typing import Any, Mapping, Optional, Union
+from typing import Any, Mapping, Optional
 
 from oasis_core import modes, specs, speculation
+from oasis_core.config_pieces import KVFields, RunFields, SpeculationFields, TransferFields, resolve_default
 from oasis_core.geometry import HOST_KV_DTYPES
 from oasis_core.short_context import ShortContext
-from oasis_core.specs import MODES, PAPER_SPARSITY, SPARSE_MODES
+from oasis_core.specs import MODES, SPARSE_MODES
 from oasis_core.synthetic import SyntheticParams
 
 SPLITS = ("none", "full", "rpf")
@@ -24,6 +25,8 @@ POLICY_SAMPLING = ("profile", "exact")
 EVENT_MODES = ("closed", "events")
 RPF_GRANULARITIES = ("block", "head")
 ARRIVALS = ("trace", "closed", "poisson")
+PREDICTORS = ("calibrated", "roofline")
+ENGINES = ("oasis", "vllm")
 
 
 class ConfigError(ValueError):
@@ -38,37 +41,18 @@ MAX_PROFILE_STEPS = 1 << 20  # a calibration episode's steps: beyond this the ve
 
 
 @dataclass(frozen=True)
-class SimConfig(speculation.SpeculativeFields):
-    # -- what runs --------------------------------------------------------------------------------------------
-    model: str = _h("model preset (oasis_core.specs.MODELS)", "qwen3-8b")
+class SimConfig(SpeculationFields, TransferFields, KVFields, RunFields):
+    """The simulator's run: the shared fields (``oasis_core.config_pieces``: model, mode, selection (default
+    synthetic), max_context, seed, synthetic, tensor_parallel; the KV shape; the fetch cap; speculation) and its own."""
+
+    # -- what runs (and the shared fields) --------------------------------------------------------------------
     hardware: str = _h("GPU preset (oasis_core.specs.HARDWARE)", "h100-sxm")
-    mode: str = _h("dense | quest | retrieval | proxy | lookahead | hisparse (oasis_core.modes)", "lookahead")
-    top_k: int = _h("selected blocks per KV head (plus the local block)", PAPER_SPARSITY.top_k)
-    hot_slots: Optional[int] = _h(
-        "blocks held in HBM per (request, layer, KV head), >= top_k. mode=hisparse: its LRU hot cache (None: "
-        "2 x top_k), misses fetched on demand. Background modes: a victim cache above top_k, attention reads the "
-        "top_k most recently selected (None: top_k; the executor's hot_slots)",
-        None,
-    )
-    block_size: int = _h("tokens per KV block", PAPER_SPARSITY.block_size)
-    fetch_ratio: float = _h(
-        "fetch cap per row per step as a fraction of top-K (1 = unlimited)", PAPER_SPARSITY.fetch_ratio
-    )
-    fetch_policy: Optional[str] = _h(
-        "fetch-cap policy spec (oasis_core.fetchcap.get_policy: fixed:R, unlimited, "
-        "budget:F[,min_cap=N,max_ratio=R,first_ratio=R], drift, per-layer:R, recall:T, or a name registered by a "
-        "module in $OASIS_POLICY_MODULES: docs/policies.md); unset: fixed at fetch_ratio "
-        "(unlimited at 1); adaptive ones need policy_sampling=exact; ignored by retrieval",
-        None,
-    )
-    seed: int = _h("seed of every random choice (selection, arrivals)", 0)
     # -- workload ---------------------------------------------------------------------------------------------
     arrival: str = _h("trace: the trace's arrival times | closed: fixed concurrency | poisson: open loop", "trace")
     concurrency: Optional[int] = _h("closed loop: requests kept in flight (implies arrival=closed)", None)
     rate_rps: Optional[float] = _h("poisson: mean arrivals per second", None)
     max_requests: Optional[int] = _h("use only the first N requests of the workload", None)
     time_scale: float = _h("multiply trace arrival times by this", 1.0)
-    max_context: Optional[int] = _h("clip prompt+output to this many tokens (default: the model's limit)", None)
     # -- serving engine ---------------------------------------------------------------------------------------
     max_batch: int = _h("most requests in the running batch", 256)
     chunk_tokens: int = _h("prefill tokens per step (chunked prefill)", 8192)
@@ -76,25 +60,7 @@ class SimConfig(speculation.SpeculativeFields):
     hbm_bytes: Optional[float] = _h("override the GPU's HBM bytes", None)
     host_bytes: Optional[float] = _h("host DRAM bytes for KV per GPU (default: the node's DRAM / GPUs, x0.9)", None)
     draft_state_bytes: float = _h("per-request draft state kept in HBM (sparse modes)", 2 * 2**20)
-    short_context: bool = _h(
-        "sparse modes: a request whose context fits its resident set (top_k + 1 blocks) runs "
-        "dense on the GPU, with no host copy, until it outgrows it (oasis_core.short_context; "
-        "not with split=rpf)",
-        True,
-    )
     # -- speculative decoding (the executor's ExecConfig.speculative_k; oasis_core.speculation) -------------------
-    speculative_k: Union[int, str] = _h(
-        "speculative decoding (modes dense and lookahead, < block_size): K drafts a step, chained, verified by one "
-        "pass over K + 1 positions a request, emitting 1 + accepted tokens; auto | auto:N: K chosen per request "
-        "every step in [0, N] (auto: 4) by oasis_core.speculation from its drawn acceptance; 0: off",
-        0,
-        type=speculation.cli_value,
-    )
-    speculative_gamma: Optional[float] = _h(
-        "a draft token's cost as a fraction of the verify pass (the speed identity's gamma): the draft chain of "
-        "K drafts costs K x gamma x the pass; None: K steps of the predictor's draft_step (the draft head)",
-        None,
-    )
     speculative_alpha: float = _h(
         "per-position acceptance probability of the drafts (a chain: draft j counts only after drafts 1 .. j-1), "
         "unless speculative_accepted_hist is given",
@@ -106,24 +72,11 @@ class SimConfig(speculation.SpeculativeFields):
         None,
     )
     # -- transfers --------------------------------------------------------------------------------------------
-    host_kv_dtype: str = _h(
-        "element type of the host copy of K and V (sparse modes; the executor's ExecConfig.host_kv_dtype): auto "
-        "(the KV dtype) | fp8_e4m3 (1 byte an element + a 4-byte scale per (layer, block, KV head) of K and of V: "
-        "host bytes per block and PCIe bytes per fetched block halve, as do the GPU->host offloads; the GPU's "
-        "working set, attention and the summaries keep the KV dtype; split=none only)",
-        "auto",
-    )
     transfer_path: str = _h("dma: host gather + one DMA | uva: direct-read gather kernel (steals SMs)", "dma")
     h2d_bytes_per_s: Optional[float] = _h("effective host->GPU rate for scattered blocks (default: 0.55 x link)", None)
     gather_sm_share: float = _h("share of SMs a uva gather takes from compute while it runs", 0.24)
     # -- selection --------------------------------------------------------------------------------------------
-    selection: str = _h("synthetic | replay", "synthetic")
     replay_file: Optional[str] = _h("replay: JSON file of recorded per-step fetch/recall figures", None)
-    synthetic: Mapping[str, Any] = _h(
-        "overrides of oasis_core SyntheticParams fields; 'preset': a named base "
-        "(oasis_core.synthetic_presets: paper | smollm2)",
-        None,
-    )
     policy_sampling: str = _h(
         "profile: per context bucket, run oasis_core once and reuse | exact: every request", "profile"
     )
@@ -131,12 +84,6 @@ class SimConfig(speculation.SpeculativeFields):
     profile_steps: int = _h(
         "profile: steps per calibration episode (later steps reuse the tail mean; RPF misses are stepped over the longest decode instead)",
         64,
-    )
-    tensor_parallel: int = _h(
-        "decode GPUs a model is split over (heads and MLP, oasis_core.specs.tp_local; 3 KV heads over 2 is 2 + 1): "
-        "the run simulates rank 0, the largest share (its KV, weights, HBM and host bytes: hbm_bytes / host_bytes are "
-        "one GPU's), plus two all-reduces a layer over NVLink (predictor op all_reduce); split=none only",
-        1,
     )
     # -- prefill/decode split, prefix cache -------------------------------------------------------------------
     split: str = _h("none: one node | full: hand off the whole KV | rpf: remote partial fetching", "none")
@@ -154,11 +101,45 @@ class SimConfig(speculation.SpeculativeFields):
     prefix_cache: bool = _h("reuse prompt prefix blocks (trace prefix_block_ids)", False)
     prefix_cache_hbm_bytes: float = _h("prefix cache: HBM tier bytes (split=none: taken out of the KV pool)", 4e9)
     prefix_cache_host_bytes: float = _h("prefix cache: host tier bytes", 64e9)
+    # -- timing and the bench's view (oasis_sim.calibrated, oasis_core.lanes) ---------------------------------
+    predictor: str = _h(
+        "calibrated: per-operation costs fitted on the executor's H200 runs (calibration; on other hardware its "
+        "efficiencies scale that hardware's peaks) | roofline: the analytic roofline (oasis_sim.predictor)",
+        "calibrated",
+    )
+    calibration: Optional[str] = _h("calibration file of predictor=calibrated (default: the shipped H200 one)", None)
+    engine: str = _h(
+        "oasis: this project's engine | vllm: vLLM dense (mode=dense): paged attention at vLLM's fitted HBM "
+        "efficiency, a block allocator paging the KV budget block by block, preemption when it runs out",
+        "oasis",
+    )
+    kv_budget_gb: Optional[float] = _h(
+        "GPU KV budget in GB (the executor's --kv-budget-gb): HBM for KV is this, not what the weights leave; the "
+        "engine oasis reserves whole lanes as the executor (oasis_core.lanes, victim cache included), vllm pages it",
+        None,
+    )
+    decode_only: bool = _h(
+        "every request arrives with its prompt's KV in place (the bench's synthesized prefill): no prefill work", False
+    )
+    no_transfer: bool = _h("sparse background modes: the copies are skipped (the bench's no-transfer twin)", False)
+    decode_chain: int = _h(
+        "ordinary decode steps a host round trip (the executor's decode_chain): the per-step host overhead is paid "
+        "once a chain, in steps where every running request decodes and none waits",
+        8,
+    )
+    fast_forward: int = _h(
+        "steady decode stretches (every running request decoding, none waiting or finishing, no event due, the "
+        "policy on its steady tail, the pipeline steady, the memory growth fitting) advance up to this many steps "
+        "at once with the step's duration (oasis_sim.engine); 0: every step simulated",
+        16,
+    )
     # -- simulation -------------------------------------------------------------------------------------------
     event_mode: str = _h("closed: closed-form per-layer timing | events: one SimPy event per layer stage", "closed")
     timeline_steps: int = _h("steps recorded in timeline.json (0 = none)", 200)
 
     def __post_init__(self):
+        resolve_default(self, "selection", "synthetic")
+
         def bad(name, rule):
             raise ConfigError(f"{name}: {rule}, got {getattr(self, name)!r}")
 
@@ -201,6 +182,15 @@ class SimConfig(speculation.SpeculativeFields):
         choice("split", SPLITS)
         choice("event_mode", EVENT_MODES)
         choice("rpf_granularity", RPF_GRANULARITIES)
+        choice("predictor", PREDICTORS)
+        choice("engine", ENGINES)
+        if self.engine == "vllm" and self.mode != "dense":
+            bad("engine", f"vllm runs mode=dense, not mode={self.mode}")
+        number("kv_budget_gb", 0.0, lo_open=True, optional=True)
+        integer("decode_chain", 1)
+        integer("fast_forward", 0)
+        if self.calibration is not None and not isinstance(self.calibration, str):
+            bad("calibration", "must be a file path")
         integer("top_k", 1)
         integer("hot_slots", 1, optional=True)
         if self.hot_slots is not None:
@@ -273,7 +263,7 @@ class SimConfig(speculation.SpeculativeFields):
                 check_accepted_hist(self.speculative_accepted_hist)
             except ValueError as e:
                 raise ConfigError(f"speculative_accepted_hist: {e}") from None
-        for name in ("prefix_cache", "rpf_send_summaries", "short_context"):
+        for name in ("prefix_cache", "rpf_send_summaries", "short_context", "decode_only", "no_transfer"):
             if not isinstance(getattr(self, name), bool):
                 bad(name, "must be true or false")
         if self.concurrency is not None and self.arrival == "trace":

@@ -48,6 +48,22 @@ and attends ``min(ctx, W)`` tokens of every decode request densely (``K + 1`` re
 prefill attention over the window; no side work, no transfer. The step then has per-layer durations (lists in
 ``LayerWork``); a model without windows keeps the scalars, float for float.
 
+Decode chains (``SimConfig.decode_chain``, the executor's): in a step where every running request decodes, none waits
+and none is short or crossing, the predictor's ``step_overhead`` is asked with ``chain`` = the chain's length (the
+calibrated predictor pays the host's round trip once a chain; the roofline ignores it). A ``step_floor`` (vLLM's
+host loop, calibrated predictor) is the least a step lasts.
+
+Fast-forward (``SimConfig.fast_forward``, closed form only): after a step in which every running request decoded (no
+prefill, admission or preemption, no speculation, no stall, the pipeline on its steady fast path, every sparse
+request on its policy profile's steady tail), the next ``k`` steps are taken at once with that step's duration: ``k``
+at most ``fast_forward``, fewer than any request's remaining tokens (its last step runs as an ordinary one), before
+the next event in the queue (an arrival, a hand-off) or the waiting head's ready time, and only when the pools can
+give the stretch's memory growth (so no preemption can fall inside it). Each request emits ``k`` tokens and reads
+its profile's tail ``k`` times; the step log gets ``k`` rows. A step's duration grows by the attention of one more
+token of every request whose attended KV grows (all of them with the whole KV on the GPU). What it leaves out: a
+sparse step's summaries and top-K grow with the blocks crossed inside a stretch (measured:
+``experiments/simulator_calibration``).
+
 Per step the engine records (``StepLog``): start, duration, decode and prefill tokens, host→GPU bytes, stall (and,
 not in ``steps.csv``, the tokens the decodes emitted).
 """
@@ -57,12 +73,13 @@ from __future__ import annotations
 import random
 from collections import Counter
 from dataclasses import dataclass, field
+from itertools import accumulate
 
 import simpy
 
 from oasis_core import modes
 from oasis_core.geometry import KVGeometry
-from oasis_core.scheduler import Plan
+from oasis_core.scheduler import DECODE, Plan
 from oasis_core.speculation import AdaptiveK, ChainAcceptance
 
 from .config import SimConfig
@@ -135,11 +152,19 @@ class Engine:
         self.sum_bpbh = geo.summary_bytes_per_block_head
         self.res_tokens = (cfg.top_k + 1) * cfg.block_size
         self.short = cfg.short_context_rule  # None: no request runs resident-dense
+        self.short_window = self.short.window_tokens if self.short is not None else 0
         self._events_out: list[StepTiming] = []
         self._memo = bool(getattr(type(predictor), "memoisable", False))
         self._tok_cache: dict = {}
         self._lm_cache: dict = {}
-        self._head_s = predictor.time("step_overhead", {}) if self._memo else 0.0
+        self._head_cache: dict = {}  # decode chain length -> step_overhead (memoisable predictors)
+        self._floor_cache: dict = {}  # decode requests -> step_floor
+        self.ff_max = cfg.fast_forward if cfg.event_mode == "closed" and not cfg.spec_max_k else 0
+        self.ff_steps = 0  # steps taken by the fast-forward
+        self._last_work = self._prev_work = None
+        self._last_gpu_floor = (0.0, 0.0)
+        self._ff_periodic = False
+        self.chain_max = min(cfg.decode_chain, cfg.block_size)
         # Adaptive cap policies (exact episodes) get the step's link view; static ones never look at it.
         self._adaptive = cfg.sparse and not cap_policy(cfg).static
         # Speculative decoding (module docstring): off with speculative_k = 0, every step then as before
@@ -184,6 +209,137 @@ class Engine:
             if self.spec_policy is not None:
                 for r in done:
                     self.spec_policy.drop(r.id)
+            elif self.ff_max and not done:
+                k = self._ff_steps(plan, timing)
+                if k:
+                    yield from self._fast_forward(plan, k, timing)
+
+    # -- fast-forward (SimConfig.fast_forward) -------------------------------------------------------------------
+    def _ff_steps(self, plan: Plan, timing) -> int:
+        """How many more steps exactly like ``plan``'s the engine may take at once: 0 unless every running request
+        decoded in it (no prefill, no admission or preemption, no speculation, no short context, no stall, the
+        pipeline in its steady fast path), every sparse request reads its policy's steady tail, and then the fewest
+        of: ``ff_max``, the steps before any request's last token, before the next event in the queue (an arrival, a
+        prefill-node hand-off) or the waiting head's ready time, and those whose memory growth the pools can give
+        without a preemption. A waiting head that this step's schedule tried and could not admit stays blocked
+        through the stretch (memory only shrinks while no request finishes); one that came during the step ends it."""
+        sched, env = self.sched, self.env
+        n = len(plan.decode)
+        if not n or plan.prefill or plan.admitted or plan.preempted or len(sched.running) != n:
+            return 0
+        head = sched.waiting[0] if sched.waiting else None  # blocked: no memory frees in a stretch (none finishes)
+        if timing.stall_s or self.remote is not None or self._adaptive or not self._memo:
+            return 0
+        periodic = False  # the pipeline's loop path in a steady period: this step as long as the one before
+        if modes.get(self.cfg.mode).background and self.pipe._lazy is None:
+            d = self.log.dur
+            if len(d) < 2 or abs(d[-1] - d[-2]) > 1e-12 * d[-1] or self._prev_work != self._last_work:
+                return 0  # not steady: a copy or the side stream still carries over a changing backlog
+            if any(r.prompt_len + r.generated < self.res_tokens for r in plan.decode):
+                return 0  # attention still grows: the period would not hold
+            periodic = True
+        if self.timeline is not None and self.steps < self.cfg.timeline_steps:
+            return 0
+        dur = timing.end - timing.start
+        if dur <= 0:
+            return 0
+        k = self.ff_max
+        nxt = env.peek()
+        if head is not None:
+            if timing.start < head.ready_t <= env.now:
+                return 0  # it came during this step: the next schedule may admit it
+            if head.ready_t > env.now:
+                nxt = min(nxt, head.ready_t)
+        if nxt != float("inf"):
+            k = min(k, int((nxt - env.now) / dur) - 1)
+        short, bs = self.short, self.cfg.block_size
+        grow_gpu = grow_host = 0.0
+        acct = sched.acct
+        for r in plan.decode:
+            if r.state != DECODE:
+                return 0
+            k = min(k, r.max_tokens - r.generated - 1)  # its finishing step runs as an ordinary step
+            if k <= 0:
+                return 0
+            ctx = r.prompt + r.generated
+            if short is not None and ctx <= short.window_tokens + 1:
+                return 0  # resident-dense now, or its offload step still to come
+            pol = r.policy
+            if pol is not None and (pol.profile is None or pol.i < pol.profile.n):
+                return 0  # this step did not read the profile's steady tail
+            if -(-(r.ctx + k) // bs) != -(-r.ctx // bs):
+                gpu, host = acct.need(r, r.ctx + k, staging=False)
+                grow_gpu += gpu - r.gpu_held
+                grow_host += host - r.host_held
+        if grow_gpu > 0 and grow_gpu > self.gpu.hbm.free or grow_host > 0 and grow_host > sched.acct.host.free:
+            return 0
+        self._ff_periodic = periodic
+        return max(k, 0)
+
+    def _fast_forward(self, plan: Plan, k: int, timing):
+        """Advance ``k`` steps of ``plan``'s duration at once (the module docstring's fast-forward): each request
+        emits ``k`` tokens, its policy tail is read ``k`` times, the step log gets ``k`` rows, memory grows once."""
+        cfg, sched = self.cfg, self.sched
+        L, kvh = self.L, self.kvh
+        lg = self.log
+        t0 = self.env.now
+        h2d = lg.h2d[-1]
+        n = len(plan.decode)
+        fetch = recall = miss = 0.0
+        nsel = 0
+        # each step attends one more token of every request whose attended KV still grows (all of them with the
+        # whole KV on the GPU; below the resident set otherwise): the duration grows by `grow` a step (attn_decode is
+        # linear in its bytes for every predictor here)
+        whole = modes.get(cfg.mode).whole_kv_on_gpu
+        m = n if whole else sum(1 for r in plan.decode if r.prompt_len + r.generated < self.res_tokens)
+        grow = L * self.pred.time("attn_decode", {"kv_bytes": m * self.bpt_layer}) if m else 0.0
+        for r in plan.decode:
+            pol = r.policy
+            if pol is not None and pol.profile is not None and not modes.get(cfg.mode).whole_kv_on_gpu:
+                f, m, rec, _rem = pol.profile.tail
+                pol.i += k
+                r.fetch_blocks += k * f * L * kvh
+                r.recall_sum += k * rec
+                fetch += f
+                recall += rec
+                miss += m
+                nsel += 1
+            else:
+                r.recall_sum += k
+                recall += 1.0
+            r.recall_n += k
+            r.generated += k
+        self.recall_sum += k * recall
+        self.recall_n += k * n
+        self.miss_sum += k * miss
+        self.sel_n += k * nsel
+        self.h2d_bytes += k * h2d
+        self.steps += k
+        self.ff_steps += k
+        sched.step += k
+        gpu, floor = self._last_gpu_floor
+        durs = [max(gpu + (i + 1) * grow, floor) for i in range(k)]
+        ts = list(accumulate(durs[:-1], initial=t0))
+        lg.t.extend(ts)
+        lg.dur.extend(durs)
+        lg.decode.extend([n] * k)
+        lg.emitted.extend([n] * k)
+        lg.prefill.extend([0] * k)
+        lg.h2d.extend([h2d] * k)
+        lg.net.extend([0.0] * k)
+        lg.stall.extend([0.0] * k)
+        if self._ff_periodic:  # the loop path's state, k periods later (every step as long: grow is 0 here)
+            shift = sum(durs)
+            pipe = self.pipe
+            pipe._ready = [x + shift for x in pipe.ready]
+            pipe.side_free += shift
+            pipe.link_free += shift
+        elif self._last_work is not None:  # the pipeline's state after the last of the k steps
+            self.pipe.step_closed(ts[-1], self._last_work)
+        end = ts[-1] + durs[-1]
+        for r in plan.decode:
+            sched._grow(r)  # the growth fits (_ff_steps): no preemption
+        yield at(self.env, end)
 
     def next_ready_time(self):
         w = self.sched.waiting
@@ -222,10 +378,15 @@ class Engine:
             n_pf += n
         win_attn = self._window_prefill(plan) if kinds.hybrid else None  # W -> a windowed layer's attention
         n_dense = 0  # decode requests running resident-dense in a sparse mode
+        n_cross = 0  # of them, at their offload step (ShortContext.crossing: ctx == window + 1)
         if short is not None:
+            w = self.short_window
             for r in plan.decode:
-                if short.dense(r.prompt + r.generated):
+                ctx = r.prompt_len + r.generated
+                if ctx <= w:  # ShortContext.dense, inlined (the hot loop)
                     n_dense += 1
+                elif ctx == w + 1:
+                    n_cross += 1
         n_sel = n_dec - n_dense  # decode requests that select (and, sparse, predict and fetch)
         ks = self._spec_ks(plan, n_dense) if self.spec_k else None  # drafts per decode request, or None
         K = max(ks) if ks else 0
@@ -267,12 +428,13 @@ class Engine:
                 ctx = r.prompt + r.generated
                 att_tokens += ctx if ctx < res_tokens else res_tokens
                 if short is not None:
-                    if short.dense(ctx):  # attends its whole KV in place: nothing selected or fetched
+                    if ctx <= w:  # resident-dense: attends its whole KV in place, nothing selected or fetched
                         r.recall_sum += 1.0
                         r.recall_n += 1
                         recall_sum += 1.0
                         continue
-                    offload_tokens += short.offload_tokens(ctx)
+                    if ctx == w + 1:  # ShortContext.offload_tokens: its KV so far, once
+                        offload_tokens += ctx - 1
                 blocks_sum += -(-ctx // bs)
                 pol = r.policy
                 prof = pol.profile
@@ -330,7 +492,16 @@ class Engine:
                 fill += sl
 
         background = mode.background
-        head_s = self._head_s if self._memo else pred.time("step_overhead", {})
+        # a decode chain (SimConfig.decode_chain): the host's round trip is paid once a chain of ordinary steps
+        chain = 1
+        if self.chain_max > 1 and n_dec and not plan.prefill and not K and not n_dense and not self.sched.waiting:
+            if not n_cross:
+                chain = self.chain_max
+        head_s = self._head_cache.get(chain) if self._memo else None
+        if head_s is None:
+            head_s = pred.time("step_overhead", {"chain": chain})
+            if self._memo:
+                self._head_cache[chain] = head_s
         if mode.selects_in_place:
             c += score_s + topk_s
         net_bytes = 0.0
@@ -340,7 +511,7 @@ class Engine:
             h2d = (inline_slices + fill) * self.host_bpbh
             x = 0.0
         elif background:
-            layer_bytes = (fetch_slices + fill) / Lf * self.host_bpbh
+            layer_bytes = 0.0 if cfg.no_transfer else (fetch_slices + fill) / Lf * self.host_bpbh
             x = self._copy_s(layer_bytes)
             if rpf and remote_units > 0:
                 # Remote misses cross the NIC first; a layer's transfer waits for its share of them.
@@ -396,6 +567,7 @@ class Engine:
             zero = dict.fromkeys(kinds.distinct, 0.0)
             side_s, sel_bg, x = (kinds.per_layer(v, zero) for v in (side_s, sel_bg, x))
         work = LayerWork(L, head_s, compute_s, tail_s, background, side_s, sel_bg, x)
+        self._prev_work, self._last_work = self._last_work, work
         t0 = self.env.now
         record = self.timeline is not None and self.steps < cfg.timeline_steps
         if cfg.event_mode == "events":
@@ -407,10 +579,18 @@ class Engine:
             timing = out[0]
             if t0 + offload_s > timing.end:
                 yield at(self.env, self._wait_offload(timing, t0 + offload_s))
+            floor = self._step_floor(n_dec)
+            if t0 + floor > timing.end:  # the least a step lasts (a host loop beside the GPU): not a stall
+                timing.end = t0 + floor
+                yield at(self.env, timing.end)
         else:
             timing = self.pipe.step_closed(t0, work, record)
             if t0 + offload_s > timing.end:
                 self._wait_offload(timing, t0 + offload_s)
+            floor = self._step_floor(n_dec)
+            self._last_gpu_floor = (timing.end - t0, floor)  # the fast-forward's: the GPU's step and the floor
+            if t0 + floor > timing.end:  # the least a step lasts (a host loop beside the GPU): not a stall
+                timing.end = t0 + floor
             yield at(self.env, timing.end)
         self.steps += 1
         self.stall_s += timing.stall_s
@@ -445,6 +625,15 @@ class Engine:
                 t += pred.time("attn_prefill", {"tokens": ch.n, "past_tokens": past})
             out[w] = t
         return out
+
+    def _step_floor(self, n_dec: int) -> float:
+        """The predictor's ``step_floor`` for ``n_dec`` decode requests (memoised for memoisable predictors)."""
+        floor = self._floor_cache.get(n_dec) if self._memo else None
+        if floor is None:
+            floor = self.pred.time("step_floor", {"requests": n_dec})
+            if self._memo:
+                self._floor_cache[n_dec] = floor
+        return floor
 
     # -- speculative decoding ---------------------------------------------------------------------------------
     def _spec_ks(self, plan: Plan, n_dense: int):

@@ -29,6 +29,9 @@ op                 shape keys                                    roofline model
                                                                  hidden`` feature projection and the draft LM head
                                                                  over ``DRAFT_VOCAB`` tokens, as ``gemm_layer``
 ``step_overhead``  (none)                                        launch/scheduling overhead per step
+``step_floor``     ``requests`` (per step)                       the least a step lasts whatever the GPU does (a host
+                                                                 loop overlapped with the GPU: the calibrated vLLM
+                                                                 model); 0 here
 ``all_reduce``     ``bytes``, ``ranks``                          tensor parallelism (``SimConfig.tensor_parallel``),
                                                                  one ring all-reduce over NVLink 4 (``nvlink-4``):
                                                                  ``latency + 2(r-1)/r·bytes / (N·e_ar)``; 0 for one
@@ -62,6 +65,7 @@ OPS = (
     "step_overhead",
     "draft_step",
     "all_reduce",
+    "step_floor",
 )
 
 DRAFT_VOCAB = 32000  # the draft head's vocabulary (EAGLE-3; the executor's ExecConfig.draft_vocab default)
@@ -160,6 +164,7 @@ class RooflinePredictor(TimePredictor):
             "side_contention": self._side_contention,
             "draft_step": self._draft_step,
             "all_reduce": self._all_reduce,
+            "step_floor": self._step_floor,
         }
         self.gpu_link = get_link("nvlink-4")  # between the GPUs of a node (H100 / H200): tensor parallelism
         # the draft head's weights beyond one decoder layer: the feature projection and its LM head
@@ -250,3 +255,6 @@ class RooflinePredictor(TimePredictor):
 
     def _step_overhead(self, s) -> float:
         return self.p.step_overhead_s
+
+    def _step_floor(self, s) -> float:
+        return 0.0

@@ -45,6 +45,7 @@ from .config import ConfigError, SimConfig, make_config
 from .layer_kinds import LayerKinds
 from .predictor import RooflinePredictor, TimePredictor
 from .sim import SCATTER_EFFICIENCY, SimResult, simulate
+from .timeline import exec_timeline
 
 # Metrics compared by validate: name -> (unit, description)
 METRICS = {
@@ -256,8 +257,6 @@ class ReplayResult:
 
     def files(self) -> dict:
         """Output files: the simulator's own (timeline.json = predicted) + replay.json + exec_timeline.json."""
-        from oasis_exec.tools.recorder import exec_timeline
-
         out = self.sim.files()
         out["replay.json"] = (
             json.dumps(

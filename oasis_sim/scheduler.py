@@ -43,6 +43,7 @@ class Req(Request):
         "prefix_hit_tokens",
         "net_bytes",
         "h2d_bytes",
+        "held_key",
     )
 
     def __init__(self, id, arrival, prompt, output, prefix_ids=None, prefix_block_tokens=None):
@@ -57,6 +58,7 @@ class Req(Request):
         self.prefix_hit_tokens = 0
         self.net_bytes = 0.0
         self.h2d_bytes = 0.0
+        self.held_key = None  # (blocks, gpu_held, host_held) after the last growth (SimScheduler._grow)
 
     @property
     def prompt(self) -> int:
@@ -80,12 +82,16 @@ class ByteAccounting:
         self.fixed_hbm = (geo.resident_bytes(cfg.resident_slots) + cfg.draft_state_bytes) if self.sparse else 0.0
         self.rpf = cfg.split == "rpf"
         self.short = cfg.short_context_rule  # None: every request of a sparse mode is held sparse
+        self.lane_bytes = None  # SimConfig.kv_budget_gb (engine oasis): a whole lane a request, as the executor's
 
     def _blocks(self, tokens: int) -> int:
         return -(-tokens // self.bs)
 
     def need(self, r: Req, tokens: int, *, staging: bool) -> tuple:
         bs, bpt = self.bs, self.bpt
+        if self.lane_bytes is not None:
+            host = self._blocks(tokens) * self.host_block if self.sparse else 0.0
+            return self.lane_bytes, host
         if not self.sparse or (self.short is not None and self.short.dense(tokens)):
             return self.geo.dense_bytes(self._blocks(tokens) * bs), 0.0
         hbm = self.fixed_hbm + self._blocks(tokens) * self.geo.rows_per_request * self.geo.summary_bytes_per_block_head
@@ -130,6 +136,7 @@ class SimScheduler(Scheduler):
             on_end=self._ended,
         )
         self.bs = cfg.block_size
+        self.rpf = cfg.split == "rpf"
         self.policy_source = policy_source
         self.done: list[Req] = []  # completed
         self.rejected: list[Req] = []
@@ -146,6 +153,18 @@ class SimScheduler(Scheduler):
         _, host = self.acct.need(r, r.ctx, staging=False)
         if not self._resize(r, r.gpu_held, host):
             self.host_overflow += 1
+
+    def _grow(self, r: Req) -> None:
+        """The core's growth, skipped when nothing it depends on moved since the last: the same blocks and the same
+        holdings give the same need (block-granular in every mode; not with split=rpf, whose host need follows the
+        bytes that arrived)."""
+        if self.rpf:
+            return super()._grow(r)
+        key = (-(-r.ctx // self.bs), r.gpu_held, r.host_held)
+        if key == r.held_key:
+            return
+        super()._grow(r)
+        r.held_key = (key[0], r.gpu_held, r.host_held)
 
     def _admitted(self, r: Req, now: float) -> None:
         self.ensure_policy(r)

@@ -69,15 +69,91 @@ def build_node(env, cfg: SimConfig, name: str, hbm_for_kv: float, host_bytes: fl
     return Node(env, name, MemoryPool(env, host_bytes, f"{name}.host"), gpu)
 
 
+@dataclass(frozen=True)
+class BenchLanes:
+    """The executor's view of a GPU KV budget (``oasis_core.lanes``): slots a row, bytes a lane, lanes, host pool."""
+
+    slots: int
+    lane_bytes: int
+    lanes: int
+    host_bytes: float
+
+
+def bench_lanes(cfg: SimConfig, geo: KVGeometry, reqs) -> BenchLanes:
+    """``cfg.kv_budget_gb`` through the executor's rules: lanes of ``max_blocks`` blocks (``max_context``, else the
+    longest request plus two blocks, as the bench sizes them), the victim cache for the requests a closed loop keeps
+    in flight, and the host pool those requests need."""
+    from oasis_core import lanes as rules
+
+    mode = modes.get(cfg.mode)
+    bs = cfg.block_size
+    longest = max((r.prompt + r.output for r in reqs), default=bs)
+    max_blocks = -(-(cfg.max_context or longest + 2 * bs) // bs)
+    budget = cfg.kv_budget_gb * 1e9
+    wanted = cfg.concurrency if cfg.arrival == "closed" else None
+    slots = cfg.resident_slots
+    if mode.sparse:
+        slots = rules.victim_slots(
+            cfg.resident_slots,
+            cfg.top_k,
+            hot_slots_given=cfg.hot_slots is not None,
+            background=mode.background,
+            budget_gb=cfg.kv_budget_gb,
+            wanted=wanted,
+            lane_bytes_of=lambda s: rules.sparse_lane_bytes(geo, s, max_blocks),
+        )
+        per = rules.sparse_lane_bytes(geo, slots, max_blocks)
+    else:
+        per = rules.dense_lane_bytes(geo, max_blocks, mode.summaries)
+    n = rules.budget_lanes(budget, per)
+    if n < 1:
+        raise ConfigError(f"kv_budget_gb: one request needs {per / 1e9:.2f} GB, got {cfg.kv_budget_gb!r}")
+    host = 0.0
+    if mode.sparse:
+        block = geo.host_bytes_per_block(cfg.host_kv_dtype)
+        host = float(rules.host_pool_blocks(None, n, wanted, max_blocks, block) * block)
+    return BenchLanes(slots, per, n, host)
+
+
+def make_predictor(cfg: SimConfig, predictor: TimePredictor | None = None) -> tuple:
+    """(predictor, cfg): ``predictor`` when given, else ``cfg.predictor``'s; the calibrated one also sets the copy
+    path's rate and the UVA gather's SM share from its file, unless the config names them."""
+    if predictor is not None:
+        return predictor, cfg
+    model, hw = cfg.model_spec, cfg.hardware_spec
+    if cfg.predictor == "roofline":
+        return RooflinePredictor(model, hw), cfg
+    from .calibrated import CalibratedPredictor, load_calibration
+
+    try:
+        cal = load_calibration(cfg.calibration)
+    except ValueError as e:
+        raise ConfigError(f"calibration: {e}") from None
+    pred = CalibratedPredictor(model, hw, cal.params, cfg.mode, cfg.engine)
+    pred.calibration = cal
+    kw = {}
+    if cfg.h2d_bytes_per_s is None and cfg.transfer_path == "uva":
+        kw["h2d_bytes_per_s"] = min(cal.params.copy_bytes_per_s, hw.h2d_bytes_per_s)
+    if cfg.gather_sm_share == SimConfig.gather_sm_share:  # the field's default: the calibration's share
+        kw["gather_sm_share"] = cal.params.gather_sm_share
+    return pred, (cfg.with_(**kw) if kw else cfg)
+
+
 def simulate(cfg: SimConfig, trace: Trace, predictor: TimePredictor | None = None) -> SimResult:
     wall0 = time.perf_counter()
     env = simpy.Environment()
     model, hw = cfg.model_spec, cfg.hardware_spec
     geo = KVGeometry(model, cfg.block_size)
-    predictor = predictor or RooflinePredictor(model, hw)
+    reqs = make_requests(trace, cfg)
+    lanes = bench_lanes(cfg, geo, reqs) if cfg.kv_budget_gb else None
+    if lanes is not None and lanes.slots != cfg.resident_slots:
+        cfg = cfg.with_(hot_slots=lanes.slots)  # the executor's victim cache (oasis_core.lanes.victim_slots)
+    predictor, cfg = make_predictor(cfg, predictor)
     hbm_total = cfg.hbm_bytes or hw.hbm_bytes
     weights = model.weight_bytes
     hbm_kv = hbm_total * cfg.hbm_utilization - weights
+    if cfg.kv_budget_gb:
+        hbm_kv = cfg.kv_budget_gb * 1e9  # the executor's budget is KV only: the weights sit outside it
     if hbm_kv <= 0:
         raise ConfigError(
             f"model: its weights ({weights / 1e9:.1f} GB) do not fit the usable HBM of {cfg.hardware} "
@@ -91,9 +167,12 @@ def simulate(cfg: SimConfig, trace: Trace, predictor: TimePredictor | None = Non
     if cfg.prefix_cache and cfg.split == "none":
         hbm_kv -= cfg.prefix_cache_hbm_bytes  # the HBM tier comes out of the KV pool the scheduler admits against
     host_bytes = cfg.host_bytes or hw.host_dram_bytes_per_gpu * 0.9
+    if lanes is not None and lanes.host_bytes and not cfg.host_bytes:
+        host_bytes = lanes.host_bytes  # the executor's host pool: what the requests that run need
     node = build_node(env, cfg, "decode", hbm_kv, host_bytes)
-
-    reqs = make_requests(trace, cfg)
+    if cfg.decode_only:
+        for r in reqs:  # the bench's synthesized prefill: the prompt's KV exists on arrival
+            r.prefill_done = r.prompt
     bs = cfg.block_size
     policy = PolicySource(
         cfg,
@@ -101,6 +180,8 @@ def simulate(cfg: SimConfig, trace: Trace, predictor: TimePredictor | None = Non
         max_steps=max((r.output for r in reqs), default=0),
     )
     sched = SimScheduler(cfg, geo, node.gpu.hbm, node.host, policy)
+    if lanes is not None and cfg.engine == "oasis":
+        sched.acct.lane_bytes = lanes.lane_bytes  # whole lanes reserved at admission, as the executor's stores
     timeline = Timeline() if cfg.timeline_steps > 0 else None
 
     prefill = prefix = None

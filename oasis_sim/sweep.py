@@ -78,7 +78,7 @@ def _points(path: str, obj: dict) -> tuple:
 
 def load_grid(path: str):
     """(trace path or None, [(point params, SimConfig field values)]) after validating every point."""
-    from .cli import load_config_file
+    from .files import load_config_file
 
     obj = load_config_file(path)
     trace = obj.get("trace")
@@ -229,7 +229,7 @@ def run_sweep(path: str, out_dir: str, workers: int | None = None, ray_address: 
     point runs, and after writing the CSV when a point failed (naming the first failed point and why)."""
     import pandas as pd
 
-    from .cli import prepare_out_dir
+    from .files import prepare_out_dir
     from .workloads import load_workload
 
     if workers is not None and (isinstance(workers, bool) or not isinstance(workers, int) or workers < 1):

@@ -243,6 +243,13 @@ def add_subcommands(sub) -> None:
     )
     va.add_argument("--out", default="out/validate", help="output directory (validate.json)")
     va.add_argument("--quiet", action="store_true", help="no table")
+    va.add_argument(
+        "--predictor",
+        choices=("both", "calibrated", "roofline"),
+        default="both",
+        help="bench points (.jsonl, oasis_sim.validate_bench): the predictors scored",
+    )
+    va.add_argument("--calibration", default=None, help="bench points: calibration file (default: the shipped one)")
 
 
 def _one_line_errors(fn):
@@ -263,7 +270,7 @@ def _one_line_errors(fn):
 
 @_one_line_errors
 def cmd_replay(args) -> int:
-    from .cli import prepare_out_dir
+    from .files import prepare_out_dir
     from .replay import replay_table, write_replay
 
     prepare_out_dir(args.out)
@@ -287,7 +294,11 @@ def cmd_replay(args) -> int:
 
 @_one_line_errors
 def cmd_validate(args) -> int:
-    from .cli import prepare_out_dir
+    from .files import prepare_out_dir
+    from .validate_bench import cmd_validate_points, is_points
+
+    if is_points(args.recordings):  # bench points (traces/bench_points): the simulator as `oasis_sim bench` runs
+        return cmd_validate_points(args)
 
     prepare_out_dir(args.out)
     recs = load_all(args.recordings)

@@ -26,7 +26,6 @@ import argparse
 import asyncio
 import json
 import random
-import subprocess
 import sys
 import time
 from dataclasses import asdict, dataclass, field
@@ -39,6 +38,8 @@ import numpy as np
 ROOT = Path(__file__).resolve().parents[2]
 if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
+
+from oasis_core import provenance  # noqa: E402
 
 DEFAULT_TRACE = ROOT / "traces" / "public" / "mooncake_conversation_trace.jsonl"
 FALLBACK_TRACE = ROOT / "traces" / "mooncake_slice.json"
@@ -274,7 +275,7 @@ async def run_load(cfg: LoadConfig) -> dict:
     out_tokens = sum(r.completion_tokens for r in ok)
     return {
         "date": datetime.now(timezone.utc).isoformat(timespec="seconds"),
-        "commit": _commit(),
+        "commit": provenance.commit(full=True, default=None),
         "server": {"base_url": cfg.base_url, "model": model, "card": card},
         "config": {k: v for k, v in asdict(cfg).items() if k != "per_request"},
         "requests": len(records),
@@ -294,22 +295,6 @@ async def run_load(cfg: LoadConfig) -> dict:
         "errors": [asdict(r) for r in records if r.outcome not in ("ok", "disconnected", "cut", "not_sent")][:20],
         "per_request": [asdict(r) for r in records] if cfg.per_request else None,
     }
-
-
-def _commit() -> str | None:
-    import os
-
-    if os.environ.get("OASIS_COMMIT"):  # a copy without .git (e.g. a `git archive` on a device machine)
-        return os.environ["OASIS_COMMIT"]
-    try:
-        return (
-            subprocess.run(
-                ["git", "rev-parse", "HEAD"], cwd=ROOT, capture_output=True, text=True, timeout=5
-            ).stdout.strip()
-            or None
-        )
-    except (OSError, subprocess.SubprocessError):
-        return None
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -8,7 +8,6 @@ from __future__ import annotations
 import json
 import os
 import platform
-import subprocess
 import sys
 from datetime import datetime, timezone
 from pathlib import Path
@@ -35,13 +34,9 @@ def ensure_repo_on_path() -> None:
 
 
 def provenance() -> dict:
-    def git(*args):
-        try:
-            return subprocess.run(["git", *args], cwd=REPO, capture_output=True, text=True, check=True).stdout.strip()
-        except (OSError, subprocess.CalledProcessError):
-            return "unknown"
+    from oasis_core import provenance as prov
 
-    dirty = git("status", "--porcelain", "--", "oasis_sim", "oasis_core")
+    dirty = prov.status(("oasis_sim", "oasis_core"))
     import hashlib
 
     h = hashlib.sha256()
@@ -58,9 +53,9 @@ def provenance() -> dict:
     except OSError:
         pass
     return {
-        "commit": git("rev-parse", "--short", "HEAD"),
-        "sim_tree_dirty": bool(dirty and dirty != "unknown"),
-        "sim_tree_dirty_files": dirty.replace("\n", "; ") if dirty and dirty != "unknown" else "",
+        "commit": prov.commit(),
+        "sim_tree_dirty": bool(dirty),
+        "sim_tree_dirty_files": dirty.replace("\n", "; ") if dirty else "",
         "sim_source_sha256": h.hexdigest()[:16],
         "date_utc": datetime.now(timezone.utc).strftime("%Y-%m-%d %H:%M UTC"),
         "machine": f"{platform.node()}: {cpu}, {os.cpu_count()} CPUs, Python {platform.python_version()}, "

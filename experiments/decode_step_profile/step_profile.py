@@ -56,6 +56,8 @@ REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)
 if REPO not in sys.path:
     sys.path.insert(0, REPO)
 
+from oasis_core import provenance  # noqa: E402
+
 RECORD = (
     "tool",
     "mode",
@@ -779,12 +781,6 @@ def _phase_of(path, ts, windows):
 # -- the run -----------------------------------------------------------------------------------------------------
 
 
-def _commit():
-    from oasis_exec.tools.bench import _commit as c
-
-    return c()
-
-
 def profile_steps(a) -> dict:
     import torch
 
@@ -820,7 +816,7 @@ def profile_steps(a) -> dict:
         "plain_steps": a.plain_steps,
         "steps": a.steps,
         "torch": torch.__version__,
-        "commit": _commit(),
+        "commit": provenance.commit(),
         "date": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
     }
     try:

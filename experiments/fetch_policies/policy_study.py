@@ -25,13 +25,14 @@ import datetime
 import json
 import os
 import platform
-import subprocess
 import sys
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 REPO = os.path.dirname(os.path.dirname(HERE))
 if REPO not in sys.path:
     sys.path.insert(0, REPO)
+
+from oasis_core import provenance  # noqa: E402
 
 RESULTS = os.path.join(HERE, "results")
 DEFAULT_COST = [os.path.join(RESULTS, "cost.jsonl"), os.path.join(RESULTS, "cost_bounds.jsonl")]
@@ -247,14 +248,8 @@ def main(argv=None) -> int:
         print(f"policy_study: no such cost file: {missing[0]}", file=sys.stderr)
         return 2
     os.makedirs(a.out_dir, exist_ok=True)
-    try:
-        commit = subprocess.run(
-            ["git", "rev-parse", "--short", "HEAD"], cwd=REPO, capture_output=True, text=True
-        ).stdout.strip()
-    except OSError:
-        commit = "unknown"
     meta = {
-        "commit": commit or "unknown",
+        "commit": provenance.commit(),
         "date": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
         "machine": f"{platform.node() or 'cpu'} ({os.cpu_count()} CPUs; the simulator's side)",
         "cost_sources": ", ".join(os.path.relpath(p, REPO) for p in a.cost),

@@ -16,7 +16,6 @@ from __future__ import annotations
 import argparse
 import json
 import statistics
-import subprocess
 import sys
 import time
 from datetime import datetime, timezone
@@ -25,6 +24,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT))
 
+from oasis_core import provenance  # noqa: E402
 from oasis_sim.config import SimConfig  # noqa: E402
 from oasis_sim.sim import simulate  # noqa: E402
 from oasis_sim.workloads import uniform_trace  # noqa: E402
@@ -70,8 +70,7 @@ def main() -> None:
     ap.add_argument("--requests", type=int, default=160)
     ap.add_argument("--output", type=int, default=128)
     a = ap.parse_args()
-    commit = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=ROOT, capture_output=True, text=True).stdout
-    commit = commit.strip() or "unknown"
+    commit = provenance.commit()
     rows = []
     for model in a.models:
         for ctx in a.contexts:

@@ -31,13 +31,13 @@ import argparse
 import datetime
 import json
 import os
-import subprocess
 import sys
 
 REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 if REPO not in sys.path:
     sys.path.insert(0, REPO)
 
+from oasis_core import provenance as prov  # noqa: E402
 from oasis_core.recording import find_recordings  # noqa: E402
 from oasis_core.specs import get_model  # noqa: E402
 from oasis_sim import validate as V  # noqa: E402
@@ -285,21 +285,12 @@ def _rows(recs, preds, extra=None) -> list:
     ]
 
 
-def _git(*args) -> str:
-    try:
-        return subprocess.run(["git", *args], cwd=REPO, capture_output=True, text=True, check=True).stdout.strip()
-    except (OSError, subprocess.CalledProcessError):
-        return "unknown"
-
-
 def provenance(recs, pool, command=None) -> dict:
-    dirty = _git(
-        "status", "--porcelain", "--", "oasis_sim", "oasis_core", "experiments/simulator_vs_executor/sim_vs_exec.py"
-    )
+    dirty = prov.status(("oasis_sim", "oasis_core", "experiments/simulator_vs_executor/sim_vs_exec.py"))
     return {
         "date": datetime.date.today().isoformat(),
-        "analysis_commit": _git("rev-parse", "--short", "HEAD"),
-        "analysis_tree_dirty": bool(dirty and dirty != "unknown"),
+        "analysis_commit": prov.commit(),
+        "analysis_tree_dirty": bool(dirty),
         "record_commits": sorted({r.results["commit"] for r in recs}),
         "record_dates": sorted({r.results["date"][:10] for r in recs}),
         "calibration_commits": sorted({r.results["commit"] for r in pool}),

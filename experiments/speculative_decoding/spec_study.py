@@ -31,7 +31,6 @@ import dataclasses
 import datetime
 import json
 import os
-import subprocess
 import sys
 import time
 
@@ -40,17 +39,10 @@ REPO = os.path.dirname(os.path.dirname(HERE))
 if REPO not in sys.path:
     sys.path.insert(0, REPO)
 
+from oasis_core import provenance  # noqa: E402
+
 DRAFT = os.path.join(REPO, "experiments", "trained_draft_head", "smollm2-eagle3")
 TEXT = os.path.join(REPO, "traces", "texts", "argparse.py.txt")
-
-
-def commit() -> str:
-    if os.environ.get("OASIS_COMMIT"):
-        return os.environ["OASIS_COMMIT"]
-    try:
-        return subprocess.check_output(["git", "rev-parse", "--short", "HEAD"], cwd=REPO, text=True).strip()
-    except Exception:
-        return "unknown"
 
 
 def phase_values(ks) -> list:
@@ -98,7 +90,7 @@ def run(a) -> list:
     name = os.path.relpath(a.text, REPO)
     values = phase_values(a.ks)
     k_max = longest(values)
-    extra = {"weights": "real", "dtype": a.dtype, "study": "speculative_decoding", "study_commit": commit()}
+    extra = {"weights": "real", "dtype": a.dtype, "study": "speculative_decoding", "study_commit": provenance.commit()}
     for context in a.contexts:  # refused up front, not after the earlier contexts have run
         need = base_config(a, "dense", context, k_max).max_context
         if need > dec.shape.max_context_tokens:

@@ -40,10 +40,10 @@ PAPER_24K = {"handoff_gib": 0.52, "full_gib": 3.37}
 
 def executor_runs(args) -> dict:
     from oasis_exec.config import ExecConfig
-    from oasis_exec.model import tensor_parallel
     from oasis_exec.model.gguf import sha256_file, smollm2_path
     from oasis_exec.server.tokenizer import load_tokenizer
     from oasis_exec.tools import rpf_split
+    from oasis_exec.tools.tp_generate import generate_greedy
 
     model = smollm2_path()
     ids = load_tokenizer(model).encode(TEXT.read_text())[: args.context]
@@ -76,7 +76,7 @@ def executor_runs(args) -> dict:
         out[h] = r
     if args.reference:
         t0 = time.perf_counter()
-        ref = tensor_parallel.generate_greedy(cfg, [ids], args.decode)["tokens"][0]
+        ref = generate_greedy(cfg, [ids], args.decode)["tokens"][0]
         out["reference_wall_s"] = time.perf_counter() - t0
         out["reference_tokens"] = ref
         for h in ("rpf", "full"):

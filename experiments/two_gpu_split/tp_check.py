@@ -28,11 +28,12 @@ TEXT = common.REPO / "traces" / "texts" / "shlex.py.txt"
 
 def compare(name, cfg, prompts, n, weights) -> dict:
     from oasis_exec.model import tensor_parallel as tp
+    from oasis_exec.tools.tp_generate import generate_greedy
 
     t0 = time.perf_counter()
-    one = tp.generate_greedy(cfg, prompts, n)
+    one = generate_greedy(cfg, prompts, n)
     t1 = time.perf_counter()
-    two = tp.launch(tp.generate_greedy, 2, dataclasses.replace(cfg, tensor_parallel=2), prompts, n, every_rank=True)
+    two = tp.launch(generate_greedy, 2, dataclasses.replace(cfg, tensor_parallel=2), prompts, n, every_rank=True)
     t2 = time.perf_counter()
     diff = max(float((a - b).abs().max()) for o in two for a, b in zip(o["logits"], one["logits"]))
     scale = max(float(x.abs().max()) for x in one["logits"])

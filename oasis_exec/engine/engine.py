@@ -13,7 +13,7 @@ A request lives in the engine from ``add_request`` until the step that reports i
 ``abort``); after that the engine holds nothing of it, so a long-running server does not grow. Callers that want a
 request's whole output collect it from the step outputs, as ``generate`` does.
 
-Sampling (``oasis_exec.engine.sampling``): greedy at temperature 0, else temperature and nucleus (``top_p``) sampling with
+Sampling (``oasis_exec.runner.sampling``): greedy at temperature 0, else temperature and nucleus (``top_p``) sampling with
 counter-based per-request randomness, so a request with a ``seed`` yields the same tokens whatever batch it runs in.
 """
 
@@ -28,7 +28,7 @@ from oasis_core.scheduler import Scheduler
 
 from ..config import ExecConfig
 from ..runner.runner import Runner
-from .sampling import _mix64, request_key, sample, uniform
+from ..runner.sampling import _mix64, request_key, sample, uniform
 from .scheduler import Admit, DecodeItem, LaneAccounting, PrefillChunk, Request, RunnerCall, SamplingParams
 
 ACCEPT_SALT = 0xACCE97  # the acceptance draws of a speculative step: a stream of their own per request

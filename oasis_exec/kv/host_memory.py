@@ -73,9 +73,8 @@ def host_pool_blocks(cfg, *, lanes: int, block_bytes: int, available: int | None
     block (every layer and KV head, K and V, as the host copy holds them: ``KVGeometry.host_bytes_per_block``, one
     byte an element plus the scales with ``host_kv_dtype="fp8_e4m3"``), checked against the host's memory
     (``check_fits``)."""
-    if cfg.host_kv_gb:
-        blocks = int(cfg.host_kv_gb * GB // block_bytes)
-    else:
-        blocks = min(lanes, cfg.host_requests or lanes) * cfg.max_blocks
+    from oasis_core.lanes import host_pool_blocks as rule  # the simulator's rule too
+
+    blocks = rule(cfg.host_kv_gb, lanes, cfg.host_requests, cfg.max_blocks, block_bytes)
     check_fits(blocks * block_bytes, available)
     return blocks

@@ -17,9 +17,10 @@ from dataclasses import dataclass
 
 import torch
 
+from oasis_core import lanes
 from oasis_core.geometry import KVGeometry
 
-from .host_memory import GB, host_pool_blocks
+from .host_memory import host_pool_blocks
 from .ring import RingKV
 from .store import DenseStore, HostPool, SparseStore
 
@@ -37,16 +38,14 @@ class KVLayout:
     host_blocks_total: int
 
 
-VICTIM_FACTOR = 3  # the victim cache the H200 measured: S = 3 x top_k (results/figures_victim_vllm_4e13b06)
+VICTIM_FACTOR = lanes.VICTIM_FACTOR  # the rules are oasis_core.lanes' (the simulator's too)
 
 
 def wanted_lanes(cfg, geo: KVGeometry) -> int | None:
     """The requests ``cfg`` says will run at once: the smallest of ``max_lanes``, ``host_requests`` and the requests
     of ``max_context`` tokens that ``host_kv_gb`` holds; None when it says none of them (then the budget's lanes)."""
-    given = [n for n in (cfg.max_lanes, cfg.host_requests) if n]
-    if cfg.host_kv_gb:
-        given.append(int(cfg.host_kv_gb * GB // (cfg.max_blocks * geo.host_bytes_per_block(cfg.host_kv_dtype))))
-    return min(given) if given else None
+    hb = geo.host_bytes_per_block(cfg.host_kv_dtype)
+    return lanes.wanted_lanes(cfg.max_lanes, cfg.host_requests, cfg.host_kv_gb, cfg.max_blocks, hb)
 
 
 def victim_slots(cfg, geo: KVGeometry) -> int:
@@ -57,14 +56,15 @@ def victim_slots(cfg, geo: KVGeometry) -> int:
     from 622.9 to 44.9 MB a step and the token from 15.05 to 13.03 ms (32K x 22: 12.25 to 12.08;
     ``experiments/dense_vs_lookahead_throughput/results/figures_victim_vllm_4e13b06``). ``hot_slots=top_k`` keeps
     the paper's working set."""
-    S = cfg.resident_slots
-    if cfg.hot_slots is not None or not cfg.mode_spec.background or not cfg.kv_budget_gb:  # hisparse: not background
-        return S
-    n = wanted_lanes(cfg, geo)
-    big = VICTIM_FACTOR * cfg.top_k
-    if n and n * SparseStore.bytes_per_lane(geo, big, cfg.max_blocks) <= cfg.kv_budget_gb * GB:
-        return big
-    return S
+    return lanes.victim_slots(
+        cfg.resident_slots,
+        cfg.top_k,
+        hot_slots_given=cfg.hot_slots is not None,
+        background=cfg.mode_spec.background,  # hisparse: not background
+        budget_gb=cfg.kv_budget_gb,
+        wanted=wanted_lanes(cfg, geo),
+        lane_bytes_of=lambda s: SparseStore.bytes_per_lane(geo, s, cfg.max_blocks),
+    )
 
 
 def build_kv_layout(cfg, *, shape, dtype, device) -> KVLayout:
@@ -83,22 +83,22 @@ def build_kv_layout(cfg, *, shape, dtype, device) -> KVLayout:
         if s.is_hybrid:  # KVGeometry counts min(L, W) tokens a window; the rings hold W + the speculative drafts
             per_lane += RingKV.bytes_per_lane(s, cfg.spec_max_k or 0, geo.dtype_bytes) - geo.window_bytes(NB * bs)
     budget = cfg.kv_budget_gb * 1e9 if cfg.kv_budget_gb else None
-    lanes = cfg.max_lanes or (int(budget // per_lane) if budget else 4)
-    if budget is not None:
-        lanes = min(lanes, int(budget // per_lane))
-    if lanes < 1:
+    n_lanes = lanes.budget_lanes(budget, per_lane, cfg.max_lanes)
+    if n_lanes < 1:
         raise ValueError(f"kv_budget_gb={cfg.kv_budget_gb}: one request needs {per_lane / 1e9:.2f} GB")
     host = None
     host_blocks = 0
     if cfg.sparse:
         # sized for what runs, checked before pinning; an fp8 host copy counts 1 byte an element plus its scales
-        hb = host_pool_blocks(cfg, lanes=lanes, block_bytes=geo.host_bytes_per_block(cfg.host_kv_dtype))
+        hb = host_pool_blocks(cfg, lanes=n_lanes, block_bytes=geo.host_bytes_per_block(cfg.host_kv_dtype))
         quantized = cfg.host_kv_dtype == "fp8_e4m3"
         host = HostPool(L, hb, H, bs, D, dtype, pin=device.type == "cuda", quantized=quantized, layers=s.full_layers)
         host_blocks = hb
-        store = SparseStore(L, lanes, H, S, bs, D, NB, dtype, device, layers=s.full_layers)
+        store = SparseStore(L, n_lanes, H, S, bs, D, NB, dtype, device, layers=s.full_layers)
     else:
-        store = DenseStore(L, lanes, H, NB, D, bs, dtype, device, summaries=mode.summaries, paged_layers=s.full_layers)
+        store = DenseStore(
+            L, n_lanes, H, NB, D, bs, dtype, device, summaries=mode.summaries, paged_layers=s.full_layers
+        )
     return KVLayout(
-        geometry=geo, lane_bytes=per_lane, max_lanes=lanes, store=store, host=host, host_blocks_total=host_blocks
+        geometry=geo, lane_bytes=per_lane, max_lanes=n_lanes, store=store, host=host, host_blocks_total=host_blocks
     )

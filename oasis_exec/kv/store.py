@@ -26,6 +26,8 @@ import math
 
 import torch
 
+from oasis_core import lanes
+
 # -- exact-size pinned host memory ----------------------------------------------------------------------------
 # ``torch.empty(..., pin_memory=True)`` goes through PyTorch's caching host allocator, which rounds every request up
 # to the next power of two: a 48.5 GB piece takes 64 GiB, and 72 per-layer pieces of 1.35 GB (40 requests at 16K)
@@ -259,9 +261,7 @@ class SparseStore:
         KV head, the summaries of ``max_blocks`` blocks, and the int64 resident / last_sel tables. ``slots`` is the
         store's ``S``: ``top_k``, or hisparse's ``hot_slots`` (``ExecConfig.resident_slots``), so a larger hot cache
         holds fewer lanes in the same budget."""
-        kv = geo.resident_bytes(slots, local_blocks=2)
-        summ = geo.summary_bytes(max_blocks * geo.block_size)
-        return kv + summ + 2 * geo.rows_per_request * slots * 8
+        return lanes.sparse_lane_bytes(geo, slots, max_blocks)
 
     def selected_slots(self, layer, rows, pred, base):
         """The slots of the predicted blocks: int32 [B, H, K], ``base[b, h] + s`` where block ``pred[r, k]`` sits in
@@ -342,8 +342,7 @@ class DenseStore:
     def bytes_per_lane(geo, max_blocks, summaries) -> int:
         """GPU bytes of one lane (``geo``: a ``KVGeometry``): the pages of ``max_blocks`` blocks, every layer and KV
         head, and (``summaries``, quest) their min/max key summaries."""
-        tokens = max_blocks * geo.block_size
-        return geo.m_kv(1, tokens) + (geo.summary_bytes(tokens) if summaries else 0)
+        return lanes.dense_lane_bytes(geo, max_blocks, summaries)
 
     def reset_lane(self, lane: int) -> None:
         if self.kmin is not None:

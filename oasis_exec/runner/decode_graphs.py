@@ -5,16 +5,15 @@ step, ``ModelExec.decode_core``; ``spec_chain`` and ``spec_step``: a speculative
 it, ``ModelExec.spec_core``): the first step of a key eagerly (kernels compile, workspaces allocate), the second
 captures it into a graph (the prefetch pipeline's side streams join before the capture ends; the UVA path's copies
 get a graph of their own, ``Prefetcher.capture_copies``), every later one copies the step's inputs into the graph's
-static tensors and replays it, bracketed by ``Prefetcher.before_replay`` / ``after_replay``. ``no_gc`` keeps garbage collection out
-of a capture.
+static tensors and replays it, bracketed by ``Prefetcher.before_replay`` / ``after_replay``. ``no_gc`` (``oasis_exec.capture``) keeps garbage
+collection out of a capture.
 """
 
 from __future__ import annotations
 
-import contextlib
-import gc
-
 import torch
+
+from ..capture import no_gc
 
 
 class DecodeGraphs:
@@ -143,18 +142,3 @@ class DecodeGraphs:
         if self.graphs and self.device.type == "cuda":
             torch.cuda.synchronize()
         self.graphs.clear()  # freed now, not by a garbage collection in the middle of another engine's capture
-
-
-@contextlib.contextmanager
-def no_gc():
-    """No garbage collection inside: one that frees CUDA objects (a dropped engine's graphs, events, memory) during
-    a stream capture invalidates the capture ("operation failed due to a previous error during capture"). Collects
-    first, so a capture starts with no such garbage pending."""
-    gc.collect()
-    was = gc.isenabled()
-    gc.disable()
-    try:
-        yield
-    finally:
-        if was:
-            gc.enable()

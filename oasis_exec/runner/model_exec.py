@@ -84,6 +84,104 @@ class StepTrace:
     step_ref: object = None
 
 
+@dataclass
+class DecodeStep:
+    """What every layer of a decode step reads (``ModelExec.decode_core``), made once a step: the lanes [B], their
+    rows and positions, the queries a lane (``nq``: 2 with the draft token), the step's drawn or replayed sets, block
+    counts now and next step, the local block's valid tokens [B]; the summary / write-back items [B * H] (row, block,
+    valid tokens, source slot or page) and the new token's offset in its block; a paged step's pages ``page_cur``."""
+
+    lanes: torch.Tensor
+    rows: object
+    pos: torch.Tensor
+    B: int
+    nq: int
+    all_short: bool
+    sets: object
+    recorded: object
+    hh: torch.Tensor
+    lanes32: torch.Tensor
+    nb_cur: torch.Tensor
+    nb_next: torch.Tensor
+    local_len: torch.Tensor
+    item_row: torch.Tensor
+    item_blk: torch.Tensor
+    item_len: torch.Tensor
+    item_src: torch.Tensor | None = None
+    off32: torch.Tensor | None = None
+    page_cur: torch.Tensor | None = None
+
+
+@dataclass
+class ResidentRows:
+    """A resident step's per-row tensors: slot bases [B, H], local slots, the selectable slots' offsets [S], the
+    write-back's valid lengths and host destinations [B * H]; with short lanes (``short`` "some" / "all") their
+    slot tables (``in_order`` [B, S], ``sr``, ``res_short``, ``ls_short``) or, all short, the slots attended in every
+    layer (``slot_ids_all``); at a crossing step the crossing lanes (``ci``, ``c_lanes``, ``c_rows``, ``c_items``)."""
+
+    base: torch.Tensor
+    local_slot: torch.Tensor
+    sel_off: torch.Tensor
+    wb_len: torch.Tensor
+    item_dst: torch.Tensor | None = None
+    in_order: torch.Tensor | None = None
+    slot_ids_all: torch.Tensor | None = None
+    sr: torch.Tensor | None = None
+    res_short: torch.Tensor | None = None
+    ls_short: torch.Tensor | None = None
+    ci: torch.Tensor | None = None
+    c_lanes: torch.Tensor | None = None
+    c_rows: torch.Tensor | None = None
+    c_items: tuple | None = None
+
+
+class _LayerMarks:
+    """``--profile``'s marks of one decode step's layers: a CUDA event as each layer begins (on CUDA; their sum is
+    ``stage_ms["layers"]``), or the host clock when the bench traces the step on the CPU; ``end`` turns them into
+    ``StepTrace`` records (with the prefetcher's own stage records on the CPU)."""
+
+    def __init__(self, me):
+        self.me = me
+        cfg = me.cfg
+        self.prof = cfg.profile and me.device.type == "cuda"
+        self.trace = cfg.profile and me.trace.step is not None and not me.capturing
+        self.cpu = [] if self.trace and not self.prof else None  # perf_counter as each layer begins, then the end
+        if self.cpu is not None and me.pipe is not None:
+            me.pipe.trace = []
+        self.ev = [] if self.prof else None
+
+    def begin(self) -> None:
+        if self.ev is not None:
+            e = torch.cuda.Event(enable_timing=True)
+            e.record()
+            self.ev.append(e)
+        if self.cpu is not None:
+            self.cpu.append(time.perf_counter())
+
+    def end(self) -> None:
+        me, L, tr = self.me, self.me.L, self.me.trace
+        if self.ev is not None:
+            self.begin()
+            ev = self.ev
+            torch.cuda.current_stream().synchronize()
+            t = sum(ev[i].elapsed_time(ev[i + 1]) for i in range(L))
+            tr.stage_ms["layers"] = tr.stage_ms.get("layers", 0.0) + t
+            if self.trace:  # --profile's layer events (ran on the H200); side-stream stages: _decode, collect
+                ref = tr.step_ref = ev[0]
+                tr.layer_events += [
+                    [tr.step, i, "layers", ref.elapsed_time(ev[i]), ref.elapsed_time(ev[i + 1])] for i in range(L)
+                ]
+        if self.cpu is not None:
+            self.begin()
+            marks = self.cpu
+            t0 = marks[0]
+            ev = [("layers", i, marks[i], marks[i + 1]) for i in range(L)]
+            if me.pipe is not None:
+                ev += me.pipe.trace
+                me.pipe.trace = None
+            tr.layer_events += [[tr.step, l, k_, 1e3 * (a - t0), 1e3 * (b - t0)] for k_, l, a, b in ev]
+
+
 class ModelExec:
     def __init__(
         self,
@@ -304,14 +402,46 @@ class ModelExec:
         short-context masks; "all": every lane is short, the resident-dense step (no draft token, no prediction, no
         selection, no fetch, no write-back), attending the first ``dense_slots`` slots of each row (default: all
         ``top_k``; the runner passes a bucket of the longest lane's full blocks). Returns (logits [B, V], aux
-        [B, 3 * hidden])."""
-        cfg, dev, st, bs, H = self.cfg, self.device, self.store, self.bs, self.H
+        [B, 3 * hidden]).
+
+        The step's tensors every layer reads are made once (``_step_inputs``, then ``_resident_rows`` or
+        ``_paged_rows``); each layer runs its mode family's body, ``_layer_resident`` (the KV in host memory, a
+        working set of slots on the GPU) or ``_layer_paged`` (dense, quest: the whole KV on the GPU)."""
         if short not in SHORT_STEPS:
             raise ValueError(f"decode_core: short must be one of {SHORT_STEPS}, got {short!r}")
+        cfg = self.cfg
+        s, x, positions = self._step_inputs(lanes, rows, toks, pos, sets, recorded, short)
+        r = self._resident_rows(s, pos, short, dense_slots, cross) if cfg.sparse else self._paged_rows(s, pos)
+        layer = self._layer_resident if cfg.sparse else self._layer_paged
+        marks = _LayerMarks(self)
+        aux = {}
+        layers_aux = self.draft.layers if self.draft is not None else ()
+        for l in range(self.L):
+            marks.begin()
+            q, k, v = self.dec.qkv(l, x, positions)
+            q = q.view(s.B, s.nq, q.shape[1], -1)
+            k = k.view(s.B, s.nq, self.H, -1)
+            v = v.view(s.B, s.nq, self.H, -1)
+            ring = self.ring is not None and self.ring.has(l)  # a sliding layer, every mode: its ring, nothing else
+            x = self.dec.finish(l, x, self._layer_ring(l, s, q, k, v, positions) if ring else layer(l, s, r, q, k, v))
+            if l in layers_aux:
+                aux[l] = x.view(s.B, s.nq, -1)[:, 0]
+        if cfg.sparse:
+            if not s.all_short:
+                self.caps.step_end()
+            self.pipe.zero_rows = None
+        marks.end()
+        logits = self.dec.logits(x.view(s.B, s.nq, -1)[:, 0])
+        aux_t = torch.cat([aux[i] for i in layers_aux], -1) if layers_aux else None
+        return logits, aux_t
+
+    def _step_inputs(self, lanes, rows, toks, pos, sets, recorded, short):
+        """The decode step's inputs every layer reads (``DecodeStep``), its embedded tokens and their positions
+        (a lane's token, then its draft token when the mode drafts and the step is not resident-dense)."""
+        cfg, dev, bs, H = self.cfg, self.device, self.bs, self.H
         all_short = short == "all"
         B = lanes.shape[0]
-        mode = self.mode
-        nq = 2 if mode.drafts and not all_short else 1
+        nq = 2 if self.mode.drafts and not all_short else 1
         if nq == 2:
             ids = torch.stack([toks, self.draft_tok[lanes]], 1).reshape(-1)
             positions = torch.stack([pos, pos + 1], 1).reshape(-1)
@@ -320,173 +450,157 @@ class ModelExec:
         if cfg.sparse and not all_short:
             self.caps.step_start()  # the step clock an adaptive fetch policy reads (nothing for a static one)
         x = self.dec.embed_tokens(ids)
-        lanes32 = lanes.to(torch.int32)
-        nb_cur = pos // bs + 1  # blocks of the context incl. the local block (which holds ``pos``)
-        nb_next = (pos + 1) // bs + 1
         local_len = (pos % bs + 1).to(torch.int32)
         hh = torch.arange(H, device=dev)
-        item_row = (lanes[:, None] * H + hh).reshape(-1).to(torch.int32)  # summary / write-back items [B * H]
-        item_blk = (pos // bs).repeat_interleave(H).to(torch.int32)
-        item_len = local_len.repeat_interleave(H)
-        aux = {}
-        layers_aux = self.draft.layers if self.draft is not None else ()
-        if cfg.sparse:
-            base = st.slot_base(lanes)  # [B, H]
-            local_slot = base + st.LOCAL
-            sel_off = torch.arange(st.S, device=dev)
-            wb_len, in_order, slot_ids_all = item_len, None, None
-            if self.short is not None and short != "none":
-                # A short lane's block j lives in its slot j (its newest, partial block too; block K is the local
-                # slot), so nothing moves as it grows: its full blocks are slots 0 .. pos // bs - 1.
-                short_lane = pos + 1 <= self.short.window_tokens  # [B] resident-dense this step
-                short_row = short_lane.repeat_interleave(H)
-                local_slot = torch.where(short_lane[:, None], base + (pos // bs)[:, None], local_slot)
-                in_order = torch.where(sel_off < (pos // bs)[:, None], sel_off, -1)  # [B, S] block of each slot
-                wb_len = torch.where(short_row, torch.zeros_like(item_len), item_len)  # nothing to the host yet
-                self.pipe.zero_rows = None if all_short else short_row  # planned with cap 0 (nothing fetched)
-                if all_short:  # the same slots in every layer; only the first dense_slots can hold a full block
-                    n = st.S if dense_slots is None else dense_slots
-                    slot_ids_all = torch.where(in_order[:, None, :n] >= 0, base[:, :, None] + sel_off[:n], -1)
-                    slot_ids_all = slot_ids_all.to(torch.int32)
-                else:
-                    sr = short_row[:, None]
-                    res_short = in_order.repeat_interleave(H, 0)  # [B * H, S]
-                    ls_short = torch.where(res_short >= 0, 0, -1)
-            item_src = local_slot.reshape(-1).to(torch.int32)
-            phys = st.host_table[lanes, pos // bs]  # host block of each lane's local block
-            item_dst = (phys[:, None] * H + hh).reshape(-1).to(torch.int32)
-            if cross is not None:
-                ci = torch.tensor(cross, device=dev)
-                c_lanes = lanes[ci]
-                c_rows = (c_lanes[:, None] * H + hh).reshape(-1)
-                c_items = self._offload_items(c_lanes)
-        else:
-            page_cur = lanes * st.P + pos // bs
-            item_src = (page_cur[:, None] * H + hh).reshape(-1).to(torch.int32)
-        off32 = (pos % bs).to(torch.int32)  # the new token's offset in its block
-        fused_kv = cfg.fused_ops and cfg.fused_kv_write
-        prof = cfg.profile and dev.type == "cuda"
-        trace = cfg.profile and self.trace.step is not None and not self.capturing
-        cpu_marks = [] if trace and not prof else None  # CPU: perf_counter as each layer begins, then the end
-        if cpu_marks is not None and self.pipe is not None:
-            self.pipe.trace = []
-        if prof:
-            ev_layers = []
-        for l in range(self.L):
-            if prof:
-                e = torch.cuda.Event(enable_timing=True)
-                e.record()
-                ev_layers.append(e)
-            if cpu_marks is not None:
-                cpu_marks.append(time.perf_counter())
-            q, k, v = self.dec.qkv(l, x, positions)
-            Hq = q.shape[1]
-            q = q.view(B, nq, Hq, -1)
-            k = k.view(B, nq, H, -1)
-            v = v.view(B, nq, H, -1)
-            if self.ring is not None and self.ring.has(l):  # a sliding layer, every mode: its ring, nothing else
-                p2 = positions.view(B, nq)  # a draft row's KV too: the real token rewrites its slot next step
-                self.ring.write(l, lanes, p2, k, v)
-                attn = self.ring.attend(l, q, lanes, p2).reshape(B * nq, Hq, -1)
-            elif cfg.sparse:
-                self.pipe.wait(l)
-                if in_order is not None and not all_short:  # short rows' tables: their blocks in slot order
-                    st.resident[l][rows] = torch.where(sr, res_short, st.resident[l][rows])
-                    st.last_sel[l][rows] = torch.where(sr, ls_short, st.last_sel[l][rows])
-                if cross is not None:  # crossing lanes: their KV so far to the host, before the local slot is reused
-                    self._offload(l, c_rows, *c_items)
-                ops.kv_write(k[:, 0], v[:, 0], st.k[l], st.v[l], item_src, off32, fused_kv)
-                if cross is not None and not mode.on_demand:  # the crossing lanes' first top-K, fetched now
-                    pred = self.predict(l, q[ci, 0], lanes32[ci], nb_cur[ci], None)
-                    self.pipe.fetch_now(l, pred, c_lanes, c_rows)
-                if mode.on_demand and not all_short:
-                    pred = self.predict(
-                        l, q[:, 0], lanes32, nb_cur, sets[0][:, l] if sets is not None else None, recorded
-                    )
-                    hot_ids = self.pipe.fetch_now(l, pred, lanes, rows, slots=mode.hot_cache)
-                if slot_ids_all is not None:
-                    slot_ids = slot_ids_all
-                elif mode.hot_cache and not all_short:  # the step's top-K inside the hot cache, not all its slots
-                    slot_ids = hot_ids.view(B, H, -1) if hot_ids is not None else st.selected_slots(l, rows, pred, base)
-                else:
-                    slot_ids = self._resident_slot_ids(l, rows, base, sel_off)
-                attn, _, _ = self._attend(l, q, k, v, slot_ids, local_slot, local_len)
-                # The local block's summary (exact for its valid tokens) and, once full, its host copy.
-                self._summarize(l, item_src, item_row, item_blk, item_len)
-                if not all_short:
-                    writeback_full(
-                        st.k[l],
-                        st.v[l],
-                        self.host.k[l],
-                        self.host.v[l],
-                        item_src,
-                        item_dst,
-                        wb_len,
-                        bs,
-                        self._scales(l),
-                    )
-                if mode.background and not all_short:
-                    given = None if sets is None else (sets[1] if mode.drafts else sets[2])[:, l]
-                    self._launch_prediction(l, q[:, nq - 1], given, lanes, lanes32, nb_next, rows, sets, recorded)
+        s = DecodeStep(
+            lanes=lanes,
+            rows=rows,
+            pos=pos,
+            B=B,
+            nq=nq,
+            all_short=all_short,
+            sets=sets,
+            recorded=recorded,
+            hh=hh,
+            lanes32=lanes.to(torch.int32),
+            nb_cur=pos // bs + 1,  # blocks of the context incl. the local block (which holds ``pos``)
+            nb_next=(pos + 1) // bs + 1,
+            local_len=local_len,
+            item_row=(lanes[:, None] * H + hh).reshape(-1).to(torch.int32),  # summary / write-back items [B * H]
+            item_blk=(pos // bs).repeat_interleave(H).to(torch.int32),
+            item_len=local_len.repeat_interleave(H),
+        )
+        return s, x, positions
+
+    def _paged_rows(self, s, pos):
+        """A paged step's items (dense, quest): the new token's page, its items' source pages and block offset."""
+        st, bs = self.store, self.bs
+        s.page_cur = s.lanes * st.P + pos // bs
+        s.item_src = (s.page_cur[:, None] * self.H + s.hh).reshape(-1).to(torch.int32)
+        s.off32 = (pos % bs).to(torch.int32)  # the new token's offset in its block
+        return None
+
+    def _resident_rows(self, s, pos, short, dense_slots, cross):
+        """A resident step's per-row tensors (``ResidentRows``): slot bases, local slots, the short lanes' slot
+        tables (``short`` "some" / "all"), the write-back's destinations, the crossing lanes' offload items."""
+        dev, st, bs, H, hh, lanes = self.device, self.store, self.bs, self.H, s.hh, s.lanes
+        base = st.slot_base(lanes)  # [B, H]
+        r = ResidentRows(
+            base=base, local_slot=base + st.LOCAL, sel_off=torch.arange(st.S, device=dev), wb_len=s.item_len
+        )
+        if self.short is not None and short != "none":
+            # A short lane's block j lives in its slot j (its newest, partial block too; block K is the local
+            # slot), so nothing moves as it grows: its full blocks are slots 0 .. pos // bs - 1.
+            short_lane = pos + 1 <= self.short.window_tokens  # [B] resident-dense this step
+            short_row = short_lane.repeat_interleave(H)
+            r.local_slot = torch.where(short_lane[:, None], base + (pos // bs)[:, None], r.local_slot)
+            r.in_order = torch.where(r.sel_off < (pos // bs)[:, None], r.sel_off, -1)  # [B, S] block of each slot
+            r.wb_len = torch.where(short_row, torch.zeros_like(s.item_len), s.item_len)  # nothing to the host yet
+            self.pipe.zero_rows = None if s.all_short else short_row  # planned with cap 0 (nothing fetched)
+            if s.all_short:  # the same slots in every layer; only the first dense_slots can hold a full block
+                n = st.S if dense_slots is None else dense_slots
+                ids = torch.where(r.in_order[:, None, :n] >= 0, base[:, :, None] + r.sel_off[:n], -1)
+                r.slot_ids_all = ids.to(torch.int32)
             else:
-                ops.kv_write(
-                    k[:, 0], v[:, 0], st.k[l].view(-1, bs, st.D), st.v[l].view(-1, bs, st.D), item_src, off32, fused_kv
-                )
-                if not mode.selects:
-                    attn = ops.paged_attn(
-                        q[:, 0].contiguous(), st.k[l], st.v[l], st.block_table[lanes], (pos + 1).to(torch.int32)
-                    )
-                    attn = attn.reshape(B, Hq, -1)
-                else:  # quest
-                    ids_ = self.predict(
-                        l, q[:, 0], lanes32, nb_cur, sets[0][:, l] if sets is not None else None, recorded
-                    ).view(B, H, -1)
-                    pg = lanes[:, None, None] * st.P + ids_.clamp(min=0)
-                    slot_ids = torch.where(ids_ >= 0, pg * H + hh[None, :, None], -1).to(torch.int32)
-                    lslot = (page_cur[:, None] * H + hh).to(torch.int32)
-                    kf = st.k[l].view(-1, bs, st.D)
-                    vf = st.v[l].view(-1, bs, st.D)
-                    attn = ops.sparse_attn(q[:, 0][:, :, None], kf, vf, slot_ids, lslot, local_len)[:, :, 0]
-                    ops.summary_update(
-                        kf,
-                        item_src,
-                        item_row,
-                        item_blk,
-                        item_len,
-                        st.kmin[l].view(-1, st.P, st.D),
-                        st.kmax[l].view(-1, st.P, st.D),
-                    )
-            x = self.dec.finish(l, x, attn)
-            if l in layers_aux:
-                aux[l] = x.view(B, nq, -1)[:, 0]
-        if cfg.sparse:
-            if not all_short:
-                self.caps.step_end()
-            self.pipe.zero_rows = None
-        if prof:
-            e = torch.cuda.Event(enable_timing=True)
-            e.record()
-            ev_layers.append(e)
-            torch.cuda.current_stream().synchronize()
-            t = sum(ev_layers[i].elapsed_time(ev_layers[i + 1]) for i in range(self.L))
-            self.trace.stage_ms["layers"] = self.trace.stage_ms.get("layers", 0.0) + t
-            if trace:  # --profile's layer events (ran on the H200); side-stream stages: _decode, collect
-                ref = self.trace.step_ref = ev_layers[0]
-                self.trace.layer_events += [
-                    [self.trace.step, i, "layers", ref.elapsed_time(ev_layers[i]), ref.elapsed_time(ev_layers[i + 1])]
-                    for i in range(self.L)
-                ]
-        if cpu_marks is not None:
-            cpu_marks.append(time.perf_counter())
-            t0 = cpu_marks[0]
-            ev = [("layers", i, cpu_marks[i], cpu_marks[i + 1]) for i in range(self.L)]
-            if self.pipe is not None:
-                ev += self.pipe.trace
-                self.pipe.trace = None
-            self.trace.layer_events += [[self.trace.step, l, k_, 1e3 * (a - t0), 1e3 * (b - t0)] for k_, l, a, b in ev]
-        logits = self.dec.logits(x.view(B, nq, -1)[:, 0])
-        aux_t = torch.cat([aux[i] for i in layers_aux], -1) if layers_aux else None
-        return logits, aux_t
+                r.sr = short_row[:, None]
+                r.res_short = r.in_order.repeat_interleave(H, 0)  # [B * H, S]
+                r.ls_short = torch.where(r.res_short >= 0, 0, -1)
+        s.item_src = r.local_slot.reshape(-1).to(torch.int32)
+        phys = st.host_table[lanes, pos // bs]  # host block of each lane's local block
+        r.item_dst = (phys[:, None] * H + hh).reshape(-1).to(torch.int32)
+        if cross is not None:
+            r.ci = torch.tensor(cross, device=dev)
+            r.c_lanes = lanes[r.ci]
+            r.c_rows = (r.c_lanes[:, None] * H + hh).reshape(-1)
+            r.c_items = self._offload_items(r.c_lanes)
+        s.off32 = (pos % bs).to(torch.int32)  # the new token's offset in its block
+        return r
+
+    def _layer_resident(self, l, s, r, q, k, v):
+        """Layer ``l`` of a resident step (retrieval, proxy, lookahead, hisparse; the victim cache): wait for this
+        layer's background copies, write the token's KV, fetch on demand (on-demand modes, the crossing lanes),
+        attend the row's slots and the local block, summarize and write back the local block, then launch the next
+        step's prediction (background modes). Returns attn [B * nq, Hq, D]."""
+        st, mode, rows, all_short = self.store, self.mode, s.rows, s.all_short
+        self.pipe.wait(l)
+        if r.in_order is not None and not all_short:  # short rows' tables: their blocks in slot order
+            st.resident[l][rows] = torch.where(r.sr, r.res_short, st.resident[l][rows])
+            st.last_sel[l][rows] = torch.where(r.sr, r.ls_short, st.last_sel[l][rows])
+        if r.ci is not None:  # crossing lanes: their KV so far to the host, before the local slot is reused
+            self._offload(l, r.c_rows, *r.c_items)
+        fused_kv = self.cfg.fused_ops and self.cfg.fused_kv_write
+        ops.kv_write(k[:, 0], v[:, 0], st.k[l], st.v[l], s.item_src, s.off32, fused_kv)
+        if r.ci is not None and not mode.on_demand:  # the crossing lanes' first top-K, fetched now
+            pred = self.predict(l, q[r.ci, 0], s.lanes32[r.ci], s.nb_cur[r.ci], None)
+            self.pipe.fetch_now(l, pred, r.c_lanes, r.c_rows)
+        if mode.on_demand and not all_short:
+            given = s.sets[0][:, l] if s.sets is not None else None
+            pred = self.predict(l, q[:, 0], s.lanes32, s.nb_cur, given, s.recorded)
+            hot_ids = self.pipe.fetch_now(l, pred, s.lanes, rows, slots=mode.hot_cache)
+        if r.slot_ids_all is not None:
+            slot_ids = r.slot_ids_all
+        elif mode.hot_cache and not all_short:  # the step's top-K inside the hot cache, not all its slots
+            slot_ids = (
+                hot_ids.view(s.B, self.H, -1) if hot_ids is not None else st.selected_slots(l, rows, pred, r.base)
+            )
+        else:
+            slot_ids = self._resident_slot_ids(l, rows, r.base, r.sel_off)
+        attn, _, _ = self._attend(l, q, k, v, slot_ids, r.local_slot, s.local_len)
+        # The local block's summary (exact for its valid tokens) and, once full, its host copy.
+        self._summarize(l, s.item_src, s.item_row, s.item_blk, s.item_len)
+        if not all_short:
+            writeback_full(
+                st.k[l],
+                st.v[l],
+                self.host.k[l],
+                self.host.v[l],
+                s.item_src,
+                r.item_dst,
+                r.wb_len,
+                self.bs,
+                self._scales(l),
+            )
+        if mode.background and not all_short:
+            given = None if s.sets is None else (s.sets[1] if mode.drafts else s.sets[2])[:, l]
+            self._launch_prediction(l, q[:, s.nq - 1], given, s.lanes, s.lanes32, s.nb_next, rows, s.sets, s.recorded)
+        return attn
+
+    def _layer_ring(self, l, s, q, k, v, positions):
+        """Layer ``l`` of a hybrid model's sliding window (``oasis_exec.kv.ring``): every query row's KV into the
+        lane's ring (a draft row's too: the real token rewrites its slot the next step), then dense attention over
+        the window. Returns attn [B * nq, Hq, D]."""
+        p2 = positions.view(s.B, s.nq)
+        self.ring.write(l, s.lanes, p2, k, v)
+        return self.ring.attend(l, q, s.lanes, p2).reshape(s.B * s.nq, q.shape[2], -1)
+
+    def _layer_paged(self, l, s, r, q, k, v):
+        """Layer ``l`` of a paged step (dense: paged attention over the lane's pages; quest: the top-K pages by the
+        summaries, then the local page's summary). Returns attn [B, Hq, D]."""
+        st, bs, B = self.store, self.bs, s.B
+        fused_kv = self.cfg.fused_ops and self.cfg.fused_kv_write
+        kf, vf = st.k[l].view(-1, bs, st.D), st.v[l].view(-1, bs, st.D)
+        ops.kv_write(k[:, 0], v[:, 0], kf, vf, s.item_src, s.off32, fused_kv)
+        if not self.mode.selects:
+            attn = ops.paged_attn(
+                q[:, 0].contiguous(), st.k[l], st.v[l], st.block_table[s.lanes], (s.pos + 1).to(torch.int32)
+            )
+            return attn.reshape(B, q.shape[2], -1)
+        given = s.sets[0][:, l] if s.sets is not None else None  # quest
+        ids_ = self.predict(l, q[:, 0], s.lanes32, s.nb_cur, given, s.recorded).view(B, self.H, -1)
+        pg = s.lanes[:, None, None] * st.P + ids_.clamp(min=0)
+        slot_ids = torch.where(ids_ >= 0, pg * self.H + s.hh[None, :, None], -1).to(torch.int32)
+        lslot = (s.page_cur[:, None] * self.H + s.hh).to(torch.int32)
+        attn = ops.sparse_attn(q[:, 0][:, :, None], kf, vf, slot_ids, lslot, s.local_len)[:, :, 0]
+        ops.summary_update(
+            kf,
+            s.item_src,
+            s.item_row,
+            s.item_blk,
+            s.item_len,
+            st.kmin[l].view(-1, st.P, st.D),
+            st.kmax[l].view(-1, st.P, st.D),
+        )
+        return attn
 
     def _launch_prediction(self, l, qsel, given, lanes, lanes32, nb_next, rows, sets, recorded) -> None:
         """Layer ``l``'s background prediction -> selection -> transfer for the next step (``Prefetcher.launch``),

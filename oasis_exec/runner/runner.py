@@ -35,6 +35,7 @@ import dataclasses
 import random
 import time
 from collections import Counter
+from typing import TYPE_CHECKING
 
 import torch
 
@@ -43,8 +44,6 @@ from oasis_core.specs import ModelSpec, get_model
 from oasis_core.speculation import AdaptiveK, parse_spec, synthetic_acceptance
 
 from ..config import ExecConfig
-from ..engine.sampling import TemperatureSampler
-from ..engine.scheduler import RunnerCall
 from ..kv.layout import build_kv_layout
 from ..model import tensor_parallel
 from ..model.decoder import Decoder
@@ -54,7 +53,11 @@ from ..workingset.prefetcher import Prefetcher
 from ..workingset.selection_sources import SelectionSources
 from .decode_graphs import DecodeGraphs
 from .model_exec import ModelExec, StepTrace
+from .sampling import TemperatureSampler
 from .speculative import accept, rows_of
+
+if TYPE_CHECKING:  # the engine's call, built by its scheduler (the runner imports nothing of the engine)
+    from ..engine.scheduler import RunnerCall
 
 
 def _dtype(name):

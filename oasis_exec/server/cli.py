@@ -4,7 +4,7 @@
 `OASIS_SERVER_LISTENING http://HOST:PORT`, on stdout, which scripts and tests read instead of guessing ports.
 
 `--record FILE` (with `--record-hardware PRESET` off an H200/H100): when the server shuts down (SIGINT, SIGTERM),
-what it served is written as a recording (`record.ServeLog`, `oasis_exec.tools.recorder.recording_from_serve`) that
+what it served is written as a recording (`record.ServeLog`, `recording.recording_from_serve`) that
 `python -m oasis_sim replay FILE` runs as an open-loop trace.
 """
 
@@ -131,7 +131,7 @@ def serve(args: argparse.Namespace) -> int:
     served_name = config.served_model_name or info.name
     served = None
     if config.record:
-        from oasis_exec.tools.recorder import hardware_preset
+        from oasis_core.recording_parts import hardware_preset
 
         from .record import ServeLog
 

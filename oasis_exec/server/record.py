@@ -3,7 +3,7 @@
 The event loop logs every accepted request that ends (arrival, prompt length, tokens, first and last token times,
 finish reason); the engine thread logs every engine step (duration, requests running). At shutdown -- after the
 engine thread has stopped, so reading the engine from the event loop thread is safe -- `write()` adds the engine's
-cumulative counters and hands everything to `oasis_exec.tools.recorder.write_serve_recording` (the format, and which
+cumulative counters and hands everything to `recording.write_serve_recording` (the format, and which
 requests are kept, are described there and in traces/SCHEMA.md).
 """
 
@@ -64,7 +64,7 @@ class ServeLog:
             device = torch.cuda.get_device_name()
         else:
             device = platform.processor() or "cpu"
-        from oasis_exec.tools.bench import _commit
+        from oasis_core.provenance import commit
 
         hidden = s.hidden_fraction
         return {
@@ -78,13 +78,13 @@ class ServeLog:
             "hidden_fraction": None if math.isnan(hidden) else hidden,
             "device": device,
             "date": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
-            "commit": _commit(),
+            "commit": commit(),
             "server": self.server,
         }
 
     def write(self) -> None:
         """Write the recording; a failure is logged (an error with its traceback), never raised (we are shutting down)."""
-        from oasis_exec.tools.recorder import write_serve_recording
+        from .recording import write_serve_recording
 
         try:
             rec = write_serve_recording(self.path, self.serve_record(), self.engine.engine.cfg, hardware=self.hardware)

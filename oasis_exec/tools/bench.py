@@ -29,12 +29,11 @@ import os
 import platform
 import resource
 import statistics
-import subprocess
 import time
 
 import torch
 
-from oasis_core import speculation
+from oasis_core import provenance, speculation
 
 from ..config import ExecConfig
 from ..engine.engine import Engine
@@ -74,21 +73,6 @@ RECORD_FIELDS = (
 
 
 LAYER_EVENT_STEPS = 4  # timed steps whose per-layer stage timestamps a --profile run keeps (record "layer_events")
-
-
-def _commit() -> str:
-    if os.environ.get("OASIS_COMMIT"):
-        return os.environ["OASIS_COMMIT"]
-    try:
-        return (
-            subprocess.check_output(
-                ["git", "rev-parse", "--short", "HEAD"], stderr=subprocess.DEVNULL, cwd=os.path.dirname(__file__)
-            )
-            .decode()
-            .strip()
-        )
-    except Exception:
-        return "unknown"
 
 
 def _pct(xs, p):
@@ -442,7 +426,7 @@ def measure(
         "build_s": build_s,
         "device": dev_name,
         "date": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
-        "commit": _commit(),
+        "commit": provenance.commit(),
         "step_ms": [1e3 * t for t in timed],  # every timed step (oasis_exec.tools.recorder samples them)
     }
     if layer_events:

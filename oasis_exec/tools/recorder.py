@@ -1,14 +1,13 @@
-"""Executor recordings from bench results, and the executor side's Chrome-trace timeline. Torch-free.
+"""Executor recordings from bench results. Torch-free.
 
 - :func:`recording_from_bench` turns the dict ``oasis_exec.tools.bench.run_bench`` returns (one JSON record) plus the
   run's ``ExecConfig`` (or a dict of its fields) into an ``oasis_core.recording.Recording``;
   :func:`write_bench_recording` saves it (and the selected block sets, when given, as a compressed ``.npz`` beside
   it).
-- :func:`exec_timeline` converts a recording's per-layer stage timestamps (``results.layer_events``) and sampled
-  step durations into Chrome trace JSON with the same tracks as the simulator's ``timeline.json``, so the measured
-  and the predicted timelines of one recording can be opened side by side in Perfetto.
-- :func:`recording_from_serve` / :func:`write_serve_recording`: the same for a serving run (``serve --record``):
-  the served requests become an open-loop ``trace`` workload.
+- :func:`selection_from_pt`: the selected block sets of a ``.pt`` record, for ``write_bench_recording``.
+
+A serving run's recording is ``oasis_exec.server.recording``; the Chrome trace of a recording is
+``oasis_sim.timeline.exec_timeline``.
 
 Bench keys read (``bench.RECORD_FIELDS`` and the rest of its record): ``mode, context, concurrency,
 requested_concurrency, kv_budget_gb, host_kv_gb, steps, warmup, throughput_tok_s, tpot_ms_p50, tpot_ms_p99,
@@ -20,21 +19,13 @@ step's duration, ms), ``layer_events`` (``[[step, layer, stage, start_ms, end_ms
 
 from __future__ import annotations
 
-import json
 import os
-from dataclasses import asdict, is_dataclass
 from typing import Any, Mapping, Optional
 
-import numpy as np
-
 from oasis_core import modes
-from oasis_core.recording import SAMPLED_STEPS_MAX, Recording, build_recording, save_recording, save_selection
-from oasis_core.trace import Request
+from oasis_core.recording import Recording, build_recording, save_recording, save_selection
+from oasis_core.recording_parts import TRANSFER_NAMES, config_fields, hardware_of, sample_steps
 
-# executor transfer path -> the simulator's / recording's name
-TRANSFER_NAMES = {"host": "dma", "uva": "uva", "auto": "uva"}  # "auto" runs the UVA gather (pipeline.py)
-# substrings of torch.cuda.get_device_name() -> oasis_core.specs hardware preset
-DEVICE_PRESETS = (("H200", "h200"), ("H100", "h100-sxm"))
 _EXTRA_RESULTS = (
     "tpot_ms_mean",
     "step_ms_mean",
@@ -47,44 +38,6 @@ _EXTRA_RESULTS = (
     "build_s",
     "bytes_moved_total",
 )
-
-
-def hardware_preset(device: str) -> Optional[str]:
-    for key, preset in DEVICE_PRESETS:
-        if key.lower() in (device or "").lower():
-            return preset
-    return None
-
-
-def _hardware(caller: str, hardware: Optional[str], device: str) -> str:
-    """``hardware`` if given, else the preset of ``device``; ``ValueError`` naming ``caller`` when neither tells."""
-    hw = hardware or hardware_preset(device)
-    if hw is None:
-        raise ValueError(f"{caller}: hardware: cannot tell the preset from device {device!r}; pass hardware=")
-    return hw
-
-
-def sample_steps(step_ms, most: int = SAMPLED_STEPS_MAX) -> list:
-    """At most ``most`` evenly spaced entries ``{"step": i, "duration_s": s}`` of the per-step durations (ms),
-    always including the slowest step so the recorded p99 stays visible."""
-    n = len(step_ms)
-    if n == 0:
-        return []
-    if n <= most:
-        idx = list(range(n))
-    else:
-        idx = sorted(
-            {round(j * (n - 1) / (most - 2)) for j in range(most - 1)} | {max(range(n), key=lambda i: step_ms[i])}
-        )
-    return [{"step": i, "duration_s": round(step_ms[i] / 1e3, 9)} for i in idx]
-
-
-def _fields(cfg) -> dict:
-    if cfg is None:
-        return {}
-    if is_dataclass(cfg):
-        return asdict(cfg)
-    return dict(cfg)
 
 
 def recording_from_bench(
@@ -102,7 +55,7 @@ def recording_from_bench(
     from the device name (H200 -> ``h200``, H100 -> ``h100-sxm``). ``model``: preset name when the bench ran from
     a checkpoint path. Raises ``ValueError`` when the hardware cannot be told, ``RecordingError`` when the result
     is not a valid recording."""
-    c = _fields(exec_config)
+    c = config_fields(exec_config)
     b = dict(bench)
     chain = int(b.get("decode_chain", c.get("decode_chain", 1)) or 1)
     if chain > 1:  # the simulator runs one decode step a scheduler step
@@ -111,7 +64,7 @@ def recording_from_bench(
             "(it models one decode step a scheduler step); record with decode_chain 1"
         )
     device = str(b.get("device") or "unknown")
-    hw = _hardware("recording_from_bench", hardware, device)
+    hw = hardware_of("recording_from_bench", hardware, device)
     mode = b["mode"]
     sparse = modes.get(mode).sparse
     transfer_raw = b.get("transfer") or c.get("transfer") or "host"
@@ -211,139 +164,6 @@ def write_bench_recording(
     return rec
 
 
-# ----------------------------------------------------------------------------------------------------------------
-# Recordings of a serving run (``python -m oasis_exec serve --record FILE``)
-
-
-def _pct_linear(xs, q):
-    """numpy's linear-interpolation percentile, as ``oasis_sim.metrics`` reads a simulated run."""
-    return float(np.percentile(xs, q)) if len(xs) else None
-
-
-def recording_from_serve(
-    serve: Mapping[str, Any],
-    exec_config=None,
-    *,
-    hardware: Optional[str] = None,
-    model: Optional[str] = None,
-    meta: Optional[Mapping[str, Any]] = None,
-    source: str = "<recording>",
-) -> Recording:
-    """Recording of what a server served (``config.workload = "trace"``). ``serve`` holds ``requests`` (every
-    accepted request that ended: ``id, arrival_s`` (since the server started), ``prompt_tokens, output_tokens``
-    (generated), ``ttft_ms, tpot_ms, finish_s, finish_reason``), ``step_ms`` (every engine step), ``max_running``,
-    ``max_lanes``, ``decode_steps``, ``prefetch_bytes``, ``stage_ms`` (cumulative, profiled runs only),
-    ``hidden_fraction``, ``device``, ``date``, ``commit``, ``server`` (its options).
-
-    Requests that ended before producing a token (aborted or failed while queued or in prefill) are **excluded**
-    from the workload and counted in ``results.requests_dropped`` (finish reason -> count); a request aborted or
-    failed after producing tokens is kept with the tokens it produced, and ``results.request_finish_reasons``
-    (parallel to ``requests``) says how each ended (``length``, ``stop``, ``abort``, ``error``). Measured metrics
-    use the simulator's definitions over the kept requests: TTFT = first token - arrival, TPOT = (last token -
-    first token) / (tokens - 1), percentiles by linear interpolation, throughput = tokens / (last token - first
-    arrival). Per-step figures (stages, bytes, stall) are per decode step (``decode_steps``; the executor runs
-    prefill and decode in separate steps); ``config.steps`` counts every engine step."""
-    c = _fields(exec_config)
-    s = dict(serve)
-    device = str(s.get("device") or "unknown")
-    hw = _hardware("recording_from_serve", hardware, device)
-    ended = list(s.get("requests") or ())
-    kept = sorted((q for q in ended if q["output_tokens"] >= 1), key=lambda q: (round(q["arrival_s"], 6), q["id"]))
-    if not kept:
-        raise ValueError("recording_from_serve: requests: no served request produced a token, nothing to record")
-    dropped = {}
-    for q in ended:
-        if q["output_tokens"] < 1:
-            dropped[q["finish_reason"]] = dropped.get(q["finish_reason"], 0) + 1
-    requests = tuple(
-        Request(
-            id=int(q["id"]),
-            arrival_s=round(max(q["arrival_s"], 0.0), 6),
-            prompt_tokens=int(q["prompt_tokens"]),
-            output_tokens=int(q["output_tokens"]),
-        )
-        for q in kept
-    )
-    mode = c.get("mode", "lookahead")
-    sparse = modes.get(mode).sparse
-    transfer_raw = c.get("transfer") or "host"
-    step_ms = [float(x) for x in s.get("step_ms") or ()]
-    steps = max(len(step_ms), 1)
-    per = int(s.get("decode_steps") or 0) or steps  # per-step figures: per decode step
-    stages = {k: float(v) / per for k, v in (s.get("stage_ms") or {}).items()}
-    config = {
-        "mode": mode,
-        "model": model or c.get("model"),
-        "hardware": hw,
-        "workload": "trace",
-        "context": max(q.prompt_tokens for q in requests),
-        "concurrency": max(int(s.get("max_running") or 1), 1),
-        "max_lanes": s.get("max_lanes"),
-        "kv_budget_gb": c.get("kv_budget_gb"),
-        "host_kv_gb": c.get("host_kv_gb"),
-        "top_k": int(c.get("top_k", 128)),
-        "block_size": int(c.get("block_size", 16)),
-        "fetch_ratio": float(c.get("fetch_ratio", 0.05)),
-        "transfer_path": TRANSFER_NAMES.get(transfer_raw, transfer_raw) if sparse else None,
-        "exec_transfer": transfer_raw if sparse else None,
-        "selection": c.get("selection", "model"),
-        "seed": int(c.get("seed", 0)),
-        "warmup_steps": 0,
-        "steps": steps,
-        "prefill_chunk": c.get("prefill_chunk"),
-        "no_transfer": bool(c.get("no_transfer", False)),
-        "dummy_weights": c.get("model_path") is None,
-        "profile": bool(c.get("profile", False)),
-        "synthetic": c.get("synthetic"),
-        "fetch_policy": c.get("fetch_policy"),
-        "hot_slots": c.get("hot_slots"),
-        "host_kv_dtype": c.get("host_kv_dtype", "auto") if sparse else None,
-        "exec_config": c,
-        "server": dict(s.get("server") or {}),
-    }
-    ttft = [float(q["ttft_ms"]) for q in kept]
-    tpot = [float(q["tpot_ms"]) for q in kept if q["output_tokens"] > 1 and q.get("tpot_ms") is not None]
-    span_s = max(q["finish_s"] for q in kept) - min(q["arrival_s"] for q in kept)
-    tokens = sum(q.output_tokens for q in requests)
-    total_bytes = int(s.get("prefetch_bytes") or 0)
-    stall = stages.get("stall")
-    hidden = s.get("hidden_fraction")
-    results = {
-        "tpot_ms_p50": _pct_linear(tpot, 50) if tpot else 0.0,
-        "tpot_ms_p99": _pct_linear(tpot, 99) if tpot else 0.0,
-        "throughput_tok_s": tokens / span_s if span_s > 0 else 0.0,
-        "ttft_ms_p50": _pct_linear(ttft, 50),
-        "ttft_ms_p99": _pct_linear(ttft, 99),
-        "stage_ms_per_step": stages,
-        "bytes_per_step": {"pcie_h2d": total_bytes / per},
-        "link_bytes": {"pcie_h2d": total_bytes},
-        "stall_ms_per_step": stall if stall is not None else (0.0 if not sparse else None),
-        "hidden_fraction": None if hidden is None or hidden != hidden else float(hidden),  # NaN: not measured
-        "device": device,
-        "date": str(s.get("date") or "unknown"),
-        "commit": str(s.get("commit") or "unknown"),
-        "decode_steps": per,
-        "requests_served": len(kept),
-        "requests_dropped": dropped,
-        "output_tokens": tokens,
-        "wall_s": span_s,
-        "request_finish_reasons": [q["finish_reason"] for q in kept],
-    }
-    if step_ms:
-        results["steps"] = sample_steps(step_ms)
-        results["steps_sampled_of"] = len(step_ms)
-    m = {"recorder": "oasis_exec.recorder (serve)"}
-    m.update(meta or {})
-    return build_recording(config, results, meta=m, requests=requests, source=source)
-
-
-def write_serve_recording(path: str, serve: Mapping[str, Any], exec_config=None, **kw) -> Recording:
-    """Save the recording of a serving run at ``path`` (see :func:`recording_from_serve`)."""
-    rec = recording_from_serve(serve, exec_config, source=path, **kw)
-    save_recording(rec, path)
-    return rec
-
-
 def selection_from_pt(pt_path: str, layers, kv_heads: int, last_steps: int, request_row: int = 0):
     """Selected sets from the executor's ``record_path`` file (``torch.save({"pred": [per step [L, B*H, K]]})``):
     the rows of request lane ``request_row`` at ``layers``, the last ``last_steps`` steps -> numpy
@@ -354,70 +174,3 @@ def selection_from_pt(pt_path: str, layers, kv_heads: int, last_steps: int, requ
     lo = request_row * kv_heads
     rows = [torch.cat([p[l, lo : lo + kv_heads] for l in layers], 0) for p in pred]
     return torch.stack(rows).cpu().numpy()
-
-
-# ----------------------------------------------------------------------------------------------------------------
-# Chrome trace of the measured run
-
-# Same tracks as oasis_sim.timeline: 1 compute, 2 side stream, 3 h2d copy, 4 steps; 5 the host gather (CPU).
-_TRACK_OF = {
-    "layers": 1,
-    "compute": 1,
-    "attn": 1,
-    "gemm": 1,
-    "stall": 1,
-    "pred": 2,
-    "select": 2,
-    "transfer": 3,
-    "host_gather": 5,
-}
-_TRACKS = {1: "compute", 2: "side stream (predict+select)", 3: "h2d copy", 4: "steps", 5: "host gather (CPU)"}
-
-
-def exec_timeline(rec: Recording) -> dict:
-    """Chrome trace (``{"traceEvents": [...]}``) of the measured run, microseconds.
-
-    With ``results.layer_events``: one slice per recorded (step, layer, stage), at its measured time. Steps: the
-    sampled step durations laid end to end on track 4 (exact when every step was kept, ``args.sampled`` names the
-    step otherwise). With neither, one slice per stage of the mean step (``stage_ms_per_step``) stacked on its
-    track and marked ``"mean": true`` -- a summary, not a measured timeline."""
-    r = rec.results
-    ev = [{"name": "process_name", "ph": "M", "pid": 1, "args": {"name": f"executor (measured) {rec.name}"}}]
-    ev += [{"name": "thread_name", "ph": "M", "pid": 1, "tid": t, "args": {"name": n}} for t, n in _TRACKS.items()]
-
-    def x(name, tid, t0_ms, dur_ms, args=None):
-        e = {
-            "name": name,
-            "ph": "X",
-            "pid": 1,
-            "tid": tid,
-            "ts": round(t0_ms * 1e3, 3),
-            "dur": round(max(dur_ms, 0.0) * 1e3, 3),
-        }
-        if args:
-            e["args"] = args
-        ev.append(e)
-
-    layer_events = r.get("layer_events") or []
-    for step, layer, stage, a, b in layer_events:
-        x(f"{stage} L{layer}", _TRACK_OF.get(stage, 1), a, b - a, {"step": step})
-    steps = r.get("steps") or []
-    t = 0.0
-    for s in steps:
-        d = 1e3 * s["duration_s"]
-        x(f"step {s['step']}", 4, t, d, {"sampled": True} if len(steps) < rec.config["steps"] else None)
-        t += d
-    if not layer_events and not steps:
-        tpot = r.get("step_ms_mean", r.get("tpot_ms_mean", r["tpot_ms_p50"]))
-        x("mean step", 4, 0.0, tpot, {"mean": True})
-        start = {}
-        for stage, ms in sorted(r["stage_ms_per_step"].items()):
-            tid = _TRACK_OF.get(stage, 1)
-            x(stage, tid, start.get(tid, 0.0), ms, {"mean": True, "ms_per_step": ms})
-            start[tid] = start.get(tid, 0.0) + ms
-    return {"traceEvents": ev, "displayTimeUnit": "ms"}
-
-
-def write_exec_timeline(rec: Recording, path: str) -> None:
-    with open(path, "w", encoding="utf-8", newline="\n") as f:
-        f.write(json.dumps(exec_timeline(rec), separators=(",", ":")))

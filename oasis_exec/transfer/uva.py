@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import torch
 
-from ..runner.decode_graphs import no_gc
+from ..capture import no_gc
 
 
 class UvaPath:

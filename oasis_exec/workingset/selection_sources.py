@@ -149,9 +149,8 @@ class SelectionSources:
         return pre[1]
 
     def _recorder(self):
+        from oasis_core.provenance import commit
         from oasis_core.setrecord import SetRecorder
-
-        from ..tools.bench import _commit
 
         c = self.cfg
         meta = {
@@ -168,7 +167,7 @@ class SelectionSources:
             "dtype": c.dtype,
             "device": str(self.device),
             "seed": c.seed,
-            "commit": _commit(),
+            "commit": commit(),
             "date": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
         }
         return SetRecorder(c.record_path, meta)

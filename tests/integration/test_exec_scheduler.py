@@ -286,7 +286,7 @@ def test_seeded_request_is_deterministic_whatever_the_batch(mode):
 def test_sample_top_p_and_temperature():
     import torch
 
-    from oasis_exec.engine.sampling import sample, uniform
+    from oasis_exec.runner.sampling import sample, uniform
 
     logits = torch.log(torch.tensor([[0.5, 0.3, 0.15, 0.05]] * 4))
     P = [SamplingParams(temperature=1.0, top_p=p) for p in (1.0, 0.5, 0.8, 0.81)]

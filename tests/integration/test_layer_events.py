@@ -10,8 +10,9 @@ torch = pytest.importorskip("torch")
 from oasis_core.recording import load_recording  # noqa: E402
 from oasis_exec.config import ExecConfig  # noqa: E402
 from oasis_exec.tools.bench import LAYER_EVENT_STEPS, layer_event_steps, run_bench  # noqa: E402
-from oasis_exec.tools.recorder import exec_timeline, write_bench_recording  # noqa: E402
+from oasis_exec.tools.recorder import write_bench_recording  # noqa: E402
 from oasis_sim.replay import replay  # noqa: E402
+from oasis_sim.timeline import exec_timeline  # noqa: E402
 
 
 def _cfg(mode="lookahead", profile=True):

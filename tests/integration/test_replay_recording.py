@@ -18,7 +18,8 @@ from oasis_core.recording import (
     save_selection,
 )
 from oasis_core.trace import TraceError, dumps_trace, load_trace
-from oasis_exec.tools.recorder import exec_timeline, recording_from_bench, sample_steps, write_bench_recording
+from oasis_exec.tools.recorder import recording_from_bench, sample_steps, write_bench_recording
+from oasis_sim.timeline import exec_timeline
 
 BENCH = {
     "mode": "lookahead",

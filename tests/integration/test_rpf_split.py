@@ -12,15 +12,15 @@ import pytest
 from real_model_cases import shlex_ids
 
 from oasis_exec.config import ExecConfig
-from oasis_exec.model import tensor_parallel
 from oasis_exec.tools import rpf_split
+from oasis_exec.tools.tp_generate import generate_greedy
 
 pytestmark = pytest.mark.usefixtures("one_torch_thread")
 DRAFT = Path(__file__).resolve().parents[2] / "experiments" / "trained_draft_head" / "smollm2-eagle3"
 
 
 def _check(cfg, prompt, n, handoffs=("rpf", "full")):
-    ref = tensor_parallel.generate_greedy(cfg, [prompt], n)["tokens"][0]
+    ref = generate_greedy(cfg, [prompt], n)["tokens"][0]
     runs = {h: rpf_split.split_run(cfg, prompt, n, handoff=h, probe=False) for h in handoffs}
     for h, r in runs.items():
         d, p = r["decode"], r["prefill"]

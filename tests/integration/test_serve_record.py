@@ -6,7 +6,7 @@ import httpx
 import pytest
 
 from oasis_core.recording import load_recording
-from oasis_exec.tools.recorder import recording_from_serve, write_serve_recording
+from oasis_exec.server.recording import recording_from_serve, write_serve_recording
 from oasis_sim.replay import replay, sim_config, workload
 
 CFG = {

@@ -53,6 +53,7 @@ GRID = {
     "sparse_overhead": [{"requests": n} for n in (1, 16, 256)],
     "side_contention": [{"hbm_bytes": b} for b in (0.0, 1e6, 1e9)],
     "step_overhead": [{}],
+    "step_floor": [{"requests": n} for n in (1, 16)],
     "draft_step": [{"tokens": t} for t in TOKENS],
     "all_reduce": [{"bytes": b, "ranks": r} for b in (1e3, 1e6, 1e9) for r in (1, 2, 8)],
 }

@@ -71,7 +71,8 @@ def test_poisson_arrivals_are_seeded():
 def test_event_mode_gives_identical_results():
     tr = uniform_trace(5, 3000, 20, gap_s=0.002)
     for mode in ("lookahead", "retrieval", "dense"):
-        a = run(tr, mode=mode, event_mode="closed", timeline_steps=0).files()
+        # the fast-forward (closed form only) repeats a steady step's duration: off, the two forms are one model
+        a = run(tr, mode=mode, event_mode="closed", timeline_steps=0, fast_forward=0).files()
         b = run(tr, mode=mode, event_mode="events", timeline_steps=0).files()
         assert a == b, mode
 

@@ -12,8 +12,8 @@ import math
 import pytest
 import torch
 
-from oasis_exec.engine.sampling import sample
 from oasis_exec.engine.scheduler import SamplingParams
+from oasis_exec.runner.sampling import sample
 from oasis_exec.runner.speculative import accept, emitted_tokens, greedy_accepted, rows_of, target_probs
 
 V, TRIALS, LENGTH = 6, 12_000, 3

@@ -1,4 +1,4 @@
-# Issue 17, overlap: the UVA gather's program count with decode chain 8 (the table, oasis_exec/transfer_table.json,
+# Issue 17, overlap: the UVA gather's program count with decode chain 8 (the table, oasis_exec/transfer/table.json,
 # chose 8 at 16 requests and 16 at 48 from chain-1 steps at 7e41f72), at 16K x 16 and x 44, with the no-transfer twins;
 # then tests/gpu/test_exec_gpu.py at this commit. traces_16 (319a24f) put the 16-request overlap cost spread over the
 # layers (+11 us a layer, 259 against 248 us): the copy kernel's share of the SMs.

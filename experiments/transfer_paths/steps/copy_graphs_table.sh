@@ -21,7 +21,7 @@ timeout -k 10 $(( B + 30 )) $PY -X faulthandler experiments/transfer_paths/trans
   --steps 12 --warmup 3 2>&1 | grep -v " plan " | tee "$OUT/transfer_paths.log"
 say "2. rc=${PIPESTATUS[0]}"
 
-say "3. summary -> oasis_exec/transfer_table.json"
+say "3. summary -> oasis_exec/transfer/table.json"
 table_from "$OUT/transfer_paths.jsonl" /tmp/transfer_paths
 
 B=$(( $(left) - 15 ))

@@ -5,7 +5,7 @@
 # 1. pytest -m gpu: the graph-mode host path (graph == eager, slots == host pool) and the executor   -> pytest_gpu.txt
 # 2. transfer_paths.py at 64/32/8: uva 8/16 (graph) against host 16 threads (graph and eager), each with the side
 #    streams at normal and at high CUDA priority                                                    -> transfer_paths.jsonl
-# 3. its summary on the device: the choice table the engine reads (oasis_exec/transfer_table.json) -> transfer_table.json
+# 3. its summary on the device: the choice table the engine reads (oasis_exec/transfer/table.json) -> transfer_table.json
 # 4. h200_headline.py: dense at 21 and lookahead at 16/40/48/56 (+ no-transfer at 16) with transfer=auto,
 #    i.e. with the table just measured                                                         -> headline.jsonl
 # Progress lines with timestamps go to stdout and $OUT/progress.log. Step 4 runs even if the host path failed (the
@@ -25,7 +25,7 @@ timeout -k 10 $(( B + 30 )) $PY -X faulthandler experiments/transfer_paths/trans
   | tee "$OUT/transfer_paths.log"
 say "2. rc=${PIPESTATUS[0]}"
 
-say "3. summary -> oasis_exec/transfer_table.json"
+say "3. summary -> oasis_exec/transfer/table.json"
 table_from "$OUT/transfer_paths.jsonl" "$OUT/transfer_paths"
 
 B=$(( $(left) - 15 ))

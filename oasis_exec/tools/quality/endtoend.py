@@ -60,13 +60,13 @@ import math
 import os
 import random
 import shlex
-import subprocess
 import sys
 import time
 from dataclasses import asdict, dataclass, field
 
 import torch
 
+from oasis_core import provenance
 from oasis_core.geometry import HOST_KV_DTYPES
 from oasis_core.modes import get as get_mode
 
@@ -626,26 +626,6 @@ def _shift_figures(tasks: dict, dense_run: dict | None, tok) -> dict:
 # -- the command ----------------------------------------------------------------------------------------------------
 
 
-def _commit() -> str:
-    if os.environ.get("OASIS_COMMIT"):
-        return os.environ["OASIS_COMMIT"]
-    try:
-        root = os.path.dirname(os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))))
-        c = subprocess.run(
-            ["git", "rev-parse", "--short", "HEAD"], cwd=root, capture_output=True, text=True, check=True
-        ).stdout.strip()
-        dirty = subprocess.run(
-            ["git", "status", "--porcelain", "--", "oasis_exec", "oasis_core"],
-            cwd=root,
-            capture_output=True,
-            text=True,
-            check=True,
-        ).stdout.strip()
-        return c + ("+dirty" if dirty else "")
-    except (OSError, subprocess.CalledProcessError):
-        return "unknown"
-
-
 def exec_config(
     v: Variant,
     n_tokens: int,
@@ -1128,7 +1108,7 @@ def run(args) -> int:
         "dtype": dtype,
         "torch": torch.__version__,
         "date": date.strftime("%Y-%m-%d %H:%M UTC"),
-        "commit": args.commit or _commit(),
+        "commit": args.commit or provenance.commit(dirty_paths=("oasis_exec", "oasis_core")),
         "command": command,
         "settings": {
             "lengths": args.lengths,

@@ -53,7 +53,6 @@ import hashlib
 import json
 import os
 import shlex
-import subprocess
 import sys
 import time
 from dataclasses import dataclass, field
@@ -61,6 +60,7 @@ from dataclasses import dataclass, field
 import numpy as np
 import torch
 
+from oasis_core import provenance
 from oasis_core.scoring import build_summaries, num_blocks, score_blocks, topk_blocks
 
 from ...model.gguf import sha256_file
@@ -417,25 +417,6 @@ MEASURED_SOURCES = (
     "oasis_core",
     "traces/texts",
 )
-
-
-def _commit() -> str:
-    """HEAD, with ``+dirty`` when a file the measurement depends on differs from it."""
-    try:
-        root = os.path.dirname(os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))))
-        c = subprocess.run(
-            ["git", "rev-parse", "--short", "HEAD"], cwd=root, capture_output=True, text=True, check=True
-        ).stdout.strip()
-        dirty = subprocess.run(
-            ["git", "status", "--porcelain", "--untracked-files=no", "--", *MEASURED_SOURCES],
-            cwd=root,
-            capture_output=True,
-            text=True,
-            check=True,
-        ).stdout.strip()
-        return c + ("+dirty" if dirty else "")
-    except (OSError, subprocess.CalledProcessError):
-        return "unknown"
 
 
 def _source_sha() -> str:
@@ -845,7 +826,7 @@ def run(args) -> int:
         "dtype": args.dtype,
         "torch": torch.__version__,
         "date": datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%d %H:%M UTC"),
-        "commit": args.commit or _commit(),
+        "commit": args.commit or provenance.commit(dirty_paths=MEASURED_SOURCES),
         "harness_sha256": _source_sha(),
         "command": "python -m oasis_exec quality selection "
         + shlex.join(sys.argv[sys.argv.index("selection") + 1 :] if "selection" in sys.argv else []),

@@ -1,0 +1,187 @@
+"""The bench's view: what ``python -m oasis_exec bench`` measures, predicted by the simulator.
+
+The executor's bench fills ``concurrency`` lanes with a synthesized prefill of ``context`` tokens each, runs
+``warmup`` scheduler steps, then times ``steps`` more, every lane decoding in lockstep (a scheduler step runs a
+decode chain of ``decode_chain`` tokens); it reports TPOT (a token's time), tok/s (lanes / TPOT) and host->GPU bytes
+a decode pass. ``run_point`` builds the same closed loop in the simulator (``SimConfig.decode_only``,
+``kv_budget_gb`` with the executor's lane rules, ``no_transfer`` for the twin) and reads the same three figures off
+the step log.
+
+A **bench point** (one JSON object a line, ``traces/bench_points/``) names a measured run: the configuration
+(``model``, ``mode``, ``engine`` oasis | vllm, ``context``, ``lanes``, ``kv_budget_gb``, ``top_k``, ``hot_slots``,
+``fetch_ratio``, ``no_transfer``, ``transfer_path``, ``decode_chain``, ``host_kv_dtype``, ``synthetic_preset``),
+what it measured (``tpot_ms``, ``tok_s``, ``bytes_per_step`` or null) and where it comes from (``weights`` real |
+dummy, ``selection``, ``device``, ``date``, ``commit``, ``source``).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from dataclasses import asdict, dataclass, fields
+from typing import Optional
+
+from oasis_core.trace import Request, Trace
+
+from .config import ConfigError, SimConfig
+
+WARMUP_STEPS = 4  # the bench's defaults (oasis_exec.bench): warm-up and timed scheduler steps
+TIMED_STEPS = 24
+
+
+@dataclass(frozen=True)
+class BenchPoint:
+    model: str
+    mode: str
+    context: int
+    lanes: int
+    tpot_ms: Optional[float] = None
+    tok_s: Optional[float] = None
+    bytes_per_step: Optional[float] = None
+    engine: str = "oasis"
+    hardware: str = "h200"
+    kv_budget_gb: Optional[float] = None
+    top_k: int = 128
+    hot_slots: Optional[int] = None
+    fetch_ratio: float = 0.05
+    no_transfer: bool = False
+    transfer_path: str = "uva"
+    decode_chain: int = 8
+    host_kv_dtype: str = "auto"
+    synthetic_preset: str = "smollm2"
+    weights: str = "dummy"
+    selection: str = "synthetic"
+    device: str = "NVIDIA H200"
+    date: str = ""
+    commit: str = ""
+    source: str = ""
+    note: str = ""
+
+    @property
+    def name(self) -> str:
+        s = f"{self.engine}:{self.model}:{self.mode}:{self.context}x{self.lanes}"
+        if self.mode != "dense":
+            s += f":K{self.top_k}"
+            if self.hot_slots:
+                s += f":S{self.hot_slots}"
+        if self.no_transfer:
+            s += ":nt"
+        if self.host_kv_dtype != "auto":
+            s += f":{self.host_kv_dtype}"
+        return s + (f"@{self.commit}" if self.commit else "")
+
+    def measured_tpot_s(self) -> Optional[float]:
+        if self.tpot_ms is not None:
+            return self.tpot_ms / 1e3
+        if self.tok_s:
+            return self.lanes / self.tok_s
+        return None
+
+    def config(self, **over) -> SimConfig:
+        """The simulator's configuration of this point (``over``: more SimConfig fields, e.g. the predictor)."""
+        vals = dict(
+            model=self.model,
+            hardware=self.hardware,
+            mode=self.mode,
+            engine=self.engine,
+            top_k=self.top_k,
+            hot_slots=self.hot_slots,
+            fetch_ratio=self.fetch_ratio,
+            transfer_path=self.transfer_path,
+            host_kv_dtype=self.host_kv_dtype,
+            kv_budget_gb=self.kv_budget_gb,
+            decode_only=True,
+            no_transfer=self.no_transfer,
+            decode_chain=self.decode_chain,
+            concurrency=self.lanes,
+            synthetic={"preset": self.synthetic_preset},
+            timeline_steps=0,
+            short_context=False,
+            max_batch=max(256, self.lanes),
+        )
+        vals.update(over)
+        from .config import make_config
+
+        return make_config(vals)
+
+
+def load_points(paths) -> list:
+    """Bench points from ``.jsonl`` files and folders of them (sorted), each tagged with its file in ``source``
+    when it names none."""
+    files = []
+    for p in paths:
+        if os.path.isdir(p):
+            files += sorted(os.path.join(dp, f) for dp, _d, fs in os.walk(p) for f in fs if f.endswith(".jsonl"))
+        else:
+            files.append(p)
+    names = {f.name for f in fields(BenchPoint)}
+    out = []
+    for f in files:
+        try:
+            text = open(f, encoding="utf-8").read()
+        except OSError as e:
+            raise ConfigError(f"{f}: cannot read: {e.strerror}") from None
+        for i, line in enumerate(text.splitlines(), 1):
+            if not line.strip():
+                continue
+            try:
+                d = json.loads(line)
+            except json.JSONDecodeError as e:
+                raise ConfigError(f"{f}:{i}: not JSON: {e.msg}") from None
+            bad = sorted(set(d) - names)
+            if bad:
+                raise ConfigError(f"{f}:{i}: {bad[0]}: unknown bench-point field")
+            d.setdefault("source", f)
+            try:
+                out.append(BenchPoint(**d))
+            except TypeError as e:
+                raise ConfigError(f"{f}:{i}: {e}") from None
+    return out, files
+
+
+def dumps_point(p: BenchPoint) -> str:
+    return json.dumps({k: v for k, v in asdict(p).items() if v not in (None, "")}, sort_keys=True)
+
+
+def bench_trace(context: int, lanes: int, output_tokens: int) -> Trace:
+    return Trace(tuple(Request(i, 0.0, context, output_tokens) for i in range(lanes)))
+
+
+@dataclass(frozen=True)
+class BenchResult:
+    tpot_s: float
+    tok_s: float
+    bytes_per_step: float  # host->GPU bytes a decode pass (a token of every lane)
+    lanes: int  # lanes that ran together (the budget's, at most the concurrency)
+    wall_s: float
+    steps: int
+
+    def as_dict(self) -> dict:
+        return {
+            "tpot_ms": round(self.tpot_s * 1e3, 4),
+            "tok_s": round(self.tok_s, 2),
+            "bytes_per_step": round(self.bytes_per_step),
+            "lanes": self.lanes,
+            "wall_s": round(self.wall_s, 3),
+            "steps": self.steps,
+        }
+
+
+def run_point(p: BenchPoint, warmup: int = WARMUP_STEPS, steps: int = TIMED_STEPS, **over) -> BenchResult:
+    """Simulate the bench run of ``p``: lanes decoding in lockstep, ``warmup`` then ``steps`` scheduler steps of
+    ``decode_chain`` tokens; TPOT = mean decode-pass time of the timed passes."""
+    from .sim import simulate
+
+    cfg = p.config(**over)
+    chain = min(cfg.decode_chain, cfg.block_size)
+    out_tokens = (warmup + steps + 1) * chain
+    res = simulate(cfg, bench_trace(p.context, p.lanes, out_tokens))
+    lg = res.steps
+    lo, hi = warmup * chain, (warmup + steps) * chain
+    idx = [i for i in range(lo, min(hi, len(lg.dur))) if lg.decode[i] and not lg.prefill[i]]
+    if not idx:
+        raise ConfigError(f"bench point {p.name}: no decode step to time")
+    dur = sum(lg.dur[i] for i in idx) / len(idx)
+    n = max(lg.decode[i] for i in idx)
+    nbytes = sum(lg.h2d[i] for i in idx) / len(idx)
+    return BenchResult(dur, n / dur, nbytes, n, res.wall_s, len(lg.dur))

@@ -1,0 +1,158 @@
+"""The calibrated predictor, the bench's view and the calibration step (oasis_sim.calibrated / bench / calibrate)."""
+
+from __future__ import annotations
+
+import hashlib
+import os
+from dataclasses import replace
+
+import numpy as np
+import pytest
+
+from oasis_core import lanes
+from oasis_core.geometry import KVGeometry
+from oasis_core.specs import get_model
+from oasis_sim.bench import BenchPoint, bench_trace, load_points, run_point
+from oasis_sim.calibrate import fit, point_key, predict
+from oasis_sim.calibrated import SHIPPED, load_calibration
+from oasis_sim.sim import bench_lanes, make_requests
+
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+
+
+def test_closed_form_equals_the_simulated_bench_step():
+    """calibrate's steady step (fed the simulator's own bytes) is the engine's step for the same point."""
+    params = load_calibration().params
+    for p in (
+        BenchPoint("qwen3-8b", "lookahead", 16384, 8, kv_budget_gb=52.0),
+        BenchPoint("qwen3-8b", "lookahead", 16384, 8, kv_budget_gb=52.0, hot_slots=128, decode_chain=1),
+        BenchPoint("smollm2-135m", "dense", 7800, 15, kv_budget_gb=3.0),
+        BenchPoint("qwen3-8b", "dense", 16384, 8, kv_budget_gb=52.0, engine="vllm", decode_chain=1),
+    ):
+        r = run_point(p, warmup=2, steps=3, predictor="calibrated")
+        got = predict([replace(p, hot_slots=None)], params, bytes_of=lambda _p, b=r.bytes_per_step: b)[0]
+        assert got == pytest.approx(r.tpot_s, rel=0.01), p.name
+
+
+def test_victim_cache_and_lanes_follow_the_executor_rule():
+    """At 52 GB and 16K, 48 lanes hold a victim cache of 3K slots a row, 96 do not (figures_victim_vllm_4e13b06,
+    fp8_both_vllm_6fa88eb); the simulator and oasis_core.lanes agree."""
+    for n, slots in ((48, 384), (96, 128)):
+        p = BenchPoint("qwen3-8b", "lookahead", 16384, n, kv_budget_gb=52.0)
+        cfg = p.config()
+        reqs = make_requests(bench_trace(16384, n, 40), cfg)
+        got = bench_lanes(cfg, KVGeometry(get_model("qwen3-8b"), 16), reqs)
+        assert got.slots == slots
+        assert got.lanes == int(52e9 // got.lane_bytes) >= n
+    geo = KVGeometry(get_model("qwen3-8b"), 16)
+    assert lanes.sparse_lane_bytes(geo, 384, 1030) > lanes.sparse_lane_bytes(geo, 128, 1030)
+    assert lanes.budget_lanes(None, 10, None) == lanes.DEFAULT_LANES
+    assert lanes.budget_lanes(100.0, 10, 3) == 3
+    assert lanes.host_pool_blocks(None, 10, 4, 100, 7) == 400
+
+
+def test_no_transfer_twin_and_decode_chain():
+    p = BenchPoint("qwen3-8b", "lookahead", 16384, 8, kv_budget_gb=52.0, hot_slots=128)
+    with_copy = run_point(p, warmup=2, steps=3, predictor="calibrated")
+    twin = run_point(replace(p, no_transfer=True), warmup=2, steps=3, predictor="calibrated")
+    assert with_copy.bytes_per_step > 0 and twin.bytes_per_step == 0
+    assert twin.tpot_s < with_copy.tpot_s
+    chain1 = run_point(replace(p, decode_chain=1), warmup=2, steps=3, predictor="calibrated")
+    host = load_calibration().params.step_host_s
+    assert chain1.tpot_s - with_copy.tpot_s == pytest.approx(host * (1 - 1 / 8), rel=0.02)
+
+
+def test_fit_recovers_constants_it_generated():
+    """Points whose TPOT the shipped constants predict are refitted to within 1% of every TPOT."""
+    pts, _ = load_points([os.path.join(ROOT, "traces", "bench_points", "train")])
+    pts = [p for p in pts if p.decode_chain == 8 or p.model == "smollm2-135m" or p.engine == "vllm"][:30]
+    params = load_calibration().params
+    t = predict(pts, params)
+    synthetic = [replace(q, tpot_ms=float(s * 1e3), tok_s=None) for q, s in zip(pts, t)]
+    got, used, err = fit(synthetic)
+    assert len(used) == len(synthetic)
+    assert np.max(np.abs(err)) < 0.01
+
+
+def test_shipped_calibration_names_its_provenance():
+    cal = load_calibration(SHIPPED)
+    assert cal.hardware == "h200" and cal.date and cal.commit
+    assert cal.fit["points"] >= 40 and cal.fit["fitted_points"]
+    for entry in cal.fitted_on:
+        path, sha = entry.split(" sha256:")
+        with open(os.path.join(ROOT, path), "rb") as f:
+            assert hashlib.sha256(f.read()).hexdigest()[:16] == sha, path
+    models = {p.model for p in load_points([os.path.join(ROOT, path.split(" ")[0]) for path in cal.fitted_on])[0]}
+    assert {"qwen3-8b", "smollm2-135m"} <= models
+
+
+def test_heldout_points_were_never_fitted():
+    cal = load_calibration()
+    held, _ = load_points([os.path.join(ROOT, "traces", "bench_points", "heldout")])
+    assert held and not {point_key(p) for p in held} & set(cal.fit["fitted_points"])
+
+
+def test_validate_refuses_a_fitted_point():
+    from oasis_sim.validate_bench import LeakError, validate_points
+
+    pts, _ = load_points([os.path.join(ROOT, "traces", "bench_points", "train", "vllm_dense.jsonl")])
+    with pytest.raises(LeakError):
+        validate_points(pts[:1], ("calibrated",))
+
+
+def test_run_defaults_to_the_calibrated_predictor():
+    from oasis_sim.cli import build_parser, config_from_args
+
+    args = build_parser().parse_args(["run", "--max-requests", "2"])
+    assert config_from_args(args).predictor == "calibrated"
+    args = build_parser().parse_args(["run", "--predictor", "roofline"])
+    assert config_from_args(args).predictor == "roofline"
+
+
+def test_calibrated_ops_never_beat_the_physical_floor():
+    from oasis_core.specs import get_hardware
+    from oasis_sim.calibrated import CalibratedPredictor
+    from oasis_sim.predictor import RooflinePredictor
+
+    params = load_calibration().params
+    for model in ("qwen3-8b", "smollm2-135m"):
+        m, hw = get_model(model), get_hardware("h200")
+        floor = RooflinePredictor.floor(m, hw)
+        for mode, engine in (("lookahead", "oasis"), ("dense", "oasis"), ("dense", "vllm")):
+            p = CalibratedPredictor(m, hw, params, mode, engine)
+            for op, shape in (
+                ("gemm_layer", {"tokens": 1}),
+                ("gemm_layer", {"tokens": 8192}),
+                ("attn_decode", {"kv_bytes": 1e9}),
+                ("attn_decode", {"kv_bytes": 1e9, "kind": "sliding"}),
+                ("lm_head", {"tokens": 64}),
+                ("step_overhead", {"chain": 8}),
+            ):
+                assert p.time(op, shape) >= floor.time(op, shape), (model, mode, engine, op)
+
+
+def test_bench_command_prints_the_executor_bench_figures(capsys):
+    import json
+
+    from oasis_sim.cli import main
+
+    argv = ["bench", "--context", "4096", "--concurrency", "8", "--model", "smollm2-135m", "--hardware", "h200"]
+    assert main([*argv, "--top-k", "64", "--kv-budget-gb", "3", "--steps", "2", "--warmup", "1", "--json"]) == 0
+    out = json.loads(capsys.readouterr().out)
+    assert out["point"] == "oasis:smollm2-135m:lookahead:4096x8:K64" and out["predictor"] == "calibrated"
+    assert out["lanes"] == 8 and out["tok_s"] == pytest.approx(8 / (out["tpot_ms"] / 1e3), rel=1e-3)
+    assert main([*argv, "--mode", "quest", "--engine", "vllm"]) == 2  # vLLM runs dense only: one line, exit 2
+
+
+def test_fast_forward_changes_no_bench_figure():
+    """The fast-forward takes most of a bench's steps at once; the figures are those of every step simulated."""
+    for p in (
+        BenchPoint("qwen3-8b", "dense", 16384, 8, kv_budget_gb=52.0),
+        BenchPoint("smollm2-135m", "dense", 7800, 16, kv_budget_gb=3.0, engine="vllm", decode_chain=1),
+        BenchPoint("smollm2-135m", "lookahead", 4096, 8, top_k=64, kv_budget_gb=3.0),
+    ):
+        fast, slow = run_point(p, warmup=9, steps=4), run_point(p, warmup=9, steps=4, fast_forward=0)
+        # dense: exact; sparse: a stretch leaves out the summaries of the blocks it crosses (1e-5 measured)
+        rel = 1e-9 if p.mode == "dense" else 1e-4
+        assert fast.tpot_s == pytest.approx(slow.tpot_s, rel=rel), p.name
+        assert fast.bytes_per_step == pytest.approx(slow.bytes_per_step, rel=1e-9), p.name
