@@ -45,7 +45,7 @@ from oasis_core.speculation import AdaptiveK, parse_spec, synthetic_acceptance
 from . import tensor_parallel
 from .config import ExecConfig
 from .decode_graphs import DecodeGraphs
-from .draft import DraftHead
+from .draft_attn import build_draft
 from .fetch_caps import DeviceCaps
 from .kv_layout import build_kv_layout
 from .model import Decoder
@@ -120,7 +120,8 @@ class Runner:
             )
         draft = None
         if mode.drafts or cfg.spec_max_k:
-            draft = DraftHead.build(
+            draft = build_draft(
+                cfg.draft_head,
                 decoder.full_shape,  # replicated on every rank: the same head as with one rank
                 decoder.embed,
                 cfg.draft_path,
@@ -128,7 +129,8 @@ class Runner:
                 cfg.seed + 1,
                 dt,
                 dev,
-                lm_head=decoder.lm_head,
+                decoder.lm_head,
+                cfg.max_context,
             )
         self.bs, self.H, self.L = cfg.block_size, s.n_kv_heads, s.n_layers
         self.K = cfg.top_k
@@ -525,7 +527,7 @@ class Runner:
         """The draft tokens after a step (``lanes``: the step's, on the device). In an all-short step only the lanes
         whose next step is their crossing draft: a short lane's draft token is read only from its crossing on (its
         lookahead query)."""
-        if short != "all":
+        if short != "all" or self.model.draft_attends:  # an attending head writes every position's K/V
             self.model.propose(lanes, aux, tok)
             return
         nxt = [i for i, p in enumerate(pos_list) if self.short.crossing(p + 2)]
