@@ -7,8 +7,8 @@ layer, ``oasis_exec.draft_attn``) or ``single`` (today's single-key head, ``oasi
 ``corpus`` (here, on the CPU; nothing downloaded): real text of this machine -- CPython's standard library sources
 and the text files of ``/usr/share/doc`` (``oasis_exec.draft_train.corpus_files``: copyright files, changelogs,
 tests and the CPython evaluation texts left out), split train / held-out by a hash of the file name, shuffled (seeded)
-and joined with blank lines, tokenized, and cut into ``--n-train`` / ``--n-held`` windows of ``--seq-len`` tokens
-(the token streams are long enough that windows rarely overlap; they may). The evaluation texts are held out and
+and joined with blank lines, tokenized, and cut into ``--n-train`` / ``--n-held`` consecutive windows of ``--seq-len``
+tokens (no two overlap when the files hold enough text; else random windows, ``_windows``). The evaluation texts are held out and
 named: ``text:licences``, the Debian common licences joined (``/usr/share/common-licenses``: never in the training
 pool), and the held-out windows. Ids are stored as uint16 when the vocabulary fits, else int32.
 
@@ -78,9 +78,14 @@ def _stream(tok, files, need: int, seed: int) -> np.ndarray:
 
 
 def _windows(stream: np.ndarray, n: int, length: int, seed: int) -> np.ndarray:
+    """``n`` windows of ``length`` tokens: consecutive, non-overlapping ones when the stream holds them (in a seeded
+    order), else at seeded random starts (they may overlap)."""
     if len(stream) < length:
         raise ValueError(f"the text holds {len(stream)} tokens, fewer than one window of {length}")
     rng = np.random.default_rng(seed)
+    if len(stream) >= n * length:
+        order = rng.permutation(len(stream) // length)[:n]
+        return np.stack([stream[i * length : (i + 1) * length] for i in order])
     starts = rng.integers(0, len(stream) - length + 1, size=n)
     return np.stack([stream[s : s + length] for s in starts])
 
@@ -91,8 +96,8 @@ def cmd_corpus(a) -> int:
     train = [f for f in files if not held_out(f)]
     held = [f for f in files if held_out(f)]
     T = a.seq_len
-    tr = _windows(_stream(tok, train, 2 * a.n_train * T, a.seed), a.n_train, T, a.seed + 1)
-    he = _windows(_stream(tok, held, 2 * a.n_held * T, a.seed + 2), a.n_held, T, a.seed + 3)
+    tr = _windows(_stream(tok, train, a.n_train * T + T, a.seed), a.n_train, T, a.seed + 1)
+    he = _windows(_stream(tok, held, a.n_held * T + T, a.seed + 2), a.n_held, T, a.seed + 3)
     lic = sorted(os.path.join(LICENCES, f) for f in os.listdir(LICENCES)) if os.path.isdir(LICENCES) else []
     out = {"train": tr, "held": he, "held_files": np.array(sorted(os.path.basename(f) for f in held))}
     if lic:
@@ -210,10 +215,14 @@ def train(target: Target, seqs, a, log) -> tuple[dict, AttnShape]:
 
 
 def _sha(path: str) -> str:
+    """sha256 of a file, or of a directory's files in name order (a Hugging Face directory)."""
     h = hashlib.sha256()
-    with open(path, "rb") as fh:
-        for b in iter(lambda: fh.read(1 << 20), b""):
-            h.update(b)
+    files = [os.path.join(path, f) for f in sorted(os.listdir(path))] if os.path.isdir(path) else [path]
+    for f in files:
+        if os.path.isfile(f):
+            with open(f, "rb") as fh:
+                for b in iter(lambda fh=fh: fh.read(1 << 20), b""):
+                    h.update(b)
     return h.hexdigest()
 
 
