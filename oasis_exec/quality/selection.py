@@ -297,6 +297,7 @@ def measure_tokens(dec, tokens, setup: Setup, head=None, progress=None, attn_hea
     masses = []
     agree = {k: {(d, m): [] for d in setup.drafts for m in ("sparse", "dense")} for k in ks}
     for li in range(layers):
+        keep_pol = bool(setup.policies) and (not setup.report_layers or li in setup.report_layers)  # the replay's rows
         k_l, v_l = trace.k[li], trace.v[li]
         kmin, kmax = build_summaries(k_l.float().transpose(0, 1), bs)  # [Hkv, NB, D]
         probs = metrics.attention_probs(trace.q_next[li], k_l, ts_d + 2)
@@ -368,8 +369,8 @@ def measure_tokens(dec, tokens, setup: Setup, head=None, progress=None, attn_hea
                 "drafts": drafts,
             }
         )
-        if keep_pol:
-            out[-1]["policies"] = policy_replay(setup, pol[k], masses, (ts_d + 1) // bs, layers)
+        if setup.policies:
+            out[-1]["policies"] = policy_replay(setup, pol[k], masses, (ts_d + 1) // bs, len(keep))
     return out
 
 
@@ -981,7 +982,12 @@ def run(args) -> int:
     if not args.no_fit:
         for _key, avg in average_.items():
             avg["fit"] = fit_all(
-                avg, dec.shape.n_layers, dec.shape.n_kv_heads, args.positions, args.seed, args.fit_drafts or [fit_draft]
+                avg,
+                len(args.report_layers) if args.report_layers else dec.shape.n_layers,
+                dec.shape.n_kv_heads,
+                args.positions,
+                args.seed,
+                args.fit_drafts or [fit_draft],
             )
     doc["elapsed_s"] = round(time.time() - t0, 1)
     out = args.out or os.path.join("experiments", "draft_predicts_next_blocks", "results", "selection.json")

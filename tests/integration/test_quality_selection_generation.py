@@ -96,3 +96,26 @@ def test_cli_in_generation(monkeypatch, tmp_path):
         assert r["drafts"]["oracle"]["dense"]["mean"] == 1.0  # and its dense query is the true next query
     name, ids = npz_ids(f"{npz}:held:1", 120)
     assert name == "ids:held:1" and ids == [int(t) for t in (np.arange(150, 270) % TINY.vocab)]
+
+
+def test_synthetic_vs_real_reads_the_replay(monkeypatch, tmp_path, capsys):
+    from experiment_scripts import load_script
+
+    monkeypatch.setattr(Decoder, "from_path", staticmethod(lambda *a, **k: Decoder.build(TINY, seed=3)))
+    monkeypatch.setattr(texts, "hf_tokenizer", lambda path: _Chars())
+    out = tmp_path / "sel.json"
+    argv = ["quality", "selection", "--model-path", "README.md", "--texts", "shlex.py", "--n-tokens", "200"]
+    argv += ["--k-blocks", "4", "--block-size", "8", "--positions", "12", "--drafts", "ngram", "oracle"]
+    argv += ["--generate", "greedy", "--policies", "unlimited", "--slots-ratio", "1", "2", "3"]
+    argv += ["--policy-draft", "ngram", "--fit-draft", "ngram", "--device", "cpu", "--threads", "1", "--out", str(out)]
+    assert exec_main.main(argv) == 0
+    svr = load_script("long_context_draft/synthetic_vs_real.py")
+    doc = json.loads(out.read_text())
+    real = svr.real_fetch(doc["results"][0])
+    assert sorted(real) == [1.0, 2.0, 3.0] and real[1.0] >= real[2.0] >= real[3.0] >= 0  # more slots, fewer fetches
+    rc = svr.main([str(out), "--preset", "smollm2", "fit:ngram", "--out", str(tmp_path / "svr.json")])
+    rows = json.loads((tmp_path / "svr.json").read_text())["rows"]
+    assert [r["preset"] for r in rows] == ["smollm2", "fit:ngram"]
+    assert rc == (0 if all(r["within_tolerance"] for r in rows) else 1)
+    for r in rows:
+        assert set(r["real_savings"]) == {"2.0", "3.0"}  # JSON keys: the ratios S / K

@@ -15,6 +15,11 @@ timeout -k 10 "${QUALITY_S:-540}" $PY -m oasis_exec quality selection --model-pa
   --token-texts $D/data/gemma_32k.npz:text:licences $D/data/gemma_32k.npz:held:0 \
   --n-tokens 4096 16384 32768 --positions 64 --k-blocks 64 128 256 --generate "$G" --temperature 0.7 \
   --report-layers 5 11 17 --drafts eagle3_attn ngram oracle random --draft-attn-path "$HA" --device cuda \
-  --dtype bfloat16 --no-fit --commit "$OASIS_COMMIT" --out "$OUT/selection_gen_$G.json" 2>&1 \
+  --policies unlimited --slots-ratio 1 2 3 --policy-draft eagle3_attn --fit-draft eagle3_attn \
+  --dtype bfloat16 --commit "$OASIS_COMMIT" --out "$OUT/selection_gen_$G.json" 2>&1 \
   | grep -v -E 'Warning|it/s\]' | tee "$OUT/selection_gen_$G.txt"
 say "quality rc=${PIPESTATUS[0]}"
+# Synthetic selections against these real ones: fetches a row a step at S = K, 2K, 3K (each within 10% of real)
+timeout -k 5 120 $PY $D/synthetic_vs_real.py "$OUT/selection_gen_$G.json" --preset smollm2 paper fit:eagle3_attn \
+  --out "$OUT/synthetic_vs_real_$G.json" 2>&1 | tee "$OUT/synthetic_vs_real_$G.txt"
+say "synthetic_vs_real rc=${PIPESTATUS[0]} (1: some preset outside 10%)"
