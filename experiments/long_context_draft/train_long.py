@@ -18,9 +18,9 @@ its own (half greedy, half sampled at T = 0.7): the model's own long continuatio
 sequence (the real windows and the continued ones) keeps, at every position, the features the engine hands the
 head and the target's final normed hidden state (its logits come from it at the picked positions); (3) the head
 learns, at random entries p of whole sequences (``--seqs`` a step, ``--picks`` entries a step, positions 0 ..
-seq_len - 2: up to the model's limit), the target's distribution at p + 1 (soft cross-entropy, AdamW, cosine),
-until ``--steps`` or ``--max-seconds``; (4) acceptance by position bucket (``accept_buckets.evaluate``) for the new
-head and each ``--compare`` head. ``DIR`` gets ``model.safetensors``, ``config.json`` (provenance) and
+seq_len - 2: up to the model's limit), the target's distribution at p + 1 (soft cross-entropy, AdamW, cosine over
+``--steps`` or ``--max-seconds``, whichever ends first); (4) acceptance by position bucket
+(``accept_buckets.evaluate``) for the new head and each ``--compare`` head. ``DIR`` gets ``model.safetensors``, ``config.json`` (provenance) and
 ``accept.json``.
 """
 
@@ -177,16 +177,20 @@ def train(target: Target, seqs, a, log) -> tuple[dict, AttnShape]:
     }
     opt = torch.optim.AdamW(list(w.values()), lr=a.lr, weight_decay=0.01, betas=(0.9, 0.95))
     warm = min(100, a.steps // 10 + 1)
-    sched = torch.optim.lr_scheduler.LambdaLR(
-        opt, lambda i: min(1.0, (i + 1) / warm) * 0.5 * (1 + math.cos(math.pi * min(i, a.steps) / a.steps))
-    )
     lm = target.lm_head.detach()
     N, T, _ = aux.shape
     gen = torch.Generator().manual_seed(a.seed)
     cuda = dev.type == "cuda"
     amp = torch.autocast("cuda", dtype=torch.bfloat16) if cuda else torch.autocast("cpu", enabled=False)
-    t0 = time.time()
+    t0, done = time.time(), 0
     for i in range(a.steps):
+        # progress: steps or seconds, whichever binds first, so that the cosine decay ends either way
+        progress = max(i / a.steps, (time.time() - t0) / a.max_seconds)
+        if progress >= 1:
+            log(f"stopped at step {i} of {a.steps}: --max-seconds {a.max_seconds} reached")
+            break
+        for grp in opt.param_groups:
+            grp["lr"] = a.lr * min(1.0, (i + 1) / warm) * 0.5 * (1 + math.cos(math.pi * progress))
         rows = torch.randint(0, N, (a.seqs,), generator=gen).to(dev)
         x = aux[rows, : T - 1]  # entries 0 .. T - 2
         emb = target.embed[seqs[rows, 1:]]  # token p + 1
@@ -202,15 +206,14 @@ def train(target: Target, seqs, a, log) -> tuple[dict, AttnShape]:
         loss.backward()
         torch.nn.utils.clip_grad_norm_(list(w.values()), 1.0)
         opt.step()
-        sched.step()
-        over = time.time() - t0 > a.max_seconds
-        if i % max(1, a.steps // 20) == 0 or i == a.steps - 1 or over:
+        done = i + 1
+        if i % max(1, a.steps // 20) == 0 or i == a.steps - 1:
             acc = (lg.argmax(-1) == tgt_p.argmax(-1)).float().mean().item()
-            log(f"step {i:5d}/{a.steps}  loss {loss.item():.3f}  batch acceptance {acc:.3f}  {time.time() - t0:.0f}s")
-        if over:
-            log(f"stopped at step {i + 1} of {a.steps}: --max-seconds {a.max_seconds} reached")
-            break
-    a.steps_done = i + 1
+            log(
+                f"step {i:5d}/{a.steps}  loss {loss.item():.3f}  batch acceptance {acc:.3f}  lr {grp['lr']:.2e}  "
+                f"{time.time() - t0:.0f}s"
+            )
+    a.steps_done = done
     return {k: v.detach() for k, v in w.items()}, attn
 
 
