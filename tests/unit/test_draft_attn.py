@@ -146,3 +146,15 @@ def test_single_key_head_still_runs_and_chains_are_refused():
     assert a == b and all(len(o) == 6 for o in a)
     with pytest.raises(ValueError, match="draft_head"):
         cfg("lookahead", draft_head="attn", speculative_k=2)
+
+
+def test_synthesized_prompts_fill_the_draft_kv():
+    from exec_cases import run_synthesized
+
+    ps = prompts()
+    eng, out, _ = run_synthesized(cfg("lookahead", draft_head="attn"), ps, 5)
+    head = eng.runner.model.draft
+    # A synthesized prompt fills positions 0 .. len - 2; each of the 5 steps writes its own position.
+    assert sorted(int(head.kv.n[ln]) for ln in range(3)) == sorted(len(p) - 1 + 5 for p in ps)
+    assert all(len(o) == 5 for o in out)
+    eng.close()
