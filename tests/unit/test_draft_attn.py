@@ -158,3 +158,10 @@ def test_synthesized_prompts_fill_the_draft_kv():
     assert sorted(int(head.kv.n[ln]) for ln in range(3)) == sorted(len(p) - 1 + 5 for p in ps)
     assert all(len(o) == 5 for o in out)
     eng.close()
+
+
+def test_every_position_written_once_through_short_steps_and_the_crossing():
+    ps, n_new = prompts(), 30  # top_k 4: 33 tokens stay short, 70 cross at 80, 100 start long
+    got = []
+    run_logits(cfg("lookahead", draft_head="attn"), ps, n_new, lambda r: got.append(r.model.draft))
+    assert sorted(int(got[0].kv.n[ln]) for ln in range(3)) == sorted(len(p) + n_new - 1 for p in ps)
