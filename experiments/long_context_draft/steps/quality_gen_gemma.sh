@@ -3,9 +3,9 @@
 # (token ids made here: data/gemma_32k.npz; no tokenizer runs on the device), P = 64 generated steps, K = 64, 128,
 # 256 blocks, the three full-attention layers reported (5, 11, 17), drafts: the new attention head (HEAD_ATTN),
 # n-gram, oracle (the token produced), random (no single-key head exists for Gemma).
-#   MODEL_DIR=/tmp/mg MODEL_SHA256=a5fd3b62230aa5ec60212297dc9d20eaa70578ac519e00d93a17e44c087a6818 \
+#   MODEL_DIR=/tmp/mg \
 #     OASIS_COMMIT=<sha> [GEN=greedy|sample] [HEAD_ATTN=dir] bash experiments/device.sh long_context_draft/quality_gen_gemma
-export MODEL_SHA256=${MODEL_SHA256:-a5fd3b62230aa5ec60212297dc9d20eaa70578ac519e00d93a17e44c087a6818}
+MODEL_SHA256=a5fd3b62230aa5ec60212297dc9d20eaa70578ac519e00d93a17e44c087a6818  # Gemma 3 270M Q4_K_M (device.sh defaults to SmolLM2)
 need_model || exit 1
 D=experiments/long_context_draft
 G=${GEN:-greedy}

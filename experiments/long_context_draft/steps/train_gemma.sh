@@ -1,12 +1,12 @@
 # Issue 37: train the long-context attention draft head for Gemma 3 270M (sequences of 32,768 tokens: its limit)
 # and score it by position bucket, in the last of the calls that bring Gemma's eight pieces (.models/g*/p_??; the
 # earlier calls `stash` them into the same MODEL_DIR; the gguf wheel carried):
-#   MODEL_DIR=/tmp/mg MODEL_SHA256=a5fd3b62230aa5ec60212297dc9d20eaa70578ac519e00d93a17e44c087a6818 \
+#   MODEL_DIR=/tmp/mg \
 #     OASIS_COMMIT=<sha> bash experiments/device.sh long_context_draft/train_gemma
 # The target's features come from transformers (the GGUF dequantised); its tokenizer is never built on the device
 # (the corpus is tokenized here, data/gemma_32k.npz: transformers 5.17 converts this GGUF's tokenizer wrongly).
 # -> $OUT/gemma-<head>-32k/ (model.safetensors, config.json with the provenance, accept.json), train.log. ~6 min.
-export MODEL_SHA256=${MODEL_SHA256:-a5fd3b62230aa5ec60212297dc9d20eaa70578ac519e00d93a17e44c087a6818}
+MODEL_SHA256=a5fd3b62230aa5ec60212297dc9d20eaa70578ac519e00d93a17e44c087a6818  # Gemma 3 270M Q4_K_M (device.sh defaults to SmolLM2)
 need_model || exit 1
 D=experiments/long_context_draft
 H=${HEAD:-attn}
