@@ -55,6 +55,12 @@ class ExecConfig(SpeculationFields, TransferFields, KVFields, RunFields):
     model_path: str | None = _f(None, "local Hugging Face directory (config.json + *.safetensors); None = dummy")
     draft_path: str | None = _f(None, "local EAGLE-3 draft directory; None = random draft head")
     draft_vocab: int = _f(32000, "draft vocabulary of a random draft head")
+    draft_head: str = _f(
+        "single",
+        "single: the single-key head (its layer attends only its own position); attn: the full EAGLE-3 layer over "
+        "its own K/V of every earlier position (oasis_exec.model.draft_attn; no speculative chains)",
+        ("single", "attn"),
+    )
     dtype: str = _f("bfloat16", "bfloat16 | float32 (CPU tests)", DTYPES)
     device: str = _f("cuda", "cuda | cuda:N | cpu")
     replay_path: str | None = _f(
@@ -274,6 +280,8 @@ class ExecConfig(SpeculationFields, TransferFields, KVFields, RunFields):
             bad("link_gb_s", "must be > 0")
         if self.max_context < self.block_size:
             bad("max_context", "must hold at least one block")
+        if self.draft_head == "attn" and self.spec_max_k:
+            bad("draft_head", "attn drafts no speculative chains (speculative_k must be 0)")
         if self.synthetic is not None:
             from oasis_core.synthetic_presets import resolve
 
