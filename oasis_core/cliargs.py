@@ -34,6 +34,8 @@ import typing
 from collections.abc import Iterable, Mapping
 from typing import Any
 
+from .echo import LINE_LIMIT, show
+
 __all__ = [
     "CliError",
     "OneLineParser",
@@ -52,8 +54,15 @@ class CliError(ValueError):
     """A bad command line; the message is one line naming the option and the value."""
 
 
-def one_line(text: str) -> str:
-    return " ".join(str(text).split())
+def one_line(text: str, limit: int = LINE_LIMIT) -> str:
+    """``text`` on one line (runs of whitespace made one space), at most ``limit`` characters plus the note of a
+    cut: every CLI error line passes through here, so no message, however large a value it quotes, floods a
+    terminal or a log."""
+    text = str(text)
+    line = " ".join(text[: 4 * limit].split())
+    if len(line) <= limit and len(text) <= 4 * limit:
+        return line
+    return f"{line[:limit]}... [message cut: {len(text)} characters]"
 
 
 class OneLineParser(argparse.ArgumentParser):
@@ -76,10 +85,10 @@ def number(kind):
             v = kind(text)
         except ValueError:
             raise argparse.ArgumentTypeError(
-                f"must be {'an integer' if kind is int else 'a number'}, got {text!r}"
+                f"must be {'an integer' if kind is int else 'a number'}, got {show(text)}"
             ) from None
         if isinstance(v, float) and not math.isfinite(v):
-            raise argparse.ArgumentTypeError(f"must be finite, got {text!r}")
+            raise argparse.ArgumentTypeError(f"must be finite, got {show(text)}")
         return v
 
     parse.__name__ = kind.__name__  # argparse names the type in its own messages
@@ -91,9 +100,9 @@ def parse_json_object(text: str) -> dict:
     try:
         v = json.loads(text)
     except ValueError as e:
-        raise argparse.ArgumentTypeError(f"not JSON ({e.msg} at column {e.colno}): {text!r}") from None
+        raise argparse.ArgumentTypeError(f"not JSON ({e.msg} at column {e.colno}): {show(text)}") from None
     if not isinstance(v, dict):
-        raise argparse.ArgumentTypeError(f"must be a JSON object ({{...}}), got {text!r}")
+        raise argparse.ArgumentTypeError(f"must be a JSON object ({{...}}), got {show(text)}")
     return v
 
 
@@ -117,7 +126,7 @@ def _is_mapping(tp) -> bool:
 
 def _fields(cls, exclude: Iterable[str]):
     if not dataclasses.is_dataclass(cls):
-        raise TypeError(f"cliargs: {cls!r} is not a dataclass")
+        raise TypeError(f"cliargs: {show(cls)} is not a dataclass")
     skip = set(exclude)
     unknown = skip - {f.name for f in dataclasses.fields(cls)}
     if unknown:

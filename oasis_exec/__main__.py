@@ -171,7 +171,7 @@ def main(argv=None) -> int:
         cfg, ids = prepare_generate(a)
         return run_generate_command(cfg, ids, a.max_tokens)
     except CliError as e:
-        print(f"{prog}: error: {e}", file=sys.stderr)
+        print(f"{prog}: error: {cliargs.one_line(e)}", file=sys.stderr)
     except (ValueError, OSError) as e:  # bad input found while building or running: the engine's own message
         print(f"{prog}: error: {cliargs.option_message(ExecConfig, str(e))}", file=sys.stderr)
     except Exception as e:

@@ -12,6 +12,7 @@ import re
 from dataclasses import dataclass, field, fields
 
 from oasis_core import cliargs, modes, speculation
+from oasis_core.echo import show
 from oasis_core.geometry import HOST_KV_DTYPES
 from oasis_core.specs import MODELS, MODES, PAPER_SPARSITY
 
@@ -348,7 +349,7 @@ class ExecConfig(speculation.SpeculativeFields):
                 bad("synthetic", str(e))
         sa = self.synthetic_ahead
         if isinstance(sa, bool) or not isinstance(sa, int) or sa < 0:
-            bad("synthetic_ahead", f"must be an integer >= 0, got {sa!r}")
+            bad("synthetic_ahead", f"must be an integer >= 0, got {show(sa)}")
         if (sa or self.synthetic_topk) and self.selection != "synthetic":
             bad(
                 "synthetic_ahead" if sa else "synthetic_topk",
@@ -399,7 +400,7 @@ class ExecConfig(speculation.SpeculativeFields):
         if ipi is not None and (
             isinstance(ipi, bool) or not isinstance(ipi, int) or not 1 <= ipi <= 16 or ipi & (ipi - 1)
         ):
-            bad("uva_items_per_iter", f"must be a power of two from 1 to 16, got {ipi!r}")
+            bad("uva_items_per_iter", f"must be a power of two from 1 to 16, got {show(ipi)}")
 
     @property
     def gather_items_per_iter(self) -> int:
@@ -495,7 +496,7 @@ class BenchConfig:
         for name, least in (("context", 1), ("concurrency", 1), ("steps", 1), ("warmup", 0)):
             v = getattr(self, name)
             if not isinstance(v, int) or v < least:
-                raise ValueError(f"BenchConfig.{name}: must be an integer >= {least}, got {v!r}")
+                raise ValueError(f"BenchConfig.{name}: must be an integer >= {least}, got {show(v)}")
 
     def output_tokens(self, speculative_k: int = 0) -> int:
         """The output tokens of each request: one a step, ``warmup + steps + 1`` (a speculative run: up to
@@ -526,7 +527,7 @@ def engine_config(ns, *, exclude=(), **fixed) -> ExecConfig:
     cfg = cliargs.build(ExecConfig, ns, exclude=exclude, **fixed)
     if cfg.model_path is None and cfg.model not in MODELS:  # checked here: records name real models in `model`
         raise cliargs.CliError(
-            f"--model: must be a preset ({', '.join(sorted(MODELS))}) or a real model (--model-path), got {cfg.model!r}"
+            f"--model: must be a preset ({', '.join(sorted(MODELS))}) or a real model (--model-path), got {show(cfg.model)}"
         )
     return cfg
 

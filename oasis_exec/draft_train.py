@@ -32,6 +32,8 @@ import time
 import numpy as np
 import torch
 
+from oasis_core.cliargs import one_line
+
 from .draft import NAMES, DraftHead, aux_layers, draft_logits
 from .gguf_model import sha256_file
 from .model import Decoder
@@ -374,7 +376,7 @@ def main(argv=None) -> int:
     try:
         check_args(a)
     except ValueError as e:
-        print(f"{ap.prog} {a.cmd}: error: {e}", file=sys.stderr)
+        print(f"{ap.prog} {a.cmd}: error: {one_line(e)}", file=sys.stderr)
         return 2
     logging.basicConfig(level=logging.INFO, format="%(message)s")  # progress notes on stderr
     return cmd_corpus(a) if a.cmd == "corpus" else cmd_train(a)

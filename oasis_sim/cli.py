@@ -104,7 +104,7 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def load_config_file(path: str) -> dict:
-    import yaml
+    from .yaml_load import YamlError, load_yaml
 
     try:
         with open(path, "rb") as f:
@@ -114,11 +114,9 @@ def load_config_file(path: str) -> dict:
     except UnicodeDecodeError:
         raise ConfigError(f"{path}: not UTF-8 text") from None
     try:
-        obj = yaml.safe_load(text)
-    except yaml.YAMLError as e:
-        mark = getattr(e, "problem_mark", None)
-        where = f" at line {mark.line + 1} column {mark.column + 1}" if mark else ""
-        raise ConfigError(f"{path}: invalid YAML{where}: {getattr(e, 'problem', None) or 'syntax error'}") from None
+        obj = load_yaml(text)
+    except YamlError as e:
+        raise ConfigError(f"{path}: {e}") from None
     if obj is None:
         raise ConfigError(f"{path}: empty file")
     if not isinstance(obj, dict):
@@ -267,7 +265,7 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     except SystemExit as e:  # --help
         return int(e.code or 0)
     except (UsageError, ImportUsageError, ConfigError, TraceError) as e:
-        print(f"oasis-sim: error: {' '.join(str(e).split())}", file=sys.stderr)
+        print(f"oasis-sim: error: {cliargs.one_line(e)}", file=sys.stderr)
         return EXIT_BAD_INPUT
     except KeyboardInterrupt:
         return 130

@@ -12,6 +12,7 @@ from dataclasses import dataclass, field, fields, replace
 from typing import Any, Mapping, Optional, Union
 
 from oasis_core import modes, specs, speculation
+from oasis_core.echo import show
 from oasis_core.geometry import HOST_KV_DTYPES
 from oasis_core.short_context import ShortContext
 from oasis_core.specs import MODES, PAPER_SPARSITY, SPARSE_MODES
@@ -222,7 +223,7 @@ class SimConfig(speculation.SpeculativeFields):
             if not pol.static and self.policy_sampling == "profile" and self.selection != "replay" and mode.background:
                 bad(
                     "fetch_policy",
-                    f"{pol.spec!r} adapts to each step's timing, which policy_sampling=profile "
+                    f"{show(pol.spec)} adapts to each step's timing, which policy_sampling=profile "
                     "(precomputed per context bucket) cannot follow; set policy_sampling=exact",
                 )
         integer("concurrency", 1, optional=True)
@@ -290,7 +291,7 @@ class SimConfig(speculation.SpeculativeFields):
             if self.split != "none":
                 bad("host_kv_dtype", "an fp8 host copy is modelled on one node (split=none); the hand-off is not")
         if self.split == "rpf" and not mode.sparse:
-            bad("split", f"rpf needs a sparse mode ({', '.join(SPARSE_MODES)}) but mode is {self.mode!r}")
+            bad("split", f"rpf needs a sparse mode ({', '.join(SPARSE_MODES)}) but mode is {show(self.mode)}")
         if self.synthetic is not None:
             if not isinstance(self.synthetic, Mapping):
                 bad("synthetic", "must be a mapping of SyntheticParams fields")

@@ -37,6 +37,8 @@ import os
 from concurrent.futures import ProcessPoolExecutor
 from typing import Optional
 
+from oasis_core.echo import show
+
 from .config import ConfigError, make_config
 
 
@@ -49,12 +51,12 @@ def _points(path: str, obj: dict) -> tuple:
     base = obj.get("base") or {}
     grid = obj.get("grid")
     if not isinstance(base, dict):
-        raise ConfigError(f"{path}: base: must be a mapping of SimConfig fields, got {base!r}")
+        raise ConfigError(f"{path}: base: must be a mapping of SimConfig fields, got {show(base)}")
     if not isinstance(grid, dict) or not grid:
-        raise ConfigError(f"{path}: grid: must be a non-empty mapping of field -> list of values, got {grid!r}")
+        raise ConfigError(f"{path}: grid: must be a non-empty mapping of field -> list of values, got {show(grid)}")
     for k, v in grid.items():
         if not isinstance(v, list) or not v:
-            raise ConfigError(f"{path}: grid.{k}: must be a non-empty list of values, got {v!r}")
+            raise ConfigError(f"{path}: grid.{k}: must be a non-empty list of values, got {show(v)}")
     keys = list(grid)
     points = []
     for i, combo in enumerate(itertools.product(*(grid[k] for k in keys))):
@@ -83,10 +85,10 @@ def load_grid(path: str):
     obj = load_config_file(path)
     trace = obj.get("trace")
     if trace is not None and not isinstance(trace, str):
-        raise ConfigError(f"{path}: trace: must be a file path, got {trace!r}")
+        raise ConfigError(f"{path}: trace: must be a file path, got {show(trace)}")
     workers = obj.get("workers")
     if workers is not None and (isinstance(workers, bool) or not isinstance(workers, int) or workers < 1):
-        raise ConfigError(f"{path}: workers: must be an integer >= 1, got {workers!r}")
+        raise ConfigError(f"{path}: workers: must be an integer >= 1, got {show(workers)}")
     if trace is not None and not os.path.isabs(trace) and not os.path.exists(trace):
         near = os.path.join(os.path.dirname(os.path.abspath(path)), trace)
         if os.path.exists(near):
@@ -233,13 +235,13 @@ def run_sweep(path: str, out_dir: str, workers: int | None = None, ray_address: 
     from .workloads import load_workload
 
     if workers is not None and (isinstance(workers, bool) or not isinstance(workers, int) or workers < 1):
-        raise ConfigError(f"--workers: must be an integer >= 1, got {workers!r}")
+        raise ConfigError(f"--workers: must be an integer >= 1, got {show(workers)}")
     trace, points, file_workers = load_grid(path)
     prepare_out_dir(out_dir)
     load_workload(trace)  # a bad trace fails once, before the pool starts
     if ray_address is not None:
         if not isinstance(ray_address, str) or not ray_address.strip():
-            raise ConfigError(f"--ray: must be 'local' or a Ray cluster address, got {ray_address!r}")
+            raise ConfigError(f"--ray: must be 'local' or a Ray cluster address, got {show(ray_address)}")
         rows = _run_ray(trace, points, ray_address, workers or file_workers)
     else:
         rows = _run_local(trace, points, min(workers or file_workers or os.cpu_count() or 1, len(points)))

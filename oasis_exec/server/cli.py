@@ -16,6 +16,8 @@ import socket
 import sys
 import typing
 
+from oasis_core.cliargs import one_line
+
 from .config import FIELDS, ServerConfig
 
 LISTENING_PREFIX = "OASIS_SERVER_LISTENING"
@@ -92,19 +94,19 @@ def serve(args: argparse.Namespace) -> int:
     try:
         config = server_config_from_args(args)
     except ValueError as exc:
-        print(f"error: {exc}", file=sys.stderr)
+        print(f"error: {one_line(exc)}", file=sys.stderr)
         return 2
     logging.basicConfig(level=config.log_level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     try:
         engine = build_engine(args)
     except (ValueError, OSError) as exc:
-        print(f"error: {exc}", file=sys.stderr)
+        print(f"error: {one_line(exc)}", file=sys.stderr)
         return 2
     info = engine.model_info
     try:
         tokenizer = load_tokenizer(None if info.dummy else info.model_dir)
     except (ValueError, OSError, ImportError) as exc:  # a real model is never served with the byte tokenizer
-        print(f"error: the tokenizer of {info.model_dir}: {exc}", file=sys.stderr)
+        print(f"error: the tokenizer of {info.model_dir}: {one_line(exc)}", file=sys.stderr)
         return 2
     served_name = config.served_model_name or info.name
     served = None
