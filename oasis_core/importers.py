@@ -284,7 +284,7 @@ def import_azure(
     missing = [c for c in AZURE_COLUMNS if c not in df.columns]
     if missing:
         raise TraceError(
-            f"{path}: line 1: {missing[0]}: missing column (header has: {', '.join(map(str, df.columns))})"
+            f"{path}: line 1: {missing[0]}: missing column (header has: {show(', '.join(map(str, df.columns[:20])))})"
         )
     if df.empty:
         raise TraceError(f"{path}: no data rows")

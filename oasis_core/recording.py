@@ -448,13 +448,23 @@ def save_selection(path: Union[str, PathLike], sets, layers: Sequence[int], requ
 def read_npz(path, error=ValueError) -> dict:
     """Every array of the ``.npz`` at ``path`` (no pickles); an unreadable or non-npz file raises ``error`` with one
     line naming the path (the selection files of both backends read through this)."""
+    import zipfile
+    import zlib
+
     try:
-        with np.load(path, allow_pickle=False) as z:
-            return {k: z[k] for k in z.files}
-    except OSError as e:
+        z = np.load(path, allow_pickle=False)
+    except OSError as e:  # missing, a folder, unreadable
         raise error(f"{path}: cannot read: {e.strerror or ' '.join(str(e).split())}") from None
-    except ValueError as e:
-        raise error(f"{path}: not a numpy .npz file: {' '.join(str(e).split())[:80]}") from None
+    except (ValueError, EOFError, zipfile.BadZipFile) as e:  # empty, not a zip, a broken zip
+        raise error(f"{path}: not a numpy .npz file ({type(e).__name__}: {' '.join(str(e).split())[:80]})") from None
+    if not isinstance(z, np.lib.npyio.NpzFile):
+        raise error(f"{path}: not a numpy .npz file (a single .npy array)")
+    try:
+        with z:
+            return {k: z[k] for k in z.files}
+    except (OSError, ValueError, EOFError, KeyError, zipfile.BadZipFile, zlib.error, NotImplementedError) as e:
+        # a member cut short, its checksum or compressed stream broken, its header not an array's
+        raise error(f"{path}: a corrupt .npz file ({type(e).__name__}: {' '.join(str(e).split())[:80]})") from None
 
 
 def load_selection(path: Union[str, PathLike], top_k: Optional[int] = None):

@@ -287,12 +287,25 @@ def cmd_corpus(a) -> int:
     return 0
 
 
+def read_corpus(path: str) -> dict:
+    """The ``train`` and ``held`` prompt arrays [N, T] of a corpus ``.npz`` (``cmd_corpus`` writes it)."""
+    from oasis_core.recording import read_npz
+
+    from .model_files import ModelFileError
+
+    z = read_npz(path, ModelFileError)
+    for k in ("train", "held"):
+        if k not in z or z[k].ndim != 2 or not np.issubdtype(z[k].dtype, np.integer):
+            raise ModelFileError(f"{path}: {k}: must be an integer array [prompts, tokens] (a draft_train corpus)")
+    return z
+
+
 def cmd_train(a) -> int:
     dev = torch.device(a.device)
     dt = torch.bfloat16 if a.dtype == "bfloat16" else torch.float32
     torch.manual_seed(a.seed)
     dec = Decoder.from_path(a.model_path, dt, dev, fused=False)
-    z = np.load(a.corpus)
+    z = read_corpus(a.corpus)
     train_p = torch.from_numpy(z["train"][: a.n_train].astype(np.int64)).to(dev)
     held_p = torch.from_numpy(z["held"][: a.n_held].astype(np.int64)).to(dev)
     note = log.info
@@ -396,6 +409,7 @@ def check_args(a) -> None:
         c.writable_file(a, "out")
     else:
         c.existing(a, "corpus", kind="file")
+        read_corpus(a.corpus)  # a corrupt corpus is refused before the model loads
         c.device(a)
         from oasis_exec.config import DTYPES
 

@@ -145,14 +145,14 @@ def random_weights(shape: ModelSpec, seed: int = 0, dtype=torch.bfloat16, device
 
 
 def load_safetensors_dir(path: str, dtype, device) -> dict:
-    from safetensors.torch import load_file
+    from .model_files import load_safetensors_file
 
     files = sorted(f for f in os.listdir(path) if f.endswith(".safetensors"))
     if not files:
         raise FileNotFoundError(f"{path}: no *.safetensors files")
     w = {}
     for f in files:
-        for k, v in load_file(os.path.join(path, f)).items():
+        for k, v in load_safetensors_file(os.path.join(path, f)).items():
             w[k] = v.to(device=device, dtype=dtype if v.is_floating_point() else v.dtype)
     return w
 
@@ -222,8 +222,9 @@ class Decoder:
 
     @staticmethod
     def from_dir(path: str, dtype=torch.bfloat16, device="cpu", fused: bool = False, tp=None) -> "Decoder":
-        with open(os.path.join(path, "config.json")) as fh:
-            shape = spec_from_hf_config(json.load(fh), name=os.path.basename(path.rstrip("/")))
+        from .model_files import read_hf_config
+
+        shape = read_hf_config(path)
         return Decoder.build(shape, path, dtype=dtype, device=device, fused=fused, tp=tp)
 
     @staticmethod

@@ -247,8 +247,13 @@ def cmd_import(args) -> int:
 
 def cmd_sweep(args) -> int:
     from .sweep import run_sweep
+    from .sweep_stop import SweepInterrupted
 
-    run_sweep(args.grid, args.out, workers=args.workers, ray_address=args.ray)
+    try:
+        run_sweep(args.grid, args.out, workers=args.workers, ray_address=args.ray)
+    except SweepInterrupted as stop:  # the finished rows are written; the exit says which signal ended it
+        print(f"oasis-sim: {stop}", file=sys.stderr)
+        return stop.exit_code
     return 0
 
 

@@ -66,8 +66,9 @@ def load_yaml(text: str, max_nodes: int = MAX_EXPANDED_NODES):
     line and column), for more than one document, and for aliases that expand past ``max_nodes`` values."""
     import yaml
 
-    loader = yaml.SafeLoader(text)
+    loader = None
     try:
+        loader = yaml.SafeLoader(text)  # its reader refuses characters YAML does not allow (NUL, ...) here
         node = loader.get_single_node()
         if node is None:
             return None
@@ -77,5 +78,8 @@ def load_yaml(text: str, max_nodes: int = MAX_EXPANDED_NODES):
         mark = getattr(e, "problem_mark", None)
         where = f" at line {mark.line + 1} column {mark.column + 1}" if mark else ""
         raise YamlError(f"invalid YAML{where}: {getattr(e, 'problem', None) or 'syntax error'}") from None
+    except RecursionError:  # nesting deeper than the parser's recursion (thousands of '[')
+        raise YamlError("invalid YAML: nested too deeply") from None
     finally:
-        loader.dispose()
+        if loader is not None:
+            loader.dispose()

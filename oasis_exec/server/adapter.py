@@ -25,7 +25,6 @@ from __future__ import annotations
 
 import argparse
 import functools
-import json
 import os
 import time
 from typing import Any
@@ -75,13 +74,12 @@ def real_model(path: str) -> tuple[str, int]:
 
         g = read_gguf(path)
         return g.name, g.spec.max_context_tokens
-    from oasis_exec.model import spec_from_hf_config
+    from oasis_exec.model_files import read_hf_config
 
     cfg_path = os.path.join(path, "config.json")
     if not os.path.isfile(cfg_path):
         raise ValueError(f"--model-path {path}: neither a .gguf file nor a Hugging Face directory with config.json")
-    with open(cfg_path) as fh:
-        return os.path.basename(os.path.normpath(path)), spec_from_hf_config(json.load(fh)).max_context_tokens
+    return os.path.basename(os.path.normpath(path)), read_hf_config(path).max_context_tokens
 
 
 def build_engine(args: argparse.Namespace) -> "ExecutorEngine":

@@ -150,9 +150,14 @@ class HFTokenizer:
             raise FileNotFoundError(
                 f"{model_dir}: no tokenizer.json (a real model is never served with the byte tokenizer)"
             )
-        tok = _Tok.from_file(str(path))
+        from oasis_exec.model_files import ModelFileError, read_json_file
+
+        try:
+            tok = _Tok.from_file(str(path))
+        except Exception as e:  # noqa: BLE001 - tokenizers raises a bare Exception for a corrupt file
+            raise ModelFileError(f"{path}: not a valid tokenizer.json ({' '.join(str(e).split())[:120]})") from None
         tcfg_path = model_dir / "tokenizer_config.json"
-        tcfg = json.loads(tcfg_path.read_text()) if tcfg_path.exists() else {}
+        tcfg = read_json_file(str(tcfg_path), "the tokenizer's settings") if tcfg_path.exists() else {}
         special = {
             k: (v.get("content") if isinstance(v, dict) else v) for k, v in tcfg.items() if k in SPECIAL_TOKEN_NAMES
         }
@@ -292,7 +297,9 @@ def _eos_ids(model_dir: Path, tok, eos_name: str | None) -> tuple[int, ...]:
     ids: list[int] = []
     for name in ("generation_config.json", "config.json"):
         if (model_dir / name).exists():
-            eos = json.loads((model_dir / name).read_text()).get("eos_token_id")
+            from oasis_exec.model_files import read_json_file
+
+            eos = read_json_file(str(model_dir / name), "the model's EOS tokens").get("eos_token_id")
             ids.extend(eos if isinstance(eos, list) else [eos] if isinstance(eos, int) else [])
     if eos_name is not None and tok.token_to_id(eos_name) is not None:
         ids.append(tok.token_to_id(eos_name))
