@@ -525,6 +525,9 @@ def engine_config(ns, *, exclude=(), **fixed) -> ExecConfig:
     if getattr(ns, "dummy", False) and (fixed.get("model_path") or getattr(ns, "model_path", None)):
         raise cliargs.CliError("--dummy and --model-path exclude each other")
     cfg = cliargs.build(ExecConfig, ns, exclude=exclude, **fixed)
+    from .cli_checks import writable_path
+
+    writable_path("--record-path", cfg.record_path)  # every command checks its outputs before the work
     if cfg.model_path is None and cfg.model not in MODELS:  # checked here: records name real models in `model`
         raise cliargs.CliError(
             f"--model: must be a preset ({', '.join(sorted(MODELS))}) or a real model (--model-path), got {show(cfg.model)}"

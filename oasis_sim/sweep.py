@@ -227,8 +227,9 @@ def _run_ray(trace, points, address: str, workers: Optional[int]) -> list:
     rows = [None] * len(points)
     pending = []
     try:
-        with stop_signals():  # Ray's core worker replaced the handlers (its own SIGTERM handler aborts the process)
-            return _wait_ray(ray, trace, points, rows, pending)
+        # Ray's core worker replaced the handlers (its own SIGTERM handler aborts the process): set ours again
+        with stop_signals(raise_=False) as stop:
+            return _wait_ray(ray, trace, points, rows, pending, stop)
     except SweepInterrupted as stop:
         for ref in pending:  # queued and running tasks: their workers are killed, nothing is retried
             try:
@@ -242,27 +243,30 @@ def _run_ray(trace, points, address: str, workers: Optional[int]) -> list:
             ray.shutdown()
 
 
-def _wait_ray(ray, trace, points, rows: list, pending: list) -> list:
-    """Submit the points, fill ``rows`` as tasks end; ``pending`` holds the refs not yet returned."""
+def _wait_ray(ray, trace, points, rows: list, pending: list, stop) -> list:
+    """Submit the points, fill ``rows`` as tasks end; ``pending`` holds the refs not yet returned; ``stop.check()``
+    raises ``SweepInterrupted`` once a stop signal arrived."""
     from tqdm import tqdm
 
     task = ray.remote(num_cpus=1, max_retries=0)(run_point)
-    refs = [task.remote(trace, p) for p in points]
+    for p in points:  # pending from the first: a stop while submitting cancels what was submitted
+        pending.append(task.remote(trace, p))
+        stop.check()
+    refs = list(pending)
     index = {ref: i for i, ref in enumerate(refs)}
-    pending[:] = refs
     with tqdm(total=len(refs), desc="sweep", unit="pt") as bar:
         while pending:
-            # a bounded wait: a stop signal's handler runs only between Ray's C++ calls
+            # a bounded wait: a stop signal is noted during Ray's C++ call and acted on here
             done, pending[:] = ray.wait(pending, num_returns=1, timeout=0.25)
-            if not done:
-                continue
-            i = index[done[0]]
-            try:
-                rows[i] = ray.get(done[0])
-            except ray.exceptions.RayError as e:  # the worker died, was killed for memory, ...
-                first = (str(e).strip().splitlines() or [""])[0]
-                rows[i] = _failed_row(points[i], f"{type(e).__name__}: {first}"[:500])
-            bar.update(1)
+            for ref in done:
+                i = index[ref]
+                try:
+                    rows[i] = ray.get(ref)
+                except ray.exceptions.RayError as e:  # the worker died, was killed for memory, ...
+                    first = (str(e).strip().splitlines() or [""])[0]
+                    rows[i] = _failed_row(points[i], f"{type(e).__name__}: {first}"[:500])
+                bar.update(1)
+            stop.check()
     return rows
 
 

@@ -38,22 +38,37 @@ def signal_name(signum: int) -> str:
     return signal.Signals(signum).name
 
 
+class StopFlag:
+    """Where ``stop_signals(raise_=False)`` notes the signal that arrived (``signum``; 0 while none)."""
+
+    signum = 0
+
+    def check(self) -> None:
+        if self.signum:
+            raise SweepInterrupted(self.signum)
+
+
 @contextlib.contextmanager
-def stop_signals():
+def stop_signals(raise_: bool = True):
     """SIGINT and SIGTERM raise ``SweepInterrupted`` inside the block (the main thread only: signal handlers
-    cannot be set elsewhere, and a sweep run from another thread keeps the process's own handling)."""
+    cannot be set elsewhere, and a sweep run from another thread keeps the process's own handling). With
+    ``raise_=False`` the handler only notes the signal in the ``StopFlag`` the block gets, for a loop that checks it
+    (an exception raised inside a Cython call such as ``ray.wait`` turns into a ``SystemError``)."""
+    flag = StopFlag()
     if threading.current_thread() is not threading.main_thread():
-        yield
+        yield flag
         return
 
     def raise_stop(signum, frame):
         for s in STOP_SIGNALS:  # a second signal while stopping is not a second exception
             signal.signal(s, signal.SIG_IGN)
-        raise SweepInterrupted(signum)
+        flag.signum = signum
+        if raise_:
+            raise SweepInterrupted(signum)
 
     old = {s: signal.signal(s, raise_stop) for s in STOP_SIGNALS}
     try:
-        yield
+        yield flag
     finally:
         for s, h in old.items():
             signal.signal(s, h)

@@ -134,6 +134,15 @@ def create_app(
     ) -> tuple[list[int], Sampling | None]:
         """Token ids and sampling of a request; sampling is None for `max_tokens` 0 (an echo that only scores)."""
         if isinstance(prompt, str):  # a rendered chat template holds its own special tokens
+            at_least = len(prompt) // getattr(tokenizer, "chars_per_token", len(prompt) + 1)
+            if at_least > info.max_model_len:  # bounded work: refused before tokenising
+                raise APIError(
+                    400,
+                    f"prompt: {len(prompt):,} characters are at least {at_least:,} tokens, more than the model's "
+                    f"context of {info.max_model_len}",
+                    param="prompt",
+                    code="context_length_exceeded",
+                )
             ids = tokenizer.encode(prompt, add_special_tokens=not chat)
         else:
             ids = list(prompt)

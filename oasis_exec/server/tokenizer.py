@@ -59,6 +59,7 @@ class ByteTokenizer:
     """UTF-8 bytes as tokens; ids >= 256 alias byte `id % 256`. No EOS: a dummy model stops on length."""
 
     eos_token_ids: tuple[int, ...] = ()
+    chars_per_token = 1  # one token per UTF-8 byte: at least one per character
 
     def encode(self, text: str, add_special_tokens: bool = True) -> list[int]:
         return list(text.encode("utf-8"))
@@ -228,7 +229,18 @@ class HFTokenizer:
         )
 
     def encode(self, text: str, add_special_tokens: bool = True) -> list[int]:
-        return self._tok.encode(text, add_special_tokens=add_special_tokens).ids
+        # `encode_batch` runs with the interpreter lock released (`encode` holds it for the whole call: a
+        # multi-MB prompt froze the event loop, /health included, for seconds); one text, the same tokens
+        return self._tok.encode_batch([text], add_special_tokens=add_special_tokens)[0].ids
+
+    @functools.cached_property
+    def chars_per_token(self) -> int:
+        """Most characters of text one token can stand for: ``len(text) / chars_per_token`` tokens at least, a
+        bound the server checks before tokenising (a prompt that cannot fit the context is refused unread). The
+        longest vocabulary entry (a byte-level entry's characters are its bytes, at least the text's characters),
+        times 4 where a normalizer may compose characters first."""
+        longest = max((len(t) for t in self._tok.get_vocab(with_added_tokens=True)), default=1)
+        return max(1, longest) * (1 if self._tok.normalizer is None else 4)
 
     def decode(self, ids: Sequence[int]) -> str:
         return self._tok.decode(list(ids), skip_special_tokens=True)
