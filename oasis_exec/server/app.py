@@ -331,7 +331,7 @@ def create_app(
             check_model(req.model)
             return req, *prepare(req.prompt, req)
 
-        req, ids, sampling = await asyncio.to_thread(decode)
+        req, ids, sampling = await loop.prepare(decode)
         top_n = req.top_n()
         lp = CompletionLogprobs(tokenizer) if top_n is not None else None
         echo = (req.prompt if isinstance(req.prompt, str) else tokenizer.decode(ids)) if req.echo else ""
@@ -406,7 +406,7 @@ def create_app(
                 raise APIError(400, f"messages: {exc}", param="messages", code="invalid_value") from None
             return req, *prepare(prompt, req, chat=True)
 
-        req, ids, sampling = await asyncio.to_thread(decode)
+        req, ids, sampling = await loop.prepare(decode)
         want_lp = req.top_n() is not None
         outcome = Outcome()
         stream, pieces = await start(ids, sampling, req.stop, outcome)
