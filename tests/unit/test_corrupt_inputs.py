@@ -159,11 +159,11 @@ def test_hf_model_directory(tmp_path):
 
     d = _hf_dir(tmp_path)
     from oasis_exec.model import load_safetensors_dir
-    from oasis_exec.model_files import read_hf_config
+    from oasis_exec.server.adapter import real_model
     from oasis_exec.server.tokenizer import load_tokenizer
 
     valid_cfg = (d / "config.json").read_bytes()
-    _check(lambda p: read_hf_config(str(Path(p).parent)), d / "config.json", valid_cfg)
+    _check(lambda p: real_model.__wrapped__(str(Path(p).parent)), d / "config.json", valid_cfg)
     (d / "config.json").write_bytes(valid_cfg)
     for name in ("tokenizer.json", "tokenizer_config.json"):
         valid = (d / name).read_bytes()
