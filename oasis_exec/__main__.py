@@ -149,6 +149,16 @@ def _out_of_memory(e: BaseException) -> bool:
 
 
 def main(argv=None) -> int:
+    """Every command; Ctrl-C (SIGINT) at any point, model loading included, ends it with one line and status 130,
+    not a traceback (a running server first ends its requests, ``oasis_exec.server.lifecycle``)."""
+    try:
+        return _main(argv)
+    except KeyboardInterrupt:
+        print("interrupted", file=sys.stderr)
+        return 130
+
+
+def _main(argv=None) -> int:
     ap = build_parser()
     a = ap.parse_args(argv)
     if a.cmd not in ("bench", "generate"):
