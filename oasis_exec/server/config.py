@@ -26,7 +26,7 @@ class ServerConfig:
     host: str = _opt("127.0.0.1", "address to bind")
     port: int = _opt(8000, "TCP port; 0 picks a free one")
     served_model_name: str | None = _opt(
-        None, "name clients send as `model` (default: the --model preset, or a real model's own name)"
+        None, "name clients send as `model` (default: the --model preset, or a real model's file stem or folder name)"
     )
     max_waiting: int = _opt(
         256, "requests accepted but not yet running, at most (>= 1); beyond it the server answers 429"

@@ -172,7 +172,7 @@ class HFTokenizer:
             _eos_ids(model_dir, tok, special.get("eos_token")),
             template,
             special,
-            f"huggingface tokenizers ({path})",
+            f"huggingface tokenizers ({model_dir.name}/{path.name})",  # no local paths in responses
         )
 
     @classmethod
@@ -225,7 +225,7 @@ class HFTokenizer:
             () if eos is None else (int(eos),),
             f.get("tokenizer.chat_template"),
             special,
-            f"gguf byte-level BPE, pre-tokenizer {pre!r} ({path})",
+            f"gguf byte-level BPE, pre-tokenizer {pre!r} ({Path(path).name})",  # no local paths
         )
 
     def encode(self, text: str, add_special_tokens: bool = True) -> list[int]:
