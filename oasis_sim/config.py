@@ -223,8 +223,9 @@ class SimConfig(speculation.SpeculativeFields):
             if not pol.static and self.policy_sampling == "profile" and self.selection != "replay" and mode.background:
                 bad(
                     "fetch_policy",
-                    f"{show(pol.spec)} adapts to each step's timing, which policy_sampling=profile "
-                    "(precomputed per context bucket) cannot follow; set policy_sampling=exact",
+                    f"{show(pol.spec)} is adaptive (its cap follows each step's own state: misses, drift, the "
+                    "link or the step's time), which policy_sampling=profile (plans precomputed per context "
+                    "bucket) cannot follow; set policy_sampling=exact",
                 )
         integer("concurrency", 1, optional=True)
         number("rate_rps", 0.0, lo_open=True, optional=True)
