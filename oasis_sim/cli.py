@@ -97,6 +97,10 @@ def build_parser() -> argparse.ArgumentParser:
         help="run the points as Ray tasks: 'local' starts a local Ray instance, else the address of a "
         "running cluster ('auto', HOST:PORT, ray://HOST:PORT); needs the 'sweep' extra",
     )
+    cmp = sub.add_parser("compare", help="two runs' headline figures side by side (dense vs lookahead, ...)")
+    cmp.add_argument("run_a", help="a run's --out folder (or its summary.json)")
+    cmp.add_argument("run_b", help="the other run's")
+    cmp.add_argument("--names", nargs=2, metavar=("A", "B"), default=None, help="column names (default: folder names)")
     from .validate import add_subcommands
 
     add_subcommands(sub)
@@ -231,9 +235,28 @@ def cmd_run(args) -> int:
             f"be admitted",
             file=sys.stderr,
         )
+    from .report import overload_note
+
+    note = overload_note(result.requests)
     if not args.quiet:
         print(summary_table(result.summary, result.wall_s))
+        if note:
+            print(note)
         print(f"wrote {args.out}/summary.json, requests.csv, steps.csv, memory.csv, timeline.json, timing.json")
+    elif note:
+        print(f"oasis-sim: {note}", file=sys.stderr)
+    return 0
+
+
+def cmd_compare(args) -> int:
+    from .report import compare_table, load_summary
+
+    try:
+        a, b = load_summary(args.run_a), load_summary(args.run_b)
+    except ValueError as e:
+        raise ConfigError(str(e)) from None
+    names = args.names or [os.path.basename(os.path.normpath(p)) for p in (args.run_a, args.run_b)]
+    print(compare_table(a, b, tuple(names)))
     return 0
 
 
@@ -262,9 +285,8 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
         args = build_parser().parse_args(argv)
         from .validate import cmd_replay, cmd_validate
 
-        rc = {"run": cmd_run, "import": cmd_import, "sweep": cmd_sweep, "replay": cmd_replay, "validate": cmd_validate}[
-            args.cmd
-        ](args)
+        commands = {"run": cmd_run, "import": cmd_import, "sweep": cmd_sweep, "compare": cmd_compare}
+        rc = {**commands, "replay": cmd_replay, "validate": cmd_validate}[args.cmd](args)
         sys.stdout.flush()  # a closed stdout fails here, inside the handler below, not at interpreter exit
         return rc
     except SystemExit as e:  # --help
