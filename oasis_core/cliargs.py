@@ -31,7 +31,7 @@ import math
 import re
 import types
 import typing
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
 from .echo import LINE_LIMIT, show
@@ -158,16 +158,29 @@ def add_options(
     prefix: str = "",
     dest_prefix: str = "",
     helps: Mapping[str, str] | None = None,
+    groups: Sequence[tuple[str, Sequence[str]]] = (),
+    rest: str = "other options",
 ) -> None:
     """Add one option per init field of dataclass ``cls`` to ``parser`` (a parser or an argument group).
 
     ``exclude``: fields left out (the caller sets them, or they are not for this CLI); ``prefix``: put before every
     option name (``syn-``); ``dest_prefix``: before every namespace attribute (``syn_``), for two dataclasses in one
     parser; ``helps``: field -> help text replacing the field's own. A field without a default is a required option.
+    ``groups``: (heading, fields) pairs, in the order ``--help`` shows them (``parser`` must then be a parser): what
+    most runs set first, the tuning under headings; fields in no group go under ``rest``.
     """
     hints = typing.get_type_hints(cls)
     helps = dict(helps or {})
-    for f in _fields(cls, exclude):
+    where: dict[str, Any] = {}
+    for title, names in groups:
+        group = parser.add_argument_group(title)
+        where.update({n: group for n in names})
+    fields = _fields(cls, exclude)
+    if groups and any(f.name not in where for f in fields):
+        other = parser.add_argument_group(rest)
+        where.update({f.name: other for f in fields if f.name not in where})
+    for f in fields:
+        target = where.get(f.name, parser)
         parse = f.metadata.get("type")
         tp = _base_type(hints[f.name]) if parse is None else None
         default = _default(f)
@@ -184,7 +197,7 @@ def add_options(
             kw["required"] = True
         if tp is bool:  # a negative name (no_transfer) gets its one flag: --no-no-transfer would read badly
             action = "store_true" if negative else argparse.BooleanOptionalAction
-            parser.add_argument(flag(f.name, prefix), action=action, **kw)
+            target.add_argument(flag(f.name, prefix), action=action, **kw)
             continue
         if parse is not None:
             kw.update(type=parse, metavar=getattr(parse, "__name__", "VALUE").upper())
@@ -201,7 +214,7 @@ def add_options(
             kw.pop("metavar", None)
         if "metavar" in f.metadata:
             kw["metavar"] = f.metadata["metavar"]
-        parser.add_argument(flag(f.name, prefix), **kw)
+        target.add_argument(flag(f.name, prefix), **kw)
 
 
 def values(ns: argparse.Namespace, cls, *, exclude: Iterable[str] = (), dest_prefix: str = "") -> dict:

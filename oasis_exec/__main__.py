@@ -29,17 +29,19 @@ from .config import (
 )
 
 BENCH_SETS = ("max_context",)  # ExecConfig fields bench derives from its own options
-ENGINE_GROUP = "engine (oasis_exec.config.ExecConfig)"
 
 
 def build_parser() -> OneLineParser:
     ap = OneLineParser(prog="python -m oasis_exec", description="OasisKV GPU executor")
     sub = ap.add_subparsers(dest="cmd", required=True, parser_class=OneLineParser)
-    b = sub.add_parser("bench", help="closed-loop decode benchmark at fixed concurrency")
-    add_engine_options(b.add_argument_group(ENGINE_GROUP), exclude=BENCH_SETS)
-    add_bench_options(b.add_argument_group("bench (oasis_exec.config.BenchConfig)"))
-    g = sub.add_parser("generate", help="generate from token ids (smoke test)")
-    add_engine_options(g.add_argument_group(ENGINE_GROUP))
+    from .help_groups import ENGINE_GROUPS
+
+    usage = "python -m oasis_exec {} [options] (--help: the options by subject)"
+    b = sub.add_parser("bench", help="closed-loop decode benchmark at fixed concurrency", usage=usage.format("bench"))
+    add_bench_options(b.add_argument_group("bench: the run (oasis_exec.config.BenchConfig)"))
+    add_engine_options(b, exclude=BENCH_SETS, groups=ENGINE_GROUPS)
+    g = sub.add_parser("generate", help="generate from token ids (smoke test)", usage=usage.format("generate"))
+    add_engine_options(g, groups=ENGINE_GROUPS)
     g.add_argument("--prompt-ids", default="1,2,3,4", help="comma-separated token ids (default: 1,2,3,4)")
     g.add_argument("--max-tokens", type=int, default=16, help="tokens to generate (default: 16)")
     try:

@@ -124,7 +124,7 @@ class ExecConfig(speculation.SpeculativeFields):
     transfer: str = _f(
         "auto",
         "host (threaded gather into pinned staging + one DMA) | uva (direct-read gather "
-        "kernel) | auto (path and programs measured on the H200: oasis_exec/transfer_table.json)",
+        "kernel) | auto (path and programs from the measured table oasis_exec/transfer_table.json)",
         TRANSFERS,
     )
     host_threads: int = _f(8, "CPU threads of the host gather")
@@ -150,9 +150,8 @@ class ExecConfig(speculation.SpeculativeFields):
         "fused",
         "the prediction's top-K of each layer's block scores (selection=model, synthetic_topk): fused "
         "(oasis_kernels.topk_select: one launch, a threshold select; the torch reference off CUDA) | sort "
-        "(oasis_core.scoring.topk_blocks on torch: a stable sort and ~12 small kernels). The same ids; on the H200 "
-        "fused gave a 16K x 44 token in 15.4 ms against 20.1 with copies (topk_select_dd08326), 16K x 16 10.4 "
-        "against 10.8, 32K x 22 12.5 against 12.6",
+        "(oasis_core.scoring.topk_blocks on torch: a stable sort and ~12 small kernels). The same ids; "
+        "measurements: docs/exec_tuning.md",
         ("sort", "fused"),
     )
     uva_kernel: str = _f(
@@ -197,7 +196,7 @@ class ExecConfig(speculation.SpeculativeFields):
         True,
         "with fused selection, where a row holds more blocks than it attends (hot_slots > top_k, hisparse): "
         "plan_select finds membership through a zeroed row of marks a program, O(S + K), instead of S x K compares "
-        "(measured on the H200, S = 3K at 16K x 44: TPOT 12.92 against 14.84 ms; off: the compares)",
+        "(off: the compares; measurements: docs/exec_tuning.md)",
     )
     fused_hot_gather: bool = _f(
         True,
@@ -221,9 +220,7 @@ class ExecConfig(speculation.SpeculativeFields):
         "synchronisation per chain, its launches overlapping the GPU). Only where every row is greedy, no lane is "
         "short or crossing, no speculative_k, no profile or set recording, and while no other request waits for a "
         "prefill or a free lane; at most block_size and each request's remaining tokens (a request that stops inside "
-        "a chain has its later tokens cut; tokens stream a chain at a time). 8: measured on the H200 at 16K x 44 "
-        "and 32K x 22, +4 to +11% tok/s over 1 (experiments/dense_vs_lookahead_throughput/results/"
-        "decode_chain_dc6e77f); 1: off",
+        "a chain has its later tokens cut; tokens stream a chain at a time). 1: off; why 8: docs/exec_tuning.md",
     )
     copy_graph: str = _f(
         "auto",
@@ -238,8 +235,7 @@ class ExecConfig(speculation.SpeculativeFields):
         True,
         "sparse modes: a request whose context fits its resident set (top_k + 1 blocks) "
         "runs dense on the GPU, with no host copy, until it outgrows it; a step whose requests are all short drafts, "
-        "scores and selects nothing (oasis_core.short_context; measured on the H200 at 1K: 7.4 ms a step against "
-        "10.3 off and 6.7 dense, experiments/dense_vs_lookahead_throughput/results/short_context.md); off: every "
+        "scores and selects nothing (oasis_core.short_context; measurements: docs/exec_tuning.md); off: every "
         "request is offloaded from its prefill",
     )
     speculative_k: int | str = _f(
@@ -513,9 +509,10 @@ class BenchConfig:
 DUMMY_HELP = "random weights, the shape from the --model preset (the default without --model-path)"
 
 
-def add_engine_options(p, *, exclude=(), helps=None) -> None:
-    """The ``ExecConfig`` options (every field but ``exclude``) and ``--dummy`` on parser or group ``p``."""
-    cliargs.add_options(p, ExecConfig, exclude=exclude, helps=helps)
+def add_engine_options(p, *, exclude=(), helps=None, groups=()) -> None:
+    """The ``ExecConfig`` options (every field but ``exclude``) and ``--dummy`` on parser or group ``p``; with
+    ``groups`` (``oasis_exec.help_groups.ENGINE_GROUPS``) under headings, ``p`` then a parser."""
+    cliargs.add_options(p, ExecConfig, exclude=exclude, helps=helps, groups=groups, rest="engine: other options")
     p.add_argument("--dummy", action="store_true", help=DUMMY_HELP)
 
 

@@ -50,8 +50,11 @@ def _add_config_options(p: argparse.ArgumentParser) -> None:
     ``--x`` / ``--no-x``) and one per synthetic-selection parameter (``--syn-<name>``), all absent when not given."""
     from oasis_core.synthetic_presets import PRESETS
 
-    cliargs.add_options(p, SimConfig, exclude={"synthetic"})
-    p.add_argument(
+    from .help_groups import RUN_GROUPS
+
+    cliargs.add_options(p, SimConfig, exclude={"synthetic"}, groups=RUN_GROUPS)
+    syn = p.add_argument_group("synthetic selection (--syn-*: oasis_core.synthetic.SyntheticParams)")
+    syn.add_argument(
         "--syn-preset",
         dest="syn_preset",
         choices=sorted(PRESETS),
@@ -59,7 +62,7 @@ def _add_config_options(p: argparse.ArgumentParser) -> None:
         help="synthetic selection: the named parameter set the --syn-* options override (default paper)",
     )
     cliargs.add_options(
-        p,
+        syn,
         SyntheticParams,
         prefix="syn-",
         dest_prefix="syn_",
@@ -70,7 +73,9 @@ def _add_config_options(p: argparse.ArgumentParser) -> None:
 def build_parser() -> argparse.ArgumentParser:
     p = _Parser(prog="oasis-sim", description="OasisKV SimPy simulator")
     sub = p.add_subparsers(dest="cmd", required=True, parser_class=_Parser)
-    run = sub.add_parser("run", help="simulate a trace")
+    run = sub.add_parser(
+        "run", help="simulate a trace", usage="oasis-sim run [TRACE] [options] (--help: the options by subject)"
+    )
     run.add_argument("trace", nargs="?", default=None, help="trace file (default: the bundled Mooncake slice)")
     run.add_argument("--config", default=None, help="YAML/JSON file of SimConfig fields (options override it)")
     run.add_argument("--out", default="out/run", help="output directory")
