@@ -1,4 +1,4 @@
-"""``python -m oasis_sim run|import|sweep|replay|validate`` (console script ``oasis-sim``).
+"""``python -m oasis_sim run|import|sweep|compare|replay|validate`` (console script ``oasis-sim``).
 
 - ``run [TRACE] [--model ..] [--mode ..] ... [--config FILE.yaml] [--out DIR]``: every ``SimConfig`` field is an
   option (``--top-k``, ``--fetch-ratio``, ...; booleans as ``--prefix-cache``), every synthetic-selection parameter
@@ -8,6 +8,8 @@
 - ``import mooncake|azure SRC -o OUT [--limit N] [--time-scale X] [--model NAME] [--max-context N]
   [--overflow clip|drop] [--seed N] [--spread auto|uniform|even|none]``: ``oasis_core.importers``' options.
 - ``sweep GRID.yaml --out DIR [--workers N] [--ray local|ADDRESS]``: see ``oasis_sim.sweep`` and docs/sweeps.md.
+- ``compare RUN_A RUN_B [--names A B]``: two runs' headline figures side by side with B / A (``oasis_sim.report``);
+  ``run`` also ends its table with a note when the run was overloaded (its queue grew).
 - ``replay RECORDING [--out DIR]`` and ``validate RECORDING... [--calibrate-from RECORDING...] [--out DIR]``:
   executor recordings in the simulator, see ``oasis_sim.replay`` and ``oasis_sim.validate``.
 

@@ -12,7 +12,7 @@ GRID.yaml::
       synthetic.drift_rate: [0.05, 0.11]   # a SyntheticParams field
     workers: 2                          # optional; default: CPU count
 
-Every point is validated before anything runs (a bad value exits 2 naming the file, the point and the field), and
+At most ``MAX_POINTS`` points (counted before any is built). Every point is validated before anything runs (a bad value exits 2 naming the file, the point and the field), and
 so are ``--workers`` (>= 1) and ``--out`` (a writable folder). Points run in a local process pool with a tqdm
 progress bar; ``DIR/sweep.csv`` holds one row per point, in grid order: the point's parameters (``param.<name>``),
 every summary field, ``wall_s``, ``error`` and the configuration that produced the row (``config.<field>`` for
@@ -27,7 +27,8 @@ any other ADDRESS (``auto``, ``HOST:PORT``, ``ray://HOST:PORT``) joins a running
 parallelism. Every node must import this package and read the trace at the same path (a shared file system, or
 the package installed in the cluster image). The rows are the local sweep's: same columns, values and order, a
 failing point (or a task whose worker died) keeping its row with ``error`` set; only ``wall_s`` differs run to
-run. See docs/sweeps.md.
+run. SIGINT / SIGTERM stop either way within seconds, write the finished rows and exit 128 + signal
+(``oasis_sim.sweep_stop``). See docs/sweeps.md.
 """
 
 from __future__ import annotations
