@@ -26,7 +26,7 @@ LISTENING_PREFIX = "OASIS_SERVER_LISTENING"
 
 def _one_line_error(parser: argparse.ArgumentParser):
     def error(message: str):  # one line, exit 2 (argparse would print the usage too)
-        parser.exit(2, f"{parser.prog}: error: {message}\n")
+        parser.exit(2, f"{parser.prog}: error: {one_line(message)}\n")
 
     return error
 
