@@ -76,6 +76,8 @@ def writable_path(option: str, path: str | None) -> None:
         os.makedirs(d, exist_ok=True)
     except OSError as e:
         raise CliError(f"{option} {path}: cannot create its folder: {e.strerror or type(e).__name__}") from None
+    except RecursionError:  # os.makedirs recurses once per missing folder: thousands of them
+        raise CliError(f"{option} {show(path)}: cannot create its folder: too deeply nested") from None
     if not os.access(d, os.W_OK | os.X_OK) or (os.path.exists(path) and not os.access(path, os.W_OK)):
         raise CliError(f"{option} {path}: not writable")
 

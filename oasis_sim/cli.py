@@ -29,6 +29,7 @@ import sys
 from typing import Optional, Sequence
 
 from oasis_core import cliargs
+from oasis_core.echo import show
 from oasis_core.importers import UsageError as ImportUsageError
 from oasis_core.synthetic import SyntheticParams, param_help
 from oasis_core.trace import TraceError
@@ -200,6 +201,8 @@ def prepare_out_dir(out_dir: str) -> None:
         os.makedirs(out_dir, exist_ok=True)
     except OSError as e:
         raise ConfigError(f"--out {out_dir}: cannot create: {e.strerror}") from None
+    except RecursionError:  # os.makedirs recurses once per missing folder: thousands of them
+        raise ConfigError(f"--out {show(out_dir)}: cannot create: too deeply nested") from None
     if not os.access(out_dir, os.W_OK | os.X_OK):
         raise ConfigError(f"--out {out_dir}: not writable")
 

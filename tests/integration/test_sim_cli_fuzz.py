@@ -280,6 +280,7 @@ def _hostile_vectors(files):
     out += [[*run, "--selection", "replay", "--replay-file", f] for f in corrupt]
     out += [["run", f, *TINY, "--out", str(d / "hostile")] for f in corrupt]
     huge = "x" * 100_000
+    out.append(["run", files["trace"], *TINY, "--out", str(d / ("d/" * 1500))])  # os.makedirs recursed past its limit
     for flag in ("--fetch-policy", "--model", "--hardware", "--mode", "--syn-preset", "--top-k", "--seed"):
         out.append([*run, flag, huge])
     out += [["sweep", files[k], "--out", str(d / "hostile_sw")] for k in ("huge_grid", "bomb_grid", "nested")]
