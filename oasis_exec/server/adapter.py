@@ -25,7 +25,6 @@ from __future__ import annotations
 
 import argparse
 import functools
-import json
 import os
 import time
 from typing import Any
@@ -69,19 +68,20 @@ def exec_config_from_args(args: argparse.Namespace):
 
 @functools.lru_cache(maxsize=4)
 def real_model(path: str) -> tuple[str, int]:
-    """(name, trained positions) of a `.gguf` file (its `general.name`) or a Hugging Face directory (its name)."""
+    """(served id, trained positions) of a `.gguf` file or a Hugging Face directory. The id is a short slug, as
+    vLLM serves one: the file's stem (`SmolLM2-135M-Instruct.Q4_1`) or the directory's name -- never a local path,
+    nor the GGUF's free-text `general.name` (`Smollm2 135M 8k Lc100K Mix1 Ep2`); `--served-model-name` overrides."""
     if path.endswith(".gguf"):
         from oasis_exec.model.gguf import read_gguf
 
         g = read_gguf(path)
-        return g.name, g.spec.max_context_tokens
-    from oasis_exec.model.decoder import spec_from_hf_config
+        return os.path.splitext(os.path.basename(path))[0], g.spec.max_context_tokens
+    from oasis_exec.model.decoder import read_hf_config
 
     cfg_path = os.path.join(path, "config.json")
     if not os.path.isfile(cfg_path):
         raise ValueError(f"--model-path {path}: neither a .gguf file nor a Hugging Face directory with config.json")
-    with open(cfg_path) as fh:
-        return os.path.basename(os.path.normpath(path)), spec_from_hf_config(json.load(fh)).max_context_tokens
+    return os.path.basename(os.path.normpath(path)), read_hf_config(path).max_context_tokens
 
 
 def build_engine(args: argparse.Namespace) -> "ExecutorEngine":

@@ -134,6 +134,15 @@ def create_app(
     ) -> tuple[list[int], Sampling | None]:
         """Token ids and sampling of a request; sampling is None for `max_tokens` 0 (an echo that only scores)."""
         if isinstance(prompt, str):  # a rendered chat template holds its own special tokens
+            at_least = len(prompt) // getattr(tokenizer, "chars_per_token", len(prompt) + 1)
+            if at_least > info.max_model_len:  # bounded work: refused before tokenising
+                raise APIError(
+                    400,
+                    f"prompt: {len(prompt):,} characters are at least {at_least:,} tokens, more than the model's "
+                    f"context of {info.max_model_len}",
+                    param="prompt",
+                    code="context_length_exceeded",
+                )
             ids = tokenizer.encode(prompt, add_special_tokens=not chat)
         else:
             ids = list(prompt)
@@ -322,7 +331,7 @@ def create_app(
             check_model(req.model)
             return req, *prepare(req.prompt, req)
 
-        req, ids, sampling = await asyncio.to_thread(decode)
+        req, ids, sampling = await loop.prepare(decode)
         top_n = req.top_n()
         lp = CompletionLogprobs(tokenizer) if top_n is not None else None
         echo = (req.prompt if isinstance(req.prompt, str) else tokenizer.decode(ids)) if req.echo else ""
@@ -397,7 +406,7 @@ def create_app(
                 raise APIError(400, f"messages: {exc}", param="messages", code="invalid_value") from None
             return req, *prepare(prompt, req, chat=True)
 
-        req, ids, sampling = await asyncio.to_thread(decode)
+        req, ids, sampling = await loop.prepare(decode)
         want_lp = req.top_n() is not None
         outcome = Outcome()
         stream, pieces = await start(ids, sampling, req.stop, outcome)

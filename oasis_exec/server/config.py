@@ -11,6 +11,8 @@ import dataclasses
 import math
 from dataclasses import dataclass, field
 
+from oasis_core.echo import show
+
 LOG_LEVELS = ("debug", "info", "warning", "error")
 MiB = 1 << 20
 
@@ -24,9 +26,11 @@ class ServerConfig:
     host: str = _opt("127.0.0.1", "address to bind")
     port: int = _opt(8000, "TCP port; 0 picks a free one")
     served_model_name: str | None = _opt(
-        None, "name clients send as `model` (default: the --model preset, or a real model's own name)"
+        None, "name clients send as `model` (default: the --model preset, or a real model's file stem or folder name)"
     )
-    max_waiting: int = _opt(256, "requests accepted but not yet running, at most; beyond it the server answers 429")
+    max_waiting: int = _opt(
+        256, "requests accepted but not yet running, at most (>= 1); beyond it the server answers 429"
+    )
     max_body_bytes: int = _opt(16 * MiB, "largest request body accepted, in bytes; a larger one is answered 413")
     api_key: str | None = _opt(
         None, "require `Authorization: Bearer KEY` on /v1/* (401 otherwise); /health and /metrics stay open"
@@ -61,7 +65,7 @@ class ServerConfig:
 
     def __post_init__(self) -> None:
         def bad(name: str, why: str) -> ValueError:
-            return ValueError(f"{name}: {why}, got {getattr(self, name)!r}")
+            return ValueError(f"{name}: {why}, got {show(getattr(self, name))}")
 
         if not self.host:
             raise bad("host", "must not be empty")
@@ -69,8 +73,8 @@ class ServerConfig:
             raise bad("port", "must be in [0, 65535]")
         if self.served_model_name is not None and not self.served_model_name.strip():
             raise bad("served_model_name", "must not be empty")
-        if self.max_waiting < 0:
-            raise bad("max_waiting", "must be >= 0")
+        if self.max_waiting < 1:  # 0 would answer 429 to every request of an idle server
+            raise bad("max_waiting", "must be >= 1 (a request waits before its first step, even on an idle server)")
         if self.max_body_bytes < 1:
             raise bad("max_body_bytes", "must be >= 1")
         if self.api_key is not None and (not self.api_key or any(c.isspace() for c in self.api_key)):
@@ -87,6 +91,11 @@ class ServerConfig:
             raise bad("log_level", f"must be one of {', '.join(LOG_LEVELS)}")
         if self.record_hardware is not None and self.record is None:
             raise bad("record_hardware", "needs --record")
+        if self.record_hardware is not None:
+            from oasis_core.specs import HARDWARE
+
+            if self.record_hardware not in HARDWARE:
+                raise bad("record_hardware", f"must be one of {', '.join(sorted(HARDWARE))}")
 
 
 FIELDS = tuple(dataclasses.fields(ServerConfig))

@@ -769,8 +769,8 @@ def refit(args) -> int:
 
 
 def check_args(args) -> None:
-    """Every option's bound, path and device, before anything is loaded (``oasis_exec.tools.cli_checks``)."""
-    from oasis_exec.tools import cli_checks as c
+    """Every option's bound, path and device, before anything is loaded (``oasis_exec.cli_checks``)."""
+    from oasis_exec import cli_checks as c
 
     c.bounds(
         args,
