@@ -116,6 +116,11 @@ class ExecutorEngine:
     def add_request(self, prompt_ids, sampling: Sampling):
         from oasis_exec.scheduler import SamplingParams
 
+        if sampling.forced_ids and self.engine.cfg.spec_max_k:
+            raise ValueError(
+                "echo: scoring a prompt in a sparse mode decodes it with forced tokens, which speculative decoding "
+                "cannot do; serve with --score-attention dense (the dense reference) or without --speculative-k"
+            )
         sp = SamplingParams(
             max_tokens=sampling.max_tokens,
             temperature=sampling.temperature,

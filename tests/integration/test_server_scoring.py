@@ -104,3 +104,14 @@ def test_max_tokens_one_is_one_forward_and_matches_generation():
     assert lp["tokens"][-1] == plp["tokens"][0]
     assert lp["token_logprobs"][-1] == pytest.approx(plp["token_logprobs"][0], abs=1e-5)
     assert c["usage"] == {"prompt_tokens": len(PROMPT), "completion_tokens": 1, "total_tokens": len(PROMPT) + 1}
+
+
+def test_speculative_sparse_server_refuses_served_scoring_and_serves_the_dense_switch():
+    engine = ExecutorEngine(Engine(cfg("lookahead", speculative_k=2)))
+    with serve_app(create_app(engine, ByteTokenizer(), ServerConfig(port=0))) as url:
+        body = {"model": "tiny", "prompt": PROMPT, "max_tokens": 0, "logprobs": 0, "echo": True}
+        r = httpx.post(f"{url}/v1/completions", json=body, timeout=60)
+        assert r.status_code == 400 and "--score-attention dense" in r.json()["error"]["message"], r.text
+    engine = ExecutorEngine(Engine(cfg("lookahead", speculative_k=2)))
+    with serve_app(create_app(engine, ByteTokenizer(), ServerConfig(port=0, score_attention="dense"))) as url:
+        assert len(_score(url, PROMPT)) == len(PROMPT)
