@@ -28,6 +28,29 @@ ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT / "tests" / "helpers"))
 
 
+def hf_once(model, ids):
+    """transformers: forward, log-softmax, the T - 1 prompt log-probabilities; (seconds, them)."""
+    import torch
+
+    t = time.perf_counter()
+    with torch.inference_mode():
+        lp = torch.log_softmax(model(torch.tensor([ids])).logits[0].float(), -1)
+        got = lp[:-1].gather(1, torch.tensor(ids[1:])[:, None])[:, 0]
+    return time.perf_counter() - t, got
+
+
+def server_once(base_url, ids, max_tokens):
+    """One echo + logprobs request, client included; (seconds, its token_logprobs)."""
+    import httpx
+
+    body = {"model": "m", "prompt": ids, "max_tokens": max_tokens, "temperature": 0, "logprobs": 1, "echo": True}
+    t = time.perf_counter()
+    r = httpx.post(f"{base_url}/v1/completions", json=body, timeout=600)
+    dt = time.perf_counter() - t
+    r.raise_for_status()
+    return dt, r.json()["choices"][0]["logprobs"]["token_logprobs"]
+
+
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--lengths", type=int, nargs="+", default=[16, 256, 1024, 2047])
@@ -35,7 +58,6 @@ def main() -> int:
     ap.add_argument("--out", default=str(ROOT / "experiments/eval_harness/results/cost.json"))
     args = ap.parse_args()
 
-    import httpx
     import torch
     import transformers
     from server_proc import ServerProcess
@@ -62,25 +84,10 @@ def main() -> int:
         for T in args.lengths:
             ids = base[:T]
 
-            def hf_once():
-                t = time.perf_counter()
-                with torch.inference_mode():
-                    lp = torch.log_softmax(model(torch.tensor([ids])).logits[0].float(), -1)
-                    got = lp[:-1].gather(1, torch.tensor(ids[1:])[:, None])[:, 0]
-                return time.perf_counter() - t, got
-
-            def server_once(max_tokens):
-                body = {"model": "m", "prompt": ids, "max_tokens": max_tokens, "temperature": 0, "logprobs": 1}
-                t = time.perf_counter()
-                r = httpx.post(f"{srv.base_url}/v1/completions", json={**body, "echo": True}, timeout=600)
-                dt = time.perf_counter() - t
-                r.raise_for_status()
-                return dt, r.json()["choices"][0]["logprobs"]["token_logprobs"]
-
-            hf_once(), server_once(1)  # warm-up
-            hf = [hf_once() for _ in range(args.reps)]
-            s1 = [server_once(1) for _ in range(args.reps)]
-            s0 = [server_once(0) for _ in range(args.reps)]
+            hf_once(model, ids), server_once(srv.base_url, ids, 1)  # warm-up
+            hf = [hf_once(model, ids) for _ in range(args.reps)]
+            s1 = [server_once(srv.base_url, ids, 1) for _ in range(args.reps)]
+            s0 = [server_once(srv.base_url, ids, 0) for _ in range(args.reps)]
             ref = hf[0][1].tolist()
             diff = max(abs(a - b) for a, b in zip(s1[0][1][1:T], ref))
             row = {
