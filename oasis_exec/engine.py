@@ -173,7 +173,7 @@ class Engine:
             )
             for r in plan.admitted
         )
-        tokens = {}
+        tokens, first_logits = {}, {}
         for ch in plan.prefill:
             r = ch.req
             toks = tuple(r.token_at(p) for p in range(ch.start, ch.start + ch.n))
@@ -181,12 +181,15 @@ class Engine:
             admit = ()
             if ch.last and not r.output:  # a re-prefill's sample is output[-1] again, not a new token
                 tokens[r.id] = got[r.id]
+                first_logits.update(runner.last_logits)
         if plan.decode:
             items = []
             for r in sorted(plan.decode, key=lambda x: x.lane):
                 pos = r.prompt_len + r.generated - 1
                 items.append(DecodeItem(r.id, r.lane, r.token_at(pos), pos, r.max_tokens - r.generated))
             tokens.update(self._call(RunnerCall(admit, None, tuple(items), sampling, self._chain(plan))))
+        if first_logits:  # every runner call resets them: the step's new tokens all keep their logits row
+            runner.last_logits = {**first_logits, **runner.last_logits}
         # a decode yields one token, a speculative one several: cut after the first stop token, never past max_tokens
         new, emitted, stopped = {}, {}, []
         for rid, got in tokens.items():

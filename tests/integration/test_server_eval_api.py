@@ -31,7 +31,7 @@ def url():
 
 def _post(url, path, body, key="k"):
     headers = {"authorization": f"Bearer {key}"} if key else {}
-    return httpx.post(f"{url}{path}", json=body, headers=headers, timeout=60)
+    return httpx.post(f"{url}{path}", json=body, headers=headers, timeout=300)
 
 
 def _complete(url, **body):
@@ -61,7 +61,9 @@ def test_a_batch_streams_with_choice_indices(url):
     body = {"model": "tiny", "prompt": PROMPTS, "max_tokens": 6, "temperature": 0, "stream": True}
     body["stream_options"] = {"include_usage": True}
     texts, finish, usage = ["", "", ""], [None] * 3, None
-    with httpx.stream("POST", f"{url}/v1/completions", json=body, headers={"authorization": "Bearer k"}) as r:
+    with httpx.stream(
+        "POST", f"{url}/v1/completions", json=body, headers={"authorization": "Bearer k"}, timeout=300
+    ) as r:
         for line in r.iter_lines():
             if not line.startswith("data: ") or line == "data: [DONE]":
                 continue

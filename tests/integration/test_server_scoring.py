@@ -34,7 +34,7 @@ def _server(mode: str, **server_kw):
 
 
 def _complete(url: str, body: dict) -> dict:
-    r = httpx.post(f"{url}/v1/completions", json={"model": "tiny", **body}, timeout=120)
+    r = httpx.post(f"{url}/v1/completions", json={"model": "tiny", **body}, timeout=600)
     assert r.status_code == 200, r.text
     return r.json()
 
@@ -115,3 +115,27 @@ def test_speculative_sparse_server_refuses_served_scoring_and_serves_the_dense_s
     engine = ExecutorEngine(Engine(cfg("lookahead", speculative_k=2)))
     with serve_app(create_app(engine, ByteTokenizer(), ServerConfig(port=0, score_attention="dense"))) as url:
         assert len(_score(url, PROMPT)) == len(PROMPT)
+
+
+def test_streamed_and_batched_scores_are_the_same_in_a_sparse_mode():
+    import json
+
+    text = PROMPT[:40]
+    with _server("lookahead") as url:
+        body = {"prompt": text, "max_tokens": 3, "temperature": 0, "logprobs": 1, "echo": True}
+        whole = _complete(url, body)["choices"][0]
+        batch = _complete(url, {**body, "prompt": [text, PROMPT[:30]]})["choices"]
+        got, chunks = [], []
+        with httpx.stream(
+            "POST", f"{url}/v1/completions", json={"model": "tiny", **body, "stream": True}, timeout=600
+        ) as r:
+            for line in r.iter_lines():
+                if line.startswith("data: {"):
+                    c = json.loads(line[6:])["choices"][0]
+                    chunks.append(c["text"])
+                    got += c["logprobs"]["token_logprobs"] if c["logprobs"] else []
+    assert len(whole["logprobs"]["token_logprobs"]) == len(text) + 3
+    assert got == pytest.approx(whole["logprobs"]["token_logprobs"], abs=1e-6)
+    assert "".join(chunks) == whole["text"] and chunks[0] == bytes(text).decode("utf-8", errors="replace")
+    assert batch[0]["logprobs"]["token_logprobs"] == pytest.approx(whole["logprobs"]["token_logprobs"], abs=1e-6)
+    assert len(batch[1]["logprobs"]["token_logprobs"]) == 33
