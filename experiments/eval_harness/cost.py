@@ -25,7 +25,7 @@ import time
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[2]
-sys.path.insert(0, str(ROOT / "tests" / "helpers"))
+sys.path[:0] = [str(ROOT), str(ROOT / "tests" / "helpers")]
 
 
 def hf_once(model, ids):

@@ -357,7 +357,13 @@ def create_app(
             )
 
         if not req.stream:
-            choices = await asyncio.gather(*(run.choice(request, i) for i, run in enumerate(runs)))
+            try:
+                choices = await asyncio.gather(*(run.choice(request, i) for i, run in enumerate(runs)))
+            except BaseException:  # one prompt failed: the others' requests end too
+                for run in runs:
+                    if run.scored.stream is not None:
+                        loop.abort(run.scored.stream)
+                raise
             return S.CompletionResponse(
                 id=rid, created=created, model=req.model, choices=list(choices), usage=total_usage()
             ).model_dump()
@@ -435,9 +441,11 @@ def create_app(
             first = await anext(pieces, None)  # the prompt's scores are ready once the first piece is
             if self.echo:
                 yield {"chunk": (self.echo, None, self.prompt_entries())}
-            rest = [first] if first is not None else []
-            for p in rest:
-                yield self._event(p)
+            if first is not None:
+                ev = self._event(first)
+                yield ev
+                if "error" in ev:
+                    return
             async for p in pieces:
                 ev = self._event(p)
                 yield ev
