@@ -18,7 +18,9 @@ Accounting for `/metrics`, read from the public `Engine.stats()` (the same defin
 Log-probabilities: the engine's runner keeps the logits each step sampled from (`Runner.last_logits`, request id
 -> row), which `step` reads right after the engine's step for the requests that asked; a prompt is scored with the
 model's dense reference forward (`Decoder.forward_dense`), the same weights and attention as the chunked prefill,
-whose logits for the whole prompt ([T, vocab] float32) it keeps for the moment of the call.
+whose logits for the whole prompt ([T, vocab] float32) it keeps for the moment of the call. That is what a served
+prompt's prefill computes in every mode; in a sparse mode (`ModelInfo.sparse_decode`) the server scores by forced
+decode instead (`Sampling.forced_ids` -> `SamplingParams.forced`), see `scoring.py`.
 """
 
 from __future__ import annotations
@@ -106,6 +108,7 @@ class ExecutorEngine:
             dummy=cfg.model_path is None,
             mode=cfg.mode,
             device=cfg.device,
+            sparse_decode=cfg.mode_spec.selects,
         )
         self._counters_at = float("-inf")
         self._top_n: dict = {}  # request id -> alternatives a token, for the requests that asked for logprobs
@@ -113,12 +116,18 @@ class ExecutorEngine:
     def add_request(self, prompt_ids, sampling: Sampling):
         from oasis_exec.engine.scheduler import SamplingParams
 
+        if sampling.forced_ids and self.engine.cfg.spec_max_k:
+            raise ValueError(
+                "echo: scoring a prompt in a sparse mode decodes it with forced tokens, which speculative decoding "
+                "cannot do; serve with --score-attention dense (the dense reference) or without --speculative-k"
+            )
         sp = SamplingParams(
             max_tokens=sampling.max_tokens,
             temperature=sampling.temperature,
             top_p=sampling.top_p,
             stop_ids=tuple(sampling.stop_token_ids),
             seed=sampling.seed,
+            forced=tuple(sampling.forced_ids),
         )
         rid = self.engine.add_request(list(prompt_ids), sp)
         if sampling.logprobs is not None:
@@ -171,6 +180,24 @@ class ExecutorEngine:
             rows = torch.log_softmax(logits[:-1].float(), -1)
             chosen = torch.tensor(list(prompt_ids[1:]), device=rows.device)[:, None]
             return [None, *_token_logprobs(rows, chosen, [top_n] * len(chosen))]
+
+    def score_next(self, prompt_ids, top_n: int, sampling: Sampling):
+        """`prompt_logprobs` and the first output token, sampled from the last prompt position's logits as the
+        engine samples a request's first token from its prefill (prefill attention is dense in every mode)."""
+        import torch
+
+        from oasis_exec.engine.scheduler import SamplingParams
+        from oasis_exec.runner.sampling import request_key, sample, uniform
+
+        ids = list(prompt_ids)
+        with torch.inference_mode():
+            lp = torch.log_softmax(self.engine.runner.dec.forward_dense(ids).float(), -1)  # [T, V]
+            sp = SamplingParams(max_tokens=1, temperature=sampling.temperature, top_p=sampling.top_p)
+            key = request_key(sampling.seed, self.engine.cfg.seed, len(ids))
+            tok = sample(lp[-1:], [sp], [uniform(key, 0) if sp.temperature > 0 else 0.0])  # [1]
+            chosen = torch.tensor([*ids[1:], int(tok[0])], device=lp.device)[:, None]
+            scored = _token_logprobs(lp, chosen, [top_n] * len(ids))
+        return [None, *scored[:-1]], int(tok[0]), scored[-1]
 
     def check(self) -> None:
         if self.model_info.device.startswith("cuda"):

@@ -14,6 +14,7 @@ from dataclasses import dataclass, field
 from oasis_core.echo import show
 
 LOG_LEVELS = ("debug", "info", "warning", "error")
+SCORE_ATTENTION = ("served", "dense")  # server/scoring.py
 MiB = 1 << 20
 
 
@@ -52,6 +53,18 @@ class ServerConfig:
     stall_timeout_s: float = _opt(
         60.0, "/health reports the engine stalled (503) when no step has finished for this long while work waits"
     )
+    score_attention: str = _opt(
+        "served",
+        "attention that scores a prompt (`echo` with `logprobs`): `served` = the served mode's (in a sparse mode, "
+        "teacher-forced decode of the prompt's tokens), `dense` = the dense reference in every mode",
+        choices=SCORE_ATTENTION,
+    )
+    score_prefill_tokens: int = _opt(
+        1,
+        "in a sparse mode with --score-attention served, a scored prompt's first N tokens are prefilled (dense, as "
+        "a served prompt is) and every later one is scored by a decode step of the mode",
+        metavar="N",
+    )
     log_level: str = _opt("warning", "log level", choices=LOG_LEVELS)
     record: str | None = _opt(
         None,
@@ -87,6 +100,10 @@ class ServerConfig:
             v = getattr(self, name)
             if not math.isfinite(v) or v < 0 or (name == "stall_timeout_s" and v == 0):
                 raise bad(name, "must be finite and " + (">= 0" if name == "shutdown_grace_s" else "> 0"))
+        if self.score_attention not in SCORE_ATTENTION:
+            raise bad("score_attention", f"must be one of {', '.join(SCORE_ATTENTION)}")
+        if self.score_prefill_tokens < 1:
+            raise bad("score_prefill_tokens", "must be >= 1")
         if self.log_level not in LOG_LEVELS:
             raise bad("log_level", f"must be one of {', '.join(LOG_LEVELS)}")
         if self.record_hardware is not None and self.record is None:

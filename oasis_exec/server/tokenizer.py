@@ -279,6 +279,11 @@ class HFTokenizer:
     def describe(self) -> str:
         return self._source
 
+    @property
+    def special_tokens(self) -> dict:
+        """The model's special tokens by role (`bos_token`, `eos_token`, ...) -> their text (`/tokenizer_info`)."""
+        return dict(self._special)
+
 
 def _byte_alphabet() -> dict[str, int]:
     """GPT-2's byte-level alphabet, inverted: the printable Latin-1 bytes stand for themselves, the other 68 bytes
