@@ -31,8 +31,10 @@ import math
 import re
 import types
 import typing
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
+
+from .echo import LINE_LIMIT, show
 
 __all__ = [
     "CliError",
@@ -52,8 +54,15 @@ class CliError(ValueError):
     """A bad command line; the message is one line naming the option and the value."""
 
 
-def one_line(text: str) -> str:
-    return " ".join(str(text).split())
+def one_line(text: str, limit: int = LINE_LIMIT) -> str:
+    """``text`` on one line (runs of whitespace made one space), at most ``limit`` characters plus the note of a
+    cut: every CLI error line passes through here, so no message, however large a value it quotes, floods a
+    terminal or a log."""
+    text = str(text)
+    line = " ".join(text[: 4 * limit].split())
+    if len(line) <= limit and len(text) <= 4 * limit:
+        return line
+    return f"{line[:limit]}... [message cut: {len(text)} characters]"
 
 
 class OneLineParser(argparse.ArgumentParser):
@@ -76,10 +85,10 @@ def number(kind):
             v = kind(text)
         except ValueError:
             raise argparse.ArgumentTypeError(
-                f"must be {'an integer' if kind is int else 'a number'}, got {text!r}"
+                f"must be {'an integer' if kind is int else 'a number'}, got {show(text)}"
             ) from None
         if isinstance(v, float) and not math.isfinite(v):
-            raise argparse.ArgumentTypeError(f"must be finite, got {text!r}")
+            raise argparse.ArgumentTypeError(f"must be finite, got {show(text)}")
         return v
 
     parse.__name__ = kind.__name__  # argparse names the type in its own messages
@@ -91,9 +100,9 @@ def parse_json_object(text: str) -> dict:
     try:
         v = json.loads(text)
     except ValueError as e:
-        raise argparse.ArgumentTypeError(f"not JSON ({e.msg} at column {e.colno}): {text!r}") from None
+        raise argparse.ArgumentTypeError(f"not JSON ({e.msg} at column {e.colno}): {show(text)}") from None
     if not isinstance(v, dict):
-        raise argparse.ArgumentTypeError(f"must be a JSON object ({{...}}), got {text!r}")
+        raise argparse.ArgumentTypeError(f"must be a JSON object ({{...}}), got {show(text)}")
     return v
 
 
@@ -117,7 +126,7 @@ def _is_mapping(tp) -> bool:
 
 def _fields(cls, exclude: Iterable[str]):
     if not dataclasses.is_dataclass(cls):
-        raise TypeError(f"cliargs: {cls!r} is not a dataclass")
+        raise TypeError(f"cliargs: {show(cls)} is not a dataclass")
     skip = set(exclude)
     unknown = skip - {f.name for f in dataclasses.fields(cls)}
     if unknown:
@@ -149,16 +158,29 @@ def add_options(
     prefix: str = "",
     dest_prefix: str = "",
     helps: Mapping[str, str] | None = None,
+    groups: Sequence[tuple[str, Sequence[str]]] = (),
+    rest: str = "other options",
 ) -> None:
     """Add one option per init field of dataclass ``cls`` to ``parser`` (a parser or an argument group).
 
     ``exclude``: fields left out (the caller sets them, or they are not for this CLI); ``prefix``: put before every
     option name (``syn-``); ``dest_prefix``: before every namespace attribute (``syn_``), for two dataclasses in one
     parser; ``helps``: field -> help text replacing the field's own. A field without a default is a required option.
+    ``groups``: (heading, fields) pairs, in the order ``--help`` shows them (``parser`` must then be a parser): what
+    most runs set first, the tuning under headings; fields in no group go under ``rest``.
     """
     hints = typing.get_type_hints(cls)
     helps = dict(helps or {})
-    for f in _fields(cls, exclude):
+    where: dict[str, Any] = {}
+    for title, names in groups:
+        group = parser.add_argument_group(title)
+        where.update({n: group for n in names})
+    fields = _fields(cls, exclude)
+    if groups and any(f.name not in where for f in fields):
+        other = parser.add_argument_group(rest)
+        where.update({f.name: other for f in fields if f.name not in where})
+    for f in fields:
+        target = where.get(f.name, parser)
         parse = f.metadata.get("type")
         tp = _base_type(hints[f.name]) if parse is None else None
         default = _default(f)
@@ -175,7 +197,7 @@ def add_options(
             kw["required"] = True
         if tp is bool:  # a negative name (no_transfer) gets its one flag: --no-no-transfer would read badly
             action = "store_true" if negative else argparse.BooleanOptionalAction
-            parser.add_argument(flag(f.name, prefix), action=action, **kw)
+            target.add_argument(flag(f.name, prefix), action=action, **kw)
             continue
         if parse is not None:
             kw.update(type=parse, metavar=getattr(parse, "__name__", "VALUE").upper())
@@ -192,7 +214,7 @@ def add_options(
             kw.pop("metavar", None)
         if "metavar" in f.metadata:
             kw["metavar"] = f.metadata["metavar"]
-        parser.add_argument(flag(f.name, prefix), **kw)
+        target.add_argument(flag(f.name, prefix), **kw)
 
 
 def values(ns: argparse.Namespace, cls, *, exclude: Iterable[str] = (), dest_prefix: str = "") -> dict:

@@ -27,6 +27,7 @@ import numbers
 from dataclasses import dataclass
 from typing import Optional
 
+from .echo import show
 from .fetchcap_base import (  # the base and the registry, re-exported: policies are written against these names
     _REGISTRY,
     DEFAULT_FETCH_RATIO,
@@ -74,7 +75,7 @@ class Fixed(FetchCapPolicy):
 
     def __post_init__(self):
         if not (isinstance(self.ratio, (int, float)) and 0.0 <= self.ratio <= 1.0):
-            raise ValueError(f"Fixed.ratio: must be a number in [0, 1], got {self.ratio!r}")
+            raise ValueError(f"Fixed.ratio: must be a number in [0, 1], got {show(self.ratio)}")
 
     def max_cap(self, top_k: int) -> int:
         return ratio_cap(self.ratio, top_k)
@@ -136,13 +137,13 @@ class LinkBudget(FetchCapPolicy):
             return isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v)
 
         if not (real(self.link_fraction) and self.link_fraction > 0):
-            raise ValueError(f"LinkBudget.link_fraction: must be a finite number > 0, got {self.link_fraction!r}")
+            raise ValueError(f"LinkBudget.link_fraction: must be a finite number > 0, got {show(self.link_fraction)}")
         if isinstance(self.min_cap, bool) or not isinstance(self.min_cap, int) or self.min_cap < 0:
-            raise ValueError(f"LinkBudget.min_cap: must be an integer >= 0, got {self.min_cap!r}")
+            raise ValueError(f"LinkBudget.min_cap: must be an integer >= 0, got {show(self.min_cap)}")
         if not (real(self.max_ratio) and 0 < self.max_ratio <= 1):
-            raise ValueError(f"LinkBudget.max_ratio: must be a number in (0, 1], got {self.max_ratio!r}")
+            raise ValueError(f"LinkBudget.max_ratio: must be a number in (0, 1], got {show(self.max_ratio)}")
         if not (real(self.first_ratio) and 0 <= self.first_ratio <= 1):
-            raise ValueError(f"LinkBudget.first_ratio: must be a number in [0, 1], got {self.first_ratio!r}")
+            raise ValueError(f"LinkBudget.first_ratio: must be a number in [0, 1], got {show(self.first_ratio)}")
 
     def max_cap(self, top_k: int) -> int:
         return ratio_cap(self.max_ratio, top_k)
@@ -191,15 +192,15 @@ def _parse_fixed(spec, arg):
     try:
         ratio = float(arg)
     except ValueError:
-        raise ValueError(f"fetch cap {spec!r}: ratio must be a number in [0, 1], got {arg!r}") from None
+        raise ValueError(f"fetch cap {show(spec)}: ratio must be a number in [0, 1], got {show(arg)}") from None
     if not 0.0 <= ratio <= 1.0:
-        raise ValueError(f"fetch cap {spec!r}: ratio must be a number in [0, 1], got {arg!r}")
+        raise ValueError(f"fetch cap {show(spec)}: ratio must be a number in [0, 1], got {show(arg)}")
     return Fixed(ratio)
 
 
 def _parse_unlimited(spec, arg):
     if arg is not None:
-        raise ValueError(f"fetch cap {spec!r}: 'unlimited' takes no argument")
+        raise ValueError(f"fetch cap {show(spec)}: 'unlimited' takes no argument")
     return Unlimited()
 
 
@@ -214,22 +215,22 @@ def _parse_budget(spec, arg):
         key, eq, val = (x.strip() for x in p.partition("="))
         if not eq or key not in ("link_fraction", "min_cap", "max_ratio", "first_ratio"):
             raise ValueError(
-                f"fetch cap {spec!r}: {p!r} is not FIELD=VALUE with FIELD one of link_fraction, "
+                f"fetch cap {show(spec)}: {show(p)} is not FIELD=VALUE with FIELD one of link_fraction, "
                 "min_cap, max_ratio, first_ratio"
             )
         if key in kw:
-            raise ValueError(f"fetch cap {spec!r}: {key} given twice")
+            raise ValueError(f"fetch cap {show(spec)}: {key} given twice")
         kw[key] = val
     for key, val in kw.items():
         try:
             kw[key] = int(val) if key == "min_cap" else float(val)
         except ValueError:
             kind = "an integer" if key == "min_cap" else "a number"
-            raise ValueError(f"fetch cap {spec!r}: LinkBudget.{key}: must be {kind}, got {val!r}") from None
+            raise ValueError(f"fetch cap {show(spec)}: LinkBudget.{key}: must be {kind}, got {show(val)}") from None
     try:
         return LinkBudget(**kw)
     except ValueError as e:
-        raise ValueError(f"fetch cap {spec!r}: {e}") from None
+        raise ValueError(f"fetch cap {show(spec)}: {e}") from None
 
 
 register_policy("fixed", "fixed[:RATIO]", _parse_fixed)
@@ -262,7 +263,7 @@ def _import_policy_module(entry: str) -> None:
             have = sys.modules.get(name)
             if have is not None:
                 if Path(getattr(have, "__file__", "") or "").resolve() != path:
-                    raise ImportError(f"a module named {name!r} is already imported from elsewhere")
+                    raise ImportError(f"a module named {show(name)} is already imported from elsewhere")
                 return
             spec = importlib.util.spec_from_file_location(name, path)
             module = importlib.util.module_from_spec(spec)
@@ -276,7 +277,7 @@ def _import_policy_module(entry: str) -> None:
             importlib.import_module(entry)
     except Exception as e:  # noqa: BLE001 - whatever the module raised, the caller reports one line
         raise ValueError(
-            f"{POLICY_MODULES_ENV}: cannot import {entry!r}: {type(e).__name__}: {' '.join(str(e).split())}"
+            f"{POLICY_MODULES_ENV}: cannot import {show(entry)}: {type(e).__name__}: {' '.join(str(e).split())}"
         ) from None
 
 
@@ -302,7 +303,7 @@ def get_policy(spec: str) -> FetchCapPolicy:
     and look again: how a policy of your own reaches ``python -m oasis_exec bench``, ``oasis_sim run`` and the
     workers of ``oasis_sim sweep``, which all parse the spec with this function."""
     if not isinstance(spec, str):
-        raise ValueError(f"fetch cap: expected a string such as 'fixed:0.05', got {spec!r}")
+        raise ValueError(f"fetch cap: expected a string such as 'fixed:0.05', got {show(spec)}")
     name, sep, arg = spec.strip().lower().partition(":")
     name, arg = name.strip(), arg.strip()
     entry = _REGISTRY.get(name)
@@ -313,7 +314,7 @@ def get_policy(spec: str) -> FetchCapPolicy:
         choices = ", ".join(usage for usage, _ in _REGISTRY.values())
         where = f" (after importing {POLICY_MODULES_ENV}={','.join(modules)})" if modules else ""
         raise ValueError(
-            f"fetch cap {spec!r}: unknown policy {name!r}{where}; choices: {choices}; a policy of your own: "
+            f"fetch cap {show(spec)}: unknown policy {show(name)}{where}; choices: {choices}; a policy of your own: "
             f"register_policy in a module named in {POLICY_MODULES_ENV}"
         )
     return entry[1](spec, arg if sep else None)
@@ -329,7 +330,7 @@ def canonical_specs(specs, option: str) -> list:
         except ValueError as e:
             raise ValueError(f"{option}: {' '.join(str(e).split())}") from None
         if c in out:
-            raise ValueError(f"{option}: {spec!r} given twice (as {c!r})")
+            raise ValueError(f"{option}: {show(spec)} given twice (as {show(c)})")
         out.append(c)
     return out
 

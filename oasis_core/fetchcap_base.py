@@ -17,6 +17,7 @@ from typing import Any, Callable, Optional
 
 import numpy as np
 
+from .echo import show
 from .xp import is_torch, namespace
 
 DEFAULT_FETCH_RATIO = 0.05  # paper default: 0.05 of K, about 6 blocks per head per step at K = 128
@@ -75,11 +76,13 @@ class CapContext:
         if self.rows < 0:
             raise ValueError(f"CapContext.rows: must be >= 0, got {self.rows}")
         if not (isinstance(self.row_weight, (int, float)) and math.isfinite(self.row_weight) and self.row_weight > 0):
-            raise ValueError(f"CapContext.row_weight: must be a finite number > 0, got {self.row_weight!r}")
+            raise ValueError(f"CapContext.row_weight: must be a finite number > 0, got {show(self.row_weight)}")
         if isinstance(self.layers, bool) or not isinstance(self.layers, int) or self.layers < 1:
-            raise ValueError(f"CapContext.layers: must be an integer >= 1, got {self.layers!r}")
+            raise ValueError(f"CapContext.layers: must be an integer >= 1, got {show(self.layers)}")
         if self.layer is not None and not (isinstance(self.layer, int) and 0 <= self.layer < self.layers):
-            raise ValueError(f"CapContext.layer: must be None or an integer in [0, {self.layers}), got {self.layer!r}")
+            raise ValueError(
+                f"CapContext.layer: must be None or an integer in [0, {self.layers}), got {show(self.layer)}"
+            )
 
 
 class FetchCapPolicy(ABC):
@@ -197,7 +200,7 @@ def register_policy(name: str, usage: str, parse: Callable[[str, Optional[str]],
     """
     name = name.strip().lower()
     if not name or ":" in name:
-        raise ValueError(f"register_policy: name must be a non-empty word without ':', got {name!r}")
+        raise ValueError(f"register_policy: name must be a non-empty word without ':', got {show(name)}")
     _REGISTRY[name] = (usage, parse)
 
 
@@ -211,20 +214,22 @@ def parse_fields(spec: str, arg: Optional[str], cls, fields: dict, positional: O
     for p in parts:
         key, eq, val = (x.strip() for x in p.partition("="))
         if not eq or key not in fields:
-            raise ValueError(f"fetch cap {spec!r}: {p!r} is not FIELD=VALUE with FIELD one of {', '.join(fields)}")
+            raise ValueError(
+                f"fetch cap {show(spec)}: {show(p)} is not FIELD=VALUE with FIELD one of {', '.join(fields)}"
+            )
         if key in kw:
-            raise ValueError(f"fetch cap {spec!r}: {key} given twice")
+            raise ValueError(f"fetch cap {show(spec)}: {key} given twice")
         kw[key] = val
     for key, val in kw.items():
         try:
             kw[key] = fields[key](val)
         except ValueError:
             kind = "an integer" if fields[key] is int else "a number"
-            raise ValueError(f"fetch cap {spec!r}: {cls.__name__}.{key}: must be {kind}, got {val!r}") from None
+            raise ValueError(f"fetch cap {show(spec)}: {cls.__name__}.{key}: must be {kind}, got {show(val)}") from None
     try:
         return cls(**kw)
     except ValueError as e:
-        raise ValueError(f"fetch cap {spec!r}: {e}") from None
+        raise ValueError(f"fetch cap {show(spec)}: {e}") from None
 
 
 def spec_of(policy, name: str, positional: Optional[str] = None) -> str:

@@ -18,6 +18,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from .echo import show
 from .fetchcap_base import (
     DEFAULT_FETCH_RATIO,
     CapContext,
@@ -57,14 +58,14 @@ class DriftAdaptive(FetchCapPolicy):
         for name in ("low", "high", "alpha", "ratio", "min_ratio", "max_ratio"):
             v = getattr(self, name)
             if not (_real(v) and 0 <= v <= 1):
-                raise ValueError(f"DriftAdaptive.{name}: must be a number in [0, 1], got {v!r}")
+                raise ValueError(f"DriftAdaptive.{name}: must be a number in [0, 1], got {show(v)}")
         if not self.low < self.high:
-            raise ValueError(f"DriftAdaptive.low: must be below high={self.high:g}, got {self.low!r}")
+            raise ValueError(f"DriftAdaptive.low: must be below high={self.high:g}, got {show(self.low)}")
         if self.alpha == 0:
-            raise ValueError(f"DriftAdaptive.alpha: must be > 0, got {self.alpha!r}")
+            raise ValueError(f"DriftAdaptive.alpha: must be > 0, got {show(self.alpha)}")
         if self.max_ratio == 0 or self.min_ratio > self.max_ratio:
             raise ValueError(
-                f"DriftAdaptive.max_ratio: must be > 0 and >= min_ratio={self.min_ratio:g}, got {self.max_ratio!r}"
+                f"DriftAdaptive.max_ratio: must be > 0 and >= min_ratio={self.min_ratio:g}, got {show(self.max_ratio)}"
             )
 
     def max_cap(self, top_k: int) -> int:

@@ -21,6 +21,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from .echo import show
 from .fetchcap_base import (
     DEFAULT_FETCH_RATIO,
     CapContext,
@@ -57,9 +58,9 @@ class PerLayer(FetchCapPolicy):
         for name in ("ratio", "alpha", "max_ratio"):
             v = getattr(self, name)
             if not (isinstance(v, (int, float)) and not isinstance(v, bool) and 0 < v <= 1):
-                raise ValueError(f"PerLayer.{name}: must be a number in (0, 1], got {v!r}")
+                raise ValueError(f"PerLayer.{name}: must be a number in (0, 1], got {show(v)}")
         if isinstance(self.min_cap, bool) or not isinstance(self.min_cap, int) or self.min_cap < 0:
-            raise ValueError(f"PerLayer.min_cap: must be an integer >= 0, got {self.min_cap!r}")
+            raise ValueError(f"PerLayer.min_cap: must be an integer >= 0, got {show(self.min_cap)}")
 
     def max_cap(self, top_k: int) -> int:
         return ratio_cap(self.max_ratio, top_k)

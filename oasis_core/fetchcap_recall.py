@@ -14,6 +14,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from .echo import show
 from .fetchcap_base import CapContext, FetchCapPolicy, parse_fields, ratio_cap, register_policy, spec_of
 from .xp import namespace
 
@@ -33,11 +34,11 @@ class RecallTarget(FetchCapPolicy):
 
     def __post_init__(self):
         if not (isinstance(self.target, (int, float)) and not isinstance(self.target, bool) and 0 <= self.target <= 1):
-            raise ValueError(f"RecallTarget.target: must be a number in [0, 1], got {self.target!r}")
+            raise ValueError(f"RecallTarget.target: must be a number in [0, 1], got {show(self.target)}")
         if not (isinstance(self.max_ratio, (int, float)) and not isinstance(self.max_ratio, bool)):
-            raise ValueError(f"RecallTarget.max_ratio: must be a number in (0, 1], got {self.max_ratio!r}")
+            raise ValueError(f"RecallTarget.max_ratio: must be a number in (0, 1], got {show(self.max_ratio)}")
         if not 0 < self.max_ratio <= 1:
-            raise ValueError(f"RecallTarget.max_ratio: must be a number in (0, 1], got {self.max_ratio!r}")
+            raise ValueError(f"RecallTarget.max_ratio: must be a number in (0, 1], got {show(self.max_ratio)}")
 
     def max_cap(self, top_k: int) -> int:
         return ratio_cap(self.max_ratio, top_k)

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from .echo import show
 from .specs import ModelSpec, _check_int, _check_real
 
 # The host copy's element type (``ExecConfig.host_kv_dtype``, ``SimConfig.host_kv_dtype``): "auto" = the KV dtype
@@ -40,7 +41,7 @@ class KVGeometry:
 
     def __post_init__(self):
         if not isinstance(self.model, ModelSpec):
-            raise ValueError(f"KVGeometry.model: must be a ModelSpec, got {self.model!r}")
+            raise ValueError(f"KVGeometry.model: must be a ModelSpec, got {show(self.model)}")
         _check_int("KVGeometry", "block_size", self.block_size, 1)
         _check_int("KVGeometry", "dtype_bytes", self.dtype_bytes, 1)
 
@@ -98,7 +99,7 @@ class KVGeometry:
             return self.bytes_per_block_head
         if host_kv_dtype == "fp8_e4m3":
             return 2 * (self.block_size * self.model.head_dim + FP8_SCALE_BYTES)
-        raise ValueError(f"host_kv_dtype: must be one of {', '.join(HOST_KV_DTYPES)}, got {host_kv_dtype!r}")
+        raise ValueError(f"host_kv_dtype: must be one of {', '.join(HOST_KV_DTYPES)}, got {show(host_kv_dtype)}")
 
     def host_bytes_per_block(self, host_kv_dtype: str = "auto") -> int:
         """K and V of one block, all full layers and KV heads, in the host copy (``host_bytes_per_block_head`` x

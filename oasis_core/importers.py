@@ -26,6 +26,8 @@ from typing import List, Optional, Sequence, Tuple, Union
 
 import numpy as np
 
+from .cliargs import one_line
+from .echo import show
 from .trace import MAX_REQUEST_TOKENS, Request, Trace, TraceError, _show, _show_typed, save_trace
 
 MOONCAKE_BLOCK_TOKENS = 512
@@ -40,14 +42,14 @@ def _check_options(time_scale, max_context, limit, overflow=None, spread=None) -
         or not isinstance(time_scale, (int, float))
         or not (math.isfinite(time_scale) and time_scale > 0)
     ):
-        raise ValueError(f"time_scale: must be a finite number > 0, got {time_scale!r}")
+        raise ValueError(f"time_scale: must be a finite number > 0, got {show(time_scale)}")
     for name, value, minimum in (("max_context", max_context, 2), ("limit", limit, 1)):
         if value is not None and (isinstance(value, bool) or not isinstance(value, int) or value < minimum):
-            raise ValueError(f"{name}: must be None or an integer >= {minimum}, got {value!r}")
+            raise ValueError(f"{name}: must be None or an integer >= {minimum}, got {show(value)}")
     if overflow is not None and overflow not in _OVERFLOWS:
-        raise ValueError(f"overflow: must be one of {', '.join(_OVERFLOWS)}, got {overflow!r}")
+        raise ValueError(f"overflow: must be one of {', '.join(_OVERFLOWS)}, got {show(overflow)}")
     if spread is not None and spread not in _SPREADS:
-        raise ValueError(f"spread: must be one of {', '.join(_SPREADS)}, got {spread!r}")
+        raise ValueError(f"spread: must be one of {', '.join(_SPREADS)}, got {show(spread)}")
 
 
 def fit_context(prompt_tokens: int, output_tokens: int, max_context: Optional[int]) -> Tuple[int, int]:
@@ -164,7 +166,7 @@ def spread_buckets(timestamps_s: Sequence[float], spread: str = "uniform", seed:
     last_width = bucket_width(t)
     if last_width is None:
         raise ValueError(
-            f"spread: {spread!r} spreads quantised timestamp buckets (Mooncake's ~3 s), but these "
+            f"spread: {show(spread)} spreads quantised timestamp buckets (Mooncake's ~3 s), but these "
             "timestamps are not bucketed; use spread 'none' (or 'auto')"
         )
     starts, first, counts = np.unique(t, return_index=True, return_counts=True)
@@ -282,7 +284,7 @@ def import_azure(
     missing = [c for c in AZURE_COLUMNS if c not in df.columns]
     if missing:
         raise TraceError(
-            f"{path}: line 1: {missing[0]}: missing column (header has: {', '.join(map(str, df.columns))})"
+            f"{path}: line 1: {missing[0]}: missing column (header has: {show(', '.join(map(str, df.columns[:20])))})"
         )
     if df.empty:
         raise TraceError(f"{path}: no data rows")
@@ -367,16 +369,16 @@ def _int_option(text: str) -> int:
     try:
         return int(text)
     except ValueError:
-        raise argparse.ArgumentTypeError(f"must be an integer, got {text!r}") from None
+        raise argparse.ArgumentTypeError(f"must be an integer, got {show(text)}") from None
 
 
 def _float_option(text: str) -> float:
     try:
         v = float(text)
     except ValueError:
-        raise argparse.ArgumentTypeError(f"must be a number, got {text!r}") from None
+        raise argparse.ArgumentTypeError(f"must be a number, got {show(text)}") from None
     if not math.isfinite(v):
-        raise argparse.ArgumentTypeError(f"must be finite, got {text!r}")
+        raise argparse.ArgumentTypeError(f"must be finite, got {show(text)}")
     return v
 
 
@@ -486,7 +488,7 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     except SystemExit as e:  # --help
         return int(e.code or 0)
     except ValueError as e:  # UsageError, TraceError
-        print(f"{parser.prog}: error: {' '.join(str(e).split())}", file=sys.stderr)
+        print(f"{parser.prog}: error: {one_line(e)}", file=sys.stderr)
         return 2
     except BrokenPipeError:  # stdout closed early: the trace is written, nothing to report
         try:

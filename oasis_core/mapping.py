@@ -14,6 +14,8 @@ from __future__ import annotations
 
 import numpy as np
 
+from .echo import show
+
 
 class MappingError(ValueError):
     """Misuse of a ``HeadMapping`` (double allocate, unknown request, out of capacity, bad plan)."""
@@ -35,7 +37,7 @@ class HeadMapping:
             ("slots", slots),
         ):
             if not isinstance(v, (int, np.integer)) or v < 1:
-                raise MappingError(f"HeadMapping.{name}: must be an int >= 1, got {v!r}")
+                raise MappingError(f"HeadMapping.{name}: must be an int >= 1, got {show(v)}")
         self.max_requests = int(max_requests)
         self.n_layers = int(n_layers)
         self.n_kv_heads = int(n_kv_heads)
@@ -66,15 +68,15 @@ class HeadMapping:
         budget: slots the request's rows may fill (default ``slots``; 0..slots).
         """
         if request_id in self._chunk_of:
-            raise MappingError(f"allocate: request {request_id!r} already holds rows {self.rows(request_id)}")
+            raise MappingError(f"allocate: request {show(request_id)} already holds rows {self.rows(request_id)}")
         if not self._free:
             raise MappingError(
-                f"allocate: request {request_id!r}: out of capacity, all {self.max_requests} "
+                f"allocate: request {show(request_id)}: out of capacity, all {self.max_requests} "
                 f"request row ranges are in use"
             )
         b = self.slots if budget is None else budget
         if not isinstance(b, (int, np.integer)) or not 0 <= b <= self.slots:
-            raise MappingError(f"allocate: budget must be an int in [0, {self.slots}], got {budget!r}")
+            raise MappingError(f"allocate: budget must be an int in [0, {self.slots}], got {show(budget)}")
         chunk = self._free.pop()
         self._chunk_of[request_id] = chunk
         rows = self.rows(request_id)
@@ -98,7 +100,7 @@ class HeadMapping:
         try:
             chunk = self._chunk_of[request_id]
         except KeyError:
-            raise MappingError(f"unknown request {request_id!r} (not allocated or already released)") from None
+            raise MappingError(f"unknown request {show(request_id)} (not allocated or already released)") from None
         start = chunk * self.rows_per_request
         return range(start, start + self.rows_per_request)
 

@@ -26,6 +26,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from .echo import show
+
 QUERY_NONE, QUERY_CURRENT, QUERY_PREVIOUS, QUERY_DRAFT = "none", "current", "previous", "draft"
 
 
@@ -46,7 +48,7 @@ class Mode:
 
     def __post_init__(self):
         if self.hot_cache and (self.whole_kv_on_gpu or self.background):
-            raise ValueError(f"Mode {self.name!r}: a hot cache is fetched on demand (sparse, not background)")
+            raise ValueError(f"Mode {show(self.name)}: a hot cache is fetched on demand (sparse, not background)")
 
     @property
     def sparse(self) -> bool:
@@ -157,4 +159,4 @@ def get(mode: str | Mode) -> Mode:
     try:
         return REGISTRY[mode]
     except (KeyError, TypeError):
-        raise ValueError(f"mode: must be one of {', '.join(MODES)}, got {mode!r}") from None
+        raise ValueError(f"mode: must be one of {', '.join(MODES)}, got {show(mode)}") from None

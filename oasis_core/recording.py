@@ -24,6 +24,7 @@ from typing import Any, Dict, Mapping, Optional, Sequence, Union
 import numpy as np
 
 from . import modes
+from .echo import show
 from .geometry import HOST_KV_DTYPES
 from .modes import MODES
 from .trace import (
@@ -111,7 +112,7 @@ def _num_or_null(where, value, minimum=0.0, maximum=None):
         return None
     v = _number_field(where, value, minimum)
     if maximum is not None and v > maximum:
-        raise _Problem(where, f"must be <= {maximum}, got {value!r}")
+        raise _Problem(where, f"must be <= {maximum}, got {show(value)}")
     return v
 
 
@@ -138,12 +139,12 @@ def _check_config(c) -> None:
     if c["kv_budget_gb"] is not None:
         v = _number_field("config.kv_budget_gb", c["kv_budget_gb"], 0.0)
         if v <= 0:
-            raise _Problem("config.kv_budget_gb", f"must be > 0 or null, got {c['kv_budget_gb']!r}")
+            raise _Problem("config.kv_budget_gb", f"must be > 0 or null, got {show(c['kv_budget_gb'])}")
     _int_field("config.top_k", c["top_k"], 1)
     _int_field("config.block_size", c["block_size"], 1)
     fr = _number_field("config.fetch_ratio", c["fetch_ratio"], 0.0)
     if not 0.0 < fr <= 1.0:
-        raise _Problem("config.fetch_ratio", f"must be in (0, 1], got {c['fetch_ratio']!r}")
+        raise _Problem("config.fetch_ratio", f"must be in (0, 1], got {show(c['fetch_ratio'])}")
     _str_field("config.transfer_path", c["transfer_path"], TRANSFER_PATHS, nullable=True)
     if c["transfer_path"] is None and mode.transfers:
         raise _Problem(
@@ -181,7 +182,8 @@ def _check_results(r, config) -> None:
         _number_field(f"results.{k}", r[k], 0.0)
     if r["tpot_ms_p99"] < r["tpot_ms_p50"]:
         raise _Problem(
-            "results.tpot_ms_p99", f"must be >= results.tpot_ms_p50 ({r['tpot_ms_p50']!r}), got {r['tpot_ms_p99']!r}"
+            "results.tpot_ms_p99",
+            f"must be >= results.tpot_ms_p50 ({show(r['tpot_ms_p50'])}), got {show(r['tpot_ms_p99'])}",
         )
     _num_or_null("results.ttft_ms_p50", r["ttft_ms_p50"])
     _num_or_null("results.stall_ms_per_step", r["stall_ms_per_step"])
@@ -258,7 +260,7 @@ def _check_layer_events(ev) -> None:
         a = _number_field(f"{w}[3]", e[3], 0.0)
         b = _number_field(f"{w}[4]", e[4], 0.0)
         if b < a:
-            raise _Problem(f"{w}[4]", f"must be >= start_ms ({e[3]!r}), got {e[4]!r}")
+            raise _Problem(f"{w}[4]", f"must be >= start_ms ({show(e[3])}), got {show(e[4])}")
 
 
 def _check_recording(trace: Trace) -> None:
@@ -453,13 +455,23 @@ def save_selection(path: Union[str, PathLike], sets, layers: Sequence[int], requ
 def read_npz(path, error=ValueError) -> dict:
     """Every array of the ``.npz`` at ``path`` (no pickles); an unreadable or non-npz file raises ``error`` with one
     line naming the path (the selection files of both backends read through this)."""
+    import zipfile
+    import zlib
+
     try:
-        with np.load(path, allow_pickle=False) as z:
-            return {k: z[k] for k in z.files}
-    except OSError as e:
+        z = np.load(path, allow_pickle=False)
+    except OSError as e:  # missing, a folder, unreadable
         raise error(f"{path}: cannot read: {e.strerror or ' '.join(str(e).split())}") from None
-    except ValueError as e:
-        raise error(f"{path}: not a numpy .npz file: {' '.join(str(e).split())[:80]}") from None
+    except (ValueError, EOFError, zipfile.BadZipFile) as e:  # empty, not a zip, a broken zip
+        raise error(f"{path}: not a numpy .npz file ({type(e).__name__}: {' '.join(str(e).split())[:80]})") from None
+    if not isinstance(z, np.lib.npyio.NpzFile):
+        raise error(f"{path}: not a numpy .npz file (a single .npy array)")
+    try:
+        with z:
+            return {k: z[k] for k in z.files}
+    except (OSError, ValueError, EOFError, KeyError, zipfile.BadZipFile, zlib.error, NotImplementedError) as e:
+        # a member cut short, its checksum or compressed stream broken, its header not an array's
+        raise error(f"{path}: a corrupt .npz file ({type(e).__name__}: {' '.join(str(e).split())[:80]})") from None
 
 
 def load_selection(path: Union[str, PathLike], top_k: Optional[int] = None):

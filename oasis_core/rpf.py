@@ -30,6 +30,8 @@ from typing import Tuple, Union
 
 import numpy as np
 
+from .echo import show
+
 GRANULARITIES = ("block", "head")
 
 
@@ -45,7 +47,7 @@ def _host(x) -> np.ndarray:
 
 def _check_granularity(granularity: str) -> None:
     if granularity not in GRANULARITIES:
-        raise ValueError(f"granularity: must be one of {GRANULARITIES}, got {granularity!r}")
+        raise ValueError(f"granularity: must be one of {GRANULARITIES}, got {show(granularity)}")
 
 
 def handoff_blocks(pred) -> Union[np.ndarray, Tuple[np.ndarray, ...]]:
@@ -114,7 +116,7 @@ def handoff_bytes(
         ("local_blocks", local_blocks),
     ):
         if isinstance(v, bool) or not isinstance(v, Integral) or v < 0:
-            raise ValueError(f"handoff_bytes.{name}: must be an integer >= 0, got {v!r}")
+            raise ValueError(f"handoff_bytes.{name}: must be an integer >= 0, got {show(v)}")
     rows = layers * kv_heads
     if units > rows * n_blocks:
         raise ValueError(f"handoff_bytes.units: at most layers*kv_heads*n_blocks = {rows * n_blocks}, got {units}")
@@ -158,7 +160,7 @@ class RemoteLedger:
             ("kv_bytes_per_block_head", kv_bytes_per_block_head),
         ):
             if isinstance(v, bool) or not isinstance(v, Integral) or v < 1:
-                raise ValueError(f"RemoteLedger.{name}: must be an integer >= 1, got {v!r}")
+                raise ValueError(f"RemoteLedger.{name}: must be an integer >= 1, got {show(v)}")
         self.layers, self.kv_heads, self.n_blocks = layers, kv_heads, n_blocks
         self.unit_bytes = kv_bytes_per_block_head
         self.selected = np.zeros((layers, kv_heads, n_blocks), dtype=bool)

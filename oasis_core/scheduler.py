@@ -33,6 +33,8 @@ from collections import Counter, deque
 from dataclasses import dataclass
 from typing import Callable, Protocol
 
+from .echo import show
+
 WAITING, PREFILL, DECODE = "waiting", "prefill", "decode"
 COMPLETED, REJECTED, ABORTED = "completed", "rejected", "aborted"
 ENDED = (COMPLETED, REJECTED, ABORTED)
@@ -63,11 +65,11 @@ class Request:
 
     def __init__(self, *, id, prompt_len: int, max_tokens: int, ready_t: float = 0.0, prefilled: int = 0):
         if not isinstance(prompt_len, int) or prompt_len < 1:
-            raise ValueError(f"Request.prompt_len: must be an int >= 1, got {prompt_len!r}")
+            raise ValueError(f"Request.prompt_len: must be an int >= 1, got {show(prompt_len)}")
         if not isinstance(max_tokens, int) or max_tokens < 1:
-            raise ValueError(f"Request.max_tokens: must be an int >= 1, got {max_tokens!r}")
+            raise ValueError(f"Request.max_tokens: must be an int >= 1, got {show(max_tokens)}")
         if not 0 <= prefilled <= prompt_len:
-            raise ValueError(f"Request.prefilled: must be in [0, {prompt_len}], got {prefilled!r}")
+            raise ValueError(f"Request.prefilled: must be in [0, {prompt_len}], got {show(prefilled)}")
         self.id = id
         self.prompt_len = prompt_len
         self.max_tokens = max_tokens  # output tokens at which it completes (unless a stop token comes first)
@@ -163,11 +165,11 @@ class Scheduler:
         on_end: Callable | None = None,
     ):
         if not isinstance(prefill_tokens, int) or prefill_tokens < 1:
-            raise ValueError(f"Scheduler.prefill_tokens: must be an int >= 1, got {prefill_tokens!r}")
+            raise ValueError(f"Scheduler.prefill_tokens: must be an int >= 1, got {show(prefill_tokens)}")
         if max_batch is not None and (not isinstance(max_batch, int) or max_batch < 1):
-            raise ValueError(f"Scheduler.max_batch: must be an int >= 1 or None, got {max_batch!r}")
+            raise ValueError(f"Scheduler.max_batch: must be an int >= 1 or None, got {show(max_batch)}")
         if max_context is not None and (not isinstance(max_context, int) or max_context < 1):
-            raise ValueError(f"Scheduler.max_context: must be an int >= 1 or None, got {max_context!r}")
+            raise ValueError(f"Scheduler.max_context: must be an int >= 1 or None, got {show(max_context)}")
         self.acct = accounting
         self.prefill_tokens = prefill_tokens
         self.max_batch = max_batch
@@ -188,7 +190,7 @@ class Scheduler:
     def add(self, req: Request, now: float = 0.0) -> bool:
         """Queue ``req``; False when it was rejected at once (``req.reason`` says why)."""
         if req.state != WAITING:
-            raise ValueError(f"Scheduler.add: request {req.id!r} is {req.state}, not waiting")
+            raise ValueError(f"Scheduler.add: request {show(req.id)} is {req.state}, not waiting")
         reason = self._never_fits(req, final=True)
         if reason is not None:
             self._reject(req, reason, now)
@@ -277,7 +279,7 @@ class Scheduler:
             n = emitted.get(r.id, 1)
             if not isinstance(n, int) or n < 1 or r.generated + n > r.max_tokens:
                 raise ValueError(
-                    f"Scheduler.update: request {r.id!r} emitted {n!r} tokens; must be 1 .. "
+                    f"Scheduler.update: request {show(r.id)} emitted {show(n)} tokens; must be 1 .. "
                     f"{r.max_tokens - r.generated} (max_tokens {r.max_tokens}, {r.generated} generated)"
                 )
             r.generated += n

@@ -58,6 +58,7 @@ from typing import Optional
 
 import numpy as np
 
+from .echo import show
 from .recording import read_npz
 
 FORMAT = "oasiskv-selected-sets"
@@ -207,7 +208,7 @@ class SetRecord:
         except (KeyError, ValueError) as e:
             raise SetRecordError(f"{source}: meta: missing or not JSON ({e})") from None
         if self.meta.get("format") != FORMAT:
-            raise SetRecordError(f"{source}: meta.format: must be {FORMAT!r}, got {self.meta.get('format')!r}")
+            raise SetRecordError(f"{source}: meta.format: must be {show(FORMAT)}, got {self.meta.get('format')!r}")
         if self.meta.get("version") != VERSION:
             raise SetRecordError(
                 f"{source}: meta.version: must be {VERSION} (the version this reader knows), got "
@@ -335,7 +336,7 @@ def map_ids(sets: np.ndarray, eligible_dst, eligible_src=None, ids: str = "wrap"
         src = np.maximum(np.asarray(eligible_src, dtype=np.int64), 1)
         out = np.where((sets >= 0) & (e > 0), np.minimum(sets * e // src, np.maximum(e - 1, 0)), -1)
     else:
-        raise ValueError(f"ids: must be one of {ID_MAPS}, got {ids!r}")
+        raise ValueError(f"ids: must be one of {ID_MAPS}, got {show(ids)}")
     return dedup_rows(out)
 
 
@@ -348,7 +349,7 @@ class SetReplay:
 
     def __init__(self, rec: SetRecord, n_layers: int, n_kv_heads: int, top_k: int, ids: str = "wrap"):
         if ids not in ID_MAPS:
-            raise ValueError(f"replay ids: must be one of {ID_MAPS}, got {ids!r}")
+            raise ValueError(f"replay ids: must be one of {ID_MAPS}, got {show(ids)}")
         if not rec.requests:
             raise SetRecordError(f"{rec.source}: holds no recorded step (a dense run records none)")
         self.rec, self.L, self.H, self.K, self.ids = rec, n_layers, n_kv_heads, top_k, ids

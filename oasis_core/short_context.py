@@ -30,6 +30,8 @@ from __future__ import annotations
 import numbers
 from dataclasses import dataclass
 
+from .echo import show
+
 
 @dataclass(frozen=True, kw_only=True)
 class ShortContext:
@@ -44,10 +46,10 @@ class ShortContext:
         for name, lo in (("top_k", 0), ("block_size", 1), ("local_blocks", 0)):
             v = getattr(self, name)
             if isinstance(v, bool) or not isinstance(v, numbers.Integral) or v < lo:
-                raise ValueError(f"ShortContext.{name}: must be an integer >= {lo}, got {v!r}")
+                raise ValueError(f"ShortContext.{name}: must be an integer >= {lo}, got {show(v)}")
         if self.top_k + self.local_blocks < 1:
             raise ValueError(
-                f"ShortContext.top_k: top_k + local_blocks must be >= 1, got {self.top_k!r} + {self.local_blocks!r}"
+                f"ShortContext.top_k: top_k + local_blocks must be >= 1, got {show(self.top_k)} + {show(self.local_blocks)}"
             )
 
     @property

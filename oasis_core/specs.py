@@ -17,6 +17,7 @@ import numbers
 from dataclasses import dataclass, replace
 from typing import Mapping, Optional, Tuple
 
+from .echo import show
 from .modes import MODES, SPARSE_MODES  # noqa: F401  (re-exported; the modes live in oasis_core.modes)
 
 # ----------------------------------------------------------------------------------------------------------------
@@ -29,30 +30,30 @@ def _type_name(value) -> str:
 
 def _check_int(owner: str, name: str, value, minimum: int) -> None:
     if isinstance(value, bool) or not isinstance(value, numbers.Integral):
-        raise ValueError(f"{owner}.{name}: must be an integer, got {value!r} ({_type_name(value)})")
+        raise ValueError(f"{owner}.{name}: must be an integer, got {show(value)} ({_type_name(value)})")
     if value < minimum:
         raise ValueError(f"{owner}.{name}: must be >= {minimum}, got {value}")
 
 
 def _check_real(owner: str, name: str, value, *, positive: bool = True, allow_zero: bool = False) -> None:
     if isinstance(value, bool) or not isinstance(value, numbers.Real):
-        raise ValueError(f"{owner}.{name}: must be a number, got {value!r} ({_type_name(value)})")
+        raise ValueError(f"{owner}.{name}: must be a number, got {show(value)} ({_type_name(value)})")
     if not math.isfinite(value):
-        raise ValueError(f"{owner}.{name}: must be finite, got {value!r}")
+        raise ValueError(f"{owner}.{name}: must be finite, got {show(value)}")
     if positive and allow_zero and value < 0:
-        raise ValueError(f"{owner}.{name}: must be >= 0, got {value!r}")
+        raise ValueError(f"{owner}.{name}: must be >= 0, got {show(value)}")
     if positive and not allow_zero and value <= 0:
-        raise ValueError(f"{owner}.{name}: must be > 0, got {value!r}")
+        raise ValueError(f"{owner}.{name}: must be > 0, got {show(value)}")
 
 
 def _check_bool(owner: str, name: str, value) -> None:
     if not isinstance(value, bool):
-        raise ValueError(f"{owner}.{name}: must be a bool, got {value!r} ({_type_name(value)})")
+        raise ValueError(f"{owner}.{name}: must be a bool, got {show(value)} ({_type_name(value)})")
 
 
 def _check_name(owner: str, value) -> None:
     if not isinstance(value, str) or not value.strip():
-        raise ValueError(f"{owner}.name: must be a non-empty string, got {value!r}")
+        raise ValueError(f"{owner}.name: must be a non-empty string, got {show(value)}")
 
 
 # ----------------------------------------------------------------------------------------------------------------
@@ -559,8 +560,8 @@ class LinkSpec:
             _check_real("LinkSpec", "effective_bytes_per_s", self.effective_bytes_per_s)
             if self.effective_bytes_per_s > self.bytes_per_s:
                 raise ValueError(
-                    f"LinkSpec.effective_bytes_per_s: must be <= bytes_per_s ({self.bytes_per_s!r}), "
-                    f"got {self.effective_bytes_per_s!r}"
+                    f"LinkSpec.effective_bytes_per_s: must be <= bytes_per_s ({show(self.bytes_per_s)}), "
+                    f"got {show(self.effective_bytes_per_s)}"
                 )
 
     @property
@@ -638,13 +639,13 @@ class HardwareSpec:
             if getattr(self, name) is not None:
                 _check_real(owner, name, getattr(self, name))
         if self.pcie_link not in LINKS:
-            raise ValueError(f"{owner}.pcie_link: must be one of {sorted(LINKS)}, got {self.pcie_link!r}")
+            raise ValueError(f"{owner}.pcie_link: must be one of {sorted(LINKS)}, got {show(self.pcie_link)}")
         for name in ("measured_uva_gather_bytes_per_s", "measured_cpu_gather_bytes_per_s"):
             pairs = getattr(self, name)
             last = 0
             for pair in pairs:
                 if not (isinstance(pair, tuple) and len(pair) == 2):
-                    raise ValueError(f"{owner}.{name}: must hold (n_blocks, bytes_per_s) pairs, got {pair!r}")
+                    raise ValueError(f"{owner}.{name}: must hold (n_blocks, bytes_per_s) pairs, got {show(pair)}")
                 _check_int(owner, name, pair[0], last + 1)
                 _check_real(owner, name, pair[1])
                 last = pair[0]
@@ -737,7 +738,7 @@ class SparsityConfig:
         _check_int(owner, "local_blocks", self.local_blocks, 0)
         _check_real(owner, "fetch_ratio", self.fetch_ratio)
         if self.fetch_ratio > 1:
-            raise ValueError(f"{owner}.fetch_ratio: must be in (0, 1], got {self.fetch_ratio!r}")
+            raise ValueError(f"{owner}.fetch_ratio: must be in (0, 1], got {show(self.fetch_ratio)}")
 
     @property
     def resident_blocks(self) -> int:
@@ -758,7 +759,7 @@ PAPER_SPARSITY = SparsityConfig()  # the defaults of the simulator's and the exe
 
 def _lookup(kind: str, table: Mapping, name):
     if not isinstance(name, str) or name not in table:
-        raise ValueError(f"unknown {kind} {name!r}; choose one of: {', '.join(sorted(table))}")
+        raise ValueError(f"unknown {kind} {show(name)}; choose one of: {', '.join(sorted(table))}")
     return table[name]
 
 

@@ -57,6 +57,8 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass, field
 
+from .echo import show
+
 AUTO = "auto"
 DEFAULT_MAX_K = 4  # "auto" without ":N": the longest draft, clipped to block_size - 1 by the configs
 DEFAULT_GAMMA = 0.1  # γ before any measurement: an EAGLE head (one layer + its LM head) of a 30-40 layer target
@@ -127,7 +129,7 @@ def cli_value(text: str):
     try:
         parse_spec(t)
     except ValueError:
-        raise argparse.ArgumentTypeError(f"must be {SPEC_HELP}, got {text!r}") from None
+        raise argparse.ArgumentTypeError(f"must be {SPEC_HELP}, got {show(text)}") from None
     return t
 
 
@@ -242,9 +244,9 @@ class AdaptiveK:
 
     def __init__(self, k_max: int, gamma: float | None = None, *, prior: float = PRIOR_ALPHA):
         if not isinstance(k_max, int) or k_max < 0:
-            raise ValueError(f"AdaptiveK.k_max: must be an integer >= 0, got {k_max!r}")
+            raise ValueError(f"AdaptiveK.k_max: must be an integer >= 0, got {show(k_max)}")
         if gamma is not None and not (math.isfinite(gamma) and gamma >= 0):
-            raise ValueError(f"AdaptiveK.gamma: must be a finite number >= 0 or None, got {gamma!r}")
+            raise ValueError(f"AdaptiveK.gamma: must be a finite number >= 0 or None, got {show(gamma)}")
         self.k_max = k_max
         self.fixed_gamma = gamma is not None
         self.gamma = float(gamma) if gamma is not None else DEFAULT_GAMMA
@@ -390,13 +392,13 @@ def synthetic_acceptance(spec) -> ChainAcceptance:
         raise ValueError('"hist" must be a histogram {"k": [steps accepting 0 .. k drafts]}')
     for k, v in hist.items():
         if not str(k).isdigit() or int(k) < 1:
-            raise ValueError(f"histogram key {k!r}: must be a draft length >= 1")
+            raise ValueError(f"histogram key {show(k)}: must be a draft length >= 1")
         if (
             not isinstance(v, list)
             or len(v) != int(k) + 1
             or any(isinstance(c, bool) or not isinstance(c, int) or c < 0 for c in v)
         ):
-            raise ValueError(f"histogram {k!r}: must be {int(k) + 1} counts >= 0 (steps accepting 0 .. {k} drafts)")
+            raise ValueError(f"histogram {show(k)}: must be {int(k) + 1} counts >= 0 (steps accepting 0 .. {k} drafts)")
     if not sum(sum(v) for v in hist.values()):
         raise ValueError("histogram: every count is 0")
     return ChainAcceptance.from_hist(hist)

@@ -95,6 +95,7 @@ from typing import Any, Dict, Optional
 
 import numpy as np
 
+from .echo import show
 from .xp import namespace
 
 
@@ -159,14 +160,14 @@ class SyntheticParams:
         def check(name, lo, hi, lo_open=False):
             v = getattr(self, name)
             if isinstance(v, bool) or not isinstance(v, Real):
-                raise ValueError(f"SyntheticParams.{name}: must be a number, got {v!r}")
+                raise ValueError(f"SyntheticParams.{name}: must be a number, got {show(v)}")
             if not (lo < v if lo_open else lo <= v) or not v <= hi:
                 lo_sign = "(" if lo_open else "["
-                raise ValueError(f"SyntheticParams.{name}: must be in {lo_sign}{lo}, {hi}], got {v!r}")
+                raise ValueError(f"SyntheticParams.{name}: must be in {lo_sign}{lo}, {hi}], got {show(v)}")
 
         check("hot_fraction", 0.0, 1.0)
         if self.hot_fraction >= 1.0:
-            raise ValueError(f"SyntheticParams.hot_fraction: must be < 1, got {self.hot_fraction!r}")
+            raise ValueError(f"SyntheticParams.hot_fraction: must be < 1, got {show(self.hot_fraction)}")
         check("drift_zone", 0.0, 1.0, lo_open=True)
         check("drift_rate", 0.0, min(1.0 - self.hot_fraction, self.drift_zone))
         check("window_fraction", 0.0, 1.0, lo_open=True)
@@ -177,7 +178,7 @@ class SyntheticParams:
         if self.draft_error_rate - half < 0 or self.draft_error_rate + half > 1:
             raise ValueError(
                 f"SyntheticParams.draft_layer_spread: draft_error_rate ± spread/2 must stay in [0, 1], "
-                f"got {self.draft_layer_spread!r} around {self.draft_error_rate!r}"
+                f"got {show(self.draft_layer_spread)} around {show(self.draft_error_rate)}"
             )
         check("proxy_error_rate", 0.0, 1.0)
         check("shift_fraction", 0.0, 1.0 - self.hot_fraction)
@@ -186,9 +187,11 @@ class SyntheticParams:
             or not isinstance(self.novelty_rate, Real)
             or not 0.0 <= self.novelty_rate < float("inf")
         ):
-            raise ValueError(f"SyntheticParams.novelty_rate: must be a finite number >= 0, got {self.novelty_rate!r}")
+            raise ValueError(
+                f"SyntheticParams.novelty_rate: must be a finite number >= 0, got {show(self.novelty_rate)}"
+            )
         if isinstance(self.shift_step, bool) or not isinstance(self.shift_step, Integral) or self.shift_step < -1:
-            raise ValueError(f"SyntheticParams.shift_step: must be an integer >= -1, got {self.shift_step!r}")
+            raise ValueError(f"SyntheticParams.shift_step: must be an integer >= -1, got {show(self.shift_step)}")
 
     def layer_error_rates(self, layers: int) -> np.ndarray:
         """Draft error rate per layer, float64 [layers]: linear from worst (layer 0) to best, mean = draft_error_rate."""

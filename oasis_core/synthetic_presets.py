@@ -10,6 +10,7 @@ from __future__ import annotations
 from dataclasses import fields
 from typing import Any, Mapping, Optional
 
+from .echo import show
 from .synthetic import SyntheticParams
 
 SMOLLM2 = SyntheticParams(
@@ -42,11 +43,11 @@ def resolve(overrides: Optional[Mapping[str, Any]]) -> SyntheticParams:
     over = dict(overrides or {})
     name = over.pop("preset", "paper")
     if name not in PRESETS:
-        raise ValueError(f"unknown preset {name!r}; choose from {', '.join(sorted(PRESETS))}")
+        raise ValueError(f"unknown preset {show(name)}; choose from {', '.join(sorted(PRESETS))}")
     names = {f.name for f in fields(SyntheticParams)}
     for k in over:
         if k not in names:
-            raise ValueError(f"unknown field {k!r}; choose from {', '.join(sorted(names | {'preset'}))}")
+            raise ValueError(f"unknown field {show(k)}; choose from {', '.join(sorted(names | {'preset'}))}")
     base = {f.name: getattr(PRESETS[name], f.name) for f in fields(SyntheticParams)}
     base.update(over)
     return SyntheticParams(**base)

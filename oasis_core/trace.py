@@ -19,6 +19,8 @@ from dataclasses import dataclass
 from os import PathLike
 from typing import Any, Dict, Iterable, Optional, Sequence, Tuple, Union
 
+from .echo import show
+
 SCHEMA_NAME = "oasiskv-trace"
 SCHEMA_VERSION = 1
 
@@ -112,9 +114,9 @@ def _number_field(where: str, value, minimum: float) -> float:
     if isinstance(value, numbers.Integral) and abs(value) > _INT64_MAX:
         raise _Problem(where, f"must be a finite number of reasonable size, got {_show(value)}")
     if not math.isfinite(value):
-        raise _Problem(where, f"must be a finite number, got {value!r}")
+        raise _Problem(where, f"must be a finite number, got {show(value)}")
     if value < minimum:
-        raise _Problem(where, f"must be >= {minimum}, got {value!r}")
+        raise _Problem(where, f"must be >= {minimum}, got {show(value)}")
     return float(value)
 
 
@@ -157,7 +159,7 @@ def _check_order(requests: Sequence["Request"]) -> None:
         if i and r.arrival_s < requests[i - 1].arrival_s:
             raise _Problem(
                 f"requests[{i}].arrival_s",
-                f"must be >= requests[{i - 1}].arrival_s ({requests[i - 1].arrival_s!r}), got {r.arrival_s!r}",
+                f"must be >= requests[{i - 1}].arrival_s ({requests[i - 1].arrival_s!r}), got {show(r.arrival_s)}",
             )
         if r.id in seen:
             raise _Problem(f"requests[{i}].id", f"must be unique but repeats requests[{seen[r.id]}].id, got {r.id}")
@@ -237,7 +239,7 @@ class Trace:
                 raise _Problem("requests", "must hold at least 1 request, got 0")
             for i, r in enumerate(requests):
                 if not isinstance(r, Request):
-                    raise _Problem(f"requests[{i}]", f"must be a Request, got {r!r}")
+                    raise _Problem(f"requests[{i}]", f"must be a Request, got {show(r)}")
             _check_order(requests)
             for name in _TOP_OPTIONAL:
                 value = getattr(self, name)
@@ -277,9 +279,9 @@ def _check_json_value(where: str, value) -> None:
             _check_json_value(f"{where}[{j}]", v)
     elif isinstance(value, float):
         if not math.isfinite(value):
-            raise _Problem(where, f"must be a finite number, got {value!r}")
+            raise _Problem(where, f"must be a finite number, got {show(value)}")
     elif not (value is None or isinstance(value, (bool, int, str))):
-        raise _Problem(where, f"must be a JSON value, got {value!r}")
+        raise _Problem(where, f"must be a JSON value, got {show(value)}")
 
 
 def _check_section(name: str, value) -> None:

@@ -24,6 +24,7 @@ class _Numpy:
     name = "numpy"
     int64 = np.int64
     float32 = np.float32
+    float64 = np.float64  # a policy's state and budgets (docs/policies.md: float64 operations in one order)
     bool_ = np.bool_
 
     def asarray(self, x, dtype=None, like=None):
@@ -113,6 +114,7 @@ class _Torch:
         torch = self.t = importlib.import_module("torch")
         self.int64 = torch.int64
         self.float32 = torch.float32
+        self.float64 = torch.float64
         self.bool_ = torch.bool
 
     def _dev(self, like):

@@ -18,6 +18,7 @@ import sys
 from oasis_core import cliargs
 from oasis_core.cliargs import CliError, OneLineParser
 
+from .cli_checks import writable_path
 from .config import (
     BenchConfig,
     ExecConfig,
@@ -26,20 +27,21 @@ from .config import (
     bench_config,
     engine_config,
 )
-from .tools.cli_checks import writable_path
 
 BENCH_SETS = ("max_context",)  # ExecConfig fields bench derives from its own options
-ENGINE_GROUP = "engine (oasis_exec.config.ExecConfig)"
 
 
 def build_parser() -> OneLineParser:
     ap = OneLineParser(prog="python -m oasis_exec", description="OasisKV GPU executor")
     sub = ap.add_subparsers(dest="cmd", required=True, parser_class=OneLineParser)
-    b = sub.add_parser("bench", help="closed-loop decode benchmark at fixed concurrency")
-    add_engine_options(b.add_argument_group(ENGINE_GROUP), exclude=BENCH_SETS)
-    add_bench_options(b.add_argument_group("bench (oasis_exec.config.BenchConfig)"))
-    g = sub.add_parser("generate", help="generate from token ids (smoke test)")
-    add_engine_options(g.add_argument_group(ENGINE_GROUP))
+    from .help_groups import ENGINE_GROUPS
+
+    usage = "python -m oasis_exec {} [options] (--help: the options by subject)"
+    b = sub.add_parser("bench", help="closed-loop decode benchmark at fixed concurrency", usage=usage.format("bench"))
+    add_bench_options(b.add_argument_group("bench: the run (oasis_exec.config.BenchConfig)"))
+    add_engine_options(b, exclude=BENCH_SETS, groups=ENGINE_GROUPS)
+    g = sub.add_parser("generate", help="generate from token ids (smoke test)", usage=usage.format("generate"))
+    add_engine_options(g, groups=ENGINE_GROUPS)
     g.add_argument("--prompt-ids", default="1,2,3,4", help="comma-separated token ids (default: 1,2,3,4)")
     g.add_argument("--max-tokens", type=int, default=16, help="tokens to generate (default: 16)")
     try:
@@ -169,6 +171,16 @@ def _out_of_memory(e: BaseException) -> bool:
 
 
 def main(argv=None) -> int:
+    """Every command; Ctrl-C (SIGINT) at any point, model loading included, ends it with one line and status 130,
+    not a traceback (a running server first ends its requests, ``oasis_exec.server.lifecycle``)."""
+    try:
+        return _main(argv)
+    except KeyboardInterrupt:
+        print("interrupted", file=sys.stderr)
+        return 130
+
+
+def _main(argv=None) -> int:
     ap = build_parser()
     a = ap.parse_args(argv)
     if a.cmd not in ("bench", "generate"):
@@ -191,7 +203,7 @@ def main(argv=None) -> int:
         cfg, ids = prepare_generate(a)
         return run_generate_command(cfg, ids, a.max_tokens)
     except CliError as e:
-        print(f"{prog}: error: {e}", file=sys.stderr)
+        print(f"{prog}: error: {cliargs.one_line(e)}", file=sys.stderr)
     except (ValueError, OSError) as e:  # bad input found while building or running: the engine's own message
         print(f"{prog}: error: {cliargs.option_message(ExecConfig, str(e))}", file=sys.stderr)
     except Exception as e:

@@ -13,7 +13,10 @@ from dataclasses import dataclass, field, fields
 
 from oasis_core import cliargs, modes, speculation
 from oasis_core.config_pieces import KVFields, RunFields, SpeculationFields, TransferFields, resolve_default
+from oasis_core.echo import show
 from oasis_core.specs import MODELS
+
+from .cli_checks import DEVICE_PATTERN, writable_path
 
 TRANSFERS = ("host", "uva", "auto")
 # stream_priority -> (captured step, prediction stream, copy stream) CUDA priorities (0 is torch's default; -1, -2
@@ -32,7 +35,6 @@ SWITCHES = ("on", "off", "auto")
 DTYPES = ("bfloat16", "float32")
 GB = 1e9
 MAX_CONTEXT = 16384 + 1024  # ExecConfig.max_context's default: a 16K prompt and 1K of output
-DEVICE_PATTERN = r"cpu|cuda(:\d+)?"  # ExecConfig.device and the quality / draft_train checks
 
 
 def _f(default, help, choices=None, metavar=None, type=None):
@@ -55,6 +57,12 @@ class ExecConfig(SpeculationFields, TransferFields, KVFields, RunFields):
     model_path: str | None = _f(None, "local Hugging Face directory (config.json + *.safetensors); None = dummy")
     draft_path: str | None = _f(None, "local EAGLE-3 draft directory; None = random draft head")
     draft_vocab: int = _f(32000, "draft vocabulary of a random draft head")
+    draft_head: str = _f(
+        "single",
+        "single: the single-key head (its layer attends only its own position); attn: the full EAGLE-3 layer over "
+        "its own K/V of every earlier position (oasis_exec.model.draft_attn; no speculative chains)",
+        ("single", "attn"),
+    )
     dtype: str = _f("bfloat16", "bfloat16 | float32 (CPU tests)", DTYPES)
     device: str = _f("cuda", "cuda | cuda:N | cpu")
     replay_path: str | None = _f(
@@ -92,7 +100,7 @@ class ExecConfig(SpeculationFields, TransferFields, KVFields, RunFields):
     transfer: str = _f(
         "auto",
         "host (threaded gather into pinned staging + one DMA) | uva (direct-read gather "
-        "kernel) | auto (path and programs measured on the H200: oasis_exec/transfer/table.json)",
+        "kernel) | auto (path and programs from the measured table oasis_exec/transfer/table.json)",
         TRANSFERS,
     )
     host_threads: int = _f(8, "CPU threads of the host gather")
@@ -118,9 +126,8 @@ class ExecConfig(SpeculationFields, TransferFields, KVFields, RunFields):
         "fused",
         "the prediction's top-K of each layer's block scores (selection=model, synthetic_topk): fused "
         "(oasis_kernels.topk_select: one launch, a threshold select; the torch reference off CUDA) | sort "
-        "(oasis_core.scoring.topk_blocks on torch: a stable sort and ~12 small kernels). The same ids; on the H200 "
-        "fused gave a 16K x 44 token in 15.4 ms against 20.1 with copies (topk_select_dd08326), 16K x 16 10.4 "
-        "against 10.8, 32K x 22 12.5 against 12.6",
+        "(oasis_core.scoring.topk_blocks on torch: a stable sort and ~12 small kernels). The same ids; "
+        "measurements: docs/exec_tuning.md",
         ("sort", "fused"),
     )
     uva_kernel: str = _f(
@@ -164,7 +171,7 @@ class ExecConfig(SpeculationFields, TransferFields, KVFields, RunFields):
         True,
         "with fused selection, where a row holds more blocks than it attends (hot_slots > top_k, hisparse): "
         "plan_select finds membership through a zeroed row of marks a program, O(S + K), instead of S x K compares "
-        "(measured on the H200, S = 3K at 16K x 44: TPOT 12.92 against 14.84 ms; off: the compares)",
+        "(off: the compares; measurements: docs/exec_tuning.md)",
     )
     fused_hot_gather: bool = _f(
         True,
@@ -188,9 +195,7 @@ class ExecConfig(SpeculationFields, TransferFields, KVFields, RunFields):
         "synchronisation per chain, its launches overlapping the GPU). Only where every row is greedy, no lane is "
         "short or crossing, no speculative_k, no profile or set recording, and while no other request waits for a "
         "prefill or a free lane; at most block_size and each request's remaining tokens (a request that stops inside "
-        "a chain has its later tokens cut; tokens stream a chain at a time). 8: measured on the H200 at 16K x 44 "
-        "and 32K x 22, +4 to +11% tok/s over 1 (experiments/dense_vs_lookahead_throughput/results/"
-        "decode_chain_dc6e77f); 1: off",
+        "a chain has its later tokens cut; tokens stream a chain at a time). 1: off; why 8: docs/exec_tuning.md",
     )
     copy_graph: str = _f(
         "auto",
@@ -274,6 +279,8 @@ class ExecConfig(SpeculationFields, TransferFields, KVFields, RunFields):
             bad("link_gb_s", "must be > 0")
         if self.max_context < self.block_size:
             bad("max_context", "must hold at least one block")
+        if self.draft_head == "attn" and self.spec_max_k:
+            bad("draft_head", "attn drafts no speculative chains (speculative_k must be 0)")
         if self.synthetic is not None:
             from oasis_core.synthetic_presets import resolve
 
@@ -283,7 +290,7 @@ class ExecConfig(SpeculationFields, TransferFields, KVFields, RunFields):
                 bad("synthetic", str(e))
         sa = self.synthetic_ahead
         if isinstance(sa, bool) or not isinstance(sa, int) or sa < 0:
-            bad("synthetic_ahead", f"must be an integer >= 0, got {sa!r}")
+            bad("synthetic_ahead", f"must be an integer >= 0, got {show(sa)}")
         if (sa or self.synthetic_topk) and self.selection != "synthetic":
             bad(
                 "synthetic_ahead" if sa else "synthetic_topk",
@@ -334,7 +341,7 @@ class ExecConfig(SpeculationFields, TransferFields, KVFields, RunFields):
         if ipi is not None and (
             isinstance(ipi, bool) or not isinstance(ipi, int) or not 1 <= ipi <= 16 or ipi & (ipi - 1)
         ):
-            bad("uva_items_per_iter", f"must be a power of two from 1 to 16, got {ipi!r}")
+            bad("uva_items_per_iter", f"must be a power of two from 1 to 16, got {show(ipi)}")
 
     @property
     def gather_items_per_iter(self) -> int:
@@ -430,7 +437,7 @@ class BenchConfig:
         for name, least in (("context", 1), ("concurrency", 1), ("steps", 1), ("warmup", 0)):
             v = getattr(self, name)
             if not isinstance(v, int) or v < least:
-                raise ValueError(f"BenchConfig.{name}: must be an integer >= {least}, got {v!r}")
+                raise ValueError(f"BenchConfig.{name}: must be an integer >= {least}, got {show(v)}")
 
     def output_tokens(self, speculative_k: int = 0) -> int:
         """The output tokens of each request: one a step, ``warmup + steps + 1`` (a speculative run: up to
@@ -447,9 +454,10 @@ class BenchConfig:
 DUMMY_HELP = "random weights, the shape from the --model preset (the default without --model-path)"
 
 
-def add_engine_options(p, *, exclude=(), helps=None) -> None:
-    """The ``ExecConfig`` options (every field but ``exclude``) and ``--dummy`` on parser or group ``p``."""
-    cliargs.add_options(p, ExecConfig, exclude=exclude, helps=helps)
+def add_engine_options(p, *, exclude=(), helps=None, groups=()) -> None:
+    """The ``ExecConfig`` options (every field but ``exclude``) and ``--dummy`` on parser or group ``p``; with
+    ``groups`` (``oasis_exec.help_groups.ENGINE_GROUPS``) under headings, ``p`` then a parser."""
+    cliargs.add_options(p, ExecConfig, exclude=exclude, helps=helps, groups=groups, rest="engine: other options")
     p.add_argument("--dummy", action="store_true", help=DUMMY_HELP)
 
 
@@ -459,9 +467,11 @@ def engine_config(ns, *, exclude=(), **fixed) -> ExecConfig:
     if getattr(ns, "dummy", False) and (fixed.get("model_path") or getattr(ns, "model_path", None)):
         raise cliargs.CliError("--dummy and --model-path exclude each other")
     cfg = cliargs.build(ExecConfig, ns, exclude=exclude, **fixed)
+
+    writable_path("--record-path", cfg.record_path)  # every command checks its outputs before the work
     if cfg.model_path is None and cfg.model not in MODELS:  # checked here: records name real models in `model`
         raise cliargs.CliError(
-            f"--model: must be a preset ({', '.join(sorted(MODELS))}) or a real model (--model-path), got {cfg.model!r}"
+            f"--model: must be a preset ({', '.join(sorted(MODELS))}) or a real model (--model-path), got {show(cfg.model)}"
         )
     return cfg
 

@@ -1,4 +1,4 @@
-"""``python -m oasis_sim run|bench|import|sweep|replay|validate|calibrate`` (console script ``oasis-sim``).
+"""``python -m oasis_sim run|bench|import|sweep|compare|replay|validate|calibrate`` (console script ``oasis-sim``).
 
 - ``run`` and ``bench`` time with the shipped calibration (``--predictor calibrated``, ``oasis_sim.calibrated``;
   ``--predictor roofline`` for the analytic roofline). ``bench --context N --concurrency N [config options]``: the
@@ -14,6 +14,8 @@
 - ``import mooncake|azure SRC -o OUT [--limit N] [--time-scale X] [--model NAME] [--max-context N]
   [--overflow clip|drop] [--seed N] [--spread auto|uniform|even|none]``: ``oasis_core.importers``' options.
 - ``sweep GRID.yaml --out DIR [--workers N] [--ray local|ADDRESS]``: see ``oasis_sim.sweep`` and docs/sweeps.md.
+- ``compare RUN_A RUN_B [--names A B]``: two runs' headline figures side by side with B / A (``oasis_sim.report``);
+  ``run`` also ends its table with a note when the run was overloaded (its queue grew).
 - ``replay RECORDING [--out DIR]`` and ``validate RECORDING... [--calibrate-from RECORDING...] [--out DIR]``:
   executor recordings in the simulator, see ``oasis_sim.replay`` and ``oasis_sim.validate``.
 
@@ -57,8 +59,11 @@ def _add_config_options(p: argparse.ArgumentParser) -> None:
     ``--x`` / ``--no-x``) and one per synthetic-selection parameter (``--syn-<name>``), all absent when not given."""
     from oasis_core.synthetic_presets import PRESETS
 
-    cliargs.add_options(p, SimConfig, exclude={"synthetic"})
-    p.add_argument(
+    from .help_groups import RUN_GROUPS
+
+    cliargs.add_options(p, SimConfig, exclude={"synthetic"}, groups=RUN_GROUPS)
+    syn = p.add_argument_group("synthetic selection (--syn-*: oasis_core.synthetic.SyntheticParams)")
+    syn.add_argument(
         "--syn-preset",
         dest="syn_preset",
         choices=sorted(PRESETS),
@@ -66,7 +71,7 @@ def _add_config_options(p: argparse.ArgumentParser) -> None:
         help="synthetic selection: the named parameter set the --syn-* options override (default paper)",
     )
     cliargs.add_options(
-        p,
+        syn,
         SyntheticParams,
         prefix="syn-",
         dest_prefix="syn_",
@@ -77,7 +82,9 @@ def _add_config_options(p: argparse.ArgumentParser) -> None:
 def build_parser() -> argparse.ArgumentParser:
     p = _Parser(prog="oasis-sim", description="OasisKV SimPy simulator")
     sub = p.add_subparsers(dest="cmd", required=True, parser_class=_Parser)
-    run = sub.add_parser("run", help="simulate a trace")
+    run = sub.add_parser(
+        "run", help="simulate a trace", usage="oasis-sim run [TRACE] [options] (--help: the options by subject)"
+    )
     run.add_argument("trace", nargs="?", default=None, help="trace file (default: the bundled Mooncake slice)")
     run.add_argument("--config", default=None, help="YAML/JSON file of SimConfig fields (options override it)")
     run.add_argument("--out", default="out/run", help="output directory")
@@ -104,6 +111,10 @@ def build_parser() -> argparse.ArgumentParser:
         help="run the points as Ray tasks: 'local' starts a local Ray instance, else the address of a "
         "running cluster ('auto', HOST:PORT, ray://HOST:PORT); needs the 'sweep' extra",
     )
+    cmp = sub.add_parser("compare", help="two runs' headline figures side by side (dense vs lookahead, ...)")
+    cmp.add_argument("run_a", help="a run's --out folder (or its summary.json)")
+    cmp.add_argument("run_b", help="the other run's")
+    cmp.add_argument("--names", nargs=2, metavar=("A", "B"), default=None, help="column names (default: folder names)")
     from .validate import add_subcommands
 
     add_subcommands(sub)
@@ -214,10 +225,29 @@ def cmd_run(args) -> int:
             f"be admitted",
             file=sys.stderr,
         )
+    from .report import overload_note
+
+    note = overload_note(result.requests)
     if not args.quiet:
         print(summary_table(result.summary, result.wall_s))
         print(f"timing: {timing_line(cfg)}")
+        if note:
+            print(note)
         print(f"wrote {args.out}/summary.json, requests.csv, steps.csv, memory.csv, timeline.json, timing.json")
+    elif note:
+        print(f"oasis-sim: {note}", file=sys.stderr)
+    return 0
+
+
+def cmd_compare(args) -> int:
+    from .report import compare_table, load_summary
+
+    try:
+        a, b = load_summary(args.run_a), load_summary(args.run_b)
+    except ValueError as e:
+        raise ConfigError(str(e)) from None
+    names = args.names or [os.path.basename(os.path.normpath(p)) for p in (args.run_a, args.run_b)]
+    print(compare_table(a, b, tuple(names)))
     return 0
 
 
@@ -282,8 +312,13 @@ def cmd_import(args) -> int:
 
 def cmd_sweep(args) -> int:
     from .sweep import run_sweep
+    from .sweep_stop import SweepInterrupted
 
-    run_sweep(args.grid, args.out, workers=args.workers, ray_address=args.ray)
+    try:
+        run_sweep(args.grid, args.out, workers=args.workers, ray_address=args.ray)
+    except SweepInterrupted as stop:  # the finished rows are written; the exit says which signal ended it
+        print(f"oasis-sim: {stop}", file=sys.stderr)
+        return stop.exit_code
     return 0
 
 
@@ -301,13 +336,14 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
             "validate": cmd_validate,
             "calibrate": cmd_calibrate,
             "bench": cmd_bench,
+            "compare": cmd_compare,
         }[args.cmd](args)
         sys.stdout.flush()  # a closed stdout fails here, inside the handler below, not at interpreter exit
         return rc
     except SystemExit as e:  # --help
         return int(e.code or 0)
     except (UsageError, ImportUsageError, ConfigError, TraceError) as e:
-        print(f"oasis-sim: error: {' '.join(str(e).split())}", file=sys.stderr)
+        print(f"oasis-sim: error: {cliargs.one_line(e)}", file=sys.stderr)
         return EXIT_BAD_INPUT
     except KeyboardInterrupt:
         return 130

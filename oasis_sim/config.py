@@ -13,6 +13,7 @@ from typing import Any, Mapping, Optional
 
 from oasis_core import modes, specs, speculation
 from oasis_core.config_pieces import KVFields, RunFields, SpeculationFields, TransferFields, resolve_default
+from oasis_core.echo import show
 from oasis_core.geometry import HOST_KV_DTYPES
 from oasis_core.short_context import ShortContext
 from oasis_core.specs import MODES, SPARSE_MODES
@@ -103,11 +104,14 @@ class SimConfig(SpeculationFields, TransferFields, KVFields, RunFields):
     prefix_cache_host_bytes: float = _h("prefix cache: host tier bytes", 64e9)
     # -- timing and the bench's view (oasis_sim.calibrated, oasis_core.lanes) ---------------------------------
     predictor: str = _h(
-        "calibrated: per-operation costs fitted on the executor's H200 runs (calibration; on other hardware its "
+        "calibrated: per-operation costs fitted on the executor's recorded GPU runs (calibration; on other hardware its "
         "efficiencies scale that hardware's peaks) | roofline: the analytic roofline (oasis_sim.predictor)",
         "calibrated",
     )
-    calibration: Optional[str] = _h("calibration file of predictor=calibrated (default: the shipped H200 one)", None)
+    calibration: Optional[str] = _h(
+        "calibration file of predictor=calibrated (default: the shipped one, oasis_sim/data/calibration_h200.json)",
+        None,
+    )
     engine: str = _h(
         "oasis: this project's engine | vllm: vLLM dense (mode=dense): paged attention at vLLM's fitted HBM "
         "efficiency, a block allocator paging the KV budget block by block, preemption when it runs out",
@@ -212,8 +216,9 @@ class SimConfig(SpeculationFields, TransferFields, KVFields, RunFields):
             if not pol.static and self.policy_sampling == "profile" and self.selection != "replay" and mode.background:
                 bad(
                     "fetch_policy",
-                    f"{pol.spec!r} adapts to each step's timing, which policy_sampling=profile "
-                    "(precomputed per context bucket) cannot follow; set policy_sampling=exact",
+                    f"{show(pol.spec)} is adaptive (its cap follows each step's own state: misses, drift, the "
+                    "link or the step's time), which policy_sampling=profile (plans precomputed per context "
+                    "bucket) cannot follow; set policy_sampling=exact",
                 )
         integer("concurrency", 1, optional=True)
         number("rate_rps", 0.0, lo_open=True, optional=True)
@@ -285,7 +290,7 @@ class SimConfig(SpeculationFields, TransferFields, KVFields, RunFields):
             if self.split != "none":
                 bad("host_kv_dtype", "an fp8 host copy is modelled on one node (split=none); the hand-off is not")
         if self.split == "rpf" and not mode.sparse:
-            bad("split", f"rpf needs a sparse mode ({', '.join(SPARSE_MODES)}) but mode is {self.mode!r}")
+            bad("split", f"rpf needs a sparse mode ({', '.join(SPARSE_MODES)}) but mode is {show(self.mode)}")
         if self.synthetic is not None:
             if not isinstance(self.synthetic, Mapping):
                 bad("synthetic", "must be a mapping of SyntheticParams fields")

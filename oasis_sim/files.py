@@ -5,11 +5,13 @@ from __future__ import annotations
 
 import os
 
+from oasis_core.echo import show
+
 from .config import ConfigError
 
 
 def load_config_file(path: str) -> dict:
-    import yaml
+    from .yaml_load import YamlError, load_yaml
 
     try:
         with open(path, "rb") as f:
@@ -19,11 +21,9 @@ def load_config_file(path: str) -> dict:
     except UnicodeDecodeError:
         raise ConfigError(f"{path}: not UTF-8 text") from None
     try:
-        obj = yaml.safe_load(text)
-    except yaml.YAMLError as e:
-        mark = getattr(e, "problem_mark", None)
-        where = f" at line {mark.line + 1} column {mark.column + 1}" if mark else ""
-        raise ConfigError(f"{path}: invalid YAML{where}: {getattr(e, 'problem', None) or 'syntax error'}") from None
+        obj = load_yaml(text)
+    except YamlError as e:
+        raise ConfigError(f"{path}: {e}") from None
     if obj is None:
         raise ConfigError(f"{path}: empty file")
     if not isinstance(obj, dict):
@@ -39,5 +39,7 @@ def prepare_out_dir(out_dir: str) -> None:
         os.makedirs(out_dir, exist_ok=True)
     except OSError as e:
         raise ConfigError(f"--out {out_dir}: cannot create: {e.strerror}") from None
+    except RecursionError:  # os.makedirs recurses once per missing folder: thousands of them
+        raise ConfigError(f"--out {show(out_dir)}: cannot create: too deeply nested") from None
     if not os.access(out_dir, os.W_OK | os.X_OK):
         raise ConfigError(f"--out {out_dir}: not writable")

@@ -76,6 +76,7 @@ from typing import Mapping, Optional, Sequence
 import numpy as np
 
 from oasis_core import modes
+from oasis_core.echo import show
 from oasis_core.recording import Recording
 from oasis_core.trace import dumps_trace
 
@@ -103,7 +104,7 @@ class OpFit:
         for name in ("scale", "offset_s"):
             v = getattr(self, name)
             if isinstance(v, bool) or not isinstance(v, (int, float)) or not np.isfinite(v) or v < 0:
-                raise ValueError(f"OpFit.{name}: must be a finite number >= 0, got {v!r}")
+                raise ValueError(f"OpFit.{name}: must be a finite number >= 0, got {show(v)}")
 
 
 class FittedPredictor(TimePredictor):
@@ -123,9 +124,9 @@ class FittedPredictor(TimePredictor):
     ):
         for op, f in fits.items():
             if op not in OPS:
-                raise ValueError(f"FittedPredictor: unknown op {op!r}; choose one of: {', '.join(OPS)}")
+                raise ValueError(f"FittedPredictor: unknown op {show(op)}; choose one of: {', '.join(OPS)}")
             if not isinstance(f, OpFit):
-                raise ValueError(f"FittedPredictor: fits[{op!r}]: must be an OpFit, got {type(f).__name__}")
+                raise ValueError(f"FittedPredictor: fits[{show(op)}]: must be an OpFit, got {type(f).__name__}")
         self.base = base
         self.fits = dict(fits)
         self.gather_sm_share = gather_sm_share

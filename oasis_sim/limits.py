@@ -12,6 +12,8 @@ from __future__ import annotations
 
 import os
 
+from oasis_core.echo import show
+
 from .config import ConfigError, SimConfig
 
 # Live int64/bool arrays per row and per (block or top-K slot) in one generator + plan step, measured with
@@ -65,5 +67,5 @@ def check_rates(cfg: SimConfig) -> None:
     link = cfg.hardware_spec.h2d_bytes_per_s
     if cfg.h2d_bytes_per_s is not None and cfg.h2d_bytes_per_s > link * (1 + 1e-9):
         raise ConfigError(
-            f"h2d_bytes_per_s: must be <= the {cfg.hardware} link's {link:.4g} B/s, got {cfg.h2d_bytes_per_s!r}"
+            f"h2d_bytes_per_s: must be <= the {cfg.hardware} link's {link:.4g} B/s, got {show(cfg.h2d_bytes_per_s)}"
         )

@@ -29,6 +29,8 @@ from typing import Sequence
 import simpy
 from simpy.events import NORMAL
 
+from oasis_core.echo import show
+
 
 def at(env: simpy.Environment, t: float) -> simpy.Event:
     """An event that fires at absolute time ``t`` (>= now), with no rounding from ``now + (t - now)``.
@@ -36,7 +38,7 @@ def at(env: simpy.Environment, t: float) -> simpy.Event:
     Uses SimPy 4's event queue layout ``(time, priority, eid, event)``, as ``Environment.schedule`` does.
     """
     if t < env.now:
-        raise ValueError(f"at: time {t!r} is in the past (now {env.now!r})")
+        raise ValueError(f"at: time {show(t)} is in the past (now {show(env.now)})")
     ev = simpy.Event(env)
     ev._ok = True
     ev._value = None

@@ -43,6 +43,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from oasis_core import modes
+from oasis_core.echo import show
 from oasis_core.fetchcap import CapContext, Fixed, Unlimited, get_policy, state_array
 from oasis_core.rpf import RemoteLedger
 from oasis_core.selection import attended_blocks, count_missing, initial_plan, plan_step
@@ -112,14 +113,16 @@ class ReplaySets:
         except OSError as e:
             raise ConfigError(f"replay_file: cannot read {path}: {e.strerror}") from None
         except (ValueError, UnicodeDecodeError) as e:
-            raise ConfigError(f"replay_file: {path} is not valid JSON: {' '.join(str(e).split())}") from None
+            raise ConfigError(f"replay_file: {path} is not valid JSON: {' '.join(str(e).split())[:200]}") from None
+        except RecursionError:
+            raise ConfigError(f"replay_file: {path} is not valid JSON: nested too deeply") from None
 
         def arr(where, v):
             try:
                 a = np.asarray(v, dtype=np.int64)
             except (TypeError, ValueError, OverflowError):
                 raise ConfigError(
-                    f"replay_file: {path}: {where}: must be an array of integer arrays, got {str(v)[:40]}"
+                    f"replay_file: {path}: {where}: must be an array of integer arrays, got {show(v, 40)}"
                 ) from None
             if a.ndim != 2 or a.shape[1] != top_k:
                 raise ConfigError(

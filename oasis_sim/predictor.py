@@ -49,6 +49,7 @@ from abc import ABC, abstractmethod
 from dataclasses import dataclass, fields
 from typing import Mapping
 
+from oasis_core.echo import show
 from oasis_core.specs import HardwareSpec, ModelSpec, get_link
 
 OPS = (
@@ -126,9 +127,9 @@ class RooflineParams:
         for f in fields(self):
             v = getattr(self, f.name)
             if isinstance(v, bool) or not isinstance(v, (int, float)) or v != v or v < 0:
-                raise ValueError(f"RooflineParams.{f.name}: must be a number >= 0, got {v!r}")
+                raise ValueError(f"RooflineParams.{f.name}: must be a number >= 0, got {show(v)}")
             if f.name.endswith("_eff") and not 0 < v <= 1:
-                raise ValueError(f"RooflineParams.{f.name}: must be in (0, 1], got {v!r}")
+                raise ValueError(f"RooflineParams.{f.name}: must be in (0, 1], got {show(v)}")
 
 
 # Efficiencies 1, overheads 0 (``RooflinePredictor.floor``).
@@ -183,7 +184,7 @@ class RooflinePredictor(TimePredictor):
         try:
             fn = self._ops[op]
         except KeyError:
-            raise ValueError(f"predictor op: unknown {op!r}; choose one of: {', '.join(OPS)}") from None
+            raise ValueError(f"predictor op: unknown {show(op)}; choose one of: {', '.join(OPS)}") from None
         return fn(shape)
 
     # -- ops ------------------------------------------------------------------------------------------------

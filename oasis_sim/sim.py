@@ -13,6 +13,7 @@ from dataclasses import dataclass, field
 import simpy
 
 from oasis_core import modes
+from oasis_core.echo import show
 from oasis_core.geometry import KVGeometry
 from oasis_core.trace import Trace
 
@@ -157,12 +158,12 @@ def simulate(cfg: SimConfig, trace: Trace, predictor: TimePredictor | None = Non
     if hbm_kv <= 0:
         raise ConfigError(
             f"model: its weights ({weights / 1e9:.1f} GB) do not fit the usable HBM of {cfg.hardware} "
-            f"({cfg.hbm_utilization} x {hbm_total / 1e9:.1f} GB), got {cfg.model!r}"
+            f"({cfg.hbm_utilization} x {hbm_total / 1e9:.1f} GB), got {show(cfg.model)}"
         )
     if cfg.prefix_cache and cfg.prefix_cache_hbm_bytes >= hbm_kv:
         raise ConfigError(
             f"prefix_cache_hbm_bytes: the prefix cache's HBM tier must leave room for KV in the "
-            f"{hbm_kv / 1e9:.2f} GB of HBM the weights leave, got {cfg.prefix_cache_hbm_bytes!r}"
+            f"{hbm_kv / 1e9:.2f} GB of HBM the weights leave, got {show(cfg.prefix_cache_hbm_bytes)}"
         )
     if cfg.prefix_cache and cfg.split == "none":
         hbm_kv -= cfg.prefix_cache_hbm_bytes  # the HBM tier comes out of the KV pool the scheduler admits against

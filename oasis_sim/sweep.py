@@ -12,7 +12,7 @@ GRID.yaml::
       synthetic.drift_rate: [0.05, 0.11]   # a SyntheticParams field
     workers: 2                          # optional; default: CPU count
 
-Every point is validated before anything runs (a bad value exits 2 naming the file, the point and the field), and
+At most ``MAX_POINTS`` points (counted before any is built). Every point is validated before anything runs (a bad value exits 2 naming the file, the point and the field), and
 so are ``--workers`` (>= 1) and ``--out`` (a writable folder). Points run in a local process pool with a tqdm
 progress bar; ``DIR/sweep.csv`` holds one row per point, in grid order: the point's parameters (``param.<name>``),
 every summary field, ``wall_s``, ``error`` and the configuration that produced the row (``config.<field>`` for
@@ -27,17 +27,24 @@ any other ADDRESS (``auto``, ``HOST:PORT``, ``ray://HOST:PORT``) joins a running
 parallelism. Every node must import this package and read the trace at the same path (a shared file system, or
 the package installed in the cluster image). The rows are the local sweep's: same columns, values and order, a
 failing point (or a task whose worker died) keeping its row with ``error`` set; only ``wall_s`` differs run to
-run. See docs/sweeps.md.
+run. SIGINT / SIGTERM stop either way within seconds, write the finished rows and exit 128 + signal
+(``oasis_sim.sweep_stop``). See docs/sweeps.md.
 """
 
 from __future__ import annotations
 
 import itertools
+import math
 import os
 from concurrent.futures import ProcessPoolExecutor
 from typing import Optional
 
+from oasis_core.echo import show
+
 from .config import ConfigError, make_config
+from .sweep_stop import SweepInterrupted, init_worker, signal_name, stop_pool, stop_signals
+
+MAX_POINTS = 10_000  # points one grid file may hold (counted before any is built); docs/sweeps.md
 
 
 def _points(path: str, obj: dict) -> tuple:
@@ -49,13 +56,20 @@ def _points(path: str, obj: dict) -> tuple:
     base = obj.get("base") or {}
     grid = obj.get("grid")
     if not isinstance(base, dict):
-        raise ConfigError(f"{path}: base: must be a mapping of SimConfig fields, got {base!r}")
+        raise ConfigError(f"{path}: base: must be a mapping of SimConfig fields, got {show(base)}")
     if not isinstance(grid, dict) or not grid:
-        raise ConfigError(f"{path}: grid: must be a non-empty mapping of field -> list of values, got {grid!r}")
+        raise ConfigError(f"{path}: grid: must be a non-empty mapping of field -> list of values, got {show(grid)}")
     for k, v in grid.items():
         if not isinstance(v, list) or not v:
-            raise ConfigError(f"{path}: grid.{k}: must be a non-empty list of values, got {v!r}")
+            raise ConfigError(f"{path}: grid.{k}: must be a non-empty list of values, got {show(v)}")
     keys = list(grid)
+    count = math.prod(len(grid[k]) for k in keys)
+    if count > MAX_POINTS:
+        sizes = " x ".join(str(len(grid[k])) for k in keys)
+        raise ConfigError(
+            f"{path}: grid: {sizes} = {count:,} points, more than the {MAX_POINTS:,} a sweep runs "
+            "(split the grid into several files)"
+        )
     points = []
     for i, combo in enumerate(itertools.product(*(grid[k] for k in keys))):
         values = dict(base)
@@ -83,10 +97,10 @@ def load_grid(path: str):
     obj = load_config_file(path)
     trace = obj.get("trace")
     if trace is not None and not isinstance(trace, str):
-        raise ConfigError(f"{path}: trace: must be a file path, got {trace!r}")
+        raise ConfigError(f"{path}: trace: must be a file path, got {show(trace)}")
     workers = obj.get("workers")
     if workers is not None and (isinstance(workers, bool) or not isinstance(workers, int) or workers < 1):
-        raise ConfigError(f"{path}: workers: must be an integer >= 1, got {workers!r}")
+        raise ConfigError(f"{path}: workers: must be an integer >= 1, got {show(workers)}")
     if trace is not None and not os.path.isabs(trace) and not os.path.exists(trace):
         near = os.path.join(os.path.dirname(os.path.abspath(path)), trace)
         if os.path.exists(near):
@@ -128,6 +142,8 @@ def _failed_row(point, why: str) -> dict:
 
 
 def _run_local(trace, points, workers: int) -> list:
+    """Rows in grid order; ``None`` for a point that did not finish when a stop signal arrived (raised as
+    ``SweepInterrupted`` with the rows so far in ``.rows``)."""
     from concurrent.futures import as_completed
     from concurrent.futures.process import BrokenProcessPool
 
@@ -135,10 +151,15 @@ def _run_local(trace, points, workers: int) -> list:
 
     rows = [None] * len(points)
     if workers == 1:
-        for i, p in enumerate(tqdm(points, desc="sweep", unit="pt")):
-            rows[i] = run_point(trace, p)
+        try:
+            for i, p in enumerate(tqdm(points, desc="sweep", unit="pt")):
+                rows[i] = run_point(trace, p)
+        except SweepInterrupted as stop:
+            stop.rows = rows
+            raise
         return rows
-    with ProcessPoolExecutor(max_workers=workers) as pool:
+    pool = ProcessPoolExecutor(max_workers=workers, initializer=init_worker)
+    try:
         futs = {pool.submit(run_point, trace, p): i for i, p in enumerate(points)}
         for fut in tqdm(as_completed(futs), total=len(futs), desc="sweep", unit="pt"):
             i = futs[fut]
@@ -146,6 +167,12 @@ def _run_local(trace, points, workers: int) -> list:
                 rows[i] = fut.result()
             except BrokenProcessPool:  # a worker died (killed for memory, ...): its point and the rest not run
                 rows[i] = _failed_row(points[i], "BrokenProcessPool: the worker process died (out of memory?)")
+    except BaseException as stop:
+        stop_pool(pool)
+        if isinstance(stop, SweepInterrupted):
+            stop.rows = rows
+        raise
+    pool.shutdown()
     return rows
 
 
@@ -195,31 +222,53 @@ def _start_ray(address: str, workers: Optional[int]) -> bool:
 def _run_ray(trace, points, address: str, workers: Optional[int]) -> list:
     """The points as Ray tasks (one CPU each, no retries: a failure is the row's, as in the local pool), rows in
     grid order."""
-    from tqdm import tqdm
-
     started = _start_ray(address, workers)
     import ray
 
+    rows = [None] * len(points)
+    pending = []
     try:
-        task = ray.remote(num_cpus=1, max_retries=0)(run_point)
-        refs = [task.remote(trace, p) for p in points]
-        index = {ref: i for i, ref in enumerate(refs)}
-        rows = [None] * len(points)
-        pending = list(refs)
-        with tqdm(total=len(refs), desc="sweep", unit="pt") as bar:
-            while pending:
-                done, pending = ray.wait(pending, num_returns=1)
-                i = index[done[0]]
+        # Ray's core worker replaced the handlers (its own SIGTERM handler aborts the process): set ours again
+        with stop_signals(raise_=False) as stop:
+            return _wait_ray(ray, trace, points, rows, pending, stop)
+    except SweepInterrupted as stop:
+        for ref in pending:  # queued and running tasks: their workers are killed, nothing is retried
+            try:
+                ray.cancel(ref, force=True)
+            except Exception:  # noqa: BLE001 - a task that ended meanwhile
+                pass
+        stop.rows = rows
+        raise
+    finally:
+        if started:
+            ray.shutdown()
+
+
+def _wait_ray(ray, trace, points, rows: list, pending: list, stop) -> list:
+    """Submit the points, fill ``rows`` as tasks end; ``pending`` holds the refs not yet returned; ``stop.check()``
+    raises ``SweepInterrupted`` once a stop signal arrived."""
+    from tqdm import tqdm
+
+    task = ray.remote(num_cpus=1, max_retries=0)(run_point)
+    for p in points:  # pending from the first: a stop while submitting cancels what was submitted
+        pending.append(task.remote(trace, p))
+        stop.check()
+    refs = list(pending)
+    index = {ref: i for i, ref in enumerate(refs)}
+    with tqdm(total=len(refs), desc="sweep", unit="pt") as bar:
+        while pending:
+            # a bounded wait: a stop signal is noted during Ray's C++ call and acted on here
+            done, pending[:] = ray.wait(pending, num_returns=1, timeout=0.25)
+            for ref in done:
+                i = index[ref]
                 try:
-                    rows[i] = ray.get(done[0])
+                    rows[i] = ray.get(ref)
                 except ray.exceptions.RayError as e:  # the worker died, was killed for memory, ...
                     first = (str(e).strip().splitlines() or [""])[0]
                     rows[i] = _failed_row(points[i], f"{type(e).__name__}: {first}"[:500])
                 bar.update(1)
-        return rows
-    finally:
-        if started:
-            ray.shutdown()
+            stop.check()
+    return rows
 
 
 def run_sweep(path: str, out_dir: str, workers: int | None = None, ray_address: str | None = None) -> str:
@@ -233,17 +282,27 @@ def run_sweep(path: str, out_dir: str, workers: int | None = None, ray_address: 
     from .workloads import load_workload
 
     if workers is not None and (isinstance(workers, bool) or not isinstance(workers, int) or workers < 1):
-        raise ConfigError(f"--workers: must be an integer >= 1, got {workers!r}")
+        raise ConfigError(f"--workers: must be an integer >= 1, got {show(workers)}")
     trace, points, file_workers = load_grid(path)
     prepare_out_dir(out_dir)
     load_workload(trace)  # a bad trace fails once, before the pool starts
-    if ray_address is not None:
-        if not isinstance(ray_address, str) or not ray_address.strip():
-            raise ConfigError(f"--ray: must be 'local' or a Ray cluster address, got {ray_address!r}")
-        rows = _run_ray(trace, points, ray_address, workers or file_workers)
-    else:
-        rows = _run_local(trace, points, min(workers or file_workers or os.cpu_count() or 1, len(points)))
+    if ray_address is not None and (not isinstance(ray_address, str) or not ray_address.strip()):
+        raise ConfigError(f"--ray: must be 'local' or a Ray cluster address, got {show(ray_address)}")
     out = os.path.join(out_dir, "sweep.csv")
+    try:
+        with stop_signals():
+            if ray_address is not None:
+                rows = _run_ray(trace, points, ray_address, workers or file_workers)
+            else:
+                rows = _run_local(trace, points, min(workers or file_workers or os.cpu_count() or 1, len(points)))
+    except SweepInterrupted as stop:
+        rows = getattr(stop, "rows", None) or [None] * len(points)
+        done = sum(r is not None for r in rows)
+        why = f"not run: the sweep was stopped ({signal_name(stop.signum)})"
+        rows = [r if r is not None else _failed_row(p, why) for r, p in zip(rows, points)]
+        pd.DataFrame(rows).to_csv(out, index=False)
+        stop.note = f"sweep: stopped by {signal_name(stop.signum)}; wrote {out}: {done} of {len(rows)} points run"
+        raise
     pd.DataFrame(rows).to_csv(out, index=False)
     failed = [i for i, r in enumerate(rows) if r.get("error")]
     print(f"wrote {out}: {len(rows)} points" + (f", {len(failed)} failed" if failed else ""))

@@ -15,6 +15,9 @@ request's whole output collect it from the step outputs, as ``generate`` does.
 
 Sampling (``oasis_exec.runner.sampling``): greedy at temperature 0, else temperature and nucleus (``top_p``) sampling with
 counter-based per-request randomness, so a request with a ``seed`` yields the same tokens whatever batch it runs in.
+Teacher forcing (``SamplingParams.forced``): the request's first outputs are the given tokens, each decoded through
+the mode's own decode step (its selection, prefetch and draft head see the forced tokens), one a step (no decode
+chain while a forced token is due), never stopped by a stop id; the server scores prompts this way in sparse modes.
 """
 
 from __future__ import annotations
@@ -120,6 +123,8 @@ class Engine:
         """Queue a request; ValueError when it can never be served (it is rejected: over the context limit, or
         more host blocks than the pool holds)."""
         sampling = sampling or SamplingParams()
+        if sampling.forced and self.cfg.spec_max_k:
+            raise ValueError("forced tokens (teacher forcing) need speculative_k 0: a speculative step drafts its own")
         r = Request(id=next(self._ids), prompt=list(prompt_ids), sampling=sampling, synthetic_prefill=synthetic_prefill)
         if not self.scheduler.add(r):
             need = len(r.prompt) + sampling.max_tokens
@@ -170,7 +175,7 @@ class Engine:
             )
             for r in plan.admitted
         )
-        tokens = {}
+        tokens, first_logits = {}, {}
         for ch in plan.prefill:
             r = ch.req
             toks = tuple(r.token_at(p) for p in range(ch.start, ch.start + ch.n))
@@ -178,19 +183,23 @@ class Engine:
             admit = ()
             if ch.last and not r.output:  # a re-prefill's sample is output[-1] again, not a new token
                 tokens[r.id] = got[r.id]
+                first_logits.update(runner.last_logits)
         if plan.decode:
             items = []
             for r in sorted(plan.decode, key=lambda x: x.lane):
                 pos = r.prompt_len + r.generated - 1
                 items.append(DecodeItem(r.id, r.lane, r.token_at(pos), pos, r.max_tokens - r.generated))
             tokens.update(self._call(RunnerCall(admit, None, tuple(items), sampling, self._chain(plan))))
+        if first_logits:  # every runner call resets them: the step's new tokens all keep their logits row
+            runner.last_logits = {**first_logits, **runner.last_logits}
         # a decode yields one token, a speculative one several: cut after the first stop token, never past max_tokens
         new, emitted, stopped = {}, {}, []
         for rid, got in tokens.items():
             r = sch.running[rid]
             seq = [int(t) for t in got] if isinstance(got, (list, tuple)) else [int(got)]
             seq = seq[: max(1, r.max_tokens - len(r.output))]
-            stop = next((i for i, t in enumerate(seq) if t in r.sampling.stop_ids), None)
+            free = len(r.sampling.forced) - len(r.output)  # forced tokens never stop a request
+            stop = next((i for i, t in enumerate(seq) if t in r.sampling.stop_ids and i >= free), None)
             if stop is not None:
                 seq = seq[: stop + 1]
                 stopped.append(rid)
@@ -261,6 +270,7 @@ class Engine:
             or len(plan.decode) < len(sch.running)
             or (sch.waiting and self.acct.free_lanes)
             or self.runner.sampler != self._sample
+            or any(len(r.output) < len(r.sampling.forced) for r in sch.running.values())  # one forced token a step
         ):
             return 1
         return self.cfg.chain_max
@@ -286,7 +296,19 @@ class Engine:
             uniform(self._keys[rid], len(running[rid].output)) if sp.temperature > 0 else 0.0
             for rid, sp in zip(rows, params)
         ]
-        return sample(logits, params, draws)
+        tok = sample(logits, params, draws)
+        forced = [
+            (i, sp.forced[len(running[rid].output)])
+            for i, (rid, sp) in enumerate(zip(rows, params))
+            if len(running[rid].output) < len(sp.forced)
+        ]
+        if forced:  # teacher forcing: the next step and the draft head see the forced token
+            import torch
+
+            idx, val = zip(*forced)
+            tok = tok.clone()
+            tok[torch.tensor(idx, device=tok.device)] = torch.tensor(val, dtype=tok.dtype, device=tok.device)
+        return tok
 
     def _spec_draws(self, req_ids, n):
         """A speculative step's uniforms (``oasis_exec.runner.speculative.accept``), [B, n] each: ``u_draw[:, j]`` is the

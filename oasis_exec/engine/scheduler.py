@@ -26,6 +26,9 @@ class SamplingParams:
     stop_ids: tuple = ()
     seed: int | None = None  # None: a key derived from the engine seed and the request id
     top_p: float = 1.0  # nucleus sampling: draw from the smallest top set holding this much probability
+    # teacher forcing: output token i is forced[i] (the logits it was sampled from are still the model's), and a
+    # stop id among them does not stop the request; after them the request samples freely (``Engine._sample``)
+    forced: tuple = ()
 
     def __post_init__(self):
         if not isinstance(self.max_tokens, int) or self.max_tokens < 1:
@@ -34,6 +37,8 @@ class SamplingParams:
             raise ValueError(f"SamplingParams.temperature: must be >= 0, got {self.temperature!r}")
         if not 0 < self.top_p <= 1:
             raise ValueError(f"SamplingParams.top_p: must be in (0, 1], got {self.top_p!r}")
+        if len(self.forced) > self.max_tokens:
+            raise ValueError(f"SamplingParams.forced: {len(self.forced)} tokens exceed max_tokens {self.max_tokens}")
 
 
 class Request(CoreRequest):

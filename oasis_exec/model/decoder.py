@@ -15,7 +15,10 @@ import os
 import torch
 import torch.nn.functional as F
 
+from oasis_core.echo import show
 from oasis_core.specs import ModelSpec
+
+from .files import ModelFileError, read_json_file
 
 
 def rope_theta_of(cfg: dict) -> float:
@@ -150,14 +153,14 @@ def random_weights(shape: ModelSpec, seed: int = 0, dtype=torch.bfloat16, device
 
 
 def load_safetensors_dir(path: str, dtype, device) -> dict:
-    from safetensors.torch import load_file
+    from .files import load_safetensors_file
 
     files = sorted(f for f in os.listdir(path) if f.endswith(".safetensors"))
     if not files:
         raise FileNotFoundError(f"{path}: no *.safetensors files")
     w = {}
     for f in files:
-        for k, v in load_file(os.path.join(path, f)).items():
+        for k, v in load_safetensors_file(os.path.join(path, f)).items():
             w[k] = v.to(device=device, dtype=dtype if v.is_floating_point() else v.dtype)
     return w
 
@@ -227,8 +230,8 @@ class Decoder:
 
     @staticmethod
     def from_dir(path: str, dtype=torch.bfloat16, device="cpu", fused: bool = False, tp=None) -> "Decoder":
-        with open(os.path.join(path, "config.json")) as fh:
-            shape = spec_from_hf_config(json.load(fh), name=os.path.basename(path.rstrip("/")))
+
+        shape = read_hf_config(path)
         return Decoder.build(shape, path, dtype=dtype, device=device, fused=fused, tp=tp)
 
     @staticmethod
@@ -351,3 +354,15 @@ def attention_ref(q, k, v, mask=None):
     p = torch.nan_to_num(p)
     o = torch.einsum("bhgts,bhsd->bhgtd", p, v.float())
     return o.reshape(b, hq, tq, d).to(q.dtype)
+
+
+def read_hf_config(model_dir: str):
+    """The ``ModelSpec`` of the Hugging Face directory ``model_dir`` (its ``config.json``)."""
+    path = os.path.join(model_dir, "config.json")
+    cfg = read_json_file(path, "a Hugging Face model's config.json")
+    try:
+        return spec_from_hf_config(cfg, name=os.path.basename(os.path.normpath(model_dir)))
+    except KeyError as e:
+        raise ModelFileError(f"{path}: {e.args[0]}: missing required field") from None
+    except (TypeError, ValueError, ZeroDivisionError) as e:
+        raise ModelFileError(f"{path}: a field has the wrong type or value: {show(str(e), 200)}") from None

@@ -105,7 +105,8 @@ def _reader(path: str, mtime_ns: int, size: int):
 def read_gguf(path: str) -> GGUFModel:
     """Parse ``path`` (memory-mapped; no tensor is read yet) into a spec and metadata."""
     if not os.path.isfile(path):
-        raise FileNotFoundError(path)
+        why = "is a folder, not a .gguf file" if os.path.isdir(path) else "no such file (a .gguf model was asked for)"
+        raise GGUFError(f"{path}: {why}")
     st = os.stat(path)
     try:
         rd = _reader(os.path.abspath(path), st.st_mtime_ns, st.st_size)

@@ -215,6 +215,9 @@ class ModelExec:
         self.draft_h = None
         if cfg.spec_max_k:
             self.draft_h = torch.zeros(max_lanes, decoder.shape.hidden, dtype=dtype, device=device)
+        self.draft_attends = getattr(draft, "attends", False)  # oasis_exec.model.draft_attn: K/V of every position
+        if self.draft_attends:
+            draft.allocate(max_lanes)
 
     def synthesize(self, a) -> None:
         """KV of positions 0..prompt_len-2 filled with random values; the last prompt token decodes first."""
@@ -256,6 +259,8 @@ class ModelExec:
                 self.ring.k[l][a.lane] = torch.randn(self.ring.k[l][a.lane].shape, generator=g, device=self.device)
                 self.ring.v[l][a.lane] = torch.randn(self.ring.v[l][a.lane].shape, generator=g, device=self.device)
         self.draft_tok[a.lane] = 0
+        if self.draft_attends:
+            self.draft.synthesize(a.lane, a.prompt_len - 1, a.seed)
 
     def _paged_layers(self) -> list:
         """The layers with slots or pages (every layer but a hybrid model's sliding ones, which keep rings)."""
@@ -317,7 +322,10 @@ class ModelExec:
                 q_last.append(q[-1])
             x = self.dec.finish(l, x, attn)
             if l in layers_aux:
-                aux[l] = x[-1]
+                aux[l] = x if self.draft_attends else x[-1]
+        if self.draft_attends:  # the draft layer's K/V of the chunk's positions
+            self.draft.prefill_chunk(ch.lane, start, torch.cat([aux[i] for i in layers_aux], -1), ch.tokens)
+            aux = {i: a[-1] for i, a in aux.items()}
         if not ch.last:
             return None
         if sparse:
@@ -711,6 +719,9 @@ class ModelExec:
     def propose_prefill(self, lane: int, aux, tok) -> None:
         """The draft token of ``lane`` after its prefill's sampled token ``tok`` [1] (``aux``: ``prefill``'s)."""
         feats = torch.cat([aux[i] for i in self.draft.layers])[None]
+        if self.draft_attends:
+            self.draft_tok[lane] = self.draft.propose_lanes([lane], feats, tok)[0]
+            return
         if self.draft_h is not None:
             d, h = self.draft.propose_state(feats, tok)
             self.draft_tok[lane], self.draft_h[lane] = d[0], h[0].to(self.draft_h.dtype)
@@ -721,6 +732,9 @@ class ModelExec:
         """The draft tokens of the step's lanes (a list, or a device tensor: no host copy, capturable) after its
         sampled tokens ``tok`` [B] (``aux``: ``decode_core``'s)."""
         idx = lanes if torch.is_tensor(lanes) else torch.tensor(lanes, device=self.device)
+        if self.draft_attends:
+            self.draft_tok[idx] = self.draft.propose_lanes(idx, aux, tok)
+            return
         if self.draft_h is not None:
             d, h = self.draft.propose_state(aux, tok)
             self.draft_tok[idx], self.draft_h[idx] = d, h.to(self.draft_h.dtype)

@@ -47,7 +47,7 @@ from ..config import ExecConfig
 from ..kv.layout import build_kv_layout
 from ..model import tensor_parallel
 from ..model.decoder import Decoder
-from ..model.draft import DraftHead
+from ..model.draft_attn import build_draft
 from ..workingset.fetch_caps import DeviceCaps
 from ..workingset.prefetcher import Prefetcher
 from ..workingset.selection_sources import SelectionSources
@@ -123,7 +123,8 @@ class Runner:
             )
         draft = None
         if mode.drafts or cfg.spec_max_k:
-            draft = DraftHead.build(
+            draft = build_draft(
+                cfg.draft_head,
                 decoder.full_shape,  # replicated on every rank: the same head as with one rank
                 decoder.embed,
                 cfg.draft_path,
@@ -131,7 +132,8 @@ class Runner:
                 cfg.seed + 1,
                 dt,
                 dev,
-                lm_head=decoder.lm_head,
+                decoder.lm_head,
+                cfg.max_context,
             )
         self.bs, self.H, self.L = cfg.block_size, s.n_kv_heads, s.n_layers
         self.K = cfg.top_k
@@ -528,7 +530,7 @@ class Runner:
         """The draft tokens after a step (``lanes``: the step's, on the device). In an all-short step only the lanes
         whose next step is their crossing draft: a short lane's draft token is read only from its crossing on (its
         lookahead query)."""
-        if short != "all":
+        if short != "all" or self.model.draft_attends:  # an attending head writes every position's K/V
             self.model.propose(lanes, aux, tok)
             return
         nxt = [i for i, p in enumerate(pos_list) if self.short.crossing(p + 2)]

@@ -18,14 +18,15 @@ Accounting for `/metrics`, read from the public `Engine.stats()` (the same defin
 Log-probabilities: the engine's runner keeps the logits each step sampled from (`Runner.last_logits`, request id
 -> row), which `step` reads right after the engine's step for the requests that asked; a prompt is scored with the
 model's dense reference forward (`Decoder.forward_dense`), the same weights and attention as the chunked prefill,
-whose logits for the whole prompt ([T, vocab] float32) it keeps for the moment of the call.
+whose logits for the whole prompt ([T, vocab] float32) it keeps for the moment of the call. That is what a served
+prompt's prefill computes in every mode; in a sparse mode (`ModelInfo.sparse_decode`) the server scores by forced
+decode instead (`Sampling.forced_ids` -> `SamplingParams.forced`), see `scoring.py`.
 """
 
 from __future__ import annotations
 
 import argparse
 import functools
-import json
 import os
 import time
 from typing import Any
@@ -69,19 +70,20 @@ def exec_config_from_args(args: argparse.Namespace):
 
 @functools.lru_cache(maxsize=4)
 def real_model(path: str) -> tuple[str, int]:
-    """(name, trained positions) of a `.gguf` file (its `general.name`) or a Hugging Face directory (its name)."""
+    """(served id, trained positions) of a `.gguf` file or a Hugging Face directory. The id is a short slug, as
+    vLLM serves one: the file's stem (`SmolLM2-135M-Instruct.Q4_1`) or the directory's name -- never a local path,
+    nor the GGUF's free-text `general.name` (`Smollm2 135M 8k Lc100K Mix1 Ep2`); `--served-model-name` overrides."""
     if path.endswith(".gguf"):
         from oasis_exec.model.gguf import read_gguf
 
         g = read_gguf(path)
-        return g.name, g.spec.max_context_tokens
-    from oasis_exec.model.decoder import spec_from_hf_config
+        return os.path.splitext(os.path.basename(path))[0], g.spec.max_context_tokens
+    from oasis_exec.model.decoder import read_hf_config
 
     cfg_path = os.path.join(path, "config.json")
     if not os.path.isfile(cfg_path):
         raise ValueError(f"--model-path {path}: neither a .gguf file nor a Hugging Face directory with config.json")
-    with open(cfg_path) as fh:
-        return os.path.basename(os.path.normpath(path)), spec_from_hf_config(json.load(fh)).max_context_tokens
+    return os.path.basename(os.path.normpath(path)), read_hf_config(path).max_context_tokens
 
 
 def build_engine(args: argparse.Namespace) -> "ExecutorEngine":
@@ -106,6 +108,7 @@ class ExecutorEngine:
             dummy=cfg.model_path is None,
             mode=cfg.mode,
             device=cfg.device,
+            sparse_decode=cfg.mode_spec.selects,
         )
         self._counters_at = float("-inf")
         self._top_n: dict = {}  # request id -> alternatives a token, for the requests that asked for logprobs
@@ -113,12 +116,18 @@ class ExecutorEngine:
     def add_request(self, prompt_ids, sampling: Sampling):
         from oasis_exec.engine.scheduler import SamplingParams
 
+        if sampling.forced_ids and self.engine.cfg.spec_max_k:
+            raise ValueError(
+                "echo: scoring a prompt in a sparse mode decodes it with forced tokens, which speculative decoding "
+                "cannot do; serve with --score-attention dense (the dense reference) or without --speculative-k"
+            )
         sp = SamplingParams(
             max_tokens=sampling.max_tokens,
             temperature=sampling.temperature,
             top_p=sampling.top_p,
             stop_ids=tuple(sampling.stop_token_ids),
             seed=sampling.seed,
+            forced=tuple(sampling.forced_ids),
         )
         rid = self.engine.add_request(list(prompt_ids), sp)
         if sampling.logprobs is not None:
@@ -171,6 +180,24 @@ class ExecutorEngine:
             rows = torch.log_softmax(logits[:-1].float(), -1)
             chosen = torch.tensor(list(prompt_ids[1:]), device=rows.device)[:, None]
             return [None, *_token_logprobs(rows, chosen, [top_n] * len(chosen))]
+
+    def score_next(self, prompt_ids, top_n: int, sampling: Sampling):
+        """`prompt_logprobs` and the first output token, sampled from the last prompt position's logits as the
+        engine samples a request's first token from its prefill (prefill attention is dense in every mode)."""
+        import torch
+
+        from oasis_exec.engine.scheduler import SamplingParams
+        from oasis_exec.runner.sampling import request_key, sample, uniform
+
+        ids = list(prompt_ids)
+        with torch.inference_mode():
+            lp = torch.log_softmax(self.engine.runner.dec.forward_dense(ids).float(), -1)  # [T, V]
+            sp = SamplingParams(max_tokens=1, temperature=sampling.temperature, top_p=sampling.top_p)
+            key = request_key(sampling.seed, self.engine.cfg.seed, len(ids))
+            tok = sample(lp[-1:], [sp], [uniform(key, 0) if sp.temperature > 0 else 0.0])  # [1]
+            chosen = torch.tensor([*ids[1:], int(tok[0])], device=lp.device)[:, None]
+            scored = _token_logprobs(lp, chosen, [top_n] * len(ids))
+        return [None, *scored[:-1]], int(tok[0]), scored[-1]
 
     def check(self) -> None:
         if self.model_info.device.startswith("cuda"):

@@ -19,12 +19,12 @@ from pydantic import BaseModel, ValidationError
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from . import schemas as S
-from . import security
+from . import scoring, security, tokenize_api
 from .config import ServerConfig
 from .engine_loop import EngineLoop, QueueFull, Rejected, RequestStream
 from .engine_protocol import Sampling, ServingEngine
 from .errors import APIError, error_body, error_response, from_validation_error
-from .generation import Outcome, Piece, text_pieces
+from .generation import Outcome, Piece, merged_events, text_pieces
 from .logprobs import CompletionLogprobs, chat_entries
 from .metrics import CONTENT_TYPE, ServerMetrics
 from .tokenizer import Tokenizer
@@ -38,6 +38,10 @@ def _leading_field(message: str) -> str | None:
     """'top_p: not supported' -> 'top_p'; the engine names the field it refuses that way, when it can."""
     head, sep, _ = message.partition(":")
     return head if sep and head.isidentifier() else None
+
+
+def _merged(parts: list[dict]) -> dict:
+    return {k: [v for p in parts for v in p[k]] for k in ("tokens", "token_logprobs", "top_logprobs", "text_offset")}
 
 
 def create_app(
@@ -134,6 +138,15 @@ def create_app(
     ) -> tuple[list[int], Sampling | None]:
         """Token ids and sampling of a request; sampling is None for `max_tokens` 0 (an echo that only scores)."""
         if isinstance(prompt, str):  # a rendered chat template holds its own special tokens
+            at_least = len(prompt) // getattr(tokenizer, "chars_per_token", len(prompt) + 1)
+            if at_least > info.max_model_len:  # bounded work: refused before tokenising
+                raise APIError(
+                    400,
+                    f"prompt: {len(prompt):,} characters are at least {at_least:,} tokens, more than the model's "
+                    f"context of {info.max_model_len}",
+                    param="prompt",
+                    code="context_length_exceeded",
+                )
             ids = tokenizer.encode(prompt, add_special_tokens=not chat)
         else:
             ids = list(prompt)
@@ -317,72 +330,167 @@ def create_app(
     async def completions(request: Request):
         body = await read_body(request)
 
-        def decode() -> tuple[S.CompletionRequest, list[int], Sampling | None]:  # a worker thread
+        def decode() -> tuple[S.CompletionRequest, list[tuple[list[int], Sampling | None]]]:  # a worker thread
             req = parse(body, S.CompletionRequest)
             check_model(req.model)
-            return req, *prepare(req.prompt, req)
+            return req, [prepare(p, req) for p in req.prompts()]
 
-        req, ids, sampling = await asyncio.to_thread(decode)
+        req, prepared = await loop.prepare(decode)
         top_n = req.top_n()
-        lp = CompletionLogprobs(tokenizer) if top_n is not None else None
-        echo = (req.prompt if isinstance(req.prompt, str) else tokenizer.decode(ids)) if req.echo else ""
-        prompt_lp = None
-        if lp is not None:
-            if req.echo:
-                prompt_lp = CompletionLogprobs(tokenizer).entries(ids, await score_prompt(ids, top_n))
-            lp.skip_text(echo)  # the completion's offsets start after the echoed prompt
-        outcome = Outcome()
-        stream, pieces = await start(ids, sampling, req.stop, outcome)
         rid, created = S.new_id("cmpl"), S.now()
+        runs = []
+        try:
+            for prompt, (ids, sampling) in zip(req.prompts(), prepared):
+                runs.append(await start_completion(req, prompt, ids, sampling, top_n))
+        except BaseException:
+            for run in runs:
+                if run.scored.stream is not None:
+                    loop.abort(run.scored.stream)
+            raise
 
-        def choice(text: str, finish: str | None, logprobs: dict | None) -> S.CompletionChoice:
-            return S.CompletionChoice(text=text, finish_reason=finish, logprobs=logprobs)
-
-        def merged(parts: list[dict]) -> dict:
-            return {
-                k: [v for p in parts for v in p[k]] for k in ("tokens", "token_logprobs", "top_logprobs", "text_offset")
-            }
-
-        if not req.stream:
-            got = await collect(request, stream, pieces)
-            if outcome.finish_reason == "error":
-                raise ended_in_error(outcome)
-            logprobs = None
-            if lp is not None:
-                parts = [lp.entries(p.token_ids, p.logprobs) for p in got if p.logprobs is not None]
-                logprobs = merged(([prompt_lp] if prompt_lp else []) + parts)
+        def chunk(index: int, text: str, finish: str | None, logprobs: dict | None = None) -> dict:
             return S.CompletionResponse(
                 id=rid,
                 created=created,
                 model=req.model,
-                choices=[choice(echo + "".join(p.text for p in got), outcome.finish_reason, logprobs)],
-                usage=usage(len(ids), outcome),
-            ).model_dump()
-
-        def chunk(text: str, finish: str | None, logprobs: dict | None = None) -> dict:
-            return S.CompletionResponse(
-                id=rid,
-                created=created,
-                model=req.model,
-                choices=[choice(text, finish, logprobs)],
+                choices=[S.CompletionChoice(index=index, text=text, finish_reason=finish, logprobs=logprobs)],
             ).model_dump(exclude_none=False)
 
+        def total_usage() -> S.Usage:
+            prompt_tokens = sum(len(ids) for ids, _ in prepared)
+            completion_tokens = sum(run.outcome.completion_tokens for run in runs)
+            return S.Usage(
+                prompt_tokens=prompt_tokens,
+                completion_tokens=completion_tokens,
+                total_tokens=prompt_tokens + completion_tokens,
+            )
+
+        if not req.stream:
+            try:
+                choices = await asyncio.gather(*(run.choice(request, i) for i, run in enumerate(runs)))
+            except BaseException:  # one prompt failed: the others' requests end too
+                for run in runs:
+                    if run.scored.stream is not None:
+                        loop.abort(run.scored.stream)
+                raise
+            return S.CompletionResponse(
+                id=rid, created=created, model=req.model, choices=list(choices), usage=total_usage()
+            ).model_dump()
+
         async def events():
-            if echo:
-                yield chunk(echo, None, prompt_lp)
-            async for p in pieces:
-                if p.finish_reason == "error":
-                    yield stream_error(outcome)
+            async for index, ev in merged_events([run.events() for run in runs]):
+                if ev is None:
+                    continue
+                if "error" in ev:
+                    yield ev
                     return
-                logprobs = lp.entries(p.token_ids, p.logprobs) if lp is not None and p.logprobs is not None else None
-                yield chunk(p.text, p.finish_reason, logprobs)
+                yield chunk(index, *ev["chunk"])
             if req.stream_options and req.stream_options.include_usage:
-                last = chunk("", None)
+                last = chunk(0, "", None)
                 last["choices"] = []
-                last["usage"] = usage(len(ids), outcome).model_dump()
+                last["usage"] = total_usage().model_dump()
                 yield last
 
-        return sse(stream, events())
+        return sse_many([run.scored.stream for run in runs], events())
+
+    async def start_completion(req, prompt, ids: list[int], sampling: Sampling | None, top_n: int | None):
+        """One prompt of a completions request, started (a choice: `.choice()` runs it, `.events()` streams it)."""
+        outcome = Outcome()
+        echo = (prompt if isinstance(prompt, str) else tokenizer.decode(ids)) if req.echo else ""
+        if req.echo and top_n is not None:
+            scored = await scoring.start(
+                ids=ids,
+                sampling=sampling,
+                req=req,
+                top_n=top_n,
+                outcome=outcome,
+                tokenizer=tokenizer,
+                engine=engine,
+                attention=config.score_attention,
+                prefill_tokens=config.score_prefill_tokens,
+                submit=submit,
+                score_prompt=score_prompt,
+                call=loop.call,
+                abort=loop.abort,
+            )
+        else:
+            stream, pieces = await start(ids, sampling, req.stop, outcome)
+            scored = scoring.Scored(stream, pieces, None)
+        return _CompletionRun(scored, outcome, echo, ids, top_n)
+
+    class _CompletionRun:
+        def __init__(self, scored, outcome: Outcome, echo: str, ids: list[int], top_n: int | None) -> None:
+            self.scored, self.outcome, self.echo, self.ids = scored, outcome, echo, ids
+            self.lp = CompletionLogprobs(tokenizer) if top_n is not None else None
+            if self.lp is not None:
+                self.lp.skip_text(echo)  # the completion's offsets start after the echoed prompt
+
+        def prompt_entries(self) -> dict | None:
+            if self.lp is None or self.scored.prompt is None:
+                return None
+            return CompletionLogprobs(tokenizer).entries(self.ids, self.scored.prompt)
+
+        async def choice(self, request: Request, index: int) -> S.CompletionChoice:
+            got = await collect(request, self.scored.stream, self.scored.pieces)
+            if self.outcome.finish_reason == "error":
+                raise ended_in_error(self.outcome)
+            logprobs = None
+            if self.lp is not None:
+                parts = [self.lp.entries(p.token_ids, p.logprobs) for p in got if p.logprobs is not None]
+                head = self.prompt_entries()
+                logprobs = _merged(([head] if head else []) + parts)
+            text = self.echo + "".join(p.text for p in got)
+            return S.CompletionChoice(
+                index=index, text=text, finish_reason=self.outcome.finish_reason, logprobs=logprobs
+            )
+
+        async def events(self):
+            """(text, finish, logprobs) chunks; {"error": ...} once on failure."""
+            pieces = self.scored.pieces
+            first = await anext(pieces, None)  # the prompt's scores are ready once the first piece is
+            if self.echo:
+                yield {"chunk": (self.echo, None, self.prompt_entries())}
+            if first is not None:
+                ev = self._event(first)
+                yield ev
+                if "error" in ev:
+                    return
+            async for p in pieces:
+                ev = self._event(p)
+                yield ev
+                if "error" in ev:
+                    return
+
+        def _event(self, p: Piece) -> dict:
+            if p.finish_reason == "error":
+                return stream_error(self.outcome)
+            lp = self.lp.entries(p.token_ids, p.logprobs) if self.lp is not None and p.logprobs is not None else None
+            return {"chunk": (p.text, p.finish_reason, lp)}
+
+    def sse_many(streams: list, events: AsyncIterator[dict]) -> StreamingResponse:
+        async def abort_all():
+            for s in streams:
+                if s is not None:
+                    loop.abort(s)
+
+        async def guarded():
+            try:
+                async for ev in events:
+                    yield ev
+            finally:
+                await abort_all()
+
+        return sse(None, guarded())
+
+    tokenize_api.install(
+        app,
+        tokenizer=tokenizer,
+        max_model_len=info.max_model_len,
+        vocab_size=info.vocab_size,
+        read_body=read_body,
+        parse=parse,
+        check_model=check_model,
+    )
 
     @app.post("/v1/chat/completions")
     async def chat_completions(request: Request):
@@ -397,7 +505,7 @@ def create_app(
                 raise APIError(400, f"messages: {exc}", param="messages", code="invalid_value") from None
             return req, *prepare(prompt, req, chat=True)
 
-        req, ids, sampling = await asyncio.to_thread(decode)
+        req, ids, sampling = await loop.prepare(decode)
         want_lp = req.top_n() is not None
         outcome = Outcome()
         stream, pieces = await start(ids, sampling, req.stop, outcome)

@@ -16,6 +16,9 @@ import socket
 import sys
 import typing
 
+from oasis_core.cliargs import one_line
+
+from ..cli_checks import writable_path
 from .config import FIELDS, ServerConfig
 
 LISTENING_PREFIX = "OASIS_SERVER_LISTENING"
@@ -23,7 +26,7 @@ LISTENING_PREFIX = "OASIS_SERVER_LISTENING"
 
 def _one_line_error(parser: argparse.ArgumentParser):
     def error(message: str):  # one line, exit 2 (argparse would print the usage too)
-        parser.exit(2, f"{parser.prog}: error: {message}\n")
+        parser.exit(2, f"{parser.prog}: error: {one_line(message)}\n")
 
     return error
 
@@ -58,6 +61,9 @@ def add_server_args(p: argparse.ArgumentParser) -> None:
         )
 
 
+PROG = "python -m oasis_exec serve"
+
+
 def server_config_from_args(args: argparse.Namespace) -> ServerConfig:
     """Raises ValueError naming the field (`--flag: why, got value`)."""
     kw = {f.name: getattr(args, f.name) for f in FIELDS}
@@ -73,7 +79,7 @@ def build_parser() -> argparse.ArgumentParser:
     from .adapter import add_engine_args
 
     p = argparse.ArgumentParser(
-        prog="python -m oasis_exec serve",
+        prog=PROG,
         description="OpenAI-compatible streaming server (completions, chat completions, /metrics) on OasisKV.",
     )
     add_engine_args(p)
@@ -107,20 +113,21 @@ def serve(args: argparse.Namespace) -> int:
 
     try:
         config = server_config_from_args(args)
+        writable_path("--record", config.record)  # checked now, not when the server stops and writes it
     except ValueError as exc:
-        print(f"error: {exc}", file=sys.stderr)
+        print(f"{PROG}: error: {one_line(exc)}", file=sys.stderr)
         return 2
     logging.basicConfig(level=config.log_level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     try:
         engine = build_engine(args)
     except (ValueError, OSError) as exc:
-        print(f"error: {exc}", file=sys.stderr)
+        print(f"{PROG}: error: {one_line(exc)}", file=sys.stderr)
         return 2
     info = engine.model_info
     try:
         tokenizer = load_tokenizer(None if info.dummy else info.model_dir)
     except (ValueError, OSError, ImportError) as exc:  # a real model is never served with the byte tokenizer
-        print(f"error: the tokenizer of {info.model_dir}: {exc}", file=sys.stderr)
+        print(f"{PROG}: error: the tokenizer of {info.model_dir}: {one_line(exc)}", file=sys.stderr)
         return 2
     if config.chat_template:
         try:

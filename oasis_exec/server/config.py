@@ -11,7 +11,10 @@ import dataclasses
 import math
 from dataclasses import dataclass, field
 
+from oasis_core.echo import show
+
 LOG_LEVELS = ("debug", "info", "warning", "error")
+SCORE_ATTENTION = ("served", "dense")  # server/scoring.py
 MiB = 1 << 20
 
 
@@ -24,9 +27,11 @@ class ServerConfig:
     host: str = _opt("127.0.0.1", "address to bind")
     port: int = _opt(8000, "TCP port; 0 picks a free one")
     served_model_name: str | None = _opt(
-        None, "name clients send as `model` (default: the --model preset, or a real model's own name)"
+        None, "name clients send as `model` (default: the --model preset, or a real model's file stem or folder name)"
     )
-    max_waiting: int = _opt(256, "requests accepted but not yet running, at most; beyond it the server answers 429")
+    max_waiting: int = _opt(
+        256, "requests accepted but not yet running, at most (>= 1); beyond it the server answers 429"
+    )
     max_body_bytes: int = _opt(16 * MiB, "largest request body accepted, in bytes; a larger one is answered 413")
     api_key: str | None = _opt(
         None, "require `Authorization: Bearer KEY` on /v1/* (401 otherwise); /health and /metrics stay open"
@@ -48,6 +53,18 @@ class ServerConfig:
     stall_timeout_s: float = _opt(
         60.0, "/health reports the engine stalled (503) when no step has finished for this long while work waits"
     )
+    score_attention: str = _opt(
+        "served",
+        "attention that scores a prompt (`echo` with `logprobs`): `served` = the served mode's (in a sparse mode, "
+        "teacher-forced decode of the prompt's tokens), `dense` = the dense reference in every mode",
+        choices=SCORE_ATTENTION,
+    )
+    score_prefill_tokens: int = _opt(
+        1,
+        "in a sparse mode with --score-attention served, a scored prompt's first N tokens are prefilled (dense, as "
+        "a served prompt is) and every later one is scored by a decode step of the mode",
+        metavar="N",
+    )
     log_level: str = _opt("warning", "log level", choices=LOG_LEVELS)
     record: str | None = _opt(
         None,
@@ -67,7 +84,7 @@ class ServerConfig:
 
     def __post_init__(self) -> None:
         def bad(name: str, why: str) -> ValueError:
-            return ValueError(f"{name}: {why}, got {getattr(self, name)!r}")
+            return ValueError(f"{name}: {why}, got {show(getattr(self, name))}")
 
         if not self.host:
             raise bad("host", "must not be empty")
@@ -75,8 +92,8 @@ class ServerConfig:
             raise bad("port", "must be in [0, 65535]")
         if self.served_model_name is not None and not self.served_model_name.strip():
             raise bad("served_model_name", "must not be empty")
-        if self.max_waiting < 0:
-            raise bad("max_waiting", "must be >= 0")
+        if self.max_waiting < 1:  # 0 would answer 429 to every request of an idle server
+            raise bad("max_waiting", "must be >= 1 (a request waits before its first step, even on an idle server)")
         if self.max_body_bytes < 1:
             raise bad("max_body_bytes", "must be >= 1")
         if self.api_key is not None and (not self.api_key or any(c.isspace() for c in self.api_key)):
@@ -89,10 +106,19 @@ class ServerConfig:
             v = getattr(self, name)
             if not math.isfinite(v) or v < 0 or (name == "stall_timeout_s" and v == 0):
                 raise bad(name, "must be finite and " + (">= 0" if name == "shutdown_grace_s" else "> 0"))
+        if self.score_attention not in SCORE_ATTENTION:
+            raise bad("score_attention", f"must be one of {', '.join(SCORE_ATTENTION)}")
+        if self.score_prefill_tokens < 1:
+            raise bad("score_prefill_tokens", "must be >= 1")
         if self.log_level not in LOG_LEVELS:
             raise bad("log_level", f"must be one of {', '.join(LOG_LEVELS)}")
         if self.record_hardware is not None and self.record is None:
             raise bad("record_hardware", "needs --record")
+        if self.record_hardware is not None:
+            from oasis_core.specs import HARDWARE
+
+            if self.record_hardware not in HARDWARE:
+                raise bad("record_hardware", f"must be one of {', '.join(sorted(HARDWARE))}")
 
 
 FIELDS = tuple(dataclasses.fields(ServerConfig))

@@ -121,6 +121,8 @@ class EngineLoop:
         self._thread: threading.Thread | None = None
         self._aloop: asyncio.AbstractEventLoop | None = None
         self._streams: dict[int, RequestStream] = {}  # event loop thread only
+        self._calls: set[asyncio.Future] = set()  # `call`s in flight (prompt scoring): drained as streams are
+        self._preparing = 0  # requests being parsed and tokenised (`prepare`): drained too
         self._next_sid = 0
         self._lock = threading.Lock()
         self._handoff = 0  # submitted, not yet added to the engine
@@ -146,14 +148,18 @@ class EngineLoop:
         still running with an explicit error (`error_code` "server_shutting_down") and free it in the engine."""
         self._draining = True
         deadline = time.monotonic() + grace_s
-        while self._streams and time.monotonic() < deadline:
+        while (self._streams or self._calls or self._preparing) and time.monotonic() < deadline:
             await asyncio.sleep(0.02)
-        if self._streams:
+        if self._streams or self._calls:
             log.warning(
                 "shutting down: ending %d requests still running after the %g s grace period",
-                len(self._streams),
+                len(self._streams) + len(self._calls),
                 grace_s,
             )
+        why = f"server shutting down: the request did not finish within the {grace_s:g} s grace period"
+        for fut in list(self._calls):  # its engine call may still run; its answer is no longer awaited
+            if not fut.done():
+                fut.set_exception(Rejected(503, why, "server_shutting_down"))
         for stream in list(self._streams.values()):
             self.abort(stream)
             self._deliver_one(
@@ -161,7 +167,7 @@ class EngineLoop:
                 Event(
                     finish_reason="error",
                     error_code="server_shutting_down",
-                    error=f"server shutting down: the request did not finish within the {grace_s:g} s grace period",
+                    error=why,
                 ),
             )
 
@@ -176,6 +182,18 @@ class EngineLoop:
             self._deliver_one(
                 stream.id, Event(finish_reason="error", error="server shutting down", error_code="server_shutting_down")
             )
+        for fut in list(self._calls):
+            if not fut.done():
+                fut.set_exception(Rejected(503, "server shutting down", "server_shutting_down"))
+
+    async def prepare(self, fn: Callable[[], Any]) -> Any:
+        """Run a request's parsing and tokenising ``fn`` in a worker thread, counted among the requests in flight
+        (a shutdown's grace period waits for it; what it submits afterwards gets the shutdown's 503)."""
+        self._preparing += 1
+        try:
+            return await asyncio.to_thread(fn)
+        finally:
+            self._preparing -= 1
 
     def snapshot(self) -> tuple[EngineStats, int, bool]:
         stats, handoff = self._stats, self._handoff
@@ -232,8 +250,12 @@ class EngineLoop:
         its result or raise its exception."""
         if self._thread is None:
             raise Rejected(503, "the engine is not running")
+        if self._draining:
+            raise Rejected(503, "server shutting down: no new requests", "server_shutting_down")
         aloop = asyncio.get_running_loop()
         fut = aloop.create_future()
+        self._calls.add(fut)
+        fut.add_done_callback(self._calls.discard)
 
         def done(exc: BaseException | None, result: Any) -> None:  # engine thread
             def settle() -> None:

@@ -19,10 +19,18 @@ Lifecycle of a request, as the server sees it:
 5. Optional: `prompt_logprobs(prompt_ids, n)` scores a prompt without generating: for each prompt token after the
    first, its log-probability given the tokens before it and the N most likely alternatives (the first entry is
    None). It runs on the engine thread between steps. An engine without it cannot serve `echo` with `logprobs`.
-6. Optional: `check()` raises when the engine cannot serve (for example, its device is lost); the server calls it
+   Optional: `score_next(prompt_ids, n, sampling)` returns those entries and also the first output token (id and
+   `TokenLogprobs`) sampled from the last prompt position as the engine's prefill would, in the same forward: what
+   `echo` with `max_tokens` 1 needs (one prefill, no decode step).
+6. Teacher forcing: `sampling.forced_ids` makes the request's first outputs these tokens, each decoded by the
+   engine's own decode step (a stop id among them does not end the request); their `logprobs` are the model's at
+   each step. `model_info.sparse_decode` says that decode attends a selection of the context (a sparse mode), so
+   that a prompt scored by `prompt_logprobs` (a dense forward) would not be what the served mode computes; the
+   server then scores prompts by forced decode (`scoring.py`). An engine with `sparse_decode` must force tokens.
+7. Optional: `check()` raises when the engine cannot serve (for example, its device is lost); the server calls it
    while idle after a failed step, to tell when `/health` may report healthy again. Without it, the next
    successful step is the only evidence.
-7. `stats()` is a snapshot for `/metrics` and for admission (its `waiting` count gates 429s), called after
+8. `stats()` is a snapshot for `/metrics` and for admission (its `waiting` count gates 429s), called after
    every step: it must be cheap, so an engine caches whatever costs a device synchronisation. When no request is
    in flight, the usage fields must read zero.
 """
@@ -45,12 +53,15 @@ class Sampling:
     stop_token_ids: tuple[int, ...] = ()
     seed: int | None = None
     logprobs: int | None = None  # None: not asked; N: each token's logprob and the N most likely alternatives
+    forced_ids: tuple[int, ...] = ()  # teacher forcing: the first outputs are these tokens (see the module docstring)
 
     def __post_init__(self) -> None:
         if self.logprobs is not None and self.logprobs < 0:
             raise ValueError(f"logprobs: must be >= 0, got {self.logprobs}")
         if self.max_tokens < 1:
             raise ValueError(f"max_tokens: must be >= 1, got {self.max_tokens}")
+        if len(self.forced_ids) > self.max_tokens:
+            raise ValueError(f"forced_ids: {len(self.forced_ids)} tokens exceed max_tokens {self.max_tokens}")
         if self.temperature < 0:
             raise ValueError(f"temperature: must be >= 0, got {self.temperature}")
         if not 0 < self.top_p <= 1:
@@ -103,6 +114,7 @@ class ModelInfo:
     dummy: bool = False
     mode: str = "lookahead"
     device: str = "cpu"
+    sparse_decode: bool = False  # decode attends a selection of the context: prompts are scored by forced decode
 
 
 @runtime_checkable

@@ -7,6 +7,10 @@ from typing import Any
 from fastapi.responses import JSONResponse
 from pydantic import ValidationError
 
+from oasis_core.echo import clip
+
+PARAM_LIMIT = 200  # characters of an error's ``param`` (a field path)
+
 _TYPE_BY_STATUS = {
     400: "invalid_request_error",
     401: "invalid_request_error",
@@ -44,11 +48,13 @@ class APIError(Exception):
 
 
 def error_body(status: int, message: str, *, param: str | None = None, code: str | None = None) -> dict[str, Any]:
+    """The error object; ``message`` and ``param`` are bounded (``oasis_core.echo.clip``): a request field's name or
+    value quoted in them is the client's own text, of any size."""
     return {
         "error": {
-            "message": message,
+            "message": clip(message),
             "type": _TYPE_BY_STATUS.get(status, "invalid_request_error"),
-            "param": param,
+            "param": None if param is None else clip(param, PARAM_LIMIT),
             "code": code,
         }
     }

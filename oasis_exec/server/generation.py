@@ -9,6 +9,7 @@ produced a stop string included), so a piece's tokens and its text need not line
 
 from __future__ import annotations
 
+import asyncio
 from dataclasses import dataclass
 from typing import AsyncIterator, Callable
 
@@ -68,9 +69,18 @@ async def text_pieces(
     matcher = StopMatcher(stops)
     while True:
         ev: Event = await stream.queue.get()
-        outcome.completion_tokens += len(ev.token_ids)
-        tokens = {"token_ids": ev.token_ids, "logprobs": ev.logprobs}
-        text, hit = matcher.feed(detok.push(ev.token_ids))
+        text, hit, n = "", False, len(ev.token_ids)
+        if stops and n > 1:  # a decode chain: stop at the token that completes a stop string
+            for i, tid in enumerate(ev.token_ids):
+                out, hit = matcher.feed(detok.push((tid,)))
+                text += out
+                if hit:
+                    n = i + 1  # usage counts what is returned: no token decoded past the stop string
+                    break
+        else:
+            text, hit = matcher.feed(detok.push(ev.token_ids))
+        outcome.completion_tokens += n
+        tokens = {"token_ids": ev.token_ids[:n], "logprobs": ev.logprobs[:n] if ev.logprobs is not None else None}
         if hit:
             abort(stream, "stop")
             outcome.finish_reason = "stop"
@@ -88,3 +98,36 @@ async def text_pieces(
             return
         if text or ev.logprobs is not None:  # logprobs are sent as their tokens arrive
             yield Piece(text, **tokens)
+
+
+async def merged_events(gens: list[AsyncIterator]) -> AsyncIterator[tuple[int, object]]:
+    """(index of its generator, item) as each generator yields, all running concurrently; one generator is
+    iterated directly."""
+    if len(gens) == 1:
+        async for item in gens[0]:
+            yield 0, item
+        return
+    q: asyncio.Queue = asyncio.Queue()
+    done = object()
+
+    async def pump(i: int, gen: AsyncIterator) -> None:
+        try:
+            async for item in gen:
+                await q.put((i, item))
+        finally:
+            await q.put((i, done))
+
+    tasks = [asyncio.create_task(pump(i, g)) for i, g in enumerate(gens)]
+    try:
+        left = len(tasks)
+        while left:
+            i, item = await q.get()
+            if item is done:
+                left -= 1
+                if tasks[i].done() and tasks[i].exception() is not None:
+                    raise tasks[i].exception()
+                continue
+            yield i, item
+    finally:
+        for t in tasks:
+            t.cancel()

@@ -19,6 +19,7 @@ from pydantic import AfterValidator, BaseModel, ConfigDict, Field, field_validat
 DEFAULT_MAX_TOKENS = 16  # completions, as OpenAI; chat defaults to the rest of the context
 MAX_STOP_STRINGS = 4
 MAX_LOGPROBS = 20  # top alternatives a token, at most
+MAX_PROMPTS = 256  # prompts of one completions request (a batch), at most
 _REQUIRED = ("model", "prompt", "messages")
 
 
@@ -88,7 +89,8 @@ class _SamplingFields(_Strict):
 
 
 class CompletionRequest(_SamplingFields):
-    """`POST /v1/completions`: `prompt` is text or a list of token ids (a batch of one is accepted too).
+    """`POST /v1/completions`: `prompt` is text or a list of token ids, or a batch: a list of those (one choice a
+    prompt, `index` in order; each prompt is a request of its own, run concurrently).
 
     `logprobs` N: each token's log-probability and the N most likely alternatives; `echo`: the prompt is returned
     before the completion (with its tokens' log-probabilities when `logprobs` is set); `max_tokens` 0 with `echo`
@@ -112,18 +114,27 @@ class CompletionRequest(_SamplingFields):
 
     @field_validator("prompt", mode="before")
     @classmethod
-    def _prompt(cls, v: Any) -> str | list[int]:
-        if isinstance(v, list) and len(v) == 1 and isinstance(v[0], (str, list)):
-            v = v[0]  # a batch of one prompt
-        if isinstance(v, str):
-            return v
-        if isinstance(v, list) and v and all(isinstance(t, int) and not isinstance(t, bool) for t in v):
-            if any(t < 0 for t in v):
-                raise ValueError("token ids must be >= 0")
-            return v
-        if isinstance(v, list) and len(v) > 1 and all(isinstance(p, (str, list)) for p in v):
-            raise ValueError("batches of several prompts are not supported; send one request per prompt")
-        raise ValueError("must be a string or a non-empty array of integer token ids")
+    def _prompt(cls, v: Any) -> str | list[int] | list:
+        if isinstance(v, list) and v and all(isinstance(p, (str, list)) for p in v):
+            if len(v) > MAX_PROMPTS:
+                raise ValueError(f"at most {MAX_PROMPTS} prompts a request, got {len(v)}")
+            return [_one_prompt(p) for p in v]  # a batch: one choice a prompt, in order
+        return _one_prompt(v)
+
+    def prompts(self) -> list:
+        """The prompts of the request: one, or the batch's (texts or token id lists), in order."""
+        one = isinstance(self.prompt, str) or all(isinstance(t, int) for t in self.prompt)
+        return [self.prompt] if one else list(self.prompt)
+
+
+def _one_prompt(v: Any) -> str | list[int]:
+    if isinstance(v, str):
+        return v
+    if isinstance(v, list) and v and all(isinstance(t, int) and not isinstance(t, bool) for t in v):
+        if any(t < 0 for t in v):
+            raise ValueError("token ids must be >= 0")
+        return v
+    raise ValueError("must be a string, a non-empty array of integer token ids, or an array of those")
 
 
 class ChatMessage(_Strict):

@@ -3,7 +3,7 @@
 `install(app, config)` adds, outermost first: starlette's `TrustedHostMiddleware` (`--allowed-hosts`; a request
 with another Host header gets a plain 400), FastAPI's `CORSMiddleware` (`--cors-origins`, `--cors-methods`,
 `--cors-headers`, `--cors-allow-credentials`; it answers preflight requests itself) and `Guard`: with `--api-key`,
-every /v1/* request needs `Authorization: Bearer KEY` (401 `invalid_api_key` otherwise; /health and /metrics stay
+every /v1/* request (and the tokenizer API: /tokenize, /detokenize, /tokenizer_info) needs `Authorization: Bearer KEY` (401 `invalid_api_key` otherwise; /health and /metrics stay
 open for probes and scrapers), and a POST to an endpoint that takes a body must send
 `Content-Type: application/json` (415 otherwise). `Guard` is plain ASGI, so streams and disconnect detection pass
 through it untouched.
@@ -20,7 +20,8 @@ from starlette.middleware.trustedhost import TrustedHostMiddleware
 from .config import ServerConfig
 from .errors import error_body
 
-JSON_ENDPOINTS = ("/v1/completions", "/v1/chat/completions")
+JSON_ENDPOINTS = ("/v1/completions", "/v1/chat/completions", "/tokenize", "/detokenize")
+KEYED_PATHS = ("/tokenize", "/detokenize", "/tokenizer_info")  # beside /v1/*: the tokenizer API (tokenize_api.py)
 
 
 class Guard:
@@ -38,7 +39,8 @@ class Guard:
     def _refusal(self, scope) -> JSONResponse | None:
         headers = {k.decode("latin-1").lower(): v.decode("latin-1") for k, v in scope.get("headers", ())}
         path, method = scope.get("path", ""), scope.get("method", "")
-        if self._key is not None and path.startswith("/v1/") and method != "OPTIONS":
+        keyed = path.startswith("/v1/") or path in KEYED_PATHS
+        if self._key is not None and keyed and method != "OPTIONS":
             scheme, _, token = headers.get("authorization", "").partition(" ")
             if scheme.lower() != "bearer" or not hmac.compare_digest(token.strip().encode(), self._key):
                 return JSONResponse(

@@ -62,6 +62,7 @@ class ByteTokenizer:
     """UTF-8 bytes as tokens; ids >= 256 alias byte `id % 256`. No EOS: a dummy model stops on length."""
 
     eos_token_ids: tuple[int, ...] = ()
+    chars_per_token = 1  # one token per UTF-8 byte: at least one per character
 
     def encode(self, text: str, add_special_tokens: bool = True) -> list[int]:
         return list(text.encode("utf-8"))
@@ -154,9 +155,14 @@ class HFTokenizer:
             raise FileNotFoundError(
                 f"{model_dir}: no tokenizer.json (a real model is never served with the byte tokenizer)"
             )
-        tok = _Tok.from_file(str(path))
+        from oasis_exec.model.files import ModelFileError, read_json_file
+
+        try:
+            tok = _Tok.from_file(str(path))
+        except Exception as e:  # noqa: BLE001 - tokenizers raises a bare Exception for a corrupt file
+            raise ModelFileError(f"{path}: not a valid tokenizer.json ({' '.join(str(e).split())[:120]})") from None
         tcfg_path = model_dir / "tokenizer_config.json"
-        tcfg = json.loads(tcfg_path.read_text()) if tcfg_path.exists() else {}
+        tcfg = read_json_file(str(tcfg_path), "the tokenizer's settings") if tcfg_path.exists() else {}
         special = {
             k: (v.get("content") if isinstance(v, dict) else v) for k, v in tcfg.items() if k in SPECIAL_TOKEN_NAMES
         }
@@ -170,7 +176,7 @@ class HFTokenizer:
             _eos_ids(model_dir, tok, special.get("eos_token")),
             template,
             special,
-            f"huggingface tokenizers ({path})",
+            f"huggingface tokenizers ({model_dir.name}/{path.name})",  # no local paths in responses
         )
 
     @classmethod
@@ -239,11 +245,22 @@ class HFTokenizer:
             () if eos is None else (int(eos),),
             f.get("tokenizer.chat_template"),
             special,
-            f"gguf byte-level BPE, pre-tokenizer {pre!r} ({path})",
+            f"gguf byte-level BPE, pre-tokenizer {pre!r} ({Path(path).name})",  # no local paths
         )
 
     def encode(self, text: str, add_special_tokens: bool = True) -> list[int]:
-        return self._tok.encode(text, add_special_tokens=add_special_tokens).ids
+        # `encode_batch` runs with the interpreter lock released (`encode` holds it for the whole call: a
+        # multi-MB prompt froze the event loop, /health included, for seconds); one text, the same tokens
+        return self._tok.encode_batch([text], add_special_tokens=add_special_tokens)[0].ids
+
+    @functools.cached_property
+    def chars_per_token(self) -> int:
+        """Most characters of text one token can stand for: ``len(text) / chars_per_token`` tokens at least, a
+        bound the server checks before tokenising (a prompt that cannot fit the context is refused unread). The
+        longest vocabulary entry (a byte-level entry's characters are its bytes, at least the text's characters),
+        times 4 where a normalizer may compose characters first."""
+        longest = max((len(t) for t in self._tok.get_vocab(with_added_tokens=True)), default=1)
+        return max(1, longest) * (1 if self._tok.normalizer is None else 4)
 
     def decode(self, ids: Sequence[int]) -> str:
         return self._tok.decode(list(ids), skip_special_tokens=True)
@@ -288,6 +305,11 @@ class HFTokenizer:
     def describe(self) -> str:
         return self._source
 
+    @property
+    def special_tokens(self) -> dict:
+        """The model's special tokens by role (`bos_token`, `eos_token`, ...) -> their text (`/tokenizer_info`)."""
+        return dict(self._special)
+
 
 def _byte_alphabet() -> dict[str, int]:
     """GPT-2's byte-level alphabet, inverted: the printable Latin-1 bytes stand for themselves, the other 68 bytes
@@ -318,7 +340,9 @@ def _eos_ids(model_dir: Path, tok, eos_name: str | None) -> tuple[int, ...]:
     ids: list[int] = []
     for name in ("generation_config.json", "config.json"):
         if (model_dir / name).exists():
-            eos = json.loads((model_dir / name).read_text()).get("eos_token_id")
+            from oasis_exec.model.files import read_json_file
+
+            eos = read_json_file(str(model_dir / name), "the model's EOS tokens").get("eos_token_id")
             ids.extend(eos if isinstance(eos, list) else [eos] if isinstance(eos, int) else [])
     if eos_name is not None and tok.token_to_id(eos_name) is not None:
         ids.append(tok.token_to_id(eos_name))

@@ -32,6 +32,8 @@ import time
 import numpy as np
 import torch
 
+from oasis_core.cliargs import one_line
+
 from ..model.decoder import Decoder
 from ..model.draft import NAMES, DraftHead, aux_layers, draft_logits
 from ..model.gguf import sha256_file
@@ -285,12 +287,25 @@ def cmd_corpus(a) -> int:
     return 0
 
 
+def read_corpus(path: str) -> dict:
+    """The ``train`` and ``held`` prompt arrays [N, T] of a corpus ``.npz`` (``cmd_corpus`` writes it)."""
+    from oasis_core.recording import read_npz
+
+    from ..model.files import ModelFileError
+
+    z = read_npz(path, ModelFileError)
+    for k in ("train", "held"):
+        if k not in z or z[k].ndim != 2 or not np.issubdtype(z[k].dtype, np.integer):
+            raise ModelFileError(f"{path}: {k}: must be an integer array [prompts, tokens] (a draft_train corpus)")
+    return z
+
+
 def cmd_train(a) -> int:
     dev = torch.device(a.device)
     dt = torch.bfloat16 if a.dtype == "bfloat16" else torch.float32
     torch.manual_seed(a.seed)
     dec = Decoder.from_path(a.model_path, dt, dev, fused=False)
-    z = np.load(a.corpus)
+    z = read_corpus(a.corpus)
     train_p = torch.from_numpy(z["train"][: a.n_train].astype(np.int64)).to(dev)
     held_p = torch.from_numpy(z["held"][: a.n_held].astype(np.int64)).to(dev)
     note = log.info
@@ -374,15 +389,15 @@ def main(argv=None) -> int:
     try:
         check_args(a)
     except ValueError as e:
-        print(f"{ap.prog} {a.cmd}: error: {e}", file=sys.stderr)
+        print(f"{ap.prog} {a.cmd}: error: {one_line(e)}", file=sys.stderr)
         return 2
     logging.basicConfig(level=logging.INFO, format="%(message)s")  # progress notes on stderr
     return cmd_corpus(a) if a.cmd == "corpus" else cmd_train(a)
 
 
 def check_args(a) -> None:
-    """Bounds, paths and the device of either subcommand, before the model is loaded (``oasis_exec.tools.cli_checks``)."""
-    from oasis_exec.tools import cli_checks as c
+    """Bounds, paths and the device of either subcommand, before the model is loaded (``oasis_exec.cli_checks``)."""
+    from oasis_exec import cli_checks as c
 
     counts = ("n_train", "n_held", "prompt_len", "held_text_tokens", "gen_len", "gen_batch", "steps", "batch")
     c.bounds(a, {k: (1, None, False) for k in counts + ("mlp_hidden",)} | {"lr": (0, None, True)})
@@ -394,6 +409,7 @@ def check_args(a) -> None:
         c.writable_file(a, "out")
     else:
         c.existing(a, "corpus", kind="file")
+        read_corpus(a.corpus)  # a corrupt corpus is refused before the model loads
         c.device(a)
         from oasis_exec.config import DTYPES
 

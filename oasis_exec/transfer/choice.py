@@ -24,6 +24,8 @@ import json
 import os
 import warnings
 
+from oasis_core.echo import show
+
 from ..config import STREAM_PRIORITIES
 
 TABLE = os.path.join(os.path.dirname(os.path.abspath(__file__)), "table.json")
@@ -43,15 +45,17 @@ def load_table(table=None) -> dict:
     where = "table"
     if table is None or isinstance(table, (str, os.PathLike)):
         where = os.fspath(table if table is not None else TABLE)
-        with open(where) as fh:
+        with open(where, "rb") as fh:
             try:
-                table = json.load(fh)
-            except ValueError as e:
-                raise TableError(f"{where}: not JSON ({e})") from None
+                table = json.loads(fh.read().decode("utf-8"))
+            except ValueError as e:  # UnicodeDecodeError is one
+                raise TableError(f"{where}: not JSON ({' '.join(str(e).split())[:200]})") from None
+            except RecursionError:
+                raise TableError(f"{where}: not JSON (nested too deeply)") from None
     if not isinstance(table, dict) or not isinstance(table.get("choices"), list) or not table["choices"]:
         raise TableError(f"{where}: needs a non-empty 'choices' list")
     for i, c in enumerate(table["choices"]):
-        bad = lambda why: TableError(f"{where}: choices[{i}]: {why}, got {c!r}")  # noqa: B023, E731
+        bad = lambda why: TableError(f"{where}: choices[{i}]: {why}, got {show(c)}")  # noqa: B023, E731
         if not isinstance(c, dict):
             raise bad("must be an object")
         n = c.get("concurrency")

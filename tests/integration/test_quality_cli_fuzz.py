@@ -26,7 +26,7 @@ def _reach(*a, **k):
 
 NUM = ["1", "0", "-3", "16", "2048", "1e9", "nan", "inf", "0.5", "1.5", "abc", ""]
 FRAC = ["0.125", "0.25", "1.0", "0", "-0.1", "1.5", "nan", "x"]
-PATHS = ["/nonexistent/m.gguf", "/tmp", "README.md", "/proc/nope/out.json"]
+PATHS = ["/nonexistent/m.gguf", "/tmp", "README.md", "/proc/nope/out.json", "/x" * 2000]  # issue 35: a 4,000-char path
 COMMON = {"--device": ["cpu", "cuda", "tpu", "cuda:0"], "--model-path": PATHS, "--out": ["/tmp/q.json", "/tmp"] + PATHS}
 COMMANDS = {
     ("quality", "selection"): {
@@ -99,6 +99,7 @@ def _one(call, argv, capsys):
     assert "Traceback" not in err, (argv, err)
     assert rc in (0, 2), (argv, rc, err)
     assert len([x for x in err.splitlines() if x.strip()]) <= 1, (argv, err)
+    assert len(err) < 2500, (argv[:3], len(err))  # issue 35: an error line is bounded whatever the value
     return rc
 
 
@@ -116,11 +117,15 @@ def test_draft_train_never_traces_back(sub, monkeypatch, capsys, tmp_path):
     monkeypatch.setattr(draft_train, "cmd_train", _reach)
     model = tmp_path / "m.gguf"
     model.write_bytes(b"x")
-    corpus = tmp_path / "c.npz"
-    corpus.write_bytes(b"x")
+    import numpy as np
+
+    corpus = tmp_path / "c.npz"  # a corpus train accepts (its arrays are checked before the model loads) ...
+    np.savez(corpus, train=np.zeros((2, 8), np.int32), held=np.zeros((1, 8), np.int32))
+    broken = tmp_path / "broken.npz"  # ... and one it refuses (issue 35: a corrupt corpus is one line, exit 2)
+    broken.write_bytes(b"x")
     space = {**TRAIN[sub], "--model-path": PATHS + [str(model)] * 4}
     if sub == "train":
-        space["--corpus"] = space["--corpus"] + [str(corpus)] * 3
+        space["--corpus"] = space["--corpus"] + [str(corpus)] * 3 + [str(broken)]
     rng = random.Random(SEED)
     got = []
     for argv in _vectors(space, rng):

@@ -42,7 +42,10 @@ def test_budget_policy_runs_and_is_deterministic(tmp_path):
 @pytest.mark.parametrize(
     "extra, msg",
     [
-        (["--fetch-policy", "budget:0.8"], "--fetch-policy: 'budget:0.8' adapts to each step's timing"),
+        (
+            ["--fetch-policy", "budget:0.8"],
+            "--fetch-policy: 'budget:0.8' is adaptive (its cap follows each step's own state",
+        ),
         (
             ["--fetch-policy", "budget:abc", "--policy-sampling", "exact"],
             "--fetch-policy: fetch cap 'budget:abc': LinkBudget.link_fraction: must be a number, got 'abc'",

@@ -43,7 +43,8 @@ def _param(model, body: str) -> tuple[str | None, str]:
         ('{"model": "m", "prompt": 5}', "prompt"),
         ('{"model": "m", "prompt": [1, "a"]}', "prompt"),
         ('{"model": "m", "prompt": [1, -2]}', "prompt"),
-        ('{"model": "m", "prompt": ["a", "b"]}', "prompt"),
+        ('{"model": "m", "prompt": ["a", 5]}', "prompt"),
+        ('{"model": "m", "prompt": ["a", []]}', "prompt"),
         ('{"model": 7, "prompt": "x"}', "model"),
     ],
 )
@@ -77,7 +78,10 @@ def test_malformed_json_and_non_object_body():
 
 def test_request_normalisation():
     r = S.CompletionRequest.model_validate_json('{"model": "m", "prompt": [[1, 2, 3]], "stop": "x"}')
-    assert (r.prompt, r.stop, r.max_tokens, r.temperature) == ([1, 2, 3], ["x"], None, 1.0)
+    assert (r.prompts(), r.stop, r.max_tokens, r.temperature) == ([[1, 2, 3]], ["x"], None, 1.0)  # a batch of one
+    batch = S.CompletionRequest.model_validate_json('{"model": "m", "prompt": ["a", [7], "b"]}')
+    assert batch.prompts() == ["a", [7], "b"]
+    assert S.CompletionRequest.model_validate_json('{"model": "m", "prompt": [7, 8]}').prompts() == [[7, 8]]
     c = S.ChatCompletionRequest.model_validate_json(
         '{"model": "m", "messages": [{"role": "user", "content": [{"type": "text", "text": "a"},'
         ' {"type": "text", "text": "b"}]}], "max_completion_tokens": 7}'

@@ -25,11 +25,14 @@ run_tree() {  # TREE LABEL BUDGET_S: one pass at the three points, in TREE (its 
     --exec hot_slots=384 --budget-s "$b" --steps 24 --warmup 4 --synthetic "$SYN" 2>&1 | grep -v " plan " \
     | tee "$OUT/$label.log" | grep -E "done|skip|FAIL|fail|rror")
 }
-PASS=$(( ($(left) - 30) / 4 ))
+PASSES=${PASSES:-4}  # 2: before1, after1 only (a shorter call)
+PASS=$(( ($(left) - 30) / PASSES ))
 run_tree /tmp/before before1 "$PASS"
-run_tree "$HERE" after1 "$PASS"
-run_tree /tmp/before before2 "$PASS"
-run_tree "$HERE" after2 "$(( $(left) - 20 ))"
+if [ "$PASSES" -gt 2 ]; then
+  run_tree "$HERE" after1 "$PASS"
+  run_tree /tmp/before before2 "$PASS"
+fi
+run_tree "$HERE" "after$(( PASSES / 2 ))" "$(( $(left) - 20 ))"
 $PY - "$OUT" <<'PY' | tee "$OUT/twins.md"
 import json, sys, pathlib
 out = pathlib.Path(sys.argv[1])

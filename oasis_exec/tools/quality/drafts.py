@@ -8,6 +8,8 @@ measured decode positions ``t``.
 - ``oracle``: the target's own greedy token at position t (argmax of its logits there): an upper bound, since the
   engine must choose the draft before step t's forward.
 - ``random``: a uniform random token id (seeded): the lower bound.
+- ``eagle3_attn``: the full EAGLE-3 layer over its own K/V of every earlier position (``oasis_exec.model.draft_attn``);
+  drawn by ``quality/generation.attn_draft_tokens`` (it needs every position's features), not here.
 """
 
 from __future__ import annotations
@@ -16,7 +18,8 @@ import torch
 
 from oasis_exec.tools.quality.prompt_lookup import propose_at
 
-DRAFTS = ("eagle3", "ngram", "oracle", "random")
+DRAFTS = ("eagle3", "ngram", "oracle", "random")  # the default set
+ALL_DRAFTS = DRAFTS + ("eagle3_attn",)  # eagle3_attn: the full EAGLE-3 layer (quality/generation.py)
 
 
 def draft_tokens(name: str, tokens, positions, *, greedy=None, aux=None, head=None, vocab: int = 0, seed: int = 0):

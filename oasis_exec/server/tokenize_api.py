@@ -1,0 +1,126 @@
+"""`POST /tokenize`, `POST /detokenize`, `GET /tokenizer_info`: the served model's tokenizer over HTTP, in vLLM's
+request and response shapes, so that a harness needs no local copy of it (lm-eval's `local-completions` looks for
+`/tokenizer_info` and `/tokenize` and then tokenizes through the server).
+
+- `/tokenize` takes `{"prompt": str, "add_special_tokens": true, "return_token_strs": false}` or a chat
+  `{"messages": [...], "add_generation_prompt": true, "add_special_tokens": false}` (the prompt the chat endpoint
+  would run) and answers `{"count", "max_model_len", "tokens", "token_strs"}` (`token_strs`: each token's text,
+  `bytes:\\xNN` for part of a character, as in completion logprobs; null unless asked).
+- `/detokenize` takes `{"tokens": [ids]}` and answers `{"prompt": text}` (special tokens skipped, as completions do).
+- `/tokenizer_info` answers `{"tokenizer_class", "eos_token", "bos_token", "pad_token", "unk_token",
+  "chat_template", "model_max_length", "vocab_size", ...}` (vLLM's fields are the tokenizer config's; the ones a
+  harness reads are these). A token is its text, which `/tokenize` without special tokens maps back to its id.
+
+`model`, when sent, must be the served name (404 otherwise). With `--api-key` these paths need the key, as /v1/* do.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from typing import Any, Callable
+
+from fastapi import FastAPI, Request
+from pydantic import Field, model_validator
+
+from . import schemas as S
+from .errors import APIError
+from .logprobs import token_text
+
+PATHS = ("/tokenize", "/detokenize", "/tokenizer_info")
+
+
+class TokenizeRequest(S._Strict):
+    model: str | None = None
+    prompt: str | None = None
+    messages: list[S.ChatMessage] | None = None
+    add_special_tokens: bool | None = None  # default: true for a prompt, false for messages (their template adds them)
+    add_generation_prompt: bool = True
+    return_token_strs: bool = False
+
+    @model_validator(mode="after")
+    def _one_input(self) -> "TokenizeRequest":
+        if (self.prompt is None) == (self.messages is None):
+            raise ValueError("prompt: send exactly one of prompt and messages")
+        if self.messages is not None and not self.add_generation_prompt:
+            raise ValueError("add_generation_prompt: only true is implemented")
+        return self
+
+
+class DetokenizeRequest(S._Strict):
+    model: str | None = None
+    tokens: list[int] = Field(min_length=0)
+
+
+def install(
+    app: FastAPI,
+    *,
+    tokenizer,
+    max_model_len: int,
+    vocab_size: int,
+    read_body: Callable,
+    parse: Callable,
+    check_model: Callable[[str], None],
+) -> None:
+    def checked(model: str | None) -> None:
+        if model is not None:
+            check_model(model)
+
+    @app.post("/tokenize")
+    async def tokenize(request: Request):
+        body = await read_body(request)
+
+        def run() -> dict:  # a worker thread: tokenising a long text takes a while
+            req = parse(body, TokenizeRequest)
+            checked(req.model)
+            if req.messages is not None:
+                try:
+                    text = tokenizer.apply_chat_template([m.model_dump(exclude_none=True) for m in req.messages])
+                except ValueError as exc:
+                    raise APIError(400, f"messages: {exc}", param="messages", code="invalid_value") from None
+                ids = tokenizer.encode(text, add_special_tokens=bool(req.add_special_tokens))
+            else:
+                special = True if req.add_special_tokens is None else req.add_special_tokens
+                ids = tokenizer.encode(req.prompt, add_special_tokens=special)
+            strs = [token_text(tokenizer, t) for t in ids] if req.return_token_strs else None
+            return {"count": len(ids), "max_model_len": max_model_len, "tokens": ids, "token_strs": strs}
+
+        return await asyncio.to_thread(run)
+
+    @app.post("/detokenize")
+    async def detokenize(request: Request):
+        body = await read_body(request)
+
+        def run() -> dict:
+            req = parse(body, DetokenizeRequest)
+            checked(req.model)
+            bad = [t for t in req.tokens if not 0 <= t < vocab_size]
+            if bad:
+                raise APIError(
+                    400,
+                    f"tokens: token id {bad[0]} is outside the vocabulary (size {vocab_size})",
+                    param="tokens",
+                    code="invalid_value",
+                )
+            return {"prompt": tokenizer.decode(req.tokens)}
+
+        return await asyncio.to_thread(run)
+
+    @app.get("/tokenizer_info")
+    async def tokenizer_info():
+        return info(tokenizer, max_model_len, vocab_size)
+
+
+def info(tokenizer, max_model_len: int, vocab_size: int) -> dict[str, Any]:
+    special = dict(getattr(tokenizer, "special_tokens", None) or {})
+    out: dict[str, Any] = {
+        "tokenizer_class": type(tokenizer).__name__,
+        "source": tokenizer.describe(),
+        "model_max_length": max_model_len,
+        "vocab_size": vocab_size,
+    }
+    for name in ("bos_token", "eos_token", "pad_token", "unk_token"):
+        out[name] = special.get(name)
+    template = getattr(tokenizer, "chat_template", None)
+    if template:
+        out["chat_template"] = template
+    return out

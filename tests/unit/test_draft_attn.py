@@ -1,0 +1,167 @@
+"""oasis_exec.model.draft_attn on the CPU with the tiny random target: the attention head's incremental decode (prefill
+chunks, then one position a step, several lanes at different lengths) equals its full-sequence forward; the engine
+runs lookahead with it (every position written once, its drafts those of the full-sequence forward over the
+generated text, outputs equal dense's when K covers every block); the single-key head still runs; speculative
+chains are refused with it."""
+
+import pytest
+import torch
+from exec_cases import cfg, prompts, run_logits
+
+from oasis_core.specs import get_model
+from oasis_exec.model.decoder import Decoder
+from oasis_exec.model.draft_attn import AttnDraftHead, AttnShape, hidden_seq, logits_seq
+
+pytestmark = pytest.mark.usefixtures("one_torch_thread")
+
+
+@pytest.fixture(scope="module")
+def dec():
+    return Decoder.build(get_model("tiny"), None, seed=3, dtype=torch.float32, device="cpu")
+
+
+def head_of(dec, **kw):
+    return AttnDraftHead.build(dec.shape, dec.embed, None, 64, 7, torch.float32, "cpu", dec.lm_head, **kw)
+
+
+def test_incremental_decode_equals_the_full_sequence_forward(dec):
+    h = dec.shape.hidden
+    g = torch.Generator().manual_seed(0)
+    head = head_of(dec, max_lanes=3, max_len=64)
+    T = {0: 40, 2: 29}  # two lanes, different lengths, prefilled in different chunkings
+    aux = {ln: torch.randn(t, 3 * h, generator=g) for ln, t in T.items()}
+    tok = {ln: torch.randint(0, dec.shape.vocab, (t + 1,), generator=g) for ln, t in T.items()}
+    ref = {
+        ln: hidden_seq(head.w, head.attn, dec.shape.rms_eps, aux[ln][None], dec.embed[tok[ln][1:]][None])[0] for ln in T
+    }
+    chunks = {0: [(0, 7), (7, 20)], 2: [(0, 1), (1, 4), (4, 10)]}  # prompts of 20 and 10 tokens
+    for ln, cs in chunks.items():
+        for a, b in cs:
+            head.prefill_chunk(ln, a, aux[ln][a:b], tok[ln][a:b])
+        assert int(head.kv.n[ln]) == b - 1
+    got = {ln: [] for ln in T}
+    p = {ln: cs[-1][1] - 1 for ln, cs in chunks.items()}  # next position of each lane
+    while any(p[ln] < T[ln] for ln in T):
+        lanes = [ln for ln in T if p[ln] < T[ln]]
+        a = torch.stack([aux[ln][p[ln]] for ln in lanes])
+        t = torch.stack([tok[ln][p[ln] + 1] for ln in lanes])
+        out = head.step_hidden(lanes, a, t)
+        for i, ln in enumerate(lanes):
+            got[ln].append(out[i])
+            p[ln] += 1
+    for ln, cs in chunks.items():
+        first = cs[-1][1] - 1
+        torch.testing.assert_close(torch.stack(got[ln]), ref[ln][first:], atol=1e-5, rtol=1e-5)
+        assert int(head.kv.n[ln]) == T[ln]
+    # The written keys are the full sequence's (RoPE at each position).
+    from oasis_exec.model.draft_attn import layer_input, project_qkv
+
+    fused = aux[0] @ head.w["fc.weight"].t()
+    _, k, v = project_qkv(
+        head.w, head.attn, layer_input(head.w, dec.shape.rms_eps, fused, dec.embed[tok[0][1:]]), torch.arange(T[0])
+    )
+    torch.testing.assert_close(head.kv.k[0, : T[0]], k, atol=1e-5, rtol=1e-5)
+    torch.testing.assert_close(head.kv.v[0, : T[0]], v, atol=1e-5, rtol=1e-5)
+    # An attention shape of its own (fewer heads than the target's) runs and saves / loads.
+    assert head.attn == AttnShape.of(dec.shape)
+
+
+def test_own_attention_shape_round_trips(dec, tmp_path):
+    from oasis_exec.model.draft import random_draft_weights
+
+    s = dec.shape
+    a = AttnShape(n_heads=2, n_kv_heads=1, head_dim=8, rope_theta=500.0)
+    w = random_draft_weights(s, 64, 2, torch.float32)
+    w["midlayer.self_attn.q_proj.weight"] = torch.randn(16, 2 * s.hidden) / 8
+    w["midlayer.self_attn.k_proj.weight"] = torch.randn(8, 2 * s.hidden) / 8
+    w["midlayer.self_attn.v_proj.weight"] = torch.randn(8, 2 * s.hidden) / 8
+    w["midlayer.self_attn.o_proj.weight"] = torch.randn(s.hidden, 16) / 4
+    head = AttnDraftHead(s, w, dec.embed, dec.lm_head, a, max_lanes=1, max_len=16)
+    head.save(str(tmp_path / "d"))
+    back = AttnDraftHead.build(s, dec.embed, str(tmp_path / "d"), dtype=torch.float32, max_lanes=1, max_len=16)
+    assert back.attn == a
+    aux, emb = torch.randn(1, 9, 3 * s.hidden), dec.embed[torch.arange(9)][None]
+    torch.testing.assert_close(
+        logits_seq(head.w, a, s.rms_eps, aux, emb, head.lm_head),
+        logits_seq(back.w, a, s.rms_eps, aux, emb, back.lm_head),
+    )
+
+
+def _record(store):
+    def hook(runner):
+        head = runner.model.draft
+        orig = head.propose_lanes
+
+        def rec(lanes, aux, tok):
+            ids = orig(lanes, aux, tok)
+            store.append((torch.as_tensor(lanes).tolist(), torch.as_tensor(tok).tolist(), ids.tolist()))
+            return ids
+
+        head.propose_lanes = rec
+        store.append(head)
+
+    return hook
+
+
+def test_engine_lookahead_runs_the_attention_head(dec):
+    ps, n_new = prompts(), 12
+    ref, out_ref = run_logits(cfg("dense"), ps, n_new)
+    calls = []
+    got, out = run_logits(cfg("lookahead", top_k=32, fetch_ratio=1.0, draft_head="attn"), ps, n_new, _record(calls))
+    assert out == out_ref
+    for rid in ref:
+        for a, b in zip(ref[rid], got[rid]):
+            torch.testing.assert_close(a, b, atol=2e-4, rtol=2e-4)
+    head, calls = calls[0], calls[1:]
+    # Every position of each lane written once: prompt + every produced token but the last.
+    assert sorted(int(head.kv.n[ln]) for ln in range(3)) == sorted(len(p) + n_new - 1 for p in ps)
+    # Each lane's drafts are those of the full-sequence forward over its final text (the dense target's features).
+    seqs = {}
+    for lanes, toks, ids in calls:
+        for ln, t, d in zip(lanes, toks, ids):
+            seqs.setdefault(ln, []).append((t, d))
+    assert len(seqs) == 3
+    dec_eng = Decoder.build(get_model("tiny"), None, seed=0, dtype=torch.float32, device="cpu")  # the engine's
+    for ln, steps in seqs.items():
+        p = next(p for p, o in zip(ps, out) if len(p) + n_new - 1 == int(head.kv.n[ln]))
+        full = torch.tensor(p + [t for t, _ in steps])  # the prompt, then the sampled token of each proposal
+        assert full.tolist()[len(p) :] == out[ps.index(p)][: len(steps)]
+        feats = {}
+
+        def hook(i, q, k, v, x, feats=feats):
+            if i in head.layers:
+                feats[i] = x
+
+        dec_eng.forward_dense(full[:-1], hook)
+        aux = torch.cat([feats[i] for i in head.layers], -1)[None]
+        hs = hidden_seq(head.w, head.attn, dec.shape.rms_eps, aux, dec_eng.embed[full[1:]][None])[0]
+        want = head._ids(hs[len(p) - 1 :])  # the draft vocabulary's argmax, mapped to the target's ids (d2t)
+        assert [d for _, d in steps] == want.tolist()
+
+
+def test_single_key_head_still_runs_and_chains_are_refused():
+    ps = prompts()
+    a = run_logits(cfg("lookahead", draft_head="single"), ps, 6)[1]
+    b = run_logits(cfg("lookahead"), ps, 6)[1]
+    assert a == b and all(len(o) == 6 for o in a)
+    with pytest.raises(ValueError, match="draft_head"):
+        cfg("lookahead", draft_head="attn", speculative_k=2)
+
+
+def test_synthesized_prompts_fill_the_draft_kv():
+    from exec_cases import run_synthesized
+
+    ps = prompts()
+    eng, out, _ = run_synthesized(cfg("lookahead", draft_head="attn"), ps, 5)
+    head = eng.runner.model.draft
+    # A synthesized prompt fills positions 0 .. len - 2; each of the 5 steps writes its own position.
+    assert sorted(int(head.kv.n[ln]) for ln in range(3)) == sorted(len(p) - 1 + 5 for p in ps)
+    assert all(len(o) == 5 for o in out)
+    eng.close()
+
+
+def test_every_position_written_once_through_short_steps_and_the_crossing():
+    ps, n_new = prompts(), 30  # top_k 4: 33 tokens stay short, 70 cross at 80, 100 start long
+    got = []
+    run_logits(cfg("lookahead", draft_head="attn"), ps, n_new, lambda r: got.append(r.model.draft))
+    assert sorted(int(got[0].kv.n[ln]) for ln in range(3)) == sorted(len(p) + n_new - 1 for p in ps)
