@@ -292,7 +292,7 @@ class ModelExec:
                 q_last.append(None)  # no first working set
                 x = self.dec.finish(l, x, self.ring.prefill(l, ch.lane, q, k, v, start))
                 if l in layers_aux:
-                    aux[l] = x[-1]
+                    aux[l] = x if self.draft_attends else x[-1]
                 continue
             if sparse:
                 sk, sv = self.scratch[ch.req_id]
