@@ -121,6 +121,31 @@ class TransferFields:
 
 
 @dataclass(frozen=True)
+class BenchFields:
+    """What the executor's bench runs and the simulator predicts: the GPU KV budget, the copy-less twin, decode
+    chains."""
+
+    kv_budget_gb: Optional[float] = _f(
+        None,
+        "GPU memory for KV state (slots, summaries, caches), GB; the executor and the simulator's engine oasis reserve "
+        "whole lanes in it (oasis_core.lanes, the victim cache included), the simulator's engine vllm pages it; None: "
+        "the executor takes what the GPU leaves, the simulator its HBM model",
+    )
+    no_transfer: bool = _f(
+        False,
+        "plan selections but skip the copies (the overlap reference: the bench's no-transfer twin; attention reads "
+        "stale slots)",
+    )
+    decode_chain: int = _f(
+        8,
+        "ordinary decode steps run back to back on the device per scheduler step, the host reading the chain's "
+        "tokens once (one synchronisation per chain); only where every row is greedy, no lane is short or crossing, "
+        "no speculative_k, no profile or set recording, and no other request waits; at most block_size. The "
+        "simulator pays the per-step host overhead once a chain. 1: off; why 8: docs/exec_tuning.md",
+    )
+
+
+@dataclass(frozen=True)
 class SpeculationFields(speculation.SpeculativeFields):
     """Speculative decoding (modes dense and lookahead): draft length and the draft's relative cost."""
 

@@ -27,7 +27,7 @@ from typing import List, Optional, Sequence, Tuple, Union
 import numpy as np
 
 from .cliargs import one_line
-from .echo import show
+from .echo import clip, show
 from .trace import MAX_REQUEST_TOKENS, Request, Trace, TraceError, _show, _show_typed, save_trace
 
 MOONCAKE_BLOCK_TOKENS = 512
@@ -284,7 +284,7 @@ def import_azure(
     missing = [c for c in AZURE_COLUMNS if c not in df.columns]
     if missing:
         raise TraceError(
-            f"{path}: line 1: {missing[0]}: missing column (header has: {show(', '.join(map(str, df.columns[:20])))})"
+            f"{path}: line 1: {missing[0]}: missing column (header has: {clip(', '.join(map(str, df.columns[:20])), 300)})"
         )
     if df.empty:
         raise TraceError(f"{path}: no data rows")

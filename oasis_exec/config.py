@@ -12,7 +12,14 @@ import re
 from dataclasses import dataclass, field, fields
 
 from oasis_core import cliargs, modes, speculation
-from oasis_core.config_pieces import KVFields, RunFields, SpeculationFields, TransferFields, resolve_default
+from oasis_core.config_pieces import (
+    BenchFields,
+    KVFields,
+    RunFields,
+    SpeculationFields,
+    TransferFields,
+    resolve_default,
+)
 from oasis_core.echo import show
 from oasis_core.specs import MODELS
 
@@ -49,7 +56,7 @@ def _f(default, help, choices=None, metavar=None, type=None):
 
 
 @dataclass(frozen=True)
-class ExecConfig(SpeculationFields, TransferFields, KVFields, RunFields):
+class ExecConfig(SpeculationFields, BenchFields, TransferFields, KVFields, RunFields):
     """The engine: the shared fields (``oasis_core.config_pieces``: model, mode, selection (default model),
     max_context (default 16,384 + 1,024), seed, synthetic, tensor_parallel; the KV shape; the fetch cap; speculation)
     and the executor's own."""
@@ -84,7 +91,6 @@ class ExecConfig(SpeculationFields, TransferFields, KVFields, RunFields):
     link_gb_s: float = _f(
         30.0, "host->GPU rate of scattered block copies, GB/s, that an adaptive fetch policy (budget) plans with"
     )
-    kv_budget_gb: float | None = _f(None, "GPU memory for KV state (slots, summaries, caches), GB")
     host_kv_gb: float | None = _f(
         None,
         "pinned host pool for the full KV cache, GB (sparse modes; default: "
@@ -146,9 +152,6 @@ class ExecConfig(SpeculationFields, TransferFields, KVFields, RunFields):
         "auto (the measured table's choice with transfer=auto, else normal); STREAM_PRIORITIES",
         PRIORITIES,
     )
-    no_transfer: bool = _f(
-        False, "plan selections but skip the copies (overlap reference; attention reads stale slots)"
-    )
     prefill_chunk: int = _f(2048, "tokens per prefill chunk")
     prefill_interleave: bool = _f(
         True,
@@ -187,15 +190,6 @@ class ExecConfig(SpeculationFields, TransferFields, KVFields, RunFields):
         True,
         "capture whole decode steps as CUDA graphs (not with --profile, recording or replayed "
         "selections, nor the host transfer path in retrieval mode)",
-    )
-    decode_chain: int = _f(
-        8,
-        "ordinary decode steps run back to back on the device per scheduler step, each step's greedy tokens and "
-        "draft tokens feeding the next without a host round trip; the host reads the chain's tokens once (one "
-        "synchronisation per chain, its launches overlapping the GPU). Only where every row is greedy, no lane is "
-        "short or crossing, no speculative_k, no profile or set recording, and while no other request waits for a "
-        "prefill or a free lane; at most block_size and each request's remaining tokens (a request that stops inside "
-        "a chain has its later tokens cut; tokens stream a chain at a time). 1: off; why 8: docs/exec_tuning.md",
     )
     copy_graph: str = _f(
         "auto",

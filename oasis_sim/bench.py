@@ -21,6 +21,7 @@ import os
 from dataclasses import asdict, dataclass, fields
 from typing import Optional
 
+from oasis_core import modes
 from oasis_core.trace import Request, Trace
 
 from .config import ConfigError, SimConfig
@@ -60,7 +61,7 @@ class BenchPoint:
     @property
     def name(self) -> str:
         s = f"{self.engine}:{self.model}:{self.mode}:{self.context}x{self.lanes}"
-        if self.mode != "dense":
+        if modes.get(self.mode).selects:
             s += f":K{self.top_k}"
             if self.hot_slots:
                 s += f":S{self.hot_slots}"

@@ -148,14 +148,14 @@ class CalibratedPredictor(RooflinePredictor):
             raise ValueError(f"CalibratedPredictor.engine: must be one of {', '.join(ENGINES)}, got {engine!r}")
         super().__init__(model, hardware, RooflineParams(gemm_flops_eff=params.gemm_flops_eff))
         self.c = params
-        fam = modes.get(mode).family
+        whole_kv_on_gpu = modes.get(mode).whole_kv_on_gpu  # the dense timing family
         self.engine = engine
         self.floor_s = 0.0
         if engine == "vllm":  # its host loop runs beside the GPU (async scheduling): a floor, not an addend
             self.layer_fixed, self.attn_eff = params.layer_fixed_vllm_s, params.attn_eff_vllm
             self.step_fixed, self.step_host = params.step_fixed_s, 0.0
             self.floor_s = params.step_vllm_s
-        elif fam == "dense":  # no sparse bookkeeping on the host: nothing for a chain to amortise (measured: the
+        elif whole_kv_on_gpu:  # no sparse bookkeeping on the host: nothing for a chain to amortise (measured: the
             # real SmolLM2's dense step was 2.0-2.2 ms at chain 1 and 2.03 at chain 8)
             self.layer_fixed, self.attn_eff = params.layer_fixed_dense_s, params.attn_eff_dense
             self.step_fixed, self.step_host = params.step_fixed_s, 0.0

@@ -12,7 +12,14 @@ from dataclasses import dataclass, field, fields, replace
 from typing import Any, Mapping, Optional
 
 from oasis_core import modes, specs, speculation
-from oasis_core.config_pieces import KVFields, RunFields, SpeculationFields, TransferFields, resolve_default
+from oasis_core.config_pieces import (
+    BenchFields,
+    KVFields,
+    RunFields,
+    SpeculationFields,
+    TransferFields,
+    resolve_default,
+)
 from oasis_core.echo import show
 from oasis_core.geometry import HOST_KV_DTYPES
 from oasis_core.short_context import ShortContext
@@ -42,7 +49,7 @@ MAX_PROFILE_STEPS = 1 << 20  # a calibration episode's steps: beyond this the ve
 
 
 @dataclass(frozen=True)
-class SimConfig(SpeculationFields, TransferFields, KVFields, RunFields):
+class SimConfig(SpeculationFields, BenchFields, TransferFields, KVFields, RunFields):
     """The simulator's run: the shared fields (``oasis_core.config_pieces``: model, mode, selection (default
     synthetic), max_context, seed, synthetic, tensor_parallel; the KV shape; the fetch cap; speculation) and its own."""
 
@@ -117,19 +124,8 @@ class SimConfig(SpeculationFields, TransferFields, KVFields, RunFields):
         "efficiency, a block allocator paging the KV budget block by block, preemption when it runs out",
         "oasis",
     )
-    kv_budget_gb: Optional[float] = _h(
-        "GPU KV budget in GB (the executor's --kv-budget-gb): HBM for KV is this, not what the weights leave; the "
-        "engine oasis reserves whole lanes as the executor (oasis_core.lanes, victim cache included), vllm pages it",
-        None,
-    )
     decode_only: bool = _h(
         "every request arrives with its prompt's KV in place (the bench's synthesized prefill): no prefill work", False
-    )
-    no_transfer: bool = _h("sparse background modes: the copies are skipped (the bench's no-transfer twin)", False)
-    decode_chain: int = _h(
-        "ordinary decode steps a host round trip (the executor's decode_chain): the per-step host overhead is paid "
-        "once a chain, in steps where every running request decodes and none waits",
-        8,
     )
     fast_forward: int = _h(
         "steady decode stretches (every running request decoding, none waiting or finishing, no event due, the "
@@ -188,7 +184,7 @@ class SimConfig(SpeculationFields, TransferFields, KVFields, RunFields):
         choice("rpf_granularity", RPF_GRANULARITIES)
         choice("predictor", PREDICTORS)
         choice("engine", ENGINES)
-        if self.engine == "vllm" and self.mode != "dense":
+        if self.engine == "vllm" and modes.get(self.mode).selects:
             bad("engine", f"vllm runs mode=dense, not mode={self.mode}")
         number("kv_budget_gb", 0.0, lo_open=True, optional=True)
         integer("decode_chain", 1)

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import json
 import os
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -311,12 +312,11 @@ def test_hf_directory_tokenizer_matches_transformers(tmp_path, hf_tokenizer):
 def test_server_cli_defaults_for_a_gguf(gguf_path):
     import argparse
 
-    from oasis_exec.model.gguf import read_gguf
     from oasis_exec.server.adapter import add_engine_args, exec_config_from_args
 
     p = argparse.ArgumentParser()
     add_engine_args(p)
-    name = read_gguf(gguf_path).name
+    name = Path(gguf_path).stem  # the served id is the file's stem, as vLLM serves one (issue 35), not general.name
     for argv in (["--model", gguf_path], ["--model-path", gguf_path]):  # the GGUF is read once (cached)
         cfg = exec_config_from_args(p.parse_args(argv + ["--device", "cpu"]))
         assert (cfg.model, cfg.model_path, cfg.max_context) == (name, gguf_path, 8192)
@@ -329,10 +329,8 @@ def test_server_openai_client_greedy_text_matches_transformers(gguf_path, hf):
     pytest.importorskip("fastapi")
     from server_proc import ServerProcess
 
-    from oasis_exec.model.gguf import read_gguf
-
     model, tok = hf
-    name = read_gguf(gguf_path).name
+    name = Path(gguf_path).stem  # the served id (issue 35: a short slug, no local path)
     srv = ServerProcess(
         "--model",
         gguf_path,

@@ -13,6 +13,7 @@ PIECES = (
     config_pieces.RunFields,
     config_pieces.KVFields,
     config_pieces.TransferFields,
+    config_pieces.BenchFields,
     config_pieces.SpeculationFields,
 )
 
@@ -28,7 +29,7 @@ def test_no_field_is_declared_in_both_configs():
 
 def test_every_shared_field_is_one_field_of_both():
     shared = {f.name for p in PIECES for f in dataclasses.fields(p)}
-    assert len(shared) == 16
+    assert len(shared) == 19
     ex = {f.name: f for f in dataclasses.fields(ExecConfig)}
     sim = {f.name: f for f in dataclasses.fields(SimConfig)}
     assert set(ex) & set(sim) == shared
