@@ -12,6 +12,7 @@ from dataclasses import dataclass, field, fields, replace
 from typing import Any, Mapping, Optional, Union
 
 from oasis_core import modes, specs, speculation
+from oasis_core.block_scorers import SCORERS
 from oasis_core.geometry import HOST_KV_DTYPES
 from oasis_core.short_context import ShortContext
 from oasis_core.specs import MODES, PAPER_SPARSITY, SPARSE_MODES
@@ -113,6 +114,12 @@ class SimConfig(speculation.SpeculativeFields):
         "working set, attention and the summaries keep the KV dtype; split=none only)",
         "auto",
     )
+    block_score: str = _h(
+        "how blocks are scored (oasis_core.block_scorers; the executor's ExecConfig.block_score): minmax | "
+        "minmax_sum | mean | gauss, each optionally +sink. The simulator's selections are synthetic or replayed, so "
+        "a scorer changes only the summary bytes the scoring reads (mean: one of the two stored vectors)",
+        "minmax",
+    )
     transfer_path: str = _h("dma: host gather + one DMA | uva: direct-read gather kernel (steals SMs)", "dma")
     h2d_bytes_per_s: Optional[float] = _h("effective host->GPU rate for scattered blocks (default: 0.55 x link)", None)
     gather_sm_share: float = _h("share of SMs a uva gather takes from compute while it runs", 0.24)
@@ -196,6 +203,7 @@ class SimConfig(speculation.SpeculativeFields):
         choice("arrival", ARRIVALS)
         choice("transfer_path", TRANSFER_PATHS)
         choice("host_kv_dtype", HOST_KV_DTYPES)
+        choice("block_score", SCORERS)
         choice("selection", SELECTION_SOURCES)
         choice("policy_sampling", POLICY_SAMPLING)
         choice("split", SPLITS)
