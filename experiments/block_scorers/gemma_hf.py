@@ -70,7 +70,7 @@ class Recorder:
             self.q_draft[li] = q.clone()
             mask = self.masks[li]
         else:
-            j = torch.arange(t_ctx)[None, :]
+            j = torch.arange(t_ctx, device=q.device)[None, :]
             mask = ((j < self.pos[:, None]) & (j > self.pos[:, None] - self.window))[:, None, :]
         r, hq, d = q.shape
         hk = ks.shape[1]
@@ -94,7 +94,15 @@ def main() -> int:
     ap.add_argument("--threads", type=int, default=None)
     ap.add_argument("--model", default=GGUF)
     ap.add_argument("--draft-chunk", type=int, default=96, help="draft rows per forward (memory)")
-    ap.add_argument("--out", required=True)
+    ap.add_argument("--device", default="cpu", help="cpu | cuda")
+    ap.add_argument(
+        "--ids",
+        default=None,
+        help="token ids (JSON list) instead of tokenizing here: transformers 5.17 "
+        "(the GPU machine's) converts this GGUF's tokenizer wrongly; make them with --save-ids on 5.25",
+    )
+    ap.add_argument("--save-ids", default=None, help="write the text's token ids (JSON) and exit")
+    ap.add_argument("--out", default=None)
     args = ap.parse_args()
     if args.threads:
         torch.set_num_threads(args.threads)
@@ -103,22 +111,38 @@ def main() -> int:
 
     t0 = time.time()
     d, f = os.path.dirname(args.model), os.path.basename(args.model)
-    tok = AutoTokenizer.from_pretrained(d, gguf_file=f)
+    if args.ids:
+        with open(args.ids) as fh:
+            ids = json.load(fh)["ids"]
+    else:
+        tok = AutoTokenizer.from_pretrained(d, gguf_file=f)
+        ids = tok(licence_text(), add_special_tokens=True)["input_ids"]
+    if args.save_ids:
+        with open(args.save_ids, "w") as fh:
+            json.dump(
+                {
+                    "what": "Gemma 3 270M token ids (transformers 5.25, BOS first) of " + LICENSES + " sorted, joined",
+                    "ids": ids,
+                },
+                fh,
+            )
+        return 0
+    dev = torch.device(args.device)
     model = AutoModelForCausalLM.from_pretrained(d, gguf_file=f, dtype=torch.float32, attn_implementation="sdpa")
-    model.eval()
+    model.eval().to(dev)
     cfg = model.config.get_text_config() if hasattr(model.config, "get_text_config") else model.config
     full = [i for i, t in enumerate(cfg.layer_types) if t == "full_attention"]
-    ids = tok(licence_text(), add_special_tokens=True)["input_ids"][: args.n_tokens]
+    ids = ids[: args.n_tokens]
     n, bs, p_ = len(ids), args.block_size, args.positions
-    ts = torch.arange(n - 1 - p_, n - 1)
+    ts = torch.arange(n - 1 - p_, n - 1, device=dev)
     rec = Recorder(ALL_ATTENTION_FUNCTIONS["sdpa"], full, ts)
     rec.window = cfg.sliding_window
     ALL_ATTENTION_FUNCTIONS["sdpa"] = rec
     with torch.no_grad():
-        model(input_ids=torch.tensor([ids]), use_cache=False, logits_to_keep=1)
+        model(input_ids=torch.tensor([ids], device=dev), use_cache=False, logits_to_keep=1)
     t_fwd = time.time() - t0
     print(f"dense forward of {n} tokens: {t_fwd:.0f} s", flush=True)
-    ids_t = torch.tensor(ids)
+    ids_t = torch.tensor(ids, device=dev)
     # Per full layer: summaries, true mass, statistics and T^s_t / T^s_{t+1} per (scorer, K).
     layers, sets, res = {}, {}, {}
     for li in full:
@@ -174,7 +198,10 @@ def main() -> int:
             flush=True,
         )
     try:
-        commit = subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True).stdout.strip()
+        commit = (
+            os.environ.get("OASIS_COMMIT")
+            or subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True).stdout.strip()
+        )
     except OSError:
         commit = "unknown"
     doc = {
@@ -183,7 +210,7 @@ def main() -> int:
         "selection_source": "model (each scorer's own top-K)",
         "draft": "correct (the text's next token), sparse view: T^s_t + local block",
         "text": "Debian /usr/share/common-licenses, sorted, joined",
-        "device": "cpu",
+        "device": str(dev) + (f" ({torch.cuda.get_device_name(dev)})" if dev.type == "cuda" else ""),
         "dtype": "float32",
         "date": datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%d %H:%M UTC"),
         "commit": commit,
