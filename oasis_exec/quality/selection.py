@@ -257,11 +257,14 @@ def measure_tokens(dec, tokens, setup: Setup, head=None, progress=None) -> list[
     ks = [max(1, int(round(f * n_blocks))) for f in setup.k_fracs]
     # Draft variants: each draft densely, and through the resident set of each K.
     variants = [(d, None) for d in setup.drafts] + [(d, k) for k in ks for d in setup.drafts]
-    # Per block scorer and K: the correct draft (the text's token) through that scorer's T_t (scorer_stats.py).
+    # Per block scorer and K: the correct draft (the text's token) through that scorer's T_t (scorer_stats.py), and
+    # the trained head's when it is measured ("lookahead_eagle3").
     sc_vars = [(sc, k) for sc in setup.block_scores for k in ks]
-    sc_acc = {v: {x: [] for x in (*SCORER_STATS, "lookahead")} for v in sc_vars}
-    rows = torch.cat([dtok[d] for d, _ in variants] + [truth] * len(sc_vars))
-    dp = DraftPass(dec, rows, (ts + 1).repeat(len(variants) + len(sc_vars)))
+    sc_drafts = [("lookahead", truth)] + ([("lookahead_eagle3", dtok["eagle3"])] if "eagle3" in dtok else [])
+    sc_acc = {v: {x: [] for x in (*SCORER_STATS, *(n for n, _ in sc_drafts))} for v in sc_vars}
+    sc_rows = [(v, name) for name, _ in sc_drafts for v in sc_vars]
+    rows = torch.cat([dtok[d] for d, _ in variants] + [t for _, t in sc_drafts for _ in sc_vars])
+    dp = DraftPass(dec, rows, (ts + 1).repeat(len(variants) + len(sc_rows)))
     ts_d = ts.to(dev)
     nb_t, nb_t1 = ts_d // bs + 1, (ts_d + 1) // bs + 1
     n_ctx = int(ts[-1]) + 1
@@ -309,17 +312,18 @@ def measure_tokens(dec, tokens, setup: Setup, head=None, progress=None) -> list[
             dense_mask(ts_d, n_ctx).expand(-1, hkv, -1) if k is None else resident_mask(resident[k], ts_d, n_ctx, bs)
             for _, k in variants
         ]
-        sc_sets = {}
+        sc_sets, sc_masks = {}, {}
         if sc_vars:
             lsc = LayerScorers(setup.block_scores, k_l, bs)
             for v in sc_vars:
                 st, tc_s, sc_sets[v] = lsc.stats(*v, trace.q_cur[li], trace.q_next[li], mass, ts_d)
                 for x in SCORER_STATS:
                     sc_acc[v][x].append(st[x])
-                masks.append(resident_mask(tc_s, ts_d, n_ctx, bs))
+                sc_masks[v] = resident_mask(tc_s, ts_d, n_ctx, bs)
+            masks += [sc_masks[v] for v, _ in sc_rows]
         qd = dp.layer(li, k_l[:n_ctx], v_l[:n_ctx], torch.cat(masks))
-        for vi, v in enumerate(sc_vars, start=len(variants)):
-            sc_acc[v]["lookahead"].append(lsc.agreement(*v, qd[vi * p_ : (vi + 1) * p_], sc_sets[v], ts_d))
+        for vi, (v, name) in enumerate(sc_rows, start=len(variants)):
+            sc_acc[v][name].append(lsc.agreement(*v, qd[vi * p_ : (vi + 1) * p_], sc_sets[v], ts_d))
         for vi, (d, k) in enumerate(variants):
             qv = qd[vi * p_ : (vi + 1) * p_]
             for kk in ks if k is None else [k]:
@@ -562,13 +566,15 @@ def scorer_table(doc: dict) -> str:
     best K, proxy and adjacent agreement, the correct draft's lookahead agreement (through the scorer's own T_t)."""
     lines = [
         "block scorers, % (mean over texts and layers; correct draft = the text's next token)",
-        f"{'N':>5} {'K':>5} {'scorer':<11} | {'mass':>5} {'best':>5} {'recl':>5} {'proxy':>5} {'adj':>5} {'look':>5}",
+        f"{'N':>5} {'K':>5} {'scorer':<11} | {'mass':>5} {'best':>5} {'recl':>5} {'proxy':>5} {'adj':>5} {'look':>5}"
+        " (look: correct draft; then the trained head's, when measured)",
     ]
     for avg in doc["average"].values():
         for sc, v in avg.get("scorers", {}).items():
             lines.append(
                 f"{avg['n_tokens_requested']:>5} {avg['k']:>5.1f} {sc:<11} | {_pct(v['mass'])} {_pct(v['best'])} "
                 f"{_pct(v['recall'])} {_pct(v['proxy'])} {_pct(v['adjacent'])} {_pct(v['lookahead'])}"
+                + (f" {_pct(v['lookahead_eagle3'])}" if "lookahead_eagle3" in v else "")
             )
     return "\n".join(lines)
 
