@@ -566,13 +566,13 @@ def scorer_table(doc: dict) -> str:
     best K, proxy and adjacent agreement, the correct draft's lookahead agreement (through the scorer's own T_t)."""
     lines = [
         "block scorers, % (mean over texts and layers; correct draft = the text's next token)",
-        f"{'N':>5} {'K':>5} {'scorer':<11} | {'mass':>5} {'best':>5} {'recl':>5} {'proxy':>5} {'adj':>5} {'look':>5}"
+        f"{'N':>5} {'K':>5} {'scorer':<15} | {'mass':>5} {'best':>5} {'recl':>5} {'proxy':>5} {'adj':>5} {'look':>5}"
         " (look: correct draft; then the trained head's, when measured)",
     ]
     for avg in doc["average"].values():
         for sc, v in avg.get("scorers", {}).items():
             lines.append(
-                f"{avg['n_tokens_requested']:>5} {avg['k']:>5.1f} {sc:<11} | {_pct(v['mass'])} {_pct(v['best'])} "
+                f"{avg['n_tokens_requested']:>5} {avg['k']:>5.1f} {sc:<15} | {_pct(v['mass'])} {_pct(v['best'])} "
                 f"{_pct(v['recall'])} {_pct(v['proxy'])} {_pct(v['adjacent'])} {_pct(v['lookahead'])}"
                 + (f" {_pct(v['lookahead_eagle3'])}" if "lookahead_eagle3" in v else "")
             )
