@@ -12,7 +12,7 @@ import re
 from dataclasses import dataclass, field, fields
 
 from oasis_core import cliargs, modes, speculation
-from oasis_core.block_scorers import SCORERS
+from oasis_core.block_scorers import DEFAULT_SCORER, SCORERS
 from oasis_core.geometry import HOST_KV_DTYPES
 from oasis_core.specs import MODELS, MODES, PAPER_SPARSITY
 
@@ -122,7 +122,7 @@ class ExecConfig(speculation.SpeculativeFields):
         HOST_KV_DTYPES,
     )
     block_score: str = _f(
-        "minmax",
+        DEFAULT_SCORER,
         "how blocks are scored for selection (oasis_core.block_scorers; every sparse mode and the lookahead "
         "prediction): minmax (Quest's bound, max over a KV head's query heads) | minmax_sum (the bound summed over "
         "them) | mean (the mean key) | gauss (mean and spread: a softmax-mass estimate); +sink: block 0 always "

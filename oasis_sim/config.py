@@ -12,7 +12,7 @@ from dataclasses import dataclass, field, fields, replace
 from typing import Any, Mapping, Optional, Union
 
 from oasis_core import modes, specs, speculation
-from oasis_core.block_scorers import SCORERS
+from oasis_core.block_scorers import DEFAULT_SCORER, SCORERS
 from oasis_core.geometry import HOST_KV_DTYPES
 from oasis_core.short_context import ShortContext
 from oasis_core.specs import MODES, PAPER_SPARSITY, SPARSE_MODES
@@ -118,7 +118,7 @@ class SimConfig(speculation.SpeculativeFields):
         "how blocks are scored (oasis_core.block_scorers; the executor's ExecConfig.block_score): minmax | "
         "minmax_sum | mean | gauss, each optionally +sink. The simulator's selections are synthetic or replayed, so "
         "a scorer changes only the summary bytes the scoring reads (mean: one of the two stored vectors)",
-        "minmax",
+        DEFAULT_SCORER,
     )
     transfer_path: str = _h("dma: host gather + one DMA | uva: direct-read gather kernel (steals SMs)", "dma")
     h2d_bytes_per_s: Optional[float] = _h("effective host->GPU rate for scattered blocks (default: 0.55 x link)", None)

@@ -49,6 +49,9 @@ With ``--host-kv-dtype auto fp8_e4m3`` every sparse variant (retrieval, proxy, l
 ``--full-k-check`` its K = every block rows too, which isolate fp8's own cost) runs with each host copy of K and V,
 one right after the other (``ExecConfig.host_kv_dtype``; the fp8 one is quantized per (block, head) and dequantized
 as it is fetched: ``oasis_exec.host_quant``); each row records its ``host_kv_dtype`` (label suffix ``host=fp8``).
+With ``--block-scores A B ...`` every variant of a selecting mode (quest, retrieval, proxy, lookahead, hisparse) runs
+once per block scorer (``ExecConfig.block_score``, ``oasis_core.block_scorers``), one right after the other; each row
+records its ``block_score`` (label suffix ``score=NAME`` for a scorer other than the engine's default).
 """
 
 from __future__ import annotations
@@ -67,7 +70,7 @@ from dataclasses import asdict, dataclass, field
 
 import torch
 
-from oasis_core.block_scorers import SCORERS
+from oasis_core.block_scorers import DEFAULT_SCORER, SCORERS
 from oasis_core.geometry import HOST_KV_DTYPES
 from oasis_core.modes import get as get_mode
 
@@ -111,7 +114,7 @@ class Variant:
     only_n: int | None = None  # run in this group only (the full-K check)
     fetch_policy: str | None = None  # proxy / lookahead: a fetch-cap policy spec (get_policy) instead of the ratio
     host_kv_dtype: str = "auto"  # the sparse modes' host copy (ExecConfig.host_kv_dtype): auto | fp8_e4m3
-    block_score: str = "minmax"  # the selecting modes' block scorer (ExecConfig.block_score)
+    block_score: str = DEFAULT_SCORER  # the selecting modes' block scorer (ExecConfig.block_score)
 
     @property
     def label(self) -> str:
@@ -126,7 +129,7 @@ class Variant:
             s += f" {self.draft}"
         if self.host_kv_dtype != "auto":
             s += " host=fp8" if self.host_kv_dtype == "fp8_e4m3" else f" host={self.host_kv_dtype}"
-        if self.block_score != "minmax":
+        if self.block_score != DEFAULT_SCORER:
             s += f" score={self.block_score}"
         return s
 
@@ -147,7 +150,7 @@ def variants(
     full_k_at: int | None = None,
     fetch_policies=(),
     host_kv_dtypes=("auto",),
-    block_scores=("minmax",),
+    block_scores=(DEFAULT_SCORER,),
 ) -> list:
     """The variants in run order: dense; with ``full_k_at`` (a group's N) every sparse mode at K = every block of
     that group (it must equal dense up to float rounding: a check of the path, not a measurement); then per fetch
@@ -162,7 +165,7 @@ def variants(
     dts = list(host_kv_dtypes or ("auto",))
     out = [dataclasses.replace(v, host_kv_dtype=d) for v in out for d in (dts if get_mode(v.mode).sparse else ["auto"])]
     # --block-scores: every variant of a selecting mode once per scorer, one after the other (default: minmax alone)
-    scs = list(block_scores or ("minmax",))
+    scs = list(block_scores or (DEFAULT_SCORER,))
     return [
         dataclasses.replace(v, block_score=s)
         for v in out
@@ -953,7 +956,7 @@ def add_command(sub) -> None:
     p.add_argument(
         "--block-scores",
         nargs="+",
-        default=["minmax"],
+        default=[DEFAULT_SCORER],
         choices=SCORERS,
         metavar="SCORER",
         help="the selecting variants' block scorer (ExecConfig.block_score: "
@@ -1119,7 +1122,7 @@ def run(args) -> int:
         args.full_k_check,
         args.fetch_policies,
         args.host_kv_dtype,
-        getattr(args, "block_scores", None) or ["minmax"],
+        getattr(args, "block_scores", None) or [DEFAULT_SCORER],
     )
     head = (
         {"path": args.draft_path, "weights": "trained", "sha256": _dir_sha(args.draft_path)}
@@ -1159,7 +1162,7 @@ def run(args) -> int:
             "fetch_ratios": args.fetch_ratios,
             "fetch_policies": args.fetch_policies,
             "host_kv_dtypes": args.host_kv_dtype,
-            "block_scores": getattr(args, "block_scores", None) or ["minmax"],
+            "block_scores": getattr(args, "block_scores", None) or [DEFAULT_SCORER],
             "modes": args.modes,
             "full_k_check": args.full_k_check,
             "ppl_tokens": args.ppl_tokens,
