@@ -126,7 +126,7 @@ class ExecConfig(speculation.SpeculativeFields):
         "how blocks are scored for selection (oasis_core.block_scorers; every sparse mode and the lookahead "
         "prediction): minmax (Quest's bound, max over a KV head's query heads) | minmax_sum (the bound summed over "
         "them) | mean (the mean key) | gauss (mean and spread: a softmax-mass estimate); +sink: block 0 always "
-        "selected",
+        "selected (default minmax_sum+sink, measured in experiments/block_scorers)",
         SCORERS,
     )
     transfer: str = _f(

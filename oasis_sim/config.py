@@ -116,7 +116,8 @@ class SimConfig(speculation.SpeculativeFields):
     )
     block_score: str = _h(
         "how blocks are scored (oasis_core.block_scorers; the executor's ExecConfig.block_score): minmax | "
-        "minmax_sum | mean | gauss, each optionally +sink. The simulator's selections are synthetic or replayed, so "
+        "minmax_sum | mean | gauss, each optionally +sink (default minmax_sum+sink). The simulator's selections are "
+        "synthetic or replayed, so "
         "a scorer changes only the summary bytes the scoring reads (mean: one of the two stored vectors)",
         DEFAULT_SCORER,
     )
