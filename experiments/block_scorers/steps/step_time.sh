@@ -8,11 +8,11 @@
 #                                                                                -> kernel.jsonl
 # 3. the decode step per scorer (bench: tok/s, TPOT; same seed and selections), minmax first and last (drift check)
 #                                                                                -> bench.jsonl, bench_*.log
-# 4. kernel profiles of the step, minmax against gauss+sink (the score kernel's share of the step)
+# 4. kernel profiles of the step, minmax against minmax_sum+sink, the default since issue 38 (the score kernel's share)
 #                                                                                -> profile_*.txt, profile.jsonl
 DEADLINE_S=${DEADLINE_S:-540}
 SYN=${SYN:-'{"preset": "smollm2"}'}
-SCORERS=${SCORERS:-"minmax minmax_sum mean gauss gauss+sink"}
+SCORERS=${SCORERS:-"minmax minmax_sum+sink mean+sink gauss+sink minmax_sum"}
 say "1. kernel tests on the GPU"
 timeout -k 5 120 $PY -m pytest -q -n 0 tests/unit/test_kernels_block_scorers.py tests/unit/test_kernels_block_score.py \
   > "$OUT/pytest_gpu.txt" 2>&1; say "pytest rc=$? $(tail -1 "$OUT/pytest_gpu.txt")"
@@ -33,7 +33,7 @@ for s in $SCORERS minmax; do
   say "bench $s rc=$? $(tail -c 200 "$OUT/bench_${s/+/_}.log" | tr '\n' ' ')"
 done
 say "4. profiles"
-for s in minmax gauss+sink; do
+for s in minmax minmax_sum+sink; do
   T=$(min 60 $(( $(left) - 10 ))); [ "$T" -lt 30 ] && { say "no time for profile $s"; continue; }
   timeout -k 5 "$T" $PY experiments/decode_step_profile/step_profile.py --mode lookahead --context 16384 \
     --concurrency 44 --kv-budget-gb 52 --no-host-fill --synthetic "$SYN" --top 30 --block-score "$s" \
