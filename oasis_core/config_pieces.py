@@ -15,6 +15,7 @@ from dataclasses import dataclass, field
 from typing import Any, Mapping, Optional, Union
 
 from . import speculation
+from .block_scorers import DEFAULT_SCORER, SCORERS
 from .geometry import HOST_KV_DTYPES
 from .specs import MODES, PAPER_SPARSITY
 
@@ -99,6 +100,15 @@ class KVFields:
         "or an offload moves; dequantized as it is copied into the GPU slots, which stay in the KV dtype; "
         "oasis_exec.kv.host_quant; the simulator: split=none only)",
         choices=HOST_KV_DTYPES,
+    )
+    block_score: str = _f(
+        DEFAULT_SCORER,
+        "how blocks are scored for selection (oasis_core.block_scorers; every sparse mode and the lookahead "
+        "prediction): minmax (Quest's bound, max over a KV head's query heads) | minmax_sum (the bound summed over "
+        "them) | mean (the mean key) | gauss (mean and spread: a softmax-mass estimate); +sink: block 0 always "
+        "selected (experiments/block_scorers). The simulator's selections are synthetic or replayed, so there a "
+        "scorer changes only the summary bytes the scoring reads",
+        choices=SCORERS,
     )
 
 

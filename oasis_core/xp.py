@@ -80,6 +80,15 @@ class _Numpy:
     def copy(self, x):
         return x.copy()
 
+    def exp(self, x):
+        return np.exp(x)
+
+    def log(self, x):
+        return np.log(x)
+
+    def sqrt(self, x):
+        return np.sqrt(x)
+
     def scatter(self, x, axis, idx, src):
         """Return a copy of ``x`` with ``x[..., idx] = src`` along ``axis`` (torch.scatter semantics)."""
         out = x.copy()
@@ -170,6 +179,15 @@ class _Torch:
 
     def copy(self, x):
         return x.clone()
+
+    def exp(self, x):
+        return self.t.exp(x)
+
+    def log(self, x):
+        return self.t.log(x)
+
+    def sqrt(self, x):
+        return self.t.sqrt(x)
 
     def scatter(self, x, axis, idx, src):
         return x.scatter(axis, idx, src)

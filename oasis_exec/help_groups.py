@@ -8,7 +8,16 @@ ENGINE_GROUPS = (
     ),
     (
         "sparsity and fetching",
-        ("block_size", "top_k", "hot_slots", "fetch_ratio", "fetch_policy", "short_context", "link_gb_s"),
+        (
+            "block_size",
+            "top_k",
+            "hot_slots",
+            "block_score",
+            "fetch_ratio",
+            "fetch_policy",
+            "short_context",
+            "link_gb_s",
+        ),
     ),
     (
         "selection and draft",

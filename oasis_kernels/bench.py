@@ -20,6 +20,7 @@ import torch
 from oasis_core import provenance
 
 from .block_score import bench_block_score
+from .block_scorers import bench_block_score_any
 from .fused_ops import bench_fused_ops
 from .gather import bench_gather
 from .paged_attn import bench_paged_attn
@@ -61,6 +62,9 @@ def _other_runs(quick):
         ("sparse_attn", bench_sparse_attn, dict(batch=128, top_k=128)),
         ("block_score", bench_block_score, dict(batch=64, context=16384)),
         ("block_score", bench_block_score, dict(batch=8, context=16384)),
+        ("block_score_any", bench_block_score_any, dict(scorer="minmax_sum+sink", batch=64, context=16384)),
+        ("block_score_any", bench_block_score_any, dict(scorer="gauss", batch=64, context=16384)),
+        ("block_score_any", bench_block_score_any, dict(scorer="mean", batch=64, context=16384)),
         ("summary_update", bench_summary_update, dict(batch=64)),
         ("fused_ops", bench_fused_ops, dict(batch=8)),
         ("fused_ops", bench_fused_ops, dict(batch=64)),

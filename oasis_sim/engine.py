@@ -78,6 +78,7 @@ from itertools import accumulate
 import simpy
 
 from oasis_core import modes
+from oasis_core.block_scorers import get_scorer
 from oasis_core.geometry import KVGeometry
 from oasis_core.scheduler import DECODE, Plan
 from oasis_core.speculation import AdaptiveK, ChainAcceptance
@@ -150,6 +151,8 @@ class Engine:
         self.host_bpt = geo.host_bytes_per_token(cfg.host_kv_dtype)
         self.bpt_layer = geo.bytes_per_token_layer
         self.sum_bpbh = geo.summary_bytes_per_block_head
+        # what the scoring reads of them: the vectors the block scorer uses (oasis_core.block_scorers)
+        self.score_bpbh = self.sum_bpbh * get_scorer(cfg.block_score).vectors_read / 2
         self.res_tokens = (cfg.top_k + 1) * cfg.block_size
         self.short = cfg.short_context_rule  # None: no request runs resident-dense
         self.short_window = self.short.window_tokens if self.short is not None else 0
@@ -470,7 +473,7 @@ class Engine:
         score_s = topk_s = sel_s = 0.0
         side_bytes = 0.0  # HBM bytes per layer the side stream moves (summary reads, top-K, landing transfers)
         if mode.selects and n_sel:
-            summary_bytes = blocks_sum * kvh * self.sum_bpbh
+            summary_bytes = blocks_sum * kvh * self.score_bpbh
             score_s = pred.time("score", {"summary_bytes": summary_bytes})
             topk_s = pred.time("topk", {"elements": blocks_sum * kvh})
             side_bytes = summary_bytes + 8.0 * blocks_sum * kvh

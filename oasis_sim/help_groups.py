@@ -5,7 +5,10 @@ RUN_GROUPS = (
         "what most runs set",
         ("model", "hardware", "mode", "arrival", "concurrency", "rate_rps", "max_requests", "time_scale", "seed"),
     ),
-    ("sparsity and fetching", ("top_k", "hot_slots", "block_size", "fetch_ratio", "fetch_policy", "short_context")),
+    (
+        "sparsity and fetching",
+        ("top_k", "hot_slots", "block_size", "block_score", "fetch_ratio", "fetch_policy", "short_context"),
+    ),
     (
         "capacity and batching",
         ("max_context", "max_batch", "chunk_tokens", "hbm_utilization", "hbm_bytes", "host_bytes", "draft_state_bytes"),

@@ -107,7 +107,7 @@ KERNEL_CATEGORIES = (
     ("gemm", r"gemm|gemv|cublas|cutlass|nvjet|xmma|splitkreduce|matmul|cutensor|\bsm\d+_"),
     ("attention", r"paged_attn|sparse_attn|splitk_merge|flash|fmha|attention"),
     ("gather (uva/scatter/writeback)", r"uva_gather|scatter_slots|writeback"),
-    ("summary", r"summary_update"),
+    ("summary", r"summary_update|summary_moments"),
     ("score/topk/sort", r"block_score|topk|sort|radix|bitonic|cub::|mbtopk"),
     ("index (torch gather/scatter)", r"index|gather|scatter|embedding"),
     (
@@ -307,6 +307,7 @@ def make_config(a):
         synthetic=json.loads(a.synthetic) if a.synthetic else None,
         decode_chain=a.decode_chain,  # decode passes a profiled step (default 1: one graph a step)
         host_kv_dtype=a.host_kv_dtype,
+        block_score=a.block_score,
         stream_priority=a.stream_priority,
     )
     if a.speculative_k:  # speculative steps of dummy weights: the accepted drafts drawn (ExecConfig.synthetic_accept)
@@ -810,6 +811,7 @@ def profile_steps(a) -> dict:
         "uva_programs": cfg.uva_programs if cfg.sparse else None,
         "no_transfer": cfg.no_transfer,
         "host_kv_dtype": cfg.host_kv_dtype,
+        "block_score": cfg.block_score,
         "top_k": cfg.top_k,
         "fetch_ratio": cfg.fetch_ratio,
         "warmup": a.warmup,
@@ -1010,6 +1012,7 @@ def build_parser() -> argparse.ArgumentParser:
         "launches; critical_path.py measures the gaps between them)",
     )
     ap.add_argument("--host-kv-dtype", default="auto", help="auto (the compute dtype) | fp8_e4m3 (ExecConfig's)")
+    ap.add_argument("--block-score", default="minmax", help="ExecConfig.block_score (oasis_core.block_scorers)")
     ap.add_argument("--no-cuda-graph", action="store_true", help="eager decode steps (every kernel launched)")
     ap.add_argument("--no-fused-ops", action="store_true", help="plain torch norm/RoPE/SwiGLU (ExecConfig.fused_ops)")
     ap.add_argument(

@@ -9,33 +9,13 @@ it falls to (``read_gguf`` names the supported architectures).
 
 from __future__ import annotations
 
-import json
-import os
+from . import gemma3  # noqa: F401  (defines and registers Gemma3Decoder)
+from .decoder import Decoder, family_of
 
 LLAMA_FAMILY = ("llama", "qwen3", "qwen2", "mistral")
 GEMMA3 = ("gemma3", "gemma3_text")
 
 
-def family_of(path: str) -> str | None:
-    """The architecture named by a ``.gguf`` file or a Hugging Face directory (None when neither says)."""
-    path = str(path)
-    if path.endswith(".gguf"):
-        from .gguf import read_gguf
-
-        return str(read_gguf(path).meta.get("general.architecture"))
-    cfg = os.path.join(path, "config.json")
-    if os.path.isfile(cfg):
-        with open(cfg) as fh:
-            return json.load(fh).get("model_type")
-    return None
-
-
 def decoder_class(path: str):
-    """The decoder class of the model at ``path``."""
-    if family_of(path) in GEMMA3:
-        from .gemma3 import Gemma3Decoder
-
-        return Gemma3Decoder
-    from .decoder import Decoder
-
-    return Decoder
+    """The decoder class of the model at ``path``: the one registered for its family (``Decoder.by_family``)."""
+    return Decoder.by_family.get(family_of(path), Decoder)

@@ -43,7 +43,7 @@ def spec_from_hf_config(cfg: dict, name: str = "hf") -> ModelSpec:
     """The ``oasis_core`` spec of a Hugging Face Qwen3 / Llama ``config.json`` (a dense model), or a Gemma 3 one
     (``oasis_exec.model.gemma3``)."""
     if cfg.get("model_type") in ("gemma3_text", "gemma3"):
-        from .gemma3 import spec_from_hf_config as gemma3_spec
+        from .gemma3_files import spec_from_hf_config as gemma3_spec
 
         return gemma3_spec(cfg, name)[0]
     n_q = cfg["num_attention_heads"]
@@ -185,6 +185,13 @@ class Decoder:
     (``ExecConfig.fused_ops``). ``fused=False`` (default) is the plain torch code, the reference.
     """
 
+    families: tuple = ("llama", "qwen3", "qwen2", "mistral")  # the architectures this class loads
+    by_family: dict = {}  # architecture -> the subclass that loads it (registered as each is defined)
+
+    def __init_subclass__(cls, **kw):
+        super().__init_subclass__(**kw)
+        Decoder.by_family.update(dict.fromkeys(cls.families, cls))
+
     def __init__(self, shape: ModelSpec, weights: dict, dtype=torch.bfloat16, fused: bool = False, tp=None):
         self.full_shape, self.tp = shape, tp  # tp: an oasis_exec.model.tensor_parallel.TPGroup, or None (one rank)
         if tp is not None:  # this rank's heads and MLP columns: ``shape`` is then the local one
@@ -236,10 +243,9 @@ class Decoder:
 
     @staticmethod
     def from_path(path: str, dtype=torch.bfloat16, device="cpu", fused: bool = False, tp=None) -> "Decoder":
-        """A real model from a ``.gguf`` file or a Hugging Face directory (``oasis_exec.model.archs`` picks the family)."""
-        from .archs import decoder_class
-
-        cls = decoder_class(path)
+        """A real model from a ``.gguf`` file or a Hugging Face directory: the class registered for its family
+        (``Decoder.by_family``, filled by the subclasses' ``families``; ``oasis_exec.model.archs``)."""
+        cls = Decoder.by_family.get(family_of(path), Decoder)
         if cls is not Decoder:
             return cls.from_path(path, dtype, device, fused, tp)
         if str(path).endswith(".gguf"):
@@ -366,3 +372,17 @@ def read_hf_config(model_dir: str):
         raise ModelFileError(f"{path}: {e.args[0]}: missing required field") from None
     except (TypeError, ValueError, ZeroDivisionError) as e:
         raise ModelFileError(f"{path}: a field has the wrong type or value: {show(str(e), 200)}") from None
+
+
+def family_of(path: str) -> str | None:
+    """The architecture named by a ``.gguf`` file or a Hugging Face directory (None when neither says)."""
+    path = str(path)
+    if path.endswith(".gguf"):
+        from .gguf import read_gguf
+
+        return str(read_gguf(path).meta.get("general.architecture"))
+    cfg = os.path.join(path, "config.json")
+    if os.path.isfile(cfg):
+        with open(cfg) as fh:
+            return json.load(fh).get("model_type")
+    return None

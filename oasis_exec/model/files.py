@@ -48,3 +48,7 @@ def load_safetensors_file(path: str) -> dict:
         raise ModelFileError(f"{path}: cannot read: {e.strerror or type(e).__name__}") from None
     except Exception as e:  # noqa: BLE001 - SafetensorError, a Rust panic (BaseException subclasses are not caught)
         raise ModelFileError(f"{path}: not a valid .safetensors file ({' '.join(str(e).split())[:120]})") from None
+
+
+class GGUFError(ValueError):
+    """A GGUF file this loader cannot run correctly (unsupported architecture, RoPE scaling, ...)."""

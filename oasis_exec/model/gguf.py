@@ -25,6 +25,8 @@ import torch
 
 from oasis_core.specs import ModelSpec
 
+from .files import GGUFError  # noqa: F401  (re-exported: callers catch it here)
+
 SMOLLM2_FILE = "SmolLM2-135M-Instruct.Q4_1.gguf"
 ARCHS = ("llama", "qwen3", "gemma3")  # gemma3: oasis_exec.model.gemma3
 
@@ -46,10 +48,6 @@ _TOP = {
     "output_norm.weight": "model.norm.weight",
     "output.weight": "lm_head.weight",
 }
-
-
-class GGUFError(ValueError):
-    """A GGUF file this loader cannot run correctly (unsupported architecture, RoPE scaling, ...)."""
 
 
 def smollm2_path() -> str:
@@ -132,7 +130,7 @@ def read_gguf(path: str) -> GGUFModel:
 
     names = {t.name for t in rd.tensors}
     if arch == "gemma3":
-        from .gemma3 import spec_from_gguf_meta
+        from .gemma3_files import spec_from_gguf_meta
 
         vocab = meta.get(f"{arch}.vocab_size") or len(rd.fields["tokenizer.ggml.tokens"].data)
         spec, extra = spec_from_gguf_meta(meta, names, vocab, path)
@@ -190,7 +188,7 @@ def load_gguf_weights(model: GGUFModel, dtype=torch.float32, device="cpu") -> di
 
     s, arch = model.spec, model.meta["general.architecture"]
     if arch == "gemma3":
-        from .gemma3 import load_gguf_gemma3
+        from .gemma3_files import load_gguf_gemma3
 
         return load_gguf_gemma3(model, dtype, device)
     w = {}

@@ -312,8 +312,9 @@ class ModelExec:
             if full_hi > full_lo:
                 kb = keys[:, full_lo * bs : full_hi * bs].reshape(H, full_hi - full_lo, bs, D)
                 if st.kmin is not None:
-                    st.kmin[l, ch.lane, :, full_lo:full_hi] = kb.amin(2)
-                    st.kmax[l, ch.lane, :, full_lo:full_hi] = kb.amax(2)
+                    a, b = ops.block_summaries(kb, self.cfg.block_score)
+                    st.kmin[l, ch.lane, :, full_lo:full_hi] = a
+                    st.kmax[l, ch.lane, :, full_lo:full_hi] = b
                 if sparse and not short_lane:
                     vb = vals[:, full_lo * bs : full_hi * bs].reshape(H, full_hi - full_lo, bs, D)
                     phys = torch.tensor(self.lane_blocks[ch.lane][full_lo:full_hi])
@@ -386,6 +387,7 @@ class ModelExec:
                 st.kmax[l],
                 torch.tensor([nb], dtype=torch.int32, device=dev),
                 lane.to(torch.int32),
+                self.cfg.block_score,
             )
             pred = topk_blocks(scores.view(H, -1), self.K, torch.full((H,), nb, device=dev))  # [H, K]
             plan = initial_plan(pred, step=0, slots=st.S)  # the first K slots; a hot cache's others start empty
@@ -607,6 +609,7 @@ class ModelExec:
             s.item_len,
             st.kmin[l].view(-1, st.P, st.D),
             st.kmax[l].view(-1, st.P, st.D),
+            self.cfg.block_score,
         )
         return attn
 
@@ -654,7 +657,7 @@ class ModelExec:
         """Layer ``l``'s summaries of the items' blocks (``ops.summary_update``: exact for their valid tokens)."""
         st = self.store
         kmin, kmax = st.kmin[l].view(-1, st.NB, st.D), st.kmax[l].view(-1, st.NB, st.D)
-        ops.summary_update(st.k[l], item_src, item_row, item_blk, item_len, kmin, kmax)
+        ops.summary_update(st.k[l], item_src, item_row, item_blk, item_len, kmin, kmax, self.cfg.block_score)
 
     def _offload_items(self, lanes):
         """The crossing lanes' copy items, the same in every layer: the slots of their rows' blocks 0 .. K (block j
@@ -696,7 +699,9 @@ class ModelExec:
         (always run, so synthetic runs pay for it), then taken from the selection source (``synthetic_topk``: the
         top-K of the scores is run for synthetic sets too, as selection=model runs it)."""
         st = self.store
-        scores = ops.block_score(qsel.contiguous(), st.kmin[l], st.kmax[l], n_blocks.to(torch.int32), lanes32)
+        scores = ops.block_score(
+            qsel.contiguous(), st.kmin[l], st.kmax[l], n_blocks.to(torch.int32), lanes32, self.cfg.block_score
+        )
         B = qsel.shape[0]
         rows = scores.view(B * self.H, -1)
         if src is not None:

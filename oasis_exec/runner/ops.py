@@ -31,8 +31,13 @@ def paged_attn(q, k_cache, v_cache, block_table, seq_lens):
     return out[0] if isinstance(out, tuple) else out
 
 
-def block_score(q, kmin, kmax, n_blocks, seat=None):
-    """Scores [B, Hkv, Nmax] fp32, -inf where not eligible (local block and beyond)."""
+def block_score(q, kmin, kmax, n_blocks, seat=None, scorer: str = "minmax"):
+    """Scores [B, Hkv, Nmax] fp32, -inf where not eligible (local block and beyond). ``scorer``
+    (``oasis_core.block_scorers``; ``ExecConfig.block_score``): ``kmin`` / ``kmax`` hold that scorer's summaries."""
+    if scorer != "minmax":
+        from oasis_kernels import block_scorers as bsc
+
+        return (bsc.block_score_any if _cuda(q) else bsc.block_score_any_ref)(q, kmin, kmax, n_blocks, scorer, seat)
     if _cuda(q):
         from oasis_kernels.block_score import block_score as k
 
@@ -66,7 +71,28 @@ def attend_slots(resident, last_sel, rows, k, W):
     return attend_slots_ref(resident, last_sel, rows, k, W)
 
 
-def summary_update(k_src, src, dst_row, dst_block, n_valid, kmin, kmax):
+def summary_update(k_src, src, dst_row, dst_block, n_valid, kmin, kmax, scorer: str = "minmax"):
+    """Each item's block summarised for ``scorer`` into ``kmin`` / ``kmax`` (its two summary vectors)."""
+    if scorer != "minmax":
+        from oasis_core.block_scorers import get_scorer
+
+        if _cuda(k_src):
+            from oasis_kernels import block_scorers as bsc
+
+            return bsc.summary_update_any(k_src, src, dst_row, dst_block, n_valid, kmin, kmax, scorer)
+        if get_scorer(scorer).summary != "minmax":  # vectorised torch equivalent of bsc.summary_moments_ref
+            ok = (src >= 0) & (n_valid > 0)
+            src, row, blk, nv = src[ok].long(), dst_row[ok].long(), dst_block[ok].long(), n_valid[ok].long()
+            keys = k_src[src].float()  # [M, bs, D]
+            valid = (torch.arange(keys.shape[1], device=keys.device) < nv[:, None])[:, :, None]
+            cnt = nv[:, None].float()
+            mean = keys.masked_fill(~valid, 0.0).sum(1) / cnt
+            second = mean
+            if get_scorer(scorer).summary == "meanstd":
+                second = ((keys - mean[:, None]).masked_fill(~valid, 0.0).pow(2).sum(1) / cnt).sqrt()
+            kmin[row, blk] = mean.to(kmin.dtype)
+            kmax[row, blk] = second.to(kmax.dtype)
+            return
     if _cuda(k_src):
         from oasis_kernels.summary_update import summary_update as k
 
@@ -80,6 +106,17 @@ def summary_update(k_src, src, dst_row, dst_block, n_valid, kmin, kmax):
     valid = (torch.arange(keys.shape[1]) < n_valid[:, None])[:, :, None]
     kmin[dst_row, dst_block] = keys.masked_fill(~valid, float("inf")).amin(1).to(kmin.dtype)
     kmax[dst_row, dst_block] = keys.masked_fill(~valid, float("-inf")).amax(1).to(kmax.dtype)
+
+
+def block_summaries(kb, scorer: str = "minmax"):
+    """Summaries of whole blocks for ``scorer``: kb [..., n, bs, D] -> (a, b), each [..., n, D] (fp32 math, no sync)."""
+    if scorer == "minmax":
+        return kb.amin(-2), kb.amax(-2)
+    from oasis_core.block_scorers import build
+
+    *lead, n, bs, d = kb.shape
+    a, b = build(kb.float().reshape(*lead, n * bs, d), bs, scorer)
+    return a.to(kb.dtype), b.to(kb.dtype)
 
 
 def kv_write(k_new, v_new, k_cache, v_cache, row, off, fused: bool = True):

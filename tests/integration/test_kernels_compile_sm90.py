@@ -18,6 +18,7 @@ from sm90_compile import compile_sm90
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 KERNEL_TESTS = [
     "tests/unit/test_kernels_block_score.py",
+    "tests/unit/test_kernels_block_scorers.py",
     "tests/unit/test_kernels_fused_ops.py",
     "tests/unit/test_kernels_gather.py",
     "tests/unit/test_kernels_gather_tma.py",
@@ -33,6 +34,8 @@ KERNEL_TESTS = [
 KERNELS = {  # every kernel of the executor's decode step, its fetches and write-backs
     "oasis_kernels.attend_slots.attend_slots_kernel",
     "oasis_kernels.block_score.block_score_kernel",
+    "oasis_kernels.block_scorers.block_score_any_kernel",
+    "oasis_kernels.block_scorers.summary_moments_kernel",
     "oasis_kernels.fused_ops.rms_norm_kernel",
     "oasis_kernels.fused_ops.qk_norm_rope_kernel",
     "oasis_kernels.fused_ops.silu_mul_kernel",

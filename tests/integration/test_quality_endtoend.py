@@ -12,6 +12,7 @@ import math
 import pytest
 import torch
 
+from oasis_core.block_scorers import DEFAULT_SCORER
 from oasis_exec.tools.quality import endtoend as E
 
 pytestmark = pytest.mark.usefixtures("one_torch_thread")
@@ -427,3 +428,19 @@ def test_the_command_tiny(smol, tmp_path, capsys):
     assert set(la["passkey"]) == {"passkey@0.5#0"} and d["passkey_acc"] in (0.0, 1.0)
     printed = capsys.readouterr().out
     assert "lookahead K=0.25 f=0.05 head" in printed and "random" in printed
+
+
+def test_block_scores_run_every_selecting_variant_once_per_scorer_and_reach_the_engine():
+    v = E.variants(["dense", "retrieval", "lookahead"], [0.125], [0.05], block_scores=[DEFAULT_SCORER, "gauss"])
+    assert [x.label for x in v] == [
+        "dense",
+        "lookahead K=0.125 f=0.05 head",
+        "lookahead K=0.125 f=0.05 head score=gauss",
+        "retrieval K=0.125",
+        "retrieval K=0.125 score=gauss",
+    ]
+    assert E.variants() == E.variants(block_scores=(DEFAULT_SCORER,))  # the engine's default scorer
+    task = E.Task("ppl", "t", list(range(100)), 8, forced=[0] * 8)
+    kw = dict(model_path="m.gguf", device="cpu", dtype="float32")
+    assert E.exec_config(v[4], 256, [task], **kw).block_score == "gauss"
+    assert E.exec_config(v[0], 256, [task], **kw).block_score == DEFAULT_SCORER

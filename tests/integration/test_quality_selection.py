@@ -270,3 +270,25 @@ def test_traffic_capped_below_unlimited():
     assert capped.fetch_blocks_per_row <= 2 + 1e-9  # ceil(0.05 * 32)
     assert free.fetch_blocks_per_row > capped.fetch_blocks_per_row
     assert free.bytes_per_request == pytest.approx(free.fetch_blocks_per_row * 2 * 2 * 16 * 2 * 128 * 2)
+
+
+def test_block_scores_side_by_side(tiny):
+    """--block-scores: minmax reproduces the harness's own figures; at K = every block every scorer holds all the
+    mass and the correct draft agrees fully; no scorer beats the best K blocks."""
+    dec, tokens, _, _ = tiny
+    scorers = ("minmax", "minmax_sum", "mean", "gauss+sink")
+    out = measure_tokens(
+        dec,
+        tokens.tolist(),
+        Setup(block_size=8, k_fracs=(0.25, 1.0), positions=6, drafts=("oracle",), block_scores=scorers),
+    )
+    for r in out:
+        assert set(r["scorers"]) == set(scorers)
+        for s in ("mass", "recall", "proxy", "adjacent"):
+            assert r["scorers"]["minmax"][s] == pytest.approx(r["mean"][s], abs=1e-9)
+        for sc, v in r["scorers"].items():
+            assert v["mass"] <= v["best"] + 1e-6, sc
+            assert len(r["scorers_per_layer"][sc]["lookahead"]) == TINY.n_layers
+    for sc, v in out[1]["scorers"].items():
+        assert v["mass"] == pytest.approx(1.0) and v["lookahead"] == pytest.approx(1.0), sc
+    assert len({round(v["mass"], 9) for v in out[0]["scorers"].values()}) > 1  # the scorers do differ at K = 25%

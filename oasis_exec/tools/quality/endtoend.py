@@ -49,6 +49,9 @@ With ``--host-kv-dtype auto fp8_e4m3`` every sparse variant (retrieval, proxy, l
 ``--full-k-check`` its K = every block rows too, which isolate fp8's own cost) runs with each host copy of K and V,
 one right after the other (``ExecConfig.host_kv_dtype``; the fp8 one is quantized per (block, head) and dequantized
 as it is fetched: ``oasis_exec.kv.host_quant``); each row records its ``host_kv_dtype`` (label suffix ``host=fp8``).
+With ``--block-scores A B ...`` every variant of a selecting mode (quest, retrieval, proxy, lookahead, hisparse) runs
+once per block scorer (``ExecConfig.block_score``, ``oasis_core.block_scorers``), one right after the other; each row
+records its ``block_score`` (label suffix ``score=NAME`` for a scorer other than the engine's default).
 """
 
 from __future__ import annotations
@@ -67,6 +70,7 @@ from dataclasses import asdict, dataclass, field
 import torch
 
 from oasis_core import provenance
+from oasis_core.block_scorers import DEFAULT_SCORER, SCORERS
 from oasis_core.geometry import HOST_KV_DTYPES
 from oasis_core.modes import get as get_mode
 
@@ -110,6 +114,7 @@ class Variant:
     only_n: int | None = None  # run in this group only (the full-K check)
     fetch_policy: str | None = None  # proxy / lookahead: a fetch-cap policy spec (get_policy) instead of the ratio
     host_kv_dtype: str = "auto"  # the sparse modes' host copy (ExecConfig.host_kv_dtype): auto | fp8_e4m3
+    block_score: str = DEFAULT_SCORER  # the selecting modes' block scorer (ExecConfig.block_score)
 
     @property
     def label(self) -> str:
@@ -124,6 +129,8 @@ class Variant:
             s += f" {self.draft}"
         if self.host_kv_dtype != "auto":
             s += " host=fp8" if self.host_kv_dtype == "fp8_e4m3" else f" host={self.host_kv_dtype}"
+        if self.block_score != DEFAULT_SCORER:
+            s += f" score={self.block_score}"
         return s
 
     def k_of(self, n_tokens: int, block_size: int) -> int:
@@ -143,6 +150,7 @@ def variants(
     full_k_at: int | None = None,
     fetch_policies=(),
     host_kv_dtypes=("auto",),
+    block_scores=(DEFAULT_SCORER,),
 ) -> list:
     """The variants in run order: dense; with ``full_k_at`` (a group's N) every sparse mode at K = every block of
     that group (it must equal dense up to float rounding: a check of the path, not a measurement); then per fetch
@@ -155,8 +163,13 @@ def variants(
     it."""
     out = _variants(modes, k_fracs, fetch_ratios, drafts, top_k, full_k_at, fetch_policies)
     dts = list(host_kv_dtypes or ("auto",))
+    out = [dataclasses.replace(v, host_kv_dtype=d) for v in out for d in (dts if get_mode(v.mode).sparse else ["auto"])]
+    # --block-scores: every variant of a selecting mode once per scorer, one after the other (default: minmax alone)
+    scs = list(block_scores or (DEFAULT_SCORER,))
     return [
-        dataclasses.replace(v, host_kv_dtype=d) for v in out for d in (dts if get_mode(v.mode).sparse else ["auto"])
+        dataclasses.replace(v, block_score=s)
+        for v in out
+        for s in (scs if get_mode(v.mode).selects else [v.block_score])
     ]
 
 
@@ -661,6 +674,7 @@ def exec_config(
         fetch_ratio=v.fetch_ratio or 0.05,
         fetch_policy=v.fetch_policy,
         host_kv_dtype=v.host_kv_dtype if get_mode(v.mode).sparse else "auto",
+        block_score=v.block_score,
         block_size=block_size,
         max_context=max(ctx, n_tokens),
         max_lanes=len(tasks),
@@ -919,6 +933,16 @@ def add_command(sub) -> None:
         "fp8_e4m3 (per-(block, head) scales, dequantized as it is fetched); several: every sparse variant once per "
         "dtype, one after the other (each row records its host_kv_dtype)",
     )
+    p.add_argument(
+        "--block-scores",
+        nargs="+",
+        default=[DEFAULT_SCORER],
+        choices=SCORERS,
+        metavar="SCORER",
+        help="the selecting variants' block scorer (ExecConfig.block_score: "
+        + ", ".join(SCORERS)
+        + "); several: every such variant once per scorer (label suffix score=...)",
+    )
     p.add_argument("--k-fracs", nargs="+", type=float, default=list(K_FRACS), help="K as a fraction of N's blocks")
     p.add_argument("--top-k", type=int, default=None, help="absolute K instead of --k-fracs")
     p.add_argument(
@@ -1078,6 +1102,7 @@ def run(args) -> int:
         args.full_k_check,
         args.fetch_policies,
         args.host_kv_dtype,
+        getattr(args, "block_scores", None) or [DEFAULT_SCORER],
     )
     head = (
         {"path": args.draft_path, "weights": "trained", "sha256": _dir_sha(args.draft_path)}
@@ -1117,6 +1142,7 @@ def run(args) -> int:
             "fetch_ratios": args.fetch_ratios,
             "fetch_policies": args.fetch_policies,
             "host_kv_dtypes": args.host_kv_dtype,
+            "block_scores": getattr(args, "block_scores", None) or [DEFAULT_SCORER],
             "modes": args.modes,
             "full_k_check": args.full_k_check,
             "ppl_tokens": args.ppl_tokens,

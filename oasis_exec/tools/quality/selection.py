@@ -61,6 +61,7 @@ import numpy as np
 import torch
 
 from oasis_core import provenance
+from oasis_core.block_scorers import SCORERS
 from oasis_core.scoring import build_summaries, num_blocks, score_blocks, topk_blocks
 
 from ...model.gguf import sha256_file
@@ -68,6 +69,7 @@ from . import metrics
 from .draft_pass import DraftPass, dense_mask, resident_mask
 from .drafts import ALL_DRAFTS, DRAFTS, draft_tokens
 from .generation import GENERATE
+from .scorer_stats import SCORER_STATS, LayerScorers
 from .texts import TEXTS
 
 POLICY_STATS = ("mass", "recall", "fetch", "missing")
@@ -89,6 +91,7 @@ class Setup:
     k_blocks: tuple = ()  # K in blocks (replaces k_fracs when given; clamped to the blocks - 1)
     oracle_next: bool = False  # generation: the oracle draft is the token the target produced at t + 1
     report_layers: tuple = ()  # layers whose statistics the means and per-layer lists keep (default: all)
+    block_scores: tuple = ()  # block scorers measured side by side (scorer_stats.py); the correct draft per scorer
 
 
 @dataclass(frozen=True)
@@ -283,8 +286,14 @@ def measure_tokens(dec, tokens, setup: Setup, head=None, progress=None, attn_hea
         fracs = list(setup.k_fracs)
     # Draft variants: each draft densely, and through the resident set of each K.
     variants = [(d, None) for d in setup.drafts] + [(d, k) for k in ks for d in setup.drafts]
-    rows = torch.cat([dtok[d] for d, _ in variants])
-    dp = DraftPass(dec, rows, (ts + 1).repeat(len(variants)))
+    # Per block scorer and K: the correct draft (the text's token) through that scorer's T_t (scorer_stats.py), and
+    # the trained head's when it is measured ("lookahead_eagle3").
+    sc_vars = [(sc, k) for sc in setup.block_scores for k in ks]
+    sc_drafts = [("lookahead", truth)] + ([("lookahead_eagle3", dtok["eagle3"])] if "eagle3" in dtok else [])
+    sc_acc = {v: {x: [] for x in (*SCORER_STATS, *(n for n, _ in sc_drafts))} for v in sc_vars}
+    sc_rows = [(v, name) for name, _ in sc_drafts for v in sc_vars]
+    rows = torch.cat([dtok[d] for d, _ in variants] + [t for _, t in sc_drafts for _ in sc_vars])
+    dp = DraftPass(dec, rows, (ts + 1).repeat(len(variants) + len(sc_rows)))
     ts_d = ts.to(dev)
     nb_t, nb_t1 = ts_d // bs + 1, (ts_d + 1) // bs + 1
     n_ctx = int(ts[-1]) + 1
@@ -333,7 +342,18 @@ def measure_tokens(dec, tokens, setup: Setup, head=None, progress=None, attn_hea
             dense_mask(ts_d, n_ctx).expand(-1, hkv, -1) if k is None else resident_mask(resident[k], ts_d, n_ctx, bs)
             for _, k in variants
         ]
+        sc_sets, sc_masks = {}, {}
+        if sc_vars:
+            lsc = LayerScorers(setup.block_scores, k_l, bs)
+            for v in sc_vars:
+                st, tc_s, sc_sets[v] = lsc.stats(*v, trace.q_cur[li], trace.q_next[li], mass, ts_d)
+                for x in SCORER_STATS:
+                    sc_acc[v][x].append(st[x])
+                sc_masks[v] = resident_mask(tc_s, ts_d, n_ctx, bs)
+            masks += [sc_masks[v] for v, _ in sc_rows]
         qd = dp.layer(li, k_l[:n_ctx], v_l[:n_ctx], torch.cat(masks))
+        for vi, (v, name) in enumerate(sc_rows, start=len(variants)):
+            sc_acc[v][name].append(lsc.agreement(*v, qd[vi * p_ : (vi + 1) * p_], sc_sets[v], ts_d))
         for vi, (d, k) in enumerate(variants):
             qv = qd[vi * p_ : (vi + 1) * p_]
             for kk in ks if k is None else [k]:
@@ -371,6 +391,11 @@ def measure_tokens(dec, tokens, setup: Setup, head=None, progress=None, attn_hea
         )
         if setup.policies:
             out[-1]["policies"] = policy_replay(setup, pol[k], masses, (ts_d + 1) // bs, len(keep))
+        if sc_vars:
+            out[-1]["scorers"] = {
+                sc: {x: float(np.mean(v)) for x, v in sc_acc[(sc, k)].items()} for sc in setup.block_scores
+            }
+            out[-1]["scorers_per_layer"] = {sc: sc_acc[(sc, k)] for sc in setup.block_scores}
     return out
 
 
@@ -487,6 +512,7 @@ def average(results: list[dict]) -> dict:
         "per_layer": per_layer,
         "drafts": drafts,
         **({"policies": _mean_tree([r["policies"] for r in results])} if "policies" in r0 else {}),
+        **({"scorers": _mean_tree([r["scorers"] for r in results])} if "scorers" in r0 else {}),
     }
 
 
@@ -545,6 +571,26 @@ def table(doc: dict) -> str:
         lines.append(row(n, "mean", avg))
     if any("policies" in avg for avg in doc["average"].values()):
         lines += ["", policy_table(doc)]
+    if any("scorers" in avg for avg in doc["average"].values()):
+        lines += ["", scorer_table(doc)]
+    return "\n".join(lines)
+
+
+def scorer_table(doc: dict) -> str:
+    """Per length, K and block scorer (mean over texts and layers), %: mass (+ local block), best-K mass, recall of the
+    best K, proxy and adjacent agreement, the correct draft's lookahead agreement (through the scorer's own T_t)."""
+    lines = [
+        "block scorers, % (mean over texts and layers; correct draft = the text's next token)",
+        f"{'N':>5} {'K':>5} {'scorer':<15} | {'mass':>5} {'best':>5} {'recl':>5} {'proxy':>5} {'adj':>5} {'look':>5}"
+        " (look: correct draft; then the trained head's, when measured)",
+    ]
+    for avg in doc["average"].values():
+        for sc, v in avg.get("scorers", {}).items():
+            lines.append(
+                f"{avg['n_tokens_requested']:>5} {avg['k']:>5.1f} {sc:<15} | {_pct(v['mass'])} {_pct(v['best'])} "
+                f"{_pct(v['recall'])} {_pct(v['proxy'])} {_pct(v['adjacent'])} {_pct(v['lookahead'])}"
+                + (f" {_pct(v['lookahead_eagle3'])}" if "lookahead_eagle3" in v else "")
+            )
     return "\n".join(lines)
 
 
@@ -658,6 +704,16 @@ def add_command(sub) -> None:
         metavar="JSON",
         help="measure nothing: fit the averages of an earlier "
         "result file again and write it to --out (default: in place)",
+    )
+    p.add_argument(
+        "--block-scores",
+        nargs="+",
+        default=[],
+        choices=SCORERS,
+        metavar="SCORER",
+        help="also measure these block scorers side by side (oasis_core.block_scorers: "
+        + ", ".join(SCORERS)
+        + "): mass, best-K mass, recall, proxy, adjacent and the correct draft's lookahead agreement, per scorer",
     )
     p.add_argument(
         "--policies",
@@ -854,6 +910,7 @@ def run(args) -> int:
         k_blocks=tuple(args.k_blocks or ()),
         oracle_next=args.generate != "none",
         report_layers=tuple(args.report_layers or ()),
+        block_scores=tuple(getattr(args, "block_scores", ()) or ()),
     )
     try:
         from tqdm import tqdm
@@ -937,6 +994,7 @@ def run(args) -> int:
             "seed": setup.seed,
             "n_tokens": args.n_tokens,
             "texts": args.texts + args.token_texts,
+            **({"block_scores": list(setup.block_scores)} if setup.block_scores else {}),
             **(
                 {
                     "policies": list(setup.policies),

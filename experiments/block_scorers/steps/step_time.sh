@@ -1,0 +1,42 @@
+# Issue 38: what each block scorer costs on the H200, at the headline shape (dummy Qwen3-8B, 16K x 44, lookahead,
+# top-K 128, fetch 0.05, 52 GB, synthetic selection of the smollm2 preset: every kernel, the scoring included, runs
+# for real; only the chosen ids come from the generator). No model pieces needed; nothing to carry.
+#   OASIS_COMMIT=<sha> bash experiments/device.sh block_scorers/step_time     (one call, ~8 min)
+# 1. the new kernels' tests compiled for the GPU (tests/unit/test_kernels_block_scorers.py: CUDA when present)
+#                                                                                -> pytest_gpu.txt
+# 2. the scoring kernel alone per scorer, 44 requests x 16K, 32 q / 8 KV heads, D 128 (one layer)
+#                                                                                -> kernel.jsonl
+# 3. the decode step per scorer (bench: tok/s, TPOT; same seed and selections), minmax first and last (drift check)
+#                                                                                -> bench.jsonl, bench_*.log
+# 4. kernel profiles of the step, minmax against minmax_sum+sink, the default since issue 38 (the score kernel's share)
+#                                                                                -> profile_*.txt, profile.jsonl
+DEADLINE_S=${DEADLINE_S:-540}
+SYN=${SYN:-'{"preset": "smollm2"}'}
+SCORERS=${SCORERS:-"minmax minmax_sum+sink mean+sink gauss+sink minmax_sum"}
+say "1. kernel tests on the GPU"
+timeout -k 5 120 $PY -m pytest -q -n 0 tests/unit/test_kernels_block_scorers.py tests/unit/test_kernels_block_score.py \
+  > "$OUT/pytest_gpu.txt" 2>&1; say "pytest rc=$? $(tail -1 "$OUT/pytest_gpu.txt")"
+say "2. the scoring kernel alone"
+timeout -k 5 120 $PY - "$SCORERS" > "$OUT/kernel.jsonl" 2> "$OUT/kernel.err" <<'PY'
+import json, sys
+from oasis_kernels.block_scorers import bench_block_score_any
+for s in sys.argv[1].split():
+    print(json.dumps(bench_block_score_any(s, batch=44, n_q_heads=32, n_kv_heads=8, head_dim=128, context=16384)))
+PY
+say "kernel rc=$? $(cat "$OUT/kernel.jsonl" | cut -c1-160)"
+BENCH=(-m oasis_exec bench --context 16384 --kv-budget-gb 52 --selection synthetic --synthetic "$SYN" --no-host-fill
+  --transfer auto --top-k 128 --steps 24 --warmup 4 --mode lookahead --concurrency 44 --max-lanes 44)
+say "3. the step at 16K x 44 per scorer"
+for s in $SCORERS minmax; do
+  T=$(min 75 $(( $(left) - 150 ))); [ "$T" -lt 30 ] && { say "no time for bench $s"; continue; }
+  timeout -k 10 "$T" $PY "${BENCH[@]}" --block-score "$s" --out "$OUT/bench.jsonl" > "$OUT/bench_${s/+/_}.log" 2>&1
+  say "bench $s rc=$? $(tail -c 200 "$OUT/bench_${s/+/_}.log" | tr '\n' ' ')"
+done
+say "4. profiles"
+for s in minmax minmax_sum+sink; do
+  T=$(min 60 $(( $(left) - 10 ))); [ "$T" -lt 30 ] && { say "no time for profile $s"; continue; }
+  timeout -k 5 "$T" $PY experiments/decode_step_profile/step_profile.py --mode lookahead --context 16384 \
+    --concurrency 44 --kv-budget-gb 52 --no-host-fill --synthetic "$SYN" --top 30 --block-score "$s" \
+    --out "$OUT/profile.jsonl" > "$OUT/profile_${s/+/_}.txt" 2>&1 || say "profile $s failed"
+done
+say "done"
