@@ -32,10 +32,32 @@ from oasis_core.specs import ModelSpec
 from .decoder import Decoder, rope
 from .gemma3_files import (  # re-exported: the decoder's callers read them here too
     ARCH,
+    LOCAL_THETA,
+    PATTERN,
+    QUERY_PRE_ATTN_SCALAR,
     Gemma3Arch,
+    default_windows,
+    gemma3_path,
     load_gguf_gemma3,
+    spec_from_gguf_meta,
     spec_from_hf_config,
 )
+
+__all__ = [  # the decoder and what its callers read here (the file formats live in gemma3_files)
+    "ARCH",
+    "LOCAL_THETA",
+    "PATTERN",
+    "QUERY_PRE_ATTN_SCALAR",
+    "Gemma3Arch",
+    "Gemma3Decoder",
+    "default_windows",
+    "gemma3_path",
+    "hf_config",
+    "load_gguf_gemma3",
+    "random_weights",
+    "spec_from_gguf_meta",
+    "spec_from_hf_config",
+]
 
 
 def norm1p(x, w, eps):
