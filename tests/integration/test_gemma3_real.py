@@ -219,14 +219,12 @@ def test_server_openai_client_greedy_text_matches_transformers(gguf_path, hf_mod
     pytest.importorskip("fastapi")
     from server_proc import ServerProcess
 
-    from oasis_exec.model.gguf import read_gguf
-
-    name = read_gguf(gguf_path).name
+    name = os.path.splitext(os.path.basename(gguf_path))[0]  # the served id is the file's stem (issue 35)
     args = ["--model", gguf_path, "--device", "cpu", "--dtype", "float32", "--mode", "dense"]
     srv = ServerProcess(*args, "--max-context", "1024", "--max-lanes", "1", start_timeout_s=600)
     try:
         client = openai.OpenAI(base_url=f"{srv.base_url}/v1", api_key="unused", max_retries=0, timeout=300)
-        assert [m.id for m in client.models.list().data] == [name] == ["Gemma 3 270m"]
+        assert [m.id for m in client.models.list().data] == [name] == ["gemma-3-270m-q4_k_m"]
         prompt, n = "The GNU General Public License is a free, copyleft license for", 40
         ref = hf_greedy(hf_model, hf_tokenizer.encode(prompt), n, eos=True)
         want = hf_tokenizer.decode(ref, skip_special_tokens=True)
