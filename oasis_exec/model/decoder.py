@@ -244,7 +244,7 @@ class Decoder:
     @staticmethod
     def from_path(path: str, dtype=torch.bfloat16, device="cpu", fused: bool = False, tp=None) -> "Decoder":
         """A real model from a ``.gguf`` file or a Hugging Face directory: the class registered for its family
-        (``Decoder.by_family``, filled by the subclasses' ``families``; ``oasis_exec.model.archs``)."""
+        (``Decoder.by_family``, filled by the subclasses' ``families``; ``family_of`` reads it from the file)."""
         cls = Decoder.by_family.get(family_of(path), Decoder)
         if cls is not Decoder:
             return cls.from_path(path, dtype, device, fused, tp)
@@ -280,11 +280,7 @@ class Decoder:
             q, k, v = self.qkv(i, x, pos)
             qb, kb, vb = (t.view(B, T, t.shape[1], t.shape[2]) for t in (q, k, v))
             if cache is not None:
-                if len(cache) <= i:
-                    cache.append((kb, vb))
-                else:
-                    cache[i] = (torch.cat([cache[i][0], kb], 1), torch.cat([cache[i][1], vb], 1))
-                kb, vb = cache[i]
+                kb, vb = extend_cache(cache, i, kb, vb)
             attn = F.scaled_dot_product_attention(
                 qb.transpose(1, 2),
                 kb.transpose(1, 2).repeat_interleave(g, 1),
@@ -386,3 +382,13 @@ def family_of(path: str) -> str | None:
         with open(cfg) as fh:
             return json.load(fh).get("model_type")
     return None
+
+
+def extend_cache(cache: list, i: int, k, v):
+    """The reference forwards' per-layer cache: layer ``i``'s (k, v) [B, S, Hkv, D] with these positions appended
+    (the entry created on the first call), returned for attention."""
+    if len(cache) <= i:
+        cache.append((k, v))
+    else:
+        cache[i] = (torch.cat([cache[i][0], k], 1), torch.cat([cache[i][1], v], 1))
+    return cache[i]

@@ -29,7 +29,7 @@ import torch.nn.functional as F
 
 from oasis_core.specs import ModelSpec
 
-from .decoder import Decoder, rope
+from .decoder import Decoder, extend_cache, rope
 from .gemma3_files import (  # re-exported: the decoder's callers read them here too
     ARCH,
     LOCAL_THETA,
@@ -211,11 +211,7 @@ class Gemma3Decoder(Decoder):
             q, k, v = self.qkv(i, x, pos)
             qb, kb, vb = (t.view(B, T, t.shape[1], t.shape[2]) for t in (q, k, v))
             if cache is not None:
-                if len(cache) <= i:
-                    cache.append((kb, vb))
-                else:
-                    cache[i] = (torch.cat([cache[i][0], kb], 1), torch.cat([cache[i][1], vb], 1))
-                kb, vb = cache[i]
+                kb, vb = extend_cache(cache, i, kb, vb)
             S = kb.shape[1]
             qp = torch.arange(S - T, S, device=self.device)[:, None]
             kp = torch.arange(S, device=self.device)[None, :]

@@ -89,8 +89,7 @@ def test_hf_directory_loads_and_equals_transformers(tmp_path):
     transformers = pytest.importorskip("transformers")
     from gemma_cases import ARCH
 
-    from oasis_exec.model.archs import family_of
-    from oasis_exec.model.decoder import Decoder
+    from oasis_exec.model.decoder import Decoder, family_of
     from oasis_exec.model.gemma3 import Gemma3Decoder, hf_config
 
     cfg_d = hf_config(TINY_GEMMA, ARCH)
