@@ -13,7 +13,9 @@ import dataclasses
 import json
 import logging
 import os
+import signal
 import sys
+import threading
 
 from oasis_core import cliargs
 from oasis_core.cliargs import CliError, OneLineParser
@@ -170,14 +172,27 @@ def _out_of_memory(e: BaseException) -> bool:
     return isinstance(e, MemoryError) or (torch is not None and isinstance(e, torch.OutOfMemoryError))
 
 
+def _interrupted(signum, frame):
+    print("interrupted", file=sys.stderr, flush=True)
+    os._exit(130)
+
+
 def main(argv=None) -> int:
     """Every command; Ctrl-C (SIGINT) at any point, model loading included, ends it with one line and status 130,
     not a traceback (a running server first ends its requests, ``oasis_exec.server.lifecycle``)."""
+    # Until a command installs its own (the server's graceful shutdown), SIGINT ends the process at once: a
+    # KeyboardInterrupt raised inside a library while loading can come out wrapped (pydantic's SchemaError), so
+    # catching it is not enough.
+    main_thread = threading.current_thread() is threading.main_thread()  # signal handlers are its alone
+    before = signal.signal(signal.SIGINT, _interrupted) if main_thread else None
     try:
         return _main(argv)
     except KeyboardInterrupt:
         print("interrupted", file=sys.stderr)
         return 130
+    finally:
+        if main_thread:  # a caller's own handler back (tests call main in-process)
+            signal.signal(signal.SIGINT, before)
 
 
 def _main(argv=None) -> int:
