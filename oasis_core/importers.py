@@ -28,7 +28,7 @@ import numpy as np
 
 from .cliargs import one_line
 from .echo import clip, show
-from .trace import MAX_REQUEST_TOKENS, Request, Trace, TraceError, _show, _show_typed, save_trace
+from .trace import MAX_REQUEST_TOKENS, Trace, TraceError, TraceRequest, _show, _show_typed, save_trace
 
 MOONCAKE_BLOCK_TOKENS = 512
 MAX_TIMESTAMP_MS = 10**12  # ~31.7 years: a later Mooncake timestamp is corrupt
@@ -224,7 +224,7 @@ def import_mooncake(
         prompt, output = fit_context(n_in, n_out, max_context)
         ids = tuple(hash_ids[: -(-prompt // MOONCAKE_BLOCK_TOKENS)])
         requests.append(
-            Request(
+            TraceRequest(
                 id=index,
                 arrival_s=round(float(arrival), 6),
                 prompt_tokens=prompt,
@@ -337,7 +337,7 @@ def import_azure(
             continue
         prompt, output = fit_context(n_in, n_out, max_context)
         requests.append(
-            Request(id=index, arrival_s=round(float(arrival), 6), prompt_tokens=prompt, output_tokens=output)
+            TraceRequest(id=index, arrival_s=round(float(arrival), 6), prompt_tokens=prompt, output_tokens=output)
         )
     if not requests:
         raise TraceError(f"{path}: every request is longer than max_context = {max_context} (overflow='drop')")

@@ -45,10 +45,20 @@ class Mode:
     # the executor decodes it speculatively with ExecConfig.speculative_k > 0 (oasis_exec.runner.speculative): its verify
     # pass is written for the paged whole cache (dense) and for the background working set (lookahead)
     speculative: bool = False
+    # the executor's working-set family (oasis_exec.workingset.families.FAMILIES); "" = the one its flags imply
+    working_set: str = ""
 
     def __post_init__(self):
         if self.hot_cache and (self.whole_kv_on_gpu or self.background):
             raise ValueError(f"Mode {show(self.name)}: a hot cache is fetched on demand (sparse, not background)")
+
+    @property
+    def set_family(self) -> str:
+        """The executor's working-set family: ``paged`` (the whole KV on the GPU), ``hot_cache`` (hisparse),
+        ``resident`` (the other sparse modes), unless ``working_set`` names another."""
+        if self.working_set:
+            return self.working_set
+        return "paged" if self.whole_kv_on_gpu else "hot_cache" if self.hot_cache else "resident"
 
     @property
     def sparse(self) -> bool:

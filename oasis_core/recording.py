@@ -29,9 +29,9 @@ from .geometry import HOST_KV_DTYPES
 from .modes import MODES
 from .trace import (
     MAX_REQUEST_TOKENS,
-    Request,
     Trace,
     TraceError,
+    TraceRequest,
     _int_field,
     _key,
     _number_field,
@@ -356,7 +356,8 @@ def label(config: Mapping[str, Any]) -> str:
 def closed_loop_requests(concurrency: int, context: int, output_tokens: int) -> tuple:
     """The bench workload: ``concurrency`` requests of ``context`` prompt tokens, all arriving at t = 0."""
     return tuple(
-        Request(id=i, arrival_s=0.0, prompt_tokens=context, output_tokens=output_tokens) for i in range(concurrency)
+        TraceRequest(id=i, arrival_s=0.0, prompt_tokens=context, output_tokens=output_tokens)
+        for i in range(concurrency)
     )
 
 
@@ -364,7 +365,7 @@ def build_recording(
     config: Mapping[str, Any],
     results: Mapping[str, Any],
     meta: Optional[Mapping] = None,
-    requests: Optional[Sequence[Request]] = None,
+    requests: Optional[Sequence[TraceRequest]] = None,
     source: str = "<recording>",
 ) -> Recording:
     """Assemble and validate a recording. ``requests`` default to the closed-loop bench workload (config

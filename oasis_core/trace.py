@@ -152,7 +152,7 @@ def _check_request_values(id, arrival_s, prompt_tokens, output_tokens, prefix_bl
     return id, arrival_s, prompt_tokens, output_tokens, ids, prefix_block_tokens
 
 
-def _check_order(requests: Sequence["Request"]) -> None:
+def _check_order(requests: Sequence["TraceRequest"]) -> None:
     """Arrivals non-decreasing, ids unique; raises _Problem("requests[i].<field>", ...)."""
     seen: Dict[int, int] = {}
     for i, r in enumerate(requests):
@@ -171,7 +171,7 @@ def _check_order(requests: Sequence["Request"]) -> None:
 
 
 @dataclass(frozen=True)
-class Request:
+class TraceRequest:
     """One request of a workload.
 
     ``arrival_s`` is seconds since the start of the trace. ``prefix_block_ids`` (optional) names the prompt's
@@ -197,7 +197,7 @@ class Request:
                 self.prefix_block_tokens,
             )
         except _Problem as p:
-            raise ValueError(f"Request.{p.where}: {p.text}") from None
+            raise ValueError(f"TraceRequest.{p.where}: {p.text}") from None
         for name, value in zip(
             ("id", "arrival_s", "prompt_tokens", "output_tokens", "prefix_block_ids", "prefix_block_tokens"), values
         ):
@@ -226,7 +226,7 @@ class Trace:
     """A workload (requests in arrival order, unique ids) plus optional free-form ``meta`` (provenance),
     ``config`` (the configuration it runs with) and ``results`` (measurements recorded by a run)."""
 
-    requests: Tuple[Request, ...]
+    requests: Tuple[TraceRequest, ...]
     meta: Optional[Dict[str, Any]] = None
     config: Optional[Dict[str, Any]] = None
     results: Optional[Dict[str, Any]] = None
@@ -238,8 +238,8 @@ class Trace:
             if not requests:
                 raise _Problem("requests", "must hold at least 1 request, got 0")
             for i, r in enumerate(requests):
-                if not isinstance(r, Request):
-                    raise _Problem(f"requests[{i}]", f"must be a Request, got {show(r)}")
+                if not isinstance(r, TraceRequest):
+                    raise _Problem(f"requests[{i}]", f"must be a TraceRequest, got {show(r)}")
             _check_order(requests)
             for name in _TOP_OPTIONAL:
                 value = getattr(self, name)
@@ -335,7 +335,7 @@ def _check_keys(where: str, obj: Dict[str, Any], required: Iterable[str], option
             raise _Problem(_join(where, key), "missing required field")
 
 
-def _parse_request(i: int, r) -> "Request":
+def _parse_request(i: int, r) -> "TraceRequest":
     """``requests[i]`` of a trace, checked (raises ``_Problem``)."""
     where = f"requests[{i}]"
     if not isinstance(r, dict):
@@ -352,7 +352,7 @@ def _parse_request(i: int, r) -> "Request":
         )
     except _Problem as p:
         raise _Problem(_join(where, p.where), p.text) from None
-    return Request(*values)
+    return TraceRequest(*values)
 
 
 def _parse(obj, parsed=None) -> Trace:

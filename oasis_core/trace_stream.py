@@ -1,5 +1,5 @@
 """Streaming trace reader: a large trace file is read in chunks and each request checked as it arrives, so memory
-holds one chunk of text and the ``Request`` objects, never the whole text and its parsed JSON at once.
+holds one chunk of text and the ``TraceRequest`` objects, never the whole text and its parsed JSON at once.
 
 ``load_trace_stream(path, chunk_bytes=, progress=)`` returns the same ``Trace`` as ``trace.load_trace`` for every
 valid file. It decodes with the strict loader's own hooks (duplicate keys and NaN / Infinity refused). On any

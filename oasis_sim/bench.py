@@ -22,7 +22,7 @@ from dataclasses import asdict, dataclass, fields
 from typing import Optional
 
 from oasis_core import modes
-from oasis_core.trace import Request, Trace
+from oasis_core.trace import Trace, TraceRequest
 
 from .config import ConfigError, SimConfig
 
@@ -145,7 +145,7 @@ def dumps_point(p: BenchPoint) -> str:
 
 
 def bench_trace(context: int, lanes: int, output_tokens: int) -> Trace:
-    return Trace(tuple(Request(i, 0.0, context, output_tokens) for i in range(lanes)))
+    return Trace(tuple(TraceRequest(i, 0.0, context, output_tokens) for i in range(lanes)))
 
 
 @dataclass(frozen=True)

@@ -153,13 +153,13 @@ class ClosedLoop:
 
 def uniform_trace(n: int, prompt_tokens: int, output_tokens: int, gap_s: float = 0.0, prefix_ids=None):
     """A hand-made trace of ``n`` equal requests arriving every ``gap_s`` seconds (tests, examples)."""
-    from oasis_core.trace import Request
+    from oasis_core.trace import TraceRequest
 
     reqs = []
     for i in range(n):
         ids = None if prefix_ids is None else tuple(prefix_ids(i))
         reqs.append(
-            Request(
+            TraceRequest(
                 id=i,
                 arrival_s=i * gap_s,
                 prompt_tokens=prompt_tokens,

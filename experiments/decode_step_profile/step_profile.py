@@ -329,8 +329,9 @@ class Annotator:
     def __init__(self, eng):
         from torch.profiler import record_function
 
-        import oasis_exec.runner.model_exec as model_exec_mod
-        import oasis_exec.runner.ops as ops_mod
+        import oasis_exec.ops as ops_mod
+        import oasis_exec.workingset.commit as commit_mod
+        import oasis_exec.workingset.resident as resident_mod
 
         self._rf = record_function
         self._undo = []
@@ -341,14 +342,14 @@ class Annotator:
         self._wrap(r.model, "decode_core", "decode_core")
         self._wrap(r.cuda_graphs, "replay", "graph_replay")
         self._wrap(r.sources, "_synthetic_sets", "synthetic_sets")
-        self._wrap(r.model, "predict", "predict")
+        self._wrap(r.model.selector, "predict", "predict")
         if eng.cfg.chain_max == 1:  # a wrapped sampler is a harness's to the engine, which then runs no chains
-            self._wrap(r, "sampler", "sample")
+            self._wrap(eng, "sampler", "sample")
         self._wrap(r.dec, "qkv", "qkv")
         self._wrap(r.dec, "finish", "finish")
         self._wrap(r.dec, "logits", "logits")
-        if r.draft is not None:
-            self._wrap(r.draft, "propose", "draft")
+        if r.drafts.head is not None:
+            self._wrap(r.drafts.head, "propose", "draft")
         if r.pipe is not None:
             for attr, name in (
                 ("launch", "prefetch"),
@@ -360,7 +361,8 @@ class Annotator:
                 self._wrap(r.pipe, attr, name)
         for attr, name in (("sparse_attn", "attn"), ("paged_attn", "attn"), ("summary_update", "summary")):
             self._wrap(ops_mod, attr, name)
-        self._wrap(model_exec_mod, "writeback_full", "writeback")
+        for mod in (resident_mod, commit_mod):
+            self._wrap(mod, "writeback_full", "writeback")
 
     def _wrap(self, obj, attr, name):
         fn = getattr(obj, attr)
@@ -841,8 +843,8 @@ def profile_steps(a) -> dict:
     runner = eng.runner
     pipe = runner.pipe
     if pipe is not None:  # what transfer="auto" resolved to (oasis_exec.transfer.choice, where it exists)
-        rec["transfer_path"] = pipe.path
-        rec["uva_programs"] = getattr(pipe, "uva_programs", cfg.uva_programs) if pipe.path == "uva" else None
+        rec["transfer_path"] = pipe.route.path
+        rec["uva_programs"] = getattr(pipe, "uva_programs", cfg.uva_programs) if pipe.route.path == "uva" else None
 
     def sync():
         if cuda:
@@ -859,7 +861,7 @@ def profile_steps(a) -> dict:
             plain.append(1e3 * (time.perf_counter() - t))
         rec["wall_ms_plain"] = [round(x, 4) for x in plain]
         rec["wall_ms_plain_p50"] = round(statistics.median(plain), 4) if plain else None
-        rec["graph_replay"] = bool(runner.graphs)
+        rec["graph_replay"] = bool(runner.cuda_graphs.graphs)
         from torch.profiler import ProfilerActivity, profile, record_function
 
         acts = [ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if cuda else [])

@@ -43,7 +43,7 @@ for mode, head, k in (("dense", "single", nb), ("lookahead", "attn", nb), ("look
     t0 = time.time()
     eng = Engine(cfg)
     out = eng.generate([ids], SamplingParams(max_tokens=a.new))[0]
-    n = int(eng.runner.model.draft.kv.n[0]) if head == "attn" and mode == "lookahead" else None
+    n = int(eng.runner.drafts.head.kv.n[0]) if head == "attn" and mode == "lookahead" else None
     eng.close()
     ref = ref or out
     print(json.dumps({"mode": mode, "draft_head": head, "top_k": k, "n_blocks": nb, "same_as_dense": out == ref,

@@ -127,10 +127,10 @@ def summarize_exec(r: dict) -> dict:
 
 
 def one_request(prompt: int, output: int):
-    from oasis_core.trace import Request, Trace
+    from oasis_core.trace import Trace, TraceRequest
 
     return Trace(
-        requests=[Request(id=0, arrival_s=0.0, prompt_tokens=prompt, output_tokens=output)],
+        requests=[TraceRequest(id=0, arrival_s=0.0, prompt_tokens=prompt, output_tokens=output)],
         meta={"source": "one request"},
     )
 

@@ -32,7 +32,7 @@ from oasis_core.scheduler import Scheduler
 from ..config import ExecConfig
 from ..runner.runner import Runner
 from ..runner.sampling import _mix64, request_key, sample, uniform
-from .scheduler import Admit, DecodeItem, LaneAccounting, PrefillChunk, Request, RunnerCall, SamplingParams
+from .scheduler import Admit, DecodeItem, EngineRequest, LaneAccounting, PrefillChunk, RunnerCall, SamplingParams
 
 ACCEPT_SALT = 0xACCE97  # the acceptance draws of a speculative step: a stream of their own per request
 
@@ -101,10 +101,9 @@ class Engine:
         self._keys: dict = {}  # req_id -> random key, for requests the scheduler holds
         self._ids = itertools.count()
         self._units = 0  # prefetch units at the last counter read
-        self.runner.sampler = self._sample  # the runner samples through the engine: per-request keys and top_p
-        self.runner.spec_draws = (
-            self._spec_draws
-        )  # and a speculative step's acceptance draws (oasis_exec.runner.speculative)
+        # every runner call carries the engine's sampler (RunnerCall.sampler): per-request keys, top_p, forced
+        # tokens, and a speculative step's acceptance draws; a harness may install another here (``sampler``)
+        self._own_sampler = self.sampler = _Sampler(self)
         shape = self.runner.shape
         self.slots_per_lane = (
             shape.n_layers * shape.n_kv_heads * (self.runner.store.S if cfg.sparse else cfg.max_blocks)
@@ -125,7 +124,9 @@ class Engine:
         sampling = sampling or SamplingParams()
         if sampling.forced and self.cfg.spec_max_k:
             raise ValueError("forced tokens (teacher forcing) need speculative_k 0: a speculative step drafts its own")
-        r = Request(id=next(self._ids), prompt=list(prompt_ids), sampling=sampling, synthetic_prefill=synthetic_prefill)
+        r = EngineRequest(
+            id=next(self._ids), prompt=list(prompt_ids), sampling=sampling, synthetic_prefill=synthetic_prefill
+        )
         if not self.scheduler.add(r):
             need = len(r.prompt) + sampling.max_tokens
             detail = {
@@ -154,9 +155,7 @@ class Engine:
         plan = sch.schedule()
         outs = []
         for r in plan.preempted:  # its lane and host blocks are free again: drop what the runner holds of it
-            runner.release(r.id)
-        if plan.preempted and runner.pipe is not None:
-            runner.pipe.wait_all()  # no background copy may still read a host block that changed hands
+            runner.release(r.id, preempted=True)
         for r in plan.rejected:  # accepted earlier, rejected at re-admission (add_request raised for the others)
             if r.id in self._keys:
                 self._forget(r.id)
@@ -179,7 +178,9 @@ class Engine:
         for ch in plan.prefill:
             r = ch.req
             toks = tuple(r.token_at(p) for p in range(ch.start, ch.start + ch.n))
-            got = self._call(RunnerCall(admit, PrefillChunk(r.id, r.lane, ch.start, toks, ch.last), (), sampling))
+            got = self._call(
+                RunnerCall(admit, PrefillChunk(r.id, r.lane, ch.start, toks, ch.last), (), sampling, 1, self.sampler)
+            )
             admit = ()
             if ch.last and not r.output:  # a re-prefill's sample is output[-1] again, not a new token
                 tokens[r.id] = got[r.id]
@@ -189,7 +190,7 @@ class Engine:
             for r in sorted(plan.decode, key=lambda x: x.lane):
                 pos = r.prompt_len + r.generated - 1
                 items.append(DecodeItem(r.id, r.lane, r.token_at(pos), pos, r.max_tokens - r.generated))
-            tokens.update(self._call(RunnerCall(admit, None, tuple(items), sampling, self._chain(plan))))
+            tokens.update(self._call(RunnerCall(admit, None, tuple(items), sampling, self._chain(plan), self.sampler)))
         if first_logits:  # every runner call resets them: the step's new tokens all keep their logits row
             runner.last_logits = {**first_logits, **runner.last_logits}
         # a decode yields one token, a speculative one several: cut after the first stop token, never past max_tokens
@@ -229,7 +230,7 @@ class Engine:
         s, a, r = self.scheduler, self.acct, self.runner
         if read_counters:
             self._units = int(r.counters()["units_fetched"])
-        stage = dict(r.stage_ms)
+        stage = dict(r.trace.stage_ms)
         transfer_ms, stall_ms = stage.get("transfer", 0.0), stage.get("stall", 0.0)
         host_free = len(a.free_host)
         return Stats(
@@ -269,7 +270,7 @@ class Engine:
             or plan.prefill
             or len(plan.decode) < len(sch.running)
             or (sch.waiting and self.acct.free_lanes)
-            or self.runner.sampler != self._sample
+            or self.sampler is not self._own_sampler
             or any(len(r.output) < len(r.sampling.forced) for r in sch.running.values())  # one forced token a step
         ):
             return 1
@@ -322,6 +323,21 @@ class Engine:
             akey = _mix64(key ^ ACCEPT_SALT)
             u_acc.append([uniform(akey, base + j) for j in range(n)])
         return u_acc, u_draw
+
+
+class _Sampler:
+    """The engine's sampler of a runner call (``RunnerCall.sampler``): ``sampler(logits, params)`` draws each row's
+    token with its request's key (``Engine._sample``), ``draws(req_ids, n)`` a speculative step's uniforms
+    (``Engine._spec_draws``)."""
+
+    def __init__(self, engine):
+        self._engine = engine
+
+    def __call__(self, logits, params):
+        return self._engine._sample(logits, params)
+
+    def draws(self, req_ids, n):
+        return self._engine._spec_draws(req_ids, n)
 
 
 def _element_size(dtype) -> int:

@@ -1,6 +1,6 @@
 """The executor's side of the one scheduler (``oasis_core.scheduler``). Pure Python: never imports torch.
 
-- ``Request``: the core's scheduling state plus the token ids, the sampling parameters, the lane and the host
+- ``EngineRequest``: the core's scheduling state plus the token ids, the sampling parameters, the lane and the host
   block ids (in logical block order).
 - ``LaneAccounting``: the core's ``Accounting`` in lanes (the GPU budget: a lane is one request's fixed share of
   the GPU KV state, sized by the runner from ``--kv-budget-gb``) and host blocks (``--host-kv-gb``; dense and quest
@@ -41,7 +41,7 @@ class SamplingParams:
             raise ValueError(f"SamplingParams.forced: {len(self.forced)} tokens exceed max_tokens {self.max_tokens}")
 
 
-class Request(CoreRequest):
+class EngineRequest(CoreRequest):
     __slots__ = ("prompt", "output", "sampling", "synthetic_prefill", "lane", "host_blocks")
 
     def __init__(self, *, id, prompt: list, sampling: SamplingParams, synthetic_prefill: bool = False):
@@ -88,7 +88,7 @@ class LaneAccounting:
         self.free_host = deque(range(host_blocks))
         self.grown: list = []  # (request, new host block ids) of running requests, drained by the engine
 
-    def need(self, r: Request, tokens: int, *, staging: bool) -> tuple:
+    def need(self, r: EngineRequest, tokens: int, *, staging: bool) -> tuple:
         if not self.needs_host:
             return 1, 0
         if self.short is not None:
@@ -98,7 +98,7 @@ class LaneAccounting:
     def capacity(self) -> tuple:
         return self.max_lanes, self.host_total
 
-    def resize(self, r: Request, gpu, host) -> bool:
+    def resize(self, r: EngineRequest, gpu, host) -> bool:
         lanes, blocks = int(gpu), int(host)
         had_lane = r.lane >= 0
         if (
@@ -165,3 +165,6 @@ class RunnerCall:
     decode: tuple = ()  # DecodeItem, ordered by lane
     sampling: dict = field(default_factory=dict)  # req_id -> SamplingParams
     chain: int = 1  # the most decode steps the runner may chain in this call (ExecConfig.decode_chain)
+    # how the call's rows are sampled: sampler(logits [rows, V], params a row) -> ids [rows], and optionally
+    # sampler.draws(req_ids, n) -> a speculative step's uniforms; None: the runner's own (Runner.sampler)
+    sampler: object = None

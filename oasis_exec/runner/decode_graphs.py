@@ -4,8 +4,9 @@
 step, ``ModelExec.decode_core``; ``spec_chain`` and ``spec_step``: a speculative step's draft chain and the rest of
 it, ``ModelExec.spec_core``): the first step of a key eagerly (kernels compile, workspaces allocate), the second
 captures it into a graph (the prefetch pipeline's side streams join before the capture ends; the UVA path's copies
-get a graph of their own, ``Prefetcher.capture_copies``), every later one copies the step's inputs into the graph's
-static tensors and replays it, bracketed by ``Prefetcher.before_replay`` / ``after_replay``. ``no_gc`` (``oasis_exec.capture``) keeps garbage
+get a graph of their own), every later one copies the step's inputs into the graph's static tensors and replays it,
+bracketed by the working set's ``before_replay`` / ``after_replay`` (``WorkingSet``'s capture hooks: a resident set
+hands them to its ``Prefetcher``). ``no_gc`` (``oasis_exec.capture``) keeps garbage
 collection out of a capture.
 """
 
@@ -17,15 +18,9 @@ from ..capture import no_gc
 
 
 class DecodeGraphs:
-    def __init__(self, *, cfg, device: torch.device, model, pipe, sources, n_kv_heads: int):
-        self.cfg, self.device, self.model, self.pipe, self.sources, self.H = (
-            cfg,
-            device,
-            model,
-            pipe,
-            sources,
-            n_kv_heads,
-        )
+    def __init__(self, *, cfg, device: torch.device, model, sources):
+        self.cfg, self.device, self.model, self.sources = cfg, device, model, sources
+        self.pipe, self.H = model.pipe, model.H
         # (batch size, short, dense_slots), ("chain", batch size, k), ("spec", batch size, k, forced)
         #   -> (graph, static inputs, outputs)
         self.graphs = {}
@@ -54,7 +49,7 @@ class DecodeGraphs:
             or (self.pipe is not None and not self.pipe.cuda)
         ):
             return False
-        if cfg.sparse and self.pipe.path != "uva" and not cfg.no_transfer and not self.pipe.graph_host:
+        if cfg.sparse and self.pipe.route.path != "uva" and not cfg.no_transfer and not self.pipe.ext.graph_host:
             return False
         return lanes_list == list(range(len(lanes_list)))
 
@@ -72,11 +67,11 @@ class DecodeGraphs:
         return self.run((B, short, dense_slots), B, step, toks=toks, pos=pos, sets=sets)
 
     def spec_chain(self, B, toks, pos, k):
-        """A speculative step's draft chain (``ModelExec.draft_chain``) of lanes 0..B-1 as a graph of its own
+        """A speculative step's draft chain (``Drafts.chain``) of lanes 0..B-1 as a graph of its own
         (timed apart from the pass for adaptive k). Returns drafts [B, k] (the graph's static output)."""
 
         def chain(lanes, toks, pos):
-            return self.model.draft_chain(lanes, toks, pos, k)
+            return self.model.drafts.chain(lanes, toks, pos, k)
 
         return self.run(("chain", B, k), B, chain, pipeline=False, toks=toks, pos=pos)
 
@@ -100,42 +95,41 @@ class DecodeGraphs:
         graph's static copies. ``pipeline``: the step launches the prefetch
         pipeline's stages (its side streams join before the capture ends; its copies are bracketed around each
         replay). Returns ``fn``'s outputs (the graph's static tensors once captured)."""
-        pipe = self.pipe if pipeline else None
+        ws = self.model.ws if pipeline else None
         g = self.graphs.get(key)
         if g is None and key not in self._warm:
             self._warm.add(key)
             return fn(torch.arange(B, device=self.device), **inputs)
         if g is None:
-            if pipe is not None:
-                pipe.wait_all()
+            if ws is not None:
+                ws.wait_all()
             st = {n: None if t is None else t.clone() for n, t in inputs.items()}
             lanes = torch.arange(B, device=self.device)
             torch.cuda.synchronize()
             graph = torch.cuda.CUDAGraph()
-            if pipe is not None:
-                pipe.begin_capture(key)
+            if ws is not None:
+                ws.begin_capture(key)
             self.model.capturing = True
             try:
                 with no_gc(), torch.cuda.graph(graph, stream=self._stream()):
                     out = fn(lanes, **st)
-                    if pipe is not None:
-                        pipe.wait_all()  # every side stream joins before the capture ends
+                    if ws is not None:
+                        st["_keep"] = ws.end_capture(key)  # every side stream joins before the capture ends
             finally:
                 self.model.capturing = False
             st["_lanes"] = lanes
-            if pipe is not None:
-                st["_keep"], pipe.keep = pipe.keep, []
-                pipe.capture_copies(key)  # UVA copy graphs: this step's copies, a graph of their own
+            if ws is not None:
+                ws.after_capture(key)  # UVA copy graphs: this step's copies, a graph of their own
             g = self.graphs[key] = (graph, st, out)
         graph, st, out = g
         for n, t in inputs.items():
             if t is not None:
                 st[n].copy_(t)
-        if pipe is not None:
-            pipe.before_replay()  # the host path's graph mode: last step's copies are enqueued
+        if ws is not None:
+            ws.before_replay()  # the host path's graph mode: last step's copies are enqueued
         graph.replay()
-        if pipe is not None:
-            pipe.after_replay(key)  # UVA copy graphs: its copies; host path's graph mode: the worker's jobs
+        if ws is not None:
+            ws.after_replay(key)  # UVA copy graphs: its copies; host path's graph mode: the worker's jobs
         return out
 
     def close(self) -> None:

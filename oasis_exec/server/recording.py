@@ -11,7 +11,7 @@ import numpy as np
 from oasis_core import modes
 from oasis_core.recording import Recording, build_recording, save_recording
 from oasis_core.recording_parts import TRANSFER_NAMES, config_fields, hardware_of, sample_steps
-from oasis_core.trace import Request
+from oasis_core.trace import TraceRequest
 
 
 def _pct_linear(xs, q):
@@ -55,7 +55,7 @@ def recording_from_serve(
         if q["output_tokens"] < 1:
             dropped[q["finish_reason"]] = dropped.get(q["finish_reason"], 0) + 1
     requests = tuple(
-        Request(
+        TraceRequest(
             id=int(q["id"]),
             arrival_s=round(max(q["arrival_s"], 0.0), 6),
             prompt_tokens=int(q["prompt_tokens"]),

@@ -301,11 +301,11 @@ def measure(
         if i == warmup:
             if cfg.device == "cuda":
                 torch.cuda.synchronize()
-            runner.stage_ms = {}
+            runner.trace.stage_ms = {}
             c0 = runner.counters()
-            acc0 = dict(runner.spec_accepts)
+            acc0 = dict(runner.spec.accepts)
             passes0 = runner.decode_steps
-        runner.trace_step = i - warmup if i - warmup in traced else None
+        runner.trace.step = i - warmup if i - warmup in traced else None
         t0 = time.perf_counter()
         if i == warmup:
             t_first = t0
@@ -315,15 +315,15 @@ def measure(
             got = sum(len(o.new_token_ids) for o in out)
             emitted += got
             per_req.append(got / max(len(out), 1))
-        if runner.layer_events:  # ms since the step began -> ms since the first timed step began (host clock)
+        if runner.trace.layer_events:  # ms since the step began -> ms since the first timed step began (host clock)
             off = 1e3 * (t0 - t_first)
             layer_events += [
-                [s, l, k, round(off + a, 4), round(off + max(a, b), 4)] for s, l, k, a, b in runner.layer_events
+                [s, l, k, round(off + a, 4), round(off + max(a, b), 4)] for s, l, k, a, b in runner.trace.layer_events
             ]
-            runner.layer_events = []
+            runner.trace.layer_events = []
         if not out:
             break
-    runner.trace_step = None
+    runner.trace.step = None
     t_end = time.perf_counter()
     if cfg.device == "cuda":
         torch.cuda.synchronize()  # copies still running past the last timed step (UVA copy graphs) count too
@@ -342,14 +342,14 @@ def measure(
     slots = runner.store.S if cfg.sparse else None  # a row's GPU blocks (kv_layout.victim_slots may grow them)
     # the timed steps' wall time, from the first one's start (all copies drained) until the device is idle
     total_s = t_end - t_first if timed else 0.0
-    stage = {k: v / max(len(timed), 1) for k, v in runner.stage_ms.items()}
+    stage = {k: v / max(len(timed), 1) for k, v in runner.trace.stage_ms.items()}
     transfer_ms = stage.get("transfer", 0.0)
     stall_ms = stage.get("stall", 0.0)
     # per decode pass (a decode chain runs several a scheduler step; a speculative step, one)
     passes = max(runner.decode_steps - passes0, 1) if timed else 1
     bytes_step = units * unit_bytes / passes
     dev_name = torch.cuda.get_device_name() if cfg.device == "cuda" else platform.processor() or "cpu"
-    uva = runner.pipe is not None and runner.pipe.path == "uva"
+    uva = runner.pipe is not None and runner.pipe.route.path == "uva"
     rec = {
         "mode": cfg.mode,
         "context": context,
@@ -364,7 +364,7 @@ def measure(
         "throughput_tok_s": emitted / total_s if total_s else 0.0,  # emitted tokens: n a step without speculation
         "speculative_k": cfg.speculative_k,
         "accepted_tokens_per_step": emitted / (n * len(timed)) if timed else None,  # mean emitted a request a step
-        "accepted_hist": accepted_hist(runner.spec_accepts, acc0) if cfg.spec_max_k and timed else None,
+        "accepted_hist": accepted_hist(runner.spec.accepts, acc0) if cfg.spec_max_k and timed else None,
         # who decided the accepted drafts: the target (model) or, benchmark only, draws (synthetic_accept)
         "acceptance": ("synthetic" if cfg.synthetic_accept else "model") if cfg.spec_max_k else None,
         "synthetic_accept": cfg.synthetic_accept,
@@ -394,14 +394,14 @@ def measure(
         # the prediction's top-K (selection=model, or synthetic_topk): fused (oasis_kernels.topk_select) or sort
         "topk_kernel": cfg.topk_kernel if cfg.sparse and (cfg.selection == "model" or cfg.synthetic_topk) else None,
         "transfer": cfg.transfer if cfg.sparse else None,
-        "transfer_path": runner.pipe.path if runner.pipe is not None else None,  # what "auto" resolved to
+        "transfer_path": runner.pipe.route.path if runner.pipe is not None else None,  # what "auto" resolved to
         "uva_programs": runner.pipe.gather_programs(n) if uva else None,  # the programs the steps of n lanes used
         "uva_items_per_iter": cfg.gather_items_per_iter if uva else None,
-        "stream_priority": runner.pipe.priority if runner.pipe is not None else None,
+        "stream_priority": runner.pipe.route.priority if runner.pipe is not None else None,
         "uva_kernel": cfg.uva_kernel if uva else None,
-        "copy_graph": bool(runner.pipe is not None and runner.pipe.copy_graph and runner.graphs),
+        "copy_graph": bool(runner.pipe is not None and runner.pipe.ext.copy_graph and runner.cuda_graphs.graphs),
         # decode steps were captured and replayed as CUDA graphs (greedy speculative ones too)
-        "cuda_graph": bool(runner.graphs),
+        "cuda_graph": bool(runner.cuda_graphs.graphs),
         "no_transfer": cfg.no_transfer,
         "fetch_ratio": cfg.fetch_ratio,
         "fetch_policy": cfg.fetch_policy if cfg.sparse else None,
@@ -409,11 +409,11 @@ def measure(
         "top_k": cfg.top_k,
         # GPU blocks a row holds when more than top_k: hisparse's hot cache, a background mode's victim cache
         "hot_slots": slots if cfg.mode_spec.hot_cache or slots != cfg.top_k else None,
-        "plan_marks": bool(runner.pipe is not None and runner.pipe._marks is not None),  # plan_select's membership
+        "plan_marks": bool(runner.pipe is not None and runner.pipe.bufs.marks is not None),  # plan_select's membership
         "tensor_parallel": cfg.tensor_parallel,  # ranks; this record's rank, and the KV heads it owns
         "tp_rank": runner.tp.rank if runner.tp is not None else 0,
         "kv_heads": shape.n_kv_heads,
-        "lane_bytes": runner.lane_bytes,  # GPU bytes of one lane (slots, summaries, tables): what the budget divides
+        "lane_bytes": runner.kv.lane_bytes,  # GPU bytes of one lane (slots, summaries, tables): what the budget divides
         "model": cfg.model_path or cfg.model,
         "dummy_weights": cfg.model_path is None,
         "synthetic_params": cfg.synthetic,

@@ -120,7 +120,7 @@ def _check(cfg) -> None:
 def _prefill_node(cfg, prompt, n_out, handoff, wire) -> dict:
     eng = Engine(cfg)
     run, st, host = eng.runner, eng.runner.store, eng.runner.host
-    L, H, K, bs = run.L, run.H, run.K, run.bs
+    L, H, K, bs = run.L, run.H, run.cfg.top_k, run.bs
     rid = eng.add_request(prompt, SamplingParams(max_tokens=n_out))
     t_start = time.monotonic()  # one clock for both processes (CLOCK_MONOTONIC is system-wide)
     t0 = time.perf_counter()
@@ -131,14 +131,14 @@ def _prefill_node(cfg, prompt, n_out, handoff, wire) -> dict:
     r = eng.scheduler.running[rid]
     lane, n_tok = r.lane, len(prompt)
     n_full = n_tok // bs
-    phys = torch.tensor(run.lane_blocks[lane][:n_full])
+    phys = torch.tensor(run.model.ws.lane_blocks[lane][:n_full])
     rows = slice(lane * H, (lane + 1) * H)
     resident, last_sel = st.resident[:, rows].cpu(), st.last_sel[:, rows].cpu()
     mask, _ = _handoff_mask(resident, handoff, L, H, K, n_full, host.unit_bytes)
     li, hi, bi = (torch.from_numpy(x) for x in np.nonzero(mask))
     t1 = time.perf_counter()
     handoff_start = time.monotonic()
-    meta = torch.tensor([n_tok, r.output[0], int(run.draft_tok[lane])], dtype=torch.int64)
+    meta = torch.tensor([n_tok, r.output[0], int(run.drafts.tok[lane])], dtype=torch.int64)
     base = st.slot_base(torch.tensor([lane], device=st.host_table.device))[0].cpu()
     wire.send(meta, "meta+draft")  # five messages: the hand-off is one flow, as the simulator's NIC sees it
     wire.send(torch.stack([resident, last_sel]), "tables")
@@ -184,7 +184,7 @@ def _handoff_mask(resident, handoff, L, H, K, n_full, unit_bytes):
 def _decode_node(cfg, n_out, handoff, wire, poison) -> dict:
     eng = Engine(cfg)
     run, st, host, pipe = eng.runner, eng.runner.store, eng.runner.host, eng.runner.pipe
-    L, H, K, bs = run.L, run.H, run.K, run.bs
+    L, H, K, bs = run.L, run.H, run.cfg.top_k, run.bs
     if poison:  # a unit read before it arrived turns the output into NaN
         for t in host.k + host.v:
             t.fill_(float("nan"))
@@ -223,7 +223,7 @@ def _decode_node(cfg, n_out, handoff, wire, poison) -> dict:
             st.v[l][(base[h] + j).to(dev)] = host.v[l][phys[res[h, j]], h].to(dev)
             st.k[l][(base + st.LOCAL).to(dev)] = lk[l].to(dev)
             st.v[l][(base + st.LOCAL).to(dev)] = lv[l].to(dev)
-        run.model.draft_tok[a.lane] = draft_tok
+        run.drafts.tok[a.lane] = draft_tok
         state["t_installed"] = time.monotonic()
 
     run.model.synthesize = install

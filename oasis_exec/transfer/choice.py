@@ -23,6 +23,7 @@ from __future__ import annotations
 import json
 import os
 import warnings
+from dataclasses import dataclass
 
 from oasis_core.echo import show
 
@@ -131,3 +132,48 @@ def choose(concurrency: int, table=None) -> tuple:
     if e["entry"] is None:
         warnings.warn(e["reason"], RuntimeWarning, stacklevel=2)
     return e["path"], e["uva_programs"]
+
+
+@dataclass(frozen=True)
+class Route:
+    """The transfer route of an engine (``route``): the path (``uva`` or ``host``), its UVA programs or host
+    threads, the host path's gather kernel, the side streams' CUDA priority (``STREAM_PRIORITIES``) and, with
+    ``transfer="auto"``, the table entry it came from (``explain``'s dict; else None)."""
+
+    path: str
+    uva_programs: int
+    host_threads: int
+    priority: str
+    host_kernel: str
+    choice: dict | None = None
+
+
+def route(cfg, lanes: int) -> Route:
+    """``cfg.transfer`` "uva" / "host": that path, on ``cfg.uva_programs`` programs / ``cfg.host_threads`` threads.
+    "auto": path AND programs (threads, when a host entry names them) from the measured table for ``lanes`` lanes
+    (``explain``); on-demand modes (copies on the critical path) always take the UVA path. ``cfg.host_kernel``
+    "auto": the table's, else the C gather where it can be built."""
+    path, programs, threads = cfg.transfer, cfg.uva_programs, cfg.host_threads
+    priority = "normal" if cfg.stream_priority == "auto" else cfg.stream_priority
+    kernel = cfg.host_kernel
+    if kernel == "auto":
+        from oasis_kernels.host_native import available
+
+        kernel = "native" if available() else "torch"
+    c = None
+    if cfg.transfer == "auto":
+        c = explain(lanes)
+        if c["entry"] is None:
+            warnings.warn(c["reason"], RuntimeWarning, stacklevel=3)
+        path = c["path"]
+        if cfg.stream_priority == "auto":
+            priority = c["stream_priority"]
+        if path == "uva":
+            programs = c["uva_programs"]
+        elif cfg.mode_spec.on_demand:  # copies on the critical path (fetch_now): no host-staged version there
+            path = "uva"
+        else:
+            threads = c["host_threads"] or threads
+            if cfg.host_kernel == "auto" and c["host_kernel"]:
+                kernel = c["host_kernel"]
+    return Route(path, programs, threads, priority, kernel, c)

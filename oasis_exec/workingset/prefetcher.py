@@ -51,15 +51,30 @@ On CPU (tests) every stage runs inline, in order.
 from __future__ import annotations
 
 import time
+from dataclasses import dataclass, field
 
 import torch
 
 from oasis_core.selection import plan_step
 
 from ..config import STREAM_PRIORITIES
+from ..transfer.choice import route
 from ..transfer.host import HostPath
 from ..transfer.inline import copy_inline
 from ..transfer.uva import UvaPath
+from .graph_copies import GraphCopies
+from .select_buffers import SelectBuffers
+
+
+@dataclass
+class StageLog:
+    """``--profile``'s records of the prefetch stages: ``prof`` (stage, layer, start event, end event) until
+    ``collect``; ``events`` (stage, layer, start_ms, end_ms) from the reference event ``collect`` was given
+    (CUDA); ``trace`` a list while the runner traces a step on the CPU: (stage, layer, start_s, end_s)."""
+
+    prof: list = field(default_factory=list)
+    events: list = field(default_factory=list)
+    trace: list | None = None
 
 
 class Prefetcher:
@@ -68,133 +83,63 @@ class Prefetcher:
         # synchronous: every stage inline on the current stream (the reference the tests compare against)
         self.cuda = device.type == "cuda" and not synchronous
         self.caps = caps  # fetch_caps.DeviceCaps: each layer plan's cap, from the run's policy
-        self.max_cap = max_cap = caps.max_cap
         self.zero_rows = None  # bool [R] of the decode step's rows planned with cap 0 (short lanes); see _bg_cap
         L = store.L
         self.done = [None] * L  # CUDA event: layer l's transfer finished
         self.jobs = [None] * L  # host path: future that has enqueued layer l's transfer
         # cumulative [predicted blocks not resident, (block, head) units fetched]; plan_select adds into it
         self.counts = torch.zeros(2, dtype=torch.int64, device=device)
-        self.missing, self.units = self.counts[0], self.counts[1]  # views: `+=` on them updates counts
-        # transfer="uva" / "host": that path, on cfg.uva_programs programs / cfg.host_threads threads. "auto": path
-        # AND programs (threads, when a host entry names them) from the measured table for this engine's lane count
-        # (oasis_exec/transfer/choice.py, oasis_exec/transfer/table.json).
-        self.path, self.uva_programs, self.host_threads = cfg.transfer, cfg.uva_programs, cfg.host_threads
-        self.priority = "normal" if cfg.stream_priority == "auto" else cfg.stream_priority
-        self.host_kernel = cfg.host_kernel
-        if self.host_kernel == "auto":  # the table may name one below; else the C gather where it can be built
-            from oasis_kernels.host_native import available
-
-            self.host_kernel = "native" if available() else "torch"
-        self.choice = None
-        if cfg.transfer == "auto":
-            from ..transfer.choice import explain
-
-            self.choice = c = explain(store.B)
-            if c["entry"] is None:
-                import warnings
-
-                warnings.warn(c["reason"], RuntimeWarning, stacklevel=2)
-            self.path = c["path"]
-            if cfg.stream_priority == "auto":
-                self.priority = c["stream_priority"]
-            if self.path == "uva":
-                self.uva_programs = c["uva_programs"]
-            elif cfg.mode_spec.on_demand:  # copies on the critical path (fetch_now): no host-staged version there
-                self.path = "uva"
-            else:
-                self.host_threads = c["host_threads"] or self.host_threads
-                if cfg.host_kernel == "auto" and c["host_kernel"]:
-                    self.host_kernel = c["host_kernel"]
-        self.prof = []  # per layer-step records when profiling
-        self.events = []  # (stage, layer, start_ms, end_ms) from the ref event collect() was given (CUDA)
-        self.trace = None  # CPU: a list while the runner traces a step: (stage, layer, start_s, end_s) perf_counter
-        self.keep = []  # tensors a captured graph reads across streams (moved to the graph after capture)
-        # plan_select's inputs/outputs, allocated once (stable addresses under graph capture): row ids (a slice of
-        # rows is a view of them) and the copy list [B_max * H * C] + plan fields: one set per layer in the
-        # background modes (a layer's list is read by its transfer until the next step's wait(layer)), one shared set
-        # in retrieval (fetch_now consumes it on the same stream). Allocated on CPU too (tests force the fused path).
-        n_rows = store.B * store.H
-        self._row_ids = torch.arange(n_rows, dtype=torch.int64, device=device)
-        self._rows_key = self._rows_dev = None
+        # the path, its programs / threads and the side streams' priority (oasis_exec/transfer/choice.py)
+        self.route = route(cfg, store.B)
+        self.log = StageLog()  # profiling records (--profile)
+        self.bufs = SelectBuffers(cfg=cfg, store=store, max_cap=caps.max_cap, device=device)
         self._lanes = None  # the copy list's lanes during launch / fetch_now's select
-        from oasis_kernels.plan_select import PlanSelectOut
-
-        def bufs():
-            n = n_rows * max_cap
-            i32 = [torch.full((n,), -1, dtype=torch.int32, device=device) for _ in range(3)]
-            i64 = [torch.full((x,), -1, dtype=torch.int64, device=device) for x in (n, n, n_rows, n_rows, n_rows)]
-            return PlanSelectOut(*i32, *i64)
-
-        self._lists = [bufs() for _ in range(L if cfg.mode_spec.background else 1)]
-        # plan_select's membership through rows of marks (zero between launches) where a row holds more blocks than
-        # it attends (a hot cache, a victim cache; ExecConfig.plan_marks): O(S + K) a row instead of S x K compares.
-        # One set for the prediction stream's plans, one for fetch_now's on the main stream (they may run at once).
-        self._marks = None
-        if cfg.plan_marks and store.S > cfg.top_k:
-            self._marks = [torch.zeros(n_rows, store.NB, dtype=torch.int32, device=device) for _ in range(2)]
-        # a hot cache (hisparse): the attention's slot list [R, K] that plan_select writes (fetch_now), allocated once
-        self._slot_buf = None
-        if cfg.mode_spec.hot_cache:
-            self._slot_buf = torch.full((n_rows * cfg.top_k,), -1, dtype=torch.int32, device=device)
-        self.graph_host = False  # the host path captured in CUDA graphs (set below when torch has external events)
-        self.copy_graph = False  # UVA under graphs: the copies in a graph of their own (set below, likewise)
-        self._capture_key, self._graph_layers = None, {}
-        # the transfer paths (transfer_uva.py, transfer_host.py; the inline one is transfer_inline.copy_inline)
         self.uva = UvaPath(
             cfg=cfg,
             store=store,
             host=host,
-            choice=self.choice if self.path == "uva" else None,
-            programs=self.uva_programs,
+            choice=self.route.choice if self.route.path == "uva" else None,
+            programs=self.route.uva_programs,
         )
-        self.host_path = None
-        self.step_priority = 0  # the captured step's CUDA priority (STREAM_PRIORITIES; CUDA only)
         self.s_pred = self.s_copy = None  # the side streams (CUDA only)
         if self.cuda:
             # CUDA priorities (lower runs first; torch graphs keep a captured kernel's priority, they instantiate
             # with use-node-priority) of the captured step and the side streams: STREAM_PRIORITIES. A side stream
             # above the step gets its blocks scheduled ahead of the step's waiting ones; below, it fills the SMs
             # the step leaves free (DecodeGraphs captures on a stream of priority step_priority).
-            self.step_priority, pred, copy = STREAM_PRIORITIES[self.priority]
+            _, pred, copy = STREAM_PRIORITIES[self.route.priority]
             self.s_pred = torch.cuda.Stream(device, priority=pred)
             self.s_copy = torch.cuda.Stream(device, priority=copy)
-            # external events between a captured step and the copies outside it: the host path's graph mode
-            # (graph_host) and the UVA path's copy graphs (copy_graph); the layers captured per graph key
-            if (
-                cfg.mode_spec.background
-                and not cfg.profile
-                and not cfg.no_transfer
-                and (
-                    self.path == "host"
-                    or cfg.copy_graph == "on"
-                    or (cfg.copy_graph == "auto" and (self.choice or {}).get("copy_graph", False))
-                )
-            ):
-                try:
-                    self.planned_x = [torch.cuda.Event(external=True) for _ in range(L)]
-                    self.copied_x = [torch.cuda.Event(external=True) for _ in range(L)]
-                except TypeError:  # an older torch: the host path stays eager, UVA copies stay in the step's graph
-                    pass
-                else:
-                    with torch.cuda.stream(self.s_copy):
-                        for e in self.copied_x:  # created now: a wait on a never-created event captures nothing
-                            e.record()
-                    self.graph_host = self.path == "host"
-                    self.copy_graph = self.path == "uva"
-            if self.path == "host":  # the only path with staging buffers and a worker
-                self.host_path = HostPath(
-                    cfg=cfg,
-                    store=store,
-                    host=host,
-                    device=device,
-                    stream=self.s_copy,
-                    threads=self.host_threads,
-                    kernel=self.host_kernel,
-                    n_stagers=L if cfg.mode_spec.background else 0,
-                    capacity=store.B * store.H * max(max_cap, 1),
-                    record=self._record,
-                )
+        self.ext = GraphCopies(cfg=cfg, route=self.route, n_layers=L, cuda=self.cuda, copy_stream=self.s_copy)
+        self.host_path = None
+        if self.cuda and self.route.path == "host":  # the only path with staging buffers and a worker
+            self.host_path = HostPath(
+                cfg=cfg,
+                store=store,
+                host=host,
+                device=device,
+                stream=self.s_copy,
+                threads=self.route.host_threads,
+                kernel=self.route.host_kernel,
+                n_stagers=L if cfg.mode_spec.background else 0,
+                capacity=store.B * store.H * max(caps.max_cap, 1),
+                record=self._record,
+            )
+
+    @property
+    def step_priority(self) -> int:
+        """The captured step's CUDA priority (``STREAM_PRIORITIES``; 0 off CUDA)."""
+        return STREAM_PRIORITIES[self.route.priority][0] if self.cuda else 0
+
+    @property
+    def missing(self):
+        """Predicted blocks not resident so far (a view of ``counts``)."""
+        return self.counts[0]
+
+    @property
+    def units(self):
+        """(block, head) units fetched so far (a view of ``counts``)."""
+        return self.counts[1]
 
     # -- main-stream side -------------------------------------------------------------------------------------
 
@@ -205,11 +150,11 @@ class Prefetcher:
         if (
             external
             and self.cuda
-            and (self.graph_host or self.copy_graph)
+            and (self.ext.graph_host or self.ext.copy_graph)
             and not self.cfg.no_transfer
             and torch.cuda.is_current_stream_capturing()
         ):
-            torch.cuda.current_stream().wait_event(self.copied_x[layer])  # recorded by the worker, a step earlier
+            torch.cuda.current_stream().wait_event(self.ext.copied[layer])  # recorded by the worker, a step earlier
         fut = self.jobs[layer]
         if fut is not None:
             self.done[layer] = fut.result()  # the host path's job: its end event
@@ -222,7 +167,7 @@ class Prefetcher:
                 a.record()
                 torch.cuda.current_stream().wait_event(ev)
                 b.record()
-                self.prof.append(("stall", layer, a, b))
+                self.log.prof.append(("stall", layer, a, b))
             else:
                 torch.cuda.current_stream().wait_event(ev)
             self.done[layer] = None
@@ -267,11 +212,11 @@ class Prefetcher:
         # last_sel is kept relative to the current step (0 = now, older is more negative): one decrement per step
         # keeps the least-recently-selected order and lets a captured CUDA graph pass the constant step 0.
         res, ls = st.resident[layer][rows], st.last_sel[layer][rows] - 1
-        wide = isinstance(cap, int) and cap > self.max_cap  # an int cap above the buffers' width widens the plan
-        plan = plan_step(res, ls, pred, cap, 0, cap if wide else self.max_cap)
+        wide = isinstance(cap, int) and cap > self.caps.max_cap  # an int cap above the buffers' width widens the plan
+        plan = plan_step(res, ls, pred, cap, 0, cap if wide else self.caps.max_cap)
         st.resident[layer][rows] = plan.resident
         st.last_sel[layer][rows] = plan.last_sel
-        self.missing += plan.n_missing.sum()
+        self.counts[0] += plan.n_missing.sum()
         return plan
 
     def _fused(self, cap) -> bool:
@@ -281,19 +226,12 @@ class Prefetcher:
             self.cfg.fused_select
             and self.cfg.fused_ops
             and self.cuda
-            and (not isinstance(cap, int) or cap <= self.max_cap)
+            and (not isinstance(cap, int) or cap <= self.caps.max_cap)
         )
 
     def row_ids(self, rows):
-        """The layer's rows (store rows ``lane * H + h``) as an int64 device tensor: a view of the row ids for a
-        slice (no kernel), else the index converted once per step (the runner passes the same object to every layer
-        of a step)."""
-        if isinstance(rows, slice):
-            return self._row_ids[rows]
-        if rows is not self._rows_key:
-            r = rows.pin_memory() if rows.device.type == "cpu" and self.device.type == "cuda" else rows
-            self._rows_key, self._rows_dev = rows, r.to(self.device, torch.int64, non_blocking=True)
-        return self._rows_dev
+        """The layer's rows as an int64 device tensor (``SelectBuffers.row_ids``)."""
+        return self.bufs.row_ids(rows)
 
     def _select_fused(self, layer, pred, rows, cap, lanes=None, out=None, **extra):
         """Selection (+ the copy list when ``lanes`` is given and transfers are on) of a layer in one launch on the
@@ -306,17 +244,17 @@ class Prefetcher:
         if pred.dtype not in (torch.int64, torch.int32):
             pred = pred.long()
         copy = lanes is not None and not self.cfg.no_transfer
-        if self._marks is not None and "marks" not in extra:
+        if self.bufs.marks is not None and "marks" not in extra:
             # s_pred is None on CPU (tests force the fused path there)
             bg = self.s_pred is not None and torch.cuda.current_stream() == self.s_pred
-            extra["marks"] = self._marks[0 if bg else 1]
+            extra["marks"] = self.bufs.marks[0 if bg else 1]
         return plan_select(
             st.resident[layer],
             st.last_sel[layer],
             self.row_ids(rows),
             pred,
             cap,
-            self.max_cap,
+            self.caps.max_cap,
             0,
             lanes=lanes,
             H=st.H,
@@ -324,7 +262,7 @@ class Prefetcher:
             host_table=st.host_table if copy else None,
             counters=self.counts,
             plan=True,
-            out=self._lists[layer % len(self._lists)] if out is None else out,
+            out=self.bufs.lists[layer % len(self.bufs.lists)] if out is None else out,
             **extra,
         )
 
@@ -334,7 +272,7 @@ class Prefetcher:
         if getattr(plan, "src", None) is not None:
             return plan.src, plan.head, plan.dst, True
         src, head, dst = self._copy_list(layer, plan, lanes)
-        self.units += (src >= 0).sum()
+        self.counts[1] += (src >= 0).sum()
         return src, head, dst, False
 
     def _select_for(self, layer, pred, lanes, rows, step, cap):
@@ -359,7 +297,7 @@ class Prefetcher:
         than the plan buffers is left as it is (no short row has a block missing)."""
         cap = self._cap(layer, pred, rows)
         z = self.zero_rows
-        if z is None or (isinstance(cap, int) and cap > self.max_cap):
+        if z is None or (isinstance(cap, int) and cap > self.caps.max_cap):
             return cap
         if isinstance(cap, int):
             cap = torch.full(z.shape, cap, dtype=torch.int64, device=z.device)
@@ -371,26 +309,10 @@ class Prefetcher:
 
         predict(): -> pred [R, K] (runs on the prediction stream); rows: the layer's rows (slice or index).
         """
-        step = 0  # last_sel is relative to the current step (see select)
         if not self.cuda:
-            tr = self.trace
-            t0 = time.perf_counter()
-            pred = predict()
-            t1 = time.perf_counter()
-            plan = self.select(layer, pred, rows, step, self._bg_cap(layer, pred, rows))
-            t2 = time.perf_counter()
-            if tr is not None:  # inline, in order: the "side streams" of the CPU run one after the other
-                tr += [("pred", layer, t0, t1), ("select", layer, t1, t2)]
-            if not self.cfg.no_transfer:
-                self._transfer_inline(layer, plan, lanes)
-                if tr is not None:
-                    tr.append(("transfer", layer, t2, time.perf_counter()))
+            self._launch_inline(layer, predict, lanes, rows)
             return
-        prof = self.cfg.profile
-
-        def ev():
-            return torch.cuda.Event(enable_timing=prof)
-
+        ev = self._event
         with torch.cuda.stream(self.s_pred):
             self.s_pred.wait_event(after)
             e0 = ev()
@@ -400,57 +322,84 @@ class Prefetcher:
             e1 = ev()
             e1.record()
             # one plan_select launch: selection, copy list and counters (the "select" stage includes the copy list)
-            plan = self._select_for(layer, pred, lanes, rows, step, cap)
+            plan = self._select_for(layer, pred, lanes, rows, 0, cap)  # step 0: last_sel is relative (see select)
             e2 = ev()
             e2.record()
-            if prof:
-                self.prof.append(("pred", layer, e0, e1))
-                self.prof.append(("select", layer, e1, e2))
+            if self.cfg.profile:
+                self.log.prof += [("pred", layer, e0, e1), ("select", layer, e1, e2)]
             if self.cfg.no_transfer:
                 self.done[layer] = e2  # the next step's attention reads the mapping this stage rewrote
                 return
             src, head, dst, prealloc = self._plan_list(layer, plan, lanes)
-            if self.path == "uva" and self.copy_graph and torch.cuda.is_current_stream_capturing():
-                # the copy goes into this key's copy graph (capture_copies), launched after each replay
-                self.planned_x[layer].record()
-                joined = torch.cuda.Event()
-                joined.record()
-                self.done[layer] = joined  # the prediction stream rejoins the main stream by the capture's end
-                if not prealloc:
-                    self._cross_stream(self.s_copy, src, head, dst)  # kept with the step's graph
-                self._graph_layers.setdefault(self._capture_key, []).append(
-                    (layer, (src, head, dst, self.gather_programs(lanes.shape[0])))
-                )
-                return
-            if self.path == "uva":
-                planned = ev()
-                planned.record()
-            else:
-                n = self.host_path.stage(layer, src, head, dst)
-                if torch.cuda.is_current_stream_capturing():  # graph mode: the worker starts after each replay
-                    self.planned_x[layer].record()
-                    joined = torch.cuda.Event()
-                    joined.record()
-                    self.done[layer] = joined  # the prediction stream rejoins the main stream by the capture's end
-                    self._graph_layers.setdefault(self._capture_key, []).append((layer, n))
-                    return
+            staged = self._stage(layer, src, head, dst, prealloc, lanes.shape[0])
+        if staged is None:  # captured: the copy runs outside the step's graph, after each replay
+            return
+        if self.route.path == "uva":
+            self._gather(layer, staged, src, head, dst, prealloc, lanes.shape[0])
+        else:
+            self.jobs[layer] = self.host_path.submit(layer, *staged)
+
+    def _event(self):
+        return torch.cuda.Event(enable_timing=self.cfg.profile)
+
+    def _launch_inline(self, layer, predict, lanes, rows) -> None:
+        """``launch`` on the CPU (and the synchronous mode): every stage inline, in order (the "side streams" of the
+        CPU run one after the other), timed into ``log.trace`` when the runner traces the step."""
+        tr = self.log.trace
+        t0 = time.perf_counter()
+        pred = predict()
+        t1 = time.perf_counter()
+        plan = self.select(layer, pred, rows, 0, self._bg_cap(layer, pred, rows))
+        t2 = time.perf_counter()
+        if tr is not None:
+            tr += [("pred", layer, t0, t1), ("select", layer, t1, t2)]
+        if not self.cfg.no_transfer:
+            self._transfer_inline(layer, plan, lanes)
+            if tr is not None:
+                tr.append(("transfer", layer, t2, time.perf_counter()))
+
+    def _stage(self, layer, src, head, dst, prealloc, batch):
+        """On the prediction stream, after the copy list: what the copy waits for. Under capture with the UVA
+        path's copy graphs or the host path's graph mode, the layer joins the key's copies (``GraphCopies``) and
+        None is returned; else the UVA path's ``planned`` event, or the host path's (staged count, event)."""
+        capturing = torch.cuda.is_current_stream_capturing()
+        if self.route.path == "uva" and not (self.ext.copy_graph and capturing):
+            planned = self._event()
+            planned.record()
+            return planned
+        if self.route.path == "uva":  # the copy goes into this key's copy graph (capture_copies)
+            if not prealloc:
+                self.cross_stream(self.s_copy, src, head, dst)  # kept with the step's graph
+            item = (src, head, dst, self.gather_programs(batch))
+        else:
+            item = self.host_path.stage(layer, src, head, dst)
+            if not capturing:
                 planned = torch.cuda.Event()
                 planned.record()
-        if self.path == "uva":
-            with torch.cuda.stream(self.s_copy):
-                self.s_copy.wait_event(planned)
-                t0 = ev()
-                t0.record()
-                self.uva.gather(layer, src, head, dst, self.gather_programs(lanes.shape[0]))
-                t1 = ev()
-                t1.record()
-            if not prealloc:  # plan_select's lists live in buffers allocated once: nothing to hand across
-                self._cross_stream(self.s_copy, src, head, dst)
-            if prof:
-                self.prof.append(("transfer", layer, t0, t1))
-            self.done[layer] = t1
-        else:
-            self.jobs[layer] = self.host_path.submit(layer, n, planned)
+                return item, planned
+        # graph mode: the worker / the copy graph starts after each replay
+        self.ext.planned[layer].record()
+        joined = torch.cuda.Event()
+        joined.record()
+        self.done[layer] = joined  # the prediction stream rejoins the main stream by the capture's end
+        self.ext.add(layer, item)
+        return None
+
+    def _gather(self, layer, planned, src, head, dst, prealloc, batch) -> None:
+        """The UVA path's copy of ``layer`` on the copy stream once ``planned`` fires."""
+        ev = self._event
+        with torch.cuda.stream(self.s_copy):
+            self.s_copy.wait_event(planned)
+            t0 = ev()
+            t0.record()
+            self.uva.gather(layer, src, head, dst, self.gather_programs(batch))
+            t1 = ev()
+            t1.record()
+        if not prealloc:  # plan_select's lists live in buffers allocated once: nothing to hand across
+            self.cross_stream(self.s_copy, src, head, dst)
+        if self.cfg.profile:
+            self.log.prof.append(("transfer", layer, t0, t1))
+        self.done[layer] = t1
 
     def gather_programs(self, batch: int) -> int:
         """UVA gather programs for a step of ``batch`` lanes (``UvaPath.programs_for``; the table's choice for that
@@ -459,21 +408,20 @@ class Prefetcher:
 
     def _record(self, rec) -> None:
         """Keep one profiling record (stage, layer, start event, end event) for ``collect``."""
-        self.prof.append(rec)
+        self.log.prof.append(rec)
 
-    def _cross_stream(self, stream, *tensors) -> None:
+    def cross_stream(self, stream, *tensors) -> None:
         """Tensors read on ``stream`` but allocated on another: eagerly, tell the allocator (record_stream); under
         graph capture, keep them alive with the graph so no later capture allocation reuses their memory."""
         if torch.cuda.is_current_stream_capturing():
-            self.keep.extend(tensors)
+            self.ext.keep.extend(tensors)
         else:
             for t in tensors:
                 t.record_stream(stream)
 
     def begin_capture(self, key) -> None:
         """The runner is about to capture the step of graph ``key``: host-path layers launched now belong to it."""
-        self._capture_key = key
-        self._graph_layers[key] = []
+        self.ext.begin(key)
 
     def before_replay(self) -> None:
         """Join the host worker's jobs of the previous step (their ``copied_x`` records are then issued)."""
@@ -488,21 +436,21 @@ class Prefetcher:
         their own on the copy stream; per layer, in order: wait for ``planned_x[l]`` (recorded by the step's graph
         once layer l's copy list is written), gather, record ``copied_x[l]`` (which the next step's graph waits for
         before layer l attends). ``after_replay`` launches it after each replay of the step."""
-        layers = self._graph_layers.get(key)
-        if not (self.copy_graph and layers):
+        layers = self.ext.layers.get(key)
+        if not (self.ext.copy_graph and layers):
             return
-        self.uva.capture(key, layers, planned=self.planned_x, copied=self.copied_x, stream=self.s_copy)
+        self.uva.capture(key, layers, planned=self.ext.planned, copied=self.ext.copied, stream=self.s_copy)
 
     def after_replay(self, key) -> None:
         """After the replay of graph ``key`` was launched: launch its copy graph on the copy stream (UVA,
         ``copy_graph``; an eager step or a capture after it waits for them through ``done``), or submit the host
         worker's jobs (the host path's graph mode)."""
-        if self.copy_graph and self.uva.replay(key, self.s_copy):  # copy graphs exist only with copy_graph
-            for layer, _ in self._graph_layers[key]:
-                self.done[layer] = self.copied_x[layer]
+        if self.ext.copy_graph and self.uva.replay(key, self.s_copy):  # copy graphs exist only with copy_graph
+            for layer, _ in self.ext.layers[key]:
+                self.done[layer] = self.ext.copied[layer]
             return
-        for layer, n in self._graph_layers.get(key, ()):
-            self.jobs[layer] = self.host_path.submit(layer, n, self.planned_x[layer], self.copied_x[layer])
+        for layer, n in self.ext.layers.get(key, ()):
+            self.jobs[layer] = self.host_path.submit(layer, n, self.ext.planned[layer], self.ext.copied[layer])
 
     def _transfer_inline(self, layer, plan, lanes) -> None:
         """CPU (and synchronous CUDA) transfer: same copy list, plain indexing."""
@@ -521,7 +469,7 @@ class Prefetcher:
         plan = self._select_for(layer, pred, lanes, rows, 0, cap)
         if self.cfg.no_transfer:
             return None
-        if self.cuda and self.path == "uva":
+        if self.cuda and self.route.path == "uva":
             src, head, dst, _ = self._plan_list(layer, plan, lanes)
             self.uva.gather(layer, src, head, dst, self.gather_programs(lanes.shape[0]))
         else:
@@ -539,20 +487,20 @@ class Prefetcher:
         R, K = pred.shape
         copy = not self.cfg.no_transfer
         # plan_select's fused host reads copy the pool as it is: an fp8 pool takes the dequantizing UVA gather
-        fused = copy and self.cfg.fused_hot_gather and self.path == "uva" and not host.quantized
-        so = self._slot_buf[: R * K].view(R, K)
+        fused = copy and self.cfg.fused_hot_gather and self.route.path == "uva" and not host.quantized
+        so = self.bufs.slot_buf[: R * K].view(R, K)
         out = self._select_fused(
             layer,
             pred,
             rows,
             cap,
             lanes,
-            out=self._lists[0],
+            out=self.bufs.lists[0],
             gather=(host.k[layer], host.v[layer], st.k[layer], st.v[layer]) if fused else None,
             slots_out=so,
         )
         if copy and not fused:
-            if self.path == "uva":
+            if self.route.path == "uva":
                 self.uva.gather(layer, out.src, out.head, out.dst, self.gather_programs(lanes.shape[0]))
             else:
                 copy_inline(self.store, self.host, self.device, layer, out.src, out.head, out.dst)
@@ -564,11 +512,12 @@ class Prefetcher:
         """Sum the profiled stage times (ms) since the last call; call after a device synchronisation. With ``ref``
         (an event of the main stream), also append each record to ``events`` as ms since ``ref``."""
         out = {}
-        for kind, layer, a, b in self.prof:
+        log = self.log
+        for kind, layer, a, b in log.prof:
             out[kind] = out.get(kind, 0.0) + a.elapsed_time(b)
             if ref is not None:  # the bench's --profile runs (H200, experiments/real_model_step_cost/README.md)
-                self.events.append((kind, layer, ref.elapsed_time(a), ref.elapsed_time(b)))
-        self.prof = []
+                log.events.append((kind, layer, ref.elapsed_time(a), ref.elapsed_time(b)))
+        log.prof = []
         if self.host_path is not None:
             out.update(self.host_path.take_times())
         return out

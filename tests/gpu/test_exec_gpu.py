@@ -37,7 +37,7 @@ def _assert_slots_hold_their_blocks(eng) -> int:
     st = r.store
     checked = 0
     for lane, req in [(q.lane, q) for q in eng.scheduler.running.values()]:
-        blocks = r.lane_blocks[lane]
+        blocks = r.model.ws.lane_blocks[lane]
         for l in range(r.L):
             for h in range(r.H):
                 row = lane * r.H + h
@@ -87,7 +87,7 @@ def test_mapping_matches_slots_on_gpu(graph, prio, cg, kern, ipi):
         uva_items_per_iter=ipi,
     )
     eng = Engine(c)
-    assert eng.runner.pipe.copy_graph == (cg == "on")
+    assert eng.runner.pipe.ext.copy_graph == (cg == "on")
     step_p, pred_p, copy_p = STREAM_PRIORITIES[prio]
     pipe = eng.runner.pipe
     assert (pipe.step_priority, pipe.s_pred.priority, pipe.s_copy.priority) == (step_p, pred_p, copy_p)
@@ -154,7 +154,7 @@ def test_host_path_in_graphs_equals_eager(kernel):
     kw = dict(top_k=3, fetch_ratio=0.67, transfer="host", host_threads=2)
     ref, out_ref = run_logits(cfg("lookahead", "cuda", cuda_graph=False, host_kernel="torch", **kw), ps, 40)
     eng_probe = Engine(cfg("lookahead", "cuda", cuda_graph=True, host_kernel=kernel, **kw))
-    assert eng_probe.runner.pipe.graph_host  # this torch has external events: the graph mode is what runs below
+    assert eng_probe.runner.pipe.ext.graph_host  # this torch has external events: the graph mode is what runs below
     assert (eng_probe.runner.pipe.host_path.native is not None) == (kernel == "native")
     eng_probe.close()
     got, out = run_logits(cfg("lookahead", "cuda", cuda_graph=True, host_kernel=kernel, **kw), ps, 40)
@@ -187,7 +187,7 @@ def test_host_path_in_graphs_mapping_matches_slots(prio, kernel):
     r = eng.runner
     r.pipe.wait_all()  # the worker's last jobs
     assert _assert_slots_hold_their_blocks(eng) > 0 and r.counters()["units_fetched"] > 100
-    assert r.graphs  # the steps ran as graphs
+    assert r.cuda_graphs.graphs  # the steps ran as graphs
     eng.close()
 
 
@@ -262,9 +262,9 @@ def test_hisparse_graphs_equal_eager_and_slots_hold_their_blocks():
         kw = dict(top_k=3, hot_slots=7, transfer="uva", fused_hot_gather=fg)
         tokens[fg] = _graphs_equal_eager("hisparse", ps, 40, **kw)
         eng = Engine(cfg("hisparse", "cuda", cuda_graph=True, max_context=900, max_lanes=2, **kw))
-        assert eng.runner.store.S == 7 and eng.runner.pipe._slot_buf is not None
+        assert eng.runner.store.S == 7 and eng.runner.pipe.bufs.slot_buf is not None
         drive(eng, prompts(2, (40, 65)), 700, 200, _slots_checked)
-        assert eng.runner.graphs
+        assert eng.runner.cuda_graphs.graphs
         counts[fg] = eng.runner.counters()
         eng.close()
     assert tokens[True] == tokens[False]
@@ -308,7 +308,7 @@ def test_fp8_host_graphs_equal_eager_and_slots_hold_the_dequantized_host_copies(
         if steps % 200 == 0:
             eng.runner.pipe.wait_all()  # the host path's worker jobs
             assert _assert_slots_hold_their_blocks(eng) > 0
-    assert eng.runner.graphs and eng.runner.counters()["units_fetched"] > 100
+    assert eng.runner.cuda_graphs.graphs and eng.runner.counters()["units_fetched"] > 100
     eng.close()
 
 
@@ -333,8 +333,8 @@ def test_speculative_steps_in_graphs_equal_eager(mode, accept):
     ref, out_ref = run_logits(cfg(mode, "cuda", cuda_graph=False, **kw), ps, 40, runner_hook=hook)
     got, out = run_logits(cfg(mode, "cuda", cuda_graph=True, **kw), ps, 40, runner_hook=hook)
     assert {k[0] for k in keys} >= {"chain", "spec"}  # the speculative steps ran through graphs
-    assert runners[1].spec_steps == runners[0].spec_steps > 0
-    assert runners[1].spec_accepts == runners[0].spec_accepts
+    assert runners[1].spec.steps == runners[0].spec.steps > 0
+    assert runners[1].spec.accepts == runners[0].spec.accepts
     assert out == out_ref
     for rid in ref:
         for a, b in zip(ref[rid], got[rid]):
@@ -386,9 +386,9 @@ def test_victim_cache_graphs_equal_eager_cpu_and_slots_hold_their_blocks(mode, m
     kw = dict(top_k=3, hot_slots=9, fetch_ratio=0.34, transfer="uva", plan_marks=marks)
     _graphs_equal_eager(mode, prompts(19, (90, 120, 64)), 40, **kw)
     eng = Engine(cfg(mode, "cuda", cuda_graph=True, max_context=900, max_lanes=2, **kw))
-    assert eng.runner.store.S == 9 and (eng.runner.pipe._marks is not None) == marks
+    assert eng.runner.store.S == 9 and (eng.runner.pipe.bufs.marks is not None) == marks
     drive(eng, prompts(2, (40, 65)), 700, 200, _slots_checked)
     torch.cuda.synchronize()  # the prediction stream's last plans
-    assert not any(m.any() for m in eng.runner.pipe._marks or [])
-    assert eng.runner.graphs and eng.runner.counters()["units_fetched"] > 100
+    assert not any(m.any() for m in eng.runner.pipe.bufs.marks or [])
+    assert eng.runner.cuda_graphs.graphs and eng.runner.counters()["units_fetched"] > 100
     eng.close()

@@ -51,6 +51,6 @@ def test_budget_policy_runs_in_the_step(graph):
     torch.cuda.synchronize()
     caps = eng.runner.caps
     assert caps.adaptive and caps.clock.ticked and float(caps.clock.seconds) > 0
-    assert bool(graph) == bool(eng.runner.graphs)
+    assert bool(graph) == bool(eng.runner.cuda_graphs.graphs)
     assert eng.runner.counters()["units_fetched"] > 0
     eng.close()

@@ -182,22 +182,22 @@ def test_speculative_bf16_greedy_matches_transformers_with_the_trained_head(
     ordinary = dense[1] if mode == "dense" else ordinary_lookahead
     r = eng.runner
     print(
-        f"speculative {mode}: {r.spec_tokens / max(1, r.spec_lanes):.2f} tokens a lane a step; first divergence "
+        f"speculative {mode}: {r.spec.tokens / max(1, r.spec.lanes):.2f} tokens a lane a step; first divergence "
         f"from our ordinary {mode} {[first_divergence(g, o) for g, o in zip(got, ordinary)]}"
     )
     check_greedy(hf[0], prompts, got, reference, f"speculative {mode}")
-    assert r.spec_steps > 0 and r.spec_tokens / r.spec_lanes > 1.2  # accepted drafts (CPU fp32: ~1.5 a step)
+    assert r.spec.steps > 0 and r.spec.tokens / r.spec.lanes > 1.2  # accepted drafts (CPU fp32: ~1.5 a step)
 
 
 @pytest.mark.parametrize("mode", ["dense", "lookahead"])
 def test_speculative_graphs_off_equals_graphs_on(mode, gguf_path, hf, prompts, dense, reference):
     on, got_on = _spec_run(gguf_path, dense, prompts, mode)
     off, got_off = _spec_run(gguf_path, dense, prompts, mode, cuda_graph=False)
-    assert on.runner.spec_steps > 0 and off.runner.spec_steps > 0
+    assert on.runner.spec.steps > 0 and off.runner.spec.steps > 0
     parted = [first_divergence(a, b) for a, b in zip(got_on, got_off)]
     print(f"speculative {mode}, graphs on against off: first divergence per prompt {parted}")
     if all(p is None for p in parted):
-        assert on.runner.spec_accepts == off.runner.spec_accepts
+        assert on.runner.spec.accepts == off.runner.spec.accepts
     else:  # the ordinary steps' graphs may round differently (padded batches): only at a bf16 tie
         check_greedy(hf[0], prompts, got_on, reference, f"speculative {mode}, graphs on")
         check_greedy(hf[0], prompts, got_off, reference, f"speculative {mode}, graphs off")

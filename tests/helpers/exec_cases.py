@@ -88,7 +88,7 @@ def run_synthesized(c, ps, n, sampling=None):
 
 
 def oracle_chain(eng, reference, wrong=lambda position: False):
-    """A stand-in for ``ModelExec.draft_chain`` that drafts the reference continuation (``reference``: request id ->
+    """A stand-in for ``Drafts.chain`` that drafts the reference continuation (``reference``: request id ->
     the output of a non-speculative greedy run), so that a speculative run accepts several tokens a step; a draft
     at a position where ``wrong(position)`` holds is made wrong (a rejection there)."""
 
@@ -118,7 +118,7 @@ def layer0_kv_exact(eng, ps, outs):
         T = len(seq)
         _, k, v = dec.qkv(0, dec.embed[torch.tensor(seq)], torch.arange(T))  # [T, H, D]
         nf = T // bs
-        hb = r.lane_blocks[lane]
+        hb = r.model.ws.lane_blocks[lane]
         for b in range(nf):
             torch.testing.assert_close(r.host.k[0][hb[b]], k[b * bs : (b + 1) * bs].transpose(0, 1))
             torch.testing.assert_close(r.host.v[0][hb[b]], v[b * bs : (b + 1) * bs].transpose(0, 1))

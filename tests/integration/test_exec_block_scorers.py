@@ -50,7 +50,7 @@ def test_sparse_mode_summaries_match_the_host_copy(scorer):
     checked = 0
     for r in eng.scheduler.running.values():
         n_full = (r.n_tokens - 1) // bs
-        phys = torch.tensor(run.model.lane_blocks[r.lane][:n_full])
+        phys = torch.tensor(run.model.ws.lane_blocks[r.lane][:n_full])
         for layer in range(run.L):
             keys = run.host.k[layer][phys]  # [n, H, bs, D]
             keys = keys.permute(1, 0, 2, 3).reshape(keys.shape[1], -1, keys.shape[-1])

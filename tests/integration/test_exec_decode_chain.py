@@ -34,8 +34,8 @@ def _state(eng, ps):
     st = r.store
     names = ("k", "v", "kmin", "kmax", "resident", "last_sel")
     out = {n: getattr(st, n) for n in names if getattr(st, n, None) is not None}
-    if r.model.draft_tok is not None:
-        out["draft_tok"] = r.model.draft_tok
+    if r.drafts.tok is not None:
+        out["draft_tok"] = r.drafts.tok
     out = {n: (torch.stack(list(t)) if isinstance(t, (list, tuple)) else t).clone() for n, t in out.items()}
     if r.host is not None:
         for lane, p in enumerate(ps):  # lane i holds request i (admitted in order, all at once)
@@ -155,8 +155,8 @@ def test_engine_chains_only_when_nothing_else_waits():
     eng.runner.host.fill_pattern(0)
     for p in ps:
         eng.add_request(p, SamplingParams(max_tokens=12), synthetic_prefill=True)
-    inner = eng.runner.sampler
-    eng.runner.sampler = lambda logits, params: inner(logits, params)  # a harness's sampler: per step
+    inner = eng.sampler
+    eng.sampler = lambda logits, params: inner(logits, params)  # a harness's sampler: per step
     out = {}
     while eng.has_work():
         for o in eng.step():

@@ -81,7 +81,7 @@ def _check_mapping(runner, lanes_pos):
     st, host, H = runner.store, runner.host, runner.H
     for l in range(runner.L):
         for lane, n_tok in lanes_pos.items():
-            blocks = runner.lane_blocks[lane]
+            blocks = runner.model.ws.lane_blocks[lane]
             for h in range(H):
                 row = lane * H + h
                 res = st.resident[l, row].tolist()
@@ -124,7 +124,7 @@ def test_torch_policy_path_equals_numpy():
             res = pipe.store.resident[layer][rows].clone()
             ls = pipe.store.last_sel[layer][rows].clone()
             plan = select(layer, pred, rows, step, cap)
-            ref = plan_step(res.numpy(), ls.numpy() - 1, pred.numpy(), cap, 0, pipe.max_cap)  # relative steps
+            ref = plan_step(res.numpy(), ls.numpy() - 1, pred.numpy(), cap, 0, pipe.caps.max_cap)  # relative steps
             for f in ("fetch_block", "fetch_slot", "n_fetch", "n_missing", "resident", "last_sel"):
                 np.testing.assert_array_equal(getattr(plan, f).numpy(), getattr(ref, f))
             calls.append(int(plan.n_fetch.sum()))

@@ -89,7 +89,7 @@ def test_every_resident_slot_holds_its_blocks_dequantized_host_copy(mode):
         for q in eng.scheduler.running.values():
             if q.n_tokens <= window:  # still short: no host copy yet
                 continue
-            blocks = r.lane_blocks[q.lane]
+            blocks = r.model.ws.lane_blocks[q.lane]
             for l in range(r.L):
                 for h in range(H):
                     row = q.lane * H + h
@@ -108,7 +108,7 @@ def test_the_first_working_set_is_the_host_copy_read_back():
     eng.add_request(prompts(1, (100,))[0], SamplingParams(max_tokens=1))
     eng.step()
     r, st = eng.runner, eng.runner.store
-    blocks = r.lane_blocks[0]
+    blocks = r.model.ws.lane_blocks[0]
     for h in range(r.H):
         for s, b in enumerate(st.resident[0, h].tolist()):
             if b >= 0:

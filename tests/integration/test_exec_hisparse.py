@@ -4,6 +4,8 @@ their blocks' host copies across short-context crossings, the CUDA path's one-la
 the torch path, and the simulator's hot cache. (hisparse == dense when top-K covers every block:
 test_exec_engine.test_sparse_equals_dense_when_top_k_covers_every_block.)"""
 
+import dataclasses
+
 import pytest
 import torch
 from exec_cases import cfg, drive, live_lanes, prompts, run_logits
@@ -19,14 +21,14 @@ def _keep(runners, preds):
 
     def hook(r):
         runners.append(r)
-        predict = r.model.predict
+        predict = r.model.selector.predict
 
         def kept(l, *a, **kw):
             p = predict(l, *a, **kw)
             preds.append((l, p.clone()))
             return p
 
-        r.model.predict = kept
+        r.model.selector.predict = kept
 
     return hook
 
@@ -75,7 +77,8 @@ def test_cuda_fetch_path_equals_the_torch_path(fused_gather):
     hot = []
 
     def force(r):
-        r.pipe.cuda, r.pipe.path = True, "uva"  # _fused(): the CUDA selection; nothing else of the step changes
+        r.pipe.cuda = True  # _fused(): the CUDA selection; nothing else of the step changes
+        r.pipe.route = dataclasses.replace(r.pipe.route, path="uva")
         fetch = r.pipe._fetch_hot
         r.pipe._fetch_hot = lambda *a: hot.append(1) or fetch(*a)
         rb.append(r)

@@ -21,7 +21,7 @@ class Mirror:
 
     def __init__(self, runner):
         self.r, self.H, self.L = runner, runner.H, runner.L
-        self.m = HeadMapping(runner.max_lanes, runner.L, runner.H, runner.K)
+        self.m = HeadMapping(runner.max_lanes, runner.L, runner.H, runner.cfg.top_k)
         self.chunk, self.fresh, self.was_short = {}, set(), set()
         self.caps, self.plans = [], 0
         admit, select = runner._admit, runner.pipe.select
@@ -39,7 +39,7 @@ class Mirror:
             lanes = {int(x) // self.H for x in runner_rows}
             # short lanes (oasis_core.short_context) keep their blocks by device-side promotion, not by plans: while
             # a lane holds no host blocks, or is crossing, and one step after, its table is taken as the runner's
-            short = {lane for lane in lanes if not runner.lane_blocks[lane] or lane in runner._crossing}
+            short = {lane for lane in lanes if not runner.model.ws.lane_blocks[lane] or lane in runner._crossing}
             for lane in lanes & (self.fresh | short | self.was_short):
                 self.sync(lane)
             self.was_short = short
@@ -69,7 +69,7 @@ class Mirror:
         """Each occupied slot of a live lane holds the host block the mapping names (K and V)."""
         st, host = self.r.store, self.r.host
         for lane in set(self.chunk) - self.fresh:
-            blocks = self.r.lane_blocks[lane]
+            blocks = self.r.model.ws.lane_blocks[lane]
             if not blocks:  # a short lane: its KV lives on the GPU only (oasis_core.short_context)
                 continue
             for layer in range(self.L):
@@ -113,11 +113,11 @@ def test_runner_slots_keep_the_mapping_invariants(mode, policy):
     tensors = [c for c in mirror.caps if isinstance(c, torch.Tensor)]
     if policy is None:  # the fixed cap; rows of short lanes get 0 (a per-row tensor while a lane is short)
         ints = {c for c in mirror.caps if not isinstance(c, torch.Tensor)}
-        assert ints == {eng.runner.max_cap}
-        assert {int(x) for t in tensors for x in t} <= {0, eng.runner.max_cap}
+        assert ints == {eng.runner.caps.max_cap}
+        assert {int(x) for t in tensors for x in t} <= {0, eng.runner.caps.max_cap}
     else:  # the budget policy's per-row caps, after the first step's fixed fallback
         assert len(tensors) > 0.9 * len(mirror.caps)
         allc = torch.cat(tensors)
-        assert int(allc.min()) >= 0 and int(allc.max()) <= eng.runner.max_cap
+        assert int(allc.min()) >= 0 and int(allc.max()) <= eng.runner.caps.max_cap
         assert len(set(allc.tolist())) > 1  # the caps vary with the rows' misses and the step time
     eng.close()

@@ -9,7 +9,7 @@ import sys
 import pytest
 
 from oasis_core.scheduler import Scheduler
-from oasis_exec.engine.scheduler import LaneAccounting, Request, SamplingParams
+from oasis_exec.engine.scheduler import EngineRequest, LaneAccounting, SamplingParams
 
 
 def test_scheduler_imports_without_torch():
@@ -26,7 +26,7 @@ def _sched(lanes, host_blocks, chunk=32, **kw):
 
 
 def _req(i, n, max_tokens, **kw):
-    return Request(id=i, prompt=list(range(n)), sampling=SamplingParams(max_tokens=max_tokens, **kw))
+    return EngineRequest(id=i, prompt=list(range(n)), sampling=SamplingParams(max_tokens=max_tokens, **kw))
 
 
 def test_lanes_and_host_blocks_are_taken_as_requests_grow():
@@ -75,7 +75,9 @@ def test_decodes_ride_along_with_prefill_chunks():
 
 def test_stop_and_abort_free_resources():
     s, acct = _sched(1, 4)
-    a = Request(id=0, prompt=[1, 2, 3], sampling=SamplingParams(max_tokens=8, stop_ids=(42,)), synthetic_prefill=True)
+    a = EngineRequest(
+        id=0, prompt=[1, 2, 3], sampling=SamplingParams(max_tokens=8, stop_ids=(42,)), synthetic_prefill=True
+    )
     s.add(a)
     p = s.schedule()
     assert not p.prefill and p.decode == (a,) and a.prompt_len + a.generated - 1 == 2  # decodes token 3 at position 2
@@ -223,7 +225,9 @@ def test_engine_state_stays_bounded_over_many_requests(mode):
             live.discard(rid)
             aborted += 1
         s, r = eng.scheduler, eng.runner
-        sizes.append((len(s.running) + len(s.waiting), len(eng._keys), len(r.scratch), len(r.lane_blocks)))
+        sizes.append(
+            (len(s.running) + len(s.waiting), len(eng._keys), len(r.model.ws.scratch), len(r.model.ws.lane_blocks))
+        )
     while eng.has_work():
         for o in eng.step():
             if o.finish_reason is not None:
@@ -232,7 +236,7 @@ def test_engine_state_stays_bounded_over_many_requests(mode):
     assert not live and ended + aborted == 120 and aborted > 10
     s, r = eng.scheduler, eng.runner
     assert not hasattr(s, "finished")
-    assert (len(s.running), len(s.waiting), len(eng._keys), len(r.scratch)) == (0, 0, 0, 0)
+    assert (len(s.running), len(s.waiting), len(eng._keys), len(r.model.ws.scratch)) == (0, 0, 0, 0)
     assert max(n for _, n, _, _ in sizes) <= max(n for n, _, _, _ in sizes) <= 120
     assert max(n for _, _, n, _ in sizes) <= 1 and max(n for _, _, _, n in sizes) <= eng.max_lanes
     st = eng.stats()

@@ -88,7 +88,7 @@ def test_crossing_matches_short_context_off(plen):
     first = next(h for h in held if h)  # no host blocks until the crossing, then every block of the context
     assert held[: held.index(first)] == [0] * held.index(first) and first == K + 2
     # the host holds the same KV of request 0 (lane 0) in both runs, in the blocks each run gave it
-    b_on, b_off = on.runner.lane_blocks[0][: K + 2], off.runner.lane_blocks[0][: K + 2]
+    b_on, b_off = on.runner.model.ws.lane_blocks[0][: K + 2], off.runner.model.ws.lane_blocks[0][: K + 2]
     for l in range(len(on.runner.host.k)):
         torch.testing.assert_close(on.runner.host.k[l][b_on], off.runner.host.k[l][b_off])
         torch.testing.assert_close(on.runner.host.v[l][b_on], off.runner.host.v[l][b_off])
@@ -117,9 +117,9 @@ def _spy_steps(eng):
     """Wrap the model's decode step and prediction: returns (the ``short`` of each step, predictions made)."""
     shorts, preds = [], []
     m = eng.runner.model
-    core, predict = m.decode_core, m.predict
+    core, predict = m.decode_core, m.selector.predict
     m.decode_core = lambda *a, **kw: shorts.append(kw.get("short")) or core(*a, **kw)
-    m.predict = lambda *a, **kw: preds.append(1) or predict(*a, **kw)
+    m.selector.predict = lambda *a, **kw: preds.append(1) or predict(*a, **kw)
     return shorts, preds
 
 
@@ -173,7 +173,7 @@ def test_background_crossing_puts_the_prompt_kv_on_the_host(mode):
     _run(on, prompts, 3)
     _run(off, prompts, 3)
     nb = 80 // BS
-    b_on, b_off = on.runner.lane_blocks[0][:nb], off.runner.lane_blocks[0][:nb]
+    b_on, b_off = on.runner.model.ws.lane_blocks[0][:nb], off.runner.model.ws.lane_blocks[0][:nb]
     for l in range(len(on.runner.host.k)):
         torch.testing.assert_close(on.runner.host.k[l][b_on], off.runner.host.k[l][b_off])
         torch.testing.assert_close(on.runner.host.v[l][b_on], off.runner.host.v[l][b_off])
@@ -185,8 +185,8 @@ def test_all_short_steps_attend_a_power_of_two_of_slots_and_draft_only_before_cr
     eng = _engine("lookahead", top_k=40, max_context=700)  # window 656 tokens: slots 16, 32, 40
     r = eng.runner
     assert [r._dense_slots([p]) for p in (0, 271, 272, 527, 528, 639)] == [16, 16, 32, 32, 40, 40]
-    proposed, propose = [], r.model.propose
-    r.model.propose = lambda lanes, aux, tok: proposed.append(lanes.tolist()) or propose(lanes, aux, tok)
+    proposed, propose = [], r.drafts.propose
+    r.drafts.propose = lambda lanes, aux, tok: proposed.append(lanes.tolist()) or propose(lanes, aux, tok)
     w = r.short.window_tokens
     aux = torch.zeros(2, 3 * r.shape.hidden)
     lanes = torch.tensor([0, 1])

@@ -29,7 +29,7 @@ N = 40  # output tokens a request
 def _greedy(c, ps, n=N, chain=None):
     eng = Engine(c)
     if chain is not None:
-        eng.runner.model.draft_chain = chain(eng)
+        eng.runner.drafts.chain = chain(eng)
     out = eng.generate(ps, SamplingParams(max_tokens=n))
     return eng, out
 
@@ -46,9 +46,9 @@ def _commits(eng):
     model = eng.runner.model
     inner = model.commit_spec
 
-    def commit(lanes, rows, pos, n_acc, saved, sets, recorded):
-        seen.append((pos.tolist(), list(n_acc)))
-        return inner(lanes, rows, pos, n_acc, saved, sets, recorded)
+    def commit(step, n_acc, sets, recorded):
+        seen.append((step.pos.tolist(), list(n_acc)))
+        return inner(step, n_acc, sets, recorded)
 
     model.commit_spec = commit
     return seen
@@ -69,9 +69,9 @@ def test_random_draft_speculative_equals_greedy(mode, kw, seed):
     _, ref = _reference(mode, ps, **kw)
     eng, out = _greedy(cfg(mode, speculative_k=3, **kw), ps)
     r = eng.runner
-    assert out == ref and r.spec_steps > 0
+    assert out == ref and r.spec.steps > 0
     if mode == "lookahead":  # every draft rejected (one token a step), as this equality needs with a selection
-        assert r.spec_tokens == r.spec_lanes
+        assert r.spec.tokens == r.spec.lanes
     eng.close()
 
 
@@ -87,12 +87,12 @@ def test_oracle_draft_accepts_many_and_equals_greedy(mode, kw):
     ps = prompts()
     refd, ref = _reference(mode, ps, **kw)
     eng = Engine(cfg(mode, speculative_k=4, **kw))
-    eng.runner.model.draft_chain = oracle_chain(eng, refd, _wrong)
+    eng.runner.drafts.chain = oracle_chain(eng, refd, _wrong)
     seen = _commits(eng)
     out = eng.generate(ps, SamplingParams(max_tokens=N))
     r = eng.runner
     assert out == ref
-    assert r.spec_tokens / r.spec_lanes > 2.5  # several tokens a step
+    assert r.spec.tokens / r.spec.lanes > 2.5  # several tokens a step
     accepted = [n for _, ns in seen for n in ns]
     assert 0 in accepted and 4 in accepted and any(0 < n < 4 for n in accepted)
     bs = eng.cfg.block_size
@@ -106,11 +106,11 @@ def test_lookahead_small_top_k_keeps_only_accepted_kv():
     kw = {"short_context": False}  # top_k 4: the resident set is a selection
     refd, _ = _reference("lookahead", ps, **kw)
     eng = Engine(cfg("lookahead", speculative_k=4, **kw))
-    eng.runner.model.draft_chain = oracle_chain(eng, refd, _wrong)
+    eng.runner.drafts.chain = oracle_chain(eng, refd, _wrong)
     out = eng.generate(ps, SamplingParams(max_tokens=N))
     r = eng.runner
     assert [len(o) for o in out] == [N] * 3
-    assert r.spec_tokens / r.spec_lanes > 1.3
+    assert r.spec.tokens / r.spec.lanes > 1.3
     layer0_kv_exact(eng, ps, out)
     eng.close()
 
@@ -141,7 +141,7 @@ def test_max_tokens_and_stop_inside_an_accepted_run():
     # max_tokens: exact, whatever the drafts could still have added
     for n in (1, 2, 7, 13):
         eng = Engine(cfg("dense", speculative_k=4))
-        eng.runner.model.draft_chain = oracle_chain(eng, refd)
+        eng.runner.drafts.chain = oracle_chain(eng, refd)
         outs = []
         ids = [eng.add_request(p, SamplingParams(max_tokens=n)) for p in ps]
         got = {i: [] for i in ids}
@@ -157,7 +157,7 @@ def test_max_tokens_and_stop_inside_an_accepted_run():
     r0 = ref[0]
     i = next(i for i in range(4, N) if r0[i] not in r0[:i])
     eng = Engine(cfg("dense", speculative_k=4))
-    eng.runner.model.draft_chain = oracle_chain(eng, refd)
+    eng.runner.drafts.chain = oracle_chain(eng, refd)
     raw = _raw_results(eng)
     ids = [
         eng.add_request(p, SamplingParams(max_tokens=N, stop_ids=(r0[i],) if j == 0 else ())) for j, p in enumerate(ps)
@@ -183,7 +183,7 @@ def test_sampling_runs_seeded_and_in_vocabulary():
     outs = []
     for _ in range(2):
         eng = Engine(cfg("dense", speculative_k=3))
-        eng.runner.model.draft_chain = oracle_chain(eng, refd)
+        eng.runner.drafts.chain = oracle_chain(eng, refd)
         outs.append(eng.generate(ps, SamplingParams(max_tokens=20, temperature=0.3, seed=5))[0])
         eng.close()
     assert outs[0] == outs[1] and len(outs[0]) == 20
@@ -206,7 +206,7 @@ def test_server_adapter_scores_every_token_of_a_speculative_step():
     ps = prompts(lens=(40,))
     refd, ref = _reference("dense", ps)
     eng = Engine(cfg("dense", speculative_k=3))
-    eng.runner.model.draft_chain = oracle_chain(eng, refd)
+    eng.runner.drafts.chain = oracle_chain(eng, refd)
     ad = ExecutorEngine(eng)
     ad.add_request(ps[0], Sampling(max_tokens=12, logprobs=2))
     toks, lps = [], []
@@ -249,11 +249,11 @@ def test_config_and_cli():
 
 def test_scheduler_update_takes_emitted_counts():
     from oasis_core.scheduler import Scheduler
-    from oasis_exec.engine.scheduler import LaneAccounting, Request
+    from oasis_exec.engine.scheduler import EngineRequest, LaneAccounting
 
     acct = LaneAccounting(max_lanes=1, host_blocks=8, block_size=16, needs_host=True)
     s = Scheduler(accounting=acct, prefill_tokens=64)
-    r = Request(id=0, prompt=[1] * 20, sampling=SamplingParams(max_tokens=6), synthetic_prefill=True)
+    r = EngineRequest(id=0, prompt=[1] * 20, sampling=SamplingParams(max_tokens=6), synthetic_prefill=True)
     s.add(r)
     s.update(s.schedule(), emitted={0: 4})
     assert r.generated == 4 and len(r.host_blocks) == 2  # 24 tokens hold two blocks
@@ -300,7 +300,7 @@ def test_real_model_trained_head_speculative_equals_greedy():
         eng = Engine(c, Runner(c, decoder=base.runner.dec))
         assert eng.generate(ids, SamplingParams(max_tokens=24)) == ref, mode
         r = eng.runner
-        assert r.spec_tokens / r.spec_lanes > 1.2  # the trained head's drafts are accepted (measured: ~1.5)
+        assert r.spec.tokens / r.spec.lanes > 1.2  # the trained head's drafts are accepted (measured: ~1.5)
 
 
 # -- speculative_k auto (oasis_core.speculation): the length per lane from its measured acceptance ----------------
@@ -312,10 +312,10 @@ def test_auto_random_draft_equals_greedy_and_backs_off(mode, kw):
     _, ref = _reference(mode, ps, **kw)
     eng, out = _greedy(cfg(mode, speculative_k="auto:4", speculative_gamma=0.1, **kw), ps)
     r = eng.runner
-    assert out == ref and r.spec_steps > 0
-    ks = sorted({k for k, _ in r.spec_accepts})
-    assert ks[0] < 4 and r.spec_tokens == r.spec_lanes  # drafts rejected: the lengths fall below N
-    assert all(r.adaptive.choose(lane) <= 1 for lane in range(3))
+    assert out == ref and r.spec.steps > 0
+    ks = sorted({k for k, _ in r.spec.accepts})
+    assert ks[0] < 4 and r.spec.tokens == r.spec.lanes  # drafts rejected: the lengths fall below N
+    assert all(r.spec.adaptive.choose(lane) <= 1 for lane in range(3))
     eng.close()
 
 
@@ -323,11 +323,11 @@ def test_auto_oracle_draft_drafts_long_and_equals_greedy():
     ps = prompts()
     refd, ref = _reference("dense", ps)
     eng = Engine(cfg("dense", speculative_k="auto:4"))  # γ measured on the host clock
-    eng.runner.model.draft_chain = oracle_chain(eng, refd)
+    eng.runner.drafts.chain = oracle_chain(eng, refd)
     out = eng.generate(ps, SamplingParams(max_tokens=N))
     r = eng.runner
-    assert out == ref and r.spec_tokens / r.spec_lanes > 2.5
-    assert r.spec_accepts[4, 4] > 0 and r.adaptive.gamma_samples > 0 and r.adaptive.gamma != 0.1
+    assert out == ref and r.spec.tokens / r.spec.lanes > 2.5
+    assert r.spec.accepts[4, 4] > 0 and r.spec.adaptive.gamma_samples > 0 and r.spec.adaptive.gamma != 0.1
     eng.close()
 
 
@@ -347,18 +347,18 @@ def test_auto_lanes_of_different_lengths_share_a_pass():
         lane0 = torch.tensor([ids.get(int(x)) == 0 for x in lanes.tolist()])[:, None]
         return torch.where(lane0, a, b)
 
-    eng.runner.model.draft_chain = chain
+    eng.runner.drafts.chain = chain
     for p in ps:
         eng.add_request(p, SamplingParams(max_tokens=N))
     seen = []
-    inner = eng.runner._decode_spec
+    inner = eng.runner.spec.run
 
-    def spy(plan, ks, *a):
+    def spy(items, params, ks, *a):
         seen.append(list(ks))
-        assert all(k == min(max(ks), it.max_new - 1) for k, it in zip(ks, plan.decode))
-        return inner(plan, ks, *a)
+        assert all(k == min(max(ks), it.max_new - 1) for k, it in zip(ks, items))
+        return inner(items, params, ks, *a)
 
-    eng.runner._decode_spec = spy
+    eng.runner.spec.run = spy
     got = {}
     while eng.has_work():
         for r in eng.scheduler.running.values():

@@ -53,8 +53,8 @@ def test_always_accept_emits_k_plus_one_and_commits_exactly(mode, kw):
     eng, ps, out = _run(mode, {"3": [0, 0, 0, 5]}, **kw)
     r = eng.runner
     assert [len(o) for o in out] == [N] * 3
-    assert r.spec_steps > 0 and set(r.spec_accepts) <= {(3, 3), (2, 2), (1, 1)}  # the last steps: max_new clips k
-    assert r.spec_accepts[3, 3] >= 3 * 8  # 4 tokens a step, where the random head accepts ~nothing
+    assert r.spec.steps > 0 and set(r.spec.accepts) <= {(3, 3), (2, 2), (1, 1)}  # the last steps: max_new clips k
+    assert r.spec.accepts[3, 3] >= 3 * 8  # 4 tokens a step, where the random head accepts ~nothing
     (layer0_kv_exact if mode == "lookahead" else _dense_pages_exact)(eng, ps, out)
     eng.close()
 
@@ -62,14 +62,14 @@ def test_always_accept_emits_k_plus_one_and_commits_exactly(mode, kw):
 def test_never_accept_is_one_token_a_step():
     eng, ps, out = _run("lookahead", {"alpha": 0.0}, **LOOK)
     r = eng.runner
-    assert r.spec_tokens == r.spec_lanes and set(n for _, n in r.spec_accepts) == {0}
+    assert r.spec.tokens == r.spec.lanes and set(n for _, n in r.spec.accepts) == {0}
     layer0_kv_exact(eng, ps, out)
     eng.close()
 
 
 def test_chain_frequencies_follow_alpha():
     eng, ps, out = _run("dense", {"alpha": 0.5}, n=60, max_context=400)
-    counts = [eng.runner.spec_accepts[3, m] for m in range(4)]
+    counts = [eng.runner.spec.accepts[3, m] for m in range(4)]
     total = sum(counts)
     expect = [0.5, 0.25, 0.125, 0.125]  # leading successes of 3 draws at 0.5
     assert total > 80
@@ -85,7 +85,7 @@ def test_measured_histogram_is_reproduced():
     acc = synthetic_acceptance(hist)
     assert acc.rates == pytest.approx((0.7, 50 / 70))
     eng, _, _ = _run("dense", {"hist": hist}, k=2, n=60, max_context=400)
-    counts = [eng.runner.spec_accepts[2, m] for m in range(3)]
+    counts = [eng.runner.spec.accepts[2, m] for m in range(3)]
     total = sum(counts)
     for c, p in zip(counts, (0.3, 0.2, 0.5)):
         assert abs(c / total - p) < 4 * (p * (1 - p) / total) ** 0.5 + 0.02, counts
@@ -131,7 +131,7 @@ def test_set_speculative_k_refuses_more_than_built():
     with pytest.raises(ValueError, match="more than the 2"):
         eng.runner.set_speculative_k(3)
     eng.runner.set_speculative_k("auto:2")
-    assert eng.runner.adaptive is not None and eng.runner.cfg.spec_max_k == 2
+    assert eng.runner.spec.adaptive is not None and eng.runner.cfg.spec_max_k == 2
     eng.runner.set_speculative_k(0)
-    assert eng.runner.adaptive is None and not eng.runner.cfg.spec_max_k
+    assert eng.runner.spec.adaptive is None and not eng.runner.cfg.spec_max_k
     eng.close()

@@ -38,7 +38,7 @@ def _attended(seen):
     """A runner hook recording every attended slot list next to the tables it was taken from."""
 
     def hook(r):
-        slot_ids = r.model._resident_slot_ids
+        slot_ids = r.model.ws.slot_ids
 
         def kept(l, rows, base, sel_off):
             ids = slot_ids(l, rows, base, sel_off)
@@ -47,7 +47,7 @@ def _attended(seen):
             seen.append((ids.clone(), st.resident[l][row_ids].clone(), st.last_sel[l][row_ids].clone(), row_ids))
             return ids
 
-        r.model._resident_slot_ids = kept
+        r.model.ws.slot_ids = kept
 
     return hook
 
@@ -129,8 +129,8 @@ def test_fused_selection_equals_the_torch_path(marks):
     for rid in ref:
         for a, b in zip(ref[rid], got[rid]):
             assert torch.equal(a, b)
-    assert (rb[0].pipe._marks is not None) == marks
-    assert not any(m.any() for m in rb[0].pipe._marks or [])
+    assert (rb[0].pipe.bufs.marks is not None) == marks
+    assert not any(m.any() for m in rb[0].pipe.bufs.marks or [])
 
 
 def test_a_budget_with_room_runs_a_victim_cache_by_default():

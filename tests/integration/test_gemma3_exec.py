@@ -54,7 +54,7 @@ def test_dense_speculative_steps_equal_plain_forward(dec):
     c = cfg("dense", speculative_k=3)
     eng = Engine(c, Runner(c, decoder=dec))
     got = eng.generate(ps, SamplingParams(max_tokens=30))
-    assert eng.runner.spec_steps > 0
+    assert eng.runner.spec.steps > 0
     assert eng.runner.model.ring.R[0] == WINDOW + 3
     for p, g in zip(ps, got):
         assert g == greedy_ref(dec, p, 30)

@@ -1,5 +1,7 @@
 """plan_select (one-launch Algorithm 2 + copy list) vs its reference built on oasis_core.selection.plan_step."""
 
+import dataclasses
+
 import pytest
 import torch
 
@@ -307,11 +309,11 @@ def test_prefetcher_select_fused_equals_torch_select(lanes_list):
     index tensor, converted once per step), several steps."""
     pipe, g = _prefetcher()
     st, H = pipe.store, pipe.store.H
-    from oasis_exec.runner.runner import _rows_of
+    from oasis_exec.workingset.step import rows_index
 
     lanes = torch.tensor(lanes_list)
     for step in range(3):
-        rows = _rows_of(lanes_list, H)
+        rows = rows_index(lanes_list, H)
         preds = [
             torch.stack([torch.randperm(st.NB - 1, generator=g)[: st.S] for _ in range(len(lanes_list) * H)])
             for _ in range(st.L)
@@ -322,8 +324,8 @@ def test_prefetcher_select_fused_equals_torch_select(lanes_list):
         pipe._fused = lambda cap: True  # the CUDA gate, on CPU
         got = []
         for l in range(st.L):
-            plan = pipe._select_for(l, preds[l], lanes, rows, 0, pipe.max_cap)
-            assert plan.src.data_ptr() == pipe._lists[l].src.data_ptr()  # the preallocated buffers
+            plan = pipe._select_for(l, preds[l], lanes, rows, 0, pipe.caps.max_cap)
+            assert plan.src.data_ptr() == pipe.bufs.lists[l].src.data_ptr()  # the preallocated buffers
             got.append(
                 [
                     t.clone()
@@ -341,7 +343,7 @@ def test_prefetcher_select_fused_equals_torch_select(lanes_list):
         after = _snapshot(pipe)
         _restore(pipe, snap)
         for l in range(st.L):
-            plan = pipe._select_for(l, preds[l], lanes, rows, 0, pipe.max_cap)
+            plan = pipe._select_for(l, preds[l], lanes, rows, 0, pipe.caps.max_cap)
             want = (
                 *pipe._plan_list(l, plan, lanes)[:3],
                 plan.fetch_block,
@@ -364,13 +366,13 @@ def test_prefetcher_fetch_now_fused_equals_reference(path):
     """Retrieval's fetch_now through plan_select (+ uva_gather in the interpreter, or the inline copy) moves the same
     KV into the same slots and counts the same units as the torch path."""
     pipe, g = _prefetcher(seed=1)
-    pipe.path = path
+    pipe.route = dataclasses.replace(pipe.route, path=path)
     st, H = pipe.store, pipe.store.H
     lanes_list = [2, 0, 1]
     lanes = torch.tensor(lanes_list)
-    from oasis_exec.runner.runner import _rows_of
+    from oasis_exec.workingset.step import rows_index
 
-    rows = _rows_of(lanes_list, H)
+    rows = rows_index(lanes_list, H)
     preds = [
         torch.stack([torch.randperm(st.NB - 1, generator=g)[: st.S] for _ in range(len(lanes_list) * H)])
         for _ in range(st.L)

@@ -184,8 +184,7 @@ LANES, HOST_BLOCKS, BS, CHUNK = 3, 13, 16, 48
 def _sim_plans():
     from oasis_core.geometry import KVGeometry
     from oasis_core.specs import get_model
-    from oasis_core.trace import Request as TraceRequest
-    from oasis_core.trace import Trace
+    from oasis_core.trace import Trace, TraceRequest
     from oasis_sim import sim
     from oasis_sim.config import SimConfig
 
@@ -286,7 +285,7 @@ def test_simulator_and_executor_make_the_same_plans():
     # every accepted request got its whole output, preemption or not; the executor holds nothing afterwards
     assert {rid: len(t) for rid, t in outs.items()} == {i: o for i, (_, o) in enumerate(TRACE) if i != 3}
     st = eng.stats()
-    assert (st.lanes_used, st.host_blocks_used, len(eng.runner.scratch)) == (0, 0, 0)
+    assert (st.lanes_used, st.host_blocks_used, len(eng.runner.model.ws.scratch)) == (0, 0, 0)
 
 
 def test_executor_preemption_keeps_greedy_output():

@@ -21,12 +21,12 @@ def test_after_replay_submits_the_captured_layers_and_before_replay_joins_them()
             return worker.submit(lambda: ran.append((layer, n, planned, end)))
 
     pipe.host_path = StandInHostPath()
-    pipe.planned_x = [f"p{l}" for l in range(pipe.store.L)]
-    pipe.copied_x = [f"c{l}" for l in range(pipe.store.L)]
+    pipe.ext.planned = [f"p{l}" for l in range(pipe.store.L)]
+    pipe.ext.copied = [f"c{l}" for l in range(pipe.store.L)]
     pipe.begin_capture(4)
-    pipe._graph_layers[4] += [(0, 24), (1, 24)]  # what launch() registers while the step of 4 lanes is captured
+    pipe.ext.layers[4] += [(0, 24), (1, 24)]  # what launch() registers while the step of 4 lanes is captured
     pipe.begin_capture(2)
-    pipe._graph_layers[2] += [(0, 12)]
+    pipe.ext.layers[2] += [(0, 12)]
     pipe.after_replay(4)
     pipe.before_replay()
     assert ran == [(0, 24, "p0", "c0"), (1, 24, "p1", "c1")]
@@ -44,6 +44,6 @@ def test_after_replay_submits_the_captured_layers_and_before_replay_joins_them()
 
 def test_graph_mode_is_off_without_cuda():
     eng = Engine(cfg("lookahead", "cpu", transfer="host"))
-    assert eng.runner.pipe.graph_host is False
+    assert eng.runner.pipe.ext.graph_host is False
     assert torch.cuda.is_available() or not eng.runner.cuda_graphs.ok([0])
     eng.close()

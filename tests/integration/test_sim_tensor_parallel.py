@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 
 from oasis_core.specs import get_model, tp_local
-from oasis_core.trace import Request, Trace
+from oasis_core.trace import Trace, TraceRequest
 from oasis_sim.config import ConfigError, SimConfig
 from oasis_sim.predictor import RooflinePredictor
 from oasis_sim.sim import simulate
@@ -36,7 +36,7 @@ def test_all_reduce_is_a_ring_over_nvlink():
 
 
 def _decode(tp, mode):
-    reqs = tuple(Request(id=i, arrival_s=0.0, prompt_tokens=16384, output_tokens=16) for i in range(16))
+    reqs = tuple(TraceRequest(id=i, arrival_s=0.0, prompt_tokens=16384, output_tokens=16) for i in range(16))
     cfg = SimConfig(
         model="qwen3-8b",
         hardware="h200",

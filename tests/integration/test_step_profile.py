@@ -105,18 +105,18 @@ def test_annotations_are_removed_after_profiling(tmp_path):
         ]
     )
     eng, _ = build_bench_engine(sp.make_config(a), 64, 1, 2, 1)
-    before = (eng.runner.dec.qkv, eng.runner.sampler, type(eng.runner.model).predict)
+    before = (eng.runner.dec.qkv, eng.sampler, type(eng.runner.model.selector).predict)
     ann = sp.Annotator(eng)
     assert eng.runner.dec.qkv is not before[0]
     ann.remove()
-    assert eng.runner.dec.qkv == before[0] and eng.runner.sampler == before[1]
-    assert "predict" not in vars(eng.runner.model) and "launch" not in vars(eng.runner.pipe)
-    import oasis_exec.runner.model_exec as model_exec_mod
-    import oasis_exec.runner.ops as ops_mod
+    assert eng.runner.dec.qkv == before[0] and eng.sampler == before[1]
+    assert "predict" not in vars(eng.runner.model.selector) and "launch" not in vars(eng.runner.pipe)
+    import oasis_exec.ops as ops_mod
+    import oasis_exec.workingset.resident as resident_mod
 
     assert (
-        ops_mod.sparse_attn.__module__ == "oasis_exec.runner.ops"
-        and model_exec_mod.writeback_full.__module__ == "oasis_exec.transfer.writeback"
+        ops_mod.sparse_attn.__module__ == "oasis_exec.ops"
+        and resident_mod.writeback_full.__module__ == "oasis_exec.transfer.writeback"
     )
     eng.close()
 

@@ -5,7 +5,7 @@ interpreter, in place of ``ops``' CPU reference) gives the run of the torch sort
 import pytest
 from exec_cases import assert_same_run, cfg, prompts, run_state
 
-import oasis_exec.runner.ops as ops
+import oasis_exec.ops as ops
 import oasis_kernels.topk_select
 from oasis_exec.config import ExecConfig
 

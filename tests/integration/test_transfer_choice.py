@@ -136,17 +136,17 @@ def test_prefetcher_auto_takes_the_tables_path_and_explicit_wins(tmp_path, monke
         for lanes, path, progs, threads in ((2, "uva", 8, 8), (30, "host", 32, 12), (60, "uva", 16, 8)):
             pipe = Runner(ExecConfig(max_lanes=lanes, **kw)).pipe  # transfer="auto" (the default)
             assert pipe.store.B == lanes
-            assert (pipe.path, pipe.uva_programs, pipe.host_threads) == (path, progs, threads), lanes
-            assert pipe.choice["entry"] is not None
+            assert (pipe.route.path, pipe.route.uva_programs, pipe.route.host_threads) == (path, progs, threads), lanes
+            assert pipe.route.choice["entry"] is not None
         p = Runner(ExecConfig(max_lanes=30, transfer="uva", uva_programs=4, **kw)).pipe
-        assert (p.path, p.uva_programs, p.choice) == ("uva", 4, None)
+        assert (p.route.path, p.route.uva_programs, p.route.choice) == ("uva", 4, None)
         p = Runner(ExecConfig(max_lanes=2, transfer="host", host_threads=3, **kw)).pipe
-        assert (p.path, p.host_threads) == ("host", 3)
+        assert (p.route.path, p.route.host_threads) == ("host", 3)
         from oasis_kernels.host_native import available
 
-        assert p.host_kernel == ("native" if available() else "torch")  # auto, no table entry: C where it builds
+        assert p.route.host_kernel == ("native" if available() else "torch")  # auto, no table entry: C where it builds
         p = Runner(ExecConfig(max_lanes=30, mode="retrieval", **{k: v for k, v in kw.items() if k != "mode"})).pipe
-        assert p.path == "uva"  # retrieval fetches on the critical path: no host-staged version there
+        assert p.route.path == "uva"  # retrieval fetches on the critical path: no host-staged version there
 
 
 def test_stream_priority_auto_takes_the_tables_and_explicit_wins(tmp_path, monkeypatch):
@@ -167,11 +167,13 @@ def test_stream_priority_auto_takes_the_tables_and_explicit_wins(tmp_path, monke
         host_kv_gb=0.01,
     )
     with torch.inference_mode():
-        assert Runner(ExecConfig(max_lanes=2, **kw)).pipe.priority == "high"
-        assert Runner(ExecConfig(max_lanes=60, **kw)).pipe.priority == "normal"
-        assert Runner(ExecConfig(max_lanes=2, stream_priority="normal", **kw)).pipe.priority == "normal"
-        assert Runner(ExecConfig(max_lanes=60, transfer="uva", stream_priority="high", **kw)).pipe.priority == "high"
-        assert Runner(ExecConfig(max_lanes=2, transfer="uva", **kw)).pipe.priority == "normal"  # no table: normal
+        assert Runner(ExecConfig(max_lanes=2, **kw)).pipe.route.priority == "high"
+        assert Runner(ExecConfig(max_lanes=60, **kw)).pipe.route.priority == "normal"
+        assert Runner(ExecConfig(max_lanes=2, stream_priority="normal", **kw)).pipe.route.priority == "normal"
+        assert (
+            Runner(ExecConfig(max_lanes=60, transfer="uva", stream_priority="high", **kw)).pipe.route.priority == "high"
+        )
+        assert Runner(ExecConfig(max_lanes=2, transfer="uva", **kw)).pipe.route.priority == "normal"  # no table: normal
     with pytest.raises(ValueError, match="stream_priority"):
         ExecConfig(stream_priority="urgent")
     with pytest.raises(ValueError, match="copy_graph"):
@@ -197,7 +199,7 @@ def test_gather_programs_follow_the_live_batch_under_auto(tmp_path, monkeypatch)
     )
     with torch.inference_mode():
         pipe = Runner(ExecConfig(max_lanes=60, **kw)).pipe  # 60 lanes: uva on 16
-        assert (pipe.path, pipe.uva_programs) == ("uva", 16)
+        assert (pipe.route.path, pipe.route.uva_programs) == ("uva", 16)
         # 4 live: the 8-entry (uva8); 30 live: the 32-entry is host, so the lanes' own 16; 64: uva16
         assert [pipe.gather_programs(b) for b in (4, 30, 64)] == [8, 16, 16]
         p = Runner(ExecConfig(max_lanes=60, transfer="uva", uva_programs=4, **kw)).pipe
@@ -422,8 +424,8 @@ def test_host_kernel_auto_takes_the_tables_and_explicit_wins(tmp_path, monkeypat
         host_kv_gb=0.01,
     )
     with torch.inference_mode():
-        assert Runner(ExecConfig(max_lanes=30, **kw)).pipe.host_kernel == "native"
-        assert Runner(ExecConfig(max_lanes=30, host_kernel="torch", **kw)).pipe.host_kernel == "torch"
+        assert Runner(ExecConfig(max_lanes=30, **kw)).pipe.route.host_kernel == "native"
+        assert Runner(ExecConfig(max_lanes=30, host_kernel="torch", **kw)).pipe.route.host_kernel == "torch"
     _use_table(tmp_path, monkeypatch, TABLE)  # an entry without the field: the engine's default
     assert tc.explain(30)["host_kernel"] is None
     with pytest.raises(tc.TableError, match="host_kernel"):

@@ -89,7 +89,7 @@ def test_own_attention_shape_round_trips(dec, tmp_path):
 
 def _record(store):
     def hook(runner):
-        head = runner.model.draft
+        head = runner.drafts.head
         orig = head.propose_lanes
 
         def rec(lanes, aux, tok):
@@ -153,7 +153,7 @@ def test_synthesized_prompts_fill_the_draft_kv():
 
     ps = prompts()
     eng, out, _ = run_synthesized(cfg("lookahead", draft_head="attn"), ps, 5)
-    head = eng.runner.model.draft
+    head = eng.runner.drafts.head
     # A synthesized prompt fills positions 0 .. len - 2; each of the 5 steps writes its own position.
     assert sorted(int(head.kv.n[ln]) for ln in range(3)) == sorted(len(p) - 1 + 5 for p in ps)
     assert all(len(o) == 5 for o in out)
@@ -163,5 +163,5 @@ def test_synthesized_prompts_fill_the_draft_kv():
 def test_every_position_written_once_through_short_steps_and_the_crossing():
     ps, n_new = prompts(), 30  # top_k 4: 33 tokens stay short, 70 cross at 80, 100 start long
     got = []
-    run_logits(cfg("lookahead", draft_head="attn"), ps, n_new, lambda r: got.append(r.model.draft))
+    run_logits(cfg("lookahead", draft_head="attn"), ps, n_new, lambda r: got.append(r.drafts.head))
     assert sorted(int(got[0].kv.n[ln]) for ln in range(3)) == sorted(len(p) + n_new - 1 for p in ps)

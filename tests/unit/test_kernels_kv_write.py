@@ -4,7 +4,7 @@ import pytest
 import torch
 
 import oasis_kernels  # noqa: F401  (sets TRITON_INTERPRET without CUDA)
-from oasis_exec.runner import ops
+from oasis_exec import ops
 from oasis_kernels.kv_write import kv_write, kv_write_ref
 
 

@@ -4,7 +4,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from oasis_core.trace import Request, Trace, TraceError, dumps_trace, load_trace, loads_trace, save_trace
+from oasis_core.trace import Trace, TraceError, TraceRequest, dumps_trace, load_trace, loads_trace, save_trace
 
 
 def valid_doc():
@@ -60,7 +60,7 @@ def mutated(edit):
 def test_valid_trace_loads(tmp_path):
     trace, _ = load_text(tmp_path, json.dumps(valid_doc()))
     assert [r.id for r in trace.requests] == [0, 1, 7]
-    assert trace.requests[0] == Request(0, 0.0, 1000, 10, (0, 1), 512)
+    assert trace.requests[0] == TraceRequest(0, 0.0, 1000, 10, (0, 1), 512)
     assert trace.requests[1].prefix_block_ids is None and trace.requests[1].total_tokens == 23
     assert trace.duration_s == 1.5
     assert (trace.meta, trace.config, trace.results) == (None, None, None)
@@ -273,16 +273,18 @@ def test_round_trip_is_exact_and_deterministic(tmp_path):
 
 def test_dataclasses_validate_too():
     with pytest.raises(ValueError) as e:
-        Request(id=1, arrival_s=0.0, prompt_tokens=0, output_tokens=1)
-    assert str(e.value) == "Request.prompt_tokens: must be >= 1, got 0"
-    a, b = Request(3, 2.0, 5, 5), Request(4, 1.0, 5, 5)
+        TraceRequest(id=1, arrival_s=0.0, prompt_tokens=0, output_tokens=1)
+    assert str(e.value) == "TraceRequest.prompt_tokens: must be >= 1, got 0"
+    a, b = TraceRequest(3, 2.0, 5, 5), TraceRequest(4, 1.0, 5, 5)
     with pytest.raises(ValueError) as e:
         Trace(requests=(a, b))
     assert str(e.value) == "Trace.requests[1].arrival_s: must be >= requests[0].arrival_s (2.0), got 1.0"
     with pytest.raises(ValueError) as e:
         Trace(requests=(a,), config={"x": float("inf")})
     assert str(e.value) == "Trace.config.x: must be a finite number, got inf"
-    r = Request(id=1, arrival_s=1, prompt_tokens=600, output_tokens=2, prefix_block_ids=[4, 5], prefix_block_tokens=512)
+    r = TraceRequest(
+        id=1, arrival_s=1, prompt_tokens=600, output_tokens=2, prefix_block_ids=[4, 5], prefix_block_tokens=512
+    )
     assert r.arrival_s == 1.0 and isinstance(r.arrival_s, float) and r.prefix_block_ids == (4, 5)
     assert loads_trace(dumps_trace(Trace(requests=[r]))).requests == (r,)
 

@@ -7,7 +7,7 @@ import random
 
 import pytest
 
-from oasis_core.trace import Request, Trace, TraceError, dumps_trace, load_trace, save_trace
+from oasis_core.trace import Trace, TraceError, TraceRequest, dumps_trace, load_trace, save_trace
 from oasis_core.trace_stream import load_trace_stream
 from oasis_sim import workloads
 
@@ -19,7 +19,7 @@ def _trace(n=40, seed=0):
     t, reqs = 0.0, []
     for i in range(n):
         t += rng.random() * 3
-        reqs.append(Request(i, round(t, 6), rng.randint(1, 20000), rng.randint(1, 900)))
+        reqs.append(TraceRequest(i, round(t, 6), rng.randint(1, 20000), rng.randint(1, 900)))
     return Trace(requests=reqs, meta={"source": "tést ✓ 測試", "n": n}, config={"k": [1, 2.5, None]})
 
 

@@ -12,7 +12,7 @@ with ``K = k_frac * N / block_size`` (``--k-fracs``, or an absolute ``--top-k``)
 
 - **perplexity**, teacher forced: each text (``texts.py``) long enough for the group (``>= 0.9 N`` tokens; used at
   ``n = min(N, length)`` tokens) is prefilled with its first ``n - M - 1`` tokens, then decodes ``M``
-  (``--ppl-tokens``) steps whose input tokens are forced to the text's (a sampler installed on the runner, so the
+  (``--ppl-tokens``) steps whose input tokens are forced to the text's (a sampler installed on the engine, so the
   draft head and the prefetch see the true tokens); NLL of the text's next token from every decode step's logits
   (the prefill's own prediction is dense in every mode and left out). ``ppl = exp(mean NLL)`` per text and over
   all tokens of the group;
@@ -440,7 +440,7 @@ def run_engine(dec, cfg, tasks, draft: str | None = None, refs: dict | None = No
         rid_task[rid] = t
         if t.forced is not None:
             forced[rid] = t.forced
-    base = runner.sampler
+    base = eng.sampler
     lps = []  # (request ids, log-probs tensor) per decode step with forced rows
 
     def sampler(logits, params):
@@ -464,9 +464,9 @@ def run_engine(dec, cfg, tasks, draft: str | None = None, refs: dict | None = No
         tok[idx] = tgt
         return tok
 
-    runner.sampler = sampler
-    if draft in ("oracle", "ngram") and runner.draft is not None:
-        runner.draft = _DraftOverride(runner.draft, eng, _chooser(draft, eng, rid_task, forced, refs or {}))
+    eng.sampler = sampler
+    if draft in ("oracle", "ngram") and runner.drafts.head is not None:
+        runner.drafts.head = _DraftOverride(runner.drafts.head, eng, _chooser(draft, eng, rid_task, forced, refs or {}))
     outs = {rid: [] for rid in rid_task}
     steps = items = 0
     while eng.has_work():
@@ -499,7 +499,7 @@ def run_engine(dec, cfg, tasks, draft: str | None = None, refs: dict | None = No
         "engine_steps": steps,
         "decode_items": items,
         "rows_per_item": runner.L * runner.H,
-        "top_k": runner.K,
+        "top_k": runner.cfg.top_k,
         "units_fetched": int(counters["units_fetched"]),
         "missing": int(counters["missing"]),
         "wall_s": round(time.perf_counter() - t0, 3),

@@ -1,0 +1,69 @@
+"""The draft head's state in the runner: each lane's next draft token (``tok``), and what proposes it.
+
+A lookahead step reads ``tok`` as the draft row's input; a speculative step drafts ``k`` tokens from it
+(``chain``). After a step has sampled, ``propose`` (or ``propose_prefill`` after a prefill) writes each lane's next
+draft token from the target's features (``aux``). The single-key head chains on its own hidden state (``h``, kept
+only when speculative decoding is on); an attending head (``oasis_exec.model.draft_attn``) keeps its own K/V of
+every position.
+"""
+
+from __future__ import annotations
+
+import torch
+
+
+class Drafts:
+    def __init__(self, head, *, max_lanes: int, hidden: int, speculative: bool, dtype, device):
+        self.head = head  # the draft head (None: the mode does not draft); the quality harness may replace it
+        self.device = device
+        self.tok = torch.zeros(max_lanes, dtype=torch.int64, device=device)
+        self.h = torch.zeros(max_lanes, hidden, dtype=dtype, device=device) if speculative else None
+        self.attends = getattr(head, "attends", False)  # an attending head: K/V of every position
+        if self.attends:
+            head.allocate(max_lanes)
+
+    @property
+    def layers(self) -> tuple:
+        """The target layers whose outputs the head reads (none without a head)."""
+        return self.head.layers if self.head is not None else ()
+
+    def reset(self, a) -> None:
+        """A synthesized prefill of admission ``a``: no draft yet; an attending head's K/V filled likewise."""
+        self.tok[a.lane] = 0
+        if self.attends:
+            self.head.synthesize(a.lane, a.prompt_len - 1, a.seed)
+
+    def propose_prefill(self, lane: int, aux, tok) -> None:
+        """The draft token of ``lane`` after its prefill's sampled token ``tok`` [1] (``aux``: the prefill's)."""
+        feats = torch.cat([aux[i] for i in self.head.layers])[None]
+        if self.attends:
+            self.tok[lane] = self.head.propose_lanes([lane], feats, tok)[0]
+        elif self.h is not None:
+            d, h = self.head.propose_state(feats, tok)
+            self.tok[lane], self.h[lane] = d[0], h[0].to(self.h.dtype)
+        else:
+            self.tok[lane] = self.head.propose(feats, tok)[0]
+
+    def propose(self, lanes, aux, tok) -> None:
+        """The draft tokens of a step's lanes (a list, or a device tensor: no host copy, capturable) after its
+        sampled tokens ``tok`` [B] (``aux``: the step's features)."""
+        idx = lanes if torch.is_tensor(lanes) else torch.tensor(lanes, device=self.device)
+        if self.attends:
+            self.tok[idx] = self.head.propose_lanes(idx, aux, tok)
+        elif self.h is not None:
+            d, h = self.head.propose_state(aux, tok)
+            self.tok[idx], self.h[idx] = d, h.to(self.h.dtype)
+        else:
+            self.tok[idx] = self.head.propose(aux, tok)
+
+    def chain(self, lanes, toks, pos, k: int):
+        """The ``k`` drafts [B, k] of a speculative step at positions ``pos + 1 .. pos + k`` (``toks`` [B] at
+        ``pos``): the draft token proposed after the previous step, then ``k - 1`` steps of the head on its own
+        hidden state (``DraftHead.chain``)."""
+        d = self.tok[lanes]
+        out = [d]
+        h = self.h[lanes]
+        for _ in range(k - 1):
+            d, h = self.head.chain(h, d)
+            out.append(d)
+        return torch.stack(out, 1)

@@ -1,0 +1,52 @@
+"""What a resident set keeps after a verification pass's acceptance (``ResidentSet.commit``).
+
+``n`` [B] int64 accepted drafts a lane, on the device (no host synchronisation). Draft j goes to the input's block
+(phase 0) or, past its end, to the next block (phase 1), which reuses the local slot once the full block's summary
+and host copy are taken (``k < block_size``: at most one block fills). Every write is masked to the accepted run (a
+masked-out entry rewrites what its slot held), so nothing of a rejected draft is written. Then each layer's
+background prediction for the next step, from the pass's query nearest the next step's position.
+"""
+
+from __future__ import annotations
+
+import torch
+
+from ..transfer.writeback import writeback_full
+
+
+def commit_accepted(ws, s, n, sets, recorded) -> None:
+    p = ws.p
+    st, bs, H, dev = p.store, p.bs, p.H, p.device
+    s.sets, s.recorded = sets, recorded
+    lanes, pos, B = s.lanes, s.pos, s.B
+    k = s.nq - 1
+    j = torch.arange(1, k + 1, device=dev)
+    b0 = pos // bs
+    p_j = pos[:, None] + j  # [B, k]: the drafts' positions
+    accepted = j <= n[:, None]
+    keep = [(accepted & (p_j // bs == b0[:, None] + ph))[:, None, :, None] for ph in (0, 1)]
+    local = st.slot_base(lanes) + st.LOCAL  # [B, H]
+    at = (local[:, :, None].long(), (p_j % bs)[:, None, :])  # [B, H, k]: slot and offset of each draft
+    hh = torch.arange(H, device=dev)
+    src = local.reshape(-1).to(torch.int32)
+    row = (lanes[:, None] * H + hh).reshape(-1).to(torch.int32)
+    fill = pos % bs + 1 + n  # tokens of the input's block and beyond after the run
+    blk = [(b0 + ph).repeat_interleave(H).to(torch.int32) for ph in (0, 1)]
+    valid = [v.repeat_interleave(H).to(torch.int32) for v in (fill.clamp(max=bs), (fill - bs).clamp(min=0))]
+    wb_dst = (st.host_table[lanes, b0][:, None] * H + hh).reshape(-1).to(torch.int32)
+    filled = (fill >= bs) & (pos % bs + 1 < bs)  # the run (not the input token: the pass copied it) filled it
+    wb_len = torch.where(filled, bs, 0).repeat_interleave(H).to(torch.int32)
+    sel = torch.clamp(n + 1, max=k)  # the pass's query nearest the next step's position p + n + 1
+    qrow = torch.arange(B, device=dev)
+    nb_next = (pos + n + 1) // bs + 1
+    for l, (q, ek, ev) in s.saved.items():  # ek, ev [B, H, k, D]
+        for ph in (0, 1):
+            st.k[l][at] = torch.where(keep[ph], ek, st.k[l][at])
+            st.v[l][at] = torch.where(keep[ph], ev, st.v[l][at])
+            ws._summarize(l, src, row, blk[ph], valid[ph])  # no-op for a row with no token in the block
+            if ph == 0:  # a block filled by the run: its host copy before the slot holds the next one
+                sc = ws._scales(l)
+                writeback_full(st.k[l], st.v[l], p.host.k[l], p.host.v[l], src, wb_dst, wb_len, bs, sc)
+        if p.cfg.mode_spec.background:
+            given = sets[1][:, l] if sets is not None else None
+            ws._launch_prediction(l, q[qrow, sel], given, s, nb_next)
