@@ -216,6 +216,7 @@ class ModelExec:
         if cfg.spec_max_k:
             self.draft_h = torch.zeros(max_lanes, decoder.shape.hidden, dtype=dtype, device=device)
         self.draft_attends = getattr(draft, "attends", False)  # oasis_exec.model.draft_attn: K/V of every position
+        self.spec_pipe = None  # spec_predict beside: oasis_exec.runner.spec_pipeline.SpecPipeline (set by the Runner)
         if self.draft_attends:
             draft.allocate(max_lanes)
 
@@ -817,6 +818,8 @@ class ModelExec:
                 writeback_full(
                     st.k[l], st.v[l], self.host.k[l], self.host.v[l], item_src, item_dst, item_len, bs, self._scales(l)
                 )
+                if self.spec_pipe is not None:  # spec_predict beside: the next step's prediction, beside the pass
+                    self.spec_pipe.beside(l, q, lanes, rows, pos, sets)
                 saved.append((q, ek, ev))
             else:
                 kf, vf = st.k[l].view(-1, bs, st.D), st.v[l].view(-1, bs, st.D)
@@ -892,7 +895,9 @@ class ModelExec:
                     writeback_full(
                         st.k[l], st.v[l], self.host.k[l], self.host.v[l], src, wb_dst, wb_len, bs, self._scales(l)
                     )
-            if mode.background:
+            if mode.background and self.spec_pipe is not None:  # spec_predict beside: the repair only
+                self.spec_pipe.repair(l, q, n, pos, lanes, rows, sets, recorded)
+            elif mode.background:
                 given = sets[1][:, l] if sets is not None else None
                 self._launch_prediction(l, q[qrow, sel], given, lanes, lanes32, nb_next, rows, sets, recorded)
         self.caps.step_end()

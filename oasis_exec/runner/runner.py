@@ -51,6 +51,7 @@ from ..model.draft_attn import build_draft
 from ..workingset.fetch_caps import DeviceCaps
 from ..workingset.prefetcher import Prefetcher
 from ..workingset.selection_sources import SelectionSources
+from . import spec_pipeline
 from .decode_graphs import DecodeGraphs
 from .model_exec import ModelExec, StepTrace
 from .sampling import TemperatureSampler
@@ -62,6 +63,17 @@ if TYPE_CHECKING:  # the engine's call, built by its scheduler (the runner impor
 
 def _dtype(name):
     return torch.bfloat16 if name == "bfloat16" else torch.float32
+
+
+def _spec_predict(cfg, model, pipe, max_lanes) -> tuple:
+    """(the spec_predict variant that runs, why not the configured one or None); installs the beside hooks."""
+    if cfg.spec_predict != "beside" or not cfg.spec_max_k:
+        return "after", None
+    why = spec_pipeline.unsupported(cfg, pipe)
+    if why is not None:
+        return "after", why
+    model.spec_pipe = spec_pipeline.SpecPipeline(model=model, pipe=pipe, max_lanes=max_lanes, device=model.device)
+    return "beside", None
 
 
 def _rows_of(lanes_list, H):
@@ -173,6 +185,8 @@ class Runner:
             dtype=dt,
             short=self.short,
         )
+        # spec_predict beside (oasis_exec.runner.spec_pipeline): the next step's prediction beside the verify pass
+        self.spec_predict_used, self.spec_predict_reason = _spec_predict(cfg, self.model, self.pipe, self.max_lanes)
         self.gen = torch.Generator(device=dev).manual_seed(cfg.seed)
         # sampler(logits [rows, V], sampling params a row) -> token ids [rows]; rows are the plan's prefill
         # request, else its decode items, in order. The Engine installs its per-request-seeded sampler here.
@@ -460,6 +474,8 @@ class Runner:
         sampled = self.synth_accept is None and any(sp.temperature > 0 for sp in params)
         graphed = not sampled and self.cuda_graphs.ok(lanes_list)
         clock = _Clock(dev) if self.adaptive is not None and k >= 2 else None  # γ: the chain runs k - 1 head steps
+        if self.model.spec_pipe is not None:  # spec_predict beside: each lane's chosen query index
+            self.model.spec_pipe.before_step(items, k)
         if clock is not None:
             clock.mark()
         if graphed:
@@ -501,6 +517,8 @@ class Runner:
         if clock is not None:  # synchronised: the marks' times are known
             chain_s, verify_s = clock.spans()
             self.adaptive.observe_cost(chain_s / (k - 1), verify_s)
+        if self.model.spec_pipe is not None:
+            self.model.spec_pipe.after_step(items, pos_list, ks, n_acc)
         for it, ki, n in zip(items, ks, n_acc):
             self.spec_accepts[ki, n] += 1
             if self.adaptive is not None:

@@ -1,0 +1,111 @@
+"""``spec_predict = "beside"`` (``oasis_exec.runner.spec_pipeline``, ``oasis_core.spec_predict``) on the CPU in fp32:
+the next step's prediction launched during the verify pass, then the exact repair after the acceptance.
+
+- With the top-K covering every block, greedy speculative output equals non-speculative greedy output (an oracle
+  draft accepting runs of every length, across block boundaries: repairs happen).
+- With a small top-K and an unlimited cap, every step ends with the blocks attention will read (per layer and row)
+  equal to the after variant's, in lockstep with it, and the same tokens (acceptance drawn, every length).
+- With the paper's cap the step runs and keeps only accepted KV; an adaptive fetch policy falls back to after.
+"""
+
+import pytest
+import torch
+from exec_cases import cfg, layer0_kv_exact, oracle_chain, prompts
+
+from oasis_core.selection import attended_blocks
+from oasis_exec.engine.engine import Engine
+from oasis_exec.engine.scheduler import SamplingParams
+
+pytestmark = pytest.mark.usefixtures("one_torch_thread")
+
+N = 40
+
+
+def _wrong(p):
+    return p % 7 == 3
+
+
+def _attended(eng):
+    """Per layer, each lane's rows' attended block sets (sorted), of the lanes in use."""
+    r = eng.runner
+    st, K = r.store, r.K
+    lanes = sorted(x.lane for x in eng.scheduler.running.values())
+    out = []
+    for l in range(r.L):
+        a = attended_blocks(st.resident[l], st.last_sel[l], K)
+        rows = [lane * r.H + h for lane in lanes for h in range(r.H)]
+        out.append(torch.sort(a[rows], dim=1).values)
+    return out
+
+
+@pytest.mark.parametrize("k", [2, 4])
+def test_top_k_covering_every_block_equals_greedy(k):
+    kw = {"top_k": 20, "fetch_ratio": 1.0, "short_context": False}
+    ps = prompts()
+    eng0 = Engine(cfg("lookahead", **kw))
+    ref = eng0.generate(ps, SamplingParams(max_tokens=N))
+    eng0.close()
+    eng = Engine(cfg("lookahead", speculative_k=k, spec_predict="beside", **kw))
+    assert eng.runner.spec_predict_used == "beside"
+    eng.runner.model.draft_chain = oracle_chain(eng, dict(enumerate(ref)), _wrong)
+    out = eng.generate(ps, SamplingParams(max_tokens=N))
+    sp = eng.runner.model.spec_pipe.stats()
+    assert out == ref
+    assert eng.runner.spec_tokens / eng.runner.spec_lanes > 1.8
+    assert 0 < sp["spec_predict_repairs"] < sp["spec_predict_lane_steps"]
+    eng.close()
+
+
+@pytest.mark.parametrize("hot", [None, 4])
+@pytest.mark.parametrize("k,alpha", [(1, 0.9), (3, 0.6)])
+def test_small_top_k_unlimited_cap_attends_what_after_attends(k, alpha, hot):
+    """Drawn acceptance (dummy weights, model selection: top-K 4 of up to 9 blocks); the two engines in lockstep."""
+    kw = dict(short_context=False, fetch_ratio=1.0, speculative_k=k, synthetic_accept={"alpha": alpha}, hot_slots=hot)
+    engs = [Engine(cfg("lookahead", spec_predict=v, **kw)) for v in ("after", "beside")]
+    assert [e.runner.spec_predict_used for e in engs] == ["after", "beside"]
+    ps = prompts()
+    outs = [{}, {}]
+    for i, e in enumerate(engs):
+        for p in ps:
+            outs[i][e.add_request(p, SamplingParams(max_tokens=N))] = []
+    steps = 0
+    while engs[0].has_work():
+        for i, e in enumerate(engs):
+            for o in e.step():
+                outs[i][o.request_id].extend(o.new_token_ids)
+        assert engs[1].has_work() == engs[0].has_work()
+        if engs[0].has_work() and engs[0].runner.spec_steps:
+            for a, b in zip(_attended(engs[0]), _attended(engs[1])):
+                torch.testing.assert_close(a, b, rtol=0, atol=0)
+        steps += 1
+    assert list(outs[0].values()) == list(outs[1].values())
+    sp = engs[1].runner.model.spec_pipe.stats()
+    assert sp["spec_predict_repairs"] > 0 and engs[1].runner.spec_steps > 10
+    for e in engs:
+        e.close()
+
+
+def test_paper_cap_keeps_only_accepted_kv():
+    ps = prompts()
+    kw = {"short_context": False}
+    eng0 = Engine(cfg("lookahead", **kw))
+    refd = dict(enumerate(eng0.generate(ps, SamplingParams(max_tokens=N))))
+    eng0.close()
+    eng = Engine(cfg("lookahead", speculative_k=3, spec_predict="beside", **kw))
+    eng.runner.model.draft_chain = oracle_chain(eng, refd, _wrong)
+    out = eng.generate(ps, SamplingParams(max_tokens=N))
+    assert [len(o) for o in out] == [N] * 3
+    assert eng.runner.model.spec_pipe.stats()["spec_predict_lane_steps"] > 0
+    layer0_kv_exact(eng, ps, out)
+    eng.close()
+
+
+def test_falls_back_to_after_where_beside_cannot_run():
+    eng = Engine(cfg("lookahead", speculative_k=2, spec_predict="beside", fetch_policy="budget"))
+    r = eng.runner
+    assert (r.spec_predict_used, r.model.spec_pipe) == ("after", None)
+    assert "adaptive fetch policy" in r.spec_predict_reason
+    eng.close()
+    eng = Engine(cfg("dense", speculative_k=2, spec_predict="beside"))
+    assert eng.runner.spec_predict_used == "after"
+    eng.close()
