@@ -109,3 +109,20 @@ def test_falls_back_to_after_where_beside_cannot_run():
     eng = Engine(cfg("dense", speculative_k=2, spec_predict="beside"))
     assert eng.runner.spec_predict_used == "after"
     eng.close()
+
+
+def test_random_draft_small_top_k_equals_greedy():
+    """The random head's drafts are all rejected: the beside query (index 1, the likeliest under the prior too) is
+    the true one and no run fills a block, so no repair fetches and the output is non-speculative greedy's with a
+    top-K of 4 and the paper's cap (the after variant's equality, test_exec_speculative)."""
+    kw = {"short_context": False}
+    ps = prompts(3)
+    eng0 = Engine(cfg("lookahead", **kw))
+    ref = eng0.generate(ps, SamplingParams(max_tokens=N))
+    eng0.close()
+    eng = Engine(cfg("lookahead", speculative_k=3, spec_predict="beside", **kw))
+    out = eng.generate(ps, SamplingParams(max_tokens=N))
+    sp = eng.runner.model.spec_pipe.stats()
+    assert out == ref and eng.runner.spec_tokens == eng.runner.spec_lanes
+    assert sp["spec_predict_lane_steps"] > 0 and sp["spec_predict_repairs"] == 0
+    eng.close()
