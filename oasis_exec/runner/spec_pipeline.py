@@ -157,7 +157,7 @@ class SpecPipeline:
             resident = st.resident[l][self.pipe.row_ids(rows)]
             return repair_pred(p_true, self.p_hat[l], resident)
 
-        self._launch(l, predict, lanes, rows, (q, n, pos, s_true, fill, b_new, sets))
+        self._launch(l, predict, lanes, rows, (q, n, pos, s_true, fill, b_new, ar, hh, sets))
 
     def _launch(self, l, predict, lanes, rows, handed) -> None:
         """``Prefetcher.launch`` of layer ``l`` once the main stream reaches this point (``ModelExec._launch_prediction``'s
