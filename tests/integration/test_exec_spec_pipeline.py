@@ -8,6 +8,8 @@ the next step's prediction launched during the verify pass, then the exact repai
 - With the paper's cap the step runs and keeps only accepted KV; an adaptive fetch policy falls back to after.
 """
 
+import dataclasses
+
 import pytest
 import torch
 from exec_cases import cfg, layer0_kv_exact, oracle_chain, prompts
@@ -126,3 +128,30 @@ def test_random_draft_small_top_k_equals_greedy():
     assert out == ref and eng.runner.spec_tokens == eng.runner.spec_lanes
     assert sp["spec_predict_lane_steps"] > 0 and sp["spec_predict_repairs"] == 0
     eng.close()
+
+
+def test_bench_record_and_recording_say_beside_and_the_replay_takes_it():
+    from oasis_exec.tools.bench import run_bench
+    from oasis_exec.tools.recorder import recording_from_bench
+    from oasis_sim.replay import sim_config
+
+    c = cfg(
+        "lookahead",
+        speculative_k=2,
+        spec_predict="beside",
+        synthetic_accept={"alpha": 0.7},
+        short_context=False,
+        max_context=512,
+        max_lanes=2,
+    )
+    rec = run_bench(c, context=300, concurrency=2, steps=6, warmup=1)
+    assert rec["spec_predict"] == "beside" and rec["spec_predict_reason"] is None
+    assert rec["spec_predict_lane_steps"] == 2 * 6 and 0 <= rec["spec_predict_repairs"] <= 12
+    r = recording_from_bench(rec, c, hardware="h200", model="qwen3-8b")
+    assert r.config["spec_predict"] == "beside"
+    assert sim_config(r).spec_predict == "beside"
+    after = run_bench(dataclasses.replace(c, spec_predict="after"), context=300, concurrency=2, steps=2, warmup=1)
+    assert (
+        after["spec_predict"] == "after"
+        and "spec_predict" not in recording_from_bench(after, c, hardware="h200", model="qwen3-8b").config
+    )
