@@ -114,6 +114,7 @@ class SpecPipeline:
                         me._topk(sc, nb)
                 else:
                     pred = me._topk(sc, nb)
+                pred = pred.long()
                 val = torch.where(pred >= 0, sc.gather(1, pred.clamp(min=0)), torch.full_like(sc[:, :1], -torch.inf))
                 ids.append(pred)
                 vals.append(val)
