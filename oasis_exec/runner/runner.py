@@ -475,7 +475,7 @@ class Runner:
         graphed = not sampled and self.cuda_graphs.ok(lanes_list)
         clock = _Clock(dev) if self.adaptive is not None and k >= 2 else None  # γ: the chain runs k - 1 head steps
         if self.model.spec_pipe is not None:  # spec_predict beside: each lane's chosen query index
-            self.model.spec_pipe.before_step(items, k)
+            self.model.spec_pipe.before_step(items, ks)
         if clock is not None:
             clock.mark()
         if graphed:

@@ -65,9 +65,14 @@ class SpecPipeline:
 
     # -- host side (the runner) ---------------------------------------------------------------------------------
 
-    def before_step(self, items, k: int) -> None:
-        """Fill ``s_hat`` for the step's batch rows from their lanes' acceptance estimates."""
-        rates = np.array([[self._est(it).rate(j) for j in range(k)] for it in items], dtype=np.float64)
+    def before_step(self, items, ks) -> None:
+        """Fill ``s_hat`` for the step's batch rows from their lanes' acceptance estimates (``ks``: each lane's draft
+        length, the pass verifying ``k = max(ks)``: a lane's drafts past its own accept with rate 0)."""
+        k = max(ks)
+        rates = np.array(
+            [[self._est(it).rate(j) if j < ki else 0.0 for j in range(k)] for it, ki in zip(items, ks)],
+            dtype=np.float64,
+        )
         self._chosen = choose_query(rates, k)
         self.s_hat[: len(items)].copy_(torch.as_tensor(self._chosen))
 

@@ -177,3 +177,19 @@ def test_bench_record_and_recording_say_beside_and_the_replay_takes_it():
         after["spec_predict"] == "after"
         and "spec_predict" not in recording_from_bench(after, c, hardware="h200", model="qwen3-8b").config
     )
+
+
+def test_auto_k_beside_equals_greedy():
+    """speculative_k auto:3 (one length a step, lanes limited by their max_new) with beside: the oracle draft's
+    output equals non-speculative greedy with the top-K covering every block."""
+    kw = {"top_k": 20, "fetch_ratio": 1.0, "short_context": False}
+    ps = prompts()
+    eng0 = Engine(cfg("lookahead", **kw))
+    ref = eng0.generate(ps, SamplingParams(max_tokens=N))
+    eng0.close()
+    eng = Engine(cfg("lookahead", speculative_k="auto:3", spec_predict="beside", **kw))
+    eng.runner.model.draft_chain = oracle_chain(eng, dict(enumerate(ref)), _wrong)
+    out = eng.generate(ps, SamplingParams(max_tokens=N))
+    assert out == ref and eng.runner.spec_steps > 0
+    assert eng.runner.model.spec_pipe.stats()["spec_predict_lane_steps"] > 0
+    eng.close()

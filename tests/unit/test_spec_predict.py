@@ -127,3 +127,11 @@ def test_repair_probability():
     s_hat = sp.choose_query(np.array([rates]), k)[0]
     rate = sp.needs_repair(pos, n, np.full(m, s_hat), k, bs).mean()
     assert rate == pytest.approx(sp.repair_probability(rates, k, bs), abs=0.005)
+
+
+def test_a_lane_drafting_less_than_the_pass_chooses_within_its_length():
+    """A lane of draft length 1 in a k = 3 pass (adaptive k): rates past its length are 0, so its accepted n is 0
+    or 1 and its likeliest index is 1 or 2, never 3."""
+    rates = np.array([[0.9, 0.0, 0.0], [0.2, 0.0, 0.0]])
+    np.testing.assert_array_equal(_both(lambda r: sp.choose_query(r, 3), rates), [2, 1])
+    np.testing.assert_allclose(sp.query_probs(rates, 3)[0], [0.1, 0.9, 0.0])
