@@ -38,7 +38,6 @@ synchronisation; ``choose_query`` runs on the host (the estimates live there) bu
 
 from __future__ import annotations
 
-from .selection import _member
 from .xp import namespace
 
 SPEC_PREDICT = ("after", "beside")
@@ -101,6 +100,21 @@ def needs_repair(pos, n, s_hat, k: int, block_size: int):
     return (query_index(n, k) != s_hat) | fills(pos, n, block_size)
 
 
+def repair_possible(pos, ks, s_hat, k: int, block_size: int):
+    """Whether a lane's repair can fetch anything, decided before the step from what the host knows (bool [B]): some
+    acceptance ``n`` in ``0 .. ks`` picks another query index than ``s_hat``, or a run of ``ks`` drafts could fill a
+    block (``(pos + 1) % bs + ks >= bs``). Where no lane of a step can, its repair is skipped (``k = 1``: only the
+    lanes one token short of a block's end)."""
+    xp = namespace(pos, ks, s_hat)
+    pos = xp.astype(pos, xp.int64)
+    ks = xp.astype(xp.asarray(ks, like=pos), xp.int64)
+    s_hat = xp.astype(xp.asarray(s_hat, like=pos), xp.int64)
+    kk = xp.full((), k, xp.int64, like=pos)
+    lo, hi = xp.minimum(0 * ks + 1, kk), xp.minimum(ks + 1, kk)  # the query indices n = 0 .. ks reach
+    moves = (lo != s_hat) | (hi != s_hat)
+    return moves | ((pos + 1) % block_size + ks >= block_size)
+
+
 def merge_block(ids, vals, new_id, new_val, add):
     """The top-K after one more eligible block: ``ids`` [R, K] (best first, -1 padded) and their scores ``vals``
     [R, K]; rows with ``add`` [R] get block ``new_id`` [R] of score ``new_val`` [R] inserted after every entry
@@ -132,10 +146,16 @@ def repair_pred(p_true, p_hat, resident):
     p_true = xp.astype(p_true, xp.int64)
     p_hat = xp.astype(xp.asarray(p_hat, like=p_true), xp.int64)
     resident = xp.astype(xp.asarray(resident, like=p_true), xp.int64)
-    drop = (p_true >= 0) & _member(xp, p_true, p_hat) & ~_member(xp, p_true, resident)
+    drop = (p_true >= 0) & _in_rows(xp, p_true, p_hat) & ~_in_rows(xp, p_true, resident)
     out = xp.where(drop, xp.full((), -1, xp.int64, like=p_true), p_true)
     order = xp.argsort_asc(xp.astype(out < 0, xp.int64), axis=1)  # stable: kept entries first, in order
     return xp.take_along(out, order, axis=1)
+
+
+def _in_rows(xp, values, pool):
+    """``values[r, i] in pool[r, :]``, bool [R, V], by one broadcast compare (no sort: a few kernels on the device,
+    where the repair runs after the pass)."""
+    return xp.any(values[:, :, None] == pool[:, None, :], axis=2)
 
 
 def repair_probability(rates, k: int, block_size: int, s_hat=None) -> float:

@@ -190,6 +190,7 @@ class Engine:
             self.spec_drawn = None  # the step's accepted drafts a decode request, drawn before it is timed
             self.spec_repairs = 0  # spec_predict beside: request-steps whose acceptance needed a repair
             self._s_hat = {}  # draft length -> the beside prediction's query index (oasis_sim.spec_pipeline)
+            self._repair_on = True  # the step launches its repair (some request's acceptance can move its prediction)
 
     def notify(self) -> None:
         if not self.wake.triggered:
@@ -575,7 +576,8 @@ class Engine:
             head_s += draft_s  # the chain runs on the compute stream before the layers
             if beside:  # K candidates beside the pass; after the acceptance the repair (oasis_sim.spec_pipeline)
                 score_s, topk_s = K * score_s, K * topk_s
-                tail_s += spec_pipeline.repair_tail_s(Lf, sel_s, repair_x)
+                if self._repair_on:  # (no request's acceptance can move its prediction: no repair launched)
+                    tail_s += spec_pipeline.repair_tail_s(Lf, sel_s, repair_x)
             elif background:  # the next step's prediction needs the acceptance: after the pass, not beside it
                 tail_s += spec_pipeline.after_tail_s(Lf, score_s + topk_s + sel_s, x)  # prediction a layer ahead
                 background = False
@@ -685,6 +687,7 @@ class Engine:
             s_hat = self._s_hat[K] = spec_pipeline.chosen_index(self.spec_accept.rate, K)
         dec = plan.decode
         pos = [r.prompt + r.generated - 1 for r in dec]  # the input token's position
+        self._repair_on = spec_pipeline.repair_on(pos, ks, K, s_hat, self.cfg.block_size)
         rep = spec_pipeline.repaired(pos, self.spec_drawn, K, s_hat, self.cfg.block_size)
         self.spec_repairs += sum(rep)
         return {r.id for r, x in zip(dec, rep) if x}

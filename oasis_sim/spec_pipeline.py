@@ -9,7 +9,8 @@ per full layer the prediction of the ``K`` candidates, ``K`` scorings and top-Ks
 of the step's fetches on the copy path, layer-local sync with the next step; the side stream's HBM traffic and the
 gather's SM share charged to the pass as the ordinary step's), and after the acceptance the repair: every full
 layer's second selection (run for every row: the GPU's shapes are fixed), then the copies of the requests whose
-acceptance needs it (``repair_tail_s``). Which requests do (``repaired``): ``oasis_core.spec_predict.needs_repair``
+acceptance needs it (``repair_tail_s``); none of it in a step where no request's acceptance could move its
+prediction (``repair_on``: at ``k = 1``, no request one token short of a block's end), as the executor skips it. Which requests do (``repaired``): ``oasis_core.spec_predict.needs_repair``
 of their drawn acceptance and position, the chosen query index from the acceptance model's own rates (what a
 lane's converged estimate picks). **Assumption** (no sets are simulated here): a repaired request fetches what one
 step's drift fetches, its policy's fetches of this step again (the true position's prediction against the chosen
@@ -23,7 +24,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from oasis_core.spec_predict import choose_query, needs_repair
+from oasis_core.spec_predict import choose_query, needs_repair, repair_possible
 
 
 def chosen_index(rate, k: int) -> int:
@@ -38,6 +39,16 @@ def repaired(positions, accepted, k: int, s_hat: int, block_size: int) -> list:
         return []
     rep = needs_repair(np.asarray(positions), np.asarray(accepted), np.full(len(positions), s_hat), k, block_size)
     return rep.tolist()
+
+
+def repair_on(positions, ks, k: int, s_hat: int, block_size: int) -> bool:
+    """Whether the step launches its repair: some request's acceptance could move its prediction
+    (``oasis_core.spec_predict.repair_possible``, decided before the step, as the executor)."""
+    if not positions:
+        return False
+    n = len(positions)
+    got = repair_possible(np.asarray(positions), np.asarray(ks), np.full(n, s_hat), k, block_size)
+    return bool(got.any())
 
 
 def after_tail_s(n_layers: int, side_s: float, xfer_s: float) -> float:

@@ -8,7 +8,9 @@
   the ordinary step's) that scores the blocks full at ``p + 1`` for each of the pass's draft queries ``1 .. k``,
   keeps their top-K and scores (the candidates), and plans and copies the candidate of the lane's chosen index
   ``s_hat`` (``P_hat``);
-- ``repair(l, ...)``, in ``commit_spec`` once layer ``l``'s accepted drafts are written: launches a second stage
+- ``repair(l, ...)``, in ``commit_spec`` once layer ``l``'s accepted drafts are written (unless no lane's acceptance
+  can move its prediction, ``repair_possible`` on the host before the step: then nothing is launched; at ``k = 1``
+  that is every step in which no lane is one token short of a block's end): launches a second stage
   of the same layer on the same streams (so it runs after the beside one) that takes the candidate of the accepted
   query index, merges in the block the run filled, if any (its one score, from the summary the commit just wrote),
   and plans ``repair_pred(P_true, P_hat, resident)`` with the same cap: only what the true prediction adds over
@@ -34,7 +36,15 @@ from __future__ import annotations
 import numpy as np
 import torch
 
-from oasis_core.spec_predict import choose_query, fills, merge_block, needs_repair, query_index, repair_pred
+from oasis_core.spec_predict import (
+    choose_query,
+    fills,
+    merge_block,
+    needs_repair,
+    query_index,
+    repair_possible,
+    repair_pred,
+)
 from oasis_core.speculation import Acceptance
 
 from . import ops
@@ -62,6 +72,8 @@ class SpecPipeline:
         self.p_hat = [None] * L  # layer -> the planned candidate [R, K]
         self.est = {}  # lane -> (req_id, Acceptance)
         self.lane_steps = self.repairs = 0
+        self.repair_on = True  # this step's repair can fetch (repair_possible); else it is not launched at all
+        self._step = None  # (n, the step's tensors) of the repair, made once a step
 
     # -- host side (the runner) ---------------------------------------------------------------------------------
 
@@ -75,6 +87,13 @@ class SpecPipeline:
         )
         self._chosen = choose_query(rates, k)
         self.s_hat[: len(items)].copy_(torch.as_tensor(self._chosen))
+        pos = np.array([it.position for it in items])
+        self.repair_on = bool(repair_possible(pos, np.array(ks), self._chosen, k, self.me.bs).any())
+
+    @property
+    def graph_key(self) -> bool:
+        """What a captured speculative step depends on besides its shape: whether it runs the repair."""
+        return self.repair_on
 
     def after_step(self, items, pos_list, ks, n_acc) -> None:
         """The step's acceptance (host lists): each lane's estimate, and how many lane-steps needed a repair."""
@@ -92,7 +111,8 @@ class SpecPipeline:
         return got[1]
 
     def stats(self) -> dict:
-        """Lane-steps run beside and those whose acceptance needed a repair."""
+        """Lane-steps run beside and those whose acceptance moved the query or filled a block (``needs_repair``:
+        their repair plan may fetch; where the filled block does not enter the top-K it fetches nothing)."""
         return {"spec_predict_lane_steps": self.lane_steps, "spec_predict_repairs": self.repairs}
 
     # -- device side (ModelExec's hooks) ------------------------------------------------------------------------
@@ -134,19 +154,31 @@ class SpecPipeline:
     def repair(self, l, q, n, pos, lanes, rows, sets, recorded) -> None:
         """Layer ``l``'s repair after the acceptance (``n`` [B] on the device): the true prediction from the
         candidates and the filled block, planned as ``repair_pred`` with the step's cap."""
+        if not self.repair_on:  # no lane's acceptance can move its prediction: P_true == P_hat everywhere
+            return
         me, st, H, bs = self.me, self.me.store, self.me.H, self.me.bs
         B, k = q.shape[0], q.shape[1] - 1
         R = B * H
-        s_true = query_index(n, k)
-        fill = fills(pos, n, bs)
-        b_new = (pos + 1) // bs  # the block a filling run completed (the local block at p + 1)
+        if self._step is None or self._step[0] is not n:  # the step's tensors, once (commit_spec's n is one tensor)
+            s_true = query_index(n, k)
+            b_new = (pos + 1) // bs  # the block a filling run completed (the local block at p + 1)
+            ar = torch.arange(B, device=q.device)
+            pick = ((s_true - 1).repeat_interleave(H), torch.arange(R, device=q.device))
+            self._step = (
+                n,
+                s_true,
+                fills(pos, n, bs).repeat_interleave(H),
+                b_new,
+                b_new.repeat_interleave(H),
+                ar,
+                pick,
+            )
+        _, s_true, fill_r, b_new, b_new_r, ar, pick = self._step
         given = sets[1][:, l] if sets is not None else None
-        ar = torch.arange(B, device=q.device)
         hh = torch.arange(H, device=q.device)
 
         def predict():
             ids, vals = self.cand[l]
-            pick = ((s_true - 1).repeat_interleave(H), torch.arange(R, device=q.device))
             if given is not None:
                 p_true = given.reshape(R, -1)
             else:
@@ -155,15 +187,13 @@ class SpecPipeline:
                 lo, hi = st.kmin[l][one][:, :, None].contiguous(), st.kmax[l][one][:, :, None].contiguous()
                 two = torch.full((B,), 2, dtype=torch.int32, device=q.device)  # block 0 of the view eligible
                 new_val = ops.block_score(qt, lo, hi, two, ar.to(torch.int32), me.cfg.block_score).reshape(R, -1)[:, 0]
-                p_true, _ = merge_block(
-                    ids[pick], vals[pick], b_new.repeat_interleave(H), new_val, fill.repeat_interleave(H)
-                )
+                p_true, _ = merge_block(ids[pick], vals[pick], b_new_r, new_val, fill_r)
             if recorded is not None:
                 recorded.append(p_true)
             resident = st.resident[l][self.pipe.row_ids(rows)]
             return repair_pred(p_true, self.p_hat[l], resident)
 
-        self._launch(l, predict, lanes, rows, (q, n, pos, s_true, fill, b_new, ar, hh, sets))
+        self._launch(l, predict, lanes, rows, (q, n, pos, s_true, fill_r, b_new, b_new_r, ar, *pick, hh, sets))
 
     def _launch(self, l, predict, lanes, rows, handed) -> None:
         """``Prefetcher.launch`` of layer ``l`` once the main stream reaches this point (``ModelExec._launch_prediction``'s

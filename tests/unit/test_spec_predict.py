@@ -135,3 +135,26 @@ def test_a_lane_drafting_less_than_the_pass_chooses_within_its_length():
     rates = np.array([[0.9, 0.0, 0.0], [0.2, 0.0, 0.0]])
     np.testing.assert_array_equal(_both(lambda r: sp.choose_query(r, 3), rates), [2, 1])
     np.testing.assert_allclose(sp.query_probs(rates, 3)[0], [0.1, 0.9, 0.0])
+
+
+def test_repair_possible_exact_and_never_misses_a_repair():
+    bs, k = 16, 3
+    pos = np.array([0, 13, 14, 5, 5, 100])
+    ks = np.array([1, 1, 1, 0, 3, 2])
+    s_hat = np.array([1, 1, 1, 1, 3, 2])
+    # k = 1 lanes: only a lane one token short of its block's end (pos + 2 = 16) can fill; a lane drafting 0 never;
+    # k_i >= 1 in a k = 3 pass moves the query (n = 0 gives 1, n = 1 gives 2)
+    got = _both(lambda a, b, c: sp.repair_possible(a, b, c, k, bs), pos, ks, s_hat)
+    np.testing.assert_array_equal(got, [True, True, True, False, True, True])
+    got = _both(lambda a, b, c: sp.repair_possible(a, b, c, 1, bs), pos[:4], np.array([1, 1, 1, 0]), s_hat[:4])
+    np.testing.assert_array_equal(got, [False, False, True, False])
+    rng = np.random.default_rng(0)
+    for _ in range(200):
+        kk = int(rng.integers(1, 4))
+        p = rng.integers(0, 200, 50)
+        ki = rng.integers(0, kk + 1, 50)
+        sh = rng.integers(1, kk + 1, 50)
+        possible = sp.repair_possible(p, ki, sh, kk, bs)
+        for n in range(kk + 1):
+            rep = sp.needs_repair(p, np.minimum(n, ki), sh, kk, bs)
+            assert not (rep & ~possible).any()
