@@ -17,6 +17,7 @@ from typing import Any, Mapping, Optional, Union
 from . import speculation
 from .block_scorers import DEFAULT_SCORER, SCORERS
 from .geometry import HOST_KV_DTYPES
+from .spec_predict import SPEC_PREDICT
 from .specs import MODES, PAPER_SPARSITY
 
 SELECTIONS = ("model", "synthetic", "replay")  # every backend's: the executor takes all, the simulator the last two
@@ -172,4 +173,13 @@ class SpeculationFields(speculation.SpeculativeFields):
         "a drafted token's cost as a fraction of a verify pass (the speed identity's gamma); None: the executor "
         "measures it every speculative step (the draft chain's time against the pass's; speculative_k auto only), "
         "the simulator costs K steps of the predictor's draft_step",
+    )
+    spec_predict: str = _f(
+        "after",
+        "speculative lookahead steps: when the next step's prediction, selection and copies run. after: once the "
+        "acceptance is known, after the verify pass; beside: layer by layer beside the pass, from the query of the "
+        "position the lane's acceptance estimate makes most likely, then an exact repair after the acceptance (the "
+        "blocks the true position's prediction adds, under the same cap; oasis_core.spec_predict). The executor "
+        "takes beside on the UVA path (or CPU) with a static fetch cap and copy_graph off, else runs after",
+        choices=SPEC_PREDICT,
     )

@@ -54,5 +54,8 @@ ENGINE_GROUPS = (
         ),
     ),
     ("prefill", ("prefill_chunk", "prefill_interleave")),
-    ("speculative decoding and tensor parallelism", ("speculative_k", "speculative_gamma", "tensor_parallel")),
+    (
+        "speculative decoding and tensor parallelism",
+        ("speculative_k", "speculative_gamma", "spec_predict", "tensor_parallel"),
+    ),
 )

@@ -24,6 +24,7 @@ from oasis_core.config_pieces import (
 from oasis_core.echo import show
 from oasis_core.geometry import HOST_KV_DTYPES
 from oasis_core.short_context import ShortContext
+from oasis_core.spec_predict import SPEC_PREDICT
 from oasis_core.specs import MODES, SPARSE_MODES
 from oasis_core.synthetic import SyntheticParams
 
@@ -179,6 +180,7 @@ class SimConfig(SpeculationFields, BenchFields, TransferFields, KVFields, RunFie
         choice("transfer_path", TRANSFER_PATHS)
         choice("host_kv_dtype", HOST_KV_DTYPES)
         choice("block_score", SCORERS)
+        choice("spec_predict", SPEC_PREDICT)
         choice("selection", SELECTION_SOURCES)
         choice("policy_sampling", POLICY_SAMPLING)
         choice("split", SPLITS)

@@ -83,6 +83,7 @@ from oasis_core.geometry import KVGeometry
 from oasis_core.scheduler import DECODE, Plan
 from oasis_core.speculation import AdaptiveK, ChainAcceptance
 
+from . import spec_pipeline
 from .config import SimConfig
 from .hardware import GPU
 from .layer_kinds import LayerKinds
@@ -186,6 +187,10 @@ class Engine:
             self.spec_req_steps = 0
             self.spec_tokens = 0
             self.spec_accepts = Counter()  # (drafts, accepted) -> request-steps
+            self.spec_drawn = None  # the step's accepted drafts a decode request, drawn before it is timed
+            self.spec_repairs = 0  # spec_predict beside: request-steps whose acceptance needed a repair
+            self._s_hat = {}  # draft length -> the beside prediction's query index (oasis_sim.spec_pipeline)
+            self._repair_on = True  # the step launches its repair (some request's acceptance can move its prediction)
 
     def notify(self) -> None:
         if not self.wake.triggered:
@@ -393,6 +398,9 @@ class Engine:
         n_sel = n_dec - n_dense  # decode requests that select (and, sparse, predict and fetch)
         ks = self._spec_ks(plan, n_dense) if self.spec_k else None  # drafts per decode request, or None
         K = max(ks) if ks else 0
+        beside = bool(K) and cfg.spec_predict == "beside" and mode.background  # oasis_sim.spec_pipeline
+        repair_ids = self._spec_draw(plan, ks, K, beside) if K else ()
+        repair_slices = 0.0
         if K:  # K + 1 positions a request; the lookahead query is among them (no draft row)
             gemm_tokens = n_dec * (K + 1) + n_pf
         else:
@@ -453,6 +461,9 @@ class Engine:
                 self.miss_sum += _miss
                 self.sel_n += 1
                 sl = f * Lf * kvh
+                if r.id in repair_ids:  # the beside prediction's repair fetches this step's drift again
+                    repair_slices += sl
+                    sl += sl
                 r.fetch_blocks += sl
                 r.recall_sum += rec
                 r.recall_n += 1
@@ -476,7 +487,7 @@ class Engine:
             summary_bytes = blocks_sum * kvh * self.score_bpbh
             score_s = pred.time("score", {"summary_bytes": summary_bytes})
             topk_s = pred.time("topk", {"elements": blocks_sum * kvh})
-            side_bytes = summary_bytes + 8.0 * blocks_sum * kvh
+            side_bytes = (summary_bytes + 8.0 * blocks_sum * kvh) * (K if beside else 1)  # beside: K candidates
             if cfg.sparse:
                 sel_s = pred.time("select", {"rows": n_sel * kvh})
                 c += pred.time("sparse_overhead", {"requests": n_sel})
@@ -514,15 +525,17 @@ class Engine:
             h2d = (inline_slices + fill) * self.host_bpbh
             x = 0.0
         elif background:
+            fetch_slices -= repair_slices  # (the repair's copies run after the pass: repair_tail_s)
             layer_bytes = 0.0 if cfg.no_transfer else (fetch_slices + fill) / Lf * self.host_bpbh
             x = self._copy_s(layer_bytes)
             if rpf and remote_units > 0:
                 # Remote misses cross the NIC first; a layer's transfer waits for its share of them.
                 net_bytes = remote_units * self.bpbh
                 x = max(x, self.remote.fetch_s(net_bytes) / Lf)
-            h2d = layer_bytes * Lf
+            repair_x = 0.0 if cfg.no_transfer else self._copy_s(repair_slices / Lf * self.host_bpbh)
+            h2d = layer_bytes * Lf + (0.0 if cfg.no_transfer else repair_slices * self.host_bpbh)
             side_bytes += layer_bytes
-            if not K:  # (a speculative step runs its side work after the pass: nothing beside the compute)
+            if not K or beside:  # (after: a speculative step's side work runs after the pass, nothing beside it)
                 if cfg.transfer_path == "uva":
                     c += cfg.gather_sm_share * x
                 # Side work overlapped with compute is not free: its HBM traffic is taken from the compute stream's.
@@ -561,9 +574,12 @@ class Engine:
             if self.spec_policy is not None:
                 self.spec_policy.observe_cost(draft_s / K, verify_s)  # γ as the executor measures it
             head_s += draft_s  # the chain runs on the compute stream before the layers
-            if background:  # the next step's prediction needs the acceptance: after the pass, not beside it
-                side = score_s + topk_s + sel_s
-                tail_s += Lf * max(side, x) + min(side, x)  # layer by layer, prediction one layer ahead of its copy
+            if beside:  # K candidates beside the pass; after the acceptance the repair (oasis_sim.spec_pipeline)
+                score_s, topk_s = K * score_s, K * topk_s
+                if self._repair_on:  # (no request's acceptance can move its prediction: no repair launched)
+                    tail_s += spec_pipeline.repair_tail_s(Lf, sel_s, repair_x)
+            elif background:  # the next step's prediction needs the acceptance: after the pass, not beside it
+                tail_s += spec_pipeline.after_tail_s(Lf, score_s + topk_s + sel_s, x)  # prediction a layer ahead
                 background = False
         side_s, sel_bg = score_s + topk_s if background else 0.0, sel_s if background else 0.0
         if win_attn is not None and background:  # side work and transfers on the full layers only
@@ -659,6 +675,23 @@ class Engine:
         ks = [max(0, min(k, m)) for m in room]
         return ks if max(ks) else None
 
+    def _spec_draw(self, plan: Plan, ks, K: int, beside: bool) -> set:
+        """Draw the step's accepted drafts a decode request (``spec_drawn``; ``_spec_emit`` emits them after the
+        step) and return, ``beside``, the ids of the requests whose beside prediction needs a repair."""
+        draw, rnd = self.spec_accept.draw, self.spec_random
+        self.spec_drawn = [draw(k, rnd) if k else 0 for k in ks]
+        if not beside:
+            return set()
+        s_hat = self._s_hat.get(K)
+        if s_hat is None:
+            s_hat = self._s_hat[K] = spec_pipeline.chosen_index(self.spec_accept.rate, K)
+        dec = plan.decode
+        pos = [r.prompt + r.generated - 1 for r in dec]  # the input token's position
+        self._repair_on = spec_pipeline.repair_on(pos, ks, K, s_hat, self.cfg.block_size)
+        rep = spec_pipeline.repaired(pos, self.spec_drawn, K, s_hat, self.cfg.block_size)
+        self.spec_repairs += sum(rep)
+        return {r.id for r, x in zip(dec, rep) if x}
+
     def _spec_emit(self, plan: Plan, ks) -> None:
         """The step's emitted tokens (``self.emitted``, for ``sched.update``): ``1 + n`` a drafting request, ``n``
         drawn by the acceptance model; the adaptive policy observes every decode request's step."""
@@ -671,10 +704,8 @@ class Engine:
                 for r in plan.decode:
                     pol.observe(r.id, 0, 0)
             return
-        draw, rnd = self.spec_accept.draw, self.spec_random
         tokens = 0
-        for r, k in zip(plan.decode, ks):
-            n = draw(k, rnd) if k else 0
+        for r, k, n in zip(plan.decode, ks, self.spec_drawn):
             if n:
                 self.emitted[r.id] = n + 1
             tokens += n + 1
@@ -701,6 +732,8 @@ class Engine:
             else None,
             "accepted_hist": hist,
         }
+        if self.cfg.spec_predict == "beside":
+            out["spec_predict_repairs"] = self.spec_repairs
         if self.spec_policy is not None:
             out["speculative_gamma_used"] = round(self.spec_policy.gamma, 6)
         return out

@@ -17,7 +17,7 @@ RUN_GROUPS = (
     ("selection model", ("selection", "replay_file", "policy_sampling", "policy_layers", "profile_steps")),
     (
         "speculative decoding",
-        ("speculative_k", "speculative_gamma", "speculative_alpha", "speculative_accepted_hist"),
+        ("speculative_k", "speculative_gamma", "speculative_alpha", "speculative_accepted_hist", "spec_predict"),
     ),
     (
         "prefill/decode split and tensor parallelism",

@@ -113,8 +113,9 @@ def replay_rows(recs, calibrate) -> list:
     return rows
 
 
-def what_if(recs, calibrate, ks, hists) -> list:
-    """The simulator at the base recording's shape for each draft length of ``ks``, acceptance from ``hists``."""
+def what_if(recs, calibrate, ks, hists, spec_predict="after") -> list:
+    """The simulator at the base recording's shape for each draft length of ``ks``, acceptance from ``hists``, its
+    speculative lookahead steps predicting ``spec_predict`` the pass (after, or beside: ``oasis_sim.spec_pipeline``)."""
     from oasis_sim.fitted import fit, recording_key, sample_of
 
     base = next((r for r in recs if not r.config.get("speculative_k")), recs[0])
@@ -140,8 +141,10 @@ def what_if(recs, calibrate, ks, hists) -> list:
                 rows.append({"speculative_k": kk, "error": "no measured acceptance for this k"})
                 continue
             results["accepted_hist"] = hist
+            if spec_predict != "after":
+                cfg["spec_predict"] = spec_predict
         rec = dataclasses.replace(base, trace=dataclasses.replace(base.trace, config=cfg, results=results))
-        row = {"speculative_k": kk, "accepted_hist": hist, "base": base.name}
+        row = {"speculative_k": kk, "accepted_hist": hist, "base": base.name, "spec_predict": spec_predict}
         for name, pred in (("roofline", None), ("fitted", model.predictor_for(rec) if model else None)):
             if name == "fitted" and pred is None:
                 continue
@@ -202,13 +205,13 @@ def markdown(rows, whatif, calib_names, accept_from) -> str:
             "",
             f"## What if: the simulator at `{whatif[0].get('base')}`'s shape, acceptance measured on the real model "
             f"({accept_from})\n",
-            "| k | accepted hist | sim tokens/step | roofline tok/s | fitted tok/s | fitted step p50 ms | "
+            "| k | prediction | accepted hist | sim tokens/step | roofline tok/s | fitted tok/s | fitted step p50 ms | "
             "fitted TPOT/token ms | executor (recording: tok/s, step p50 ms, tokens/step) |",
-            "| --- | --- | --- | --- | --- | --- | --- | --- |",
+            "| --- | --- | --- | --- | --- | --- | --- | --- | --- |",
         ]
         for w in whatif:
             if "error" in w:
-                out.append(f"| {w['speculative_k']} | {w['error']} | | | | | | |")
+                out.append(f"| {w['speculative_k']} | {w.get('spec_predict', 'after')} | {w['error']} | | | | | | |")
                 continue
             ro, fi, ex = w["roofline"], w.get("fitted", {}), w.get("executor")
             exs = (
@@ -219,7 +222,8 @@ def markdown(rows, whatif, calib_names, accept_from) -> str:
                 )
             )
             out.append(
-                f"| {w['speculative_k']} | {json.dumps(w['accepted_hist']) if w['accepted_hist'] else '-'} | "
+                f"| {w['speculative_k']} | {w.get('spec_predict', 'after') if _k_of(w['speculative_k']) else '-'} | "
+                f"{json.dumps(w['accepted_hist']) if w['accepted_hist'] else '-'} | "
                 f"{ro['tokens_per_step']:.2f} | {ro['throughput_tok_s']:.1f} | {_f(fi.get('throughput_tok_s'))} | "
                 f"{_f(fi.get('tpot_ms_p50'), '{:.2f}')} | {_f(fi.get('tpot_ms_per_token'), '{:.2f}')} | {exs} |"
             )
@@ -236,6 +240,9 @@ def main(argv=None) -> int:
     )
     ap.add_argument("--accept-context", type=int, default=None, help="the study's context (default: the longest)")
     ap.add_argument("--what-if-k", nargs="*", default=["0", "1", "2", "3", "auto:3"])
+    ap.add_argument(
+        "--spec-predict", nargs="+", default=["after"], choices=("after", "beside"), help="what-if variants"
+    )
     ap.add_argument("--out", default=os.path.join(HERE, "results", "replay_qwen"))
     a = ap.parse_args(argv)
     recs = load_all(a.recordings)
@@ -244,7 +251,8 @@ def main(argv=None) -> int:
     whatif = []
     if a.what_if_k:
         mode = a.accept_mode or recs[0].config["mode"]
-        whatif = what_if(recs, calib, a.what_if_k, study_hists(a.accept_from, mode, a.accept_context))
+        hists = study_hists(a.accept_from, mode, a.accept_context)
+        whatif = [w for v in a.spec_predict for w in what_if(recs, calib, a.what_if_k, hists, v)]
     md = markdown(rows, whatif, [r.name for r in calib], os.path.relpath(a.accept_from, REPO))
     os.makedirs(os.path.dirname(os.path.abspath(a.out)) or ".", exist_ok=True)
     with open(a.out + ".md", "w") as fh:

@@ -74,6 +74,8 @@ def base_config(a, mode, context, k_max):
         speculative_k=k_max,
         prefill_interleave=False,
         decode_chain=1,  # k = 0 phases: the single graphed step the speculative results were measured against
+        spec_predict=getattr(a, "spec_predict", "after"),
+        kv_budget_gb=getattr(a, "kv_budget_gb", None),
     )
 
 
@@ -216,6 +218,8 @@ def main(argv=None) -> int:
         default=["dense"],
         help="modes of --fresh-k0 (default dense: lookahead drafts at k = 0 anyway, so its phase k=0 is the same)",
     )
+    ap.add_argument("--spec-predict", default="after", choices=("after", "beside"), help="ExecConfig.spec_predict")
+    ap.add_argument("--kv-budget-gb", type=float, default=None, help="ExecConfig.kv_budget_gb (lanes clip to it)")
     ap.add_argument("--eager-k0", action="store_true", help="also k=0 with CUDA graphs off (not on the CPU)")
     ap.add_argument("--out", default=os.path.join(HERE, "results", "spec_cpu.jsonl"))
     ap.add_argument("--table", default=None, help="markdown table file (default: --out with .md)")

@@ -81,12 +81,22 @@ class DecodeGraphs:
         forced counts ``n_forced``). Returns (logits, accepted, emitted) of the graph's static outputs."""
         B, H, k = len(toks), self.H, drafts.shape[1]
         forced = n_forced is not None
+        sp = self.model.ws.spec_pipe  # spec_predict beside: a step with its repair and one without are two graphs
+        variant = sp.graph_key if sp is not None else None
 
         def step(lanes, toks, pos, drafts, lim, n_forced, sets):
             return self.model.spec_core(lanes, slice(0, B * H), toks, pos, drafts, lim, n_forced, sets)
 
         return self.run(
-            ("spec", B, k, forced), B, step, toks=toks, pos=pos, drafts=drafts, lim=lim, n_forced=n_forced, sets=sets
+            ("spec", B, k, forced, variant),
+            B,
+            step,
+            toks=toks,
+            pos=pos,
+            drafts=drafts,
+            lim=lim,
+            n_forced=n_forced,
+            sets=sets,
         )
 
     def run(self, key, B, fn, pipeline=True, **inputs):

@@ -164,7 +164,13 @@ class Runner:
         )
         self.cuda_graphs = DecodeGraphs(cfg=cfg, device=dev, model=self.model, sources=self.sources)
         self.spec = SpecStep(
-            cfg, model=self.model, graphs=self.cuda_graphs, sources=self.sources, generator=self.sampler.generator
+            cfg,
+            model=self.model,
+            graphs=self.cuda_graphs,
+            sources=self.sources,
+            generator=self.sampler.generator,
+            pipe=self.pipe,
+            max_lanes=kv.max_lanes,
         )
         self.decode_steps = 0
         self.last_logits = {}

@@ -20,6 +20,7 @@ import torch
 
 from oasis_core.speculation import AdaptiveK, parse_spec, synthetic_acceptance
 
+from ..workingset.spec_pipeline import install
 from ..workingset.step import rows_index
 from .speculative import accept, rows_of
 
@@ -51,8 +52,12 @@ class _Clock:
 
 
 class SpecStep:
-    def __init__(self, cfg, *, model, graphs, sources, generator):
+    def __init__(self, cfg, *, model, graphs, sources, generator, pipe=None, max_lanes: int = 0):
         self.cfg, self.model, self.graphs, self.sources, self.gen = cfg, model, graphs, sources, generator
+        # spec_predict (workingset.spec_pipeline): the variant that runs and why not the configured one (or None);
+        # beside: the resident set's SpecPipeline (``beside``), else None
+        self.predict_used, self.predict_reason = install(cfg, model.ws, pipe, max_lanes)
+        self.beside = model.ws.spec_pipe
         # speculative_k auto (oasis_core.speculation): each lane's draft length from its measured acceptance
         self.adaptive = AdaptiveK(cfg.spec_max_k, cfg.speculative_gamma) if cfg.spec_adaptive else None
         # synthetic_accept (benchmark only, dummy weights): accepted drafts drawn, seeded, instead of the target's
@@ -118,6 +123,8 @@ class SpecStep:
         sampled = self.synth is None and any(sp.temperature > 0 for sp in params)
         graphed = not sampled and self.graphs.ok(lanes_list)
         clock = _Clock(dev) if self.adaptive is not None and k >= 2 else None  # γ: the chain runs k - 1 head steps
+        if self.beside is not None:  # spec_predict beside: each lane's chosen query index
+            self.beside.before_step(items, ks)
         if clock is not None:
             clock.mark()
         if graphed:
@@ -149,6 +156,8 @@ class SpecStep:
             clock.mark()
         if not sampled:
             n_acc, out = rows_of(n_t, emitted)  # the step's one host synchronisation
+        if self.beside is not None:
+            self.beside.after_step(items, [it.position for it in items], ks, n_acc)
         self._count(items, ks, n_acc, out, k, clock)
         last = {it.req_id: logits[i, n_acc[i]] for i, it in enumerate(items)}
         seq = {it.req_id: logits[i, : n_acc[i] + 1] for i, it in enumerate(items)}

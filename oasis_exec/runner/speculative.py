@@ -48,6 +48,8 @@ steps run only while no lane of the step is short or crossing (``oasis_core.shor
 step that may emit only one token, is the ordinary step. A speculative lookahead step launches its background
 transfers after the whole pass (the prediction needs the acceptance), not layer by layer during it: inside the
 step's graph they run behind the commit only (``copy_graph`` on: behind the next step's chain and first layers).
+With ``spec_predict = "beside"`` (``oasis_exec.workingset.spec_pipeline``) they run beside the pass instead, from the
+likeliest query, and an exact repair after the acceptance copies what the true position's prediction adds.
 """
 
 from __future__ import annotations

@@ -304,6 +304,7 @@ def measure(
             runner.trace.stage_ms = {}
             c0 = runner.counters()
             acc0 = dict(runner.spec.accepts)
+            sp0 = runner.spec.beside.stats() if runner.spec.beside is not None else {}
             passes0 = runner.decode_steps
         runner.trace.step = i - warmup if i - warmup in traced else None
         t0 = time.perf_counter()
@@ -332,6 +333,7 @@ def measure(
     # TPOT: a step's wall time over the tokens it gave each request (the step time itself when it gave one)
     tpot = [t / m for t, m in zip(timed, per_req)] if timed else []
     c1 = runner.counters()
+    sp1 = runner.spec.beside.stats() if runner.spec.beside is not None else None
     shape = runner.shape
     # bytes one (block, head) fetch moves: the host copy's (an fp8 copy: the codes and the two scales)
     if runner.host is not None:
@@ -368,6 +370,11 @@ def measure(
         # who decided the accepted drafts: the target (model) or, benchmark only, draws (synthetic_accept)
         "acceptance": ("synthetic" if cfg.synthetic_accept else "model") if cfg.spec_max_k else None,
         "synthetic_accept": cfg.synthetic_accept,
+        # spec_predict: the variant that ran (beside may fall back to after: spec_predict_reason) and, beside, the
+        # timed lane-steps and those that needed a repair (oasis_exec.workingset.spec_pipeline)
+        "spec_predict": runner.spec.predict_used if cfg.spec_max_k else None,
+        "spec_predict_reason": runner.spec.predict_reason,
+        **{k_: v_ - sp0.get(k_, 0) for k_, v_ in (sp1 or {}).items()},
         "decode_chain": cfg.chain_max,  # the longest chain the run could take (1: off, speculative or profiled)
         "tpot_ms_p50": 1e3 * statistics.median(tpot) if tpot else None,
         "tpot_ms_p99": 1e3 * _pct(tpot, 99) if tpot else None,

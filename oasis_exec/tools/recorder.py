@@ -111,6 +111,10 @@ def recording_from_bench(
         config["acceptance"] = b.get("acceptance") or ("synthetic" if synth else "model")
         if synth:
             config["synthetic_accept"] = synth
+        if (
+            b.get("spec_predict") == "beside"
+        ):  # the prediction beside the pass ran (oasis_exec.workingset.spec_pipeline)
+            config["spec_predict"] = "beside"
     per_step = float(b.get("bytes_moved_per_step") or 0.0)
     stall = stages.get("stall")
     results = {

@@ -68,6 +68,7 @@ def causal_attn(q, keys, vals, start):
 
 class WorkingSet:
     family = ""
+    spec_pipe = None  # spec_predict beside (a resident set's workingset.spec_pipeline.SpecPipeline), else None
 
     def __init__(self, parts: SetParts):
         self.p = parts

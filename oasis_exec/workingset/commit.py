@@ -47,6 +47,8 @@ def commit_accepted(ws, s, n, sets, recorded) -> None:
             if ph == 0:  # a block filled by the run: its host copy before the slot holds the next one
                 sc = ws._scales(l)
                 writeback_full(st.k[l], st.v[l], p.host.k[l], p.host.v[l], src, wb_dst, wb_len, bs, sc)
-        if p.cfg.mode_spec.background:
+        if p.cfg.mode_spec.background and ws.spec_pipe is not None:  # spec_predict beside: the repair only
+            ws.spec_pipe.repair(l, q, n, pos, lanes, s.rows, sets, recorded)
+        elif p.cfg.mode_spec.background:
             given = sets[1][:, l] if sets is not None else None
             ws._launch_prediction(l, q[qrow, sel], given, s, nb_next)

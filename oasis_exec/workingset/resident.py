@@ -103,6 +103,8 @@ class ResidentSet(WorkingSet):
             sc = self._scales(l)
             writeback_full(st.k[l], st.v[l], p.host.k[l], p.host.v[l], s.item_src, r.item_dst, r.wb_len, p.bs, sc)
         if s.saved is not None:  # a verification pass: the next step's prediction waits for the acceptance
+            if self.spec_pipe is not None:  # spec_predict beside: the candidates and the chosen plan, beside the pass
+                self.spec_pipe.beside(l, q, s.lanes, s.rows, s.pos, s.sets)
             s.saved[l] = (q, ek, ev)
         elif cfg.mode_spec.background and not s.all_short:
             given = None if s.sets is None else (s.sets[1] if cfg.mode_spec.drafts else s.sets[2])[:, l]

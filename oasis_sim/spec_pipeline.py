@@ -1,0 +1,64 @@
+"""The simulator's pipelined speculative lookahead step (``SimConfig.spec_predict``; the executor's
+``oasis_exec.workingset.spec_pipeline``, the policy ``oasis_core.spec_predict``).
+
+``after`` (the engine's model before this): the verify pass, then every full layer's prediction and selection and
+its copy, the prediction one layer ahead of its copy (``after_tail_s``).
+
+``beside``: the step's side work runs beside the pass as in an ordinary lookahead step (``LayerWork.background``:
+per full layer the prediction of the ``K`` candidates, ``K`` scorings and top-Ks, then the selection, then the copy
+of the step's fetches on the copy path, layer-local sync with the next step; the side stream's HBM traffic and the
+gather's SM share charged to the pass as the ordinary step's), and after the acceptance the repair: every full
+layer's second selection (run for every row: the GPU's shapes are fixed), then the copies of the requests whose
+acceptance needs it (``repair_tail_s``); none of it in a step where no request's acceptance could move its
+prediction (``repair_on``: at ``k = 1``, no request one token short of a block's end), as the executor skips it. Which requests do (``repaired``): ``oasis_core.spec_predict.needs_repair``
+of their drawn acceptance and position, the chosen query index from the acceptance model's own rates (what a
+lane's converged estimate picks). **Assumption** (no sets are simulated here): a repaired request fetches what one
+step's drift fetches, its policy's fetches of this step again (the true position's prediction against the chosen
+one's differs like the predictions of neighbouring steps). The executor's repairs are measured
+(``spec_predict_repairs`` in a bench record); with synthetic selection they copy nothing there.
+
+Nothing here imports ``oasis_exec``.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from oasis_core.spec_predict import choose_query, needs_repair, repair_possible
+
+
+def chosen_index(rate, k: int) -> int:
+    """The query index the beside prediction uses for ``k`` drafts under per-position rates ``rate(j)``."""
+    return int(choose_query(np.array([[rate(j) for j in range(k)]], dtype=np.float64), k)[0])
+
+
+def repaired(positions, accepted, k: int, s_hat: int, block_size: int) -> list:
+    """Per request (input position, accepted drafts of a ``k``-draft step): whether its beside prediction needs a
+    repair."""
+    if not positions:
+        return []
+    rep = needs_repair(np.asarray(positions), np.asarray(accepted), np.full(len(positions), s_hat), k, block_size)
+    return rep.tolist()
+
+
+def repair_on(positions, ks, k: int, s_hat: int, block_size: int) -> bool:
+    """Whether the step launches its repair: some request's acceptance could move its prediction
+    (``oasis_core.spec_predict.repair_possible``, decided before the step, as the executor)."""
+    if not positions:
+        return False
+    n = len(positions)
+    got = repair_possible(np.asarray(positions), np.asarray(ks), np.full(n, s_hat), k, block_size)
+    return bool(got.any())
+
+
+def after_tail_s(n_layers: int, side_s: float, xfer_s: float) -> float:
+    """After the pass, layer by layer: ``n_layers`` stages of ``max(side, copy)`` plus the first side or last copy."""
+    return n_layers * max(side_s, xfer_s) + min(side_s, xfer_s)
+
+
+def repair_tail_s(n_layers: int, select_s: float, repair_xfer_s: float) -> float:
+    """After the acceptance: every layer's repair selection, each followed by its repair copy (none: the
+    selections alone)."""
+    if repair_xfer_s <= 0:
+        return n_layers * select_s
+    return after_tail_s(n_layers, select_s, repair_xfer_s)

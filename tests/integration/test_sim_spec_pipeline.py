@@ -1,0 +1,97 @@
+"""The simulator's pipelined speculative lookahead step (``SimConfig.spec_predict``, ``oasis_sim.spec_pipeline``): the
+side work and copies beside the verify pass, the repair after the acceptance. The two variants draw the same
+acceptance, so their steps hold the same requests and tokens and compare step by step."""
+
+import pytest
+
+from oasis_sim import engine as sim_engine
+from oasis_sim.bench import bench_trace
+from oasis_sim.config import SimConfig
+from oasis_sim.sim import simulate
+
+BASE = dict(
+    mode="lookahead",
+    selection="synthetic",
+    decode_only=True,
+    policy_layers=1,
+    profile_steps=8,
+    timeline_steps=0,
+    seed=1,
+)
+
+
+def _run(monkeypatch, variant, k, alpha, lanes=16, context=16384, steps=40, **kw):
+    """(steps.csv's log, the requests repaired in each step, the engine)."""
+    seen, engines = [], []
+    draw = sim_engine.Engine._spec_draw
+
+    def spy(self, plan, ks, K, beside):
+        out = draw(self, plan, ks, K, beside)
+        seen.append((len(self.log.dur), len(out)))
+        if not engines:
+            engines.append(self)
+        return out
+
+    monkeypatch.setattr(sim_engine.Engine, "_spec_draw", spy)
+    cfg = SimConfig(speculative_k=k, speculative_alpha=alpha, spec_predict=variant, **{**BASE, **kw})
+    res = simulate(cfg, bench_trace(context, lanes, steps))
+    repaired = dict(seen)
+    return res.steps, [repaired.get(i, 0) for i in range(len(res.steps.dur))], engines[0], res.summary
+
+
+@pytest.mark.parametrize(
+    "kw",
+    [
+        {},  # paper's fetch ratio: copies hide beside the pass
+        {"fetch_ratio": 0.5},  # copy-bound: the copies spill past the pass
+        {"lanes": 4, "context": 4096},
+    ],
+)
+def test_beside_never_slower_than_after_without_repairs(monkeypatch, kw):
+    """k = 1 with every draft rejected: the query never moves and no run fills a block (repair rate 0)."""
+    a_log, a_rep, _, a_sum = _run(monkeypatch, "after", 1, 0.0, **kw)
+    b_log, b_rep, _, b_sum = _run(monkeypatch, "beside", 1, 0.0, **kw)
+    assert b_sum["spec_predict_repairs"] == 0 and not any(b_rep)
+    assert b_log.emitted == a_log.emitted and b_log.h2d == a_log.h2d  # same requests, tokens and copies
+    # every step: the beside step ends no later, its stalls (the copies spilling into the next) included
+    assert len(b_log.dur) == len(a_log.dur)
+    t_a = t_b = 0.0
+    for i, (da, db) in enumerate(zip(a_log.dur, b_log.dur)):
+        t_a, t_b = t_a + da, t_b + db
+        assert t_b <= t_a * (1 + 1e-12), i  # never behind, at every step
+    assert t_b < 0.98 * t_a and b_sum["throughput_tok_s"] > a_sum["throughput_tok_s"]
+
+
+@pytest.mark.parametrize("k,alpha", [(1, 0.8), (2, 0.7), (3, 0.5)])
+def test_repairs_cost_at_most_their_copies_after_the_pass(monkeypatch, k, alpha):
+    """With repairs: a step without one is no slower than after's; a step with ``m`` repaired requests costs at
+    most the after step plus the repair's copies run after the pass (its bytes on the copy path, one latency a
+    layer), and its extra bytes are those requests' fetches again."""
+    a_log, _, eng, _ = _run(monkeypatch, "after", k, alpha)
+    b_log, b_rep, _, b_sum = _run(monkeypatch, "beside", k, alpha)
+    assert b_log.emitted == a_log.emitted
+    assert 0 < b_sum["spec_predict_repairs"] < sum(a_log.decode)
+    lf, lat, bps = eng.Lf, eng.h2d_lat, eng.h2d_Bps
+    t_a = t_b = allowed = 0.0
+    for i, (da, db, m) in enumerate(zip(a_log.dur, b_log.dur, b_rep)):
+        extra = b_log.h2d[i] - a_log.h2d[i]  # the repaired requests' fetches, again
+        assert (extra > 0) == (m > 0), i
+        if m:  # the repair copies after the pass: a latency and its share of the bytes a layer, serially
+            allowed += (lf + 1) * (lat + extra / lf / bps)
+        t_a, t_b = t_a + da, t_b + db
+        assert t_b <= t_a + allowed + 1e-12, i  # never behind by more than the repairs' copies so far
+    assert any(b_rep) and not all(b_rep)
+
+
+def test_adaptive_k_takes_the_pipelined_step_cost(monkeypatch):
+    """speculative_k auto prices a draft length by the measured step times of the step as it runs (observe_step):
+    where copies dominate, the after variant's k = 1 step costs about twice the ordinary one and auto stops drafting
+    at this acceptance, while the beside variant's costs little more and auto drafts."""
+    kw = dict(fetch_ratio=0.5, steps=200)
+    _, _, ea, sa = _run(monkeypatch, "after", "auto:1", 0.45, **kw)
+    _, _, eb, sb = _run(monkeypatch, "beside", "auto:1", 0.45, **kw)
+    ca, cb = ea.spec_policy.cost(1), eb.spec_policy.cost(1)
+    assert cb < ca  # the measured T(1) / T(0) of each variant's own step
+    assert ea.spec_policy.step_s[1] > eb.spec_policy.step_s[1]
+    assert sb["speculative_steps"] > 2 * sa["speculative_steps"]
+    assert sb["throughput_tok_s"] > sa["throughput_tok_s"]
