@@ -31,7 +31,7 @@ def _slots_hold_their_blocks(eng) -> int:
     r = eng.runner
     st, checked = r.store, 0
     for q in eng.scheduler.running.values():
-        blocks = r.lane_blocks[q.lane]
+        blocks = r.model.ws.lane_blocks[q.lane]
         for l in range(r.L):
             for h in range(r.H):
                 row = q.lane * r.H + h
@@ -67,8 +67,8 @@ def test_beside_graphs_equal_eager_at_every_k(k, accept):
     assert [r.spec.predict_used for r in runners] == ["beside", "beside"]
     if DEVICE.startswith("cuda"):
         assert {key[0] for key in keys} >= {"chain", "spec"}  # the speculative steps ran through graphs
-    assert runners[1].spec_steps == runners[0].spec_steps > 0
-    assert runners[1].spec_accepts == runners[0].spec_accepts
+    assert runners[1].spec.steps == runners[0].spec.steps > 0
+    assert runners[1].spec.accepts == runners[0].spec.accepts
     stats = [r.spec.beside.stats() for r in runners]
     assert stats[0] == stats[1] and stats[0]["spec_predict_repairs"] > 0
     assert out == out_ref
@@ -105,7 +105,7 @@ def test_beside_on_the_side_streams_attends_what_after_attends():
     while engs[0].has_work():
         for e in engs:
             e.step()
-        if not engs[0].has_work() or not engs[0].runner.spec_steps:
+        if not engs[0].has_work() or not engs[0].runner.spec.steps:
             continue
         sets = []
         for e in engs:
@@ -115,7 +115,9 @@ def test_beside_on_the_side_streams_attends_what_after_attends():
             rows = [lane * r.H + h for lane in lanes for h in range(r.H)]
             sets.append(
                 [
-                    torch.sort(attended_blocks(r.store.resident[l], r.store.last_sel[l], r.K)[rows], 1).values.cpu()
+                    torch.sort(
+                        attended_blocks(r.store.resident[l], r.store.last_sel[l], r.cfg.top_k)[rows], 1
+                    ).values.cpu()
                     for l in range(r.L)
                 ]
             )

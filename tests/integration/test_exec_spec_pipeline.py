@@ -30,7 +30,7 @@ def _wrong(p):
 def _attended(eng):
     """Per layer, each lane's rows' attended block sets (sorted), of the lanes in use."""
     r = eng.runner
-    st, K = r.store, r.K
+    st, K = r.store, r.cfg.top_k
     lanes = sorted(x.lane for x in eng.scheduler.running.values())
     out = []
     for l in range(r.L):
@@ -49,11 +49,11 @@ def test_top_k_covering_every_block_equals_greedy(k):
     eng0.close()
     eng = Engine(cfg("lookahead", speculative_k=k, spec_predict="beside", **kw))
     assert eng.runner.spec.predict_used == "beside"
-    eng.runner.model.draft_chain = oracle_chain(eng, dict(enumerate(ref)), _wrong)
+    eng.runner.drafts.chain = oracle_chain(eng, dict(enumerate(ref)), _wrong)
     out = eng.generate(ps, SamplingParams(max_tokens=N))
     sp = eng.runner.spec.beside.stats()
     assert out == ref
-    assert eng.runner.spec_tokens / eng.runner.spec_lanes > 1.8
+    assert eng.runner.spec.tokens / eng.runner.spec.lanes > 1.8
     assert 0 < sp["spec_predict_repairs"] < sp["spec_predict_lane_steps"]
     eng.close()
 
@@ -81,7 +81,7 @@ def _lockstep_attended_equal(make):
             for o in e.step():
                 outs[i][o.request_id].extend(o.new_token_ids)
         assert engs[1].has_work() == engs[0].has_work()
-        if engs[0].has_work() and engs[0].runner.spec_steps:
+        if engs[0].has_work() and engs[0].runner.spec.steps:
             for a, b in zip(_attended(engs[0]), _attended(engs[1])):
                 torch.testing.assert_close(a, b, rtol=0, atol=0)
     assert list(outs[0].values()) == list(outs[1].values())
@@ -116,7 +116,7 @@ def test_paper_cap_keeps_only_accepted_kv():
     refd = dict(enumerate(eng0.generate(ps, SamplingParams(max_tokens=N))))
     eng0.close()
     eng = Engine(cfg("lookahead", speculative_k=3, spec_predict="beside", **kw))
-    eng.runner.model.draft_chain = oracle_chain(eng, refd, _wrong)
+    eng.runner.drafts.chain = oracle_chain(eng, refd, _wrong)
     out = eng.generate(ps, SamplingParams(max_tokens=N))
     assert [len(o) for o in out] == [N] * 3
     assert eng.runner.spec.beside.stats()["spec_predict_lane_steps"] > 0
@@ -147,7 +147,7 @@ def test_random_draft_small_top_k_equals_greedy():
     eng = Engine(cfg("lookahead", speculative_k=3, spec_predict="beside", **kw))
     out = eng.generate(ps, SamplingParams(max_tokens=N))
     sp = eng.runner.spec.beside.stats()
-    assert out == ref and eng.runner.spec_tokens == eng.runner.spec_lanes
+    assert out == ref and eng.runner.spec.tokens == eng.runner.spec.lanes
     assert sp["spec_predict_lane_steps"] > 0 and sp["spec_predict_repairs"] == 0
     eng.close()
 
@@ -188,8 +188,8 @@ def test_auto_k_beside_equals_greedy():
     ref = eng0.generate(ps, SamplingParams(max_tokens=N))
     eng0.close()
     eng = Engine(cfg("lookahead", speculative_k="auto:3", spec_predict="beside", **kw))
-    eng.runner.model.draft_chain = oracle_chain(eng, dict(enumerate(ref)), _wrong)
+    eng.runner.drafts.chain = oracle_chain(eng, dict(enumerate(ref)), _wrong)
     out = eng.generate(ps, SamplingParams(max_tokens=N))
-    assert out == ref and eng.runner.spec_steps > 0
+    assert out == ref and eng.runner.spec.steps > 0
     assert eng.runner.spec.beside.stats()["spec_predict_lane_steps"] > 0
     eng.close()
