@@ -55,17 +55,11 @@ from oasis_core.scoring import topk_blocks
 from oasis_core.selection import initial_plan
 
 from ..kv.host_quant import roundtrip
-from ..kv.ring import RingKV
+from ..kv.layer_table import table
+from ..kv.ring import RingKV, ring_extra
 from ..transfer.writeback import writeback_full
 from . import ops
 from .speculative import emitted_tokens, greedy_accepted
-
-
-def ring_extra(cfg) -> int:
-    """Slots a ring holds past its window: a speculative step's drafts, or the draft row of a lookahead step (its
-    KV is written at ``p + 1``; with ``W`` slots it would overwrite position ``p + 1 - W``, still in ``p``'s window)."""
-    return max(cfg.spec_max_k or 0, 1 if cfg.mode_spec.drafts else 0)
-
 
 SHORT_STEPS = ("none", "some", "all")  # decode_core's ``short``: how many of the step's lanes can be short
 
@@ -206,7 +200,7 @@ class ModelExec:
         self.bs, self.H, self.L, self.K = cfg.block_size, s.n_kv_heads, s.n_layers, cfg.top_k
         self.lane_blocks = {}  # lane -> host block ids (sparse modes)
         self.draft_tok = torch.zeros(max_lanes, dtype=torch.int64, device=device)
-        self.scratch = {}  # req_id -> (k [L, H, T, D], v) during a real prefill (sparse modes)
+        self.scratch = {}  # req_id -> (k [L, H, T, D], v) during a real prefill (sparse modes; full layers only)
         self.capturing = False  # set by DecodeGraphs while a step is captured
         self.short = short
         # sliding-window layers (ModelSpec.layer_windows): their KV in a ring a lane, dense attention (kv/ring.py)
@@ -225,7 +219,7 @@ class ModelExec:
         n_full = n_tok // self.bs
         g = torch.Generator(device=self.device).manual_seed(a.seed)
         st = self.store
-        for l in range(self.L):
+        for l in self._paged_layers():  # a sliding layer has no summaries (its ring is filled below)
             if st.kmin is not None:
                 base = torch.randn(self.H, n_full, self.shape.head_dim, generator=g, device=self.device)
                 st.kmin[l, a.lane, :, :n_full] = (base - 1.0).to(self.dtype)
@@ -278,9 +272,9 @@ class ModelExec:
         short_lane = sparse and self.short is not None and not self.lane_blocks[ch.lane]  # no host blocks: short
         if sparse and ch.req_id not in self.scratch:
             tpad = self.cfg.max_blocks * bs
-            self.scratch[ch.req_id] = (
-                torch.zeros(self.L, H, tpad, D, dtype=self.dtype, device=dev),
-                torch.zeros(self.L, H, tpad, D, dtype=self.dtype, device=dev),
+            held = self._paged_layers()  # a sliding layer's prompt KV goes to its ring only
+            self.scratch[ch.req_id] = tuple(
+                table(self.L, held, (H, tpad, D), 0, self.dtype, dev, "scratch") for _ in range(2)
             )
         aux, q_last = {}, []
         layers_aux = self.draft.layers if self.draft is not None else ()

@@ -154,6 +154,7 @@ class Runner:
                 link_bytes_per_s=cfg.link_gb_s * 1e9,
                 device=dev,
                 state_rows=kv.max_lanes * self.H,  # per-row policy state sized once: no growth inside a capture
+                fetch_layers=s.n_full_layers,  # a hybrid model's windowed layers fetch nothing
             )
             self.max_cap = self.caps.max_cap
             self.pipe = Prefetcher(cfg=cfg, store=self.store, host=self.host, device=dev, caps=self.caps)

@@ -126,7 +126,8 @@ class Prefetcher:
             i64 = [torch.full((x,), -1, dtype=torch.int64, device=device) for x in (n, n, n_rows, n_rows, n_rows)]
             return PlanSelectOut(*i32, *i64)
 
-        self._lists = [bufs() for _ in range(L if cfg.mode_spec.background else 1)]
+        held = store.layers  # a hybrid model's sliding layers plan nothing: no list
+        self._lists = [bufs() if l in held else None for l in range(L)] if cfg.mode_spec.background else [bufs()]
         # plan_select's membership through rows of marks (zero between launches) where a row holds more blocks than
         # it attends (a hot cache, a victim cache; ExecConfig.plan_marks): O(S + K) a row instead of S x K compares.
         # One set for the prediction stream's plans, one for fetch_now's on the main stream (they may run at once).
