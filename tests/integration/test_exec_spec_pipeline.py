@@ -33,7 +33,7 @@ def _attended(eng):
     st, K = r.store, r.cfg.top_k
     lanes = sorted(x.lane for x in eng.scheduler.running.values())
     out = []
-    for l in range(r.L):
+    for l in st.layers:  # the layers with a working set (a hybrid model's full ones)
         a = attended_blocks(st.resident[l], st.last_sel[l], K)
         rows = [lane * r.H + h for lane in lanes for h in range(r.H)]
         out.append(torch.sort(a[rows], dim=1).values)

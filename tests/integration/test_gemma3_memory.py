@@ -63,7 +63,7 @@ def test_sliding_layers_hold_no_tables_slots_or_host_copy(mode):
         assert hyb.host.nbytes == n_full * twin.host.nbytes // L
         assert hyb.host.n_blocks == twin.host.n_blocks
     if hyb.pipe is not None and hyb.cfg.mode_spec.background:  # the copy lists of the layers that plan
-        assert [x is not None for x in hyb.pipe._lists] == [l in FULL for l in range(L)]
+        assert [x is not None for x in hyb.pipe.bufs.lists] == [l in FULL for l in range(L)]
 
 
 @pytest.mark.parametrize(
@@ -85,13 +85,13 @@ def test_lane_bytes_are_what_the_stores_and_rings_allocate(mode, kw):
     held = sum(nbytes(t) for t in st.k + st.v) + sum(per_layer_tables(st).values())
     rings = sum(nbytes(t) for t in list(ring.k.values()) + list(ring.v.values()))
     assert rings == r.max_lanes * 2 * 2 * 2 * 32 * 4 * (WINDOW + ring_extra(r.cfg))  # 2 layers, K and V, 2 heads
-    assert held + rings == r.max_lanes * r.lane_bytes
+    assert held + rings == r.max_lanes * r.kv.lane_bytes
 
 
 def test_a_budget_holds_the_lanes_of_the_full_layers_plus_rings():
     """A GPU budget of exactly N lanes admits N: the lane is the full layers' share plus the rings (the twin's lane,
     every layer full, is larger and fits fewer)."""
-    per = runner(TINY_GEMMA, "lookahead").lane_bytes
+    per = runner(TINY_GEMMA, "lookahead").kv.lane_bytes
     for budget, want in ((5 * per + 0.5, 5), (5 * per - 0.5, 4)):
         r = runner(TINY_GEMMA, "lookahead", kv_budget_gb=budget / 1e9, max_lanes=None)
         assert r.max_lanes == want
@@ -99,7 +99,7 @@ def test_a_budget_holds_the_lanes_of_the_full_layers_plus_rings():
     nb = r.cfg.max_blocks
     rules = lane_rules.sparse_lane_bytes(geo, 10, nb)  # the rule both backends apply: windows at min(L, W)
     assert rules - geo.window_bytes(nb * 16) == lane_rules.sparse_lane_bytes(KVGeometry(TWIN, 16, 4), 10, nb) // 2
-    assert runner(TWIN, "lookahead").lane_bytes > per
+    assert runner(TWIN, "lookahead").kv.lane_bytes > per
 
 
 @pytest.mark.parametrize("selection", ["synthetic", "model"])
