@@ -58,7 +58,9 @@ prefill, admission or preemption, no speculation, no stall, the pipeline on its 
 request on its policy profile's steady tail), the next ``k`` steps are taken at once with that step's duration: ``k``
 at most ``fast_forward``, fewer than any request's remaining tokens (its last step runs as an ordinary one), before
 the next event in the queue (an arrival, a hand-off) or the waiting head's ready time, and only when the pools can
-give the stretch's memory growth (so no preemption can fall inside it). Each request emits ``k`` tokens and reads
+give the stretch's memory growth (so no preemption can fall inside it). Behind a waiting head that this step could
+not admit (split none, no prefix cache) arrivals only join the queue: they do not end a stretch. A short-context
+request (resident-dense in a sparse mode) is read as in dense, and the stretch ends before its offload step. Each request emits ``k`` tokens and reads
 its profile's tail ``k`` times; the step log gets ``k`` rows. A step's duration grows by the attention of one more
 token of every request whose attended KV grows (all of them with the whole KV on the GPU). What it leaves out: a
 sparse step's summaries and top-K grow with the blocks crossed inside a stretch (measured:
@@ -163,6 +165,9 @@ class Engine:
         self._head_cache: dict = {}  # decode chain length -> step_overhead (memoisable predictors)
         self._floor_cache: dict = {}  # decode requests -> step_floor
         self.ff_max = cfg.fast_forward if cfg.event_mode == "closed" and not cfg.spec_max_k else 0
+        # the only events besides the engine's are arrivals that just join the queue (no prefill node, no prefix
+        # cache copying a hit in at arrival): behind a blocked head they cannot end a stretch
+        self._quiet_arrivals = cfg.split == "none" and not cfg.prefix_cache
         self.ff_steps = 0  # steps taken by the fast-forward
         self._last_work = self._prev_work = None
         self._last_gpu_floor = (0.0, 0.0)
@@ -253,6 +258,8 @@ class Engine:
                 return 0  # it came during this step: the next schedule may admit it
             if head.ready_t > env.now:
                 nxt = min(nxt, head.ready_t)
+            elif self._quiet_arrivals:  # blocked: an arrival queues behind it and changes nothing in the stretch
+                nxt = float("inf")
         if nxt != float("inf"):
             k = min(k, int((nxt - env.now) / dur) - 1)
         short, bs = self.short, self.cfg.block_size
@@ -266,10 +273,14 @@ class Engine:
                 return 0
             ctx = r.prompt + r.generated
             if short is not None and ctx <= short.window_tokens + 1:
-                return 0  # resident-dense now, or its offload step still to come
-            pol = r.policy
-            if pol is not None and (pol.profile is None or pol.i < pol.profile.n):
-                return 0  # this step did not read the profile's steady tail
+                # resident-dense: the stretch ends before its offload step (ctx == window + 1), run as an ordinary one
+                k = min(k, short.window_tokens + 1 - ctx)
+                if k <= 0:
+                    return 0
+            else:
+                pol = r.policy
+                if pol is not None and (pol.profile is None or pol.i < pol.profile.n):
+                    return 0  # this step did not read the profile's steady tail
             if -(-(r.ctx + k) // bs) != -(-r.ctx // bs):
                 gpu, host = acct.need(r, r.ctx + k, staging=False)
                 grow_gpu += gpu - r.gpu_held
@@ -296,9 +307,10 @@ class Engine:
         whole = modes.get(cfg.mode).whole_kv_on_gpu
         m = n if whole else sum(1 for r in plan.decode if r.prompt_len + r.generated < self.res_tokens)
         grow = L * self.pred.time("attn_decode", {"kv_bytes": m * self.bpt_layer}) if m else 0.0
+        w = self.short_window if self.short is not None else -1
         for r in plan.decode:
             pol = r.policy
-            if pol is not None and pol.profile is not None and not modes.get(cfg.mode).whole_kv_on_gpu:
+            if pol is not None and pol.profile is not None and not whole and r.prompt + r.generated > w:
                 f, m, rec, _rem = pol.profile.tail
                 pol.i += k
                 r.fetch_blocks += k * f * L * kvh
