@@ -290,9 +290,7 @@ class Scheduler:
             del self.running[r.id]
             self._free(r)
             self._end(r, COMPLETED, "stop" if r.id in stopped else "length", now)
-        for r in finished_prefill + decoded:
-            if r.state == DECODE:
-                self._grow(r)
+        self._grow_all(finished_prefill + decoded)
         return done
 
     # -- internals ---------------------------------------------------------------------------------------------------
@@ -320,6 +318,13 @@ class Scheduler:
 
     def _free(self, r: Request) -> None:
         self._resize(r, 0.0, 0.0)
+
+    def _grow_all(self, reqs) -> None:
+        """``_grow`` every request of ``reqs`` still decoding, in order (a backend may skip those whose need did not
+        change)."""
+        for r in reqs:
+            if r.state == DECODE:
+                self._grow(r)
 
     def _grow(self, r: Request) -> None:
         """Hold what ``r.ctx`` tokens need; preempt the newest request until it fits (or ``r`` itself is out)."""

@@ -22,7 +22,7 @@ from __future__ import annotations
 
 from oasis_core import modes
 from oasis_core.geometry import KVGeometry
-from oasis_core.scheduler import COMPLETED, Request, Scheduler
+from oasis_core.scheduler import COMPLETED, DECODE, Request, Scheduler
 
 from .config import SimConfig
 from .hardware import MemoryPool
@@ -153,6 +153,25 @@ class SimScheduler(Scheduler):
         _, host = self.acct.need(r, r.ctx, staging=False)
         if not self._resize(r, r.gpu_held, host):
             self.host_overflow += 1
+
+    def _grow_all(self, reqs) -> None:
+        """The core's loop with ``_grow``'s skip inlined (the hot path: every decoding request every step)."""
+        if self.rpf:
+            return super()._grow_all(reqs)
+        bs = self.bs
+        for r in reqs:
+            if r.state != DECODE:
+                continue
+            g = r.generated - (r.prefill_target - r.prompt_len)  # Request.ctx, inlined
+            key = r.held_key
+            if (
+                key is not None
+                and key[0] == -(-(r.prefill_done + (g if g > 0 else 0)) // bs)
+                and key[1] == r.gpu_held
+                and key[2] == r.host_held
+            ):
+                continue
+            self._grow(r)
 
     def _grow(self, r: Req) -> None:
         """The core's growth, skipped when nothing it depends on moved since the last: the same blocks and the same
