@@ -62,7 +62,9 @@ give the stretch's memory growth (so no preemption can fall inside it). Behind a
 not admit (split none, no prefix cache) arrivals only join the queue: they do not end a stretch. A short-context
 request (resident-dense in a sparse mode) is read as in dense, and the stretch ends before its offload step. Each request emits ``k`` tokens and reads
 its profile's tail ``k`` times; the step log gets ``k`` rows. A step's duration grows by the attention of one more
-token of every request whose attended KV grows (all of them with the whole KV on the GPU). What it leaves out: a
+token of every request whose attended KV grows (all of them with the whole KV on the GPU); in a hybrid model per layer
+kind, exactly: a windowed layer's stops growing once the context reaches its window, a full layer's at the resident
+set (``_hybrid_growth``), and a request's fetches count the full layers' rows. What it leaves out: a
 sparse step's summaries and top-K grow with the blocks crossed inside a stretch (measured:
 ``experiments/simulator_calibration``).
 
@@ -106,6 +108,24 @@ class StepLog:
     net: list = field(default_factory=list)  # NIC bytes fetched remotely this step (split=rpf)
     stall: list = field(default_factory=list)  # s
     emitted: list = field(default_factory=list)  # output tokens the step's decodes emitted (n_dec without speculation)
+
+
+def _capped_growth(rooms, k: int) -> list:
+    """``[sum(min(j, room) for room in rooms if room > 0) for j in 1..k]`` in O(len(rooms) + k); ``None``: no cap."""
+    at_room = [0] * (k + 1)  # requests whose room is j (< k)
+    open_n = 0  # requests still growing at the step
+    for d in rooms:
+        if d is None or d >= k:
+            open_n += 1
+        elif d > 0:
+            at_room[d] += 1
+            open_n += 1
+    out, capped = [], 0
+    for j in range(1, k + 1):
+        out.append(capped + j * open_n)
+        capped += j * at_room[j] if j < k else 0  # those whose room is j stop growing after step j
+        open_n -= at_room[j] if j < k else 0
+    return out
 
 
 class Engine:
@@ -305,15 +325,20 @@ class Engine:
         # whole KV on the GPU; below the resident set otherwise): the duration grows by `grow` a step (attn_decode is
         # linear in its bytes for every predictor here)
         whole = modes.get(cfg.mode).whole_kv_on_gpu
-        m = n if whole else sum(1 for r in plan.decode if r.prompt_len + r.generated < self.res_tokens)
-        grow = L * self.pred.time("attn_decode", {"kv_bytes": m * self.bpt_layer}) if m else 0.0
+        if self.kinds.hybrid:
+            grow, grows = 0.0, self._hybrid_growth(plan, k, whole)
+        else:
+            m = n if whole else sum(1 for r in plan.decode if r.prompt_len + r.generated < self.res_tokens)
+            grow = L * self.pred.time("attn_decode", {"kv_bytes": m * self.bpt_layer}) if m else 0.0
+            grows = None
         w = self.short_window if self.short is not None else -1
+        Lf = self.Lf
         for r in plan.decode:
             pol = r.policy
             if pol is not None and pol.profile is not None and not whole and r.prompt + r.generated > w:
                 f, m, rec, _rem = pol.profile.tail
                 pol.i += k
-                r.fetch_blocks += k * f * L * kvh
+                r.fetch_blocks += k * f * Lf * kvh  # the full layers' rows, as execute counts them
                 r.recall_sum += k * rec
                 fetch += f
                 recall += rec
@@ -333,7 +358,10 @@ class Engine:
         self.ff_steps += k
         sched.step += k
         gpu, floor = self._last_gpu_floor
-        durs = [max(gpu + (i + 1) * grow, floor) for i in range(k)]
+        if grows is None:
+            durs = [max(gpu + (i + 1) * grow, floor) for i in range(k)]
+        else:
+            durs = [max(gpu + g, floor) for g in grows]
         ts = list(accumulate(durs[:-1], initial=t0))
         lg.t.extend(ts)
         lg.dur.extend(durs)
@@ -355,6 +383,24 @@ class Engine:
         for r in plan.decode:
             sched._grow(r)  # the growth fits (_ff_steps): no preemption
         yield at(self.env, end)
+
+    def _hybrid_growth(self, plan: Plan, k: int, whole: bool) -> list:
+        """A hybrid model's stretch: for each of its ``k`` steps, how much longer than the step just run its layers'
+        decode attention takes. Step ``j`` attends ``j`` more tokens of a request's context ``c`` (the step run's),
+        capped per layer kind: a full layer reads ``min(c + j, resident tokens)`` (the whole context with the KV on
+        the GPU), a layer of window ``W`` reads ``min(c + j, W)``: growth ``min(j, cap - c)``, none once ``c`` reaches
+        the cap (``attn_decode`` is linear in its bytes)."""
+        ctxs = [r.prompt + r.generated - 1 for r in plan.decode]
+        full_cap = None if whole else self.res_tokens
+        caps = [(self.Lf, full_cap)] + [(self.kinds.count[w], w) for w in self.kinds.distinct]
+        out = [0.0] * k
+        attn, bpt = self.pred.time, self.bpt_layer
+        for layers, cap in caps:
+            tokens = _capped_growth([None if cap is None else cap - c for c in ctxs], k)
+            for j, t in enumerate(tokens):
+                if t:
+                    out[j] += layers * attn("attn_decode", {"kv_bytes": t * bpt})
+        return out
 
     def next_ready_time(self):
         w = self.sched.waiting

@@ -47,20 +47,34 @@ def numeric(summary: dict) -> dict:
     }
 
 
-@pytest.mark.parametrize("mode", ["dense", "lookahead"])
-@pytest.mark.parametrize("load", ["light", "overloaded"])
-def test_fast_forward_matches_every_step_simulated(monkeypatch, mode, load):
+CASES = [
+    ("qwen3-8b", "dense", "light"),
+    ("qwen3-8b", "dense", "overloaded"),
+    ("qwen3-8b", "lookahead", "light"),
+    ("qwen3-8b", "lookahead", "overloaded"),
+    # a hybrid model (15 of 18 layers attend a 512-token window): prompts of 100-3,000 tokens cross the window
+    # inside stretches, where a windowed layer's attention stops growing; a fetch counts the full layers' rows
+    ("gemma3-270m", "dense", "light"),
+    ("gemma3-270m", "dense", "overloaded"),
+    ("gemma3-270m", "lookahead", "light"),
+]
+
+
+@pytest.mark.parametrize("model,mode,load", CASES)
+def test_fast_forward_matches_every_step_simulated(monkeypatch, model, mode, load):
     trace = random_trace(60, 20.0 if load == "light" else 400.0, seed=3)
-    kw = dict(mode=mode)
+    kw = dict(mode=mode, model=model)
     if load == "overloaded":  # room for a few requests only: the queue's head waits on memory
-        kw["hbm_bytes"] = (SimConfig().model_spec.weight_bytes + 4e9) / 0.9
+        kw["kv_budget_gb"] = 4.0 if model == "qwen3-8b" else 0.5
     fast, taken = run_counting(monkeypatch, trace, fast_forward=256, **kw)
     exact, none = run_counting(monkeypatch, trace, fast_forward=0, **kw)
-    assert none == 0 and taken > 0.3 * fast.summary["steps"], (taken, fast.summary["steps"])
+    assert none == 0 and taken > 0.2 * fast.summary["steps"], (taken, fast.summary["steps"])
     a, b = numeric(exact.summary), numeric(fast.summary)
     assert a.keys() == b.keys()
     for k, v in a.items():
         assert b[k] == pytest.approx(v, rel=TOL[mode], abs=1e-9), k
-    assert [r["finish_s"] for r in fast.requests] == pytest.approx(
-        [r["finish_s"] for r in exact.requests], rel=TOL[mode]
-    )
+    assert len(fast.requests) == len(exact.requests)
+    for x, y in zip(exact.requests, fast.requests):
+        for k, v in x.items():
+            if isinstance(v, float):
+                assert y[k] == pytest.approx(v, rel=TOL[mode], abs=1e-6), (x["id"], k)
