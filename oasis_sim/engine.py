@@ -280,15 +280,16 @@ class Engine:
                 nxt = min(nxt, head.ready_t)
             elif self._quiet_arrivals:  # blocked: an arrival queues behind it and changes nothing in the stretch
                 nxt = float("inf")
+        self._ff_until = nxt  # the stretch's last step starts before it (_fast_forward cuts k exactly)
         if nxt != float("inf"):
-            k = min(k, int((nxt - env.now) / dur) - 1)
+            k = min(k, int((nxt - env.now) / dur) + 1)  # k - 1 steps, each at least dur long, start before nxt
         short, bs = self.short, self.cfg.block_size
         grow_gpu = grow_host = 0.0
         acct = sched.acct
         for r in plan.decode:
             if r.state != DECODE:
                 return 0
-            k = min(k, r.max_tokens - r.generated - 1)  # its finishing step runs as an ordinary step
+            k = min(k, r.max_tokens - r.generated)  # its finishing step may close the stretch
             if k <= 0:
                 return 0
             ctx = r.prompt + r.generated
@@ -325,12 +326,19 @@ class Engine:
         # whole KV on the GPU; below the resident set otherwise): the duration grows by `grow` a step (attn_decode is
         # linear in its bytes for every predictor here)
         whole = modes.get(cfg.mode).whole_kv_on_gpu
+        gpu, floor = self._last_gpu_floor
         if self.kinds.hybrid:
-            grow, grows = 0.0, self._hybrid_growth(plan, k, whole)
+            durs = [max(gpu + g, floor) for g in self._hybrid_growth(plan, k, whole)]
         else:
             m = n if whole else sum(1 for r in plan.decode if r.prompt_len + r.generated < self.res_tokens)
             grow = L * self.pred.time("attn_decode", {"kv_bytes": m * self.bpt_layer}) if m else 0.0
-            grows = None
+            durs = [max(gpu + (i + 1) * grow, floor) for i in range(k)]
+        ts = list(accumulate(durs[:-1], initial=t0))
+        if ts[-1] >= self._ff_until:  # an event (arrival, ready head) before the last step's start: end sooner
+            k = sum(1 for t in ts if t < self._ff_until)
+            if not k:
+                return
+            del durs[k:], ts[k:]
         w = self.short_window if self.short is not None else -1
         Lf = self.Lf
         for r in plan.decode:
@@ -357,12 +365,6 @@ class Engine:
         self.steps += k
         self.ff_steps += k
         sched.step += k
-        gpu, floor = self._last_gpu_floor
-        if grows is None:
-            durs = [max(gpu + (i + 1) * grow, floor) for i in range(k)]
-        else:
-            durs = [max(gpu + g, floor) for g in grows]
-        ts = list(accumulate(durs[:-1], initial=t0))
         lg.t.extend(ts)
         lg.dur.extend(durs)
         lg.decode.extend([n] * k)
@@ -380,9 +382,21 @@ class Engine:
         elif self._last_work is not None:  # the pipeline's state after the last of the k steps
             self.pipe.step_closed(ts[-1], self._last_work)
         end = ts[-1] + durs[-1]
-        for r in plan.decode:
-            sched._grow(r)  # the growth fits (_ff_steps): no preemption
         yield at(self.env, end)
+        # as Scheduler.update at the last step's end: those that emitted their last token end, then the rest grow;
+        # before, the rest hold what they held after the step before it, beside the ending ones (the pools' peaks)
+        done = [r for r in plan.decode if r.generated >= r.max_tokens]
+        if done:
+            for r in plan.decode:
+                if r.generated < r.max_tokens:
+                    r.generated -= 1
+                    sched._grow(r)
+                    r.generated += 1
+            for r in done:
+                sched.finish(r, end)
+        for r in plan.decode:
+            if r.state == DECODE:
+                sched._grow(r)  # the growth fits (_ff_steps): no preemption
 
     def _hybrid_growth(self, plan: Plan, k: int, whole: bool) -> list:
         """A hybrid model's stretch: for each of its ``k`` steps, how much longer than the step just run its layers'

@@ -185,6 +185,12 @@ class SimScheduler(Scheduler):
         super()._grow(r)
         r.held_key = (key[0], r.gpu_held, r.host_held)
 
+    def finish(self, r: Req, now: float) -> None:
+        """End ``r``, whose last token a fast-forwarded stretch emitted, as ``update`` ends a completed request."""
+        del self.running[r.id]
+        self._free(r)
+        self._end(r, COMPLETED, "length", now)
+
     def _admitted(self, r: Req, now: float) -> None:
         self.ensure_policy(r)
 
