@@ -276,7 +276,7 @@ class Scheduler:
                 finished_prefill.append(r)
         decoded = [r for r in plan.decode if r.state == DECODE]
         for r in decoded:
-            n = emitted.get(r.id, 1)
+            n = emitted.get(r.id, 1) if emitted else 1
             if not isinstance(n, int) or n < 1 or r.generated + n > r.max_tokens:
                 raise ValueError(
                     f"Scheduler.update: request {show(r.id)} emitted {show(n)} tokens; must be 1 .. "

@@ -292,7 +292,7 @@ class Engine:
             k = min(k, r.max_tokens - r.generated)  # its finishing step may close the stretch
             if k <= 0:
                 return 0
-            ctx = r.prompt + r.generated
+            ctx = r.prompt_len + r.generated
             if short is not None and ctx <= short.window_tokens + 1:
                 # resident-dense: the stretch ends before its offload step (ctx == window + 1), run as an ordinary one
                 k = min(k, short.window_tokens + 1 - ctx)
@@ -343,7 +343,7 @@ class Engine:
         Lf = self.Lf
         for r in plan.decode:
             pol = r.policy
-            if pol is not None and pol.profile is not None and not whole and r.prompt + r.generated > w:
+            if pol is not None and pol.profile is not None and not whole and r.prompt_len + r.generated > w:
                 f, m, rec, _rem = pol.profile.tail
                 pol.i += k
                 r.fetch_blocks += k * f * Lf * kvh  # the full layers' rows, as execute counts them
@@ -404,7 +404,7 @@ class Engine:
         capped per layer kind: a full layer reads ``min(c + j, resident tokens)`` (the whole context with the KV on
         the GPU), a layer of window ``W`` reads ``min(c + j, W)``: growth ``min(j, cap - c)``, none once ``c`` reaches
         the cap (``attn_decode`` is linear in its bytes)."""
-        ctxs = [r.prompt + r.generated - 1 for r in plan.decode]
+        ctxs = [r.prompt_len + r.generated - 1 for r in plan.decode]
         full_cap = None if whole else self.res_tokens
         caps = [(self.Lf, full_cap)] + [(self.kinds.count[w], w) for w in self.kinds.distinct]
         out = [0.0] * k
@@ -486,7 +486,7 @@ class Engine:
         offload_tokens = 0  # KV tokens copied GPU->host by requests outgrowing the resident set this step
         if mode.whole_kv_on_gpu or not n_dec:
             for r in plan.decode:
-                ctx = r.prompt + r.generated  # == r.ctx while decoding
+                ctx = r.prompt_len + r.generated  # == r.ctx while decoding
                 ctx_tokens += ctx
                 blocks_sum += -(-ctx // bs)
                 att_tokens += ctx if ctx < res_tokens else res_tokens
@@ -500,7 +500,7 @@ class Engine:
                 lg = self.log
                 link = StepLink(lg.dur[-1] if lg.dur else None, self.h2d_Bps, self.host_bpbh, n_dec)
             for r in plan.decode:
-                ctx = r.prompt + r.generated
+                ctx = r.prompt_len + r.generated
                 att_tokens += ctx if ctx < res_tokens else res_tokens
                 if short is not None:
                     if ctx <= w:  # resident-dense: attends its whole KV in place, nothing selected or fetched
@@ -540,7 +540,7 @@ class Engine:
             c += pred.time("attn_decode", {"kv_bytes": att_tokens * self.bpt_layer})  # one read for all positions
         if win_attn is not None and n_dec:  # a windowed layer reads min(ctx, W) tokens a request, once a position
             reads = K + 1 if K else 1
-            for w, tok in kinds.window_tokens([r.prompt + r.generated for r in plan.decode]).items():
+            for w, tok in kinds.window_tokens([r.prompt_len + r.generated for r in plan.decode]).items():
                 win_attn[w] += pred.time("attn_decode", {"kv_bytes": tok * self.bpt_layer * reads})
         score_s = topk_s = sel_s = 0.0
         side_bytes = 0.0  # HBM bytes per layer the side stream moves (summary reads, top-K, landing transfers)
@@ -718,7 +718,7 @@ class Engine:
         if not dec or n_dense:
             return None
         short = self.short
-        if short is not None and any(short.crossing(r.prompt + r.generated) for r in dec):
+        if short is not None and any(short.crossing(r.prompt_len + r.generated) for r in dec):
             return None
         room = [r.max_tokens - r.generated - 1 for r in dec]  # never more tokens than a request may still emit
         pol = self.spec_policy
