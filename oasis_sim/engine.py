@@ -56,17 +56,19 @@ host loop, calibrated predictor) is the least a step lasts.
 Fast-forward (``SimConfig.fast_forward``, closed form only): after a step in which every running request decoded (no
 prefill, admission or preemption, no speculation, no stall, the pipeline on its steady fast path, every sparse
 request on its policy profile's steady tail), the next ``k`` steps are taken at once with that step's duration: ``k``
-at most ``fast_forward``, fewer than any request's remaining tokens (its last step runs as an ordinary one), before
-the next event in the queue (an arrival, a hand-off) or the waiting head's ready time, and only when the pools can
-give the stretch's memory growth (so no preemption can fall inside it). Behind a waiting head that this step could
-not admit (split none, no prefix cache) arrivals only join the queue: they do not end a stretch. A short-context
-request (resident-dense in a sparse mode) is read as in dense, and the stretch ends before its offload step. Each request emits ``k`` tokens and reads
-its profile's tail ``k`` times; the step log gets ``k`` rows. A step's duration grows by the attention of one more
-token of every request whose attended KV grows (all of them with the whole KV on the GPU); in a hybrid model per layer
-kind, exactly: a windowed layer's stops growing once the context reaches its window, a full layer's at the resident
-set (``_hybrid_growth``), and a request's fetches count the full layers' rows. What it leaves out: a
-sparse step's summaries and top-K grow with the blocks crossed inside a stretch (measured:
-``experiments/simulator_calibration``).
+at most ``fast_forward`` and any request's remaining tokens (a request whose last token the stretch's last step
+emits ends at its end, as ``Scheduler.update`` ends it, the others' holdings as the exact steps' meanwhile), the
+stretch's last step starting before the next event in the queue (an arrival, a hand-off) or the waiting head's ready
+time, and only when the pools can give the stretch's memory growth (so no preemption can fall inside it). Behind a
+waiting head that this step could not admit (split none, no prefix cache) arrivals only join the queue: they do not
+end a stretch. A short-context request (resident-dense in a sparse mode) is read as in dense, and the stretch ends
+before its offload step. Each request emits ``k`` tokens and reads its profile's tail ``k`` times; the step log gets
+``k`` rows. A step's duration grows by the attention of one more token of every request whose attended KV grows
+(all of them with the whole KV on the GPU); in a hybrid model per layer kind, exactly: a windowed layer's stops
+growing once the context reaches its window, a full layer's at the resident set (``_hybrid_growth``), and a
+request's fetches count the full layers' rows. What it leaves out: a sparse step's summaries and top-K grow with the
+blocks crossed inside a stretch (measured: ``experiments/simulator_calibration``; the fast-vs-exact test is
+``tests/unit/test_sim_fast_forward.py``).
 
 Per step the engine records (``StepLog``): start, duration, decode and prefill tokens, host→GPU bytes, stall (and,
 not in ``steps.csv``, the tokens the decodes emitted).
