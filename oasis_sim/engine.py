@@ -501,6 +501,7 @@ class Engine:
             if self._adaptive:
                 lg = self.log
                 link = StepLink(lg.dur[-1] if lg.dur else None, self.h2d_Bps, self.host_bpbh, n_dec)
+            miss_sum, sel_n = self.miss_sum, self.sel_n  # local in the hot loop (the same additions, in order)
             for r in plan.decode:
                 ctx = r.prompt_len + r.generated
                 att_tokens += ctx if ctx < res_tokens else res_tokens
@@ -524,14 +525,15 @@ class Engine:
                     u = rem * pol.rscale * Lf * kvh
                     remote_units += u
                     remote.received(r, u * self.bpbh)
-                self.miss_sum += _miss
-                self.sel_n += 1
+                miss_sum += _miss
+                sel_n += 1
                 sl = f * Lf * kvh
                 r.fetch_blocks += sl
                 r.recall_sum += rec
                 r.recall_n += 1
                 recall_sum += rec
                 fetch_slices += sl
+            self.miss_sum, self.sel_n = miss_sum, sel_n
             if mode.on_demand:
                 inline_slices, fetch_slices = fetch_slices, 0.0
         self.recall_sum += recall_sum
