@@ -290,7 +290,7 @@ class Scheduler:
             del self.running[r.id]
             self._free(r)
             self._end(r, COMPLETED, "stop" if r.id in stopped else "length", now)
-        self._grow_all(finished_prefill + decoded)
+        self._grow_all(finished_prefill, decoded)
         return done
 
     # -- internals ---------------------------------------------------------------------------------------------------
@@ -319,10 +319,10 @@ class Scheduler:
     def _free(self, r: Request) -> None:
         self._resize(r, 0.0, 0.0)
 
-    def _grow_all(self, reqs) -> None:
-        """``_grow`` every request of ``reqs`` still decoding, in order (a backend may skip those whose need did not
-        change)."""
-        for r in reqs:
+    def _grow_all(self, finished_prefill, decoded) -> None:
+        """``_grow`` every request still decoding, those that finished their prefill this step first, then the
+        decoded ones, in order (a backend may skip those whose need did not change)."""
+        for r in finished_prefill + decoded:
             if r.state == DECODE:
                 self._grow(r)
 
