@@ -68,6 +68,8 @@ class KVGeometry:
         """K and V the windowed layers hold for an ``L``-token request: ``min(L, W)`` tokens a layer (0 without
         windows; ``ModelSpec.window_kv_bytes`` at the KV dtype once ``L`` reaches every window)."""
         m = self.model
+        if not m.layer_windows:
+            return 0
         return sum(min(L, m.layer_windows[l]) for l in m.sliding_layers) * self.bytes_per_token_layer
 
     def dense_bytes(self, L: int) -> int:

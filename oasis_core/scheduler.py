@@ -276,7 +276,7 @@ class Scheduler:
                 finished_prefill.append(r)
         decoded = [r for r in plan.decode if r.state == DECODE]
         for r in decoded:
-            n = emitted.get(r.id, 1)
+            n = emitted.get(r.id, 1) if emitted else 1
             if not isinstance(n, int) or n < 1 or r.generated + n > r.max_tokens:
                 raise ValueError(
                     f"Scheduler.update: request {show(r.id)} emitted {show(n)} tokens; must be 1 .. "
@@ -290,9 +290,7 @@ class Scheduler:
             del self.running[r.id]
             self._free(r)
             self._end(r, COMPLETED, "stop" if r.id in stopped else "length", now)
-        for r in finished_prefill + decoded:
-            if r.state == DECODE:
-                self._grow(r)
+        self._grow_all(finished_prefill, decoded)
         return done
 
     # -- internals ---------------------------------------------------------------------------------------------------
@@ -320,6 +318,13 @@ class Scheduler:
 
     def _free(self, r: Request) -> None:
         self._resize(r, 0.0, 0.0)
+
+    def _grow_all(self, finished_prefill, decoded) -> None:
+        """``_grow`` every request still decoding, those that finished their prefill this step first, then the
+        decoded ones, in order (a backend may skip those whose need did not change)."""
+        for r in finished_prefill + decoded:
+            if r.state == DECODE:
+                self._grow(r)
 
     def _grow(self, r: Request) -> None:
         """Hold what ``r.ctx`` tokens need; preempt the newest request until it fits (or ``r`` itself is out)."""

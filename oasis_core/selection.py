@@ -67,6 +67,11 @@ class StepPlan:
 
 def _member(xp, values, pool):
     """``values[r, i] in pool[r, :]`` for integer [R, V] and [R, M] (pads included: mask them after)."""
+    table = getattr(xp, "member_rows", None)  # numpy: a membership table when the ids span little
+    if table is not None:
+        out = table(values, pool)
+        if out is not None:
+            return out
     sorted_pool = xp.take_along(pool, xp.argsort_asc(pool, axis=1), axis=1)
     m = pool.shape[1]
     if m == 0:

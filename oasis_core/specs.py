@@ -15,6 +15,7 @@ from __future__ import annotations
 import math
 import numbers
 from dataclasses import dataclass, replace
+from functools import cached_property
 from typing import Mapping, Optional, Tuple
 
 from .echo import show
@@ -163,17 +164,17 @@ class ModelSpec:
         """True when some layer attends a sliding window."""
         return any(w is not None for w in self.layer_windows)
 
-    @property
+    @cached_property  # asked per request per step by the simulator's accounting: computed once
     def full_layers(self) -> Tuple[int, ...]:
         """Indices of the full-attention layers, ascending (every layer for a model without windows)."""
         return tuple(l for l in range(self.n_layers) if self.layer_window(l) is None)
 
-    @property
+    @cached_property  # asked per request per step by the simulator's accounting: computed once
     def sliding_layers(self) -> Tuple[int, ...]:
         """Indices of the sliding-window layers, ascending (none for a model without windows)."""
         return tuple(l for l in range(self.n_layers) if self.layer_window(l) is not None)
 
-    @property
+    @cached_property
     def n_full_layers(self) -> int:
         return len(self.full_layers)
 

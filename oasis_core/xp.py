@@ -101,6 +101,21 @@ class _Numpy:
     def swapaxes(self, x, a, b):
         return np.swapaxes(x, a, b)
 
+    def member_rows(self, values, pool, max_cells: int = 1 << 24):
+        """``values[r, i] in pool[r, :]`` (integer [R, V] / [R, M]) through a membership table a row, when the ids span
+        little (block ids: at most ``max_cells`` table cells); None otherwise (the caller sorts and searches). The same
+        booleans as the search, without the sort (the simulator's policy profiles ask this every step)."""
+        if pool.shape[1] == 0 or values.size == 0:
+            return None
+        lo = min(int(pool.min()), int(values.min()))
+        span = max(int(pool.max()), int(values.max())) - lo + 1
+        if pool.shape[0] * span > max_cells:
+            return None
+        rows = np.arange(pool.shape[0])[:, None]
+        table = np.zeros((pool.shape[0], span), dtype=bool)
+        table[rows, pool - lo] = True
+        return table[rows, values - lo]
+
     def searchsorted_rows(self, sorted_rows, values):
         """Per row ``r``: left insertion points of ``values[r]`` in ``sorted_rows[r]`` (both integer, [R, M] / [R, V])."""
         if sorted_rows.shape[0] == 0 or sorted_rows.shape[1] == 0:

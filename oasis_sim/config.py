@@ -130,9 +130,9 @@ class SimConfig(SpeculationFields, BenchFields, TransferFields, KVFields, RunFie
         "every request arrives with its prompt's KV in place (the bench's synthesized prefill): no prefill work", False
     )
     fast_forward: int = _h(
-        "steady decode stretches (every running request decoding, none waiting or finishing, no event due, the "
-        "policy on its steady tail, the pipeline steady, the memory growth fitting) advance up to this many steps "
-        "at once with the step's duration (oasis_sim.engine); 0: every step simulated",
+        "steady decode stretches (every running request decoding, none admitted, no event due before the "
+        "stretch's last step, the policy on its steady tail, the pipeline steady, the memory growth fitting) "
+        "advance up to this many steps at once with the step's duration (oasis_sim.engine); 0: every step simulated",
         16,
     )
     # -- simulation -------------------------------------------------------------------------------------------

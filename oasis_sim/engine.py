@@ -56,13 +56,19 @@ host loop, calibrated predictor) is the least a step lasts.
 Fast-forward (``SimConfig.fast_forward``, closed form only): after a step in which every running request decoded (no
 prefill, admission or preemption, no speculation, no stall, the pipeline on its steady fast path, every sparse
 request on its policy profile's steady tail), the next ``k`` steps are taken at once with that step's duration: ``k``
-at most ``fast_forward``, fewer than any request's remaining tokens (its last step runs as an ordinary one), before
-the next event in the queue (an arrival, a hand-off) or the waiting head's ready time, and only when the pools can
-give the stretch's memory growth (so no preemption can fall inside it). Each request emits ``k`` tokens and reads
-its profile's tail ``k`` times; the step log gets ``k`` rows. A step's duration grows by the attention of one more
-token of every request whose attended KV grows (all of them with the whole KV on the GPU). What it leaves out: a
-sparse step's summaries and top-K grow with the blocks crossed inside a stretch (measured:
-``experiments/simulator_calibration``).
+at most ``fast_forward`` and any request's remaining tokens (a request whose last token the stretch's last step
+emits ends at its end, as ``Scheduler.update`` ends it, the others' holdings as the exact steps' meanwhile), the
+stretch's last step starting before the next event in the queue (an arrival, a hand-off) or the waiting head's ready
+time, and only when the pools can give the stretch's memory growth (so no preemption can fall inside it). Behind a
+waiting head that this step could not admit (split none, no prefix cache) arrivals only join the queue: they do not
+end a stretch. A short-context request (resident-dense in a sparse mode) is read as in dense, and the stretch ends
+before its offload step. Each request emits ``k`` tokens and reads its profile's tail ``k`` times; the step log gets
+``k`` rows. A step's duration grows by the attention of one more token of every request whose attended KV grows
+(all of them with the whole KV on the GPU); in a hybrid model per layer kind, exactly: a windowed layer's stops
+growing once the context reaches its window, a full layer's at the resident set (``_hybrid_growth``), and a
+request's fetches count the full layers' rows. What it leaves out: a sparse step's summaries and top-K grow with the
+blocks crossed inside a stretch (measured: ``experiments/simulator_calibration``; the fast-vs-exact test is
+``tests/unit/test_sim_fast_forward.py``).
 
 Per step the engine records (``StepLog``): start, duration, decode and prefill tokens, host→GPU bytes, stall (and,
 not in ``steps.csv``, the tokens the decodes emitted).
@@ -105,6 +111,24 @@ class StepLog:
     net: list = field(default_factory=list)  # NIC bytes fetched remotely this step (split=rpf)
     stall: list = field(default_factory=list)  # s
     emitted: list = field(default_factory=list)  # output tokens the step's decodes emitted (n_dec without speculation)
+
+
+def _capped_growth(rooms, k: int) -> list:
+    """``[sum(min(j, room) for room in rooms if room > 0) for j in 1..k]`` in O(len(rooms) + k); ``None``: no cap."""
+    at_room = [0] * (k + 1)  # requests whose room is j (< k)
+    open_n = 0  # requests still growing at the step
+    for d in rooms:
+        if d is None or d >= k:
+            open_n += 1
+        elif d > 0:
+            at_room[d] += 1
+            open_n += 1
+    out, capped = [], 0
+    for j in range(1, k + 1):
+        out.append(capped + j * open_n)
+        capped += j * at_room[j] if j < k else 0  # those whose room is j stop growing after step j
+        open_n -= at_room[j] if j < k else 0
+    return out
 
 
 class Engine:
@@ -164,6 +188,9 @@ class Engine:
         self._head_cache: dict = {}  # decode chain length -> step_overhead (memoisable predictors)
         self._floor_cache: dict = {}  # decode requests -> step_floor
         self.ff_max = cfg.fast_forward if cfg.event_mode == "closed" and not cfg.spec_max_k else 0
+        # the only events besides the engine's are arrivals that just join the queue (no prefill node, no prefix
+        # cache copying a hit in at arrival): behind a blocked head they cannot end a stretch
+        self._quiet_arrivals = cfg.split == "none" and not cfg.prefix_cache
         self.ff_steps = 0  # steps taken by the fast-forward
         self._last_work = self._prev_work = None
         self._last_gpu_floor = (0.0, 0.0)
@@ -258,23 +285,30 @@ class Engine:
                 return 0  # it came during this step: the next schedule may admit it
             if head.ready_t > env.now:
                 nxt = min(nxt, head.ready_t)
+            elif self._quiet_arrivals:  # blocked: an arrival queues behind it and changes nothing in the stretch
+                nxt = float("inf")
+        self._ff_until = nxt  # the stretch's last step starts before it (_fast_forward cuts k exactly)
         if nxt != float("inf"):
-            k = min(k, int((nxt - env.now) / dur) - 1)
+            k = min(k, int((nxt - env.now) / dur) + 1)  # k - 1 steps, each at least dur long, start before nxt
         short, bs = self.short, self.cfg.block_size
         grow_gpu = grow_host = 0.0
         acct = sched.acct
         for r in plan.decode:
             if r.state != DECODE:
                 return 0
-            k = min(k, r.max_tokens - r.generated - 1)  # its finishing step runs as an ordinary step
+            k = min(k, r.max_tokens - r.generated)  # its finishing step may close the stretch
             if k <= 0:
                 return 0
-            ctx = r.prompt + r.generated
+            ctx = r.prompt_len + r.generated
             if short is not None and ctx <= short.window_tokens + 1:
-                return 0  # resident-dense now, or its offload step still to come
-            pol = r.policy
-            if pol is not None and (pol.profile is None or pol.i < pol.profile.n):
-                return 0  # this step did not read the profile's steady tail
+                # resident-dense: the stretch ends before its offload step (ctx == window + 1), run as an ordinary one
+                k = min(k, short.window_tokens + 1 - ctx)
+                if k <= 0:
+                    return 0
+            else:
+                pol = r.policy
+                if pol is not None and (pol.profile is None or pol.i < pol.profile.n):
+                    return 0  # this step did not read the profile's steady tail
             if -(-(r.ctx + k) // bs) != -(-r.ctx // bs):
                 gpu, host = acct.need(r, r.ctx + k, staging=False)
                 grow_gpu += gpu - r.gpu_held
@@ -299,14 +333,27 @@ class Engine:
         # whole KV on the GPU; below the resident set otherwise): the duration grows by `grow` a step (attn_decode is
         # linear in its bytes for every predictor here)
         whole = modes.get(cfg.mode).whole_kv_on_gpu
-        m = n if whole else sum(1 for r in plan.decode if r.prompt_len + r.generated < self.res_tokens)
-        grow = L * self.pred.time("attn_decode", {"kv_bytes": m * self.bpt_layer}) if m else 0.0
+        gpu, floor = self._last_gpu_floor
+        if self.kinds.hybrid:
+            durs = [max(gpu + g, floor) for g in self._hybrid_growth(plan, k, whole)]
+        else:
+            m = n if whole else sum(1 for r in plan.decode if r.prompt_len + r.generated < self.res_tokens)
+            grow = L * self.pred.time("attn_decode", {"kv_bytes": m * self.bpt_layer}) if m else 0.0
+            durs = [max(gpu + (i + 1) * grow, floor) for i in range(k)]
+        ts = list(accumulate(durs[:-1], initial=t0))
+        if ts[-1] >= self._ff_until:  # an event (arrival, ready head) before the last step's start: end sooner
+            k = sum(1 for t in ts if t < self._ff_until)
+            if not k:
+                return
+            del durs[k:], ts[k:]
+        w = self.short_window if self.short is not None else -1
+        Lf = self.Lf
         for r in plan.decode:
             pol = r.policy
-            if pol is not None and pol.profile is not None and not modes.get(cfg.mode).whole_kv_on_gpu:
+            if pol is not None and pol.profile is not None and not whole and r.prompt_len + r.generated > w:
                 f, m, rec, _rem = pol.profile.tail
                 pol.i += k
-                r.fetch_blocks += k * f * L * kvh
+                r.fetch_blocks += k * f * Lf * kvh  # the full layers' rows, as execute counts them
                 r.recall_sum += k * rec
                 fetch += f
                 recall += rec
@@ -325,9 +372,6 @@ class Engine:
         self.steps += k
         self.ff_steps += k
         sched.step += k
-        gpu, floor = self._last_gpu_floor
-        durs = [max(gpu + (i + 1) * grow, floor) for i in range(k)]
-        ts = list(accumulate(durs[:-1], initial=t0))
         lg.t.extend(ts)
         lg.dur.extend(durs)
         lg.decode.extend([n] * k)
@@ -345,9 +389,39 @@ class Engine:
         elif self._last_work is not None:  # the pipeline's state after the last of the k steps
             self.pipe.step_closed(ts[-1], self._last_work)
         end = ts[-1] + durs[-1]
-        for r in plan.decode:
-            sched._grow(r)  # the growth fits (_ff_steps): no preemption
         yield at(self.env, end)
+        # as Scheduler.update at the last step's end: those that emitted their last token end, then the rest grow;
+        # before, the rest hold what they held after the step before it, beside the ending ones (the pools' peaks)
+        done = [r for r in plan.decode if r.generated >= r.max_tokens]
+        if done:
+            for r in plan.decode:
+                if r.generated < r.max_tokens:
+                    r.generated -= 1
+                    sched._grow(r)
+                    r.generated += 1
+            for r in done:
+                sched.finish(r, end)
+        for r in plan.decode:
+            if r.state == DECODE:
+                sched._grow(r)  # the growth fits (_ff_steps): no preemption
+
+    def _hybrid_growth(self, plan: Plan, k: int, whole: bool) -> list:
+        """A hybrid model's stretch: for each of its ``k`` steps, how much longer than the step just run its layers'
+        decode attention takes. Step ``j`` attends ``j`` more tokens of a request's context ``c`` (the step run's),
+        capped per layer kind: a full layer reads ``min(c + j, resident tokens)`` (the whole context with the KV on
+        the GPU), a layer of window ``W`` reads ``min(c + j, W)``: growth ``min(j, cap - c)``, none once ``c`` reaches
+        the cap (``attn_decode`` is linear in its bytes)."""
+        ctxs = [r.prompt_len + r.generated - 1 for r in plan.decode]
+        full_cap = None if whole else self.res_tokens
+        caps = [(self.Lf, full_cap)] + [(self.kinds.count[w], w) for w in self.kinds.distinct]
+        out = [0.0] * k
+        attn, bpt = self.pred.time, self.bpt_layer
+        for layers, cap in caps:
+            tokens = _capped_growth([None if cap is None else cap - c for c in ctxs], k)
+            for j, t in enumerate(tokens):
+                if t:
+                    out[j] += layers * attn("attn_decode", {"kv_bytes": t * bpt})
+        return out
 
     def next_ready_time(self):
         w = self.sched.waiting
@@ -422,7 +496,7 @@ class Engine:
         offload_tokens = 0  # KV tokens copied GPU->host by requests outgrowing the resident set this step
         if mode.whole_kv_on_gpu or not n_dec:
             for r in plan.decode:
-                ctx = r.prompt + r.generated  # == r.ctx while decoding
+                ctx = r.prompt_len + r.generated  # == r.ctx while decoding
                 ctx_tokens += ctx
                 blocks_sum += -(-ctx // bs)
                 att_tokens += ctx if ctx < res_tokens else res_tokens
@@ -435,8 +509,9 @@ class Engine:
             if self._adaptive:
                 lg = self.log
                 link = StepLink(lg.dur[-1] if lg.dur else None, self.h2d_Bps, self.host_bpbh, n_dec)
+            miss_sum, sel_n = self.miss_sum, self.sel_n  # local in the hot loop (the same additions, in order)
             for r in plan.decode:
-                ctx = r.prompt + r.generated
+                ctx = r.prompt_len + r.generated
                 att_tokens += ctx if ctx < res_tokens else res_tokens
                 if short is not None:
                     if ctx <= w:  # resident-dense: attends its whole KV in place, nothing selected or fetched
@@ -458,8 +533,8 @@ class Engine:
                     u = rem * pol.rscale * Lf * kvh
                     remote_units += u
                     remote.received(r, u * self.bpbh)
-                self.miss_sum += _miss
-                self.sel_n += 1
+                miss_sum += _miss
+                sel_n += 1
                 sl = f * Lf * kvh
                 if r.id in repair_ids:  # the beside prediction's repair fetches this step's drift again
                     repair_slices += sl
@@ -469,6 +544,7 @@ class Engine:
                 r.recall_n += 1
                 recall_sum += rec
                 fetch_slices += sl
+            self.miss_sum, self.sel_n = miss_sum, sel_n
             if mode.on_demand:
                 inline_slices, fetch_slices = fetch_slices, 0.0
         self.recall_sum += recall_sum
@@ -479,7 +555,7 @@ class Engine:
             c += pred.time("attn_decode", {"kv_bytes": att_tokens * self.bpt_layer})  # one read for all positions
         if win_attn is not None and n_dec:  # a windowed layer reads min(ctx, W) tokens a request, once a position
             reads = K + 1 if K else 1
-            for w, tok in kinds.window_tokens([r.prompt + r.generated for r in plan.decode]).items():
+            for w, tok in kinds.window_tokens([r.prompt_len + r.generated for r in plan.decode]).items():
                 win_attn[w] += pred.time("attn_decode", {"kv_bytes": tok * self.bpt_layer * reads})
         score_s = topk_s = sel_s = 0.0
         side_bytes = 0.0  # HBM bytes per layer the side stream moves (summary reads, top-K, landing transfers)
@@ -662,7 +738,7 @@ class Engine:
         if not dec or n_dense:
             return None
         short = self.short
-        if short is not None and any(short.crossing(r.prompt + r.generated) for r in dec):
+        if short is not None and any(short.crossing(r.prompt_len + r.generated) for r in dec):
             return None
         room = [r.max_tokens - r.generated - 1 for r in dec]  # never more tokens than a request may still emit
         pol = self.spec_policy

@@ -24,10 +24,10 @@ group          target                                        model (each op: its
 =============  ============================================  ====================================================
 compute        ``(layers - stall) / L``                      ``a·(gemm_layer + norm_rope) + b·attn_decode
                                                              + s·sparse_overhead + c``
-side           ``pred / L``                                  ``a·(score + topk) + c``
-select         ``select / L``                                ``a·select + c``
+side           ``pred / Lf``                                 ``a·(score + topk) + c``
+select         ``select / Lf``                               ``a·select + c``
 step           ``tpot_mean - layers`` (per step)             ``a·lm_head + c`` (``c`` becomes ``step_overhead``)
-copy rate      ``(transfer + host_gather) / L`` vs bytes     ``latency + bytes / rate`` per transfer path
+copy rate      ``(transfer + host_gather) / Lf`` vs bytes    ``latency + bytes / rate`` per transfer path
 gather         TPOT vs bytes copied (see below)              ``gather_sm_share`` and, without transfer stage
                                                              times, the copy rate of the ``uva`` path
 =============  ============================================  ====================================================
@@ -35,6 +35,9 @@ gather         TPOT vs bytes copied (see below)              ``gather_sm_share``
 The roofline's ``side_contention`` term is not fitted: it is subtracted from the compute target and passed through
 unchanged. ``sparse_overhead`` (per request per layer, sparse modes; zero in the dense family) is fitted with its own
 scale ``s``: the roofline's 6.7 µs was calibrated at 16 requests and over-predicts the sparse step at 64.
+
+``Lf``: the full-attention layers, where a hybrid model's prediction, selection and copies run (``L`` without
+windows); the compute group's ``L`` layers carry the gather's SM share on the ``Lf`` full ones.
 
 Without stage times (a run without ``--profile``) the compute target falls back to
 ``(tpot_mean - roofline head and tail - stall) / L``. Each group is solved by non-negative least squares for the
@@ -192,6 +195,12 @@ class Sample:
     prior_bytes_per_s: float = 0.0  # r0 of the TPOT fit (measured UVA gather rate, else the default copy rate)
     prior_gather_sm_share: float = 0.0  # g0 of the TPOT fit (the configuration's gather_sm_share)
     floor: Mapping[str, float] = field(default_factory=dict)  # the roofline floor of feat's groups (<= feat)
+    n_full: int = 0  # full-attention layers (a hybrid model's; 0: all n_layers): the side work and copies run there
+
+    @property
+    def full(self) -> int:
+        """The layers with the sparse machinery (prediction, selection, copies): the full-attention ones."""
+        return self.n_full or self.n_layers
 
     def excess(self, name: str) -> float:
         """The roofline's time of group ``name`` above its floor: the feature a fitted scale multiplies."""
@@ -262,6 +271,7 @@ def sample_of(rec: Recording, roofline_replay) -> Sample:
         prior_bytes_per_s=prior,
         prior_gather_sm_share=res.cfg.gather_sm_share,
         floor=floors,
+        n_full=res.cfg.model_spec.n_full_layers,
     )
 
 
@@ -359,8 +369,9 @@ PRIOR_WEIGHT = 1e-4
 
 
 def _copy_layer_s(s: Sample, rate: float) -> float:
-    """The simulator's copy of one layer: ``latency + bytes / rate`` (0 with nothing to copy)."""
-    return s.link_latency_s + s.bytes_per_step / s.n_layers / rate if s.bytes_per_step > 0 else 0.0
+    """The simulator's copy of one full layer: ``latency + bytes / rate`` (0 with nothing to copy; a hybrid model's
+    windowed layers copy nothing)."""
+    return s.link_latency_s + s.bytes_per_step / s.full / rate if s.bytes_per_step > 0 else 0.0
 
 
 def _compute_fit(ss: Sequence[Sample], share: float, rate: Optional[float], gathered: set):
@@ -369,15 +380,15 @@ def _compute_fit(ss: Sequence[Sample], share: float, rate: Optional[float], gath
     rows = []
     for s in ss:
         stall = s.meas["stall"] or 0.0
-        if s.key in gathered and s.meas["stall"] is None and s.n_layers * _copy_layer_s(s, rate) >= s.meas["tpot_mean"]:
+        if s.key in gathered and s.meas["stall"] is None and s.full * _copy_layer_s(s, rate) >= s.meas["tpot_mean"]:
             continue  # copy-bound at this rate: its TPOT holds an unmeasured stall, and says nothing of compute
         if s.meas["layers"] is not None:
             y = (s.meas["layers"] - stall) / s.n_layers
         else:
             y = (s.meas["tpot_mean"] - s.feat["lm_head"] - s.feat["step_overhead"] - stall) / s.n_layers
         y -= s.feat.get("unfitted", 0.0)  # per-layer roofline terms the fitted predictor passes through
-        if s.key in gathered:
-            y -= share * _copy_layer_s(s, rate)  # the gather's SM share, charged to the compute stream
+        if s.key in gathered:  # the gather's SM share, charged to the compute stream of the full layers
+            y -= share * _copy_layer_s(s, rate) * (s.full / s.n_layers)  # x 1.0 exactly without windows
         rows.append(
             ([s.excess("gemm"), s.excess("attn"), s.excess("sparse"), 1.0], y, s.floor_of("gemm", "attn", "sparse"))
         )
@@ -393,6 +404,7 @@ def _tpot_objective(ss, share, rate, gathered, step, prior) -> tuple:
     errs = []
     for s in ss:
         x = _copy_layer_s(s, rate) if s.key in gathered else 0.0
+        gather = share * x * (s.full / s.n_layers)  # the full layers' gather share over all layers (x 1.0: no windows)
         layer = (
             s.floor_of("gemm", "attn", "sparse")
             + c[0] * s.excess("gemm")
@@ -400,11 +412,11 @@ def _tpot_objective(ss, share, rate, gathered, step, prior) -> tuple:
             + c[2] * s.excess("sparse")
             + c[3]
             + s.feat.get("unfitted", 0.0)
-            + share * x
+            + gather
         )
         t = s.n_layers * layer + step(s)
-        if x > 0 and s.n_layers * x > t:  # copy-bound: the copy path sets the step
-            t = s.n_layers * x
+        if x > 0 and s.full * x > t:  # copy-bound: the copy path sets the step
+            t = s.full * x
         errs.append((t - s.meas["tpot_mean"]) / s.meas["tpot_mean"])
     g0, r0 = prior
     pen = (np.log(rate / r0) ** 2 if rate and r0 else 0.0) + (share - g0) ** 2
@@ -451,9 +463,9 @@ def fit(samples: Sequence[Sample]) -> FittedModel:
         for s in samples:
             if s.transfer_path != path or s.meas["transfer"] is None or s.bytes_per_step <= 0:
                 continue
-            t = s.meas["transfer"] / s.n_layers - s.link_latency_s
+            t = s.meas["transfer"] / s.full - s.link_latency_s
             if t > 0:
-                num += s.bytes_per_step / s.n_layers
+                num += s.bytes_per_step / s.full
                 den += t
         if den > 0:
             model.h2d_bytes_per_s[path] = num / den
@@ -501,7 +513,7 @@ def fit(samples: Sequence[Sample]) -> FittedModel:
                 ops["sparse_overhead"] = OpFit(c[2], 0.0)
         if fam == "sparse":
             rows = [
-                ([s.excess("side"), 1.0], s.meas["pred"] / s.n_layers, s.floor_of("side"))
+                ([s.excess("side"), 1.0], s.meas["pred"] / s.full, s.floor_of("side"))
                 for s in ss
                 if s.meas["pred"] is not None
             ]
@@ -510,7 +522,7 @@ def fit(samples: Sequence[Sample]) -> FittedModel:
                 ops["score"] = OpFit(c[0], c[1])
                 ops["topk"] = OpFit(c[0], 0.0)
             rows = [
-                ([s.excess("select"), 1.0], s.meas["select"] / s.n_layers, s.floor_of("select"))
+                ([s.excess("select"), 1.0], s.meas["select"] / s.full, s.floor_of("select"))
                 for s in ss
                 if s.meas["select"] is not None
             ]

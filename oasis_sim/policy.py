@@ -55,14 +55,13 @@ from .config import ConfigError, SimConfig
 def resident_recall(resident: np.ndarray, true_next: np.ndarray) -> np.ndarray:
     """Per row: the share of ``true_next``'s valid entries present in ``resident`` (a metric, not a policy)."""
     valid = true_next >= 0
-    r, s = resident.shape
-    # One searchsorted over all rows: offset each row's ids into its own disjoint range.
+    r = resident.shape[0]
+    # A membership table per row (ids shifted by one: an empty slot, < 0, lands in column 0, never asked for).
     span = int(max(resident.max(initial=0), true_next.max(initial=0))) + 2
-    off = np.arange(r, dtype=np.int64)[:, None] * span
-    flat = (np.sort(resident, axis=1) + off).ravel()
-    want = true_next + off
-    pos = np.minimum(np.searchsorted(flat, want.ravel()), flat.size - 1).reshape(want.shape)
-    hit = (flat[pos] == want) & valid
+    table = np.zeros((r, span), dtype=bool)
+    rows = np.arange(r)[:, None]
+    table[rows, np.where(resident >= 0, resident + 1, 0)] = True
+    hit = table[rows, np.where(valid, true_next + 1, 0)] & valid
     n = valid.sum(axis=1)
     return np.where(n > 0, hit.sum(axis=1) / np.maximum(n, 1), 1.0)
 

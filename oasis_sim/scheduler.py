@@ -22,7 +22,7 @@ from __future__ import annotations
 
 from oasis_core import modes
 from oasis_core.geometry import KVGeometry
-from oasis_core.scheduler import COMPLETED, Request, Scheduler
+from oasis_core.scheduler import COMPLETED, DECODE, Request, Scheduler
 
 from .config import SimConfig
 from .hardware import MemoryPool
@@ -44,6 +44,7 @@ class Req(Request):
         "net_bytes",
         "h2d_bytes",
         "held_key",
+        "due",
     )
 
     def __init__(self, id, arrival, prompt, output, prefix_ids=None, prefix_block_tokens=None):
@@ -59,6 +60,7 @@ class Req(Request):
         self.net_bytes = 0.0
         self.h2d_bytes = 0.0
         self.held_key = None  # (blocks, gpu_held, host_held) after the last growth (SimScheduler._grow)
+        self.due = None  # SimScheduler's crossing bucket: step residue at which its block count changes
 
     @property
     def prompt(self) -> int:
@@ -142,6 +144,10 @@ class SimScheduler(Scheduler):
         self.rejected: list[Req] = []
         self.host_overflow = 0
         self.on_done = None  # callback(req, now) when a request ends (closed-loop workloads)
+        # _grow_all's crossing buckets: residue of the step mod block_size -> {id: request}
+        self._bucketed = not self.rpf and not cfg.spec_max_k and self.decode_with_prefill
+        self._due = [{} for _ in range(self.bs)]
+        self._pending: list = []  # admitted already decoding: grown at their first update
 
     def ensure_policy(self, r: Req) -> None:
         """Give ``r`` its policy handle (sized by its mean context: prompt + half the output)."""
@@ -153,6 +159,63 @@ class SimScheduler(Scheduler):
         _, host = self.acct.need(r, r.ctx, staging=False)
         if not self._resize(r, r.gpu_held, host):
             self.host_overflow += 1
+
+    def _grow_all(self, finished_prefill, decoded) -> None:
+        """The core's growth loop, visiting only the requests whose need may have changed. A decoding request's block
+        count changes when its context reaches ``m · block_size + 1``; while it decodes one token a step, its
+        context minus the scheduler's step count is fixed (a fast-forwarded stretch adds ``k`` to both), so that
+        happens at steps of one residue mod ``block_size``: ``_due[residue]`` holds it. Visited: those that finished
+        their prefill (first), then those admitted already decoding (``decode_only``) and the due ones, in admission
+        order (``seq``: ``plan.decode``'s order), as the core's loop would reach them; a request whose blocks and
+        holdings did not move would do nothing there. Not bucketed (every request visited, the skip inlined):
+        ``split=rpf`` (host need follows the network), speculative decoding (several tokens a step)."""
+        if not self._bucketed:
+            bs = self.bs
+            for r in finished_prefill + decoded:
+                if r.state != DECODE:
+                    continue
+                g = r.generated - (r.prefill_target - r.prompt_len)  # Request.ctx, inlined
+                key = r.held_key
+                if (
+                    key is not None
+                    and key[0] == -(-(r.prefill_done + (g if g > 0 else 0)) // bs)
+                    and key[1] == r.gpu_held
+                    and key[2] == r.host_held
+                ):
+                    continue
+                self._grow(r)
+            return
+        bs, step = self.bs, self.step
+        for r in finished_prefill:
+            if r.state == DECODE:
+                self._grow(r)
+                self._register(r)
+        res = step % bs
+        bucket = self._due[res]
+        visit = self._pending
+        self._pending = []
+        if bucket:
+            stale = [i for i, r in bucket.items() if r.state != DECODE or r.due != res]
+            for i in stale:
+                del bucket[i]
+            visit = visit + list(bucket.values()) if visit else list(bucket.values())
+        if not visit:
+            return
+        if len(visit) > 1:
+            visit.sort(key=lambda r: r.seq)
+        for r in visit:
+            if r.state == DECODE:
+                self._grow(r)
+                if r.due is None:
+                    self._register(r)
+
+    def _register(self, r: Req) -> None:
+        """Put a request that just decoded in the bucket of the steps at which its block count changes."""
+        res = (1 - r.ctx + self.step) % self.bs
+        if r.due is not None and r.due != res:
+            self._due[r.due].pop(r.id, None)
+        r.due = res
+        self._due[res][r.id] = r
 
     def _grow(self, r: Req) -> None:
         """The core's growth, skipped when nothing it depends on moved since the last: the same blocks and the same
@@ -166,8 +229,17 @@ class SimScheduler(Scheduler):
         super()._grow(r)
         r.held_key = (key[0], r.gpu_held, r.host_held)
 
+    def finish(self, r: Req, now: float) -> None:
+        """End ``r``, whose last token a fast-forwarded stretch emitted, as ``update`` ends a completed request."""
+        del self.running[r.id]
+        self._free(r)
+        self._end(r, COMPLETED, "length", now)
+
     def _admitted(self, r: Req, now: float) -> None:
         self.ensure_policy(r)
+        r.due = None  # (re)admitted: its next growth is visited, then it is bucketed again
+        if self._bucketed and r.state == DECODE:  # admitted already decoding (decode_only): its first update grows it
+            self._pending.append(r)
 
     def _ended(self, r: Req, now: float) -> None:
         (self.done if r.state == COMPLETED else self.rejected).append(r)

@@ -5,7 +5,8 @@
 Runs each trace in ``lookahead`` and ``dense`` with ``fast_forward=0`` (every step simulated) and the default, in
 one process, and prints simulated seconds per wall second and the relative difference of every numeric summary
 metric (``summary.json``) between the two. Wall time here is ``SimResult.wall_s`` (the simulation, not the
-process); ``farm-bench`` measures the whole process (README).
+process), and the CPU seconds of this process during it (``time.process_time``: on a shared, loaded VM the wall
+time also counts the other jobs' turns); ``farm-bench`` measures the whole process (README).
 """
 
 from __future__ import annotations
@@ -14,6 +15,7 @@ import argparse
 import json
 import os
 import sys
+import time
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, os.path.dirname(os.path.dirname(HERE)))
@@ -33,9 +35,11 @@ def main():
     for path in a.traces:
         trace = load_workload(path)
         for mode in ("lookahead", "dense"):
-            res = {}
+            res, cpu = {}, {}
             for ff in (0, SimConfig.fast_forward):
+                c0 = time.process_time()
                 r = simulate(make_config({"mode": mode, "hardware": a.hardware, "fast_forward": ff}), trace)
+                cpu[ff] = time.process_time() - c0
                 res[ff] = r
             base, fast = res[0].summary, res[SimConfig.fast_forward].summary
             diffs = {}
@@ -53,6 +57,9 @@ def main():
                 "wall_s_ff": round(res[SimConfig.fast_forward].wall_s, 2),
                 "speed_ff0": round(base["simulated_s"] / res[0].wall_s, 1),
                 "speed_ff": round(fast["simulated_s"] / res[SimConfig.fast_forward].wall_s, 1),
+                "cpu_s_ff0": round(cpu[0], 2),
+                "cpu_s_ff": round(cpu[SimConfig.fast_forward], 2),
+                "speed_cpu_ff": round(fast["simulated_s"] / cpu[SimConfig.fast_forward], 1),
                 "worst_metric": worst[0],
                 "worst_diff_pct": round(worst[1], 4),
                 "diff_pct": {k: round(v, 4) for k, v in diffs.items() if v},
@@ -60,7 +67,8 @@ def main():
             out.append(row)
             print(
                 f"{row['trace']:<24} {mode:<10} sim {row['simulated_s']:>8.1f} s  wall {row['wall_s_ff0']:>6.2f} -> "
-                f"{row['wall_s_ff']:>6.2f} s  speed {row['speed_ff0']:>7.1f}x -> {row['speed_ff']:>7.1f}x  worst metric "
+                f"{row['wall_s_ff']:>6.2f} s  speed {row['speed_ff0']:>7.1f}x -> {row['speed_ff']:>7.1f}x  CPU "
+                f"{row['cpu_s_ff']:.2f} s ({row['speed_cpu_ff']:.0f}x)  worst metric "
                 f"change {row['worst_metric']} {row['worst_diff_pct']:+.4f}%",
                 flush=True,
             )

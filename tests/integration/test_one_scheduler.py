@@ -207,6 +207,7 @@ def _sim_plans():
         hbm_bytes=1e12,
         host_bytes=HOST_BLOCKS * BS * bpt,
         timeline_steps=0,
+        fast_forward=0,  # a plan a step, as the executor's (a stretch takes steps without asking the scheduler)
     )
     trace = Trace(
         requests=tuple(
