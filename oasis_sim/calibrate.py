@@ -1,7 +1,7 @@
 """``python -m oasis_sim calibrate POINTS... --out FILE``: fit the calibrated predictor's constants on bench points.
 
 The steady bench step (every lane decoding, no prefill, nothing waiting) is priced op by op as the engine prices it
-(``oasis_sim.engine.Engine.execute``) with the points' *measured* bytes a step, so that the timing constants are not
+(``oasis_sim.engine.SimEngine.execute``) with the points' *measured* bytes a step, so that the timing constants are not
 fitted to the selection model's errors::
 
     c    = gemm_layer(n (+ n draft rows)) + norm_rope + attn_decode(KV bytes read) [+ sparse_overhead(n)]

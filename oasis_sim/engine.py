@@ -131,7 +131,7 @@ def _capped_growth(rooms, k: int) -> list:
     return out
 
 
-class Engine:
+class SimEngine:
     def __init__(
         self,
         env: simpy.Environment,

@@ -166,7 +166,7 @@ class _ReplayGen:
         return s
 
 
-class Runner:
+class PolicyRunner:
     """Groups of rows stepped together through oasis_core: ``groups`` block counts, each group ``P × kv_heads``
     rows (P = ``policy_layers``). One group is one request (exact) or one context bucket (profile)."""
 
@@ -272,7 +272,7 @@ class Episode:
     """One request's sampled rows, stepped once per decode step (``policy_sampling='exact'``)."""
 
     def __init__(self, cfg: SimConfig, n_blocks: int, seed: int, replay: ReplaySets | None = None):
-        self.runner = Runner(cfg, [n_blocks], seed, replay)
+        self.runner = PolicyRunner(cfg, [n_blocks], seed, replay)
         self.initial_fetch = float(self.runner.first_fetch.mean())
         self.handoff_units = (
             float(self.runner.handoff_units[0] / self.runner.group_rows)
@@ -335,7 +335,7 @@ class ProfileBank:
         if not buckets:
             return
         n = cfg.profile_steps
-        run = Runner(cfg, buckets, seed)
+        run = PolicyRunner(cfg, buckets, seed)
         g, gr = len(buckets), run.group_rows
         fetch = np.zeros((n + 1, g))
         missing = np.zeros((n + 1, g))

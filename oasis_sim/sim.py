@@ -1,7 +1,7 @@
 """Build and run one simulation: ``simulate(cfg, trace) -> SimResult``.
 
 Wiring: ``SimConfig`` → specs (``oasis_core.specs``), KV geometry, predictor, one decode ``Node`` (HBM, host DRAM,
-compute/side streams, copy paths) → ``SimScheduler`` (``oasis_core.scheduler``) + ``Engine`` (+ ``split.PrefillNode`` and a NIC when
+compute/side streams, copy paths) → ``SimScheduler`` (``oasis_core.scheduler``) + ``SimEngine`` (+ ``split.PrefillNode`` and a NIC when
 ``split != 'none'``) → the workload (trace, closed loop or Poisson) → ``env.run()`` → metrics.
 """
 
@@ -19,7 +19,7 @@ from oasis_core.trace import Trace
 
 from . import metrics
 from .config import ConfigError, SimConfig
-from .engine import Engine
+from .engine import SimEngine
 from .hardware import GPU, CopyPath, FairLink, MemoryPool, Node
 from .policy import PolicySource
 from .predictor import RooflinePredictor, TimePredictor
@@ -196,7 +196,7 @@ def simulate(cfg: SimConfig, trace: Trace, predictor: TimePredictor | None = Non
         latency = cfg.nic_latency_s if cfg.nic_latency_s is not None else nic_spec.latency_s
         node.nic = FairLink(env, rate, latency, "nic")
         remote = RemoteFetcher(cfg, geo, node.nic, sched) if cfg.split == "rpf" else None
-        engine = Engine(
+        engine = SimEngine(
             env,
             cfg,
             geo,
@@ -211,7 +211,7 @@ def simulate(cfg: SimConfig, trace: Trace, predictor: TimePredictor | None = Non
         prefill = PrefillNode(env, cfg, geo, predictor, node.nic, sched, engine, timeline)
         submit = prefill.submit
     else:
-        engine = Engine(
+        engine = SimEngine(
             env, cfg, geo, node.gpu, sched, predictor, node.gpu.h2d.bandwidth_Bps, node.gpu.h2d.latency_s, timeline
         )
         if cfg.prefix_cache:

@@ -5,7 +5,7 @@
   eviction drops). ``lookup_insert`` returns the tokens of the leading run of cached blocks and inserts/promotes the
   request's blocks (``lookup_insert_tiers``: those tokens and how many of them came from the host tier). On one node
   (``split='none'``) the HBM tier is taken out of the KV pool the scheduler admits against, and a request's
-  host-tier hits are copied host->GPU (``Engine.copy_in``) before its prefill continues; the host tier is its own
+  host-tier hits are copied host->GPU (``SimEngine.copy_in``) before its prefill continues; the host tier is its own
   budget, outside the host KV pool.
 - :class:`PrefillNode` — a prefill GPU (FCFS, one request at a time, chunked at ``chunk_tokens``) that skips the
   prefix it has cached, then hands the request to the decode node over the NIC (a max-min fair

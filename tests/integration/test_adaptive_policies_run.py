@@ -1,6 +1,6 @@
 """Each adaptive policy (drift, per-layer, recall) runs end to end in both backends: a tiny simulator run
 (``policy_sampling=exact``) and a CPU executor run (tiny dummy model), with the policy state carried by the
-backend (oasis_sim.policy.Runner, oasis_exec.workingset.fetch_caps.DeviceCaps)."""
+backend (oasis_sim.policy.PolicyRunner, oasis_exec.workingset.fetch_caps.DeviceCaps)."""
 
 import json
 
@@ -15,7 +15,7 @@ from oasis_exec.engine.scheduler import SamplingParams
 from oasis_exec.workingset.fetch_caps import DeviceCaps
 from oasis_sim.cli import main
 from oasis_sim.config import SimConfig
-from oasis_sim.policy import Runner
+from oasis_sim.policy import PolicyRunner
 
 SPECS = ["drift:alpha=0.5", "per-layer:0.1", "recall:0.9"]
 QUICK = ["--max-requests", "4", "--top-k", "16", "--policy-layers", "2", "--profile-steps", "4", "--quiet"]
@@ -33,7 +33,7 @@ def test_simulator_runs_each_policy(tmp_path, spec):
 
 @pytest.mark.parametrize("spec", SPECS)
 def test_simulator_runner_carries_the_state(spec):
-    run = Runner(SimConfig(policy_sampling="exact", fetch_policy=spec, top_k=16, policy_layers=2), [200], 0)
+    run = PolicyRunner(SimConfig(policy_sampling="exact", fetch_policy=spec, top_k=16, policy_layers=2), [200], 0)
     assert run.layers == 2 and run.rows == 2 * run.kvh
     before = [None if a is None else a.copy() for a in (run.row_state, run.layer_state)]
     for _ in range(5):

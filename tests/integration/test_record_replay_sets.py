@@ -99,7 +99,7 @@ def test_file_is_a_schema_selection_file_and_sim_replays_it(tmp_path):
     np.testing.assert_array_equal(sets, per.reshape(11, 4, 4))
     # the simulator's own replay reader and policy runner, at the Qwen3-8B shape
     from oasis_sim.config import make_config
-    from oasis_sim.policy import ReplaySets, Runner
+    from oasis_sim.policy import PolicyRunner, ReplaySets
 
     js = str(tmp_path / "replay.json")
     assert to_sim_replay(rec, js) == 2
@@ -108,7 +108,7 @@ def test_file_is_a_schema_selection_file_and_sim_replays_it(tmp_path):
     sim = make_config(
         dict(model="qwen3-8b", mode="lookahead", top_k=4, selection="replay", replay_file=js, policy_layers=2)
     )
-    r = Runner(sim, [100], 0, rs)
+    r = PolicyRunner(sim, [100], 0, rs)
     fetched = [r.step()[0].sum() for _ in range(10)]
     assert sum(fetched) >= 0
 

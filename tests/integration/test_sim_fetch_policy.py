@@ -10,7 +10,7 @@ from sim_cases import OUTPUTS, QUICK4, run_outputs
 from oasis_core.fetchcap import FetchCapPolicy, Fixed, LinkBudget, Unlimited, register_policy
 from oasis_sim.cli import main
 from oasis_sim.config import ConfigError, SimConfig
-from oasis_sim.policy import Runner, StepLink, cap_policy
+from oasis_sim.policy import PolicyRunner, StepLink, cap_policy
 
 
 def test_default_policy_follows_fetch_ratio():
@@ -85,7 +85,7 @@ def test_runner_passes_the_engine_view_to_an_adaptive_policy():
     register_policy("spy", "spy", lambda spec, arg: Spy())
     try:
         cfg = SimConfig(top_k=16, policy_layers=2, policy_sampling="exact", fetch_policy="spy")
-        run = Runner(cfg, [64], seed=1)
+        run = PolicyRunner(cfg, [64], seed=1)
         Spy.seen.clear()
         run.step(link=StepLink(None, 30e9, 8192, 5))
         f, m, _, _ = run.step(link=StepLink(0.02, 30e9, 8192, 5))

@@ -8,7 +8,7 @@ from oasis_core.rpf import RemoteLedger
 from oasis_core.selection import initial_plan, plan_step
 from oasis_core.synthetic import SyntheticSelection
 from oasis_sim.config import SimConfig
-from oasis_sim.policy import Episode, ProfileBank, Runner, bucket_of, resident_recall
+from oasis_sim.policy import Episode, PolicyRunner, ProfileBank, bucket_of, resident_recall
 from oasis_sim.sim import simulate
 from oasis_sim.workloads import uniform_trace
 
@@ -16,7 +16,7 @@ from oasis_sim.workloads import uniform_trace
 @pytest.mark.parametrize("mode,pred_key", [("lookahead", "draft"), ("proxy", "proxy"), ("retrieval", "true_next")])
 def test_plans_equal_oasis_core_called_directly(mode, pred_key):
     cfg = SimConfig(mode=mode, top_k=32, policy_layers=2, fetch_ratio=0.1)
-    run = Runner(cfg, [300, 90], seed=11)
+    run = PolicyRunner(cfg, [300, 90], seed=11)
     run.record = True
     for _ in range(12):
         run.step()

@@ -23,7 +23,7 @@ BASE = dict(
 def _run(monkeypatch, variant, k, alpha, lanes=16, context=16384, steps=40, **kw):
     """(steps.csv's log, the requests repaired in each step, the engine)."""
     seen, engines = [], []
-    draw = sim_engine.Engine._spec_draw
+    draw = sim_engine.SimEngine._spec_draw
 
     def spy(self, plan, ks, K, beside):
         out = draw(self, plan, ks, K, beside)
@@ -32,7 +32,7 @@ def _run(monkeypatch, variant, k, alpha, lanes=16, context=16384, steps=40, **kw
             engines.append(self)
         return out
 
-    monkeypatch.setattr(sim_engine.Engine, "_spec_draw", spy)
+    monkeypatch.setattr(sim_engine.SimEngine, "_spec_draw", spy)
     cfg = SimConfig(speculative_k=k, speculative_alpha=alpha, spec_predict=variant, **{**BASE, **kw})
     res = simulate(cfg, bench_trace(context, lanes, steps))
     repaired = dict(seen)
