@@ -7,7 +7,7 @@ import random
 
 import pytest
 
-from oasis_core.trace import Request, Trace
+from oasis_core.trace import Trace, TraceRequest
 from oasis_sim import engine as engine_mod
 from oasis_sim.config import SimConfig
 from oasis_sim.sim import simulate
@@ -23,21 +23,23 @@ def random_trace(n: int, rate_rps: float, seed: int) -> Trace:
     t, reqs = 0.0, []
     for i in range(n):
         t += rnd.expovariate(rate_rps)
-        reqs.append(Request(id=i, arrival_s=t, prompt_tokens=rnd.randint(100, 3000), output_tokens=rnd.randint(2, 300)))
+        reqs.append(
+            TraceRequest(id=i, arrival_s=t, prompt_tokens=rnd.randint(100, 3000), output_tokens=rnd.randint(2, 300))
+        )
     return Trace(requests=tuple(reqs))
 
 
 def run_counting(monkeypatch, trace, **kw):
     taken = []
-    orig = engine_mod.Engine._fast_forward
+    orig = engine_mod.SimEngine._fast_forward
 
     def counted(self, plan, k, timing):
         taken.append(k)
         return (yield from orig(self, plan, k, timing))
 
-    monkeypatch.setattr(engine_mod.Engine, "_fast_forward", counted)
+    monkeypatch.setattr(engine_mod.SimEngine, "_fast_forward", counted)
     res = simulate(SimConfig(**{**FAST, **kw}), trace)
-    monkeypatch.setattr(engine_mod.Engine, "_fast_forward", orig)
+    monkeypatch.setattr(engine_mod.SimEngine, "_fast_forward", orig)
     return res, sum(taken)
 
 

@@ -7,7 +7,7 @@ import random
 
 import pytest
 
-from oasis_core.trace import Request, Trace
+from oasis_core.trace import Trace, TraceRequest
 from oasis_sim import scheduler as sched_mod
 from oasis_sim.config import SimConfig
 from oasis_sim.sim import simulate
@@ -20,7 +20,9 @@ def trace(n: int, seed: int) -> Trace:
     t, reqs = 0.0, []
     for i in range(n):
         t += rnd.expovariate(300.0)
-        reqs.append(Request(id=i, arrival_s=t, prompt_tokens=rnd.randint(50, 2500), output_tokens=rnd.randint(1, 400)))
+        reqs.append(
+            TraceRequest(id=i, arrival_s=t, prompt_tokens=rnd.randint(50, 2500), output_tokens=rnd.randint(1, 400))
+        )
     return Trace(requests=tuple(reqs))
 
 
