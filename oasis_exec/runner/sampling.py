@@ -59,7 +59,7 @@ def sample(logits: torch.Tensor, params, draws) -> torch.Tensor:
 
 
 class TemperatureSampler:
-    """The runner's sampler until the engine installs its own: greedy rows (temperature 0) and temperature draws
+    """The runner's sampler for calls that carry none (``RunnerCall.sampler``): greedy rows (temperature 0) and temperature draws
     from one shared ``generator`` (no top_p, no per-request seeds). Called as ``sampler(logits [rows, V],
     sampling params a row) -> token ids [rows]``."""
 

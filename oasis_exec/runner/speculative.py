@@ -2,7 +2,7 @@
 
 A speculative step of a lane whose input token ``x_p`` sits at position ``p``:
 
-1. **Draft** (``ModelExec.draft_chain``): the head's first draft ``d_{p+1}`` is the one the previous step proposed
+1. **Draft** (``Drafts.chain``): the head's first draft ``d_{p+1}`` is the one the previous step proposed
    (``propose``: the target's features at ``p - 1`` and ``x_p``); each further draft ``d_{p+j+1}`` is the head run
    on its own hidden state of the draft before and ``d_{p+j}`` (``DraftHead.chain``: EAGLE's chain, the head's
    hidden state standing in for the target features it has not got yet). Drafts are greedy: the draft
