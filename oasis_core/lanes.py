@@ -7,6 +7,8 @@ holds ``budget // lane_bytes`` requests. ``oasis_exec.kv_layout`` sizes its stor
 - sparse modes: a lane holds ``slots`` blocks a (layer, KV head) row plus the local and a trash block, the
   summaries of ``max_blocks`` blocks and two int64 tables of ``slots`` entries a row (resident ids, last selection);
 - dense modes: the pages of ``max_blocks`` blocks (and, quest, their summaries);
+- a hybrid model (``ModelSpec.layer_windows``): the above for its full layers only, plus the rings of its windowed
+  layers in either kind of lane (``KVGeometry.window_bytes``: fixed once the context reaches the windows);
 - the victim cache: a background mode left at ``hot_slots=None`` holds ``VICTIM_FACTOR x top_k`` slots a row when
   the requests the run names fit the budget at that size, else ``top_k``;
 - the host pool: ``host_kv_gb`` when given, else ``max_blocks`` blocks for each of ``min(lanes, host_requests)``.
@@ -25,10 +27,13 @@ DEFAULT_LANES = 4  # lanes of a run with neither a budget nor max_lanes
 
 def sparse_lane_bytes(geo: KVGeometry, slots: int, max_blocks: int) -> int:
     """GPU bytes of one sparse lane: ``slots`` + local + trash blocks in every row, the summaries of ``max_blocks``
-    blocks, and the int64 resident / last_sel tables (``oasis_exec.kv_store.SparseStore``)."""
+    blocks, and the int64 resident / last_sel tables (``oasis_exec.kv_store.SparseStore``). A hybrid model's rows are
+    its full layers' (``KVGeometry.rows_per_request``); its windowed layers add their rings, ``min(L, W)`` tokens a
+    layer (``KVGeometry.window_bytes``, as in ``dense_lane_bytes``)."""
     kv = geo.resident_bytes(slots, local_blocks=2)
-    summ = geo.summary_bytes(max_blocks * geo.block_size)
-    return kv + summ + 2 * geo.rows_per_request * slots * 8
+    tokens = max_blocks * geo.block_size
+    summ = geo.summary_bytes(tokens)
+    return kv + summ + 2 * geo.rows_per_request * slots * 8 + geo.window_bytes(tokens)
 
 
 def dense_lane_bytes(geo: KVGeometry, max_blocks: int, summaries: bool) -> int:

@@ -8,7 +8,9 @@ the budget room;
 (``kv_budget_gb``; at most ``max_lanes`` when given, 4 when neither is), sizes the host pool through
 ``oasis_exec.kv.host_memory.host_pool_blocks`` (checked against the host's memory before a byte is pinned; its block
 bytes are the host copy's, ``KVGeometry.host_bytes_per_block(cfg.host_kv_dtype)``: half of bf16's, plus the scales,
-with an fp8 host copy) and builds the stores of ``kv_store.py``.
+with an fp8 host copy) and builds the stores of ``kv_store.py``. A hybrid model's lane is its full layers' share
+(slots or pages, summaries, tables; the host pool holds the full layers only) plus its rings: ``RingKV.bytes_per_lane``
+with ``ring_extra`` slots past each window, whatever the context.
 """
 
 from __future__ import annotations
@@ -21,7 +23,7 @@ from oasis_core import lanes
 from oasis_core.geometry import KVGeometry
 
 from .host_memory import host_pool_blocks
-from .ring import RingKV
+from .ring import RingKV, ring_extra
 from .store import DenseStore, HostPool, SparseStore
 
 
@@ -80,8 +82,8 @@ def build_kv_layout(cfg, *, shape, dtype, device) -> KVLayout:
         per_lane = SparseStore.bytes_per_lane(geo, S, NB)
     else:
         per_lane = DenseStore.bytes_per_lane(geo, NB, mode.summaries)
-        if s.is_hybrid:  # KVGeometry counts min(L, W) tokens a window; the rings hold W + the speculative drafts
-            per_lane += RingKV.bytes_per_lane(s, cfg.spec_max_k or 0, geo.dtype_bytes) - geo.window_bytes(NB * bs)
+    if s.is_hybrid:  # the lane rules count min(L, W) tokens a window; the rings hold W + ring_extra slots
+        per_lane += RingKV.bytes_per_lane(s, ring_extra(cfg), geo.dtype_bytes) - geo.window_bytes(NB * bs)
     budget = cfg.kv_budget_gb * 1e9 if cfg.kv_budget_gb else None
     n_lanes = lanes.budget_lanes(budget, per_lane, cfg.max_lanes)
     if n_lanes < 1:

@@ -19,6 +19,13 @@ import math
 import torch
 
 
+def ring_extra(cfg) -> int:
+    """Slots a ring holds past its window (``cfg``: an ``ExecConfig``): a speculative step's drafts, or the draft row
+    of a lookahead step (its KV is written at ``p + 1``; with ``W`` slots it would overwrite position ``p + 1 - W``,
+    still in ``p``'s window)."""
+    return max(cfg.spec_max_k or 0, 1 if cfg.mode_spec.drafts else 0)
+
+
 class RingKV:
     def __init__(self, spec, max_lanes: int, extra: int, dtype, device):
         self.windows = {l: spec.layer_window(l) for l in spec.sliding_layers}

@@ -16,6 +16,9 @@ Layouts (``bs`` = block size, ``D`` = head dim, ``H`` = KV heads, ``L`` layers),
   block of the request, -1 empty), in the form ``oasis_core.selection.plan_step`` takes and returns.
 - ``kmin`` / ``kmax``: [L, B_max, H, NB_max, D] block summaries (Quest min/max) of every block of every context;
   blocks not yet full hold +inf / -inf.
+- A hybrid model's sliding-window layers keep a ring (``oasis_exec.kv.ring``) and none of the above: their slot and
+  page arrays are empty, and the tables and summaries are held for the full layers only (``layers``;
+  ``oasis_exec.kv.layer_table.FullLayers``, indexed by the model's layer like the ``[L, ...]`` tensor).
 - ``DenseStore.k[l]`` / ``.v[l]``: [B_max * P, H, bs, D] pages (``oasis_kernels.paged_attn``); lane b owns pages
   ``b * P .. b * P + P - 1`` (P = blocks of the longest context), so its block table is fixed.
 """
@@ -27,6 +30,8 @@ import math
 import torch
 
 from oasis_core import lanes
+
+from .layer_table import table
 
 # -- exact-size pinned host memory ----------------------------------------------------------------------------
 # ``torch.empty(..., pin_memory=True)`` goes through PyTorch's caching host allocator, which rounds every request up
@@ -247,12 +252,13 @@ class SparseStore:
             for l in range(n_layers)
         ]
         rows = max_lanes * n_kv_heads
-        self.resident = torch.full((n_layers, rows, slots), -1, dtype=torch.int64, device=device)
-        self.last_sel = torch.full((n_layers, rows, slots), -1, dtype=torch.int64, device=device)
-        self.kmin = torch.full(
-            (n_layers, max_lanes, n_kv_heads, max_blocks, head_dim), math.inf, dtype=dtype, device=device
-        )
-        self.kmax = torch.full_like(self.kmin, -math.inf)
+        # the tables and summaries of the layers with slots only (layer_table: indexed by the model's layer)
+        self.layers = tuple(sorted(held))
+        self.resident = table(n_layers, self.layers, (rows, slots), -1, torch.int64, device, "resident")
+        self.last_sel = table(n_layers, self.layers, (rows, slots), -1, torch.int64, device, "last_sel")
+        summ = (max_lanes, n_kv_heads, max_blocks, head_dim)
+        self.kmin = table(n_layers, self.layers, summ, math.inf, dtype, device, "kmin")
+        self.kmax = table(n_layers, self.layers, summ, -math.inf, dtype, device, "kmax")
         self.host_table = torch.zeros(max_lanes, max_blocks, dtype=torch.int64, device=device)
 
     @staticmethod
@@ -330,11 +336,11 @@ class DenseStore:
         self.block_table = (
             torch.arange(max_lanes, device=device)[:, None] * max_blocks + torch.arange(max_blocks, device=device)
         ).to(torch.int32)
-        if summaries:
-            self.kmin = torch.full(
-                (n_layers, max_lanes, n_kv_heads, max_blocks, head_dim), math.inf, dtype=dtype, device=device
-            )
-            self.kmax = torch.full_like(self.kmin, -math.inf)
+        self.layers = tuple(sorted(paged))
+        if summaries:  # quest: the paged layers' summaries only (layer_table)
+            summ = (max_lanes, n_kv_heads, max_blocks, head_dim)
+            self.kmin = table(n_layers, self.layers, summ, math.inf, dtype, device, "kmin")
+            self.kmax = table(n_layers, self.layers, summ, -math.inf, dtype, device, "kmax")
         else:
             self.kmin = self.kmax = None
 

@@ -24,18 +24,12 @@ from dataclasses import dataclass, field
 
 import torch
 
-from ..kv.ring import RingKV
+from ..kv.ring import RingKV, ring_extra
 from ..workingset.base import SetParts
 from ..workingset.families import build_sets
 from ..workingset.selector import Selector
 from ..workingset.step import SHORT_STEPS, decode_step
 from .speculative import emitted_tokens, greedy_accepted
-
-
-def ring_extra(cfg) -> int:
-    """Slots a ring holds past its window: a speculative step's drafts, or the draft row of a lookahead step (its
-    KV is written at ``p + 1``; with ``W`` slots it would overwrite position ``p + 1 - W``, still in ``p``'s window)."""
-    return max(cfg.spec_max_k or 0, 1 if cfg.mode_spec.drafts else 0)
 
 
 @dataclass
@@ -143,7 +137,7 @@ class ModelExec:
         g = torch.Generator(device=self.device).manual_seed(a.seed)
         st, D = self.selector.store, self.dec.shape.head_dim
         if st.kmin is not None:
-            for l in range(self.L):
+            for l in self.own:  # a hybrid model's sliding layers have no summaries (kv/layer_table)
                 base = torch.randn(self.H, n_full, D, generator=g, device=self.device)
                 st.kmin[l, a.lane, :, :n_full] = (base - 1.0).to(st.kmin.dtype)
                 st.kmax[l, a.lane, :, :n_full] = (base + 1.0).to(st.kmax.dtype)

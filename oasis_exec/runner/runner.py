@@ -127,6 +127,7 @@ class Runner:
                 link_bytes_per_s=cfg.link_gb_s * 1e9,
                 device=dev,
                 state_rows=kv.max_lanes * s.n_kv_heads,  # per-row policy state sized once: no growth in a capture
+                fetch_layers=s.n_full_layers,  # a hybrid model's windowed layers fetch nothing
             )
             self.pipe = Prefetcher(cfg=cfg, store=kv.store, host=kv.host, device=dev, caps=self.caps)
         # With cfg.profile, the bench sets trace.step on a few sampled steps (model_exec.StepTrace)

@@ -9,8 +9,9 @@ synchronises the host, so the caps run inside a captured CUDA graph too.
 Context the executor fills: ``n_missing`` (``selection.count_missing`` of the rows against the prediction, on the
 device), ``last_step_time_s`` (the previous decode step's duration as a 0-d float64 device tensor, from
 ``StepClock``; None before the first decode step), ``link_bytes_per_s`` (``ExecConfig.link_gb_s``),
-``bytes_per_block_head`` (``KVGeometry``) and ``row_weight = n_layers`` (one layer's rows are planned per call,
-each standing for its row in every layer, so a byte budget for the whole step is shared by the layers).
+``bytes_per_block_head`` (``KVGeometry``) and ``row_weight = fetch_layers`` (one layer's rows are planned per call,
+each standing for its row in every layer that fetches, so a byte budget for the whole step is shared by those
+layers: every layer, or a hybrid model's full layers, its windowed ones fetching nothing).
 ``drift_so_far`` is not tracked (None), ``bytes_moved_total`` stays 0 and ``step`` is the decode-step count when
 the cap was evaluated (frozen at capture under CUDA graphs): a policy that reads them is eager-only here.
 
@@ -81,8 +82,10 @@ class DeviceCaps:
         link_bytes_per_s: float,
         device: torch.device,
         state_rows: int | None = None,
+        fetch_layers: int | None = None,
     ):
         self.policy, self.top_k, self.n_layers = policy, top_k, n_layers
+        self.fetch_layers = fetch_layers or n_layers  # the layers whose rows share the step's bytes (row_weight)
         self.bytes_per_block_head, self.link_bytes_per_s = bytes_per_block_head, link_bytes_per_s
         self.max_cap = policy.max_cap(top_k)
         self.fixed = None
@@ -157,7 +160,7 @@ class DeviceCaps:
             last_step_time_s=t,
             link_bytes_per_s=self.link_bytes_per_s,
             bytes_per_block_head=self.bytes_per_block_head,
-            row_weight=float(self.n_layers),
+            row_weight=float(self.fetch_layers),
             n_predicted=(pred >= 0).sum(dim=1),
             layer=layer,
             layers=self.n_layers,

@@ -22,6 +22,7 @@ from __future__ import annotations
 import torch
 
 from .. import ops
+from ..kv.layer_table import table
 from ..transfer.writeback import writeback_full
 from .base import WorkingSet, causal_attn
 from .step import ResidentRows
@@ -261,9 +262,11 @@ class ResidentSet(WorkingSet):
         p = self.p
         bs, H, D = p.bs, p.H, p.store.D
         start, end = ch.start, ch.start + len(ch.tokens)
-        if ch.req_id not in self.scratch:
-            shape = (p.L, H, p.cfg.max_blocks * bs, D)
-            self.scratch[ch.req_id] = tuple(torch.zeros(shape, dtype=p.dtype, device=p.device) for _ in "kv")
+        if ch.req_id not in self.scratch:  # the layers with slots only (a sliding layer's prompt KV: its ring)
+            shape = (H, p.cfg.max_blocks * bs, D)
+            self.scratch[ch.req_id] = tuple(
+                table(p.L, p.store.layers, shape, 0, p.dtype, p.device, "scratch") for _ in "kv"
+            )
         sk, sv = self.scratch[ch.req_id]
         sk[l, :, start:end] = k.transpose(0, 1)
         sv[l, :, start:end] = v.transpose(0, 1)

@@ -26,7 +26,8 @@ class SelectBuffers:
             i64 = [torch.full((x,), -1, dtype=torch.int64, device=device) for x in (n, n, n_rows, n_rows, n_rows)]
             return PlanSelectOut(*i32, *i64)
 
-        self.lists = [bufs() for _ in range(store.L if cfg.mode_spec.background else 1)]
+        held = store.layers  # a hybrid model's sliding layers plan nothing: no list
+        self.lists = [bufs() if l in held else None for l in range(store.L)] if cfg.mode_spec.background else [bufs()]
         self.marks = None
         if cfg.plan_marks and store.S > cfg.top_k:
             self.marks = [torch.zeros(n_rows, store.NB, dtype=torch.int32, device=device) for _ in range(2)]

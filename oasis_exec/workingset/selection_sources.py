@@ -108,7 +108,7 @@ class SelectionSources:
             )
             self.synth = (key, gen)
             if self.cfg.sparse:  # start from the process's current sets: no cold-start transient
-                cur = gen.current().view(B, self.L, self.H, self.K)
+                cur = gen.current().view(B, self.L, self.H, self.K)[:, list(self.store.layers)]  # held layers
                 for i, lane in enumerate(lanes_list):
                     rows = slice(lane * self.H, (lane + 1) * self.H)
                     # the first K of the row's slots (a hot cache, hisparse, has more: they start empty)
