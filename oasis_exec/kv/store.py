@@ -222,6 +222,8 @@ class HostPool:
         pat = None
         for t in self.k + self.v:
             flat = t.view(-1)
+            if not flat.numel():  # a sliding-window layer of a hybrid model: no host copy
+                continue
             if pat is None:
                 pat = (torch.randn(min(flat.numel(), chunk), generator=g) * 0.5).to(flat.dtype)
             for off in range(0, flat.numel(), pat.numel()):

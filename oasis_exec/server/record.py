@@ -67,7 +67,9 @@ class ServeLog:
         from oasis_core.provenance import commit
 
         hidden = s.hidden_fraction
+        shape = eng.runner.shape
         return {
+            "layer_windows": list(shape.layer_windows) if shape.is_hybrid else None,  # a hybrid model's kinds
             "requests": list(self.requests),
             "step_ms": list(self.step_ms),
             "max_running": self.max_running,

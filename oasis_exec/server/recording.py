@@ -32,7 +32,9 @@ def recording_from_serve(
     accepted request that ended: ``id, arrival_s`` (since the server started), ``prompt_tokens, output_tokens``
     (generated), ``ttft_ms, tpot_ms, finish_s, finish_reason``), ``step_ms`` (every engine step), ``max_running``,
     ``max_lanes``, ``decode_steps``, ``prefetch_bytes``, ``stage_ms`` (cumulative, profiled runs only),
-    ``hidden_fraction``, ``device``, ``date``, ``commit``, ``server`` (its options).
+    ``hidden_fraction``, ``device``, ``date``, ``commit``, ``server`` (its options) and, for a hybrid model,
+    ``layer_windows`` (per layer: None = full attention, else its window; into ``config``, which the replay checks
+    against its model preset).
 
     Requests that ended before producing a token (aborted or failed while queued or in prefill) are **excluded**
     from the workload and counted in ``results.requests_dropped`` (finish reason -> count); a request aborted or
@@ -100,6 +102,8 @@ def recording_from_serve(
         "exec_config": c,
         "server": dict(s.get("server") or {}),
     }
+    if s.get("layer_windows") is not None:
+        config["layer_windows"] = list(s["layer_windows"])
     ttft = [float(q["ttft_ms"]) for q in kept]
     tpot = [float(q["tpot_ms"]) for q in kept if q["output_tokens"] > 1 and q.get("tpot_ms") is not None]
     span_s = max(q["finish_s"] for q in kept) - min(q["arrival_s"] for q in kept)

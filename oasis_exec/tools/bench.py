@@ -413,6 +413,8 @@ def measure(
         "tensor_parallel": cfg.tensor_parallel,  # ranks; this record's rank, and the KV heads it owns
         "tp_rank": runner.tp.rank if runner.tp is not None else 0,
         "kv_heads": shape.n_kv_heads,
+        # a hybrid model's layer kinds (per layer: None = full attention, else its window); None: every layer full
+        "layer_windows": list(shape.layer_windows) if shape.is_hybrid else None,
         "lane_bytes": runner.kv.lane_bytes,  # GPU bytes of one lane (slots, summaries, tables): what the budget divides
         "model": cfg.model_path or cfg.model,
         "dummy_weights": cfg.model_path is None,

@@ -12,8 +12,8 @@ A serving run's recording is ``oasis_exec.server.recording``; the Chrome trace o
 Bench keys read (``bench.RECORD_FIELDS`` and the rest of its record): ``mode, context, concurrency,
 requested_concurrency, kv_budget_gb, host_kv_gb, steps, warmup, throughput_tok_s, tpot_ms_p50, tpot_ms_p99,
 tpot_ms_mean, stage_ms_per_step, bytes_moved_per_step, bytes_moved_total, hidden_fraction, selection, transfer,
-fetch_ratio, top_k, model, device, date, commit`` and, when the bench provides them, ``speculative_k`` (into
-``config``), ``accepted_hist`` and ``accepted_tokens_per_step`` (into ``results``), ``step_ms`` (every timed
+fetch_ratio, top_k, model, device, date, commit`` and, when the bench provides them, ``speculative_k`` and
+``layer_windows`` (a hybrid model's layer kinds, which the replay checks against its preset; into ``config``), ``accepted_hist`` and ``accepted_tokens_per_step`` (into ``results``), ``step_ms`` (every timed
 step's duration, ms), ``layer_events`` (``[[step, layer, stage, start_ms, end_ms], ...]``) and ``ttft_ms_p50``.
 """
 
@@ -98,6 +98,8 @@ def recording_from_bench(
         # the host copy's element type (sparse modes; None: dense, or a record from before it, i.e. "auto")
         "host_kv_dtype": (b.get("host_kv_dtype") or c.get("host_kv_dtype") or "auto") if sparse else None,
     }
+    if b.get("layer_windows") is not None:  # a hybrid model: per layer, None (full) or its window
+        config["layer_windows"] = list(b["layer_windows"])
     tp = int(b.get("tensor_parallel", c.get("tensor_parallel", 1)) or 1)
     if tp > 1:  # rank 0's record: the simulator simulates rank 0's share (SimConfig.tensor_parallel)
         config["tensor_parallel"] = tp
