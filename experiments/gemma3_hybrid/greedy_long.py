@@ -47,7 +47,7 @@ def steps_below_max(model, ids, out):
     x = torch.tensor([ids + out], device=model.device)
     with torch.no_grad():
         logits = model(x, logits_to_keep=len(out) + 1).logits[0, :-1].float()
-    top = logits.max(-1).values
+    top = logits.max(-1).values  # steps of bf16 (the GPU's dtype; a CPU run in fp32 is held to the same rule)
     step = torch.finfo(torch.bfloat16).eps * torch.exp2(torch.floor(torch.log2(top.abs())))
     chosen = logits.gather(1, torch.tensor(out, device=model.device)[:, None])[:, 0]
     return ((top - chosen) / step).cpu()
@@ -64,24 +64,28 @@ def main():
     ap.add_argument("--modes", default="dense")
     ap.add_argument("--greedy", type=int, default=64)
     ap.add_argument("--out", required=True)
+    ap.add_argument("--device", default="cuda", help="cuda (bf16: the figures) or cpu (fp32: a smoke run)")
     a = ap.parse_args()
     import transformers
 
+    from oasis_exec.model.decoder import Decoder
+
+    dev = a.device
+    dtype = torch.bfloat16 if dev == "cuda" else torch.float32
     tok = load_tokenizer(a.gguf)
     d, name = os.path.split(a.gguf)
     t0 = time.time()
-    hf = (
-        transformers.AutoModelForCausalLM.from_pretrained(
-            d, gguf_file=name, dtype=torch.bfloat16, attn_implementation="sdpa"
-        )
-        .to("cuda")
-        .eval()
-    )
+    hf = transformers.AutoModelForCausalLM.from_pretrained(d, gguf_file=name, dtype=dtype, attn_implementation="sdpa")
+    hf = hf.to(dev).eval()
     print(f"transformers {transformers.__version__} loaded in {time.time() - t0:.0f}s", flush=True)
-    dec = None
+    dec = Decoder.from_path(a.gguf, dtype, dev)
+    positions = dec.shape.max_context_tokens  # 32,768: the engine refuses a max_context past them
     for n in (int(x) for x in a.lengths.split(",")):
         ids = text_ids(tok, n)
-        x = torch.tensor([ids], device="cuda")
+        ctx = min(n + a.greedy + 16, positions)
+        if n + a.greedy > ctx:
+            raise SystemExit(f"--lengths {n} + --greedy {a.greedy} exceed the model's {positions} positions")
+        x = torch.tensor([ids], device=dev)
         with torch.no_grad():
             ref = hf.generate(
                 x, attention_mask=torch.ones_like(x), max_new_tokens=a.greedy, do_sample=False, eos_token_id=None
@@ -89,22 +93,20 @@ def main():
         for mode in a.modes.split(","):
             cfg = ExecConfig(
                 model_path=a.gguf,
-                device="cuda",
-                dtype="bfloat16",
+                device=dev,
+                dtype="bfloat16" if dev == "cuda" else "float32",
                 mode=mode,
-                max_context=n + a.greedy + 16,
+                max_context=ctx,
                 max_lanes=1,
                 block_size=16,
                 # a sparse mode with K covering every block: the full layers' selection, host copies and transfers
                 # run, and the output must be dense's
-                **({} if mode == "dense" else {"top_k": -(-(n + a.greedy + 16) // 16), "fetch_ratio": 1.0}),
+                **({} if mode == "dense" else {"top_k": -(-ctx // 16), "fetch_ratio": 1.0}),
             )
             from oasis_exec.runner.runner import Runner
 
             t1 = time.time()
-            runner = Runner(cfg, decoder=dec)
-            dec = runner.dec
-            eng = Engine(cfg, runner)
+            eng = Engine(cfg, Runner(cfg, decoder=dec))
             got = eng.generate([ids], SamplingParams(max_tokens=a.greedy))[0]
             eng.close()
             steps = steps_below_max(hf, ids, got)
@@ -125,7 +127,7 @@ def main():
                 weights="real (gemma-3-270m-q4_k_m.gguf)",
                 torch=torch.__version__,
                 transformers=transformers.__version__,
-                gpu=torch.cuda.get_device_name(),
+                gpu=torch.cuda.get_device_name() if dev == "cuda" else "none (cpu, fp32)",
                 date=time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()),
             )
             print({k: v for k, v in row.items() if k not in ("ours", "ref")}, flush=True)

@@ -1,34 +1,49 @@
-# Issue 36: the capacity story on real weights -- Gemma 3 270M at 32K, one 3 GB KV budget, in one call: vLLM 0.26
-# dense on the same GGUF (its hybrid allocator keeps the sliding windows) against OasisKV dense (rings for the 15
-# sliding layers, pages for the 3 full ones) and lookahead at K = 128 and 256 blocks, S = K (--hot-slots K) and the
-# engine's victim cache (S = 3K where it fits), plus the no-transfer twin of each lookahead run. Selection: the
-# model's own (--selection model); weights: real. Bench records (tok/s, TPOT, bytes a step) in $OUT/oasis.jsonl.
+# Issue 36: the capacity story on real weights -- Gemma 3 270M at 32K, one 3 GB KV budget: vLLM 0.26 dense on the
+# same GGUF (its hybrid allocator keeps the sliding windows) against OasisKV dense (rings for the 15 sliding layers,
+# pages for the 3 full ones) and lookahead at K = 128 and 256 blocks, S = K (--hot-slots K) and a victim cache
+# (--hot-slots 3K), plus the no-transfer twin of S = K. Weights: real; prompts: real text (--prompt-text
+# traces/texts/argparse.py.txt, wrapped to 32,000 tokens, a different offset a request) prefilled for real, so the
+# selections are the model's own (--selection model). Draft: no head is trained for Gemma (the lookahead's draft head
+# is the engine's default, random: its draft token is noise, so the next step's prediction is the proxy's at best and
+# the bytes a step are an upper bound of a trained head's). Bench records (tok/s, TPOT, bytes a step) in
+# $OUT/oasis.jsonl.
 # Carry the model's pieces (.models/a .. .models/h, `stash`ed back to back, see greedy_long.sh) and the vLLM bundle
-# (.vb/1 .. .vb/3: dense_vs_lookahead_throughput/vllm_setup.sh), then:
+# (.vb/1 .. .vb/3: dense_vs_lookahead_throughput/vllm_setup.sh), then, in one call (the parts as arguments, default
+# all; PARTS that no longer fit the call's time are skipped with a line, so run the rest in a second call:
+# `... capacity_vllm la256`):
 #   OASIS_COMMIT=<sha> MODEL_SHA256=a5fd3b62230aa5ec60212297dc9d20eaa70578ac519e00d93a17e44c087a6818 \
-#     bash experiments/device.sh gemma3_hybrid/capacity_vllm
-# Written, not yet run (no device time in this session). Expected lanes at 32,000 tokens and 3 GB (bf16): dense
-# ~29 (100 MB of full-layer pages + 7.9 MB of rings a lane); lookahead K = 128, S = K: a lane's GPU share is
-# 3 layers x (K + 2) x 4 KiB x 2 + the rings + summaries, so the host pool and the step time bound it, not the budget.
+#     bash experiments/device.sh gemma3_hybrid/capacity_vllm [vllm] [dense] [la128] [la256]
+# Written, not yet run (no device time in this session). Expected lanes at 32,000 tokens and 3 GB (bf16; lane bytes
+# as kv/layout.py counts them since 55e0f04): dense 28 (106.4 MB: 2,004 blocks of full-layer pages + the rings);
+# lookahead K = 128, S = K: 20.4 MB a lane (3 rows x 130 slots x 16 KiB, 2,004 blocks of summaries x 3 KB, the rings
+# of 513 tokens), 146 lanes, so N = 128 requests run; S = 3K: 33.0 MB, 90 lanes; K = 256: 26.7 MB, 112 lanes;
+# S = 3K: 51.9 MB, 57 lanes. vLLM 0.26 at 3 GB held 16 requests at 3,684 tok/s (H200, 2026-12-04).
 DEADLINE_S=${DEADLINE_S:-590}
 CTX=${CTX:-32000}
 BUDGET=${BUDGET:-3}
+PARTS=${*:-vllm dense la128 la256}
 need_model || exit 1
-. experiments/dense_vs_lookahead_throughput/vllm_setup.sh
-vllm_run gemma 200 --gguf "$M" --ctx "$CTX" --conc "${VLLM_CONC:-16,32}" --kv-bytes "${BUDGET}e9"
+part() { [[ " $PARTS " == *" $1 "* ]]; }
+if part vllm; then
+  . experiments/dense_vs_lookahead_throughput/vllm_setup.sh
+  vllm_run gemma 200 --gguf "$M" --ctx "$CTX" --conc "${VLLM_CONC:-16,32}" --kv-bytes "${BUDGET}e9"
+fi
 run() {  # NAME BENCH-ARGS...: one bench record into $OUT/oasis.jsonl
   local name=$1; shift
+  local t; t=$(min 150 "$(( $(left) - 20 ))")
+  if [ "$t" -lt 45 ]; then say "no time left for OasisKV $name (run it in another call)"; return; fi
   say "OasisKV $name: $*"
-  timeout -k 10 "$(min 150 "$(( $(left) - 20 ))")" $PY -m oasis_exec bench --model-path "$M" --device cuda \
-    --context "$CTX" --kv-budget-gb "$BUDGET" --concurrency "${N:-128}" --steps "${STEPS:-24}" --warmup 4 \
-    --selection model "$@" --out "$OUT/oasis.jsonl" > "$OUT/bench_$name.log" 2>&1 \
+  timeout -k 10 "$t" $PY -m oasis_exec bench --model-path "$M" --device cuda --context "$CTX" \
+    --kv-budget-gb "$BUDGET" --concurrency "${N:-128}" --steps "${STEPS:-24}" --warmup 4 --selection model \
+    --prompt-text traces/texts/argparse.py.txt "$@" --out "$OUT/oasis.jsonl" > "$OUT/bench_$name.log" 2>&1 \
     || say "$name failed: $(tail -2 "$OUT/bench_$name.log" | cut -c1-300)"
 }
-run dense --mode dense
+part dense && run dense --mode dense
 for K in 128 256; do
+  part "la$K" || continue
   run "la${K}_s" --mode lookahead --top-k "$K" --hot-slots "$K"
-  run "la${K}_victim" --mode lookahead --top-k "$K"
   run "la${K}_s_nt" --mode lookahead --top-k "$K" --hot-slots "$K" --no-transfer
+  run "la${K}_victim" --mode lookahead --top-k "$K" --hot-slots "$(( 3 * K ))"
 done
 tail -n +1 "$OUT"/bench_*.log > "$OUT/bench.log" 2>&1 && rm -f "$OUT"/bench_*.log
 say "done"
