@@ -5,8 +5,8 @@ before it (tiny random model, CPU). The GPU twin is ``tests/gpu/test_exec_gpu.py
 import pytest
 from exec_cases import assert_same_run, cfg, prompts, run_state
 
-import oasis_exec.runner.model_exec as model_exec
 from oasis_exec.config import ExecConfig
+from oasis_exec.workingset.selector import Selector
 
 pytestmark = pytest.mark.usefixtures("one_torch_thread")
 
@@ -18,8 +18,8 @@ def test_sets_drawn_ahead_give_the_run_of_sets_drawn_each_step(ahead, topk, monk
     ps = prompts(1, (90, 60, 120))
     kw = dict(top_k=3, fetch_ratio=0.67, selection="synthetic")
     calls = []
-    real = model_exec.ModelExec._topk
-    monkeypatch.setattr(model_exec.ModelExec, "_topk", lambda *a: calls.append(1) or real(*a))
+    real = Selector.topk
+    monkeypatch.setattr(Selector, "topk", lambda *a: calls.append(1) or real(*a))
     ref = run_state(cfg("lookahead", **kw), ps, 30)
     n_ref = len(calls)  # the top-Ks a synthetic run runs anyway (steps without sets)
     got = run_state(cfg("lookahead", **kw, synthetic_ahead=ahead, synthetic_topk=topk), ps, 30)
