@@ -24,15 +24,16 @@ def tok():
 
 
 class NoTemplate:
-    """The tokenizer without a chat template (a base model's prompt layout)."""
+    """The tokenizer without a chat template and adding a BOS of its own (a base model's prompt layout: Gemma's)."""
 
     chat_template = None
+    bos_token_id = 1
 
     def __init__(self, tok):
         self.tok = tok
 
     def encode(self, text, add_special_tokens=False):
-        return self.tok.encode(text, add_special_tokens=add_special_tokens)
+        return [1] * add_special_tokens + self.tok.encode(text, add_special_tokens=False)
 
     def decode(self, ids):
         return self.tok.decode(ids)
@@ -120,7 +121,9 @@ def test_deterministic_seeded_and_round_trips_through_a_task_file(tok, suite, tm
 def test_without_a_chat_template_the_prompt_is_plain(tok):
     plain = NoTemplate(tok)
     t = LT.make_task(plain, "passkey", 1024, 0, depth=0.5)
-    text = tok.decode(t.prompt(LT.filler_ids(plain)))
+    p = t.prompt(LT.filler_ids(plain))
+    assert p[0] == 1 and p[1] != 1 and LT.bos_ids(tok) == []  # BOS first where the tokenizer adds one; SmolLM2: none
+    text = tok.decode(p[1:])
     assert text.startswith(LT.INTRO["passkey"][:40]) and "<|im_start|>" not in text
     assert len(t.prompt(LT.filler_ids(plain))) == 1024 - t.answer_tokens
 

@@ -92,13 +92,23 @@ def filler_ids(tok, texts=TEXTS) -> list:
 
 def chat_parts(tok) -> tuple[str, str]:
     """(text before the user message, text after it incl. the generation prompt); ("", "") without a chat
-    template (a base model: Gemma 3 270M's GGUF has none)."""
+    template (a base model: Gemma 3 270M's GGUF has none). The prompt starts with ``bos_ids``."""
     if not getattr(tok, "chat_template", None):
         return "", ""
     mark = "\x00TASK-CONTENT\x00"
     s = tok.apply_chat_template([{"role": "user", "content": mark}], tokenize=False, add_generation_prompt=True)
     a, b = s.split(mark)
     return a, b
+
+
+def bos_ids(tok) -> list:
+    """[BOS] where the tokenizer adds one by itself (Gemma: its prompts must start with it), else []."""
+    bos = getattr(tok, "bos_token_id", None)
+    try:
+        ids = tok.encode("", add_special_tokens=True)
+    except TypeError:
+        return []
+    return [bos] if bos is not None and list(ids)[:1] == [bos] else []
 
 
 def _draw_numbers(rng: random.Random, n: int, banned_text: str) -> list:
@@ -161,8 +171,8 @@ def make_task(tok, kind: str, n_tokens: int, trial: int, *, depth: float | None 
         answer, q = str(value), {"name": a[-1]}
         info = {"chain": a, "decoy": b, "decoy_value": other, "in_chain": is_chain}
     question, prefix = QUESTION[kind]
-    pre = encode(tok, head + INTRO[kind]) if head else encode(tok, INTRO[kind])
-    post = encode(tok, question.format(**q)) + (encode(tok, tail) if tail else []) + encode(tok, prefix.format(**q))
+    pre = bos_ids(tok) + encode(tok, head + INTRO[kind])
+    post = encode(tok, question.format(**q)) + encode(tok, tail or "\n") + encode(tok, prefix.format(**q))
     st_ids = [encode(tok, s) for s in stmts]
     n_fill = n_tokens - answer_tokens - len(pre) - sum(map(len, st_ids)) - len(post)
     if n_fill < 16 * (len(stmts) + 1):

@@ -211,6 +211,12 @@ def main(args) -> int:
                                     answer_tokens=args.answer_tokens, seed=args.seed, n_keys=args.n_keys,
                                     hops=args.hops, filler=filler) for n in args.lengths}  # fmt: skip
         tmeta = {"tokenizer": "transformers (from the GGUF), built in this run"}
+    from oasis_exec.model.gguf import sha256_file
+
+    sha = sha256_file(path) if os.path.isfile(path) else None
+    if tmeta.get("model_sha256") and sha and tmeta["model_sha256"] != sha:
+        raise ValueError(f"--tasks-file {args.tasks_file}: made for {tmeta.get('model_file')} (sha256 "
+                         f"{tmeta['model_sha256'][:12]}...), not this model ({sha[:12]}...): its token ids differ")  # fmt: skip
     dtype = args.dtype or ("bfloat16" if args.device == "cuda" else "float32")
     t0 = time.time()
     dec = Decoder.from_path(path, dtype=getattr(torch, dtype), device=torch.device(args.device),
@@ -222,14 +228,13 @@ def main(args) -> int:
                     draft_path=args.draft_path, cuda_graph=not args.no_cuda_graph,
                     prefill_chunk=args.prefill_chunk)  # fmt: skip
     out = args.out or os.path.join("experiments", "long_context_draft", "results", "tasks.json")
-    from oasis_exec.model.gguf import sha256_file
 
     meta = {
         "schema": SCHEMA, "version": 1,
         "what": "long-context task accuracy per mode through the engine; a group counts where dense solves it at "
         f">= {args.min_dense:g}",
         "weights": {"source": "real", "file": os.path.basename(path),
-                    "sha256": sha256_file(path) if os.path.isfile(path) else None, "model": dec.shape.name},
+                    "sha256": sha, "model": dec.shape.name},
         "draft": {"drafts": args.drafts, "path": args.draft_path, "draft_head": args.draft_head,
                   "weights": "trained" if args.draft_path else "random (no lookahead signal expected)"},
         "selection": "model (the engine's own)",
