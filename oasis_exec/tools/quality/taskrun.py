@@ -186,9 +186,43 @@ def make_tasks_file(args, path: str) -> str:
     return args.make_tasks
 
 
+def check_args(args) -> None:
+    """Every bound before anything is loaded (ValueError: the command's one error line, exit 2)."""
+
+    def bad(flag, why):
+        raise ValueError(f"{flag}: {why}")
+
+    if any(n < 256 for n in args.lengths):
+        bad("--lengths", f"each must be >= 256 tokens, got {' '.join(map(str, args.lengths))}")
+    if not 1 <= args.trials <= 1000:
+        bad("--trials", f"must be in 1..1000, got {args.trials}")
+    if not 1 <= args.answer_tokens <= 64:
+        bad("--answer-tokens", f"must be in 1..64, got {args.answer_tokens}")
+    if not (2 <= args.n_keys <= len(LT.NAMES) and 1 <= args.hops <= 16):
+        bad("--n-keys/--hops", f"want 2..{len(LT.NAMES)} keys and 1..16 hops, got {args.n_keys} and {args.hops}")
+    if not all(0 <= d <= 1 for d in args.depths):
+        bad("--depths", "each must be in [0, 1]")
+    if not all(0 < r <= 1 for r in args.fetch_ratios) or not all(0 < f <= 1 for f in args.k_fracs):
+        bad("--fetch-ratios/--k-fracs", "each must be in (0, 1]")
+    if args.top_k is not None and args.top_k < 1:
+        bad("--top-k", f"must be >= 1, got {args.top_k}")
+    if not 0 <= args.min_dense <= 1:
+        bad("--min-dense", f"must be in [0, 1], got {args.min_dense}")
+    if args.max_lanes < 1 or args.block_size < 1 or args.prefill_chunk < 1:
+        bad("--max-lanes/--block-size/--prefill-chunk", "each must be >= 1")
+    if args.time_budget_s is not None and not args.time_budget_s >= 0:
+        bad("--time-budget-s", f"must be >= 0, got {args.time_budget_s}")
+    if args.device not in ("cpu", "cuda") and not str(args.device).startswith("cuda:"):
+        bad("--device", f"cpu or cuda, got {args.device!r}")
+    if str(args.device).startswith("cuda") and not torch.cuda.is_available():
+        bad("--device", "CUDA is not available here")
+
+
 def main(args) -> int:
     from oasis_exec.model.decoder import Decoder
+    from oasis_exec.model.gguf import sha256_file
 
+    check_args(args)
     path = args.model_path
     if path is None:
         from oasis_exec.model.gguf import smollm2_path
@@ -197,12 +231,23 @@ def main(args) -> int:
     if args.make_tasks:
         print("wrote", make_tasks_file(args, path))
         return 0
+    sha = None
     if args.tasks_file:
         filler, suites, tmeta = LT.load_tasks(args.tasks_file)
+        sha = sha256_file(path) if os.path.isfile(path) else None
         suites = {n: [t for t in ts if t.kind in args.kinds] for n, ts in suites.items() if n in args.lengths}
-        if not suites:
-            raise SystemExit(f"--tasks-file {args.tasks_file}: none of --lengths {args.lengths} in it")
-    else:
+        if not any(suites.values()):
+            raise ValueError(f"--tasks-file {args.tasks_file}: no task of --lengths {args.lengths} and --kinds in it")
+        if tmeta.get("model_sha256") and sha and tmeta["model_sha256"] != sha:
+            raise ValueError(f"--tasks-file {args.tasks_file}: made for {tmeta.get('model_file')} (sha256 "
+                             f"{tmeta['model_sha256'][:12]}...), not this model ({sha[:12]}...): its token ids "
+                             "differ")  # fmt: skip
+    dtype = args.dtype or ("bfloat16" if str(args.device).startswith("cuda") else "float32")
+    t0 = time.time()
+    dec = Decoder.from_path(path, dtype=getattr(torch, dtype), device=torch.device(args.device),
+                            fused=str(args.device).startswith("cuda"))  # fmt: skip
+    sha = sha or (sha256_file(path) if os.path.isfile(path) else None)
+    if not args.tasks_file:
         from .texts import hf_tokenizer
 
         tok = hf_tokenizer(path)
@@ -211,16 +256,6 @@ def main(args) -> int:
                                     answer_tokens=args.answer_tokens, seed=args.seed, n_keys=args.n_keys,
                                     hops=args.hops, filler=filler) for n in args.lengths}  # fmt: skip
         tmeta = {"tokenizer": "transformers (from the GGUF), built in this run"}
-    from oasis_exec.model.gguf import sha256_file
-
-    sha = sha256_file(path) if os.path.isfile(path) else None
-    if tmeta.get("model_sha256") and sha and tmeta["model_sha256"] != sha:
-        raise ValueError(f"--tasks-file {args.tasks_file}: made for {tmeta.get('model_file')} (sha256 "
-                         f"{tmeta['model_sha256'][:12]}...), not this model ({sha[:12]}...): its token ids differ")  # fmt: skip
-    dtype = args.dtype or ("bfloat16" if args.device == "cuda" else "float32")
-    t0 = time.time()
-    dec = Decoder.from_path(path, dtype=getattr(torch, dtype), device=torch.device(args.device),
-                            fused=args.device == "cuda")  # fmt: skip
     decode = _decoder_fn(args.tokenizer, path)
     modes = args.modes if "dense" in args.modes else ["dense"] + list(args.modes)
     var_list = variants(modes, args.k_fracs, args.fetch_ratios, args.drafts, args.top_k)
