@@ -46,7 +46,9 @@ def run_variant(dec, v: Variant, n: int, tasks, filler, *, max_lanes: int, refs:
     for i in range(0, len(tasks), max_lanes):
         ts = to_engine_tasks(tasks[i : i + max_lanes], filler)
         cfg = exec_config(v, n, ts, shape=dec.shape, **cfg_kw["base"])
-        if cfg_kw.get("draft_head") and v.mode == "lookahead":
+        if v.mode == "lookahead" and v.draft != "head":  # oracle / n-gram stand in for a single-key head's proposals
+            cfg = dataclasses.replace(cfg, draft_path=None, draft_head="single")
+        elif v.mode == "lookahead" and cfg_kw.get("draft_head"):
             cfg = dataclasses.replace(cfg, draft_head=cfg_kw["draft_head"])
         raw = run_engine(dec, cfg, ts, v.draft, refs)
         for name, r in raw["tasks"].items():
