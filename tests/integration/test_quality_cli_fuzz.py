@@ -1,4 +1,4 @@
-"""Fuzz of the hand-written command lines (``python -m oasis_exec quality selection|endtoend`` and
+"""Fuzz of the hand-written command lines (``python -m oasis_exec quality selection|endtoend|tasks`` and
 ``python -m oasis_exec.tools.draft_train corpus|train``): random option vectors (fixed seed; valid, invalid, extreme and
 unknown values, bad paths) never give a traceback. A vector either stops at the first model load (patched to raise
 ``Reached``: its options passed every front-door check) or ends with exit 0 / 2 and at most one line on stderr."""
@@ -62,6 +62,21 @@ COMMANDS = {
         "--fetch-policies": ["drift", "per-layer:0.5", "recall:2", "nope", "budget:x", "fixed:0.05", "DRIFT"],
         "--shift-lengths": NUM,
         "--shift-tokens": NUM,
+    },
+    ("quality", "tasks"): {
+        **COMMON,
+        "--lengths": NUM,
+        "--trials": NUM,
+        "--answer-tokens": NUM,
+        "--depths": FRAC,
+        "--k-fracs": FRAC,
+        "--fetch-ratios": FRAC,
+        "--top-k": NUM,
+        "--min-dense": FRAC,
+        "--max-lanes": NUM,
+        "--tasks-file": ["/nonexistent.json", "README.md"],
+        "--time-budget-s": NUM,
+        "--modes": ["dense", "lookahead", "sparse"],
     },
 }
 TRAIN = {

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import importlib
 
-SUBCOMMANDS = ("selection", "endtoend")  # modules of this package with add_command(subparsers)
+SUBCOMMANDS = ("selection", "endtoend", "taskrun")  # modules of this package with add_command(subparsers)
 
 
 def add_quality_command(sub) -> None:
