@@ -14,9 +14,11 @@ window + itself).
         --out experiments/block_scorers/results/gemma_32k_cpu.json
 
 Texts: ``licences`` (``gemma_licences_ids.json``, the earlier runs' text) or ``held:I`` (held-out window I of
-``../long_context_draft/data/gemma_32k.npz``). ``--dump FILE`` also saves the full layers' keys and the queries at
-t and t + 1 (for exploring scorers offline); ``--calib FILE`` saves, for ``train:I`` texts, every full layer's
-keys and a strided sample of its queries (what ``oasis_core.lowrank_scorer`` bases are fitted on) and stops.
+``../long_context_draft/data/gemma_32k.npz``). ``--dump FILE`` also saves the caches and the full layers' queries at
+t and t + 1, and ``--from-dump FILE`` starts from them (no prefill: scorers added later cost minutes); ``--calib FILE`` saves, for ``train:I`` texts, every full layer's
+keys and a strided sample of its queries (what ``fit_basis.py`` fits the per-token scorer's bases on) and stops.
+``--token-scorers NAME ...`` (with ``--bases calib/gemma3_270m_basis.npz``) adds the per-token scorer
+(``oasis_core.token_scorer``) with those bases, reported as ``tokens:NAME`` (e.g. ``tokens:pairs64``).
 """
 
 from __future__ import annotations
@@ -34,6 +36,7 @@ import torch.nn.functional as F
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))))
 
+from oasis_core import token_scorer  # noqa: E402
 from oasis_core.block_scorers import SCORERS, summary_bytes_per_token  # noqa: E402
 from oasis_exec.tools.quality import metrics  # noqa: E402
 from oasis_exec.tools.quality.draft_pass import draft_attention, resident_mask  # noqa: E402
@@ -42,6 +45,7 @@ from oasis_exec.tools.quality.scorer_stats import SCORER_STATS, LayerScorers  # 
 HERE = os.path.dirname(os.path.abspath(__file__))
 IDS_JSON = os.path.join(HERE, "gemma_licences_ids.json")
 NPZ = os.path.join(HERE, "..", "long_context_draft", "data", "gemma_32k.npz")
+BASES = os.path.join(HERE, "calib", "gemma3_270m_basis.npz")
 
 
 def text_ids(name: str) -> list:
@@ -132,13 +136,16 @@ def main() -> int:
     ap.add_argument("--n-tokens", type=int, default=32768)
     ap.add_argument("--positions", type=int, default=16)
     ap.add_argument("--ks", type=int, nargs="+", default=[64, 128, 256])
-    ap.add_argument("--scorers", nargs="+", default=list(SCORERS))
+    ap.add_argument("--scorers", nargs="+", default=list(SCORERS), choices=SCORERS)
+    ap.add_argument("--token-scorers", nargs="*", default=[], help="bases of --bases, e.g. pairs64 qpca64")
+    ap.add_argument("--bases", default=BASES)
     ap.add_argument("--block-size", type=int, default=16)
     ap.add_argument("--chunk", type=int, default=1024)
     ap.add_argument("--draft-chunk", type=int, default=48, help="draft rows per forward (memory)")
     ap.add_argument("--threads", type=int, default=None)
     ap.add_argument("--no-draft", action="store_true", help="skip the lookahead draft pass")
     ap.add_argument("--dump", default=None, help="also save keys and queries (torch.save) here")
+    ap.add_argument("--from-dump", default=None, help="a --dump of this text: skip the prefill")
     ap.add_argument("--calib", default=None, help="save the full layers' keys and every 8th query here and stop")
     ap.add_argument("--out", default=None)
     args = ap.parse_args()
@@ -156,33 +163,48 @@ def main() -> int:
     ts = torch.arange(n - 1 - p_, n - 1)
     keep_q = torch.cat([ts, ts[-1:] + 1])
     wmax = max(w for w in (spec.layer_window(i) for i in range(spec.n_layers)) if w is not None)
-    with torch.no_grad():
-        kc, vc, start, qk, qs = prefill(dec, ids, args.chunk, keep_q, wmax + p_ + 2, 8 if args.calib else 0)
+    if args.from_dump:  # a --dump of an earlier run of the same text: no prefill
+        dump = torch.load(args.from_dump)
+        if dump["text"] != args.text or dump["n"] != n or not torch.equal(dump["ts"], ts):
+            raise SystemExit(f"{args.from_dump}: another text, length or positions")
+        if "kc" in dump:
+            kc, vc, start, qk = dump["kc"], dump["vc"], dump["start"], dump["qk"]
+        elif args.no_draft:  # the first dumps' format: full layers' keys and queries only
+            kc, qk = dump["k"], {i: torch.cat([dump["q_cur"][i], dump["q_next"][i][-1:]]) for i in dump["k"]}
+        else:
+            raise SystemExit(f"{args.from_dump}: keys and queries only (an early dump): pass --no-draft")
+    else:
+        with torch.no_grad():
+            kc, vc, start, qk, qs = prefill(dec, ids, args.chunk, keep_q, wmax + p_ + 2, 8 if args.calib else 0)
     t_fwd = time.time() - t0
     print(f"chunked prefill of {n} tokens: {t_fwd:.0f} s", flush=True)
     if args.calib:
         torch.save({"text": args.text, "n": n, "layers": full, "k": {i: kc[i] for i in full}, "q": qs}, args.calib)
         print(f"wrote {args.calib}")
         return 0
+    if args.dump:
+        torch.save({"text": args.text, "n": n, "ts": ts, "kc": kc, "vc": vc, "start": start, "qk": qk}, args.dump)
     q_cur = {i: qk[i][:-1] for i in full}
     q_next = {i: qk[i][1:] for i in full}
-    if args.dump:
-        torch.save({"text": args.text, "n": n, "ts": ts, "k": {i: kc[i] for i in full}, "q_cur": q_cur,
-                    "q_next": q_next}, args.dump)  # fmt: skip
     ids_t = torch.tensor(ids)
     layers, sets, res = {}, {}, {}
+    from fit_basis import load
+
+    tok_names = [f"tokens:{b}" for b in args.token_scorers]
+    scorers = list(args.scorers) + tok_names
     for li in full:
         k_l = kc[li]
         mass = metrics.block_mass(metrics.attention_probs(q_next[li], k_l, ts + 2), bs, k_l.shape[1])
-        ls = layers[li] = LayerScorers(args.scorers, k_l, bs, scale=1.0 / spec.head_dim**0.5)
-        for s in args.scorers:
+        bases = {f"tokens:{b}": torch.tensor(load(args.bases, li, b, spec.head_dim)) for b in args.token_scorers}
+        ls = layers[li] = LayerScorers(scorers, k_l, bs, scale=1.0 / spec.head_dim**0.5, bases=bases)
+        for s in scorers:
             for k in args.ks:
                 st, tc, tn = ls.stats(s, k, q_cur[li], q_next[li], mass, ts)
                 res.setdefault((s, k), {x: [] for x in (*SCORER_STATS, "lookahead")})
                 for x in SCORER_STATS:
                     res[(s, k)][x].append(st[x])
                 sets[(li, s, k)] = (tc, tn)
-    variants = [(s, k) for s in args.scorers for k in args.ks]
+    variants = [(s, k) for s in scorers for k in args.ks]
     if not args.no_draft:
         rows = [(v, j) for v in variants for j in range(p_)]
         q_draft = {li: [] for li in full}
@@ -209,7 +231,13 @@ def main() -> int:
         row = {"scorer": s, "k": k, "k_frac": k / -(-n // bs)}
         row.update({x: sum(vals) / len(vals) for x, vals in v.items() if vals})
         row["per_layer"] = v
-        row["bytes"] = summary_bytes_per_token(s, spec.head_dim, bs)
+        if s in tok_names:
+            per_tok = token_scorer.bytes_per_token(np.load(args.bases)[f"L{full[0]}_{s[7:]}"].shape[-1])
+            kv = 2 * spec.head_dim * 2
+            row["bytes"] = {"needed": per_tok, "allocated": per_tok, "needed_frac_kv": per_tok / kv,
+                            "allocated_frac_kv": per_tok / kv}  # fmt: skip
+        else:
+            row["bytes"] = summary_bytes_per_token(s, spec.head_dim, bs)
         table.append(row)
         la = f"{100 * row['lookahead']:5.1f}" if "lookahead" in row else "  -  "
         print(
@@ -228,6 +256,7 @@ def main() -> int:
         "device": "cpu",
         "dtype": "float32",
         "model_code": "oasis_exec.model.gemma3.Gemma3Decoder, chunked prefill",
+        "bases": (os.path.relpath(args.bases) + ": " + str(np.load(args.bases)["meta"])) if tok_names else None,
         "date": datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%d %H:%M UTC"),
         "commit": provenance.commit(),
         "command": "python " + " ".join(sys.argv),
@@ -236,6 +265,7 @@ def main() -> int:
         "block_size": bs,
         "elapsed_s": round(time.time() - t0, 1),
         "prefill_s": round(t_fwd, 1),
+        "from_dump": args.from_dump,
         "rows": table,
     }
     if args.out:
