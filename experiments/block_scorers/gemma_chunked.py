@@ -143,6 +143,7 @@ def main() -> int:
     ap.add_argument("--chunk", type=int, default=1024)
     ap.add_argument("--draft-chunk", type=int, default=48, help="draft rows per forward (memory)")
     ap.add_argument("--threads", type=int, default=None)
+    ap.add_argument("--device", default="cpu", help="cpu | cuda (every tensor made there: torch.set_default_device)")
     ap.add_argument("--no-draft", action="store_true", help="skip the lookahead draft pass")
     ap.add_argument("--dump", default=None, help="also save keys and queries (torch.save) here")
     ap.add_argument("--from-dump", default=None, help="a --dump of this text: skip the prefill")
@@ -154,8 +155,10 @@ def main() -> int:
     from oasis_exec.model.gemma3 import Gemma3Decoder, gemma3_path
 
     t0 = time.time()
+    dev = torch.device(args.device)
+    torch.set_default_device(dev)
     path = gemma3_path()
-    dec = Gemma3Decoder.from_gguf(path, dtype=torch.float32)
+    dec = Gemma3Decoder.from_gguf(path, dtype=torch.float32, device=dev)
     spec = dec.shape
     full = [i for i in range(spec.n_layers) if spec.layer_window(i) is None]
     ids = text_ids(args.text)[: args.n_tokens]
@@ -164,7 +167,7 @@ def main() -> int:
     keep_q = torch.cat([ts, ts[-1:] + 1])
     wmax = max(w for w in (spec.layer_window(i) for i in range(spec.n_layers)) if w is not None)
     if args.from_dump:  # a --dump of an earlier run of the same text: no prefill
-        dump = torch.load(args.from_dump)
+        dump = torch.load(args.from_dump, map_location=dev)
         if dump["text"] != args.text or dump["n"] != n or not torch.equal(dump["ts"], ts):
             raise SystemExit(f"{args.from_dump}: another text, length or positions")
         if "kc" in dump:
@@ -253,7 +256,7 @@ def main() -> int:
         "selection_source": "model (each scorer's own top-K)",
         "draft": "correct (the text's next token), sparse view: T^s_t + local block",
         "text": args.text,
-        "device": "cpu",
+        "device": str(dev) + (f" ({torch.cuda.get_device_name(dev)})" if dev.type == "cuda" else ""),
         "dtype": "float32",
         "model_code": "oasis_exec.model.gemma3.Gemma3Decoder, chunked prefill",
         "bases": (os.path.relpath(args.bases) + ": " + str(np.load(args.bases)["meta"])) if tok_names else None,
