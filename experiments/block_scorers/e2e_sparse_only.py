@@ -26,7 +26,9 @@ _variants, _build = e2e.variants, e2e.build_tasks
 
 
 def variants(*a, **kw):
-    return [v for v in _variants(*a, **kw) if get_mode(v.mode).selects]
+    """The selecting variants at a K (with every mode taken as a reference, ``_variants`` also lists each mode once
+    bare, as it lists dense: no K, so one block; dropped)."""
+    return [v for v in _variants(*a, **kw) if get_mode(v.mode).selects and (v.k_frac, v.top_k) != (None, None)]
 
 
 def build_tasks(*a, **kw):
