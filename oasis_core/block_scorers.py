@@ -40,9 +40,12 @@ BASE_SCORERS = ("minmax", "minmax_sum", "mean", "gauss")
 SCORERS = BASE_SCORERS + tuple(s + "+sink" for s in BASE_SCORERS)
 # The engine's and the simulator's default stays the paper's bound until its replacement is timed on the H200.
 # minmax_sum+sink held more of the next query's attention than minmax on both real models at every K, in mass,
-# recall, proxy and lookahead agreement, at the same summary bytes, and cut retrieval's perplexity loss on the CPU
-# (experiments/block_scorers/README.md); its kernel (block_score_any) has compiled for sm_90 but never run on a GPU,
-# and issue 38 asks the 16K x 44 step time to be measured before the default moves (steps/step_time.sh).
+# recall, proxy and lookahead agreement, at the same summary bytes (SmolLM2 4K-8K; Gemma 4K-32K: 72.5% against
+# 57.0% at 32K, K = 256), and cut retrieval's perplexity loss on the CPU (experiments/block_scorers/README.md); its
+# kernel (block_score_any) has compiled for sm_90 but never run on a GPU, and issue 38 asks the 16K x 44 step time to
+# be measured before the default moves (steps/step_time.sh). On Gemma alone mean+sink holds ~2 points more at half
+# the bytes but loses 8 on SmolLM2; the per-token scorer (oasis_core.token_scorer) holds 82.3% at 32K at twice the
+# bytes but is not in the engine's storage yet and needs a per-model channel choice.
 MEASURED_BEST = "minmax_sum+sink"
 DEFAULT_SCORER = "minmax"
 

@@ -6,15 +6,19 @@
 #                                                                                -> pytest_gpu.txt
 # 2. the scoring kernel alone per scorer, 44 requests x 16K, 32 q / 8 KV heads, D 128 (one layer)
 #                                                                                -> kernel.jsonl
+# 2b. the per-token scorer (oasis_core.token_scorer; not in the engine yet: its plain-torch reference,
+#    oasis_kernels/token_scorer.py) at the same shape, r = 32 (= D / 4, twice min/max's bytes) and 16 (= min/max's)
+#                                                                                -> kernel_tokens.jsonl
 # 3. the decode step per scorer (bench: tok/s, TPOT; same seed and selections), minmax first and last (drift check)
 #                                                                                -> bench.jsonl, bench_*.log
-# 4. kernel profiles of the step, minmax against minmax_sum+sink, the default since issue 38 (the score kernel's share)
+# 4. kernel profiles of the step, minmax against minmax_sum+sink (the measured best of the two-vector scorers)
 #                                                                                -> profile_*.txt, profile.jsonl
 DEADLINE_S=${DEADLINE_S:-540}
 SYN=${SYN:-'{"preset": "smollm2"}'}
 SCORERS=${SCORERS:-"minmax minmax_sum+sink mean+sink gauss+sink minmax_sum"}
 say "1. kernel tests on the GPU"
 timeout -k 5 120 $PY -m pytest -q -n 0 tests/unit/test_kernels_block_scorers.py tests/unit/test_kernels_block_score.py \
+  tests/unit/test_kernels_token_scorer.py \
   > "$OUT/pytest_gpu.txt" 2>&1; say "pytest rc=$? $(tail -1 "$OUT/pytest_gpu.txt")"
 say "2. the scoring kernel alone"
 timeout -k 5 120 $PY - "$SCORERS" > "$OUT/kernel.jsonl" 2> "$OUT/kernel.err" <<'PY'
@@ -24,6 +28,14 @@ for s in sys.argv[1].split():
     print(json.dumps(bench_block_score_any(s, batch=44, n_q_heads=32, n_kv_heads=8, head_dim=128, context=16384)))
 PY
 say "kernel rc=$? $(cat "$OUT/kernel.jsonl" | cut -c1-160)"
+say "2b. the per-token scorer (plain torch)"
+timeout -k 5 90 $PY - > "$OUT/kernel_tokens.jsonl" 2> "$OUT/kernel_tokens.err" <<'PY'
+import json
+from oasis_kernels.token_scorer import bench_token_score
+for r in (32, 16):
+    print(json.dumps(bench_token_score(batch=44, n_q_heads=32, n_kv_heads=8, head_dim=128, context=16384, rank=r)))
+PY
+say "tokens rc=$? $(cut -c1-160 "$OUT/kernel_tokens.jsonl")"
 BENCH=(-m oasis_exec bench --context 16384 --kv-budget-gb 52 --selection synthetic --synthetic "$SYN" --no-host-fill
   --transfer auto --top-k 128 --steps 24 --warmup 4 --mode lookahead --concurrency 44 --max-lanes 44)
 say "3. the step at 16K x 44 per scorer"

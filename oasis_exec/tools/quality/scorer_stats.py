@@ -12,13 +12,15 @@ scorer ``s`` and ``K`` (blocks of ``block_size``; the local block always residen
 - *lookahead* (the caller's draft pass): ``|top-K^s(draft query) ∩ T^s_{t+1}| / K``, the draft run through
   ``T^s_t`` + the local block (``resident`` below gives the caller ``T^s_t``).
 
-Every value is the mean over positions and KV heads; callers average layers and texts.
+Every value is the mean over positions and KV heads; callers average layers and texts. ``bases`` adds per-token
+scorers (``oasis_core.token_scorer``): name -> basis [Hkv, D, r]; their scores count the tokens the query attends.
 """
 
 from __future__ import annotations
 
 import torch
 
+from oasis_core import token_scorer
 from oasis_core.block_scorers import build, score
 from oasis_core.scoring import topk_blocks
 
@@ -27,10 +29,14 @@ from . import metrics
 SCORER_STATS = ("mass", "best", "recall", "proxy", "adjacent")
 
 
-def topk(q, summaries, scorer: str, k: int, n_blocks, scale=None):
-    """Top-k per KV head: q [P, Hq, D]; summaries (a, b) each [Hkv, NB, D]; n_blocks [P] -> int64 [P, Hkv, k]."""
+def topk(q, summaries, scorer: str, k: int, n_blocks, scale=None, n_tokens=None):
+    """Top-k per KV head: q [P, Hq, D]; summaries (a, b) each [Hkv, NB, D], or (projected keys [Hkv, NB, bs, r],
+    basis) of a per-token scorer with ``n_tokens`` [P]; n_blocks [P] -> int64 [P, Hkv, k]."""
     a, b = summaries
-    s = score(q.float(), a[None], b[None], scorer, scale)  # [P, Hkv, NB]
+    if a.dim() == 4:  # per-token: one row per position (each its own token count)
+        s = token_scorer.score(q.float(), a[None].expand(q.shape[0], *a.shape), b, n_tokens, scale)
+    else:
+        s = score(q.float(), a[None], b[None], scorer, scale)  # [P, Hkv, NB]
     p_, h, nb = s.shape
     return topk_blocks(s.reshape(p_ * h, nb), k, n_blocks.repeat_interleave(h)).view(p_, h, k)
 
@@ -39,9 +45,11 @@ class LayerScorers:
     """One layer's summaries per scorer and the statistics above. k_l: [T, Hkv, D] context keys; mass: [P, Hkv, NB]
     the true block mass of ``q_{t+1}`` (``metrics.block_mass``); ts: int64 [P] positions t."""
 
-    def __init__(self, scorers, k_l, block_size: int, scale=None):
+    def __init__(self, scorers, k_l, block_size: int, scale=None, bases=None):
         keys = k_l.float().transpose(0, 1)  # [Hkv, T, D]
-        self.summ = {s: build(keys, block_size, s) for s in scorers}
+        bases = bases or {}
+        self.summ = {s: build(keys, block_size, s) for s in scorers if s not in bases}
+        self.summ.update({s: (token_scorer.build(keys, b.float(), block_size), b.float()) for s, b in bases.items()})
         self.bs, self.scale = block_size, scale
 
     def stats(self, scorer: str, k: int, q_cur, q_next, mass, ts) -> tuple[dict, torch.Tensor, torch.Tensor]:
@@ -49,9 +57,9 @@ class LayerScorers:
         bs = self.bs
         nb_t, nb_t1 = ts // bs + 1, (ts + 1) // bs + 1
         sm = self.summ[scorer]
-        tn = topk(q_next, sm, scorer, k, nb_t1, self.scale)
-        tc = topk(q_cur, sm, scorer, k, nb_t, self.scale)
-        px = topk(q_cur, sm, scorer, k, nb_t1, self.scale)
+        tn = topk(q_next, sm, scorer, k, nb_t1, self.scale, ts + 2)
+        tc = topk(q_cur, sm, scorer, k, nb_t, self.scale, ts + 1)
+        px = topk(q_cur, sm, scorer, k, nb_t1, self.scale, ts + 1)
         p_, h, nb = mass.shape
         best = topk_blocks(mass.reshape(p_ * h, nb), k, nb_t1.repeat_interleave(h)).view(p_, h, k)
         local = (ts + 1) // bs
@@ -66,5 +74,5 @@ class LayerScorers:
 
     def agreement(self, scorer: str, k: int, q_draft, t_next, ts) -> float:
         """Lookahead agreement of draft queries [P, Hq, D] with ``T^s_{t+1}`` [P, Hkv, k]."""
-        pred = topk(q_draft, self.summ[scorer], scorer, k, (ts + 1) // self.bs + 1, self.scale)
+        pred = topk(q_draft, self.summ[scorer], scorer, k, (ts + 1) // self.bs + 1, self.scale, ts + 2)
         return metrics.set_overlap(pred, t_next).mean().item()
