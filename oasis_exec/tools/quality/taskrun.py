@@ -26,6 +26,7 @@ import time
 import torch
 
 from oasis_core import provenance
+from oasis_core.modes import get as get_mode
 
 from . import longtasks as LT
 from .endtoend import Task, Variant, _is_reference, exec_config, run_engine, variants
@@ -46,9 +47,10 @@ def run_variant(dec, v: Variant, n: int, tasks, filler, *, max_lanes: int, refs:
     for i in range(0, len(tasks), max_lanes):
         ts = to_engine_tasks(tasks[i : i + max_lanes], filler)
         cfg = exec_config(v, n, ts, shape=dec.shape, **cfg_kw["base"])
-        if v.mode == "lookahead" and v.draft != "head":  # oracle / n-gram stand in for a single-key head's proposals
+        drafts = get_mode(v.mode).drafts
+        if drafts and v.draft != "head":  # oracle / n-gram stand in for a single-key head's proposals
             cfg = dataclasses.replace(cfg, draft_path=None, draft_head="single")
-        elif v.mode == "lookahead" and cfg_kw.get("draft_head"):
+        elif drafts and cfg_kw.get("draft_head"):
             cfg = dataclasses.replace(cfg, draft_head=cfg_kw["draft_head"])
         raw = run_engine(dec, cfg, ts, v.draft, refs)
         for name, r in raw["tasks"].items():
@@ -259,7 +261,7 @@ def main(args) -> int:
                                     hops=args.hops, filler=filler) for n in args.lengths}  # fmt: skip
         tmeta = {"tokenizer": "transformers (from the GGUF), built in this run"}
     decode = _decoder_fn(args.tokenizer, path)
-    modes = args.modes if "dense" in args.modes else ["dense"] + list(args.modes)
+    modes = args.modes if any(map(_is_reference, args.modes)) else ["dense"] + list(args.modes)
     var_list = variants(modes, args.k_fracs, args.fetch_ratios, args.drafts, args.top_k)
     cfg_base = dict(model_path=path, device=args.device, dtype=dtype, block_size=args.block_size, seed=args.seed,
                     draft_path=args.draft_path, cuda_graph=not args.no_cuda_graph,
