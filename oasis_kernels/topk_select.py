@@ -32,6 +32,7 @@ import triton.language as tl
 
 from ._util import HBM_ROOFLINE_GBPS, check, next_pow2
 
+MAX_K = 1024  # the rank step holds a BLOCK_K x BLOCK_K tile: Triton allows 2**20 elements; past it, the torch path
 LOW = 2**31 - 1  # a key's low bits: LOW - block id (ids < 2**31); the kernel spells it 0x7FFFFFFF (a global is refused)
 
 
@@ -94,6 +95,8 @@ def topk_select(scores: torch.Tensor, k: int, n_blocks: torch.Tensor, heads: int
     check(out, "out", (R, k), torch.int64, scores.device)
     if R == 0 or k == 0:
         return out
+    if next_pow2(k) > MAX_K:  # e.g. K covering every block of a 32K context: the reference, exact and sync-free
+        return out.copy_(topk_select_ref(scores, k, n_blocks, heads))
     topk_select_kernel[(R,)](
         scores,
         n_blocks,

@@ -88,7 +88,7 @@ def test_beside_graphs_equal_eager_at_every_k(k, accept):
 
 def test_beside_on_the_side_streams_attends_what_after_attends():
     kw = dict(
-        dtype="float32",
+        dtype="bfloat16",  # the CUDA kernels take bf16 / fp16 (a float32 run stops at block_score's dtype check)
         top_k=4,
         fetch_ratio=1.0,
         transfer="uva",

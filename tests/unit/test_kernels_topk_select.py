@@ -26,7 +26,14 @@ def case(B, H, N, seed, ties=False, short=None):
 
 @pytest.mark.parametrize(
     "B,H,N,k,ties",
-    [(3, 2, 37, 8, False), (2, 4, 64, 16, True), (1, 1, 5, 8, False), (4, 2, 100, 100, True), (2, 3, 130, 7, True)],
+    [
+        (3, 2, 37, 8, False),
+        (2, 4, 64, 16, True),
+        (1, 1, 5, 8, False),
+        (4, 2, 100, 100, True),
+        (2, 3, 130, 7, True),
+        (2, 1, 1100, 1030, True),
+    ],
 )
 def test_topk_select_equals_topk_blocks(B, H, N, k, ties):
     s, nb = case(B, H, N, seed=N + k, ties=ties, short=max(1, min(N, k // 2)))
