@@ -33,7 +33,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
-from .scoring import build_summaries, num_blocks
+from .scoring import blocks_of, build_summaries
 from .xp import namespace
 
 BASE_SCORERS = ("minmax", "minmax_sum", "mean", "gauss")
@@ -103,15 +103,9 @@ def build(keys, block_size: int, name: str):
 
 
 def _moments(keys, block_size: int, with_std: bool):
-    if block_size < 1:
-        raise ValueError(f"block_size: must be >= 1, got {block_size}")
+    blocks, pad = blocks_of(keys, block_size, 0.0)
     xp = namespace(keys)
-    *lead, t, d = keys.shape
-    n = num_blocks(t, block_size)
-    pad = n * block_size - t
-    if pad:
-        keys = xp.concat([keys, xp.zeros((*lead, pad, d), keys.dtype, like=keys)], axis=-2)
-    blocks = keys.reshape(*lead, n, block_size, d)
+    n = blocks.shape[-3]
     count = xp.full((n,), float(block_size), keys.dtype, like=keys)
     if pad:
         count = xp.concat([count[:-1], xp.full((1,), float(block_size - pad), keys.dtype, like=keys)], axis=0)

@@ -204,33 +204,11 @@ def _parse_unlimited(spec, arg):
     return Unlimited()
 
 
+_BUDGET_FIELDS = {"link_fraction": float, "min_cap": int, "max_ratio": float, "first_ratio": float}
+
+
 def _parse_budget(spec, arg):
-    if arg is None or arg == "":
-        return LinkBudget()
-    parts = [p.strip() for p in arg.split(",")]
-    kw = {}
-    if "=" not in parts[0]:
-        kw["link_fraction"] = parts.pop(0)
-    for p in parts:
-        key, eq, val = (x.strip() for x in p.partition("="))
-        if not eq or key not in ("link_fraction", "min_cap", "max_ratio", "first_ratio"):
-            raise ValueError(
-                f"fetch cap {show(spec)}: {show(p)} is not FIELD=VALUE with FIELD one of link_fraction, "
-                "min_cap, max_ratio, first_ratio"
-            )
-        if key in kw:
-            raise ValueError(f"fetch cap {show(spec)}: {key} given twice")
-        kw[key] = val
-    for key, val in kw.items():
-        try:
-            kw[key] = int(val) if key == "min_cap" else float(val)
-        except ValueError:
-            kind = "an integer" if key == "min_cap" else "a number"
-            raise ValueError(f"fetch cap {show(spec)}: LinkBudget.{key}: must be {kind}, got {show(val)}") from None
-    try:
-        return LinkBudget(**kw)
-    except ValueError as e:
-        raise ValueError(f"fetch cap {show(spec)}: {e}") from None
+    return parse_fields(spec, arg, LinkBudget, _BUDGET_FIELDS, positional="link_fraction")
 
 
 register_policy("fixed", "fixed[:RATIO]", _parse_fixed)

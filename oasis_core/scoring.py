@@ -22,12 +22,10 @@ def num_blocks(n_tokens: int, block_size: int) -> int:
     return -(-n_tokens // block_size)
 
 
-def build_summaries(keys, block_size: int):
-    """Summaries of a whole context.
-
-    keys: [..., T, D]. Returns ``(kmin, kmax)``, each [..., N, D] with ``N = ceil(T / block_size)``; the partial
-    last block is summarised over its valid tokens only.
-    """
+def blocks_of(keys, block_size: int, fill: float):
+    """keys [..., T, D] as ``(blocks, pad)``: blocks [..., N, block_size, D] with ``N = ceil(T / block_size)``, the
+    partial last block's ``pad = N * block_size - T`` missing rows filled with ``fill`` (chosen so that they never
+    count: +inf under a minimum, 0 under a sum)."""
     if block_size < 1:
         raise ValueError(f"block_size: must be >= 1, got {block_size}")
     xp = namespace(keys)
@@ -35,14 +33,20 @@ def build_summaries(keys, block_size: int):
     n = num_blocks(t, block_size)
     pad = n * block_size - t
     if pad:
-        # Pad with +inf for the minimum and -inf for the maximum so padding never wins.
-        hi = xp.full((*lead, pad, d), math.inf, keys.dtype, like=keys)
-        lo = xp.full((*lead, pad, d), -math.inf, keys.dtype, like=keys)
-        kmin = xp.amin(xp.concat([keys, hi], axis=-2).reshape(*lead, n, block_size, d), axis=-2)
-        kmax = xp.amax(xp.concat([keys, lo], axis=-2).reshape(*lead, n, block_size, d), axis=-2)
-    else:
-        blocks = keys.reshape(*lead, n, block_size, d)
-        kmin, kmax = xp.amin(blocks, axis=-2), xp.amax(blocks, axis=-2)
+        keys = xp.concat([keys, xp.full((*lead, pad, d), fill, keys.dtype, like=keys)], axis=-2)
+    return keys.reshape(*lead, n, block_size, d), pad
+
+
+def build_summaries(keys, block_size: int):
+    """Summaries of a whole context.
+
+    keys: [..., T, D]. Returns ``(kmin, kmax)``, each [..., N, D] with ``N = ceil(T / block_size)``; the partial
+    last block is summarised over its valid tokens only.
+    """
+    xp = namespace(keys)
+    # Pad with +inf for the minimum and -inf for the maximum so padding never wins.
+    kmin = xp.amin(blocks_of(keys, block_size, math.inf)[0], axis=-2)
+    kmax = xp.amax(blocks_of(keys, block_size, -math.inf)[0], axis=-2)
     return kmin, kmax
 
 

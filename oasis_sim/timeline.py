@@ -15,22 +15,28 @@ from oasis_core.recording import Recording
 _TRACKS = {1: "compute", 2: "side stream (predict+select)", 3: "h2d copy", 4: "steps"}
 
 
+def _slice(name, tid, t0, dur, us_per_unit: float, args=None) -> dict:
+    """A complete event (``ph`` X) on the decode GPU (pid 1): start ``t0`` and duration ``dur`` (negative: 0) in a
+    unit of ``us_per_unit`` microseconds."""
+    ev = {
+        "name": name,
+        "ph": "X",
+        "pid": 1,
+        "tid": tid,
+        "ts": round(t0 * us_per_unit, 3),
+        "dur": round(max(dur, 0.0) * us_per_unit, 3),
+    }
+    if args:
+        ev["args"] = args
+    return ev
+
+
 class Timeline:
     def __init__(self):
         self.events: list[dict] = []
 
     def _x(self, name, tid, t0, t1, args=None):
-        ev = {
-            "name": name,
-            "ph": "X",
-            "pid": 1,
-            "tid": tid,
-            "ts": round(t0 * 1e6, 3),
-            "dur": round(max(t1 - t0, 0.0) * 1e6, 3),
-        }
-        if args:
-            ev["args"] = args
-        self.events.append(ev)
+        self.events.append(_slice(name, tid, t0, t1 - t0, 1e6, args))
 
     def add_step(self, step: int, timing, n_decode: int, n_prefill: int, h2d_bytes: float) -> None:
         self._x(
@@ -109,17 +115,7 @@ def exec_timeline(rec: Recording) -> dict:
     ev += [{"name": "thread_name", "ph": "M", "pid": 1, "tid": t, "args": {"name": n}} for t, n in _EXEC_TRACKS.items()]
 
     def x(name, tid, t0_ms, dur_ms, args=None):
-        e = {
-            "name": name,
-            "ph": "X",
-            "pid": 1,
-            "tid": tid,
-            "ts": round(t0_ms * 1e3, 3),
-            "dur": round(max(dur_ms, 0.0) * 1e3, 3),
-        }
-        if args:
-            e["args"] = args
-        ev.append(e)
+        ev.append(_slice(name, tid, t0_ms, dur_ms, 1e3, args))
 
     layer_events = r.get("layer_events") or []
     for step, layer, stage, a, b in layer_events:

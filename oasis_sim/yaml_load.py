@@ -16,10 +16,20 @@ class YamlError(ValueError):
     """Text that is not a YAML document this project accepts; the message says where and why (one line)."""
 
 
+def _children(node) -> list:
+    """A composed node's children: a sequence's items, a mapping's keys and values, a scalar's none."""
+    import yaml
+
+    if isinstance(node, yaml.SequenceNode):
+        return node.value
+    if isinstance(node, yaml.MappingNode):
+        return [x for pair in node.value for x in pair]
+    return []
+
+
 def _expanded_size(root, limit: int) -> int:
     """Nodes of the tree ``root`` stands for (aliases expanded), computed over the shared graph once per node;
     raises ``YamlError`` past ``limit`` or on a node that contains itself."""
-    import yaml
 
     sizes: dict[int, int] = {}
     on_path: set[int] = set()
@@ -30,13 +40,7 @@ def _expanded_size(root, limit: int) -> int:
         key = id(node)
         if done:
             on_path.discard(key)
-            if isinstance(node, yaml.SequenceNode):
-                kids = node.value
-            elif isinstance(node, yaml.MappingNode):
-                kids = [x for pair in node.value for x in pair]
-            else:
-                kids = []
-            total = 1 + sum(sizes[id(k)] for k in kids)
+            total = 1 + sum(sizes[id(k)] for k in _children(node))
             if total > limit:
                 raise YamlError(f"aliases expand to more than {limit:,} values (a document of at most that many)")
             sizes[key] = total
@@ -47,13 +51,7 @@ def _expanded_size(root, limit: int) -> int:
             raise YamlError("an alias refers to a node that contains it (a recursive document)")
         on_path.add(key)
         stack.append((node, True))
-        if isinstance(node, yaml.SequenceNode):
-            kids = node.value
-        elif isinstance(node, yaml.MappingNode):
-            kids = [x for pair in node.value for x in pair]
-        else:
-            kids = []
-        for k in kids:
+        for k in _children(node):
             if id(k) in on_path:
                 raise YamlError("an alias refers to a node that contains it (a recursive document)")
             if id(k) not in sizes:

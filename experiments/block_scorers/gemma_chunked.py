@@ -36,11 +36,13 @@ import torch.nn.functional as F
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))))
 
+from scorer_runs import add_lookahead, device_name, draft_sets, layer_stats, result_rows, write_json  # noqa: E402
+
 from oasis_core import token_scorer  # noqa: E402
 from oasis_core.block_scorers import SCORERS, summary_bytes_per_token  # noqa: E402
 from oasis_exec.tools.quality import metrics  # noqa: E402
 from oasis_exec.tools.quality.draft_pass import draft_attention, resident_mask  # noqa: E402
-from oasis_exec.tools.quality.scorer_stats import SCORER_STATS, LayerScorers  # noqa: E402
+from oasis_exec.tools.quality.scorer_stats import LayerScorers  # noqa: E402
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 IDS_JSON = os.path.join(HERE, "gemma_licences_ids.json")
@@ -200,13 +202,7 @@ def main() -> int:
         mass = metrics.block_mass(metrics.attention_probs(q_next[li], k_l, ts + 2), bs, k_l.shape[1])
         bases = {f"tokens:{b}": torch.tensor(load(args.bases, li, b, spec.head_dim)) for b in args.token_scorers}
         ls = layers[li] = LayerScorers(scorers, k_l, bs, scale=1.0 / spec.head_dim**0.5, bases=bases)
-        for s in scorers:
-            for k in args.ks:
-                st, tc, tn = ls.stats(s, k, q_cur[li], q_next[li], mass, ts)
-                res.setdefault((s, k), {x: [] for x in (*SCORER_STATS, "lookahead")})
-                for x in SCORER_STATS:
-                    res[(s, k)][x].append(st[x])
-                sets[(li, s, k)] = (tc, tn)
+        layer_stats(ls, li, scorers, args.ks, q_cur[li], q_next[li], mass, ts, res, sets)
     variants = [(s, k) for s in scorers for k in args.ks]
     if not args.no_draft:
         rows = [(v, j) for v in variants for j in range(p_)]
@@ -217,37 +213,25 @@ def main() -> int:
                 tpos = torch.stack([ts[j] for _, j in chunk])
                 masks = {}
                 for li in full:
-                    rs = torch.full((len(chunk), kc[li].shape[1], max(args.ks)), -1, dtype=torch.long)
-                    for r, ((s, k), j) in enumerate(chunk):
-                        rs[r, :, :k] = sets[(li, s, k)][0][j]
-                    masks[li] = resident_mask(rs, tpos, n, bs)
+                    masks[li] = resident_mask(draft_sets(chunk, sets, li, max(args.ks)), tpos, n, bs)
                 qd = draft_pass(dec, ids_t[tpos + 1], tpos + 1, kc, vc, start, masks)
                 for li in full:
                     q_draft[li].append(qd[li])
-        for li in full:
-            qd = torch.cat(q_draft[li])
-            for vi, (s, k) in enumerate(variants):
-                a = layers[li].agreement(s, k, qd[vi * p_ : (vi + 1) * p_], sets[(li, s, k)][1], ts)
-                res[(s, k)]["lookahead"].append(a)
-    table = []
-    for (s, k), v in res.items():
-        row = {"scorer": s, "k": k, "k_frac": k / -(-n // bs)}
-        row.update({x: sum(vals) / len(vals) for x, vals in v.items() if vals})
-        row["per_layer"] = v
-        if s in tok_names:
-            per_tok = token_scorer.bytes_per_token(np.load(args.bases)[f"L{full[0]}_{s[7:]}"].shape[-1])
-            kv = 2 * spec.head_dim * 2
-            row["bytes"] = {"needed": per_tok, "allocated": per_tok, "needed_frac_kv": per_tok / kv,
-                            "allocated_frac_kv": per_tok / kv}  # fmt: skip
-        else:
-            row["bytes"] = summary_bytes_per_token(s, spec.head_dim, bs)
-        table.append(row)
-        la = f"{100 * row['lookahead']:5.1f}" if "lookahead" in row else "  -  "
-        print(
-            f"{s:<16} K={k:<4} mass {100 * row['mass']:5.1f} best {100 * row['best']:5.1f} recall "
-            f"{100 * row['recall']:5.1f} proxy {100 * row['proxy']:5.1f} lookahead {la}",
-            flush=True,
-        )
+        add_lookahead(layers, full, q_draft, variants, p_, sets, res, ts)
+
+    def bytes_of(s: str) -> dict:
+        if s not in tok_names:
+            return summary_bytes_per_token(s, spec.head_dim, bs)
+        per_tok = token_scorer.bytes_per_token(np.load(args.bases)[f"L{full[0]}_{s[7:]}"].shape[-1])
+        kv = 2 * spec.head_dim * 2
+        return {
+            "needed": per_tok,
+            "allocated": per_tok,
+            "needed_frac_kv": per_tok / kv,
+            "allocated_frac_kv": per_tok / kv,
+        }
+
+    table = result_rows(res, n, bs, bytes_of, width=16)
     from oasis_core import provenance
 
     doc = {
@@ -256,7 +240,7 @@ def main() -> int:
         "selection_source": "model (each scorer's own top-K)",
         "draft": "correct (the text's next token), sparse view: T^s_t + local block",
         "text": args.text,
-        "device": str(dev) + (f" ({torch.cuda.get_device_name(dev)})" if dev.type == "cuda" else ""),
+        "device": device_name(dev),
         "dtype": "float32",
         "model_code": "oasis_exec.model.gemma3.Gemma3Decoder, chunked prefill",
         "bases": (os.path.relpath(args.bases) + ": " + str(np.load(args.bases)["meta"])) if tok_names else None,
@@ -272,10 +256,7 @@ def main() -> int:
         "rows": table,
     }
     if args.out:
-        os.makedirs(os.path.dirname(os.path.abspath(args.out)), exist_ok=True)
-        with open(args.out, "w") as fh:
-            json.dump(doc, fh, indent=1)
-        print(f"wrote {args.out} ({doc['elapsed_s']} s)")
+        write_json(args.out, doc)
     return 0
 
 

@@ -26,10 +26,12 @@ import torch
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))))
 
+from scorer_runs import add_lookahead, device_name, draft_sets, layer_stats, result_rows, write_json  # noqa: E402
+
 from oasis_core.block_scorers import SCORERS, summary_bytes_per_token  # noqa: E402
 from oasis_exec.tools.quality import metrics  # noqa: E402
 from oasis_exec.tools.quality.draft_pass import resident_mask  # noqa: E402
-from oasis_exec.tools.quality.scorer_stats import SCORER_STATS, LayerScorers  # noqa: E402
+from oasis_exec.tools.quality.scorer_stats import LayerScorers  # noqa: E402
 
 GGUF = "/work/models/gemma-3-270m-q4_k_m.gguf"
 LICENSES = "/usr/share/common-licenses"
@@ -149,13 +151,7 @@ def main() -> int:
         probs = metrics.attention_probs(rec.q_next[li], k_l, ts + 2)
         mass = metrics.block_mass(probs, bs, k_l.shape[1])
         ls = layers[li] = LayerScorers(args.scorers, k_l, bs, scale=model.model.layers[li].self_attn.scaling)
-        for s in args.scorers:
-            for k in args.ks:
-                st, tc, tn = ls.stats(s, k, rec.q_cur[li], rec.q_next[li], mass, ts)
-                res.setdefault((s, k), {x: [] for x in (*SCORER_STATS, "lookahead")})
-                for x in SCORER_STATS:
-                    res[(s, k)][x].append(st[x])
-                sets[(li, s, k)] = (tc, tn)
+        layer_stats(ls, li, args.scorers, args.ks, rec.q_cur[li], rec.q_next[li], mass, ts, res, sets)
     # The correct draft through each scorer's resident set, in chunks of rows.
     variants = [(s, k) for s in args.scorers for k in args.ks]
     rec.mode = "draft"
@@ -168,34 +164,14 @@ def main() -> int:
             rec.pos = tpos + 1
             rec.masks = {}
             for li in full:
-                res_sets = torch.stack(
-                    [sets[(li, s, k)][0][j, :, :].new_full((1, max(args.ks)), -1) for (s, k), j in chunk]
-                )
-                for i, ((s, k), j) in enumerate(chunk):
-                    res_sets[i, :, :k] = sets[(li, s, k)][0][j]
-                rec.masks[li] = resident_mask(res_sets, tpos, n, bs)
+                rec.masks[li] = resident_mask(draft_sets(chunk, sets, li, max(args.ks)), tpos, n, bs)
             model(
                 input_ids=ids_t[tpos + 1][:, None], position_ids=(tpos + 1)[:, None], use_cache=False, logits_to_keep=1
             )
             for li in full:
                 q_draft[li].append(rec.q_draft[li])
-    for li in full:
-        qd = torch.cat(q_draft[li])
-        for vi, (s, k) in enumerate(variants):
-            a = layers[li].agreement(s, k, qd[vi * p_ : (vi + 1) * p_], sets[(li, s, k)][1], ts)
-            res[(s, k)]["lookahead"].append(a)
-    table = []
-    for (s, k), v in res.items():
-        row = {"scorer": s, "k": k, "k_frac": k / -(-n // bs)}
-        row.update({x: sum(vals) / len(vals) for x, vals in v.items()})
-        row["per_layer"] = v
-        row["bytes"] = summary_bytes_per_token(s, cfg.head_dim, bs)
-        table.append(row)
-        print(
-            f"{s:<11} K={k:<4} mass {100 * row['mass']:5.1f} best {100 * row['best']:5.1f} recall "
-            f"{100 * row['recall']:5.1f} proxy {100 * row['proxy']:5.1f} lookahead {100 * row['lookahead']:5.1f}",
-            flush=True,
-        )
+    add_lookahead(layers, full, q_draft, variants, p_, sets, res, ts)
+    table = result_rows(res, n, bs, lambda s: summary_bytes_per_token(s, cfg.head_dim, bs), width=11)
     from oasis_core import provenance  # $OASIS_COMMIT, else the checkout's HEAD
 
     commit = provenance.commit()
@@ -205,7 +181,7 @@ def main() -> int:
         "selection_source": "model (each scorer's own top-K)",
         "draft": "correct (the text's next token), sparse view: T^s_t + local block",
         "text": "Debian /usr/share/common-licenses, sorted, joined",
-        "device": str(dev) + (f" ({torch.cuda.get_device_name(dev)})" if dev.type == "cuda" else ""),
+        "device": device_name(dev),
         "dtype": "float32",
         "date": datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%d %H:%M UTC"),
         "commit": commit,
@@ -217,10 +193,7 @@ def main() -> int:
         "dense_forward_s": round(t_fwd, 1),
         "rows": table,
     }
-    os.makedirs(os.path.dirname(os.path.abspath(args.out)), exist_ok=True)
-    with open(args.out, "w") as fh:
-        json.dump(doc, fh, indent=1)
-    print(f"wrote {args.out} ({doc['elapsed_s']} s)")
+    write_json(args.out, doc)
     return 0
 
 

@@ -66,11 +66,9 @@ def spec_from_hf_config(cfg: dict, name: str = "hf") -> ModelSpec:
     )
 
 
-def hf_config(spec: ModelSpec) -> dict:
-    """The ``config.json`` of a dense ``spec`` (inverse of :func:`spec_from_hf_config`)."""
+def hf_shape_fields(spec: ModelSpec) -> dict:
+    """The sizes every family's ``config.json`` names alike (layers, heads, widths, vocabulary, positions)."""
     return {
-        "architectures": ["Qwen3ForCausalLM" if spec.qk_norm else "LlamaForCausalLM"],
-        "model_type": "qwen3" if spec.qk_norm else "llama",
         "num_hidden_layers": spec.n_layers,
         "num_attention_heads": spec.n_q_heads,
         "num_key_value_heads": spec.n_kv_heads,
@@ -79,6 +77,15 @@ def hf_config(spec: ModelSpec) -> dict:
         "intermediate_size": spec.mlp_hidden,
         "vocab_size": spec.vocab,
         "max_position_embeddings": spec.max_context_tokens,
+    }
+
+
+def hf_config(spec: ModelSpec) -> dict:
+    """The ``config.json`` of a dense ``spec`` (inverse of :func:`spec_from_hf_config`)."""
+    return {
+        "architectures": ["Qwen3ForCausalLM" if spec.qk_norm else "LlamaForCausalLM"],
+        "model_type": "qwen3" if spec.qk_norm else "llama",
+        **hf_shape_fields(spec),
         "rope_theta": spec.rope_theta,
         "rms_norm_eps": spec.rms_eps,
         "tie_word_embeddings": spec.tie_embeddings,

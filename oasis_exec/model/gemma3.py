@@ -29,7 +29,7 @@ import torch.nn.functional as F
 
 from oasis_core.specs import ModelSpec
 
-from .decoder import Decoder, extend_cache, rope
+from .decoder import Decoder, extend_cache, hf_shape_fields, rope
 from .gemma3_files import (  # re-exported: the decoder's callers read them here too
     ARCH,
     LOCAL_THETA,
@@ -243,14 +243,7 @@ def hf_config(spec: ModelSpec, arch: Gemma3Arch | None = None) -> dict:
     return {
         "architectures": ["Gemma3ForCausalLM"],
         "model_type": "gemma3_text",
-        "num_hidden_layers": spec.n_layers,
-        "num_attention_heads": spec.n_q_heads,
-        "num_key_value_heads": spec.n_kv_heads,
-        "head_dim": spec.head_dim,
-        "hidden_size": spec.hidden,
-        "intermediate_size": spec.mlp_hidden,
-        "vocab_size": spec.vocab,
-        "max_position_embeddings": spec.max_context_tokens,
+        **hf_shape_fields(spec),
         "rms_norm_eps": spec.rms_eps,
         "tie_word_embeddings": True,
         "sliding_window": window,

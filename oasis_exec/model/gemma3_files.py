@@ -12,27 +12,12 @@ import torch
 
 from oasis_core.specs import ModelSpec, periodic_windows
 
+from .gguf_tensors import dequantized
+
 ARCH = "gemma3"
 LOCAL_THETA = 10_000.0  # Gemma 3's rope_local_base_freq (not stored in a GGUF)
 PATTERN = 6  # every sixth layer attends the full context (Gemma 3's sliding_window_pattern)
 QUERY_PRE_ATTN_SCALAR = 256
-
-_GGUF_LAYER = {
-    "attn_norm": "input_layernorm",
-    "post_attention_norm": "post_attention_layernorm",
-    "ffn_norm": "pre_feedforward_layernorm",
-    "post_ffw_norm": "post_feedforward_layernorm",
-    "attn_q": "self_attn.q_proj",
-    "attn_k": "self_attn.k_proj",
-    "attn_v": "self_attn.v_proj",
-    "attn_output": "self_attn.o_proj",
-    "attn_q_norm": "self_attn.q_norm",
-    "attn_k_norm": "self_attn.k_norm",
-    "ffn_gate": "mlp.gate_proj",
-    "ffn_up": "mlp.up_proj",
-    "ffn_down": "mlp.down_proj",
-}
-_GGUF_TOP = {"token_embd.weight": "model.embed_tokens.weight", "output_norm.weight": "model.norm.weight"}
 
 
 @dataclass(frozen=True)
@@ -87,19 +72,8 @@ def spec_from_gguf_meta(meta: dict, names: set, vocab: int, path: str) -> tuple[
 def load_gguf_gemma3(model, dtype=torch.float32, device="cpu") -> dict:
     """Every tensor of a ``gemma3`` GGUF dequantized to ``dtype`` under Hugging Face names; norms as ``w`` (the
     file's ``1 + w`` minus 1, in float32, as transformers loads them); no Q/K permutation (llama.cpp made none)."""
-    from gguf.quants import dequantize
-
-    from .files import GGUFError
-
     w = {}
-    for t in model.reader.tensors:
-        name = _GGUF_TOP.get(t.name)
-        parts = t.name.split(".")
-        if name is None and parts[0] == "blk" and len(parts) == 4 and parts[2] in _GGUF_LAYER:
-            name = f"model.layers.{parts[1]}.{_GGUF_LAYER[parts[2]]}.{parts[3]}"
-        if name is None:
-            raise GGUFError(f"{model.path}: unexpected tensor {t.name}")
-        a = np.array(dequantize(t.data, t.tensor_type), dtype=np.float32)
+    for name, a in dequantized(model, ARCH):
         if "norm" in name:
             a = a - np.float32(1.0)
         w[name] = torch.from_numpy(a).to(device=device, dtype=dtype)

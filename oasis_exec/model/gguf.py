@@ -26,28 +26,10 @@ import torch
 from oasis_core.specs import ModelSpec
 
 from .files import GGUFError  # noqa: F401  (re-exported: callers catch it here)
+from .gguf_tensors import dequantized, hf_name  # noqa: F401  (hf_name re-exported)
 
 SMOLLM2_FILE = "SmolLM2-135M-Instruct.Q4_1.gguf"
 ARCHS = ("llama", "qwen3", "gemma3")  # gemma3: oasis_exec.model.gemma3
-
-_LAYER = {
-    "attn_norm": "input_layernorm",
-    "ffn_norm": "post_attention_layernorm",
-    "attn_q": "self_attn.q_proj",
-    "attn_k": "self_attn.k_proj",
-    "attn_v": "self_attn.v_proj",
-    "attn_output": "self_attn.o_proj",
-    "attn_q_norm": "self_attn.q_norm",
-    "attn_k_norm": "self_attn.k_norm",
-    "ffn_gate": "mlp.gate_proj",
-    "ffn_up": "mlp.up_proj",
-    "ffn_down": "mlp.down_proj",
-}
-_TOP = {
-    "token_embd.weight": "model.embed_tokens.weight",
-    "output_norm.weight": "model.norm.weight",
-    "output.weight": "lm_head.weight",
-}
 
 
 def smollm2_path() -> str:
@@ -173,30 +155,15 @@ def _unpermute(w: np.ndarray, n_head: int) -> np.ndarray:
     return w.reshape(n_head, rows // n_head // 2, 2, *w.shape[1:]).swapaxes(1, 2).reshape(w.shape)
 
 
-def hf_name(gguf_name: str) -> str | None:
-    if gguf_name in _TOP:
-        return _TOP[gguf_name]
-    parts = gguf_name.split(".")
-    if parts[0] == "blk" and len(parts) == 4 and parts[2] in _LAYER:
-        return f"model.layers.{parts[1]}.{_LAYER[parts[2]]}.{parts[3]}"
-    return None
-
-
 def load_gguf_weights(model: GGUFModel, dtype=torch.float32, device="cpu") -> dict:
     """Every tensor dequantized to ``dtype`` on ``device``, under Hugging Face names; Q/K rows un-permuted."""
-    from gguf.quants import dequantize
-
     s, arch = model.spec, model.meta["general.architecture"]
     if arch == "gemma3":
         from .gemma3_files import load_gguf_gemma3
 
         return load_gguf_gemma3(model, dtype, device)
     w = {}
-    for t in model.reader.tensors:
-        name = hf_name(t.name)
-        if name is None:
-            raise GGUFError(f"{model.path}: unexpected tensor {t.name}")
-        a = np.array(dequantize(t.data, t.tensor_type), dtype=np.float32)  # numpy order: [rows, cols]
+    for name, a in dequantized(model, arch):
         if arch == "llama" and name.endswith("q_proj.weight"):
             a = _unpermute(a, s.n_q_heads)
         elif arch == "llama" and name.endswith("k_proj.weight"):

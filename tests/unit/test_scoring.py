@@ -5,7 +5,15 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from oasis_core.scoring import build_summaries, empty_summaries, num_blocks, score_blocks, topk_blocks, update_summary
+from oasis_core.scoring import (
+    blocks_of,
+    build_summaries,
+    empty_summaries,
+    num_blocks,
+    score_blocks,
+    topk_blocks,
+    update_summary,
+)
 
 torch = pytest.importorskip("torch")
 
@@ -41,6 +49,19 @@ def test_build_summaries_partial_last_block_uses_valid_tokens_only():
 def test_build_summaries_rejects_bad_block_size():
     with pytest.raises(ValueError, match="block_size"):
         build_summaries(np.zeros((4, 2)), 0)
+
+
+@pytest.mark.parametrize("t, pad", [(37, 11), (32, 0), (1, 15)])
+def test_blocks_of_pads_the_last_block_with_fill(t, pad):
+    keys = np.random.default_rng(1).standard_normal((2, 3, t, 4)).astype(np.float32)  # [B, Hkv, T, D]
+    blocks, got_pad = blocks_of(keys, 16, -7.5)
+    assert got_pad == pad and blocks.shape == (2, 3, num_blocks(t, 16), 16, 4)
+    flat = blocks.reshape(2, 3, -1, 4)
+    assert np.array_equal(flat[..., :t, :], keys) and np.all(flat[..., t:, :] == -7.5)
+    tb, tpad = blocks_of(torch.from_numpy(keys), 16, -7.5)
+    assert tpad == pad and np.array_equal(tb.numpy(), blocks)
+    with pytest.raises(ValueError, match="block_size"):
+        blocks_of(keys, 0, 0.0)
 
 
 @pytest.mark.parametrize("lib", ["numpy", "torch"])
