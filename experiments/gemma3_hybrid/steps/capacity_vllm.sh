@@ -13,7 +13,8 @@
 # `... capacity_vllm la256`):
 #   OASIS_COMMIT=<sha> MODEL_SHA256=a5fd3b62230aa5ec60212297dc9d20eaa70578ac519e00d93a17e44c087a6818 \
 #     bash experiments/device.sh gemma3_hybrid/capacity_vllm [vllm] [dense] [la128] [la256]
-# Written, not yet run (no device time in this session). Expected lanes at 32,000 tokens and 3 GB (bf16; lane bytes
+# First run 2026-12-05 at f174fe6 (results/capacity_vllm_f174fe6/): vllm + dense took 214 s, each lookahead run needs
+# ~200 s (its prefill), so the parts take three calls: `vllm dense la128`, then `la256`, then the la128 victim if cut. Expected lanes at 32,000 tokens and 3 GB (bf16; lane bytes
 # as kv/layout.py counts them since 55e0f04): dense 28 (106.4 MB: 2,004 blocks of full-layer pages + the rings);
 # lookahead K = 128, S = K: 20.4 MB a lane (3 rows x 130 slots x 16 KiB, 2,004 blocks of summaries x 3 KB, the rings
 # of 513 tokens), 146 lanes, so N = 128 requests run; S = 3K: 33.0 MB, 90 lanes; K = 256: 26.7 MB, 112 lanes;
@@ -30,8 +31,10 @@ if part vllm; then
 fi
 run() {  # NAME BENCH-ARGS...: one bench record into $OUT/oasis.jsonl
   local name=$1; shift
-  local t; t=$(min 150 "$(( $(left) - 20 ))")
-  if [ "$t" -lt 45 ]; then say "no time left for OasisKV $name (run it in another call)"; return; fi
+  # a run is its real prefill (measured 2026-12-05, f174fe6: 35K tokens/s, so 128 x 32,000 tokens take ~120 s) + build +
+  # steps: the first try's 150 s cut both la128 runs short; PER_RUN_S=240 gives each its time or skips it with a line
+  local t; t=$(min "${PER_RUN_S:-240}" "$(( $(left) - 20 ))")
+  if [ "$t" -lt "${MIN_RUN_S:-200}" ]; then say "no time left for OasisKV $name (run it in another call)"; return; fi
   say "OasisKV $name: $*"
   timeout -k 10 "$t" $PY -m oasis_exec bench --model-path "$M" --device cuda --context "$CTX" \
     --kv-budget-gb "$BUDGET" --concurrency "${N:-128}" --steps "${STEPS:-24}" --warmup 4 --selection model \

@@ -6,7 +6,7 @@
 # the gguf wheel carried with the last piece. Run:
 #   OASIS_COMMIT=<sha> MODEL_SHA256=a5fd3b62230aa5ec60212297dc9d20eaa70578ac519e00d93a17e44c087a6818 \
 #     bash experiments/device.sh gemma3_hybrid/greedy_long
-# Not yet run on the GPU (greedy_long.py --device cpu is its smoke run).
+# Run on the H200 2026-12-05 at f174fe6: all six modes at 16K and 32K in one call (153 s; results/greedy_long_f174fe6/).
 DEADLINE_S=${DEADLINE_S:-580}
 need_model || exit 1
 timeout -k 10 $(( $(left) - 10 )) $PY -X faulthandler experiments/gemma3_hybrid/greedy_long.py --gguf "$M" \
