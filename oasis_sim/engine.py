@@ -394,16 +394,15 @@ class SimEngine:
         # before, the rest hold what they held after the step before it, beside the ending ones (the pools' peaks)
         done = [r for r in plan.decode if r.generated >= r.max_tokens]
         if done:
-            for r in plan.decode:
-                if r.generated < r.max_tokens:
-                    r.generated -= 1
-                    sched._grow(r)
-                    r.generated += 1
+            rest = [r for r in plan.decode if r.generated < r.max_tokens]
+            for r in rest:
+                r.generated -= 1
+            sched.grow_fitting(rest)
+            for r in rest:
+                r.generated += 1
             for r in done:
                 sched.finish(r, end)
-        for r in plan.decode:
-            if r.state == DECODE:
-                sched._grow(r)  # the growth fits (_ff_steps): no preemption
+        sched.grow_fitting(plan.decode)  # the growth fits (_ff_steps): no preemption
 
     def _hybrid_growth(self, plan: Plan, k: int, whole: bool) -> list:
         """A hybrid model's stretch: for each of its ``k`` steps, how much longer than the step just run its layers'
