@@ -97,6 +97,8 @@ from .pipeline import LayerPipeline, LayerWork, StepTiming, at
 from .policy import StepLink, cap_policy
 from .predictor import TimePredictor
 from .scheduler import SimScheduler
+from .stretch import WholeKVStretch
+from .stretch import applies as stretch_applies
 
 SPEC_SALT = 0xACCE97  # the acceptance draws: a stream of their own (the executor's ACCEPT_SALT)
 
@@ -192,6 +194,7 @@ class SimEngine:
         # cache copying a hit in at arrival): behind a blocked head they cannot end a stretch
         self._quiet_arrivals = cfg.split == "none" and not cfg.prefix_cache
         self.ff_steps = 0  # steps taken by the fast-forward
+        self.stretch = WholeKVStretch(self) if self.ff_max and stretch_applies(cfg, m) else None
         self._last_work = self._prev_work = None
         self._last_gpu_floor = (0.0, 0.0)
         self._ff_periodic = False
@@ -244,6 +247,8 @@ class SimEngine:
             if self.spec_policy is not None:
                 for r in done:
                     self.spec_policy.drop(r.id)
+            elif self.stretch is not None:  # a whole-KV mode: prefill steps too (oasis_sim.stretch)
+                yield from self.stretch.take(plan, timing, done)
             elif self.ff_max and not done:
                 k = self._ff_steps(plan, timing)
                 if k:
@@ -291,7 +296,6 @@ class SimEngine:
         if nxt != float("inf"):
             k = min(k, int((nxt - env.now) / dur) + 1)  # k - 1 steps, each at least dur long, start before nxt
         short, bs = self.short, self.cfg.block_size
-        grow_gpu = grow_host = 0.0
         acct = sched.acct
         for r in plan.decode:
             if r.state != DECODE:
@@ -309,12 +313,20 @@ class SimEngine:
                 pol = r.policy
                 if pol is not None and (pol.profile is None or pol.i < pol.profile.n):
                     return 0  # this step did not read the profile's steady tail
-            if -(-(r.ctx + k) // bs) != -(-r.ctx // bs):
-                gpu, host = acct.need(r, r.ctx + k, staging=False)
-                grow_gpu += gpu - r.gpu_held
-                grow_host += host - r.host_held
-        if grow_gpu > 0 and grow_gpu > self.gpu.hbm.free or grow_host > 0 and grow_host > sched.acct.host.free:
-            return 0
+        # the most steps whose memory growth the pools can give (halved until it fits): a step that cannot grow
+        # preempts, so the stretch ends before it
+        ctxs = [(r, r.ctx) for r in plan.decode]
+        free_gpu, free_host = self.gpu.hbm.free, acct.host.free
+        while k > 0:
+            grow_gpu = grow_host = 0.0
+            for r, ctx in ctxs:
+                if -(-(ctx + k) // bs) != -(-ctx // bs):
+                    gpu, host = acct.need(r, ctx + k, staging=False)
+                    grow_gpu += gpu - r.gpu_held
+                    grow_host += host - r.host_held
+            if not (grow_gpu > 0 and grow_gpu > free_gpu or grow_host > 0 and grow_host > free_host):
+                break
+            k //= 2
         self._ff_periodic = periodic
         return max(k, 0)
 
@@ -394,15 +406,10 @@ class SimEngine:
         # before, the rest hold what they held after the step before it, beside the ending ones (the pools' peaks)
         done = [r for r in plan.decode if r.generated >= r.max_tokens]
         if done:
-            rest = [r for r in plan.decode if r.generated < r.max_tokens]
-            for r in rest:
-                r.generated -= 1
-            sched.grow_fitting(rest)
-            for r in rest:
-                r.generated += 1
+            sched.grow_fitting([(r, r.ctx - 1) for r in plan.decode if r.generated < r.max_tokens])
             for r in done:
                 sched.finish(r, end)
-        sched.grow_fitting(plan.decode)  # the growth fits (_ff_steps): no preemption
+        sched.grow_fitting([(r, r.ctx) for r in plan.decode if r.state == DECODE])  # fits (_ff_steps)
 
     def _hybrid_growth(self, plan: Plan, k: int, whole: bool) -> list:
         """A hybrid model's stretch: for each of its ``k`` steps, how much longer than the step just run its layers'

@@ -246,22 +246,13 @@ class SimScheduler(Scheduler):
         super()._grow(r)
         r.held_key = (blocks, r.gpu_held, r.host_held)
 
-    def grow_fitting(self, reqs) -> None:
-        """``_grow`` every decoding request of ``reqs`` whose blocks or holdings moved, when their growth together is
-        known to fit (a fast-forwarded stretch: ``SimEngine._ff_steps`` checked it): each request's holdings as
+    def grow_fitting(self, pairs) -> None:
+        """``_grow`` each decoding request of ``pairs`` ``[(request, ctx)]`` to hold what ``ctx`` tokens need, when
+        their growth together is known to fit (a fast-forwarded stretch checked it): each request's holdings as
         ``_grow`` would set them, the pools moved once by the sum (whole bytes: the same levels)."""
-        if self.rpf:
-            for r in reqs:
-                if r.state == DECODE:
-                    self._grow(r)
-            return
         need, bs = self.acct.need, self.bs
         dg = dh = 0.0
-        for r in reqs:
-            if r.state != DECODE:
-                continue
-            g = r.generated - (r.prefill_target - r.prompt_len)  # Request.ctx, inlined
-            ctx = r.prefill_done + (g if g > 0 else 0)
+        for r, ctx in pairs:
             blocks = -(-ctx // bs)
             key = r.held_key
             if key is not None and key[0] == blocks and key[1] == r.gpu_held and key[2] == r.host_held:
@@ -270,7 +261,8 @@ class SimScheduler(Scheduler):
             dg += gpu - r.gpu_held
             dh += host - r.host_held
             r.gpu_held, r.host_held = gpu, host
-            r.held_key = (blocks, gpu, host)
+            if not self.rpf:
+                r.held_key = (blocks, gpu, host)
         acct = self.acct
         for pool, d in ((acct.hbm, dg), (acct.host, dh)):
             if d > 0:

@@ -9,6 +9,7 @@ import pytest
 
 from oasis_core.trace import Trace, TraceRequest
 from oasis_sim import engine as engine_mod
+from oasis_sim import stretch as stretch_mod
 from oasis_sim.config import SimConfig
 from oasis_sim.sim import simulate
 
@@ -30,16 +31,24 @@ def random_trace(n: int, rate_rps: float, seed: int) -> Trace:
 
 
 def run_counting(monkeypatch, trace, **kw):
+    """Simulate, counting the steps either fast path took (``SimEngine._fast_forward``, ``WholeKVStretch.take``)."""
     taken = []
-    orig = engine_mod.SimEngine._fast_forward
+    orig_ff, orig_take = engine_mod.SimEngine._fast_forward, stretch_mod.WholeKVStretch.take
 
     def counted(self, plan, k, timing):
         taken.append(k)
-        return (yield from orig(self, plan, k, timing))
+        return (yield from orig_ff(self, plan, k, timing))
+
+    def counted_take(self, plan, timing, done):
+        k = yield from orig_take(self, plan, timing, done)
+        taken.append(k)
+        return k
 
     monkeypatch.setattr(engine_mod.SimEngine, "_fast_forward", counted)
+    monkeypatch.setattr(stretch_mod.WholeKVStretch, "take", counted_take)
     res = simulate(SimConfig(**{**FAST, **kw}), trace)
-    monkeypatch.setattr(engine_mod.SimEngine, "_fast_forward", orig)
+    monkeypatch.setattr(engine_mod.SimEngine, "_fast_forward", orig_ff)
+    monkeypatch.setattr(stretch_mod.WholeKVStretch, "take", orig_take)
     return res, sum(taken)
 
 
