@@ -83,66 +83,77 @@ class WholeKVStretch:
         sched, env = eng.sched, eng.env
         now = env.now
         # a request the step's growth preempted freed memory after the schedule: the next may admit the head
-        if sched._preempted or timing.stall_s or not eng._memo or (eng.timeline is not None and eng.steps < eng.cfg.timeline_steps):
+        if sched._preempted or timing.stall_s or not eng._memo:
+            return 0
+        if eng.timeline is not None and eng.steps < eng.cfg.timeline_steps:
             return 0
         pipe = eng.pipe
         if pipe.side_free > now or pipe.link_free > now:
             return 0
         head = sched.waiting[0] if sched.waiting else None
         nxt = env.peek()
+        blocked = None  # the waiting head, tried by this step's schedule and not admitted
         if head is not None:
             if head.ready_t > now:
                 nxt = min(nxt, head.ready_t)
             elif done or timing.start < head.ready_t:
                 return 0  # memory freed after the schedule, or it came during the step: the next may admit it
-            elif eng._quiet_arrivals:  # tried and blocked: an arrival queues behind it and changes nothing
-                nxt = float("inf")
-        k_max = eng.ff_max
-        dec, pre = [], []
+            else:
+                blocked = head
+                if eng._quiet_arrivals:  # an arrival queues behind it and changes nothing
+                    nxt = float("inf")
+        # every running request: [request, c0, joins, ends] with its context after step j ``c0 + j`` once it
+        # decodes (from step ``joins``), its last token at step ``ends``; None while still unknown (a prefill)
+        recs, pre, ends = [], [], {}
+        ctx_tokens = 0
         for r in sched.running.values():
             if r.state == DECODE:
                 if r.first_token_t is None:
                     return 0
-                dec.append(r)
-                left = r.max_tokens - r.generated
-                if left < k_max:
-                    k_max = left  # its finishing step may close the stretch
+                c0 = r.prompt_len + r.generated  # == Request.ctx while it decodes
+                rec = [r, c0, 0, r.max_tokens - r.generated]
+                recs.append(rec)
+                ends.setdefault(rec[3], []).append(rec)
+                ctx_tokens += c0
             elif r.state == PREFILL:
-                pre.append(r)
+                rec = [r, 0, None, None]
+                recs.append(rec)
+                pre.append(rec)
             else:
                 return 0
-        if k_max <= 0 or not (dec or pre):
+        if not recs:
             return 0
-        # step by step from the batch's totals: durations, who joins the decode batch when, the last step
-        n_dec = len(dec)
-        ctx_tokens = 0
-        for r in dec:
-            ctx_tokens += r.prompt_len + r.generated
-        rem = [r.prefill_target - r.prefill_done for r in pre]
-        joined = {}  # prefilling request -> the step that ends its prefill
+        self.recs = recs
+        self.lvl0 = (eng.gpu.hbm.level, sched.acct.host.level)
+        # step by step from the batch's totals: durations, who joins or leaves the decode batch when, the last step
+        n_dec = len(recs) - len(pre)
+        rem = [r.prefill_target - r.prefill_done for r, *_ in pre]
         rems = [tuple(rem)]  # the prefills' remaining tokens after each step
-        n_decs, n_pfs = [], []
+        n_decs, n_pfs, frees = [], [], []  # frees: (step, the requests it ends, the levels just before)
         waiting = bool(sched.waiting)
         durs, starts = [], []
         t = now
         j = 0
-        while j < k_max and t < nxt:
+        k_cap = eng.ff_max
+        last_free = n_out = 0  # the last step that ended requests (the levels fit up to it), the requests ended
+        while j < k_cap and t < nxt:
             j += 1
-            chunks = []
+            chunks, joined = [], []
             if pre:
                 budget = self.chunk
-                for i, r in enumerate(pre):
+                for i, rec in enumerate(pre):
                     if budget <= 0:
                         break
                     x = rem[i]
                     if x <= 0:
                         continue
+                    r = rec[0]
                     n = x if x < budget else budget
                     chunks.append((n, r.prefill_target - x))
                     rem[i] = x - n
                     budget -= n
                     if x == n:
-                        joined[r] = j
+                        joined.append(rec)
                 rems.append(tuple(rem))
             d = self._step_s(n_dec, ctx_tokens, chunks, waiting)
             starts.append(t)
@@ -151,108 +162,131 @@ class WholeKVStretch:
             n_pfs.append(sum(n for n, _ in chunks))
             t += d
             ctx_tokens += n_dec
-            for r, jf in joined.items():
-                if jf == j:  # decodes from the next step
-                    g = r.generated if r.generated else 1
+            for rec in joined:  # its prefill ends at this step: it decodes from the next
+                r = rec[0]
+                g = r.generated if r.generated else 1
+                rec[1], rec[2], rec[3] = r.prompt_len + g - j, j, j + r.max_tokens - g
+                ends.setdefault(rec[3], []).append(rec)
+                if rec[3] > j:
                     n_dec += 1
                     ctx_tokens += r.prompt_len + g
-                    last = j + r.max_tokens - g  # its finishing step
-                    if last < k_max:
-                        k_max = last
-        k = self._fitting(dec + pre, joined, j)
+            out = ends.pop(j, None)
+            if out:  # they end at this step's update, before the growth; the next schedule may admit the head
+                for rec in out:
+                    if rec[2] < j:  # (not one that ends with its prefill: it never decoded)
+                        n_dec -= 1
+                        ctx_tokens -= rec[1] + j
+                before = self._level(j - 1)  # the pools' levels before the frees: a peak; each must fit
+                if not self._fits(before):
+                    j = self._last_fitting(last_free, j - 1)
+                    break
+                frees.append((j, out, before))
+                n_out += len(out)
+                last_free = j
+                if sched.on_done is not None:
+                    break  # a closed loop submits a request at each end
+                if not n_dec and not any(rem):
+                    break  # nothing left to run
+                if blocked is not None and self._admits(blocked, self._level(j), len(sched.running) - n_out):
+                    break
+        k = j
+        if k and not self._fits(self._level(k)):
+            k = self._last_fitting(last_free, k)
         if k <= 0:
             return 0
         del durs[k:], starts[k:]
         yield at(env, starts[-1] + durs[-1])
-        self._apply(dec, pre, joined, k, starts, durs, rems[k] if pre else ())
+        self._apply(k, starts, durs, rems[k] if pre else (), [x for x in frees if x[0] <= k])
         lg = eng.log
         lg.decode.extend(n_decs[:k])
         lg.emitted.extend(n_decs[:k])
         lg.prefill.extend(n_pfs[:k] if pre else [0] * k)
         return k
 
-    @staticmethod
-    def _ctx_at(r, j: int, joined: dict):
-        """``r.ctx`` after the stretch's step ``j`` (0: now), or None while it still prefills."""
-        if r.state == DECODE:
-            g = r.generated + j
-        else:
-            jf = joined.get(r)
-            if jf is None or jf > j:
-                return None
-            g = (r.generated if r.generated else 1) + j - jf
-        x = g - (r.prefill_target - r.prompt_len)
-        return r.prefill_target + (x if x > 0 else 0)
+    # -- the pools -----------------------------------------------------------------------------------------------
+    def _level(self, m: int) -> tuple:
+        """The (HBM, host) pools' levels after the stretch's step ``m``'s update: every request holds what its
+        context then needs (a prefill: what it held), those ended by then nothing."""
+        need = self.eng.sched.acct.need
+        g, h = self.lvl0
+        for r, c0, s, f in self.recs:
+            if f is not None and f <= m:
+                g -= r.gpu_held
+                h -= r.host_held
+            elif s is not None and s <= m:
+                gpu, host = need(r, c0 + m, staging=False)
+                g += gpu - r.gpu_held
+                h += host - r.host_held
+        return g, h
 
-    def _fitting(self, reqs, joined, k: int) -> int:
-        """The most of ``k`` steps whose memory growth the pools can give (halved until it fits): a step whose growth
-        does not fit preempts, so the stretch ends before it."""
-        eng = self.eng
-        need = eng.sched.acct.need
-        free_gpu, free_host = eng.gpu.hbm.free, eng.sched.acct.host.free
-        ctx_at = self._ctx_at
-        while k > 0:
-            dg = dh = 0.0
-            for r in reqs:
-                ctx = ctx_at(r, k, joined)
-                if ctx is not None:
-                    gpu, host = need(r, ctx, staging=False)
-                    dg += gpu - r.gpu_held
-                    dh += host - r.host_held
-            if not (dg > 0 and dg > free_gpu or dh > 0 and dh > free_host):
-                return k
-            k //= 2
-        return 0
+    def _fits(self, lvl) -> bool:
+        acct = self.eng.sched.acct
+        return lvl[0] <= acct.hbm.capacity and lvl[1] <= acct.host.capacity
 
-    def _apply(self, dec, pre, joined, k: int, starts: list, durs: list, rem_after) -> None:
+    def _last_fitting(self, last_free: int, hi: int) -> int:
+        """The last step up to ``hi`` whose levels fit: the levels grow from ``last_free`` (the last step that ended
+        requests) on, and fit just before it (before any, the levels now fit)."""
+        lo = last_free - 1 if last_free else 0
+        while lo < hi:
+            mid = (lo + hi + 1) // 2
+            if self._fits(self._level(mid)):
+                lo = mid
+            else:
+                hi = mid - 1
+        return lo
+
+    def _admits(self, head, lvl, running: int) -> bool:
+        """Whether ``Scheduler.schedule`` would admit the waiting ``head`` at these levels."""
+        sched = self.eng.sched
+        if sched.max_batch is not None and running >= sched.max_batch:
+            return False
+        acct = sched.acct
+        gpu, host = acct.need(head, head.prefill_target, staging=True)
+        return not (gpu > acct.hbm.capacity - lvl[0] or host > acct.host.capacity - lvl[1])
+
+    def _apply(self, k: int, starts: list, durs: list, rem_after, frees) -> None:
         """Every request, the engine's counters and step times, and the pools, as ``k`` steps of the exact path."""
         eng = self.eng
         sched = eng.sched
-        end = starts[-1] + durs[-1]
-        ctx_at = self._ctx_at
-        grown_prev, grown, ended = [], [], []
+        grown, joined = [], []
         decoded = 0  # request-steps that decoded
-        for i, r in enumerate(pre):
-            jf = joined.get(r)
-            if jf is None or jf > k:  # still prefilling: its chunks of the stretch
-                r.prefill_done = r.prefill_target - rem_after[i]
-        for r in dec + pre:
-            if r.state == DECODE:
-                steps = k
-            else:
-                jf = joined.get(r)
-                if jf is None or jf > k:
-                    continue
-                steps = k - jf
-            prev, ctx = ctx_at(r, k - 1, joined), ctx_at(r, k, joined)
-            if r.state != DECODE:
+        i = 0
+        for rec in self.recs:
+            r, c0, s, f = rec
+            if s is None or s > k:  # still prefilling: its chunks of the stretch
+                if r.state != DECODE:
+                    r.prefill_done = r.prefill_target - rem_after[i]
+                    i += 1
+                continue
+            if r.state != DECODE:  # its prefill ended at step s
+                i += 1
                 r.prefill_done = r.prefill_target
                 r.state = DECODE
                 if not r.generated:
                     r.generated = 1
-                    r.first_token_t = starts[jf - 1] + durs[jf - 1]
+                    r.first_token_t = starts[s - 1] + durs[s - 1]
+                joined.append(r)
+            steps = (f if f <= k else k) - s
             r.generated += steps
             r.recall_sum += float(steps)
             r.recall_n += steps
             decoded += steps
-            if prev is not None:
-                grown_prev.append((r, prev))
-            if r.generated >= r.max_tokens:
-                ended.append(r)
-            else:
-                grown.append((r, ctx))
-        # as Scheduler.update at the last step's end: those that emitted their last token end, then the rest grow;
-        # before, every request holds what it held after the step before it (the pools' peak)
-        if ended:
-            sched.grow_fitting(grown_prev)
-            # Scheduler.update's order: the decoded (admission order), then those whose prefill ended at this step
-            ended.sort(key=lambda r: (joined.get(r) == k, r.seq))
-            for r in ended:
-                sched.finish(r, end)
+            if f > k:
+                grown.append((r, c0 + k))
+        # as Scheduler.update: at each step, those that emitted their last token end (the decoded in admission
+        # order, then those whose prefill ended there), then the rest grow
+        for f, out, _ in frees:
+            out.sort(key=lambda rec: (rec[2] == f, rec[0].seq))
+            for rec in out:
+                sched.finish(rec[0], starts[f - 1] + durs[f - 1])
         sched.grow_fitting(grown)
+        acct = sched.acct
+        for _, _, (g, h) in frees:  # the levels just before each step's ends: the pools' peaks
+            acct.hbm.peak = max(acct.hbm.peak, g)
+            acct.host.peak = max(acct.host.peak, h)
         sched.step += k
-        for r, jf in joined.items():
-            if jf <= k and r.state == DECODE:
+        for r in joined:
+            if r.state == DECODE:
                 sched._register(r)  # its crossing bucket, as _grow_all registers a request that ends its prefill
         eng.recall_sum += float(decoded)
         eng.recall_n += decoded
@@ -264,3 +298,4 @@ class WholeKVStretch:
         lg.stall.extend([0.0] * k)
         lg.h2d.extend([0.0] * k)
         lg.net.extend([0.0] * k)
+        self.recs = None
