@@ -124,7 +124,15 @@ class WholeKVStretch:
         if not recs:
             return 0
         self.recs = recs
-        self.lvl0 = (eng.gpu.hbm.level, sched.acct.host.level)
+        acct = sched.acct
+        self.lvl0 = (acct.hbm.level, acct.host.level)
+        self.bs = acct.bs
+        # what a block adds to a request's holdings where it is a constant: the whole KV on the GPU, not in lanes
+        self.block_bytes = (
+            acct.geo.dense_bytes(acct.bs)
+            if not (acct.sparse or acct.hybrid or acct.rpf) and (acct.lane_bytes is None)
+            else None
+        )
         # step by step from the batch's totals: durations, who joins or leaves the decode batch when, the last step
         n_dec = len(recs) - len(pre)
         rem = [r.prefill_target - r.prefill_done for r, *_ in pre]
@@ -136,32 +144,25 @@ class WholeKVStretch:
         j = 0
         k_cap = eng.ff_max
         last_free = n_out = 0  # the last step that ended requests (the levels fit up to it), the requests ended
+        freed = [0.0, 0.0]  # what they held
         while j < k_cap and t < nxt:
-            j += 1
-            chunks, joined = [], []
-            if pre:
-                budget = self.chunk
-                for i, rec in enumerate(pre):
-                    if budget <= 0:
-                        break
-                    x = rem[i]
-                    if x <= 0:
-                        continue
-                    r = rec[0]
-                    n = x if x < budget else budget
-                    chunks.append((n, r.prefill_target - x))
-                    rem[i] = x - n
-                    budget -= n
-                    if x == n:
-                        joined.append(rec)
-                rems.append(tuple(rem))
-            d = self._step_s(n_dec, ctx_tokens, chunks, waiting)
-            starts.append(t)
-            durs.append(d)
-            n_decs.append(n_dec)
-            n_pfs.append(sum(n for n, _ in chunks))
-            t += d
-            ctx_tokens += n_dec
+            joined = ()
+            if not pre or not any(rem):  # decode alone until the next end: steps apart only in the batch's context
+                last = min(ends) if ends else k_cap
+                j0 = j
+                t = self._decode_steps(n_dec, ctx_tokens, (last if last < k_cap else k_cap) - j, t, nxt, starts, durs)
+                j = len(durs)
+                n = j - j0
+                ctx_tokens += n * n_dec
+                n_decs.extend([n_dec] * n)
+                n_pfs.extend([0] * n)
+                if pre:
+                    rems.extend([rems[-1]] * n)
+            else:
+                t, ctx_tokens, joined = self._prefill_step(
+                    pre, rem, rems, n_dec, ctx_tokens, waiting, t, starts, durs, n_decs, n_pfs
+                )
+                j += 1
             for rec in joined:  # its prefill ends at this step: it decodes from the next
                 r = rec[0]
                 g = r.generated if r.generated else 1
@@ -187,7 +188,9 @@ class WholeKVStretch:
                     break  # a closed loop submits a request at each end
                 if not n_dec and not any(rem):
                     break  # nothing left to run
-                if blocked is not None and self._admits(blocked, self._level(j), len(sched.running) - n_out):
+                freed[0] += sum(rec[0].gpu_held for rec in out)
+                freed[1] += sum(rec[0].host_held for rec in out)
+                if blocked is not None and self._admits(blocked, freed, len(sched.running) - n_out, j):
                     break
         k = j
         if k and not self._fits(self._level(k)):
@@ -203,12 +206,71 @@ class WholeKVStretch:
         lg.prefill.extend(n_pfs[:k] if pre else [0] * k)
         return k
 
+    def _prefill_step(self, pre, rem, rems, n_dec, ctx_tokens, waiting, t, starts, durs, n_decs, n_pfs):
+        """One step with prefill chunks (``Scheduler.schedule``'s: ``chunk_tokens`` shared in admission order);
+        returns its end, the batch's context after it and the requests whose prefill it ends."""
+        chunks, joined = [], []
+        budget = self.chunk
+        for i, rec in enumerate(pre):
+            if budget <= 0:
+                break
+            x = rem[i]
+            if x <= 0:
+                continue
+            n = x if x < budget else budget
+            chunks.append((n, rec[0].prefill_target - x))
+            rem[i] = x - n
+            budget -= n
+            if x == n:
+                joined.append(rec)
+        rems.append(tuple(rem))
+        d = self._step_s(n_dec, ctx_tokens, chunks, waiting)
+        starts.append(t)
+        durs.append(d)
+        n_decs.append(n_dec)
+        n_pfs.append(sum(n for n, _ in chunks))
+        return t + d, ctx_tokens + n_dec, joined
+
+    def _decode_steps(self, n_dec, ctx_tokens, count, t, nxt, starts, durs) -> float:
+        """Up to ``count`` decode-only steps of ``n_dec`` requests holding ``ctx_tokens`` tokens (one more a request
+        each step), those that start before ``nxt``; returns the end of the last. ``_step_s`` with the decode
+        attention as a line in the batch's context (``attn_decode`` is linear in its bytes for every predictor)."""
+        eng = self.eng
+        pred, bpt = eng.pred, self.bpt_layer
+        waiting = bool(eng.sched.waiting)
+        d = self._step_s(n_dec, ctx_tokens, (), waiting)  # the first exactly; it memoises head, tail and floor
+        a0 = pred.time("attn_decode", {"kv_bytes": ctx_tokens * bpt})
+        da = pred.time("attn_decode", {"kv_bytes": n_dec * bpt})
+        c = eng._per_token(n_dec)
+        chain = eng.chain_max if eng.chain_max > 1 and n_dec and not waiting else 1
+        head, tail, floor, L = eng._head_cache[chain], eng._lm_cache[n_dec], eng._step_floor(n_dec), eng.L
+        i = 0
+        while i < count and t < nxt:
+            if i:
+                g = head + L * (c + (a0 + i * da)) + tail
+                d = g if g > floor else floor
+            starts.append(t)
+            durs.append(d)
+            t += d
+            i += 1
+        return t
+
     # -- the pools -----------------------------------------------------------------------------------------------
     def _level(self, m: int) -> tuple:
         """The (HBM, host) pools' levels after the stretch's step ``m``'s update: every request holds what its
         context then needs (a prefill: what it held), those ended by then nothing."""
-        need = self.eng.sched.acct.need
         g, h = self.lvl0
+        pb = self.block_bytes
+        if pb is not None:  # HBM a whole block at a time, nothing on the host (ByteAccounting.need, no windows)
+            bs = self.bs
+            for r, c0, s, f in self.recs:
+                if f is not None and f <= m:
+                    g -= r.gpu_held
+                    h -= r.host_held
+                elif s is not None and s <= m:
+                    g += -(-(c0 + m) // bs) * pb - r.gpu_held
+            return g, h
+        need = self.eng.sched.acct.need
         for r, c0, s, f in self.recs:
             if f is not None and f <= m:
                 g -= r.gpu_held
@@ -235,13 +297,19 @@ class WholeKVStretch:
                 hi = mid - 1
         return lo
 
-    def _admits(self, head, lvl, running: int) -> bool:
-        """Whether ``Scheduler.schedule`` would admit the waiting ``head`` at these levels."""
+    def _admits(self, head, freed, running: int, m: int) -> bool:
+        """Whether ``Scheduler.schedule`` would admit the waiting ``head`` after the stretch's step ``m``, its ends
+        having ``freed`` (HBM, host) and ``running`` requests left (the levels are computed only when the head
+        could fit in what the ends freed: holdings only grow meanwhile)."""
         sched = self.eng.sched
         if sched.max_batch is not None and running >= sched.max_batch:
             return False
         acct = sched.acct
         gpu, host = acct.need(head, head.prefill_target, staging=True)
+        g0, h0 = self.lvl0
+        if gpu > acct.hbm.capacity - (g0 - freed[0]) or host > acct.host.capacity - (h0 - freed[1]):
+            return False
+        lvl = self._level(m)
         return not (gpu > acct.hbm.capacity - lvl[0] or host > acct.host.capacity - lvl[1])
 
     def _apply(self, k: int, starts: list, durs: list, rem_after, frees) -> None:
