@@ -88,6 +88,14 @@ class ByteAccounting:
         self.short_window = self.short.window_tokens if self.short is not None else -1
         self._memo: dict = {}  # (blocks, staging, resident-dense) -> need(): block-granular, the request unused
 
+    @property
+    def block_bytes(self):
+        """What each block adds to a request's HBM holdings where that is a constant (the whole KV on the GPU, no
+        windows, no lanes; nothing on the host then), else None."""
+        if self.sparse or self.hybrid or self.rpf or self.lane_bytes is not None:
+            return None
+        return self.geo.dense_bytes(self.bs)
+
     def _blocks(self, tokens: int) -> int:
         return -(-tokens // self.bs)
 
@@ -250,14 +258,14 @@ class SimScheduler(Scheduler):
         """``_grow`` each decoding request of ``pairs`` ``[(request, ctx)]`` to hold what ``ctx`` tokens need, when
         their growth together is known to fit (a fast-forwarded stretch checked it): each request's holdings as
         ``_grow`` would set them, the pools moved once by the sum (whole bytes: the same levels)."""
-        need, bs = self.acct.need, self.bs
+        need, bs, pb = self.acct.need, self.bs, self.acct.block_bytes
         dg = dh = 0.0
         for r, ctx in pairs:
             blocks = -(-ctx // bs)
             key = r.held_key
             if key is not None and key[0] == blocks and key[1] == r.gpu_held and key[2] == r.host_held:
                 continue
-            gpu, host = need(r, ctx, staging=False)
+            gpu, host = (blocks * pb, 0.0) if pb is not None else need(r, ctx, staging=False)
             dg += gpu - r.gpu_held
             dh += host - r.host_held
             r.gpu_held, r.host_held = gpu, host

@@ -127,12 +127,7 @@ class WholeKVStretch:
         acct = sched.acct
         self.lvl0 = (acct.hbm.level, acct.host.level)
         self.bs = acct.bs
-        # what a block adds to a request's holdings where it is a constant: the whole KV on the GPU, not in lanes
-        self.block_bytes = (
-            acct.geo.dense_bytes(acct.bs)
-            if not (acct.sparse or acct.hybrid or acct.rpf) and (acct.lane_bytes is None)
-            else None
-        )
+        self.block_bytes = acct.block_bytes
         # step by step from the batch's totals: durations, who joins or leaves the decode batch when, the last step
         n_dec = len(recs) - len(pre)
         rem = [r.prefill_target - r.prefill_done for r, *_ in pre]
@@ -145,6 +140,7 @@ class WholeKVStretch:
         k_cap = eng.ff_max
         last_free = n_out = 0  # the last step that ended requests (the levels fit up to it), the requests ended
         freed = [0.0, 0.0]  # what they held
+        n_grow = len(recs) - len(pre)  # requests that decode in the stretch so far (their holdings grow)
         while j < k_cap and t < nxt:
             joined = ()
             if not pre or not any(rem):  # decode alone until the next end: steps apart only in the batch's context
@@ -163,6 +159,7 @@ class WholeKVStretch:
                     pre, rem, rems, n_dec, ctx_tokens, waiting, t, starts, durs, n_decs, n_pfs
                 )
                 j += 1
+            n_grow += len(joined)
             for rec in joined:  # its prefill ends at this step: it decodes from the next
                 r = rec[0]
                 g = r.generated if r.generated else 1
@@ -177,10 +174,10 @@ class WholeKVStretch:
                     if rec[2] < j:  # (not one that ends with its prefill: it never decoded)
                         n_dec -= 1
                         ctx_tokens -= rec[1] + j
-                before = self._level(j - 1)  # the pools' levels before the frees: a peak; each must fit
-                if not self._fits(before):
+                if not self._fits_at(j - 1, n_grow):
                     j = self._last_fitting(last_free, j - 1)
                     break
+                before = self._level(j - 1)  # the pools' levels before the frees: a peak
                 frees.append((j, out, before))
                 n_out += len(out)
                 last_free = j
@@ -193,7 +190,7 @@ class WholeKVStretch:
                 if blocked is not None and self._admits(blocked, freed, len(sched.running) - n_out, j):
                     break
         k = j
-        if k and not self._fits(self._level(k)):
+        if k and not self._fits_at(k, n_grow):
             k = self._last_fitting(last_free, k)
         if k <= 0:
             return 0
@@ -280,6 +277,15 @@ class WholeKVStretch:
                 g += gpu - r.gpu_held
                 h += host - r.host_held
         return g, h
+
+    def _fits_at(self, m: int, n_grow: int) -> bool:
+        """Whether the pools can give the growth up to step ``m`` of the ``n_grow`` requests that decode by then:
+        at once where a block is a constant (each grows by at most ``m // block_size + 2`` blocks: a bound), else
+        from the levels."""
+        pb = self.block_bytes
+        if pb is not None and self.lvl0[0] + pb * n_grow * (m // self.bs + 2) <= self.eng.sched.acct.hbm.capacity:
+            return True
+        return self._fits(self._level(m))
 
     def _fits(self, lvl) -> bool:
         acct = self.eng.sched.acct
