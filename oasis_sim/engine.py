@@ -242,14 +242,16 @@ class SimEngine:
                 else:
                     yield self.wake
                 continue
+            if self.stretch is not None:  # a whole-KV mode: the plan's step and those after it (oasis_sim.stretch)
+                k = yield from self.stretch.run(plan)
+                if k:
+                    continue
             timing = yield from self.execute(plan)
             done = sched.update(plan, timing.end, emitted=self.emitted)
             if self.spec_policy is not None:
                 for r in done:
                     self.spec_policy.drop(r.id)
-            elif self.stretch is not None:  # a whole-KV mode: prefill steps too (oasis_sim.stretch)
-                yield from self.stretch.take(plan, timing, done)
-            elif self.ff_max and not done:
+            elif self.ff_max and not done and self.stretch is None:
                 k = self._ff_steps(plan, timing)
                 if k:
                     yield from self._fast_forward(plan, k, timing)

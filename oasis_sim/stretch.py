@@ -76,28 +76,23 @@ class WholeKVStretch:
         return gpu if gpu > floor else floor
 
     # -- the stretch ---------------------------------------------------------------------------------------------
-    def take(self, plan, timing, done):
-        """SimPy sub-process: after the step just run (its ``timing``; ``done``: the requests it ended), advance the
-        stretch that follows, if any. Returns the steps taken (0: none)."""
+    def run(self, plan):
+        """SimPy sub-process: run the step of ``plan`` (just scheduled) and the stretch that follows it. Returns the
+        steps taken; 0: none (the engine then runs the plan step by step)."""
         eng = self.eng
         sched, env = eng.sched, eng.env
         now = env.now
-        # a request the step's growth preempted freed memory after the schedule: the next may admit the head
-        if sched._preempted or timing.stall_s or not eng._memo:
-            return 0
-        if eng.timeline is not None and eng.steps < eng.cfg.timeline_steps:
+        if not eng._memo or (eng.timeline is not None and eng.steps < eng.cfg.timeline_steps):
             return 0
         pipe = eng.pipe
         if pipe.side_free > now or pipe.link_free > now:
             return 0
         head = sched.waiting[0] if sched.waiting else None
         nxt = env.peek()
-        blocked = None  # the waiting head, tried by this step's schedule and not admitted
+        blocked = None  # the waiting head, ready and just not admitted by the schedule
         if head is not None:
             if head.ready_t > now:
                 nxt = min(nxt, head.ready_t)
-            elif done or timing.start < head.ready_t:
-                return 0  # memory freed after the schedule, or it came during the step: the next may admit it
             else:
                 blocked = head
                 if eng._quiet_arrivals:  # an arrival queues behind it and changes nothing
@@ -141,12 +136,14 @@ class WholeKVStretch:
         last_free = n_out = 0  # the last step that ended requests (the levels fit up to it), the requests ended
         freed = [0.0, 0.0]  # what they held
         n_grow = len(recs) - len(pre)  # requests that decode in the stretch so far (their holdings grow)
-        while j < k_cap and t < nxt:
+        while j < k_cap and (t < nxt or not j):  # (the plan's own step whatever comes)
             joined = ()
             if not pre or not any(rem):  # decode alone until the next end: steps apart only in the batch's context
                 last = min(ends) if ends else k_cap
                 j0 = j
-                t = self._decode_steps(n_dec, ctx_tokens, (last if last < k_cap else k_cap) - j, t, nxt, starts, durs)
+                t = self._decode_steps(
+                    n_dec, ctx_tokens, (last if last < k_cap else k_cap) - j, t, nxt, not j, starts, durs
+                )
                 j = len(durs)
                 n = j - j0
                 ctx_tokens += n * n_dec
@@ -228,9 +225,9 @@ class WholeKVStretch:
         n_pfs.append(sum(n for n, _ in chunks))
         return t + d, ctx_tokens + n_dec, joined
 
-    def _decode_steps(self, n_dec, ctx_tokens, count, t, nxt, starts, durs) -> float:
+    def _decode_steps(self, n_dec, ctx_tokens, count, t, nxt, first, starts, durs) -> float:
         """Up to ``count`` decode-only steps of ``n_dec`` requests holding ``ctx_tokens`` tokens (one more a request
-        each step), those that start before ``nxt``; returns the end of the last. ``_step_s`` with the decode
+        each step), those that start before ``nxt`` (``first``: the first whatever comes); returns the end of the last. ``_step_s`` with the decode
         attention as a line in the batch's context (``attn_decode`` is linear in its bytes for every predictor)."""
         eng = self.eng
         pred, bpt = eng.pred, self.bpt_layer
@@ -242,7 +239,7 @@ class WholeKVStretch:
         chain = eng.chain_max if eng.chain_max > 1 and n_dec and not waiting else 1
         head, tail, floor, L = eng._head_cache[chain], eng._lm_cache[n_dec], eng._step_floor(n_dec), eng.L
         i = 0
-        while i < count and t < nxt:
+        while i < count and (t < nxt or first and not i):
             if i:
                 g = head + L * (c + (a0 + i * da)) + tail
                 d = g if g > floor else floor
@@ -358,7 +355,7 @@ class WholeKVStretch:
         for _, _, (g, h) in frees:  # the levels just before each step's ends: the pools' peaks
             acct.hbm.peak = max(acct.hbm.peak, g)
             acct.host.peak = max(acct.host.peak, h)
-        sched.step += k
+        sched.step += k - 1  # (the schedule counted the plan's step)
         for r in joined:
             if r.state == DECODE:
                 sched._register(r)  # its crossing bucket, as _grow_all registers a request that ends its prefill

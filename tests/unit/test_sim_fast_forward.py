@@ -31,24 +31,24 @@ def random_trace(n: int, rate_rps: float, seed: int) -> Trace:
 
 
 def run_counting(monkeypatch, trace, **kw):
-    """Simulate, counting the steps either fast path took (``SimEngine._fast_forward``, ``WholeKVStretch.take``)."""
+    """Simulate, counting the steps either fast path took (``SimEngine._fast_forward``, ``WholeKVStretch.run``)."""
     taken = []
-    orig_ff, orig_take = engine_mod.SimEngine._fast_forward, stretch_mod.WholeKVStretch.take
+    orig_ff, orig_run = engine_mod.SimEngine._fast_forward, stretch_mod.WholeKVStretch.run
 
     def counted(self, plan, k, timing):
         taken.append(k)
         return (yield from orig_ff(self, plan, k, timing))
 
-    def counted_take(self, plan, timing, done):
-        k = yield from orig_take(self, plan, timing, done)
+    def counted_run(self, plan):
+        k = yield from orig_run(self, plan)
         taken.append(k)
         return k
 
     monkeypatch.setattr(engine_mod.SimEngine, "_fast_forward", counted)
-    monkeypatch.setattr(stretch_mod.WholeKVStretch, "take", counted_take)
+    monkeypatch.setattr(stretch_mod.WholeKVStretch, "run", counted_run)
     res = simulate(SimConfig(**{**FAST, **kw}), trace)
     monkeypatch.setattr(engine_mod.SimEngine, "_fast_forward", orig_ff)
-    monkeypatch.setattr(stretch_mod.WholeKVStretch, "take", orig_take)
+    monkeypatch.setattr(stretch_mod.WholeKVStretch, "run", orig_run)
     return res, sum(taken)
 
 
