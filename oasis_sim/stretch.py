@@ -134,8 +134,9 @@ class WholeKVStretch:
         j = 0
         k_cap = eng.ff_max
         last_free = n_out = 0  # the last step that ended requests (the levels fit up to it), the requests ended
-        freed = [0.0, 0.0]  # what they held
         n_grow = len(recs) - len(pre)  # requests that decode in the stretch so far (their holdings grow)
+        freed = 0.0  # HBM the ends freed
+        self.peak_or_cap = min(acct.hbm.peak, acct.hbm.capacity)
         while j < k_cap and (t < nxt or not j):  # (the plan's own step whatever comes)
             joined = ()
             if not pre or not any(rem):  # decode alone until the next end: steps apart only in the batch's context
@@ -171,20 +172,25 @@ class WholeKVStretch:
                     if rec[2] < j:  # (not one that ends with its prefill: it never decoded)
                         n_dec -= 1
                         ctx_tokens -= rec[1] + j
-                if not self._fits_at(j - 1, n_grow):
-                    j = self._last_fitting(last_free, j - 1)
-                    break
-                before = self._level(j - 1)  # the pools' levels before the frees: a peak
-                frees.append((j, out, before))
+                # the pools' levels just before the frees (a peak; they must fit) and after: computed only where
+                # a bound (at most m // block_size + 2 blocks more a request, the frees ignored) cannot tell
+                levels = None
+                bound = self._bound(j - 1, n_grow, freed)
+                if bound is None or bound > self.peak_or_cap:
+                    levels = self._levels(j)
+                    if not self._fits(levels[0]):
+                        j = self._last_fitting(last_free, j - 1)
+                        break
+                frees.append((j, out, levels[0] if levels else None))
                 n_out += len(out)
                 last_free = j
+                for rec in out:
+                    freed += rec[0].gpu_held
                 if sched.on_done is not None:
                     break  # a closed loop submits a request at each end
                 if not n_dec and not any(rem):
                     break  # nothing left to run
-                freed[0] += sum(rec[0].gpu_held for rec in out)
-                freed[1] += sum(rec[0].host_held for rec in out)
-                if blocked is not None and self._admits(blocked, freed, len(sched.running) - n_out, j):
+                if blocked is not None and self._admits(blocked, j, levels, freed, len(sched.running) - n_out):
                     break
         k = j
         if k and not self._fits_at(k, n_grow):
@@ -275,12 +281,36 @@ class WholeKVStretch:
                 h += host - r.host_held
         return g, h
 
+    def _levels(self, m: int) -> tuple:
+        """``(_level(m - 1), _level(m))`` in one pass."""
+        pb = self.block_bytes
+        if pb is None:
+            return self._level(m - 1), self._level(m)
+        g, h = self.lvl0
+        g1, h1 = g, h
+        bs = self.bs
+        for r, c0, s, f in self.recs:
+            if f is not None and f < m:
+                g -= r.gpu_held
+                h -= r.host_held
+                g1 -= r.gpu_held
+                h1 -= r.host_held
+                continue
+            if s is not None and s < m:
+                g += -(-(c0 + m - 1) // bs) * pb - r.gpu_held
+            if f == m:
+                g1 -= r.gpu_held
+                h1 -= r.host_held
+            elif s is not None and s <= m:
+                g1 += -(-(c0 + m) // bs) * pb - r.gpu_held
+        return (g, h), (g1, h1)
+
     def _fits_at(self, m: int, n_grow: int) -> bool:
         """Whether the pools can give the growth up to step ``m`` of the ``n_grow`` requests that decode by then:
         at once where a block is a constant (each grows by at most ``m // block_size + 2`` blocks: a bound), else
         from the levels."""
-        pb = self.block_bytes
-        if pb is not None and self.lvl0[0] + pb * n_grow * (m // self.bs + 2) <= self.eng.sched.acct.hbm.capacity:
+        bound = self._bound(m, n_grow, 0.0)
+        if bound is not None and bound <= self.eng.sched.acct.hbm.capacity:
             return True
         return self._fits(self._level(m))
 
@@ -300,20 +330,27 @@ class WholeKVStretch:
                 hi = mid - 1
         return lo
 
-    def _admits(self, head, freed, running: int, m: int) -> bool:
-        """Whether ``Scheduler.schedule`` would admit the waiting ``head`` after the stretch's step ``m``, its ends
-        having ``freed`` (HBM, host) and ``running`` requests left (the levels are computed only when the head
-        could fit in what the ends freed: holdings only grow meanwhile)."""
+    def _admits(self, head, m: int, levels, freed: float, running: int) -> bool:
+        """Whether ``Scheduler.schedule`` would admit the waiting ``head`` after the stretch's step ``m`` (its
+        ``levels``, computed here if None and needed), with ``running`` requests running and the ends having freed
+        ``freed`` bytes of HBM (holdings only grow meanwhile: the head cannot fit in more than that)."""
         sched = self.eng.sched
         if sched.max_batch is not None and running >= sched.max_batch:
             return False
         acct = sched.acct
         gpu, host = acct.need(head, head.prefill_target, staging=True)
-        g0, h0 = self.lvl0
-        if gpu > acct.hbm.capacity - (g0 - freed[0]) or host > acct.host.capacity - (h0 - freed[1]):
+        if self.block_bytes is not None and gpu > acct.hbm.capacity - (self.lvl0[0] - freed):
             return False
-        lvl = self._level(m)
+        lvl = self._levels(m)[1] if levels is None else levels[1]
         return not (gpu > acct.hbm.capacity - lvl[0] or host > acct.host.capacity - lvl[1])
+
+    def _bound(self, m: int, n_grow: int, freed: float):
+        """An upper bound of the HBM level after step ``m`` where a block is a constant (else None): each of the
+        ``n_grow`` requests decoding by then holds at most ``m // block_size + 2`` blocks more."""
+        pb = self.block_bytes
+        if pb is None:
+            return None
+        return self.lvl0[0] - freed + pb * n_grow * (m // self.bs + 2)
 
     def _apply(self, k: int, starts: list, durs: list, rem_after, frees) -> None:
         """Every request, the engine's counters and step times, and the pools, as ``k`` steps of the exact path."""
@@ -352,9 +389,10 @@ class WholeKVStretch:
                 sched.finish(rec[0], starts[f - 1] + durs[f - 1])
         sched.grow_fitting(grown)
         acct = sched.acct
-        for _, _, (g, h) in frees:  # the levels just before each step's ends: the pools' peaks
-            acct.hbm.peak = max(acct.hbm.peak, g)
-            acct.host.peak = max(acct.host.peak, h)
+        for _, _, lvl in frees:  # the levels just before each step's ends: the pools' peaks (None: not above)
+            if lvl is not None:
+                acct.hbm.peak = max(acct.hbm.peak, lvl[0])
+                acct.host.peak = max(acct.host.peak, lvl[1])
         sched.step += k - 1  # (the schedule counted the plan's step)
         for r in joined:
             if r.state == DECODE:
