@@ -84,17 +84,24 @@ class ByteAccounting:
         self.fixed_hbm = (geo.resident_bytes(cfg.resident_slots) + cfg.draft_state_bytes) if self.sparse else 0.0
         self.rpf = cfg.split == "rpf"
         self.short = cfg.short_context_rule  # None: every request of a sparse mode is held sparse
-        self.lane_bytes = None  # SimConfig.kv_budget_gb (engine oasis): a whole lane a request, as the executor's
+        self.lane_bytes = None
         self.short_window = self.short.window_tokens if self.short is not None else -1
         self._memo: dict = {}  # (blocks, staging, resident-dense) -> need(): block-granular, the request unused
 
     @property
-    def block_bytes(self):
-        """What each block adds to a request's HBM holdings where that is a constant (the whole KV on the GPU, no
-        windows, no lanes; nothing on the host then), else None."""
-        if self.sparse or self.hybrid or self.rpf or self.lane_bytes is not None:
-            return None
-        return self.geo.dense_bytes(self.bs)
+    def lane_bytes(self):
+        """SimConfig.kv_budget_gb (engine oasis): a whole lane a request, as the executor's (None: bytes as held)."""
+        return self._lane_bytes
+
+    @lane_bytes.setter
+    def lane_bytes(self, v) -> None:
+        self._lane_bytes = v
+        self._memo = {}  # need()'s, by block count: lanes change it
+        # what each block adds to a request's HBM holdings where that is a constant (the whole KV on the GPU, no
+        # windows, no lanes; nothing on the host then), else None
+        self.block_bytes = (
+            None if self.sparse or self.hybrid or self.rpf or v is not None else self.geo.dense_bytes(self.bs)
+        )
 
     def _blocks(self, tokens: int) -> int:
         return -(-tokens // self.bs)
