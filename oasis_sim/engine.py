@@ -592,7 +592,9 @@ class SimEngine:
         background = mode.background
         # a decode chain (SimConfig.decode_chain): the host's round trip is paid once a chain of ordinary steps
         chain = 1
-        if self.chain_max > 1 and n_dec and not plan.prefill and not K and not n_dense and not self.sched.waiting:
+        w = self.sched.waiting  # (a request waits once it has arrived: the queue holds the trace's future ones)
+        waiting = bool(w) and w[0].ready_t <= self.env.now
+        if self.chain_max > 1 and n_dec and not plan.prefill and not K and not n_dense and not waiting:
             if not n_cross:
                 chain = self.chain_max
         head_s = self._head_cache.get(chain) if self._memo else None

@@ -128,7 +128,7 @@ class WholeKVStretch:
         rem = [r.prefill_target - r.prefill_done for r, *_ in pre]
         rems = [tuple(rem)]  # the prefills' remaining tokens after each step
         n_decs, n_pfs, frees = [], [], []  # frees: (step, the requests it ends, the levels just before)
-        waiting = bool(sched.waiting)
+        waiting = blocked is not None  # an arrived request waits (and keeps waiting through the stretch)
         durs, starts = [], []
         t = now
         j = 0
@@ -237,7 +237,8 @@ class WholeKVStretch:
         attention as a line in the batch's context (``attn_decode`` is linear in its bytes for every predictor)."""
         eng = self.eng
         pred, bpt = eng.pred, self.bpt_layer
-        waiting = bool(eng.sched.waiting)
+        w = eng.sched.waiting
+        waiting = bool(w) and w[0].ready_t <= t
         d = self._step_s(n_dec, ctx_tokens, (), waiting)  # the first exactly; it memoises head, tail and floor
         a0 = pred.time("attn_decode", {"kv_bytes": ctx_tokens * bpt})
         da = pred.time("attn_decode", {"kv_bytes": n_dec * bpt})
