@@ -93,12 +93,14 @@ def test_fast_forward_matches_every_step_simulated(monkeypatch, model, mode, loa
 
 # The whole-KV stretch (oasis_sim.stretch: dense) through prefill chunks, admissions and ends, against every step:
 # a small KV pool (the head blocked on memory, preemptions, the pools' levels at each end), a batch limit (the head
-# blocked by the batch), prefills of several chunks shared by several requests, vLLM's engine.
+# blocked by the batch), prefills of several chunks shared by several requests, vLLM's engine, decode chains with
+# tensor parallelism.
 STRETCH_CASES = {
     "small-pool": dict(hbm_bytes=20e9),
     "batch-limit": dict(max_batch=4),
     "small-chunks": dict(chunk_tokens=512),
     "vllm": dict(engine="vllm"),
+    "chain-tp2": dict(decode_chain=8, tensor_parallel=2),
 }
 
 
