@@ -53,7 +53,11 @@ and none is short or crossing, the predictor's ``step_overhead`` is asked with `
 calibrated predictor pays the host's round trip once a chain; the roofline ignores it). A ``step_floor`` (vLLM's
 host loop, calibrated predictor) is the least a step lasts.
 
-Fast-forward (``SimConfig.fast_forward``, closed form only): after a step in which every running request decoded (no
+Fast-forward (``SimConfig.fast_forward``, closed form only). A whole-KV mode (``dense``) without windows takes
+``oasis_sim.stretch.WholeKVStretch``: the scheduled plan's step and the steps after it, prefill chunks, requests
+joining and ending included, priced from the batch's totals and applied once (exact but for float rounding; its
+docstring says when it stops). Every other mode (sparse, hybrid models): after a step in which every running request
+decoded (no
 prefill, admission or preemption, no speculation, no stall, the pipeline on its steady fast path, every sparse
 request on its policy profile's steady tail), the next ``k`` steps are taken at once with that step's duration: ``k``
 at most ``fast_forward`` and any request's remaining tokens (a request whose last token the stretch's last step

@@ -1,21 +1,26 @@
 """The fast-forward of a whole-KV mode (``dense``, a model without windows): many steps at once, prefill included.
 
-After a step, the next steps of the one scheduler are known in advance while nothing from outside can change them:
-every running request either decodes (one token a step) or prefills (chunks of ``chunk_tokens`` shared in admission
-order, as ``Scheduler.schedule`` shares them), a request that ends its prefill decodes from the next step, the
-waiting queue's head cannot be admitted (it was tried and blocked, and the free memory only shrinks while no request
-ends; or it is not ready yet) and no event is due. :class:`WholeKVStretch` then prices each step of the stretch from
-the batch's totals alone (decode requests, their context, the prefill chunks), as ``SimEngine.execute`` prices a
-whole-KV step (the same predictor calls: the token GEMMs, every chunk's prefill attention, the decode attention over
-the batch's KV, the step overhead and its decode chain, the LM head, the step floor), and applies the stretch to each
-request once at its end. It ends at the first of: ``fast_forward`` steps, a request's last token (that step
-included), the step before the next event or the waiting head's ready time, the most steps whose memory growth the
-pools can give (so no preemption can fall inside it).
+Once ``Scheduler.schedule`` has made a plan, the steps that follow are known in advance while nothing from outside
+can change them: every running request either decodes (one token a step) or prefills (chunks of ``chunk_tokens``
+shared in admission order, as ``schedule`` shares them); a request whose prefill ends decodes from the next step
+(its first token at that step's end); a request leaves the batch at the step that emits its last token; the waiting
+queue's head is not ready yet, or was just tried and stays blocked (the free memory only shrinks while no request
+ends, and after an end it is re-checked: the levels are computed only where a bound cannot tell). No execute or
+update runs: :class:`WholeKVStretch` prices each step from the batch's totals (decode requests, their context, the
+prefill chunks) with the predictor calls ``SimEngine.execute`` makes for a whole-KV plan (the token GEMMs, each
+chunk's prefill attention, the decode attention over the batch's KV, the step overhead with its decode chain, the LM
+head, the step floor; a run of decode-only steps with the decode attention as a line in the context), and applies
+the stretch to each request, the pools and the step log once, at its end. It stops at the first of:
+``fast_forward`` steps; the step before the next event (an arrival) or the waiting head's ready time; a step after
+which the schedule could admit the head (or any end in a closed loop, whose next request comes then); the last
+step whose memory growth the pools can give (a growth that does not fit preempts: the engine then runs that step
+exactly). ``SimEngine`` runs the plan step by step instead while the timeline records or the predictor is not
+memoisable.
 
 Exact but for float rounding: a step lasts ``head + L · c + tail`` here against the pipeline's ``L`` additions, and
-the pools move once at the stretch's end (by whole bytes: the same levels; the memory series gets one point, the
-peak is the same since the holdings only grow inside a stretch). ``tests/unit/test_sim_fast_forward.py`` compares
-it with every step simulated on every summary and per-request figure.
+the pools move once (whole bytes: the same final levels; the peak is taken from the levels just before each end,
+where holdings stop growing; the memory series gets fewer points). ``tests/unit/test_sim_fast_forward.py`` compares
+it with every step simulated: every summary and per-request figure and the step log, row by row.
 """
 
 from __future__ import annotations
