@@ -54,6 +54,7 @@ class WholeKVStretch:
         self.eng = engine
         self.chunk = engine.cfg.chunk_tokens
         self.bpt_layer = engine.bpt_layer
+        self._prefill_memo: dict = {}  # (tokens, past tokens) -> attn_prefill (a memoisable predictor's)
 
     # -- pricing -------------------------------------------------------------------------------------------------
     def _step_s(self, n_dec: int, ctx_tokens: int, chunks: list, waiting: bool) -> float:
@@ -63,9 +64,13 @@ class WholeKVStretch:
         pred = eng.pred
         n_pf = 0
         pf_attn = 0.0
-        for n, past in chunks:
-            pf_attn += pred.time("attn_prefill", {"tokens": n, "past_tokens": past})
-            n_pf += n
+        memo = self._prefill_memo
+        for chunk in chunks:
+            a = memo.get(chunk)
+            if a is None:
+                a = memo[chunk] = pred.time("attn_prefill", {"tokens": chunk[0], "past_tokens": chunk[1]})
+            pf_attn += a
+            n_pf += chunk[0]
         c = eng._per_token(n_dec + n_pf) + pf_attn
         c += pred.time("attn_decode", {"kv_bytes": ctx_tokens * self.bpt_layer})
         chain = eng.chain_max if eng.chain_max > 1 and n_dec and not chunks and not waiting else 1
