@@ -109,26 +109,30 @@ class WholeKVStretch:
                     nxt = float("inf")
         # every running request: [request, c0, joins, ends] with its context after step j ``c0 + j`` once it
         # decodes (from step ``joins``), its last token at step ``ends``; None while still unknown (a prefill)
-        recs, pre, ends = [], [], {}
+        dec, pre, ends = [], [], {}
         ctx_tokens = 0
         for r in sched.running.values():
             if r.state == DECODE:
                 if r.first_token_t is None:
                     return 0
-                c0 = r.prompt_len + r.generated  # == Request.ctx while it decodes
-                rec = [r, c0, 0, r.max_tokens - r.generated]
-                recs.append(rec)
-                ends.setdefault(rec[3], []).append(rec)
+                g = r.generated
+                c0 = r.prompt_len + g  # == Request.ctx while it decodes
+                rec = [r, c0, 0, r.max_tokens - g]
+                dec.append(rec)
+                e = ends.get(rec[3])
+                if e is None:
+                    ends[rec[3]] = [rec]
+                else:
+                    e.append(rec)
                 ctx_tokens += c0
             elif r.state == PREFILL:
-                rec = [r, 0, None, None]
-                recs.append(rec)
-                pre.append(rec)
+                pre.append([r, 0, None, None])
             else:
                 return 0
+        recs = self.recs = dec + pre  # (decoding first, then prefilling, each in admission order)
         if not recs:
             return 0
-        self.recs = recs
+        self.n_dec0 = len(dec)
         acct = sched.acct
         self.lvl0 = (acct.hbm.level, acct.host.level)
         self.bs = acct.bs
@@ -368,23 +372,33 @@ class WholeKVStretch:
         eng = self.eng
         sched = eng.sched
         grown, joined = [], []
+        recs, n0 = self.recs, self.n_dec0
+        fk = float(k)
         decoded = 0  # request-steps that decoded
-        i = 0
-        for rec in self.recs:
+        for rec in recs[:n0]:  # decoding from the start
+            r, c0, _, f = rec
+            if f > k:
+                r.generated += k
+                r.recall_sum += fk
+                r.recall_n += k
+                grown.append((r, c0 + k))
+            else:
+                r.generated += f
+                r.recall_sum += float(f)
+                r.recall_n += f
+                decoded += f - k
+        decoded += k * n0
+        for i, rec in enumerate(recs[n0:]):  # prefilling at the start
             r, c0, s, f = rec
             if s is None or s > k:  # still prefilling: its chunks of the stretch
-                if r.state != DECODE:
-                    r.prefill_done = r.prefill_target - rem_after[i]
-                    i += 1
+                r.prefill_done = r.prefill_target - rem_after[i]
                 continue
-            if r.state != DECODE:  # its prefill ended at step s
-                i += 1
-                r.prefill_done = r.prefill_target
-                r.state = DECODE
-                if not r.generated:
-                    r.generated = 1
-                    r.first_token_t = starts[s - 1] + durs[s - 1]
-                joined.append(r)
+            r.prefill_done = r.prefill_target  # its prefill ended at step s
+            r.state = DECODE
+            if not r.generated:
+                r.generated = 1
+                r.first_token_t = starts[s - 1] + durs[s - 1]
+            joined.append(r)
             steps = (f if f <= k else k) - s
             r.generated += steps
             r.recall_sum += float(steps)
