@@ -169,7 +169,7 @@ class SimScheduler(Scheduler):
         )
         self.bs = cfg.block_size
         self.rpf = cfg.split == "rpf"
-        self.policy_source = policy_source
+        self.policy_source = policy_source if cfg.sparse else None  # (PolicySource gives a sparse mode's only)
         self.done: list[Req] = []  # completed
         self.rejected: list[Req] = []
         self.host_overflow = 0
