@@ -409,10 +409,10 @@ class SimEngine:
         end = ts[-1] + durs[-1]
         yield at(self.env, end)
         # as Scheduler.update at the last step's end: those that emitted their last token end, then the rest grow;
-        # before, the rest hold what they held after the step before it, beside the ending ones (the pools' peaks)
+        # before, every request holds what it held after the step before it (the pools' peaks)
         done = [r for r in plan.decode if r.generated >= r.max_tokens]
         if done:
-            sched.grow_fitting([(r, r.ctx - 1) for r in plan.decode if r.generated < r.max_tokens])
+            sched.grow_fitting([(r, r.ctx - 1) for r in plan.decode])  # every one, as after the step before
             for r in done:
                 sched.finish(r, end)
         sched.grow_fitting([(r, r.ctx) for r in plan.decode if r.state == DECODE])  # fits (_ff_steps)
