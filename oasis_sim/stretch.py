@@ -187,7 +187,7 @@ class WholeKVStretch:
                         n_dec -= 1
                         ctx_tokens -= rec[1] + j
                 # the pools' levels just before the frees (a peak; they must fit) and after: computed only where
-                # a bound (at most m // block_size + 2 blocks more a request, the frees ignored) cannot tell
+                # a bound (at most ceil(m / block_size) blocks more a request, the frees ignored) cannot tell
                 levels = None
                 bound = self._bound(j - 1, n_grow, freed)
                 if bound is None or bound > self.peak_or_cap:
@@ -322,7 +322,7 @@ class WholeKVStretch:
 
     def _fits_at(self, m: int, n_grow: int) -> bool:
         """Whether the pools can give the growth up to step ``m`` of the ``n_grow`` requests that decode by then:
-        at once where a block is a constant (each grows by at most ``m // block_size + 2`` blocks: a bound), else
+        at once where a block is a constant (each grows by at most ``ceil(m / block_size)`` blocks: a bound), else
         from the levels."""
         bound = self._bound(m, n_grow, 0.0)
         if bound is not None and bound <= self.eng.sched.acct.hbm.capacity:
@@ -361,11 +361,12 @@ class WholeKVStretch:
 
     def _bound(self, m: int, n_grow: int, freed: float):
         """An upper bound of the HBM level after step ``m`` where a block is a constant (else None): each of the
-        ``n_grow`` requests decoding by then holds at most ``m // block_size + 2`` blocks more."""
+        ``n_grow`` requests decoding by then holds at most ``ceil(m / block_size)`` blocks more: ``m`` tokens more than
+        the context it holds (a decoding request) or its prefill target (one whose prefill ends in the stretch)."""
         pb = self.block_bytes
         if pb is None:
             return None
-        return self.lvl0[0] - freed + pb * n_grow * (m // self.bs + 2)
+        return self.lvl0[0] - freed + pb * n_grow * -(-m // self.bs)
 
     def _apply(self, k: int, starts: list, durs: list, rem_after, frees) -> None:
         """Every request, the engine's counters and step times, and the pools, as ``k`` steps of the exact path."""
