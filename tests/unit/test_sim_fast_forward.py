@@ -94,13 +94,14 @@ def test_fast_forward_matches_every_step_simulated(monkeypatch, model, mode, loa
 # The whole-KV stretch (oasis_sim.stretch: dense) through prefill chunks, admissions and ends, against every step:
 # a small KV pool (the head blocked on memory, preemptions, the pools' levels at each end), a batch limit (the head
 # blocked by the batch), prefills of several chunks shared by several requests, vLLM's engine, decode chains with
-# tensor parallelism.
+# tensor parallelism, a closed loop (a request submitted at each end) with preemptions.
 STRETCH_CASES = {
     "small-pool": dict(hbm_bytes=20e9),
     "batch-limit": dict(max_batch=4),
     "small-chunks": dict(chunk_tokens=512),
     "vllm": dict(engine="vllm"),
     "chain-tp2": dict(decode_chain=8, tensor_parallel=2),
+    "closed-loop": dict(arrival="closed", concurrency=20, hbm_bytes=20e9),
 }
 
 
@@ -124,7 +125,7 @@ def test_whole_kv_stretch_matches_every_step(monkeypatch, case):
     # the stretch ran the steps, prefill ones included (those it could not: the timeline's first steps)
     prefill_steps = sum(1 for x in exact.steps.prefill if x)
     assert taken > 0.5 * steps and n_exec < 0.5 * prefill_steps, (taken, n_exec, prefill_steps, steps)
-    if case == "small-pool":
+    if case in ("small-pool", "closed-loop"):
         assert exact.summary["preemptions"] > 0
     if case == "batch-limit":
         assert max(exact.steps.decode) == 4
