@@ -132,8 +132,9 @@ class SimConfig(SpeculationFields, BenchFields, TransferFields, KVFields, RunFie
     fast_forward: int = _h(
         "steady decode stretches (every running request decoding, none admitted, no event due before the "
         "stretch's last step, the policy on its steady tail, the pipeline steady, the memory growth fitting) "
-        "advance up to this many steps at once with the step's duration (oasis_sim.engine); 0: every step simulated",
-        16,
+        "advance up to this many steps at once with the step's duration (oasis_sim.engine); whole-KV modes (dense) "
+        "also through prefill chunks, admissions and ends, exactly (oasis_sim.stretch); 0: every step simulated",
+        256,
     )
     # -- simulation -------------------------------------------------------------------------------------------
     event_mode: str = _h("closed: closed-form per-layer timing | events: one SimPy event per layer stage", "closed")

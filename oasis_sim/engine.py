@@ -53,7 +53,11 @@ and none is short or crossing, the predictor's ``step_overhead`` is asked with `
 calibrated predictor pays the host's round trip once a chain; the roofline ignores it). A ``step_floor`` (vLLM's
 host loop, calibrated predictor) is the least a step lasts.
 
-Fast-forward (``SimConfig.fast_forward``, closed form only): after a step in which every running request decoded (no
+Fast-forward (``SimConfig.fast_forward``, closed form only). A whole-KV mode (``dense``) without windows takes
+``oasis_sim.stretch.WholeKVStretch``: the scheduled plan's step and the steps after it, prefill chunks, requests
+joining and ending included, priced from the batch's totals and applied once (exact but for float rounding; its
+docstring says when it stops). Every other mode (sparse, hybrid models): after a step in which every running request
+decoded (no
 prefill, admission or preemption, no speculation, no stall, the pipeline on its steady fast path, every sparse
 request on its policy profile's steady tail), the next ``k`` steps are taken at once with that step's duration: ``k``
 at most ``fast_forward`` and any request's remaining tokens (a request whose last token the stretch's last step
@@ -97,6 +101,8 @@ from .pipeline import LayerPipeline, LayerWork, StepTiming, at
 from .policy import StepLink, cap_policy
 from .predictor import TimePredictor
 from .scheduler import SimScheduler
+from .stretch import WholeKVStretch
+from .stretch import applies as stretch_applies
 
 SPEC_SALT = 0xACCE97  # the acceptance draws: a stream of their own (the executor's ACCEPT_SALT)
 
@@ -192,6 +198,7 @@ class SimEngine:
         # cache copying a hit in at arrival): behind a blocked head they cannot end a stretch
         self._quiet_arrivals = cfg.split == "none" and not cfg.prefix_cache
         self.ff_steps = 0  # steps taken by the fast-forward
+        self.stretch = WholeKVStretch(self) if self.ff_max and stretch_applies(cfg, m) else None
         self._last_work = self._prev_work = None
         self._last_gpu_floor = (0.0, 0.0)
         self._ff_periodic = False
@@ -239,12 +246,16 @@ class SimEngine:
                 else:
                     yield self.wake
                 continue
+            if self.stretch is not None:  # a whole-KV mode: the plan's step and those after it (oasis_sim.stretch)
+                k = yield from self.stretch.run(plan)
+                if k:
+                    continue
             timing = yield from self.execute(plan)
             done = sched.update(plan, timing.end, emitted=self.emitted)
             if self.spec_policy is not None:
                 for r in done:
                     self.spec_policy.drop(r.id)
-            elif self.ff_max and not done:
+            elif self.ff_max and not done and self.stretch is None:
                 k = self._ff_steps(plan, timing)
                 if k:
                     yield from self._fast_forward(plan, k, timing)
@@ -291,7 +302,6 @@ class SimEngine:
         if nxt != float("inf"):
             k = min(k, int((nxt - env.now) / dur) + 1)  # k - 1 steps, each at least dur long, start before nxt
         short, bs = self.short, self.cfg.block_size
-        grow_gpu = grow_host = 0.0
         acct = sched.acct
         for r in plan.decode:
             if r.state != DECODE:
@@ -309,12 +319,20 @@ class SimEngine:
                 pol = r.policy
                 if pol is not None and (pol.profile is None or pol.i < pol.profile.n):
                     return 0  # this step did not read the profile's steady tail
-            if -(-(r.ctx + k) // bs) != -(-r.ctx // bs):
-                gpu, host = acct.need(r, r.ctx + k, staging=False)
-                grow_gpu += gpu - r.gpu_held
-                grow_host += host - r.host_held
-        if grow_gpu > 0 and grow_gpu > self.gpu.hbm.free or grow_host > 0 and grow_host > sched.acct.host.free:
-            return 0
+        # the most steps whose memory growth the pools can give (halved until it fits): a step that cannot grow
+        # preempts, so the stretch ends before it
+        ctxs = [(r, r.ctx) for r in plan.decode]
+        free_gpu, free_host = self.gpu.hbm.free, acct.host.free
+        while k > 0:
+            grow_gpu = grow_host = 0.0
+            for r, ctx in ctxs:
+                if -(-(ctx + k) // bs) != -(-ctx // bs):
+                    gpu, host = acct.need(r, ctx + k, staging=False)
+                    grow_gpu += gpu - r.gpu_held
+                    grow_host += host - r.host_held
+            if not (grow_gpu > 0 and grow_gpu > free_gpu or grow_host > 0 and grow_host > free_host):
+                break
+            k //= 2
         self._ff_periodic = periodic
         return max(k, 0)
 
@@ -391,19 +409,13 @@ class SimEngine:
         end = ts[-1] + durs[-1]
         yield at(self.env, end)
         # as Scheduler.update at the last step's end: those that emitted their last token end, then the rest grow;
-        # before, the rest hold what they held after the step before it, beside the ending ones (the pools' peaks)
+        # before, every request holds what it held after the step before it (the pools' peaks)
         done = [r for r in plan.decode if r.generated >= r.max_tokens]
         if done:
-            for r in plan.decode:
-                if r.generated < r.max_tokens:
-                    r.generated -= 1
-                    sched._grow(r)
-                    r.generated += 1
+            sched.grow_fitting([(r, r.ctx - 1) for r in plan.decode])  # every one, as after the step before
             for r in done:
                 sched.finish(r, end)
-        for r in plan.decode:
-            if r.state == DECODE:
-                sched._grow(r)  # the growth fits (_ff_steps): no preemption
+        sched.grow_fitting([(r, r.ctx) for r in plan.decode if r.state == DECODE])  # fits (_ff_steps)
 
     def _hybrid_growth(self, plan: Plan, k: int, whole: bool) -> list:
         """A hybrid model's stretch: for each of its ``k`` steps, how much longer than the step just run its layers'
@@ -584,7 +596,9 @@ class SimEngine:
         background = mode.background
         # a decode chain (SimConfig.decode_chain): the host's round trip is paid once a chain of ordinary steps
         chain = 1
-        if self.chain_max > 1 and n_dec and not plan.prefill and not K and not n_dense and not self.sched.waiting:
+        w = self.sched.waiting  # (a request waits once it has arrived: the queue holds the trace's future ones)
+        waiting = bool(w) and w[0].ready_t <= self.env.now
+        if self.chain_max > 1 and n_dec and not plan.prefill and not K and not n_dense and not waiting:
             if not n_cross:
                 chain = self.chain_max
         head_s = self._head_cache.get(chain) if self._memo else None

@@ -84,12 +84,40 @@ class ByteAccounting:
         self.fixed_hbm = (geo.resident_bytes(cfg.resident_slots) + cfg.draft_state_bytes) if self.sparse else 0.0
         self.rpf = cfg.split == "rpf"
         self.short = cfg.short_context_rule  # None: every request of a sparse mode is held sparse
-        self.lane_bytes = None  # SimConfig.kv_budget_gb (engine oasis): a whole lane a request, as the executor's
+        self.lane_bytes = None
+        self.short_window = self.short.window_tokens if self.short is not None else -1
+        self._memo: dict = {}  # (blocks, staging, resident-dense) -> need(): block-granular, the request unused
+
+    @property
+    def lane_bytes(self):
+        """SimConfig.kv_budget_gb (engine oasis): a whole lane a request, as the executor's (None: bytes as held)."""
+        return self._lane_bytes
+
+    @lane_bytes.setter
+    def lane_bytes(self, v) -> None:
+        self._lane_bytes = v
+        self._memo = {}  # need()'s, by block count: lanes change it
+        # what each block adds to a request's HBM holdings where that is a constant (the whole KV on the GPU, no
+        # windows, no lanes; nothing on the host then), else None
+        self.block_bytes = (
+            None if self.sparse or self.hybrid or self.rpf or v is not None else self.geo.dense_bytes(self.bs)
+        )
 
     def _blocks(self, tokens: int) -> int:
         return -(-tokens // self.bs)
 
     def need(self, r: Req, tokens: int, *, staging: bool) -> tuple:
+        """(HBM, host) bytes; a function of the block count, the staging flag and the short-context rule alone
+        (memoised) except with ``split=rpf`` (the bytes that crossed the network)."""
+        if self.rpf:
+            return self._need(r, tokens, staging)
+        key = (-(-tokens // self.bs), staging, tokens <= self.short_window)
+        v = self._memo.get(key)
+        if v is None:
+            v = self._memo[key] = self._need(r, tokens, staging)
+        return v
+
+    def _need(self, r: Req, tokens: int, staging: bool) -> tuple:
         bs, bpt = self.bs, self.bpt
         if self.lane_bytes is not None:
             host = self._blocks(tokens) * self.host_block if self.sparse else 0.0
@@ -110,7 +138,9 @@ class ByteAccounting:
 
     def resize(self, r: Req, hbm: float, host: float) -> bool:
         dh, dx = hbm - r.gpu_held, host - r.host_held
-        if (dh > 0 and dh > self.hbm.free) or (dx > 0 and dx > self.host.free):
+        if (dh > 0 and dh > self.hbm.capacity - self.hbm._level) or (
+            dx > 0 and dx > self.host.capacity - self.host._level
+        ):
             return False
         if dh > 0:
             self.hbm.try_reserve(dh)
@@ -139,7 +169,7 @@ class SimScheduler(Scheduler):
         )
         self.bs = cfg.block_size
         self.rpf = cfg.split == "rpf"
-        self.policy_source = policy_source
+        self.policy_source = policy_source if cfg.sparse else None  # (PolicySource gives a sparse mode's only)
         self.done: list[Req] = []  # completed
         self.rejected: list[Req] = []
         self.host_overflow = 0
@@ -223,11 +253,38 @@ class SimScheduler(Scheduler):
         bytes that arrived)."""
         if self.rpf:
             return super()._grow(r)
-        key = (-(-r.ctx // self.bs), r.gpu_held, r.host_held)
-        if key == r.held_key:
+        g = r.generated - (r.prefill_target - r.prompt_len)  # Request.ctx, inlined
+        blocks = -(-(r.prefill_done + (g if g > 0 else 0)) // self.bs)
+        key = r.held_key
+        if key is not None and key[0] == blocks and key[1] == r.gpu_held and key[2] == r.host_held:
             return
         super()._grow(r)
-        r.held_key = (key[0], r.gpu_held, r.host_held)
+        r.held_key = (blocks, r.gpu_held, r.host_held)
+
+    def grow_fitting(self, pairs) -> None:
+        """``_grow`` each decoding request of ``pairs`` ``[(request, ctx)]`` to hold what ``ctx`` tokens need, when
+        their growth together is known to fit (a fast-forwarded stretch checked it): each request's holdings as
+        ``_grow`` would set them, the pools moved once by the sum (whole bytes: the same levels)."""
+        need, bs, pb = self.acct.need, self.bs, self.acct.block_bytes
+        dg = dh = 0.0
+        for r, ctx in pairs:
+            blocks = -(-ctx // bs)
+            key = r.held_key
+            if key is not None and key[0] == blocks and key[1] == r.gpu_held and key[2] == r.host_held:
+                continue
+            gpu, host = (blocks * pb, 0.0) if pb is not None else need(r, ctx, staging=False)
+            dg += gpu - r.gpu_held
+            dh += host - r.host_held
+            r.gpu_held, r.host_held = gpu, host
+            if not self.rpf:
+                r.held_key = (blocks, gpu, host)
+        acct = self.acct
+        for pool, d in ((acct.hbm, dg), (acct.host, dh)):
+            if d > 0:
+                if not pool.try_reserve(d):
+                    raise AssertionError(f"SimScheduler.grow_fitting: {pool.name} cannot give {d} bytes")
+            elif d < 0:
+                pool.release(-d)
 
     def finish(self, r: Req, now: float) -> None:
         """End ``r``, whose last token a fast-forwarded stretch emitted, as ``update`` ends a completed request."""

@@ -234,6 +234,15 @@ def simulate(cfg: SimConfig, trace: Trace, predictor: TimePredictor | None = Non
         loop = ClosedLoop(reqs, cfg.concurrency, submit)
         sched.on_done = loop.on_done
         more = loop.more
+    elif prefill is None and prefix is None:
+        # every request queued now, not admitted before its arrival (Request.ready_t): no arrival events; a request
+        # that can never fit is rejected at once
+        for r in sorted(reqs, key=lambda r: (r.arrival, r.id)):
+            sched.add(r, r.arrival)
+
+        def more():
+            return False
+
     else:
         pending = sorted(reqs, key=lambda r: (r.arrival, r.id))
 

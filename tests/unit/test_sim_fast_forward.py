@@ -9,6 +9,7 @@ import pytest
 
 from oasis_core.trace import Trace, TraceRequest
 from oasis_sim import engine as engine_mod
+from oasis_sim import stretch as stretch_mod
 from oasis_sim.config import SimConfig
 from oasis_sim.sim import simulate
 
@@ -30,16 +31,24 @@ def random_trace(n: int, rate_rps: float, seed: int) -> Trace:
 
 
 def run_counting(monkeypatch, trace, **kw):
+    """Simulate, counting the steps either fast path took (``SimEngine._fast_forward``, ``WholeKVStretch.run``)."""
     taken = []
-    orig = engine_mod.SimEngine._fast_forward
+    orig_ff, orig_run = engine_mod.SimEngine._fast_forward, stretch_mod.WholeKVStretch.run
 
     def counted(self, plan, k, timing):
         taken.append(k)
-        return (yield from orig(self, plan, k, timing))
+        return (yield from orig_ff(self, plan, k, timing))
+
+    def counted_run(self, plan):
+        k = yield from orig_run(self, plan)
+        taken.append(k)
+        return k
 
     monkeypatch.setattr(engine_mod.SimEngine, "_fast_forward", counted)
+    monkeypatch.setattr(stretch_mod.WholeKVStretch, "run", counted_run)
     res = simulate(SimConfig(**{**FAST, **kw}), trace)
-    monkeypatch.setattr(engine_mod.SimEngine, "_fast_forward", orig)
+    monkeypatch.setattr(engine_mod.SimEngine, "_fast_forward", orig_ff)
+    monkeypatch.setattr(stretch_mod.WholeKVStretch, "run", orig_run)
     return res, sum(taken)
 
 
@@ -80,3 +89,59 @@ def test_fast_forward_matches_every_step_simulated(monkeypatch, model, mode, loa
         for k, v in x.items():
             if isinstance(v, float):
                 assert y[k] == pytest.approx(v, rel=TOL[mode], abs=1e-6), (x["id"], k)
+
+
+# The whole-KV stretch (oasis_sim.stretch: dense) through prefill chunks, admissions and ends, against every step:
+# a small KV pool (the head blocked on memory, preemptions, the pools' levels at each end), a batch limit (the head
+# blocked by the batch), prefills of several chunks shared by several requests, vLLM's engine, decode chains with
+# tensor parallelism, a closed loop (a request submitted at each end) with preemptions.
+STRETCH_CASES = {
+    "small-pool": dict(hbm_bytes=20e9),
+    "batch-limit": dict(max_batch=4),
+    "small-chunks": dict(chunk_tokens=512),
+    "vllm": dict(engine="vllm"),
+    "chain-tp2": dict(decode_chain=8, tensor_parallel=2),
+    "closed-loop": dict(arrival="closed", concurrency=20, hbm_bytes=20e9),
+}
+
+
+@pytest.mark.parametrize("case", sorted(STRETCH_CASES))
+def test_whole_kv_stretch_matches_every_step(monkeypatch, case):
+    trace = random_trace(80, 400.0, seed=5)
+    kw = dict(mode="dense", model="qwen3-8b", **STRETCH_CASES[case])
+    executed = []
+    orig_execute = engine_mod.SimEngine.execute
+
+    def counted_execute(self, plan):
+        executed.append(plan.step)
+        return (yield from orig_execute(self, plan))
+
+    monkeypatch.setattr(engine_mod.SimEngine, "execute", counted_execute)
+    fast, taken = run_counting(monkeypatch, trace, fast_forward=256, **kw)
+    n_exec = len(executed)
+    exact, none = run_counting(monkeypatch, trace, fast_forward=0, **kw)
+    steps = exact.summary["steps"]
+    assert none == 0 and len(executed) - n_exec == steps  # every step of the exact run through execute
+    # the stretch ran the steps, prefill ones included (those it could not: the timeline's first steps)
+    prefill_steps = sum(1 for x in exact.steps.prefill if x)
+    assert taken > 0.5 * steps and n_exec < 0.5 * prefill_steps, (taken, n_exec, prefill_steps, steps)
+    if case in ("small-pool", "closed-loop"):
+        assert exact.summary["preemptions"] > 0
+    if case == "batch-limit":
+        assert max(exact.steps.decode) == 4
+    a, b = numeric(exact.summary), numeric(fast.summary)
+    assert a.keys() == b.keys()
+    for k, v in a.items():
+        assert b[k] == pytest.approx(v, rel=1e-9, abs=1e-9), k
+    assert [x["id"] for x in exact.requests] == [x["id"] for x in fast.requests]
+    for x, y in zip(exact.requests, fast.requests):
+        for k, v in x.items():
+            if isinstance(v, float):
+                assert y[k] == pytest.approx(v, rel=1e-6, abs=1e-6), (x["id"], k)
+            else:
+                assert y[k] == v, (x["id"], k)
+    # the step log row by row (steps.csv): starts, durations, batch sizes, prefill tokens
+    for name in ("decode", "prefill", "emitted"):
+        assert getattr(fast.steps, name) == getattr(exact.steps, name), name
+    for name in ("t", "dur"):
+        assert getattr(fast.steps, name) == pytest.approx(getattr(exact.steps, name), rel=1e-9, abs=1e-12), name

@@ -1,0 +1,436 @@
+"""The fast-forward of a whole-KV mode (``dense``, a model without windows): many steps at once, prefill included.
+
+Once ``Scheduler.schedule`` has made a plan, the steps that follow are known in advance while nothing from outside
+can change them: every running request either decodes (one token a step) or prefills (chunks of ``chunk_tokens``
+shared in admission order, as ``schedule`` shares them); a request whose prefill ends decodes from the next step
+(its first token at that step's end); a request leaves the batch at the step that emits its last token; the waiting
+queue's head is not ready yet, or was just tried and stays blocked (the free memory only shrinks while no request
+ends, and after an end it is re-checked: the levels are computed only where a bound cannot tell). No execute or
+update runs: :class:`WholeKVStretch` prices each step from the batch's totals (decode requests, their context, the
+prefill chunks) with the predictor calls ``SimEngine.execute`` makes for a whole-KV plan (the token GEMMs, each
+chunk's prefill attention, the decode attention over the batch's KV, the step overhead with its decode chain, the LM
+head, the step floor; a run of decode-only steps with the decode attention as a line in the context), and applies
+the stretch to each request, the pools and the step log once, at its end. It stops at the first of:
+``fast_forward`` steps; the step before the next event (an arrival) or the waiting head's ready time; a step after
+which the schedule could admit the head (or any end in a closed loop, whose next request comes then); the last
+step whose memory growth the pools can give (a growth that does not fit preempts: the engine then runs that step
+exactly). ``SimEngine`` runs the plan step by step instead while the timeline records or the predictor is not
+memoisable.
+
+Exact but for float rounding: a step lasts ``head + L · c + tail`` here against the pipeline's ``L`` additions, and
+the pools move once (whole bytes: the same final levels; the peak is taken from the levels just before each end,
+where holdings stop growing; the memory series gets fewer points). ``tests/unit/test_sim_fast_forward.py`` compares
+it with every step simulated: every summary and per-request figure and the step log, row by row.
+"""
+
+from __future__ import annotations
+
+from oasis_core import modes
+from oasis_core.scheduler import DECODE, PREFILL
+
+from .pipeline import at
+
+
+def applies(cfg, model) -> bool:
+    """Whether a run takes this stretch: a whole-KV mode that selects, drafts and copies nothing, no windows, the
+    closed form, no speculation, no prefill node or prefix cache (no event besides arrivals), prefills computed."""
+    m = modes.get(cfg.mode)
+    return (
+        m.whole_kv_on_gpu
+        and not (m.selects or m.drafts or m.background or m.on_demand)
+        and not model.is_hybrid
+        and cfg.event_mode == "closed"
+        and not cfg.spec_max_k
+        and cfg.split == "none"
+        and not cfg.prefix_cache
+        and not cfg.decode_only
+    )
+
+
+class WholeKVStretch:
+    """The stretch of one engine (``SimEngine``): :meth:`take` after a step, a generator the engine yields from."""
+
+    def __init__(self, engine):
+        self.eng = engine
+        self.chunk = engine.cfg.chunk_tokens
+        self.bpt_layer = engine.bpt_layer
+        self._prefill_memo: dict = {}  # (tokens, past tokens) -> attn_prefill (a memoisable predictor's)
+
+    # -- pricing -------------------------------------------------------------------------------------------------
+    def _step_s(self, n_dec: int, ctx_tokens: int, chunks: list, waiting: bool) -> float:
+        """One step's duration: ``SimEngine.execute`` for a whole-KV plan of ``n_dec`` decode requests holding
+        ``ctx_tokens`` tokens and the prefill ``chunks`` ``[(tokens, past_tokens)]``."""
+        eng = self.eng
+        pred = eng.pred
+        n_pf = 0
+        pf_attn = 0.0
+        memo = self._prefill_memo
+        for chunk in chunks:
+            a = memo.get(chunk)
+            if a is None:
+                a = memo[chunk] = pred.time("attn_prefill", {"tokens": chunk[0], "past_tokens": chunk[1]})
+            pf_attn += a
+            n_pf += chunk[0]
+        c = eng._per_token(n_dec + n_pf) + pf_attn
+        c += pred.time("attn_decode", {"kv_bytes": ctx_tokens * self.bpt_layer})
+        chain = eng.chain_max if eng.chain_max > 1 and n_dec and not chunks and not waiting else 1
+        head = eng._head_cache.get(chain)
+        if head is None:
+            head = eng._head_cache[chain] = pred.time("step_overhead", {"chain": chain})
+        n_tail = n_dec + len(chunks)
+        tail = eng._lm_cache.get(n_tail)
+        if tail is None:
+            tail = eng._lm_cache[n_tail] = pred.time("lm_head", {"tokens": n_tail})
+        gpu = head + eng.L * c + tail
+        floor = eng._step_floor(n_dec)
+        return gpu if gpu > floor else floor
+
+    # -- the stretch ---------------------------------------------------------------------------------------------
+    def run(self, plan):
+        """SimPy sub-process: run the step of ``plan`` (just scheduled) and the stretch that follows it. Returns the
+        steps taken; 0: none (the engine then runs the plan step by step)."""
+        eng = self.eng
+        sched, env = eng.sched, eng.env
+        now = env.now
+        if not eng._memo or (eng.timeline is not None and eng.steps < eng.cfg.timeline_steps):
+            return 0
+        pipe = eng.pipe
+        if pipe.side_free > now or pipe.link_free > now:
+            return 0
+        head = sched.waiting[0] if sched.waiting else None
+        nxt = env.peek()
+        blocked = None  # the waiting head, ready and just not admitted by the schedule
+        if head is not None:
+            if head.ready_t > now:
+                nxt = min(nxt, head.ready_t)
+            else:
+                blocked = head
+                if eng._quiet_arrivals:  # an arrival queues behind it and changes nothing
+                    nxt = float("inf")
+        # every running request: [request, c0, joins, ends] with its context after step j ``c0 + j`` once it
+        # decodes (from step ``joins``), its last token at step ``ends``; None while still unknown (a prefill)
+        dec, pre, ends = [], [], {}
+        ctx_tokens = 0
+        for r in sched.running.values():
+            if r.state == DECODE:
+                if r.first_token_t is None:
+                    return 0
+                g = r.generated
+                c0 = r.prompt_len + g  # == Request.ctx while it decodes
+                rec = [r, c0, 0, r.max_tokens - g]
+                dec.append(rec)
+                e = ends.get(rec[3])
+                if e is None:
+                    ends[rec[3]] = [rec]
+                else:
+                    e.append(rec)
+                ctx_tokens += c0
+            elif r.state == PREFILL:
+                pre.append([r, 0, None, None])
+            else:
+                return 0
+        recs = self.recs = dec + pre  # (decoding first, then prefilling, each in admission order)
+        if not recs:
+            return 0
+        self.n_dec0 = len(dec)
+        acct = sched.acct
+        self.lvl0 = (acct.hbm.level, acct.host.level)
+        self.bs = acct.bs
+        self.block_bytes = acct.block_bytes
+        # step by step from the batch's totals: durations, who joins or leaves the decode batch when, the last step
+        n_dec = len(recs) - len(pre)
+        rem = [r.prefill_target - r.prefill_done for r, *_ in pre]
+        rems = [tuple(rem)]  # the prefills' remaining tokens after each step
+        n_decs, n_pfs, frees = [], [], []  # frees: (step, the requests it ends, the levels just before)
+        waiting = blocked is not None  # an arrived request waits (and keeps waiting through the stretch)
+        durs, starts = [], []
+        t = now
+        j = 0
+        k_cap = eng.ff_max
+        last_free = n_out = 0  # the last step that ended requests (the levels fit up to it), the requests ended
+        n_grow = len(recs) - len(pre)  # requests that decode in the stretch so far (their holdings grow)
+        freed = 0.0  # HBM the ends freed
+        self.peak_or_cap = min(acct.hbm.peak, acct.hbm.capacity)
+        while j < k_cap and (t < nxt or not j):  # (the plan's own step whatever comes)
+            joined = ()
+            if not pre or not any(rem):  # decode alone until the next end: steps apart only in the batch's context
+                last = min(ends) if ends else k_cap
+                j0 = j
+                t = self._decode_steps(
+                    n_dec, ctx_tokens, (last if last < k_cap else k_cap) - j, t, nxt, not j, starts, durs
+                )
+                j = len(durs)
+                n = j - j0
+                ctx_tokens += n * n_dec
+                n_decs.extend([n_dec] * n)
+                n_pfs.extend([0] * n)
+                if pre:
+                    rems.extend([rems[-1]] * n)
+            else:
+                t, ctx_tokens, joined = self._prefill_step(
+                    pre, rem, rems, n_dec, ctx_tokens, waiting, t, starts, durs, n_decs, n_pfs
+                )
+                j += 1
+            n_grow += len(joined)
+            for rec in joined:  # its prefill ends at this step: it decodes from the next
+                r = rec[0]
+                g = r.generated if r.generated else 1
+                rec[1], rec[2], rec[3] = r.prompt_len + g - j, j, j + r.max_tokens - g
+                ends.setdefault(rec[3], []).append(rec)
+                if rec[3] > j:
+                    n_dec += 1
+                    ctx_tokens += r.prompt_len + g
+            out = ends.pop(j, None)
+            if out:  # they end at this step's update, before the growth; the next schedule may admit the head
+                for rec in out:
+                    if rec[2] < j:  # (not one that ends with its prefill: it never decoded)
+                        n_dec -= 1
+                        ctx_tokens -= rec[1] + j
+                # the pools' levels just before the frees (a peak; they must fit) and after: computed only where
+                # a bound (at most ceil(m / block_size) blocks more a request, the frees ignored) cannot tell
+                levels = None
+                bound = self._bound(j - 1, n_grow, freed)
+                if bound is None or bound > self.peak_or_cap:
+                    levels = self._levels(j)
+                    if not self._fits(levels[0]):
+                        j = self._last_fitting(last_free, j - 1)
+                        break
+                frees.append((j, out, levels[0] if levels else None))
+                n_out += len(out)
+                last_free = j
+                for rec in out:
+                    freed += rec[0].gpu_held
+                if sched.on_done is not None:
+                    break  # a closed loop submits a request at each end
+                if not n_dec and not any(rem):
+                    break  # nothing left to run
+                if blocked is not None and self._admits(blocked, j, levels, freed, len(sched.running) - n_out):
+                    break
+        k = j
+        if k and not self._fits_at(k, n_grow):
+            k = self._last_fitting(last_free, k)
+        if k <= 0:
+            return 0
+        del durs[k:], starts[k:]
+        yield at(env, starts[-1] + durs[-1])
+        self._apply(k, starts, durs, rems[k] if pre else (), [x for x in frees if x[0] <= k])
+        lg = eng.log
+        lg.decode.extend(n_decs[:k])
+        lg.emitted.extend(n_decs[:k])
+        lg.prefill.extend(n_pfs[:k] if pre else [0] * k)
+        return k
+
+    def _prefill_step(self, pre, rem, rems, n_dec, ctx_tokens, waiting, t, starts, durs, n_decs, n_pfs):
+        """One step with prefill chunks (``Scheduler.schedule``'s: ``chunk_tokens`` shared in admission order);
+        returns its end, the batch's context after it and the requests whose prefill it ends."""
+        chunks, joined = [], []
+        budget = self.chunk
+        for i, rec in enumerate(pre):
+            if budget <= 0:
+                break
+            x = rem[i]
+            if x <= 0:
+                continue
+            n = x if x < budget else budget
+            chunks.append((n, rec[0].prefill_target - x))
+            rem[i] = x - n
+            budget -= n
+            if x == n:
+                joined.append(rec)
+        rems.append(tuple(rem))
+        d = self._step_s(n_dec, ctx_tokens, chunks, waiting)
+        starts.append(t)
+        durs.append(d)
+        n_decs.append(n_dec)
+        n_pfs.append(sum(n for n, _ in chunks))
+        return t + d, ctx_tokens + n_dec, joined
+
+    def _decode_steps(self, n_dec, ctx_tokens, count, t, nxt, first, starts, durs) -> float:
+        """Up to ``count`` decode-only steps of ``n_dec`` requests holding ``ctx_tokens`` tokens (one more a request
+        each step), those that start before ``nxt`` (``first``: the first whatever comes); returns the end of the last. ``_step_s`` with the decode
+        attention as a line in the batch's context (``attn_decode`` is linear in its bytes for every predictor)."""
+        eng = self.eng
+        pred, bpt = eng.pred, self.bpt_layer
+        w = eng.sched.waiting
+        waiting = bool(w) and w[0].ready_t <= t
+        d = self._step_s(n_dec, ctx_tokens, (), waiting)  # the first exactly; it memoises head, tail and floor
+        a0 = pred.time("attn_decode", {"kv_bytes": ctx_tokens * bpt})
+        da = pred.time("attn_decode", {"kv_bytes": n_dec * bpt})
+        c = eng._per_token(n_dec)
+        chain = eng.chain_max if eng.chain_max > 1 and n_dec and not waiting else 1
+        head, tail, floor, L = eng._head_cache[chain], eng._lm_cache[n_dec], eng._step_floor(n_dec), eng.L
+        i = 0
+        while i < count and (t < nxt or first and not i):
+            if i:
+                g = head + L * (c + (a0 + i * da)) + tail
+                d = g if g > floor else floor
+            starts.append(t)
+            durs.append(d)
+            t += d
+            i += 1
+        return t
+
+    # -- the pools -----------------------------------------------------------------------------------------------
+    def _level(self, m: int) -> tuple:
+        """The (HBM, host) pools' levels after the stretch's step ``m``'s update: every request holds what its
+        context then needs (a prefill: what it held), those ended by then nothing."""
+        g, h = self.lvl0
+        pb = self.block_bytes
+        if pb is not None:  # HBM a whole block at a time, nothing on the host (ByteAccounting.need, no windows)
+            bs = self.bs
+            for r, c0, s, f in self.recs:
+                if f is not None and f <= m:
+                    g -= r.gpu_held
+                    h -= r.host_held
+                elif s is not None and s <= m:
+                    g += -(-(c0 + m) // bs) * pb - r.gpu_held
+            return g, h
+        need = self.eng.sched.acct.need
+        for r, c0, s, f in self.recs:
+            if f is not None and f <= m:
+                g -= r.gpu_held
+                h -= r.host_held
+            elif s is not None and s <= m:
+                gpu, host = need(r, c0 + m, staging=False)
+                g += gpu - r.gpu_held
+                h += host - r.host_held
+        return g, h
+
+    def _levels(self, m: int) -> tuple:
+        """``(_level(m - 1), _level(m))`` in one pass."""
+        pb = self.block_bytes
+        if pb is None:
+            return self._level(m - 1), self._level(m)
+        g, h = self.lvl0
+        g1, h1 = g, h
+        bs = self.bs
+        for r, c0, s, f in self.recs:
+            if f is not None and f < m:
+                g -= r.gpu_held
+                h -= r.host_held
+                g1 -= r.gpu_held
+                h1 -= r.host_held
+                continue
+            if s is not None and s < m:
+                g += -(-(c0 + m - 1) // bs) * pb - r.gpu_held
+            if f == m:
+                g1 -= r.gpu_held
+                h1 -= r.host_held
+            elif s is not None and s <= m:
+                g1 += -(-(c0 + m) // bs) * pb - r.gpu_held
+        return (g, h), (g1, h1)
+
+    def _fits_at(self, m: int, n_grow: int) -> bool:
+        """Whether the pools can give the growth up to step ``m`` of the ``n_grow`` requests that decode by then:
+        at once where a block is a constant (each grows by at most ``ceil(m / block_size)`` blocks: a bound), else
+        from the levels."""
+        bound = self._bound(m, n_grow, 0.0)
+        if bound is not None and bound <= self.eng.sched.acct.hbm.capacity:
+            return True
+        return self._fits(self._level(m))
+
+    def _fits(self, lvl) -> bool:
+        acct = self.eng.sched.acct
+        return lvl[0] <= acct.hbm.capacity and lvl[1] <= acct.host.capacity
+
+    def _last_fitting(self, last_free: int, hi: int) -> int:
+        """The last step up to ``hi`` whose levels fit: the levels grow from ``last_free`` (the last step that ended
+        requests) on, and fit just before it (before any, the levels now fit)."""
+        lo = last_free - 1 if last_free else 0
+        while lo < hi:
+            mid = (lo + hi + 1) // 2
+            if self._fits(self._level(mid)):
+                lo = mid
+            else:
+                hi = mid - 1
+        return lo
+
+    def _admits(self, head, m: int, levels, freed: float, running: int) -> bool:
+        """Whether ``Scheduler.schedule`` would admit the waiting ``head`` after the stretch's step ``m`` (its
+        ``levels``, computed here if None and needed), with ``running`` requests running and the ends having freed
+        ``freed`` bytes of HBM (holdings only grow meanwhile: the head cannot fit in more than that)."""
+        sched = self.eng.sched
+        if sched.max_batch is not None and running >= sched.max_batch:
+            return False
+        acct = sched.acct
+        gpu, host = acct.need(head, head.prefill_target, staging=True)
+        if self.block_bytes is not None and gpu > acct.hbm.capacity - (self.lvl0[0] - freed):
+            return False
+        lvl = self._levels(m)[1] if levels is None else levels[1]
+        return not (gpu > acct.hbm.capacity - lvl[0] or host > acct.host.capacity - lvl[1])
+
+    def _bound(self, m: int, n_grow: int, freed: float):
+        """An upper bound of the HBM level after step ``m`` where a block is a constant (else None): each of the
+        ``n_grow`` requests decoding by then holds at most ``ceil(m / block_size)`` blocks more: ``m`` tokens more than
+        the context it holds (a decoding request) or its prefill target (one whose prefill ends in the stretch)."""
+        pb = self.block_bytes
+        if pb is None:
+            return None
+        return self.lvl0[0] - freed + pb * n_grow * -(-m // self.bs)
+
+    def _apply(self, k: int, starts: list, durs: list, rem_after, frees) -> None:
+        """Every request, the engine's counters and step times, and the pools, as ``k`` steps of the exact path."""
+        eng = self.eng
+        sched = eng.sched
+        grown, joined = [], []
+        recs, n0 = self.recs, self.n_dec0
+        fk = float(k)
+        decoded = 0  # request-steps that decoded
+        for rec in recs[:n0]:  # decoding from the start
+            r, c0, _, f = rec
+            if f > k:
+                r.generated += k
+                r.recall_sum += fk
+                r.recall_n += k
+                grown.append((r, c0 + k))
+            else:
+                r.generated += f
+                r.recall_sum += float(f)
+                r.recall_n += f
+                decoded += f - k
+        decoded += k * n0
+        for i, rec in enumerate(recs[n0:]):  # prefilling at the start
+            r, c0, s, f = rec
+            if s is None or s > k:  # still prefilling: its chunks of the stretch
+                r.prefill_done = r.prefill_target - rem_after[i]
+                continue
+            r.prefill_done = r.prefill_target  # its prefill ended at step s
+            r.state = DECODE
+            if not r.generated:
+                r.generated = 1
+                r.first_token_t = starts[s - 1] + durs[s - 1]
+            joined.append(r)
+            steps = (f if f <= k else k) - s
+            r.generated += steps
+            r.recall_sum += float(steps)
+            r.recall_n += steps
+            decoded += steps
+            if f > k:
+                grown.append((r, c0 + k))
+        # as Scheduler.update: at each step, those that emitted their last token end (the decoded in admission
+        # order, then those whose prefill ended there), then the rest grow
+        for f, out, _ in frees:
+            out.sort(key=lambda rec: (rec[2] == f, rec[0].seq))
+            for rec in out:
+                sched.finish(rec[0], starts[f - 1] + durs[f - 1])
+        sched.grow_fitting(grown)
+        acct = sched.acct
+        for _, _, lvl in frees:  # the levels just before each step's ends: the pools' peaks (None: not above)
+            if lvl is not None:
+                acct.hbm.peak = max(acct.hbm.peak, lvl[0])
+                acct.host.peak = max(acct.host.peak, lvl[1])
+        sched.step += k - 1  # (the schedule counted the plan's step)
+        for r in joined:
+            if r.state == DECODE:
+                sched._register(r)  # its crossing bucket, as _grow_all registers a request that ends its prefill
+        eng.recall_sum += float(decoded)
+        eng.recall_n += decoded
+        eng.steps += k
+        eng.ff_steps += k
+        lg = eng.log
+        lg.t.extend(starts)
+        lg.dur.extend(durs)
+        lg.stall.extend([0.0] * k)
+        lg.h2d.extend([0.0] * k)
+        lg.net.extend([0.0] * k)
+        self.recs = None
