@@ -155,6 +155,18 @@ class SyntheticParams:
         "per-slot probability novelty_rate / drift-zone size, capped at 1",
         0.0,
     )
+    return_rate: float = _help(
+        "opt-in recency-ordered near-miss window: blocks the drift evicts go to the window's front (most recent "
+        "first) and each drift incomer is, with this probability, a recently evicted block (recency position d "
+        "weighted exp(-d / (return_depth * K))), else a uniform window block; 0 = off (the flicker process as "
+        "before, bit-identical)",
+        0.0,
+    )
+    return_depth: float = _help(
+        "with return_rate > 0: the mean recency position, in units of K, of a returning block (the scale of the "
+        "exponential weight over the window's recency order; 0.25 = mostly blocks evicted a step or two ago)",
+        0.25,
+    )
 
     def __post_init__(self):
         def check(name, lo, hi, lo_open=False):
@@ -189,6 +201,15 @@ class SyntheticParams:
         ):
             raise ValueError(
                 f"SyntheticParams.novelty_rate: must be a finite number >= 0, got {show(self.novelty_rate)}"
+            )
+        check("return_rate", 0.0, 1.0)
+        if (
+            isinstance(self.return_depth, bool)
+            or not isinstance(self.return_depth, Real)
+            or not 0.0 < self.return_depth < float("inf")
+        ):
+            raise ValueError(
+                f"SyntheticParams.return_depth: must be a finite number > 0, got {show(self.return_depth)}"
             )
         if isinstance(self.shift_step, bool) or not isinstance(self.shift_step, Integral) or self.shift_step < -1:
             raise ValueError(f"SyntheticParams.shift_step: must be an integer >= -1, got {show(self.shift_step)}")
@@ -333,6 +354,7 @@ class SyntheticSelection:
         self.slot = xp.arange(top_k, like=like)[None, :] + xp.zeros((rows, 1), xp.int64, like=like)  # [R, K]
         self._blocks = xp.arange(self.width, like=like)[None, :]  # [1, W]
         self.perm = self._initial_ranking()  # [R, W] block ids in rank order
+        self._ret_inv_w = self._return_weights() if p.return_rate > 0 else None  # return_rate 0: not made
         self.t = 0
         # novelty_rate > 0 only: per row, the blocks ever in its top-K (column ``width`` absorbs the -1 padding).
         self.seen = None
@@ -374,7 +396,10 @@ class SyntheticSelection:
         """Advance T_t -> T_{t+1} and return (true T_{t+1}, draft prediction, current-query proxy)."""
         xp = self.xp
         cur = self._top(self.perm)
-        drifted, n_swapped, off = self._drift(self.perm)
+        if self._ret_inv_w is None:  # host state (a parameter): return_rate == 0 is the flicker process unchanged
+            drifted, n_swapped, off = self._drift(self.perm)
+        else:
+            drifted, n_swapped, off = self._drift_recent(self.perm)
         proxy = self._proxy(cur, drifted, n_swapped, off)
         if self.seen is not None:  # host state (a parameter), not a value: novelty_rate == 0 draws nothing
             drifted = self._novelty(drifted)
@@ -424,6 +449,50 @@ class SyntheticSelection:
         out = xp.scatter(perm, -1, self.slot, xp.where(flag, incoming, members))
         out = xp.scatter(out, -1, xp.where(flag, pos, self.slot), members)
         return out, xp.sum(xp.astype(flag, xp.int64), axis=-1), off
+
+    def _return_weights(self):
+        """1 / weight of each ranking position for a recency drift draw, float64 [R, W] (0 outside the window):
+        window position d (0 = most recently evicted) has weight ``r exp(-d / (depth k)) / Z + (1 - r) / win``."""
+        xp, p = self.xp, self.params
+        d = xp.astype(self._blocks - self.k[:, None], xp.float64)  # [R, W] window position
+        win = xp.astype(self._win1, xp.float64)[:, None]
+        scale = p.return_depth * xp.astype(xp.maximum(self.k, xp.full((self.rows,), 1, xp.int64, like=self.k)),
+                                           xp.float64)[:, None]  # fmt: skip
+        in_win = (d >= 0) & (d < win)
+        decay = xp.exp(-xp.where(in_win, d, 0.0 * d) / scale)
+        z = (1.0 - xp.exp(-win / scale)) / (1.0 - xp.exp(-1.0 / scale))  # sum of decay over the window
+        w = p.return_rate * decay / z + (1.0 - p.return_rate) / win
+        return xp.where(in_win, 1.0 / xp.maximum(w, 1e-300 + 0.0 * w), 0.0 * w)
+
+    def _drift_recent(self, perm):
+        """The drift with a recency-ordered window (``return_rate`` > 0): the flagged drift-zone slots (as in
+        ``_drift``) take distinct window blocks drawn without replacement with the weights of ``_return_weights``
+        (an exponential race); the evicted members go to the window's front in slot order, the window's other
+        blocks move back behind them in their order. Returns (ranking, swapped count [R], offset 0: the proxy then
+        draws behind the evicted members)."""
+        xp = self.xp
+        u = self._group_uniform((self.top_k,))
+        flag = (self.slot >= self.drift_lo[:, None]) & (self.slot < self.k[:, None]) & (u < self.p_swap[:, None])
+        c = xp.cumsum(xp.astype(flag, xp.int64), axis=-1) - 1
+        flag = flag & (c < self.win[:, None])
+        c = xp.where(c > 0, c, 0)
+        n = xp.sum(xp.astype(flag, xp.int64), axis=-1)
+        expo = -xp.log(1.0 - self._group_uniform((self.width,)))  # Exp(1) per position
+        keys = xp.where(self._ret_inv_w > 0, expo * self._ret_inv_w, float("inf") + 0.0 * self._ret_inv_w)
+        order = xp.argsort_asc(keys)[:, : self.top_k]  # window positions in the race's order
+        pos = xp.take_along(order, c)  # the flagged slot's incoming position
+        pos_all = self._blocks + xp.zeros((self.rows, 1), xp.int64, like=perm)  # [R, W]
+        hit = xp.zeros((self.rows, self.width + 1), xp.bool_, like=perm)
+        hit = xp.scatter(hit, -1, xp.where(flag, pos, self.width), xp.full(tuple(pos.shape), True, xp.bool_,
+                                                                         like=perm))[:, : self.width]  # fmt: skip
+        keep = (pos_all >= self.k[:, None]) & (pos_all < (self.k + self.win)[:, None]) & ~hit
+        rank_keep = xp.cumsum(xp.astype(keep, xp.int64), axis=-1) - 1
+        newpos = xp.where(keep, (self.k + n)[:, None] + rank_keep, pos_all)
+        newpos = xp.concat([newpos, pos_all[:, :1]], axis=-1)  # column W absorbs the unflagged slots' writes
+        newpos = xp.scatter(newpos, -1, xp.where(flag, pos, self.width), self.slot)  # incoming -> its slot
+        newpos = xp.scatter(newpos, -1, xp.where(flag, self.slot, self.width), self.k[:, None] + c)  # evicted
+        out = xp.scatter(perm, -1, newpos[:, : self.width], perm)
+        return out, n, xp.zeros((self.rows,), xp.int64, like=perm)
 
     def _mark_seen(self, seen, sets):
         xp = self.xp

@@ -48,26 +48,60 @@ BS = 16
 RATIOS = (1.0, 2.0, 3.0)
 
 
-def true_sets(dump: dict, k: int):
-    """Per full layer: (T_t [P, 1, k], T_{t+1} [P, 1, k], proxy [P, 1, k]) as the harness defines them."""
+def load_dump(path: str) -> dict:
+    """A ``gemma_chunked.py --dump`` in either format as ``{"text", "n", "ts", "k", "q_cur", "q_next"}`` (full
+    layers only): the first dumps hold those keys, later ones every layer's cache (``kc``) and the full layers'
+    queries at t0 .. t0 + P (``qk``)."""
+    dump = torch.load(path, map_location="cpu")
+    if "k" in dump:
+        return dump
+    full = sorted(dump["qk"])
+    return {"text": dump["text"], "n": dump["n"], "ts": dump["ts"], "k": {i: dump["kc"][i] for i in full},
+            "q_cur": {i: dump["qk"][i][:-1] for i in full}, "q_next": {i: dump["qk"][i][1:] for i in full}}  # fmt: skip
+
+
+def true_sets(dump: dict, k: int) -> dict:
+    """{"seq": T_{t0}, T_{t0+1}, ... int64 [L, P + 1, k], "proxy": [L, P, k]} as the harness defines them: ``T_t`` of
+    ``q_t``, the proxy ``q_t`` over the blocks of t + 1; layers in order (one KV head each)."""
     ts = dump["ts"].long()
     nb_t, nb_t1 = ts // BS + 1, (ts + 1) // BS + 1
-    out = {}
-    for li, keys in dump["k"].items():
-        kmin, kmax = build_summaries(keys.float().transpose(0, 1), BS)  # [Hkv, NB, D]
-        tc = _topk(dump["q_cur"][li], kmin, kmax, k, nb_t)
-        tn = _topk(dump["q_next"][li], kmin, kmax, k, nb_t1)
-        px = _topk(dump["q_cur"][li], kmin, kmax, k, nb_t1)
-        out[li] = (tc, tn, px)
-    return out
+    seq, prox = [], []
+    for li in sorted(dump["k"]):
+        kmin, kmax = build_summaries(dump["k"][li].float().transpose(0, 1), BS)  # [Hkv, NB, D]
+        tc = _topk(dump["q_cur"][li], kmin, kmax, k, nb_t)[:, 0]
+        tn = _topk(dump["q_next"][li], kmin, kmax, k, nb_t1)[:, 0]
+        seq.append(torch.cat([tc[:1], tn]))  # teacher forced: q_{t+1} is the next step's q_t
+        prox.append(_topk(dump["q_cur"][li], kmin, kmax, k, nb_t1)[:, 0])
+    return {"seq": torch.stack(seq).numpy(), "proxy": torch.stack(prox).numpy()}
+
+
+def save_sets(path: str, by_n: dict) -> None:
+    """{n: (positions, {k: true_sets})} -> one npz: ``n{n}_ts``, ``n{n}_k{k}_seq`` / ``_proxy`` (int16)."""
+    arrays = {}
+    for n, (ts, by_k) in by_n.items():
+        arrays[f"n{n}_ts"] = np.asarray(ts, np.int64)
+        for k, s in by_k.items():
+            arrays[f"n{n}_k{k}_seq"], arrays[f"n{n}_k{k}_proxy"] = (
+                s["seq"].astype(np.int16),
+                s["proxy"].astype(np.int16),
+            )
+    np.savez_compressed(path, **arrays)
+
+
+def load_sets(path: str, n: int) -> tuple:
+    """(positions, {k: {"seq", "proxy"} int64}) of context ``n`` from a ``save_sets`` npz."""
+    z = np.load(path)
+    ks = sorted(int(key.split("_")[1][1:]) for key in z.files if key.startswith(f"n{n}_k") and key.endswith("_seq"))
+    by_k = {k: {w: z[f"n{n}_k{k}_{w}"].astype(np.int64) for w in ("seq", "proxy")} for k in ks}
+    return z[f"n{n}_ts"], by_k
 
 
 def measured(sets: dict, k: int, n_blocks: int) -> tuple[MeasuredSelection, dict]:
+    seq_all, prox_all = torch.from_numpy(sets["seq"]), torch.from_numpy(sets["proxy"])
     adj, prox, new, new_late, rs_sum, rs_cnt = [], [], [], [], 0.0, 0
-    for tc, tn, px in sets.values():
-        adj.append(metrics.set_overlap(tc, tn).mean().item())
-        prox.append(metrics.set_overlap(px, tn).mean().item())
-        seq = torch.cat([tc[:1], tn])  # T_{t0}, T_{t0+1}, ...: consecutive steps (teacher forced: q_{t+1} = next q_t)
+    for seq, px in zip(seq_all[:, :, None], prox_all[:, :, None]):  # per layer: [P + 1, 1, k], [P, 1, k]
+        adj.append(metrics.set_overlap(seq[:-1], seq[1:]).mean().item())
+        prox.append(metrics.set_overlap(px, seq[1:]).mean().item())
         hist = torch.zeros(1, n_blocks + 1, dtype=torch.bool)
         metrics.new_blocks(hist, seq[0])
         fresh = [metrics.new_blocks(hist, seq[i]).float().mean().item() for i in range(1, len(seq))]
@@ -75,58 +109,79 @@ def measured(sets: dict, k: int, n_blocks: int) -> tuple[MeasuredSelection, dict
         new_late.append(float(np.mean(fresh[len(fresh) // 2 :])))
         s, c = metrics.entering_ranks(seq[:-1].reshape(-1, k), seq[1:].reshape(-1, k))
         rs_sum, rs_cnt = rs_sum + s.sum().item(), rs_cnt + int(c.sum().item())
-    steps = next(iter(sets.values()))[0].shape[0]
     stats = dict(agreement=1.0, min_layer_agreement=1.0, proxy_recall=float(np.mean(prox)),
                  adjacent_overlap=float(np.mean(adj)), head_overlap=1.0, new_per_step=float(np.mean(new)),
                  new_late=float(np.mean(new_late)), entering_rank=rs_sum / max(rs_cnt, 1))  # fmt: skip
-    m = MeasuredSelection(**stats, k=k, n_blocks=n_blocks, layers=len(sets), kv_heads=1, steps=steps)
+    m = MeasuredSelection(**stats, k=k, n_blocks=n_blocks, layers=seq_all.shape[0], kv_heads=1,
+                          steps=seq_all.shape[1] - 1)  # fmt: skip
     return m, stats
 
 
-def real_fetch(sets: dict, k: int, which: int) -> dict:
-    """{ratio: blocks fetched a row a step, second half} replaying ``which`` (1: T_{t+1}, the correct draft; 2: the
-    proxy) from ``T_{t0}``; rows layer-major (3 layers x 1 KV head)."""
-    layers = sorted(sets)
-    initial = np.concatenate([sets[li][0][0].numpy() for li in layers])  # [R, k]
-    preds = np.stack([np.concatenate([sets[li][which][j].numpy() for li in layers]) for j in
-                      range(sets[layers[0]][0].shape[0])])  # fmt: skip
+def real_fetch(sets: dict, which: str = "seq") -> dict:
+    """{ratio: blocks fetched a row a step, second half} replaying the correct draft (``seq``: T_{t+1}) or the proxy
+    (``proxy``) from ``T_{t0}``; rows layer-major (L layers x 1 KV head)."""
+    seq = sets["seq"]
+    initial = seq[:, 0]  # [R, k]
+    preds = np.swapaxes(seq[:, 1:] if which == "seq" else sets[which], 0, 1)  # [P, R, k]
+    k = seq.shape[-1]
     out = {}
     for r in RATIOS:
-        _, fetch, _ = replay_policy(get_policy("unlimited"), initial, preds, len(layers), PolicyLink(), int(r * k))
+        _, fetch, _ = replay_policy(get_policy("unlimited"), initial, preds, seq.shape[0], PolicyLink(), int(r * k))
         f = np.asarray(fetch, np.float64)
         out[r] = float(f[len(f) // 2 :].mean())
     return out
 
 
+def synthetic_mean(params, n_blocks: int, k: int, steps: int, seeds: int, layers: int = 3) -> dict:
+    """{ratio: fetches a row a step} of the generator at Gemma's geometry, averaged over ``seeds`` seeds."""
+    syn = {r: 0.0 for r in RATIOS}
+    for seed in range(seeds):
+        for r, v in synthetic_fetch(params, layers, layers, 1, n_blocks, k, steps, RATIOS, seed).items():
+            syn[r] += v / seeds
+    return syn
+
+
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("dump")
+    ap.add_argument("source", help="a gemma_chunked.py --dump (.pt) or a save_sets npz (with --n)")
+    ap.add_argument("--n", type=int, default=None, help="the context length to read from a sets npz")
     ap.add_argument("--ks", nargs="+", type=int, default=[64, 128, 256])
     ap.add_argument("--preset", nargs="+", default=["paper", "smollm2"])
     ap.add_argument("--seeds", type=int, default=8)
     ap.add_argument("--tolerance", type=float, default=0.10)
-    ap.add_argument("--fit-k", type=int, default=128, help="the K whose statistics the printed preset is fitted at")
+    ap.add_argument("--fit-k", type=int, default=None, help="the K whose statistics the printed preset is fitted at")
+    ap.add_argument("--save-sets", default=None, help="with a dump: add its top-K sets to this npz (save_sets)")
     ap.add_argument("--out", default=None)
     a = ap.parse_args(argv)
     torch.set_num_threads(1)
-    dump = torch.load(a.dump, map_location="cpu")
-    n, steps = int(dump["n"]), int(dump["ts"].shape[0])
-    nb = -(-n // BS)
+    if a.source.endswith(".npz"):
+        ts, by_k = load_sets(a.source, a.n)
+        n, text = a.n, "licences"
+    else:
+        dump = load_dump(a.source)
+        n, ts, text = int(dump["n"]), dump["ts"].numpy(), dump.get("text")
+        by_k = {k: true_sets(dump, k) for k in a.ks}
+        if a.save_sets:
+            old = {}
+            if os.path.exists(a.save_sets):
+                old = {
+                    m: load_sets(a.save_sets, m) for m in {int(f.split("_")[0][1:]) for f in np.load(a.save_sets).files}
+                }
+            old[n] = (ts, by_k)
+            save_sets(a.save_sets, old)
+    steps, nb = len(ts), -(-n // BS)
     rows, fits = [], {}
     for k in a.ks:
-        sets = true_sets(dump, k)
+        sets = by_k[k]
         m, stats = measured(sets, k, nb)
         fitted, achieved = fit_params(m, base=resolve({"preset": "smollm2"}))
         fits[k] = {"params": dataclasses.asdict(fitted), "measured": stats,
                    "achieved": {s: getattr(achieved, s) for s in stats}}  # fmt: skip
-        real = {"lookahead": real_fetch(sets, k, 1), "proxy": real_fetch(sets, k, 2)}
+        real = {"lookahead": real_fetch(sets), "proxy": real_fetch(sets, "proxy")}
         rs = savings(real["lookahead"])
         cands = [(f"fit@K={k}", fitted)] + [(p, resolve({"preset": p})) for p in a.preset]
         for name, params in cands:
-            syn = {r: 0.0 for r in RATIOS}
-            for seed in range(a.seeds):
-                for r, v in synthetic_fetch(params, 3, 3, 1, nb, k, steps, RATIOS, seed).items():
-                    syn[r] += v / a.seeds
+            syn = synthetic_mean(params, nb, k, steps, a.seeds, sets["seq"].shape[0])
             ss = savings(syn)
             ok = all(abs(ss[r] - rs[r]) <= a.tolerance * abs(rs[r]) for r in rs)
             rows.append({"k": k, "preset": name, "real_fetch": real, "synthetic_fetch": syn, "real_savings": rs,
@@ -135,11 +190,12 @@ def main(argv=None) -> int:
             print(f"K={k:<4} {name:>10}: fetch at S=K real {real['lookahead'][1.0]:.2f} (proxy "
                   f"{real['proxy'][1.0]:.2f}) syn {syn[1.0]:.2f} | {cells} | {'ok' if ok else 'MISS'}")  # fmt: skip
         print(f"K={k:<4} stats {json.dumps({s: round(v, 4) for s, v in stats.items()})}")
-    print("fitted at K =", a.fit_k, json.dumps({p: round(v, 4) for p, v in fits[a.fit_k]["params"].items()}))
+    fit_k = a.fit_k if a.fit_k is not None else a.ks[-1]
+    print("fitted at K =", fit_k, json.dumps({p: round(v, 4) for p, v in fits[fit_k]["params"].items()}))
     if a.out:
         doc = {"what": "Gemma 3 270M full layers 5/11/17: fetches a row a step at S = K, 2K, 3K, real (correct draft "
-               "in the dense view; proxy) vs the synthetic generator", "dump": os.path.basename(a.dump),
-               "text": dump.get("text"), "n_tokens": n, "positions": [int(x) for x in dump["ts"]],
+               "in the dense view; proxy) vs the synthetic generator", "source": os.path.basename(a.source),
+               "text": text, "n_tokens": n, "positions": [int(x) for x in ts],
                "block_size": BS, "weights": "real (gemma-3-270m-q4_k_m.gguf, fp32 on the CPU)",
                "selection_source": "real attention (min/max summaries); generator for the synthetic rows",
                "draft": "correct token, dense view (T_{t+1})", "seeds": a.seeds, "tolerance": a.tolerance,
