@@ -27,6 +27,7 @@ import dataclasses
 import datetime
 import json
 import os
+import platform
 import sys
 
 import numpy as np
@@ -37,6 +38,7 @@ sys.path[:0] = [os.path.dirname(os.path.dirname(HERE)), HERE]
 
 from synthetic_vs_real import savings, synthetic_fetch  # noqa: E402
 
+from oasis_core import provenance  # noqa: E402
 from oasis_core.fetchcap import get_policy  # noqa: E402
 from oasis_core.scoring import build_summaries  # noqa: E402
 from oasis_core.synthetic_fit import MeasuredSelection, fit_params  # noqa: E402
@@ -75,25 +77,37 @@ def true_sets(dump: dict, k: int) -> dict:
     return {"seq": torch.stack(seq).numpy(), "proxy": torch.stack(prox).numpy()}
 
 
-def save_sets(path: str, by_n: dict) -> None:
-    """{n: (positions, {k: true_sets})} -> one npz: ``n{n}_ts``, ``n{n}_k{k}_seq`` / ``_proxy`` (int16)."""
+def save_sets(path: str, by_run: dict) -> None:
+    """{(n, P): (positions, {k: true_sets})} -> one npz: ``n{n}p{P}_ts``, ``n{n}p{P}_k{k}_seq`` / ``_proxy``
+    (int16), one run per context length and number of positions."""
     arrays = {}
-    for n, (ts, by_k) in by_n.items():
-        arrays[f"n{n}_ts"] = np.asarray(ts, np.int64)
+    for (n, p_), (ts, by_k) in by_run.items():
+        tag = f"n{n}p{p_}"
+        arrays[f"{tag}_ts"] = np.asarray(ts, np.int64)
         for k, s in by_k.items():
-            arrays[f"n{n}_k{k}_seq"], arrays[f"n{n}_k{k}_proxy"] = (
+            arrays[f"{tag}_k{k}_seq"], arrays[f"{tag}_k{k}_proxy"] = (
                 s["seq"].astype(np.int16),
                 s["proxy"].astype(np.int16),
             )
     np.savez_compressed(path, **arrays)
 
 
-def load_sets(path: str, n: int) -> tuple:
-    """(positions, {k: {"seq", "proxy"} int64}) of context ``n`` from a ``save_sets`` npz."""
-    z = np.load(path)
-    ks = sorted(int(key.split("_")[1][1:]) for key in z.files if key.startswith(f"n{n}_k") and key.endswith("_seq"))
-    by_k = {k: {w: z[f"n{n}_k{k}_{w}"].astype(np.int64) for w in ("seq", "proxy")} for k in ks}
-    return z[f"n{n}_ts"], by_k
+def runs(path: str) -> list:
+    """The (n, P) runs of a ``save_sets`` npz."""
+    tags = {f.split("_")[0] for f in np.load(path).files}
+    return sorted((int(t[1:].split("p")[0]), int(t.split("p")[1])) for t in tags)
+
+
+def load_sets(path: str, n: int, positions: int | None = None) -> tuple:
+    """(positions, {k: {"seq", "proxy"} int64}) of the run of context ``n`` (and ``positions`` steps, needed only
+    when the npz holds several runs of that length) from a ``save_sets`` npz."""
+    cands = [p_ for m, p_ in runs(path) if m == n and positions in (None, p_)]
+    if len(cands) != 1:
+        raise ValueError(f"{path}: runs of n = {n}: {cands} (pass the number of positions)")
+    z, tag = np.load(path), f"n{n}p{cands[0]}"
+    ks = sorted(int(key.split("_")[1][1:]) for key in z.files if key.startswith(f"{tag}_k") and key.endswith("_seq"))
+    by_k = {k: {w: z[f"{tag}_k{k}_{w}"].astype(np.int64) for w in ("seq", "proxy")} for k in ks}
+    return z[f"{tag}_ts"], by_k
 
 
 def measured(sets: dict, k: int, n_blocks: int) -> tuple[MeasuredSelection, dict]:
@@ -145,6 +159,7 @@ def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("source", help="a gemma_chunked.py --dump (.pt) or a save_sets npz (with --n)")
     ap.add_argument("--n", type=int, default=None, help="the context length to read from a sets npz")
+    ap.add_argument("--positions", type=int, default=None, help="its number of positions (several runs of one n)")
     ap.add_argument("--ks", nargs="+", type=int, default=[64, 128, 256])
     ap.add_argument("--preset", nargs="+", default=["paper", "smollm2"])
     ap.add_argument("--seeds", type=int, default=8)
@@ -155,20 +170,16 @@ def main(argv=None) -> int:
     a = ap.parse_args(argv)
     torch.set_num_threads(1)
     if a.source.endswith(".npz"):
-        ts, by_k = load_sets(a.source, a.n)
+        ts, by_k = load_sets(a.source, a.n, a.positions)
         n, text = a.n, "licences"
     else:
         dump = load_dump(a.source)
         n, ts, text = int(dump["n"]), dump["ts"].numpy(), dump.get("text")
         by_k = {k: true_sets(dump, k) for k in a.ks}
         if a.save_sets:
-            old = {}
-            if os.path.exists(a.save_sets):
-                old = {
-                    m: load_sets(a.save_sets, m) for m in {int(f.split("_")[0][1:]) for f in np.load(a.save_sets).files}
-                }
-            old[n] = (ts, by_k)
-            save_sets(a.save_sets, old)
+            have = {r: load_sets(a.save_sets, *r) for r in runs(a.save_sets)} if os.path.exists(a.save_sets) else {}
+            have[(n, len(ts))] = (ts, by_k)
+            save_sets(a.save_sets, have)
     steps, nb = len(ts), -(-n // BS)
     rows, fits = [], {}
     for k in a.ks:
@@ -200,6 +211,8 @@ def main(argv=None) -> int:
                "selection_source": "real attention (min/max summaries); generator for the synthetic rows",
                "draft": "correct token, dense view (T_{t+1})", "seeds": a.seeds, "tolerance": a.tolerance,
                "date": datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%d %H:%M UTC"),
+               "commit": provenance.commit(dirty_paths=["oasis_core", "experiments/long_context_draft"]),
+               "device": f"cpu ({platform.processor() or platform.machine()}, {os.cpu_count()} cores)",
                "fits": {str(k): v for k, v in fits.items()}, "rows": rows}  # fmt: skip
         os.makedirs(os.path.dirname(a.out) or ".", exist_ok=True)
         with open(a.out, "w") as fh:
