@@ -159,6 +159,8 @@ def test_torch_step_never_syncs_with_host(monkeypatch):
         ("shift_fraction", 0.9),
         ("novelty_rate", -0.1),
         ("novelty_rate", float("inf")),
+        ("drift_share_exponent", float("inf")),
+        ("drift_share_exponent", float("nan")),
         ("return_rate", -0.1),
         ("return_rate", 1.5),
         ("return_depth", 0.0),
@@ -184,6 +186,7 @@ def test_every_param_has_help():
         "shift_step",
         "shift_fraction",
         "novelty_rate",
+        "drift_share_exponent",
         "return_rate",
         "return_depth",
     ]
@@ -376,9 +379,10 @@ def test_novelty_leaves_the_calibration_targets_nearly_unchanged():
 # -- returns: a recency-ordered near-miss window (return_rate, return_depth) ------------------------------------------
 
 
-def test_return_rate_zero_is_bit_identical():
-    """``return_rate`` 0 (whatever ``return_depth``) is the flicker process of the digests above, draw for draw."""
-    p = SyntheticParams(shift_step=7, return_rate=0.0, return_depth=3.0)
+def test_return_rate_and_share_exponent_zero_are_bit_identical():
+    """``return_rate`` 0 (whatever ``return_depth``) and ``drift_share_exponent`` 0 are the flicker process of the
+    digests above, draw for draw."""
+    p = SyntheticParams(shift_step=7, return_rate=0.0, return_depth=3.0, drift_share_exponent=0.0)
     sel = SyntheticSelection(72, np.array(_MIXED), 64, p, seed=123, layers=3, kv_heads=4)
     assert sel._ret_inv_w is None and _digest(sel, 40) == "e9fb556b3ce8fead"
 
@@ -471,3 +475,15 @@ def test_returns_torch_match_numpy_statistics_and_never_sync(monkeypatch):
     steps = [sel.step() for _ in range(2)]
     monkeypatch.undo()
     assert steps[-1].true_next.shape == (32, 64)
+
+
+@pytest.mark.parametrize("returns", [0.0, 0.7])
+def test_drift_share_exponent_scales_the_churn_with_the_share_k_covers(returns):
+    """Adjacent overlap = 1 - drift_rate * (8 K / eligible) ** -exponent: drift_rate at K = 1/8 of the blocks,
+    4 ** exponent times more at K = 1/32; capped at the drift zone."""
+    kw = dict(drift_rate=0.2, drift_zone=0.75, drift_share_exponent=0.25, return_rate=returns, window_fraction=0.5)
+    for k, want in ((128, 0.2), (32, 0.2 * 4**0.25), (512, 0.2 * 0.25**0.25)):
+        sel = SyntheticSelection(48, 1025, k, SyntheticParams(**kw), seed=4, layers=3)
+        assert 1 - measure(sel, 40).adjacent_overlap == pytest.approx(want, abs=0.006), k
+    capped = SyntheticSelection(48, 1025, 32, SyntheticParams(**{**kw, "drift_share_exponent": 2.0}), seed=4)
+    assert 1 - measure(capped, 40).adjacent_overlap == pytest.approx(0.75, abs=0.006)  # every zone slot, each step
