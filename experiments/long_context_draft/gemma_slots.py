@@ -47,6 +47,7 @@ from oasis_exec.tools.quality import metrics  # noqa: E402
 from oasis_exec.tools.quality.selection import PolicyLink, _topk, replay_policy  # noqa: E402
 
 BS = 16
+EXP = "experiments/long_context_draft"  # this folder, from the repository root (the provenance's dirty check)
 RATIOS = (1.0, 2.0, 3.0)
 
 
@@ -155,6 +156,14 @@ def synthetic_mean(params, n_blocks: int, k: int, steps: int, seeds: int, layers
     return syn
 
 
+def cpu_name() -> str:
+    try:
+        with open("/proc/cpuinfo") as fh:
+            return next(line.split(":", 1)[1].strip() for line in fh if line.startswith("model name"))
+    except (OSError, StopIteration):
+        return platform.processor() or platform.machine()
+
+
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("source", help="a gemma_chunked.py --dump (.pt) or a save_sets npz (with --n)")
@@ -211,8 +220,9 @@ def main(argv=None) -> int:
                "selection_source": "real attention (min/max summaries); generator for the synthetic rows",
                "draft": "correct token, dense view (T_{t+1})", "seeds": a.seeds, "tolerance": a.tolerance,
                "date": datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%d %H:%M UTC"),
-               "commit": provenance.commit(dirty_paths=["oasis_core", "experiments/long_context_draft"]),
-               "device": f"cpu ({platform.processor() or platform.machine()}, {os.cpu_count()} cores)",
+               "commit": provenance.commit(dirty_paths=["oasis_core", "oasis_exec", f"{EXP}/gemma_slots.py",
+                                                        f"{EXP}/synthetic_vs_real.py"]),
+               "device": f"cpu ({cpu_name()}, {os.cpu_count()} cores)",
                "fits": {str(k): v for k, v in fits.items()}, "rows": rows}  # fmt: skip
         os.makedirs(os.path.dirname(a.out) or ".", exist_ok=True)
         with open(a.out, "w") as fh:
