@@ -3,21 +3,28 @@ real attention against the generator, and the ``gemma3`` preset's fit.
 
 Real: a dump of Gemma's three full layers (5, 11, 17) near the end of a long text -- every key (post-RoPE) and the
 queries at P consecutive positions t and t + 1 -- as ``experiments/block_scorers/gemma_chunked.py --dump`` writes it
-(``{"n", "ts", "k": {layer: [N, 1, 256]}, "q_cur"/"q_next": {layer: [P, 4, 256]}}``; issue 38's branch; about 20
-minutes of CPU at 32K). The true sets are the harness's (``quality selection``, ``_topk``: min/max summaries, block
-16, the local block excluded): ``T_t`` of ``q_t``, ``T_{t+1}`` of ``q_{t+1}``. The prediction replayed is the
-**correct draft in the dense view** (``T_{t+1}`` itself: what a right draft token gives, up to the sparse view's 1-2
-points) and the proxy (``q_t`` over the blocks of t + 1), through ``replay_policy`` (policy ``unlimited``: every
-missing predicted block fetched), resident set from ``T_{t0}``; fetches a row a step over the second half of the
-steps (``fetch_late``, as ``synthetic_vs_real.py``). Savings at S = R K: ``1 - fetch(S) / fetch(K)``.
+(the first format ``{"n", "ts", "k": {layer: [N, 1, 256]}, "q_cur"/"q_next": {layer: [P, 4, 256]}}``, or the later
+one with every layer's cache ``kc`` and the full layers' queries ``qk`` at t0 .. t0 + P: ``load_dump``; a few
+minutes of CPU at 16K, 20 or more at 32K). The true sets are the harness's (``quality selection``, ``_topk``: min/max
+summaries, block 16, the local block excluded): ``T_t`` of ``q_t``, ``T_{t+1}`` of ``q_{t+1}``. ``--save-sets NPZ``
+keeps them (int16, a few hundred KB) so the comparison runs again from the npz without the dump (``--n``,
+``--positions``). The prediction replayed is the **correct draft in the dense view** (``T_{t+1}`` itself: what a
+right draft token gives, up to the sparse view's 1-2 points) and the proxy (``q_t`` over the blocks of t + 1),
+through ``replay_policy`` (policy ``unlimited``: every missing predicted block fetched), resident set from
+``T_{t0}``; fetches a row a step over the second half of the steps (``fetch_late``, as ``synthetic_vs_real.py``).
+Savings at S = R K: ``1 - fetch(S) / fetch(K)``.
 
 Statistics (the harness's definitions: adjacent overlap, proxy recall, new blocks per step and late, entering rank;
 agreement 1 for the correct draft in the dense view; one KV head, so no head overlap) -> ``synthetic_fit.fit_params``
--> the fitted parameters (``--print-preset``), and the generator under the fitted parameters and each named preset
-(``--preset``) at the same geometry (3 rows, N / 16 blocks, K, P steps; ``--seeds`` generator seeds averaged).
+-> the fitted parameters (``fit@K=...`` rows; ``--fit-k`` is printed), and the generator under them and each named
+preset (``--preset``) at the same geometry (3 rows, N / 16 blocks, K, P steps; ``--seeds`` generator seeds averaged).
+The ``gemma3`` preset itself is fitted by ``fit_returns.py`` (that statistics fit has no returns).
 
-    python experiments/long_context_draft/gemma_slots.py /tmp/s32k/lic32k.pt --ks 64 128 256 --preset paper smollm2 \
-        gemma3 --out experiments/long_context_draft/results/gemma_slots_32k_cpu.json
+    python experiments/long_context_draft/gemma_slots.py /tmp/s32k/lic32k.pt --preset gemma3 smollm2 paper \
+        --save-sets experiments/long_context_draft/data/gemma_topk_sets.npz
+    python experiments/long_context_draft/gemma_slots.py experiments/long_context_draft/data/gemma_topk_sets.npz \
+        --n 32768 --positions 16 --preset gemma3 smollm2 paper \
+        --out experiments/long_context_draft/results/gemma_slots_32k_cpu.json
 """
 
 from __future__ import annotations
@@ -169,6 +176,7 @@ def main(argv=None) -> int:
     ap.add_argument("source", help="a gemma_chunked.py --dump (.pt) or a save_sets npz (with --n)")
     ap.add_argument("--n", type=int, default=None, help="the context length to read from a sets npz")
     ap.add_argument("--positions", type=int, default=None, help="its number of positions (several runs of one n)")
+    ap.add_argument("--text", default="licences", help="the text a sets npz was made from (a label for the JSON)")
     ap.add_argument("--ks", nargs="+", type=int, default=[64, 128, 256])
     ap.add_argument("--preset", nargs="+", default=["paper", "smollm2"])
     ap.add_argument("--seeds", type=int, default=8)
@@ -180,7 +188,7 @@ def main(argv=None) -> int:
     torch.set_num_threads(1)
     if a.source.endswith(".npz"):
         ts, by_k = load_sets(a.source, a.n, a.positions)
-        n, text = a.n, "licences"
+        n, text = a.n, a.text
     else:
         dump = load_dump(a.source)
         n, ts, text = int(dump["n"]), dump["ts"].numpy(), dump.get("text")
