@@ -477,13 +477,15 @@ def test_returns_torch_match_numpy_statistics_and_never_sync(monkeypatch):
     assert steps[-1].true_next.shape == (32, 64)
 
 
-@pytest.mark.parametrize("returns", [0.0, 0.7])
-def test_drift_share_exponent_scales_the_churn_with_the_share_k_covers(returns):
+@pytest.mark.parametrize("returns,lib", [(0.0, "numpy"), (0.7, "numpy"), (0.7, "torch")])
+def test_drift_share_exponent_scales_the_churn_with_the_share_k_covers(returns, lib):
     """Adjacent overlap = 1 - drift_rate * (8 K / eligible) ** -exponent: drift_rate at K = 1/8 of the blocks,
-    4 ** exponent times more at K = 1/32; capped at the drift zone."""
+    4 ** exponent times more at K = 1/32; capped at the drift zone. The same law on torch (its own draws)."""
+    nb = 1025 if lib == "numpy" else pytest.importorskip("torch").full((48,), 1025)
     kw = dict(drift_rate=0.2, drift_zone=0.75, drift_share_exponent=0.25, return_rate=returns, window_fraction=0.5)
     for k, want in ((128, 0.2), (32, 0.2 * 4**0.25), (512, 0.2 * 0.25**0.25)):
-        sel = SyntheticSelection(48, 1025, k, SyntheticParams(**kw), seed=4, layers=3)
+        sel = SyntheticSelection(48, nb, k, SyntheticParams(**kw), seed=4, layers=3)
+        assert sel.xp.name == lib
         assert 1 - measure(sel, 40).adjacent_overlap == pytest.approx(want, abs=0.006), k
     capped = SyntheticSelection(48, 1025, 32, SyntheticParams(**{**kw, "drift_share_exponent": 2.0}), seed=4)
     assert 1 - measure(capped, 40).adjacent_overlap == pytest.approx(0.75, abs=0.006)  # every zone slot, each step
