@@ -261,6 +261,7 @@ class SyntheticParams:
 
     @property
     def expected_overlap(self) -> float:
+        """1 - drift_rate; with ``drift_share_exponent`` != 0, at K = 1/8 of the eligible blocks."""
         return 1.0 - self.drift_rate
 
     @property

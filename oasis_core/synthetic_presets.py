@@ -1,6 +1,7 @@
 """Named ``SyntheticParams`` sets: ``paper`` (the defaults, calibrated to the paper's Qwen3-8B figures),
-``smollm2`` (fitted to real attention of SmolLM2-135M-Instruct by ``oasis_core.synthetic_fit``) and ``gemma3`` (the
-same, Gemma 3 270M's full layers at 32K with a correct draft).
+``smollm2`` (fitted to real attention of SmolLM2-135M-Instruct by ``oasis_core.synthetic_fit``) and ``gemma3`` (Gemma
+3 270M's full layers at 16K and 32K with a correct draft, fitted to the victim-cache savings at K = 64, 128, 256 by
+``experiments/long_context_draft/fit_returns.py``; it uses the generator's returns and K-dependent drift).
 
 Select one with ``{"preset": "smollm2"}`` in ``ExecConfig.synthetic`` / ``SimConfig.synthetic`` (other keys of the
 mapping override its fields) or ``--syn-preset smollm2`` in ``python -m oasis_sim run``.
