@@ -20,6 +20,11 @@ sits a *window* of the next ``ceil(window_fraction * (n_eligible - k))`` outside
   only change at a context shift, and ``k + window`` bounds the blocks a row ever selects (between shifts). This is
   why a capped resident set (fetch ratio 0.05) keeps nearly all of the important blocks (``capped_recall``).
   Expected adjacent-step overlap ``|T_t ∩ T_{t+1}| / k = 1 - drift_rate``.
+- **Drift and K** (opt-in, ``drift_share_exponent``, default 0 = off): the per-slot swap probability is scaled so
+  that the expected drift fraction is ``drift_rate * (8 k / eligible blocks) ** -drift_share_exponent`` (capped
+  at the drift zone): ``drift_rate`` is then the drift at K = 1/8 of the context, and a K that covers a smaller
+  share churns a larger fraction of itself. Real attention does (Gemma 3 270M's full layers: 38% of K a step at
+  3% of the blocks, 34% at 6%, 30% at 12.5%, 22% at 25%; exponent about 0.24).
 - **Novelty** (opt-in, ``novelty_rate``, default 0 = off): a slow inflow of blocks the row never selected, on top
   of the flicker. Each drift-zone slot is, with probability ``novelty_rate / zone size`` (per group, like the drift),
   swapped with a distinct block from beyond the window that the row has never had in its top-K, uniformly over
@@ -28,6 +33,21 @@ sits a *window* of the next ``ceil(window_fraction * (n_eligible - k))`` outside
   unseen blocks remain). It is what remote drift after an RPF hand-off needs (the paper's Fig. 14 implies ~0.45);
   with 0 the code path is skipped and no random numbers are drawn, so outputs are bit-identical to the generator
   without it. It lowers adjacent overlap by about ``novelty_rate / k``.
+- **Returns** (opt-in, ``return_rate``, default 0 = off): the near-miss window is kept in *recency order*. The
+  members a step's drift evicts go to the window's front (position 0 = most recently evicted; a step's evictions in
+  the order of their ranks), the window's other blocks move back behind them, and the drift's incoming blocks are
+  drawn from the window without replacement (an exponential race) with weight, at window position ``d``,
+  ``return_rate * exp(-d / (return_depth * k)) / Z + (1 - return_rate) / window`` (Z normalises the first part
+  over the window). So a share ``return_rate`` of the incomers is a block evicted recently -- at a recency depth
+  of about ``return_depth * k`` positions, i.e. a depth that scales with K as the churn does -- and the rest is
+  any near-miss, mostly ones not selected for a long time or never. This is what a victim cache of S - K slots
+  lives on: an incomer at depth ``d < S - K`` is still resident. One draw's share within the ``m`` most recently
+  evicted: ``return_rate (1 - e^(-m / (return_depth k))) / (1 - e^(-window / (return_depth k))) + (1 -
+  return_rate) m / window``. Drift counts, the proxy (it draws behind the evicted members) and the draft are as
+  without it; ``return_depth`` (> 0) only matters with ``return_rate`` > 0, and with 0 nothing is drawn or made, so
+  outputs are bit-identical to the generator without it. Real attention needs it: Gemma 3 270M's full layers at
+  16K-32K bring in 30-38% of K a step, and more than half of those are blocks evicted a few steps earlier
+  (``synthetic_presets.GEMMA3``).
 - **Heads** (a row's (request, layer) is its *group*): the group has one ranking; each top-K or window position
   of it is *shared*, with probability ``head_share`` (drawn per group and position), and the blocks at the other
   positions (and everything beyond the window) are shuffled per head. The drift draws are per group, so the heads
@@ -155,6 +175,24 @@ class SyntheticParams:
         "per-slot probability novelty_rate / drift-zone size, capped at 1",
         0.0,
     )
+    drift_share_exponent: float = _help(
+        "opt-in: the drift falls with the share of the context K covers, drift fraction = drift_rate * (8 K / "
+        "eligible blocks) ** -exponent (drift_rate is then the drift at K = 1/8 of the blocks, the paper's 128 of "
+        "1,024), capped at the drift zone; 0 = drift_rate at every K (as before, bit-identical)",
+        0.0,
+    )
+    return_rate: float = _help(
+        "opt-in recency-ordered near-miss window: blocks the drift evicts go to the window's front (most recent "
+        "first) and each drift incomer is, with this probability, a recently evicted block (recency position d "
+        "weighted exp(-d / (return_depth * K))), else a uniform window block; 0 = off (the flicker process as "
+        "before, bit-identical)",
+        0.0,
+    )
+    return_depth: float = _help(
+        "with return_rate > 0: the mean recency position, in units of K, of a returning block (the scale of the "
+        "exponential weight over the window's recency order; 0.25 = mostly blocks evicted a step or two ago)",
+        0.25,
+    )
 
     def __post_init__(self):
         def check(name, lo, hi, lo_open=False):
@@ -190,6 +228,19 @@ class SyntheticParams:
             raise ValueError(
                 f"SyntheticParams.novelty_rate: must be a finite number >= 0, got {show(self.novelty_rate)}"
             )
+        for name in ("drift_share_exponent",):
+            v = getattr(self, name)
+            if isinstance(v, bool) or not isinstance(v, Real) or not abs(v) < float("inf"):
+                raise ValueError(f"SyntheticParams.{name}: must be a finite number, got {show(v)}")
+        check("return_rate", 0.0, 1.0)
+        if (
+            isinstance(self.return_depth, bool)
+            or not isinstance(self.return_depth, Real)
+            or not 0.0 < self.return_depth < float("inf")
+        ):
+            raise ValueError(
+                f"SyntheticParams.return_depth: must be a finite number > 0, got {show(self.return_depth)}"
+            )
         if isinstance(self.shift_step, bool) or not isinstance(self.shift_step, Integral) or self.shift_step < -1:
             raise ValueError(f"SyntheticParams.shift_step: must be an integer >= -1, got {show(self.shift_step)}")
 
@@ -210,6 +261,7 @@ class SyntheticParams:
 
     @property
     def expected_overlap(self) -> float:
+        """1 - drift_rate; with ``drift_share_exponent`` != 0, at K = 1/8 of the eligible blocks."""
         return 1.0 - self.drift_rate
 
     @property
@@ -323,6 +375,10 @@ class SyntheticSelection:
         self.drift_lo = xp.maximum(self.hot, self.k - zone)  # first rank that drifts
         movable = self.k - self.drift_lo
         self.p_swap = (self.k * p.drift_rate) / xp.where(movable > 0, movable, 1)  # <= 1: drift <= zone
+        if p.drift_share_exponent != 0:  # a parameter (host state): 0 leaves p_swap exactly as above
+            share = xp.astype(8 * self.k, xp.float64) / xp.astype(xp.where(n_elig > 0, n_elig, 1), xp.float64)
+            scale = xp.exp(-p.drift_share_exponent * xp.log(xp.where(self.k > 0, share, 1.0 + 0.0 * share)))
+            self.p_swap = xp.minimum(self.p_swap * scale, 1.0 + 0.0 * scale)
         self.p_novel = xp.minimum(
             p.novelty_rate / xp.where(movable > 0, movable, 1) + 0.0 * self.p_swap, 1.0 + 0.0 * self.p_swap
         )
@@ -333,6 +389,7 @@ class SyntheticSelection:
         self.slot = xp.arange(top_k, like=like)[None, :] + xp.zeros((rows, 1), xp.int64, like=like)  # [R, K]
         self._blocks = xp.arange(self.width, like=like)[None, :]  # [1, W]
         self.perm = self._initial_ranking()  # [R, W] block ids in rank order
+        self._ret_inv_w = self._return_weights() if p.return_rate > 0 else None  # return_rate 0: not made
         self.t = 0
         # novelty_rate > 0 only: per row, the blocks ever in its top-K (column ``width`` absorbs the -1 padding).
         self.seen = None
@@ -374,7 +431,10 @@ class SyntheticSelection:
         """Advance T_t -> T_{t+1} and return (true T_{t+1}, draft prediction, current-query proxy)."""
         xp = self.xp
         cur = self._top(self.perm)
-        drifted, n_swapped, off = self._drift(self.perm)
+        if self._ret_inv_w is None:  # host state (a parameter): return_rate == 0 is the flicker process unchanged
+            drifted, n_swapped, off = self._drift(self.perm)
+        else:
+            drifted, n_swapped, off = self._drift_recent(self.perm)
         proxy = self._proxy(cur, drifted, n_swapped, off)
         if self.seen is not None:  # host state (a parameter), not a value: novelty_rate == 0 draws nothing
             drifted = self._novelty(drifted)
@@ -424,6 +484,50 @@ class SyntheticSelection:
         out = xp.scatter(perm, -1, self.slot, xp.where(flag, incoming, members))
         out = xp.scatter(out, -1, xp.where(flag, pos, self.slot), members)
         return out, xp.sum(xp.astype(flag, xp.int64), axis=-1), off
+
+    def _return_weights(self):
+        """1 / weight of each ranking position for a recency drift draw, float64 [R, W] (0 outside the window):
+        window position d (0 = most recently evicted) has weight ``r exp(-d / (depth k)) / Z + (1 - r) / win``."""
+        xp, p = self.xp, self.params
+        d = xp.astype(self._blocks - self.k[:, None], xp.float64)  # [R, W] window position
+        win = xp.astype(self._win1, xp.float64)[:, None]
+        scale = p.return_depth * xp.astype(xp.maximum(self.k, xp.full((self.rows,), 1, xp.int64, like=self.k)),
+                                           xp.float64)[:, None]  # fmt: skip
+        in_win = (d >= 0) & (d < win)
+        decay = xp.exp(-xp.where(in_win, d, 0.0 * d) / scale)
+        z = (1.0 - xp.exp(-win / scale)) / (1.0 - xp.exp(-1.0 / scale))  # sum of decay over the window
+        w = p.return_rate * decay / z + (1.0 - p.return_rate) / win
+        return xp.where(in_win, 1.0 / xp.maximum(w, 1e-300 + 0.0 * w), 0.0 * w)
+
+    def _drift_recent(self, perm):
+        """The drift with a recency-ordered window (``return_rate`` > 0): the flagged drift-zone slots (as in
+        ``_drift``) take distinct window blocks drawn without replacement with the weights of ``_return_weights``
+        (an exponential race); the evicted members go to the window's front in slot order, the window's other
+        blocks move back behind them in their order. Returns (ranking, swapped count [R], offset 0: the proxy then
+        draws behind the evicted members)."""
+        xp = self.xp
+        u = self._group_uniform((self.top_k,))
+        flag = (self.slot >= self.drift_lo[:, None]) & (self.slot < self.k[:, None]) & (u < self.p_swap[:, None])
+        c = xp.cumsum(xp.astype(flag, xp.int64), axis=-1) - 1
+        flag = flag & (c < self.win[:, None])
+        c = xp.where(c > 0, c, 0)
+        n = xp.sum(xp.astype(flag, xp.int64), axis=-1)
+        expo = -xp.log(1.0 - self._group_uniform((self.width,)))  # Exp(1) per position
+        keys = xp.where(self._ret_inv_w > 0, expo * self._ret_inv_w, float("inf") + 0.0 * self._ret_inv_w)
+        order = xp.argsort_asc(keys)[:, : self.top_k]  # window positions in the race's order
+        pos = xp.take_along(order, c)  # the flagged slot's incoming position
+        pos_all = self._blocks + xp.zeros((self.rows, 1), xp.int64, like=perm)  # [R, W]
+        hit = xp.zeros((self.rows, self.width + 1), xp.bool_, like=perm)
+        hit = xp.scatter(hit, -1, xp.where(flag, pos, self.width), xp.full(tuple(pos.shape), True, xp.bool_,
+                                                                         like=perm))[:, : self.width]  # fmt: skip
+        keep = (pos_all >= self.k[:, None]) & (pos_all < (self.k + self.win)[:, None]) & ~hit
+        rank_keep = xp.cumsum(xp.astype(keep, xp.int64), axis=-1) - 1
+        newpos = xp.where(keep, (self.k + n)[:, None] + rank_keep, pos_all)
+        newpos = xp.concat([newpos, pos_all[:, :1]], axis=-1)  # column W absorbs the unflagged slots' writes
+        newpos = xp.scatter(newpos, -1, xp.where(flag, pos, self.width), self.slot)  # incoming -> its slot
+        newpos = xp.scatter(newpos, -1, xp.where(flag, self.slot, self.width), self.k[:, None] + c)  # evicted
+        out = xp.scatter(perm, -1, newpos[:, : self.width], perm)
+        return out, n, xp.zeros((self.rows,), xp.int64, like=perm)
 
     def _mark_seen(self, seen, sets):
         xp = self.xp

@@ -159,6 +159,12 @@ def test_torch_step_never_syncs_with_host(monkeypatch):
         ("shift_fraction", 0.9),
         ("novelty_rate", -0.1),
         ("novelty_rate", float("inf")),
+        ("drift_share_exponent", float("inf")),
+        ("drift_share_exponent", float("nan")),
+        ("return_rate", -0.1),
+        ("return_rate", 1.5),
+        ("return_depth", 0.0),
+        ("return_depth", float("inf")),
     ],
 )
 def test_params_validation_names_the_field(field, value):
@@ -180,6 +186,9 @@ def test_every_param_has_help():
         "shift_step",
         "shift_fraction",
         "novelty_rate",
+        "drift_share_exponent",
+        "return_rate",
+        "return_depth",
     ]
     assert all(len(h) > 20 for h in helps.values())
 
@@ -365,3 +374,118 @@ def test_novelty_leaves_the_calibration_targets_nearly_unchanged():
     pct = measure(sel, STEPS).as_percent()
     assert abs(pct["agreement"] - 98.74) <= TOL and abs(pct["proxy_recall"] - 83.9) <= TOL + 0.4, pct
     assert abs(pct["adjacent_overlap"] - 88.0 + 100 * 0.45 / K) <= TOL, pct
+
+
+# -- returns: a recency-ordered near-miss window (return_rate, return_depth) ------------------------------------------
+
+
+def test_return_rate_and_share_exponent_zero_are_bit_identical():
+    """``return_rate`` 0 (whatever ``return_depth``) and ``drift_share_exponent`` 0 are the flicker process of the
+    digests above, draw for draw."""
+    p = SyntheticParams(shift_step=7, return_rate=0.0, return_depth=3.0, drift_share_exponent=0.0)
+    sel = SyntheticSelection(72, np.array(_MIXED), 64, p, seed=123, layers=3, kv_heads=4)
+    assert sel._ret_inv_w is None and _digest(sel, 40) == "e9fb556b3ce8fead"
+
+
+def _recency_positions(sel, warmup, steps):
+    """Every block entering a row's top-K after ``warmup`` steps: its position d in the row's near-miss window kept
+    here from the outside: at first the generator's initial window (ranks k .. k + window - 1, never selected),
+    then each step's evicted blocks at its front (most recent first, a step's evictions in the order of their
+    ranks), a block leaving it when it comes back; -1 for a block not in it (none, without novelty)."""
+    cur = [list(r) for r in np.asarray(sel.current())]
+    perm, k, win = np.asarray(sel.perm), np.asarray(sel.k), np.asarray(sel.win)
+    lists = [list(perm[r, k[r] : k[r] + win[r]]) for r in range(sel.rows)]
+    out = []
+    for t in range(warmup + steps):
+        nxt = [list(r) for r in np.asarray(sel.step().true_next)]
+        for r in range(sel.rows):
+            was, now = set(cur[r]), set(nxt[r])
+            entering = [b for b in nxt[r] if b not in was]
+            if t >= warmup:
+                out += [lists[r].index(b) if b in lists[r] else -1 for b in entering]
+            gone = set(entering)
+            lists[r] = [b for b in cur[r] if b not in now] + [b for b in lists[r] if b not in gone]
+        cur = nxt
+    return np.array(out)
+
+
+def _expected_within(p, k, win, m):
+    """P(d < m) of one draw: ``return_rate`` of the exponential part over the window, the rest uniform."""
+    scale = p.return_depth * k
+    return p.return_rate * (1 - np.exp(-m / scale)) / (1 - np.exp(-win / scale)) + (1 - p.return_rate) * m / win
+
+
+@pytest.mark.parametrize("rate,depth", [(0.6, 0.5), (0.9, 0.2), (0.3, 1.0)])
+def test_returns_come_back_at_the_stated_rate_and_depth(rate, depth):
+    """Few incomers a step (drift 0.02 of K = 64), so one draw's law holds: the share of incomers among the m most
+    recently evicted blocks is ``return_rate (1 - e^(-m / (depth K))) / Z + (1 - return_rate) m / window``."""
+    p = SyntheticParams(drift_rate=0.02, window_fraction=1.0, return_rate=rate, return_depth=depth)
+    sel = SyntheticSelection(32, 512, 64, p, seed=5)
+    d = _recency_positions(sel, warmup=100, steps=250)
+    win = 512 - 1 - 64
+    assert len(d) > 8_000 and (d >= 0).all()  # every incomer came from the window, in the order kept here
+    for m in (8, 32, 128):
+        got = np.mean(d < m)
+        assert got == pytest.approx(_expected_within(p, 64, win, m), abs=0.025), (m, got)
+    # without returns the same window gives back what a uniform draw over it does
+    flat = _recency_positions(SyntheticSelection(32, 512, 64, p.__class__(**{**p.__dict__, "return_rate": 1e-9}),
+                                                 seed=5), 100, 250)  # fmt: skip
+    assert np.mean(flat < 32) == pytest.approx(32 / win, abs=0.02)
+
+
+def test_returns_keep_the_drift_rate_and_sets_valid():
+    """Adjacent overlap stays 1 - drift_rate; sets valid and distinct for short and long contexts, shift included;
+    the ranking stays a permutation."""
+    n_blocks = np.array([1, 2, 3, 10, 129, 130, 200, 700] * 4)
+    p = SyntheticParams(drift_rate=0.25, drift_zone=0.6, window_fraction=0.5, return_rate=0.7, return_depth=0.5,
+                        shift_step=3, novelty_rate=2.0)  # fmt: skip
+    sel = SyntheticSelection(32, n_blocks, 128, p, seed=3, layers=2, kv_heads=2)
+    for _ in range(40):
+        s = sel.step()
+        for name in ("true_next", "draft", "proxy"):
+            sets = getattr(s, name)
+            for r, n in enumerate(n_blocks):
+                k = min(128, n - 1)
+                ids = sets[r, :k]
+                assert (sets[r, k:] == -1).all(), (name, r)
+                assert len(set(ids.tolist())) == k and (ids >= 0).all() and (ids < n - 1).all(), (name, r)
+    assert (np.sort(sel.perm, axis=-1) == np.arange(sel.width)).all()
+    big = SyntheticSelection(64, 1024, 128, SyntheticParams(return_rate=0.7, return_depth=0.5), seed=1, layers=4)
+    assert measure(big, 30).adjacent_overlap == pytest.approx(0.88, abs=0.004)
+
+
+def test_returns_torch_match_numpy_statistics_and_never_sync(monkeypatch):
+    """One code path for both libraries: torch's draws differ, its return shares and sets' validity do not."""
+    torch = pytest.importorskip("torch")
+    p = SyntheticParams(drift_rate=0.02, window_fraction=1.0, return_rate=0.6, return_depth=0.5)
+    sel = SyntheticSelection(32, torch.full((32,), 512), 64, p, seed=5)
+    assert sel.xp.name == "torch"
+    d = _recency_positions(sel, warmup=100, steps=250)
+    for m in (8, 32, 128):
+        assert np.mean(d < m) == pytest.approx(_expected_within(p, 64, 447, m), abs=0.025), m
+    assert (d >= 0).all()
+    assert (torch.sort(sel.perm, dim=-1).values == torch.arange(sel.width)).all()
+
+    def forbid(*args, **kwargs):
+        raise AssertionError("host synchronisation inside step()")
+
+    for name in ("item", "tolist", "cpu", "numpy", "__bool__", "__int__", "__float__", "__index__"):
+        monkeypatch.setattr(torch.Tensor, name, forbid)
+    sel.inject_shift()
+    steps = [sel.step() for _ in range(2)]
+    monkeypatch.undo()
+    assert steps[-1].true_next.shape == (32, 64)
+
+
+@pytest.mark.parametrize("returns,lib", [(0.0, "numpy"), (0.7, "numpy"), (0.7, "torch")])
+def test_drift_share_exponent_scales_the_churn_with_the_share_k_covers(returns, lib):
+    """Adjacent overlap = 1 - drift_rate * (8 K / eligible) ** -exponent: drift_rate at K = 1/8 of the blocks,
+    4 ** exponent times more at K = 1/32; capped at the drift zone. The same law on torch (its own draws)."""
+    nb = 1025 if lib == "numpy" else pytest.importorskip("torch").full((48,), 1025)
+    kw = dict(drift_rate=0.2, drift_zone=0.75, drift_share_exponent=0.25, return_rate=returns, window_fraction=0.5)
+    for k, want in ((128, 0.2), (32, 0.2 * 4**0.25), (512, 0.2 * 0.25**0.25)):
+        sel = SyntheticSelection(48, nb, k, SyntheticParams(**kw), seed=4, layers=3)
+        assert sel.xp.name == lib
+        assert 1 - measure(sel, 40).adjacent_overlap == pytest.approx(want, abs=0.006), k
+    capped = SyntheticSelection(48, 1025, 32, SyntheticParams(**{**kw, "drift_share_exponent": 2.0}), seed=4)
+    assert 1 - measure(capped, 40).adjacent_overlap == pytest.approx(0.75, abs=0.006)  # every zone slot, each step
