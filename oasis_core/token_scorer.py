@@ -41,6 +41,29 @@ def bytes_per_token(rank: int, dtype_bytes: int = 2) -> int:
     return rank * dtype_bytes
 
 
+def engine_rank(head_dim: int, rank: int = 0) -> int:
+    """The channels a token keeps in the engine (``token_rank``; 0: ``head_dim / 4``, twice the min/max summaries'
+    bytes at block 16). Even (RoPE pairs), at most ``head_dim``."""
+    r = rank or head_dim // 4
+    if r < 2 or r % 2 or r > head_dim:
+        raise ValueError(f"token_rank: must be even, in [2, head_dim={head_dim}], got {r}")
+    return r
+
+
+def geometry_rank(block_score: str, head_dim: int, token_rank: int = 0) -> int:
+    """``KVGeometry.token_rank`` of a run: the engine rank with ``block_score=tokens``, else 0 (two vectors a block)."""
+    return engine_rank(head_dim, token_rank) if block_score == NAME else 0
+
+
+def first_pairs(n_kv_heads: int, head_dim: int, rank: int):
+    """Channel ids [Hkv, r] int32 of the first ``r / 2`` RoPE pairs ``(i, i + D / 2)`` of every head: the basis of a
+    model without a fitted one (dummy weights: any ``r`` channels cost and score alike)."""
+    import numpy as np
+
+    half = np.arange(rank // 2, dtype=np.int32)
+    return np.tile(np.concatenate([half, half + head_dim // 2])[None], (n_kv_heads, 1))
+
+
 def channel_basis(channels, head_dim: int, dtype):
     """One-hot basis [Hkv, D, r] of channel indices [Hkv, r] (numpy)."""
     import numpy as np

@@ -12,7 +12,7 @@ from dataclasses import dataclass, field, fields, replace
 from typing import Any, Mapping, Optional
 
 from oasis_core import modes, specs, speculation
-from oasis_core.block_scorers import SCORERS
+from oasis_core.block_scorers import ENGINE_SCORERS
 from oasis_core.config_pieces import (
     BenchFields,
     KVFields,
@@ -179,7 +179,7 @@ class SimConfig(SpeculationFields, BenchFields, TransferFields, KVFields, RunFie
         choice("arrival", ARRIVALS)
         choice("transfer_path", TRANSFER_PATHS)
         choice("host_kv_dtype", HOST_KV_DTYPES)
-        choice("block_score", SCORERS)
+        choice("block_score", ENGINE_SCORERS)
         choice("spec_predict", SPEC_PREDICT)
         choice("selection", SELECTION_SOURCES)
         choice("policy_sampling", POLICY_SAMPLING)
