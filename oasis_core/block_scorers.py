@@ -46,8 +46,8 @@ ENGINE_SCORERS = SCORERS + (TOKENS,)  # what --block-score takes in the executor
 # 57.0% at 32K, K = 256), and cut retrieval's perplexity loss on the CPU (experiments/block_scorers/README.md); its
 # kernel (block_score_any) has compiled for sm_90 but never run on a GPU, and issue 38 asks the 16K x 44 step time to
 # be measured before the default moves (steps/step_time.sh). On Gemma alone mean+sink holds ~2 points more at half
-# the bytes but loses 8 on SmolLM2; the per-token scorer (oasis_core.token_scorer) holds 82.3% at 32K at twice the
-# bytes but is not in the engine's storage yet and needs a per-model channel choice.
+# the bytes but loses 8 on SmolLM2; the per-token scorer (oasis_core.token_scorer, `tokens`) holds 82.3% at 32K at
+# twice the bytes and needs a per-model channel choice; its kernels have not run on a GPU yet either.
 MEASURED_BEST = "minmax_sum+sink"
 DEFAULT_SCORER = "minmax"
 

@@ -11,8 +11,8 @@ normalised, since Gemma's query heads differ by orders of magnitude in how peake
 
 What it stores. Per token and KV head, ``r`` values ``k @ basis`` (``basis`` [Hkv, D, r], fitted offline on real
 text that is not an evaluation text; ``r`` = D / 4 costs 2 r bytes a token in bf16 = twice the min/max summaries'
-2 D / 16, the issue's ceiling). The basis committed for Gemma
-(``experiments/block_scorers/calib/gemma3_270m_pairs.json``) selects RoPE channel pairs (``i``, ``i + D / 2``): a
+2 D / 16, the issue's ceiling). The bases committed (``experiments/block_scorers/calib/gemma3_270m_basis.npz``,
+``smollm2_135m_basis.npz``) select RoPE channel pairs (``i``, ``i + D / 2``): a
 pair's energy does not change under RoPE, so channels chosen on any positions serve every position (a PCA basis
 mixes pairs of different frequencies and fits only the positions it was fitted on); the pairs are ranked by
 ``E[q_i^2] E[k_i^2]`` (Double Sparsity's label channels, kept pairwise).
@@ -22,6 +22,10 @@ The score of block ``n`` for KV head ``h`` (query heads ``g`` of its group, ``c`
 ``log sum_g exp(s_g(n) - L_g)`` with ``L_g = log sum_n exp(s_g(n))`` over the valid blocks (the group's summed
 estimated softmax mass). ``sink``: block 0 scores ``+inf`` (as ``+sink``). Tokens at or past ``n_tokens`` do not
 count; a block with none scores ``-inf``.
+
+In the engine (``--block-score tokens``, ``ExecConfig.token_rank`` / ``token_basis``): the channel ids of a fitted
+pair basis, stored per token by ``oasis_exec.kv.token_summaries`` in place of the min/max summaries and scored by
+``oasis_kernels.token_scorer`` (every eligible block complete: ``n_tokens`` = their tokens).
 
 Array-namespace code (numpy or torch, CPU or CUDA), no host synchronisation: tests/unit/test_token_scorer.py.
 """
