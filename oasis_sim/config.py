@@ -180,6 +180,9 @@ class SimConfig(SpeculationFields, BenchFields, TransferFields, KVFields, RunFie
         choice("transfer_path", TRANSFER_PATHS)
         choice("host_kv_dtype", HOST_KV_DTYPES)
         choice("block_score", ENGINE_SCORERS)
+        integer("token_rank", 0)
+        if self.token_rank % 2:
+            bad("token_rank", "must be 0 (head_dim / 4) or even (RoPE pairs)")
         choice("spec_predict", SPEC_PREDICT)
         choice("selection", SELECTION_SOURCES)
         choice("policy_sampling", POLICY_SAMPLING)

@@ -35,3 +35,8 @@ def test_tokens_stores_and_reads_its_channels():
     assert same["tpot_ms_p50"] == base["tpot_ms_p50"]
     assert twice["tpot_ms_p50"] > base["tpot_ms_p50"]
     assert twice["output_tokens"] == base["output_tokens"] and twice["resident_recall"] == base["resident_recall"]
+
+
+def test_odd_token_rank_is_refused():
+    with pytest.raises(ValueError, match="token_rank"):
+        SimConfig(block_score="tokens", token_rank=3)
