@@ -52,9 +52,9 @@ def test_token_score_matches_reference(B, Hkv, G, D, R, BS, Nmax, exclude_local,
     fin = torch.isfinite(ref)
     assert fin.sum() > B * Hkv  # most entries are real scores, not masks
     torch.testing.assert_close(out[fin], ref[fin], atol=2e-3, rtol=2e-3)
-    # the per-head normalisation matters: not the same as a plain log-sum-exp over the group's tokens
-    order_out = out.nan_to_num(0, 1e9, -1e9).argsort(-1)
-    assert torch.equal(order_out[fin.all(-1)], ref.nan_to_num(0, 1e9, -1e9).argsort(-1)[fin.all(-1)])
+    # the same ranking of every row's blocks (the masked ones tie alike in both: a stable sort keeps their order)
+    order = [torch.sort(x.nan_to_num(0, 1e9, -1e9), dim=-1, stable=True).indices for x in (out, ref)]
+    assert torch.equal(order[0], order[1])
 
 
 def test_token_score_ranks_as_the_definition():
