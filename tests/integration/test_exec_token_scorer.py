@@ -127,3 +127,24 @@ def test_config_rejects_what_tokens_does_not_support():
         ExecConfig(model="tiny", device="cpu", mode="quest", block_score="tokens", token_rank=3)
     with pytest.raises(ValueError, match="ExecConfig.spec_predict"):
         ExecConfig(model="tiny", device="cpu", mode="lookahead", block_score="tokens", spec_predict="beside")
+
+
+def test_the_committed_bases_load_for_their_models():
+    """Gemma 3 270M (full layers 5, 11, 17; 1 KV head of 256: r = 64) and SmolLM2-135M (30 layers, 3 KV heads of 64:
+    r = 16) at the engine's default rank: RoPE pairs (i, i + D / 2) of distinct channels."""
+    import os
+
+    from oasis_exec.kv.token_summaries import load_channels
+
+    calib = os.path.join(os.path.dirname(__file__), "..", "..", "experiments", "block_scorers", "calib")
+    for name, layers, H, D in (
+        ("gemma3_270m_basis.npz", (5, 11, 17), 1, 256),
+        ("smollm2_135m_basis.npz", range(30), 3, 64),
+    ):
+        ch = load_channels(os.path.join(calib, name), layers, D // 4, H, D)
+        assert sorted(ch) == list(layers)
+        for c in ch.values():
+            assert c.shape == (H, D // 4)
+            for row in c:
+                assert len(set(row.tolist())) == D // 4
+                assert sorted((row[row >= D // 2] - D // 2).tolist()) == sorted(row[row < D // 2].tolist())
