@@ -67,7 +67,7 @@ def test_lookahead_stores_the_host_copys_channels():
     assert checked > 2 * 6
 
 
-@pytest.mark.parametrize("mode", ["quest", "retrieval", "proxy", "lookahead"])
+@pytest.mark.parametrize("mode", ["quest", "retrieval", "proxy", "lookahead", "hisparse"])
 def test_sparse_equals_dense_when_top_k_covers_every_block(mode):
     ps = prompts(lens=(70, 33))
     ref, out_ref = run_logits(cfg("dense"), ps, 12)
