@@ -2,7 +2,8 @@
 # top-K 128, fetch 0.05, 52 GB, synthetic selection of the smollm2 preset: every kernel, the scoring included, runs
 # for real; only the chosen ids come from the generator). No model pieces needed; nothing to carry.
 #   OASIS_COMMIT=<sha> bash experiments/device.sh block_scorers/step_time     (one call, ~8 min)
-# 1. the new kernels' tests compiled for the GPU (tests/unit/test_kernels_block_scorers.py: CUDA when present)
+# 1. the new kernels' tests compiled for the GPU (tests/unit/test_kernels_*scor*.py: CUDA when present) and the engine
+#    with tokens on the GPU (tests/gpu/test_token_scorer_gpu.py: stored channels, graphs = eager, kernel = reference)
 #                                                                                -> pytest_gpu.txt
 # 2. the scoring kernel alone per scorer, 44 requests x 16K, 32 q / 8 KV heads, D 128 (one layer)
 #                                                                                -> kernel.jsonl
@@ -23,8 +24,8 @@ DEADLINE_S=${DEADLINE_S:-570}
 SYN=${SYN:-'{"preset": "smollm2"}'}
 SCORERS=${SCORERS:-"minmax minmax_sum+sink mean+sink gauss+sink minmax_sum"}
 say "1. kernel tests on the GPU"
-timeout -k 5 120 $PY -m pytest -q -n 0 tests/unit/test_kernels_block_scorers.py tests/unit/test_kernels_block_score.py \
-  tests/unit/test_kernels_token_scorer.py \
+timeout -k 5 180 $PY -m pytest -q -n 0 tests/unit/test_kernels_block_scorers.py tests/unit/test_kernels_block_score.py \
+  tests/unit/test_kernels_token_scorer.py tests/gpu/test_token_scorer_gpu.py \
   > "$OUT/pytest_gpu.txt" 2>&1; say "pytest rc=$? $(tail -1 "$OUT/pytest_gpu.txt")"
 say "2. the scoring kernel alone"
 timeout -k 5 120 $PY - "$SCORERS" > "$OUT/kernel.jsonl" 2> "$OUT/kernel.err" <<'PY'
