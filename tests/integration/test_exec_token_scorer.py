@@ -5,7 +5,7 @@ a K covering every block still equals dense, the lane bytes count the storage, a
 import numpy as np
 import pytest
 import torch
-from exec_cases import cfg, prompts, run_logits
+from exec_cases import cfg, host_keys, prompts, run_logits
 
 from oasis_core import lanes
 from oasis_core.geometry import KVGeometry
@@ -56,10 +56,8 @@ def test_lookahead_stores_the_host_copys_channels():
     checked = 0
     for r in eng.scheduler.running.values():
         n_full = (r.n_tokens - 1) // bs
-        phys = torch.tensor(run.model.ws.lane_blocks[r.lane][:n_full])
         for layer in range(run.L):
-            keys = run.host.k[layer][phys]  # [n, H, bs, D]
-            keys = keys.permute(1, 0, 2, 3).reshape(keys.shape[1], -1, keys.shape[-1])
+            keys = host_keys(run, r.lane, n_full, layer)
             kp = st.tok.kp[layer, r.lane, :, :n_full].reshape(keys.shape[0], -1, st.tok.r)
             assert torch.equal(kp, _kept(keys, st.tok.chan[layer]))
             checked += n_full
