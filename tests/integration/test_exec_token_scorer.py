@@ -146,3 +146,29 @@ def test_the_committed_bases_load_for_their_models():
             for row in c:
                 assert len(set(row.tolist())) == D // 4
                 assert sorted((row[row >= D // 2] - D // 2).tolist()) == sorted(row[row < D // 2].tolist())
+
+
+@pytest.mark.parametrize("mode", ["quest", "lookahead"])
+def test_hybrid_model_keeps_channels_of_its_full_layers_only(mode):
+    """A Gemma-shaped hybrid (sliding layers 0 and 2, full 1 and 3): the per-token storage exists for the full layers
+    only, a K covering every block still gives the plain forward's greedy tokens, and a small K runs."""
+    from gemma_cases import TINY_GEMMA, greedy_ref, tiny_decoder
+    from gemma_cases import cfg as gcfg
+    from gemma_cases import prompts as gprompts
+
+    from oasis_exec.kv.layer_table import FullLayers
+    from oasis_exec.runner.runner import Runner
+
+    dec = tiny_decoder()
+    ps = gprompts(lens=(70, 100))
+    c = gcfg(mode, top_k=10, fetch_ratio=1.0, short_context=False, block_score="tokens")
+    eng = Engine(c, Runner(c, decoder=dec))
+    tok = eng.runner.store.tok
+    assert isinstance(tok.kp, FullLayers) and tok.kp.held == TINY_GEMMA.full_layers == (1, 3)
+    assert tok.kp.shape[0] == 2 and tok.r == TINY_GEMMA.head_dim // 4
+    got = eng.generate(ps, SamplingParams(max_tokens=24))
+    for p, g in zip(ps, got):
+        assert g == greedy_ref(dec, p, 24)
+    c = gcfg(mode, top_k=2, fetch_ratio=0.5, short_context=False, block_score="tokens")
+    out = Engine(c, Runner(c, decoder=dec)).generate(ps, SamplingParams(max_tokens=24))
+    assert all(len(o) == 24 for o in out)
