@@ -38,14 +38,16 @@ from .xp import namespace
 
 BASE_SCORERS = ("minmax", "minmax_sum", "mean", "gauss")
 SCORERS = BASE_SCORERS + tuple(s + "+sink" for s in BASE_SCORERS)
+TOKENS = "tokens"  # the per-token scorer (oasis_core.token_scorer): its own storage, not two vectors a block
+ENGINE_SCORERS = SCORERS + (TOKENS,)  # what --block-score takes in the executor and the simulator
 # The engine's and the simulator's default stays the paper's bound until its replacement is timed on the H200.
 # minmax_sum+sink held more of the next query's attention than minmax on both real models at every K, in mass,
 # recall, proxy and lookahead agreement, at the same summary bytes (SmolLM2 4K-8K; Gemma 4K-32K: 72.5% against
 # 57.0% at 32K, K = 256), and cut retrieval's perplexity loss on the CPU (experiments/block_scorers/README.md); its
 # kernel (block_score_any) has compiled for sm_90 but never run on a GPU, and issue 38 asks the 16K x 44 step time to
 # be measured before the default moves (steps/step_time.sh). On Gemma alone mean+sink holds ~2 points more at half
-# the bytes but loses 8 on SmolLM2; the per-token scorer (oasis_core.token_scorer) holds 82.3% at 32K at twice the
-# bytes but is not in the engine's storage yet and needs a per-model channel choice.
+# the bytes but loses 8 on SmolLM2; the per-token scorer (oasis_core.token_scorer, `tokens`) holds 82.3% at 32K at
+# twice the bytes and needs a per-model channel choice; its kernels have not run on a GPU yet either.
 MEASURED_BEST = "minmax_sum+sink"
 DEFAULT_SCORER = "minmax"
 
@@ -68,6 +70,11 @@ INFO = {
     "mean": ScorerInfo("mean", "mean", "sum", 1),
     "gauss": ScorerInfo("gauss", "meanstd", "lse", 2),
 }
+
+
+def read_fraction(name: str) -> float:
+    """The share of a block's stored summary bytes that scoring it reads (``tokens``: all of them)."""
+    return 1.0 if name == TOKENS else get_scorer(name).vectors_read / 2
 
 
 def get_scorer(name: str) -> ScorerInfo:

@@ -38,12 +38,14 @@ class KVGeometry:
     model: ModelSpec
     block_size: int = 16
     dtype_bytes: int = 2
+    token_rank: int = 0  # block_score=tokens: channels kept a token (oasis_core.token_scorer); 0: min/max summaries
 
     def __post_init__(self):
         if not isinstance(self.model, ModelSpec):
             raise ValueError(f"KVGeometry.model: must be a ModelSpec, got {show(self.model)}")
         _check_int("KVGeometry", "block_size", self.block_size, 1)
         _check_int("KVGeometry", "dtype_bytes", self.dtype_bytes, 1)
+        _check_int("KVGeometry", "token_rank", self.token_rank, 0)
 
     # -- per token ----------------------------------------------------------------------------------------------
     @property
@@ -150,7 +152,10 @@ class KVGeometry:
 
     @property
     def summary_bytes_per_block_head(self) -> int:
-        """Min and max key vectors of one block of one KV head: ``2 * d_h * s``."""
+        """Min and max key vectors of one block of one KV head: ``2 * d_h * s``; with ``token_rank`` (the per-token
+        scorer) ``block_size * token_rank * s``, the channels every token keeps."""
+        if self.token_rank:
+            return self.block_size * self.token_rank * self.dtype_bytes
         return 2 * self.model.head_dim * self.dtype_bytes
 
     def summary_bytes(self, L: int) -> int:

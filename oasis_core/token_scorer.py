@@ -11,8 +11,8 @@ normalised, since Gemma's query heads differ by orders of magnitude in how peake
 
 What it stores. Per token and KV head, ``r`` values ``k @ basis`` (``basis`` [Hkv, D, r], fitted offline on real
 text that is not an evaluation text; ``r`` = D / 4 costs 2 r bytes a token in bf16 = twice the min/max summaries'
-2 D / 16, the issue's ceiling). The basis committed for Gemma
-(``experiments/block_scorers/calib/gemma3_270m_pairs.json``) selects RoPE channel pairs (``i``, ``i + D / 2``): a
+2 D / 16, the issue's ceiling). The bases committed (``experiments/block_scorers/calib/gemma3_270m_basis.npz``,
+``smollm2_135m_basis.npz``) select RoPE channel pairs (``i``, ``i + D / 2``): a
 pair's energy does not change under RoPE, so channels chosen on any positions serve every position (a PCA basis
 mixes pairs of different frequencies and fits only the positions it was fitted on); the pairs are ranked by
 ``E[q_i^2] E[k_i^2]`` (Double Sparsity's label channels, kept pairwise).
@@ -22,6 +22,10 @@ The score of block ``n`` for KV head ``h`` (query heads ``g`` of its group, ``c`
 ``log sum_g exp(s_g(n) - L_g)`` with ``L_g = log sum_n exp(s_g(n))`` over the valid blocks (the group's summed
 estimated softmax mass). ``sink``: block 0 scores ``+inf`` (as ``+sink``). Tokens at or past ``n_tokens`` do not
 count; a block with none scores ``-inf``.
+
+In the engine (``--block-score tokens``, ``ExecConfig.token_rank`` / ``token_basis``): the channel ids of a fitted
+pair basis, stored per token by ``oasis_exec.kv.token_summaries`` in place of the min/max summaries and scored by
+``oasis_kernels.token_scorer`` (every eligible block complete: ``n_tokens`` = their tokens).
 
 Array-namespace code (numpy or torch, CPU or CUDA), no host synchronisation: tests/unit/test_token_scorer.py.
 """
@@ -39,6 +43,29 @@ NAME = "tokens"
 def bytes_per_token(rank: int, dtype_bytes: int = 2) -> int:
     """GPU bytes per token and KV head: ``rank`` stored values (min/max: ``2 D / block_size`` values)."""
     return rank * dtype_bytes
+
+
+def engine_rank(head_dim: int, rank: int = 0) -> int:
+    """The channels a token keeps in the engine (``token_rank``; 0: ``head_dim / 4``, twice the min/max summaries'
+    bytes at block 16). Even (RoPE pairs), at most ``head_dim``."""
+    r = rank or head_dim // 4
+    if r < 2 or r % 2 or r > head_dim:
+        raise ValueError(f"token_rank: must be even, in [2, head_dim={head_dim}], got {r}")
+    return r
+
+
+def geometry_rank(block_score: str, head_dim: int, token_rank: int = 0) -> int:
+    """``KVGeometry.token_rank`` of a run: the engine rank with ``block_score=tokens``, else 0 (two vectors a block)."""
+    return engine_rank(head_dim, token_rank) if block_score == NAME else 0
+
+
+def first_pairs(n_kv_heads: int, head_dim: int, rank: int):
+    """Channel ids [Hkv, r] int32 of the first ``r / 2`` RoPE pairs ``(i, i + D / 2)`` of every head: the basis of a
+    model without a fitted one (dummy weights: any ``r`` channels cost and score alike)."""
+    import numpy as np
+
+    half = np.arange(rank // 2, dtype=np.int32)
+    return np.tile(np.concatenate([half, half + head_dim // 2])[None], (n_kv_heads, 1))
 
 
 def channel_basis(channels, head_dim: int, dtype):

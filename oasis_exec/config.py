@@ -70,6 +70,12 @@ class ExecConfig(SpeculationFields, BenchFields, TransferFields, KVFields, RunFi
         "its own K/V of every earlier position (oasis_exec.model.draft_attn; no speculative chains)",
         ("single", "attn"),
     )
+    token_basis: str | None = _f(
+        None,
+        "block_score=tokens: the channels each full layer keeps, a .npz of experiments/block_scorers/fit_basis.py "
+        "(L{layer}_pairs{token_rank} [Hkv, r] channel ids, fitted on a calibration text); None: the first "
+        "token_rank / 2 RoPE pairs of every head (for dummy weights; oasis_core.token_scorer.first_pairs)",
+    )
     dtype: str = _f("bfloat16", "bfloat16 | float32 (CPU tests)", DTYPES)
     device: str = _f("cuda", "cuda | cuda:N | cpu")
     replay_path: str | None = _f(
@@ -258,6 +264,13 @@ class ExecConfig(SpeculationFields, BenchFields, TransferFields, KVFields, RunFi
 
             if not hasattr(torch, "float8_e4m3fn"):
                 bad("host_kv_dtype", f"fp8_e4m3 needs torch.float8_e4m3fn, which torch {torch.__version__} lacks")
+        if self.block_score == "tokens":
+            if self.token_rank and (self.token_rank < 2 or self.token_rank % 2):
+                bad("token_rank", "must be 0 (head_dim / 4) or even >= 2")
+            if self.spec_predict == "beside":  # its repair scores one block alone; tokens normalises over all
+                bad("spec_predict", "block_score=tokens predicts after the acceptance only (spec_predict=after)")
+        elif self.token_basis:
+            bad("token_basis", f"only block_score=tokens reads a basis, not {self.block_score}")
         if not 0 < self.fetch_ratio <= 1:
             bad("fetch_ratio", "must be in (0, 1]")
         if self.fetch_policy is not None:

@@ -13,6 +13,8 @@ ENGINE_GROUPS = (
             "top_k",
             "hot_slots",
             "block_score",
+            "token_rank",
+            "token_basis",
             "fetch_ratio",
             "fetch_policy",
             "short_context",

@@ -47,6 +47,21 @@ def block_score(q, kmin, kmax, n_blocks, seat=None, scorer: str = "minmax"):
     return block_score_ref(q, kmin, kmax, n_blocks, seat)
 
 
+def token_score(q, kp, chan, n_blocks, seat=None):
+    """``block_score=tokens``: scores [B, Hkv, Nmax] fp32 from every token's kept channels ``kp``
+    [n_seats, Hkv, Nmax, bs, r] (``oasis_kernels.token_scorer``), -inf at the local block and beyond."""
+    from oasis_kernels import token_scorer as ts
+
+    return (ts.token_score if _cuda(q) else ts.token_score_ref)(q, kp, chan, n_blocks, seat)
+
+
+def token_update(k_src, src, dst_row, dst_block, n_valid, kp, chan):
+    """``block_score=tokens``: each item's block's kept channels into ``kp`` (``summary_update``'s items)."""
+    from oasis_kernels import token_scorer as ts
+
+    return (ts.token_update if _cuda(k_src) else ts.token_update_ref)(k_src, src, dst_row, dst_block, n_valid, kp, chan)
+
+
 def topk_select(scores, k, n_blocks, heads):
     """Top-``k`` block ids [R, k] of ``scores`` [R, N], rows ``b * heads + h`` of request ``b`` with ``n_blocks[b]``
     blocks (``oasis_core.scoring.topk_blocks``'s ids)."""
@@ -117,6 +132,16 @@ def block_summaries(kb, scorer: str = "minmax"):
     *lead, n, bs, d = kb.shape
     a, b = build(kb.float().reshape(*lead, n * bs, d), bs, scorer)
     return a.to(kb.dtype), b.to(kb.dtype)
+
+
+def write_block_summaries(store, l, lane: int, lo: int, kb, scorer: str) -> None:
+    """Whole blocks ``lo ..`` of ``lane`` in layer ``l`` summarised from their keys ``kb`` [H, n, bs, D] (prefill):
+    the two vectors of ``scorer`` into ``kmin`` / ``kmax``, or the per-token scorer's channels (``store.tok``)."""
+    if store.tok is not None:
+        return store.tok.write_blocks(l, lane, lo, kb)
+    a, b = block_summaries(kb, scorer)
+    store.kmin[l, lane, :, lo : lo + kb.shape[1]] = a
+    store.kmax[l, lane, :, lo : lo + kb.shape[1]] = b
 
 
 def kv_write(k_new, v_new, k_cache, v_cache, row, off, fused: bool = True):

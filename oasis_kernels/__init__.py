@@ -6,7 +6,7 @@
 | ``block_score``    | Quest upper-bound score of every block of every KV head against the min/max summaries |
 | ``summary_update`` | min/max of one block's keys written into the summary tensors |
 | ``block_scorers``  | the other block scorers (``oasis_core.block_scorers``): their scores and their mean / std summaries |
-| ``token_scorer``   | the per-token scorer (``oasis_core.token_scorer``) in the engine's layout: plain torch, no kernel yet |
+| ``token_scorer``   | the per-token scorer (``--block-score tokens``): its block scores (two launches) and its writes |
 | ``gather``         | host->GPU copy into slots: persistent direct-read (UVA) kernel; host-side staging + scatter |
 | ``gather_tma``     | experimental: the direct-read gather with TMA tile loads (measured slower in the step; not used) |
 | ``paged_attn``     | paged dense decode attention (dense baseline), split-K, GQA |

@@ -12,7 +12,7 @@ from dataclasses import dataclass, field, fields, replace
 from typing import Any, Mapping, Optional
 
 from oasis_core import modes, specs, speculation
-from oasis_core.block_scorers import SCORERS
+from oasis_core.block_scorers import ENGINE_SCORERS
 from oasis_core.config_pieces import (
     BenchFields,
     KVFields,
@@ -180,7 +180,10 @@ class SimConfig(SpeculationFields, BenchFields, TransferFields, KVFields, RunFie
         choice("arrival", ARRIVALS)
         choice("transfer_path", TRANSFER_PATHS)
         choice("host_kv_dtype", HOST_KV_DTYPES)
-        choice("block_score", SCORERS)
+        choice("block_score", ENGINE_SCORERS)
+        integer("token_rank", 0)
+        if self.token_rank % 2:
+            bad("token_rank", "must be 0 (head_dim / 4) or even (RoPE pairs)")
         choice("spec_predict", SPEC_PREDICT)
         choice("selection", SELECTION_SOURCES)
         choice("policy_sampling", POLICY_SAMPLING)

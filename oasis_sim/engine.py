@@ -88,7 +88,7 @@ from itertools import accumulate
 import simpy
 
 from oasis_core import modes
-from oasis_core.block_scorers import get_scorer
+from oasis_core.block_scorers import read_fraction
 from oasis_core.geometry import KVGeometry
 from oasis_core.scheduler import DECODE, Plan
 from oasis_core.speculation import AdaptiveK, ChainAcceptance
@@ -183,7 +183,7 @@ class SimEngine:
         self.bpt_layer = geo.bytes_per_token_layer
         self.sum_bpbh = geo.summary_bytes_per_block_head
         # what the scoring reads of them: the vectors the block scorer uses (oasis_core.block_scorers)
-        self.score_bpbh = self.sum_bpbh * get_scorer(cfg.block_score).vectors_read / 2
+        self.score_bpbh = self.sum_bpbh * read_fraction(cfg.block_score)
         self.res_tokens = (cfg.top_k + 1) * cfg.block_size
         self.short = cfg.short_context_rule  # None: no request runs resident-dense
         self.short_window = self.short.window_tokens if self.short is not None else 0

@@ -7,7 +7,16 @@ RUN_GROUPS = (
     ),
     (
         "sparsity and fetching",
-        ("top_k", "hot_slots", "block_size", "block_score", "fetch_ratio", "fetch_policy", "short_context"),
+        (
+            "top_k",
+            "hot_slots",
+            "block_size",
+            "block_score",
+            "token_rank",
+            "fetch_ratio",
+            "fetch_policy",
+            "short_context",
+        ),
     ),
     (
         "capacity and batching",

@@ -15,6 +15,7 @@ import simpy
 from oasis_core import modes
 from oasis_core.echo import show
 from oasis_core.geometry import KVGeometry
+from oasis_core.token_scorer import geometry_rank
 from oasis_core.trace import Trace
 
 from . import metrics
@@ -144,7 +145,7 @@ def simulate(cfg: SimConfig, trace: Trace, predictor: TimePredictor | None = Non
     wall0 = time.perf_counter()
     env = simpy.Environment()
     model, hw = cfg.model_spec, cfg.hardware_spec
-    geo = KVGeometry(model, cfg.block_size)
+    geo = KVGeometry(model, cfg.block_size, token_rank=geometry_rank(cfg.block_score, model.head_dim, cfg.token_rank))
     reqs = make_requests(trace, cfg)
     lanes = bench_lanes(cfg, geo, reqs) if cfg.kv_budget_gb else None
     if lanes is not None and lanes.slots != cfg.resident_slots:

@@ -1,6 +1,7 @@
 """Fit the per-token scorer's bases (``oasis_core.token_scorer``) per full layer and KV head from a calibration
-dump of ``gemma_chunked.py --calib`` (keys of every position, every 8th query; a training window of
-``../long_context_draft/data/gemma_32k.npz``, never an evaluation text):
+dump (keys of every position, every 8th query of a training window, never an evaluation text): Gemma's of
+``gemma_chunked.py --calib`` (``../long_context_draft/data/gemma_32k.npz``), SmolLM2's of ``calib_smollm2.py``
+(``smollm2_8k.npz``):
 
 - ``pairs{r}``: the r / 2 RoPE channel pairs (``i``, ``i + D / 2``) of largest ``E[q_i^2] E[k_i^2]`` summed over
   the pair (Double Sparsity's label channels, kept pairwise: a pair's energy is the same at every position);
@@ -63,18 +64,24 @@ def main() -> int:
     ap.add_argument("calib")
     ap.add_argument("--ranks", type=int, nargs="+", default=[32, 64])
     ap.add_argument("--out", required=True)
+    ap.add_argument("--pairs-only", action="store_true", help="only the channel pairs (what the engine reads)")
     args = ap.parse_args()
     dump = torch.load(args.calib)
     arrays = {}
     for li in dump["layers"]:
         for name, arr in fit(dump["k"][li].float(), dump["q"][li].float(), args.ranks).items():
+            if args.pairs_only and not name.startswith("pairs"):
+                continue
             arrays[f"L{li}_{name}"] = arr
+    model = dump.get("model", "Gemma 3 270M")  # gemma_chunked.py's dumps name neither model nor data
+    data = dump.get("data", "experiments/long_context_draft/data/gemma_32k.npz")
     meta = {
-        "what": "per-token scorer bases of Gemma 3 270M's full layers (oasis_core.token_scorer)",
-        "calibration_text": f"{dump['text']} of experiments/long_context_draft/data/gemma_32k.npz (a training window)",
+        "what": f"per-token scorer bases of {model}'s full layers (oasis_core.token_scorer)",
+        "calibration_text": f"{dump['text']} of {data} (a training window)",
         "calibration_tokens": dump["n"],
         "layers": dump["layers"],
         "command": "python " + " ".join(sys.argv),
+        **({"dump_command": dump["command"]} if "command" in dump else {}),
     }
     os.makedirs(os.path.dirname(os.path.abspath(args.out)), exist_ok=True)
     np.savez_compressed(args.out, meta=np.array(json.dumps(meta)), **arrays)

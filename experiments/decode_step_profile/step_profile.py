@@ -107,8 +107,8 @@ KERNEL_CATEGORIES = (
     ("gemm", r"gemm|gemv|cublas|cutlass|nvjet|xmma|splitkreduce|matmul|cutensor|\bsm\d+_"),
     ("attention", r"paged_attn|sparse_attn|splitk_merge|flash|fmha|attention"),
     ("gather (uva/scatter/writeback)", r"uva_gather|scatter_slots|writeback"),
-    ("summary", r"summary_update|summary_moments"),
-    ("score/topk/sort", r"block_score|topk|sort|radix|bitonic|cub::|mbtopk"),
+    ("summary", r"summary_update|summary_moments|token_update"),
+    ("score/topk/sort", r"block_score|token_block|token_norm|topk|sort|radix|bitonic|cub::|mbtopk"),
     ("index (torch gather/scatter)", r"index|gather|scatter|embedding"),
     (
         "elementwise/norm/rope",

@@ -21,10 +21,12 @@ import torch
 
 from oasis_core import lanes
 from oasis_core.geometry import KVGeometry
+from oasis_core.token_scorer import geometry_rank
 
 from .host_memory import host_pool_blocks
 from .ring import RingKV, ring_extra
 from .store import DenseStore, HostPool, SparseStore
+from .token_summaries import TokenSummaries
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -76,7 +78,8 @@ def build_kv_layout(cfg, *, shape, dtype, device) -> KVLayout:
     s = shape
     bs, H, D, L = cfg.block_size, s.n_kv_heads, s.head_dim, s.n_layers
     NB = cfg.max_blocks
-    geo = KVGeometry(s, block_size=bs, dtype_bytes=torch.tensor([], dtype=dtype).element_size())
+    rank = geometry_rank(cfg.block_score, D, cfg.token_rank)  # the per-token scorer's bytes, else min/max's
+    geo = KVGeometry(s, block_size=bs, dtype_bytes=torch.tensor([], dtype=dtype).element_size(), token_rank=rank)
     if cfg.sparse:
         S = victim_slots(cfg, geo)  # what each row holds on the GPU: top_k, hisparse's hot cache or a victim cache
         per_lane = SparseStore.bytes_per_lane(geo, S, NB)
@@ -96,10 +99,16 @@ def build_kv_layout(cfg, *, shape, dtype, device) -> KVLayout:
         quantized = cfg.host_kv_dtype == "fp8_e4m3"
         host = HostPool(L, hb, H, bs, D, dtype, pin=device.type == "cuda", quantized=quantized, layers=s.full_layers)
         host_blocks = hb
-        store = SparseStore(L, n_lanes, H, S, bs, D, NB, dtype, device, layers=s.full_layers)
+        tok = TokenSummaries(L, s.full_layers, n_lanes, H, NB, bs, D, cfg, dtype, device) if rank else None
+        store = SparseStore(L, n_lanes, H, S, bs, D, NB, dtype, device, layers=s.full_layers, tok=tok)
     else:
+        tok = (
+            TokenSummaries(L, s.full_layers, n_lanes, H, NB, bs, D, cfg, dtype, device)
+            if rank and mode.summaries
+            else None
+        )
         store = DenseStore(
-            L, n_lanes, H, NB, D, bs, dtype, device, summaries=mode.summaries, paged_layers=s.full_layers
+            L, n_lanes, H, NB, D, bs, dtype, device, summaries=mode.summaries, paged_layers=s.full_layers, tok=tok
         )
     return KVLayout(
         geometry=geo, lane_bytes=per_lane, max_lanes=n_lanes, store=store, host=host, host_blocks_total=host_blocks

@@ -15,7 +15,8 @@ Layouts (``bs`` = block size, ``D`` = head dim, ``H`` = KV heads, ``L`` layers),
 - ``SparseStore.resident`` / ``last_sel``: [L, B_max * H, S] int64, the per-head mapping (slot -> host logical
   block of the request, -1 empty), in the form ``oasis_core.selection.plan_step`` takes and returns.
 - ``kmin`` / ``kmax``: [L, B_max, H, NB_max, D] block summaries (Quest min/max) of every block of every context;
-  blocks not yet full hold +inf / -inf.
+  blocks not yet full hold +inf / -inf. With ``block_score=tokens`` they are None and ``tok``
+  (``oasis_exec.kv.token_summaries``) holds every token's kept key channels instead.
 - A hybrid model's sliding-window layers keep a ring (``oasis_exec.kv.ring``) and none of the above: their slot and
   page arrays are empty, and the tables and summaries are held for the full layers only (``layers``;
   ``oasis_exec.kv.layer_table.FullLayers``, indexed by the model's layer like the ``[L, ...]`` tensor).
@@ -236,7 +237,18 @@ class HostPool:
 
 class SparseStore:
     def __init__(
-        self, n_layers, max_lanes, n_kv_heads, slots, block_size, head_dim, max_blocks, dtype, device, layers=None
+        self,
+        n_layers,
+        max_lanes,
+        n_kv_heads,
+        slots,
+        block_size,
+        head_dim,
+        max_blocks,
+        dtype,
+        device,
+        layers=None,
+        tok=None,
     ):
         self.L, self.B, self.H, self.S, self.bs, self.D = n_layers, max_lanes, n_kv_heads, slots, block_size, head_dim
         self.W = slots + 2  # slots per row
@@ -258,9 +270,13 @@ class SparseStore:
         self.layers = tuple(sorted(held))
         self.resident = table(n_layers, self.layers, (rows, slots), -1, torch.int64, device, "resident")
         self.last_sel = table(n_layers, self.layers, (rows, slots), -1, torch.int64, device, "last_sel")
-        summ = (max_lanes, n_kv_heads, max_blocks, head_dim)
-        self.kmin = table(n_layers, self.layers, summ, math.inf, dtype, device, "kmin")
-        self.kmax = table(n_layers, self.layers, summ, -math.inf, dtype, device, "kmax")
+        # the block summaries: min/max (or a two-vector scorer's), or the per-token scorer's ``tok`` in their place
+        self.tok = tok  # oasis_exec.kv.token_summaries.TokenSummaries (block_score=tokens) or None
+        self.kmin = self.kmax = None
+        if tok is None:
+            summ = (max_lanes, n_kv_heads, max_blocks, head_dim)
+            self.kmin = table(n_layers, self.layers, summ, math.inf, dtype, device, "kmin")
+            self.kmax = table(n_layers, self.layers, summ, -math.inf, dtype, device, "kmax")
         self.host_table = torch.zeros(max_lanes, max_blocks, dtype=torch.int64, device=device)
 
     @staticmethod
@@ -300,8 +316,7 @@ class SparseStore:
         h = self.H
         self.resident[:, lane * h : (lane + 1) * h] = -1
         self.last_sel[:, lane * h : (lane + 1) * h] = -1
-        self.kmin[:, lane] = math.inf
-        self.kmax[:, lane] = -math.inf
+        reset_summaries(self, lane)
         hb = torch.as_tensor(list(host_blocks), dtype=torch.int64)
         self.host_table[lane, : hb.numel()] = hb.to(self.host_table.device)
 
@@ -319,6 +334,7 @@ class DenseStore:
         device,
         summaries: bool,
         paged_layers=None,
+        tok=None,
     ):
         self.L, self.B, self.H, self.P, self.D, self.bs = (
             n_layers,
@@ -339,7 +355,8 @@ class DenseStore:
             torch.arange(max_lanes, device=device)[:, None] * max_blocks + torch.arange(max_blocks, device=device)
         ).to(torch.int32)
         self.layers = tuple(sorted(paged))
-        if summaries:  # quest: the paged layers' summaries only (layer_table)
+        self.tok = tok if summaries else None  # block_score=tokens: its storage in place of kmin / kmax
+        if summaries and tok is None:  # quest: the paged layers' summaries only (layer_table)
             summ = (max_lanes, n_kv_heads, max_blocks, head_dim)
             self.kmin = table(n_layers, self.layers, summ, math.inf, dtype, device, "kmin")
             self.kmax = table(n_layers, self.layers, summ, -math.inf, dtype, device, "kmax")
@@ -353,6 +370,13 @@ class DenseStore:
         return lanes.dense_lane_bytes(geo, max_blocks, summaries)
 
     def reset_lane(self, lane: int) -> None:
-        if self.kmin is not None:
-            self.kmin[:, lane] = math.inf
-            self.kmax[:, lane] = -math.inf
+        reset_summaries(self, lane)
+
+
+def reset_summaries(store, lane: int) -> None:
+    """A lane's summaries emptied (min/max: +inf / -inf; the per-token scorer's: zeros) at admission."""
+    if store.kmin is not None:
+        store.kmin[:, lane] = math.inf
+        store.kmax[:, lane] = -math.inf
+    if store.tok is not None:
+        store.tok.reset_lane(lane)

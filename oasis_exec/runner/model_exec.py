@@ -141,6 +141,12 @@ class ModelExec:
                 base = torch.randn(self.H, n_full, D, generator=g, device=self.device)
                 st.kmin[l, a.lane, :, :n_full] = (base - 1.0).to(st.kmin.dtype)
                 st.kmax[l, a.lane, :, :n_full] = (base + 1.0).to(st.kmax.dtype)
+        if st.tok is not None:  # block_score=tokens: random kept channels of every token of the full blocks
+            kp = st.tok.kp
+            for l in self.own:
+                kp[l, a.lane, :, :n_full] = torch.randn(
+                    self.H, n_full, *kp.shape[-2:], generator=g, device=self.device
+                ).to(kp.dtype)
         self.ws.synthesize(a, g, self.own)
         if self.ring is not None:  # the sliding layers' windows: random too
             self.sets[next(iter(self.ring.windows))].synthesize(a, g, list(self.ring.windows))

@@ -115,6 +115,8 @@ def _check(cfg) -> None:
         raise ValueError("rpf_split: a background sparse mode, short_context off and a fixed fetch cap")
     if cfg.device != "cpu":  # the remote fetch hooks the inline transfer; the CUDA paths (UVA, host) are not hooked
         raise ValueError("rpf_split: the CPU only (device=cpu): the GPU transfer paths have no remote-fetch hook yet")
+    if cfg.block_score == "tokens":  # the hand-off sends kmin / kmax; the per-token channels are not sent yet
+        raise ValueError("rpf_split: block_score=tokens hands off no per-token summaries yet; use another scorer")
 
 
 def _prefill_node(cfg, prompt, n_out, handoff, wire) -> dict:

@@ -44,8 +44,11 @@ class PagedSet(WorkingSet):
         slot_ids = torch.where(ids_ >= 0, pg * p.H + s.hh[None, :, None], -1).to(torch.int32)
         lslot = (s.page_cur[:, None] * p.H + s.hh).to(torch.int32)
         attn = ops.sparse_attn(q[:, 0][:, :, None], kf, vf, slot_ids, lslot, s.local_len)[:, :, 0]
-        kmin, kmax = st.kmin[l].view(-1, st.P, st.D), st.kmax[l].view(-1, st.P, st.D)
-        ops.summary_update(kf, s.item_src, s.item_row, s.item_blk, s.item_len, kmin, kmax, cfg.block_score)
+        if st.tok is not None:  # block_score=tokens: every token's kept channels
+            st.tok.update(l, kf, s.item_src, s.item_row, s.item_blk, s.item_len)
+        else:
+            kmin, kmax = st.kmin[l].view(-1, st.P, st.D), st.kmax[l].view(-1, st.P, st.D)
+            ops.summary_update(kf, s.item_src, s.item_row, s.item_blk, s.item_len, kmin, kmax, cfg.block_score)
         return attn
 
     def prepare_verify(self, s):
@@ -83,11 +86,9 @@ class PagedSet(WorkingSet):
         keys = pk.permute(1, 0, 2, 3).reshape(H, -1, D)[:, :end]
         vals = pv.permute(1, 0, 2, 3).reshape(H, -1, D)[:, :end]
         lo, hi = start // bs, end // bs  # blocks completed by this chunk
-        if hi > lo and st.kmin is not None:
+        if hi > lo and (st.kmin is not None or st.tok is not None):
             kb = keys[:, lo * bs : hi * bs].reshape(H, hi - lo, bs, D)
-            a, b = ops.block_summaries(kb, p.cfg.block_score)
-            st.kmin[l, ch.lane, :, lo:hi] = a
-            st.kmax[l, ch.lane, :, lo:hi] = b
+            ops.write_block_summaries(st, l, ch.lane, lo, kb, p.cfg.block_score)
         return causal_attn(q, keys, vals, start)
 
     def admit(self, lane, host_blocks) -> None:

@@ -160,6 +160,8 @@ class ResidentSet(WorkingSet):
     def _summarize(self, l, item_src, item_row, item_blk, item_len) -> None:
         """Layer ``l``'s summaries of the items' blocks (``ops.summary_update``: exact for their valid tokens)."""
         st = self.p.store
+        if st.tok is not None:  # block_score=tokens: every token's kept channels
+            return st.tok.update(l, st.k[l], item_src, item_row, item_blk, item_len)
         kmin, kmax = st.kmin[l].view(-1, st.NB, st.D), st.kmax[l].view(-1, st.NB, st.D)
         ops.summary_update(st.k[l], item_src, item_row, item_blk, item_len, kmin, kmax, self.p.cfg.block_score)
 
@@ -275,9 +277,7 @@ class ResidentSet(WorkingSet):
         lo, hi = start // bs, end // bs  # blocks completed by this chunk
         if hi > lo:
             kb = keys[:, lo * bs : hi * bs].reshape(H, hi - lo, bs, D)
-            a, b = ops.block_summaries(kb, p.cfg.block_score)
-            p.store.kmin[l, ch.lane, :, lo:hi] = a
-            p.store.kmax[l, ch.lane, :, lo:hi] = b
+            ops.write_block_summaries(p.store, l, ch.lane, lo, kb, p.cfg.block_score)
             if not self._short_lane(ch):
                 vb = vals[:, lo * bs : hi * bs].reshape(H, hi - lo, bs, D)
                 phys = torch.tensor(self.lane_blocks[ch.lane][lo:hi])

@@ -20,8 +20,11 @@ class Selector:
         self.block_score, self.topk_kernel, self.synthetic_topk = block_score, topk_kernel, synthetic_topk
 
     def scores(self, l, q, n_blocks, lanes32):
-        """Layer ``l``'s block scores [B, H, N] of queries ``q`` [B, Hq, D] (``ops.block_score``)."""
+        """Layer ``l``'s block scores [B, H, N] of queries ``q`` [B, Hq, D] (``ops.block_score``; the per-token
+        scorer's ``ops.token_score`` when the store holds its storage, ``block_score=tokens``)."""
         st = self.store
+        if st.tok is not None:
+            return st.tok.score(l, q.contiguous(), n_blocks, lanes32)
         return ops.block_score(q.contiguous(), st.kmin[l], st.kmax[l], n_blocks, lanes32, self.block_score)
 
     def predict(self, l, qsel, lanes32, n_blocks, src, recorded=None):

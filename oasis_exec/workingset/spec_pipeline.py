@@ -133,7 +133,7 @@ class SpecPipeline:
     def beside(self, l, q, lanes, rows, pos, sets) -> None:
         """Layer ``l``'s candidates and the plan of ``P_hat``, beside the rest of the pass. ``q`` [B, k + 1, Hq, D]:
         the pass's queries; ``pos`` [B]: the input positions."""
-        me, st, H = self.me, self.me.store, self.me.H
+        me, H = self.me, self.me.H
         B, k = q.shape[0], q.shape[1] - 1
         R = B * H
         nb = (pos + 1) // me.bs + 1  # blocks full at p + 1 are eligible (the local block at p + 1 is not)
@@ -144,8 +144,7 @@ class SpecPipeline:
         def predict():
             ids, vals = [], []
             for s in range(1, k + 1):
-                sc = ops.block_score(q[:, s].contiguous(), st.kmin[l], st.kmax[l], nb32, lanes32, me.cfg.block_score)
-                sc = sc.view(R, -1)
+                sc = me.selector.scores(l, q[:, s], nb32, lanes32).view(R, -1)
                 if given is not None:
                     pred = given.reshape(R, -1)
                     if me.cfg.synthetic_topk:  # the work selection=model does here; its result is not used

@@ -49,6 +49,13 @@ def run_logits(c, ps, steps, runner_hook=None):
     return logs, out
 
 
+def host_keys(run, lane: int, n_full: int, layer: int):
+    """The host copy's keys of ``lane``'s first ``n_full`` blocks in ``layer``: [H, n_full * bs, D]."""
+    phys = torch.tensor(run.model.ws.lane_blocks[lane][:n_full])
+    keys = run.host.k[layer][phys]  # [n, H, bs, D]
+    return keys.permute(1, 0, 2, 3).reshape(keys.shape[1], -1, keys.shape[-1])
+
+
 def live_lanes(eng) -> dict:
     """{lane: tokens so far} of the engine's running requests (test_exec_engine._check_mapping's argument)."""
     return {r.lane: r.n_tokens for r in eng.scheduler.running.values()}

@@ -4,7 +4,7 @@ a K covering every block still equals dense, and the scorer changes what a small
 
 import pytest
 import torch
-from exec_cases import cfg, prompts, run_logits
+from exec_cases import cfg, host_keys, prompts, run_logits
 
 from oasis_core.block_scorers import build
 from oasis_exec.engine.engine import Engine
@@ -50,10 +50,8 @@ def test_sparse_mode_summaries_match_the_host_copy(scorer):
     checked = 0
     for r in eng.scheduler.running.values():
         n_full = (r.n_tokens - 1) // bs
-        phys = torch.tensor(run.model.ws.lane_blocks[r.lane][:n_full])
         for layer in range(run.L):
-            keys = run.host.k[layer][phys]  # [n, H, bs, D]
-            keys = keys.permute(1, 0, 2, 3).reshape(keys.shape[1], -1, keys.shape[-1])
+            keys = host_keys(run, r.lane, n_full, layer)
             a, b = build(keys.float(), bs, scorer)
             torch.testing.assert_close(st.kmin[layer, r.lane, :, :n_full].float(), a, atol=1e-5, rtol=1e-5)
             torch.testing.assert_close(st.kmax[layer, r.lane, :, :n_full].float(), b, atol=1e-5, rtol=1e-5)

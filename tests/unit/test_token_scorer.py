@@ -102,3 +102,17 @@ def test_past_tokens_do_not_count_and_sink():
     assert s[0, 0, 0] == math.inf and np.isfinite(s[0, 0, 1]) and s[0, 0, 2] == -math.inf
     np.testing.assert_array_equal(ts.score(q, ts.build(keys, basis, 4), basis, np.array([0]))[0, 0], -math.inf)
     assert ts.bytes_per_token(64) == 128  # Gemma (D = 256): twice min/max's 2 * 256 * 2 / 16
+
+
+def test_engine_rank_and_geometry_bytes():
+    from oasis_core.geometry import KVGeometry
+    from oasis_core.specs import get_model
+
+    assert ts.engine_rank(128) == 32 and ts.engine_rank(128, 16) == 16
+    with pytest.raises(ValueError, match="token_rank"):
+        ts.engine_rank(128, 3)
+    assert ts.geometry_rank("minmax", 128, 16) == 0 and ts.geometry_rank("tokens", 128) == 32
+    m = get_model("qwen3-8b")
+    two, tok = KVGeometry(m, 16), KVGeometry(m, 16, token_rank=32)
+    assert tok.summary_bytes_per_block_head == 2 * two.summary_bytes_per_block_head == 16 * 32 * 2
+    assert tok.summary_bytes(16384) == 2 * two.summary_bytes(16384)

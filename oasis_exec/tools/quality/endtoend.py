@@ -70,7 +70,7 @@ from dataclasses import asdict, dataclass, field
 import torch
 
 from oasis_core import provenance
-from oasis_core.block_scorers import DEFAULT_SCORER, SCORERS
+from oasis_core.block_scorers import DEFAULT_SCORER, ENGINE_SCORERS
 from oasis_core.geometry import HOST_KV_DTYPES
 from oasis_core.modes import get as get_mode
 
@@ -653,6 +653,7 @@ def exec_config(
     cuda_graph=True,
     prefill_chunk=2048,
     shape=None,
+    token_basis=None,
 ):
     from oasis_core.geometry import KVGeometry
     from oasis_exec.config import ExecConfig
@@ -675,6 +676,7 @@ def exec_config(
         fetch_policy=v.fetch_policy,
         host_kv_dtype=v.host_kv_dtype if get_mode(v.mode).sparse else "auto",
         block_score=v.block_score,
+        token_basis=token_basis if v.block_score == "tokens" else None,
         block_size=block_size,
         max_context=max(ctx, n_tokens),
         max_lanes=len(tasks),
@@ -715,6 +717,7 @@ def run_matrix(
     progress=True,
     shift_lengths=(),
     shift_tokens=None,
+    token_basis=None,
 ) -> dict:
     """Every variant over every group (``lengths``); returns {"rows": [...], "skipped": [...]}. ``on_result(doc)``
     after each engine (the command rewrites its JSON there)."""
@@ -786,6 +789,7 @@ def run_matrix(
                 cuda_graph=cuda_graph,
                 prefill_chunk=prefill_chunk,
                 shape=dec.shape,
+                token_basis=token_basis,
             )
             raw = run_engine(dec, cfg, ts, v.draft, _refs(dense.get(n)))
             if _is_reference(v.mode):
@@ -937,11 +941,17 @@ def add_command(sub) -> None:
         "--block-scores",
         nargs="+",
         default=[DEFAULT_SCORER],
-        choices=SCORERS,
+        choices=ENGINE_SCORERS,
         metavar="SCORER",
         help="the selecting variants' block scorer (ExecConfig.block_score: "
-        + ", ".join(SCORERS)
+        + ", ".join(ENGINE_SCORERS)
         + "); several: every such variant once per scorer (label suffix score=...)",
+    )
+    p.add_argument(
+        "--token-basis",
+        default=None,
+        help="block score tokens: the model's channels (ExecConfig.token_basis, a fit_basis .npz; e.g. "
+        "experiments/block_scorers/calib/smollm2_135m_basis.npz); None: the first RoPE pairs",
     )
     p.add_argument("--k-fracs", nargs="+", type=float, default=list(K_FRACS), help="K as a fraction of N's blocks")
     p.add_argument("--top-k", type=int, default=None, help="absolute K instead of --k-fracs")
@@ -1143,6 +1153,7 @@ def run(args) -> int:
             "fetch_policies": args.fetch_policies,
             "host_kv_dtypes": args.host_kv_dtype,
             "block_scores": getattr(args, "block_scores", None) or [DEFAULT_SCORER],
+            "token_basis": getattr(args, "token_basis", None),
             "modes": args.modes,
             "full_k_check": args.full_k_check,
             "ppl_tokens": args.ppl_tokens,
@@ -1198,6 +1209,7 @@ def run(args) -> int:
         time_budget_s=args.time_budget_s,
         on_result=write,
         shift_lengths=args.shift_lengths,
+        token_basis=getattr(args, "token_basis", None),
         shift_tokens=args.shift_tokens,
     )
     doc["elapsed_total_s"] = round(time.time() - t0, 1)
