@@ -27,6 +27,7 @@ KERNEL_TESTS = [
     "tests/unit/test_kernels_sparse_attn.py",
     "tests/unit/test_kernels_summary_update.py",
     "tests/unit/test_kernels_topk_select.py",
+    "tests/unit/test_kernels_token_scorer.py",
     "tests/unit/test_host_fp8.py",
     "tests/integration/test_kernels_plan_select.py",
     "tests/integration/test_kernels_attend_slots.py",
@@ -48,6 +49,9 @@ KERNELS = {  # every kernel of the executor's decode step, its fetches and write
     "oasis_kernels.sparse_attn.sparse_attn_kernel",
     "oasis_kernels.splitk.splitk_merge_kernel",
     "oasis_kernels.summary_update.summary_update_kernel",
+    "oasis_kernels.token_scorer.token_block_kernel",
+    "oasis_kernels.token_scorer.token_norm_kernel",
+    "oasis_kernels.token_scorer.token_update_kernel",
     "oasis_kernels.topk_select.topk_select_kernel",
     "oasis_exec.transfer.writeback._writeback_fp8_kernel",
 }
