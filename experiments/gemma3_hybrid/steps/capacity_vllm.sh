@@ -12,9 +12,10 @@
 # all; PARTS that no longer fit the call's time are skipped with a line, so run the rest in a second call:
 # `... capacity_vllm la256`):
 #   OASIS_COMMIT=<sha> MODEL_SHA256=a5fd3b62230aa5ec60212297dc9d20eaa70578ac519e00d93a17e44c087a6818 \
-#     bash experiments/device.sh gemma3_hybrid/capacity_vllm [vllm] [dense] [la128] [la256]
+#     bash experiments/device.sh gemma3_hybrid/capacity_vllm [vllm] [dense] [la128|la128_s|la128_s_nt|la128_victim] [la256...]
 # First run 2026-12-05 at f174fe6 (results/capacity_vllm_f174fe6/): vllm + dense took 214 s, each lookahead run needs
-# ~200 s (its prefill), so the parts take three calls: `vllm dense la128`, then `la256`, then the la128 victim if cut. Expected lanes at 32,000 tokens and 3 GB (bf16; lane bytes
+# ~200 s (its prefill), so the parts take four calls: `vllm dense la128_s`, `la128_s_nt la128_victim`,
+# `la256_s la256_s_nt`, `la256_victim` (a part is a K, `la128`, or one run of it, `la128_s_nt`). Expected lanes at 32,000 tokens and 3 GB (bf16; lane bytes
 # as kv/layout.py counts them since 55e0f04): dense 28 (106.4 MB: 2,004 blocks of full-layer pages + the rings);
 # lookahead K = 128, S = K: 20.4 MB a lane (3 rows x 130 slots x 16 KiB, 2,004 blocks of summaries x 3 KB, the rings
 # of 513 tokens), 146 lanes, so N = 128 requests run; S = 3K: 33.0 MB, 90 lanes; K = 256: 26.7 MB, 112 lanes;
@@ -43,10 +44,15 @@ run() {  # NAME BENCH-ARGS...: one bench record into $OUT/oasis.jsonl
 }
 part dense && run dense --mode dense
 for K in 128 256; do
-  part "la$K" || continue
-  run "la${K}_s" --mode lookahead --top-k "$K" --hot-slots "$K"
-  run "la${K}_s_nt" --mode lookahead --top-k "$K" --hot-slots "$K" --no-transfer
-  run "la${K}_victim" --mode lookahead --top-k "$K" --hot-slots "$(( 3 * K ))"
+  for v in s s_nt victim; do  # a part names a K (la128: its three runs) or one run (la128_s_nt)
+    part "la$K" || part "la${K}_$v" || continue
+    case $v in
+      s) extra=(--hot-slots "$K") ;;
+      s_nt) extra=(--hot-slots "$K" --no-transfer) ;;
+      victim) extra=(--hot-slots "$(( 3 * K ))") ;;
+    esac
+    run "la${K}_$v" --mode lookahead --top-k "$K" "${extra[@]}"
+  done
 done
 tail -n +1 "$OUT"/bench_*.log > "$OUT/bench.log" 2>&1 && rm -f "$OUT"/bench_*.log
 say "done"
