@@ -10,11 +10,17 @@ as ``python -m oasis_exec quality endtoend`` (``--greedy-tokens`` is ignored):
     nice -n 10 python experiments/block_scorers/e2e_sparse_only.py --device cpu --lengths 8192 --k-fracs 0.125 \
         --modes retrieval --block-scores minmax --texts GPL-3 --ppl-tokens 63 --passkey-lengths --threads 2 \
         --out experiments/block_scorers/results/e2e_retrieval_cpu_8192_gpl3_minmax.json
+
+``--token-rank R`` (this wrapper's; the command has none): ``ExecConfig.token_rank`` of the ``tokens`` engines (0, the
+default: head_dim / 4), recorded as ``settings.token_rank`` and the wrapper's own command line as ``wrapper_command``.
 """
 
 from __future__ import annotations
 
+import dataclasses
+import json
 import os
+import shlex
 import sys
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))))
@@ -22,7 +28,8 @@ sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspa
 from oasis_core.modes import get as get_mode  # noqa: E402
 from oasis_exec.tools.quality import endtoend as e2e  # noqa: E402
 
-_variants, _build = e2e.variants, e2e.build_tasks
+_variants, _build, _exec_config = e2e.variants, e2e.build_tasks, e2e.exec_config
+TOKEN_RANK = 0
 
 
 def variants(*a, **kw):
@@ -35,10 +42,37 @@ def build_tasks(*a, **kw):
     return _build(*a, **{**kw, "greedy_tokens": 0})
 
 
+def exec_config(*a, **kw):
+    cfg = _exec_config(*a, **kw)
+    return dataclasses.replace(cfg, token_rank=TOKEN_RANK) if cfg.block_score == "tokens" else cfg
+
+
+def _pop(argv, flag):
+    """The value of ``flag`` in ``argv`` (removed with it), else None."""
+    if flag not in argv:
+        return None
+    i = argv.index(flag)
+    value = argv[i + 1]
+    del argv[i : i + 2]
+    return value
+
+
 if __name__ == "__main__":
-    e2e.variants, e2e.build_tasks = variants, build_tasks
+    wrapper_command = "python " + shlex.join(sys.argv)
+    argv = sys.argv[1:]
+    TOKEN_RANK = int(_pop(argv, "--token-rank") or 0)
+    e2e.variants, e2e.build_tasks, e2e.exec_config = variants, build_tasks, exec_config
     e2e._is_reference = lambda mode: True  # each sparse engine stands alone (no dense to compare with here)
-    sys.argv = ["python -m oasis_exec", "quality", "endtoend", *sys.argv[1:]]
+    sys.argv = ["python -m oasis_exec", "quality", "endtoend", *argv]
     from oasis_exec.__main__ import main
 
-    raise SystemExit(main(sys.argv[1:]))
+    rc = main(sys.argv[1:])
+    out = _pop(argv, "--out")
+    if rc == 0 and out:
+        with open(out) as fh:
+            doc = json.load(fh)
+        doc["settings"]["token_rank"] = TOKEN_RANK
+        doc["wrapper_command"] = wrapper_command
+        with open(out, "w") as fh:
+            json.dump(doc, fh, indent=1)
+    raise SystemExit(rc)
