@@ -4,10 +4,10 @@ of a training window of ``../long_context_draft/data/smollm2_8k.npz`` (``train:I
 ``/usr/share/doc`` files with the evaluation texts out; never an evaluation text). Then the bases, as Gemma's:
 
     python experiments/block_scorers/calib_smollm2.py --text train:0 --n-tokens 4096 --out /tmp/smollm2_calib.pt
-    python experiments/block_scorers/fit_basis.py /tmp/smollm2_calib.pt --ranks 16 32 --pairs-only \
+    python experiments/block_scorers/fit_basis.py /tmp/smollm2_calib.pt --ranks 16 24 32 --pairs-only \
         --out experiments/block_scorers/calib/smollm2_135m_basis.npz
 
-SmolLM2's head dim is 64: rank 16 = D / 4 (the engine's default ``token_rank``, twice the min/max bytes), 32 = D / 2.
+SmolLM2's head dim is 64: rank 16 = D / 4 (the engine's default ``token_rank``, twice the min/max bytes), 24 (3×), 32 = D / 2 (4×).
 """
 
 from __future__ import annotations
