@@ -23,6 +23,11 @@
 # The real model's pieces: /work/shared/models/README.md (a call carries 64 MiB with the working tree, 30 MB since
 # 2026-12-02, so the 98 MB GGUF is split with `split -b 26M FILE /tmp/p_` into .models/a .. .models/d, the gguf wheel
 # (`pip download --no-deps gguf`) with the last; earlier calls `stash` theirs while the machine is warm).
+# Fewer calls (2026-12-05): untrack the results, traces/public, experiments/trained_draft_head/prompts.npz and its
+# model.safetensors for the calls (`git rm -r -q --cached` + the same paths in .git/info/exclude; `git reset` after,
+# never commit meanwhile): the tree is then 6.7 MB and a call carries ~59 MB more, e.g. Gemma's 253 MB in five pieces
+# (58 + 3 x 59.5 + 16.6 MB, named p_aa..p_ae in .models/a..e; export MODEL_SHA256=a5fd3b62...6818). A warm carry call
+# costs ~10 s; a machine can be taken back mid-call, losing what was stashed.
 # A CPU machine runs the same runner: steps that support it say how (e.g. serving_load/serve with DEVICE=cpu).
 set -uo pipefail
 usage() { echo "usage: bash experiments/device.sh <question>/<step> [ARG ...] | info | stash | model | --list" >&2; }
