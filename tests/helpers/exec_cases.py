@@ -56,6 +56,29 @@ def host_keys(run, lane: int, n_full: int, layer: int):
     return keys.permute(1, 0, 2, 3).reshape(keys.shape[1], -1, keys.shape[-1])
 
 
+def host_copy_blocks(block_score: str, steps: int = 25):
+    """A lookahead engine with ``block_score`` after ``steps`` steps of two prompts (70 and 100 tokens): yields
+    (store, lane, layer, n_full, keys) for each running request's layers, ``keys`` the host copy's of its
+    ``n_full`` whole blocks (``host_keys``); closes the engine after."""
+    from oasis_exec.engine.engine import Engine
+    from oasis_exec.engine.scheduler import SamplingParams
+
+    c = cfg("lookahead", top_k=2, fetch_ratio=0.5, block_score=block_score)
+    eng = Engine(c)
+    for p in prompts(lens=(70, 100)):
+        eng.add_request(p, SamplingParams(max_tokens=30))
+    for _ in range(steps):
+        eng.step()
+    run = eng.runner
+    try:
+        for r in eng.scheduler.running.values():
+            n_full = (r.n_tokens - 1) // c.block_size
+            for layer in range(run.L):
+                yield run.store, r.lane, layer, n_full, host_keys(run, r.lane, n_full, layer)
+    finally:
+        eng.close()
+
+
 def live_lanes(eng) -> dict:
     """{lane: tokens so far} of the engine's running requests (test_exec_engine._check_mapping's argument)."""
     return {r.lane: r.n_tokens for r in eng.scheduler.running.values()}

@@ -4,7 +4,7 @@ a K covering every block still equals dense, and the scorer changes what a small
 
 import pytest
 import torch
-from exec_cases import cfg, host_keys, prompts, run_logits
+from exec_cases import cfg, host_copy_blocks, prompts, run_logits
 
 from oasis_core.block_scorers import build
 from oasis_exec.engine.engine import Engine
@@ -40,23 +40,12 @@ def test_summaries_are_the_scorers_of_the_engines_keys(scorer):
 @pytest.mark.parametrize("scorer", ["minmax_sum", "gauss"])
 def test_sparse_mode_summaries_match_the_host_copy(scorer):
     """lookahead keeps the KV on the host: the summaries of its whole blocks are the scorer's of the host copy."""
-    c = cfg("lookahead", top_k=2, fetch_ratio=0.5, block_score=scorer)
-    eng = Engine(c)
-    for p in prompts(lens=(70, 100)):
-        eng.add_request(p, SamplingParams(max_tokens=30))
-    for _ in range(25):
-        eng.step()
-    run, st, bs = eng.runner, eng.runner.store, c.block_size
     checked = 0
-    for r in eng.scheduler.running.values():
-        n_full = (r.n_tokens - 1) // bs
-        for layer in range(run.L):
-            keys = host_keys(run, r.lane, n_full, layer)
-            a, b = build(keys.float(), bs, scorer)
-            torch.testing.assert_close(st.kmin[layer, r.lane, :, :n_full].float(), a, atol=1e-5, rtol=1e-5)
-            torch.testing.assert_close(st.kmax[layer, r.lane, :, :n_full].float(), b, atol=1e-5, rtol=1e-5)
-            checked += n_full
-    eng.close()
+    for st, lane, layer, n_full, keys in host_copy_blocks(scorer):
+        a, b = build(keys.float(), st.bs, scorer)
+        torch.testing.assert_close(st.kmin[layer, lane, :, :n_full].float(), a, atol=1e-5, rtol=1e-5)
+        torch.testing.assert_close(st.kmax[layer, lane, :, :n_full].float(), b, atol=1e-5, rtol=1e-5)
+        checked += n_full
     assert checked > 2 * 6
 
 

@@ -5,7 +5,7 @@ a K covering every block still equals dense, the lane bytes count the storage, a
 import numpy as np
 import pytest
 import torch
-from exec_cases import cfg, host_keys, prompts, run_logits
+from exec_cases import cfg, host_copy_blocks, prompts, run_logits
 
 from oasis_core import lanes
 from oasis_core.geometry import KVGeometry
@@ -46,22 +46,11 @@ def test_quest_stores_every_tokens_channels():
 
 
 def test_lookahead_stores_the_host_copys_channels():
-    c = cfg("lookahead", top_k=2, fetch_ratio=0.5, block_score="tokens")
-    eng = Engine(c)
-    for p in prompts(lens=(70, 100)):
-        eng.add_request(p, SamplingParams(max_tokens=30))
-    for _ in range(25):
-        eng.step()
-    run, st, bs = eng.runner, eng.runner.store, c.block_size
     checked = 0
-    for r in eng.scheduler.running.values():
-        n_full = (r.n_tokens - 1) // bs
-        for layer in range(run.L):
-            keys = host_keys(run, r.lane, n_full, layer)
-            kp = st.tok.kp[layer, r.lane, :, :n_full].reshape(keys.shape[0], -1, st.tok.r)
-            assert torch.equal(kp, _kept(keys, st.tok.chan[layer]))
-            checked += n_full
-    eng.close()
+    for st, lane, layer, n_full, keys in host_copy_blocks("tokens"):
+        kp = st.tok.kp[layer, lane, :, :n_full].reshape(keys.shape[0], -1, st.tok.r)
+        assert torch.equal(kp, _kept(keys, st.tok.chan[layer]))
+        checked += n_full
     assert checked > 2 * 6
 
 
