@@ -32,13 +32,18 @@ if part vllm; then
 fi
 run() {  # NAME BENCH-ARGS...: one bench record into $OUT/oasis.jsonl
   local name=$1; shift
-  # a run is its real prefill (measured 2026-12-05, f174fe6: 35K tokens/s, so 128 x 32,000 tokens take ~120 s) + build +
-  # steps: the first try's 150 s cut both la128 runs short; PER_RUN_S=240 gives each its time or skips it with a line
+  # a run is its real prefill (measured 2026-12-05, f174fe6, at the default 2,048-token chunks: 35K tokens/s, so 128 x
+  # 32,000 tokens took ~120 s) + build + steps: the first try's 150 s cut both la128 runs short; PER_RUN_S=240 gives
+  # each its time or skips it with a line. PREFILL_CHUNK (default 2048, as measured) is a knob to try, not a measured
+  # speed-up: a CPU profile of a Gemma-shaped engine (2026-12-05) counts ~516 aten ops a layer and chunk whatever the
+  # chunk's length, so a host-bound prefill would gain from longer chunks, but the sliding layers' ring attention
+  # scores every query of a chunk against all its W + n keys (n x (W + n), quadratic in the chunk), and on this CPU
+  # 8192-token chunks made an 8K lookahead bench's prefill slower (238 s against 152 s, bytes a step identical).
   local t; t=$(min "${PER_RUN_S:-240}" "$(( $(left) - 20 ))")
   if [ "$t" -lt "${MIN_RUN_S:-200}" ]; then say "no time left for OasisKV $name (run it in another call)"; return; fi
   say "OasisKV $name: $*"
   timeout -k 10 "$t" $PY -m oasis_exec bench --model-path "$M" --device cuda --context "$CTX" \
-    --kv-budget-gb "$BUDGET" --concurrency "${N:-128}" --steps "${STEPS:-24}" --warmup 4 --selection model \
+    --kv-budget-gb "$BUDGET" --prefill-chunk "${PREFILL_CHUNK:-2048}" --concurrency "${N:-128}" --steps "${STEPS:-24}" --warmup 4 --selection model \
     --prompt-text traces/texts/argparse.py.txt "$@" --out "$OUT/oasis.jsonl" > "$OUT/bench_$name.log" 2>&1 \
     || say "$name failed: $(tail -2 "$OUT/bench_$name.log" | cut -c1-300)"
 }
