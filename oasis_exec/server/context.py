@@ -29,7 +29,7 @@ RETRY_AFTER_S = 1
 log = logging.getLogger("oasis_exec.server")
 
 
-@dataclass
+@dataclass(frozen=True)
 class ServerContext:
     config: ServerConfig
     engine: ServingEngine
