@@ -4,8 +4,11 @@ from __future__ import annotations
 
 from typing import Any
 
+from fastapi import FastAPI, Request
+from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
 from pydantic import ValidationError
+from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from oasis_core.echo import clip
 
@@ -62,6 +65,30 @@ def error_body(status: int, message: str, *, param: str | None = None, code: str
 
 def error_response(err: APIError) -> JSONResponse:
     return JSONResponse(err.body(), status_code=err.status, headers=err.headers)
+
+
+def install_handlers(app: FastAPI) -> None:
+    """Every error the app answers in this shape: an `APIError`, starlette's 404 / 405, FastAPI's validation."""
+
+    @app.exception_handler(APIError)
+    async def _api_error(request: Request, exc: APIError):
+        return error_response(exc)
+
+    @app.exception_handler(StarletteHTTPException)
+    async def _http_error(request: Request, exc: StarletteHTTPException):
+        code = {404: "not_found", 405: "method_not_allowed"}.get(exc.status_code)
+        message = str(exc.detail)
+        if exc.status_code == 405:
+            message = f"method {request.method} is not allowed on {request.url.path}"
+        elif exc.status_code == 404:
+            message = f"no route {request.url.path}"
+        return JSONResponse(
+            error_body(exc.status_code, message, code=code), status_code=exc.status_code, headers=exc.headers
+        )
+
+    @app.exception_handler(RequestValidationError)
+    async def _validation_error(request: Request, exc: RequestValidationError):
+        return error_response(APIError(400, str(exc.errors()[0].get("msg")), code="invalid_request"))
 
 
 def _param_of(loc: tuple[Any, ...]) -> str | None:

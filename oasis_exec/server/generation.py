@@ -100,6 +100,12 @@ async def text_pieces(
             yield Piece(text, **tokens)
 
 
+async def no_output(outcome: Outcome) -> AsyncIterator[Piece]:
+    """The pieces of a request that generates nothing (`max_tokens` 0): one empty piece, ended by "length"."""
+    outcome.finish_reason = "length"
+    yield Piece("", "length")
+
+
 async def merged_events(gens: list[AsyncIterator]) -> AsyncIterator[tuple[int, object]]:
     """(index of its generator, item) as each generator yields, all running concurrently; one generator is
     iterated directly."""

@@ -46,6 +46,11 @@ class CompletionLogprobs:
         return out
 
 
+def merged_entries(parts: list[dict]) -> dict:
+    """Completion entries of consecutive pieces of text, as one."""
+    return {k: [v for p in parts for v in p[k]] for k in ("tokens", "token_logprobs", "top_logprobs", "text_offset")}
+
+
 def chat_entries(tokenizer: Tokenizer, token_ids: Sequence[int], logprobs: Sequence[TokenLogprobs]) -> dict:
     def one(tid: int, logprob: float) -> dict:
         raw = tokenizer.token_bytes(tid)

@@ -22,13 +22,13 @@ continuation" exactly (a generation's log-probabilities equal the scores of its 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import AsyncIterator, Awaitable, Callable, Sequence
+from typing import AsyncIterator, Sequence
 
+from .context import ServerContext
 from .engine_loop import Event, RequestStream
 from .engine_protocol import Sampling, TokenLogprobs
 from .errors import APIError
-from .generation import Outcome, Piece, StopMatcher, text_pieces
-from .tokenizer import Tokenizer
+from .generation import Outcome, Piece, StopMatcher, no_output, text_pieces
 
 
 @dataclass
@@ -81,50 +81,36 @@ async def _forced(stream: RequestStream, n: int) -> tuple[list[TokenLogprobs], E
 
 
 async def start(
-    *,
-    ids: list[int],
-    sampling: Sampling | None,
-    req,
-    top_n: int,
-    outcome: Outcome,
-    tokenizer: Tokenizer,
-    engine,
-    attention: str,
-    prefill_tokens: int,
-    submit: Callable[[list[int], Sampling], Awaitable[RequestStream]],
-    score_prompt: Callable[[list[int], int], Awaitable[list]],
-    call: Callable[[Callable], Awaitable],
-    abort: Callable[[RequestStream, str], None],
+    ctx: ServerContext, *, ids: list[int], sampling: Sampling | None, req, top_n: int, outcome: Outcome
 ) -> Scored:
     """Start an `echo` + `logprobs` completion of `ids` (`sampling`: None for `max_tokens` 0)."""
-    info = engine.model_info
-    if attention == "served" and info.sparse_decode and len(ids) > prefill_tokens:
-        return await _start_forced(
-            ids, sampling, req, top_n, outcome, tokenizer, prefill_tokens, submit, score_prompt, abort
-        )
+    engine, prefill_tokens = ctx.engine, ctx.config.score_prefill_tokens
+    if ctx.config.score_attention == "served" and ctx.info.sparse_decode and len(ids) > prefill_tokens:
+        return await _start_forced(ctx, ids, sampling, req, top_n, outcome)
     if sampling is None:
-        return Scored(None, _nothing(outcome), await score_prompt(ids, top_n))
+        return Scored(None, no_output(outcome), await ctx.score_prompt(ids, top_n))
     if sampling.max_tokens == 1 and callable(getattr(engine, "score_next", None)):
         try:
-            prompt, tok, lp = await call(lambda: engine.score_next(ids, top_n, sampling))
+            prompt, tok, lp = await ctx.loop.call(lambda: engine.score_next(ids, top_n, sampling))
         except APIError:
             raise
         except Exception as exc:
             raise APIError(
                 500, f"scoring the prompt failed: {type(exc).__name__}: {exc}", code="engine_error"
             ) from None
-        return Scored(None, _one(tok, lp, sampling, req.stop, tokenizer, outcome), prompt)
-    prompt = await score_prompt(ids, top_n)
-    stream = await submit(ids, sampling)
-    return Scored(stream, text_pieces(stream, tokenizer.detokenizer(), req.stop, abort, outcome), prompt)
+        return Scored(None, _one(tok, lp, sampling, req.stop, ctx.tokenizer, outcome), prompt)
+    prompt = await ctx.score_prompt(ids, top_n)
+    stream = await ctx.submit(ids, sampling)
+    return Scored(stream, text_pieces(stream, ctx.tokenizer.detokenizer(), req.stop, ctx.loop.abort, outcome), prompt)
 
 
 async def _start_forced(
-    ids, sampling, req, top_n, outcome, tokenizer, prefill_tokens, submit, score_prompt, abort
+    ctx: ServerContext, ids: list[int], sampling: Sampling | None, req, top_n: int, outcome: Outcome
 ) -> Scored:
+    prefill_tokens, tokenizer, abort = ctx.config.score_prefill_tokens, ctx.tokenizer, ctx.loop.abort
     head, forced = ids[:prefill_tokens], tuple(ids[prefill_tokens:])
     more = sampling.max_tokens if sampling is not None else 0
-    stream = await submit(
+    stream = await ctx.submit(
         head,
         Sampling(
             max_tokens=len(forced) + more,
@@ -139,7 +125,7 @@ async def _start_forced(
     scored = Scored(stream, None, [])  # pieces below
 
     async def pieces() -> AsyncIterator[Piece]:
-        scored.prompt = (await score_prompt(head, top_n)) if len(head) > 1 else [None]
+        scored.prompt = (await ctx.score_prompt(head, top_n)) if len(head) > 1 else [None]
         got, rest = await _forced(stream, len(forced))
         scored.prompt = scored.prompt + got
         if not more:
@@ -154,11 +140,6 @@ async def _start_forced(
 
     scored.pieces = pieces()
     return scored
-
-
-async def _nothing(outcome: Outcome) -> AsyncIterator[Piece]:
-    outcome.finish_reason = "length"
-    yield Piece("", "length")
 
 
 async def _one(tok: int, lp: TokenLogprobs, sampling: Sampling, stops: Sequence[str], tokenizer, outcome: Outcome):

@@ -17,14 +17,16 @@ request and response shapes, so that a harness needs no local copy of it (lm-eva
 from __future__ import annotations
 
 import asyncio
-from typing import Any, Callable
+from typing import Any
 
-from fastapi import FastAPI, Request
+from fastapi import APIRouter, Request
 from pydantic import Field, model_validator
 
 from . import schemas as S
+from .context import ServerContext, context_of, parse
 from .errors import APIError
 from .logprobs import token_text
+from .prompts import chat_prompt
 
 PATHS = ("/tokenize", "/detokenize", "/tokenizer_info")
 
@@ -51,63 +53,61 @@ class DetokenizeRequest(S._Strict):
     tokens: list[int] = Field(min_length=0)
 
 
-def install(
-    app: FastAPI,
-    *,
-    tokenizer,
-    max_model_len: int,
-    vocab_size: int,
-    read_body: Callable,
-    parse: Callable,
-    check_model: Callable[[str], None],
-) -> None:
-    def checked(model: str | None) -> None:
-        if model is not None:
-            check_model(model)
+router = APIRouter()
 
-    @app.post("/tokenize")
-    async def tokenize(request: Request):
-        body = await read_body(request)
 
-        def run() -> dict:  # a worker thread: tokenising a long text takes a while
-            req = parse(body, TokenizeRequest)
-            checked(req.model)
-            if req.messages is not None:
-                try:
-                    text = tokenizer.apply_chat_template([m.model_dump(exclude_none=True) for m in req.messages])
-                except ValueError as exc:
-                    raise APIError(400, f"messages: {exc}", param="messages", code="invalid_value") from None
-                ids = tokenizer.encode(text, add_special_tokens=bool(req.add_special_tokens))
-            else:
-                special = True if req.add_special_tokens is None else req.add_special_tokens
-                ids = tokenizer.encode(req.prompt, add_special_tokens=special)
-            strs = [token_text(tokenizer, t) for t in ids] if req.return_token_strs else None
-            return {"count": len(ids), "max_model_len": max_model_len, "tokens": ids, "token_strs": strs}
+@router.post("/tokenize")
+async def tokenize(request: Request):
+    ctx = context_of(request)
+    body = await ctx.read_body(request)
 
-        return await asyncio.to_thread(run)
+    def run() -> dict:  # a worker thread: tokenising a long text takes a while
+        req = parse(body, TokenizeRequest)
+        _check_model(ctx, req.model)
+        if req.messages is not None:
+            text = chat_prompt(ctx.tokenizer, req.messages)
+            ids = ctx.tokenizer.encode(text, add_special_tokens=bool(req.add_special_tokens))
+        else:
+            special = True if req.add_special_tokens is None else req.add_special_tokens
+            ids = ctx.tokenizer.encode(req.prompt, add_special_tokens=special)
+        strs = [token_text(ctx.tokenizer, t) for t in ids] if req.return_token_strs else None
+        return {"count": len(ids), "max_model_len": ctx.info.max_model_len, "tokens": ids, "token_strs": strs}
 
-    @app.post("/detokenize")
-    async def detokenize(request: Request):
-        body = await read_body(request)
+    return await asyncio.to_thread(run)
 
-        def run() -> dict:
-            req = parse(body, DetokenizeRequest)
-            checked(req.model)
-            bad = [t for t in req.tokens if not 0 <= t < vocab_size]
-            if bad:
-                raise APIError(
-                    400,
-                    f"tokens: token id {bad[0]} is outside the vocabulary (size {vocab_size})",
-                    param="tokens",
-                    code="invalid_value",
-                )
-            return {"prompt": tokenizer.decode(req.tokens)}
 
-        return await asyncio.to_thread(run)
+@router.post("/detokenize")
+async def detokenize(request: Request):
+    ctx = context_of(request)
+    body = await ctx.read_body(request)
+    vocab_size = ctx.info.vocab_size
 
-    @app.get("/tokenizer_info")
-    async def tokenizer_info():
-        return info(tokenizer, max_model_len, vocab_size)
+    def run() -> dict:
+        req = parse(body, DetokenizeRequest)
+        _check_model(ctx, req.model)
+        bad = [t for t in req.tokens if not 0 <= t < vocab_size]
+        if bad:
+            raise APIError(
+                400,
+                f"tokens: token id {bad[0]} is outside the vocabulary (size {vocab_size})",
+                param="tokens",
+                code="invalid_value",
+            )
+        return {"prompt": ctx.tokenizer.decode(req.tokens)}
+
+    return await asyncio.to_thread(run)
+
+
+@router.get("/tokenizer_info")
+async def tokenizer_info(request: Request):
+    ctx = context_of(request)
+    return info(ctx.tokenizer, ctx.info.max_model_len, ctx.info.vocab_size)
+
+
+def _check_model(ctx: ServerContext, model: str | None) -> None:
+    """`model` is optional here; when sent, it must be the served name."""
+    if model is not None:
+        ctx.check_model(model)
 
 
 def info(tokenizer, max_model_len: int, vocab_size: int) -> dict[str, Any]:
