@@ -28,8 +28,6 @@ from .errors import APIError
 from .logprobs import token_text
 from .prompts import chat_prompt
 
-PATHS = ("/tokenize", "/detokenize", "/tokenizer_info")
-
 
 class TokenizeRequest(S._Strict):
     model: str | None = None
