@@ -24,6 +24,7 @@ import triton
 import triton.language as tl
 
 from ._util import HBM_ROOFLINE_GBPS, cdiv, check, next_pow2
+from .prologue import score_program
 
 
 @triton.jit
@@ -53,15 +54,7 @@ def block_score_kernel(
     HAS_SEAT: tl.constexpr,
     EXCLUDE_LOCAL: tl.constexpr,
 ):
-    row = tl.program_id(0)
-    nb = tl.program_id(1)
-    b = row // HKV
-    h = row % HKV
-    seat = b
-    if HAS_SEAT:
-        seat = tl.load(SEAT + b)
-    n_blk = tl.load(NBLK + b)
-    n_ok_blk = n_blk - 1 if EXCLUDE_LOCAL else n_blk
+    nb, b, h, seat, n_ok_blk = score_program(SEAT, NBLK, HKV, HAS_SEAT, EXCLUDE_LOCAL)
     offs_g = tl.arange(0, BLOCK_G)
     offs_d = tl.arange(0, D)
     offs_n = nb * BLOCK_N + tl.arange(0, BLOCK_N)

@@ -25,6 +25,7 @@ import triton.language as tl
 from oasis_core.block_scorers import get_scorer
 
 from ._util import HBM_ROOFLINE_GBPS, cdiv, check, next_pow2
+from .prologue import score_program, summary_item
 from .summary_update import summary_update
 
 _SUMMARY = {"minmax": 0, "mean": 1, "meanstd": 2}
@@ -62,15 +63,7 @@ def block_score_any_kernel(
     COMBINE: tl.constexpr,
     SINK: tl.constexpr,
 ):
-    row = tl.program_id(0)
-    nb = tl.program_id(1)
-    b = row // HKV
-    h = row % HKV
-    seat = b
-    if HAS_SEAT:
-        seat = tl.load(SEAT + b)
-    n_blk = tl.load(NBLK + b)
-    n_ok_blk = n_blk - 1 if EXCLUDE_LOCAL else n_blk
+    nb, b, h, seat, n_ok_blk = score_program(SEAT, NBLK, HKV, HAS_SEAT, EXCLUDE_LOCAL)
     offs_g = tl.arange(0, BLOCK_G)
     offs_d = tl.arange(0, D)
     offs_n = nb * BLOCK_N + tl.arange(0, BLOCK_N)
@@ -218,20 +211,8 @@ def summary_moments_kernel(
     D: tl.constexpr,
     WITH_STD: tl.constexpr,
 ):
-    i = tl.program_id(0)
-    src = tl.load(SRC + i)
-    n_valid = tl.load(NVALID + i)
-    row = tl.load(DROW + i)
-    blk = tl.load(DBLK + i)
-    live = (src >= 0) & (n_valid > 0)
-    offs_t = tl.arange(0, BS)
+    row, blk, n_valid, live, ok, k = summary_item(K, SRC, DROW, DBLK, NVALID, stride_ks, stride_kt, BS, D)
     offs_d = tl.arange(0, D)
-    ok = live & (offs_t < n_valid)
-    k = tl.load(
-        K + tl.where(live, src, 0).to(tl.int64) * stride_ks + offs_t[:, None] * stride_kt + offs_d[None, :],
-        mask=ok[:, None],
-        other=0.0,
-    ).to(tl.float32)
     cnt = tl.maximum(n_valid, 1).to(tl.float32)
     mean = tl.sum(k, 0) / cnt
     if WITH_STD:

@@ -25,6 +25,7 @@ import triton
 import triton.language as tl
 
 from ._util import HBM_ROOFLINE_GBPS, check, next_pow2
+from .prologue import summary_item
 
 
 @triton.jit
@@ -45,20 +46,8 @@ def summary_update_kernel(
     BS: tl.constexpr,
     D: tl.constexpr,
 ):
-    i = tl.program_id(0)
-    src = tl.load(SRC + i)
-    n_valid = tl.load(NVALID + i)
-    row = tl.load(DROW + i)
-    blk = tl.load(DBLK + i)
-    live = (src >= 0) & (n_valid > 0)
-    offs_t = tl.arange(0, BS)
+    row, blk, n_valid, live, ok, k = summary_item(K, SRC, DROW, DBLK, NVALID, stride_ks, stride_kt, BS, D)
     offs_d = tl.arange(0, D)
-    ok = live & (offs_t < n_valid)
-    k = tl.load(
-        K + tl.where(live, src, 0).to(tl.int64) * stride_ks + offs_t[:, None] * stride_kt + offs_d[None, :],
-        mask=ok[:, None],
-        other=0.0,
-    ).to(tl.float32)
     lo = tl.min(tl.where(ok[:, None], k, float("inf")), 0)
     hi = tl.max(tl.where(ok[:, None], k, float("-inf")), 0)
     d_ok = live & (offs_d < D)

@@ -32,6 +32,7 @@ import triton.language as tl
 from oasis_core import token_scorer
 
 from ._util import HBM_ROOFLINE_GBPS, cdiv, check, next_pow2
+from .prologue import score_program
 
 
 @triton.jit
@@ -61,15 +62,7 @@ def token_block_kernel(
     HAS_SEAT: tl.constexpr,
     EXCLUDE_LOCAL: tl.constexpr,
 ):
-    row = tl.program_id(0)
-    nb = tl.program_id(1)
-    b = row // HKV
-    h = row % HKV
-    seat = b
-    if HAS_SEAT:
-        seat = tl.load(SEAT + b)
-    n_blk = tl.load(NBLK + b)
-    n_ok = n_blk - 1 if EXCLUDE_LOCAL else n_blk
+    nb, b, h, seat, n_ok = score_program(SEAT, NBLK, HKV, HAS_SEAT, EXCLUDE_LOCAL)
     offs_g = tl.arange(0, BLOCK_G)
     offs_r = tl.arange(0, BLOCK_R)
     g_ok = offs_g < G

@@ -93,15 +93,11 @@ def record_launches():
         InterpretedFunction.run = run
 
 
-def _compile_one(rec: dict, done: set) -> bool:
-    """Compile one recorded launch for sm_90 (in the subprocess), unless its signature was compiled already (``done``:
-    launches differing only in the values of non-constexpr integers compile alike). True if it compiled now."""
+def signature(rec: dict):
+    """A recorded launch as what ``triton.compile`` takes: (the JITFunction, its signature, its constexprs)."""
     import importlib
 
-    import triton
     import triton.language as tl
-    from triton.backends.compiler import GPUTarget
-    from triton.compiler import ASTSource
 
     jf = getattr(importlib.import_module(rec["module"]), rec["name"])
     while not hasattr(jf, "params"):  # an Autotuner / Heuristics wraps the JITFunction
@@ -123,6 +119,17 @@ def _compile_one(rec: dict, done: set) -> bool:
             sig[p.name] = "i32" if -(2**31) <= d["int"] < 2**31 else "i64"
         else:
             sig[p.name] = "fp32"
+    return jf, sig, consts
+
+
+def _compile_one(rec: dict, done: set) -> bool:
+    """Compile one recorded launch for sm_90 (in the subprocess), unless its signature was compiled already (``done``:
+    launches differing only in the values of non-constexpr integers compile alike). True if it compiled now."""
+    import triton
+    from triton.backends.compiler import GPUTarget
+    from triton.compiler import ASTSource
+
+    jf, sig, consts = signature(rec)
     key = (rec["module"], rec["name"], tuple(sig.items()), tuple(sorted((k, repr(v)) for k, v in consts.items())))
     if key in done:
         return False
