@@ -70,12 +70,34 @@ class RingKV:
         keys = torch.cat([self.k[l][lane][:, old % R], k.transpose(0, 1)], 1)  # [H, T, D]
         vals = torch.cat([self.v[l][lane][:, old % R], v.transpose(0, 1)], 1)
         qpos = torch.arange(start, start + n, device=dev)
-        valid = (kpos[None, :] <= qpos[:, None]) & (kpos[None, :] > qpos[:, None] - W)  # [n, T]
-        out = _attn(q[None], keys[None], vals[None], valid[None])[0]
+        if n <= W:
+            valid = (kpos[None, :] <= qpos[:, None]) & (kpos[None, :] > qpos[:, None] - W)  # [n, T]
+            out = _attn(q[None], keys[None], vals[None], valid[None])[0]
+        else:
+            out = _banded(q, keys, vals, len(old), W)
         keep = slice(max(0, n - R), n)
         lanes = torch.tensor([lane], device=dev)
         self.write(l, lanes, qpos[None, keep], k[None, keep], v[None, keep])
         return out
+
+
+def _banded(q, keys, vals, n_old: int, W: int):
+    """A chunk longer than the window: q [n, Hq, D] (positions ``start ..``) over keys/vals [H, n_old + n, D] (the
+    ring's ``n_old`` tokens before ``start``, then the chunk's), each query over its own window only. The queries go
+    in tiles of ``W``; tile ``t`` sees the ``2W - 1`` keys ending at its last query, so the scores are ``n x (2W - 1)``
+    instead of ``n x (n_old + n)`` (quadratic in the chunk). -> [n, Hq, D]."""
+    n, Hq, D = q.shape
+    tiles = -(-n // W)
+    front, back = W - 1 - n_old, tiles * W - n  # padded so that tile t's keys start at padded index t * W
+    pad = (0, 0, front, back)
+    kt = torch.nn.functional.pad(keys, pad).unfold(1, 2 * W - 1, W).permute(1, 0, 3, 2)  # [tiles, H, 2W-1, D]
+    vt = torch.nn.functional.pad(vals, pad).unfold(1, 2 * W - 1, W).permute(1, 0, 3, 2)
+    qt = torch.nn.functional.pad(q, (0, 0, 0, 0, 0, back)).view(tiles, W, Hq, D)
+    a = torch.arange(W, device=q.device)[:, None]  # a query's place in its tile
+    c = torch.arange(2 * W - 1, device=q.device)[None, :]  # a key's place in its tile's span
+    j = torch.arange(tiles, device=q.device)[:, None, None] * W + c - front  # [tiles, 1, 2W-1]: index into keys
+    valid = (j >= 0) & (c >= a) & (c <= a + W - 1)  # query a's window (p - W, p], no front pad
+    return _attn(qt, kt, vt, valid).reshape(tiles * W, Hq, D)[:n]
 
 
 def _attn(q, k, v, valid):

@@ -97,7 +97,7 @@ def engine(dec, max_context):
         max_context=max_context,
         block_size=16,
         max_lanes=1,
-        prefill_chunk=512,
+        prefill_chunk=1024,  # past the 512-token window: the sliding layers' banded prefill (kv.ring._banded)
     )
     return Engine(cfg, Runner(cfg, decoder=dec))
 
