@@ -17,9 +17,9 @@ decides *which rows* are simulated and how their figures are scaled to the whole
 - ``policy_sampling='exact'``: every request runs its own episode (its own seeded generator and plan state),
   stepped once per decode step. Cost: one generator step + one ``plan_step`` per request per step.
 - ``policy_sampling='profile'`` (default, fast): one calibration episode per context-length bucket (quarter
-  octaves of the block count) of ``profile_steps`` steps, all buckets stepped together in one vectorised
-  generator; a request at decode step ``i`` uses its bucket's step-``i`` figures, and the mean of the episode's
-  second half beyond the episode — except RPF remote units, which honour the ledger's at-most-once rule: with
+  octaves of the block count) of ``profile_steps`` steps and ``profile_replicas`` requests (averaged), all buckets
+  stepped together in one vectorised generator; a request at decode step ``i`` uses its bucket's step-``i``
+  figures, and the mean of the episode's second half beyond the episode — except RPF remote units, which honour the ledger's at-most-once rule: with
   ``split='rpf'`` the episode's ledger is stepped over the workload's longest decode and its per-step misses used
   as they are (no extrapolation; 0 beyond). ``tests/integration/test_sim_policy.py`` bounds the difference to 'exact' on throughput and
   bytes.
@@ -334,25 +334,26 @@ class ProfileBank:
         self.profiles: dict[int, Profile] = {}
         if not buckets:
             return
-        n = cfg.profile_steps
-        run = PolicyRunner(cfg, buckets, seed)
-        g, gr = len(buckets), run.group_rows
+        n, reps = cfg.profile_steps, cfg.profile_replicas
+        # each bucket's rows: ``reps`` requests of the bucket's blocks, one after the other, averaged
+        run = PolicyRunner(cfg, [b for b in buckets for _ in range(reps)], seed)
+        g, gr = len(buckets), run.group_rows * reps
         fetch = np.zeros((n + 1, g))
         missing = np.zeros((n + 1, g))
         recall = np.ones((n + 1, g))
         remote = np.zeros((n + 1, g))
         fetch[0] = run.first_fetch.reshape(g, gr).mean(1)
         if run.handoff_units is not None:
-            remote[0] = run.handoff_units / gr
+            remote[0] = run.handoff_units.reshape(g, reps).mean(1) / run.group_rows
         for i in range(1, n + 1):
             f, m, r, rem = run.step()
             fetch[i], missing[i], recall[i] = (a.reshape(g, gr).mean(1) for a in (f, m, r))
             if rem is not None:
-                remote[i] = rem
+                remote[i] = rem.reshape(g, reps).mean(1)
         if run.ledgers is not None and max_steps is not None and max_steps > n:
             ext = np.zeros((max_steps - n, g))
             for i in range(max_steps - n):
-                ext[i] = run.step(recall=False)[3]
+                ext[i] = run.step(recall=False)[3].reshape(g, reps).mean(1)
             remote = np.concatenate([remote, ext])
         half = 1 + n // 2
         for j, b in enumerate(buckets):
