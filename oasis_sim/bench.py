@@ -86,7 +86,7 @@ class BenchPoint:
         """The simulator's configuration of this point (``over``: more SimConfig fields, e.g. the predictor).
 
         The selection is simulated as the executor draws it: for every full layer (the generator's per-layer draft
-        error ramp is the executor's) and for ``ceil(SELECTION_GROUPS / layers)`` requests averaged
+        error ramp is the executor's) and for ``ceil(SELECTION_GROUPS / policy_layers)`` requests averaged
         (``profile_replicas``), so that the bytes a step carry a small sampling error where fetches are rare (a
         victim cache); ``run_point`` also covers the bench's passes with the profile."""
         try:
@@ -113,9 +113,11 @@ class BenchPoint:
             short_context=False,
             max_batch=max(256, self.lanes),
             policy_layers=layers,
-            profile_replicas=-(-SELECTION_GROUPS // layers),
         )
         vals.update(over)
+        pl = vals["policy_layers"]  # SELECTION_GROUPS groups whatever the layers sampled (a bad value: make_config)
+        if "profile_replicas" not in over and isinstance(pl, int) and pl >= 1:
+            vals["profile_replicas"] = -(-SELECTION_GROUPS // pl)
         from .config import make_config
 
         return make_config(vals)
