@@ -92,7 +92,7 @@ class SimConfig(SpeculationFields, BenchFields, TransferFields, KVFields, RunFie
     )
     policy_layers: int = _h("layers simulated per request (all their KV heads), scaled up to the model's layers", 2)
     profile_steps: int = _h(
-        "profile: steps per calibration episode (later steps reuse the tail mean; RPF misses are stepped over the longest decode instead)",
+        "profile: steps per calibration episode (later steps reuse the tail mean; RPF misses are stepped over the longest decode instead; a victim cache's episode spans at least four fills of its extra slots at the cap)",
         64,
     )
     profile_replicas: int = _h(
