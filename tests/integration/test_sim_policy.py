@@ -66,6 +66,35 @@ def test_buckets_are_quarter_octaves():
     assert p.fetch[0] == 16 and p.at(100) == p.tail and len(p.fetch) == 7
 
 
+@pytest.mark.parametrize("split", ["none", "rpf"])
+def test_profile_replicas_average_that_many_requests_of_a_bucket(split):
+    """``profile_replicas`` R: each bucket's figures are the mean over R requests' rows, the same draws as a runner
+    over the buckets repeated R times (fetch, missing, recall, RPF hand-off and remote units per row)."""
+    cfg = SimConfig(top_k=16, hot_slots=32, policy_layers=2, profile_steps=10, profile_replicas=3, seed=4, split=split)
+    buckets = [64, 256]  # bucket representatives (bucket_of)
+    bank = ProfileBank(cfg, buckets, cfg.seed, max_steps=14)
+    run = PolicyRunner(cfg, [b for b in buckets for _ in range(3)], cfg.seed)
+    n = len(bank.get(64).fetch) - 1
+    assert n == 15  # a victim cache: four fills of its 16 extra slots at the cap (>= 16), bounded by the decode + 1
+    rows = run.group_rows * 3
+    want = {"fetch": [run.first_fetch.reshape(2, rows).mean(1)], "missing": [], "recall": [], "remote": []}
+    if split == "rpf":
+        want["remote"].append(run.handoff_units.reshape(2, 3).mean(1) / run.group_rows)
+    for _ in range(n):
+        f, m, r, rem = run.step()
+        for key, a in (("fetch", f), ("missing", m), ("recall", r)):
+            want[key].append(a.reshape(2, rows).mean(1))
+        if rem is not None:
+            want["remote"].append(rem.reshape(2, 3).mean(1))
+    for j, b in enumerate(buckets):
+        p = bank.get(b)
+        assert np.allclose(p.fetch, [x[j] for x in want["fetch"]])
+        assert np.allclose(p.missing[1:], [x[j] for x in want["missing"]])
+        assert np.allclose(p.recall[1:], [x[j] for x in want["recall"]])
+        if split == "rpf":
+            assert np.allclose(p.remote, [x[j] for x in want["remote"]]) and p.remote[0] > 0
+
+
 @pytest.mark.slow
 @pytest.mark.parametrize("fetch_ratio", [0.05, 0.02])
 def test_a_victim_cache_profile_has_a_steady_tail(fetch_ratio):
