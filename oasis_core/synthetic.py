@@ -544,8 +544,9 @@ class SyntheticSelection:
         pos_all = self._blocks + xp.zeros((self.rows, 1), xp.int64, like=perm)  # [R, W] rank positions
         seen_at = xp.take_along(self.seen, perm)  # [R, W] block at position p already selected by this row
         cand = (pos_all >= (self.k + self.win)[:, None]) & (pos_all < self.n_elig[:, None]) & ~seen_at
-        keys = xp.where(cand, self._rng.uniform((self.rows, self.width)), 2.0 + 0.0 * pos_all)
-        order = xp.argsort_asc(keys)[:, : self.top_k]  # candidate positions in random order, then the rest
+        # distinct keys (the others after every candidate, in position order): the first top_k of a stable argsort
+        keys = xp.where(cand, self._rng.uniform((self.rows, self.width)), 2.0 + pos_all)
+        order = xp.smallest_k(keys, self.top_k)  # candidate positions in random order, then the rest
         n_cand = xp.sum(xp.astype(cand, xp.int64), axis=-1)
         c = xp.cumsum(xp.astype(flag, xp.int64), axis=-1) - 1
         flag = flag & (c < n_cand[:, None])

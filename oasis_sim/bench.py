@@ -22,12 +22,16 @@ from dataclasses import asdict, dataclass, fields
 from typing import Optional
 
 from oasis_core import modes
+from oasis_core.specs import get_model
 from oasis_core.trace import Trace, TraceRequest
 
 from .config import ConfigError, SimConfig
 
 WARMUP_STEPS = 4  # the bench's defaults (oasis_exec.bench): warm-up and timed scheduler steps
 TIMED_STEPS = 24
+# (request, layer) groups the bench's selection is simulated on: ~10% sampling error a group on the victim cache's
+# bytes over the bench's 192 timed passes (its fetches are rare events, each group's heads drawn together), ~1.3% here
+SELECTION_GROUPS = 64
 
 
 @dataclass(frozen=True)
@@ -79,7 +83,16 @@ class BenchPoint:
         return None
 
     def config(self, **over) -> SimConfig:
-        """The simulator's configuration of this point (``over``: more SimConfig fields, e.g. the predictor)."""
+        """The simulator's configuration of this point (``over``: more SimConfig fields, e.g. the predictor).
+
+        The selection is simulated as the executor draws it: for every full layer (the generator's per-layer draft
+        error ramp is the executor's) and for ``ceil(SELECTION_GROUPS / policy_layers)`` requests averaged
+        (``profile_replicas``), so that the bytes a step carry a small sampling error where fetches are rare (a
+        victim cache); ``run_point`` also covers the bench's passes with the profile."""
+        try:
+            layers = get_model(self.model).n_full_layers
+        except ValueError:
+            layers = 1  # an unknown model: make_config says so
         vals = dict(
             model=self.model,
             hardware=self.hardware,
@@ -99,8 +112,12 @@ class BenchPoint:
             timeline_steps=0,
             short_context=False,
             max_batch=max(256, self.lanes),
+            policy_layers=layers,
         )
         vals.update(over)
+        pl = vals["policy_layers"]  # SELECTION_GROUPS groups whatever the layers sampled (a bad value: make_config)
+        if "profile_replicas" not in over and isinstance(pl, int) and pl >= 1:
+            vals["profile_replicas"] = -(-SELECTION_GROUPS // pl)
         from .config import make_config
 
         return make_config(vals)
@@ -170,12 +187,24 @@ class BenchResult:
 
 def run_point(p: BenchPoint, warmup: int = WARMUP_STEPS, steps: int = TIMED_STEPS, **over) -> BenchResult:
     """Simulate the bench run of ``p``: lanes decoding in lockstep, ``warmup`` then ``steps`` scheduler steps of
-    ``decode_chain`` tokens; TPOT = mean decode-pass time of the timed passes."""
+    ``decode_chain`` tokens; TPOT = mean decode-pass time of the timed passes.
+
+    The selection's profile covers every pass of the run (``profile_steps``, unless ``over`` names it): the bench
+    starts each row from the generator's current set, and a victim cache then fills for tens to hundreds of passes
+    (the cap times the passes against the near-miss window), so the bench's timed passes are not the steady tail
+    of a 64-pass profile. With dummy weights the prompt is not clipped to the model's positions (``max_context``),
+    as the executor does not clip it."""
     from .sim import simulate
 
     cfg = p.config(**over)
     chain = min(cfg.decode_chain, cfg.block_size)
     out_tokens = (warmup + steps + 1) * chain
+    if "profile_steps" not in over:
+        cfg = cfg.with_(profile_steps=max(cfg.profile_steps, out_tokens + 1))
+    if p.weights == "dummy" and "max_context" not in over:
+        # dummy weights have no trained positions: the executor's bench runs any context (its lanes sized as
+        # bench_lanes sizes them), where the model's limit would clip the prompt
+        cfg = cfg.with_(max_context=p.context + out_tokens + 2 * cfg.block_size)
     res = simulate(cfg, bench_trace(p.context, p.lanes, out_tokens))
     lg = res.steps
     lo, hi = warmup * chain, (warmup + steps) * chain

@@ -92,8 +92,13 @@ class SimConfig(SpeculationFields, BenchFields, TransferFields, KVFields, RunFie
     )
     policy_layers: int = _h("layers simulated per request (all their KV heads), scaled up to the model's layers", 2)
     profile_steps: int = _h(
-        "profile: steps per calibration episode (later steps reuse the tail mean; RPF misses are stepped over the longest decode instead)",
+        "profile: steps per calibration episode (later steps reuse the tail mean; RPF misses are stepped over the longest decode instead; a victim cache's episode spans at least four fills of its extra slots at the cap)",
         64,
+    )
+    profile_replicas: int = _h(
+        "profile: independent requests simulated per context bucket (each policy_layers layers x KV heads rows), "
+        "their figures averaged: where fetches are rare events (a victim cache) one request's rows are a noisy sample",
+        1,
     )
     # -- prefill/decode split, prefix cache -------------------------------------------------------------------
     split: str = _h("none: one node | full: hand off the whole KV | rpf: remote partial fetching", "none")
@@ -241,6 +246,7 @@ class SimConfig(SpeculationFields, BenchFields, TransferFields, KVFields, RunFie
         number("gather_sm_share", 0.0, 0.95)
         integer("policy_layers", 1)
         integer("profile_steps", 2, hi=MAX_PROFILE_STEPS)
+        integer("profile_replicas", 1)
         number("prefix_cache_hbm_bytes", 0.0)
         number("prefix_cache_host_bytes", 0.0)
         integer("timeline_steps", 0)

@@ -23,7 +23,10 @@ RUN_GROUPS = (
         ("max_context", "max_batch", "chunk_tokens", "hbm_utilization", "hbm_bytes", "host_bytes", "draft_state_bytes"),
     ),
     ("host->GPU transfers", ("host_kv_dtype", "transfer_path", "h2d_bytes_per_s", "gather_sm_share")),
-    ("selection model", ("selection", "replay_file", "policy_sampling", "policy_layers", "profile_steps")),
+    (
+        "selection model",
+        ("selection", "replay_file", "policy_sampling", "policy_layers", "profile_steps", "profile_replicas"),
+    ),
     (
         "speculative decoding",
         ("speculative_k", "speculative_gamma", "speculative_alpha", "speculative_accepted_hist", "spec_predict"),

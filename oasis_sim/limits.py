@@ -43,7 +43,7 @@ def policy_bytes(cfg: SimConfig, block_counts, concurrent: int) -> tuple[int, in
     width = max(max(int(n), 2) for n in block_counts)
     rows_per_group = cfg.policy_layers * cfg.model_spec.n_kv_heads
     if cfg.policy_sampling == "profile" and cfg.selection != "replay":
-        groups = len({bucket_of(n) for n in block_counts})
+        groups = len({bucket_of(n) for n in block_counts}) * cfg.profile_replicas
     else:
         groups = max(1, min(concurrent, len(block_counts)))
     rows = rows_per_group * groups

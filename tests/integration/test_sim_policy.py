@@ -66,6 +66,58 @@ def test_buckets_are_quarter_octaves():
     assert p.fetch[0] == 16 and p.at(100) == p.tail and len(p.fetch) == 7
 
 
+@pytest.mark.parametrize("split", ["none", "rpf"])
+def test_profile_replicas_average_that_many_requests_of_a_bucket(split):
+    """``profile_replicas`` R: each bucket's figures are the mean over R requests' rows, the same draws as a runner
+    over the buckets repeated R times (fetch, missing, recall, RPF hand-off and remote units per row)."""
+    cfg = SimConfig(top_k=16, hot_slots=32, policy_layers=2, profile_steps=10, profile_replicas=3, seed=4, split=split)
+    buckets = [64, 256]  # bucket representatives (bucket_of)
+    bank = ProfileBank(cfg, buckets, cfg.seed, max_steps=14)
+    run = PolicyRunner(cfg, [b for b in buckets for _ in range(3)], cfg.seed)
+    n = len(bank.get(64).fetch) - 1
+    assert n == 15  # a victim cache: four fills of its 16 extra slots at the cap (>= 16), bounded by the decode + 1
+    rows = run.group_rows * 3
+    want = {"fetch": [run.first_fetch.reshape(2, rows).mean(1)], "missing": [], "recall": [], "remote": []}
+    if split == "rpf":
+        want["remote"].append(run.handoff_units.reshape(2, 3).mean(1) / run.group_rows)
+    for _ in range(n):
+        f, m, r, rem = run.step()
+        for key, a in (("fetch", f), ("missing", m), ("recall", r)):
+            want[key].append(a.reshape(2, rows).mean(1))
+        if rem is not None:
+            want["remote"].append(rem.reshape(2, 3).mean(1))
+    for j, b in enumerate(buckets):
+        p = bank.get(b)
+        assert np.allclose(p.fetch, [x[j] for x in want["fetch"]])
+        assert np.allclose(p.missing[1:], [x[j] for x in want["missing"]])
+        assert np.allclose(p.recall[1:], [x[j] for x in want["recall"]])
+        if split == "rpf":
+            assert np.allclose(p.remote, [x[j] for x in want["remote"]]) and p.remote[0] > 0
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("fetch_ratio", [0.05, 0.02])
+def test_a_victim_cache_profile_has_a_steady_tail(fetch_ratio):
+    """A victim cache (16K, K 128, S 3K, smollm2) fetches at the cap until its near-miss blocks are resident, ~40 /
+    ~70 steps; its episode spans four fills of the extra slots, so the tail (the second half) is the steady state:
+    within 12% (about three standard deviations of 16 requests' sampling error, tail and reference together) of a
+    600-step episode's last 300 steps. A 64-step episode's tail is 1.02x / 5.4x that here (0.43 / 2.28 against
+    0.42 blocks a row a step)."""
+    base = dict(
+        top_k=128, hot_slots=384, fetch_ratio=fetch_ratio, policy_layers=1, profile_replicas=16, profile_steps=64
+    )
+    base["synthetic"] = {"preset": "smollm2"}
+    bank = ProfileBank(SimConfig(**base), [1024], 0, max_steps=10_000)
+    long = ProfileBank(SimConfig(**{**base, "profile_steps": 600}), [1024], 0, max_steps=10_000).get(1024)
+    cap = 6 if fetch_ratio == 0.05 else 3
+    assert len(bank.get(1024).fetch) == 4 * -(-256 // cap) + 1
+    steady = long.fetch[301:].mean()
+    assert 0.3 < steady < 0.6  # the preset's novelty, ~0.43 blocks a row a step, well under the cap
+    assert bank.get(1024).tail[0] == pytest.approx(steady, rel=0.12)
+    short = ProfileBank(SimConfig(**{**base, "hot_slots": 128}), [1024], 0).get(1024)
+    assert len(short.fetch) == 65  # no victim cache: the configured episode
+
+
 def test_profile_fast_path_is_within_tolerance_of_exact():
     """Stated tolerance: throughput, h2d bytes and recall within 5% of per-request exact episodes."""
     tr = uniform_trace(12, 6000, 60, gap_s=0.02)

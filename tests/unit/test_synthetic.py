@@ -366,6 +366,22 @@ def test_novelty_keeps_sets_valid_and_exhausts_gracefully():
     assert (np.sort(sel.perm, axis=-1) == np.arange(sel.width)).all()
 
 
+@pytest.mark.parametrize("k", [1, 7, 40, 41, 60])
+def test_smallest_k_is_the_stable_argsort_prefix(k):
+    """The novelty draw's order (numpy: a partition, then a sort of the k; torch: the stable sort) is the first k
+    of the stable argsort when a row's keys are distinct, as the draw's are (candidates' uniforms below 2 + pos)."""
+    from oasis_core.xp import namespace
+
+    rng = np.random.default_rng(5)
+    pos = np.arange(41)[None, :] + np.zeros((6, 1), np.int64)
+    keys = np.where(rng.random((6, 41)) < 0.3, rng.random((6, 41)), 2.0 + pos)
+    want = np.argsort(keys, axis=-1, kind="stable")[:, :k]
+    assert (namespace(keys).smallest_k(keys, k) == want).all()
+    torch = pytest.importorskip("torch")
+    t = torch.from_numpy(keys)
+    assert (namespace(t).smallest_k(t, k).numpy() == want).all()
+
+
 def test_novelty_leaves_the_calibration_targets_nearly_unchanged():
     """The paper-scale rate (~0.45 per row per step) moves overlap by ~0.45 / 128 and nothing else measurably."""
     sel = SyntheticSelection(
