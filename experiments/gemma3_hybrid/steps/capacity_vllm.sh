@@ -36,9 +36,10 @@ run() {  # NAME BENCH-ARGS...: one bench record into $OUT/oasis.jsonl
   # 32,000 tokens took ~120 s) + build + steps: the first try's 150 s cut both la128 runs short; PER_RUN_S=240 gives
   # each its time or skips it with a line. PREFILL_CHUNK (default 2048, as measured) is a knob to try, not a measured
   # speed-up: a CPU profile of a Gemma-shaped engine (2026-12-05) counts ~516 aten ops a layer and chunk whatever the
-  # chunk's length, so a host-bound prefill would gain from longer chunks, but the sliding layers' ring attention
-  # scores every query of a chunk against all its W + n keys (n x (W + n), quadratic in the chunk), and on this CPU
-  # 8192-token chunks made an 8K lookahead bench's prefill slower (238 s against 152 s, bytes a step identical).
+  # chunk's length, so a host-bound prefill would gain from longer chunks. The sliding rings score a long chunk in
+  # tiles since 9967dbf (n x 2W, not n x (W + n)); a full layer still scores a chunk against its whole context, so on
+  # this compute-bound CPU (8K lookahead bench, 2 requests, 478c4b2) 8192-token chunks prefill in 115 s against 80 s
+  # at 2048 (TPOT and bytes a step equal). Which wins on the H200 is for its prefill_s to say.
   local t; t=$(min "${PER_RUN_S:-240}" "$(( $(left) - 20 ))")
   if [ "$t" -lt "${MIN_RUN_S:-200}" ]; then say "no time left for OasisKV $name (run it in another call)"; return; fi
   say "OasisKV $name: $*"
