@@ -24,7 +24,7 @@ import numpy as np
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path[:0] = [os.path.dirname(os.path.dirname(HERE)), HERE]
 
-from gemma_slots import BS, cpu_name, load_sets, runs  # noqa: E402
+from gemma_slots import BS, EXP, cpu_name, load_sets, runs  # noqa: E402
 
 from oasis_core import provenance  # noqa: E402
 from oasis_core.synthetic import SyntheticSelection  # noqa: E402
@@ -107,7 +107,7 @@ def main(argv=None) -> int:
                "selection_source": "real attention (min/max summaries), committed top-K sets; generator for synthetic",
                "draft": "correct token, dense view (T_{t+1}); the generator's draft",
                "date": datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%d %H:%M UTC"),
-               "commit": provenance.commit(dirty_paths=["oasis_core", "experiments/long_context_draft"]),
+               "commit": provenance.commit(dirty_paths=["oasis_core", f"{EXP}/set_churn.py", f"{EXP}/gemma_slots.py", f"{EXP}/data"]),
                "device": f"cpu ({cpu_name()}, {os.cpu_count()} cores)", "rows": rows}  # fmt: skip
         with open(a.out, "w") as fh:
             json.dump(doc, fh, indent=1)
