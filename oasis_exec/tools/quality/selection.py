@@ -136,7 +136,7 @@ def dense_trace(dec, tokens, ts, aux_layers, keep_all_aux: bool = False) -> Dens
         if i == n_layers - 1:
             hook.x_last = x[ts_d]
 
-    dec.forward_dense(torch.as_tensor(tokens), hook)  # its full logits are dropped: only argmax at ts is kept
+    dec.forward_dense(torch.as_tensor(tokens), hook, keep=[len(tokens) - 1])  # logits unused: the argmax at ts is kept
     greedy = dec.logits(hook.x_last).argmax(-1)
     extra = {"aux_all": torch.cat([aux_all[i] for i in aux_layers], -1)} if keep_all_aux else {}
     return DenseTrace(
