@@ -268,9 +268,10 @@ class Decoder:
         """The input embeddings of token ids (a family may scale them: ``oasis_exec.model.gemma3``)."""
         return self.embed[ids]
 
-    def forward(self, tokens, hook=None, cache=None, start=0):
+    def forward(self, tokens, hook=None, cache=None, start=0, keep=None):
         """Plain causal forward of a batch of sequences (the reference path; no KV store): tokens [B, T] at positions
-        start.. -> logits [B, T, V].
+        start.. -> logits [B, T, V]; ``keep``: indices into the T positions whose logits are returned ([B, len(keep),
+        V]; at long context the full [T, V] logits outweigh everything else), else all.
 
         ``hook(layer, q, k, v, x_out)`` is called per layer with q [B * T, Hq, D], k/v [B * T, Hkv, D] (RoPE applied)
         and the residual after the layer [B * T, hidden] (analysis and draft training read queries, keys and
@@ -298,11 +299,13 @@ class Decoder:
             x = self.finish(i, x, attn)
             if hook is not None:
                 hook(i, q, k, v, x)
+        x, T = keep_positions(x, B, T, keep)
         return self.logits(x).view(B, T, -1)
 
-    def forward_dense(self, tokens, hook=None):
-        """``forward`` of one sequence: tokens [T] -> logits [T, V]; the hook's tensors are [T, ...]."""
-        return self.forward(torch.as_tensor(tokens, device=self.device)[None], hook)[0]
+    def forward_dense(self, tokens, hook=None, keep=None):
+        """``forward`` of one sequence: tokens [T] -> logits [T, V] (``keep``: [len(keep), V]); the hook's tensors
+        are [T, ...]."""
+        return self.forward(torch.as_tensor(tokens, device=self.device)[None], hook, keep=keep)[0]
 
     def qkv(self, i: int, x, pos):
         """x: [N, hidden], pos: [N] -> q [N, Hq, D], k [N, Hkv, D], v [N, Hkv, D] (RoPE applied)."""
@@ -345,6 +348,14 @@ class Decoder:
 
 def _same(x):
     return x
+
+
+def keep_positions(x, batch: int, t: int, keep):
+    """The rows of x [batch * t, hidden] at positions ``keep`` of each sequence (all when None) and their count."""
+    if keep is None:
+        return x, t
+    x = x.view(batch, t, -1)[:, torch.as_tensor(keep, device=x.device)].reshape(-1, x.shape[-1])
+    return x, x.shape[0] // batch
 
 
 def attention_ref(q, k, v, mask=None):

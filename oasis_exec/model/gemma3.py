@@ -29,7 +29,7 @@ import torch.nn.functional as F
 
 from oasis_core.specs import ModelSpec
 
-from .decoder import Decoder, extend_cache, hf_shape_fields, rope
+from .decoder import Decoder, extend_cache, hf_shape_fields, keep_positions, rope
 from .gemma3_files import (  # re-exported: the decoder's callers read them here too
     ARCH,
     LOCAL_THETA,
@@ -229,9 +229,7 @@ class Gemma3Decoder(Decoder):
             x = self.finish(i, x, attn)
             if hook is not None:
                 hook(i, q, k, v, x)
-        if keep is not None:
-            x = x.view(B, T, -1)[:, torch.as_tensor(keep, device=self.device)].reshape(-1, x.shape[-1])
-            T = x.shape[0] // B
+        x, T = keep_positions(x, B, T, keep)
         return self.logits(x).view(B, T, -1)
 
 

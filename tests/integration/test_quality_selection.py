@@ -107,6 +107,28 @@ def test_draft_pass_with_the_true_token_is_the_dense_query(tiny):
         assert torch.allclose(q, tr.q_next[li], atol=1e-5, rtol=1e-5)
 
 
+def test_draft_pass_with_the_true_token_is_the_dense_query_on_gemma():
+    # sliding layers: the draft row attends its window only, whatever mask it is given (the selection is on full layers)
+    from tests.helpers.gemma_cases import TINY_GEMMA, WINDOW, tiny_decoder
+
+    dec = tiny_decoder()
+    tokens = torch.randint(1, 250, (90,), generator=torch.Generator().manual_seed(5))
+    ts = torch.arange(80, 88)
+    assert int(ts[0]) > WINDOW
+    tr = dense_trace(dec, tokens, ts, (0, 1, 2))
+    for view in ("dense", "one block"):
+        dp = DraftPass(dec, tokens[ts + 1], ts + 1)
+        for li in range(TINY_GEMMA.n_layers):
+            n_ctx = int(ts[-1]) + 1
+            if view == "dense":
+                m = dense_mask(ts, n_ctx).expand(-1, 2, -1)
+            else:  # only the local block
+                m = resident_mask(torch.full((len(ts), 2, 1), -1), ts, n_ctx, 8)
+            q = dp.layer(li, tr.k[li][:n_ctx], tr.v[li][:n_ctx], m)
+            if view == "dense" or li <= 1:  # layer 0 slides: layer 1 (full) still gets the true residual
+                assert torch.allclose(q, tr.q_next[li], atol=1e-5, rtol=1e-5), (view, li)
+
+
 def test_sparse_pass_with_every_block_resident_equals_dense(tiny):
     dec, tokens, ts, tr = tiny
     bs, n_ctx = 8, int(ts[-1]) + 1
@@ -148,6 +170,16 @@ def test_measure_tokens_tiny_model_ranges(tiny):
     assert full["mean"]["mass"] == pytest.approx(1.0)
     for d in ("ngram", "oracle", "random"):
         assert full["drafts"][d]["sparse"]["mean"] == pytest.approx(1.0)
+
+
+def test_measure_tokens_refuses_two_k_clamped_to_one(tiny):
+    # 90 tokens, block 8: 12 blocks, so K = 64 and K = 128 both clamp to 11 (their rows would mix)
+    dec, tokens, _, _ = tiny
+    setup = Setup(block_size=8, k_blocks=(4, 64, 128), positions=6, drafts=("oracle",))
+    with pytest.raises(ValueError, match="same K"):
+        measure_tokens(dec, tokens.tolist(), setup)
+    out = measure_tokens(dec, tokens.tolist(), Setup(block_size=8, k_blocks=(4, 64), positions=6, drafts=("oracle",)))
+    assert [r["k"] for r in out] == [4, 11]
 
 
 @pytest.mark.slow

@@ -54,6 +54,14 @@ def test_greedy_continuation_is_the_forward_argmax(dec):
     assert a == b and a != continue_ids(dec, prompt, 8, 5.0, seed=2) and a != seq
 
 
+def test_forward_keeps_only_the_asked_logits(dec):
+    # continue_ids and dense_trace ask for one row: the full [T, V] logits are 17 GB for Gemma at 16K
+    tokens = torch.tensor(list(range(3, 40)))
+    full = dec.forward_dense(tokens)
+    torch.testing.assert_close(dec.forward_dense(tokens, keep=[36]), full[36:])
+    torch.testing.assert_close(dec.forward(tokens.view(1, -1).repeat(2, 1), keep=[4, 20])[1], full[[4, 20]])
+
+
 def test_attention_drafts_equal_the_incremental_decode(dec):
     head = AttnDraftHead.build(TINY, dec.embed, None, 40, 2, torch.float32, "cpu", dec.lm_head, 1, 64)
     tokens = torch.tensor(continue_ids(dec, list(range(3, 30)), 10))

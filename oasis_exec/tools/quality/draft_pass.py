@@ -8,6 +8,8 @@ teacher-forced forward) plus its own K/V:
   block (the tokens of block ``t_p // block_size`` up to ``t_p``);
 - ``dense_mask``: every token ``<= t_p``.
 
+On a sliding layer (Gemma 3) every row attends its window (``layer_window``), as the target's forward does.
+
 ``DraftPass.layer`` returns the layer's draft query (what lookahead scores against the summaries) and advances the
 rows through the layer.
 """
@@ -66,7 +68,14 @@ class DraftPass:
     @torch.no_grad()
     def layer(self, i: int, k_ctx, v_ctx, mask):
         """Layer ``i``: returns the draft query [R, Hq, D] (RoPE applied) and moves the rows past the layer.
-        k_ctx, v_ctx: [T, Hkv, D] context K/V of layer ``i``; mask: bool [R, Hkv or 1, T]."""
+        k_ctx, v_ctx: [T, Hkv, D] context K/V of layer ``i``; mask: bool [R, Hkv or 1, T]. A sliding layer (Gemma 3)
+        attends its window whatever ``mask`` says: the engine selects blocks on full layers only."""
+        w = self.dec.shape.layer_window(i)
+        if w is not None:  # position p sees p - W + 1 .. p
+            n = k_ctx.shape[0]
+            mask = (
+                dense_mask(self.pos - 1, n) & (torch.arange(n, device=self.pos.device) > self.pos[:, None] - w)[:, None]
+            )
         q, k, v = self.dec.qkv(i, self.x, self.pos)
         attn = draft_attention(q, k, v, k_ctx, v_ctx, mask)
         self.x = self.dec.finish(i, self.x, attn)

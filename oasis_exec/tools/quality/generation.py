@@ -50,7 +50,7 @@ def continue_ids(dec, prompt, n_new: int, temperature: float = 0.0, seed: int = 
     g = torch.Generator(device=dec.device).manual_seed(seed)
     seq = torch.as_tensor(prompt, device=dec.device)[None]
     cache = []
-    logits = dec.forward(seq, cache=cache)[:, -1]
+    logits = dec.forward(seq, cache=cache, keep=[seq.shape[1] - 1])[:, -1]  # the last row: [T, V] is 17 GB at 16K
     out = []
     for j in range(n_new):
         if temperature > 0:

@@ -136,7 +136,7 @@ def dense_trace(dec, tokens, ts, aux_layers, keep_all_aux: bool = False) -> Dens
         if i == n_layers - 1:
             hook.x_last = x[ts_d]
 
-    dec.forward_dense(torch.as_tensor(tokens), hook)  # its full logits are dropped: only argmax at ts is kept
+    dec.forward_dense(torch.as_tensor(tokens), hook, keep=[len(tokens) - 1])  # logits unused: the argmax at ts is kept
     greedy = dec.logits(hook.x_last).argmax(-1)
     extra = {"aux_all": torch.cat([aux_all[i] for i in aux_layers], -1)} if keep_all_aux else {}
     return DenseTrace(
@@ -251,6 +251,15 @@ def measure_tokens(dec, tokens, setup: Setup, head=None, progress=None, attn_hea
     if not 2 <= p_ <= n - 2:
         raise ValueError(f"positions: need 2 <= P <= n_tokens - 2 = {n - 2}, got {p_}")
     ts = torch.arange(n - 1 - p_, n - 1)  # t; t + 1 runs up to the last token
+    n_blocks = num_blocks(n, bs)
+    if setup.k_blocks:
+        ks = [max(1, min(int(k), n_blocks - 1)) for k in setup.k_blocks]
+        fracs = [k / n_blocks for k in ks]
+    else:
+        ks = [max(1, int(round(f * n_blocks))) for f in setup.k_fracs]
+        fracs = list(setup.k_fracs)
+    if len(set(ks)) < len(ks):  # the per-K statistics are keyed by K: two requests for one K would mix their rows
+        raise ValueError(f"K {ks} blocks at {n} tokens ({n_blocks} blocks): two requested K give the same K; ask fewer")
     tokens_t = torch.as_tensor(tokens)
     from oasis_exec.model.draft import aux_layers
 
@@ -277,13 +286,6 @@ def measure_tokens(dec, tokens, setup: Setup, head=None, progress=None, attn_hea
     if setup.oracle_next:  # generation: the token the target then produced
         dtok["oracle"] = truth.clone()
     dtok = {d: dtok[d] for d in setup.drafts}
-    n_blocks = num_blocks(n, bs)
-    if setup.k_blocks:
-        ks = [max(1, min(int(k), n_blocks - 1)) for k in setup.k_blocks]
-        fracs = [k / n_blocks for k in ks]
-    else:
-        ks = [max(1, int(round(f * n_blocks))) for f in setup.k_fracs]
-        fracs = list(setup.k_fracs)
     # Draft variants: each draft densely, and through the resident set of each K.
     variants = [(d, None) for d in setup.drafts] + [(d, k) for k in ks for d in setup.drafts]
     # Per block scorer and K: the correct draft (the text's token) through that scorer's T_t (scorer_stats.py), and
