@@ -40,16 +40,16 @@ BASE_SCORERS = ("minmax", "minmax_sum", "mean", "gauss")
 SCORERS = BASE_SCORERS + tuple(s + "+sink" for s in BASE_SCORERS)
 TOKENS = "tokens"  # the per-token scorer (oasis_core.token_scorer): its own storage, not two vectors a block
 ENGINE_SCORERS = SCORERS + (TOKENS,)  # what --block-score takes in the executor and the simulator
-# The engine's and the simulator's default stays the paper's bound until its replacement is timed on the H200.
-# minmax_sum+sink held more of the next query's attention than minmax on both real models at every K, in mass,
-# recall, proxy and lookahead agreement, at the same summary bytes (SmolLM2 4K-8K; Gemma 4K-32K: 72.5% against
-# 57.0% at 32K, K = 256), and cut retrieval's perplexity loss on the CPU (experiments/block_scorers/README.md); its
-# kernel (block_score_any) has compiled for sm_90 but never run on a GPU, and issue 38 asks the 16K x 44 step time to
-# be measured before the default moves (steps/step_time.sh). On Gemma alone mean+sink holds ~2 points more at half
-# the bytes but loses 8 on SmolLM2; the per-token scorer (oasis_core.token_scorer, `tokens`) holds 82.3% at 32K at
-# twice the bytes and needs a per-model channel choice; its kernels have not run on a GPU yet either.
+# The engine's and the simulator's default: minmax_sum+sink, chosen by the measurements (issue 38,
+# experiments/block_scorers/README.md). It held more of the next query's attention than the paper's bound (minmax)
+# on both real models at every K, in mass, recall, proxy and lookahead agreement, at the same summary bytes (SmolLM2
+# 4K-8K; Gemma 4K-32K: 72.5% against 57.0% at 32K, K = 256), cut retrieval's perplexity loss on the CPU, and costs the
+# same step time: 16K x 44 lookahead, dummy Qwen3-8B, H100, 2026-12-06, commit 1cd1217: 2,436.6 tok/s against
+# minmax's 2,440.5 (-0.16%). The per-token scorer (`tokens`, oasis_core.token_scorer) holds the most (82.3% at 32K,
+# K = 256, at twice the bytes) but costs 19% of that throughput (r = 32; 15% at r = 16): an option, not the default.
+# mean+sink reads half the bytes (+6.3% throughput) and holds ~2 points more on Gemma but 8 fewer on SmolLM2.
 MEASURED_BEST = "minmax_sum+sink"
-DEFAULT_SCORER = "minmax"
+DEFAULT_SCORER = MEASURED_BEST
 
 
 @dataclass(frozen=True)

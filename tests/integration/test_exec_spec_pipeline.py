@@ -60,9 +60,13 @@ def test_top_k_covering_every_block_equals_greedy(k):
 
 @pytest.mark.parametrize("hot", [None, 4])
 @pytest.mark.parametrize("k,alpha", [(1, 0.9), (3, 0.6)])
-def test_small_top_k_unlimited_cap_attends_what_after_attends(k, alpha, hot):
-    """Drawn acceptance (dummy weights, model selection: top-K 4 of up to 9 blocks); the two engines in lockstep."""
+@pytest.mark.parametrize("scorer", ["minmax", "minmax_sum+sink"])
+def test_small_top_k_unlimited_cap_attends_what_after_attends(k, alpha, hot, scorer):
+    """Drawn acceptance (dummy weights, model selection: top-K 4 of up to 9 blocks); the two engines in lockstep.
+    With a +sink scorer the repair's one-block rescoring must not take the sink rule (its view's block 0 is the filled
+    block): it did until 2026-12-06, and beside attended a filled block where after did not."""
     kw = dict(short_context=False, fetch_ratio=1.0, speculative_k=k, synthetic_accept={"alpha": alpha}, hot_slots=hot)
+    kw["block_score"] = scorer
     stats = _lockstep_attended_equal(lambda v: Engine(cfg("lookahead", spec_predict=v, **kw)))
     assert stats["spec_predict_repairs"] > 0 and stats["spec_predict_lane_steps"] > 30
 
@@ -140,7 +144,7 @@ def test_random_draft_small_top_k_equals_greedy():
     the true one and no run fills a block, so no repair fetches and the output is non-speculative greedy's with a
     top-K of 4 and the paper's cap (the after variant's equality, test_exec_speculative)."""
     kw = {"short_context": False}
-    ps = prompts(3)
+    ps = prompts(6)  # never right by chance under the default scorer (test_exec_speculative's seed)
     eng0 = Engine(cfg("lookahead", **kw))
     ref = eng0.generate(ps, SamplingParams(max_tokens=N))
     eng0.close()
