@@ -19,7 +19,9 @@ sequence (the real windows and the continued ones) keeps, at every position, the
 head and the target's final normed hidden state (its logits come from it at the picked positions); (3) the head
 learns, at random entries p of whole sequences (``--seqs`` a step, ``--picks`` entries a step, positions 0 ..
 seq_len - 2: up to the model's limit), the target's distribution at p + 1 (soft cross-entropy, AdamW, cosine over
-``--steps`` or ``--max-seconds``, whichever ends first); (4) acceptance by position bucket
+``--steps`` or ``--max-seconds``, whichever ends first; with ``--val-windows V`` the V training windows after the
+``--n-train`` used are scored every ``--val-every`` steps and the best check's weights are kept: the first heads, on
+24 / 64 windows, fitted their text, 59% on training windows against 35% held out); (4) acceptance by position bucket
 (``accept_buckets.evaluate``) for the new head and each ``--compare`` head. ``DIR`` gets ``model.safetensors``, ``config.json`` (provenance) and
 ``accept.json``.
 """
@@ -171,10 +173,12 @@ def train(target: Target, seqs, a, log) -> tuple[dict, AttnShape]:
     log(
         f"features {tuple(aux.shape)} {aux.dtype}, {aux.numel() * aux.element_size() / 2**30:.2f} GiB, {time.time() - T0:.0f}s"
     )
+    val = _validation(target, a, attn, log)
     w = {
         k: v.float().requires_grad_(True)
         for k, v in init_weights(a.head, spec, attn, a.mlp_hidden, a.seed, dev).items()
     }
+    best = (-1.0, -1, None)  # validation acceptance, step, weights
     opt = torch.optim.AdamW(list(w.values()), lr=a.lr, weight_decay=0.01, betas=(0.9, 0.95))
     warm = min(100, a.steps // 10 + 1)
     lm = target.lm_head.detach()
@@ -207,6 +211,8 @@ def train(target: Target, seqs, a, log) -> tuple[dict, AttnShape]:
         torch.nn.utils.clip_grad_norm_(list(w.values()), 1.0)
         opt.step()
         done = i + 1
+        if val is not None and (done % a.val_every == 0 or done == a.steps):
+            best = _keep_best(best, val(w, amp), done, w, log)
         if i % max(1, a.steps // 20) == 0 or i == a.steps - 1:
             acc = (lg.argmax(-1) == tgt_p.argmax(-1)).float().mean().item()
             log(
@@ -214,7 +220,48 @@ def train(target: Target, seqs, a, log) -> tuple[dict, AttnShape]:
                 f"{time.time() - t0:.0f}s"
             )
     a.steps_done = done
+    if val is not None:
+        if done % a.val_every != 0 and done != a.steps:  # stopped by --max-seconds between two checks
+            best = _keep_best(best, val(w, amp), done, w, log)
+        a.val_best_step, a.val_best_acceptance = best[1], round(best[0], 4)
+        log(f"kept the weights of step {best[1]} (validation acceptance {best[0]:.3f})")
+        return best[2], attn
     return {k: v.detach() for k, v in w.items()}, attn
+
+
+def _validation(target: Target, a, attn: AttnShape, log):
+    """``--val-windows``: the training pool's next windows after ``--n-train`` (never trained on) -> a function of
+    the weights giving the head's acceptance (top-1 = the target's) at ``--val-picks`` fixed entries, or None."""
+    if not a.val_windows:
+        return None
+    pool = a.train_pool
+    if pool.shape[0] < a.n_train + a.val_windows:
+        raise SystemExit(
+            f"--val-windows {a.val_windows}: the data holds {pool.shape[0]} training windows, --n-train uses {a.n_train}"
+        )
+    seqs = torch.as_tensor(pool[a.n_train : a.n_train + a.val_windows, : a.seq_len], device=target.device)
+    aux, hn = target.features(seqs)
+    B, T = seqs.shape
+    gen = torch.Generator().manual_seed(a.seed + 7)
+    pick = torch.randint(0, B * (T - 1), (min(a.val_picks, B * (T - 1)),), generator=gen).to(target.device)
+    want = target.logits(hn[pick // (T - 1), pick % (T - 1) + 1]).argmax(-1)
+    emb = target.embed[seqs[:, 1:]]
+    lm = target.lm_head.detach()
+    cuda = target.device.type == "cuda"
+    log(f"validation: {B} windows after the {a.n_train} trained, {len(pick)} entries")
+
+    def acceptance(w, amp) -> float:
+        with torch.no_grad(), amp:
+            ww = w if cuda else {k: v.to(aux.dtype) for k, v in w.items()}
+            lg = train_logits(ww, a.head, attn, target.spec, aux[:, : T - 1], emb, pick, lm)
+        return (lg.argmax(-1) == want).float().mean().item()
+
+    return acceptance
+
+
+def _keep_best(best, acc: float, step: int, w: dict, log):
+    log(f"validation at step {step}: acceptance {acc:.3f}")
+    return (acc, step, {k: v.detach().clone() for k, v in w.items()}) if acc > best[0] else best
 
 
 def _sha(path: str) -> str:
@@ -238,6 +285,7 @@ def cmd_train(a) -> int:
     torch.manual_seed(a.seed)
     target = Target(a.model_path, dev, dt)
     data = load_data(a.data)
+    a.train_pool = data["train"]
     a.seq_len = min(a.seq_len or data["train"].shape[1], data["train"].shape[1], target.max_positions)
     log(
         f"target {os.path.basename(a.model_path)}: {target.n_layers} layers, hidden {target.spec.hidden}, vocab "
@@ -279,6 +327,13 @@ def cmd_train(a) -> int:
         "command": " ".join(sys.argv),
         "train_seconds": round(time.time() - T0, 1),
     }
+    if a.val_windows:
+        prov.update(
+            val_windows=a.val_windows,
+            val_every=a.val_every,
+            val_best_step=a.val_best_step,
+            val_best_acceptance=a.val_best_acceptance,
+        )
     extra = {"provenance": prov}
     if a.head == "single":
         extra["draft_head"] = "single"
@@ -335,6 +390,14 @@ def main(argv=None) -> int:
     t.add_argument("--compare", nargs="*", help="head directories to evaluate beside the new one")
     t.add_argument("--eval-gen", type=int, default=256, help="generated tokens a prefix in the evaluation; -1: none")
     t.add_argument("--eval-seqs", type=int, default=4)
+    t.add_argument(
+        "--val-windows",
+        type=int,
+        default=0,
+        help="training windows after --n-train held back for validation; the weights of the best check are kept",
+    )
+    t.add_argument("--val-every", type=int, default=250, help="steps between validation checks")
+    t.add_argument("--val-picks", type=int, default=4096, help="entries a validation check scores")
     a = ap.parse_args(argv)
     return cmd_corpus(a) if a.cmd == "corpus" else cmd_train(a)
 

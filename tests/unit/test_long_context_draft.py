@@ -65,6 +65,40 @@ def test_training_runs_end_to_end(target_dir, data_file, tmp_path, kind):
     assert gen["T=0"]["target_vs_text"]["0-1K"]["acceptance"] == 1.0  # greedy text is the target's own top-1
 
 
+def test_validation_keeps_the_best_checks_weights(target_dir, data_file, tmp_path):
+    tl = load_script("long_context_draft/train_long.py")
+    out = str(tmp_path / "h")
+    base = f"train --model-path {target_dir} --data {data_file} --out {out} --head attn --device cpu --n-gen 0"
+    base += " --steps 5 --seqs 1 --picks 32 --mlp-hidden 16 --eval-gen -1 --val-every 2 --val-picks 40"
+    with pytest.raises(SystemExit, match="holds 4 training windows"):
+        tl.main((base + " --n-train 4 --val-windows 1").split())
+    g = tl.train.__globals__
+    keep, seen = g["_keep_best"], {}
+
+    def spy(best, acc, step, w, log):  # every check's acceptance and weights
+        seen[step] = (acc, {k: v.detach().to(torch.bfloat16).clone() for k, v in w.items()})
+        return keep(best, acc, step, w, log)
+
+    g["_keep_best"] = spy
+    try:
+        assert tl.main((base + " --n-train 3 --val-windows 1").split()) == 0
+    finally:
+        g["_keep_best"] = keep
+    assert sorted(seen) == [2, 4, 5]  # every 2 steps and the last
+    best_step = max(seen, key=lambda k: (seen[k][0], -k))  # the first check of the highest acceptance
+    cfg = json.load(open(os.path.join(out, "config.json")))["provenance"]
+    assert cfg["val_windows"] == 1 and cfg["val_best_step"] == best_step
+    assert cfg["val_best_acceptance"] == round(seen[best_step][0], 4)
+    from safetensors.torch import load_file
+
+    saved = load_file(os.path.join(out, "model.safetensors"))
+    assert set(saved) == set(seen[best_step][1])
+    for k, v in saved.items():  # the kept weights are that check's, not the last step's
+        torch.testing.assert_close(v, seen[best_step][1][k], rtol=0, atol=0)
+    if best_step != 5:
+        assert any(not torch.equal(saved[k], seen[5][1][k]) for k in saved)
+
+
 def test_score_counts_a_head_exactly(target_dir):
     lc = load_script("long_context_draft/longctx.py", "longctx")
     ab = load_script("long_context_draft/accept_buckets.py")

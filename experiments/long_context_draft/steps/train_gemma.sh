@@ -15,5 +15,5 @@ H=${HEAD:-attn}
 timeout -k 10 "${TRAIN_S:-580}" $PY $D/train_long.py train --model-path "$M" --data "${DATA:-$D/data/gemma_32k.npz}" \
   --out "$OUT/gemma-$H-32k" --head "$H" --n-train "${N_TRAIN:-24}" --n-gen 8 --gen-len 1024 --gen-batch 8 --feat-batch 1 \
   --steps 6000 --max-seconds "${MAX_TRAIN_S:-360}" --seqs 1 --picks 2048 --lr 1e-3 \
-  --eval-gen 128 --eval-seqs 2 ${TRAIN_ARGS:-} 2>&1 | grep --line-buffered -v Warning | tee "$OUT/train.log"
+  --eval-gen 128 --eval-seqs 2 --val-windows "${VAL_WINDOWS:-0}" ${TRAIN_ARGS:-} 2>&1 | grep --line-buffered -v Warning | tee "$OUT/train.log"
 say "train rc=${PIPESTATUS[0]}"
