@@ -166,6 +166,9 @@ def token_score(
     check(out, "out", (B, Hkv, Nmax), torch.float32, dev)
     block_n = max(cdiv(16, bs), min(block_n, next_pow2(Nmax)))
     block_g = max(16, next_pow2(G))
+    # the norm pass has no dot, so its rows are the group's heads only (the block pass pads them to 16 for tl.dot),
+    # and a tile of up to 4,096 scores: Qwen3-8B's G = 4 reads a 16K context's 1,024 blocks in one iteration
+    norm_g = next_pow2(G)
     scratch = torch.empty((B, Hkv, G, Nmax), dtype=torch.float32, device=dev)
     token_block_kernel[(B * Hkv, cdiv(Nmax, block_n))](
         q,
@@ -206,8 +209,8 @@ def token_score(
         out.stride(1),
         HKV=Hkv,
         G=G,
-        BLOCK_G=block_g,
-        BLOCK_N=max(16, min(256, next_pow2(Nmax))),
+        BLOCK_G=norm_g,
+        BLOCK_N=max(16, min(next_pow2(Nmax), 4096 // norm_g)),
         EXCLUDE_LOCAL=exclude_local,
         SINK=sink,
         num_warps=num_warps,

@@ -37,6 +37,7 @@ def make_case(B, Hkv, G, D, R, BS, Nmax, n_seats, seed):
         (3, 2, 3, 32, 8, 4, 37, True, False, True),
         (2, 1, 4, 64, 16, 16, 21, False, True, True),
         (2, 2, 1, 16, 4, 8, 40, True, True, False),
+        (1, 1, 16, 16, 4, 4, 300, True, False, True),  # G = 16: the norm pass's tile is 16 x 256, two iterations
     ],
 )
 def test_token_score_matches_reference(B, Hkv, G, D, R, BS, Nmax, exclude_local, seats, sink):
