@@ -104,7 +104,7 @@ def evaluate(
         if k.startswith("text:"):
             res["teacher_forced"][k] = rates(score(target, heads, torch.as_tensor(data[k][None, :max_len])))
     log(f"teacher-forced done, {time.time() - t0:.0f}s")
-    for temp in temps:
+    for temp in temps if gen > 0 else ():  # gen 0: teacher-forced only
         counts = {}
         for plen in prefix_lengths(max_len, gen):
             seqs = target.generate(held[:n_gen_seqs, :plen], gen, temp, seed=plen)

@@ -388,7 +388,12 @@ def main(argv=None) -> int:
     t.add_argument("--rope-theta", type=float, default=None, help="its RoPE base (default 1e6)")
     t.add_argument("--seed", type=int, default=0)
     t.add_argument("--compare", nargs="*", help="head directories to evaluate beside the new one")
-    t.add_argument("--eval-gen", type=int, default=256, help="generated tokens a prefix in the evaluation; -1: none")
+    t.add_argument(
+        "--eval-gen",
+        type=int,
+        default=256,
+        help="generated tokens a prefix in the evaluation; 0: teacher-forced only; -1: none",
+    )
     t.add_argument("--eval-seqs", type=int, default=4)
     t.add_argument(
         "--val-windows",

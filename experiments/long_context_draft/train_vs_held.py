@@ -1,14 +1,17 @@
-"""Does a trained head learn its training text rather than the target? (issue 37, 2026-12-06)
+"""Do trained heads learn their training text rather than the target? (issue 37, 2026-12-06)
 
-Acceptance of one head on the first ``L`` positions of two training windows and two held-out windows, through the
-evaluation path (``accept_buckets.score``: the head's own sequence forward and ``_ids``) and, on the same rows, the
-training path (``longctx.train_logits``): equal figures on the training rows mean the two paths agree, and a gap
-between training and held-out rows means the head fits its text.
+Acceptance (draft top-1 = the target's) of each head on the first ``--positions`` positions of the first
+``--windows`` training windows and held-out windows of a data file, through the evaluation path
+(``accept_buckets.score``: the head's own sequence forward and ``_ids``); for the first head also through the training
+path (``longctx.train_logits``) on the same rows. Equal figures by the two paths mean they agree; a gap between the
+training and the held-out rows means the head fits its text.
 
-    python experiments/long_context_draft/train_vs_held.py gemma-3-270m-q4_k_m.gguf \
-        experiments/long_context_draft/data/gemma_32k.npz experiments/long_context_draft/heads/gemma-attn-32k 1024
+    python experiments/long_context_draft/train_vs_held.py --model-path gemma-3-270m-q4_k_m.gguf \\
+        --data experiments/long_context_draft/data/gemma_32k.npz --positions 1024 --windows 2 \\
+        experiments/long_context_draft/heads/gemma-attn-32k
 """
 
+import argparse
 import os
 import sys
 
@@ -20,24 +23,43 @@ from accept_buckets import rates, score  # noqa: E402
 from longctx import Target, load_data, load_head, train_logits  # noqa: E402
 
 
-def main(model_path: str, data_path: str, head_path: str, n: int) -> None:
-    tgt = Target(model_path, "cpu", torch.float32)
-    data = load_data(data_path)
-    head = load_head(head_path, tgt.spec, tgt, torch.float32, "cpu", n)
-    for name, rows in (("train", data["train"][:2, :n]), ("held", data["held"][:2, :n])):
-        s = torch.as_tensor(rows)
-        r = rates(score(tgt, {"h": head}, s))
-        pct = {b: round(100 * v["acceptance"], 1) for b, v in r["h"].items()}
-        print(f"{name}: evaluation path {pct}", flush=True)
-        aux, hn = tgt.features(s)
-        T = s.shape[1]
-        pick = torch.arange(s.shape[0] * (T - 1))
-        w = {k: v.float() for k, v in head.w.items()}
-        with torch.no_grad():
-            lg = train_logits(w, "attn", head.attn, tgt.spec, aux[:, : T - 1], tgt.embed[s[:, 1:]], pick, tgt.lm_head)
-            want = tgt.logits(hn[pick // (T - 1), pick % (T - 1) + 1]).argmax(-1)
-        print(f"{name}: training path {100 * (lg.argmax(-1) == want).float().mean().item():.1f}", flush=True)
+def training_path(tgt: Target, head, s) -> float:
+    aux, hn = tgt.features(s)
+    T = s.shape[1]
+    pick = torch.arange(s.shape[0] * (T - 1))
+    w = {k: v.float() for k, v in head.w.items()}
+    with torch.no_grad():
+        lg = train_logits(w, "attn", head.attn, tgt.spec, aux[:, : T - 1], tgt.embed[s[:, 1:]], pick, tgt.lm_head)
+        want = tgt.logits(hn[pick // (T - 1), pick % (T - 1) + 1]).argmax(-1)
+    return (lg.argmax(-1) == want).float().mean().item()
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--model-path", required=True)
+    ap.add_argument("--data", required=True)
+    ap.add_argument("--positions", type=int, default=1024)
+    ap.add_argument("--windows", type=int, default=2)
+    ap.add_argument("heads", nargs="+", help="head directories (name = the folder's name)")
+    a = ap.parse_args(argv)
+    tgt = Target(a.model_path, "cpu", torch.float32)
+    data = load_data(a.data)
+    heads = {
+        os.path.basename(p.rstrip("/")): load_head(p, tgt.spec, tgt, torch.float32, "cpu", a.positions) for p in a.heads
+    }
+    first = next(iter(heads))
+    for name in ("train", "held"):
+        s = torch.as_tensor(data[name][: a.windows, : a.positions])
+        r = rates(score(tgt, heads, s))
+        cells = ", ".join(
+            f"{h} {100 * sum(v['acceptance'] * v['positions'] for v in r[h].values()) / sum(v['positions'] for v in r[h].values()):.1f}%"
+            for h in heads
+        )
+        print(f"{name} windows: evaluation path {cells}", flush=True)
+        if getattr(heads[first], "attends", False):
+            print(f"{name} windows: training path {first} {100 * training_path(tgt, heads[first], s):.1f}%", flush=True)
+    return 0
 
 
 if __name__ == "__main__":
-    main(sys.argv[1], sys.argv[2], sys.argv[3], int(sys.argv[4]))
+    sys.exit(main())
