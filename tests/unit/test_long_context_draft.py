@@ -65,6 +65,16 @@ def test_training_runs_end_to_end(target_dir, data_file, tmp_path, kind):
     assert gen["T=0"]["target_vs_text"]["0-1K"]["acceptance"] == 1.0  # greedy text is the target's own top-1
 
 
+def test_eval_gen_zero_is_teacher_forced_only(target_dir, data_file, tmp_path):
+    tl = load_script("long_context_draft/train_long.py")
+    out = str(tmp_path / "h")
+    args = f"train --model-path {target_dir} --data {data_file} --out {out} --head attn --device cpu --n-train 4"
+    args += " --n-gen 0 --steps 2 --seqs 1 --picks 32 --mlp-hidden 16 --eval-gen 0"
+    assert tl.main(args.split()) == 0  # transformers' generate refuses 0 new tokens: no generation is asked
+    res = json.load(open(os.path.join(out, "accept.json")))["results"]
+    assert set(res["teacher_forced"]) == {"held", "text:x"} and res["generation"] == {}
+
+
 def test_validation_keeps_the_best_checks_weights(target_dir, data_file, tmp_path):
     tl = load_script("long_context_draft/train_long.py")
     out = str(tmp_path / "h")
