@@ -234,11 +234,7 @@ def _validation(target: Target, a, attn: AttnShape, log):
     the weights giving the head's acceptance (top-1 = the target's) at ``--val-picks`` fixed entries, or None."""
     if not a.val_windows:
         return None
-    pool = a.train_pool
-    if pool.shape[0] < a.n_train + a.val_windows:
-        raise SystemExit(
-            f"--val-windows {a.val_windows}: the data holds {pool.shape[0]} training windows, --n-train uses {a.n_train}"
-        )
+    pool = a.train_pool  # enough windows: checked by cmd_train
     seqs = torch.as_tensor(pool[a.n_train : a.n_train + a.val_windows, : a.seq_len], device=target.device)
     aux, hn = target.features(seqs)
     B, T = seqs.shape
@@ -283,9 +279,19 @@ def cmd_train(a) -> int:
     dev = torch.device(a.device)
     dt = torch.bfloat16 if dev.type == "cuda" else torch.float32
     torch.manual_seed(a.seed)
-    target = Target(a.model_path, dev, dt)
-    data = load_data(a.data)
+    data = load_data(a.data)  # checked before the target loads (a GGUF takes a while)
     a.train_pool = data["train"]
+    if not 1 <= a.n_train <= len(a.train_pool) or not 0 <= a.n_gen <= a.n_train:
+        raise SystemExit(
+            f"--n-train {a.n_train} / --n-gen {a.n_gen}: {a.data} holds {len(a.train_pool)} training windows "
+            "(need 1 <= n-train <= that, 0 <= n-gen <= n-train)"
+        )
+    if a.val_windows and len(a.train_pool) < a.n_train + a.val_windows:
+        raise SystemExit(
+            f"--val-windows {a.val_windows}: {a.data} holds {len(a.train_pool)} training windows, --n-train uses "
+            f"{a.n_train}"
+        )
+    target = Target(a.model_path, dev, dt)
     a.seq_len = min(a.seq_len or data["train"].shape[1], data["train"].shape[1], target.max_positions)
     log(
         f"target {os.path.basename(a.model_path)}: {target.n_layers} layers, hidden {target.spec.hidden}, vocab "

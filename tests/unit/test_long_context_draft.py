@@ -82,6 +82,8 @@ def test_validation_keeps_the_best_checks_weights(target_dir, data_file, tmp_pat
     base += " --steps 5 --seqs 1 --picks 32 --mlp-hidden 16 --eval-gen -1 --val-every 2 --val-picks 40"
     with pytest.raises(SystemExit, match="holds 4 training windows"):
         tl.main((base + " --n-train 4 --val-windows 1").split())
+    with pytest.raises(SystemExit, match="holds 4 training windows"):  # not silently the 4 there are
+        tl.main((base + " --n-train 5").split())
     g = tl.train.__globals__
     keep, seen = g["_keep_best"], {}
 
