@@ -125,14 +125,16 @@ def test_mxfp4_experts_size_gpt_oss_as_published_and_leave_others_alone():
 
 
 def test_gemma3_270m_preset_matches_the_real_model():
-    """The preset against the GGUF's own metadata (``$OASIS_GEMMA3_GGUF``: the file ``assemble`` writes; skipped
-    without it) and the layer pattern against transformers' Gemma 3 config (the GGUF stores the window, not which
-    layers are full: llama.cpp and transformers both take every sixth)."""
-    import os
+    """The preset against the GGUF's own metadata (``oasis_exec.model.gemma3_path()``: ``$OASIS_GEMMA3_GGUF``, or
+    the file the PyPI packages assemble, as CI installs them; skipped without either) and the layer pattern against
+    transformers' Gemma 3 config (the GGUF stores the window, not which layers are full: llama.cpp and transformers
+    both take every sixth)."""
+    from oasis_exec.model.gemma3_files import gemma3_path
 
-    path = os.environ.get("OASIS_GEMMA3_GGUF")
-    if not path or not os.path.exists(path):
-        pytest.skip("set OASIS_GEMMA3_GGUF to the Gemma 3 270M GGUF")
+    try:
+        path = gemma3_path()
+    except FileNotFoundError as e:
+        pytest.skip(str(e))
     gguf = pytest.importorskip("gguf")
     transformers = pytest.importorskip("transformers")
     fields = gguf.GGUFReader(path).fields
