@@ -77,8 +77,13 @@ def read_fraction(name: str) -> float:
     return 1.0 if name == TOKENS else get_scorer(name).vectors_read / 2
 
 
+def split_sink(name: str) -> tuple[str, bool]:
+    """``"minmax_sum+sink"`` -> ``("minmax_sum", True)``; a name without the suffix -> ``(name, False)``."""
+    return (name[: -len("+sink")], True) if name.endswith("+sink") else (name, False)
+
+
 def get_scorer(name: str) -> ScorerInfo:
-    base, sink = (name[: -len("+sink")], True) if name.endswith("+sink") else (name, False)
+    base, sink = split_sink(name)
     if base not in INFO:
         raise ValueError(f"block_score: unknown scorer {name!r}; choose from {', '.join(SCORERS)}")
     info = INFO[base]

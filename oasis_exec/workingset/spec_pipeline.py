@@ -37,6 +37,7 @@ from __future__ import annotations
 import numpy as np
 import torch
 
+from oasis_core.block_scorers import split_sink
 from oasis_core.spec_predict import (
     choose_query,
     fills,
@@ -200,9 +201,9 @@ class SpecPipeline:
                 two = torch.full((B,), 2, dtype=torch.int32, device=q.device)  # block 0 of the view eligible
                 # the view's block 0 is block b_new, so a +sink scorer's sink rule (block 0 always first) must not
                 # reach it: the base scorer's value, +inf only where the filled block is the context's block 0
-                base = me.cfg.block_score.removesuffix("+sink")
+                base, sink = split_sink(me.cfg.block_score)
                 new_val = ops.block_score(qt, lo, hi, two, ar.to(torch.int32), base).reshape(R, -1)[:, 0]
-                if base != me.cfg.block_score:
+                if sink:
                     new_val = torch.where(b_new_r == 0, torch.full_like(new_val, float("inf")), new_val)
                 p_true, _ = merge_block(ids[pick], vals[pick], b_new_r, new_val, fill_r)
             if recorded is not None:
