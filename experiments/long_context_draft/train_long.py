@@ -184,8 +184,6 @@ def train(target: Target, seqs, a, log) -> tuple[dict, AttnShape]:
     lm = target.lm_head.detach()
     N, T, _ = aux.shape
     gen = torch.Generator().manual_seed(a.seed)
-    cuda = dev.type == "cuda"
-    amp = torch.autocast("cuda", dtype=torch.bfloat16) if cuda else torch.autocast("cpu", enabled=False)
     t0, done = time.time(), 0
     for i in range(a.steps):
         # progress: steps or seconds, whichever binds first, so that the cosine decay ends either way
@@ -202,9 +200,7 @@ def train(target: Target, seqs, a, log) -> tuple[dict, AttnShape]:
         b, p = pick // (T - 1), pick % (T - 1)
         with torch.no_grad():
             tgt_p = torch.softmax(target.logits(hn[rows[b], p + 1]), -1)
-        with amp:
-            ww = w if cuda else {k: v.to(aux.dtype) for k, v in w.items()}
-            lg = train_logits(ww, a.head, attn, spec, x.to(torch.bfloat16 if cuda else aux.dtype), emb, pick, lm)
+        lg = head_logits(w, a.head, attn, spec, x, emb, pick, lm)
         loss = -(tgt_p * torch.log_softmax(lg.float(), -1)).sum(-1).mean()
         opt.zero_grad(set_to_none=True)
         loss.backward()
@@ -212,7 +208,7 @@ def train(target: Target, seqs, a, log) -> tuple[dict, AttnShape]:
         opt.step()
         done = i + 1
         if val is not None and (done % a.val_every == 0 or done == a.steps):
-            best = _keep_best(best, val(w, amp), done, w, log)
+            best = _keep_best(best, val(w), done, w, log)
         if i % max(1, a.steps // 20) == 0 or i == a.steps - 1:
             acc = (lg.argmax(-1) == tgt_p.argmax(-1)).float().mean().item()
             log(
@@ -222,11 +218,20 @@ def train(target: Target, seqs, a, log) -> tuple[dict, AttnShape]:
     a.steps_done = done
     if val is not None:
         if done % a.val_every != 0 and done != a.steps:  # stopped by --max-seconds between two checks
-            best = _keep_best(best, val(w, amp), done, w, log)
+            best = _keep_best(best, val(w), done, w, log)
         a.val_best_step, a.val_best_acceptance = best[1], round(best[0], 4)
         log(f"kept the weights of step {best[1]} (validation acceptance {best[0]:.3f})")
         return best[2], attn
     return {k: v.detach() for k, v in w.items()}, attn
+
+
+def head_logits(w: dict, kind: str, attn: AttnShape, spec, x, emb, pick, lm):
+    """``train_logits`` at the run's precision: on CUDA the float32 weights under bf16 autocast with bf16 features,
+    on the CPU the weights cast to the features' dtype (training and validation share it)."""
+    if x.device.type == "cuda":
+        with torch.autocast("cuda", dtype=torch.bfloat16):
+            return train_logits(w, kind, attn, spec, x.to(torch.bfloat16), emb, pick, lm)
+    return train_logits({k: v.to(x.dtype) for k, v in w.items()}, kind, attn, spec, x, emb, pick, lm)
 
 
 def _validation(target: Target, a, attn: AttnShape, log):
@@ -243,13 +248,11 @@ def _validation(target: Target, a, attn: AttnShape, log):
     want = target.logits(hn[pick // (T - 1), pick % (T - 1) + 1]).argmax(-1)
     emb = target.embed[seqs[:, 1:]]
     lm = target.lm_head.detach()
-    cuda = target.device.type == "cuda"
     log(f"validation: {B} windows after the {a.n_train} trained, {len(pick)} entries")
 
-    def acceptance(w, amp) -> float:
-        with torch.no_grad(), amp:
-            ww = w if cuda else {k: v.to(aux.dtype) for k, v in w.items()}
-            lg = train_logits(ww, a.head, attn, target.spec, aux[:, : T - 1], emb, pick, lm)
+    def acceptance(w) -> float:
+        with torch.no_grad():
+            lg = head_logits(w, a.head, attn, target.spec, aux[:, : T - 1], emb, pick, lm)
         return (lg.argmax(-1) == want).float().mean().item()
 
     return acceptance

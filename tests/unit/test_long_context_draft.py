@@ -75,7 +75,7 @@ def test_eval_gen_zero_is_teacher_forced_only(target_dir, data_file, tmp_path):
     assert set(res["teacher_forced"]) == {"held", "text:x"} and res["generation"] == {}
 
 
-def test_validation_keeps_the_best_checks_weights(target_dir, data_file, tmp_path):
+def test_validation_keeps_the_best_checks_weights(target_dir, data_file, tmp_path, monkeypatch):
     tl = load_script("long_context_draft/train_long.py")
     out = str(tmp_path / "h")
     base = f"train --model-path {target_dir} --data {data_file} --out {out} --head attn --device cpu --n-gen 0"
@@ -84,18 +84,14 @@ def test_validation_keeps_the_best_checks_weights(target_dir, data_file, tmp_pat
         tl.main((base + " --n-train 4 --val-windows 1").split())
     with pytest.raises(SystemExit, match="holds 4 training windows"):  # not silently the 4 there are
         tl.main((base + " --n-train 5").split())
-    g = tl.train.__globals__
-    keep, seen = g["_keep_best"], {}
+    keep, seen = tl._keep_best, {}
 
     def spy(best, acc, step, w, log):  # every check's acceptance and weights
         seen[step] = (acc, {k: v.detach().to(torch.bfloat16).clone() for k, v in w.items()})
         return keep(best, acc, step, w, log)
 
-    g["_keep_best"] = spy
-    try:
-        assert tl.main((base + " --n-train 3 --val-windows 1").split()) == 0
-    finally:
-        g["_keep_best"] = keep
+    monkeypatch.setattr(tl, "_keep_best", spy)
+    assert tl.main((base + " --n-train 3 --val-windows 1").split()) == 0
     assert sorted(seen) == [2, 4, 5]  # every 2 steps and the last
     best_step = max(seen, key=lambda k: (seen[k][0], -k))  # the first check of the highest acceptance
     cfg = json.load(open(os.path.join(out, "config.json")))["provenance"]
