@@ -14,7 +14,8 @@ from oasis_core.synthetic_presets import PRESETS, resolve
 from oasis_exec.model.decoder import Decoder
 from oasis_exec.tools.quality import metrics
 from oasis_exec.tools.quality.draft_pass import DraftPass, dense_mask, resident_mask
-from oasis_exec.tools.quality.prompt_lookup import PromptLookup, propose_at
+from oasis_exec.tools.quality.drafts import combine_ngram
+from oasis_exec.tools.quality.prompt_lookup import PromptLookup, match_lengths_at, propose_at
 from oasis_exec.tools.quality.selection import Setup, _topk, dense_trace, measure_tokens
 from oasis_exec.tools.quality.texts import TEXTS, load_text, token_ids
 
@@ -222,6 +223,17 @@ def test_prompt_lookup_toy_sequence():
     pl = PromptLookup(max_n=2, fallback=0).extend([1, 2, 3])
     assert pl.propose() == 0 and pl.match() is None
     assert pl.extend([1, 2]).match() == (2, 2) and pl.propose() == 3
+
+
+def test_ngram_attn_takes_the_ngram_guess_only_where_two_or_more_tokens_match():
+    s = [5, 6, 7, 8, 5, 6, 9, 5, 6]
+    assert match_lengths_at(s, range(len(s))) == [0, 0, 0, 0, 1, 2, 0, 1, 2]
+    assert match_lengths_at(s, [8, 4]) == [2, 1]  # any order, as propose_at
+    ts = torch.arange(len(s))
+    got = combine_ngram(s, ts, torch.tensor(propose_at(s, range(len(s)))), torch.full((len(s),), -1))
+    assert got.tolist() == [-1, -1, -1, -1, -1, 7, -1, -1, 9]
+    assert combine_ngram(s, ts, torch.zeros(9, dtype=torch.long), torch.ones(9, dtype=torch.long), 1).tolist() == [
+        1, 1, 1, 1, 0, 0, 1, 0, 0]
 
 
 # -- the fit and presets -------------------------------------------------------------------------------------------

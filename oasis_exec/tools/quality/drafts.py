@@ -10,16 +10,28 @@ measured decode positions ``t``.
 - ``random``: a uniform random token id (seeded): the lower bound.
 - ``eagle3_attn``: the full EAGLE-3 layer over its own K/V of every earlier position (``oasis_exec.model.draft_attn``);
   drawn by ``quality/generation.attn_draft_tokens`` (it needs every position's features), not here.
+- ``ngram_attn``: the two together, as an engine could run them: the n-gram guess where the context's last
+  ``NGRAM_MIN_MATCH`` or more tokens occurred before (``prompt_lookup.match_lengths_at``), else ``eagle3_attn``'s
+  (``combine_ngram``). Prompt lookup gains with context (more text to match), the head does not.
 """
 
 from __future__ import annotations
 
 import torch
 
-from oasis_exec.tools.quality.prompt_lookup import propose_at
+from oasis_exec.tools.quality.prompt_lookup import match_lengths_at, propose_at
 
 DRAFTS = ("eagle3", "ngram", "oracle", "random")  # the default set
-ALL_DRAFTS = DRAFTS + ("eagle3_attn",)  # eagle3_attn: the full EAGLE-3 layer (quality/generation.py)
+# eagle3_attn: the full EAGLE-3 layer (quality/generation.py); ngram_attn: n-gram where it matches, else eagle3_attn
+ALL_DRAFTS = DRAFTS + ("eagle3_attn", "ngram_attn")
+NGRAM_MIN_MATCH = 2  # a one-token match (any token seen before) is weak evidence at long context
+
+
+def combine_ngram(tokens, positions, ngram, fallback, min_match: int = NGRAM_MIN_MATCH):
+    """``ngram_attn``: ids [P], the n-gram draft ``ngram`` [P] where the suffix match at each position is at least
+    ``min_match`` tokens long, else ``fallback`` [P]."""
+    n = torch.tensor(match_lengths_at(torch.as_tensor(tokens).tolist(), torch.as_tensor(positions).tolist()))
+    return torch.where(n >= min_match, torch.as_tensor(ngram), torch.as_tensor(fallback))
 
 
 def draft_tokens(name: str, tokens, positions, *, greedy=None, aux=None, head=None, vocab: int = 0, seed: int = 0):

@@ -62,3 +62,16 @@ def propose_at(
         pl.extend(tokens[len(pl.tokens) : t + 1])
         out[t] = pl.propose()
     return [out[t] for t in positions]
+
+
+def match_lengths_at(tokens: Sequence[int], positions: Iterable[int], max_n: int = 3) -> list[int]:
+    """For each position ``t``, the length of the longest suffix of ``tokens[: t + 1]`` (at most ``max_n``) that
+    occurred earlier, 0 when none did: how much evidence ``propose_at``'s guess has."""
+    positions = list(positions)
+    out = {}
+    pl = PromptLookup(max_n, 1)
+    for t in sorted(set(positions)):
+        pl.extend(tokens[len(pl.tokens) : t + 1])
+        m = pl.match()
+        out[t] = m[0] if m is not None else 0
+    return [out[t] for t in positions]

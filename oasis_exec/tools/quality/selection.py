@@ -67,7 +67,7 @@ from oasis_core.scoring import build_summaries, num_blocks, score_blocks, topk_b
 from ...model.gguf import sha256_file
 from . import metrics
 from .draft_pass import DraftPass, dense_mask, resident_mask
-from .drafts import ALL_DRAFTS, DRAFTS, draft_tokens
+from .drafts import ALL_DRAFTS, DRAFTS, combine_ngram, draft_tokens
 from .generation import GENERATE
 from .scorer_stats import SCORER_STATS, LayerScorers
 from .texts import TEXTS
@@ -263,7 +263,8 @@ def measure_tokens(dec, tokens, setup: Setup, head=None, progress=None, attn_hea
     tokens_t = torch.as_tensor(tokens)
     from oasis_exec.model.draft import aux_layers
 
-    trace = dense_trace(dec, tokens_t, ts, aux_layers(dec.shape.n_layers), "eagle3_attn" in setup.drafts)
+    attn = "eagle3_attn" in setup.drafts or "ngram_attn" in setup.drafts
+    trace = dense_trace(dec, tokens_t, ts, aux_layers(dec.shape.n_layers), attn)
     truth = tokens_t[ts + 1]
     from .generation import attn_draft_tokens
 
@@ -278,11 +279,13 @@ def measure_tokens(dec, tokens, setup: Setup, head=None, progress=None, attn_hea
             vocab=dec.shape.vocab,
             seed=setup.seed + 7919 * n,
         )
-        for d in setup.drafts
-        if d != "eagle3_attn"
+        for d in dict.fromkeys([*setup.drafts, *(["ngram"] if "ngram_attn" in setup.drafts else [])])
+        if d not in ("eagle3_attn", "ngram_attn")
     }
-    if "eagle3_attn" in setup.drafts:
+    if attn:
         dtok["eagle3_attn"] = attn_draft_tokens(attn_head, dec, trace.extra["aux_all"], tokens_t, ts)
+    if "ngram_attn" in setup.drafts:
+        dtok["ngram_attn"] = combine_ngram(tokens_t, ts, dtok["ngram"], dtok["eagle3_attn"])
     if setup.oracle_next:  # generation: the token the target then produced
         dtok["oracle"] = truth.clone()
     dtok = {d: dtok[d] for d in setup.drafts}
@@ -889,7 +892,7 @@ def run(args) -> int:
     path, dec, tok = _load(args)
     head, head_info = _head(args, dec) if "eagle3" in args.drafts else (None, None)
     attn_head, attn_info = (None, None)
-    if "eagle3_attn" in args.drafts:
+    if "eagle3_attn" in args.drafts or "ngram_attn" in args.drafts:
         from .generation import build_attn_head
 
         attn_head, attn_info = build_attn_head(args, dec)
