@@ -546,7 +546,7 @@ def table(doc: dict) -> str:
     drafts = doc["setup"]["drafts"]
     head = (
         f"{'N':>5} {'text':<11} {'tok':>5} {'K':>4} | {'proxy':>5} {'adj':>5} {'recl':>5} {'mass':>5} "
-        f"{'heads':>5} {'new':>5} | " + " ".join(f"{d[:6]:>13}" for d in drafts)
+        f"{'heads':>5} {'new':>5} | " + " ".join(f"{d[:13]:>13}" for d in drafts)
     )
     sub = " " * 52 + "| " + " ".join(f"{'sp/min/dn/tok':>13}" for _ in drafts)
     lines = [
