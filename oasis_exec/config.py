@@ -70,6 +70,11 @@ class ExecConfig(SpeculationFields, BenchFields, TransferFields, KVFields, RunFi
         "its own K/V of every earlier position (oasis_exec.model.draft_attn; no speculative chains)",
         ("single", "attn"),
     )
+    draft_ngram: int = _f(
+        0,
+        "prompt lookup beside the draft head: where a lane's last N or more tokens occurred earlier in its context, "
+        "the token that followed them there is the draft (runner/ngram_drafts.py); 0: the head alone",
+    )
     token_basis: str | None = _f(
         None,
         "block_score=tokens: the channels each full layer keeps, a .npz of experiments/block_scorers/fit_basis.py "
@@ -286,6 +291,9 @@ class ExecConfig(SpeculationFields, BenchFields, TransferFields, KVFields, RunFi
             bad("link_gb_s", "must be > 0")
         if self.max_context < self.block_size:
             bad("max_context", "must hold at least one block")
+        dn = self.draft_ngram
+        if isinstance(dn, bool) or not isinstance(dn, int) or dn < 0:
+            bad("draft_ngram", f"must be an integer >= 0 (0: off), got {show(dn)}")
         if self.draft_head == "attn" and self.spec_max_k:
             bad("draft_head", "attn drafts no speculative chains (speculative_k must be 0)")
         if self.synthetic is not None:

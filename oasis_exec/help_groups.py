@@ -23,7 +23,16 @@ ENGINE_GROUPS = (
     ),
     (
         "selection and draft",
-        ("selection", "replay_path", "replay_ids", "record_path", "draft_path", "draft_vocab", "draft_head"),
+        (
+            "selection",
+            "replay_path",
+            "replay_ids",
+            "record_path",
+            "draft_path",
+            "draft_vocab",
+            "draft_head",
+            "draft_ngram",
+        ),
     ),
     ("synthetic selection", ("synthetic", "synthetic_ahead", "synthetic_topk", "synthetic_accept")),
     ("host memory", ("host_kv_gb", "host_requests", "max_lanes", "host_kv_dtype")),

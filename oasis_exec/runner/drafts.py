@@ -11,11 +11,15 @@ from __future__ import annotations
 
 import torch
 
+from .ngram_drafts import NgramDrafts
+
 
 class Drafts:
-    def __init__(self, head, *, max_lanes: int, hidden: int, speculative: bool, dtype, device):
+    def __init__(self, head, *, max_lanes: int, hidden: int, speculative: bool, dtype, device, ngram: int = 0):
         self.head = head  # the draft head (None: the mode does not draft); the quality harness may replace it
         self.device = device
+        # prompt lookup beside the head (ExecConfig.draft_ngram; runner/ngram_drafts.py), None when off
+        self.ngram = NgramDrafts(ngram, self, device) if ngram else None
         self.tok = torch.zeros(max_lanes, dtype=torch.int64, device=device)
         self.h = torch.zeros(max_lanes, hidden, dtype=dtype, device=device) if speculative else None
         self.attends = getattr(head, "attends", False)  # an attending head: K/V of every position
@@ -55,6 +59,11 @@ class Drafts:
             self.tok[idx], self.h[idx] = d, h.to(self.h.dtype)
         else:
             self.tok[idx] = self.head.propose(aux, tok)
+
+    def emitted(self, items, out: dict) -> None:
+        """After a decode call: the tokens it emitted (``out``: req_id -> an int or a list), for prompt lookup."""
+        if self.ngram is not None:
+            self.ngram.emitted(items, out)
 
     def chain(self, lanes, toks, pos, k: int):
         """The ``k`` drafts [B, k] of a speculative step at positions ``pos + 1 .. pos + k`` (``toks`` [B] at

@@ -6,6 +6,7 @@ import dataclasses
 import pytest
 import torch
 
+from oasis_core.prompt_lookup import PromptLookup, match_lengths_at, propose_at
 from oasis_core.scoring import build_summaries, num_blocks, topk_blocks
 from oasis_core.specs import ModelSpec
 from oasis_core.synthetic import SyntheticParams, SyntheticSelection, measure
@@ -15,7 +16,6 @@ from oasis_exec.model.decoder import Decoder
 from oasis_exec.tools.quality import metrics
 from oasis_exec.tools.quality.draft_pass import DraftPass, dense_mask, resident_mask
 from oasis_exec.tools.quality.drafts import combine_ngram
-from oasis_exec.tools.quality.prompt_lookup import PromptLookup, match_lengths_at, propose_at
 from oasis_exec.tools.quality.selection import Setup, _topk, dense_trace, measure_tokens
 from oasis_exec.tools.quality.texts import TEXTS, load_text, token_ids
 
@@ -233,7 +233,16 @@ def test_ngram_attn_takes_the_ngram_guess_only_where_two_or_more_tokens_match():
     got = combine_ngram(s, ts, torch.tensor(propose_at(s, range(len(s)))), torch.full((len(s),), -1))
     assert got.tolist() == [-1, -1, -1, -1, -1, 7, -1, -1, 9]
     assert combine_ngram(s, ts, torch.zeros(9, dtype=torch.long), torch.ones(9, dtype=torch.long), 1).tolist() == [
-        1, 1, 1, 1, 0, 0, 1, 0, 0]
+        1,
+        1,
+        1,
+        1,
+        0,
+        0,
+        1,
+        0,
+        0,
+    ]
 
 
 # -- the fit and presets -------------------------------------------------------------------------------------------

@@ -6,7 +6,8 @@
 # by the project's tokenizer from the GGUF metadata (oasis_exec.server.tokenizer), not transformers'.
 #   MODEL_DIR=/tmp/mg OASIS_COMMIT=<sha> [N=32768|16384] [K=256] [FETCH=0.05] [HEAD_ATTN=dir] \
 #     bash experiments/device.sh long_context_draft/tasks_gemma
-# Drafts: the trained attention head (HEAD_ATTN, default heads/gemma-attn-32k, --draft-head attn) and the oracle
+# Drafts: the trained attention head (HEAD_ATTN, default heads/gemma-attn-32k, --draft-head attn), the same with the
+# engine's prompt lookup beside it (head_ngram: --draft-ngram 2) and the oracle
 # (dense's own next token: the bound any draft can reach); without a trained head, oracle and n-gram only (the
 # output says so). One call a length (32K first: the issue's goal row). -> $OUT/tasks_gemma_<N>.json/.txt. ~8 min.
 MODEL_SHA256=a5fd3b62230aa5ec60212297dc9d20eaa70578ac519e00d93a17e44c087a6818  # Gemma 3 270M Q4_K_M
@@ -14,7 +15,7 @@ need_model || exit 1
 D=experiments/long_context_draft
 N=${N:-32768}
 HA=${HEAD_ATTN:-$D/heads/gemma-attn-32k}
-if [ -d "$HA" ]; then DR=(--drafts head oracle --draft-path "$HA" --draft-head attn)
+if [ -d "$HA" ]; then DR=(--drafts head head_ngram oracle --draft-path "$HA" --draft-head attn)
 else say "no attention head at $HA: lookahead with the oracle and n-gram drafts only"; DR=(--drafts oracle ngram); fi
 timeout -k 10 "${TASKS_S:-570}" $PY -m oasis_exec quality tasks --model-path "$M" \
   --tasks-file $D/tasks/gemma_16k_32k.json --lengths "$N" --modes dense lookahead proxy retrieval \

@@ -7,14 +7,15 @@
 #   OASIS_COMMIT=<sha> [K=256] [FETCH=0.05] [HEAD=attn|single] [HEAD_ATTN=dir] \
 #     bash experiments/device.sh long_context_draft/tasks_smollm2
 # Drafts: HEAD=attn (default; the trained attention head, heads/smollm2-attn-8k, when committed) or single (today's
-# head, experiments/trained_draft_head/smollm2-eagle3), and the oracle. -> $OUT/tasks_smollm2_8192.json/.txt. ~6 min.
+# head, experiments/trained_draft_head/smollm2-eagle3), the same with prompt lookup beside it (head_ngram), and the
+# oracle. -> $OUT/tasks_smollm2_8192.json/.txt. ~6 min.
 need_model || exit 1
 D=experiments/long_context_draft
 HA=${HEAD_ATTN:-$D/heads/smollm2-attn-8k}
-if [ "${HEAD:-attn}" = attn ] && [ -d "$HA" ]; then DR=(--drafts head oracle --draft-path "$HA" --draft-head attn)
+if [ "${HEAD:-attn}" = attn ] && [ -d "$HA" ]; then DR=(--drafts head head_ngram oracle --draft-path "$HA" --draft-head attn)
 else
   [ "${HEAD:-attn}" = attn ] && say "no attention head at $HA: today's single-key head instead"
-  DR=(--drafts head oracle --draft-path experiments/trained_draft_head/smollm2-eagle3 --draft-head single)
+  DR=(--drafts head head_ngram oracle --draft-path experiments/trained_draft_head/smollm2-eagle3 --draft-head single)
 fi
 timeout -k 10 "${TASKS_S:-570}" $PY -m oasis_exec quality tasks --model-path "$M" \
   --tasks-file $D/tasks/smollm2_8k.json --lengths 8192 --modes dense lookahead proxy retrieval \

@@ -4,7 +4,7 @@ measured decode positions ``t``.
 - ``eagle3``: the EAGLE-3-style head (``oasis_exec.model.draft.DraftHead``; trained weights from a directory, or random
   weights when none is given: the results then say so). At the end of step t-1 the head reads the target's
   residuals after ``aux_layers`` at position t-1 (the position that produced ``x_t``) and ``x_t``'s embedding.
-- ``ngram``: prompt lookup over ``x_0 .. x_t`` (``oasis_exec.tools.quality.prompt_lookup``; n = 3..1, fallback: repeat ``x_t``).
+- ``ngram``: prompt lookup over ``x_0 .. x_t`` (``oasis_core.prompt_lookup``; n = 3..1, fallback: repeat ``x_t``).
 - ``oracle``: the target's own greedy token at position t (argmax of its logits there): an upper bound, since the
   engine must choose the draft before step t's forward.
 - ``random``: a uniform random token id (seeded): the lower bound.
@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import torch
 
-from oasis_exec.tools.quality.prompt_lookup import match_lengths_at, propose_at
+from oasis_core.prompt_lookup import match_lengths_at, propose_at
 
 DRAFTS = ("eagle3", "ngram", "oracle", "random")  # the default set
 # eagle3_attn: the full EAGLE-3 layer (quality/generation.py); ngram_attn: n-gram where it matches, else eagle3_attn

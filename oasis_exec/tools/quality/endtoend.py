@@ -37,7 +37,7 @@ with ``K = k_frac * N / block_size`` (``--k-fracs``, or an absolute ``--top-k``)
 The draft for ``lookahead`` (``--drafts``): ``head`` = the EAGLE-3-style head (``--draft-path``; without it the
 head has *random* weights and the results say so), ``oracle`` = the true next token (the text's own for
 teacher-forced requests, dense's greedy token for the others: an upper bound on any draft), ``ngram`` = prompt
-lookup (``oasis_exec.tools.quality.prompt_lookup``) over the request's tokens.
+lookup (``oasis_core.prompt_lookup``) over the request's tokens.
 
 Order: ``dense`` of every group first (the references), then the variants by priority (``variants``: fetch 0.05,
 then the policies, then quest / retrieval, then the other ratios), each over every group; with ``--time-budget-s``
@@ -519,7 +519,7 @@ def _chooser(kind, eng, rid_task, forced, refs):
             return int(seq[k + 1]) if seq is not None and k + 1 < len(seq) else tok
 
         return oracle
-    from oasis_exec.tools.quality.prompt_lookup import PromptLookup
+    from oasis_core.prompt_lookup import PromptLookup
 
     tables = {}
 
@@ -1136,7 +1136,7 @@ def run(args) -> int:
             "drafts": args.drafts,
             "head": head,
             "oracle": "the true next token (text for teacher-forced requests, dense greedy otherwise)",
-            "ngram": "prompt lookup, n = 3..1 (oasis_exec.tools.quality.prompt_lookup)",
+            "ngram": "prompt lookup, n = 3..1 (oasis_core.prompt_lookup)",
         },
         "selection": "model",
         "device": dev_name,

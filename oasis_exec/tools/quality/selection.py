@@ -473,7 +473,6 @@ MEASURED_SOURCES = (
     "oasis_exec/tools/quality/draft_pass.py",
     "oasis_exec/tools/quality/metrics.py",
     "oasis_exec/tools/quality/texts.py",
-    "oasis_exec/tools/quality/prompt_lookup.py",
     "oasis_exec/model/decoder.py",
     "oasis_exec/model/gguf.py",
     "oasis_exec/model/draft.py",

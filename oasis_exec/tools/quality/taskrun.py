@@ -29,10 +29,12 @@ from oasis_core import provenance
 from oasis_core.modes import get as get_mode
 
 from . import longtasks as LT
+from .drafts import NGRAM_MIN_MATCH
 from .endtoend import Task, Variant, _is_reference, exec_config, run_engine, variants
 
 SCHEMA = "oasiskv-quality-tasks"
 MODES = ("dense", "proxy", "lookahead", "retrieval")
+HEAD_DRAFTS = ("head", "head_ngram")  # drafts the engine's head makes (head_ngram: with prompt lookup beside it)
 
 
 def to_engine_tasks(tasks, filler) -> list:
@@ -48,10 +50,14 @@ def run_variant(dec, v: Variant, n: int, tasks, filler, *, max_lanes: int, refs:
         ts = to_engine_tasks(tasks[i : i + max_lanes], filler)
         cfg = exec_config(v, n, ts, shape=dec.shape, **cfg_kw["base"])
         drafts = get_mode(v.mode).drafts
-        if drafts and v.draft != "head":  # oracle / n-gram stand in for a single-key head's proposals
+        if drafts and v.draft not in HEAD_DRAFTS:  # oracle / n-gram stand in for a single-key head's proposals
             cfg = dataclasses.replace(cfg, draft_path=None, draft_head="single")
-        elif drafts and cfg_kw.get("draft_head"):
-            cfg = dataclasses.replace(cfg, draft_head=cfg_kw["draft_head"])
+        elif drafts:  # head_ngram: the engine's prompt lookup beside the head (ExecConfig.draft_ngram)
+            cfg = dataclasses.replace(
+                cfg,
+                draft_head=cfg_kw.get("draft_head") or cfg.draft_head,
+                draft_ngram=NGRAM_MIN_MATCH if v.draft == "head_ngram" else 0,
+            )
         raw = run_engine(dec, cfg, ts, v.draft, refs)
         for name, r in raw["tasks"].items():
             outs[name] = r["tokens_out"]
@@ -156,7 +162,13 @@ def add_command(sub) -> None:
     p.add_argument("--top-k", type=int, default=None, help="K in blocks (else --k-fracs of each length's blocks)")
     p.add_argument("--k-fracs", nargs="+", type=float, default=[0.125])
     p.add_argument("--fetch-ratios", nargs="+", type=float, default=[0.05])
-    p.add_argument("--drafts", nargs="+", default=["head"], choices=("head", "oracle", "ngram"))
+    p.add_argument(
+        "--drafts",
+        nargs="+",
+        default=["head"],
+        choices=(*HEAD_DRAFTS, "oracle", "ngram"),
+        help=f"head_ngram: the head with the engine's prompt lookup beside it (draft_ngram {NGRAM_MIN_MATCH})",
+    )
     p.add_argument("--draft-path", default=None, help="the draft head directory (default: random weights)")
     p.add_argument("--draft-head", default=None, choices=("single", "attn"), help="ExecConfig.draft_head")
     p.add_argument("--min-dense", type=float, default=0.8, help="count a group only where dense solves this share")
