@@ -13,13 +13,16 @@
 # `... capacity_vllm la256`):
 #   OASIS_COMMIT=<sha> MODEL_SHA256=a5fd3b62230aa5ec60212297dc9d20eaa70578ac519e00d93a17e44c087a6818 \
 #     bash experiments/device.sh gemma3_hybrid/capacity_vllm [vllm] [dense] [la128|la128_s|la128_s_nt|la128_victim] [la256...]
-# First run 2026-12-05 at f174fe6 (results/capacity_vllm_f174fe6/): vllm + dense took 214 s, each lookahead run needs
-# ~200 s (its prefill), so the parts take four calls: `vllm dense la128_s`, `la128_s_nt la128_victim`,
-# `la256_s la256_s_nt`, `la256_victim` (a part is a K, `la128`, or one run of it, `la128_s_nt`). Expected lanes at 32,000 tokens and 3 GB (bf16; lane bytes
+# A part is a K (`la128`) or one run of it (`la128_s_nt`). First run 2026-12-05 at f174fe6
+# (results/capacity_vllm_f174fe6/, 2,048-token chunks): vllm + dense took 214 s and a lookahead run ~200 s. Expected lanes at 32,000 tokens and 3 GB (bf16; lane bytes
 # as kv/layout.py counts them since 55e0f04): dense 28 (106.4 MB: 2,004 blocks of full-layer pages + the rings);
 # lookahead K = 128, S = K: 20.4 MB a lane (3 rows x 130 slots x 16 KiB, 2,004 blocks of summaries x 3 KB, the rings
 # of 513 tokens), 146 lanes, so N = 128 requests run; S = 3K: 33.0 MB, 90 lanes; K = 256: 26.7 MB, 112 lanes;
 # S = 3K: 51.9 MB, 57 lanes. vLLM 0.26 at 3 GB held 16 requests at 3,684 tok/s (H200, 2026-12-04).
+# Measured 2026-12-06 at 450ffe2 (H100, results/capacity_vllm_450ffe2/): the lane counts exactly as above; with
+# PREFILL_CHUNK=8192 (now the default) a lookahead run took 57-101 s, and `VLLM_CONC=16 PER_RUN_S=150 MIN_RUN_S=60
+# DEADLINE_S=585` fit vLLM, dense and five lookahead runs in one call (521 s); `la256_s_nt la256_victim` ran in a
+# second call right after.
 DEADLINE_S=${DEADLINE_S:-590}
 CTX=${CTX:-32000}
 BUDGET=${BUDGET:-3}
@@ -32,19 +35,15 @@ if part vllm; then
 fi
 run() {  # NAME BENCH-ARGS...: one bench record into $OUT/oasis.jsonl
   local name=$1; shift
-  # a run is its real prefill (measured 2026-12-05, f174fe6, at the default 2,048-token chunks: 35K tokens/s, so 128 x
-  # 32,000 tokens took ~120 s) + build + steps: the first try's 150 s cut both la128 runs short; PER_RUN_S=240 gives
-  # each its time or skips it with a line. PREFILL_CHUNK (default 2048, as measured) is a knob to try, not a measured
-  # speed-up: a CPU profile of a Gemma-shaped engine (2026-12-05) counts ~516 aten ops a layer and chunk whatever the
-  # chunk's length, so a host-bound prefill would gain from longer chunks. The sliding rings score a long chunk in
-  # tiles since 9967dbf (n x 2W, not n x (W + n)); a full layer still scores a chunk against its whole context, so on
-  # this compute-bound CPU (8K lookahead bench, 2 requests, 478c4b2) 8192-token chunks prefill in 115 s against 80 s
-  # at 2048 (TPOT and bytes a step equal). Which wins on the H200 is for its prefill_s to say.
-  local t; t=$(min "${PER_RUN_S:-240}" "$(( $(left) - 20 ))")
-  if [ "$t" -lt "${MIN_RUN_S:-200}" ]; then say "no time left for OasisKV $name (run it in another call)"; return; fi
+  # a run is its real prefill + build + steps. Prefill at 2,048-token chunks (2026-12-05, H200): 35K tokens/s, 128 x
+  # 32,000 tokens ~120 s; at 8,192 (2026-12-06, H100, 450ffe2): 59K tokens/s, 48-69 s (a CPU profile counts ~516 aten
+  # ops a layer and chunk whatever its length: a host-bound prefill gains from longer chunks). On the compute-bound
+  # CPU 8,192-token chunks are the slower (8K bench, 478c4b2: 115 s against 80 s), so CPU runs may set 2048.
+  local t; t=$(min "${PER_RUN_S:-150}" "$(( $(left) - 20 ))")
+  if [ "$t" -lt "${MIN_RUN_S:-60}" ]; then say "no time left for OasisKV $name (run it in another call)"; return; fi
   say "OasisKV $name: $*"
   timeout -k 10 "$t" $PY -m oasis_exec bench --model-path "$M" --device cuda --context "$CTX" \
-    --kv-budget-gb "$BUDGET" --prefill-chunk "${PREFILL_CHUNK:-2048}" --concurrency "${N:-128}" --steps "${STEPS:-24}" --warmup 4 --selection model \
+    --kv-budget-gb "$BUDGET" --prefill-chunk "${PREFILL_CHUNK:-8192}" --concurrency "${N:-128}" --steps "${STEPS:-24}" --warmup 4 --selection model \
     --prompt-text traces/texts/argparse.py.txt "$@" --out "$OUT/oasis.jsonl" > "$OUT/bench_$name.log" 2>&1 \
     || say "$name failed: $(tail -2 "$OUT/bench_$name.log" | cut -c1-300)"
 }
