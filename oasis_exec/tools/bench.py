@@ -431,6 +431,8 @@ def measure(
         else "synthesized (random KV)",
         "prefill_s": prefill_s,
         "draft": cfg.draft_path if cfg.mode_spec.drafts or cfg.spec_max_k else None,
+        "draft_head": cfg.draft_head if cfg.mode_spec.drafts or cfg.spec_max_k else None,
+        "draft_ngram": cfg.draft_ngram if cfg.mode_spec.drafts or cfg.spec_max_k else None,
         "host_pool_filled": bool(host_fill and runner.host is not None and prompt_tokens is None),
         "build_s": build_s,
         "device": dev_name,
