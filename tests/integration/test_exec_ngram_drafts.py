@@ -50,6 +50,7 @@ def _checker(min_match, seen):
             before = drafts.tok.clone()
             inner(items)
             for it in items:
+                assert it.lane in ng.lookups  # never out of step (a dropped lookup would stop guessing silently)
                 r = sch.running[it.req_id]
                 ref = PromptLookup(max_n=3, min_n=min_match).extend(list(r.prompt) + list(r.output))
                 assert ref.tokens[-1] == it.token and len(ref.tokens) == it.position + 1
