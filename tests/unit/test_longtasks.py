@@ -160,13 +160,10 @@ def test_only_groups_dense_solves_at_80_percent_count():
     [("head", ("attn", 0, "heads/x")), ("head_ngram", ("attn", 2, "heads/x")), ("oracle", ("single", 0, None))],
 )
 def test_each_draft_builds_its_engine_config(monkeypatch, draft, want):
-    from oasis_exec.config import ExecConfig
-    from oasis_exec.tools.quality.endtoend import Variant
+    from oasis_exec.tools.quality.endtoend import Task, Variant
 
     got = []
-    base = ExecConfig(model="tiny", device="cpu", dtype="float32", mode="lookahead", draft_path="heads/x")
     monkeypatch.setattr(TR, "to_engine_tasks", lambda ts, filler: ts)
-    monkeypatch.setattr(TR, "exec_config", lambda v, n, ts, shape, **kw: base)
 
     def run_engine(dec, cfg, ts, d, refs):
         got.append((cfg.draft_head, cfg.draft_ngram, cfg.draft_path, d))
@@ -174,7 +171,9 @@ def test_each_draft_builds_its_engine_config(monkeypatch, draft, want):
                 "decode_steps": 0, "wall_s": 0.0, "top_k": 4}  # fmt: skip
 
     monkeypatch.setattr(TR, "run_engine", run_engine)
-    dec = type("Dec", (), {"shape": None})()
+    dec = type("Dec", (), {"shape": None})()  # no shape: exec_config sizes no host pool
     v = Variant("lookahead", top_k=4, fetch_ratio=0.05, draft=draft)
-    TR.run_variant(dec, v, 64, ["t"], None, max_lanes=1, refs={}, cfg_kw={"base": {}, "draft_head": "attn"})
+    base = {"model_path": None, "device": "cpu", "dtype": "float32", "draft_path": "heads/x"}
+    tasks = [Task("passkey", "t", [1] * 100, 8)]
+    TR.run_variant(dec, v, 128, tasks, None, max_lanes=1, refs={}, cfg_kw={"base": base, "draft_head": "attn"})
     assert got == [(*want, draft)]

@@ -37,7 +37,8 @@ with ``K = k_frac * N / block_size`` (``--k-fracs``, or an absolute ``--top-k``)
 The draft for ``lookahead`` (``--drafts``): ``head`` = the EAGLE-3-style head (``--draft-path``; without it the
 head has *random* weights and the results say so), ``oracle`` = the true next token (the text's own for
 teacher-forced requests, dense's greedy token for the others: an upper bound on any draft), ``ngram`` = prompt
-lookup (``oasis_core.prompt_lookup``) over the request's tokens.
+lookup (``oasis_core.prompt_lookup``) over the request's tokens, ``head_ngram`` = the head with the engine's prompt
+lookup beside it (``ExecConfig.draft_ngram``: the n-gram's token where 2+ tokens match, else the head's).
 
 Order: ``dense`` of every group first (the references), then the variants by priority (``variants``: fetch 0.05,
 then the policies, then quest / retrieval, then the other ratios), each over every group; with ``--time-budget-s``
@@ -75,12 +76,13 @@ from oasis_core.geometry import HOST_KV_DTYPES
 from oasis_core.modes import get as get_mode
 
 from ...model.gguf import sha256_file
+from .drafts import NGRAM_MIN_MATCH
 from .texts import TEXTS
 
 SCHEMA = "oasiskv-quality-endtoend"
 VERSION = 2
 MODES = ("dense", "quest", "proxy", "retrieval", "lookahead")
-DRAFTS = ("head", "oracle", "ngram")
+DRAFTS = ("head", "head_ngram", "oracle", "ngram")
 FETCH_RATIOS = (0.02, 0.05, 0.10, 1.0)
 K_FRACS = (0.125, 0.25)
 LENGTHS = (2048, 4096, 8192)
@@ -683,6 +685,7 @@ def exec_config(
         host_kv_gb=host,
         seed=seed,
         draft_path=draft_path,
+        draft_ngram=NGRAM_MIN_MATCH if v.draft == "head_ngram" else 0,
         cuda_graph=cuda_graph,
         prefill_chunk=prefill_chunk,
         prefill_interleave=False,
@@ -1137,6 +1140,7 @@ def run(args) -> int:
             "head": head,
             "oracle": "the true next token (text for teacher-forced requests, dense greedy otherwise)",
             "ngram": "prompt lookup, n = 3..1 (oasis_core.prompt_lookup)",
+            "head_ngram": f"the head, with prompt lookup's token where {NGRAM_MIN_MATCH}+ tokens match (draft_ngram)",
         },
         "selection": "model",
         "device": dev_name,

@@ -52,12 +52,8 @@ def run_variant(dec, v: Variant, n: int, tasks, filler, *, max_lanes: int, refs:
         drafts = get_mode(v.mode).drafts
         if drafts and v.draft not in HEAD_DRAFTS:  # oracle / n-gram stand in for a single-key head's proposals
             cfg = dataclasses.replace(cfg, draft_path=None, draft_head="single")
-        elif drafts:  # head_ngram: the engine's prompt lookup beside the head (ExecConfig.draft_ngram)
-            cfg = dataclasses.replace(
-                cfg,
-                draft_head=cfg_kw.get("draft_head") or cfg.draft_head,
-                draft_ngram=NGRAM_MIN_MATCH if v.draft == "head_ngram" else 0,
-            )
+        elif drafts and cfg_kw.get("draft_head"):  # head_ngram's draft_ngram: exec_config
+            cfg = dataclasses.replace(cfg, draft_head=cfg_kw["draft_head"])
         raw = run_engine(dec, cfg, ts, v.draft, refs)
         for name, r in raw["tasks"].items():
             outs[name] = r["tokens_out"]
