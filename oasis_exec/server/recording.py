@@ -48,14 +48,7 @@ def recording_from_serve(
     s = dict(serve)
     device = str(s.get("device") or "unknown")
     hw = hardware_of("recording_from_serve", hardware, device)
-    ended = list(s.get("requests") or ())
-    kept = sorted((q for q in ended if q["output_tokens"] >= 1), key=lambda q: (round(q["arrival_s"], 6), q["id"]))
-    if not kept:
-        raise ValueError("recording_from_serve: requests: no served request produced a token, nothing to record")
-    dropped = {}
-    for q in ended:
-        if q["output_tokens"] < 1:
-            dropped[q["finish_reason"]] = dropped.get(q["finish_reason"], 0) + 1
+    kept, dropped = _kept(s.get("requests") or ())
     requests = tuple(
         TraceRequest(
             id=int(q["id"]),
@@ -65,13 +58,40 @@ def recording_from_serve(
         )
         for q in kept
     )
+    step_ms = [float(x) for x in s.get("step_ms") or ()]
+    config = _serve_config(s, c, model, hw, requests, max(len(step_ms), 1))
+    results = _serve_results(s, kept, dropped, requests, device, modes.get(config["mode"]).sparse)
+    if step_ms:
+        results["steps"] = sample_steps(step_ms)
+        results["steps_sampled_of"] = len(step_ms)
+    m = {"recorder": "oasis_exec.recorder (serve)"}
+    m.update(meta or {})
+    return build_recording(config, results, meta=m, requests=requests, source=source)
+
+
+def _kept(ended) -> tuple[list, dict]:
+    """The requests that produced a token (by arrival, then id), and the others' count by finish reason."""
+    ended = list(ended)
+    kept = sorted((q for q in ended if q["output_tokens"] >= 1), key=lambda q: (round(q["arrival_s"], 6), q["id"]))
+    if not kept:
+        raise ValueError("recording_from_serve: requests: no served request produced a token, nothing to record")
+    dropped = {}
+    for q in ended:
+        if q["output_tokens"] < 1:
+            dropped[q["finish_reason"]] = dropped.get(q["finish_reason"], 0) + 1
+    return kept, dropped
+
+
+def _per_step(s) -> int:
+    """The steps that per-step figures divide by: the decode steps (every step when none is counted)."""
+    return int(s.get("decode_steps") or 0) or max(len(s.get("step_ms") or ()), 1)
+
+
+def _serve_config(s, c, model, hw, requests, steps) -> dict:
+    """A serving recording's ``config``: the run's options (``c``: the executor's fields) and what it served."""
     mode = c.get("mode", "lookahead")
     sparse = modes.get(mode).sparse
     transfer_raw = c.get("transfer") or "host"
-    step_ms = [float(x) for x in s.get("step_ms") or ()]
-    steps = max(len(step_ms), 1)
-    per = int(s.get("decode_steps") or 0) or steps  # per-step figures: per decode step
-    stages = {k: float(v) / per for k, v in (s.get("stage_ms") or {}).items()}
     config = {
         "mode": mode,
         "model": model or c.get("model"),
@@ -104,6 +124,13 @@ def recording_from_serve(
     }
     if s.get("layer_windows") is not None:
         config["layer_windows"] = list(s["layer_windows"])
+    return config
+
+
+def _serve_results(s, kept, dropped, requests, device, sparse) -> dict:
+    """A serving recording's measured ``results`` (the simulator's metric definitions, see recording_from_serve)."""
+    per = _per_step(s)
+    stages = {k: float(v) / per for k, v in (s.get("stage_ms") or {}).items()}
     ttft = [float(q["ttft_ms"]) for q in kept]
     tpot = [float(q["tpot_ms"]) for q in kept if q["output_tokens"] > 1 and q.get("tpot_ms") is not None]
     span_s = max(q["finish_s"] for q in kept) - min(q["arrival_s"] for q in kept)
@@ -111,7 +138,7 @@ def recording_from_serve(
     total_bytes = int(s.get("prefetch_bytes") or 0)
     stall = stages.get("stall")
     hidden = s.get("hidden_fraction")
-    results = {
+    return {
         "tpot_ms_p50": _pct_linear(tpot, 50) if tpot else 0.0,
         "tpot_ms_p99": _pct_linear(tpot, 99) if tpot else 0.0,
         "throughput_tok_s": tokens / span_s if span_s > 0 else 0.0,
@@ -132,12 +159,6 @@ def recording_from_serve(
         "wall_s": span_s,
         "request_finish_reasons": [q["finish_reason"] for q in kept],
     }
-    if step_ms:
-        results["steps"] = sample_steps(step_ms)
-        results["steps_sampled_of"] = len(step_ms)
-    m = {"recorder": "oasis_exec.recorder (serve)"}
-    m.update(meta or {})
-    return build_recording(config, results, meta=m, requests=requests, source=source)
 
 
 def write_serve_recording(path: str, serve: Mapping[str, Any], exec_config=None, **kw) -> Recording:
