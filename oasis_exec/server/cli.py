@@ -136,42 +136,15 @@ def serve(args: argparse.Namespace) -> int:
             print(f"error: --chat-template {config.chat_template}: {exc}", file=sys.stderr)
             return 2
     served_name = config.served_model_name or info.name
-    served = None
-    if config.record:
-        from oasis_core.recording_parts import hardware_preset
-
-        from .record import ServeLog
-
-        device = info.device
-        if device == "cuda":
-            import torch
-
-            device = torch.cuda.get_device_name()
-        hardware = config.record_hardware or hardware_preset(device)
-        if hardware is None:
-            print(
-                f"--record-hardware: cannot tell the simulator preset from device {device!r}; pass one", file=sys.stderr
-            )
-            return 2
-        served = ServeLog(
-            config.record,
-            engine,
-            hardware=hardware,
-            server={"max_waiting": config.max_waiting, "served_model_name": served_name},
-        )
-    app = create_app(engine, tokenizer, config, served)
-
-    family = socket.AF_INET6 if ":" in config.host else socket.AF_INET
-    sock = socket.socket(family, socket.SOCK_STREAM)
-    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
     try:
-        sock.bind((config.host, config.port))
-    except OSError as exc:
-        print(f"--port: cannot bind {config.host}:{config.port}: {exc.strerror}", file=sys.stderr)
+        served = _serve_log(config, engine, info, served_name) if config.record else None
+        sock = _bind(config)
+    except ValueError as exc:
+        print(exc, file=sys.stderr)
         return 2
-    sock.listen(2048)
+    app = create_app(engine, tokenizer, config, served)
     host, port = sock.getsockname()[:2]
-    shown = f"[{host}]" if family == socket.AF_INET6 else host
+    shown = f"[{host}]" if sock.family == socket.AF_INET6 else host
     print(f"{LISTENING_PREFIX} http://{shown}:{port}", flush=True)
     server = GracefulServer(
         Config(app, log_level=config.log_level, timeout_graceful_shutdown=5, access_log=False),
@@ -180,6 +153,38 @@ def serve(args: argparse.Namespace) -> int:
     )
     server.run(sockets=[sock])
     return 0
+
+
+def _serve_log(config, engine, info, served_name):
+    """``--record``: the log the server writes its recording from (ValueError: the simulator preset is unknown)."""
+    from oasis_core.recording_parts import hardware_preset
+
+    from .record import ServeLog
+
+    device = info.device
+    if device == "cuda":
+        import torch
+
+        device = torch.cuda.get_device_name()
+    hardware = config.record_hardware or hardware_preset(device)
+    if hardware is None:
+        raise ValueError(f"--record-hardware: cannot tell the simulator preset from device {device!r}; pass one")
+    server = {"max_waiting": config.max_waiting, "served_model_name": served_name}
+    return ServeLog(config.record, engine, hardware=hardware, server=server)
+
+
+def _bind(config) -> socket.socket:
+    """The listening socket on ``--host``/``--port`` (ValueError: it cannot bind)."""
+    family = socket.AF_INET6 if ":" in config.host else socket.AF_INET
+    sock = socket.socket(family, socket.SOCK_STREAM)
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    try:
+        sock.bind((config.host, config.port))
+    except OSError as exc:
+        sock.close()
+        raise ValueError(f"--port: cannot bind {config.host}:{config.port}: {exc.strerror}") from None
+    sock.listen(2048)
+    return sock
 
 
 def parse_config(argv: list[str] | None = None) -> tuple[argparse.Namespace, ServerConfig]:

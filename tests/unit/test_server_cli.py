@@ -109,3 +109,24 @@ def test_fuzz_the_argument_space_never_tracebacks():
             assert err == "", (argv, err)
         outcomes[code] += 1
     assert outcomes[0] > 20 and outcomes[2] > 20  # both sides of the space were explored
+
+
+def test_a_taken_port_and_an_unknown_record_device_are_one_line_errors():
+    import socket
+    import types
+
+    from oasis_exec.server import cli
+
+    taken = socket.socket()
+    taken.bind(("127.0.0.1", 0))
+    taken.listen(1)
+    port = taken.getsockname()[1]
+    try:
+        with pytest.raises(ValueError, match=rf"--port: cannot bind 127.0.0.1:{port}: "):
+            cli._bind(types.SimpleNamespace(host="127.0.0.1", port=port))
+    finally:
+        taken.close()
+    conf = types.SimpleNamespace(record="x.json", record_hardware=None, max_waiting=1)
+    info = types.SimpleNamespace(device="a toaster")
+    with pytest.raises(ValueError, match="--record-hardware: cannot tell the simulator preset from device 'a toaster'"):
+        cli._serve_log(conf, None, info, "m")
