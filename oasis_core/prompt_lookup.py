@@ -51,27 +51,24 @@ class PromptLookup:
         return self.tokens[-1] if self.fallback == "last" else int(self.fallback)
 
 
+def _at(pl: PromptLookup, tokens: Sequence[int], positions: Iterable[int], read) -> list:
+    """``read(pl)`` after ``pl`` has taken ``tokens[: t + 1]``, for each position ``t`` (any order, one pass)."""
+    positions = list(positions)
+    out = {}
+    for t in sorted(set(positions)):
+        pl.extend(tokens[len(pl.tokens) : t + 1])
+        out[t] = read(pl)
+    return [out[t] for t in positions]
+
+
 def propose_at(
     tokens: Sequence[int], positions: Iterable[int], max_n: int = 3, min_n: int = 1, fallback: str | int = "last"
 ) -> list[int]:
     """For each position ``t`` (ascending or not), the draft of ``tokens[t + 1]`` from ``tokens[: t + 1]``."""
-    positions = list(positions)
-    out = {}
-    pl = PromptLookup(max_n, min_n, fallback)
-    for t in sorted(set(positions)):
-        pl.extend(tokens[len(pl.tokens) : t + 1])
-        out[t] = pl.propose()
-    return [out[t] for t in positions]
+    return _at(PromptLookup(max_n, min_n, fallback), tokens, positions, PromptLookup.propose)
 
 
 def match_lengths_at(tokens: Sequence[int], positions: Iterable[int], max_n: int = 3) -> list[int]:
     """For each position ``t``, the length of the longest suffix of ``tokens[: t + 1]`` (at most ``max_n``) that
     occurred earlier, 0 when none did: how much evidence ``propose_at``'s guess has."""
-    positions = list(positions)
-    out = {}
-    pl = PromptLookup(max_n, 1)
-    for t in sorted(set(positions)):
-        pl.extend(tokens[len(pl.tokens) : t + 1])
-        m = pl.match()
-        out[t] = m[0] if m is not None else 0
-    return [out[t] for t in positions]
+    return _at(PromptLookup(max_n, 1), tokens, positions, lambda pl: (pl.match() or (0,))[0])
