@@ -18,9 +18,9 @@ class Drafts:
     def __init__(self, head, *, max_lanes: int, hidden: int, speculative: bool, dtype, device, ngram: int = 0):
         self.head = head  # the draft head (None: the mode does not draft); the quality harness may replace it
         self.device = device
-        # prompt lookup beside the head (ExecConfig.draft_ngram; runner/ngram_drafts.py), None when off
-        self.ngram = NgramDrafts(ngram, self, device) if ngram else None
         self.tok = torch.zeros(max_lanes, dtype=torch.int64, device=device)
+        # prompt lookup beside the head (ExecConfig.draft_ngram; runner/ngram_drafts.py), None when off
+        self.ngram = NgramDrafts(ngram, self.tok) if ngram else None
         self.h = torch.zeros(max_lanes, hidden, dtype=dtype, device=device) if speculative else None
         self.attends = getattr(head, "attends", False)  # an attending head: K/V of every position
         if self.attends:
@@ -59,11 +59,6 @@ class Drafts:
             self.tok[idx], self.h[idx] = d, h.to(self.h.dtype)
         else:
             self.tok[idx] = self.head.propose(aux, tok)
-
-    def emitted(self, items, out: dict) -> None:
-        """After a decode call: the tokens it emitted (``out``: req_id -> an int or a list), for prompt lookup."""
-        if self.ngram is not None:
-            self.ngram.emitted(items, out)
 
     def chain(self, lanes, toks, pos, k: int):
         """The ``k`` drafts [B, k] of a speculative step at positions ``pos + 1 .. pos + k`` (``toks`` [B] at

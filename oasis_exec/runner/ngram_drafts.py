@@ -20,10 +20,10 @@ from oasis_core.prompt_lookup import PromptLookup
 
 
 class NgramDrafts:
-    def __init__(self, min_match: int, drafts, device):
+    def __init__(self, min_match: int, tok):
         if min_match < 1:
             raise ValueError(f"draft_ngram: the shortest match must be >= 1 token, got {min_match}")
-        self.min_match, self.drafts, self.device = min_match, drafts, device
+        self.min_match, self.tok = min_match, tok  # tok: Drafts.tok, each lane's next draft token (device)
         self.lookups: dict[int, PromptLookup] = {}  # lane -> its tokens x_0 .. x_t, t the last handed back
         self.used = 0  # drafts the lookup gave (a counter)
 
@@ -57,7 +57,7 @@ class NgramDrafts:
                 lanes.append(it.lane)
                 toks.append(pl.tokens[m[1]])
         if lanes:
-            self.drafts.tok[torch.tensor(lanes, device=self.device)] = torch.tensor(toks, device=self.device)
+            self.tok[torch.tensor(lanes, device=self.tok.device)] = torch.tensor(toks, device=self.tok.device)
             self.used += len(lanes)
 
     def emitted(self, items, out: dict) -> None:

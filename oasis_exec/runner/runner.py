@@ -273,13 +273,15 @@ class Runner:
         cross = [i for i, it in enumerate(items) if it.lane in self._crossing]
         params = [plan.sampling[it.req_id] for it in items]
         ks = self.spec.choose(items, short, cross)
-        if self.drafts.ngram is not None:
-            self.drafts.ngram.override(items)
+        ngram = self.drafts.ngram
+        if ngram is not None:
+            ngram.override(items)
         if ks:
             out, self.last_logits, self.last_logits_seq = self.spec.run(
                 items, params, ks, sets, synth_ready, sampler, recorded
             )
-            self.drafts.emitted(items, out)
+            if ngram is not None:
+                ngram.emitted(items, out)
             self._step_end(items, pos_list, recorded)  # no per-layer trace in a speculative step
             self.spec.observe_time(max(ks), time.perf_counter() - t_step)
             return out
@@ -300,7 +302,8 @@ class Runner:
             self.spec.observe_time(0, time.perf_counter() - t_step)
         self._step_end(items, [p + n_chain - 1 for p in pos_list], recorded)
         out = {it.req_id: out[i] for i, it in enumerate(items)}
-        self.drafts.emitted(items, out)
+        if ngram is not None:
+            ngram.emitted(items, out)
         return out
 
     def _chain(self, items, params, sampler, n_chain, short, cross, sets, synth_ready, recorded):
