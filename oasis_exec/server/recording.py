@@ -59,8 +59,10 @@ def recording_from_serve(
         for q in kept
     )
     step_ms = [float(x) for x in s.get("step_ms") or ()]
-    config = _serve_config(s, c, model, hw, requests, max(len(step_ms), 1))
-    results = _serve_results(s, kept, dropped, requests, device, modes.get(config["mode"]).sparse)
+    steps = max(len(step_ms), 1)
+    per = int(s.get("decode_steps") or 0) or steps  # per-step figures: per decode step
+    config = _serve_config(s, c, model, hw, requests, steps)
+    results = _serve_results(s, kept, dropped, requests, device, modes.get(config["mode"]).sparse, per)
     if step_ms:
         results["steps"] = sample_steps(step_ms)
         results["steps_sampled_of"] = len(step_ms)
@@ -80,11 +82,6 @@ def _kept(ended) -> tuple[list, dict]:
         if q["output_tokens"] < 1:
             dropped[q["finish_reason"]] = dropped.get(q["finish_reason"], 0) + 1
     return kept, dropped
-
-
-def _per_step(s) -> int:
-    """The steps that per-step figures divide by: the decode steps (every step when none is counted)."""
-    return int(s.get("decode_steps") or 0) or max(len(s.get("step_ms") or ()), 1)
 
 
 def _serve_config(s, c, model, hw, requests, steps) -> dict:
@@ -127,9 +124,9 @@ def _serve_config(s, c, model, hw, requests, steps) -> dict:
     return config
 
 
-def _serve_results(s, kept, dropped, requests, device, sparse) -> dict:
-    """A serving recording's measured ``results`` (the simulator's metric definitions, see recording_from_serve)."""
-    per = _per_step(s)
+def _serve_results(s, kept, dropped, requests, device, sparse, per) -> dict:
+    """A serving recording's measured ``results`` (the simulator's metric definitions, see recording_from_serve;
+    ``per``: the steps per-step figures divide by)."""
     stages = {k: float(v) / per for k, v in (s.get("stage_ms") or {}).items()}
     ttft = [float(q["ttft_ms"]) for q in kept]
     tpot = [float(q["tpot_ms"]) for q in kept if q["output_tokens"] > 1 and q.get("tpot_ms") is not None]

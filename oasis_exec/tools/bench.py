@@ -352,6 +352,7 @@ def measure(
     bytes_step = units * unit_bytes / passes
     dev_name = torch.cuda.get_device_name() if cfg.device == "cuda" else platform.processor() or "cpu"
     uva = runner.pipe is not None and runner.pipe.route.path == "uva"
+    drafting = cfg.mode_spec.drafts or cfg.spec_max_k  # the draft fields below: None where nothing drafts
     rec = {
         "mode": cfg.mode,
         "context": context,
@@ -430,9 +431,9 @@ def measure(
         if prompt_tokens is not None
         else "synthesized (random KV)",
         "prefill_s": prefill_s,
-        "draft": cfg.draft_path if cfg.mode_spec.drafts or cfg.spec_max_k else None,
-        "draft_head": cfg.draft_head if cfg.mode_spec.drafts or cfg.spec_max_k else None,
-        "draft_ngram": cfg.draft_ngram if cfg.mode_spec.drafts or cfg.spec_max_k else None,
+        "draft": cfg.draft_path if drafting else None,
+        "draft_head": cfg.draft_head if drafting else None,
+        "draft_ngram": cfg.draft_ngram if drafting else None,
         "host_pool_filled": bool(host_fill and runner.host is not None and prompt_tokens is None),
         "build_s": build_s,
         "device": dev_name,

@@ -268,6 +268,10 @@ def measure_tokens(dec, tokens, setup: Setup, head=None, progress=None, attn_hea
     truth = tokens_t[ts + 1]
     from .generation import attn_draft_tokens
 
+    # the drafts drawn here (eagle3_attn is drawn below; ngram_attn combines ngram with it)
+    plain = [d for d in setup.drafts if d not in ("eagle3_attn", "ngram_attn")]
+    if "ngram_attn" in setup.drafts and "ngram" not in plain:
+        plain.append("ngram")
     dtok = {
         d: draft_tokens(
             d,
@@ -279,8 +283,7 @@ def measure_tokens(dec, tokens, setup: Setup, head=None, progress=None, attn_hea
             vocab=dec.shape.vocab,
             seed=setup.seed + 7919 * n,
         )
-        for d in dict.fromkeys([*setup.drafts, *(["ngram"] if "ngram_attn" in setup.drafts else [])])
-        if d not in ("eagle3_attn", "ngram_attn")
+        for d in plain
     }
     if attn:
         dtok["eagle3_attn"] = attn_draft_tokens(attn_head, dec, trace.extra["aux_all"], tokens_t, ts)
