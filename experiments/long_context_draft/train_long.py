@@ -241,18 +241,26 @@ def _validation(target: Target, a, attn: AttnShape, log):
         return None
     pool = a.train_pool  # enough windows: checked by cmd_train
     seqs = torch.as_tensor(pool[a.n_train : a.n_train + a.val_windows, : a.seq_len], device=target.device)
-    aux, hn = target.features(seqs)
     B, T = seqs.shape
     gen = torch.Generator().manual_seed(a.seed + 7)
     pick = torch.randint(0, B * (T - 1), (min(a.val_picks, B * (T - 1)),), generator=gen).to(target.device)
+    log(f"validation: {B} windows after the {a.n_train} trained, {len(pick)} entries")
+    return acceptance_at(target, a.head, attn, seqs, pick)
+
+
+def acceptance_at(target: Target, kind: str, attn: AttnShape, seqs, pick):
+    """A function of a head's weights -> its acceptance (top-1 = the target's) at entries ``pick`` (flat indices
+    ``b * (T - 1) + p``: the head's guess after entry p of row b) of ``seqs`` [B, T], through ``head_logits``; the
+    target's features and answers are computed once."""
+    aux, hn = target.features(seqs)
+    T = seqs.shape[1]
     want = target.logits(hn[pick // (T - 1), pick % (T - 1) + 1]).argmax(-1)
     emb = target.embed[seqs[:, 1:]]
     lm = target.lm_head.detach()
-    log(f"validation: {B} windows after the {a.n_train} trained, {len(pick)} entries")
 
     def acceptance(w) -> float:
         with torch.no_grad():
-            lg = head_logits(w, a.head, attn, target.spec, aux[:, : T - 1], emb, pick, lm)
+            lg = head_logits(w, kind, attn, target.spec, aux[:, : T - 1], emb, pick, lm)
         return (lg.argmax(-1) == want).float().mean().item()
 
     return acceptance

@@ -3,7 +3,7 @@
 Acceptance (draft top-1 = the target's) of each head on the first ``--positions`` positions of the first
 ``--windows`` training windows and held-out windows of a data file, through the evaluation path
 (``accept_buckets.score``: the head's own sequence forward and ``_ids``); for the first head also through the training
-path (``train_long.head_logits``) on the same rows. Equal figures by the two paths mean they agree; a gap between the
+path (``train_long.acceptance_at``) on the same rows. Equal figures by the two paths mean they agree; a gap between the
 training and the held-out rows means the head fits its text.
 
     python experiments/long_context_draft/train_vs_held.py --model-path gemma-3-270m-q4_k_m.gguf \\
@@ -21,17 +21,12 @@ D = os.path.dirname(os.path.abspath(__file__))
 sys.path[:0] = [D, os.path.dirname(os.path.dirname(D))]
 from accept_buckets import rates, score  # noqa: E402
 from longctx import Target, load_data, load_head  # noqa: E402
-from train_long import head_logits  # noqa: E402
+from train_long import acceptance_at  # noqa: E402
 
 
 def training_path(tgt: Target, head, s) -> float:
-    aux, hn = tgt.features(s)
-    T = s.shape[1]
-    pick = torch.arange(s.shape[0] * (T - 1))
-    with torch.no_grad():
-        lg = head_logits(head.w, "attn", head.attn, tgt.spec, aux[:, : T - 1], tgt.embed[s[:, 1:]], pick, tgt.lm_head)
-        want = tgt.logits(hn[pick // (T - 1), pick % (T - 1) + 1]).argmax(-1)
-    return (lg.argmax(-1) == want).float().mean().item()
+    """The head's acceptance at every entry of ``s`` through the training path (``train_long.acceptance_at``)."""
+    return acceptance_at(tgt, "attn", head.attn, s, torch.arange(s.shape[0] * (s.shape[1] - 1)))(head.w)
 
 
 def main(argv=None) -> int:
