@@ -3,7 +3,16 @@ per-head mapping equals the slot contents with the device-side write-back and UV
 
 import pytest
 import torch
-from exec_cases import assert_same_run, cfg, drive, prompts, run_logits, run_state
+from exec_cases import (
+    assert_same_run,
+    cfg,
+    chains_of,
+    drive,
+    prompts,
+    run_logits,
+    run_state,
+    slots_hold_their_blocks,
+)
 
 from oasis_exec.config import STREAM_PRIORITIES
 from oasis_exec.engine.engine import Engine
@@ -29,33 +38,8 @@ def test_cuda_graph_steps_equal_eager_steps(mode):
     _graphs_equal_eager(mode, prompts(7, (90, 120, 64)), 40, top_k=3, fetch_ratio=0.67, transfer="uva")
 
 
-def _assert_slots_hold_their_blocks(eng) -> int:
-    """Every resident (layer, row, slot) holds the host pool's copy of its block (an fp8 pool: dequantized,
-    ``HostPool.read``); returns how many were checked."""
-    torch.cuda.synchronize()
-    r = eng.runner
-    st = r.store
-    checked = 0
-    for lane, req in [(q.lane, q) for q in eng.scheduler.running.values()]:
-        blocks = r.model.ws.lane_blocks[lane]
-        for l in range(r.L):
-            for h in range(r.H):
-                row = lane * r.H + h
-                for s, b in enumerate(st.resident[l, row].tolist()):
-                    if b >= 0:
-                        assert b < req.n_tokens // r.bs
-                        if r.host.quantized:
-                            hk, hv = (t[0] for t in r.host.read(l, torch.tensor([blocks[b]]), torch.tensor([h])))
-                        else:
-                            hk, hv = r.host.k[l][blocks[b], h], r.host.v[l][blocks[b], h]
-                        assert torch.equal(st.k[l][row * st.W + s].cpu(), hk), (l, row, s, b)
-                        assert torch.equal(st.v[l][row * st.W + s].cpu(), hv)
-                        checked += 1
-    return checked
-
-
 def _slots_checked(eng) -> None:
-    assert _assert_slots_hold_their_blocks(eng) > 0
+    assert slots_hold_their_blocks(eng) > 0
 
 
 @pytest.mark.parametrize(
@@ -100,7 +84,7 @@ def test_mapping_matches_slots_on_gpu(graph, prio, cg, kern, ipi):
         eng.step()
         steps += 1
         if steps % 200 == 0:
-            _assert_slots_hold_their_blocks(eng)
+            slots_hold_their_blocks(eng)
     assert eng.runner.counters()["units_fetched"] > 100
     eng.close()
 
@@ -186,7 +170,7 @@ def test_host_path_in_graphs_mapping_matches_slots(prio, kernel):
         eng.step()
     r = eng.runner
     r.pipe.wait_all()  # the worker's last jobs
-    assert _assert_slots_hold_their_blocks(eng) > 0 and r.counters()["units_fetched"] > 100
+    assert slots_hold_their_blocks(eng) > 0 and r.counters()["units_fetched"] > 100
     assert r.cuda_graphs.graphs  # the steps ran as graphs
     eng.close()
 
@@ -230,7 +214,7 @@ def test_short_context_in_graphs_equals_eager_and_crosses_on_the_device(mode):
     for _ in range(60):  # both lanes crossed (about step 25 and 10), both still running
         eng.step()
     assert {k[1] for k in eng.runner.cuda_graphs.graphs} >= {"all", "none"}
-    assert _assert_slots_hold_their_blocks(eng) > 0
+    assert slots_hold_their_blocks(eng) > 0
     eng.close()
 
 
@@ -307,7 +291,7 @@ def test_fp8_host_graphs_equal_eager_and_slots_hold_the_dequantized_host_copies(
         steps += 1
         if steps % 200 == 0:
             eng.runner.pipe.wait_all()  # the host path's worker jobs
-            assert _assert_slots_hold_their_blocks(eng) > 0
+            assert slots_hold_their_blocks(eng) > 0
     assert eng.runner.cuda_graphs.graphs and eng.runner.counters()["units_fetched"] > 100
     eng.close()
 
@@ -347,7 +331,7 @@ def test_speculative_steps_in_graphs_equal_eager(mode, accept):
         for _ in range(8):
             eng.step()
         eng.runner.pipe.wait_all()
-        assert _assert_slots_hold_their_blocks(eng) > 0
+        assert slots_hold_their_blocks(eng) > 0
         eng.close()
 
 
@@ -366,15 +350,10 @@ def test_decode_chains_in_graphs_equal_single_steps(mode, copy_graph):
     eng.close()
     assert max(steps) == 8 and len(steps) <= 6
     assert out == ref
-    if mode == "lookahead":
-        c = cfg(mode, "cuda", decode_chain=8, **kw)
-        eng = Engine(c)
-        eng.runner.host.fill_pattern(c.seed)
-        for p in ps:
-            eng.add_request(p, SamplingParams(max_tokens=40), synthetic_prefill=True)
-        for _ in range(3):  # three chains of 8: two captured and replayed
-            assert max(len(o.new_token_ids) for o in eng.step()) == 8
-        assert _assert_slots_hold_their_blocks(eng) > 0
+    if mode == "lookahead":  # real prefill: a synthesized one leaves random slots (the sink block keeps them)
+        eng = Engine(cfg(mode, "cuda", decode_chain=8, **kw))
+        assert chains_of(eng, ps, 8, 3) == 3  # three chains of 8: two captured and replayed
+        assert slots_hold_their_blocks(eng) > 0
         eng.close()
 
 

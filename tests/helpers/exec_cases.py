@@ -191,3 +191,43 @@ def assert_same_run(got, ref):
     assert len(got[1]) == len(ref[1])
     assert all(torch.equal(a, b) for a, b in zip(got[1], ref[1]))
     assert got[2] == ref[2]
+
+
+def slots_hold_their_blocks(eng) -> int:
+    """Every resident (layer, row, slot) holds the host pool's copy of its block (an fp8 pool: dequantized,
+    ``HostPool.read``); returns how many were checked. Holds after a real prefill: a synthesized one
+    (``Admit.synthetic_prefill``) fills the first working set's slots with random values, not the host's."""
+    if eng.runner.device.type == "cuda":
+        torch.cuda.synchronize()
+    r = eng.runner
+    st = r.store
+    checked = 0
+    for lane, req in [(q.lane, q) for q in eng.scheduler.running.values()]:
+        blocks = r.model.ws.lane_blocks[lane]
+        for l in range(r.L):
+            for h in range(r.H):
+                row = lane * r.H + h
+                for s, b in enumerate(st.resident[l, row].tolist()):
+                    if b >= 0:
+                        assert b < req.n_tokens // r.bs
+                        if r.host.quantized:
+                            hk, hv = (t[0] for t in r.host.read(l, torch.tensor([blocks[b]]), torch.tensor([h])))
+                        else:
+                            hk, hv = r.host.k[l][blocks[b], h], r.host.v[l][blocks[b], h]
+                        assert torch.equal(st.k[l][row * st.W + s].cpu(), hk), (l, row, s, b)
+                        assert torch.equal(st.v[l][row * st.W + s].cpu(), hv)
+                        checked += 1
+    return checked
+
+
+def chains_of(eng, ps, chain, n, max_tokens=40) -> int:
+    """Prompts ``ps`` admitted with a real prefill, then engine steps until ``n`` of them emitted a whole chain of
+    ``chain`` tokens (at most 200 steps); returns how many did."""
+    for p in ps:
+        eng.add_request(p, SamplingParams(max_tokens=max_tokens))
+    done = 0
+    for _ in range(200):
+        if done == n or not eng.has_work():
+            break
+        done += max((len(o.new_token_ids) for o in eng.step()), default=0) == chain
+    return done

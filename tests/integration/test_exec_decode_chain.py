@@ -7,12 +7,13 @@ positions (chains cross block boundaries at different steps in different lanes):
 - a stop token inside a chain ends the request there (the tokens after it are cut), as without chains;
 - rows above temperature 0, a speculative config and recorded sets never chain; the engine's steps emit up to
   ``decode_chain`` tokens a request and never past ``max_tokens``;
+- after chains, every resident slot holds its block's host copy (real prefill);
 - the config refuses chains past ``block_size``; the bench reports TPOT per token; ``--record`` refuses a chain.
 """
 
 import pytest
 import torch
-from exec_cases import cfg, prompts, run_synthesized
+from exec_cases import cfg, chains_of, prompts, run_synthesized, slots_hold_their_blocks
 
 from oasis_exec.config import ExecConfig
 from oasis_exec.engine.engine import Engine
@@ -77,6 +78,17 @@ def test_chained_steps_equal_single_steps(mode, kw):
     for n in a:
         assert torch.equal(a[n], b[n]), n
     ref_eng.close()
+    eng.close()
+
+
+@pytest.mark.parametrize("block_score", ["minmax", "minmax_sum+sink"])
+def test_slots_hold_their_host_blocks_after_chains(block_score):
+    """After three chains of 8 (real prefill; lookahead's background copies chained too), every resident slot
+    holds its block's host copy, the sink-pinned block (``+sink``: resident from the first working set on) included."""
+    c = cfg("lookahead", decode_chain=8, top_k=3, fetch_ratio=0.67, short_context=False, block_score=block_score)
+    eng = Engine(c)
+    assert chains_of(eng, prompts(13, (90, 120, 64)), 8, 3) == 3
+    assert slots_hold_their_blocks(eng) > 0
     eng.close()
 
 
