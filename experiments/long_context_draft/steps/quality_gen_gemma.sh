@@ -21,6 +21,6 @@ timeout -k 10 "${QUALITY_S:-540}" $PY -m oasis_exec quality selection --model-pa
   | grep -v -E 'Warning|it/s\]' | tee "$OUT/selection_gen_$G.txt"
 say "quality rc=${PIPESTATUS[0]}"
 # Synthetic selections against these real ones: fetches a row a step at S = K, 2K, 3K (each within 10% of real)
-timeout -k 5 120 $PY $D/synthetic_vs_real.py "$OUT/selection_gen_$G.json" --preset smollm2 paper fit:eagle3_attn \
+timeout -k 5 120 $PY $D/synthetic_vs_real.py "$OUT/selection_gen_$G.json" --preset smollm2 gemma3 paper fit:eagle3_attn \
   --out "$OUT/synthetic_vs_real_$G.json" 2>&1 | tee "$OUT/synthetic_vs_real_$G.txt"
 say "synthetic_vs_real rc=${PIPESTATUS[0]} (1: some preset outside 10%)"
