@@ -77,6 +77,8 @@ COMMANDS = {
         "--tasks-file": ["/nonexistent.json", "README.md"],
         "--time-budget-s": NUM,
         "--modes": ["dense", "lookahead", "sparse"],
+        "--block-scores": ["tokens", "minmax_sum+sink", "nope"],
+        "--token-basis": ["/nonexistent.npz", "experiments/block_scorers/calib/gemma3_270m_basis.npz"],
     },
 }
 TRAIN = {

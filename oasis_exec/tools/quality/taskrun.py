@@ -6,7 +6,8 @@ task file (``--tasks-file``, made by ``--make-tasks`` where a tokenizer runs; th
 here with the model's Hugging Face tokenizer. Each task is a greedy request of ``answer_tokens`` through the engine
 (``endtoend.run_engine``: the served decode path, its prediction, capped selection and prefetch), per variant
 (``endtoend.variants``: dense first, then lookahead and proxy at each fetch ratio and K, then retrieval), at most
-``--max-lanes`` requests an engine. The continuation is decoded (``--tokenizer gguf``: the project's tokenizer from
+``--max-lanes`` requests an engine; ``--block-scores A B ...`` runs every selecting variant once per block scorer
+(``ExecConfig.block_score``; the engine's default alone otherwise). The continuation is decoded (``--tokenizer gguf``: the project's tokenizer from
 the GGUF metadata, ``oasis_exec.server.tokenizer``; ``hf``: transformers') and scored by ``longtasks.score``.
 
 Per group (``passkey@<depth>``, ``multikey``, ``vartrack``) dense's accuracy decides whether it counts: only groups
@@ -26,6 +27,7 @@ import time
 import torch
 
 from oasis_core import provenance
+from oasis_core.block_scorers import DEFAULT_SCORER, ENGINE_SCORERS
 from oasis_core.modes import get as get_mode
 
 from . import longtasks as LT
@@ -167,6 +169,14 @@ def add_command(sub) -> None:
     )
     p.add_argument("--draft-path", default=None, help="the draft head directory (default: random weights)")
     p.add_argument("--draft-head", default=None, choices=("single", "attn"), help="ExecConfig.draft_head")
+    p.add_argument(
+        "--block-scores",
+        nargs="+",
+        default=[DEFAULT_SCORER],
+        choices=ENGINE_SCORERS,
+        help="every selecting mode's variants once per block scorer (ExecConfig.block_score)",
+    )
+    p.add_argument("--token-basis", default=None, help="block score tokens: the model's channels (a fit_basis .npz)")
     p.add_argument("--min-dense", type=float, default=0.8, help="count a group only where dense solves this share")
     p.add_argument("--max-lanes", type=int, default=8, help="requests an engine")
     p.add_argument("--tokenizer", default="gguf", choices=("gguf", "hf"), help="decodes the continuations")
@@ -224,6 +234,8 @@ def check_args(args) -> None:
         bad("--max-lanes/--block-size/--prefill-chunk", "each must be >= 1")
     if args.time_budget_s is not None and not args.time_budget_s >= 0:
         bad("--time-budget-s", f"must be >= 0, got {args.time_budget_s}")
+    if args.token_basis is not None and not os.path.isfile(args.token_basis):
+        bad("--token-basis", f"no such file: {args.token_basis}")
     if args.device not in ("cpu", "cuda") and not str(args.device).startswith("cuda:"):
         bad("--device", f"cpu or cuda, got {args.device!r}")
     if str(args.device).startswith("cuda") and not torch.cuda.is_available():
@@ -270,10 +282,10 @@ def main(args) -> int:
         tmeta = {"tokenizer": "transformers (from the GGUF), built in this run"}
     decode = _decoder_fn(args.tokenizer, path)
     modes = args.modes if any(map(_is_reference, args.modes)) else ["dense"] + list(args.modes)
-    var_list = variants(modes, args.k_fracs, args.fetch_ratios, args.drafts, args.top_k)
+    var_list = variants(modes, args.k_fracs, args.fetch_ratios, args.drafts, args.top_k, block_scores=args.block_scores)
     cfg_base = dict(model_path=path, device=args.device, dtype=dtype, block_size=args.block_size, seed=args.seed,
                     draft_path=args.draft_path, cuda_graph=not args.no_cuda_graph,
-                    prefill_chunk=args.prefill_chunk)  # fmt: skip
+                    prefill_chunk=args.prefill_chunk, token_basis=args.token_basis)  # fmt: skip
     out = args.out or os.path.join("experiments", "long_context_draft", "results", "tasks.json")
 
     meta = {
@@ -284,7 +296,7 @@ def main(args) -> int:
                     "sha256": sha, "model": dec.shape.name},
         "draft": {"drafts": args.drafts, "path": args.draft_path, "draft_head": args.draft_head,
                   "weights": "trained" if args.draft_path else "random (no lookahead signal expected)"},
-        "selection": "model (the engine's own)",
+        "selection": "model (the engine's own)", "block_scores": args.block_scores, "token_basis": args.token_basis,
         "device": args.device + (f" ({torch.cuda.get_device_name()})" if args.device == "cuda" else ""),
         "dtype": dtype, "torch": torch.__version__,
         "date": datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%d %H:%M UTC"),
