@@ -897,6 +897,26 @@ def table(doc: dict) -> str:
     return "\n".join(lines)
 
 
+def add_scorer_args(p) -> None:
+    """``--block-scores`` and ``--token-basis`` (``quality endtoend`` and ``quality tasks``)."""
+    p.add_argument(
+        "--block-scores",
+        nargs="+",
+        default=[DEFAULT_SCORER],
+        choices=ENGINE_SCORERS,
+        metavar="SCORER",
+        help="the selecting variants' block scorer (ExecConfig.block_score: "
+        + ", ".join(ENGINE_SCORERS)
+        + "); several: every such variant once per scorer (label suffix score=...)",
+    )
+    p.add_argument(
+        "--token-basis",
+        default=None,
+        help="block score tokens: the model's channels (ExecConfig.token_basis, a fit_basis .npz; e.g. "
+        "experiments/block_scorers/calib/smollm2_135m_basis.npz); None: the first RoPE pairs",
+    )
+
+
 def add_command(sub) -> None:
     p = sub.add_parser(
         "endtoend",
@@ -940,22 +960,7 @@ def add_command(sub) -> None:
         "fp8_e4m3 (per-(block, head) scales, dequantized as it is fetched); several: every sparse variant once per "
         "dtype, one after the other (each row records its host_kv_dtype)",
     )
-    p.add_argument(
-        "--block-scores",
-        nargs="+",
-        default=[DEFAULT_SCORER],
-        choices=ENGINE_SCORERS,
-        metavar="SCORER",
-        help="the selecting variants' block scorer (ExecConfig.block_score: "
-        + ", ".join(ENGINE_SCORERS)
-        + "); several: every such variant once per scorer (label suffix score=...)",
-    )
-    p.add_argument(
-        "--token-basis",
-        default=None,
-        help="block score tokens: the model's channels (ExecConfig.token_basis, a fit_basis .npz; e.g. "
-        "experiments/block_scorers/calib/smollm2_135m_basis.npz); None: the first RoPE pairs",
-    )
+    add_scorer_args(p)
     p.add_argument("--k-fracs", nargs="+", type=float, default=list(K_FRACS), help="K as a fraction of N's blocks")
     p.add_argument("--top-k", type=int, default=None, help="absolute K instead of --k-fracs")
     p.add_argument(

@@ -27,12 +27,11 @@ import time
 import torch
 
 from oasis_core import provenance
-from oasis_core.block_scorers import DEFAULT_SCORER, ENGINE_SCORERS
 from oasis_core.modes import get as get_mode
 
 from . import longtasks as LT
 from .drafts import NGRAM_MIN_MATCH
-from .endtoend import Task, Variant, _is_reference, exec_config, run_engine, variants
+from .endtoend import Task, Variant, _is_reference, add_scorer_args, exec_config, run_engine, variants
 
 SCHEMA = "oasiskv-quality-tasks"
 MODES = ("dense", "proxy", "lookahead", "retrieval")
@@ -169,14 +168,7 @@ def add_command(sub) -> None:
     )
     p.add_argument("--draft-path", default=None, help="the draft head directory (default: random weights)")
     p.add_argument("--draft-head", default=None, choices=("single", "attn"), help="ExecConfig.draft_head")
-    p.add_argument(
-        "--block-scores",
-        nargs="+",
-        default=[DEFAULT_SCORER],
-        choices=ENGINE_SCORERS,
-        help="every selecting mode's variants once per block scorer (ExecConfig.block_score)",
-    )
-    p.add_argument("--token-basis", default=None, help="block score tokens: the model's channels (a fit_basis .npz)")
+    add_scorer_args(p)
     p.add_argument("--min-dense", type=float, default=0.8, help="count a group only where dense solves this share")
     p.add_argument("--max-lanes", type=int, default=8, help="requests an engine")
     p.add_argument("--tokenizer", default="gguf", choices=("gguf", "hf"), help="decodes the continuations")
