@@ -1,0 +1,23 @@
+# Issue 39: where a Gemma 3 270M decode step at 32K spends its GPU time -- the capacity table's shapes
+# (experiments/gemma3_hybrid/results/capacity_vllm_450ffe2/: dense 28 lanes 5.86 ms, lookahead K = 128 at 128 lanes
+# 11.18 ms, K = 256 victim cache at 57 lanes 7.90 ms; the calibrated simulator says 2.3-3.6 ms). Dummy weights (the
+# same shapes; no model to carry), synthesized prefill, the gemma3 synthetic selection, 3 GB of GPU KV, CUDA graphs;
+# one graph a profiled step (decode chains off, so each kernel is seen once a step). Kernel tables by phase: the sliding
+# layers' ring attention (kv/ring.py: a gather of each lane's ring and fp32 copies) is the first suspect, the dense
+# path's paged attention at head_dim 256 the second.
+#   OASIS_COMMIT=<hash> bash experiments/device.sh decode_step_profile/gemma_32k   -> gemma_32k.jsonl, profile_*.txt
+DEADLINE_S=${DEADLINE_S:-540}
+SYN=${SYN:-'{"preset": "gemma3"}'}
+P=($PY experiments/decode_step_profile/step_profile.py --model gemma3-270m --context 32000 --kv-budget-gb 3
+  --no-host-fill --synthetic "$SYN" --top 40 --out "$OUT/gemma_32k.jsonl")
+run() {  # NAME ARGS...
+  local name=$1; shift
+  T=$(min 150 $(( $(left) - 10 ))); [ "$T" -lt 40 ] && { say "no time for $name"; return; }
+  say "profile $name: $*"
+  timeout -k 5 "$T" "${P[@]}" "$@" > "$OUT/profile_$name.txt" 2>&1 || say "failed: $name $(tail -2 "$OUT/profile_$name.txt")"
+}
+run dense28 --mode dense --concurrency 28
+run la128 --mode lookahead --top-k 128 --concurrency 128 --max-lanes 0
+run la128nt --mode lookahead --top-k 128 --concurrency 128 --max-lanes 0 --no-transfer
+run la256v --mode lookahead --top-k 256 --concurrency 57 --max-lanes 0 --exec hot_slots=768
+say "done"
