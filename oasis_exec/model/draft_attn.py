@@ -281,9 +281,27 @@ class AttnDraftHead(DraftHead):
         raise NotImplementedError("AttnDraftHead: speculative chains are not supported (ExecConfig refuses them)")
 
 
+def saved_kind(path: str) -> str:
+    """The kind of the head saved at ``path``: its ``config.json``'s ``draft_head`` (an attention head also names its
+    ``draft_attention``); ``single`` where it says neither (EAGLE-3 checkpoints)."""
+    cfg_file = os.path.join(path, "config.json")
+    if not os.path.isfile(cfg_file):
+        return "single"
+    with open(cfg_file) as fh:
+        cfg = json.load(fh)
+    return cfg.get("draft_head") or ("attn" if cfg.get("draft_attention") else "single")
+
+
 def build_draft(kind: str, shape, embed, path, draft_vocab, seed, dtype, device, lm_head, max_len):
     """The engine's draft head of ``kind`` (``HEAD_KINDS``): today's single-key head or the attention head (its K/V
-    of ``max_len`` positions a lane allocated by ``allocate``, once the lanes are known: ``ModelExec``)."""
+    of ``max_len`` positions a lane allocated by ``allocate``, once the lanes are known: ``ModelExec``). A head
+    directory of the other kind is refused (its weights would load into the wrong layer)."""
+    if path is not None and kind in HEAD_KINDS and saved_kind(path) != kind:
+        got = saved_kind(path)
+        raise ValueError(
+            f"draft head {path}: its config.json says draft_head {got!r}, the engine asked for {kind!r} "
+            f"(set draft_head={got}, --draft-head {got})"
+        )
     if kind == "single":
         return DraftHead.build(shape, embed, path, draft_vocab, seed, dtype, device, lm_head=lm_head)
     if kind == "attn":

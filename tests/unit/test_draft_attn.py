@@ -165,3 +165,22 @@ def test_every_position_written_once_through_short_steps_and_the_crossing():
     got = []
     run_logits(cfg("lookahead", draft_head="attn"), ps, n_new, lambda r: got.append(r.drafts.head))
     assert sorted(int(got[0].kv.n[ln]) for ln in range(3)) == sorted(len(p) + n_new - 1 for p in ps)
+
+
+def test_a_head_directory_of_the_other_kind_is_refused(dec, tmp_path):
+    """The engine's draft_head must match the saved head's kind (its config.json): an attention head's weights would
+    otherwise load into the single-key layer (and a single-key head has no q/k projections)."""
+    from oasis_exec.engine.engine import Engine
+    from oasis_exec.model.draft import DraftHead
+    from oasis_exec.model.draft_attn import saved_kind
+
+    attn_dir, single_dir = str(tmp_path / "attn"), str(tmp_path / "single")
+    head_of(dec).save(attn_dir)
+    DraftHead.build(dec.shape, dec.embed, None, 64, 7, torch.float32, "cpu", lm_head=dec.lm_head).save(single_dir)
+    assert (saved_kind(attn_dir), saved_kind(single_dir)) == ("attn", "single")
+    for path, asked, saved in ((attn_dir, "single", "attn"), (single_dir, "attn", "single")):
+        with pytest.raises(ValueError, match=f"says draft_head '{saved}'.*--draft-head {saved}"):
+            Engine(cfg("lookahead", draft_path=path, draft_head=asked))
+    eng = Engine(cfg("lookahead", draft_path=attn_dir, draft_head="attn"))  # the matching kind loads
+    assert isinstance(eng.runner.drafts.head, AttnDraftHead)
+    eng.close()

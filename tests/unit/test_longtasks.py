@@ -173,7 +173,7 @@ def test_each_draft_builds_its_engine_config(monkeypatch, draft, want):
     monkeypatch.setattr(TR, "run_engine", run_engine)
     dec = type("Dec", (), {"shape": None})()  # no shape: exec_config sizes no host pool
     v = Variant("lookahead", top_k=4, fetch_ratio=0.05, draft=draft)
-    base = {"model_path": None, "device": "cpu", "dtype": "float32", "draft_path": "heads/x"}
+    base = {"model_path": None, "device": "cpu", "dtype": "float32", "draft_path": "heads/x", "draft_head": "attn"}
     tasks = [Task("passkey", "t", [1] * 100, 8)]
-    TR.run_variant(dec, v, 128, tasks, None, max_lanes=1, refs={}, cfg_kw={"base": base, "draft_head": "attn"})
+    TR.run_variant(dec, v, 128, tasks, None, max_lanes=1, refs={}, cfg_kw={"base": base})
     assert got == [(*want, draft)]

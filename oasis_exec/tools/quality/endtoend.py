@@ -75,6 +75,7 @@ from oasis_core.block_scorers import DEFAULT_SCORER, ENGINE_SCORERS
 from oasis_core.geometry import HOST_KV_DTYPES
 from oasis_core.modes import get as get_mode
 
+from ...model.draft_attn import HEAD_KINDS, saved_kind
 from ...model.gguf import sha256_file
 from .drafts import NGRAM_MIN_MATCH
 from .texts import TEXTS
@@ -656,6 +657,7 @@ def exec_config(
     prefill_chunk=2048,
     shape=None,
     token_basis=None,
+    draft_head="single",
 ):
     from oasis_core.geometry import KVGeometry
     from oasis_exec.config import ExecConfig
@@ -685,6 +687,7 @@ def exec_config(
         host_kv_gb=host,
         seed=seed,
         draft_path=draft_path,
+        draft_head=draft_head,
         draft_ngram=NGRAM_MIN_MATCH if v.draft == "head_ngram" else 0,
         cuda_graph=cuda_graph,
         prefill_chunk=prefill_chunk,
@@ -721,6 +724,7 @@ def run_matrix(
     shift_lengths=(),
     shift_tokens=None,
     token_basis=None,
+    draft_head="single",
 ) -> dict:
     """Every variant over every group (``lengths``); returns {"rows": [...], "skipped": [...]}. ``on_result(doc)``
     after each engine (the command rewrites its JSON there)."""
@@ -793,6 +797,7 @@ def run_matrix(
                 prefill_chunk=prefill_chunk,
                 shape=dec.shape,
                 token_basis=token_basis,
+                draft_head=draft_head,
             )
             raw = run_engine(dec, cfg, ts, v.draft, _refs(dense.get(n)))
             if _is_reference(v.mode):
@@ -897,6 +902,23 @@ def table(doc: dict) -> str:
     return "\n".join(lines)
 
 
+def add_draft_head_arg(p) -> None:
+    """``--draft-head`` (``quality endtoend`` and ``quality tasks``); ``draft_head_kind`` resolves it."""
+    p.add_argument(
+        "--draft-head",
+        default=None,
+        choices=HEAD_KINDS,
+        help="ExecConfig.draft_head (default: the kind --draft-path's config.json names; single without a path)",
+    )
+
+
+def draft_head_kind(args) -> str:
+    """``--draft-head``, else the saved head's kind (``draft_attn.saved_kind``), else ``single``."""
+    if args.draft_head:
+        return args.draft_head
+    return saved_kind(args.draft_path) if args.draft_path else "single"
+
+
 def add_scorer_args(p) -> None:
     """``--block-scores`` and ``--token-basis`` (``quality endtoend`` and ``quality tasks``)."""
     p.add_argument(
@@ -933,6 +955,7 @@ def add_command(sub) -> None:
         default=None,
         help="trained EAGLE-3 head directory for the 'head' draft (default: random weights, and the results say so)",
     )
+    add_draft_head_arg(p)
     p.add_argument("--drafts", nargs="+", default=["head"], choices=DRAFTS, help="lookahead drafts")
     p.add_argument("--modes", nargs="+", default=list(MODES), choices=MODES)
     p.add_argument(
@@ -1127,6 +1150,7 @@ def run(args) -> int:
         if args.draft_path
         else {"path": None, "weights": "random (seed 1): no lookahead signal expected"}
     )
+    head["kind"] = draft_head_kind(args)
     dev_name = args.device + (f" ({torch.cuda.get_device_name()})" if args.device == "cuda" else "")
     meta = {
         "schema": SCHEMA,
@@ -1220,6 +1244,7 @@ def run(args) -> int:
         shift_lengths=args.shift_lengths,
         token_basis=getattr(args, "token_basis", None),
         shift_tokens=args.shift_tokens,
+        draft_head=head["kind"],
     )
     doc["elapsed_total_s"] = round(time.time() - t0, 1)
     write(doc)

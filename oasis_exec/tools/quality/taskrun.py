@@ -31,7 +31,17 @@ from oasis_core.modes import get as get_mode
 
 from . import longtasks as LT
 from .drafts import NGRAM_MIN_MATCH
-from .endtoend import Task, Variant, _is_reference, add_scorer_args, exec_config, run_engine, variants
+from .endtoend import (
+    Task,
+    Variant,
+    _is_reference,
+    add_draft_head_arg,
+    add_scorer_args,
+    draft_head_kind,
+    exec_config,
+    run_engine,
+    variants,
+)
 
 SCHEMA = "oasiskv-quality-tasks"
 MODES = ("dense", "proxy", "lookahead", "retrieval")
@@ -53,8 +63,6 @@ def run_variant(dec, v: Variant, n: int, tasks, filler, *, max_lanes: int, refs:
         drafts = get_mode(v.mode).drafts
         if drafts and v.draft not in HEAD_DRAFTS:  # oracle / n-gram stand in for a single-key head's proposals
             cfg = dataclasses.replace(cfg, draft_path=None, draft_head="single")
-        elif drafts and cfg_kw.get("draft_head"):  # head_ngram's draft_ngram: exec_config
-            cfg = dataclasses.replace(cfg, draft_head=cfg_kw["draft_head"])
         raw = run_engine(dec, cfg, ts, v.draft, refs)
         for name, r in raw["tasks"].items():
             outs[name] = r["tokens_out"]
@@ -91,7 +99,7 @@ def accuracy(res: dict, keep: list):
     return sum(xs) / len(xs) if xs else None
 
 
-def run(dec, decode, suites: dict, filler, var_list, *, max_lanes, min_dense, cfg_base, draft_head=None,
+def run(dec, decode, suites: dict, filler, var_list, *, max_lanes, min_dense, cfg_base,
         on_result=None, time_budget_s=None) -> dict:  # fmt: skip
     if not var_list or not _is_reference(var_list[0].mode):
         raise ValueError("variants: dense must come first")
@@ -104,7 +112,7 @@ def run(dec, decode, suites: dict, filler, var_list, *, max_lanes, min_dense, cf
                 continue
             refs = {name: toks for name, toks in dense.get(n, {}).get("outs", {}).items()}
             outs, ctr = run_variant(dec, v, n, tasks, filler, max_lanes=max_lanes, refs=refs,
-                                    cfg_kw={"base": cfg_base, "draft_head": draft_head})  # fmt: skip
+                                    cfg_kw={"base": cfg_base})  # fmt: skip
             res = summarize(tasks, outs, decode)
             if _is_reference(v.mode):
                 dense[n] = {"outs": outs, "res": res}
@@ -167,7 +175,7 @@ def add_command(sub) -> None:
         help=f"head_ngram: the head with the engine's prompt lookup beside it (draft_ngram {NGRAM_MIN_MATCH})",
     )
     p.add_argument("--draft-path", default=None, help="the draft head directory (default: random weights)")
-    p.add_argument("--draft-head", default=None, choices=("single", "attn"), help="ExecConfig.draft_head")
+    add_draft_head_arg(p)
     add_scorer_args(p)
     p.add_argument("--min-dense", type=float, default=0.8, help="count a group only where dense solves this share")
     p.add_argument("--max-lanes", type=int, default=8, help="requests an engine")
@@ -277,7 +285,8 @@ def main(args) -> int:
     var_list = variants(modes, args.k_fracs, args.fetch_ratios, args.drafts, args.top_k, block_scores=args.block_scores)
     cfg_base = dict(model_path=path, device=args.device, dtype=dtype, block_size=args.block_size, seed=args.seed,
                     draft_path=args.draft_path, cuda_graph=not args.no_cuda_graph,
-                    prefill_chunk=args.prefill_chunk, token_basis=args.token_basis)  # fmt: skip
+                    prefill_chunk=args.prefill_chunk, token_basis=args.token_basis,
+                    draft_head=draft_head_kind(args))  # fmt: skip
     out = args.out or os.path.join("experiments", "long_context_draft", "results", "tasks.json")
 
     meta = {
@@ -286,7 +295,7 @@ def main(args) -> int:
         f">= {args.min_dense:g}",
         "weights": {"source": "real", "file": os.path.basename(path),
                     "sha256": sha, "model": dec.shape.name},
-        "draft": {"drafts": args.drafts, "path": args.draft_path, "draft_head": args.draft_head,
+        "draft": {"drafts": args.drafts, "path": args.draft_path, "draft_head": cfg_base["draft_head"],
                   "weights": "trained" if args.draft_path else "random (no lookahead signal expected)"},
         "selection": "model (the engine's own)", "block_scores": args.block_scores, "token_basis": args.token_basis,
         "device": args.device + (f" ({torch.cuda.get_device_name()})" if args.device == "cuda" else ""),
@@ -307,7 +316,7 @@ def main(args) -> int:
         os.replace(out + ".tmp", out)
 
     doc = run(dec, decode, suites, filler, var_list, max_lanes=args.max_lanes, min_dense=args.min_dense,
-              cfg_base=cfg_base, draft_head=args.draft_head, on_result=write,
+              cfg_base=cfg_base, on_result=write,
               time_budget_s=args.time_budget_s)  # fmt: skip
     write(doc)
     print("wrote", out)
