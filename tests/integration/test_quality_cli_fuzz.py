@@ -62,6 +62,7 @@ COMMANDS = {
         "--fetch-policies": ["drift", "per-layer:0.5", "recall:2", "nope", "budget:x", "fixed:0.05", "DRIFT"],
         "--shift-lengths": NUM,
         "--shift-tokens": NUM,
+        "--token-texts": ["/nonexistent.npz:text", "README.md", "experiments/long_context_draft/data/gemma_32k.npz:x"],
     },
     ("quality", "tasks"): {
         **COMMON,

@@ -270,6 +270,25 @@ def test_passkey_prompt(smol):
     assert all(len(t.prompt) + t.max_tokens <= 512 for t in tasks)
 
 
+def test_token_texts_are_perplexity_and_greedy_texts(tmp_path):
+    """``--token-texts``: ids made elsewhere (a long text no traces/texts file holds) become ppl and greedy tasks of
+    exactly their first N ids; a bad spec is a one-line error."""
+    import numpy as np
+
+    f = tmp_path / "ids.npz"
+    np.savez(f, text=np.arange(1000, 1700), rows=np.arange(4000).reshape(2, 2000))
+    tasks = E.build_tasks(None, 600, texts=(), token_texts=[f"{f}:text", f"{f}:rows:1"], ppl_tokens=15,
+                          greedy_tokens=20, passkey=False)  # fmt: skip
+    by = {(t.kind, t.name): t for t in tasks}
+    assert set(by) == {("ppl", "ids:text"), ("greedy", "ids:text"), ("ppl", "ids:rows:1"), ("greedy", "ids:rows:1")}
+    ppl = by[("ppl", "ids:text")]
+    assert ppl.prompt + ppl.forced == list(range(1000, 1600)) and len(ppl.forced) == 16
+    assert by[("greedy", "ids:rows:1")].prompt == list(range(2000, 2580))
+    for bad in (f"{f}:nope", f"{f}:rows", str(tmp_path / "none.npz:text"), "ids.txt"):
+        with pytest.raises(ValueError, match="--token-texts"):
+            E.build_tasks(None, 600, texts=(), token_texts=[bad], passkey=False)
+
+
 def test_shift_prompt(smol):
     """Filler A as the prompt, then B (another text, the needle at its depth, the question, the answer prefix) as
     the forced tokens; prompt + B + answer = N exactly; B's text is not in A."""

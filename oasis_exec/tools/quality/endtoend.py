@@ -78,6 +78,7 @@ from oasis_core.modes import get as get_mode
 from ...model.draft_attn import HEAD_KINDS, saved_kind
 from ...model.gguf import sha256_file
 from .drafts import NGRAM_MIN_MATCH
+from .generation import npz_ids
 from .texts import TEXTS
 
 SCHEMA = "oasiskv-quality-endtoend"
@@ -329,15 +330,17 @@ def build_tasks(
     filler=None,
     shift=False,
     shift_tokens=None,
+    token_texts=(),
 ) -> list:
     """The requests of one group, in admission (lane) order: longest outputs first, so that when the short ones end
     the remaining lanes stay 0..B-1 (CUDA graphs). ``shift``: context-shift requests (``shift_parts``; B of
-    ``shift_tokens`` tokens, default ``n_tokens // 4``) per trial and depth, B cycling over the texts."""
+    ``shift_tokens`` tokens, default ``n_tokens // 4``) per trial and depth, B cycling over the texts.
+    ``token_texts``: perplexity and greedy texts given as token ids (``generation.npz_ids`` specs) beside ``texts``."""
     from .texts import token_ids
 
     ppl, greedy, keys = [], [], []
-    for name in texts:
-        ids = token_ids(tok, name, n_tokens)
+    sources = [(name, token_ids(tok, name, n_tokens)) for name in texts]
+    for name, ids in sources + [npz_ids(spec, n_tokens) for spec in token_texts]:
         if len(ids) < TEXT_MIN_SHARE * n_tokens:
             continue
         if ppl_tokens:
@@ -725,6 +728,7 @@ def run_matrix(
     shift_tokens=None,
     token_basis=None,
     draft_head="single",
+    token_texts=(),
 ) -> dict:
     """Every variant over every group (``lengths``); returns {"rows": [...], "skipped": [...]}. ``on_result(doc)``
     after each engine (the command rewrites its JSON there)."""
@@ -748,6 +752,7 @@ def run_matrix(
             filler=filler,
             shift=n in set(shift_lengths or ()),
             shift_tokens=shift_tokens,
+            token_texts=token_texts,
         )
         for n in lengths
     }
@@ -1022,7 +1027,15 @@ def add_command(sub) -> None:
         help="B's forced tokens (its text, the passkey sentence, the question; default: N / 4 per group)",
     )
     p.add_argument("--answer-tokens", type=int, default=16)
-    p.add_argument("--texts", nargs="+", default=list(TEXTS), choices=TEXTS)
+    p.add_argument("--texts", nargs="*", default=list(TEXTS), choices=TEXTS)
+    p.add_argument(
+        "--token-texts",
+        nargs="+",
+        default=[],
+        metavar="FILE.npz:KEY[:ROW]",
+        help="perplexity and greedy texts as token ids made elsewhere (e.g. "
+        "experiments/long_context_draft/data/gemma_32k.npz:text:licences): texts longer than traces/texts holds",
+    )
     p.add_argument(
         "--ppl-tokens",
         type=int,
@@ -1093,6 +1106,8 @@ def check_args(args) -> None:
     c.device(args)
     c.existing(args, "model_path")
     c.existing(args, "draft_path", kind="dir")
+    for spec in args.token_texts:  # each names a readable 1-D id array before anything loads
+        npz_ids(spec, 1)
     c.writable_file(args, "out")
     args.fetch_policies = canonical_policies(args.fetch_policies)
     if len(set(args.host_kv_dtype)) != len(args.host_kv_dtype):
@@ -1198,6 +1213,7 @@ def run(args) -> int:
             "shift_tokens": args.shift_tokens,
             "answer_tokens": args.answer_tokens,
             "texts": args.texts,
+            "token_texts": args.token_texts,
             "block_size": args.block_size,
             "cuda_graph": args.device == "cuda" and not args.no_cuda_graph,
             "seed": args.seed,
@@ -1245,6 +1261,7 @@ def run(args) -> int:
         token_basis=getattr(args, "token_basis", None),
         shift_tokens=args.shift_tokens,
         draft_head=head["kind"],
+        token_texts=args.token_texts,
     )
     doc["elapsed_total_s"] = round(time.time() - t0, 1)
     write(doc)

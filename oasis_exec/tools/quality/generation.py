@@ -31,6 +31,8 @@ def npz_ids(spec: str, n_tokens: int) -> tuple[str, list[int]]:
     if not sep:
         raise ValueError(f"--token-texts {spec!r}: want FILE.npz:KEY or FILE.npz:KEY:ROW")
     path += ".npz"
+    if not os.path.isfile(path):
+        raise ValueError(f"--token-texts {spec!r}: no such file {path}")
     key, row = rest, None
     with np.load(path) as z:
         if key not in z.files and ":" in rest:
