@@ -296,8 +296,8 @@ def build_draft(kind: str, shape, embed, path, draft_vocab, seed, dtype, device,
     """The engine's draft head of ``kind`` (``HEAD_KINDS``): today's single-key head or the attention head (its K/V
     of ``max_len`` positions a lane allocated by ``allocate``, once the lanes are known: ``ModelExec``). A head
     directory of the other kind is refused (its weights would load into the wrong layer)."""
-    if path is not None and kind in HEAD_KINDS and saved_kind(path) != kind:
-        got = saved_kind(path)
+    got = saved_kind(path) if path is not None else kind
+    if kind in HEAD_KINDS and got != kind:
         raise ValueError(
             f"draft head {path}: its config.json says draft_head {got!r}, the engine asked for {kind!r} "
             f"(set draft_head={got}, --draft-head {got})"

@@ -175,5 +175,5 @@ def test_each_draft_builds_its_engine_config(monkeypatch, draft, want):
     v = Variant("lookahead", top_k=4, fetch_ratio=0.05, draft=draft)
     base = {"model_path": None, "device": "cpu", "dtype": "float32", "draft_path": "heads/x", "draft_head": "attn"}
     tasks = [Task("passkey", "t", [1] * 100, 8)]
-    TR.run_variant(dec, v, 128, tasks, None, max_lanes=1, refs={}, cfg_kw={"base": base})
+    TR.run_variant(dec, v, 128, tasks, None, max_lanes=1, refs={}, cfg_base=base)
     assert got == [(*want, draft)]

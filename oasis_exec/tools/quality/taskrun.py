@@ -7,8 +7,9 @@ here with the model's Hugging Face tokenizer. Each task is a greedy request of `
 (``endtoend.run_engine``: the served decode path, its prediction, capped selection and prefetch), per variant
 (``endtoend.variants``: dense first, then lookahead and proxy at each fetch ratio and K, then retrieval), at most
 ``--max-lanes`` requests an engine; ``--block-scores A B ...`` runs every selecting variant once per block scorer
-(``ExecConfig.block_score``; the engine's default alone otherwise). The continuation is decoded (``--tokenizer gguf``: the project's tokenizer from
-the GGUF metadata, ``oasis_exec.server.tokenizer``; ``hf``: transformers') and scored by ``longtasks.score``.
+(``ExecConfig.block_score``; the engine's default alone otherwise). The continuation is decoded (``--tokenizer
+gguf``: the project's tokenizer from the GGUF metadata, ``oasis_exec.server.tokenizer``; ``hf``: transformers') and
+scored by ``longtasks.score``.
 
 Per group (``passkey@<depth>``, ``multikey``, ``vartrack``) dense's accuracy decides whether it counts: only groups
 dense solves at >= ``--min-dense`` (0.8) enter each variant's ``accuracy``; the others are listed in ``dropped``.
@@ -52,14 +53,14 @@ def to_engine_tasks(tasks, filler) -> list:
     return [Task(t.kind, t.name, t.prompt(filler), t.answer_tokens, info={"group": t.group}) for t in tasks]
 
 
-def run_variant(dec, v: Variant, n: int, tasks, filler, *, max_lanes: int, refs: dict, cfg_kw: dict) -> tuple:
+def run_variant(dec, v: Variant, n: int, tasks, filler, *, max_lanes: int, refs: dict, cfg_base: dict) -> tuple:
     """One variant over every task of one context length, ``max_lanes`` requests an engine -> (outputs {name:
     tokens}, counters)."""
     outs, fetched, missing, rows, steps, wall = {}, 0, 0, 0, 0, 0.0
     k = None
     for i in range(0, len(tasks), max_lanes):
         ts = to_engine_tasks(tasks[i : i + max_lanes], filler)
-        cfg = exec_config(v, n, ts, shape=dec.shape, **cfg_kw["base"])
+        cfg = exec_config(v, n, ts, shape=dec.shape, **cfg_base)
         drafts = get_mode(v.mode).drafts
         if drafts and v.draft not in HEAD_DRAFTS:  # oracle / n-gram stand in for a single-key head's proposals
             cfg = dataclasses.replace(cfg, draft_path=None, draft_head="single")
@@ -112,7 +113,7 @@ def run(dec, decode, suites: dict, filler, var_list, *, max_lanes, min_dense, cf
                 continue
             refs = {name: toks for name, toks in dense.get(n, {}).get("outs", {}).items()}
             outs, ctr = run_variant(dec, v, n, tasks, filler, max_lanes=max_lanes, refs=refs,
-                                    cfg_kw={"base": cfg_base})  # fmt: skip
+                                    cfg_base=cfg_base)  # fmt: skip
             res = summarize(tasks, outs, decode)
             if _is_reference(v.mode):
                 dense[n] = {"outs": outs, "res": res}
