@@ -253,6 +253,23 @@ def test_sparse_nll_equals_dense_when_k_covers_every_block(smol):
         assert got["tasks"]["greedy:MPL-2.0"]["tokens_out"] == ref["tasks"]["greedy:MPL-2.0"]["tokens_out"], v.label
 
 
+@pytest.mark.parametrize("draft", ["oracle", "ngram"])
+def test_chosen_drafts_stand_in_for_an_attending_head(smol, draft):
+    """The oracle and n-gram drafts replace an attending head's proposals (its K/V still filled at prefill): the
+    lookahead step drafts the chosen tokens, and with K covering every block the text is dense's."""
+    path, dec, tok = smol
+    n = 128
+    tasks = E.build_tasks(tok, n, texts=("MPL-2.0",), ppl_tokens=8, greedy_tokens=8, passkey=False)
+    ref = E.run_engine(dec, _cfg(E.Variant("dense"), n, tasks, smol), tasks)
+    v = E.Variant("lookahead", top_k=8, fetch_ratio=0.05, draft=draft)
+    cfg = E.exec_config(v, n, tasks, model_path=path, device="cpu", dtype="float32", shape=dec.shape,
+                        draft_head="attn")  # fmt: skip
+    got = E.run_engine(dec, cfg, tasks, draft, E._refs(ref))
+    assert got["tasks"]["greedy:MPL-2.0"]["tokens_out"] == ref["tasks"]["greedy:MPL-2.0"]["tokens_out"]
+    diff = max(abs(a - b) for a, b in zip(got["tasks"]["MPL-2.0"]["nll"], ref["tasks"]["MPL-2.0"]["nll"]))
+    assert diff < 2e-4
+
+
 def test_passkey_prompt(smol):
     _, _, tok = smol
     filler = E.filler_stream(tok)

@@ -416,18 +416,24 @@ def build_tasks(
 
 
 class _DraftOverride:
-    """Stands in for the runner's draft head: ``propose`` returns a chosen token per row instead (oracle, ngram);
-    rows are the engine's current plan's (its prefill request, else its decode items)."""
+    """Stands in for the runner's draft head: ``propose`` (``propose_lanes`` for an attending head) returns a chosen
+    token per row instead (oracle, ngram); rows are the engine's current plan's (its prefill request, else its decode
+    items). Everything else is the head's own (an attending head still fills its K/V at prefill)."""
 
     def __init__(self, base, eng, choose):
         self.base, self.eng, self.choose = base, eng, choose
-        self.layers = base.layers
+
+    def __getattr__(self, name):  # layers, attends, prefill_chunk, allocate, synthesize, ...: the head's
+        return getattr(self.base, name)
 
     def propose(self, aux, tok):
         plan = self.eng._plan
         rows = [plan.prefill.req_id] if plan.prefill is not None else [it.req_id for it in plan.decode]
         toks = tok.tolist()
         return torch.tensor([self.choose(rid, t) for rid, t in zip(rows, toks)], dtype=torch.int64, device=tok.device)
+
+    def propose_lanes(self, lanes, aux, tok):
+        return self.propose(aux, tok)
 
 
 def run_engine(dec, cfg, tasks, draft: str | None = None, refs: dict | None = None) -> dict:
