@@ -297,7 +297,10 @@ def measure(
     layer_events, t_first = [], None
     emitted = 0  # output tokens of the timed steps (a speculative step emits up to speculative_k + 1 a request)
     per_req = []  # output tokens a request of each timed step (1; a speculative step or a decode chain: more)
+    beside = runner.spec.beside  # spec_predict beside: its step is two graphs (with the repair and without)
     for i in range(warmup + steps):
+        if beside is not None:  # the first two warm-up steps make the repair's graph (eager, then captured)
+            beside.force_repair = i < 2 and warmup >= 4
         if i == warmup:
             if cfg.device == "cuda":
                 torch.cuda.synchronize()

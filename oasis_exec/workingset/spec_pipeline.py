@@ -87,6 +87,9 @@ class SpecPipeline:
         self.est = {}  # lane -> (req_id, Acceptance)
         self.lane_steps = self.repairs = 0
         self.repair_on = True  # this step's repair can fetch (repair_possible); else it is not launched at all
+        # run the repair even where it cannot fetch (it then plans nothing): the bench's warm-up sets it for two steps
+        # so that the step's graph with the repair is captured before the timed steps, not in them
+        self.force_repair = False
         self._step = None  # (n, the step's tensors) of the repair, made once a step
 
     # -- host side (the runner) ---------------------------------------------------------------------------------
@@ -102,7 +105,7 @@ class SpecPipeline:
         self._chosen = choose_query(rates, k)
         self.s_hat[: len(items)].copy_(torch.as_tensor(self._chosen))
         pos = np.array([it.position for it in items])
-        self.repair_on = bool(repair_possible(pos, np.array(ks), self._chosen, k, self.me.bs).any())
+        self.repair_on = self.force_repair or bool(repair_possible(pos, np.array(ks), self._chosen, k, self.me.bs).any())
 
     @property
     def graph_key(self) -> bool:

@@ -71,6 +71,21 @@ def test_small_top_k_unlimited_cap_attends_what_after_attends(k, alpha, hot, sco
     assert stats["spec_predict_repairs"] > 0 and stats["spec_predict_lane_steps"] > 30
 
 
+def test_a_forced_repair_changes_nothing():
+    """The bench's warm-up runs the repair where it cannot fetch (``force_repair``, to capture its graph early): the
+    repair then plans nothing, so beside still attends what after attends at every step."""
+
+    def make(v):
+        eng = Engine(cfg("lookahead", spec_predict=v, short_context=False, fetch_ratio=1.0, speculative_k=3,
+                         synthetic_accept={"alpha": 0.6}))  # fmt: skip
+        if v == "beside":
+            eng.runner.spec.beside.force_repair = True
+        return eng
+
+    stats = _lockstep_attended_equal(make)
+    assert stats["spec_predict_repairs"] > 0 and stats["spec_predict_lane_steps"] > 30
+
+
 def _lockstep_attended_equal(make):
     """Run the after and beside engines ``make(variant)`` in lockstep over prompts(); every step's attended blocks
     and the tokens equal. Returns the beside engine's repair stats."""
