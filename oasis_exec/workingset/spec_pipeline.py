@@ -105,7 +105,9 @@ class SpecPipeline:
         self._chosen = choose_query(rates, k)
         self.s_hat[: len(items)].copy_(torch.as_tensor(self._chosen))
         pos = np.array([it.position for it in items])
-        self.repair_on = self.force_repair or bool(repair_possible(pos, np.array(ks), self._chosen, k, self.me.bs).any())
+        self.repair_on = self.force_repair or bool(
+            repair_possible(pos, np.array(ks), self._chosen, k, self.me.bs).any()
+        )
 
     @property
     def graph_key(self) -> bool:
