@@ -75,6 +75,12 @@ class ExecConfig(SpeculationFields, BenchFields, TransferFields, KVFields, RunFi
         "prompt lookup beside the draft head: where a lane's last N or more tokens occurred earlier in its context, "
         "the token that followed them there is the draft (runner/ngram_drafts.py); 0: the head alone",
     )
+    draft_gate: float = _f(
+        0.0,
+        "lookahead: predict the next step's blocks from the draft's query only where the draft head gave its token at "
+        "least this probability (prompt lookup's tokens count as certain), elsewhere from the current query (what "
+        "proxy predicts from); 0: always the draft's query",
+    )
     token_basis: str | None = _f(
         None,
         "block_score=tokens: the channels each full layer keeps, a .npz of experiments/block_scorers/fit_basis.py "
@@ -294,6 +300,11 @@ class ExecConfig(SpeculationFields, BenchFields, TransferFields, KVFields, RunFi
         dn = self.draft_ngram
         if isinstance(dn, bool) or not isinstance(dn, int) or dn < 0:
             bad("draft_ngram", f"must be an integer >= 0 (0: off), got {show(dn)}")
+        dg = self.draft_gate
+        if isinstance(dg, bool) or not isinstance(dg, (int, float)) or not 0.0 <= dg <= 1.0:
+            bad("draft_gate", f"must be a probability in [0, 1] (0: off), got {show(dg)}")
+        if dg and not self.mode_spec.drafts:
+            bad("draft_gate", f"gates the draft's query of a lookahead step; mode {self.mode} has no draft row")
         if self.draft_head == "attn" and self.spec_max_k:
             bad("draft_head", "attn drafts no speculative chains (speculative_k must be 0)")
         if self.synthetic is not None:

@@ -32,6 +32,7 @@ ENGINE_GROUPS = (
             "draft_vocab",
             "draft_head",
             "draft_ngram",
+            "draft_gate",
         ),
     ),
     ("synthetic selection", ("synthetic", "synthetic_ahead", "synthetic_topk", "synthetic_accept")),

@@ -135,6 +135,8 @@ class DraftHead:
         self.lm_head = weights["lm_head.weight"] if self.own_head else (embed if lm_head is None else lm_head)
         self.d2t = weights["d2t"].long() if self.own_head else None
         self.layers = aux_layers(shape.n_layers)
+        self.want_conf = False  # Drafts sets it (ExecConfig.draft_gate): _ids then keeps each draft's probability
+        self.conf = None  # [B] fp32: the head's probability of each draft it last proposed (when want_conf)
 
     @staticmethod
     def build(shape, embed, path=None, draft_vocab=None, seed=1, dtype=torch.bfloat16, device="cpu", lm_head=None):
@@ -171,7 +173,10 @@ class DraftHead:
         return self.propose_state(aux, token_ids)[0]
 
     def _ids(self, h):
-        d = (rms_norm(h, self.w["norm.weight"], self.shape.rms_eps) @ self.lm_head.t()).float().argmax(-1)
+        logits = (rms_norm(h, self.w["norm.weight"], self.shape.rms_eps) @ self.lm_head.t()).float()
+        top, d = logits.max(-1)
+        if self.want_conf:  # the draft's probability under the head: exp(its logit - logsumexp)
+            self.conf = torch.exp(top - torch.logsumexp(logits, -1))
         return d + self.d2t[d] if self.own_head else d
 
     def propose_state(self, aux, token_ids):

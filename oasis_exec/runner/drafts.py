@@ -15,12 +15,18 @@ from .ngram_drafts import NgramDrafts
 
 
 class Drafts:
-    def __init__(self, head, *, max_lanes: int, hidden: int, speculative: bool, dtype, device, ngram: int = 0):
+    def __init__(
+        self, head, *, max_lanes: int, hidden: int, speculative: bool, dtype, device, ngram: int = 0, gate=False
+    ):
         self.head = head  # the draft head (None: the mode does not draft); the quality harness may replace it
         self.device = device
         self.tok = torch.zeros(max_lanes, dtype=torch.int64, device=device)
+        # ExecConfig.draft_gate: each lane's probability of its draft under the head (prompt lookup's: 1), else None
+        self.conf = torch.ones(max_lanes, dtype=torch.float32, device=device) if gate and head is not None else None
+        if self.conf is not None:
+            head.want_conf = True
         # prompt lookup beside the head (ExecConfig.draft_ngram; runner/ngram_drafts.py), None when off
-        self.ngram = NgramDrafts(ngram, self.tok) if ngram else None
+        self.ngram = NgramDrafts(ngram, self.tok, self.conf) if ngram else None
         self.h = torch.zeros(max_lanes, hidden, dtype=dtype, device=device) if speculative else None
         self.attends = getattr(head, "attends", False)  # an attending head: K/V of every position
         if self.attends:
@@ -47,6 +53,7 @@ class Drafts:
             self.tok[lane], self.h[lane] = d[0], h[0].to(self.h.dtype)
         else:
             self.tok[lane] = self.head.propose(feats, tok)[0]
+        self._keep_conf(lane)
 
     def propose(self, lanes, aux, tok) -> None:
         """The draft tokens of a step's lanes (a list, or a device tensor: no host copy, capturable) after its
@@ -59,6 +66,14 @@ class Drafts:
             self.tok[idx], self.h[idx] = d, h.to(self.h.dtype)
         else:
             self.tok[idx] = self.head.propose(aux, tok)
+        self._keep_conf(idx)
+
+    def _keep_conf(self, idx) -> None:
+        """The proposing lanes' draft probabilities (``ExecConfig.draft_gate``); a head that gives none (the quality
+        harness's oracle and n-gram stand-ins) counts as certain."""
+        if self.conf is not None:
+            c = getattr(self.head, "conf", None)
+            self.conf[idx] = 1.0 if c is None else c
 
     def chain(self, lanes, toks, pos, k: int):
         """The ``k`` drafts [B, k] of a speculative step at positions ``pos + 1 .. pos + k`` (``toks`` [B] at

@@ -20,10 +20,11 @@ from oasis_core.prompt_lookup import PromptLookup
 
 
 class NgramDrafts:
-    def __init__(self, min_match: int, tok):
+    def __init__(self, min_match: int, tok, conf=None):
         if min_match < 1:
             raise ValueError(f"draft_ngram: the shortest match must be >= 1 token, got {min_match}")
         self.min_match, self.tok = min_match, tok  # tok: Drafts.tok, each lane's next draft token (device)
+        self.conf = conf  # Drafts.conf (ExecConfig.draft_gate) or None: a matched lane's draft counts as certain
         self.lookups: dict[int, PromptLookup] = {}  # lane -> its tokens x_0 .. x_t, t the last handed back
         self.used = 0  # drafts the lookup gave (a counter)
 
@@ -57,7 +58,10 @@ class NgramDrafts:
                 lanes.append(it.lane)
                 toks.append(pl.tokens[m[1]])
         if lanes:
-            self.tok[torch.tensor(lanes, device=self.tok.device)] = torch.tensor(toks, device=self.tok.device)
+            idx = torch.tensor(lanes, device=self.tok.device)
+            self.tok[idx] = torch.tensor(toks, device=self.tok.device)
+            if self.conf is not None:
+                self.conf[idx] = 1.0
             self.used += len(lanes)
 
     def emitted(self, items, out: dict) -> None:

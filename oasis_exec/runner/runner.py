@@ -95,6 +95,7 @@ def _drafts(cfg, decoder, max_lanes, dtype, device) -> Drafts:
         dtype=dtype,
         device=device,
         ngram=cfg.draft_ngram if head is not None else 0,
+        gate=cfg.draft_gate > 0,
     )
 
 

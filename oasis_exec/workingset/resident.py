@@ -109,8 +109,17 @@ class ResidentSet(WorkingSet):
             s.saved[l] = (q, ek, ev)
         elif cfg.mode_spec.background and not s.all_short:
             given = None if s.sets is None else (s.sets[1] if cfg.mode_spec.drafts else s.sets[2])[:, l]
-            self._launch_prediction(l, q[:, s.nq - 1], given, s, s.nb_next)
+            self._launch_prediction(l, self._prediction_query(q, s), given, s, s.nb_next)
         return attn
+
+    def _prediction_query(self, q, s):
+        """The query the next step's blocks are predicted from [B, Hq, D]: the draft row's (lookahead; the current
+        one in proxy), or, under ``ExecConfig.draft_gate``, the current one where the lane's draft is unsure."""
+        qsel = q[:, s.nq - 1]
+        if self.draft_conf is not None and s.nq > 1:
+            sure = self.draft_conf[s.lanes] >= self.draft_gate  # [B], on the device (capturable)
+            qsel = torch.where(sure[:, None, None], qsel, q[:, 0])
+        return qsel
 
     def _own_prediction(self, l, s, q):
         """The step's own top-K of layer ``l`` (on-demand modes): from the real query, or the given sets."""

@@ -480,3 +480,19 @@ def test_block_scores_run_every_selecting_variant_once_per_scorer_and_reach_the_
     kw = dict(model_path="m.gguf", device="cpu", dtype="float32")
     assert E.exec_config(v[4], 256, [task], **kw).block_score == "gauss"
     assert E.exec_config(v[0], 256, [task], **kw).block_score == DEFAULT_SCORER
+
+
+def test_draft_gates_run_every_head_lookahead_variant_once_per_gate_and_reach_the_engine():
+    v = E.variants(["dense", "proxy", "lookahead"], [0.125], [0.05], ["head", "oracle"], draft_gates=[0.0, 0.4])
+    assert [x.label for x in v] == [
+        "dense",
+        "lookahead K=0.125 f=0.05 head",
+        "lookahead K=0.125 f=0.05 head gate=0.4",
+        "lookahead K=0.125 f=0.05 oracle",
+        "proxy K=0.125 f=0.05",
+    ]
+    assert E.variants() == E.variants(draft_gates=(0.0,))
+    task = E.Task("ppl", "t", list(range(100)), 8, forced=[0] * 8)
+    kw = dict(model_path="m.gguf", device="cpu", dtype="float32")
+    assert E.exec_config(v[2], 256, [task], **kw).draft_gate == 0.4
+    assert E.exec_config(v[1], 256, [task], **kw).draft_gate == 0.0

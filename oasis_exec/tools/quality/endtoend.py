@@ -85,6 +85,7 @@ SCHEMA = "oasiskv-quality-endtoend"
 VERSION = 2
 MODES = ("dense", "quest", "proxy", "retrieval", "lookahead")
 DRAFTS = ("head", "head_ngram", "oracle", "ngram")
+HEAD_DRAFTS = ("head", "head_ngram")  # drafts the engine's head makes (head_ngram: with prompt lookup beside it)
 FETCH_RATIOS = (0.02, 0.05, 0.10, 1.0)
 K_FRACS = (0.125, 0.25)
 LENGTHS = (2048, 4096, 8192)
@@ -119,6 +120,7 @@ class Variant:
     fetch_policy: str | None = None  # proxy / lookahead: a fetch-cap policy spec (get_policy) instead of the ratio
     host_kv_dtype: str = "auto"  # the sparse modes' host copy (ExecConfig.host_kv_dtype): auto | fp8_e4m3
     block_score: str = DEFAULT_SCORER  # the selecting modes' block scorer (ExecConfig.block_score)
+    draft_gate: float = 0.0  # lookahead with the engine's head: ExecConfig.draft_gate (0: off)
 
     @property
     def label(self) -> str:
@@ -135,6 +137,8 @@ class Variant:
             s += " host=fp8" if self.host_kv_dtype == "fp8_e4m3" else f" host={self.host_kv_dtype}"
         if self.block_score != DEFAULT_SCORER:
             s += f" score={self.block_score}"
+        if self.draft_gate:
+            s += f" gate={self.draft_gate:g}"
         return s
 
     def k_of(self, n_tokens: int, block_size: int) -> int:
@@ -155,6 +159,7 @@ def variants(
     fetch_policies=(),
     host_kv_dtypes=("auto",),
     block_scores=(DEFAULT_SCORER,),
+    draft_gates=(0.0,),
 ) -> list:
     """The variants in run order: dense; with ``full_k_at`` (a group's N) every sparse mode at K = every block of
     that group (it must equal dense up to float rounding: a check of the path, not a measurement); then per fetch
@@ -170,11 +175,14 @@ def variants(
     out = [dataclasses.replace(v, host_kv_dtype=d) for v in out for d in (dts if get_mode(v.mode).sparse else ["auto"])]
     # --block-scores: every variant of a selecting mode once per scorer, one after the other (default: minmax alone)
     scs = list(block_scores or (DEFAULT_SCORER,))
-    return [
+    out = [
         dataclasses.replace(v, block_score=s)
         for v in out
         for s in (scs if get_mode(v.mode).selects else [v.block_score])
     ]
+    # --draft-gates: every lookahead variant whose draft is the engine's head once per gate, one after the other
+    gates = list(draft_gates or (0.0,))
+    return [dataclasses.replace(v, draft_gate=g) for v in out for g in (gates if v.draft in HEAD_DRAFTS else [0.0])]
 
 
 def _variants(modes, k_fracs, fetch_ratios, drafts, top_k, full_k_at, fetch_policies) -> list:
@@ -419,6 +427,8 @@ class _DraftOverride:
     """Stands in for the runner's draft head: ``propose`` (``propose_lanes`` for an attending head) returns a chosen
     token per row instead (oracle, ngram); rows are the engine's current plan's (its prefill request, else its decode
     items). Everything else is the head's own (an attending head still fills its K/V at prefill)."""
+
+    conf = None  # a chosen draft counts as certain (ExecConfig.draft_gate)
 
     def __init__(self, base, eng, choose):
         self.base, self.eng, self.choose = base, eng, choose
@@ -698,6 +708,7 @@ def exec_config(
         draft_path=draft_path,
         draft_head=draft_head,
         draft_ngram=NGRAM_MIN_MATCH if v.draft == "head_ngram" else 0,
+        draft_gate=v.draft_gate,
         cuda_graph=cuda_graph,
         prefill_chunk=prefill_chunk,
         prefill_interleave=False,
@@ -930,6 +941,20 @@ def draft_head_kind(args) -> str:
     return saved_kind(args.draft_path) if args.draft_path else "single"
 
 
+def add_gate_arg(p) -> None:
+    """``--draft-gates`` (``quality endtoend`` and ``quality tasks``)."""
+    p.add_argument(
+        "--draft-gates",
+        nargs="+",
+        type=float,
+        default=[0.0],
+        metavar="P",
+        help="lookahead with the head (head, head_ngram): predict from the draft's query only where the head gave "
+        "its draft at least this probability, else from the current query (ExecConfig.draft_gate); several: each "
+        "such variant once per gate (label suffix gate=...); 0: off",
+    )
+
+
 def add_scorer_args(p) -> None:
     """``--block-scores`` and ``--token-basis`` (``quality endtoend`` and ``quality tasks``)."""
     p.add_argument(
@@ -995,6 +1020,7 @@ def add_command(sub) -> None:
         "dtype, one after the other (each row records its host_kv_dtype)",
     )
     add_scorer_args(p)
+    add_gate_arg(p)
     p.add_argument("--k-fracs", nargs="+", type=float, default=list(K_FRACS), help="K as a fraction of N's blocks")
     p.add_argument("--top-k", type=int, default=None, help="absolute K instead of --k-fracs")
     p.add_argument(
@@ -1165,6 +1191,7 @@ def run(args) -> int:
         args.fetch_policies,
         args.host_kv_dtype,
         getattr(args, "block_scores", None) or [DEFAULT_SCORER],
+        getattr(args, "draft_gates", None) or [0.0],
     )
     head = (
         {"path": args.draft_path, "weights": "trained", "sha256": _dir_sha(args.draft_path)}

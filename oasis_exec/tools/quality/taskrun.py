@@ -33,10 +33,12 @@ from oasis_core.modes import get as get_mode
 from . import longtasks as LT
 from .drafts import NGRAM_MIN_MATCH
 from .endtoend import (
+    HEAD_DRAFTS,
     Task,
     Variant,
     _is_reference,
     add_draft_head_arg,
+    add_gate_arg,
     add_scorer_args,
     draft_head_kind,
     exec_config,
@@ -46,7 +48,6 @@ from .endtoend import (
 
 SCHEMA = "oasiskv-quality-tasks"
 MODES = ("dense", "proxy", "lookahead", "retrieval")
-HEAD_DRAFTS = ("head", "head_ngram")  # drafts the engine's head makes (head_ngram: with prompt lookup beside it)
 
 
 def to_engine_tasks(tasks, filler) -> list:
@@ -178,6 +179,7 @@ def add_command(sub) -> None:
     p.add_argument("--draft-path", default=None, help="the draft head directory (default: random weights)")
     add_draft_head_arg(p)
     add_scorer_args(p)
+    add_gate_arg(p)
     p.add_argument("--min-dense", type=float, default=0.8, help="count a group only where dense solves this share")
     p.add_argument("--max-lanes", type=int, default=8, help="requests an engine")
     p.add_argument("--tokenizer", default="gguf", choices=("gguf", "hf"), help="decodes the continuations")
@@ -283,7 +285,8 @@ def main(args) -> int:
         tmeta = {"tokenizer": "transformers (from the GGUF), built in this run"}
     decode = _decoder_fn(args.tokenizer, path)
     modes = args.modes if any(map(_is_reference, args.modes)) else ["dense"] + list(args.modes)
-    var_list = variants(modes, args.k_fracs, args.fetch_ratios, args.drafts, args.top_k, block_scores=args.block_scores)
+    var_list = variants(modes, args.k_fracs, args.fetch_ratios, args.drafts, args.top_k, block_scores=args.block_scores,
+                        draft_gates=args.draft_gates)  # fmt: skip
     cfg_base = dict(model_path=path, device=args.device, dtype=dtype, block_size=args.block_size, seed=args.seed,
                     draft_path=args.draft_path, cuda_graph=not args.no_cuda_graph,
                     prefill_chunk=args.prefill_chunk, token_basis=args.token_basis,

@@ -1,0 +1,102 @@
+"""``ExecConfig.draft_gate``: a lookahead step predicts from the draft's query only where the head was sure of its draft,
+elsewhere from the current query (proxy's). Tiny model, fp32, CPU, model selection."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+from exec_cases import cfg, prompts, run_logits
+
+from oasis_exec.config import ExecConfig
+from oasis_exec.engine.engine import Engine
+from oasis_exec.engine.scheduler import SamplingParams
+from oasis_exec.runner.ngram_drafts import NgramDrafts
+
+pytestmark = pytest.mark.usefixtures("one_torch_thread")
+
+KW = dict(top_k=3, fetch_ratio=1.0, short_context=False)
+
+
+def _gap(a, b):
+    """The largest logit difference of two runs (the same requests, the same steps)."""
+    return max(float((x - y).abs().max()) for rid in a for x, y in zip(a[rid], b[rid]))
+
+
+def test_gate_one_predicts_as_proxy_and_a_tiny_gate_as_lookahead():
+    """A random head is never sure (its probability < 1), so at gate 1 every lane predicts from its current query and
+    lookahead computes what proxy computes; at a gate below every probability it is lookahead's."""
+    ps, n = prompts(), 20
+    proxy, _ = run_logits(cfg("proxy", **KW), ps, n)
+    look, _ = run_logits(cfg("lookahead", **KW), ps, n)
+    gated1, _ = run_logits(cfg("lookahead", draft_gate=1.0, **KW), ps, n)
+    tiny, _ = run_logits(cfg("lookahead", draft_gate=1e-30, **KW), ps, n)
+    # equal but for float rounding (lookahead's pass carries a second row per lane)
+    assert _gap(gated1, proxy) < 1e-5 and _gap(tiny, look) < 1e-5
+    assert _gap(look, proxy) > 1e-3  # the two predictions attend different blocks here (else no test)
+
+
+def test_each_lane_takes_its_own_query():
+    """Half the lanes sure, half not (a threshold between their probabilities): each lane's prediction is the draft's
+    or the current query's by its own probability (checked through the query the working set hands the predictor)."""
+    eng = Engine(cfg("lookahead", draft_gate=0.5, **KW))
+    ws = eng.runner.model.ws
+    got = []
+    real = ws._prediction_query
+
+    def probe(q, s):
+        conf = eng.runner.drafts.conf
+        conf[s.lanes] = torch.tensor([0.9, 0.1, 0.6][: len(s.lanes)], dtype=conf.dtype)  # lanes 0 and 2 sure
+        out = real(q, s)
+        want = torch.stack([q[i, 1] if conf[s.lanes[i]] >= 0.5 else q[i, 0] for i in range(q.shape[0])])
+        torch.testing.assert_close(out, want, rtol=0, atol=0)
+        got.append("checked")
+        return out
+
+    ws._prediction_query = probe
+    eng.generate(prompts(), SamplingParams(max_tokens=4))
+    assert got.count("checked") > 0
+
+
+def test_the_head_keeps_its_drafts_probability():
+    """``want_conf``: the probability the head gives the draft it proposes (exp(logit - logsumexp)), per lane."""
+    eng = Engine(cfg("lookahead", draft_gate=0.3, **KW))
+    head = eng.runner.drafts.head
+    assert head.want_conf
+    g = torch.Generator().manual_seed(3)
+    h = torch.randn(5, head.shape.hidden, generator=g)
+    ids = head._ids(h)
+    from oasis_exec.model.draft import rms_norm
+
+    logits = (rms_norm(h, head.w["norm.weight"], head.shape.rms_eps) @ head.lm_head.t()).double()
+    top, d = torch.softmax(logits, -1).max(-1)  # over the head's own vocabulary (d2t maps it to the target's)
+    assert torch.equal(ids, d + head.d2t[d] if head.own_head else d)
+    torch.testing.assert_close(head.conf.double(), top, rtol=1e-5, atol=1e-6)
+    assert torch.all(head.conf < 1)
+
+
+def test_prompt_lookup_drafts_count_as_certain():
+    tok, conf = torch.zeros(3, dtype=torch.int64), torch.full((3,), 0.2)
+    ng = NgramDrafts(2, tok, conf)
+
+    class Ch:
+        lane, start, tokens = 1, 0, [5, 6, 7, 5, 6]
+
+    class It:
+        lane, position, token = 1, 5, 7
+
+    ng.prefill(Ch, 7)  # 5 6 7 5 6 7: the suffix "6 7" occurred before, followed by 5
+    ng.override([It])
+    assert tok.tolist() == [0, 5, 0] and conf.tolist() == pytest.approx([0.2, 1.0, 0.2])
+
+
+@pytest.mark.parametrize(
+    "kw, msg",
+    [
+        (dict(mode="lookahead", draft_gate=1.5), "probability"),
+        (dict(mode="lookahead", draft_gate=True), "probability"),
+        (dict(mode="proxy", draft_gate=0.5), "no draft row"),
+    ],
+)
+def test_bad_gate_is_refused(kw, msg):
+    with pytest.raises(ValueError, match=msg):
+        ExecConfig(model="tiny", device="cpu", dtype="float32", **kw)
