@@ -63,6 +63,8 @@ COMMANDS = {
         "--shift-lengths": NUM,
         "--shift-tokens": NUM,
         "--token-texts": ["/nonexistent.npz:text", "README.md", "experiments/long_context_draft/data/gemma_32k.npz:x"],
+        "--token-basis": ["/nonexistent.npz"],
+        "--draft-gates": FRAC,
     },
     ("quality", "tasks"): {
         **COMMON,
@@ -80,6 +82,7 @@ COMMANDS = {
         "--modes": ["dense", "lookahead", "sparse"],
         "--block-scores": ["tokens", "minmax_sum+sink", "nope"],
         "--token-basis": ["/nonexistent.npz", "experiments/block_scorers/calib/gemma3_270m_basis.npz"],
+        "--draft-gates": FRAC,
     },
 }
 TRAIN = {

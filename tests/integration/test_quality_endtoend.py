@@ -133,6 +133,8 @@ def test_host_kv_dtypes_run_every_sparse_variant_once_per_dtype_and_reach_the_en
         (["--fetch-policies", "recall:2"], "--fetch-policies: fetch cap 'recall:2'"),
         (["--shift-lengths", "1024"], "--shift-lengths: 1024 is not one of --lengths"),
         (["--shift-lengths", "256", "--shift-tokens", "250"], "--shift-tokens: 250"),
+        (["--token-basis", "/no/such/basis.npz"], "--token-basis: no such path"),
+        (["--draft-gates", "0", "1.5"], "--draft-gates: must be in [0, 1]"),
     ],
 )
 def test_bad_policy_or_shift_option_is_one_line_and_exit_2(extra, message, capsys, monkeypatch):

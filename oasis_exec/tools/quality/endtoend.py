@@ -1132,12 +1132,14 @@ def check_args(args) -> None:
             "prefill_chunk": (1, None, False),
             "time_budget_s": (0, None, True),
             "threads": (1, None, False),
+            "draft_gates": (0, 1, False),
         },
     )
     c.power_of_two(args, "block_size")
     c.device(args)
     c.existing(args, "model_path")
     c.existing(args, "draft_path", kind="dir")
+    c.existing(args, "token_basis")
     for spec in args.token_texts:  # each names a readable 1-D id array before anything loads
         npz_ids(spec, 1)
     c.writable_file(args, "out")

@@ -237,6 +237,8 @@ def check_args(args) -> None:
         bad("--max-lanes/--block-size/--prefill-chunk", "each must be >= 1")
     if args.time_budget_s is not None and not args.time_budget_s >= 0:
         bad("--time-budget-s", f"must be >= 0, got {args.time_budget_s}")
+    if not all(0 <= g <= 1 for g in args.draft_gates):
+        bad("--draft-gates", f"each must be in [0, 1], got {' '.join(map(str, args.draft_gates))}")
     if args.token_basis is not None and not os.path.isfile(args.token_basis):
         bad("--token-basis", f"no such file: {args.token_basis}")
     if args.device not in ("cpu", "cuda") and not str(args.device).startswith("cuda:"):
