@@ -90,7 +90,17 @@ def test_cli_in_generation(monkeypatch, tmp_path):
     out = tmp_path / "sel.json"
     argv = ["quality", "selection", "--model-path", "README.md", "--texts", "shlex.py", "--n-tokens", "120"]
     argv += ["--token-texts", f"{npz}:held:1", "--k-blocks", "3", "5", "--block-size", "8", "--positions", "6"]
-    argv += ["--drafts", "eagle3_attn", "ngram_attn", "eagle3", "oracle", "random", "--generate", "sample"]
+    argv += [
+        "--drafts",
+        "eagle3_attn",
+        "ngram_attn",
+        "ngram1_attn",
+        "eagle3",
+        "oracle",
+        "random",
+        "--generate",
+        "sample",
+    ]
     argv += ["--report-layers", "1"]
     argv += ["--no-fit", "--device", "cpu", "--threads", "1", "--out", str(out)]
     assert exec_main.main(argv) == 0
@@ -102,6 +112,7 @@ def test_cli_in_generation(monkeypatch, tmp_path):
         assert r["k_blocks"] in (3, 5) and r["k"] == r["k_blocks"] and r["layers_reported"] == [1]
         assert len(r["per_layer"]["proxy"]) == 1 and len(r["drafts"]["eagle3_attn"]["sparse"]["per_layer"]) == 1
         assert 0.0 <= r["drafts"]["ngram_attn"]["token_accuracy"] <= 1.0 and "ngram" not in r["drafts"]
+        assert 0.0 <= r["drafts"]["ngram1_attn"]["token_accuracy"] <= 1.0
         assert r["drafts"]["oracle"]["token_accuracy"] == 1.0  # the oracle is the token the target produced
         assert r["drafts"]["oracle"]["dense"]["mean"] == 1.0  # and its dense query is the true next query
     name, ids = npz_ids(f"{npz}:held:1", 120)

@@ -13,6 +13,7 @@ measured decode positions ``t``.
 - ``ngram_attn``: the two together, as an engine could run them: the n-gram guess where the context's last
   ``NGRAM_MIN_MATCH`` or more tokens occurred before (``prompt_lookup.match_lengths_at``), else ``eagle3_attn``'s
   (``combine_ngram``). Prompt lookup gains with context (more text to match), the head does not.
+- ``ngram1_attn``: the same with a one-token match enough (the n-gram's guess wherever it has one).
 """
 
 from __future__ import annotations
@@ -22,9 +23,12 @@ import torch
 from oasis_core.prompt_lookup import match_lengths_at, propose_at
 
 DRAFTS = ("eagle3", "ngram", "oracle", "random")  # the default set
-# eagle3_attn: the full EAGLE-3 layer (quality/generation.py); ngram_attn: n-gram where it matches, else eagle3_attn
-ALL_DRAFTS = DRAFTS + ("eagle3_attn", "ngram_attn")
 NGRAM_MIN_MATCH = 2  # a one-token match (any token seen before) is weak evidence at long context
+# n-gram where it matches (at least this many tokens), else eagle3_attn
+PAIRED = {"ngram_attn": NGRAM_MIN_MATCH, "ngram1_attn": 1}
+# eagle3_attn: the full EAGLE-3 layer (quality/generation.py), alone or in the PAIRED drafts
+ALL_DRAFTS = DRAFTS + ("eagle3_attn", *PAIRED)
+ATTN_DRAFTS = ("eagle3_attn", *PAIRED)  # the drafts that need the attention head
 
 
 def combine_ngram(tokens, positions, ngram, fallback, min_match: int = NGRAM_MIN_MATCH):

@@ -67,7 +67,7 @@ from oasis_core.scoring import build_summaries, num_blocks, score_blocks, topk_b
 from ...model.gguf import sha256_file
 from . import metrics
 from .draft_pass import DraftPass, dense_mask, resident_mask
-from .drafts import ALL_DRAFTS, DRAFTS, combine_ngram, draft_tokens
+from .drafts import ALL_DRAFTS, ATTN_DRAFTS, DRAFTS, PAIRED, combine_ngram, draft_tokens
 from .generation import GENERATE
 from .scorer_stats import SCORER_STATS, LayerScorers
 from .texts import TEXTS
@@ -263,14 +263,14 @@ def measure_tokens(dec, tokens, setup: Setup, head=None, progress=None, attn_hea
     tokens_t = torch.as_tensor(tokens)
     from oasis_exec.model.draft import aux_layers
 
-    attn = "eagle3_attn" in setup.drafts or "ngram_attn" in setup.drafts
+    attn = any(d in ATTN_DRAFTS for d in setup.drafts)
     trace = dense_trace(dec, tokens_t, ts, aux_layers(dec.shape.n_layers), attn)
     truth = tokens_t[ts + 1]
     from .generation import attn_draft_tokens
 
-    # the drafts drawn here (eagle3_attn is drawn below; ngram_attn combines ngram with it)
-    plain = [d for d in setup.drafts if d not in ("eagle3_attn", "ngram_attn")]
-    if "ngram_attn" in setup.drafts and "ngram" not in plain:
+    # the drafts drawn here (eagle3_attn is drawn below; the PAIRED ones combine ngram with it)
+    plain = [d for d in setup.drafts if d not in ATTN_DRAFTS]
+    if any(d in PAIRED for d in setup.drafts) and "ngram" not in plain:
         plain.append("ngram")
     dtok = {
         d: draft_tokens(
@@ -287,8 +287,9 @@ def measure_tokens(dec, tokens, setup: Setup, head=None, progress=None, attn_hea
     }
     if attn:
         dtok["eagle3_attn"] = attn_draft_tokens(attn_head, dec, trace.extra["aux_all"], tokens_t, ts)
-    if "ngram_attn" in setup.drafts:
-        dtok["ngram_attn"] = combine_ngram(tokens_t, ts, dtok["ngram"], dtok["eagle3_attn"])
+    for d, m in PAIRED.items():
+        if d in setup.drafts:
+            dtok[d] = combine_ngram(tokens_t, ts, dtok["ngram"], dtok["eagle3_attn"], min_match=m)
     if setup.oracle_next:  # generation: the token the target then produced
         dtok["oracle"] = truth.clone()
     dtok = {d: dtok[d] for d in setup.drafts}
@@ -894,7 +895,7 @@ def run(args) -> int:
     path, dec, tok = _load(args)
     head, head_info = _head(args, dec) if "eagle3" in args.drafts else (None, None)
     attn_head, attn_info = (None, None)
-    if "eagle3_attn" in args.drafts or "ngram_attn" in args.drafts:
+    if any(d in ATTN_DRAFTS for d in args.drafts):
         from .generation import build_attn_head
 
         attn_head, attn_info = build_attn_head(args, dec)
