@@ -130,7 +130,7 @@ class ModelExec:
         self.sets = build_sets(parts, cfg.mode_spec, self.ring)  # the working set of each layer
         self.ws = next((w for w in self.sets if w.family != "window"), self.sets[0])  # the mode's
         if drafts is not None and drafts.conf is not None:  # ExecConfig.draft_gate
-            self.ws.draft_conf, self.ws.draft_gate = drafts.conf, float(cfg.draft_gate)
+            self.ws.draft_conf = drafts.conf
         self.own = [l for l in range(self.L) if self.sets[l] is self.ws]  # the layers of the mode's set
 
     def synthesize(self, a) -> None:

@@ -70,7 +70,6 @@ class WorkingSet:
     family = ""
     spec_pipe = None  # spec_predict beside (a resident set's workingset.spec_pipeline.SpecPipeline), else None
     draft_conf = None  # ExecConfig.draft_gate: Drafts.conf [lanes], each lane's draft probability, else None
-    draft_gate = 0.0
 
     def __init__(self, parts: SetParts):
         self.p = parts

@@ -117,7 +117,7 @@ class ResidentSet(WorkingSet):
         one in proxy), or, under ``ExecConfig.draft_gate``, the current one where the lane's draft is unsure."""
         qsel = q[:, s.nq - 1]
         if self.draft_conf is not None and s.nq > 1:
-            sure = self.draft_conf[s.lanes] >= self.draft_gate  # [B], on the device (capturable)
+            sure = self.draft_conf[s.lanes] >= self.p.cfg.draft_gate  # [B], on the device (capturable)
             qsel = torch.where(sure[:, None, None], qsel, q[:, 0])
         return qsel
 
