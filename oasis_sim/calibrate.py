@@ -52,6 +52,7 @@ FITTED = {
     "step_fixed_s": (0.0, 5e-3),
     "step_host_s": (0.0, 10e-3),
     "step_vllm_s": (0.0, 10e-3),
+    "step_vllm_request_s": (0.0, 200e-6),  # fitted only with floor probes (``floor_probes``)
     "copy_bytes_per_s": (42e9, 49e9),  # the UVA gather measured alone: 42-49 GB/s (DESIGN.md, issue 39)
     "gather_sm_share": (0.0, 0.9),
 }
@@ -144,6 +145,16 @@ def chain_pairs(points) -> list:
     return out
 
 
+def floor_probes(points, least: int = 3) -> bool:
+    """Whether ``points`` hold vLLM runs of one model and context at ``least`` distinct batch sizes with a measured
+    step: what separates vLLM's host loop a step (``step_vllm_s``) from its growth a request (``step_vllm_request_s``)."""
+    seen: dict = {}
+    for p in points:
+        if p.engine == "vllm" and p.measured_tpot_s():
+            seen.setdefault((p.model, p.context), set()).add(p.lanes)
+    return any(len(v) >= least for v in seen.values())
+
+
 def host_share_s(pairs) -> Optional[float]:
     """The host's round trip a step, from chain pairs: ``T(1) - T(c) = h · (1 - 1/c)``, the median over pairs."""
     hs = []
@@ -164,6 +175,10 @@ def fit(points, base: CalibParams | None = None):
     pairs = chain_pairs(points)
     h = host_share_s(pairs)
     fitted = dict(FITTED)
+    if not floor_probes(points):  # one vLLM batch size cannot tell the floor's growth from its constant
+        fitted.pop("step_vllm_request_s")
+    elif not base.step_vllm_request_s:  # start inside its range: at the bound 0 the floor's max() hides its slope
+        base = replace(base, step_vllm_request_s=20e-6)
     if h is not None:
         base = replace(base, step_host_s=max(h, 0.0))
         fitted.pop("step_host_s")

@@ -14,7 +14,8 @@ op                 time
 ``step_overhead``  ``step_fixed_s + step_host_s / chain`` (``shape['chain']``: the decode chain's length; the
                    host's sync, bookkeeping and launch of a sparse step are paid once a chain; dense and vLLM:
                    ``step_fixed_s`` alone)
-``step_floor``     vLLM: ``step_vllm_s``, the least a step lasts (its host loop runs beside the GPU); ours: 0
+``step_floor``     vLLM: ``step_vllm_s + requests · step_vllm_request_s``, the least a step lasts (its host loop runs
+                   beside the GPU and grows with the batch); ours: 0
 ``lm_head``        the LM head's weights at ``weight_eff`` plus the logits (elementwise) per step
 others             the roofline's (``oasis_sim.predictor``): norms, scoring, top-K, selection, side contention
 =================  ===============================================================================================
@@ -59,6 +60,7 @@ class CalibParams:
     step_fixed_s: float = 300e-6  # per step on the GPU (embedding, sampling, graph start)
     step_host_s: float = 1.5e-3  # per host round trip of a sparse step (sync, bookkeeping, launch), once a chain
     step_vllm_s: float = 1.5e-3  # vLLM's host loop a step, overlapped with the GPU: the least a step lasts
+    step_vllm_request_s: float = 0.0  # ... plus this per decode request (its scheduler, input prep and sampler)
     copy_bytes_per_s: float = 45e9  # the UVA gather's in-step rate of scattered blocks
     gather_sm_share: float = 0.2  # compute time a UVA gather takes while it runs, as a share of its time
 
@@ -150,11 +152,11 @@ class CalibratedPredictor(RooflinePredictor):
         self.c = params
         whole_kv_on_gpu = modes.get(mode).whole_kv_on_gpu  # the dense timing family
         self.engine = engine
-        self.floor_s = 0.0
+        self.floor_s = self.floor_request_s = 0.0
         if engine == "vllm":  # its host loop runs beside the GPU (async scheduling): a floor, not an addend
             self.layer_fixed, self.attn_eff = params.layer_fixed_vllm_s, params.attn_eff_vllm
             self.step_fixed, self.step_host = params.step_fixed_s, 0.0
-            self.floor_s = params.step_vllm_s
+            self.floor_s, self.floor_request_s = params.step_vllm_s, params.step_vllm_request_s
         elif whole_kv_on_gpu:  # no sparse bookkeeping on the host: nothing for a chain to amortise (measured: the
             # real SmolLM2's dense step was 2.0-2.2 ms at chain 1 and 2.03 at chain 8)
             self.layer_fixed, self.attn_eff = params.layer_fixed_dense_s, params.attn_eff_dense
@@ -193,7 +195,7 @@ class CalibratedPredictor(RooflinePredictor):
         return self.step_fixed + self.step_host / chain
 
     def _step_floor_calibrated(self, s) -> float:
-        return self.floor_s
+        return self.floor_s + s.get("requests", 0) * self.floor_request_s
 
     def _lm_head(self, s) -> float:
         m = self.model

@@ -74,6 +74,29 @@ def test_fit_recovers_constants_it_generated():
     assert np.max(np.abs(err)) < 0.01
 
 
+def test_vllm_floor_grows_with_the_batch_only_where_probes_show_it():
+    """vLLM's least step is ``step_vllm_s + n · step_vllm_request_s``: refitted from floor probes that a known
+    growth generated (small-model runs at 1-64 requests, where the host loop binds) it comes back within 5%; with one
+    batch size it is not fitted (it stays 0)."""
+    from oasis_sim.calibrate import floor_probes
+
+    params = replace(load_calibration().params, step_vllm_s=2.5e-3, step_vllm_request_s=40e-6)
+    pts, _ = load_points([os.path.join(ROOT, "traces", "bench_points", "train")])
+    probes = [
+        BenchPoint("smollm2-135m", "dense", 2048, n, engine="vllm", weights="real", decode_chain=1, bytes_per_step=0.0)
+        for n in (1, 4, 16, 32, 64)
+    ]
+    pts = [p for p in pts if p.decode_chain == 8 or p.model == "smollm2-135m" or p.engine == "vllm"][:30] + probes
+    t = predict(pts, params)
+    assert t[-1] > t[-5] + 60 * 40e-6 * 0.9  # the probes are floor-bound: their steps carry the growth
+    synthetic = [replace(q, tpot_ms=float(s * 1e3), tok_s=None) for q, s in zip(pts, t)]
+    assert floor_probes(synthetic) and not floor_probes(synthetic[:-5])
+    got, _, err = fit(synthetic)
+    assert got.step_vllm_request_s == pytest.approx(40e-6, rel=0.05)
+    assert np.max(np.abs(err)) < 0.01
+    assert fit(synthetic[:-5])[0].step_vllm_request_s == 0.0
+
+
 def test_shipped_calibration_names_its_provenance():
     cal = load_calibration(SHIPPED)
     assert cal.hardware == "h200" and cal.date and cal.commit
