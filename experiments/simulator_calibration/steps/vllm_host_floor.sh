@@ -7,12 +7,15 @@
 # (.vb/1, .vb/2 with `stash`; carry .vb/3) and the model's pieces (carry .models/b, see experiments/device.sh).
 #   OASIS_COMMIT=<sha> bash experiments/device.sh simulator_calibration/vllm_host_floor
 #   -> $OUT/vllm_floor_8096.json, $OUT/vllm_floor_2048.json (vllm_dense.py records: tpot_ms per conc)
+# Overrides: CTXS ('8096 2048': one vLLM engine each, the time left shared between them), CONCS (the list above).
 DEADLINE_S=${DEADLINE_S:-560}
 . experiments/dense_vs_lookahead_throughput/vllm_setup.sh
 if need_model; then
-  T=$(min 300 $(( $(left) / 2 )))
-  vllm_run floor_8096 "$T" --gguf "$M" --ctx 8096 --decode 256 --conc 1,2,4,8,16,24,32,48,64
-  T=$(( $(left) - 15 ))
-  [ "$T" -gt 60 ] && vllm_run floor_2048 "$T" --gguf "$M" --ctx 2048 --decode 256 --conc 1,2,4,8,16,24,32,48,64
+  read -r -a ctxs <<< "${CTXS:-8096 2048}"
+  for i in "${!ctxs[@]}"; do
+    T=$(( ($(left) - 15) / (${#ctxs[@]} - i) ))
+    [ "$T" -gt 60 ] && vllm_run "floor_${ctxs[$i]}" "$T" --gguf "$M" --ctx "${ctxs[$i]}" --decode 256 \
+      --conc "${CONCS:-1,2,4,8,16,24,32,48,64}"
+  done
 fi
 say "done"
