@@ -174,3 +174,23 @@ def test_rows_that_fill_nothing_keep_their_candidate():
     resident.fill_(-1)
     got = spec_repair(*args, bs, "minmax")
     assert torch.equal(got, ids[0])
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("scorer", ["minmax_sum+sink", "minmax"])
+def test_gpu_realistic_shape(scorer):
+    """The Qwen3-8B bench's shape (44 lanes x 8 KV heads, G = 4, D = 128, K = S = 128, 16K tokens in blocks of 16),
+    compiled: equal to the references (integer-valued inputs: every score exact in any order, ties injected)."""
+    if DEV != "cuda":
+        pytest.skip("needs CUDA (run on the GPU machine with `pytest -m gpu`)")
+    bs = 16
+    args = _case(7, B=44, H=8, G=4, D=128, k=1, K=128, S=128, bs=bs, nmax=1024)
+    args = _with_ties(args, _new_val(args, bs, scorer), 7)
+    pt = torch.empty(args[2].shape, dtype=torch.int64, device=DEV)
+    got = spec_repair(*args, bs, scorer, p_true_out=pt)
+    want, want_true = spec_repair_ref(*args, bs, scorer)
+    torch.cuda.synchronize()
+    assert torch.equal(got, want) and torch.equal(pt, want_true)
+    np_out, _, ties = _numpy_reference(args, bs, scorer)
+    np.testing.assert_array_equal(got.cpu().numpy(), np_out)
+    assert ties > 0
