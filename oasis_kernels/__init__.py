@@ -14,6 +14,7 @@
 | ``fused_ops``      | one-launch RMSNorm, residual add + RMSNorm, q/k norm + RoPE + v copy, SwiGLU (the decoder layer) |
 | ``plan_select``    | Algorithm 2 (``oasis_core.selection.plan_step``) in place, sort-free, + the UVA copy list, per layer |
 | ``kv_write``       | the decode step's new K/V of every (request, head) into its block, one launch for both |
+| ``spec_repair``    | the speculative step's repair prediction (issue 40): filled block's score, merge_block, repair_pred |
 | ``step_clock``     | the GPU's ``%globaltimer`` into a device tensor (the step time adaptive fetch caps read) |
 
 Interpreter mode: ``triton.jit`` reads ``TRITON_INTERPRET`` when a function is *decorated*. That covers triton's own

@@ -667,7 +667,8 @@ class SimEngine:
             if beside:  # K candidates beside the pass; after the acceptance the repair (oasis_sim.spec_pipeline)
                 score_s, topk_s = K * score_s, K * topk_s
                 if self._repair_on:  # (no request's acceptance can move its prediction: no repair launched)
-                    tail_s += spec_pipeline.repair_tail_s(Lf, sel_s, repair_x)
+                    rep_s = pred.time("spec_repair", {}) + sel_s  # a layer's repair prediction, then its plan
+                    tail_s += spec_pipeline.repair_tail_s(Lf, rep_s, repair_x)
             elif background:  # the next step's prediction needs the acceptance: after the pass, not beside it
                 tail_s += spec_pipeline.after_tail_s(Lf, score_s + topk_s + sel_s, x)  # prediction a layer ahead
                 background = False

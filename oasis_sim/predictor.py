@@ -16,6 +16,11 @@ op                 shape keys                                    roofline model
 ``topk``           ``elements``                                  top-K over the scores: a launch's latency
                                                                  ``topk_fixed_s`` + ``elements·4 B`` read twice
 ``select``         ``rows``                                      Algorithm 2 on the GPU: fixed cost + per row
+``spec_repair``    (none)                                        the speculative step's repair prediction of one
+                                                                 layer after the acceptance (``spec_predict =
+                                                                 "beside"``, ``oasis_kernels.spec_repair``): a
+                                                                 launch's latency ``spec_repair_fixed_s`` (its
+                                                                 selection is ``select``)
 ``sparse_overhead`` ``requests``                                  per-request cost of the sparse machinery that is
                                                                  not hidden: ``requests · sparse_request_layer_s``
 ``side_contention`` ``hbm_bytes``                                 HBM bytes the side stream moves while compute
@@ -60,6 +65,7 @@ OPS = (
     "score",
     "topk",
     "select",
+    "spec_repair",
     "sparse_overhead",
     "side_contention",
     "lm_head",
@@ -116,6 +122,12 @@ class RooflineParams:
     # byte-bound; 1.20 ms of GPU a 16K x 16 step over 36 layers on the H200 (experiments/dense_vs_lookahead_throughput/
     # results/topk_select_dd08326/). The byte term alone put it at ~0.3 µs.
     topk_fixed_s: float = 33e-6
+    # per layer, spec_predict=beside's repair prediction after the acceptance (op spec_repair; its plan is `select`).
+    # The torch path it replaced measured 4.2 ms a step on the H100 (beside at k = 1 with and without the repair, the
+    # same in the no-transfer twin; dummy Qwen3-8B, 16K x 44 lanes, 2026-12-06, 486130b): 117 us a layer at 36
+    # layers, ~96 us of it beyond the selection's select_fixed_s + rows (a few dozen tiny kernels). The fused kernel
+    # (oasis_kernels.spec_repair, one launch of R short programs) is estimated at 8 us a layer, not yet measured.
+    spec_repair_fixed_s: float = 8e-6
     sampling_fixed_s: float = 50e-6  # per step
     step_overhead_s: float = 300e-6  # per step: scheduling, launch (CUDA graphs assumed)
     layer_overhead_s: float = 4e-6  # per layer: kernel launches not hidden by graphs
@@ -159,6 +171,7 @@ class RooflinePredictor(TimePredictor):
             "score": self._score,
             "topk": self._topk,
             "select": self._select,
+            "spec_repair": self._spec_repair,
             "lm_head": self._lm_head,
             "step_overhead": self._step_overhead,
             "sparse_overhead": self._sparse_overhead,
@@ -219,6 +232,9 @@ class RooflinePredictor(TimePredictor):
 
     def _select(self, s) -> float:
         return self.p.select_fixed_s + self.p.select_per_row_s * s["rows"]
+
+    def _spec_repair(self, s) -> float:
+        return self.p.spec_repair_fixed_s
 
     def _lm_head(self, s) -> float:
         m = self.model

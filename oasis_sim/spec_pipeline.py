@@ -8,8 +8,9 @@ its copy, the prediction one layer ahead of its copy (``after_tail_s``).
 per full layer the prediction of the ``K`` candidates, ``K`` scorings and top-Ks, then the selection, then the copy
 of the step's fetches on the copy path, layer-local sync with the next step; the side stream's HBM traffic and the
 gather's SM share charged to the pass as the ordinary step's), and after the acceptance the repair: every full
-layer's second selection (run for every row: the GPU's shapes are fixed), then the copies of the requests whose
-acceptance needs it (``repair_tail_s``); none of it in a step where no request's acceptance could move its
+layer's repair prediction (op ``spec_repair``, a fixed cost a layer: ``RooflineParams.spec_repair_fixed_s`` says
+its source) and second selection (run for every row: the GPU's shapes are fixed), then the copies of the requests
+whose acceptance needs it (``repair_tail_s``); none of it in a step where no request's acceptance could move its
 prediction (``repair_on``: at ``k = 1``, no request one token short of a block's end), as the executor skips it. Which requests do (``repaired``): ``oasis_core.spec_predict.needs_repair``
 of their drawn acceptance and position, the chosen query index from the acceptance model's own rates (what a
 lane's converged estimate picks). **Assumption** (no sets are simulated here): a repaired request fetches what one
@@ -57,8 +58,8 @@ def after_tail_s(n_layers: int, side_s: float, xfer_s: float) -> float:
 
 
 def repair_tail_s(n_layers: int, select_s: float, repair_xfer_s: float) -> float:
-    """After the acceptance: every layer's repair selection, each followed by its repair copy (none: the
-    selections alone)."""
+    """After the acceptance: every layer's repair prediction and selection (``select_s``), each followed by its
+    repair copy (none: the prediction and selections alone)."""
     if repair_xfer_s <= 0:
         return n_layers * select_s
     return after_tail_s(n_layers, select_s, repair_xfer_s)

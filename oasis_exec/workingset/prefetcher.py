@@ -84,6 +84,7 @@ class Prefetcher:
         self.cuda = device.type == "cuda" and not synchronous
         self.caps = caps  # fetch_caps.DeviceCaps: each layer plan's cap, from the run's policy
         self.zero_rows = None  # bool [R] of the decode step's rows planned with cap 0 (short lanes); see _bg_cap
+        self._zero_cap = None  # (zero_rows, int cap, its cap tensor [R]): _bg_cap's, made once a step
         L = store.L
         self.done = [None] * L  # CUDA event: layer l's transfer finished
         self.jobs = [None] * L  # host path: future that has enqueued layer l's transfer
@@ -299,8 +300,13 @@ class Prefetcher:
         z = self.zero_rows
         if z is None or (isinstance(cap, int) and cap > self.caps.max_cap):
             return cap
-        if isinstance(cap, int):
-            cap = torch.full(z.shape, cap, dtype=torch.int64, device=z.device)
+        if isinstance(cap, int):  # the same for every layer's stages of the step: made once (two launches a stage)
+            got = self._zero_cap
+            if got is not None and got[0] is z and got[1] == cap:
+                return got[2]
+            t = torch.full(z.shape, cap, dtype=torch.int64, device=z.device).masked_fill(z, 0)
+            self._zero_cap = (z, cap, t)  # (made and read on the prediction stream only)
+            return t
         return cap.masked_fill(z, 0)
 
     def launch(self, layer, after, predict, lanes, rows) -> None:

@@ -15,7 +15,8 @@ two points:
   of the same layer on the same streams (so it runs after the beside one) that takes the candidate of the accepted
   query index, merges in the block the run filled, if any (its one score, from the summary the commit just wrote),
   and plans ``repair_pred(P_true, P_hat, resident)`` with the same cap: only what the true prediction adds over
-  the chosen one is copied.
+  the chosen one is copied. On CUDA (``fused_ops``) that prediction is one ``oasis_kernels.spec_repair`` launch a
+  layer (``fused``); the torch ops of ``oasis_core.spec_predict`` (a few dozen launches a layer) otherwise.
 
 Both stages are device work only (no host synchronisation), so the speculative step still runs as one CUDA graph
 per batch size, draft length and acceptance kind (``DecodeGraphs.spec_step``); ``s_hat`` is a buffer of this object
@@ -90,7 +91,10 @@ class SpecPipeline:
         # run the repair even where it cannot fetch (it then plans nothing): the bench's warm-up sets it for two steps
         # so that the step's graph with the repair is captured before the timed steps, not in them
         self.force_repair = False
-        self._step = None  # (n, the step's tensors) of the repair, made once a step
+        self._step = None  # (n, the step's tensors) of the repair's torch path, made once a step
+        # the repair's prediction in one oasis_kernels.spec_repair launch a layer (CUDA with fused_ops; the tests set it
+        # on CPU, where the kernel runs in Triton's interpreter); else the torch ops of oasis_core.spec_predict
+        self.fused = parts.device.type == "cuda" and parts.cfg.fused_ops
 
     # -- host side (the runner) ---------------------------------------------------------------------------------
 
@@ -174,6 +178,8 @@ class SpecPipeline:
         candidates and the filled block, planned as ``repair_pred`` with the step's cap."""
         if not self.repair_on:  # no lane's acceptance can move its prediction: P_true == P_hat everywhere
             return
+        if self.fused:
+            return self._repair_fused(l, q, n, pos, lanes, rows, sets, recorded)
         me, st, H, bs = self.me, self.me.store, self.me.H, self.me.bs
         B, k = q.shape[0], q.shape[1] - 1
         R = B * H
@@ -217,6 +223,30 @@ class SpecPipeline:
             return repair_pred(p_true, self.p_hat[l], resident)
 
         self._launch(l, predict, lanes, rows, (q, n, pos, s_true, fill_r, b_new, b_new_r, ar, *pick, hh, sets))
+
+    def _repair_fused(self, l, q, n, pos, lanes, rows, sets, recorded) -> None:
+        """``repair``'s prediction in one ``oasis_kernels.spec_repair`` launch (the accepted query index, the filled
+        block's score, ``merge_block`` and ``repair_pred``, one program a row) instead of a few dozen torch ops: the
+        same ids (tests/unit/test_kernels_spec_repair.py)."""
+        from oasis_kernels.spec_repair import spec_repair
+
+        me, st = self.me, self.me.store
+        R = q.shape[0] * me.H
+        given = sets[1][:, l].reshape(R, -1) if sets is not None else None
+
+        def predict():
+            ids, vals = self.cand[l]
+            p_hat = self.p_hat[l]
+            p_true = torch.empty_like(p_hat) if recorded is not None else None
+            out = spec_repair(
+                ids, vals, p_hat, st.resident[l], self.pipe.row_ids(rows), n, pos, lanes, q, st.kmin[l], st.kmax[l],
+                me.bs, me.cfg.block_score, given=given, p_true_out=p_true,
+            )  # fmt: skip
+            if recorded is not None:
+                recorded.append(p_true)
+            return out
+
+        self._launch(l, predict, lanes, rows, (q, n, pos, given))
 
     def _launch(self, l, predict, lanes, rows, handed) -> None:
         """``Prefetcher.launch`` of layer ``l`` once the main stream reaches this point (``ResidentSet._launch_prediction``'s

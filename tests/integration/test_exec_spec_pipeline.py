@@ -71,6 +71,29 @@ def test_small_top_k_unlimited_cap_attends_what_after_attends(k, alpha, hot, sco
     assert stats["spec_predict_repairs"] > 0 and stats["spec_predict_lane_steps"] > 30
 
 
+@pytest.mark.parametrize("k,alpha,hot,scorer", [(1, 0.9, None, "minmax"), (3, 0.6, 4, "minmax_sum+sink")])
+def test_the_fused_repair_attends_what_after_attends(k, alpha, hot, scorer):
+    """The repair's prediction in one oasis_kernels.spec_repair launch a layer (what CUDA runs), here in Triton's
+    interpreter: beside still attends what after attends at every step (a hot cache: S > K)."""
+    kw = dict(short_context=False, fetch_ratio=1.0, speculative_k=k, synthetic_accept={"alpha": alpha}, hot_slots=hot)
+
+    def make(v):
+        eng = Engine(cfg("lookahead", spec_predict=v, block_score=scorer, **kw))
+        if v == "beside":
+            pipe = eng.runner.spec.beside
+            assert not pipe.fused  # CPU: the torch path unless told
+            pipe.fused = True
+            calls = pipe.calls = []
+            fused = pipe._repair_fused
+            pipe._repair_fused = lambda *a: (calls.append(a[0]), fused(*a))[1]
+        return eng
+
+    engs = []
+    stats = _lockstep_attended_equal(lambda v: engs.append(make(v)) or engs[-1])
+    assert stats["spec_predict_repairs"] > 0 and stats["spec_predict_lane_steps"] > 30
+    assert engs[1].runner.spec.beside.calls  # the kernel ran
+
+
 def test_a_forced_repair_changes_nothing():
     """The bench's warm-up runs the repair where it cannot fetch (``force_repair``, to capture its graph early): the
     repair then plans nothing, so beside still attends what after attends at every step."""

@@ -95,3 +95,40 @@ def test_adaptive_k_takes_the_pipelined_step_cost(monkeypatch):
     assert ea.spec_policy.step_s[1] > eb.spec_policy.step_s[1]
     assert sb["speculative_steps"] > 2 * sa["speculative_steps"]
     assert sb["throughput_tok_s"] > sa["throughput_tok_s"]
+
+
+@pytest.mark.parametrize("no_transfer", [True, False])
+def test_the_repair_prediction_costs_a_layer_only_in_steps_that_run_it(monkeypatch, no_transfer):
+    """The repair's prediction (op ``spec_repair``, a fixed cost a layer) lengthens exactly the steps that launch the
+    repair (``repair_on``: at k = 1, a request one token short of its block's end), by that cost a full layer (with
+    copies: by at most that, the repair's copies of a layer overlapping the next layer's prediction); the other steps
+    keep their time (to rounding: durations are differences of absolute times)."""
+    from oasis_sim.predictor import RooflinePredictor
+
+    runs = []
+    for cost in (0.0, 1e-3):
+        monkeypatch.setattr(RooflinePredictor, "_spec_repair", lambda self, s, c=cost: c)
+        on = {}
+        draw = sim_engine.SimEngine._spec_draw
+
+        def spy(self, plan, ks, K, beside, on=on, draw=draw):
+            out = draw(self, plan, ks, K, beside)
+            on[len(self.log.dur)] = self._repair_on
+            on["Lf"] = self.Lf
+            return out
+
+        monkeypatch.setattr(sim_engine.SimEngine, "_spec_draw", spy)
+        cfg = SimConfig(speculative_k=1, speculative_alpha=0.8, spec_predict="beside", no_transfer=no_transfer, **BASE)
+        res = simulate(cfg, bench_trace(4096, 4, 60))
+        monkeypatch.setattr(sim_engine.SimEngine, "_spec_draw", draw)
+        runs.append((res.steps.dur, on))
+    (d0, on), (d1, _) = runs
+    lf = on.pop("Lf")
+    assert len(d0) == len(d1) and any(on.values()) and not all(on.values())
+    for i, (a, b) in enumerate(zip(d0, d1)):
+        if on.get(i) and no_transfer:
+            assert b - a == pytest.approx(lf * 1e-3, rel=1e-6), i
+        elif on.get(i):
+            assert 0.9 * lf * 1e-3 < b - a <= lf * 1e-3 * (1 + 1e-9), i
+        else:
+            assert b == pytest.approx(a, rel=1e-12, abs=1e-15), i

@@ -4,7 +4,8 @@
 # .models/b, the last piece and the gguf wheel):
 #   OASIS_COMMIT=<hash> bash experiments/device.sh speculative_decoding/pipelined
 # 1. pytest -m gpu: tests/gpu/test_spec_pipeline_gpu.py (beside in graphs = eager at k = 1, 2, 3 with repairs; on
-#    the side streams it attends what after attends) and test_exec_gpu.py -k speculative      -> $OUT/pytest_gpu.txt
+#    the side streams it attends what after attends), test_exec_gpu.py -k speculative and the repair kernel at the
+#    bench's shape (tests/unit/test_kernels_spec_repair.py, compiled)                          -> $OUT/pytest_gpu.txt
 # 2. the goal table, real weights (SmolLM2-135M + the trained EAGLE-3 head, bf16), the model's own selection and
 #    acceptance, 7,800 tokens cut from traces/texts/argparse.py.txt, prefilled for real, K = 64, the same GPU KV
 #    budget for every run (KV_GB, 3 GB): lookahead at N_LOOK requests (clipped to the lanes the budget holds) with
@@ -28,7 +29,8 @@ DTYPE=$([ "$DEVICE" = cpu ] && echo float32 || echo bfloat16)
 if [ "${SKIP_TESTS:-0}" != 1 ]; then
   say "pytest -m gpu (spec pipeline)"
   if [ "$DEVICE" = cpu ]; then export OASIS_GPU_TESTS_DEVICE=cpu; fi
-  TEST_S=${TEST_S:-120} gpu_tests tests/gpu/test_spec_pipeline_gpu.py tests/gpu/test_exec_gpu.py -k "spec or beside"
+  TEST_S=${TEST_S:-120} gpu_tests tests/gpu/test_spec_pipeline_gpu.py tests/gpu/test_exec_gpu.py \
+    tests/unit/test_kernels_spec_repair.py -k "spec or beside"
 fi
 
 if [ "${SKIP_SMOL:-0}" != 1 ]; then
