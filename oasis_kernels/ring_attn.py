@@ -60,6 +60,7 @@ def ring_attn_kernel(
     stride_vl,
     stride_vh,
     stride_vr,
+    stride_lane,
     stride_pb,
     stride_pt,
     stride_ob,
@@ -93,7 +94,7 @@ def ring_attn_kernel(
     qp = tl.load(QPOS + b.to(tl.int64) * stride_pb + t * stride_pt, mask=m_ok, other=0).to(tl.int32)
     qm = qp % R
     qm = tl.where(qm < 0, qm + R, qm)  # q mod R, so that (q - i) mod R = qm - i (+ R when negative)
-    lane = tl.load(LANES + b).to(tl.int64)
+    lane = tl.load(LANES + b * stride_lane).to(tl.int64)
     k_base = K + lane * stride_kl + h.to(tl.int64) * stride_kh
     v_base = V + lane * stride_vl + h.to(tl.int64) * stride_vh
 
@@ -237,6 +238,7 @@ def ring_attn(
         v_ring.stride(0),
         v_ring.stride(1),
         v_ring.stride(2),
+        lanes.stride(0),
         qpos.stride(0),
         qpos.stride(1),
         out_t.stride(0),
