@@ -203,6 +203,11 @@ class ExecConfig(SpeculationFields, BenchFields, TransferFields, KVFields, RunFi
         True,
         "with fused_ops: the decode step's K/V write by oasis_kernels.kv_write; off: advanced indexing (the reference)",
     )
+    ring_kernel: bool = _f(
+        True,
+        "hybrid models' sliding layers on CUDA: decode attention over each lane's ring in place by "
+        "oasis_kernels.ring_attn; off: the torch path (a gather of the rings, fp32 einsums: the reference)",
+    )
     cuda_graph: bool = _f(
         True,
         "capture whole decode steps as CUDA graphs (not with --profile, recording or replayed "

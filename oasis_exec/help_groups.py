@@ -59,6 +59,7 @@ ENGINE_GROUPS = (
             "plan_marks",
             "fused_hot_gather",
             "fused_kv_write",
+            "ring_kernel",
             "cuda_graph",
             "decode_chain",
             "copy_graph",

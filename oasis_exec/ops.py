@@ -144,6 +144,18 @@ def write_block_summaries(store, l, lane: int, lo: int, kb, scorer: str) -> None
     store.kmax[l, lane, :, lo : lo + kb.shape[1]] = b
 
 
+def ring_attn(q, k_ring, v_ring, lanes, qpos, window: int):
+    """A sliding layer's decode attention over its ring (``oasis_kernels.ring_attn``; ``RingKV.attend``): q [B, nq, Hq,
+    D] at positions ``qpos`` [B, nq] over ``k_ring`` / ``v_ring`` [max_lanes, H, R, D] rows ``lanes`` -> [B, nq, Hq, D]."""
+    if _cuda(q):
+        from oasis_kernels.ring_attn import ring_attn as k
+
+        return k(q, k_ring, v_ring, lanes, qpos, window)
+    from oasis_kernels.ring_attn import ring_attn_ref
+
+    return ring_attn_ref(q, k_ring, v_ring, lanes, qpos, window)
+
+
 def kv_write(k_new, v_new, k_cache, v_cache, row, off, fused: bool = True):
     """The step's K/V into ``cache[row, off]`` (``oasis_kernels.kv_write``): one launch on CUDA when ``fused``, else the
     plain-torch assignment (``oasis_kernels.kv_write_ref`` without its -1 skip: the runner's rows are all live)."""

@@ -10,7 +10,8 @@
 | ``gather``         | host->GPU copy into slots: persistent direct-read (UVA) kernel; host-side staging + scatter |
 | ``gather_tma``     | experimental: the direct-read gather with TMA tile loads (measured slower in the step; not used) |
 | ``paged_attn``     | paged dense decode attention (dense baseline), split-K, GQA |
-| ``splitk``         | the reduction that merges split-K partial results (shared by both attentions) |
+| ``ring_attn``      | a sliding-window layer's decode attention over its per-lane ring, read in place, split-K, GQA |
+| ``splitk``         | the reduction that merges split-K partial results (shared by the attentions) |
 | ``fused_ops``      | one-launch RMSNorm, residual add + RMSNorm, q/k norm + RoPE + v copy, SwiGLU (the decoder layer) |
 | ``plan_select``    | Algorithm 2 (``oasis_core.selection.plan_step``) in place, sort-free, + the UVA copy list, per layer |
 | ``kv_write``       | the decode step's new K/V of every (request, head) into its block, one launch for both |

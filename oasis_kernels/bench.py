@@ -24,26 +24,29 @@ from .block_scorers import bench_block_score_any
 from .fused_ops import bench_fused_ops
 from .gather import bench_gather
 from .paged_attn import bench_paged_attn
+from .ring_attn import bench_ring_attn
 from .sparse_attn import bench_sparse_attn
 from .summary_update import bench_summary_update
 from .topk_select import bench_topk_select
 
-TILE_SWEEP = [dict(tile=t, num_warps=w, num_stages=st) for t in (2, 4, 8) for w in (4, 8) for st in (2, 3, 4)]
+TILES = (2, 4, 8)  # pages / blocks an iteration
 SPLIT_SWEEP = [1, 2, 3, 4, 6, 8, 12]
-ATTN = {  # kernel: (bench function, name of its tile argument, shape of the headline case)
-    "paged_attn": (bench_paged_attn, "pages_per_iter", dict(batch=32, context=16384)),
-    "sparse_attn": (bench_sparse_attn, "blocks_per_iter", dict(batch=64, top_k=128)),
+ATTN = {  # kernel: (bench function, name of its tile argument, shape of the headline case, its tiles)
+    "paged_attn": (bench_paged_attn, "pages_per_iter", dict(batch=32, context=16384), TILES),
+    "sparse_attn": (bench_sparse_attn, "blocks_per_iter", dict(batch=64, top_k=128), TILES),
+    # Gemma 3 270M's 15 sliding layers at 128 lanes (ms: the 15 layers; ms_torch: the torch path's)
+    "ring_attn": (bench_ring_attn, "block_n", dict(batch=128), (16, 32, 64)),
 }
 
 
 def _attn_sweep(name, quick, run):
     """Stage 1: tile / warps / stages at the default split; stage 2: split counts at the best of stage 1."""
-    fn, tile_arg, shape = ATTN[name]
+    fn, tile_arg, shape, tiles = ATTN[name]
     if quick:
         run(name, fn, dict(shape))
         return
     best = None
-    for cfg in TILE_SWEEP:
+    for cfg in [dict(tile=t, num_warps=w, num_stages=st) for t in tiles for w in (4, 8) for st in (2, 3, 4)]:
         kw = dict(shape, num_warps=cfg["num_warps"], num_stages=cfg["num_stages"], **{tile_arg: cfg["tile"]})
         r = run(name, fn, kw)
         if r is not None and (best is None or r["gbps"] > best[1]):
@@ -60,6 +63,9 @@ def _other_runs(quick):
         ("paged_attn", bench_paged_attn, dict(batch=40, context=16384)),
         ("sparse_attn", bench_sparse_attn, dict(batch=8, top_k=128)),
         ("sparse_attn", bench_sparse_attn, dict(batch=128, top_k=128)),
+        ("ring_attn", bench_ring_attn, dict(batch=57)),
+        ("ring_attn", bench_ring_attn, dict(batch=28)),
+        ("ring_attn", bench_ring_attn, dict(batch=128, nq=2)),
         ("block_score", bench_block_score, dict(batch=64, context=16384)),
         ("block_score", bench_block_score, dict(batch=8, context=16384)),
         ("block_score_any", bench_block_score_any, dict(scorer="minmax_sum+sink", batch=64, context=16384)),
@@ -120,7 +126,7 @@ def main(argv=None):
         run(name, fn, kw)
     best = {}
     for r in records:
-        if "error" in r or r["kernel"] not in ("paged_attn", "sparse_attn"):
+        if "error" in r or r["kernel"] not in ATTN:
             continue
         key = (r["kernel"], r["batch"])
         if key not in best or r["gbps"] > best[key]["gbps"]:

@@ -105,7 +105,7 @@ RECORD = (
 KERNEL_CATEGORIES = (
     ("memcpy/memset", r"^memcpy|^memset|\bmemcpy|\bmemset"),
     ("gemm", r"gemm|gemv|cublas|cutlass|nvjet|xmma|splitkreduce|matmul|cutensor|\bsm\d+_"),
-    ("attention", r"paged_attn|sparse_attn|splitk_merge|flash|fmha|attention"),
+    ("attention", r"paged_attn|sparse_attn|ring_attn|splitk_merge|flash|fmha|attention"),
     ("gather (uva/scatter/writeback)", r"uva_gather|scatter_slots|writeback"),
     ("summary", r"summary_update|summary_moments|token_update"),
     ("score/topk/sort", r"block_score|token_block|token_norm|topk|sort|radix|bitonic|cub::|mbtopk"),

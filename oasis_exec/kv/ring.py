@@ -8,8 +8,11 @@ pass's newest writes never overwrite a key that one of its own queries still see
 
 ``attend`` is dense attention over the ring with the window mask computed from the positions on the device (no host
 synchronisation; capturable in a CUDA graph): slot ``i`` holds, for a query at ``q``, the position
-``q - ((q - i) mod R)``, valid when it is ``>= 0`` and within the window. ``prefill`` attends a chunk of a prompt
-over the ring's earlier tokens and the chunk itself, then keeps the chunk's last ``R`` tokens.
+``q - ((q - i) mod R)``, valid when it is ``>= 0`` and within the window. On CUDA (``kernel``:
+``ExecConfig.ring_kernel``) the Triton kernel ``oasis_kernels.ring_attn`` reads the rings in place through ``lanes``
+(fp32 scores, softmax and accumulation); elsewhere, or with ``kernel`` off, ``attend_torch`` gathers the lanes' rings
+and runs fp32 einsums (the reference). ``prefill`` attends a chunk of a prompt over the ring's earlier tokens and the
+chunk itself, then keeps the chunk's last ``R`` tokens.
 """
 
 from __future__ import annotations
@@ -17,6 +20,8 @@ from __future__ import annotations
 import math
 
 import torch
+
+from .. import ops
 
 
 def ring_extra(cfg) -> int:
@@ -27,7 +32,8 @@ def ring_extra(cfg) -> int:
 
 
 class RingKV:
-    def __init__(self, spec, max_lanes: int, extra: int, dtype, device):
+    def __init__(self, spec, max_lanes: int, extra: int, dtype, device, kernel: bool = True):
+        self.kernel = kernel  # CUDA: attend through oasis_kernels.ring_attn (else attend_torch)
         self.windows = {l: spec.layer_window(l) for l in spec.sliding_layers}
         self.H, self.D = spec.n_kv_heads, spec.head_dim
         self.R = {l: w + extra for l, w in self.windows.items()}
@@ -53,6 +59,12 @@ class RingKV:
     def attend(self, l: int, q, lanes, qpos):
         """Queries ``q`` [B, nq, Hq, D] at positions ``qpos`` [B, nq] over the ring (their own K/V already written)
         -> [B, nq, Hq, D]."""
+        if self.kernel and q.is_cuda:
+            return ops.ring_attn(q, self.k[l], self.v[l], lanes, qpos, self.windows[l])
+        return self.attend_torch(l, q, lanes, qpos)
+
+    def attend_torch(self, l: int, q, lanes, qpos):
+        """``attend`` in torch (the reference; the CPU path): the lanes' rings gathered, fp32 einsums."""
         R, W = self.R[l], self.windows[l]
         slot = torch.arange(R, device=q.device)
         held = qpos[..., None] - torch.remainder(qpos[..., None] - slot, R)  # [B, nq, R]: position in each slot

@@ -115,7 +115,9 @@ class ModelExec:
         self.L, self.H = s.n_layers, s.n_kv_heads
         self.capturing = False  # set by DecodeGraphs while a step is captured
         # sliding-window layers (ModelSpec.layer_windows): their KV in a ring a lane, dense attention (kv/ring.py)
-        self.ring = RingKV(s, max_lanes, ring_extra(cfg), dtype, device) if s.is_hybrid else None
+        self.ring = (
+            RingKV(s, max_lanes, ring_extra(cfg), dtype, device, kernel=cfg.ring_kernel) if s.is_hybrid else None
+        )
         self.selector = Selector(
             store=store,
             top_k=cfg.top_k,

@@ -192,6 +192,7 @@ def test_from_trace_reparses_a_saved_trace(tmp_path, capsys):
 def test_categories():
     assert sp.kernel_category("void cutlass::Kernel2<cutlass_80_wmma_tensorop_bf16_s161616gemm>") == "gemm"
     assert sp.kernel_category("paged_attn_kernel") == "attention"
+    assert sp.kernel_category("ring_attn_kernel") == "attention"
     assert sp.kernel_category("splitk_merge_kernel") == "attention"
     assert sp.kernel_category("block_score_kernel") == "score/topk/sort"
     assert sp.kernel_category("void at::native::index_elementwise_kernel<128, 4>") == "index (torch gather/scatter)"

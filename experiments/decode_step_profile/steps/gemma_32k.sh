@@ -4,7 +4,8 @@
 # same shapes; no model to carry), synthesized prefill, the gemma3 synthetic selection, 3 GB of GPU KV, CUDA graphs;
 # one graph a profiled step (decode chains off, so each kernel is seen once a step). Kernel tables by phase: the sliding
 # layers' ring attention (kv/ring.py: a gather of each lane's ring and fp32 copies) is the first suspect, the dense
-# path's paged attention at head_dim 256 the second.
+# path's paged attention at head_dim 256 the second. Since the ring kernel (oasis_kernels.ring_attn, on by default),
+# la128torch reruns la128 with ring_kernel=false, the old path, as the same-machine baseline.
 #   OASIS_COMMIT=<hash> bash experiments/device.sh decode_step_profile/gemma_32k   -> gemma_32k.jsonl, profile_*.txt
 DEADLINE_S=${DEADLINE_S:-540}
 SYN=${SYN:-'{"preset": "gemma3"}'}
@@ -20,4 +21,6 @@ run dense28 --mode dense --concurrency 28
 run la128 --mode lookahead --top-k 128 --concurrency 128 --max-lanes 0
 run la128nt --mode lookahead --top-k 128 --concurrency 128 --max-lanes 0 --no-transfer
 run la256v --mode lookahead --top-k 256 --concurrency 57 --max-lanes 0 --exec hot_slots=768
+# the sliding layers' torch path (gather + fp32 einsums) on the same machine: the baseline of oasis_kernels.ring_attn
+run la128torch --mode lookahead --top-k 128 --concurrency 128 --max-lanes 0 --exec ring_kernel=false
 say "done"
