@@ -21,7 +21,7 @@
 #    with speculation; the overlap ratios).
 # Estimate ~480 s (tests ~70 s; the SmolLM2 runs ~25 s each after a ~10 s prefill; each Qwen run ~50 s, most of it
 # pinning the host pool). Overrides: DEVICE=cpu (a dry run: float32, tiny shapes, QWEN_MODEL=tiny), SKIP_TESTS=1,
-# SKIP_SMOL=1, N_LOOK (64), N_DENSE (16), KV_GB (3), STEPS (16), WARMUP (6), CONTEXT (7800), QWEN_N (44),
+# SKIP_SMOL=1, SKIP_QWEN=1, N_LOOK (64), N_DENSE (16), KV_GB (3), STEPS (16), WARMUP (6), CONTEXT (7800), QWEN_N (44),
 # QWEN_CONTEXT (16384), QWEN_MODEL (qwen3-8b), QWEN_GB (52), SPEC_ACCEPT (a JSON acceptance for the Qwen runs).
 DEADLINE_S=${DEADLINE_S:-570}
 DEVICE=${DEVICE:-cuda}
@@ -51,6 +51,7 @@ if [ "${SKIP_SMOL:-0}" != 1 ]; then
   smol dense "${N_DENSE:-16}" after 0 1
 fi
 
+if [ "${SKIP_QWEN:-0}" != 1 ]; then
 ACC=${SPEC_ACCEPT:-$($PY - <<'PY'
 import json
 recs = [json.loads(l) for l in open("experiments/speculative_decoding/results/h200_2868b70/spec_h200.jsonl")]
@@ -80,6 +81,7 @@ for run in k0 k1_after k1_beside k0_nt k1_beside_nt; do
 for l in sys.stdin:
     r = json.loads(l); r["run"] = sys.argv[1]; print(json.dumps(r))' "$run" | tee -a "$OUT/qwen.jsonl" | cut -c1-300
 done
+fi
 
 $PY - "$OUT" <<'PY' | tee "$OUT/summary.md"
 import json, os, sys
