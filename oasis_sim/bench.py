@@ -57,6 +57,8 @@ class BenchPoint:
     weights: str = "dummy"
     selection: str = "synthetic"
     device: str = "NVIDIA H200"
+    warmup: Optional[int] = None  # the run's warm-up and timed scheduler steps (None: the bench's defaults)
+    steps: Optional[int] = None
     date: str = ""
     commit: str = ""
     source: str = ""
@@ -185,9 +187,10 @@ class BenchResult:
         }
 
 
-def run_point(p: BenchPoint, warmup: int = WARMUP_STEPS, steps: int = TIMED_STEPS, **over) -> BenchResult:
+def run_point(p: BenchPoint, warmup: int | None = None, steps: int | None = None, **over) -> BenchResult:
     """Simulate the bench run of ``p``: lanes decoding in lockstep, ``warmup`` then ``steps`` scheduler steps of
-    ``decode_chain`` tokens; TPOT = mean decode-pass time of the timed passes.
+    ``decode_chain`` tokens (default: the point's own, else the bench's defaults); TPOT = mean decode-pass time of the
+    timed passes.
 
     The selection's profile covers every pass of the run (``profile_steps``, unless ``over`` names it): the bench
     starts each row from the generator's current set, and a victim cache then fills for tens to hundreds of passes
@@ -196,6 +199,8 @@ def run_point(p: BenchPoint, warmup: int = WARMUP_STEPS, steps: int = TIMED_STEP
     as the executor does not clip it."""
     from .sim import simulate
 
+    warmup = warmup if warmup is not None else p.warmup if p.warmup is not None else WARMUP_STEPS
+    steps = steps if steps is not None else p.steps if p.steps is not None else TIMED_STEPS
     cfg = p.config(**over)
     chain = min(cfg.decode_chain, cfg.block_size)
     out_tokens = (warmup + steps + 1) * chain

@@ -245,6 +245,27 @@ def heldout_points() -> dict:
     }
 
 
+def heldout_h100_points() -> dict:
+    """Held out on another card (``heldout_h100/``): the H100 80GB runs of dummy Qwen3-8B at 16K x 44, 52 GB, K = 128,
+    S = 3K that later calls made for other questions (2026-12-06): the block scorers' step-time call (1cd1217, the
+    ``minmax`` row, decode chains of 8, 24 timed passes: the victim cache filled) and the speculative calls' k = 0
+    runs and their no-transfer twins (e22264f, 486130b, chains of 1, 16 timed passes after 6: the victim cache still
+    filling at the cap, 621 MB a step). The calibration is the H200's; these ask whether it carries to a card with
+    70% of the H200's HBM bandwidth, bytes a step included."""
+    hw = dict(model="qwen3-8b", hardware="h100-sxm", device="NVIDIA H100 80GB HBM3")
+    pts = []
+    src = "experiments/block_scorers/results/step_time_h100_1cd1217/bench.jsonl"
+    first = json.loads(open(os.path.join(ROOT, src), encoding="utf-8").readline())  # the minmax row (bench_minmax.log)
+    pts.append(point(src, first, warmup=first["warmup"], steps=first["steps"], note="block score minmax", **hw))
+    for commit in ("e22264f", "486130b"):
+        src = f"experiments/speculative_decoding/results/h100_{commit}/qwen.jsonl"
+        for line in open(os.path.join(ROOT, src), encoding="utf-8"):
+            d = json.loads(line)
+            if d.get("run") in ("k0", "k0_nt"):
+                pts.append(point(src, d, warmup=d["warmup"], steps=d["steps"], **hw))
+    return {"qwen3_8b_h100.jsonl": pts}
+
+
 def write(folder: str, files: dict) -> None:
     os.makedirs(folder, exist_ok=True)
     for name, pts in files.items():
@@ -258,3 +279,4 @@ if __name__ == "__main__":
     base = os.path.join(ROOT, "traces", "bench_points")
     write(os.path.join(base, "train"), train_points())
     write(os.path.join(base, "heldout"), heldout_points())
+    write(os.path.join(base, "heldout_h100"), heldout_h100_points())
