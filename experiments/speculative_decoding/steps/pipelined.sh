@@ -21,7 +21,8 @@
 #    with speculation; the overlap ratios).
 # Estimate ~480 s (tests ~70 s; the SmolLM2 runs ~25 s each after a ~10 s prefill; each Qwen run ~50 s, most of it
 # pinning the host pool). Overrides: DEVICE=cpu (a dry run: float32, tiny shapes, QWEN_MODEL=tiny), SKIP_TESTS=1,
-# SKIP_SMOL=1, SKIP_QWEN=1, N_LOOK (64), N_DENSE (16), KV_GB (3), STEPS (16), WARMUP (6), CONTEXT (7800), QWEN_N (44),
+# SKIP_SMOL=1, SKIP_QWEN=1, QWEN_RUNS (names of the loop below; NAME@W: W warm-up steps, e.g. k0@40 once the victim
+# cache has filled), N_LOOK (64), N_DENSE (16), KV_GB (3), STEPS (16), WARMUP (6), CONTEXT (7800), QWEN_N (44),
 # QWEN_CONTEXT (16384), QWEN_MODEL (qwen3-8b), QWEN_GB (52), SPEC_ACCEPT (a JSON acceptance for the Qwen runs).
 DEADLINE_S=${DEADLINE_S:-570}
 DEVICE=${DEVICE:-cuda}
@@ -62,9 +63,11 @@ PY
 QM=${QWEN_MODEL:-qwen3-8b}
 if [ "$DEVICE" = cpu ]; then QARGS=(--record-hardware h200 --kv-budget-gb 1 --top-k 8); else QARGS=(--kv-budget-gb "${QWEN_GB:-52}"); fi
 say "Qwen3-8B-shape dummy, lookahead, ${QWEN_CONTEXT:-16384} x ${QWEN_N:-44}, acceptance $ACC (left $(left)s)"
-for run in k0 k1_after k1_beside k0_nt k1_beside_nt; do
+for run in ${QWEN_RUNS:-k0 k1_after k1_beside k0_nt k1_beside_nt}; do
   EXTRA=()
-  case $run in
+  W=${WARMUP:-6}
+  case $run in *@*) W=${run#*@} ;; esac  # NAME@W: that run's warm-up steps
+  case ${run%@*} in
     k0) EXTRA=(--speculative-k 0) ;;
     k0_nt) EXTRA=(--speculative-k 0 --no-transfer) ;;
     k1_after) EXTRA=(--speculative-k 1 --synthetic-accept "$ACC" --spec-predict after) ;;
@@ -75,8 +78,8 @@ for run in k0 k1_after k1_beside k0_nt k1_beside_nt; do
   [ "$T" -lt 30 ] && { say "no time left for the qwen $run run"; break; }
   timeout -k 10 "$T" $PY -m oasis_exec bench --model "$QM" --dummy --device "$DEVICE" --dtype "$DTYPE" \
     --mode lookahead --context "${QWEN_CONTEXT:-16384}" --concurrency "${QWEN_N:-44}" --steps "${STEPS:-16}" \
-    --warmup "${WARMUP:-6}" --selection synthetic --synthetic '{"preset": "smollm2"}' --no-host-fill \
-    "${EXTRA[@]}" "${QARGS[@]}" --record "$OUT/qwen_$run.json" 2>> "$OUT/qwen.log" \
+    --warmup "$W" --selection synthetic --synthetic '{"preset": "smollm2"}' --no-host-fill \
+    "${EXTRA[@]}" "${QARGS[@]}" --record "$OUT/qwen_${run/@/_w}.json" 2>> "$OUT/qwen.log" \
     | $PY -c 'import json, sys
 for l in sys.stdin:
     r = json.loads(l); r["run"] = sys.argv[1]; print(json.dumps(r))' "$run" | tee -a "$OUT/qwen.jsonl" | cut -c1-300
@@ -112,12 +115,14 @@ if qwen:
           f"histogram), {qwen[0]['context']} x {qwen[0]['concurrency']}, {qwen[0].get('kv_budget_gb')} GB\n")
     print("| run | tok/s | TPOT p50 ms | step p50 ms | tokens a step | vs k=0 | overlap (TPOT / no-transfer twin) |")
     print("| --- | --- | --- | --- | --- | --- | --- |")
-    k0 = by.get("k0", {}).get("throughput_tok_s")
     twin = {"k0": "k0_nt", "k1_beside": "k1_beside_nt"}
     for name, r in by.items():
-        tw = by.get(twin.get(name, ""))
+        base, at, w = name.partition("@")  # NAME@W: compared with the runs of the same warm-up
+        k0 = by.get("k0" + at + w, {}).get("throughput_tok_s")
+        tw = by.get(twin.get(base, "") + at + w)
         ov = f"{r['tpot_ms_p50'] / tw['tpot_ms_p50']:.3f}" if tw else ""
         print(f"| {name} | {r['throughput_tok_s']:,.0f} | {r['tpot_ms_p50']:.2f} | {r.get('step_ms_p50') or 0:.2f} | "
               f"{r['accepted_tokens_per_step']:.2f} | {r['throughput_tok_s'] / k0 if k0 else float('nan'):.2f}x | {ov} |")
 PY
+pack_out summary.md qwen.jsonl smol.jsonl pytest_gpu.txt progress.log  # a call brings back 8 files: the rest in all.tgz
 say done
