@@ -211,6 +211,43 @@ def train_points() -> dict:
                 note="vLLM 0.26, FlashAttention-3, CUDA graphs; budget None: the whole H200 (gpu util 0.9)",
             )
         )
+    out.update(vllm_floor_points())
+    return out
+
+
+def vllm_floor_points() -> dict:
+    """vLLM 0.26 dense on the real SmolLM2-135M at 1-64 requests (``steps/vllm_host_floor.sh``: where its host loop,
+    not the GPU, sets the step): what separates the step floor's constant from its growth a request
+    (``oasis_sim.calibrate.floor_probes``). Training points; the card is the one the call got (``device.txt``)."""
+    out = {}
+    for f in sorted(glob.glob(os.path.join(HERE, "results", "vllm_floor_*", "vllm_floor_*.json"))):
+        d = json.load(open(f, encoding="utf-8"))
+        dev = open(os.path.join(os.path.dirname(f), "device.txt"), encoding="utf-8").read()
+        h100 = "H100" in dev
+        src = os.path.relpath(f, ROOT)
+        pts = [
+            BenchPoint(
+                "smollm2-135m",
+                "dense",
+                int(d["ctx"]),
+                int(r["conc"]),
+                tpot_ms=float(r["tpot_ms"]),
+                tok_s=float(r["decode_tok_s"]),
+                bytes_per_step=0.0,
+                engine="vllm",
+                weights="real",
+                decode_chain=1,
+                hardware="h100-sxm" if h100 else "h200",
+                device="NVIDIA H100 80GB HBM3" if h100 else "NVIDIA H200",
+                kv_budget_gb=(80 if h100 else 141) * 0.9 - 1.0,  # gpu_memory_utilization 0.9 less the weights
+                date=str(d.get("date", ""))[:10],
+                commit=str(d.get("commit", ""))[:7],
+                source=src,
+                note="vLLM 0.26 on the real SmolLM2 weights (GGUF, bf16), the whole GPU: a floor probe",
+            )
+            for r in d["runs"]
+        ]
+        out.setdefault("vllm_floor_smollm2.jsonl", []).extend(pts)
     return out
 
 
