@@ -33,6 +33,38 @@ _COMBINE = {"max": 0, "sum": 1, "lse": 2}
 
 
 @triton.jit
+def summary_tile_score(q, a, b_ptrs, ok, g_ok, scale, SUMMARY: tl.constexpr, COMBINE: tl.constexpr):
+    """One KV head's scores of a tile of blocks from their summaries (``block_score_any_kernel``, and the filled
+    block of ``spec_repair``): ``q`` [BLOCK_G, D] the group's query heads (``g_ok`` the real ones), ``a`` [N, D] the
+    first summary, loaded; ``b_ptrs`` the second's pointers (read where ``ok`` unless ``SUMMARY`` is ``mean``) ->
+    [N] fp32, before the sink rule and the eligibility mask."""
+    if SUMMARY == 1:
+        s = tl.dot(q.to(a.dtype), tl.trans(a))  # [G, N]
+    else:
+        bb = tl.load(b_ptrs, mask=ok[:, None], other=0.0)
+        if SUMMARY == 0:
+            zero = tl.zeros_like(q)
+            s = tl.dot(tl.where(q > 0, q, zero).to(bb.dtype), tl.trans(bb)) + tl.dot(
+                tl.where(q < 0, q, zero).to(a.dtype), tl.trans(a)
+            )
+        else:
+            qf = q.to(tl.float32)
+            bf = bb.to(tl.float32)
+            s = scale * tl.dot(q.to(a.dtype), tl.trans(a)) + (0.5 * scale * scale) * tl.dot(
+                (qf * qf).to(a.dtype), tl.trans((bf * bf).to(a.dtype))
+            )
+    if COMBINE == 0:
+        best = tl.max(tl.where(g_ok[:, None], s, float("-inf")), 0)
+    elif COMBINE == 1:
+        best = tl.sum(tl.where(g_ok[:, None], s, 0.0), 0)
+    else:
+        s = tl.where(g_ok[:, None], s, float("-inf"))
+        m = tl.max(s, 0)
+        best = m + tl.log(tl.sum(tl.exp(s - m[None, :]), 0))
+    return best
+
+
+@triton.jit
 def block_score_any_kernel(
     Q,
     A,
@@ -79,33 +111,8 @@ def block_score_any_kernel(
         mask=ok[:, None],
         other=0.0,
     )
-    if SUMMARY == 1:
-        s = tl.dot(q.to(a.dtype), tl.trans(a))  # [G, N]
-    else:
-        bb = tl.load(
-            B_ + seat.to(tl.int64) * stride_bs + h * stride_bh + offs_n[:, None] * stride_bn + offs_d[None, :],
-            mask=ok[:, None],
-            other=0.0,
-        )
-        if SUMMARY == 0:
-            zero = tl.zeros_like(q)
-            s = tl.dot(tl.where(q > 0, q, zero).to(bb.dtype), tl.trans(bb)) + tl.dot(
-                tl.where(q < 0, q, zero).to(a.dtype), tl.trans(a)
-            )
-        else:
-            qf = q.to(tl.float32)
-            bf = bb.to(tl.float32)
-            s = scale * tl.dot(q.to(a.dtype), tl.trans(a)) + (0.5 * scale * scale) * tl.dot(
-                (qf * qf).to(a.dtype), tl.trans((bf * bf).to(a.dtype))
-            )
-    if COMBINE == 0:
-        best = tl.max(tl.where(g_ok[:, None], s, float("-inf")), 0)
-    elif COMBINE == 1:
-        best = tl.sum(tl.where(g_ok[:, None], s, 0.0), 0)
-    else:
-        s = tl.where(g_ok[:, None], s, float("-inf"))
-        m = tl.max(s, 0)
-        best = m + tl.log(tl.sum(tl.exp(s - m[None, :]), 0))
+    b_ptrs = B_ + seat.to(tl.int64) * stride_bs + h * stride_bh + offs_n[:, None] * stride_bn + offs_d[None, :]
+    best = summary_tile_score(q, a, b_ptrs, ok, g_ok, scale, SUMMARY, COMBINE)
     if SINK:
         best = tl.where(offs_n == 0, float("inf"), best)
     best = tl.where(ok, best, float("-inf"))

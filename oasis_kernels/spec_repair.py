@@ -42,6 +42,7 @@ from oasis_core.block_scorers import get_scorer, split_sink
 
 from . import interpreting
 from ._util import check, next_pow2
+from .block_scorers import summary_tile_score
 
 _SUMMARY = {"minmax": 0, "mean": 1, "meanstd": 2}
 _COMBINE = {"max": 0, "sum": 1, "lse": 2}
@@ -141,33 +142,8 @@ def spec_repair_kernel(
             mask=ok[:, None],
             other=0.0,
         )
-        if SUMMARY == 1:
-            sc = tl.dot(q.to(a.dtype), tl.trans(a))  # [G, 16]
-        else:
-            bb = tl.load(
-                B_ + seat * stride_bs + h * stride_bh + (b_new + offs_n)[:, None] * stride_bn + offs_d[None, :],
-                mask=ok[:, None],
-                other=0.0,
-            )
-            if SUMMARY == 0:
-                zero = tl.zeros_like(q)
-                sc = tl.dot(tl.where(q > 0, q, zero).to(bb.dtype), tl.trans(bb)) + tl.dot(
-                    tl.where(q < 0, q, zero).to(a.dtype), tl.trans(a)
-                )
-            else:
-                qf = q.to(tl.float32)
-                bf = bb.to(tl.float32)
-                sc = scale * tl.dot(q.to(a.dtype), tl.trans(a)) + (0.5 * scale * scale) * tl.dot(
-                    (qf * qf).to(a.dtype), tl.trans((bf * bf).to(a.dtype))
-                )
-        if COMBINE == 0:
-            best = tl.max(tl.where(g_ok[:, None], sc, float("-inf")), 0)
-        elif COMBINE == 1:
-            best = tl.sum(tl.where(g_ok[:, None], sc, 0.0), 0)
-        else:
-            sc = tl.where(g_ok[:, None], sc, float("-inf"))
-            m = tl.max(sc, 0)
-            best = m + tl.log(tl.sum(tl.exp(sc - m[None, :]), 0))
+        b_ptrs = B_ + seat * stride_bs + h * stride_bh + (b_new + offs_n)[:, None] * stride_bn + offs_d[None, :]
+        best = summary_tile_score(q, a, b_ptrs, ok, g_ok, scale, SUMMARY, COMBINE)
         new_val = tl.max(tl.where(offs_n == 0, best, float("-inf")), 0)
         if SINK:  # the context's block 0 (the view's block 0 is b_new: the rule applies only where it is block 0)
             new_val = tl.where(b_new == 0, float("inf"), new_val)
