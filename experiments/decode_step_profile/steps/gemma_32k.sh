@@ -6,7 +6,7 @@
 # layers' ring attention (kv/ring.py: a gather of each lane's ring and fp32 copies) is the first suspect, the dense
 # path's paged attention at head_dim 256 the second. Since the ring kernel (oasis_kernels.ring_attn, on by default),
 # la128torch reruns la128 with ring_kernel=false, the old path, as the same-machine baseline.
-#   OASIS_COMMIT=<hash> bash experiments/device.sh decode_step_profile/gemma_32k   -> gemma_32k.jsonl, profile_*.txt
+#   OASIS_COMMIT=<hash> [RUNS='la128 la128torch'] bash experiments/device.sh decode_step_profile/gemma_32k   -> gemma_32k.jsonl, profile_*.txt
 DEADLINE_S=${DEADLINE_S:-540}
 SYN=${SYN:-'{"preset": "gemma3"}'}
 P=($PY experiments/decode_step_profile/step_profile.py --model gemma3-270m --context 32000 --kv-budget-gb 3
@@ -17,10 +17,16 @@ run() {  # NAME ARGS...
   say "profile $name: $*"
   timeout -k 5 "$T" "${P[@]}" "$@" > "$OUT/profile_$name.txt" 2>&1 || say "failed: $name $(tail -2 "$OUT/profile_$name.txt")"
 }
-run dense28 --mode dense --concurrency 28
-run la128 --mode lookahead --top-k 128 --concurrency 128 --max-lanes 0
-run la128nt --mode lookahead --top-k 128 --concurrency 128 --max-lanes 0 --no-transfer
-run la256v --mode lookahead --top-k 256 --concurrency 57 --max-lanes 0 --exec hot_slots=768
-# the sliding layers' torch path (gather + fp32 einsums) on the same machine: the baseline of oasis_kernels.ring_attn
-run la128torch --mode lookahead --top-k 128 --concurrency 128 --max-lanes 0 --exec ring_kernel=false
+declare -A ARGS=(
+  [dense28]="--mode dense --concurrency 28"
+  [la128]="--mode lookahead --top-k 128 --concurrency 128 --max-lanes 0"
+  [la128nt]="--mode lookahead --top-k 128 --concurrency 128 --max-lanes 0 --no-transfer"
+  [la256v]="--mode lookahead --top-k 256 --concurrency 57 --max-lanes 0 --exec hot_slots=768"
+  # the sliding layers' torch path (gather + fp32 einsums) on the same machine: the baseline of oasis_kernels.ring_attn
+  [la128torch]="--mode lookahead --top-k 128 --concurrency 128 --max-lanes 0 --exec ring_kernel=false"
+)
+for name in ${RUNS:-dense28 la128 la128nt la256v la128torch}; do
+  # shellcheck disable=SC2086
+  run "$name" ${ARGS[$name]}
+done
 say "done"
