@@ -102,7 +102,11 @@ def test_ring_attn_replays_in_a_cuda_graph():
 
 @pytest.mark.parametrize("mode,kw", [("dense", {}), ("dense", {"speculative_k": 3}), ("lookahead", {})])
 def test_tiny_gemma_engine_same_tokens_with_the_kernel(mode, kw):
-    """A tiny Gemma (fp32, CUDA graphs) generates the same tokens with the ring kernel as with the torch path."""
+    """A tiny Gemma (bf16, CUDA graphs) generates the tokens of the torch path with the ring kernel. bf16 because the
+    engine's CUDA attention kernels take bf16 / fp16 only (the fp32 form of this test failed there, 2026-12-06, db51c33,
+    on the sparse kernel's dtype check); in bf16 the two paths' outputs differ within a bf16 step, so a near-tie of a
+    random model may part the runs late: at least 80% of the positions must agree (a wrong window or lane gives
+    unrelated tokens after the first)."""
     from gemma_cases import ARCH, TINY_GEMMA, cfg, prompts
 
     from oasis_exec.engine.engine import Engine
@@ -110,13 +114,15 @@ def test_tiny_gemma_engine_same_tokens_with_the_kernel(mode, kw):
     from oasis_exec.model.gemma3 import Gemma3Decoder, random_weights
     from oasis_exec.runner.runner import Runner
 
-    dec = Gemma3Decoder(TINY_GEMMA, ARCH, random_weights(TINY_GEMMA, 0, torch.float32, DEV), torch.float32)
+    dec = Gemma3Decoder(TINY_GEMMA, ARCH, random_weights(TINY_GEMMA, 0, torch.bfloat16, DEV), torch.bfloat16)
     ps = prompts()
     outs = []
     for on in (False, True):
-        c = cfg(mode, device=DEV, ring_kernel=on, top_k=10, fetch_ratio=1.0, **kw)
+        c = cfg(mode, device=DEV, dtype="bfloat16", ring_kernel=on, top_k=10, fetch_ratio=1.0, **kw)
         eng = Engine(c, Runner(c, decoder=dec))
         assert eng.runner.model.ring.kernel is on
         outs.append(eng.generate(ps, SamplingParams(max_tokens=40)))
         eng.close()
-    assert outs[0] == outs[1]
+    pairs = [(x, y) for a, b in zip(*outs) for x, y in zip(a, b)]
+    assert len(pairs) == 40 * len(ps)
+    assert sum(x == y for x, y in pairs) >= 0.8 * len(pairs)
