@@ -283,7 +283,7 @@ def heldout_points() -> dict:
 
 
 def heldout_h100_points() -> dict:
-    """Held out on another card (``heldout_h100/``): the H100 80GB runs of dummy Qwen3-8B at 16K x 44, 52 GB, K = 128,
+    """Held out on another card (``other_cards/qwen3_8b_h100.jsonl``, beside Gemma's H100 points): the H100 80GB runs of dummy Qwen3-8B at 16K x 44, 52 GB, K = 128,
     S = 3K that later calls made for other questions (2026-12-06): the block scorers' step-time call (1cd1217, the
     ``minmax`` row, decode chains of 8, 24 timed passes: the victim cache filled) and the speculative calls' k = 0
     runs and their no-transfer twins (e22264f, 486130b, chains of 1, 16 timed passes after 6: the victim cache still
@@ -316,4 +316,4 @@ if __name__ == "__main__":
     base = os.path.join(ROOT, "traces", "bench_points")
     write(os.path.join(base, "train"), train_points())
     write(os.path.join(base, "heldout"), heldout_points())
-    write(os.path.join(base, "heldout_h100"), heldout_h100_points())
+    write(os.path.join(base, "other_cards"), heldout_h100_points())
