@@ -281,10 +281,26 @@ def spec_repair(
 
 
 def spec_repair_ref(
-    ids, vals, p_hat, resident, rows, n, pos, lanes, q, a, b, block_size: int, scorer: str, given=None, scale=None
+    ids,
+    vals,
+    p_hat,
+    resident,
+    rows,
+    n,
+    pos,
+    lanes,
+    q,
+    a,
+    b,
+    block_size: int,
+    scorer: str,
+    given=None,
+    scale=None,
+    score=None,
 ):
-    """Plain-torch reference: ``SpecPipeline.repair``'s torch path (the one-block view scored by ``block_score_ref``
-    / ``block_score_any_ref``, then ``oasis_core.spec_predict.merge_block`` and ``repair_pred``). Returns
+    """Plain-torch reference, and ``SpecPipeline.repair``'s path without the kernel: the one-block view scored by
+    ``score(q, a, b, n_blocks, seat, scorer)`` (default ``block_score_ref`` / ``block_score_any_ref``; the executor
+    passes ``oasis_exec.ops.block_score``), then ``oasis_core.spec_predict.merge_block`` and ``repair_pred``. Returns
     (out, P_true), [R, K] int64 each."""
     from oasis_core.spec_predict import fills, merge_block, query_index, repair_pred
 
@@ -308,7 +324,9 @@ def spec_repair_ref(
         lo, hi = a[one][:, :, None].contiguous(), b[one][:, :, None].contiguous()
         two = torch.full((B,), 2, dtype=torch.int32, device=dev)
         base, sink = split_sink(scorer)
-        if base == "minmax":
+        if score is not None:
+            sc = score(qt, lo, hi, two, ar.to(torch.int32), base)
+        elif base == "minmax":
             sc = block_score_ref(qt, lo, hi, two, ar.to(torch.int32))
         else:
             sc = block_score_any_ref(qt, lo, hi, two, base, ar.to(torch.int32), scale=scale)

@@ -16,7 +16,8 @@ two points:
   query index, merges in the block the run filled, if any (its one score, from the summary the commit just wrote),
   and plans ``repair_pred(P_true, P_hat, resident)`` with the same cap: only what the true prediction adds over
   the chosen one is copied. On CUDA (``fused_ops``) that prediction is one ``oasis_kernels.spec_repair`` launch a
-  layer (``fused``); the torch ops of ``oasis_core.spec_predict`` (a few dozen launches a layer) otherwise.
+  layer (``fused``); its torch chain ``spec_repair_ref`` (the ops of ``oasis_core.spec_predict``, a few dozen launches a
+  layer) otherwise.
 
 Both stages are device work only (no host synchronisation), so the speculative step still runs as one CUDA graph
 per batch size, draft length and acceptance kind (``DecodeGraphs.spec_step``); ``s_hat`` is a buffer of this object
@@ -38,15 +39,10 @@ from __future__ import annotations
 import numpy as np
 import torch
 
-from oasis_core.block_scorers import split_sink
 from oasis_core.spec_predict import (
     choose_query,
-    fills,
-    merge_block,
     needs_repair,
-    query_index,
     repair_possible,
-    repair_pred,
 )
 from oasis_core.speculation import Acceptance
 
@@ -91,7 +87,6 @@ class SpecPipeline:
         # run the repair even where it cannot fetch (it then plans nothing): the bench's warm-up sets it for two steps
         # so that the step's graph with the repair is captured before the timed steps, not in them
         self.force_repair = False
-        self._step = None  # (n, the step's tensors) of the repair's torch path, made once a step
         # the repair's prediction in one oasis_kernels.spec_repair launch a layer (CUDA with fused_ops; the tests set it
         # on CPU, where the kernel runs in Triton's interpreter); else the torch ops of oasis_core.spec_predict
         self.fused = parts.device.type == "cuda" and parts.cfg.fused_ops
@@ -175,60 +170,13 @@ class SpecPipeline:
 
     def repair(self, l, q, n, pos, lanes, rows, sets, recorded) -> None:
         """Layer ``l``'s repair after the acceptance (``n`` [B] on the device): the true prediction from the
-        candidates and the filled block, planned as ``repair_pred`` with the step's cap."""
+        candidates and the filled block, planned as ``repair_pred`` with the step's cap. With ``fused`` one
+        ``oasis_kernels.spec_repair`` launch (the accepted query index, the filled block's score, ``merge_block`` and
+        ``repair_pred``, one program a row); else its torch chain ``spec_repair_ref`` scoring through ``ops`` (the same
+        ids: tests/unit/test_kernels_spec_repair.py)."""
         if not self.repair_on:  # no lane's acceptance can move its prediction: P_true == P_hat everywhere
             return
-        if self.fused:
-            return self._repair_fused(l, q, n, pos, lanes, rows, sets, recorded)
-        me, st, H, bs = self.me, self.me.store, self.me.H, self.me.bs
-        B, k = q.shape[0], q.shape[1] - 1
-        R = B * H
-        if self._step is None or self._step[0] is not n:  # the step's tensors, once (commit_spec's n is one tensor)
-            s_true = query_index(n, k)
-            b_new = (pos + 1) // bs  # the block a filling run completed (the local block at p + 1)
-            ar = torch.arange(B, device=q.device)
-            pick = ((s_true - 1).repeat_interleave(H), torch.arange(R, device=q.device))
-            self._step = (
-                n,
-                s_true,
-                fills(pos, n, bs).repeat_interleave(H),
-                b_new,
-                b_new.repeat_interleave(H),
-                ar,
-                pick,
-            )
-        _, s_true, fill_r, b_new, b_new_r, ar, pick = self._step
-        given = sets[1][:, l] if sets is not None else None
-        hh = torch.arange(H, device=q.device)
-
-        def predict():
-            ids, vals = self.cand[l]
-            if given is not None:
-                p_true = given.reshape(R, -1)
-            else:
-                qt = q[ar, s_true].contiguous()  # [B, Hq, D]
-                one = (lanes[:, None], hh[None, :], b_new[:, None])
-                lo, hi = st.kmin[l][one][:, :, None].contiguous(), st.kmax[l][one][:, :, None].contiguous()
-                two = torch.full((B,), 2, dtype=torch.int32, device=q.device)  # block 0 of the view eligible
-                # the view's block 0 is block b_new, so a +sink scorer's sink rule (block 0 always first) must not
-                # reach it: the base scorer's value, +inf only where the filled block is the context's block 0
-                base, sink = split_sink(me.cfg.block_score)
-                new_val = ops.block_score(qt, lo, hi, two, ar.to(torch.int32), base).reshape(R, -1)[:, 0]
-                if sink:
-                    new_val = torch.where(b_new_r == 0, torch.full_like(new_val, float("inf")), new_val)
-                p_true, _ = merge_block(ids[pick], vals[pick], b_new_r, new_val, fill_r)
-            if recorded is not None:
-                recorded.append(p_true)
-            resident = st.resident[l][self.pipe.row_ids(rows)]
-            return repair_pred(p_true, self.p_hat[l], resident)
-
-        self._launch(l, predict, lanes, rows, (q, n, pos, s_true, fill_r, b_new, b_new_r, ar, *pick, hh, sets))
-
-    def _repair_fused(self, l, q, n, pos, lanes, rows, sets, recorded) -> None:
-        """``repair``'s prediction in one ``oasis_kernels.spec_repair`` launch (the accepted query index, the filled
-        block's score, ``merge_block`` and ``repair_pred``, one program a row) instead of a few dozen torch ops: the
-        same ids (tests/unit/test_kernels_spec_repair.py)."""
-        from oasis_kernels.spec_repair import spec_repair
+        from oasis_kernels.spec_repair import spec_repair, spec_repair_ref
 
         me, st = self.me, self.me.store
         R = q.shape[0] * me.H
@@ -236,12 +184,13 @@ class SpecPipeline:
 
         def predict():
             ids, vals = self.cand[l]
-            p_hat = self.p_hat[l]
-            p_true = torch.empty_like(p_hat) if recorded is not None else None
-            out = spec_repair(
-                ids, vals, p_hat, st.resident[l], self.pipe.row_ids(rows), n, pos, lanes, q, st.kmin[l], st.kmax[l],
-                me.bs, me.cfg.block_score, given=given, p_true_out=p_true,
-            )  # fmt: skip
+            args = (ids, vals, self.p_hat[l], st.resident[l], self.pipe.row_ids(rows), n, pos, lanes, q, st.kmin[l],
+                    st.kmax[l], me.bs, me.cfg.block_score)  # fmt: skip
+            if self.fused:
+                p_true = torch.empty_like(self.p_hat[l]) if recorded is not None else None
+                out = spec_repair(*args, given=given, p_true_out=p_true)
+            else:
+                out, p_true = spec_repair_ref(*args, given=given, score=ops.block_score)
             if recorded is not None:
                 recorded.append(p_true)
             return out
