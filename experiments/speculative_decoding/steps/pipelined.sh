@@ -21,7 +21,7 @@
 #    with speculation; the overlap ratios).
 # Estimate ~480 s (tests ~70 s; the SmolLM2 runs ~25 s each after a ~10 s prefill; each Qwen run ~50 s, most of it
 # pinning the host pool). Overrides: DEVICE=cpu (a dry run: float32, tiny shapes, QWEN_MODEL=tiny), SKIP_TESTS=1,
-# SKIP_SMOL=1, SKIP_QWEN=1, QWEN_RUNS (names of the loop below; NAME@W: W warm-up steps, e.g. k0@40 once the victim
+# SKIP_SMOL=1, SKIP_QWEN=1, QWEN_RUNS (names of the loop below, k1_after_nt among them; NAME@W: W warm-up steps, e.g. k0@40 once the victim
 # cache has filled), N_LOOK (64), N_DENSE (16), KV_GB (3), STEPS (16), WARMUP (6), CONTEXT (7800), QWEN_N (44),
 # QWEN_CONTEXT (16384), QWEN_MODEL (qwen3-8b), QWEN_GB (52), SPEC_ACCEPT (a JSON acceptance for the Qwen runs).
 DEADLINE_S=${DEADLINE_S:-570}
@@ -71,6 +71,7 @@ for run in ${QWEN_RUNS:-k0 k1_after k1_beside k0_nt k1_beside_nt}; do
     k0) EXTRA=(--speculative-k 0) ;;
     k0_nt) EXTRA=(--speculative-k 0 --no-transfer) ;;
     k1_after) EXTRA=(--speculative-k 1 --synthetic-accept "$ACC" --spec-predict after) ;;
+    k1_after_nt) EXTRA=(--speculative-k 1 --synthetic-accept "$ACC" --spec-predict after --no-transfer) ;;
     k1_beside) EXTRA=(--speculative-k 1 --synthetic-accept "$ACC" --spec-predict beside) ;;
     k1_beside_nt) EXTRA=(--speculative-k 1 --synthetic-accept "$ACC" --spec-predict beside --no-transfer) ;;
   esac
@@ -115,7 +116,7 @@ if qwen:
           f"histogram), {qwen[0]['context']} x {qwen[0]['concurrency']}, {qwen[0].get('kv_budget_gb')} GB\n")
     print("| run | tok/s | TPOT p50 ms | step p50 ms | tokens a step | vs k=0 | overlap (TPOT / no-transfer twin) |")
     print("| --- | --- | --- | --- | --- | --- | --- |")
-    twin = {"k0": "k0_nt", "k1_beside": "k1_beside_nt"}
+    twin = {"k0": "k0_nt", "k1_after": "k1_after_nt", "k1_beside": "k1_beside_nt"}
     for name, r in by.items():
         base, at, w = name.partition("@")  # NAME@W: compared with the runs of the same warm-up
         k0 = by.get("k0" + at + w, {}).get("throughput_tok_s")
