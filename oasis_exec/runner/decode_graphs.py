@@ -27,6 +27,10 @@ class DecodeGraphs:
         self._warm = set()
         self._capture_stream = None  # the step's graphs captured above a side stream (Prefetcher.step_priority)
 
+    def keys(self) -> set:
+        """The graph keys run so far (eagerly once, captured from the second time)."""
+        return set(self._warm)
+
     def _stream(self):
         """The capture stream: torch's own, or one of the pipe's ``step_priority`` when that is not 0 (the side
         streams are to yield to the step: ``stream_priority`` low, pred_low, ...)."""

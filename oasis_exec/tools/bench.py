@@ -298,9 +298,11 @@ def measure(
     emitted = 0  # output tokens of the timed steps (a speculative step emits up to speculative_k + 1 a request)
     per_req = []  # output tokens a request of each timed step (1; a speculative step or a decode chain: more)
     beside = runner.spec.beside  # spec_predict beside: its step is two graphs (with the repair and without)
+    if beside is not None and warmup >= 4:  # the first two speculative warm-up steps make the repair's graph
+        beside.force_repairs = 2
     for i in range(warmup + steps):
-        if beside is not None:  # the first two warm-up steps make the repair's graph (eager, then captured)
-            beside.force_repair = i < 2 and warmup >= 4
+        if i == warmup and beside is not None:
+            beside.force_repairs = 0  # too short a warm-up: the repair's graph is made in the timed steps
         if i == warmup:
             if cfg.device == "cuda":
                 torch.cuda.synchronize()
@@ -309,6 +311,7 @@ def measure(
             acc0 = dict(runner.spec.accepts)
             sp0 = runner.spec.beside.stats() if runner.spec.beside is not None else {}
             passes0 = runner.decode_steps
+            keys0 = runner.cuda_graphs.keys()  # graph keys run before the timed steps (eager or captured)
         runner.trace.step = i - warmup if i - warmup in traced else None
         t0 = time.perf_counter()
         if i == warmup:
@@ -413,6 +416,9 @@ def measure(
         "copy_graph": bool(runner.pipe is not None and runner.pipe.ext.copy_graph and runner.cuda_graphs.graphs),
         # decode steps were captured and replayed as CUDA graphs (greedy speculative ones too)
         "cuda_graph": bool(runner.cuda_graphs.graphs),
+        # graph keys first run (eagerly, then captured) inside the timed steps: each such step pays compiles and a
+        # capture (e.g. ["spec", B, k, forced, repair]); [] when the warm-up made every graph the timed steps used
+        "graphs_new_in_timed": [list(k_) for k_ in runner.cuda_graphs.keys() - keys0] if timed else None,
         "no_transfer": cfg.no_transfer,
         "fetch_ratio": cfg.fetch_ratio,
         "fetch_policy": cfg.fetch_policy if cfg.sparse else None,

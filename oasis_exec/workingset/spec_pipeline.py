@@ -84,9 +84,12 @@ class SpecPipeline:
         self.est = {}  # lane -> (req_id, Acceptance)
         self.lane_steps = self.repairs = 0
         self.repair_on = True  # this step's repair can fetch (repair_possible); else it is not launched at all
-        # run the repair even where it cannot fetch (it then plans nothing): the bench's warm-up sets it for two steps
-        # so that the step's graph with the repair is captured before the timed steps, not in them
-        self.force_repair = False
+        # the next this many speculative steps run the repair even where it cannot fetch (it then plans nothing): the
+        # bench's warm-up sets 2 so that the step's graph with the repair is made (eager, then captured) before the
+        # timed steps, not in them. Counted in speculative steps, not engine steps: a real draft's first step after
+        # the prefill is an ordinary one (the head needs a hidden state), so "the first two steps" missed it (H100,
+        # 1dc31ae: a 234 ms capture in SmolLM2's second timed step)
+        self.force_repairs = 0
         # the repair's prediction in one oasis_kernels.spec_repair launch a layer (CUDA with fused_ops; the tests set it
         # on CPU, where the kernel runs in Triton's interpreter); else the torch ops of oasis_core.spec_predict
         self.fused = parts.device.type == "cuda" and parts.cfg.fused_ops
@@ -104,9 +107,9 @@ class SpecPipeline:
         self._chosen = choose_query(rates, k)
         self.s_hat[: len(items)].copy_(torch.as_tensor(self._chosen))
         pos = np.array([it.position for it in items])
-        self.repair_on = self.force_repair or bool(
-            repair_possible(pos, np.array(ks), self._chosen, k, self.me.bs).any()
-        )
+        forced = self.force_repairs > 0
+        self.force_repairs -= forced
+        self.repair_on = forced or bool(repair_possible(pos, np.array(ks), self._chosen, k, self.me.bs).any())
 
     @property
     def graph_key(self) -> bool:

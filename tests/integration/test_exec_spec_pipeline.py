@@ -95,14 +95,14 @@ def test_the_fused_repair_attends_what_after_attends(k, alpha, hot, scorer, monk
 
 
 def test_a_forced_repair_changes_nothing():
-    """The bench's warm-up runs the repair where it cannot fetch (``force_repair``, to capture its graph early): the
+    """The bench's warm-up runs the repair where it cannot fetch (``force_repairs``, to capture its graph early): the
     repair then plans nothing, so beside still attends what after attends at every step."""
 
     def make(v):
         eng = Engine(cfg("lookahead", spec_predict=v, short_context=False, fetch_ratio=1.0, speculative_k=3,
                          synthetic_accept={"alpha": 0.6}))  # fmt: skip
         if v == "beside":
-            eng.runner.spec.beside.force_repair = True
+            eng.runner.spec.beside.force_repairs = 10**9  # every speculative step
         return eng
 
     stats = _lockstep_attended_equal(make)
