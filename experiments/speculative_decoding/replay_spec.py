@@ -103,12 +103,6 @@ def replay_rows(recs, calibrate) -> list:
         row["tokens_per_step"]["err_pct"] = err_pct(
             row["tokens_per_step"]["measured"], row["tokens_per_step"]["simulated"]
         )
-        for p in ("roofline", "fitted"):  # TPOT a token: the step time over the tokens a step
-            t = row[p].get("tpot_ms_p50")
-            if t:
-                meas = t["measured"] / row["tokens_per_step"]["measured"]
-                pred = t["predicted"] / row["tokens_per_step"]["simulated"] if t["predicted"] else None
-                row[p]["tpot_ms_per_token"] = {"measured": meas, "predicted": pred, "err_pct": err_pct(meas, pred)}
         rows.append(row)
     return rows
 
@@ -149,12 +143,10 @@ def what_if(recs, calibrate, ks, hists, spec_predict="after") -> list:
             if name == "fitted" and pred is None:
                 continue
             res = replay(rec, pred)
-            tps = tokens_per_step(res)
             row[name] = {
                 "throughput_tok_s": res.predicted["throughput_tok_s"],
-                "tpot_ms_p50": res.predicted["tpot_ms_p50"],
-                "tpot_ms_per_token": res.predicted["tpot_ms_p50"] / tps,
-                "tokens_per_step": tps,
+                "tpot_ms_p50": res.predicted["tpot_ms_p50"],  # a step's time over the tokens it gave a request
+                "tokens_per_step": tokens_per_step(res),
             }
         ex = by_k.get(str(kk))
         if ex is not None:
@@ -182,36 +174,34 @@ def markdown(rows, whatif, calib_names, accept_from) -> str:
         f"Fitted predictor calibrated on {len(calib_names)} recordings (held out: none of them is scored). "
         "Replays draw each request-step's accepted drafts from the recording's `accepted_hist`.\n",
         "| recording | mode | ctx × n | k | acceptance | tokens/step meas / sim | tok/s meas | roofline | err | "
-        "fitted | err | step p50 ms meas | roofline | err | fitted | err | TPOT/token ms meas | fitted | err |",
-        "| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |",
+        "fitted | err | TPOT p50 ms meas | roofline | err | fitted | err |",
+        "| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |",
     ]
     for r in rows:
         tp = r["tokens_per_step"]
         ro, fi = r["roofline"], r.get("fitted", {})
         thr_r, thr_f = ro.get("throughput_tok_s", {}), fi.get("throughput_tok_s", {})
         tp_r, tp_f = ro.get("tpot_ms_p50", {}), fi.get("tpot_ms_p50", {})
-        tt_f = fi.get("tpot_ms_per_token", {})
         out.append(
             f"| {r['recording']} | {r['mode']} | {r['context']} × {r['concurrency']} | {r['speculative_k']} | "
             f"{r['acceptance'] or '-'} | {tp['measured']:.2f} / {tp['simulated']:.2f} | "
             f"{_f(thr_r.get('measured'))} | {_f(thr_r.get('predicted'))} | {_e(thr_r.get('err_pct'))} | "
             f"{_f(thr_f.get('predicted'))} | {_e(thr_f.get('err_pct'))} | {_f(tp_r.get('measured'), '{:.2f}')} | "
             f"{_f(tp_r.get('predicted'), '{:.2f}')} | {_e(tp_r.get('err_pct'))} | {_f(tp_f.get('predicted'), '{:.2f}')} | "
-            f"{_e(tp_f.get('err_pct'))} | {_f(tt_f.get('measured'), '{:.2f}')} | {_f(tt_f.get('predicted'), '{:.2f}')} | "
-            f"{_e(tt_f.get('err_pct'))} |"
+            f"{_e(tp_f.get('err_pct'))} |"
         )
     if whatif:
         out += [
             "",
             f"## What if: the simulator at `{whatif[0].get('base')}`'s shape, acceptance measured on the real model "
             f"({accept_from})\n",
-            "| k | prediction | accepted hist | sim tokens/step | roofline tok/s | fitted tok/s | fitted step p50 ms | "
-            "fitted TPOT/token ms | executor (recording: tok/s, step p50 ms, tokens/step) |",
-            "| --- | --- | --- | --- | --- | --- | --- | --- | --- |",
+            "| k | prediction | accepted hist | sim tokens/step | roofline tok/s | fitted tok/s | fitted TPOT p50 ms | "
+            "executor (recording: tok/s, TPOT p50 ms, tokens/step) |",
+            "| --- | --- | --- | --- | --- | --- | --- | --- |",
         ]
         for w in whatif:
             if "error" in w:
-                out.append(f"| {w['speculative_k']} | {w.get('spec_predict', 'after')} | {w['error']} | | | | | | |")
+                out.append(f"| {w['speculative_k']} | {w.get('spec_predict', 'after')} | {w['error']} | | | | | |")
                 continue
             ro, fi, ex = w["roofline"], w.get("fitted", {}), w.get("executor")
             exs = (
@@ -225,7 +215,7 @@ def markdown(rows, whatif, calib_names, accept_from) -> str:
                 f"| {w['speculative_k']} | {w.get('spec_predict', 'after') if _k_of(w['speculative_k']) else '-'} | "
                 f"{json.dumps(w['accepted_hist']) if w['accepted_hist'] else '-'} | "
                 f"{ro['tokens_per_step']:.2f} | {ro['throughput_tok_s']:.1f} | {_f(fi.get('throughput_tok_s'))} | "
-                f"{_f(fi.get('tpot_ms_p50'), '{:.2f}')} | {_f(fi.get('tpot_ms_per_token'), '{:.2f}')} | {exs} |"
+                f"{_f(fi.get('tpot_ms_p50'), '{:.2f}')} | {exs} |"
             )
     return "\n".join(out) + "\n"
 

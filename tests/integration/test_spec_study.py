@@ -3,6 +3,7 @@ with synthetic acceptance (tiny preset, CPU, a recording for the h200 preset) in
 a step follow the recorded acceptance, and the what-if rows draw from the study's measured histograms."""
 
 import json
+import statistics
 
 import pytest
 from exec_cases import cfg
@@ -55,6 +56,12 @@ def test_replay_draws_the_recorded_acceptance_and_what_if_uses_the_study(tmp_pat
     assert recs[0].config["acceptance"] == "synthetic"
     rows = r.replay_rows(recs, None)
     assert rows[0]["tokens_per_step"]["measured"] == 3.0 and rows[0]["tokens_per_step"]["simulated"] == 3.0
+    # the simulator's TPOT is the bench's: a step's time over the tokens it gave each request (3 here), not the step
+    from oasis_sim.replay import replay
+
+    res = replay(recs[0])
+    step_ms = 1e3 * statistics.median(res.sim.steps.dur[i] for i in res.window)
+    assert res.predicted["tpot_ms_p50"] == pytest.approx(step_ms / 3, rel=1e-9)
     assert rows[1]["tokens_per_step"]["simulated"] == 1.0 and rows[0]["acceptance"] == "synthetic"
     study = tmp_path / "study.jsonl"
     study.write_text(json.dumps({"mode": "lookahead", "context": 8, "speculative_k": 1, "accepted_hist": {"1": [0, 9]},
