@@ -126,7 +126,7 @@ def test_another_cards_points_enter_only_as_host_floor_probes():
     got, used, err = fit(synthetic + probes + [wrong], card="h200")
     assert len(used) == len(synthetic) + 8 and {p.lanes for p in used if p.hardware != "h200"} == {1, 2, 4, 8}
     assert np.max(np.abs(err)) < 0.01
-    assert predict(probes[:1], got)[0] > 1.3e-3  # the GPU step on the H100 at one request
+    assert predict(probes[:1], params)[0] > 1.3e-3  # the GPU step on the H100 at one request, above the floor
     assert got.step_vllm_s == pytest.approx(1.0e-3, rel=0.02)
     assert got.step_vllm_request_s == pytest.approx(20e-6, rel=0.05)
     cal = calibrate(synthetic + probes + [wrong], [], card="h200")
