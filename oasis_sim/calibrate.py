@@ -56,6 +56,12 @@ FITTED = {
     "copy_bytes_per_s": (42e9, 49e9),  # the UVA gather measured alone: 42-49 GB/s (DESIGN.md, issue 39)
     "gather_sm_share": (0.0, 0.9),
 }
+# Points of another card than the calibration's (``BenchPoint.hardware``): the fit takes only what is the host's,
+# vLLM floor probes at <= FLOOR_KNEE_REQUESTS requests (its host loop, CPU-side, on the same 16-core Xeon type on the
+# H100 and H200 machines), each scored against the floor alone (a + b · requests), so that no GPU constant is fitted on
+# another card; never a step past the knee, where attention's HBM bandwidth (3.35 against 4.8 TB/s) sets it
+# (``card_admits``; those are validated, not fitted)
+FLOOR_KNEE_REQUESTS = 8
 SCALE = {k: (1e-6 if k.endswith("_s") else 1e9 if k.endswith("per_s") else 1.0) for k in FITTED}
 LOSS = "linear"
 LOSS_SCALE = 0.05
@@ -158,6 +164,22 @@ def floor_probes(points, least: int = 3) -> bool:
     return any(len(v) >= least for v in seen.values())
 
 
+def card_admits(p: BenchPoint, card: str) -> bool:
+    """Whether a calibration of ``card`` may be fitted on ``p``: every point measured on ``card``; of another card only
+    a vLLM floor probe at <= ``FLOOR_KNEE_REQUESTS`` requests (the host loop's a and b, not the card's bandwidth)."""
+    if p.hardware == card:
+        return True
+    return p.engine == "vllm" and p.lanes <= FLOOR_KNEE_REQUESTS
+
+
+def split_by_card(points, card: str):
+    """(points the fit of ``card`` may use, points of another card it leaves out: ``card_admits``)."""
+    keep, out = [], []
+    for p in points:
+        (keep if card_admits(p, card) else out).append(p)
+    return keep, out
+
+
 def host_share_s(pairs) -> Optional[float]:
     """The host's round trip a step, from chain pairs: ``T(1) - T(c) = h · (1 - 1/c)``, the median over pairs."""
     hs = []
@@ -167,14 +189,17 @@ def host_share_s(pairs) -> Optional[float]:
     return float(np.median(hs)) if hs else None
 
 
-def fit(points, base: CalibParams | None = None):
+def fit(points, base: CalibParams | None = None, card: str | None = None):
     """(CalibParams, the points fitted, their relative TPOT errors) on ``points`` (those with a measured TPOT or
-    tok/s and, in background modes with copies, bytes a step). First the host's round trip a step
+    tok/s and, in background modes with copies, bytes a step; with ``card``, only those ``card_admits``, another
+    card's scored against the floor alone: ``step_vllm_s + lanes · step_vllm_request_s``). First the host's round trip a step
     (``step_host_s``) from the pairs of runs equal but for their decode chain (``host_share_s``; those runs, of an
     older engine, then leave the fit), then the rest by least squares."""
     from scipy.optimize import least_squares
 
     base = base or CalibParams()
+    if card is not None:
+        points = split_by_card(points, card)[0]
     pairs = chain_pairs(points)
     h = host_share_s(pairs)
     fitted = dict(FITTED)
@@ -195,9 +220,16 @@ def fit(points, base: CalibParams | None = None):
     if not use:
         raise ValueError("calibrate: no point with a measured TPOT or tok/s")
     meas = np.array([p.measured_tpot_s() for p in use])
+    probe = np.array([card is not None and p.hardware != card for p in use])  # another card's floor probes
+    lanes = np.array([p.lanes for p in use], dtype=float)
+    same = [p for p, o in zip(use, probe) if not o]
 
     def resid(theta):
-        return predict(use, _params(theta, base, fitted)) / meas - 1.0
+        prm = _params(theta, base, fitted)
+        t = np.empty(len(use))
+        t[~probe] = predict(same, prm)
+        t[probe] = prm.step_vllm_s + lanes[probe] * prm.step_vllm_request_s  # the floor alone: a + b · n
+        return t / meas - 1.0
 
     x0 = np.array([getattr(base, k) / SCALE[k] for k in fitted])
     lo = np.array([b[0] / SCALE[k] for k, b in fitted.items()])
@@ -223,8 +255,11 @@ def repo_commit() -> str:
         return ""
 
 
-def calibrate(points, files) -> Calibration:
-    params, used, err = fit(points)
+def calibrate(points, files, card: str = "h200") -> Calibration:
+    """The calibration of ``card`` (``BenchPoint.hardware``) on ``points``: another card's points enter only as
+    ``card_admits`` says, and those left out are named in ``fit.other_card_left_out``."""
+    params, used, err = fit(points, card=card)
+    left_out = split_by_card(points, card)[1]
     by_file: dict = {}
     for p, e in zip(used, err):
         by_file.setdefault(p.source, []).append(abs(e) * 100)
@@ -237,12 +272,16 @@ def calibrate(points, files) -> Calibration:
             for s, v in sorted(by_file.items())
         },
         "fitted_points": sorted(point_key(p) for p in used),
-        "method": "scipy.optimize.least_squares, relative TPOT residuals, soft_l1 loss at 0.05, bounds in "
+        "other_card_fitted": sorted(p.name + " on " + p.hardware for p in used if p.hardware != card),
+        "other_card_left_out": sorted(p.name + " on " + p.hardware for p in left_out),
+        "card_rule": f"points of another card than {card}: only vLLM floor probes at <= {FLOOR_KNEE_REQUESTS} "
+        "requests (oasis_sim.calibrate.card_admits), scored against the floor a + b * requests alone",
+        "method": f"scipy.optimize.least_squares, relative TPOT residuals, {LOSS} loss (f_scale {LOSS_SCALE}), bounds in "
         "oasis_sim.calibrate.FITTED; layer_fixed_vllm_s tied to layer_fixed_dense_s",
     }
     return Calibration(
         params,
-        hardware=points[0].hardware if points else "",
+        hardware=card,
         date=datetime.date.today().isoformat(),
         commit=repo_commit(),
         fitted_on=tuple(f"{f} sha256:{_sha(f)}" for f in files),
@@ -267,6 +306,12 @@ def add_subcommand(sub) -> None:
     p = sub.add_parser("calibrate", help="fit the calibrated predictor on bench points (traces/bench_points)")
     p.add_argument("points", nargs="+", help="bench-point .jsonl files or folders of them")
     p.add_argument("--out", required=True, help="calibration file to write (JSON)")
+    p.add_argument(
+        "--card",
+        default="h200",
+        help="the card calibrated (BenchPoint.hardware); another card's points enter only as vLLM floor probes at "
+        f"<= {FLOOR_KNEE_REQUESTS} requests",
+    )
 
 
 def cmd_calibrate(args) -> int:
@@ -278,11 +323,15 @@ def cmd_calibrate(args) -> int:
     points, files = load_points(args.points)
     d = os.path.dirname(os.path.abspath(args.out))
     prepare_out_dir(d)
-    cal = calibrate(points, files)
+    cal = calibrate(points, files, args.card)
     with open(args.out, "w", encoding="utf-8", newline="\n") as f:
         f.write(cal.to_json())
     print(describe_params(cal.params))
     fs = cal.fit
+    for name in fs["other_card_fitted"]:
+        print(f"  fitted, another card (floor probe): {name}")
+    for name in fs["other_card_left_out"]:
+        print(f"  left out, another card: {name}")
     print(f"fit: {fs['points']} points, median |error| {fs['median_abs_err_pct']}%, worst {fs['worst_abs_err_pct']}%")
     for s, v in fs["by_source"].items():
         print(f"  {s}: {v['points']} points, median {v['median']}%, worst {v['worst']}%")

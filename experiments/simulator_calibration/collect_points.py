@@ -10,7 +10,9 @@ SmolLM2-135M runs with CUDA graphs (8c7535e, 2868b70, 3ca3b31, 8e1c817, 2026-12-
 budget; the speculative study's ``fresh`` runs at k = 0), OasisKV dense Qwen3-8B at 16K x 21 (DESIGN.md, 2026-12-01)
 vLLM 0.26 dense on dummy Qwen3-8B (DESIGN.md 2026-11-29 and 2026-12-01, the calls of dc6e77f and 4e13b06) and on
 the real SmolLM2 at 8,096 x 32 (2868b70), and the decode-chain calls of dc6e77f (chain 8 and chain 1 in one call, S = K,
-the only runs that tell the host's share of a step from the GPU's).
+the only runs that tell the host's share of a step from the GPU's), and vLLM's floor probes on SmolLM2 at 1-64
+requests (``vllm_floor_points``; of the H100 of 1dc31ae only those at <= FLOOR_KNEE_REQUESTS requests, the rest in
+``other_cards/``).
 
 **Held out** (``heldout/``): the points measured on 2026-12-04 at 7e01859 that DESIGN.md gives ("Re-measured on
 2026-12-04"): vLLM 16K x 16 and 32K x 10; lookahead with the victim cache 16K x 48 and 32K x 22, and the 32K x 22
@@ -32,6 +34,9 @@ ROOT = os.path.dirname(os.path.dirname(HERE))
 sys.path.insert(0, ROOT)
 
 from oasis_sim.bench import BenchPoint, dumps_point  # noqa: E402
+from oasis_sim.calibrate import card_admits  # noqa: E402
+
+CARD = "h200"  # the card calibrated (oasis_sim/data/calibration_h200.json)
 
 RESULTS = os.path.join(ROOT, "experiments")
 CURRENT_QWEN = {"4e13b06", "f1fc382", "6fa88eb"}
@@ -211,14 +216,19 @@ def train_points() -> dict:
                 note="vLLM 0.26, FlashAttention-3, CUDA graphs; budget None: the whole H200 (gpu util 0.9)",
             )
         )
-    out.update(vllm_floor_points())
+    for name, pts in vllm_floor_points().items():  # another card's: only what card_admits (the host's floor)
+        out[name] = [p for p in pts if card_admits(p, CARD)]
     return out
 
 
 def vllm_floor_points() -> dict:
     """vLLM 0.26 dense on the real SmolLM2-135M at 1-64 requests (``steps/vllm_host_floor.sh``: where its host loop,
     not the GPU, sets the step): what separates the step floor's constant from its growth a request
-    (``oasis_sim.calibrate.floor_probes``). Training points; the card is the one the call got (``device.txt``)."""
+    (``oasis_sim.calibrate.floor_probes``). The card is the one the call got (``device.txt``): probes of the calibrated
+    card are all training points; of another card (the H100 of 1dc31ae) only those at <= ``FLOOR_KNEE_REQUESTS``
+    requests (``card_admits``: the host loop, CPU-side, the same Xeon type on both machines; the calibration scores
+    them against the floor alone) are, the rest go to ``other_cards/`` (past the knee attention's HBM bandwidth,
+    3.35 against 4.8 TB/s, sets the step: validated, never fitted)."""
     out = {}
     for f in sorted(glob.glob(os.path.join(HERE, "results", "vllm_floor_*", "vllm_floor_*.json"))):
         d = json.load(open(f, encoding="utf-8"))
@@ -247,7 +257,7 @@ def vllm_floor_points() -> dict:
             )
             for r in d["runs"]
         ]
-        out.setdefault("vllm_floor_smollm2.jsonl", []).extend(pts)
+        out.setdefault(f"vllm_floor_smollm2_{'h100' if h100 else 'h200'}.jsonl", []).extend(pts)
     return out
 
 
@@ -300,7 +310,12 @@ def heldout_h100_points() -> dict:
             d = json.loads(line)
             if d.get("run") in ("k0", "k0_nt"):
                 pts.append(point(src, d, warmup=d["warmup"], steps=d["steps"], **hw))
-    return {"qwen3_8b_h100.jsonl": pts}
+    out = {"qwen3_8b_h100.jsonl": pts}
+    for name, probes in vllm_floor_points().items():  # another card's floor probes past the knee: scored, not fitted
+        rest = [p for p in probes if not card_admits(p, CARD)]
+        if rest:
+            out[name] = rest
+    return out
 
 
 def write(folder: str, files: dict) -> None:

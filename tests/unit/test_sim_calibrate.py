@@ -97,6 +97,43 @@ def test_vllm_floor_grows_with_the_batch_only_where_probes_show_it():
     assert fit(synthetic[:-5])[0].step_vllm_request_s == 0.0
 
 
+def test_another_cards_points_enter_only_as_host_floor_probes():
+    """A calibration of the H200 takes an H100 point only as a vLLM floor probe at <= FLOOR_KNEE_REQUESTS requests,
+    scored against the floor a + b · n alone (no GPU constant fitted on the H100); the H100's steps past the knee and
+    its OasisKV points are left out and named (calibrate's ``fit.other_card_left_out``)."""
+    from oasis_sim.calibrate import FLOOR_KNEE_REQUESTS, calibrate, card_admits
+
+    h100 = dict(engine="vllm", weights="real", decode_chain=1, bytes_per_step=0.0, hardware="h100-sxm")
+    assert card_admits(BenchPoint("smollm2-135m", "dense", 2048, 64, engine="vllm"), "h200")
+    assert card_admits(BenchPoint("smollm2-135m", "dense", 2048, FLOOR_KNEE_REQUESTS, **h100), "h200")
+    assert not card_admits(BenchPoint("smollm2-135m", "dense", 2048, FLOOR_KNEE_REQUESTS + 1, **h100), "h200")
+    assert not card_admits(BenchPoint("qwen3-8b", "lookahead", 16384, 4, hardware="h100-sxm"), "h200")
+    assert card_admits(BenchPoint("qwen3-8b", "lookahead", 16384, 4, hardware="h100-sxm"), "h100-sxm")
+
+    params = replace(load_calibration().params, step_vllm_s=1.0e-3, step_vllm_request_s=20e-6)
+    pts, _ = load_points([os.path.join(ROOT, "traces", "bench_points", "train")])
+    pts = [p for p in pts if p.hardware == "h200"]
+    pts = [p for p in pts if p.decode_chain == 8 or p.model == "smollm2-135m" or p.engine == "vllm"][:30]
+    synthetic = [replace(q, tpot_ms=float(s * 1e3), tok_s=None) for q, s in zip(pts, predict(pts, params))]
+    # the H100's probes at the floor a + b · n, below and past the knee, the past ones 3x off (attention-bound); the
+    # floor sits below the GPU step these constants give on the H100 (~1.5 ms): priced whole, the probes would not fit
+    probes = [
+        BenchPoint("smollm2-135m", "dense", ctx, n, tpot_ms=(1.0 + n * 0.02) * (1 if n <= 8 else 3), **h100)
+        for ctx in (2048, 7800)
+        for n in (1, 2, 4, 8, 16, 64)
+    ]
+    wrong = BenchPoint("qwen3-8b", "lookahead", 16384, 8, tpot_ms=50.0, bytes_per_step=0.0, hardware="h100-sxm")
+    got, used, err = fit(synthetic + probes + [wrong], card="h200")
+    assert len(used) == len(synthetic) + 8 and {p.lanes for p in used if p.hardware != "h200"} == {1, 2, 4, 8}
+    assert np.max(np.abs(err)) < 0.01
+    assert predict(probes[:1], params)[0] > 1.3e-3  # the GPU step on the H100 at one request, above the floor
+    assert got.step_vllm_s == pytest.approx(1.0e-3, rel=0.02)
+    assert got.step_vllm_request_s == pytest.approx(20e-6, rel=0.05)
+    cal = calibrate(synthetic + probes + [wrong], [], card="h200")
+    assert cal.hardware == "h200" and len(cal.fit["other_card_fitted"]) == 8
+    assert len(cal.fit["other_card_left_out"]) == 5 and any("qwen3-8b" in n for n in cal.fit["other_card_left_out"])
+
+
 def test_shipped_calibration_names_its_provenance():
     cal = load_calibration(SHIPPED)
     assert cal.hardware == "h200" and cal.date and cal.commit
