@@ -39,7 +39,9 @@ from .xp import namespace
 BASE_SCORERS = ("minmax", "minmax_sum", "mean", "gauss")
 SCORERS = BASE_SCORERS + tuple(s + "+sink" for s in BASE_SCORERS)
 TOKENS = "tokens"  # the per-token scorer (oasis_core.token_scorer): its own storage, not two vectors a block
-ENGINE_SCORERS = SCORERS + (TOKENS,)  # what --block-score takes in the executor and the simulator
+ENGINE_SCORERS = SCORERS + (TOKENS,)  # the scorers the executor and the simulator run
+AUTO = "auto"  # --block-score's default: the per-model choice (oasis_exec.scorer_auto), resolved when a config is built
+SCORER_CHOICES = ENGINE_SCORERS + (AUTO,)  # what --block-score takes
 # The engine's and the simulator's default: minmax_sum+sink, chosen by the measurements (issue 38,
 # experiments/block_scorers/README.md). It held more of the next query's attention than the paper's bound (minmax)
 # on both real models at every K, in mass, recall, proxy and lookahead agreement, at the same summary bytes (SmolLM2
@@ -48,6 +50,9 @@ ENGINE_SCORERS = SCORERS + (TOKENS,)  # what --block-score takes in the executor
 # minmax's 2,440.5 (-0.16%). The per-token scorer (`tokens`, oasis_core.token_scorer) holds the most (82.3% at 32K,
 # K = 256, at twice the bytes) but costs 19% of that throughput (r = 32; 15% at r = 16): an option, not the default.
 # mean+sink reads half the bytes (+6.3% throughput) and holds ~2 points more on Gemma but 8 fewer on SmolLM2.
+# Since 2026-12-06 the configs' default is AUTO: `tokens` with the shipped basis for a real model whose basis ships
+# (Gemma 3 270M, SmolLM2-135M; oasis_exec.scorer_auto), DEFAULT_SCORER everywhere else (dummy weights, the simulator,
+# another model).
 MEASURED_BEST = "minmax_sum+sink"
 DEFAULT_SCORER = MEASURED_BEST
 

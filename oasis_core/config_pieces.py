@@ -15,7 +15,7 @@ from dataclasses import dataclass, field
 from typing import Any, Mapping, Optional, Union
 
 from . import speculation
-from .block_scorers import DEFAULT_SCORER, ENGINE_SCORERS
+from .block_scorers import AUTO, DEFAULT_SCORER, SCORER_CHOICES
 from .geometry import HOST_KV_DTYPES
 from .spec_predict import SPEC_PREDICT
 from .specs import MODES, PAPER_SPARSITY
@@ -103,19 +103,24 @@ class KVFields:
         choices=HOST_KV_DTYPES,
     )
     block_score: str = _f(
-        DEFAULT_SCORER,
+        AUTO,
         "how blocks are scored for selection (oasis_core.block_scorers; every sparse mode and the lookahead "
-        "prediction): minmax (Quest's bound, max over a KV head's query heads) | minmax_sum (the bound summed over "
-        "them) | mean (the mean key) | gauss (mean and spread: a softmax-mass estimate); +sink: block 0 always "
+        "prediction): auto (the default: the executor with the real weights of a model whose channel basis ships, "
+        "Gemma 3 270M (r = 64) or SmolLM2-135M (r = 24), runs tokens with that basis, else "
+        f"{DEFAULT_SCORER} (dummy weights, another model, spec_predict=beside, tensor_parallel > 1); "
+        f"oasis_exec.scorer_auto; the simulator, which has no weights, always {DEFAULT_SCORER}; the config holds, "
+        "and records name, the scorer it became) | minmax (Quest's bound, max over a KV head's query heads) | "
+        "minmax_sum (the bound summed over them) | mean (the mean key) | gauss (mean and spread: a softmax-mass estimate); +sink: block 0 always "
         "selected | tokens (token_rank key channels of every token, scored per token, normalised per query head, "
         "block 0 always selected; oasis_core.token_scorer) (experiments/block_scorers). The simulator's selections "
         "are synthetic or replayed, so there a scorer changes only the summary bytes stored and read",
-        choices=ENGINE_SCORERS,
+        choices=SCORER_CHOICES,
     )
     token_rank: int = _f(
         0,
         "block_score=tokens: key channels (RoPE pairs) kept per token and KV head, even; 0: head_dim / 4 (2 x "
-        "token_rank bytes a token in bf16: twice the min/max summaries' at block 16)",
+        "token_rank bytes a token in bf16: twice the min/max summaries' at block 16); block_score=auto: 0 takes "
+        "the shipped basis's rank",
     )
 
 

@@ -9,7 +9,6 @@ line on stderr and exit status 2, checked before any work. The server adds ``ser
 
 from __future__ import annotations
 
-import dataclasses
 import json
 import logging
 import os
@@ -28,6 +27,7 @@ from .config import (
     add_engine_options,
     bench_config,
     engine_config,
+    replace_config,
 )
 
 BENCH_SETS = ("max_context",)  # ExecConfig fields bench derives from its own options
@@ -73,7 +73,7 @@ def prepare_bench(a) -> tuple[ExecConfig, BenchConfig]:
     # token the steps emit (a speculative step or a decode chain: several) and two blocks of slack
     block_size = getattr(a, "block_size", ExecConfig.block_size)
     cfg = engine_config(a, exclude=BENCH_SETS, max_context=bc.engine_max_context(block_size))
-    cfg = dataclasses.replace(cfg, max_context=bc.engine_max_context(cfg.block_size, cfg.step_tokens_max - 1))
+    cfg = replace_config(cfg, max_context=bc.engine_max_context(cfg.block_size, cfg.step_tokens_max - 1))
     if bc.record_hardware is not None:
         from oasis_core.specs import HARDWARE
 

@@ -12,6 +12,7 @@ import re
 from dataclasses import dataclass, field, fields
 
 from oasis_core import cliargs, modes, speculation
+from oasis_core.block_scorers import AUTO
 from oasis_core.config_pieces import (
     BenchFields,
     KVFields,
@@ -85,7 +86,9 @@ class ExecConfig(SpeculationFields, BenchFields, TransferFields, KVFields, RunFi
         None,
         "block_score=tokens: the channels each full layer keeps, a .npz of experiments/block_scorers/fit_basis.py "
         "(L{layer}_pairs{token_rank} [Hkv, r] channel ids, fitted on a calibration text); None: the first "
-        "token_rank / 2 RoPE pairs of every head (for dummy weights; oasis_core.token_scorer.first_pairs)",
+        "token_rank / 2 RoPE pairs of every head (for dummy weights; oasis_core.token_scorer.first_pairs); "
+        "block_score=auto takes the shipped basis of a real Gemma 3 270M or SmolLM2-135M "
+        "(experiments/block_scorers/calib), and a basis given here makes it tokens",
     )
     dtype: str = _f("bfloat16", "bfloat16 | float32 (CPU tests)", DTYPES)
     device: str = _f("cuda", "cuda | cuda:N | cpu")
@@ -243,10 +246,29 @@ class ExecConfig(SpeculationFields, BenchFields, TransferFields, KVFields, RunFi
         "selection=synthetic: also run the top-K of each layer's block scores that selection=model runs (its "
         "result unused), so a synthetic step does the GPU work of a model-selected one",
     )
+    # not an option: set by __post_init__ (the scorer that block_score=auto became, and why)
+    block_score_auto: str | None = field(
+        default=None,
+        init=False,
+        metadata={
+            "help": "block_score=auto: why it became the scorer block_score now holds (oasis_exec.scorer_auto); "
+            "None: the scorer was given"
+        },
+    )
 
     def __post_init__(self):
         resolve_default(self, "selection", "model")
         resolve_default(self, "max_context", MAX_CONTEXT)
+        # block_score=auto: the per-model scorer (oasis_exec.scorer_auto), resolved here so that every reader of the
+        # config (the stores, the selector, records) sees the scorer that runs; block_score_auto says why (None:
+        # the scorer was given)
+        if self.block_score == AUTO:
+            from .scorer_auto import resolve
+
+            resolved, reason = resolve(self)
+            for k, v in resolved.items():
+                object.__setattr__(self, k, v)
+            object.__setattr__(self, "block_score_auto", reason)
 
         def bad(name, why):
             raise ValueError(f"ExecConfig.{name}: {why}, got {getattr(self, name)!r}")
@@ -286,7 +308,8 @@ class ExecConfig(SpeculationFields, BenchFields, TransferFields, KVFields, RunFi
             if self.spec_predict == "beside":  # its repair scores one block alone; tokens normalises over all
                 bad("spec_predict", "block_score=tokens predicts after the acceptance only (spec_predict=after)")
         elif self.token_basis:
-            bad("token_basis", f"only block_score=tokens reads a basis, not {self.block_score}")
+            auto = f" (what block_score=auto became: {self.block_score_auto})" if self.block_score_auto else ""
+            bad("token_basis", f"only block_score=tokens reads a basis, not {self.block_score}{auto}")
         if not 0 < self.fetch_ratio <= 1:
             bad("fetch_ratio", "must be in (0, 1]")
         if self.fetch_policy is not None:
@@ -478,6 +501,17 @@ class BenchConfig:
     def engine_max_context(self, block_size: int, speculative_k: int = 0) -> int:
         """The engine's ``max_context`` for this run: the prompt, every decoded token and two blocks of slack."""
         return self.context + self.output_tokens(speculative_k) - 1 + 2 * block_size
+
+
+def replace_config(cfg: ExecConfig, **changes) -> ExecConfig:
+    """``dataclasses.replace`` that keeps ``block_score_auto`` (why ``block_score=auto`` became the scorer) where
+    the scorer fields are not changed: a replaced config holds the resolved scorer, no longer ``auto``."""
+    import dataclasses
+
+    new = dataclasses.replace(cfg, **changes)
+    if not {"block_score", "token_basis", "token_rank"} & changes.keys():
+        object.__setattr__(new, "block_score_auto", cfg.block_score_auto)
+    return new
 
 
 # -- the command-line options of both (oasis_core.cliargs) -------------------------------------------------------

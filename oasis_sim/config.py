@@ -12,7 +12,7 @@ from dataclasses import dataclass, field, fields, replace
 from typing import Any, Mapping, Optional
 
 from oasis_core import modes, specs, speculation
-from oasis_core.block_scorers import ENGINE_SCORERS
+from oasis_core.block_scorers import AUTO, DEFAULT_SCORER, ENGINE_SCORERS
 from oasis_core.config_pieces import (
     BenchFields,
     KVFields,
@@ -147,6 +147,10 @@ class SimConfig(SpeculationFields, BenchFields, TransferFields, KVFields, RunFie
 
     def __post_init__(self):
         resolve_default(self, "selection", "synthetic")
+        # block_score=auto: the executor's tokens needs a real model's channel basis (oasis_exec.scorer_auto); the
+        # simulator's models are shapes without weights, so auto is always the two-vector default here
+        if self.block_score == AUTO:
+            object.__setattr__(self, "block_score", DEFAULT_SCORER)
 
         def bad(name, rule):
             raise ConfigError(f"{name}: {rule}, got {getattr(self, name)!r}")

@@ -60,6 +60,7 @@ def executor_runs(args) -> dict:
         fetch_ratio=args.fetch_ratio,
         max_context=args.context + args.decode + 32,
         short_context=False,
+        block_score="minmax_sum+sink",  # the hand-off sends no per-token channels (auto would be tokens for SmolLM2)
     )
     out = {
         "weights": f"real: {os.path.basename(model)} sha256 {sha256_file(model)[:16]}, fp32 on the CPU",

@@ -21,7 +21,6 @@ experiments/real_model_step_cost/README.md, ``time.perf_counter`` on the CPU, wh
 
 from __future__ import annotations
 
-import dataclasses
 import datetime
 import json
 import logging
@@ -35,7 +34,7 @@ import torch
 
 from oasis_core import provenance, speculation
 
-from ..config import ExecConfig
+from ..config import ExecConfig, replace_config
 from ..engine.engine import Engine
 from ..engine.scheduler import SamplingParams
 from ..model import tensor_parallel as tp
@@ -158,9 +157,9 @@ def build_bench_engine(
     if prompt_tokens is not None:
         # every prompt prefilled before any request decodes: interleaved decode steps would let the first requests
         # finish (or run ahead) before the timed steps, which must see all n decoding together
-        cfg = dataclasses.replace(cfg, prefill_interleave=False)
+        cfg = replace_config(cfg, prefill_interleave=False)
     if cfg.host_requests is None:
-        cfg = dataclasses.replace(cfg, host_requests=concurrency)
+        cfg = replace_config(cfg, host_requests=concurrency)
     eng = Engine(cfg, Runner(cfg, decoder=decoder) if decoder is not None else None)
     runner = eng.runner
     n, clipped_by = bench_requests(eng, context, concurrency, steps, warmup)
@@ -424,6 +423,12 @@ def measure(
         "fetch_policy": cfg.fetch_policy if cfg.sparse else None,
         "short_context": runner.short is not None,
         "top_k": cfg.top_k,
+        # the block scorer that ran (ExecConfig.block_score: what auto became), why auto chose it (None: given), and
+        # tokens' channels: the rank the stores keep and the basis file (None: the first RoPE pairs)
+        "block_score": cfg.block_score,
+        "block_score_auto": cfg.block_score_auto,
+        "token_rank": runner.kv.geometry.token_rank or None,
+        "token_basis": cfg.token_basis,
         # GPU blocks a row holds when more than top_k: hisparse's hot cache, a background mode's victim cache
         "hot_slots": slots if cfg.mode_spec.hot_cache or slots != cfg.top_k else None,
         "plan_marks": bool(runner.pipe is not None and runner.pipe.bufs.marks is not None),  # plan_select's membership

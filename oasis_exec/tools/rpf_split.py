@@ -110,13 +110,16 @@ def measure_link(wire: Wire, rank: int, sizes=(8, 1 << 20, 1 << 24, 1 << 26), re
     }
 
 
-def _check(cfg) -> None:
+def _check(cfg):
     if not (cfg.sparse and cfg.mode_spec.background) or cfg.short_context or cfg.fetch_policy is not None:
         raise ValueError("rpf_split: a background sparse mode, short_context off and a fixed fetch cap")
     if cfg.device != "cpu":  # the remote fetch hooks the inline transfer; the CUDA paths (UVA, host) are not hooked
         raise ValueError("rpf_split: the CPU only (device=cpu): the GPU transfer paths have no remote-fetch hook yet")
-    if cfg.block_score == "tokens":  # the hand-off sends kmin / kmax; the per-token channels are not sent yet
-        raise ValueError("rpf_split: block_score=tokens hands off no per-token summaries yet; use another scorer")
+    from ..scorer_auto import without_tokens
+
+    # the hand-off sends kmin / kmax; the per-token channels are not sent yet: tokens given is refused, tokens that
+    # block_score=auto chose becomes the two-vector default
+    return without_tokens(cfg, "rpf_split: block_score=tokens hands off no per-token summaries yet")
 
 
 def _prefill_node(cfg, prompt, n_out, handoff, wire) -> dict:
@@ -317,7 +320,7 @@ def split_run(cfg, prompt, n_out: int, handoff: str = "rpf", poison: bool = True
 
     if handoff not in ("rpf", "full"):
         raise ValueError(f"handoff: must be rpf or full, got {handoff!r}")
-    _check(cfg)
+    cfg = _check(cfg)
     cfg = dataclasses.replace(cfg, max_lanes=1, host_requests=1, decode_chain=1)  # per-step remote units
     p, d = tensor_parallel.launch(_node, 2, cfg, list(prompt), n_out, handoff, poison, probe, every_rank=True)
     return {

@@ -11,6 +11,7 @@ from pathlib import Path
 import pytest
 from real_model_cases import shlex_ids
 
+from oasis_core.block_scorers import DEFAULT_SCORER
 from oasis_exec.config import ExecConfig
 from oasis_exec.tools import rpf_split
 from oasis_exec.tools.tp_generate import generate_greedy
@@ -89,5 +90,6 @@ def test_split_real_model():
         top_k=8,
         max_context=640,
         short_context=False,
+        block_score=DEFAULT_SCORER,  # the hand-off sends no per-token channels (auto would be tokens here)
     )
     _check(cfg, ids, 24, handoffs=("rpf",))

@@ -52,7 +52,8 @@ one right after the other (``ExecConfig.host_kv_dtype``; the fp8 one is quantize
 as it is fetched: ``oasis_exec.kv.host_quant``); each row records its ``host_kv_dtype`` (label suffix ``host=fp8``).
 With ``--block-scores A B ...`` every variant of a selecting mode (quest, retrieval, proxy, lookahead, hisparse) runs
 once per block scorer (``ExecConfig.block_score``, ``oasis_core.block_scorers``), one right after the other; each row
-records its ``block_score`` (label suffix ``score=NAME`` for a scorer other than the engine's default).
+records its ``block_score`` (label suffix ``score=NAME`` for a scorer other than ``DEFAULT_SCORER``, minmax_sum+sink:
+the harness names its scorers, so the engine's per-model default ``auto`` is not among them).
 """
 
 from __future__ import annotations
@@ -965,7 +966,8 @@ def add_scorer_args(p) -> None:
         metavar="SCORER",
         help="the selecting variants' block scorer (ExecConfig.block_score: "
         + ", ".join(ENGINE_SCORERS)
-        + "); several: every such variant once per scorer (label suffix score=...)",
+        + f"; default {DEFAULT_SCORER}, named: the engine's per-model auto is not compared here); several: every "
+        "such variant once per scorer (label suffix score=...)",
     )
     p.add_argument(
         "--token-basis",
