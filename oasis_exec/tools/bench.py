@@ -22,6 +22,7 @@ experiments/real_model_step_cost/README.md, ``time.perf_counter`` on the CPU, wh
 from __future__ import annotations
 
 import datetime
+import gc
 import json
 import logging
 import os
@@ -299,6 +300,17 @@ def measure(
     beside = runner.spec.beside  # spec_predict beside: its step is two graphs (with the repair and without)
     if beside is not None and warmup >= 4:  # the first two speculative warm-up steps make the repair's graph
         beside.force_repairs = 2
+    gc_s = {0: [0, 0.0], 1: [0, 0.0], 2: [0, 0.0]}  # Python's collections in the timed steps: generation -> [n, s]
+    gc_t0 = []
+
+    def gc_clock(phase, info):
+        if phase == "start":
+            gc_t0[:] = [time.perf_counter()]
+        elif gc_t0:
+            g = gc_s[info["generation"]]
+            g[0] += 1
+            g[1] += time.perf_counter() - gc_t0[0]
+
     for i in range(warmup + steps):
         if i == warmup and beside is not None:
             beside.force_repairs = 0  # too short a warm-up: the repair's graph is made in the timed steps
@@ -311,6 +323,7 @@ def measure(
             sp0 = runner.spec.beside.stats() if runner.spec.beside is not None else {}
             passes0 = runner.decode_steps
             keys0 = runner.cuda_graphs.keys()  # graph keys run before the timed steps (eager or captured)
+            gc.callbacks.append(gc_clock)
         runner.trace.step = i - warmup if i - warmup in traced else None
         t0 = time.perf_counter()
         if i == warmup:
@@ -330,6 +343,8 @@ def measure(
         if not out:
             break
     runner.trace.step = None
+    if gc_clock in gc.callbacks:
+        gc.callbacks.remove(gc_clock)
     t_end = time.perf_counter()
     if cfg.device == "cuda":
         torch.cuda.synchronize()  # copies still running past the last timed step (UVA copy graphs) count too
@@ -418,6 +433,9 @@ def measure(
         # graph keys first run (eagerly, then captured) inside the timed steps: each such step pays compiles and a
         # capture (e.g. ["spec", B, k, forced, repair]); [] when the warm-up made every graph the timed steps used
         "graphs_new_in_timed": [list(k_) for k_ in runner.cuda_graphs.keys() - keys0] if timed else None,
+        # Python's garbage collections inside the timed steps, by generation: [count, ms] (a full one can take
+        # hundreds of ms in a process this size: a step that is slow for no GPU reason)
+        "gc_timed": {str(g): [n_, round(1e3 * t_, 3)] for g, (n_, t_) in gc_s.items()},
         "no_transfer": cfg.no_transfer,
         "fetch_ratio": cfg.fetch_ratio,
         "fetch_policy": cfg.fetch_policy if cfg.sparse else None,
