@@ -99,18 +99,4 @@ def resolve(cfg) -> tuple[dict, str]:
     return {"block_score": TOKENS, "token_basis": str(path), "token_rank": cfg.token_rank or rank}, f"{name} basis"
 
 
-def without_tokens(cfg, why: str):
-    """``cfg`` with ``tokens`` replaced by ``DEFAULT_SCORER`` where ``auto`` chose it (a tool that cannot run it:
-    ``rpf_split``'s hand-off sends no per-token channels); ValueError naming ``why`` where ``tokens`` was given."""
-    if cfg.block_score != TOKENS:
-        return cfg
-    if cfg.block_score_auto is None:
-        raise ValueError(f"{why}; use another block_score")
-    from .config import replace_config
-
-    new = replace_config(cfg, block_score=DEFAULT_SCORER, token_basis=None, token_rank=0)
-    object.__setattr__(new, "block_score_auto", f"auto: {why}")
-    return new
-
-
-__all__ = ["AUTO", "SHIPPED_BASES", "model_spec", "resolve", "shipped_preset", "without_tokens"]
+__all__ = ["AUTO", "SHIPPED_BASES", "model_spec", "resolve", "shipped_preset"]

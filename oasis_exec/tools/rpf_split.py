@@ -36,8 +36,10 @@ from collections import Counter
 import numpy as np
 import torch
 
+from oasis_core.block_scorers import DEFAULT_SCORER, TOKENS
 from oasis_core.rpf import RemoteLedger
 
+from ..config import replace_config
 from ..engine.engine import Engine
 from ..engine.scheduler import SamplingParams
 
@@ -115,7 +117,6 @@ def _check(cfg):
         raise ValueError("rpf_split: a background sparse mode, short_context off and a fixed fetch cap")
     if cfg.device != "cpu":  # the remote fetch hooks the inline transfer; the CUDA paths (UVA, host) are not hooked
         raise ValueError("rpf_split: the CPU only (device=cpu): the GPU transfer paths have no remote-fetch hook yet")
-    from ..scorer_auto import without_tokens
 
     # the hand-off sends kmin / kmax; the per-token channels are not sent yet: tokens given is refused, tokens that
     # block_score=auto chose becomes the two-vector default
@@ -329,3 +330,15 @@ def split_run(cfg, prompt, n_out: int, handoff: str = "rpf", poison: bool = True
         "handoff_s": d["t_received"] - p["t_handoff_start"],  # the wire's part of the hand-off
         "ttft_s": d["t_installed"] - p["t_start"],  # prefill + hand-off + installing it: the first token streams
     }
+
+
+def without_tokens(cfg, why: str):
+    """``cfg`` with ``tokens`` replaced by ``DEFAULT_SCORER`` where ``auto`` chose it (a tool that cannot run it:
+    ``rpf_split``'s hand-off sends no per-token channels); ValueError naming ``why`` where ``tokens`` was given."""
+    if cfg.block_score != TOKENS:
+        return cfg
+    if cfg.block_score_auto is None:
+        raise ValueError(f"{why}; use another block_score")
+    new = replace_config(cfg, block_score=DEFAULT_SCORER, token_basis=None, token_rank=0)
+    object.__setattr__(new, "block_score_auto", f"auto: {why}")
+    return new
