@@ -306,3 +306,19 @@ def test_recorded_fetch_policy_reaches_the_replay(tmp_path):
         assert cfg.fetch_policy == spec
         if sampling:
             assert cfg.policy_sampling == sampling
+
+
+def test_the_copy_less_twin_replays_without_copies(tmp_path):
+    """A bench record of the no-transfer twin replays as one (the simulator copies nothing), so the overlap ratio
+    (TPOT / twin) can be predicted; before 2026-12-06 the replay ran the twin with its copies."""
+    from oasis_sim.replay import replay, sim_config
+
+    out = {}
+    for nt in (False, True):
+        rec = write_bench_recording(
+            str(tmp_path / f"nt{nt}.json"), dict(BENCH, no_transfer=nt), {"block_size": 16, "model": "qwen3-8b"}
+        )
+        back = load_recording(rec.source)
+        assert sim_config(back).no_transfer is nt
+        out[nt] = replay(back).predicted
+    assert out[True]["pcie_h2d_bytes_per_step"] == 0 < out[False]["pcie_h2d_bytes_per_step"]
