@@ -13,6 +13,7 @@ import pytest
 import torch
 
 from oasis_core.block_scorers import DEFAULT_SCORER
+from oasis_exec.config import DRAFT_GATE
 from oasis_exec.tools.quality import endtoend as E
 
 pytestmark = pytest.mark.usefixtures("one_torch_thread")
@@ -493,8 +494,19 @@ def test_draft_gates_run_every_head_lookahead_variant_once_per_gate_and_reach_th
         "lookahead K=0.125 f=0.05 oracle",
         "proxy K=0.125 f=0.05",
     ]
-    assert E.variants() == E.variants(draft_gates=(0.0,))
+    # the default is the engine's gate (ExecConfig.draft_gate in lookahead), and the labels say so
+    assert E.variants() == E.variants(draft_gates=(DRAFT_GATE,))
+    d = E.variants(["dense", "proxy", "lookahead"], [0.125], [0.05], ["head", "head_ngram", "ngram"])
+    assert [x.label for x in d] == [
+        "dense",
+        "lookahead K=0.125 f=0.05 head gate=0.5",
+        "lookahead K=0.125 f=0.05 head_ngram gate=0.5",
+        "lookahead K=0.125 f=0.05 ngram",
+        "proxy K=0.125 f=0.05",
+    ]
     task = E.Task("ppl", "t", list(range(100)), 8, forced=[0] * 8)
     kw = dict(model_path="m.gguf", device="cpu", dtype="float32")
     assert E.exec_config(v[2], 256, [task], **kw).draft_gate == 0.4
     assert E.exec_config(v[1], 256, [task], **kw).draft_gate == 0.0
+    assert E.exec_config(d[1], 256, [task], **kw).draft_gate == DRAFT_GATE  # what the label says it ran
+    assert E.exec_config(d[3], 256, [task], **kw).draft_gate == 0.0  # prompt lookup alone: no head, no gate
