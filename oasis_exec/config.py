@@ -43,6 +43,11 @@ SWITCHES = ("on", "off", "auto")
 DTYPES = ("bfloat16", "float32")
 GB = 1e9
 MAX_CONTEXT = 16384 + 1024  # ExecConfig.max_context's default: a 16K prompt and 1K of output
+# ExecConfig.draft_gate's default in a mode with a draft row (lookahead; 0, off, elsewhere): Gemma 3 270M, trained
+# attention head, 32,768 tokens, K = 256 of 2,048 blocks, fetch 0.05, its own selection (H100, 2026-12-06, 1dc31ae;
+# experiments/long_context_draft/results/endtoend_gemma_32k_gates_h100_1dc31ae.txt), perplexity over dense: tokens
+# scorer, head: ungated +11.87%, 0.5 +3.75% (proxy +3.00%); head + prompt lookup: ungated +2.22%, 0.5 -0.26%
+DRAFT_GATE = 0.5
 
 
 def _f(default, help, choices=None, metavar=None, type=None):
@@ -76,11 +81,13 @@ class ExecConfig(SpeculationFields, BenchFields, TransferFields, KVFields, RunFi
         "prompt lookup beside the draft head: where a lane's last N or more tokens occurred earlier in its context, "
         "the token that followed them there is the draft (runner/ngram_drafts.py); 0: the head alone",
     )
-    draft_gate: float = _f(
-        0.0,
+    draft_gate: float | None = _f(
+        None,
         "lookahead: predict the next step's blocks from the draft's query only where the draft head gave its token at "
         "least this probability (prompt lookup's tokens count as certain), elsewhere from the current query (what "
-        "proxy predicts from); 0: always the draft's query",
+        f"proxy predicts from); 0: always the draft's query (default: {DRAFT_GATE:g} in a mode with a draft row, "
+        "lookahead; 0 (off) in every other mode). A random head (no --draft-path) gives ~1/vocabulary, so under the "
+        "default nearly every lane predicts as proxy; synthetic and replayed sets do not read the query",
     )
     token_basis: str | None = _f(
         None,
@@ -276,6 +283,8 @@ class ExecConfig(SpeculationFields, BenchFields, TransferFields, KVFields, RunFi
         for f in fields(self):
             if "choices" in f.metadata and getattr(self, f.name) not in f.metadata["choices"]:
                 bad(f.name, f"must be one of {', '.join(f.metadata['choices'])}")
+        # the gate applies where a step predicts from a draft (the mode's draft row); explicit values, 0 included, win
+        resolve_default(self, "draft_gate", DRAFT_GATE if self.mode_spec.drafts else 0.0)
         if not isinstance(self.device, str) or not re.fullmatch(DEVICE_PATTERN, self.device):
             bad("device", "must be cpu, cuda or cuda:N")
         if self.selection == "replay" and not self.replay_path:

@@ -8,8 +8,8 @@ arrived would poison the output. At hand-off the prefill node sends (``handoff="
   token's query chose (``oasis_core.rpf.RemoteLedger.handoff`` at block granularity), K and V for every head;
 - the per-head maps of that first working set (which slot holds which block: ``resident`` / ``last_sel``);
 - the min/max key summaries of every full block; the newest (partial, local) block; the request's metadata and the
-  draft state: the first sampled token and the draft head's token (this draft head attends only its own position,
-  so it has no KV state of its own: ``oasis_exec.model.draft``).
+  draft state: the first sampled token, the draft head's token and its probability (``ExecConfig.draft_gate``; this
+  draft head attends only its own position, so it has no KV state of its own: ``oasis_exec.model.draft``).
 
 Every later miss is fetched from the prefill node's pool as the decode node's prefetch pipeline plans it (each
 layer's capped plan, ``Prefetcher``): the decode node's ``RemoteLedger`` names the planned units not yet received,
@@ -144,7 +144,10 @@ def _prefill_node(cfg, prompt, n_out, handoff, wire) -> dict:
     li, hi, bi = (torch.from_numpy(x) for x in np.nonzero(mask))
     t1 = time.perf_counter()
     handoff_start = time.monotonic()
-    meta = torch.tensor([n_tok, r.output[0], int(run.drafts.tok[lane])], dtype=torch.int64)
+    # the draft's probability travels with it, as its float32 bits (ExecConfig.draft_gate: else the decode node would
+    # gate on its 1.0)
+    conf = torch.ones(1) if run.drafts.conf is None else run.drafts.conf[lane : lane + 1].float().cpu()
+    meta = torch.tensor([n_tok, r.output[0], int(run.drafts.tok[lane]), int(conf.view(torch.int32)[0])])
     base = st.slot_base(torch.tensor([lane], device=st.host_table.device))[0].cpu()
     wire.send(meta, "meta+draft")  # five messages: the hand-off is one flow, as the simulator's NIC sees it
     wire.send(torch.stack([resident, last_sel]), "tables")
@@ -198,7 +201,8 @@ def _decode_node(cfg, n_out, handoff, wire, poison) -> dict:
     c0 = time.process_time()
     meta = wire.recv("meta+draft")  # waits through the prefill (wait_cpu_s: whether the wait took a core)
     wait_cpu_s = time.process_time() - c0
-    n_tok, first, draft_tok = (int(x) for x in meta)
+    n_tok, first, draft_tok = (int(x) for x in meta[:3])
+    draft_conf = meta[3:].to(torch.int32).view(torch.float32)  # [1]: the bits the prefill node sent
     n_full = n_tok // bs
     tables = wire.recv("tables")
     kmin, kmax = wire.recv("summaries")
@@ -230,6 +234,8 @@ def _decode_node(cfg, n_out, handoff, wire, poison) -> dict:
             st.k[l][(base + st.LOCAL).to(dev)] = lk[l].to(dev)
             st.v[l][(base + st.LOCAL).to(dev)] = lv[l].to(dev)
         run.drafts.tok[a.lane] = draft_tok
+        if run.drafts.conf is not None:
+            run.drafts.conf[a.lane] = draft_conf[0].to(run.drafts.conf.device)
         state["t_installed"] = time.monotonic()
 
     run.model.synthesize = install

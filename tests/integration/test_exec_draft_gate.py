@@ -7,7 +7,7 @@ import pytest
 import torch
 from exec_cases import cfg, prompts, run_logits
 
-from oasis_exec.config import ExecConfig
+from oasis_exec.config import DRAFT_GATE, ExecConfig
 from oasis_exec.engine.engine import Engine
 from oasis_exec.engine.scheduler import SamplingParams
 from oasis_exec.runner.ngram_drafts import NgramDrafts
@@ -27,12 +27,54 @@ def test_gate_one_predicts_as_proxy_and_a_tiny_gate_as_lookahead():
     lookahead computes what proxy computes; at a gate below every probability it is lookahead's."""
     ps, n = prompts(), 20
     proxy, _ = run_logits(cfg("proxy", **KW), ps, n)
-    look, _ = run_logits(cfg("lookahead", **KW), ps, n)
+    look, _ = run_logits(cfg("lookahead", draft_gate=0, **KW), ps, n)  # ungated (the default gates at 0.5)
     gated1, _ = run_logits(cfg("lookahead", draft_gate=1.0, **KW), ps, n)
     tiny, _ = run_logits(cfg("lookahead", draft_gate=1e-30, **KW), ps, n)
     # equal but for float rounding (lookahead's pass carries a second row per lane)
     assert _gap(gated1, proxy) < 1e-5 and _gap(tiny, look) < 1e-5
     assert _gap(look, proxy) > 1e-3  # the two predictions attend different blocks here (else no test)
+
+
+def test_the_default_gate_makes_a_random_heads_lookahead_proxy():
+    """The default (0.5 in lookahead): a random head's drafts (probability ~1 / its vocabulary) are all unsure, so
+    every lane predicts from its current query, as proxy; an explicit 0 turns the gate off (the draft's query)."""
+    ps, n = prompts(), 20
+    c = cfg("lookahead", **KW)
+    assert c.draft_gate == DRAFT_GATE == 0.5
+    proxy, _ = run_logits(cfg("proxy", **KW), ps, n)
+    default, _ = run_logits(c, ps, n)
+    off, _ = run_logits(cfg("lookahead", draft_gate=0, **KW), ps, n)
+    assert _gap(default, proxy) < 1e-5
+    assert _gap(off, proxy) > 1e-3
+
+
+@pytest.mark.parametrize("mode", ["dense", "quest", "retrieval", "proxy", "lookahead", "hisparse"])
+def test_the_default_gate_is_on_where_a_step_drafts(mode):
+    """None (not given) resolves to 0.5 in a mode with a draft row, 0 (off) elsewhere; an explicit value wins."""
+    c = ExecConfig(model="tiny", device="cpu", dtype="float32", mode=mode)
+    drafts = c.mode_spec.drafts
+    assert drafts == (mode == "lookahead")
+    assert c.draft_gate == (DRAFT_GATE if drafts else 0.0)
+    assert ExecConfig(model="tiny", device="cpu", dtype="float32", mode=mode, draft_gate=0).draft_gate == 0
+    if drafts:
+        assert ExecConfig(model="tiny", device="cpu", dtype="float32", mode=mode, draft_gate=0.3).draft_gate == 0.3
+
+
+def test_the_command_line_default_and_an_explicit_zero():
+    from oasis_exec.config import add_engine_options, engine_config
+
+    def built(*argv):
+        import argparse
+
+        p = argparse.ArgumentParser()
+        add_engine_options(p)
+        return engine_config(p.parse_args(["--model", "tiny", "--device", "cpu", *argv]))
+
+    assert built("--mode", "lookahead").draft_gate == DRAFT_GATE
+    assert built("--mode", "lookahead", "--draft-gate", "0").draft_gate == 0
+    assert built("--mode", "proxy").draft_gate == 0
+    with pytest.raises(ValueError, match="no draft row"):
+        built("--mode", "proxy", "--draft-gate", "0.5")
 
 
 def test_each_lane_takes_its_own_query():

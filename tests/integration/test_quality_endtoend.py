@@ -13,6 +13,7 @@ import pytest
 import torch
 
 from oasis_core.block_scorers import DEFAULT_SCORER
+from oasis_exec.config import DRAFT_GATE
 from oasis_exec.tools.quality import endtoend as E
 
 pytestmark = pytest.mark.usefixtures("one_torch_thread")
@@ -23,7 +24,7 @@ def test_variants_order_and_contents():
     assert v[0] == E.Variant("dense")
     labels = [x.label for x in v]
     assert len(v) == 1 + 2 * (2 * 4 + 2)  # dense; per K: lookahead and proxy at 4 ratios, quest, retrieval
-    assert labels[1:3] == ["lookahead K=0.125 f=0.05 head", "proxy K=0.125 f=0.05"]  # the paper's ratio first
+    assert labels[1:3] == ["lookahead K=0.125 f=0.05 head gate=0.5", "proxy K=0.125 f=0.05"]  # the paper's ratio first
     assert all(x.fetch_ratio is None for x in v if x.mode in ("dense", "quest", "retrieval"))
     assert {x.fetch_ratio for x in v if x.mode == "proxy"} == {0.02, 0.05, 0.10, 1.0}
     assert (
@@ -49,10 +50,10 @@ def test_policy_variants_follow_the_fetch_005_ones_with_their_spec():
     pol = [x for x in v if x.fetch_policy is not None]
     assert [x for x in v if x.fetch_policy is None] == base  # the ratio variants as before, in the same order
     assert len(pol) == 2 * 2 * 3  # specs x K x (lookahead head, lookahead oracle, proxy)
-    i = [x.label for x in v].index("lookahead K=0.125 p=drift head")
+    i = [x.label for x in v].index("lookahead K=0.125 p=drift head gate=0.5")
     assert all(x.fetch_ratio == 0.05 for x in v[1:i]) and len(v[1:i]) == 2 * 3  # right after the 0.05 ones
     assert [x.label for x in v[i : i + 3]] == [
-        "lookahead K=0.125 p=drift head",
+        "lookahead K=0.125 p=drift head gate=0.5",
         "lookahead K=0.125 p=drift oracle",
         "proxy K=0.125 p=drift",
     ]
@@ -63,7 +64,7 @@ def test_policy_variants_follow_the_fetch_005_ones_with_their_spec():
     assert [x.label for x in only] == ["dense", "quest K=0.25"]  # no capped mode: no policy variant
     assert [x.label for x in E.variants(["dense", "lookahead"], [0.25], [], fetch_policies=["drift"])] == [
         "dense",
-        "lookahead K=0.25 p=drift head",
+        "lookahead K=0.25 p=drift head gate=0.5",
     ]
 
 
@@ -103,10 +104,10 @@ def test_host_kv_dtypes_run_every_sparse_variant_once_per_dtype_and_reach_the_en
     assert [x.label for x in v] == [
         "dense",
         "quest K=all",
-        "lookahead K=all f=0.05 head",
-        "lookahead K=all f=0.05 head host=fp8",
-        "lookahead K=0.25 f=0.05 head",
-        "lookahead K=0.25 f=0.05 head host=fp8",
+        "lookahead K=all f=0.05 head gate=0.5",
+        "lookahead K=all f=0.05 head host=fp8 gate=0.5",
+        "lookahead K=0.25 f=0.05 head gate=0.5",
+        "lookahead K=0.25 f=0.05 head host=fp8 gate=0.5",
         "quest K=0.25",
     ]
     assert E.variants() == E.variants(host_kv_dtypes=("auto",))  # the default list is the one before the option
@@ -154,7 +155,12 @@ def test_bad_policy_or_shift_option_is_one_line_and_exit_2(extra, message, capsy
 
 def test_full_k_check_variants():
     v = E.variants(["dense", "quest", "proxy", "lookahead"], [0.125], [0.02, 0.05], full_k_at=2048)
-    assert [x.label for x in v[:4]] == ["dense", "quest K=all", "proxy K=all f=0.05", "lookahead K=all f=0.05 head"]
+    assert [x.label for x in v[:4]] == [
+        "dense",
+        "quest K=all",
+        "proxy K=all f=0.05",
+        "lookahead K=all f=0.05 head gate=0.5",
+    ]
     assert all(x.only_n == 2048 for x in v[1:4]) and all(x.only_n is None for x in v[4:])
     assert E.Variant("quest", k_frac=1.0).k_of(2048, 16) == 128
 
@@ -402,7 +408,7 @@ def test_the_command_with_a_policy_and_the_shift_kind(smol, tmp_path, capsys, mo
     assert doc["version"] == 2 and doc["settings"]["fetch_policies"] == ["drift"]
     assert doc["settings"]["shift_lengths"] == [256] and doc["skipped"] == []
     rows = {r["variant"]: r for r in doc["rows"]}
-    assert list(rows) == ["dense", "lookahead K=0.25 f=0.05 head", "lookahead K=0.25 p=drift head"]
+    assert list(rows) == ["dense", "lookahead K=0.25 f=0.05 head gate=0.5", "lookahead K=0.25 p=drift head gate=0.5"]
     d, fx, pol = rows.values()
     assert d["fetch_policy"] is None and fx["fetch_policy"] is None and pol["fetch_policy"] == "drift"
     assert pol["fetch_ratio"] is None and pol["cap_blocks"] is None and pol["max_cap_blocks"] == 1  # K = 4
@@ -413,7 +419,7 @@ def test_the_command_with_a_policy_and_the_shift_kind(smol, tmp_path, capsys, mo
         assert set(r["shift"]) == {"shift@0.5#0"} and r["passkey_acc"] is None
     assert "shift_nll_delta_vs_dense" in pol and "shift_nll_delta_vs_dense" not in d
     printed = capsys.readouterr().out
-    assert "lookahead K=0.25 p=drift head" in printed and "shiftppl" in printed and "<=1" in printed
+    assert "lookahead K=0.25 p=drift head gate=0.5" in printed and "shiftppl" in printed and "<=1" in printed
 
 
 @pytest.mark.slow
@@ -458,22 +464,22 @@ def test_the_command_tiny(smol, tmp_path, capsys):
     assert doc["draft"]["head"]["weights"].startswith("random")
     assert doc["commit"] and "--lengths 256" in doc["command"]
     rows = {r["variant"]: r for r in doc["rows"]}
-    assert set(rows) == {"dense", "lookahead K=0.25 f=0.05 head"}
-    d, la = rows["dense"], rows["lookahead K=0.25 f=0.05 head"]
+    assert set(rows) == {"dense", "lookahead K=0.25 f=0.05 head gate=0.5"}
+    d, la = rows["dense"], rows["lookahead K=0.25 f=0.05 head gate=0.5"]
     assert d["nll_tokens"] == 16 and math.isfinite(d["ppl_all"]) and 1 < d["ppl_all"] < 100
     assert la["top_k_blocks"] == 4 and la["cap_blocks"] == 1 and la["fetched_per_row_step"] > 0
     assert 0 <= la["greedy"]["shlex.py"]["prefix"] <= 1 and la["greedy"]["shlex.py"]["tokens"] == 16
     assert set(la["passkey"]) == {"passkey@0.5#0"} and d["passkey_acc"] in (0.0, 1.0)
     printed = capsys.readouterr().out
-    assert "lookahead K=0.25 f=0.05 head" in printed and "random" in printed
+    assert "lookahead K=0.25 f=0.05 head gate=0.5" in printed and "random" in printed
 
 
 def test_block_scores_run_every_selecting_variant_once_per_scorer_and_reach_the_engine():
     v = E.variants(["dense", "retrieval", "lookahead"], [0.125], [0.05], block_scores=[DEFAULT_SCORER, "gauss"])
     assert [x.label for x in v] == [
         "dense",
-        "lookahead K=0.125 f=0.05 head",
-        "lookahead K=0.125 f=0.05 head score=gauss",
+        "lookahead K=0.125 f=0.05 head gate=0.5",
+        "lookahead K=0.125 f=0.05 head score=gauss gate=0.5",
         "retrieval K=0.125",
         "retrieval K=0.125 score=gauss",
     ]
@@ -493,8 +499,19 @@ def test_draft_gates_run_every_head_lookahead_variant_once_per_gate_and_reach_th
         "lookahead K=0.125 f=0.05 oracle",
         "proxy K=0.125 f=0.05",
     ]
-    assert E.variants() == E.variants(draft_gates=(0.0,))
+    # the default is the engine's gate (ExecConfig.draft_gate in lookahead), and the labels say so
+    assert E.variants() == E.variants(draft_gates=(DRAFT_GATE,))
+    d = E.variants(["dense", "proxy", "lookahead"], [0.125], [0.05], ["head", "head_ngram", "ngram"])
+    assert [x.label for x in d] == [
+        "dense",
+        "lookahead K=0.125 f=0.05 head gate=0.5",
+        "lookahead K=0.125 f=0.05 head_ngram gate=0.5",
+        "lookahead K=0.125 f=0.05 ngram",
+        "proxy K=0.125 f=0.05",
+    ]
     task = E.Task("ppl", "t", list(range(100)), 8, forced=[0] * 8)
     kw = dict(model_path="m.gguf", device="cpu", dtype="float32")
     assert E.exec_config(v[2], 256, [task], **kw).draft_gate == 0.4
     assert E.exec_config(v[1], 256, [task], **kw).draft_gate == 0.0
+    assert E.exec_config(d[1], 256, [task], **kw).draft_gate == DRAFT_GATE  # what the label says it ran
+    assert E.exec_config(d[3], 256, [task], **kw).draft_gate == 0.0  # prompt lookup alone: no head, no gate

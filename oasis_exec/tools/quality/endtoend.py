@@ -54,6 +54,10 @@ With ``--block-scores A B ...`` every variant of a selecting mode (quest, retrie
 once per block scorer (``ExecConfig.block_score``, ``oasis_core.block_scorers``), one right after the other; each row
 records its ``block_score`` (label suffix ``score=NAME`` for a scorer other than ``DEFAULT_SCORER``, minmax_sum+sink:
 the harness names its scorers, so the engine's per-model default ``auto`` is not among them).
+With ``--draft-gates P ...`` every lookahead variant whose draft is the engine's head (``head``, ``head_ngram``) runs
+once per gate (``ExecConfig.draft_gate``; label suffix ``gate=P``, none for 0, ungated); the default is the engine's
+own, 0.5 (``oasis_exec.config.DRAFT_GATE``), so a plain run's head rows say ``gate=0.5``: pass ``--draft-gates 0`` for
+the ungated lookahead of the files before it became the default.
 """
 
 from __future__ import annotations
@@ -76,6 +80,7 @@ from oasis_core.block_scorers import DEFAULT_SCORER, ENGINE_SCORERS
 from oasis_core.geometry import HOST_KV_DTYPES
 from oasis_core.modes import get as get_mode
 
+from ...config import DRAFT_GATE
 from ...model.draft_attn import HEAD_KINDS, saved_kind
 from ...model.gguf import sha256_file
 from .drafts import NGRAM_MIN_MATCH
@@ -121,7 +126,7 @@ class Variant:
     fetch_policy: str | None = None  # proxy / lookahead: a fetch-cap policy spec (get_policy) instead of the ratio
     host_kv_dtype: str = "auto"  # the sparse modes' host copy (ExecConfig.host_kv_dtype): auto | fp8_e4m3
     block_score: str = DEFAULT_SCORER  # the selecting modes' block scorer (ExecConfig.block_score)
-    draft_gate: float = 0.0  # lookahead with the engine's head: ExecConfig.draft_gate (0: off)
+    draft_gate: float = 0.0  # lookahead with the engine's head: ExecConfig.draft_gate (0: off); variants() sets it
 
     @property
     def label(self) -> str:
@@ -160,7 +165,7 @@ def variants(
     fetch_policies=(),
     host_kv_dtypes=("auto",),
     block_scores=(DEFAULT_SCORER,),
-    draft_gates=(0.0,),
+    draft_gates=(DRAFT_GATE,),
 ) -> list:
     """The variants in run order: dense; with ``full_k_at`` (a group's N) every sparse mode at K = every block of
     that group (it must equal dense up to float rounding: a check of the path, not a measurement); then per fetch
@@ -182,7 +187,8 @@ def variants(
         for s in (scs if get_mode(v.mode).selects else [v.block_score])
     ]
     # --draft-gates: every lookahead variant whose draft is the engine's head once per gate, one after the other
-    gates = list(draft_gates or (0.0,))
+    # (default: the engine's, ExecConfig.draft_gate in lookahead; the label says gate=); other variants run ungated
+    gates = list(draft_gates or (DRAFT_GATE,))
     return [dataclasses.replace(v, draft_gate=g) for v in out for g in (gates if v.draft in HEAD_DRAFTS else [0.0])]
 
 
@@ -948,11 +954,11 @@ def add_gate_arg(p) -> None:
         "--draft-gates",
         nargs="+",
         type=float,
-        default=[0.0],
+        default=[DRAFT_GATE],
         metavar="P",
         help="lookahead with the head (head, head_ngram): predict from the draft's query only where the head gave "
         "its draft at least this probability, else from the current query (ExecConfig.draft_gate); several: each "
-        "such variant once per gate (label suffix gate=...); 0: off",
+        f"such variant once per gate (label suffix gate=...); 0: off (default: {DRAFT_GATE:g}, the engine's)",
     )
 
 
@@ -1195,7 +1201,7 @@ def run(args) -> int:
         args.fetch_policies,
         args.host_kv_dtype,
         getattr(args, "block_scores", None) or [DEFAULT_SCORER],
-        getattr(args, "draft_gates", None) or [0.0],
+        getattr(args, "draft_gates", None) or [DRAFT_GATE],
     )
     head = (
         {"path": args.draft_path, "weights": "trained", "sha256": _dir_sha(args.draft_path)}
