@@ -112,7 +112,10 @@ def measure_link(wire: Wire, rank: int, sizes=(8, 1 << 20, 1 << 24, 1 << 26), re
     }
 
 
-def _check(cfg):
+def split_config(cfg):
+    """The configuration a split run runs, ``cfg`` checked: tokens that ``block_score=auto`` chose becomes the
+    two-vector default (below), and prompt lookup is off (``draft_ngram`` 0, lookahead's default 2): the hand-off
+    sends no token ids, so the decode node has no lookup to draft from. ValueError for what the split cannot run."""
     if not (cfg.sparse and cfg.mode_spec.background) or cfg.short_context or cfg.fetch_policy is not None:
         raise ValueError("rpf_split: a background sparse mode, short_context off and a fixed fetch cap")
     if cfg.device != "cpu":  # the remote fetch hooks the inline transfer; the CUDA paths (UVA, host) are not hooked
@@ -120,7 +123,8 @@ def _check(cfg):
 
     # the hand-off sends kmin / kmax; the per-token channels are not sent yet: tokens given is refused, tokens that
     # block_score=auto chose becomes the two-vector default
-    return without_tokens(cfg, "rpf_split: block_score=tokens hands off no per-token summaries yet")
+    cfg = without_tokens(cfg, "rpf_split: block_score=tokens hands off no per-token summaries yet")
+    return replace_config(cfg, draft_ngram=0) if cfg.draft_ngram else cfg
 
 
 def _prefill_node(cfg, prompt, n_out, handoff, wire) -> dict:
@@ -327,7 +331,7 @@ def split_run(cfg, prompt, n_out: int, handoff: str = "rpf", poison: bool = True
 
     if handoff not in ("rpf", "full"):
         raise ValueError(f"handoff: must be rpf or full, got {handoff!r}")
-    cfg = _check(cfg)
+    cfg = split_config(cfg)
     cfg = dataclasses.replace(cfg, max_lanes=1, host_requests=1, decode_chain=1)  # per-step remote units
     p, d = tensor_parallel.launch(_node, 2, cfg, list(prompt), n_out, handoff, poison, probe, every_rank=True)
     return {

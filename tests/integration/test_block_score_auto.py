@@ -91,11 +91,11 @@ def test_rpf_split_falls_back_where_auto_chose_tokens(tmp_path):
     from oasis_exec.tools import rpf_split
 
     kw = dict(device="cpu", mode="lookahead", short_context=False)
-    c = rpf_split._check(ExecConfig(model_path=_hf_dir(tmp_path, MODELS["smollm2-135m"]), **kw))
+    c = rpf_split.split_config(ExecConfig(model_path=_hf_dir(tmp_path, MODELS["smollm2-135m"]), **kw))
     assert (c.block_score, c.token_basis, c.token_rank) == (DEFAULT_SCORER, None, 0)
     assert "rpf_split" in c.block_score_auto
     with pytest.raises(ValueError, match="per-token summaries"):  # tokens given is refused, as before
-        rpf_split._check(ExecConfig(model="tiny", block_score=TOKENS, **kw))
+        rpf_split.split_config(ExecConfig(model="tiny", block_score=TOKENS, **kw))
 
 
 @pytest.mark.parametrize("which", ["smollm2", "gemma3"])

@@ -21,7 +21,7 @@ DRAFT = Path(__file__).resolve().parents[2] / "experiments" / "trained_draft_hea
 
 
 def _check(cfg, prompt, n, handoffs=("rpf", "full")):
-    ref = generate_greedy(cfg, [prompt], n)["tokens"][0]
+    ref = generate_greedy(rpf_split.split_config(cfg), [prompt], n)["tokens"][0]  # what the split runs
     runs = {h: rpf_split.split_run(cfg, prompt, n, handoff=h, probe=False) for h in handoffs}
     for h, r in runs.items():
         d, p = r["decode"], r["prefill"]
@@ -58,6 +58,13 @@ def test_split_tiny():
         fetch_ratio=0.34,
     )
     _check(cfg, [(3 * j + 1) % 200 + 1 for j in range(150)], 60)
+
+
+def test_split_runs_without_prompt_lookup():
+    """The hand-off sends no token ids, so the split turns lookahead's default prompt lookup off on both nodes
+    (the reference run above takes the same configuration)."""
+    cfg = ExecConfig(model="tiny", device="cpu", mode="lookahead", short_context=False)
+    assert cfg.draft_ngram == 2 and rpf_split.split_config(cfg).draft_ngram == 0
 
 
 def test_split_refuses_what_it_cannot_run():
