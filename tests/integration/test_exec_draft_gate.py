@@ -14,8 +14,7 @@ from oasis_exec.runner.ngram_drafts import NgramDrafts
 
 pytestmark = pytest.mark.usefixtures("one_torch_thread")
 
-# draft_ngram 0: the head alone (prompt lookup, on by default in lookahead, makes its matched lanes certain)
-KW = dict(top_k=3, fetch_ratio=1.0, short_context=False, draft_ngram=0)
+KW = dict(top_k=3, fetch_ratio=1.0, short_context=False)
 
 
 def _gap(a, b):

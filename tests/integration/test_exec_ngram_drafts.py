@@ -5,8 +5,6 @@
   keep the head's draft. Checked step by step, also with decode chains (the chain's inner steps keep the head's).
 - Lookahead with K covering every block: the outputs equal those without it (a draft only chooses blocks).
 - Speculative decoding: greedy outputs equal the ordinary greedy outputs, and the lookup's drafts are accepted.
-- The default: ``DRAFT_NGRAM`` (2) in a mode with a draft row (lookahead) without speculative decoding, 0 (off)
-  elsewhere; an explicit value, 0 included, wins; the command line resolves and shows it.
 - Bad values are refused with the field's name.
 """
 
@@ -15,7 +13,7 @@ import torch
 from exec_cases import cfg
 
 from oasis_core.prompt_lookup import PromptLookup
-from oasis_exec.config import DRAFT_NGRAM, ExecConfig
+from oasis_exec.config import ExecConfig
 from oasis_exec.engine.engine import Engine
 from oasis_exec.engine.scheduler import SamplingParams
 
@@ -68,7 +66,7 @@ def _checker(min_match, seen):
 
 @pytest.mark.parametrize("chain", [1, 4])
 def test_overrides_are_prompt_lookup_and_outputs_unchanged_with_every_block(chain):
-    _, ref = _run(cfg("lookahead", draft_ngram=0, decode_chain=chain, **ALL))  # the head alone (default: 2)
+    _, ref = _run(cfg("lookahead", decode_chain=chain, **ALL))
     seen = []
     eng, out = _run(cfg("lookahead", draft_ngram=2, decode_chain=chain, **ALL), check=_checker(2, seen))
     assert out == ref
@@ -80,7 +78,7 @@ def test_overrides_are_prompt_lookup_and_outputs_unchanged_with_every_block(chai
 def test_speculative_greedy_equal_and_lookup_drafts_accepted():
     base = dict(mode="dense", speculative_k=3)
     _, ref = _run(cfg("dense"))
-    eng_h, out_h = _run(cfg(**base, draft_ngram=0))  # the random head alone: its drafts right only by chance
+    eng_h, out_h = _run(cfg(**base))  # the random head alone: its drafts right only by chance
     seen = []
     eng, out = _run(cfg(**base, draft_ngram=2), check=_checker(2, seen))
     assert out == ref and out_h == ref
@@ -96,53 +94,3 @@ def test_speculative_greedy_equal_and_lookup_drafts_accepted():
 def test_bad_values_are_refused(bad):
     with pytest.raises(ValueError, match="draft_ngram"):
         ExecConfig(model="tiny", device="cpu", dtype="float32", draft_ngram=bad)
-
-
-@pytest.mark.parametrize("mode", ["dense", "quest", "retrieval", "proxy", "lookahead", "hisparse"])
-def test_the_default_is_on_where_a_step_drafts(mode):
-    """None (not given) resolves to DRAFT_NGRAM in a mode with a draft row, 0 (off) elsewhere; an explicit value,
-    0 included, wins (a mode without a head ignores it, as before: the runner builds no lookup there)."""
-    base = dict(model="tiny", device="cpu", dtype="float32", mode=mode)
-    c = ExecConfig(**base)
-    drafts = c.mode_spec.drafts
-    assert drafts == (mode == "lookahead")
-    assert c.draft_ngram == (DRAFT_NGRAM if drafts else 0) and DRAFT_NGRAM == 2
-    assert ExecConfig(**base, draft_ngram=0).draft_ngram == 0
-    assert ExecConfig(**base, draft_ngram=3).draft_ngram == 3
-
-
-@pytest.mark.parametrize("spec", [2, "auto"])
-def test_the_default_is_off_with_speculative_decoding(spec):
-    """Measured without speculation: a speculative run (lookahead's too) keeps 0 unless given."""
-    base = dict(model="tiny", device="cpu", dtype="float32", speculative_k=spec)
-    assert ExecConfig(**base, mode="lookahead").draft_ngram == 0
-    assert ExecConfig(**base, mode="dense").draft_ngram == 0
-    assert ExecConfig(**base, mode="lookahead", draft_ngram=2).draft_ngram == 2
-
-
-def test_the_default_runs_the_lookup_in_lookahead_only():
-    eng = Engine(cfg("lookahead", **ALL))
-    assert eng.runner.drafts.ngram is not None and eng.runner.drafts.ngram.min_match == DRAFT_NGRAM
-    eng.close()
-    eng = Engine(cfg("lookahead", draft_ngram=0, **ALL))
-    assert eng.runner.drafts.ngram is None
-    eng.close()
-
-
-def test_the_command_line_default_an_explicit_zero_and_the_help():
-    import argparse
-
-    from oasis_exec.config import add_engine_options, engine_config
-
-    p = argparse.ArgumentParser()
-    add_engine_options(p)
-
-    def built(*argv):
-        return engine_config(p.parse_args(["--model", "tiny", "--device", "cpu", *argv]))
-
-    assert built("--mode", "lookahead").draft_ngram == DRAFT_NGRAM
-    assert built("--mode", "lookahead", "--draft-ngram", "0").draft_ngram == 0
-    assert built("--mode", "lookahead", "--speculative-k", "2").draft_ngram == 0
-    assert built("--mode", "proxy").draft_ngram == 0
-    text = " ".join(p.format_help().split())
-    assert "--draft-ngram" in text and f"(default: {DRAFT_NGRAM} in a mode with a draft row, lookahead" in text

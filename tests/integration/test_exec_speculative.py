@@ -61,11 +61,11 @@ def _commits(eng):
         # top_k 4 of up to 9 blocks: selection matters. Prompts on which the random head is never right by chance
         # under the default scorer (with seeds 0-5 it is, and the outputs part a few tokens later: see the module
         # docstring; seed 3 served while the default was minmax)
-        # draft_gate 0: an ordinary lookahead step predicts from the draft's query, as a verify pass's prediction does; draft_ngram 0: the head alone (speculative runs default to it)
+        # draft_gate 0: an ordinary lookahead step predicts from the draft's query, as a verify pass's prediction does
         # (commit.py: the pass's query nearest the next position, which reads no gate); under the default gate (0.5)
         # a random head's ordinary steps would predict as proxy does
-        ("lookahead", {"short_context": False, "draft_gate": 0, "draft_ngram": 0}, 6),
-        ("lookahead", {"draft_gate": 0, "draft_ngram": 0}, 0),  # short lanes: those steps are the ordinary ones
+        ("lookahead", {"short_context": False, "draft_gate": 0}, 6),
+        ("lookahead", {"draft_gate": 0}, 0),  # short lanes: those steps are the ordinary ones
     ],
 )
 def test_random_draft_speculative_equals_greedy(mode, kw, seed):
@@ -311,9 +311,7 @@ def test_real_model_trained_head_speculative_equals_greedy():
 
 
 # draft_gate 0: the ungated ordinary step, which is what a verify pass's prediction is (see above)
-@pytest.mark.parametrize(
-    "mode,kw", [("dense", {}), ("lookahead", {"short_context": False, "draft_gate": 0, "draft_ngram": 0})]
-)
+@pytest.mark.parametrize("mode,kw", [("dense", {}), ("lookahead", {"short_context": False, "draft_gate": 0})])
 def test_auto_random_draft_equals_greedy_and_backs_off(mode, kw):
     ps = prompts(3)
     _, ref = _reference(mode, ps, **kw)

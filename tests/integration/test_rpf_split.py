@@ -61,10 +61,10 @@ def test_split_tiny():
 
 
 def test_split_runs_without_prompt_lookup():
-    """The hand-off sends no token ids, so the split turns lookahead's default prompt lookup off on both nodes
-    (the reference run above takes the same configuration)."""
-    cfg = ExecConfig(model="tiny", device="cpu", mode="lookahead", short_context=False)
-    assert cfg.draft_ngram == 2 and rpf_split.split_config(cfg).draft_ngram == 0
+    """The hand-off sends no token ids, so the split turns prompt lookup off on both nodes (the reference run above
+    takes the same configuration)."""
+    cfg = ExecConfig(model="tiny", device="cpu", mode="lookahead", short_context=False, draft_ngram=2)
+    assert rpf_split.split_config(cfg).draft_ngram == 0
 
 
 def test_split_refuses_what_it_cannot_run():
