@@ -88,9 +88,12 @@ def real_model(path: str) -> tuple[str, int]:
 
 def build_engine(args: argparse.Namespace) -> "ExecutorEngine":
     cfg = exec_config_from_args(args)
+    from oasis_exec.capture import freeze_startup_objects
     from oasis_exec.engine.engine import Engine  # imports torch
 
-    return ExecutorEngine(Engine(cfg))
+    eng = ExecutorEngine(Engine(cfg))
+    freeze_startup_objects()  # the load's objects out of every later full collection (a step-long pause)
+    return eng
 
 
 class ExecutorEngine:
