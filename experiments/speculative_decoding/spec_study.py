@@ -76,6 +76,9 @@ def base_config(a, mode, context, k_max):
         decode_chain=1,  # k = 0 phases: the single graphed step the speculative results were measured against
         spec_predict=getattr(a, "spec_predict", "after"),
         kv_budget_gb=getattr(a, "kv_budget_gb", None),
+        # one scorer for after and beside (block_score=auto would give a real SmolLM2 tokens under after and
+        # minmax_sum+sink under beside, which cannot run tokens): the results' scorer before auto existed
+        block_score=getattr(a, "block_score", "minmax_sum+sink"),
     )
 
 
@@ -220,6 +223,11 @@ def main(argv=None) -> int:
     )
     ap.add_argument("--spec-predict", default="after", choices=("after", "beside"), help="ExecConfig.spec_predict")
     ap.add_argument("--kv-budget-gb", type=float, default=None, help="ExecConfig.kv_budget_gb (lanes clip to it)")
+    ap.add_argument(
+        "--block-score",
+        default="minmax_sum+sink",
+        help="ExecConfig.block_score, the same for every run (auto would differ between after and beside)",
+    )
     ap.add_argument("--eager-k0", action="store_true", help="also k=0 with CUDA graphs off (not on the CPU)")
     ap.add_argument("--out", default=os.path.join(HERE, "results", "spec_cpu.jsonl"))
     ap.add_argument("--table", default=None, help="markdown table file (default: --out with .md)")
