@@ -399,6 +399,12 @@ class ExecConfig(SpeculationFields, BenchFields, TransferFields, KVFields, RunFi
             bad("tensor_parallel", "must be an integer >= 1")
         if tp > 1 and self.model_path is None and self.model in MODELS and MODELS[self.model].n_kv_heads < tp:
             bad("tensor_parallel", f"the model has {MODELS[self.model].n_kv_heads} KV heads, fewer than the ranks")
+        if tp > 1 and self.block_score == "tokens" and self.token_basis:  # e.g. auto's basis, then replaced to tp 2
+            bad(
+                "tensor_parallel",
+                "a fitted token_basis holds every KV head of a layer; it is not split over ranks yet "
+                "(--block-score minmax_sum+sink, or tokens without a basis)",
+            )
         for n in ("max_lanes", "host_requests", "draft_vocab", "host_threads", "uva_programs", "prefill_chunk"):
             v = getattr(self, n)
             if v is not None and v < 1:

@@ -128,3 +128,14 @@ def test_the_bench_record_names_the_scorer_that_ran():
     rec = run_bench(ExecConfig(**base, block_score=TOKENS), context=64, concurrency=1, steps=2, warmup=1)
     assert (rec["block_score"], rec["block_score_auto"], rec["token_basis"]) == (TOKENS, None, None)
     assert rec["token_rank"] == get_model("tiny").head_dim // 4
+
+
+def test_a_basis_replaced_into_two_ranks_is_refused_clearly(tmp_path):
+    """auto's shipped basis (tensor_parallel 1) carried by ``dataclasses.replace`` into two ranks: the config says why
+    (a basis holds every KV head of a layer), not the rank's store three layers down."""
+    import dataclasses
+
+    c = ExecConfig(model_path=_hf_dir(tmp_path, MODELS["smollm2-135m"]), device="cpu", mode="lookahead")
+    assert c.block_score == TOKENS and c.token_basis
+    with pytest.raises(ValueError, match="not split over ranks"):
+        dataclasses.replace(c, tensor_parallel=2)
