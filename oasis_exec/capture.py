@@ -26,8 +26,9 @@ def freeze_startup_objects() -> int:
     """Collect, then move every object alive now into the collector's permanent generation (``gc.freeze``), as a
     long-running process does once its engine is built: the model load leaves ~680,000 tracked objects (SmolLM2 with
     its head, CPU, 2026-12-06), which every full collection then walks — 140-180 ms a collection on this CPU, after
-    the freeze 0.01 ms. A full collection inside a decode step is a step that long: one 16-step SmolLM2 run on the
-    H100 had one step of 211-234 ms among steps of 7 ms (experiments/speculative_decoding, 1dc31ae / 1d44039). The
+    the freeze 0.01 ms. A full collection inside a decode step makes that step that long; it is the suspected cause
+    (not yet confirmed on the GPU: bench records gc_timed) of the one step of 211-234 ms among steps of 7 ms in
+    16-step SmolLM2 runs on the H100 (experiments/speculative_decoding, 1dc31ae / 1d44039). The
     frozen objects are still freed by reference counting; only cycles among them wait. For the serving and bench entry
     points (the server once; the bench for its run, ``gc.unfreeze`` after), not for tests that build many engines.
     Returns how many objects are frozen."""

@@ -114,8 +114,8 @@ def measure_link(wire: Wire, rank: int, sizes=(8, 1 << 20, 1 << 24, 1 << 26), re
 
 def split_config(cfg):
     """The configuration a split run runs, ``cfg`` checked: tokens that ``block_score=auto`` chose becomes the
-    two-vector default (below), and prompt lookup is off (``draft_ngram`` 0, lookahead's default 2): the hand-off
-    sends no token ids, so the decode node has no lookup to draft from. ValueError for what the split cannot run."""
+    two-vector default (below), and prompt lookup given (``draft_ngram`` > 0) is turned off: the hand-off sends no
+    token ids, so the decode node has no lookup to draft from. ValueError for what the split cannot run."""
     if not (cfg.sparse and cfg.mode_spec.background) or cfg.short_context or cfg.fetch_policy is not None:
         raise ValueError("rpf_split: a background sparse mode, short_context off and a fixed fetch cap")
     if cfg.device != "cpu":  # the remote fetch hooks the inline transfer; the CUDA paths (UVA, host) are not hooked

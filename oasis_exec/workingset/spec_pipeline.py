@@ -86,9 +86,9 @@ class SpecPipeline:
         self.repair_on = True  # this step's repair can fetch (repair_possible); else it is not launched at all
         # the next this many speculative steps run the repair even where it cannot fetch (it then plans nothing): the
         # bench's warm-up sets 2 so that the step's graph with the repair is made (eager, then captured) before the
-        # timed steps, not in them. Counted in speculative steps, not engine steps: a real draft's first step after
-        # the prefill is an ordinary one (the head needs a hidden state), so "the first two steps" missed it (H100,
-        # 1dc31ae: a 234 ms capture in SmolLM2's second timed step)
+        # timed steps, not in them. Counted in speculative steps (before_step consumes it), not engine steps, so an
+        # ordinary step in the warm-up cannot use it up. (SmolLM2's one slow beside step on the H100, 1dc31ae /
+        # 1d44039, was not a late capture: no graph key was new in the timed steps, bench's graphs_new_in_timed)
         self.force_repairs = 0
         # the repair's prediction in one oasis_kernels.spec_repair launch a layer (CUDA with fused_ops; the tests set it
         # on CPU, where the kernel runs in Triton's interpreter); else the torch ops of oasis_core.spec_predict
