@@ -136,6 +136,7 @@ def test_host_kv_dtypes_run_every_sparse_variant_once_per_dtype_and_reach_the_en
         (["--shift-lengths", "256", "--shift-tokens", "250"], "--shift-tokens: 250"),
         (["--token-basis", "/no/such/basis.npz"], "--token-basis: no such path"),
         (["--draft-gates", "0", "1.5"], "--draft-gates: must be in [0, 1]"),
+        (["--token-rank", "-2"], "--token-rank"),
     ],
 )
 def test_bad_policy_or_shift_option_is_one_line_and_exit_2(extra, message, capsys, monkeypatch):
@@ -488,6 +489,10 @@ def test_block_scores_run_every_selecting_variant_once_per_scorer_and_reach_the_
     kw = dict(model_path="m.gguf", device="cpu", dtype="float32")
     assert E.exec_config(v[4], 256, [task], **kw).block_score == "gauss"
     assert E.exec_config(v[0], 256, [task], **kw).block_score == DEFAULT_SCORER
+    (tok,) = E.variants(["retrieval"], [0.125], [], block_scores=["tokens"])
+    kw["token_rank"] = 24  # --token-rank: reaches a tokens variant only
+    assert E.exec_config(tok, 256, [task], **kw).token_rank == 24
+    assert E.exec_config(v[4], 256, [task], **kw).token_rank == 0
 
 
 def test_draft_gates_run_every_head_lookahead_variant_once_per_gate_and_reach_the_engine():

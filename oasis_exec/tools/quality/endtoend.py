@@ -684,6 +684,7 @@ def exec_config(
     shape=None,
     token_basis=None,
     draft_head="single",
+    token_rank=0,
 ):
     from oasis_core.geometry import KVGeometry
     from oasis_exec.config import ExecConfig
@@ -707,6 +708,7 @@ def exec_config(
         host_kv_dtype=v.host_kv_dtype if get_mode(v.mode).sparse else "auto",
         block_score=v.block_score,
         token_basis=token_basis if v.block_score == "tokens" else None,
+        token_rank=token_rank if v.block_score == "tokens" else 0,
         block_size=block_size,
         max_context=max(ctx, n_tokens),
         max_lanes=len(tasks),
@@ -753,6 +755,7 @@ def run_matrix(
     token_basis=None,
     draft_head="single",
     token_texts=(),
+    token_rank=0,
 ) -> dict:
     """Every variant over every group (``lengths``); returns {"rows": [...], "skipped": [...]}. ``on_result(doc)``
     after each engine (the command rewrites its JSON there)."""
@@ -827,6 +830,7 @@ def run_matrix(
                 shape=dec.shape,
                 token_basis=token_basis,
                 draft_head=draft_head,
+                token_rank=token_rank,
             )
             raw = run_engine(dec, cfg, ts, v.draft, _refs(dense.get(n)))
             if _is_reference(v.mode):
@@ -980,6 +984,13 @@ def add_scorer_args(p) -> None:
         default=None,
         help="block score tokens: the model's channels (ExecConfig.token_basis, a fit_basis .npz; e.g. "
         "experiments/block_scorers/calib/smollm2_135m_basis.npz); None: the first RoPE pairs",
+    )
+    p.add_argument(
+        "--token-rank",
+        type=int,
+        default=0,
+        help="block score tokens: key channels kept a token (ExecConfig.token_rank; the basis must hold it); 0: "
+        "head_dim / 4. The engine's auto takes 24 for SmolLM2-135M and 64 (= head_dim / 4) for Gemma 3 270M",
     )
 
 
@@ -1141,6 +1152,7 @@ def check_args(args) -> None:
             "time_budget_s": (0, None, True),
             "threads": (1, None, False),
             "draft_gates": (0, 1, False),
+            "token_rank": (0, None, False),
         },
     )
     c.power_of_two(args, "block_size")
@@ -1245,6 +1257,7 @@ def run(args) -> int:
             "host_kv_dtypes": args.host_kv_dtype,
             "block_scores": getattr(args, "block_scores", None) or [DEFAULT_SCORER],
             "token_basis": getattr(args, "token_basis", None),
+            "token_rank": getattr(args, "token_rank", 0),
             "modes": args.modes,
             "full_k_check": args.full_k_check,
             "ppl_tokens": args.ppl_tokens,
@@ -1302,6 +1315,7 @@ def run(args) -> int:
         on_result=write,
         shift_lengths=args.shift_lengths,
         token_basis=getattr(args, "token_basis", None),
+        token_rank=getattr(args, "token_rank", 0),
         shift_tokens=args.shift_tokens,
         draft_head=head["kind"],
         token_texts=args.token_texts,

@@ -292,7 +292,7 @@ def main(args) -> int:
     cfg_base = dict(model_path=path, device=args.device, dtype=dtype, block_size=args.block_size, seed=args.seed,
                     draft_path=args.draft_path, cuda_graph=not args.no_cuda_graph,
                     prefill_chunk=args.prefill_chunk, token_basis=args.token_basis,
-                    draft_head=draft_head_kind(args))  # fmt: skip
+                    token_rank=args.token_rank, draft_head=draft_head_kind(args))  # fmt: skip
     out = args.out or os.path.join("experiments", "long_context_draft", "results", "tasks.json")
 
     meta = {
@@ -304,7 +304,7 @@ def main(args) -> int:
         "draft": {"drafts": args.drafts, "path": args.draft_path, "draft_head": cfg_base["draft_head"],
                   "weights": "trained" if args.draft_path else "random (no lookahead signal expected)"},
         "selection": "model (the engine's own)", "block_scores": args.block_scores, "token_basis": args.token_basis,
-        "device": args.device + (f" ({torch.cuda.get_device_name()})" if args.device == "cuda" else ""),
+        "token_rank": args.token_rank, "device": args.device + (f" ({torch.cuda.get_device_name()})" if args.device == "cuda" else ""),
         "dtype": dtype, "torch": torch.__version__,
         "date": datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%d %H:%M UTC"),
         "commit": args.commit or provenance.commit(dirty_paths=("oasis_exec", "oasis_core")),
