@@ -145,6 +145,21 @@ def init_weights(kind: str, spec, attn: AttnShape, mlp_hidden: int, seed: int, d
     return w
 
 
+def start_from(path: str, fresh: dict, device) -> dict:
+    """A saved head's weights (``--init``) in place of the fresh ones: the same names and shapes, or SystemExit."""
+    from oasis_exec.model.decoder import load_safetensors_dir
+
+    got = load_safetensors_dir(path, torch.float32, device)
+    if set(got) != set(fresh):
+        raise SystemExit(f"--init {path}: its weights {sorted(set(got) ^ set(fresh))} differ from this head's")
+    bad = [k for k in fresh if got[k].shape != fresh[k].shape]
+    if bad:
+        raise SystemExit(
+            f"--init {path}: {bad[0]} is {tuple(got[bad[0]].shape)}, this head's {tuple(fresh[bad[0]].shape)}"
+        )
+    return got
+
+
 def self_distillation_set(target: Target, data: dict, a, log) -> torch.Tensor:
     """The real training windows and the target's own continuations of ``--n-gen`` of them -> [N, T] (device)."""
     real = torch.as_tensor(data["train"][: a.n_train, : a.seq_len], device=target.device)
@@ -174,10 +189,11 @@ def train(target: Target, seqs, a, log) -> tuple[dict, AttnShape]:
         f"features {tuple(aux.shape)} {aux.dtype}, {aux.numel() * aux.element_size() / 2**30:.2f} GiB, {time.time() - T0:.0f}s"
     )
     val = _validation(target, a, attn, log)
-    w = {
-        k: v.float().requires_grad_(True)
-        for k, v in init_weights(a.head, spec, attn, a.mlp_hidden, a.seed, dev).items()
-    }
+    w0 = init_weights(a.head, spec, attn, a.mlp_hidden, a.seed, dev)
+    if a.init:
+        w0 = start_from(a.init, w0, dev)
+        log(f"weights from {a.init} (training goes on from them)")
+    w = {k: v.float().requires_grad_(True) for k, v in w0.items()}
     best = (-1.0, -1, None)  # validation acceptance, step, weights
     opt = torch.optim.AdamW(list(w.values()), lr=a.lr, weight_decay=0.01, betas=(0.9, 0.95))
     warm = min(100, a.steps // 10 + 1)
@@ -344,6 +360,13 @@ def cmd_train(a) -> int:
         "command": " ".join(sys.argv),
         "train_seconds": round(time.time() - T0, 1),
     }
+    if a.init:  # the run it went on from: its own provenance, and the bytes it started from
+        with open(os.path.join(a.init, "config.json")) as fh:
+            prov["init"] = {
+                "path": a.init,
+                "model_safetensors_sha256": _sha(os.path.join(a.init, "model.safetensors")),
+                "provenance": json.load(fh).get("provenance"),
+            }
     if a.val_windows:
         prov.update(
             val_windows=a.val_windows,
@@ -405,6 +428,11 @@ def main(argv=None) -> int:
     t.add_argument("--rope-theta", type=float, default=None, help="its RoPE base (default 1e6)")
     t.add_argument("--seed", type=int, default=0)
     t.add_argument("--compare", nargs="*", help="head directories to evaluate beside the new one")
+    t.add_argument(
+        "--init",
+        default=None,
+        help="a saved head's directory to go on training from (same kind and shape; its provenance is kept)",
+    )
     t.add_argument(
         "--eval-gen",
         type=int,

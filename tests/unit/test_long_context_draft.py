@@ -121,3 +121,23 @@ def test_score_counts_a_head_exactly(target_dir):
     d = head._ids(h[5:29])
     tgt = t.logits(hn[0, 6:30]).argmax(-1)
     assert got["h"]["0-1K"] == [int((d == tgt).sum()), 24]
+
+
+def test_init_goes_on_from_a_saved_head(target_dir, data_file, tmp_path):
+    """--init: the saved head's weights are the start (at lr 0 they come back unchanged), its provenance is kept,
+    and a head of another shape is refused before training."""
+    from safetensors.torch import load_file
+
+    tl = load_script("long_context_draft/train_long.py")
+    first, second = str(tmp_path / "a"), str(tmp_path / "b")
+    base = f"train --model-path {target_dir} --data {data_file} --head attn --device cpu --n-train 2 --n-gen 0"
+    base += " --steps 2 --seqs 1 --picks 32 --mlp-hidden 16 --eval-gen -1"
+    assert tl.main(f"{base} --out {first} --seed 1".split()) == 0
+    assert tl.main(f"{base} --out {second} --seed 2 --lr 0 --init {first}".split()) == 0
+    a, b = load_file(os.path.join(first, "model.safetensors")), load_file(os.path.join(second, "model.safetensors"))
+    for k in a:
+        torch.testing.assert_close(b[k], a[k], rtol=0, atol=0)
+    prov = json.load(open(os.path.join(second, "config.json")))["provenance"]
+    assert prov["init"]["path"] == first and prov["init"]["provenance"]["seed"] == 1
+    with pytest.raises(SystemExit, match="--init .*mlp.gate_proj.weight"):
+        tl.main(f"{base} --out {tmp_path / 'c'} --mlp-hidden 8 --init {first}".split())

@@ -9,6 +9,8 @@
 # (heads/gemma-attn-32k: MAX_TRAIN_S=360, beside the SmolLM2 run on the same H100). DATA / N_TRAIN: a larger corpus
 # (train_long.py corpus --n-train 192) and how many of its windows to use.
 MODEL_SHA256=a5fd3b62230aa5ec60212297dc9d20eaa70578ac519e00d93a17e44c087a6818  # Gemma 3 270M Q4_K_M (device.sh defaults to SmolLM2)
+# INIT=<head dir>: go on training from that head (train_long.py --init; e.g. INIT=$D/heads/gemma-attn-32k with its
+# model.safetensors carried), its provenance kept in the new head's.
 # EVAL_GEN=-1 skips the evaluation (then accept_buckets.py alone in the next call: the heads stay in $OUT); 0: teacher-
 # forced only.
 need_model || exit 1
@@ -17,5 +19,5 @@ H=${HEAD:-attn}
 timeout -k 10 "${TRAIN_S:-580}" $PY $D/train_long.py train --model-path "$M" --data "${DATA:-$D/data/gemma_32k.npz}" \
   --out "$OUT/gemma-$H-32k" --head "$H" --n-train "${N_TRAIN:-24}" --n-gen 8 --gen-len 1024 --gen-batch 8 --feat-batch 1 \
   --steps 6000 --max-seconds "${MAX_TRAIN_S:-360}" --seqs 1 --picks 2048 --lr 1e-3 \
-  --eval-gen "${EVAL_GEN:-128}" --eval-seqs 2 --val-windows "${VAL_WINDOWS:-0}" ${TRAIN_ARGS:-} 2>&1 | grep --line-buffered -v Warning | tee "$OUT/train.log"
+  --eval-gen "${EVAL_GEN:-128}" --eval-seqs 2 --val-windows "${VAL_WINDOWS:-0}" ${INIT:+--init "$INIT"} ${TRAIN_ARGS:-} 2>&1 | grep --line-buffered -v Warning | tee "$OUT/train.log"
 say "train rc=${PIPESTATUS[0]}"
