@@ -50,6 +50,19 @@ MAX_CONTEXT = 16384 + 1024  # ExecConfig.max_context's default: a 16K prompt and
 DRAFT_GATE = 0.5
 
 
+# why draft_head=attn refuses speculative_k >= 2 (ExecConfig, Runner.set_speculative_k)
+ATTN_NO_CHAINS = (
+    "draft_head=attn speculates at k = 1 only (1 or auto:1): its drafts past the first would be a chain, the head run "
+    "on its own outputs, and it is trained on the target's features only"
+)
+
+
+def attn_speculative_k(value):
+    """``speculative_k`` with ``draft_head=attn``: ``auto`` (whose default longest draft is 4) capped at ``auto:1``;
+    any other value as given (k >= 2 and ``auto:N`` with N >= 2 are refused: ``ATTN_NO_CHAINS``)."""
+    return f"{speculation.AUTO}:1" if value == speculation.AUTO else value
+
+
 def _f(default, help, choices=None, metavar=None, type=None):
     meta = {"help": help}
     if choices is not None:
@@ -73,7 +86,10 @@ class ExecConfig(SpeculationFields, BenchFields, TransferFields, KVFields, RunFi
     draft_head: str = _f(
         "single",
         "single: the single-key head (its layer attends only its own position); attn: the full EAGLE-3 layer over "
-        "its own K/V of every earlier position (oasis_exec.model.draft_attn; no speculative chains)",
+        "its own K/V of every earlier position (oasis_exec.model.draft_attn). attn speculates at k = 1 only "
+        "(speculative_k 1 or auto:1; auto becomes auto:1): its one draft is its next-token prediction and its K/V "
+        "grows by the accepted positions; no chains (k >= 2), as it is trained on the target's features only, never "
+        "on its own outputs",
         ("single", "attn"),
     )
     draft_ngram: int = _f(
@@ -345,8 +361,6 @@ class ExecConfig(SpeculationFields, BenchFields, TransferFields, KVFields, RunFi
             bad("draft_gate", f"must be a probability in [0, 1] (0: off), got {show(dg)}")
         if dg and not self.mode_spec.drafts:
             bad("draft_gate", f"gates the draft's query of a lookahead step; mode {self.mode} has no draft row")
-        if self.draft_head == "attn" and self.spec_max_k:
-            bad("draft_head", "attn drafts no speculative chains (speculative_k must be 0)")
         if self.synthetic is not None:
             from oasis_core.synthetic_presets import resolve
 
@@ -366,6 +380,11 @@ class ExecConfig(SpeculationFields, BenchFields, TransferFields, KVFields, RunFi
             k, adaptive = speculation.parse_spec(self.speculative_k, self.block_size)
         except ValueError as e:
             bad("speculative_k", str(e))
+        if self.draft_head == "attn":  # k = 1 only (oasis_exec.model.draft_attn): auto's default longest is 1
+            object.__setattr__(self, "speculative_k", attn_speculative_k(self.speculative_k))
+            k, adaptive = speculation.parse_spec(self.speculative_k, self.block_size)
+            if k > 1:
+                bad("speculative_k", ATTN_NO_CHAINS)
         if k and not self.mode_spec.speculative:
             names = " and ".join(modes.SPECULATIVE_MODES)
             bad("speculative_k", f"only modes {names} decode speculatively, not mode={self.mode}")

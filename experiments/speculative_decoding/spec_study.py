@@ -3,6 +3,7 @@
     python experiments/speculative_decoding/spec_study.py [--device cpu|cuda] [--dtype float32|bfloat16]
         [--modes dense lookahead] [--contexts 4096 7936] [--ks 0 1 2 3 auto] [--concurrency 2] [--steps 12]
         [--warmup 3] [--top-k 64] [--text traces/texts/argparse.py.txt] [--model-path GGUF] [--draft-path DIR]
+        [--draft-head single|attn]
         [--engine-per-k] [--fresh-k0 CONTEXT ...] [--eager-k0] [--out results/spec_cpu.jsonl]
         [--table results/spec_cpu.md]
     python experiments/speculative_decoding/spec_study.py --table-only results/spec_cpu.jsonl [--table FILE]
@@ -57,6 +58,18 @@ def longest(values) -> int:
     return max(parse_spec(v)[0] for v in values)
 
 
+def draft_head_of(a) -> str:
+    """``--draft-head``, else the kind ``--draft-path``'s ``config.json`` names (an attention head, e.g. Gemma's
+    ``experiments/long_context_draft/heads/gemma-attn-32k``, speculates at k = 1 only: ``--ks 0 1``)."""
+    if getattr(a, "draft_head", None):
+        return a.draft_head
+    if not a.draft_path:
+        return "single"
+    from oasis_exec.model.draft_attn import saved_kind
+
+    return saved_kind(a.draft_path)
+
+
 def base_config(a, mode, context, k_max):
     from oasis_exec.config import ExecConfig
 
@@ -64,6 +77,7 @@ def base_config(a, mode, context, k_max):
     return ExecConfig(
         model_path=a.model_path,
         draft_path=a.draft_path,
+        draft_head=draft_head_of(a),
         device=a.device,
         dtype=a.dtype,
         mode=mode,
@@ -213,6 +227,12 @@ def main(argv=None) -> int:
     ap.add_argument("--text", default=TEXT)
     ap.add_argument("--model-path", default=os.environ.get("OASIS_GGUF"))
     ap.add_argument("--draft-path", default=DRAFT)
+    ap.add_argument(
+        "--draft-head",
+        default=None,
+        choices=("single", "attn"),
+        help="ExecConfig.draft_head (default: the kind --draft-path's config.json names); attn: --ks 0 1 (or auto) only",
+    )
     ap.add_argument("--engine-per-k", action="store_true", help="one engine (and prefill) per k")
     ap.add_argument("--fresh-k0", nargs="*", type=int, default=[], help="contexts with a k=0 run of its own engine")
     ap.add_argument(

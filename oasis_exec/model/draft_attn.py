@@ -23,8 +23,17 @@ each decode step appends the step's real position (``propose_lanes``). A lane's 
 order, each once, and ``n[lane]`` (the lane's length, on the device) is both the next position and the count;
 the runner proposes for every lane every step when the head attends (``attends``), short steps included.
 
-Not supported: speculative chains (``ExecConfig`` refuses ``spec_max_k`` with this head: a chain would need the
-drafted positions' K/V written and rolled back); ``chain`` raises.
+**Speculative decoding at k = 1** (``propose_accepted``). The step's one draft is the head's last proposal (no
+chain); the verify pass gives the target's features at the step's two positions ``p`` and ``p + 1``, and after the
+acceptance (``n`` in {0, 1} accepted drafts a lane) the head writes positions ``p .. p + n`` from them and the
+emitted tokens (teacher-forced on the target, as an ordinary step writes ``p``) and proposes from the last: 1 or 2
+positions a lane a step, on the device (each position's write masked to the accepted run, so a rejected draft's
+position never enters the K/V and nothing is rolled back; capturable).
+
+Not supported: speculative chains (k >= 2; ``ExecConfig`` refuses them with this head): a chain's later drafts
+would need the head run on its own outputs (its hidden state standing in for the target's features, its drafted
+positions' K/V written and rolled back), which it was not trained for (it saw the target's features only);
+``chain`` raises.
 """
 
 from __future__ import annotations
@@ -245,10 +254,16 @@ class AttnDraftHead(DraftHead):
         """``propose_lanes`` up to the layer's hidden state [B, hidden] (before the final norm)."""
         lanes = torch.as_tensor(lanes, device=self.kv.k.device).long()
         tok = torch.as_tensor(tok, device=self.kv.k.device).long().reshape(-1)
-        a, kv = self.attn, self.kv
+        kv = self.kv
         pos = kv.n[lanes]
         fused, q = self._write(lanes, aux, tok, pos)
         kv.n[lanes] = pos + 1
+        return self._attend(lanes, fused, q, pos)
+
+    def _attend(self, lanes, fused, q, pos):
+        """The layer's hidden state [B, hidden] of queries ``q`` [B, Hq, D] at positions ``pos`` [B] over each lane's
+        K/V of positions 0 .. pos (``fused`` [B, hidden]: their fused features)."""
+        a, kv = self.attn, self.kv
         B = lanes.shape[0]
         keys, vals = kv.k[lanes].float(), kv.v[lanes].float()  # [B, T, Hkv, D]
         qg = q.float().view(B, a.n_kv_heads, a.group, a.head_dim)
@@ -257,6 +272,38 @@ class AttnDraftHead(DraftHead):
         sc = sc.masked_fill(~live[:, None, None, :], float("-inf"))
         o = torch.einsum("bhgt,bthd->bhgd", torch.softmax(sc, -1), vals).reshape(B, -1).to(fused.dtype)
         return layer_output(self.w, self.shape.rms_eps, fused, o)
+
+    def propose_accepted(self, lanes, aux, tok, acc):
+        """After a speculative step (module doc): features ``aux`` [B, T, 3h] of the verify pass at each lane's
+        positions ``n[lane] .. n[lane] + T - 1`` (``T = k + 1``), the tokens ``tok`` [B, T] emitted at the positions
+        after them (a row's first ``acc + 1`` count) and ``acc`` [B] int64, the drafts each lane accepted (on the
+        device). Appends positions ``n[lane] .. n[lane] + acc`` to each lane's K/V (the rest never written) and
+        returns the draft ids [B] proposed from the last: what ``propose_lanes`` of each accepted position in turn
+        would give, with no host synchronisation."""
+        return self._ids(self.accepted_hidden(lanes, aux, tok, acc))
+
+    @torch.no_grad()
+    def accepted_hidden(self, lanes, aux, tok, acc):
+        """``propose_accepted`` up to the layer's hidden state [B, hidden] of each lane's last accepted position."""
+        dev = self.kv.k.device
+        lanes = torch.as_tensor(lanes, device=dev).long()
+        tok = torch.as_tensor(tok, device=dev).long()
+        acc = torch.as_tensor(acc, device=dev).long()
+        kv, T = self.kv, aux.shape[1]
+        w, a, eps = self.w, self.attn, self.shape.rms_eps
+        pos0 = kv.n[lanes]
+        pos = pos0[:, None] + torch.arange(T, device=dev)  # [B, T]
+        fused = aux.to(w["fc.weight"].dtype) @ w["fc.weight"].t()  # [B, T, h]
+        q, k, v = project_qkv(w, a, layer_input(w, eps, fused, self.embed[tok]), pos)
+        last = kv.max_len - 1
+        for j in range(T):  # one position a lane a write: no index repeats within it
+            keep = (acc >= j)[:, None, None]  # position j is the accepted run's (j = 0 always)
+            pj = pos[:, j].clamp(max=last)  # a position past the buffer is never kept (it writes back what it read)
+            kv.k[lanes, pj] = torch.where(keep, k[:, j].to(kv.k.dtype), kv.k[lanes, pj])
+            kv.v[lanes, pj] = torch.where(keep, v[:, j].to(kv.v.dtype), kv.v[lanes, pj])
+        kv.n[lanes] = pos0 + acc + 1
+        ar = torch.arange(lanes.shape[0], device=dev)
+        return self._attend(lanes, fused[ar, acc], q[ar, acc], pos0 + acc)
 
     def synthesize(self, lane: int, n_pos: int, seed: int = 0) -> None:
         """Benchmarks with a synthesized prompt: positions 0..n_pos-1 of ``lane`` filled with seeded random K/V."""
@@ -275,10 +322,16 @@ class AttnDraftHead(DraftHead):
         raise NotImplementedError("AttnDraftHead: use propose_lanes (the lanes' K/V) or logits_seq")
 
     def propose_state(self, aux, token_ids):
-        raise NotImplementedError("AttnDraftHead: speculative chains are not supported (ExecConfig refuses them)")
+        raise NotImplementedError(
+            "AttnDraftHead: speculative chains (k >= 2) are not supported (ExecConfig refuses them); k = 1 proposes "
+            "with propose_accepted"
+        )
 
     def chain(self, h, token_ids):
-        raise NotImplementedError("AttnDraftHead: speculative chains are not supported (ExecConfig refuses them)")
+        raise NotImplementedError(
+            "AttnDraftHead: speculative chains (k >= 2) are not supported: the head is trained on the target's "
+            "features only, never on its own outputs (ExecConfig refuses them)"
+        )
 
 
 def saved_kind(path: str) -> str:

@@ -2,9 +2,11 @@
 
 A lookahead step reads ``tok`` as the draft row's input; a speculative step drafts ``k`` tokens from it
 (``chain``). After a step has sampled, ``propose`` (or ``propose_prefill`` after a prefill) writes each lane's next
-draft token from the target's features (``aux``). The single-key head chains on its own hidden state (``h``, kept
-only when speculative decoding is on); an attending head (``oasis_exec.model.draft_attn``) keeps its own K/V of
-every position.
+draft token from the target's features (``aux``); after a speculative step ``resync`` does, from the target's
+features at the accepted positions. The single-key head chains on its own hidden state (``h``, kept only when
+speculative decoding is on); an attending head (``oasis_exec.model.draft_attn``) keeps its own K/V of every
+position, drafts no chain (speculation at k = 1 only: its one draft is ``tok``) and, after a speculative step,
+appends every accepted position to its K/V (``AttnDraftHead.propose_accepted``).
 """
 
 from __future__ import annotations
@@ -27,8 +29,10 @@ class Drafts:
             head.want_conf = True
         # prompt lookup beside the head (ExecConfig.draft_ngram; runner/ngram_drafts.py), None when off
         self.ngram = NgramDrafts(ngram, self.tok, self.conf) if ngram else None
-        self.h = torch.zeros(max_lanes, hidden, dtype=dtype, device=device) if speculative else None
-        self.attends = getattr(head, "attends", False)  # an attending head: K/V of every position
+        self.attends = getattr(head, "attends", False)  # an attending head: K/V of every position, no chains
+        self.h = (
+            torch.zeros(max_lanes, hidden, dtype=dtype, device=device) if speculative and not self.attends else None
+        )
         if self.attends:
             head.allocate(max_lanes)
 
@@ -75,11 +79,30 @@ class Drafts:
             c = getattr(self.head, "conf", None)
             self.conf[idx] = 1.0 if c is None else c
 
+    def resync(self, lanes, aux, emitted, acc) -> None:
+        """The next draft tokens after a speculative step (on the device, capturable): ``aux`` [B, k + 1, 3h] the
+        verify pass's features, ``emitted`` [B, k + 1] the tokens emitted after each of its positions (a row's first
+        ``acc + 1`` count), ``acc`` [B] int64 the drafts each lane accepted. The single-key head proposes from the
+        features at the last accepted position and the token emitted last; an attending head first appends every
+        accepted position to its K/V (``AttnDraftHead.propose_accepted``; a rejected draft's position never enters)."""
+        if not self.attends:
+            ar = torch.arange(acc.shape[0], device=acc.device)
+            self.propose(lanes, aux[ar, acc], emitted[ar, acc])
+            return
+        idx = lanes if torch.is_tensor(lanes) else torch.tensor(lanes, device=self.device)
+        self.tok[idx] = self.head.propose_accepted(idx, aux, emitted, acc)
+        self._keep_conf(idx)
+
     def chain(self, lanes, toks, pos, k: int):
         """The ``k`` drafts [B, k] of a speculative step at positions ``pos + 1 .. pos + k`` (``toks`` [B] at
         ``pos``): the draft token proposed after the previous step, then ``k - 1`` steps of the head on its own
-        hidden state (``DraftHead.chain``)."""
+        hidden state (``DraftHead.chain``). An attending head drafts the first only (``ExecConfig`` refuses k >= 2
+        with it)."""
         d = self.tok[lanes]
+        if k == 1:
+            return d[:, None]
+        if self.attends:
+            raise ValueError(f"Drafts.chain: an attending draft head drafts no chains (k = 1 only), asked for k = {k}")
         out = [d]
         h = self.h[lanes]
         for _ in range(k - 1):

@@ -246,8 +246,9 @@ class ModelExec:
         """A speculative step after its draft chain, all on the device (eager, or captured as one CUDA graph by
         ``DecodeGraphs``): the verification pass (``decode_spec``), greedy acceptance (``speculative.greedy_accepted``,
         at most ``lim`` [B] drafts a row) or, with ``n_forced`` [B] (benchmark-only synthetic acceptance), that
-        many, the commit (``commit_spec``) and the resync (the next first draft from the target's features at the
-        last accepted position and the token emitted last). Returns (logits [B, k + 1, V], accepted [B] int64,
+        many, the commit (``commit_spec``) and the resync (``Drafts.resync``: the next first draft from the target's
+        features at the last accepted position and the token emitted last; an attending head's K/V extended by the
+        accepted positions). Returns (logits [B, k + 1, V], accepted [B] int64,
         emitted tokens [B, k + 1]: a row's first ``accepted + 1`` count)."""
         logits, aux, step = self.decode_spec(lanes, rows, toks, drafts, pos, sets)
         n, tgt = greedy_accepted(logits, drafts, lim)
@@ -255,8 +256,7 @@ class ModelExec:
             n = n_forced
         emitted = emitted_tokens(tgt, drafts, n)
         self.commit_spec(step, n, sets, recorded)
-        ar = torch.arange(lanes.shape[0], device=self.device)
-        self.drafts.propose(lanes, aux[ar, n], emitted[ar, n])
+        self.drafts.resync(lanes, aux, emitted, n)
         return logits, n, emitted
 
     def commit_spec(self, step, n, sets, recorded) -> None:

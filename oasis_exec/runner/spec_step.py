@@ -20,6 +20,7 @@ import torch
 
 from oasis_core.speculation import AdaptiveK, parse_spec, synthetic_acceptance
 
+from ..config import ATTN_NO_CHAINS, attn_speculative_k
 from ..workingset.spec_pipeline import install
 from ..workingset.step import rows_index
 from .speculative import accept, rows_of
@@ -68,9 +69,14 @@ class SpecStep:
 
     def set_k(self, value) -> None:
         """Another ``speculative_k`` (an int, ``auto``, ``auto:N``) from the next step on, at most the longest the
-        runner was built for (its buffers are sized for it). ``auto`` starts a fresh estimate for every lane."""
+        runner was built for (its buffers are sized for it; with ``draft_head=attn`` at most 1, ``auto`` meaning
+        ``auto:1``). ``auto`` starts a fresh estimate for every lane."""
+        if self.cfg.draft_head == "attn":  # k = 1 only: auto is auto:1 (ExecConfig)
+            value = attn_speculative_k(value)
         k, adaptive = parse_spec(value, self.cfg.block_size)
         built = self.model.cfg.spec_max_k
+        if k > 1 and self.cfg.draft_head == "attn":
+            raise ValueError(f"Runner.set_speculative_k: {value!r}: {ATTN_NO_CHAINS}")
         if k > built:
             raise ValueError(f"Runner.set_speculative_k: {value!r} drafts more than the {built} this runner holds")
         self.cfg = dataclasses.replace(self.cfg, speculative_k=value)
@@ -139,8 +145,8 @@ class SpecStep:
             n_acc, out = accept(logits, drafts, params, u_acc, u_draw, ks if min(ks) < k else None)
             n_t = torch.tensor(n_acc, device=dev)
             model.commit_spec(step, n_t, sets, recorded)
-            ar = torch.arange(len(items), device=dev)
-            model.drafts.propose(lanes, aux[ar, n_t], torch.tensor([o[-1] for o in out], device=dev))
+            emitted = torch.tensor([o + o[-1:] * (k + 1 - len(o)) for o in out], device=dev)  # [B, k + 1]
+            model.drafts.resync(lanes, aux, emitted, n_t)
         else:
             lim = torch.tensor(ks, device=dev)
             n_forced = None

@@ -6,7 +6,8 @@ A speculative step of a lane whose input token ``x_p`` sits at position ``p``:
    (``propose``: the target's features at ``p - 1`` and ``x_p``); each further draft ``d_{p+j+1}`` is the head run
    on its own hidden state of the draft before and ``d_{p+j}`` (``DraftHead.chain``: EAGLE's chain, the head's
    hidden state standing in for the target features it has not got yet). Drafts are greedy: the draft
-   distribution ``q`` is one-hot.
+   distribution ``q`` is one-hot. The attention head (``draft_head = "attn"``, ``oasis_exec.model.draft_attn``)
+   drafts the first only (k = 1; ``ExecConfig`` refuses k >= 2 with it: it is trained on the target's features only).
 2. **Verify** (``ModelExec.decode_spec``): one target pass over the ``k + 1`` positions ``p .. p + k`` of every lane.
    Position ``p`` attends as the ordinary step does; position ``p + j`` attends the same plus the KV of positions
    ``p + 1 .. p + j`` (``dense``: the pages, which hold them; ``lookahead``: the resident set and the local block
@@ -30,8 +31,11 @@ A speculative step of a lane whose input token ``x_p`` sits at position ``p``:
    query, which is what the ordinary step's draft query is) or, when every draft was accepted, at ``p + k``; the
    blocks it may pick are the full ones at ``p'``, so a block filled in the middle of the run is among them. A step
    whose drafts are all rejected is then the ordinary lookahead step: the same attention, the same prediction.
-6. **Resync**: the next step's first draft is proposed from the target's own features at the last accepted
-   position ``p + n`` and the token emitted last (``propose``), whatever the head drafted before.
+6. **Resync** (``Drafts.resync``): the next step's first draft is proposed from the target's own features at the
+   last accepted position ``p + n`` and the token emitted last (``propose``), whatever the head drafted before. The
+   attention head first appends positions ``p .. p + n`` to its own K/V from the pass's features there and the
+   emitted tokens (``AttnDraftHead.propose_accepted``: a write a position, masked to the accepted run, so a rejected
+   draft's position never enters it).
 
 **Adaptive k** (``speculative_k = "auto"`` / ``"auto:N"``; ``oasis_core.speculation``): each lane's draft length
 ``k_i`` is chosen every step from its own acceptance estimate and the draft's relative cost γ (``Runner._spec_k``);

@@ -5,6 +5,7 @@ adaptive choice may pick).
 
 - Graphs equal eager at k = 1, 2, 3 (logits, tokens, acceptance, repaired lane-steps) with drawn acceptance that
   fills blocks mid-run (repairs), and the slots hold their blocks' host copies after.
+- The attention draft head at k = 1 (after and beside): graphs equal eager, its K/V included.
 - On the side streams (fp32), with an unlimited cap, every step ends with the attended blocks the after variant's
   steps end with (the CPU test's lockstep comparison: the streams' ordering of the beside stage, the commit and the
   repair is what it checks here).
@@ -84,6 +85,44 @@ def test_beside_graphs_equal_eager_at_every_k(k, accept):
     eng.runner.pipe.wait_all()
     assert _slots_hold_their_blocks(eng) > 0
     eng.close()
+
+
+@pytest.mark.parametrize("predict", ["after", "beside"])
+def test_attn_head_spec_graphs_equal_eager(predict):
+    """The attention draft head at k = 1 (``draft_head="attn"``): its resync (``AttnDraftHead.propose_accepted``,
+    the accepted positions appended to its K/V with masked writes) inside the speculative step's graph gives the
+    eager steps' logits, tokens, acceptance and head K/V, and writes nothing past a lane's length (drawn acceptance:
+    the random head's drafts accepted at 0.6, so steps append 1 or 2 positions)."""
+    ps = prompts(13, (90, 120, 64))
+    kw = dict(top_k=3, fetch_ratio=0.67, transfer="uva", speculative_k=1, short_context=False, draft_head="attn")
+    kw.update(synthetic_accept={"alpha": 0.6}, spec_predict=predict)
+    runners, keys = [], []
+
+    def hook(r):
+        runners.append(r)
+        run = r.cuda_graphs.run
+        r.cuda_graphs.run = lambda key, *a, **kk: (keys.append(key), run(key, *a, **kk))[1]
+
+    ref, out_ref = run_logits(cfg("lookahead", DEVICE, cuda_graph=False, **kw), ps, 40, runner_hook=hook)
+    got, out = run_logits(cfg("lookahead", DEVICE, cuda_graph=True, **kw), ps, 40, runner_hook=hook)
+    if DEVICE.startswith("cuda"):
+        assert {key[0] for key in keys} >= {"chain", "spec"}  # the speculative steps ran through graphs
+    assert [r.spec.predict_used for r in runners] == [predict, predict]
+    assert runners[1].spec.steps == runners[0].spec.steps > 0
+    assert runners[1].spec.accepts == runners[0].spec.accepts
+    assert runners[0].spec.accepts[1, 1] > 0 and runners[0].spec.accepts[1, 0] > 0
+    assert out == out_ref
+    for rid in ref:
+        for a, b in zip(ref[rid], got[rid]):
+            assert torch.isfinite(b).all()
+            assert torch.allclose(a, b, atol=1e-2, rtol=1e-2)
+    kv = [r.drafts.head.kv for r in runners]
+    assert torch.equal(kv[0].n, kv[1].n)
+    assert sorted(kv[0].n.tolist()[:3]) == sorted(len(p) + 40 - 1 for p in ps)
+    for lane, n in enumerate(kv[0].n.tolist()):
+        assert not kv[1].k[lane, n:].any() and not kv[1].v[lane, n:].any()
+        for a, b in ((kv[0].k, kv[1].k), (kv[0].v, kv[1].v)):
+            assert torch.allclose(a[lane, :n].float(), b[lane, :n].float(), atol=2e-2, rtol=2e-2)
 
 
 def test_beside_on_the_side_streams_attends_what_after_attends():

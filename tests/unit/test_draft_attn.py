@@ -1,8 +1,10 @@
 """oasis_exec.model.draft_attn on the CPU with the tiny random target: the attention head's incremental decode (prefill
 chunks, then one position a step, several lanes at different lengths) equals its full-sequence forward; the engine
 runs lookahead with it (every position written once, its drafts those of the full-sequence forward over the
-generated text, outputs equal dense's when K covers every block); the single-key head still runs; speculative
-chains are refused with it."""
+generated text, outputs equal dense's when K covers every block); after a speculative step at k = 1 it appends
+exactly the accepted positions (``propose_accepted``: what one ``step_hidden`` a position gives, nothing written past
+a lane's length, also at the end of its buffer); the single-key head still runs; speculative chains (k >= 2) are
+refused with it (k = 1 in the engine: tests/integration/test_exec_spec_attn.py)."""
 
 import pytest
 import torch
@@ -64,6 +66,38 @@ def test_incremental_decode_equals_the_full_sequence_forward(dec):
     torch.testing.assert_close(head.kv.v[0, : T[0]], v, atol=1e-5, rtol=1e-5)
     # An attention shape of its own (fewer heads than the target's) runs and saves / loads.
     assert head.attn == AttnShape.of(dec.shape)
+
+
+def test_accepted_positions_are_sequential_steps(dec):
+    """``propose_accepted`` (after a k = 1 speculative step) = ``step_hidden`` of each accepted position in turn: 2
+    positions for a lane that accepted its draft, 1 for one that did not (its second position never written), and a
+    lane at the end of its buffer (its rejected position would lie past it) writes nothing out of bounds."""
+    h, L = dec.shape.hidden, 24
+    g = torch.Generator().manual_seed(1)
+    spec, seq = head_of(dec, max_lanes=4, max_len=L), head_of(dec, max_lanes=4, max_len=L)
+    lens = [5, 9, 12, L - 1]  # lane 3: one position left
+    for ln, t in enumerate(lens):
+        a = torch.randn(t + 1, 3 * h, generator=g)
+        tk = torch.randint(0, dec.shape.vocab, (t + 1,), generator=g)
+        for hd in (spec, seq):
+            hd.prefill_chunk(ln, 0, a, tk)
+    lanes = torch.tensor([3, 0, 2, 1])
+    acc = torch.tensor([0, 1, 0, 1])
+    aux = torch.randn(4, 2, 3 * h, generator=g)
+    tok = torch.randint(0, dec.shape.vocab, (4, 2), generator=g)
+    n0 = spec.kv.n.clone()
+    got = spec.accepted_hidden(lanes, aux, tok, acc)
+    want = []
+    for i, ln in enumerate(lanes.tolist()):
+        for j in range(int(acc[i]) + 1):
+            out = seq.step_hidden([ln], aux[i, j][None], tok[i, j][None])
+        want.append(out[0])
+    torch.testing.assert_close(got, torch.stack(want), atol=1e-5, rtol=1e-5)
+    assert spec.kv.n.tolist() == seq.kv.n.tolist() == (n0 + 1 + torch.tensor([1, 1, 0, 0])).tolist()
+    torch.testing.assert_close(spec.kv.k, seq.kv.k, atol=1e-6, rtol=1e-6)
+    torch.testing.assert_close(spec.kv.v, seq.kv.v, atol=1e-6, rtol=1e-6)
+    for ln in range(4):  # nothing past a lane's length (the buffers start zero)
+        assert not spec.kv.k[ln, int(spec.kv.n[ln]) :].any()
 
 
 def test_own_attention_shape_round_trips(dec, tmp_path):
@@ -144,8 +178,9 @@ def test_single_key_head_still_runs_and_chains_are_refused():
     a = run_logits(cfg("lookahead", draft_head="single"), ps, 6)[1]
     b = run_logits(cfg("lookahead"), ps, 6)[1]
     assert a == b and all(len(o) == 6 for o in a)
-    with pytest.raises(ValueError, match="draft_head"):
+    with pytest.raises(ValueError, match="draft_head=attn speculates at k = 1 only"):
         cfg("lookahead", draft_head="attn", speculative_k=2)
+    assert cfg("lookahead", draft_head="attn", speculative_k=1).spec_max_k == 1  # k = 1 runs
 
 
 def test_synthesized_prompts_fill_the_draft_kv():
