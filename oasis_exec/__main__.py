@@ -64,7 +64,14 @@ def prepare_bench(a) -> tuple[ExecConfig, BenchConfig]:
     if bc.prompt_text is not None:
         if not getattr(a, "model_path", None):
             raise CliError("--prompt-text needs --model-path (a real model and its tokenizer)")
-        if not os.path.isfile(bc.prompt_text):
+        if ".npz:" in bc.prompt_text:  # token ids made elsewhere: checked (file, key, row) before anything loads
+            from .tools.quality.generation import npz_ids
+
+            try:
+                npz_ids(bc.prompt_text, 1)
+            except ValueError as e:
+                raise CliError(f"--prompt-text: {e}") from None
+        elif not os.path.isfile(bc.prompt_text):
             raise CliError(f"--prompt-text {bc.prompt_text}: no such file")
     chain = getattr(a, "decode_chain", ExecConfig.decode_chain)  # an option not given is absent from ``a``
     if bc.record is not None and chain != 1:  # the simulator replays single decode steps (said once all is valid)
@@ -126,6 +133,12 @@ def check_device(cfg: ExecConfig) -> None:
 
 
 def _prompt_tokens(path: str, model_path: str) -> list:
+    """A text file's tokens by the model's tokenizer, or ``FILE.npz:KEY[:ROW]``'s token ids as they are (e.g. the
+    32K-token Gemma texts of ``experiments/long_context_draft/data/gemma_32k.npz``, made where its tokenizer runs)."""
+    if ".npz:" in path:
+        from .tools.quality.generation import npz_ids
+
+        return npz_ids(path, 1 << 62)[1]
     from .server.tokenizer import load_tokenizer
 
     with open(path, encoding="utf-8", errors="replace") as fh:

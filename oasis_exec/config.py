@@ -514,7 +514,7 @@ class BenchConfig:
     prompt_text: str | None = _f(
         None,
         "cut the prompts from this real text file (tokenized by the model's "
-        "tokenizer; needs --model-path) and prefill them for real, instead of "
+        "tokenizer; needs --model-path), or from token ids FILE.npz:KEY[:ROW], and prefill them for real, instead of "
         "synthesizing random KV; for selection=model on real weights",
         metavar="FILE",
     )

@@ -106,7 +106,7 @@ def run(a) -> list:
     toks = _prompt_tokens(a.text, a.model_path)
     dtype = torch.bfloat16 if a.dtype == "bfloat16" else torch.float32
     dec = Decoder.from_path(a.model_path, dtype, torch.device(a.device), a.device.startswith("cuda"))  # once
-    name = os.path.relpath(a.text, REPO)
+    name = a.text if ".npz:" in a.text else os.path.relpath(a.text, REPO)
     values = phase_values(a.ks)
     k_max = longest(values)
     extra = {"weights": "real", "dtype": a.dtype, "study": "speculative_decoding", "study_commit": provenance.commit()}
@@ -224,7 +224,7 @@ def main(argv=None) -> int:
     ap.add_argument("--steps", type=int, default=12)
     ap.add_argument("--warmup", type=int, default=3)
     ap.add_argument("--top-k", type=int, default=64)
-    ap.add_argument("--text", default=TEXT)
+    ap.add_argument("--text", default=TEXT, help="a text file (the model tokenizes it) or token ids FILE.npz:KEY[:ROW]")
     ap.add_argument("--model-path", default=os.environ.get("OASIS_GGUF"))
     ap.add_argument("--draft-path", default=DRAFT)
     ap.add_argument(

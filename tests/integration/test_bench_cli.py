@@ -136,7 +136,12 @@ def _values(tmp_path):
         "--out": [str(tmp_path / "o" / "r.jsonl"), folder, "/proc/no/such/r.jsonl"],
         "--record": [str(tmp_path / "rec.json"), folder],
         "--record-hardware": ["h200", "h100-sxm", "abacus"],
-        "--prompt-text": [str(tmp_path / "absent.txt")],
+        "--prompt-text": [
+            str(tmp_path / "absent.txt"),
+            "experiments/long_context_draft/data/gemma_32k.npz:text:licences",
+            "experiments/long_context_draft/data/gemma_32k.npz:nokey",
+            "experiments/long_context_draft/data/gemma_32k.npz:held",
+        ],
         "--no-host-fill": None,
         # generate
         "--prompt-ids": ["1,2,3", "", "a,b", "-1", "1,,2"],
@@ -215,3 +220,17 @@ def test_valid_vectors_run_on_the_cpu(argv, capsys):
         assert (rec["concurrency"], rec["steps"], rec["mode"]) == (2, 2, argv[argv.index("--mode") + 1])
     else:
         assert len(rec["output_ids"]) == 3
+
+
+def test_prompt_text_token_ids_from_an_npz(capsys):
+    """--prompt-text FILE.npz:KEY[:ROW]: the ids as stored (no tokenizer), and a bad key is one line before loading."""
+    import numpy as np
+
+    f = "experiments/long_context_draft/data/gemma_32k.npz"
+    with np.load(f) as z:
+        want, row = z["text:licences"].tolist(), z["held"][1].tolist()
+    assert cli._prompt_tokens(f + ":text:licences", None) == want and len(want) >= 32768
+    assert cli._prompt_tokens(f + ":held:1", None) == row
+    rc = cli.main(["bench", "--model-path", f, "--prompt-text", f + ":nokey", "--steps", "1"])
+    err = capsys.readouterr().err
+    assert rc == 2 and "--prompt-text" in err and "nokey" in err and "Traceback" not in err, err
