@@ -32,6 +32,10 @@ TIMED_STEPS = 24
 # (request, layer) groups the bench's selection is simulated on: ~10% sampling error a group on the victim cache's
 # bytes over the bench's 192 timed passes (its fetches are rare events, each group's heads drawn together), ~1.3% here
 SELECTION_GROUPS = 64
+# vLLM's harness (experiments/dense_vs_lookahead_throughput/vllm_dense.py): ``--decode``'s default, and vLLM 0.26's
+# token budget a step (``max_num_batched_tokens`` for the LLM class on a GPU of >= 70 GiB: H100, H200)
+VLLM_HARNESS_DECODE = 128
+VLLM_BATCHED_TOKENS = 16384
 
 
 @dataclass(frozen=True)
@@ -57,6 +61,7 @@ class BenchPoint:
     weights: str = "dummy"
     selection: str = "synthetic"
     device: str = "NVIDIA H200"
+    decode: Optional[int] = None  # vLLM points: the harness's decode tokens a request (None: VLLM_HARNESS_DECODE)
     warmup: Optional[int] = None  # the run's warm-up and timed scheduler steps (None: the bench's defaults)
     steps: Optional[int] = None
     date: str = ""
@@ -167,6 +172,51 @@ def bench_trace(context: int, lanes: int, output_tokens: int) -> Trace:
     return Trace(tuple(TraceRequest(i, 0.0, context, output_tokens) for i in range(lanes)))
 
 
+def vllm_first_tokens(lanes: int, context: int, budget: int = VLLM_BATCHED_TOKENS) -> list:
+    """Tokens each request of vLLM's harness holds when its clock starts.
+
+    ``vllm_dense.py`` adds ``lanes`` prompts of ``context`` tokens at once; vLLM's scheduler fills a step's token
+    budget with the running requests' decodes first (one token each), then the waiting prompts' chunks in order, and
+    a prompt's last chunk samples its first token. The clock starts after the step in which the last request got its
+    first token: by then a request whose prompt finished ``j`` steps earlier holds ``j + 1`` tokens. (H100 probes of
+    1dc31ae, mean tokens a request at the start: 7,800 x 16 5.0, 2,048 x 64 4.5; H200 8,096 x 32 9.0; Gemma 32,000 x
+    16 16.0; this rule: 4.5, 5.4, 8.5, 16.0.)"""
+    done = [0] * lanes
+    first = [0] * lanes  # the step of each request's first token (0: not yet)
+    step = running = 0
+    while running < lanes:
+        step += 1
+        left = budget - running
+        for i in range(lanes):
+            if first[i] or left <= 0:
+                continue
+            take = min(left, context - done[i])
+            done[i] += take
+            left -= take
+            if done[i] >= context:
+                first[i] = step
+        running = sum(1 for f in first if f)
+    return [step - f + 1 for f in first]
+
+
+def vllm_harness_tpot(step_s, lanes: int, context: int, decode: int, budget: int = VLLM_BATCHED_TOKENS):
+    """TPOT as ``vllm_dense.py`` reports it: ``decode_s · lanes / decode_tokens`` after its clock starts
+    (``vllm_first_tokens``), where the requests that started early finish early and the last steps run fewer of them.
+    ``step_s(batch)``: one decode step's seconds at that batch. Where the step barely grows with the batch (vLLM's host
+    loop on a small model) this is above the steady step: 3.54 ms reported for SmolLM2 8,096 x 32 (decode 64) on the
+    H200 over 0.198 s / 64 steps = 3.09 ms a step; 3.70 against 3.19 ms at 7,800 x 32 on the H100."""
+    left = sorted(decode + 1 - t for t in vllm_first_tokens(lanes, context, budget))
+    secs = toks = 0.0
+    done = 0
+    for i, n in enumerate(left):  # batches of lanes - i requests for n - done steps
+        if n > done:
+            b = lanes - i
+            secs += (n - done) * step_s(b)
+            toks += (n - done) * b
+            done = n
+    return secs * lanes / toks
+
+
 @dataclass(frozen=True)
 class BenchResult:
     tpot_s: float
@@ -199,6 +249,8 @@ def run_point(p: BenchPoint, warmup: int | None = None, steps: int | None = None
     as the executor does not clip it."""
     from .sim import simulate
 
+    if p.engine == "vllm":
+        return run_vllm_harness(p, **over)
     warmup = warmup if warmup is not None else p.warmup if p.warmup is not None else WARMUP_STEPS
     steps = steps if steps is not None else p.steps if p.steps is not None else TIMED_STEPS
     cfg = p.config(**over)
@@ -220,3 +272,28 @@ def run_point(p: BenchPoint, warmup: int | None = None, steps: int | None = None
     n = max(lg.decode[i] for i in idx)
     nbytes = sum(lg.h2d[i] for i in idx) / len(idx)
     return BenchResult(dur, n / dur, nbytes, n, res.wall_s, len(lg.dur))
+
+
+def run_vllm_harness(p: BenchPoint, **over) -> BenchResult:
+    """Simulate what vLLM's harness (``vllm_dense.py``) measures for ``p``: from the step in which the last request
+    got its first token (``vllm_first_tokens``), every request decoding the rest of its ``decode + 1`` tokens in one
+    closed loop (the early ones finish first), and TPOT = the loop's seconds · lanes / its tokens
+    (``vllm_harness_tpot``'s rule, here on the simulator's own step log)."""
+    from .sim import simulate
+
+    decode = p.decode or VLLM_HARNESS_DECODE
+    cfg = p.config(**over)
+    if p.weights == "dummy" and "max_context" not in over:
+        cfg = cfg.with_(max_context=p.context + decode + 2 * cfg.block_size)
+    tok0 = vllm_first_tokens(p.lanes, p.context)
+    trace = Trace(tuple(TraceRequest(i, 0.0, p.context + t - 1, decode + 1 - t) for i, t in enumerate(tok0)))
+    res = simulate(cfg, trace)
+    lg = res.steps
+    idx = [i for i in range(len(lg.dur)) if lg.decode[i] and not lg.prefill[i]]
+    if not idx:
+        raise ConfigError(f"bench point {p.name}: no decode step to time")
+    secs = sum(lg.dur[i] for i in idx)
+    toks = sum(lg.decode[i] for i in idx)
+    tpot = secs * p.lanes / toks
+    nbytes = sum(lg.h2d[i] for i in idx) / len(idx)
+    return BenchResult(tpot, p.lanes / tpot, nbytes, max(lg.decode[i] for i in idx), res.wall_s, len(lg.dur))

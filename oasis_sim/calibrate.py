@@ -9,6 +9,10 @@ fitted to the selection model's errors::
     x    = latency + bytes_per_step / L / copy_rate                                       (0 without bytes)
     step = max(step_overhead(chain) + L · c + lm_head(n), L · x, L · (score + top-K + select), step_floor)
 
+A vLLM point is scored as its harness reports TPOT (``bench.vllm_harness_tpot``: the clock starts when the last
+request has its first token, so the early requests finish early and the last steps run fewer of them), from this step
+at each batch.
+
 and the constants (``CalibParams``, all but ``gemm_flops_eff``; ``step_host_s`` first, from runs equal but for their
 decode chain: ``fit``) minimise the robust sum of squared relative TPOT
 errors (``scipy.optimize.least_squares``, plain squared loss (``soft_l1`` made the fit depend on the points' order: two minima, one ignoring the one
@@ -37,7 +41,7 @@ from oasis_core import modes
 from oasis_core.geometry import KVGeometry
 from oasis_core.specs import get_hardware, get_model
 
-from .bench import BenchPoint
+from .bench import VLLM_HARNESS_DECODE, BenchPoint, vllm_harness_tpot
 from .calibrated import CalibParams, CalibratedPredictor, Calibration
 
 # fitted constants and their bounds (lo, hi); the rest of CalibParams keep their defaults
@@ -72,7 +76,7 @@ def point_key(p: BenchPoint) -> str:
     d = asdict(p)
     d.pop("source", None)
     d.pop("note", None)
-    for k in ("warmup", "steps"):  # added later: a point without them keeps its key
+    for k in ("warmup", "steps", "decode"):  # added later: a point without them keeps its key
         if d[k] is None:
             d.pop(k)
     return hashlib.sha1(repr(sorted(d.items())).encode()).hexdigest()[:16]
@@ -132,8 +136,22 @@ def predict(points, params: CalibParams, bytes_of=None) -> np.ndarray:
     for p in points:
         pred = CalibratedPredictor(get_model(p.model), get_hardware(p.hardware), params, p.mode, p.engine)
         b = bytes_of(p) if bytes_of is not None else (p.bytes_per_step or 0.0)
-        out.append(steady_step_s(pred, p, b, params))
+        if p.engine == "vllm":  # what its harness reports (bench.vllm_harness_tpot), from the steady step a batch
+
+            def step_s(n, p=p, pred=pred, b=b, memo={}):  # noqa: B006 - a memo of this point's steps
+                if n not in memo:
+                    memo[n] = steady_step_s(pred, replace(p, lanes=n), b, params)
+                return memo[n]
+
+            out.append(harness_tpot(p, step_s))
+        else:
+            out.append(steady_step_s(pred, p, b, params))
     return np.array(out)
+
+
+def harness_tpot(p: BenchPoint, step_s) -> float:
+    """TPOT of vLLM point ``p`` as its harness reports it, ``step_s(batch)`` a steady step's seconds."""
+    return vllm_harness_tpot(step_s, p.lanes, p.context, p.decode or VLLM_HARNESS_DECODE)
 
 
 def chain_pairs(points) -> list:
@@ -221,14 +239,14 @@ def fit(points, base: CalibParams | None = None, card: str | None = None):
         raise ValueError("calibrate: no point with a measured TPOT or tok/s")
     meas = np.array([p.measured_tpot_s() for p in use])
     probe = np.array([card is not None and p.hardware != card for p in use])  # another card's floor probes
-    lanes = np.array([p.lanes for p in use], dtype=float)
     same = [p for p, o in zip(use, probe) if not o]
 
     def resid(theta):
         prm = _params(theta, base, fitted)
         t = np.empty(len(use))
         t[~probe] = predict(same, prm)
-        t[probe] = prm.step_vllm_s + lanes[probe] * prm.step_vllm_request_s  # the floor alone: a + b · n
+        for i in np.flatnonzero(probe):  # the floor alone, a + b · n, as the harness reports it
+            t[i] = harness_tpot(use[i], lambda n, prm=prm: prm.step_vllm_s + n * prm.step_vllm_request_s)
         return t / meas - 1.0
 
     x0 = np.array([getattr(base, k) / SCALE[k] for k in fitted])

@@ -188,6 +188,7 @@ def train_points() -> dict:
             32,
             tpot_ms=3.54,
             tok_s=9038.3,
+            decode=64,  # steps/baselines_more.sh: --decode 64 (its record: 1,792 tokens in 0.198 s)
             bytes_per_step=0.0,
             engine="vllm",
             weights="real",
@@ -244,6 +245,7 @@ def vllm_floor_points() -> dict:
                 tpot_ms=float(r["tpot_ms"]),
                 tok_s=float(r["decode_tok_s"]),
                 bytes_per_step=0.0,
+                decode=int(d["decode"]),
                 engine="vllm",
                 weights="real",
                 decode_chain=1,

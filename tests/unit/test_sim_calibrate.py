@@ -28,10 +28,38 @@ def test_closed_form_equals_the_simulated_bench_step():
         BenchPoint("qwen3-8b", "lookahead", 16384, 8, kv_budget_gb=52.0, hot_slots=128, decode_chain=1),
         BenchPoint("smollm2-135m", "dense", 7800, 15, kv_budget_gb=3.0),
         BenchPoint("qwen3-8b", "dense", 16384, 8, kv_budget_gb=52.0, engine="vllm", decode_chain=1),
+        BenchPoint("smollm2-135m", "dense", 8096, 32, engine="vllm", weights="real", decode_chain=1, decode=64),
     ):
         r = run_point(p, warmup=2, steps=3, predictor="calibrated")
         got = predict([replace(p, hot_slots=None)], params, bytes_of=lambda _p, b=r.bytes_per_step: b)[0]
         assert got == pytest.approx(r.tpot_s, rel=0.01), p.name
+
+
+def test_vllm_harness_clock_starts_at_the_last_first_token():
+    """vllm_dense.py's TPOT (decode_s · lanes / decode_tokens after the last request's first token), by hand: a 16,384-
+    token budget a step, decodes first, prompts in order. 3 x 10,000: step 1 finishes request 0 and 6,384 tokens of
+    request 1; step 2 (16,383 left after one decode) finishes 1 and 2: tokens at the clock's start 2, 1, 1. 2 x 16,384:
+    request 1's last token waits a step behind request 0's decode: 3, 1. With decode 4 these requests run 2 and 4 more
+    steps: a constant 1 s step reports 4 s · 2 lanes / 6 tokens; a step linear in the batch reports its full-batch
+    step (the early finishers' steps are cheaper in proportion)."""
+    from oasis_sim.bench import vllm_first_tokens, vllm_harness_tpot
+
+    assert vllm_first_tokens(3, 10000) == [2, 1, 1]
+    assert vllm_first_tokens(2, 16384) == [3, 1]
+    assert vllm_first_tokens(4, 100) == [1, 1, 1, 1]
+    assert vllm_harness_tpot(lambda b: 1.0, 2, 16384, 4) == pytest.approx(4 * 2 / 6)
+    assert vllm_harness_tpot(lambda b: 0.5 * b, 2, 16384, 4) == pytest.approx(1.0)
+    # the simulator's own vLLM run reports the same: its closed loop from the clock's start, the early ones ending first
+    p = BenchPoint("smollm2-135m", "dense", 8096, 32, engine="vllm", weights="real", decode_chain=1, decode=64)
+    from oasis_core.specs import get_hardware
+    from oasis_sim.calibrate import steady_step_s
+    from oasis_sim.calibrated import CalibratedPredictor
+
+    params = load_calibration().params
+    pred = CalibratedPredictor(get_model(p.model), get_hardware(p.hardware), params, p.mode, p.engine)
+    steady = steady_step_s(pred, p, 0.0, params)
+    r = run_point(p, predictor="calibrated")
+    assert r.lanes == 32 and r.tpot_s > 1.03 * steady  # H200: 3.54 ms reported over 3.09 ms a step
 
 
 def test_victim_cache_and_lanes_follow_the_executor_rule():
