@@ -37,7 +37,9 @@ per-position rates). Selection and transfers stay once a step (the next step's s
 happen ``1 / (1 + n)`` times as often; TPOT (per request: time / tokens) follows. In ``lookahead`` they run after
 the pass, as the executor's speculative step runs them (its prediction needs the step's acceptance; measured on the
 H200, experiments/speculative_decoding/README.md): every layer's prediction and selection, then its copy, the
-prediction one layer ahead of the copy, none beside the pass's compute.
+prediction one layer ahead of the copy, none beside the pass's compute; each layer's prediction waits for that
+layer's masked commit of the accepted drafts (op ``spec_commit``, on the compute stream after the acceptance, in
+``beside`` too: ``oasis_sim.spec_pipeline``).
 
 Hybrid models (``ModelSpec.layer_windows``, ``oasis_sim.layer_kinds``): only the full-attention layers have the
 sparse machinery. Rows, fetches, first fills, remote units and transfers count the full layers (``Lf`` of them),
@@ -636,6 +638,9 @@ class SimEngine:
         draft_s = 0.0
         if K and self.cfg.speculative_gamma is None:  # K draft-head steps over the batch (before the step's lm_head)
             draft_s = K * pred.time("draft_step", {"tokens": n_dec})
+        # a speculative step of the resident working set: each full layer's masked commit after the acceptance, on
+        # the compute stream, feeding that layer's side stage (oasis_sim.spec_pipeline; dense's pass wrote its pages)
+        commit_s = pred.time("spec_commit", {}) if K and background else 0.0
         n_tail = n_dec * (K + 1 if K else 1) + len(plan.prefill)
         if self._memo:
             tail_s = self._lm_cache.get(n_tail)
@@ -668,9 +673,12 @@ class SimEngine:
                 score_s, topk_s = K * score_s, K * topk_s
                 if self._repair_on:  # (no request's acceptance can move its prediction: no repair launched)
                     rep_s = pred.time("spec_repair", {}) + sel_s  # a layer's repair prediction, then its plan
-                    tail_s += spec_pipeline.repair_tail_s(Lf, rep_s, repair_x)
+                    tail_s += spec_pipeline.repair_tail_s(Lf, rep_s, repair_x, commit_s)
+                else:  # the commits alone
+                    tail_s += spec_pipeline.commit_tail_s(Lf, commit_s)
             elif background:  # the next step's prediction needs the acceptance: after the pass, not beside it
-                tail_s += spec_pipeline.after_tail_s(Lf, score_s + topk_s + sel_s, x)  # prediction a layer ahead
+                # each layer's commit, then its prediction (one layer ahead of its copy), then its copy
+                tail_s += spec_pipeline.after_tail_s(Lf, score_s + topk_s + sel_s, x, commit_s)
                 background = False
         side_s, sel_bg = score_s + topk_s if background else 0.0, sel_s if background else 0.0
         if win_attn is not None and background:  # side work and transfers on the full layers only

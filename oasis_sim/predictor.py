@@ -21,6 +21,12 @@ op                 shape keys                                    roofline model
                                                                  "beside"``, ``oasis_kernels.spec_repair``): a
                                                                  launch's latency ``spec_repair_fixed_s`` (its
                                                                  selection is ``select``)
+``spec_commit``    (none)                                        a speculative step's masked commit of one full
+                                                                 layer after the acceptance (the resident working
+                                                                 set's ``commit_accepted``: the accepted drafts'
+                                                                 K/V written under a mask, two summary updates, the
+                                                                 filled block's write-back), on the compute stream:
+                                                                 ``spec_commit_layer_s``, latency-bound (fixed)
 ``sparse_overhead`` ``requests``                                  per-request cost of the sparse machinery that is
                                                                  not hidden: ``requests · sparse_request_layer_s``
 ``side_contention`` ``hbm_bytes``                                 HBM bytes the side stream moves while compute
@@ -66,6 +72,7 @@ OPS = (
     "topk",
     "select",
     "spec_repair",
+    "spec_commit",
     "sparse_overhead",
     "side_contention",
     "lm_head",
@@ -128,6 +135,16 @@ class RooflineParams:
     # layers, ~96 us of it beyond the selection's select_fixed_s + rows (a few dozen tiny kernels). The fused kernel
     # (oasis_kernels.spec_repair, one launch of R short programs) is estimated at 8 us a layer, not yet measured.
     spec_repair_fixed_s: float = 8e-6
+    # per full layer, a speculative lookahead step's masked commit after the acceptance (op spec_commit;
+    # oasis_exec/workingset/commit.py, on the compute stream, both spec_predict variants): per layer, for the input's
+    # block and the next (two phases), K and V each read at the drafts' slots, masked by the acceptance (torch.where)
+    # and written back (index_put): 8 index kernels and 4 elementwise, then 2 summary updates and one write-back of a
+    # filled block. Measured kernel by kernel in the H200 profile of the same commit code (experiments/
+    # speculative_decoding/results/profile_spec_2610b77/profile_k2.txt: dummy Qwen3-8B, 16K x 32, k = 2; the
+    # kernels the k = 0 profile lacks): index_elementwise 5.28 and 5.00 us (4 each), the masked where 4.49 us (4),
+    # summary_update 3.00 us (2), _writeback 3.68 us (1) = 68.8 us a layer. The tensors are B x H x k x D (65,536
+    # elements there, 45,056 at 44 lanes and k = 1): latency-bound, so a fixed cost. No recording of beside was used.
+    spec_commit_layer_s: float = 68.8e-6
     sampling_fixed_s: float = 50e-6  # per step
     step_overhead_s: float = 300e-6  # per step: scheduling, launch (CUDA graphs assumed)
     layer_overhead_s: float = 4e-6  # per layer: kernel launches not hidden by graphs
@@ -172,6 +189,7 @@ class RooflinePredictor(TimePredictor):
             "topk": self._topk,
             "select": self._select,
             "spec_repair": self._spec_repair,
+            "spec_commit": self._spec_commit,
             "lm_head": self._lm_head,
             "step_overhead": self._step_overhead,
             "sparse_overhead": self._sparse_overhead,
@@ -235,6 +253,9 @@ class RooflinePredictor(TimePredictor):
 
     def _spec_repair(self, s) -> float:
         return self.p.spec_repair_fixed_s
+
+    def _spec_commit(self, s) -> float:
+        return self.p.spec_commit_layer_s
 
     def _lm_head(self, s) -> float:
         m = self.model

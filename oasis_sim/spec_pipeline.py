@@ -4,6 +4,16 @@
 ``after`` (the engine's model before this): the verify pass, then every full layer's prediction and selection and
 its copy, the prediction one layer ahead of its copy (``after_tail_s``).
 
+**The masked commit** (both variants; op ``spec_commit``, ``RooflineParams.spec_commit_layer_s``): after the
+acceptance the executor's resident set writes each full layer's accepted drafts' K/V under a mask, updates two
+summaries and writes back a filled block (``oasis_exec.workingset.commit.commit_accepted``), on the compute stream,
+layer by layer; each layer's side stage (after's prediction, beside's repair) is launched once that layer's commit
+is done. So the work after the pass is a three-stage pipeline over the full layers -- commit (compute stream), side
+work (prediction stream), copy (copy path) -- of ``(n - 1) · max(stages) + sum(stages)`` (``pipelined_s``). In
+``after`` the commit (~69 µs a layer) is shorter than the prediction and selection it feeds, so it adds one stage's
+fill; in ``beside`` the repair is shorter than the commit, so the commit sets the tail, and a step that launches no
+repair still runs it (``commit_tail_s``).
+
 ``beside``: the step's side work runs beside the pass as in an ordinary lookahead step (``LayerWork.background``:
 per full layer the prediction of the ``K`` candidates, ``K`` scorings and top-Ks, then the selection, then the copy
 of the step's fetches on the copy path, layer-local sync with the next step; the side stream's HBM traffic and the
@@ -52,14 +62,35 @@ def repair_on(positions, ks, k: int, s_hat: int, block_size: int) -> bool:
     return bool(got.any())
 
 
-def after_tail_s(n_layers: int, side_s: float, xfer_s: float) -> float:
-    """After the pass, layer by layer: ``n_layers`` stages of ``max(side, copy)`` plus the first side or last copy."""
-    return n_layers * max(side_s, xfer_s) + min(side_s, xfer_s)
+def pipelined_s(n_layers: int, *stages: float) -> float:
+    """``n_layers`` items through stages in sequence, one item a stage at a time, each stage's item ``l`` waiting for
+    the previous stage's item ``l`` and its own item ``l - 1``, every item of a stage taking the same time: the
+    slowest stage ``n_layers - 1`` times after one pass through all of them, ``(n - 1) · max + sum`` (zero-length
+    stages leave it; none: 0)."""
+    st = [s for s in stages if s > 0]
+    if not st or n_layers <= 0:
+        return 0.0
+    return (n_layers - 1) * max(st) + sum(st)
 
 
-def repair_tail_s(n_layers: int, select_s: float, repair_xfer_s: float) -> float:
-    """After the acceptance: every layer's repair prediction and selection (``select_s``), each followed by its
-    repair copy (none: the prediction and selections alone)."""
-    if repair_xfer_s <= 0:
+def after_tail_s(n_layers: int, side_s: float, xfer_s: float, commit_s: float = 0.0) -> float:
+    """After the pass, layer by layer: each layer's masked commit (``commit_s``, compute stream), then its
+    prediction and selection (``side_s``), then its copy (``xfer_s``)."""
+    if commit_s <= 0:  # (the two-stage form, float for float as before the commit was modelled)
+        return n_layers * max(side_s, xfer_s) + min(side_s, xfer_s)
+    return pipelined_s(n_layers, commit_s, side_s, xfer_s)
+
+
+def repair_tail_s(n_layers: int, select_s: float, repair_xfer_s: float, commit_s: float = 0.0) -> float:
+    """After the acceptance: every layer's masked commit (``commit_s``), then its repair prediction and selection
+    (``select_s``), then its repair copy (none: the commits, predictions and selections alone)."""
+    if commit_s <= 0 and repair_xfer_s <= 0:
         return n_layers * select_s
-    return after_tail_s(n_layers, select_s, repair_xfer_s)
+    if commit_s <= 0:
+        return after_tail_s(n_layers, select_s, repair_xfer_s)
+    return pipelined_s(n_layers, commit_s, select_s, repair_xfer_s)
+
+
+def commit_tail_s(n_layers: int, commit_s: float) -> float:
+    """A beside step that launches no repair: the masked commits alone, layer after layer on the compute stream."""
+    return n_layers * commit_s

@@ -40,14 +40,16 @@ def _run(monkeypatch, variant, k, alpha, lanes=16, context=16384, steps=40, **kw
 
 
 @pytest.mark.parametrize(
-    "kw",
+    "kw,gain",
     [
-        {},  # paper's fetch ratio: copies hide beside the pass
-        {"fetch_ratio": 0.5},  # copy-bound: the copies spill past the pass
-        {"lanes": 4, "context": 4096},
+        ({}, 0.98),  # paper's fetch ratio: copies hide beside the pass
+        ({"fetch_ratio": 0.5}, 0.98),  # copy-bound: the copies spill past the pass
+        # 4 lanes: after's prediction and selection of a layer (~60 µs) is shorter than its masked commit (68.8 µs),
+        # so both variants' tails after the pass are nearly the commits alone: beside gains only a stage's fill
+        ({"lanes": 4, "context": 4096}, 1.0),
     ],
 )
-def test_beside_never_slower_than_after_without_repairs(monkeypatch, kw):
+def test_beside_never_slower_than_after_without_repairs(monkeypatch, kw, gain):
     """k = 1 with every draft rejected: the query never moves and no run fills a block (repair rate 0)."""
     a_log, a_rep, _, a_sum = _run(monkeypatch, "after", 1, 0.0, **kw)
     b_log, b_rep, _, b_sum = _run(monkeypatch, "beside", 1, 0.0, **kw)
@@ -59,7 +61,7 @@ def test_beside_never_slower_than_after_without_repairs(monkeypatch, kw):
     for i, (da, db) in enumerate(zip(a_log.dur, b_log.dur)):
         t_a, t_b = t_a + da, t_b + db
         assert t_b <= t_a * (1 + 1e-12), i  # never behind, at every step
-    assert t_b < 0.98 * t_a and b_sum["throughput_tok_s"] > a_sum["throughput_tok_s"]
+    assert t_b < gain * t_a and b_sum["throughput_tok_s"] > a_sum["throughput_tok_s"]
 
 
 @pytest.mark.parametrize("k,alpha", [(1, 0.8), (2, 0.7), (3, 0.5)])
@@ -102,9 +104,12 @@ def test_the_repair_prediction_costs_a_layer_only_in_steps_that_run_it(monkeypat
     """The repair's prediction (op ``spec_repair``, a fixed cost a layer) lengthens exactly the steps that launch the
     repair (``repair_on``: at k = 1, a request one token short of its block's end), by that cost a full layer (with
     copies: by at most that, the repair's copies of a layer overlapping the next layer's prediction); the other steps
-    keep their time (to rounding: durations are differences of absolute times)."""
+    keep their time (to rounding: durations are differences of absolute times). The masked commit is set to 0
+    here: it is the first stage of the repair's pipeline and would hide part of the repair's cost
+    (``test_the_masked_commit_sets_the_tail_after_the_pass`` prices them together)."""
     from oasis_sim.predictor import RooflinePredictor
 
+    monkeypatch.setattr(RooflinePredictor, "_spec_commit", lambda self, s: 0.0)
     runs = []
     for cost in (0.0, 1e-3):
         monkeypatch.setattr(RooflinePredictor, "_spec_repair", lambda self, s, c=cost: c)
@@ -132,3 +137,81 @@ def test_the_repair_prediction_costs_a_layer_only_in_steps_that_run_it(monkeypat
             assert 0.9 * lf * 1e-3 < b - a <= lf * 1e-3 * (1 + 1e-9), i
         else:
             assert b == pytest.approx(a, rel=1e-12, abs=1e-15), i
+
+
+def test_pipelined_tail_by_hand():
+    """The work after the pass as a pipeline of stages over the layers, ``(n - 1) · max + sum``, on numbers worked
+    by hand (µs): the Qwen3-8B shape's commit 68.8, after's prediction and selection 134, its copy 60, beside's
+    repair 28.7."""
+    from oasis_sim import spec_pipeline as sp
+
+    us = 1e-6
+    # after: 35 x 134 + (68.8 + 134 + 60) = 4690 + 262.8
+    assert sp.after_tail_s(36, 134 * us, 60 * us, 68.8 * us) == pytest.approx(4952.8 * us, rel=1e-12)
+    # without the commit: the two-stage form, 36 x 134 + 60
+    assert sp.after_tail_s(36, 134 * us, 60 * us) == pytest.approx(4884.0 * us, rel=1e-12)
+    # beside with its repair and no repair copies: the commit is the slowest stage, 35 x 68.8 + 68.8 + 28.7
+    assert sp.repair_tail_s(36, 28.7 * us, 0.0, 68.8 * us) == pytest.approx(2505.5 * us, rel=1e-12)
+    # a repair copy longer than the commit sets the pace: 35 x 100 + 68.8 + 28.7 + 100
+    assert sp.repair_tail_s(36, 28.7 * us, 100 * us, 68.8 * us) == pytest.approx(3697.5 * us, rel=1e-12)
+    # before the commit was modelled: the repair alone, 36 x 28.7
+    assert sp.repair_tail_s(36, 28.7 * us, 0.0) == pytest.approx(1033.2 * us, rel=1e-12)
+    assert sp.commit_tail_s(36, 68.8 * us) == pytest.approx(2476.8 * us, rel=1e-12)
+    assert sp.pipelined_s(36) == 0.0 and sp.pipelined_s(0, 1.0) == 0.0
+
+
+@pytest.mark.parametrize("variant", ["after", "beside"])
+def test_the_masked_commit_sets_the_tail_after_the_pass(monkeypatch, variant):
+    """Op ``spec_commit`` (a fixed cost a full layer on the compute stream after the acceptance, each layer's side
+    stage waiting for it): with the commit at 1 ms a layer, longer than any side stage here, a speculative step's
+    tail after the pass grows from ``n · side`` to ``(n - 1) · C + C + side`` (after: its prediction and selection;
+    beside: its repair's, or ``n · C`` in a step that launches no repair), ``n`` the full layers; no transfer, so no
+    copies. The side stage times are the engine's own (captured); the rest is worked by hand, so a commit charged in
+    the wrong place, per step, or not at all fails it. Ordinary steps keep their time."""
+    from oasis_sim import spec_pipeline as sp
+    from oasis_sim.predictor import RooflinePredictor
+
+    runs = []
+    for cost in (0.0, 1e-3):
+        monkeypatch.setattr(RooflinePredictor, "_spec_commit", lambda self, s, c=cost: c)
+        seen = {}  # step index -> (which tail, the side stage a layer, full layers)
+        eng = []
+
+        def spy(name, fn, seen=seen, eng=eng):
+            def wrapped(n, side, *rest):
+                seen[len(eng[0].log.dur)] = (name, side, n)
+                return fn(n, side, *rest)
+
+            return wrapped
+
+        draw = sim_engine.SimEngine._spec_draw
+
+        def keep(self, plan, ks, K, beside, draw=draw, eng=eng):
+            eng[:] = [self]
+            return draw(self, plan, ks, K, beside)
+
+        monkeypatch.setattr(sim_engine.SimEngine, "_spec_draw", keep)
+        for name in ("after_tail_s", "repair_tail_s", "commit_tail_s"):
+            monkeypatch.setattr(sp, name, spy(name, getattr(sp, name)))
+        cfg = SimConfig(speculative_k=1, speculative_alpha=0.8, spec_predict=variant, no_transfer=True, **BASE)
+        res = simulate(cfg, bench_trace(4096, 4, 60))
+        monkeypatch.undo()
+        runs.append((res.steps.dur, seen))
+    (d0, s0), (d1, s1) = runs
+    C = 1e-3
+    kinds = set()
+    for i, (a, b) in enumerate(zip(d0, d1)):
+        if i not in s1:
+            assert i not in s0 and b == pytest.approx(a, rel=1e-12, abs=1e-15), i  # an ordinary step
+            continue
+        name, side, n = s1[i]
+        kinds.add(name)
+        if name == "commit_tail_s":  # beside, no repair launched: nothing after the pass before, n commits now
+            assert s0[i] == (name, 0.0, n) and side == C, i
+            want = n * C
+        else:
+            assert s0[i] == (name, side, n), i
+            assert side < C
+            want = (n - 1) * C + C + side - n * side
+        assert b - a == pytest.approx(want, rel=1e-9), i
+    assert kinds == ({"after_tail_s"} if variant == "after" else {"repair_tail_s", "commit_tail_s"})
