@@ -24,9 +24,11 @@ Speculative decoding (``SimConfig.speculative_k``, modes ``dense`` and ``lookahe
 ``oasis_exec.runner.speculative``): a decode step in which no request is short or crossing drafts ``k_r`` tokens for
 request ``r`` (fixed: ``speculative_k``, the batch's least ``max_tokens - generated - 1`` bounding it; ``auto``:
 ``oasis_core.speculation.AdaptiveK`` per request, as the executor) and verifies ``K = max k_r`` for all (a
-request's drafts past its own ``k_r`` count as rejected, as the executor's pass). It costs the draft chain, ``K``
-draft-head steps over the batch (the predictor's ``draft_step``, or ``K · speculative_gamma`` times the verify
-pass), on the compute stream before the layers, plus the verify pass: every layer's GEMMs, norms and the LM head
+request's drafts past its own ``k_r`` count as rejected, as the executor's pass). It costs the draft head's steps over the batch (the
+predictor's ``draft_step``, or ``speculative_gamma`` times the verify pass, each) that a step without speculation
+does not run: ``K`` in ``dense``, ``K - 1`` in ``lookahead`` (the executor's head runs K - 1 chain steps and the
+proposal after the acceptance, and a lookahead step without speculation makes that proposal too), on the compute
+stream before the layers, plus the verify pass: every layer's GEMMs, norms and the LM head
 over ``K + 1`` tokens a decode request, and its attention reading the request's KV once per position in ``dense``
 (``K + 1`` times: the paged kernel attends each position as a query row of its own) and once in ``lookahead`` (the
 sparse kernel attends a row's positions together: 2.80 ms of sparse attention a step at k = 2 against 3.39 at
@@ -635,9 +637,14 @@ class SimEngine:
         else:
             h2d = 0.0
             x = 0.0
-        draft_s = 0.0
-        if K and self.cfg.speculative_gamma is None:  # K draft-head steps over the batch (before the step's lm_head)
-            draft_s = K * pred.time("draft_step", {"tokens": n_dec})
+        draft_s = draft_one = 0.0
+        # the executor's head runs K times a speculative step: K - 1 chain steps and the proposal after the
+        # acceptance. A lookahead step without speculation makes that proposal too (its cost is in the fitted step),
+        # so lookahead adds K - 1 head steps; dense runs no head without speculation, so it adds all K.
+        n_heads = K - 1 if mode.drafts else K
+        if K and self.cfg.speculative_gamma is None:  # the head's steps over the batch (before the lm_head)
+            draft_one = pred.time("draft_step", {"tokens": n_dec})
+            draft_s = n_heads * draft_one
         # a speculative step of the resident working set: each full layer's masked commit after the acceptance, on
         # the compute stream, feeding that layer's side stage (oasis_sim.spec_pipeline; dense's pass wrote its pages)
         commit_s = pred.time("spec_commit", {}) if K and background else 0.0
@@ -665,9 +672,10 @@ class SimEngine:
             layers_s = L * c if win_attn is None else sum(compute_s)
             verify_s = layers_s + head_s + tail_s  # the verify pass on the compute stream
             if self.cfg.speculative_gamma is not None:
-                draft_s = K * self.cfg.speculative_gamma * verify_s
+                draft_one = self.cfg.speculative_gamma * verify_s
+                draft_s = n_heads * draft_one
             if self.spec_policy is not None:
-                self.spec_policy.observe_cost(draft_s / K, verify_s)  # γ as the executor measures it
+                self.spec_policy.observe_cost(draft_one, verify_s)  # γ as the executor measures it: one head step
             head_s += draft_s  # the chain runs on the compute stream before the layers
             if beside:  # K candidates beside the pass; after the acceptance the repair (oasis_sim.spec_pipeline)
                 score_s, topk_s = K * score_s, K * topk_s

@@ -215,3 +215,26 @@ def test_the_masked_commit_sets_the_tail_after_the_pass(monkeypatch, variant):
             want = (n - 1) * C + C + side - n * side
         assert b - a == pytest.approx(want, rel=1e-9), i
     assert kinds == ({"after_tail_s"} if variant == "after" else {"repair_tail_s", "commit_tail_s"})
+
+
+@pytest.mark.parametrize("mode,k,heads", [("lookahead", 1, 0), ("lookahead", 2, 1), ("dense", 1, 1), ("dense", 2, 2)])
+def test_speculative_step_charges_the_draft_head_steps_a_plain_step_does_not_run(monkeypatch, mode, k, heads):
+    """The executor's head runs k times a speculative step (k - 1 chain steps, the proposal after the acceptance); a
+    lookahead step without speculation makes that proposal too (in the fitted ordinary step), dense runs no head. So
+    one more millisecond a draft step lengthens a speculative step by k - 1 ms in lookahead and k ms in dense, and
+    an ordinary step not at all (no transfer: the head's time is on the compute stream, nothing hides it)."""
+    from oasis_sim.predictor import RooflinePredictor
+
+    step = RooflinePredictor._draft_step
+    runs = []
+    for extra in (0.0, 1e-3):
+        monkeypatch.setattr(RooflinePredictor, "_draft_step", lambda self, s, e=extra: step(self, s) + e)
+        kw = {**BASE, "mode": mode}
+        cfg = SimConfig(speculative_k=k, speculative_alpha=0.8, no_transfer=True, **kw)
+        runs.append(simulate(cfg, bench_trace(4096, 4, 30)).steps.dur)
+        monkeypatch.undo()
+    d0, d1 = runs
+    assert len(d0) == len(d1) and len(d0) > 5
+    grew = [b - a for a, b in zip(d0, d1)]
+    assert max(grew) == pytest.approx(heads * 1e-3, abs=1e-9)  # every speculative step
+    assert min(grew) == pytest.approx(0.0, abs=1e-9) or min(grew) == pytest.approx(heads * 1e-3, abs=1e-9)
