@@ -315,41 +315,44 @@ def measure(
             g[0] += 1
             g[1] += time.perf_counter() - gc_t0[0]
 
-    for i in range(warmup + steps):
-        if i == warmup and beside is not None:
-            beside.force_repairs = 0  # too short a warm-up: the repair's graph is made in the timed steps
-        if i == warmup:
-            if cfg.device == "cuda":
-                torch.cuda.synchronize()
-            runner.trace.stage_ms = {}
-            c0 = runner.counters()
-            acc0 = dict(runner.spec.accepts)
-            sp0 = runner.spec.beside.stats() if runner.spec.beside is not None else {}
-            passes0 = runner.decode_steps
-            keys0 = runner.cuda_graphs.keys()  # graph keys run before the timed steps (eager or captured)
-            gc.callbacks.append(gc_clock)
-        runner.trace.step = i - warmup if i - warmup in traced else None
-        t0 = time.perf_counter()
-        if i == warmup:
-            t_first = t0
-        out = eng.step()
-        times.append(time.perf_counter() - t0)
-        if i >= warmup:
-            got = sum(len(o.new_token_ids) for o in out)
-            emitted += got
-            per_req.append(got / max(len(out), 1))
-        if runner.trace.layer_events:  # ms since the step began -> ms since the first timed step began (host clock)
-            off = 1e3 * (t0 - t_first)
-            layer_events += [
-                [s, l, k, round(off + a, 4), round(off + max(a, b), 4)] for s, l, k, a, b in runner.trace.layer_events
-            ]
-            runner.trace.layer_events = []
-        if not out:
-            break
-    runner.trace.step = None
-    if gc_clock in gc.callbacks:
-        gc.callbacks.remove(gc_clock)
-    gc.unfreeze()  # back to the oldest generation: a process that runs many benches (the tests) frees dropped engines
+    try:  # the collector's state is restored however the steps end (an exception leaves no frozen process)
+        for i in range(warmup + steps):
+            if i == warmup and beside is not None:
+                beside.force_repairs = 0  # too short a warm-up: the repair's graph is made in the timed steps
+            if i == warmup:
+                if cfg.device == "cuda":
+                    torch.cuda.synchronize()
+                runner.trace.stage_ms = {}
+                c0 = runner.counters()
+                acc0 = dict(runner.spec.accepts)
+                sp0 = runner.spec.beside.stats() if runner.spec.beside is not None else {}
+                passes0 = runner.decode_steps
+                keys0 = runner.cuda_graphs.keys()  # graph keys run before the timed steps (eager or captured)
+                gc.callbacks.append(gc_clock)
+            runner.trace.step = i - warmup if i - warmup in traced else None
+            t0 = time.perf_counter()
+            if i == warmup:
+                t_first = t0
+            out = eng.step()
+            times.append(time.perf_counter() - t0)
+            if i >= warmup:
+                got = sum(len(o.new_token_ids) for o in out)
+                emitted += got
+                per_req.append(got / max(len(out), 1))
+            if runner.trace.layer_events:  # ms since the step began -> ms since the first timed step began (host clock)
+                off = 1e3 * (t0 - t_first)
+                layer_events += [
+                    [s, l, k, round(off + a, 4), round(off + max(a, b), 4)]
+                    for s, l, k, a, b in runner.trace.layer_events
+                ]
+                runner.trace.layer_events = []
+            if not out:
+                break
+    finally:
+        runner.trace.step = None
+        if gc_clock in gc.callbacks:
+            gc.callbacks.remove(gc_clock)
+        gc.unfreeze()  # back to the oldest generation: a process running many benches (the tests) frees dropped engines
     t_end = time.perf_counter()
     if cfg.device == "cuda":
         torch.cuda.synchronize()  # copies still running past the last timed step (UVA copy graphs) count too

@@ -55,3 +55,21 @@ def test_the_bench_freezes_the_engine_for_its_run_and_unfreezes_after(monkeypatc
     # the steps that finish the requests after the run, unfrozen
     assert rec["steps"] == 2 and sum(c > 1000 for c in seen) == 3 and seen[-1] == 0
     assert gc.get_freeze_count() == 0
+
+
+def test_a_failing_step_leaves_the_collector_as_it_was(monkeypatch):
+    """A step that raises inside the timed window: the bench's freeze and its clock are undone all the same."""
+    step = Engine.step
+    calls = []
+
+    def failing_step(self):
+        calls.append(1)
+        if len(calls) == 3:  # the second timed step (one warm-up step first)
+            raise RuntimeError("a step failed")
+        return step(self)
+
+    monkeypatch.setattr(Engine, "step", failing_step)
+    with pytest.raises(RuntimeError, match="a step failed"):
+        run_bench(cfg("lookahead", max_lanes=2, short_context=False), 64, 2, 2, 1)
+    assert gc.get_freeze_count() == 0
+    assert not any(getattr(c, "__name__", "") == "gc_clock" for c in gc.callbacks)
