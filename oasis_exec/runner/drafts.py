@@ -42,8 +42,12 @@ class Drafts:
         return self.head.layers if self.head is not None else ()
 
     def reset(self, a) -> None:
-        """A synthesized prefill of admission ``a``: no draft yet; an attending head's K/V filled likewise."""
+        """A synthesized prefill of admission ``a``: no draft yet (with the gate: probability 0, so its first step
+        predicts from the current query, not by the lane's last occupant's probability); an attending head's K/V
+        filled likewise."""
         self.tok[a.lane] = 0
+        if self.conf is not None:
+            self.conf[a.lane] = 0.0
         if self.attends:
             self.head.synthesize(a.lane, a.prompt_len - 1, a.seed)
 

@@ -142,3 +142,22 @@ def test_prompt_lookup_drafts_count_as_certain():
 def test_bad_gate_is_refused(kw, msg):
     with pytest.raises(ValueError, match=msg):
         ExecConfig(model="tiny", device="cpu", dtype="float32", **kw)
+
+
+def test_a_synthesized_prefill_starts_without_a_draft_probability():
+    """A lane's synthesized prefill (the bench's) has no draft: its gate probability is 0 (the first step predicts from
+    the current query), not what the lane's last occupant left."""
+    eng = Engine(cfg("lookahead", draft_gate=0.5, **KW))
+    conf = eng.runner.drafts.conf
+    conf.fill_(1.0)  # as a sure draft of an earlier request would leave it
+    seen = []
+    reset = eng.runner.drafts.reset
+
+    def spy(a):
+        reset(a)
+        seen.append((a.lane, float(conf[a.lane])))
+
+    eng.runner.drafts.reset = spy
+    eng.add_request(prompts()[0], SamplingParams(max_tokens=2), synthetic_prefill=True)
+    eng.step()
+    assert seen and all(c == 0.0 for _, c in seen)
