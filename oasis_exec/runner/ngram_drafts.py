@@ -54,6 +54,8 @@ class NgramDrafts:
     def __init__(self, min_match: int, *, max_lanes: int, max_context: int, tok, conf=None):
         if min_match < 1:
             raise ValueError(f"draft_ngram: the shortest match must be >= 1 token, got {min_match}")
+        if max_context < 1:
+            raise ValueError(f"NgramDrafts: max_context must be >= 1 (a lane's tokens), got {max_context}")
         self.min_n, self.max_n = min_match, max(3, min_match)
         self.tok = tok  # Drafts.tok, each lane's next draft token (device)
         self.conf = conf  # Drafts.conf (ExecConfig.draft_gate) or None: a matched lane's draft counts as certain
