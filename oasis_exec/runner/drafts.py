@@ -18,7 +18,17 @@ from .ngram_drafts import NgramDrafts
 
 class Drafts:
     def __init__(
-        self, head, *, max_lanes: int, hidden: int, speculative: bool, dtype, device, ngram: int = 0, gate=False
+        self,
+        head,
+        *,
+        max_lanes: int,
+        hidden: int,
+        speculative: bool,
+        dtype,
+        device,
+        ngram: int = 0,
+        gate=False,
+        max_context: int = 0,
     ):
         self.head = head  # the draft head (None: the mode does not draft); the quality harness may replace it
         self.device = device
@@ -27,8 +37,13 @@ class Drafts:
         self.conf = torch.ones(max_lanes, dtype=torch.float32, device=device) if gate and head is not None else None
         if self.conf is not None:
             head.want_conf = True
-        # prompt lookup beside the head (ExecConfig.draft_ngram; runner/ngram_drafts.py), None when off
-        self.ngram = NgramDrafts(ngram, self.tok, self.conf) if ngram else None
+        # prompt lookup beside the head (ExecConfig.draft_ngram; runner/ngram_drafts.py: each lane's tokens on the
+        # device, max_lanes x (max_context + 1) int32), None when off
+        self.ngram = (
+            NgramDrafts(ngram, max_lanes=max_lanes, max_context=max_context, tok=self.tok, conf=self.conf)
+            if ngram
+            else None
+        )
         self.attends = getattr(head, "attends", False)  # an attending head: K/V of every position, no chains
         self.h = (
             torch.zeros(max_lanes, hidden, dtype=dtype, device=device) if speculative and not self.attends else None
@@ -99,9 +114,12 @@ class Drafts:
 
     def chain(self, lanes, toks, pos, k: int):
         """The ``k`` drafts [B, k] of a speculative step at positions ``pos + 1 .. pos + k`` (``toks`` [B] at
-        ``pos``): the draft token proposed after the previous step, then ``k - 1`` steps of the head on its own
-        hidden state (``DraftHead.chain``). An attending head drafts the first only (``ExecConfig`` refuses k >= 2
-        with it)."""
+        ``pos``): the draft token proposed after the previous step (prompt lookup's where it matched:
+        ``NgramDrafts.step``, which also writes ``toks`` into the lanes' histories), then ``k - 1`` steps of the head
+        on its own hidden state (``DraftHead.chain``). An attending head drafts the first only (``ExecConfig``
+        refuses k >= 2 with it)."""
+        if self.ngram is not None:
+            self.ngram.step(lanes, toks, pos)
         d = self.tok[lanes]
         if k == 1:
             return d[:, None]

@@ -218,6 +218,8 @@ class ModelExec:
             sets=sets,
             recorded=recorded,
         )
+        if self.drafts.ngram is not None:  # the input tokens into the lanes' histories; the draft row's lookup
+            self.drafts.ngram.step(lanes, toks, pos, look=nq == 2)
         r = self.ws.prepare(s, short, dense_slots, cross)
         ids = torch.stack([toks, self.drafts.tok[lanes]], 1).reshape(-1) if nq == 2 else toks
         x, aux = self._layers(s, r, self.dec.embed_tokens(ids), verify=False)
@@ -257,6 +259,8 @@ class ModelExec:
         emitted = emitted_tokens(tgt, drafts, n)
         self.commit_spec(step, n, sets, recorded)
         self.drafts.resync(lanes, aux, emitted, n)
+        if self.drafts.ngram is not None:  # the accepted drafts into the lanes' histories (prompt lookup)
+            self.drafts.ngram.accepted(lanes, pos, emitted, n)
         return logits, n, emitted
 
     def commit_spec(self, step, n, sets, recorded) -> None:

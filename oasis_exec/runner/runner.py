@@ -96,6 +96,7 @@ def _drafts(cfg, decoder, max_lanes, dtype, device) -> Drafts:
         device=device,
         ngram=cfg.draft_ngram if head is not None else 0,
         gate=cfg.draft_gate > 0,
+        max_context=cfg.max_context,
     )
 
 
@@ -243,19 +244,16 @@ class Runner:
             self.model.synthesize(a)
 
     def _prefill(self, ch, sampling, sampler) -> dict:
+        if self.drafts.ngram is not None:  # the chunk's tokens into the lane's history (prompt lookup)
+            self.drafts.ngram.prefill(ch)
         out = self.model.prefill(ch)
-        ngram = self.drafts.ngram
         if out is None:
-            if ngram is not None:
-                ngram.prefill(ch, None)
             return {}
         logits, aux = out
         self.last_logits = {ch.req_id: logits[0]}
         tok = sampler(logits, [sampling[ch.req_id]])
         if self.drafts.head is not None:
             self.drafts.propose_prefill(ch.lane, aux, tok)
-        if ngram is not None:
-            ngram.prefill(ch, int(tok[0]))
         return {ch.req_id: int(tok[0])}
 
     # -- decode ----------------------------------------------------------------------------------------------------
@@ -274,15 +272,10 @@ class Runner:
         cross = [i for i, it in enumerate(items) if it.lane in self._crossing]
         params = [plan.sampling[it.req_id] for it in items]
         ks = self.spec.choose(items, short, cross)
-        ngram = self.drafts.ngram
-        if ngram is not None:
-            ngram.override(items)
         if ks:
             out, self.last_logits, self.last_logits_seq = self.spec.run(
                 items, params, ks, sets, synth_ready, sampler, recorded
             )
-            if ngram is not None:
-                ngram.emitted(items, out)
             self._step_end(items, pos_list, recorded)  # no per-layer trace in a speculative step
             self.spec.observe_time(max(ks), time.perf_counter() - t_step)
             return out
@@ -302,10 +295,7 @@ class Runner:
         if short == "none" and not cross:
             self.spec.observe_time(0, time.perf_counter() - t_step)
         self._step_end(items, [p + n_chain - 1 for p in pos_list], recorded)
-        out = {it.req_id: out[i] for i, it in enumerate(items)}
-        if ngram is not None:
-            ngram.emitted(items, out)
-        return out
+        return {it.req_id: out[i] for i, it in enumerate(items)}
 
     def _chain(self, items, params, sampler, n_chain, short, cross, sets, synth_ready, recorded):
         """``n_chain`` ordinary steps back to back (decode_chain: step i's tokens feed step i + 1 on the device, no

@@ -147,6 +147,8 @@ class SpecStep:
             model.commit_spec(step, n_t, sets, recorded)
             emitted = torch.tensor([o + o[-1:] * (k + 1 - len(o)) for o in out], device=dev)  # [B, k + 1]
             model.drafts.resync(lanes, aux, emitted, n_t)
+            if model.drafts.ngram is not None:  # the accepted drafts into the lanes' histories (prompt lookup)
+                model.drafts.ngram.accepted(lanes, pos, emitted, n_t)
         else:
             lim = torch.tensor(ks, device=dev)
             n_forced = None

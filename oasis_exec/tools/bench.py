@@ -474,6 +474,8 @@ def measure(
         "draft": cfg.draft_path if drafting else None,
         "draft_head": cfg.draft_head if drafting else None,
         "draft_ngram": cfg.draft_ngram if drafting else None,
+        # drafts prompt lookup gave over the run (prefill, warm-up and timed steps; a synthesized prefill: 0)
+        "draft_ngram_used": runner.drafts.ngram.used if drafting and runner.drafts.ngram is not None else None,
         "host_pool_filled": bool(host_fill and runner.host is not None and prompt_tokens is None),
         "build_s": build_s,
         "device": dev_name,

@@ -371,3 +371,37 @@ def test_victim_cache_graphs_equal_eager_cpu_and_slots_hold_their_blocks(mode, m
     assert not any(m.any() for m in eng.runner.pipe.bufs.marks or [])
     assert eng.runner.cuda_graphs.graphs and eng.runner.counters()["units_fetched"] > 100
     eng.close()
+
+
+def _repeating(seed, n_unit, reps):
+    g = torch.Generator().manual_seed(seed)
+    unit = torch.randint(1, 250, (n_unit,), generator=g).tolist()
+    return (unit * reps)[: n_unit * reps - seed]
+
+
+def _ngram_run(c, ps, n=40):
+    """Greedy run; returns (outputs, drafts the device prompt lookup gave, graph keys captured)."""
+    eng = Engine(c)
+    out = eng.generate(ps, SamplingParams(max_tokens=n))
+    used, graphs = eng.runner.drafts.ngram.used, set(eng.runner.cuda_graphs.graphs)
+    eng.close()
+    return out, used, graphs
+
+
+@pytest.mark.parametrize("spec", [False, True])
+def test_prompt_lookup_runs_inside_graphs_and_chains(spec):
+    """draft_ngram 2 (runner/ngram_drafts.py: the lookup on the device in every step): graphed steps chained 8 at a
+    time (each chain's inner steps replay the captured lookup) give the tokens of eager single steps and the same
+    count of lookup drafts; speculative steps (k = 3; the lookup inside the chain's graph, the accepted drafts written
+    inside the step's) likewise against eager speculative steps, with many drafts accepted. K covers every block."""
+    ps = [_repeating(0, 23, 3), _repeating(1, 31, 2), _repeating(2, 17, 4)]
+    kw = dict(top_k=20, fetch_ratio=1.0, short_context=False, transfer="uva", draft_ngram=2)
+    if spec:
+        kw.update(mode="dense", speculative_k=3)
+    else:
+        kw.update(mode="lookahead")
+    ref, used_ref, _ = _ngram_run(cfg(device="cuda", cuda_graph=False, decode_chain=1, **kw), ps)
+    out, used, graphs = _ngram_run(cfg(device="cuda", cuda_graph=True, decode_chain=8, **kw), ps)
+    assert graphs and (not spec or any(k[0] == "chain" for k in graphs))
+    assert out == ref
+    assert used == used_ref > 0

@@ -118,16 +118,13 @@ def test_the_head_keeps_its_drafts_probability():
 
 def test_prompt_lookup_drafts_count_as_certain():
     tok, conf = torch.zeros(3, dtype=torch.int64), torch.full((3,), 0.2)
-    ng = NgramDrafts(2, tok, conf)
+    ng = NgramDrafts(2, max_lanes=3, max_context=16, tok=tok, conf=conf)
 
     class Ch:
-        lane, start, tokens = 1, 0, [5, 6, 7, 5, 6]
+        lane, start, tokens, last = 1, 0, [5, 6, 7, 5, 6], True
 
-    class It:
-        lane, position, token = 1, 5, 7
-
-    ng.prefill(Ch, 7)  # 5 6 7 5 6 7: the suffix "6 7" occurred before, followed by 5
-    ng.override([It])
+    ng.prefill(Ch)
+    ng.step(torch.tensor([1]), torch.tensor([7]), torch.tensor([5]))  # 5 6 7 5 6 7: "6 7" occurred, then 5
     assert tok.tolist() == [0, 5, 0] and conf.tolist() == pytest.approx([0.2, 1.0, 0.2])
 
 

@@ -1,8 +1,10 @@
-"""Prompt lookup beside the draft head (``ExecConfig.draft_ngram``, ``oasis_exec.runner.ngram_drafts``), on the CPU.
+"""Prompt lookup beside the draft head (``ExecConfig.draft_ngram``, ``oasis_exec.runner.ngram_drafts``: on the
+device, in every decode step), on the CPU.
 
-- Every override writes, for each lane whose context's last ``draft_ngram``+ tokens occurred before, the token that
-  prompt lookup over the request's own tokens (prompt + outputs so far, from the scheduler) proposes; the other lanes
-  keep the head's draft. Checked step by step, also with decode chains (the chain's inner steps keep the head's).
+- Every step drafts, for each lane whose context's last ``draft_ngram``+ tokens occurred before, the token that
+  prompt lookup over the request's own tokens (prompt + outputs up to the step's input) proposes; the other lanes
+  keep the head's draft. Checked for every step of every request, with and without decode chains: a chain's inner
+  steps (no host read between them) look up too, so a chained run drafts exactly what an unchained run drafts.
 - Lookahead with K covering every block: the outputs equal those without it (a draft only chooses blocks).
 - Speculative decoding: greedy outputs equal the ordinary greedy outputs, and the lookup's drafts are accepted.
 - Bad values are refused with the field's name.
@@ -31,61 +33,91 @@ def _repeating(seed, n_unit, reps):
 PROMPTS = [_repeating(0, 23, 3), _repeating(1, 31, 2), _repeating(2, 17, 4)]
 
 
-def _run(c, n=40, check=None):
+def _run(c, n=40, record=False):
+    """Greedy generation of PROMPTS. Returns (engine, outputs, drafts, engine steps): with ``record``, every
+    lookup's {(request index, position of the step's input): (the head's draft, the step's draft, its probability)}."""
     eng = Engine(c)
-    if check is not None:
-        check(eng)
-    out = eng.generate(PROMPTS, SamplingParams(max_tokens=n))
-    return eng, out
+    drafts = {}
+    if record:
+        ng, d, sch = eng.runner.drafts.ngram, eng.runner.drafts, eng.scheduler
+        inner = ng.step
+
+        def step(lanes, toks, pos, look=True):
+            head = d.tok.clone()
+            inner(lanes, toks, pos, look)
+            if look:
+                req = {r.lane: ids.index(rid) for rid, r in sch.running.items()}
+                for lane, p in zip(lanes.tolist(), pos.tolist()):
+                    conf = None if d.conf is None else float(d.conf[lane])
+                    key = (req[lane], p)
+                    assert key not in drafts  # one lookup a step
+                    drafts[key] = (int(head[lane]), int(d.tok[lane]), conf)
+
+        ng.step = step
+    ids = [eng.add_request(p, SamplingParams(max_tokens=n)) for p in PROMPTS]
+    outs = {i: [] for i in ids}
+    steps = 0
+    while eng.has_work():
+        steps += 1
+        for o in eng.step():
+            outs[o.request_id].extend(o.new_token_ids)
+    return eng, [outs[i] for i in ids], drafts, steps
 
 
-def _checker(min_match, seen):
-    """Wraps the override: after it, each item's draft equals the reference lookup's where that one matches."""
-
-    def install(eng):
-        ng, sch, drafts = eng.runner.drafts.ngram, eng.scheduler, eng.runner.drafts
-        inner = ng.override
-
-        def override(items):
-            before = drafts.tok.clone()
-            inner(items)
-            for it in items:
-                assert it.lane in ng.lookups  # never out of step (a dropped lookup would stop guessing silently)
-                r = sch.running[it.req_id]
-                ref = PromptLookup(max_n=3, min_n=min_match).extend(list(r.prompt) + list(r.output))
-                assert ref.tokens[-1] == it.token and len(ref.tokens) == it.position + 1
-                m = ref.match()
-                want = ref.tokens[m[1]] if m is not None else int(before[it.lane])
-                assert int(drafts.tok[it.lane]) == want
-                seen.append(m is not None)
-
-        ng.override = override
-
-    return install
+def _check_reference(out, drafts, min_match):
+    """Each recorded draft is prompt lookup's over the request's tokens up to the step's input, else the head's.
+    Returns how many lookups matched."""
+    matched = 0
+    for (i, p), (head, got, conf) in drafts.items():
+        toks = list(PROMPTS[i]) + list(out[i])
+        m = PromptLookup(max_n=max(3, min_match), min_n=min_match).extend(toks[: p + 1]).match()
+        assert got == (toks[m[1]] if m is not None else head), (i, p)
+        if m is not None:
+            assert conf in (None, 1.0)
+        matched += m is not None
+    return matched
 
 
 @pytest.mark.parametrize("chain", [1, 4])
-def test_overrides_are_prompt_lookup_and_outputs_unchanged_with_every_block(chain):
-    _, ref = _run(cfg("lookahead", decode_chain=chain, **ALL))
-    seen = []
-    eng, out = _run(cfg("lookahead", draft_ngram=2, decode_chain=chain, **ALL), check=_checker(2, seen))
+def test_drafts_are_prompt_lookup_and_outputs_unchanged_with_every_block(chain):
+    _, ref, _, _ = _run(cfg("lookahead", decode_chain=chain, **ALL))
+    eng, out, drafts, _ = _run(cfg("lookahead", draft_ngram=2, decode_chain=chain, **ALL), record=True)
     assert out == ref
-    assert any(seen) and not all(seen)  # some steps matched (the prompts repeat), some did not
-    assert eng.runner.drafts.ngram.used == sum(seen)
+    # every decode step of every request looked up: positions prompt .. prompt + n - 2 (the last token is not input)
+    assert sorted(drafts) == sorted((i, len(p) + t) for i, p in enumerate(PROMPTS) for t in range(len(ref[i]) - 1))
+    matched = _check_reference(out, drafts, 2)
+    assert 0 < matched < len(drafts)  # some steps matched (the prompts repeat), some did not
+    assert eng.runner.drafts.ngram.used == matched
     eng.close()
+
+
+def test_a_chained_run_drafts_what_an_unchained_run_drafts():
+    """The same tokens (greedy; the tiny model's own selection, K < the context), decode_chain 8 against 1: every
+    step's draft and its probability under the gate are the same, inner chain steps included."""
+    kw = dict(draft_ngram=2, top_k=3, fetch_ratio=0.67, short_context=False)
+    eng1, out1, d1, steps1 = _run(cfg("lookahead", decode_chain=1, **kw), record=True)
+    eng8, out8, d8, steps8 = _run(cfg("lookahead", decode_chain=8, **kw), record=True)
+    assert out8 == out1
+    assert eng8.runner.decode_steps == eng1.runner.decode_steps and steps8 < steps1 / 3  # chained indeed
+    assert d8 == d1
+    assert 0 < _check_reference(out1, d1, 2) < len(d1)
+    # the lookup changed drafts inside chains (a step whose input the host had not read)
+    assert any(head != got for head, got, _ in d8.values())
+    eng1.close()
+    eng8.close()
 
 
 def test_speculative_greedy_equal_and_lookup_drafts_accepted():
     base = dict(mode="dense", speculative_k=3)
-    _, ref = _run(cfg("dense"))
-    eng_h, out_h = _run(cfg(**base))  # the random head alone: its drafts right only by chance
-    seen = []
-    eng, out = _run(cfg(**base, draft_ngram=2), check=_checker(2, seen))
+    _, ref, _, _ = _run(cfg("dense"))
+    eng_h, out_h, _, _ = _run(cfg(**base))  # the random head alone: its drafts right only by chance
+    eng, out, drafts, _ = _run(cfg(**base, draft_ngram=2), record=True)
     assert out == ref and out_h == ref
     s, s_h = eng.runner.spec, eng_h.runner.spec
     # accepted drafts (tokens beyond one a lane-step): the random head's few by chance, the lookup's many more
     assert s.tokens - s.lanes > 3 * max(1, s_h.tokens - s_h.lanes), (s.tokens, s.lanes, s_h.tokens, s_h.lanes)
-    assert any(seen)
+    # a speculative step's first draft is the lookup's over the tokens so far, accepted drafts included
+    assert _check_reference(out, drafts, 2) > 0
     eng.close()
     eng_h.close()
 

@@ -4,7 +4,8 @@ The tiny dummy model on the CPU, with K = 4 blocks of 16 tokens, so that sparsit
 mode that selects (quest, retrieval, proxy, lookahead, hisparse), a greedy generation's log-probabilities must be
 what scoring its own text gives (the prompt prefilled, `--score-prefill-tokens` = its length, the generated tokens
 teacher-forced through the mode's decode), and differ from the dense reference's scores wherever the mode's greedy
-tokens differ from dense's; `--score-attention dense` gives the dense reference in a sparse mode.
+tokens differ from dense's; `--score-attention dense` gives the dense reference in a sparse mode. Lookahead with
+prompt lookup beside its head (`draft_ngram`, on the device in every step of a decode chain) likewise.
 """
 
 from __future__ import annotations
@@ -28,8 +29,8 @@ PROMPT = prompts(seed=3, lens=(150,))[0]  # ~9 blocks: K = 4 leaves most of the 
 GEN = 24
 
 
-def _server(mode: str, **server_kw):
-    engine = ExecutorEngine(Engine(cfg(mode, decode_chain=4)))
+def _server(mode: str, engine: Engine | None = None, **server_kw):
+    engine = ExecutorEngine(engine or Engine(cfg(mode, decode_chain=4)))
     return serve_app(create_app(engine, ByteTokenizer(), ServerConfig(port=0, **server_kw)))
 
 
@@ -76,6 +77,20 @@ def test_scores_are_the_served_modes_decode(mode, dense_ref):
     first = next((i for i, (a, b) in enumerate(zip(toks, dense_toks)) if a != b), None)
     assert first is not None, f"{mode}: the greedy tokens equal dense's here: the test would prove nothing"
     assert max(abs(a - b) for a, b in zip(scored, ref)) > 1e-3  # the sparse decode's scores, not dense's
+
+
+def test_scores_are_lookaheads_decode_with_prompt_lookup():
+    """draft_ngram 2: generation (decode chains of 4) and scoring (one forced token a step) draft the same, so they
+    compute the same; the lookup matched while generating, and changed what lookahead computes."""
+    eng = Engine(cfg("lookahead", decode_chain=4, draft_ngram=2))
+    with _server("lookahead", eng, score_prefill_tokens=len(PROMPT)) as url:
+        toks, gen_lp = _generate(url)
+        used = eng.runner.drafts.ngram.used
+        scored = _score(url, PROMPT + toks)[len(PROMPT) :]
+        assert scored == pytest.approx(gen_lp, abs=2e-5)
+    with _server("lookahead") as url:
+        plain = _score(url, PROMPT + toks)[len(PROMPT) :]
+    assert used > 0 and max(abs(a - b) for a, b in zip(scored, plain)) > 1e-3
 
 
 @pytest.mark.parametrize("mode", ("lookahead", "quest"))
