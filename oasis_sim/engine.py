@@ -473,26 +473,20 @@ class SimEngine:
         win_attn = self._window_prefill(plan) if kinds.hybrid else None  # W -> a windowed layer's attention
         n_dense = 0  # decode requests running resident-dense in a sparse mode
         n_cross = 0  # of them, at their offload step (ShortContext.crossing: ctx == window + 1)
-        if short is not None:
-            w = self.short_window
+        w = self.short_window if short is not None else -1  # (-1: no request is short)
+        per_request = mode.whole_kv_on_gpu or not n_dec  # the loop below: per request (else: selection, fetches)
+        if short is not None and (per_request or self.spec_k):  # (else counted in the selection loop)
             for r in plan.decode:
                 ctx = r.prompt_len + r.generated
                 if ctx <= w:  # ShortContext.dense, inlined (the hot loop)
                     n_dense += 1
                 elif ctx == w + 1:
                     n_cross += 1
-        n_sel = n_dec - n_dense  # decode requests that select (and, sparse, predict and fetch)
         ks = self._spec_ks(plan, n_dense) if self.spec_k else None  # drafts per decode request, or None
         K = max(ks) if ks else 0
         beside = bool(K) and cfg.spec_predict == "beside" and mode.background  # oasis_sim.spec_pipeline
         repair_ids = self._spec_draw(plan, ks, K, beside) if K else ()
         repair_slices = 0.0
-        if K:  # K + 1 positions a request; the lookahead query is among them (no draft row)
-            gemm_tokens = n_dec * (K + 1) + n_pf
-        else:
-            gemm_tokens = n_dec + n_pf + (n_sel if mode.drafts else 0)  # + draft token per request
-        base = self._per_token(gemm_tokens)
-        c = base + pf_attn
 
         # Decode attention, selection work and transfers.
         fetch_slices = 0.0  # (block, head) slices over all layers planned this step for the next
@@ -506,7 +500,7 @@ class SimEngine:
         bs = cfg.block_size
         res_tokens = self.res_tokens
         offload_tokens = 0  # KV tokens copied GPU->host by requests outgrowing the resident set this step
-        if mode.whole_kv_on_gpu or not n_dec:
+        if per_request:
             for r in plan.decode:
                 ctx = r.prompt_len + r.generated  # == r.ctx while decoding
                 ctx_tokens += ctx
@@ -521,18 +515,23 @@ class SimEngine:
             if self._adaptive:
                 lg = self.log
                 link = StepLink(lg.dur[-1] if lg.dur else None, self.h2d_Bps, self.host_bpbh, n_dec)
-            miss_sum, sel_n = self.miss_sum, self.sel_n  # local in the hot loop (the same additions, in order)
+            miss_sum = self.miss_sum  # local in the hot loop (the same additions, in order)
+            count = not (short is None or self.spec_k)  # n_dense and n_cross counted here
+            w1 = w + 1
             for r in plan.decode:
                 ctx = r.prompt_len + r.generated
                 att_tokens += ctx if ctx < res_tokens else res_tokens
-                if short is not None:
+                if ctx <= w1:  # short (never without the rule: w1 = 0)
                     if ctx <= w:  # resident-dense: attends its whole KV in place, nothing selected or fetched
                         r.recall_sum += 1.0
                         r.recall_n += 1
                         recall_sum += 1.0
+                        if count:
+                            n_dense += 1
                         continue
-                    if ctx == w + 1:  # ShortContext.offload_tokens: its KV so far, once
-                        offload_tokens += ctx - 1
+                    offload_tokens += ctx - 1  # ShortContext.offload_tokens: its KV so far, once
+                    if count:
+                        n_cross += 1
                 blocks_sum += -(-ctx // bs)
                 pol = r.policy
                 prof = pol.profile
@@ -546,9 +545,8 @@ class SimEngine:
                     remote_units += u
                     remote.received(r, u * self.bpbh)
                 miss_sum += _miss
-                sel_n += 1
                 sl = f * Lf * kvh
-                if r.id in repair_ids:  # the beside prediction's repair fetches this step's drift again
+                if repair_ids and r.id in repair_ids:  # the beside prediction's repair fetches this step's drift
                     repair_slices += sl
                     sl += sl
                 r.fetch_blocks += sl
@@ -556,11 +554,19 @@ class SimEngine:
                 r.recall_n += 1
                 recall_sum += rec
                 fetch_slices += sl
-            self.miss_sum, self.sel_n = miss_sum, sel_n
+            self.miss_sum = miss_sum
+            self.sel_n += n_dec - n_dense
             if mode.on_demand:
                 inline_slices, fetch_slices = fetch_slices, 0.0
         self.recall_sum += recall_sum
         self.recall_n += n_dec
+        n_sel = n_dec - n_dense  # decode requests that select (and, sparse, predict and fetch)
+        if K:  # K + 1 positions a request; the lookahead query is among them (no draft row)
+            gemm_tokens = n_dec * (K + 1) + n_pf
+        else:
+            gemm_tokens = n_dec + n_pf + (n_sel if mode.drafts else 0)  # + draft token per request
+        base = self._per_token(gemm_tokens)
+        c = base + pf_attn
         if not mode.selects:
             c += pred.time("attn_decode", {"kv_bytes": ctx_tokens * self.bpt_layer * (K + 1 if K else 1)})
         elif n_dec:

@@ -21,8 +21,9 @@ Memory per request (bytes; ``ctx`` = tokens held, rounded up to whole blocks; si
 from __future__ import annotations
 
 from oasis_core import modes
+from oasis_core.echo import show
 from oasis_core.geometry import KVGeometry
-from oasis_core.scheduler import COMPLETED, DECODE, Request, Scheduler
+from oasis_core.scheduler import COMPLETED, DECODE, PREFILL, Request, Scheduler
 
 from .config import SimConfig
 from .hardware import MemoryPool
@@ -138,8 +139,8 @@ class ByteAccounting:
 
     def resize(self, r: Req, hbm: float, host: float) -> bool:
         dh, dx = hbm - r.gpu_held, host - r.host_held
-        if (dh > 0 and dh > self.hbm.capacity - self.hbm._level) or (
-            dx > 0 and dx > self.host.capacity - self.host._level
+        if (dh > 0 and dh > self.hbm._capacity - self.hbm._level) or (
+            dx > 0 and dx > self.host._capacity - self.host._level
         ):
             return False
         if dh > 0:
@@ -178,6 +179,49 @@ class SimScheduler(Scheduler):
         self._bucketed = not self.rpf and not cfg.spec_max_k and self.decode_with_prefill
         self._due = [{} for _ in range(self.bs)]
         self._pending: list = []  # admitted already decoding: grown at their first update
+
+    def update(self, plan, now: float = 0.0, stopped=(), emitted=None) -> list:
+        """The core's ``update`` (``oasis_core.scheduler``); a step in which every decode emitted one token and none
+        stopped (every simulated step but a speculative one) takes one loop over the decodes: a token each, the
+        completed in ``plan.decode``'s order, then those whose prefill ended, as the core's list."""
+        if stopped or emitted:
+            return super().update(plan, now, stopped, emitted)
+        finished_prefill = []
+        for c in plan.prefill:
+            r = c.req
+            if r.state != PREFILL:
+                continue
+            r.prefill_done += c.n
+            if r.prefill_done >= r.prefill_target:
+                if r.generated == 0:
+                    r.generated = 1
+                    r.first_token_t = now
+                r.state = DECODE
+                finished_prefill.append(r)
+        decoded, done = [], []
+        for r in plan.decode:
+            if r.state != DECODE:
+                continue
+            decoded.append(r)
+            g = r.generated = r.generated + 1
+            if r.first_token_t is None:  # a synthesized prefill: the first decode yields the first token
+                r.first_token_t = now
+            if g >= r.max_tokens:
+                if g > r.max_tokens:
+                    raise ValueError(
+                        f"Scheduler.update: request {show(r.id)} emitted 1 tokens; must be 1 .. "
+                        f"{r.max_tokens - g + 1} (max_tokens {r.max_tokens}, {g - 1} generated)"
+                    )
+                done.append(r)
+        for r in finished_prefill:
+            if r.generated >= r.max_tokens:
+                done.append(r)
+        for r in done:
+            del self.running[r.id]
+            self._free(r)
+            self._end(r, COMPLETED, "length", now)
+        self._grow_all(finished_prefill, decoded)
+        return done
 
     def ensure_policy(self, r: Req) -> None:
         """Give ``r`` its policy handle (sized by its mean context: prompt + half the output)."""
@@ -258,7 +302,12 @@ class SimScheduler(Scheduler):
         key = r.held_key
         if key is not None and key[0] == blocks and key[1] == r.gpu_held and key[2] == r.host_held:
             return
-        super()._grow(r)
+        gpu, host = self.acct.need(r, r.prefill_done + (g if g > 0 else 0), staging=False)
+        if gpu != r.gpu_held or host != r.host_held:
+            if self.acct.resize(r, gpu, host):  # the core's _resize, inlined (the hot path)
+                r.gpu_held, r.host_held = gpu, host
+            else:
+                super()._grow(r)  # preempts until it fits
         r.held_key = (blocks, r.gpu_held, r.host_held)
 
     def grow_fitting(self, pairs) -> None:
