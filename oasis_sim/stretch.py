@@ -49,6 +49,41 @@ def applies(cfg, model) -> bool:
     )
 
 
+class _HBMLevel:
+    """The HBM level at a step of the stretch in O(1), where a block is a constant whole number of bytes (every
+    figure then a whole number of bytes: the sums exact in any order, the same floats as ``_level``'s). ``base``:
+    the level at the start less what the requests decoding or ended hold, plus the staging of those the stretch
+    admitted that still prefill; the decoding requests' blocks ``ceil((c0 + m) / bs)`` summed through their
+    residues: ``(q + m) // bs = q // bs + m // bs + (q % bs + m % bs >= bs)`` with ``q = c0 + bs - 1``."""
+
+    def __init__(self, level: float, bs: int, pb: float):
+        self.base, self.bs, self.pb = level, bs, pb
+        self.n = self.q = 0  # decoding requests, the sum of their q // bs
+        self.cnt = [0] * bs  # decoding requests by q % bs
+
+    def decode(self, c0: int, held: float) -> None:
+        """A request decodes from here on (its context ``c0 + m`` at step ``m``), holding ``held`` until now."""
+        q = c0 + self.bs - 1
+        self.n += 1
+        self.q += q // self.bs
+        self.cnt[q % self.bs] += 1
+        self.base -= held
+
+    def end(self, c0: int) -> None:
+        """A decoding request ends: it holds nothing from here on."""
+        q = c0 + self.bs - 1
+        self.n -= 1
+        self.q -= q // self.bs
+        self.cnt[q % self.bs] -= 1
+
+    def at(self, m: int) -> float:
+        """The level after step ``m``'s growth (the decoding requests as they are now)."""
+        bs = self.bs
+        r = m % bs
+        blocks = self.q + self.n * (m // bs) + (sum(self.cnt[bs - r :]) if r else 0)
+        return self.base + blocks * self.pb
+
+
 class WholeKVStretch:
     """The stretch of one engine (``SimEngine``): :meth:`take` after a step, a generator the engine yields from."""
 
@@ -134,7 +169,15 @@ class WholeKVStretch:
         acct = sched.acct
         self.lvl0 = (acct.hbm.level, acct.host.level)
         self.bs = acct.bs
-        self.block_bytes = acct.block_bytes
+        self.block_bytes = pb = acct.block_bytes
+        # the HBM level in O(1) (_HBMLevel) where every holding is a whole number of bytes, else None: _level's loop
+        hbm = None
+        if pb is not None and float(pb).is_integer() and float(self.lvl0[0]).is_integer():
+            if all(float(rec[0].gpu_held).is_integer() for rec in recs):
+                hbm = _HBMLevel(self.lvl0[0], self.bs, pb)
+                for rec in dec:
+                    hbm.decode(rec[1], rec[0].gpu_held)
+        self.hbm = hbm
         # step by step from the batch's totals: durations, who joins or leaves the decode batch when, the last step
         n_dec = len(recs) - len(pre)
         rem = [r.prefill_target - r.prefill_done for r, *_ in pre]
@@ -175,6 +218,7 @@ class WholeKVStretch:
                 )
                 j += 1
             n_grow += len(joined)
+            before = hbm.at(j - 1) if hbm is not None and (joined or j in ends) else None  # (at step j's update)
             for rec in joined:  # its prefill ends at this step: it decodes from the next
                 r = rec[0]
                 g = r.generated if r.generated else 1
@@ -183,17 +227,27 @@ class WholeKVStretch:
                 if rec[3] > j:
                     n_dec += 1
                     ctx_tokens += r.prompt_len + g
+                if hbm is not None:  # from its prefill's holding (staging, if the stretch admitted it) to its blocks
+                    hbm.decode(rec[1], rec[5][0] if rec[4] else r.gpu_held)
             out = ends.pop(j, None)
             if out:  # they end at this step's update, before the growth; the next schedule may admit the head
                 for rec in out:
                     if rec[2] < j:  # (not one that ends with its prefill: it never decoded)
                         n_dec -= 1
                         ctx_tokens -= rec[1] + j
+                    if hbm is not None:
+                        hbm.end(rec[1])
                 # the pools' levels just before the frees (a peak; they must fit) and after: computed only where
                 # a bound (at most ceil(m / block_size) blocks more a request, the frees ignored) cannot tell
                 levels = None
                 bound = self._bound(j - 1, n_grow, freed)
-                if bound is None or bound > self.peak_or_cap:
+                if hbm is not None:
+                    h0 = self.lvl0[1]
+                    levels = ((before, h0), (hbm.at(j), h0))
+                    if not self._fits(levels[0]):
+                        j = self._last_fitting(last_free, j - 1)
+                        break
+                elif bound is None or bound > self.peak_or_cap:
                     levels = self._levels(j)
                     if not self._fits(levels[0]):
                         j = self._last_fitting(last_free, j - 1)
@@ -254,7 +308,10 @@ class WholeKVStretch:
             if head.prefill_done >= head.prefill_target or sched._never_fits(head, final=False) is not None:
                 return head, t, None  # rejected (or nothing to prefill): the engine's schedule takes it
             gpu, host = acct.need(head, head.prefill_target, staging=True)
-            if lvl is None and bound is not None and not host and bound + gpu <= acct.hbm.capacity:
+            if self.hbm is not None and not host:  # (its base counts this schedule's admissions)
+                if gpu > 0 and gpu > acct.hbm.capacity - self.hbm.at(j):
+                    return head, (float("inf") if self._quiet else self._peek), head
+            elif lvl is None and bound is not None and not host and bound + gpu <= acct.hbm.capacity:
                 bound += gpu  # fits below the bound (and nothing on the host)
             else:
                 if lvl is None:
@@ -270,6 +327,8 @@ class WholeKVStretch:
             rem.append(head.prefill_target - head.prefill_done)
             self.staged += gpu
             added += gpu
+            if self.hbm is not None:
+                self.hbm.base += gpu
             self.n_adm += 1
             head = waitq[self.n_adm] if len(waitq) > self.n_adm else None
         nxt, _ = self._head_events(head, t)
