@@ -199,6 +199,11 @@ class SimEngine:
         self._quiet_arrivals = cfg.split == "none" and not cfg.prefix_cache
         self.ff_steps = 0  # steps taken by the fast-forward
         self.stretch = WholeKVStretch(self) if self.ff_max and stretch_applies(cfg, m) else None
+        bank = sched.policy_source.bank if sched.policy_source is not None else None
+        self._slices = bank is not None and not cfg.spec_max_k and remote is None
+        if self._slices:  # the profiles' fetches as slices (Profile.set_slices), for execute's plain loop
+            for prof in bank.profiles.values():
+                prof.set_slices(self.Lf, self.kvh)
         self._last_work = self._prev_work = None
         self._last_gpu_floor = (0.0, 0.0)
         self._ff_periodic = False
@@ -518,7 +523,33 @@ class SimEngine:
             miss_sum = self.miss_sum  # local in the hot loop (the same additions, in order)
             count = not (short is None or self.spec_k)  # n_dense and n_cross counted here
             w1 = w + 1
-            for r in plan.decode:
+            plain = self._slices  # every request on a profile; no remote fetch, no repair: the same figures, fewer ops
+            for r in plan.decode if plain else ():
+                ctx = r.prompt_len + r.generated
+                att_tokens += ctx if ctx < res_tokens else res_tokens
+                if ctx <= w1:  # as below
+                    if ctx <= w:
+                        r.recall_sum += 1.0
+                        r.recall_n += 1
+                        recall_sum += 1.0
+                        if count:
+                            n_dense += 1
+                        continue
+                    offload_tokens += ctx - 1
+                    if count:
+                        n_cross += 1
+                blocks_sum += -(-ctx // bs)
+                pol = r.policy
+                prof = pol.profile
+                i = pol.i = pol.i + 1
+                sl, _miss, rec, _ = prof.slice_tail if i >= prof.n else prof.slice_rows[i]
+                miss_sum += _miss
+                r.fetch_blocks += sl
+                r.recall_sum += rec
+                r.recall_n += 1
+                recall_sum += rec
+                fetch_slices += sl
+            for r in () if plain else plan.decode:
                 ctx = r.prompt_len + r.generated
                 att_tokens += ctx if ctx < res_tokens else res_tokens
                 if ctx <= w1:  # short (never without the rule: w1 = 0)

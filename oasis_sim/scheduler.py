@@ -198,11 +198,10 @@ class SimScheduler(Scheduler):
                     r.first_token_t = now
                 r.state = DECODE
                 finished_prefill.append(r)
-        decoded, done = [], []
+        done = []
         for r in plan.decode:
             if r.state != DECODE:
                 continue
-            decoded.append(r)
             g = r.generated = r.generated + 1
             if r.first_token_t is None:  # a synthesized prefill: the first decode yields the first token
                 r.first_token_t = now
@@ -220,7 +219,7 @@ class SimScheduler(Scheduler):
             del self.running[r.id]
             self._free(r)
             self._end(r, COMPLETED, "length", now)
-        self._grow_all(finished_prefill, decoded)
+        self._grow_all(finished_prefill, plan.decode)  # (it grows those still decoding: the decoded)
         return done
 
     def ensure_policy(self, r: Req) -> None:
@@ -245,7 +244,7 @@ class SimScheduler(Scheduler):
         ``split=rpf`` (host need follows the network), speculative decoding (several tokens a step)."""
         if not self._bucketed:
             bs = self.bs
-            for r in finished_prefill + decoded:
+            for r in (*finished_prefill, *decoded):
                 if r.state != DECODE:
                     continue
                 g = r.generated - (r.prefill_target - r.prompt_len)  # Request.ctx, inlined
