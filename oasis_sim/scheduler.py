@@ -276,7 +276,69 @@ class SimScheduler(Scheduler):
             return
         if len(visit) > 1:
             visit.sort(key=lambda r: r.seq)
-        for r in visit:
+        acct = self.acct
+        hbm, host = acct.hbm, acct.host
+        if hbm.get_queue or hbm.put_queue or host.get_queue or host.put_queue:  # (a process waits on a pool)
+            self._grow_each(visit)
+            return
+        # _grow for each, the pools' levels and peaks kept here, move by move as try_reserve / release move them
+        # (the same figures), and noted once: one point a time in their series either way
+        need = acct.need
+        g_lvl, g_cap, g_peak, h_lvl, h_cap, h_peak = (
+            hbm._level,
+            hbm._capacity,
+            hbm.peak,
+            host._level,
+            host._capacity,
+            host.peak,
+        )
+        g_moved = h_moved = False
+        for i, r in enumerate(visit):
+            if r.state != DECODE:
+                continue
+            g = r.generated - (r.prefill_target - r.prompt_len)  # Request.ctx, inlined
+            ctx = r.prefill_done + (g if g > 0 else 0)
+            blocks = -(-ctx // bs)
+            key = r.held_key
+            if key is None or key[0] != blocks or key[1] != r.gpu_held or key[2] != r.host_held:
+                gpu, hst = need(r, ctx, staging=False)
+                dh, dx = gpu - r.gpu_held, hst - r.host_held
+                if (dh > 0 and dh > g_cap - g_lvl) or (dx > 0 and dx > h_cap - h_lvl):  # preempts: the core's way
+                    hbm._level, hbm.peak, host._level, host.peak = g_lvl, g_peak, h_lvl, h_peak
+                    if g_moved:
+                        hbm._note()
+                    if h_moved:
+                        host._note()
+                    self._grow_each(visit[i:])
+                    return
+                if dh > 0:
+                    g_lvl += dh
+                    g_moved = True
+                elif dh < 0:
+                    g_lvl -= min(-dh, g_lvl)
+                    g_moved = True
+                if g_lvl > g_peak:
+                    g_peak = g_lvl
+                if dx > 0:
+                    h_lvl += dx
+                    h_moved = True
+                elif dx < 0:
+                    h_lvl -= min(-dx, h_lvl)
+                    h_moved = True
+                if h_lvl > h_peak:
+                    h_peak = h_lvl
+                r.gpu_held, r.host_held = gpu, hst
+                r.held_key = (blocks, gpu, hst)
+            if r.due is None:
+                self._register(r)
+        hbm._level, hbm.peak, host._level, host.peak = g_lvl, g_peak, h_lvl, h_peak
+        if g_moved:
+            hbm._note()
+        if h_moved:
+            host._note()
+
+    def _grow_each(self, reqs) -> None:
+        for r in reqs:
             if r.state == DECODE:
                 self._grow(r)
                 if r.due is None:
