@@ -92,6 +92,7 @@ class WholeKVStretch:
         self.chunk = engine.cfg.chunk_tokens
         self.bpt_layer = engine.bpt_layer
         self._prefill_memo: dict = {}  # (tokens, past tokens) -> attn_prefill (a memoisable predictor's)
+        self._da_memo: dict = {}  # decode requests -> attn_decode of one token each (a memoisable predictor's)
 
     # -- pricing -------------------------------------------------------------------------------------------------
     def _step_s(self, n_dec: int, ctx_tokens: int, chunks: list, waiting: bool) -> float:
@@ -111,16 +112,21 @@ class WholeKVStretch:
         c = eng._per_token(n_dec + n_pf) + pf_attn
         c += pred.time("attn_decode", {"kv_bytes": ctx_tokens * self.bpt_layer})
         chain = eng.chain_max if eng.chain_max > 1 and n_dec and not chunks and not waiting else 1
-        head = eng._head_cache.get(chain)
-        if head is None:
-            head = eng._head_cache[chain] = pred.time("step_overhead", {"chain": chain})
-        n_tail = n_dec + len(chunks)
-        tail = eng._lm_cache.get(n_tail)
-        if tail is None:
-            tail = eng._lm_cache[n_tail] = pred.time("lm_head", {"tokens": n_tail})
+        head, tail = self._head_tail(chain, n_dec + len(chunks))
         gpu = head + eng.L * c + tail
         floor = eng._step_floor(n_dec)
         return gpu if gpu > floor else floor
+
+    def _head_tail(self, chain: int, n_tail: int) -> tuple:
+        """The step overhead of a decode chain of ``chain`` and the LM head over ``n_tail`` tokens (memoised)."""
+        eng = self.eng
+        head = eng._head_cache.get(chain)
+        if head is None:
+            head = eng._head_cache[chain] = eng.pred.time("step_overhead", {"chain": chain})
+        tail = eng._lm_cache.get(n_tail)
+        if tail is None:
+            tail = eng._lm_cache[n_tail] = eng.pred.time("lm_head", {"tokens": n_tail})
+        return head, tail
 
     # -- the stretch ---------------------------------------------------------------------------------------------
     def run(self, plan):
@@ -305,7 +311,10 @@ class WholeKVStretch:
         while head is not None and head.ready_t <= t:
             if sched.max_batch is not None and len(sched.running) - n_out + self.n_adm >= sched.max_batch:
                 return head, (float("inf") if self._quiet else self._peek), head
-            if head.prefill_done >= head.prefill_target or sched._never_fits(head, final=False) is not None:
+            # (never preempted: its prefill target is the prompt, which add() checked)
+            if head.prefill_done >= head.prefill_target or (
+                head.preempted and sched._never_fits(head, final=False) is not None
+            ):
                 return head, t, None  # rejected (or nothing to prefill): the engine's schedule takes it
             gpu, host = acct.need(head, head.prefill_target, staging=True)
             if self.hbm is not None and not host:  # (its base counts this schedule's admissions)
@@ -366,17 +375,18 @@ class WholeKVStretch:
         eng = self.eng
         pred, bpt = eng.pred, self.bpt_layer
         waiting = head is not None and head.ready_t <= t  # (head: the queue's, after the stretch's admissions)
-        d = self._step_s(n_dec, ctx_tokens, (), waiting)  # the first exactly; it memoises head, tail and floor
         a0 = pred.time("attn_decode", {"kv_bytes": ctx_tokens * bpt})
-        da = pred.time("attn_decode", {"kv_bytes": n_dec * bpt})
-        c = eng._per_token(n_dec)
+        da = self._da_memo.get(n_dec)
+        if da is None:
+            da = self._da_memo[n_dec] = pred.time("attn_decode", {"kv_bytes": n_dec * bpt})
+        c = eng._per_token(n_dec)  # (+ 0.0 prefill attention: _step_s's c, the same float)
         chain = eng.chain_max if eng.chain_max > 1 and n_dec and not waiting else 1
-        head, tail, floor, L = eng._head_cache[chain], eng._lm_cache[n_dec], eng._step_floor(n_dec), eng.L
+        head, tail = self._head_tail(chain, n_dec)
+        floor, L = eng._step_floor(n_dec), eng.L
         i = 0
         while i < count and (t < nxt or first and not i):
-            if i:
-                g = head + L * (c + (a0 + i * da)) + tail
-                d = g if g > floor else floor
+            g = head + L * (c + (a0 + i * da)) + tail  # (i = 0: _step_s's figure exactly)
+            d = g if g > floor else floor
             starts.append(t)
             durs.append(d)
             t += d
