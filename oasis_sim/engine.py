@@ -193,6 +193,8 @@ class SimEngine:
         self._lm_cache: dict = {}
         self._head_cache: dict = {}  # decode chain length -> step_overhead (memoisable predictors)
         self._floor_cache: dict = {}  # decode requests -> step_floor
+        self._time1_cache: dict = {}  # (operation, its one input's value) -> predicted time (memoisable predictors)
+        self._sparse = cfg.sparse
         self.ff_max = cfg.fast_forward if cfg.event_mode == "closed" and not cfg.spec_max_k else 0
         # the only events besides the engine's are arrivals that just join the queue (no prefill node, no prefix
         # cache copying a hit in at arrival): behind a blocked head they cannot end a stretch
@@ -601,7 +603,7 @@ class SimEngine:
         if not mode.selects:
             c += pred.time("attn_decode", {"kv_bytes": ctx_tokens * self.bpt_layer * (K + 1 if K else 1)})
         elif n_dec:
-            c += pred.time("attn_decode", {"kv_bytes": att_tokens * self.bpt_layer})  # one read for all positions
+            c += self._time1("attn_decode", "kv_bytes", att_tokens * self.bpt_layer)  # one read for all positions
         if win_attn is not None and n_dec:  # a windowed layer reads min(ctx, W) tokens a request, once a position
             reads = K + 1 if K else 1
             for w, tok in kinds.window_tokens([r.prompt_len + r.generated for r in plan.decode]).items():
@@ -613,9 +615,9 @@ class SimEngine:
             score_s = pred.time("score", {"summary_bytes": summary_bytes})
             topk_s = pred.time("topk", {"elements": blocks_sum * kvh})
             side_bytes = (summary_bytes + 8.0 * blocks_sum * kvh) * (K if beside else 1)  # beside: K candidates
-            if cfg.sparse:
-                sel_s = pred.time("select", {"rows": n_sel * kvh})
-                c += pred.time("sparse_overhead", {"requests": n_sel})
+            if self._sparse:
+                sel_s = self._time1("select", "rows", n_sel * kvh)
+                c += self._time1("sparse_overhead", "requests", n_sel)
 
         # First fills of requests that finished prefill now (their first decode step waits for them).
         fill = 0.0
@@ -681,7 +683,7 @@ class SimEngine:
         else:
             tail_s = pred.time("lm_head", {"tokens": n_tail})  # a step's last predictor call
         self.h2d_bytes += h2d
-        if cfg.sparse and n_offload_pf:  # prefill KV offloaded to host DRAM on the GPU->host path
+        if self._sparse and n_offload_pf:  # prefill KV offloaded to host DRAM on the GPU->host path
             nbytes = n_offload_pf * self.host_bpt
             self.d2h_bytes += nbytes
             self.gpu.d2h.account(nbytes, self.gpu.d2h.duration(nbytes))
@@ -772,6 +774,16 @@ class SimEngine:
                 t += pred.time("attn_prefill", {"tokens": ch.n, "past_tokens": past})
             out[w] = t
         return out
+
+    def _time1(self, op: str, name: str, value) -> float:
+        """``pred.time(op, {name: value})``, memoised by ``(op, value)`` for memoisable predictors."""
+        if not self._memo:
+            return self.pred.time(op, {name: value})
+        key = (op, value)
+        v = self._time1_cache.get(key)
+        if v is None:
+            v = self._time1_cache[key] = self.pred.time(op, {name: value})
+        return v
 
     def _step_floor(self, n_dec: int) -> float:
         """The predictor's ``step_floor`` for ``n_dec`` decode requests (memoised for memoisable predictors)."""

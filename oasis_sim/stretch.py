@@ -224,7 +224,10 @@ class WholeKVStretch:
                 )
                 j += 1
             n_grow += len(joined)
-            before = hbm.at(j - 1) if hbm is not None and (joined or j in ends) else None  # (at step j's update)
+            # the level at step j's update, before its ends free (needed where some end: one whose prefill ends now
+            # ends now when its only token is the prefill's)
+            ending = j in ends or any(rec[0].max_tokens == (rec[0].generated or 1) for rec in joined)
+            before = hbm.at(j - 1) if hbm is not None and ending else None
             for rec in joined:  # its prefill ends at this step: it decodes from the next
                 r = rec[0]
                 g = r.generated if r.generated else 1
