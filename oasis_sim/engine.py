@@ -74,6 +74,12 @@ request's fetches count the full layers' rows. What it leaves out: a sparse step
 blocks crossed inside a stretch (measured: ``experiments/simulator_calibration``; the fast-vs-exact test is
 ``tests/unit/test_sim_fast_forward.py``).
 
+Steady requests (the profile sampling, no speculation, no remote fetch): a request whose step read its profile's
+tail, past its short context and the resident set, adds the same figures at every later step (fetched slices,
+recall, the tail's row); ``execute`` then only sums them into the step's totals, in the batch's order, and
+``_settle`` adds them to the request, one step at a time as the loop would, when it leaves the batch (ends, is
+preempted) or before a fast-forward: the same floats (``tests/unit/test_sim_steady.py``: every output file).
+
 Per step the engine records (``StepLog``): start, duration, decode and prefill tokens, host→GPU bytes, stall (and,
 not in ``steps.csv``, the tokens the decodes emitted).
 """
@@ -194,6 +200,10 @@ class SimEngine:
         self._head_cache: dict = {}  # decode chain length -> step_overhead (memoisable predictors)
         self._floor_cache: dict = {}  # decode requests -> step_floor
         self._time1_cache: dict = {}  # (operation, its one input's value) -> predicted time (memoisable predictors)
+        # Steady requests (execute's plain loop): on their profile's tail, beyond the short context and the resident
+        # set, every step adds the same figures to a request; they are added when it leaves the batch (_settle)
+        self._steady: dict = {}  # id -> request
+        self._plain_steps = 0  # steps through the plain loop
         self._sparse = cfg.sparse
         self.ff_max = cfg.fast_forward if cfg.event_mode == "closed" and not cfg.spec_max_k else 0
         # the only events besides the engine's are arrivals that just join the queue (no prefill node, no prefix
@@ -203,6 +213,7 @@ class SimEngine:
         self.stretch = WholeKVStretch(self) if self.ff_max and stretch_applies(cfg, m) else None
         bank = sched.policy_source.bank if sched.policy_source is not None else None
         self._slices = bank is not None and not cfg.spec_max_k and remote is None
+        self._lazy_ok = self._slices and sched.decode_with_prefill  # (a steady request decodes at every step)
         if self._slices:  # the profiles' fetches as slices (Profile.set_slices), for execute's plain loop
             for prof in bank.profiles.values():
                 prof.set_slices(self.Lf, self.kvh)
@@ -245,6 +256,8 @@ class SimEngine:
             plan = sched.schedule(env.now)
             if plan.empty:
                 if not more_work() and not sched.waiting and not sched.running:
+                    for r in list(self._steady.values()):
+                        self._settle(r)
                     return
                 nxt = self.next_ready_time()
                 self.wake = env.event()
@@ -259,6 +272,10 @@ class SimEngine:
                     continue
             timing = yield from self.execute(plan)
             done = sched.update(plan, timing.end, emitted=self.emitted)
+            if self._steady:
+                for r in done:
+                    if r.steady is not None:
+                        self._settle(r)
             if self.spec_policy is not None:
                 for r in done:
                     self.spec_policy.drop(r.id)
@@ -346,6 +363,8 @@ class SimEngine:
     def _fast_forward(self, plan: Plan, k: int, timing):
         """Advance ``k`` steps of ``plan``'s duration at once (the module docstring's fast-forward): each request
         emits ``k`` tokens, its policy tail is read ``k`` times, the step log gets ``k`` rows, memory grows once."""
+        for r in list(self._steady.values()):  # their figures first, in the order the steps added them
+            self._settle(r)
         cfg, sched = self.cfg, self.sched
         L, kvh = self.L, self.kvh
         lg = self.log
@@ -526,7 +545,22 @@ class SimEngine:
             count = not (short is None or self.spec_k)  # n_dense and n_cross counted here
             w1 = w + 1
             plain = self._slices  # every request on a profile; no remote fetch, no repair: the same figures, fewer ops
+            if plain:
+                for r in plan.preempted:  # (steady until the update before this schedule)
+                    if r.steady is not None:
+                        self._settle(r)
+                self._plain_steps += 1
+                lazy = self._lazy_ok
+                n_steady = 0
             for r in plan.decode if plain else ():
+                st = r.steady
+                if st is not None:  # on its tail, past its short context and the resident set: the same figures
+                    blocks_sum += -(-(r.prompt_len + r.generated) // bs)
+                    miss_sum += st[1]
+                    recall_sum += st[2]
+                    fetch_slices += st[0]
+                    n_steady += 1
+                    continue
                 ctx = r.prompt_len + r.generated
                 att_tokens += ctx if ctx < res_tokens else res_tokens
                 if ctx <= w1:  # as below
@@ -551,6 +585,11 @@ class SimEngine:
                 r.recall_n += 1
                 recall_sum += rec
                 fetch_slices += sl
+                if lazy and i >= prof.n and ctx > w1 and ctx >= res_tokens:  # every later step as this one
+                    r.steady = (sl, _miss, rec, self._plain_steps)
+                    self._steady[r.id] = r
+            if plain:
+                att_tokens += n_steady * res_tokens
             for r in () if plain else plan.decode:
                 ctx = r.prompt_len + r.generated
                 att_tokens += ctx if ctx < res_tokens else res_tokens
@@ -774,6 +813,21 @@ class SimEngine:
                 t += pred.time("attn_prefill", {"tokens": ch.n, "past_tokens": past})
             out[w] = t
         return out
+
+    def _settle(self, r) -> None:
+        """Add a steady request's figures of the plain steps since it became steady, one step at a time as the
+        loop would have (the same floats), and take it out of the steady set."""
+        sl, _, rec, since = r.steady
+        n = self._plain_steps - since
+        fb, rs = r.fetch_blocks, r.recall_sum
+        for _ in range(n):
+            fb += sl
+            rs += rec
+        r.fetch_blocks, r.recall_sum = fb, rs
+        r.recall_n += n
+        r.policy.i += n
+        r.steady = None
+        del self._steady[r.id]
 
     def _time1(self, op: str, name: str, value) -> float:
         """``pred.time(op, {name: value})``, memoised by ``(op, value)`` for memoisable predictors."""

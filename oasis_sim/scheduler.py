@@ -46,6 +46,7 @@ class Req(Request):
         "h2d_bytes",
         "held_key",
         "due",
+        "steady",
     )
 
     def __init__(self, id, arrival, prompt, output, prefix_ids=None, prefix_block_tokens=None):
@@ -62,6 +63,7 @@ class Req(Request):
         self.h2d_bytes = 0.0
         self.held_key = None  # (blocks, gpu_held, host_held) after the last growth (SimScheduler._grow)
         self.due = None  # SimScheduler's crossing bucket: step residue at which its block count changes
+        self.steady = None  # SimEngine's: on its profile's tail, its figures a step counted in arrears (_settle)
 
     @property
     def prompt(self) -> int:
