@@ -201,7 +201,8 @@ class WholeKVStretch:
         while j < k_cap:
             if j and head is not None and blocked is None and head.ready_t <= t:
                 # the schedule of step j + 1 admits the ready heads that fit, as Scheduler.schedule
-                head, nxt, blocked = self._admit(head, j, t, rem, pre, n_out, self._bound(j, n_grow, freed))
+                bound = None if hbm is not None else self._bound(j, n_grow, freed)
+                head, nxt, blocked = self._admit(head, j, t, rem, pre, n_out, bound)
                 waiting = blocked is not None
             if not (t < nxt or not j):  # (the plan's own step whatever comes)
                 break
@@ -226,7 +227,7 @@ class WholeKVStretch:
             n_grow += len(joined)
             # the level at step j's update, before its ends free (needed where some end: one whose prefill ends now
             # ends now when its only token is the prefill's)
-            ending = j in ends or any(rec[0].max_tokens == (rec[0].generated or 1) for rec in joined)
+            ending = j in ends or (joined and any(rec[0].max_tokens == (rec[0].generated or 1) for rec in joined))
             before = hbm.at(j - 1) if hbm is not None and ending else None
             for rec in joined:  # its prefill ends at this step: it decodes from the next
                 r = rec[0]
@@ -249,14 +250,13 @@ class WholeKVStretch:
                 # the pools' levels just before the frees (a peak; they must fit) and after: computed only where
                 # a bound (at most ceil(m / block_size) blocks more a request, the frees ignored) cannot tell
                 levels = None
-                bound = self._bound(j - 1, n_grow, freed)
                 if hbm is not None:
                     h0 = self.lvl0[1]
                     levels = ((before, h0), (hbm.at(j), h0))
                     if not self._fits(levels[0]):
                         j = self._last_fitting(last_free, j - 1)
                         break
-                elif bound is None or bound > self.peak_or_cap:
+                elif (bound := self._bound(j - 1, n_grow, freed)) is None or bound > self.peak_or_cap:
                     levels = self._levels(j)
                     if not self._fits(levels[0]):
                         j = self._last_fitting(last_free, j - 1)
@@ -351,6 +351,7 @@ class WholeKVStretch:
         returns its end, the batch's context after it and the requests whose prefill it ends."""
         chunks, joined = [], []
         budget = self.chunk
+        n_pf = 0
         for i, rec in enumerate(pre):
             if budget <= 0:
                 break
@@ -361,6 +362,7 @@ class WholeKVStretch:
             chunks.append((n, rec[0].prefill_target - x))
             rem[i] = x - n
             budget -= n
+            n_pf += n
             if x == n:
                 joined.append(rec)
         rems.append(tuple(rem))
@@ -368,7 +370,7 @@ class WholeKVStretch:
         starts.append(t)
         durs.append(d)
         n_decs.append(n_dec)
-        n_pfs.append(sum(n for n, _ in chunks))
+        n_pfs.append(n_pf)
         return t + d, ctx_tokens + n_dec, joined
 
     def _decode_steps(self, n_dec, ctx_tokens, count, t, nxt, first, starts, durs, head) -> float:
