@@ -78,6 +78,12 @@ request's fetches count the full layers' rows. What it leaves out: a sparse step
 blocks crossed inside a stretch (measured: ``experiments/simulator_calibration``; the fast-vs-exact test is
 ``tests/unit/test_sim_fast_forward.py``).
 
+Steady requests (the profile sampling, no speculation, no remote fetch): a request whose step read its profile's
+tail, past its short context and the resident set, adds the same figures at every later step (fetched slices,
+recall, the tail's row); ``execute`` then only sums them into the step's totals, in the batch's order, and
+``_settle`` adds them to the request, one step at a time as the loop would, when it leaves the batch (ends, is
+preempted) or before a fast-forward: the same floats (``tests/unit/test_sim_steady.py``: every output file).
+
 Per step the engine records (``StepLog``): start, duration, decode and prefill tokens, host→GPU bytes, stall (and,
 not in ``steps.csv``, the tokens the decodes emitted).
 """
@@ -197,12 +203,24 @@ class SimEngine:
         self._lm_cache: dict = {}
         self._head_cache: dict = {}  # decode chain length -> step_overhead (memoisable predictors)
         self._floor_cache: dict = {}  # decode requests -> step_floor
+        self._time1_cache: dict = {}  # (operation, its one input's value) -> predicted time (memoisable predictors)
+        # Steady requests (execute's plain loop): on their profile's tail, beyond the short context and the resident
+        # set, every step adds the same figures to a request; they are added when it leaves the batch (_settle)
+        self._steady: dict = {}  # id -> request
+        self._plain_steps = 0  # steps through the plain loop
+        self._sparse = cfg.sparse
         self.ff_max = cfg.fast_forward if cfg.event_mode == "closed" and not cfg.spec_max_k else 0
         # the only events besides the engine's are arrivals that just join the queue (no prefill node, no prefix
         # cache copying a hit in at arrival): behind a blocked head they cannot end a stretch
         self._quiet_arrivals = cfg.split == "none" and not cfg.prefix_cache
         self.ff_steps = 0  # steps taken by the fast-forward
         self.stretch = WholeKVStretch(self) if self.ff_max and stretch_applies(cfg, m) else None
+        bank = sched.policy_source.bank if sched.policy_source is not None else None
+        self._slices = bank is not None and not cfg.spec_max_k and remote is None
+        self._lazy_ok = self._slices and sched.decode_with_prefill  # (a steady request decodes at every step)
+        if self._slices:  # the profiles' fetches as slices (Profile.set_slices), for execute's plain loop
+            for prof in bank.profiles.values():
+                prof.set_slices(self.Lf, self.kvh)
         self._last_work = self._prev_work = None
         self._last_gpu_floor = (0.0, 0.0)
         self._ff_periodic = False
@@ -242,6 +260,8 @@ class SimEngine:
             plan = sched.schedule(env.now)
             if plan.empty:
                 if not more_work() and not sched.waiting and not sched.running:
+                    for r in list(self._steady.values()):
+                        self._settle(r)
                     return
                 nxt = self.next_ready_time()
                 self.wake = env.event()
@@ -256,6 +276,10 @@ class SimEngine:
                     continue
             timing = yield from self.execute(plan)
             done = sched.update(plan, timing.end, emitted=self.emitted)
+            if self._steady:
+                for r in done:
+                    if r.steady is not None:
+                        self._settle(r)
             if self.spec_policy is not None:
                 for r in done:
                     self.spec_policy.drop(r.id)
@@ -343,6 +367,8 @@ class SimEngine:
     def _fast_forward(self, plan: Plan, k: int, timing):
         """Advance ``k`` steps of ``plan``'s duration at once (the module docstring's fast-forward): each request
         emits ``k`` tokens, its policy tail is read ``k`` times, the step log gets ``k`` rows, memory grows once."""
+        for r in list(self._steady.values()):  # their figures first, in the order the steps added them
+            self._settle(r)
         cfg, sched = self.cfg, self.sched
         L, kvh = self.L, self.kvh
         lg = self.log
@@ -477,26 +503,20 @@ class SimEngine:
         win_attn = self._window_prefill(plan) if kinds.hybrid else None  # W -> a windowed layer's attention
         n_dense = 0  # decode requests running resident-dense in a sparse mode
         n_cross = 0  # of them, at their offload step (ShortContext.crossing: ctx == window + 1)
-        if short is not None:
-            w = self.short_window
+        w = self.short_window if short is not None else -1  # (-1: no request is short)
+        per_request = mode.whole_kv_on_gpu or not n_dec  # the loop below: per request (else: selection, fetches)
+        if short is not None and (per_request or self.spec_k):  # (else counted in the selection loop)
             for r in plan.decode:
                 ctx = r.prompt_len + r.generated
                 if ctx <= w:  # ShortContext.dense, inlined (the hot loop)
                     n_dense += 1
                 elif ctx == w + 1:
                     n_cross += 1
-        n_sel = n_dec - n_dense  # decode requests that select (and, sparse, predict and fetch)
         ks = self._spec_ks(plan, n_dense) if self.spec_k else None  # drafts per decode request, or None
         K = max(ks) if ks else 0
         beside = bool(K) and cfg.spec_predict == "beside" and mode.background  # oasis_sim.spec_pipeline
         repair_ids = self._spec_draw(plan, ks, K, beside) if K else ()
         repair_slices = 0.0
-        if K:  # K + 1 positions a request; the lookahead query is among them (no draft row)
-            gemm_tokens = n_dec * (K + 1) + n_pf
-        else:
-            gemm_tokens = n_dec + n_pf + (n_sel if mode.drafts else 0)  # + draft token per request
-        base = self._per_token(gemm_tokens)
-        c = base + pf_attn
 
         # Decode attention, selection work and transfers.
         fetch_slices = 0.0  # (block, head) slices over all layers planned this step for the next
@@ -510,7 +530,7 @@ class SimEngine:
         bs = cfg.block_size
         res_tokens = self.res_tokens
         offload_tokens = 0  # KV tokens copied GPU->host by requests outgrowing the resident set this step
-        if mode.whole_kv_on_gpu or not n_dec:
+        if per_request:
             for r in plan.decode:
                 ctx = r.prompt_len + r.generated  # == r.ctx while decoding
                 ctx_tokens += ctx
@@ -525,18 +545,69 @@ class SimEngine:
             if self._adaptive:
                 lg = self.log
                 link = StepLink(lg.dur[-1] if lg.dur else None, self.h2d_Bps, self.host_bpbh, n_dec)
-            miss_sum, sel_n = self.miss_sum, self.sel_n  # local in the hot loop (the same additions, in order)
-            for r in plan.decode:
+            miss_sum = self.miss_sum  # local in the hot loop (the same additions, in order)
+            count = not (short is None or self.spec_k)  # n_dense and n_cross counted here
+            w1 = w + 1
+            plain = self._slices  # every request on a profile; no remote fetch, no repair: the same figures, fewer ops
+            if plain:
+                for r in plan.preempted:  # (steady until the update before this schedule)
+                    if r.steady is not None:
+                        self._settle(r)
+                self._plain_steps += 1
+                lazy = self._lazy_ok
+                n_steady = 0
+            for r in plan.decode if plain else ():
+                st = r.steady
+                if st is not None:  # on its tail, past its short context and the resident set: the same figures
+                    blocks_sum += -(-(r.prompt_len + r.generated) // bs)
+                    miss_sum += st[1]
+                    recall_sum += st[2]
+                    fetch_slices += st[0]
+                    n_steady += 1
+                    continue
                 ctx = r.prompt_len + r.generated
                 att_tokens += ctx if ctx < res_tokens else res_tokens
-                if short is not None:
+                if ctx <= w1:  # as below
+                    if ctx <= w:
+                        r.recall_sum += 1.0
+                        r.recall_n += 1
+                        recall_sum += 1.0
+                        if count:
+                            n_dense += 1
+                        continue
+                    offload_tokens += ctx - 1
+                    if count:
+                        n_cross += 1
+                blocks_sum += -(-ctx // bs)
+                pol = r.policy
+                prof = pol.profile
+                i = pol.i = pol.i + 1
+                sl, _miss, rec, _ = prof.slice_tail if i >= prof.n else prof.slice_rows[i]
+                miss_sum += _miss
+                r.fetch_blocks += sl
+                r.recall_sum += rec
+                r.recall_n += 1
+                recall_sum += rec
+                fetch_slices += sl
+                if lazy and i >= prof.n and ctx > w1 and ctx >= res_tokens:  # every later step as this one
+                    r.steady = (sl, _miss, rec, self._plain_steps)
+                    self._steady[r.id] = r
+            if plain:
+                att_tokens += n_steady * res_tokens
+            for r in () if plain else plan.decode:
+                ctx = r.prompt_len + r.generated
+                att_tokens += ctx if ctx < res_tokens else res_tokens
+                if ctx <= w1:  # short (never without the rule: w1 = 0)
                     if ctx <= w:  # resident-dense: attends its whole KV in place, nothing selected or fetched
                         r.recall_sum += 1.0
                         r.recall_n += 1
                         recall_sum += 1.0
+                        if count:
+                            n_dense += 1
                         continue
-                    if ctx == w + 1:  # ShortContext.offload_tokens: its KV so far, once
-                        offload_tokens += ctx - 1
+                    offload_tokens += ctx - 1  # ShortContext.offload_tokens: its KV so far, once
+                    if count:
+                        n_cross += 1
                 blocks_sum += -(-ctx // bs)
                 pol = r.policy
                 prof = pol.profile
@@ -550,9 +621,8 @@ class SimEngine:
                     remote_units += u
                     remote.received(r, u * self.bpbh)
                 miss_sum += _miss
-                sel_n += 1
                 sl = f * Lf * kvh
-                if r.id in repair_ids:  # the beside prediction's repair fetches this step's drift again
+                if repair_ids and r.id in repair_ids:  # the beside prediction's repair fetches this step's drift
                     repair_slices += sl
                     sl += sl
                 r.fetch_blocks += sl
@@ -560,15 +630,23 @@ class SimEngine:
                 r.recall_n += 1
                 recall_sum += rec
                 fetch_slices += sl
-            self.miss_sum, self.sel_n = miss_sum, sel_n
+            self.miss_sum = miss_sum
+            self.sel_n += n_dec - n_dense
             if mode.on_demand:
                 inline_slices, fetch_slices = fetch_slices, 0.0
         self.recall_sum += recall_sum
         self.recall_n += n_dec
+        n_sel = n_dec - n_dense  # decode requests that select (and, sparse, predict and fetch)
+        if K:  # K + 1 positions a request; the lookahead query is among them (no draft row)
+            gemm_tokens = n_dec * (K + 1) + n_pf
+        else:
+            gemm_tokens = n_dec + n_pf + (n_sel if mode.drafts else 0)  # + draft token per request
+        base = self._per_token(gemm_tokens)
+        c = base + pf_attn
         if not mode.selects:
             c += pred.time("attn_decode", {"kv_bytes": ctx_tokens * self.bpt_layer * (K + 1 if K else 1)})
         elif n_dec:
-            c += pred.time("attn_decode", {"kv_bytes": att_tokens * self.bpt_layer})  # one read for all positions
+            c += self._time1("attn_decode", "kv_bytes", att_tokens * self.bpt_layer)  # one read for all positions
         if win_attn is not None and n_dec:  # a windowed layer reads min(ctx, W) tokens a request, once a position
             reads = K + 1 if K else 1
             for w, tok in kinds.window_tokens([r.prompt_len + r.generated for r in plan.decode]).items():
@@ -580,9 +658,9 @@ class SimEngine:
             score_s = pred.time("score", {"summary_bytes": summary_bytes})
             topk_s = pred.time("topk", {"elements": blocks_sum * kvh})
             side_bytes = (summary_bytes + 8.0 * blocks_sum * kvh) * (K if beside else 1)  # beside: K candidates
-            if cfg.sparse:
-                sel_s = pred.time("select", {"rows": n_sel * kvh})
-                c += pred.time("sparse_overhead", {"requests": n_sel})
+            if self._sparse:
+                sel_s = self._time1("select", "rows", n_sel * kvh)
+                c += self._time1("sparse_overhead", "requests", n_sel)
 
         # First fills of requests that finished prefill now (their first decode step waits for them).
         fill = 0.0
@@ -656,7 +734,7 @@ class SimEngine:
         else:
             tail_s = pred.time("lm_head", {"tokens": n_tail})  # a step's last predictor call
         self.h2d_bytes += h2d
-        if cfg.sparse and n_offload_pf:  # prefill KV offloaded to host DRAM on the GPU->host path
+        if self._sparse and n_offload_pf:  # prefill KV offloaded to host DRAM on the GPU->host path
             nbytes = n_offload_pf * self.host_bpt
             self.d2h_bytes += nbytes
             self.gpu.d2h.account(nbytes, self.gpu.d2h.duration(nbytes))
@@ -751,6 +829,31 @@ class SimEngine:
                 t += pred.time("attn_prefill", {"tokens": ch.n, "past_tokens": past})
             out[w] = t
         return out
+
+    def _settle(self, r) -> None:
+        """Add a steady request's figures of the plain steps since it became steady, one step at a time as the
+        loop would have (the same floats), and take it out of the steady set."""
+        sl, _, rec, since = r.steady
+        n = self._plain_steps - since
+        fb, rs = r.fetch_blocks, r.recall_sum
+        for _ in range(n):
+            fb += sl
+            rs += rec
+        r.fetch_blocks, r.recall_sum = fb, rs
+        r.recall_n += n
+        r.policy.i += n
+        r.steady = None
+        del self._steady[r.id]
+
+    def _time1(self, op: str, name: str, value) -> float:
+        """``pred.time(op, {name: value})``, memoised by ``(op, value)`` for memoisable predictors."""
+        if not self._memo:
+            return self.pred.time(op, {name: value})
+        key = (op, value)
+        v = self._time1_cache.get(key)
+        if v is None:
+            v = self._time1_cache[key] = self.pred.time(op, {name: value})
+        return v
 
     def _step_floor(self, n_dec: int) -> float:
         """The predictor's ``step_floor`` for ``n_dec`` decode requests (memoised for memoisable predictors)."""

@@ -40,7 +40,7 @@ class MemoryPool(simpy.Container):
     def try_reserve(self, nbytes: float) -> bool:
         if nbytes <= 0:
             return True
-        if nbytes > self.capacity - self._level:
+        if nbytes > self._capacity - self._level:
             return False
         self._level += nbytes
         self._note()
@@ -57,15 +57,16 @@ class MemoryPool(simpy.Container):
             self._trigger_put(None)
 
     def _note(self) -> None:
-        lvl = self.level
+        lvl = self._level
         if lvl > self.peak:
             self.peak = lvl
         if self.track:
-            now = self._env.now
-            if self.series and self.series[-1][0] == now:
-                self.series[-1] = (now, lvl)
+            now = self._env._now
+            series = self.series
+            if series and series[-1][0] == now:
+                series[-1] = (now, lvl)
             else:
-                self.series.append((now, lvl))
+                series.append((now, lvl))
 
 
 class CopyPath:

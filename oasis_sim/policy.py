@@ -318,6 +318,13 @@ class Profile:
     def at(self, i: int) -> tuple:
         return self.rows[i] if i < self.n else self.tail
 
+    def set_slices(self, layers: int, kv_heads: int) -> None:
+        """``slice_rows`` / ``slice_tail``: ``rows`` / ``tail`` with the fetch as a request's (block, head) slices,
+        ``fetch * layers * kv_heads`` (the engine's product, in its order), for the engine's hot loop."""
+        self.slice_rows = [(f * layers * kv_heads, m, r, rem) for f, m, r, rem in self.rows]
+        f, m, r, rem = self.tail
+        self.slice_tail = (f * layers * kv_heads, m, r, rem)
+
 
 def bucket_of(n_blocks: int) -> int:
     """Quarter-octave bucket representative of a block count (>= 2)."""

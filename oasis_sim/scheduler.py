@@ -21,8 +21,9 @@ Memory per request (bytes; ``ctx`` = tokens held, rounded up to whole blocks; si
 from __future__ import annotations
 
 from oasis_core import modes
+from oasis_core.echo import show
 from oasis_core.geometry import KVGeometry
-from oasis_core.scheduler import COMPLETED, DECODE, Request, Scheduler
+from oasis_core.scheduler import COMPLETED, DECODE, PREFILL, Request, Scheduler
 
 from .config import SimConfig
 from .hardware import MemoryPool
@@ -45,6 +46,7 @@ class Req(Request):
         "h2d_bytes",
         "held_key",
         "due",
+        "steady",
     )
 
     def __init__(self, id, arrival, prompt, output, prefix_ids=None, prefix_block_tokens=None):
@@ -61,6 +63,7 @@ class Req(Request):
         self.h2d_bytes = 0.0
         self.held_key = None  # (blocks, gpu_held, host_held) after the last growth (SimScheduler._grow)
         self.due = None  # SimScheduler's crossing bucket: step residue at which its block count changes
+        self.steady = None  # SimEngine's: on its profile's tail, its figures a step counted in arrears (_settle)
 
     @property
     def prompt(self) -> int:
@@ -138,8 +141,8 @@ class ByteAccounting:
 
     def resize(self, r: Req, hbm: float, host: float) -> bool:
         dh, dx = hbm - r.gpu_held, host - r.host_held
-        if (dh > 0 and dh > self.hbm.capacity - self.hbm._level) or (
-            dx > 0 and dx > self.host.capacity - self.host._level
+        if (dh > 0 and dh > self.hbm._capacity - self.hbm._level) or (
+            dx > 0 and dx > self.host._capacity - self.host._level
         ):
             return False
         if dh > 0:
@@ -179,6 +182,48 @@ class SimScheduler(Scheduler):
         self._due = [{} for _ in range(self.bs)]
         self._pending: list = []  # admitted already decoding: grown at their first update
 
+    def update(self, plan, now: float = 0.0, stopped=(), emitted=None) -> list:
+        """The core's ``update`` (``oasis_core.scheduler``); a step in which every decode emitted one token and none
+        stopped (every simulated step but a speculative one) takes one loop over the decodes: a token each, the
+        completed in ``plan.decode``'s order, then those whose prefill ended, as the core's list."""
+        if stopped or emitted:
+            return super().update(plan, now, stopped, emitted)
+        finished_prefill = []
+        for c in plan.prefill:
+            r = c.req
+            if r.state != PREFILL:
+                continue
+            r.prefill_done += c.n
+            if r.prefill_done >= r.prefill_target:
+                if r.generated == 0:
+                    r.generated = 1
+                    r.first_token_t = now
+                r.state = DECODE
+                finished_prefill.append(r)
+        done = []
+        for r in plan.decode:
+            if r.state != DECODE:
+                continue
+            g = r.generated = r.generated + 1
+            if r.first_token_t is None:  # a synthesized prefill: the first decode yields the first token
+                r.first_token_t = now
+            if g >= r.max_tokens:
+                if g > r.max_tokens:
+                    raise ValueError(
+                        f"Scheduler.update: request {show(r.id)} emitted 1 tokens; must be 1 .. "
+                        f"{r.max_tokens - g + 1} (max_tokens {r.max_tokens}, {g - 1} generated)"
+                    )
+                done.append(r)
+        for r in finished_prefill:
+            if r.generated >= r.max_tokens:
+                done.append(r)
+        for r in done:
+            del self.running[r.id]
+            self._free(r)
+            self._end(r, COMPLETED, "length", now)
+        self._grow_all(finished_prefill, plan.decode)  # (it grows those still decoding: the decoded)
+        return done
+
     def ensure_policy(self, r: Req) -> None:
         """Give ``r`` its policy handle (sized by its mean context: prompt + half the output)."""
         if r.policy is None and self.policy_source is not None:
@@ -201,7 +246,7 @@ class SimScheduler(Scheduler):
         ``split=rpf`` (host need follows the network), speculative decoding (several tokens a step)."""
         if not self._bucketed:
             bs = self.bs
-            for r in finished_prefill + decoded:
+            for r in (*finished_prefill, *decoded):
                 if r.state != DECODE:
                     continue
                 g = r.generated - (r.prefill_target - r.prompt_len)  # Request.ctx, inlined
@@ -233,7 +278,69 @@ class SimScheduler(Scheduler):
             return
         if len(visit) > 1:
             visit.sort(key=lambda r: r.seq)
-        for r in visit:
+        acct = self.acct
+        hbm, host = acct.hbm, acct.host
+        if hbm.get_queue or hbm.put_queue or host.get_queue or host.put_queue:  # (a process waits on a pool)
+            self._grow_each(visit)
+            return
+        # _grow for each, the pools' levels and peaks kept here, move by move as try_reserve / release move them
+        # (the same figures), and noted once: one point a time in their series either way
+        need = acct.need
+        g_lvl, g_cap, g_peak, h_lvl, h_cap, h_peak = (
+            hbm._level,
+            hbm._capacity,
+            hbm.peak,
+            host._level,
+            host._capacity,
+            host.peak,
+        )
+        g_moved = h_moved = False
+        for i, r in enumerate(visit):
+            if r.state != DECODE:
+                continue
+            g = r.generated - (r.prefill_target - r.prompt_len)  # Request.ctx, inlined
+            ctx = r.prefill_done + (g if g > 0 else 0)
+            blocks = -(-ctx // bs)
+            key = r.held_key
+            if key is None or key[0] != blocks or key[1] != r.gpu_held or key[2] != r.host_held:
+                gpu, hst = need(r, ctx, staging=False)
+                dh, dx = gpu - r.gpu_held, hst - r.host_held
+                if (dh > 0 and dh > g_cap - g_lvl) or (dx > 0 and dx > h_cap - h_lvl):  # preempts: the core's way
+                    hbm._level, hbm.peak, host._level, host.peak = g_lvl, g_peak, h_lvl, h_peak
+                    if g_moved:
+                        hbm._note()
+                    if h_moved:
+                        host._note()
+                    self._grow_each(visit[i:])
+                    return
+                if dh > 0:
+                    g_lvl += dh
+                    g_moved = True
+                elif dh < 0:
+                    g_lvl -= min(-dh, g_lvl)
+                    g_moved = True
+                if g_lvl > g_peak:
+                    g_peak = g_lvl
+                if dx > 0:
+                    h_lvl += dx
+                    h_moved = True
+                elif dx < 0:
+                    h_lvl -= min(-dx, h_lvl)
+                    h_moved = True
+                if h_lvl > h_peak:
+                    h_peak = h_lvl
+                r.gpu_held, r.host_held = gpu, hst
+                r.held_key = (blocks, gpu, hst)
+            if r.due is None:
+                self._register(r)
+        hbm._level, hbm.peak, host._level, host.peak = g_lvl, g_peak, h_lvl, h_peak
+        if g_moved:
+            hbm._note()
+        if h_moved:
+            host._note()
+
+    def _grow_each(self, reqs) -> None:
+        for r in reqs:
             if r.state == DECODE:
                 self._grow(r)
                 if r.due is None:
@@ -258,7 +365,12 @@ class SimScheduler(Scheduler):
         key = r.held_key
         if key is not None and key[0] == blocks and key[1] == r.gpu_held and key[2] == r.host_held:
             return
-        super()._grow(r)
+        gpu, host = self.acct.need(r, r.prefill_done + (g if g > 0 else 0), staging=False)
+        if gpu != r.gpu_held or host != r.host_held:
+            if self.acct.resize(r, gpu, host):  # the core's _resize, inlined (the hot path)
+                r.gpu_held, r.host_held = gpu, host
+            else:
+                super()._grow(r)  # preempts until it fits
         r.held_key = (blocks, r.gpu_held, r.host_held)
 
     def grow_fitting(self, pairs) -> None:

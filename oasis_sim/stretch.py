@@ -4,17 +4,19 @@ Once ``Scheduler.schedule`` has made a plan, the steps that follow are known in 
 can change them: every running request either decodes (one token a step) or prefills (chunks of ``chunk_tokens``
 shared in admission order, as ``schedule`` shares them); a request whose prefill ends decodes from the next step
 (its first token at that step's end); a request leaves the batch at the step that emits its last token; the waiting
-queue's head is not ready yet, or was just tried and stays blocked (the free memory only shrinks while no request
-ends, and after an end it is re-checked: the levels are computed only where a bound cannot tell). No execute or
-update runs: :class:`WholeKVStretch` prices each step from the batch's totals (decode requests, their context, the
-prefill chunks) with the predictor calls ``SimEngine.execute`` makes for a whole-KV plan (the token GEMMs, each
-chunk's prefill attention, the decode attention over the batch's KV, the step overhead with its decode chain, the LM
-head, the step floor; a run of decode-only steps with the decode attention as a line in the context), and applies
-the stretch to each request, the pools and the step log once, at its end. It stops at the first of:
-``fast_forward`` steps; the step before the next event (an arrival) or the waiting head's ready time; a step after
-which the schedule could admit the head (or any end in a closed loop, whose next request comes then); the last
-step whose memory growth the pools can give (a growth that does not fit preempts: the engine then runs that step
-exactly). ``SimEngine`` runs the plan step by step instead while the timeline records or the predictor is not
+queue's head is admitted by the stretch's own schedule at the first step that starts once it is ready and the pools
+can give its prefill's staging (FCFS, as ``schedule``: the heads behind it too, while they fit and the batch has
+room; it then prefills with the others, in admission order), or stays blocked (the free memory only shrinks while
+no request ends, and after an end it is re-checked: the levels are computed only where a bound cannot tell). No
+execute or update runs: :class:`WholeKVStretch` prices each step from the batch's totals (decode requests, their
+context, the prefill chunks) with the predictor calls ``SimEngine.execute`` makes for a whole-KV plan (the token
+GEMMs, each chunk's prefill attention, the decode attention over the batch's KV, the step overhead with its decode
+chain, the LM head, the step floor; a run of decode-only steps with the decode attention as a line in the context),
+and applies the stretch to each request (admissions included), the pools and the step log once, at its end. It
+stops at the first of: ``fast_forward`` steps; the step before the next event in the queue (none in an open loop
+without a prefill node or prefix cache: every request is queued at the start, ready at its arrival); a head the
+schedule would reject; any end in a closed loop (whose next request comes then); the last step whose memory growth
+the pools can give (a growth that does not fit preempts: the engine then runs that step exactly). ``SimEngine`` runs the plan step by step instead while the timeline records or the predictor is not
 memoisable.
 
 Exact but for float rounding: a step lasts ``head + L · c + tail`` here against the pipeline's ``L`` additions, and
@@ -47,6 +49,41 @@ def applies(cfg, model) -> bool:
     )
 
 
+class _HBMLevel:
+    """The HBM level at a step of the stretch in O(1), where a block is a constant whole number of bytes (every
+    figure then a whole number of bytes: the sums exact in any order, the same floats as ``_level``'s). ``base``:
+    the level at the start less what the requests decoding or ended hold, plus the staging of those the stretch
+    admitted that still prefill; the decoding requests' blocks ``ceil((c0 + m) / bs)`` summed through their
+    residues: ``(q + m) // bs = q // bs + m // bs + (q % bs + m % bs >= bs)`` with ``q = c0 + bs - 1``."""
+
+    def __init__(self, level: float, bs: int, pb: float):
+        self.base, self.bs, self.pb = level, bs, pb
+        self.n = self.q = 0  # decoding requests, the sum of their q // bs
+        self.cnt = [0] * bs  # decoding requests by q % bs
+
+    def decode(self, c0: int, held: float) -> None:
+        """A request decodes from here on (its context ``c0 + m`` at step ``m``), holding ``held`` until now."""
+        q = c0 + self.bs - 1
+        self.n += 1
+        self.q += q // self.bs
+        self.cnt[q % self.bs] += 1
+        self.base -= held
+
+    def end(self, c0: int) -> None:
+        """A decoding request ends: it holds nothing from here on."""
+        q = c0 + self.bs - 1
+        self.n -= 1
+        self.q -= q // self.bs
+        self.cnt[q % self.bs] -= 1
+
+    def at(self, m: int) -> float:
+        """The level after step ``m``'s growth (the decoding requests as they are now)."""
+        bs = self.bs
+        r = m % bs
+        blocks = self.q + self.n * (m // bs) + (sum(self.cnt[bs - r :]) if r else 0)
+        return self.base + blocks * self.pb
+
+
 class WholeKVStretch:
     """The stretch of one engine (``SimEngine``): :meth:`take` after a step, a generator the engine yields from."""
 
@@ -55,6 +92,7 @@ class WholeKVStretch:
         self.chunk = engine.cfg.chunk_tokens
         self.bpt_layer = engine.bpt_layer
         self._prefill_memo: dict = {}  # (tokens, past tokens) -> attn_prefill (a memoisable predictor's)
+        self._da_memo: dict = {}  # decode requests -> attn_decode of one token each (a memoisable predictor's)
 
     # -- pricing -------------------------------------------------------------------------------------------------
     def _step_s(self, n_dec: int, ctx_tokens: int, chunks: list, waiting: bool) -> float:
@@ -74,16 +112,21 @@ class WholeKVStretch:
         c = eng._per_token(n_dec + n_pf) + pf_attn
         c += pred.time("attn_decode", {"kv_bytes": ctx_tokens * self.bpt_layer})
         chain = eng.chain_max if eng.chain_max > 1 and n_dec and not chunks and not waiting else 1
-        head = eng._head_cache.get(chain)
-        if head is None:
-            head = eng._head_cache[chain] = pred.time("step_overhead", {"chain": chain})
-        n_tail = n_dec + len(chunks)
-        tail = eng._lm_cache.get(n_tail)
-        if tail is None:
-            tail = eng._lm_cache[n_tail] = pred.time("lm_head", {"tokens": n_tail})
+        head, tail = self._head_tail(chain, n_dec + len(chunks))
         gpu = head + eng.L * c + tail
         floor = eng._step_floor(n_dec)
         return gpu if gpu > floor else floor
+
+    def _head_tail(self, chain: int, n_tail: int) -> tuple:
+        """The step overhead of a decode chain of ``chain`` and the LM head over ``n_tail`` tokens (memoised)."""
+        eng = self.eng
+        head = eng._head_cache.get(chain)
+        if head is None:
+            head = eng._head_cache[chain] = eng.pred.time("step_overhead", {"chain": chain})
+        tail = eng._lm_cache.get(n_tail)
+        if tail is None:
+            tail = eng._lm_cache[n_tail] = eng.pred.time("lm_head", {"tokens": n_tail})
+        return head, tail
 
     # -- the stretch ---------------------------------------------------------------------------------------------
     def run(self, plan):
@@ -97,18 +140,14 @@ class WholeKVStretch:
         pipe = eng.pipe
         if pipe.side_free > now or pipe.link_free > now:
             return 0
+        self.n_adm = 0  # requests the stretch admitted: the first of sched.waiting
+        self.staged = 0.0  # the HBM their prefills hold (staging)
         head = sched.waiting[0] if sched.waiting else None
-        nxt = env.peek()
-        blocked = None  # the waiting head, ready and just not admitted by the schedule
-        if head is not None:
-            if head.ready_t > now:
-                nxt = min(nxt, head.ready_t)
-            else:
-                blocked = head
-                if eng._quiet_arrivals:  # an arrival queues behind it and changes nothing
-                    nxt = float("inf")
-        # every running request: [request, c0, joins, ends] with its context after step j ``c0 + j`` once it
-        # decodes (from step ``joins``), its last token at step ``ends``; None while still unknown (a prefill)
+        nxt, blocked = self._head_events(head, now)  # blocked: the head, ready and just not admitted
+        # every running request: [request, c0, joins, ends, admitted, staging] with its context after step j
+        # ``c0 + j`` once it decodes (from step ``joins``), its last token at step ``ends``; None while still unknown
+        # (a prefill); ``admitted``: the step whose schedule admitted it in the stretch (0: before), ``staging``:
+        # the (HBM, host) its prefill then took
         dec, pre, ends = [], [], {}
         ctx_tokens = 0
         for r in sched.running.values():
@@ -117,7 +156,7 @@ class WholeKVStretch:
                     return 0
                 g = r.generated
                 c0 = r.prompt_len + g  # == Request.ctx while it decodes
-                rec = [r, c0, 0, r.max_tokens - g]
+                rec = [r, c0, 0, r.max_tokens - g, 0, None]
                 dec.append(rec)
                 e = ends.get(rec[3])
                 if e is None:
@@ -126,7 +165,7 @@ class WholeKVStretch:
                     e.append(rec)
                 ctx_tokens += c0
             elif r.state == PREFILL:
-                pre.append([r, 0, None, None])
+                pre.append([r, 0, None, None, 0, None])
             else:
                 return 0
         recs = self.recs = dec + pre  # (decoding first, then prefilling, each in admission order)
@@ -136,7 +175,15 @@ class WholeKVStretch:
         acct = sched.acct
         self.lvl0 = (acct.hbm.level, acct.host.level)
         self.bs = acct.bs
-        self.block_bytes = acct.block_bytes
+        self.block_bytes = pb = acct.block_bytes
+        # the HBM level in O(1) (_HBMLevel) where every holding is a whole number of bytes, else None: _level's loop
+        hbm = None
+        if pb is not None and float(pb).is_integer() and float(self.lvl0[0]).is_integer():
+            if all(float(rec[0].gpu_held).is_integer() for rec in recs):
+                hbm = _HBMLevel(self.lvl0[0], self.bs, pb)
+                for rec in dec:
+                    hbm.decode(rec[1], rec[0].gpu_held)
+        self.hbm = hbm
         # step by step from the batch's totals: durations, who joins or leaves the decode batch when, the last step
         n_dec = len(recs) - len(pre)
         rem = [r.prefill_target - r.prefill_done for r, *_ in pre]
@@ -151,27 +198,37 @@ class WholeKVStretch:
         n_grow = len(recs) - len(pre)  # requests that decode in the stretch so far (their holdings grow)
         freed = 0.0  # HBM the ends freed
         self.peak_or_cap = min(acct.hbm.peak, acct.hbm.capacity)
-        while j < k_cap and (t < nxt or not j):  # (the plan's own step whatever comes)
+        while j < k_cap:
+            if j and head is not None and blocked is None and head.ready_t <= t:
+                # the schedule of step j + 1 admits the ready heads that fit, as Scheduler.schedule
+                bound = None if hbm is not None else self._bound(j, n_grow, freed)
+                head, nxt, blocked = self._admit(head, j, t, rem, pre, n_out, bound)
+                waiting = blocked is not None
+            if not (t < nxt or not j):  # (the plan's own step whatever comes)
+                break
             joined = ()
             if not pre or not any(rem):  # decode alone until the next end: steps apart only in the batch's context
                 last = min(ends) if ends else k_cap
                 j0 = j
                 t = self._decode_steps(
-                    n_dec, ctx_tokens, (last if last < k_cap else k_cap) - j, t, nxt, not j, starts, durs
+                    n_dec, ctx_tokens, (last if last < k_cap else k_cap) - j, t, nxt, not j, starts, durs, head
                 )
                 j = len(durs)
                 n = j - j0
                 ctx_tokens += n * n_dec
                 n_decs.extend([n_dec] * n)
                 n_pfs.extend([0] * n)
-                if pre:
-                    rems.extend([rems[-1]] * n)
+                rems.extend([rems[-1]] * n)
             else:
                 t, ctx_tokens, joined = self._prefill_step(
                     pre, rem, rems, n_dec, ctx_tokens, waiting, t, starts, durs, n_decs, n_pfs
                 )
                 j += 1
             n_grow += len(joined)
+            # the level at step j's update, before its ends free (needed where some end: one whose prefill ends now
+            # ends now when its only token is the prefill's)
+            ending = j in ends or (joined and any(rec[0].max_tokens == (rec[0].generated or 1) for rec in joined))
+            before = hbm.at(j - 1) if hbm is not None and ending else None
             for rec in joined:  # its prefill ends at this step: it decodes from the next
                 r = rec[0]
                 g = r.generated if r.generated else 1
@@ -180,17 +237,26 @@ class WholeKVStretch:
                 if rec[3] > j:
                     n_dec += 1
                     ctx_tokens += r.prompt_len + g
+                if hbm is not None:  # from its prefill's holding (staging, if the stretch admitted it) to its blocks
+                    hbm.decode(rec[1], rec[5][0] if rec[4] else r.gpu_held)
             out = ends.pop(j, None)
             if out:  # they end at this step's update, before the growth; the next schedule may admit the head
                 for rec in out:
                     if rec[2] < j:  # (not one that ends with its prefill: it never decoded)
                         n_dec -= 1
                         ctx_tokens -= rec[1] + j
+                    if hbm is not None:
+                        hbm.end(rec[1])
                 # the pools' levels just before the frees (a peak; they must fit) and after: computed only where
                 # a bound (at most ceil(m / block_size) blocks more a request, the frees ignored) cannot tell
                 levels = None
-                bound = self._bound(j - 1, n_grow, freed)
-                if bound is None or bound > self.peak_or_cap:
+                if hbm is not None:
+                    h0 = self.lvl0[1]
+                    levels = ((before, h0), (hbm.at(j), h0))
+                    if not self._fits(levels[0]):
+                        j = self._last_fitting(last_free, j - 1)
+                        break
+                elif (bound := self._bound(j - 1, n_grow, freed)) is None or bound > self.peak_or_cap:
                     levels = self._levels(j)
                     if not self._fits(levels[0]):
                         j = self._last_fitting(last_free, j - 1)
@@ -198,14 +264,16 @@ class WholeKVStretch:
                 frees.append((j, out, levels[0] if levels else None))
                 n_out += len(out)
                 last_free = j
-                for rec in out:
-                    freed += rec[0].gpu_held
+                for rec in out:  # (one the stretch admitted: its staging, which the levels count it from)
+                    freed += rec[5][0] if rec[4] else rec[0].gpu_held
                 if sched.on_done is not None:
                     break  # a closed loop submits a request at each end
-                if not n_dec and not any(rem):
+                if not n_dec and not any(rem) and (head is None or head.ready_t > t or blocked is not None):
                     break  # nothing left to run
-                if blocked is not None and self._admits(blocked, j, levels, freed, len(sched.running) - n_out):
-                    break
+                running = len(sched.running) - n_out + self.n_adm
+                if blocked is not None and self._admits(blocked, j, levels, freed, running):
+                    blocked = None  # the next step's schedule admits it (and those behind it that fit)
+                    nxt = float("inf") if self._quiet else self._peek
         k = j
         if k and not self._fits_at(k, n_grow):
             k = self._last_fitting(last_free, k)
@@ -213,18 +281,77 @@ class WholeKVStretch:
             return 0
         del durs[k:], starts[k:]
         yield at(env, starts[-1] + durs[-1])
-        self._apply(k, starts, durs, rems[k] if pre else (), [x for x in frees if x[0] <= k])
+        self._apply(k, starts, durs, rems[k], [x for x in frees if x[0] <= k])
         lg = eng.log
         lg.decode.extend(n_decs[:k])
         lg.emitted.extend(n_decs[:k])
         lg.prefill.extend(n_pfs[:k] if pre else [0] * k)
         return k
 
+    def _head_events(self, head, t: float) -> tuple:
+        """``(nxt, blocked)`` for the waiting queue's ``head`` at ``t``: the stretch's steps start before ``nxt`` (the
+        next event in the queue, or the head's ready time); ``blocked``: the head, ready and not admitted by the
+        schedule that just ran (it stays so until a request ends: the free memory only shrinks meanwhile)."""
+        eng = self.eng
+        self._peek = eng.env.peek()
+        self._quiet = eng._quiet_arrivals  # an arrival queues behind a blocked head and changes nothing
+        if head is None:
+            return self._peek, None
+        if head.ready_t > t:
+            return min(self._peek, head.ready_t), None
+        return (float("inf") if self._quiet else self._peek), head
+
+    def _admit(self, head, j: int, t: float, rem: list, pre: list, n_out: int, bound) -> tuple:
+        """The schedule of step ``j + 1`` (at ``t``, after step ``j``'s update): admit the ready heads of the queue
+        while the batch has room and the pools can give their prefill's staging (``Scheduler.schedule``: FCFS,
+        nobody overtakes the head); each joins the prefills, in admission order. Returns the new head, ``nxt`` and
+        the blocked head (None); a head the schedule would reject ends the stretch before this step (nxt = t).
+        ``bound``: ``_bound(j)`` (None: none), the levels computed only where it cannot tell."""
+        sched = self.eng.sched
+        acct, waitq = sched.acct, sched.waiting
+        lvl = None  # the levels after step j's update, with this schedule's admissions
+        added = 0.0  # this schedule's admissions' staging
+        while head is not None and head.ready_t <= t:
+            if sched.max_batch is not None and len(sched.running) - n_out + self.n_adm >= sched.max_batch:
+                return head, (float("inf") if self._quiet else self._peek), head
+            # (never preempted: its prefill target is the prompt, which add() checked)
+            if head.prefill_done >= head.prefill_target or (
+                head.preempted and sched._never_fits(head, final=False) is not None
+            ):
+                return head, t, None  # rejected (or nothing to prefill): the engine's schedule takes it
+            gpu, host = acct.need(head, head.prefill_target, staging=True)
+            if self.hbm is not None and not host:  # (its base counts this schedule's admissions)
+                if gpu > 0 and gpu > acct.hbm.capacity - self.hbm.at(j):
+                    return head, (float("inf") if self._quiet else self._peek), head
+            elif lvl is None and bound is not None and not host and bound + gpu <= acct.hbm.capacity:
+                bound += gpu  # fits below the bound (and nothing on the host)
+            else:
+                if lvl is None:
+                    g, h = self._level(j)
+                    lvl = [g + added, h]  # (the bound admits only requests with nothing on the host)
+                if (gpu > 0 and gpu > acct.hbm.capacity - lvl[0]) or (host > 0 and host > acct.host.capacity - lvl[1]):
+                    return head, (float("inf") if self._quiet else self._peek), head
+                lvl[0] += gpu
+                lvl[1] += host
+            rec = [head, 0, None, None, j + 1, (gpu, host)]
+            pre.append(rec)
+            self.recs.append(rec)
+            rem.append(head.prefill_target - head.prefill_done)
+            self.staged += gpu
+            added += gpu
+            if self.hbm is not None:
+                self.hbm.base += gpu
+            self.n_adm += 1
+            head = waitq[self.n_adm] if len(waitq) > self.n_adm else None
+        nxt, _ = self._head_events(head, t)
+        return head, nxt, None
+
     def _prefill_step(self, pre, rem, rems, n_dec, ctx_tokens, waiting, t, starts, durs, n_decs, n_pfs):
         """One step with prefill chunks (``Scheduler.schedule``'s: ``chunk_tokens`` shared in admission order);
         returns its end, the batch's context after it and the requests whose prefill it ends."""
         chunks, joined = [], []
         budget = self.chunk
+        n_pf = 0
         for i, rec in enumerate(pre):
             if budget <= 0:
                 break
@@ -235,6 +362,7 @@ class WholeKVStretch:
             chunks.append((n, rec[0].prefill_target - x))
             rem[i] = x - n
             budget -= n
+            n_pf += n
             if x == n:
                 joined.append(rec)
         rems.append(tuple(rem))
@@ -242,28 +370,28 @@ class WholeKVStretch:
         starts.append(t)
         durs.append(d)
         n_decs.append(n_dec)
-        n_pfs.append(sum(n for n, _ in chunks))
+        n_pfs.append(n_pf)
         return t + d, ctx_tokens + n_dec, joined
 
-    def _decode_steps(self, n_dec, ctx_tokens, count, t, nxt, first, starts, durs) -> float:
+    def _decode_steps(self, n_dec, ctx_tokens, count, t, nxt, first, starts, durs, head) -> float:
         """Up to ``count`` decode-only steps of ``n_dec`` requests holding ``ctx_tokens`` tokens (one more a request
         each step), those that start before ``nxt`` (``first``: the first whatever comes); returns the end of the last. ``_step_s`` with the decode
         attention as a line in the batch's context (``attn_decode`` is linear in its bytes for every predictor)."""
         eng = self.eng
         pred, bpt = eng.pred, self.bpt_layer
-        w = eng.sched.waiting
-        waiting = bool(w) and w[0].ready_t <= t
-        d = self._step_s(n_dec, ctx_tokens, (), waiting)  # the first exactly; it memoises head, tail and floor
+        waiting = head is not None and head.ready_t <= t  # (head: the queue's, after the stretch's admissions)
         a0 = pred.time("attn_decode", {"kv_bytes": ctx_tokens * bpt})
-        da = pred.time("attn_decode", {"kv_bytes": n_dec * bpt})
-        c = eng._per_token(n_dec)
+        da = self._da_memo.get(n_dec)
+        if da is None:
+            da = self._da_memo[n_dec] = pred.time("attn_decode", {"kv_bytes": n_dec * bpt})
+        c = eng._per_token(n_dec)  # (+ 0.0 prefill attention: _step_s's c, the same float)
         chain = eng.chain_max if eng.chain_max > 1 and n_dec and not waiting else 1
-        head, tail, floor, L = eng._head_cache[chain], eng._lm_cache[n_dec], eng._step_floor(n_dec), eng.L
+        head, tail = self._head_tail(chain, n_dec)
+        floor, L = eng._step_floor(n_dec), eng.L
         i = 0
         while i < count and (t < nxt or first and not i):
-            if i:
-                g = head + L * (c + (a0 + i * da)) + tail
-                d = g if g > floor else floor
+            g = head + L * (c + (a0 + i * da)) + tail  # (i = 0: _step_s's figure exactly)
+            d = g if g > floor else floor
             starts.append(t)
             durs.append(d)
             t += d
@@ -273,20 +401,28 @@ class WholeKVStretch:
     # -- the pools -----------------------------------------------------------------------------------------------
     def _level(self, m: int) -> tuple:
         """The (HBM, host) pools' levels after the stretch's step ``m``'s update: every request holds what its
-        context then needs (a prefill: what it held), those ended by then nothing."""
+        context then needs (a prefill: what it held, or its staging from the step whose schedule admitted it),
+        those ended by then nothing."""
         g, h = self.lvl0
         pb = self.block_bytes
         if pb is not None:  # HBM a whole block at a time, nothing on the host (ByteAccounting.need, no windows)
             bs = self.bs
-            for r, c0, s, f in self.recs:
+            for r, c0, s, f, a, st in self.recs:
+                if a > m:
+                    continue
                 if f is not None and f <= m:
                     g -= r.gpu_held
                     h -= r.host_held
                 elif s is not None and s <= m:
                     g += -(-(c0 + m) // bs) * pb - r.gpu_held
+                elif a:
+                    g += st[0]
+                    h += st[1]
             return g, h
         need = self.eng.sched.acct.need
-        for r, c0, s, f in self.recs:
+        for r, c0, s, f, a, st in self.recs:
+            if a > m:
+                continue
             if f is not None and f <= m:
                 g -= r.gpu_held
                 h -= r.host_held
@@ -294,30 +430,51 @@ class WholeKVStretch:
                 gpu, host = need(r, c0 + m, staging=False)
                 g += gpu - r.gpu_held
                 h += host - r.host_held
+            elif a:
+                g += st[0]
+                h += st[1]
         return g, h
 
     def _levels(self, m: int) -> tuple:
-        """``(_level(m - 1), _level(m))`` in one pass."""
-        pb = self.block_bytes
-        if pb is None:
-            return self._level(m - 1), self._level(m)
+        """The levels at step ``m``'s update: just before its ends free (the step's admissions in), and after it
+        (``_level(m)``)."""
         g, h = self.lvl0
         g1, h1 = g, h
+        pb = self.block_bytes
+        need = self.eng.sched.acct.need
         bs = self.bs
-        for r, c0, s, f in self.recs:
+        for r, c0, s, f, a, st in self.recs:
+            if a > m:
+                continue
             if f is not None and f < m:
                 g -= r.gpu_held
                 h -= r.host_held
                 g1 -= r.gpu_held
                 h1 -= r.host_held
                 continue
-            if s is not None and s < m:
-                g += -(-(c0 + m - 1) // bs) * pb - r.gpu_held
+            if s is not None and s < m:  # before the update: as grown at step m - 1
+                if pb is not None:
+                    g += -(-(c0 + m - 1) // bs) * pb - r.gpu_held
+                else:
+                    gpu, host = need(r, c0 + m - 1, staging=False)
+                    g += gpu - r.gpu_held
+                    h += host - r.host_held
+            elif a:
+                g += st[0]
+                h += st[1]
             if f == m:
                 g1 -= r.gpu_held
                 h1 -= r.host_held
             elif s is not None and s <= m:
-                g1 += -(-(c0 + m) // bs) * pb - r.gpu_held
+                if pb is not None:
+                    g1 += -(-(c0 + m) // bs) * pb - r.gpu_held
+                else:
+                    gpu, host = need(r, c0 + m, staging=False)
+                    g1 += gpu - r.gpu_held
+                    h1 += host - r.host_held
+            elif a:
+                g1 += st[0]
+                h1 += st[1]
         return (g, h), (g1, h1)
 
     def _fits_at(self, m: int, n_grow: int) -> bool:
@@ -354,7 +511,7 @@ class WholeKVStretch:
             return False
         acct = sched.acct
         gpu, host = acct.need(head, head.prefill_target, staging=True)
-        if self.block_bytes is not None and gpu > acct.hbm.capacity - (self.lvl0[0] - freed):
+        if self.block_bytes is not None and gpu > acct.hbm.capacity - (self.lvl0[0] - freed + self.staged):
             return False
         lvl = self._levels(m)[1] if levels is None else levels[1]
         return not (gpu > acct.hbm.capacity - lvl[0] or host > acct.host.capacity - lvl[1])
@@ -362,22 +519,40 @@ class WholeKVStretch:
     def _bound(self, m: int, n_grow: int, freed: float):
         """An upper bound of the HBM level after step ``m`` where a block is a constant (else None): each of the
         ``n_grow`` requests decoding by then holds at most ``ceil(m / block_size)`` blocks more: ``m`` tokens more than
-        the context it holds (a decoding request) or its prefill target (one whose prefill ends in the stretch)."""
+        the context it holds (a decoding request) or its prefill target (one whose prefill ends in the stretch), and
+        those the stretch admitted their staging."""
         pb = self.block_bytes
         if pb is None:
             return None
-        return self.lvl0[0] - freed + pb * n_grow * -(-m // self.bs)
+        return self.lvl0[0] - freed + self.staged + pb * n_grow * -(-m // self.bs)
 
     def _apply(self, k: int, starts: list, durs: list, rem_after, frees) -> None:
         """Every request, the engine's counters and step times, and the pools, as ``k`` steps of the exact path."""
         eng = self.eng
         sched = eng.sched
-        grown, joined = [], []
+        grown, joined, staged = [], [], []
         recs, n0 = self.recs, self.n_dec0
+        # admitted by the stretch's schedules up to step k: out of the queue into the batch, as Scheduler.schedule
+        # (their memory below, with the others')
+        for rec in recs[len(recs) - self.n_adm :]:
+            a = rec[4]
+            if a > k:
+                break
+            r = sched.waiting.popleft()
+            r.state = PREFILL
+            at_t = starts[a - 1]
+            if r.admit_t is None:
+                r.admit_t = at_t
+            sched._seq += 1
+            r.seq = sched._seq
+            sched.running[r.id] = r
+            if sched.on_admit is not None:
+                sched.on_admit(r, at_t)
+        recs = [rec for rec in recs if rec[4] <= k]
         fk = float(k)
         decoded = 0  # request-steps that decoded
         for rec in recs[:n0]:  # decoding from the start
-            r, c0, _, f = rec
+            r, c0, _, f = rec[:4]
             if f > k:
                 r.generated += k
                 r.recall_sum += fk
@@ -390,9 +565,11 @@ class WholeKVStretch:
                 decoded += f - k
         decoded += k * n0
         for i, rec in enumerate(recs[n0:]):  # prefilling at the start
-            r, c0, s, f = rec
+            r, c0, s, f = rec[:4]
             if s is None or s > k:  # still prefilling: its chunks of the stretch
                 r.prefill_done = r.prefill_target - rem_after[i]
+                if rec[4]:
+                    staged.append(rec)
                 continue
             r.prefill_done = r.prefill_target  # its prefill ended at step s
             r.state = DECODE
@@ -413,8 +590,12 @@ class WholeKVStretch:
             out.sort(key=lambda rec: (rec[2] == f, rec[0].seq))
             for rec in out:
                 sched.finish(rec[0], starts[f - 1] + durs[f - 1])
-        sched.grow_fitting(grown)
         acct = sched.acct
+        for rec in staged:  # admitted and still prefilling: their staging (after the ends: the levels only grow)
+            r, (gpu, host) = rec[0], rec[5]
+            if not sched._resize(r, gpu, host):
+                raise AssertionError(f"WholeKVStretch: request {r.id}'s staging does not fit")
+        sched.grow_fitting(grown)
         for _, _, lvl in frees:  # the levels just before each step's ends: the pools' peaks (None: not above)
             if lvl is not None:
                 acct.hbm.peak = max(acct.hbm.peak, lvl[0])
