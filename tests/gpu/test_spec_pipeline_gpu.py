@@ -44,6 +44,28 @@ def _slots_hold_their_blocks(eng) -> int:
     return checked
 
 
+def _eager_then_graphs(kw, ps, n=40):
+    """The same requests run eager, then in CUDA graphs: (the two runners, the graph keys run, the eager and graphed
+    logits and outputs); on CUDA the speculative steps must have run through graphs."""
+    runners, keys = [], []
+
+    def hook(r):
+        runners.append(r)
+        run = r.cuda_graphs.run
+        r.cuda_graphs.run = lambda key, *a, **kk: (keys.append(key), run(key, *a, **kk))[1]
+
+    ref, out_ref = run_logits(cfg("lookahead", DEVICE, cuda_graph=False, **kw), ps, n, runner_hook=hook)
+    got, out = run_logits(cfg("lookahead", DEVICE, cuda_graph=True, **kw), ps, n, runner_hook=hook)
+    if DEVICE.startswith("cuda"):
+        assert {key[0] for key in keys} >= {"chain", "spec"}  # the speculative steps ran through graphs
+    assert out == out_ref
+    for rid in ref:
+        for a, b in zip(ref[rid], got[rid]):
+            assert torch.isfinite(b).all()
+            assert torch.allclose(a, b, atol=1e-2, rtol=1e-2)
+    return runners
+
+
 @pytest.mark.parametrize("k,accept", [(1, {"alpha": 0.9}), (2, {"2": [2, 3, 5]}), (3, {"3": [1, 2, 2, 3]})])
 def test_beside_graphs_equal_eager_at_every_k(k, accept):
     ps = prompts(13, (90, 120, 64))
@@ -56,27 +78,12 @@ def test_beside_graphs_equal_eager_at_every_k(k, accept):
         synthetic_accept=accept,
         spec_predict="beside",
     )
-    runners, keys = [], []
-
-    def hook(r):
-        runners.append(r)
-        run = r.cuda_graphs.run
-        r.cuda_graphs.run = lambda key, *a, **kk: (keys.append(key), run(key, *a, **kk))[1]
-
-    ref, out_ref = run_logits(cfg("lookahead", DEVICE, cuda_graph=False, **kw), ps, 40, runner_hook=hook)
-    got, out = run_logits(cfg("lookahead", DEVICE, cuda_graph=True, **kw), ps, 40, runner_hook=hook)
+    runners = _eager_then_graphs(kw, ps)
     assert [r.spec.predict_used for r in runners] == ["beside", "beside"]
-    if DEVICE.startswith("cuda"):
-        assert {key[0] for key in keys} >= {"chain", "spec"}  # the speculative steps ran through graphs
     assert runners[1].spec.steps == runners[0].spec.steps > 0
     assert runners[1].spec.accepts == runners[0].spec.accepts
     stats = [r.spec.beside.stats() for r in runners]
     assert stats[0] == stats[1] and stats[0]["spec_predict_repairs"] > 0
-    assert out == out_ref
-    for rid in ref:
-        for a, b in zip(ref[rid], got[rid]):
-            assert torch.isfinite(b).all()
-            assert torch.allclose(a, b, atol=1e-2, rtol=1e-2)
     eng = Engine(cfg("lookahead", DEVICE, cuda_graph=True, **kw))
     for p in ps:
         eng.add_request(p, SamplingParams(max_tokens=40))
@@ -96,26 +103,11 @@ def test_attn_head_spec_graphs_equal_eager(predict):
     ps = prompts(13, (90, 120, 64))
     kw = dict(top_k=3, fetch_ratio=0.67, transfer="uva", speculative_k=1, short_context=False, draft_head="attn")
     kw.update(synthetic_accept={"alpha": 0.6}, spec_predict=predict)
-    runners, keys = [], []
-
-    def hook(r):
-        runners.append(r)
-        run = r.cuda_graphs.run
-        r.cuda_graphs.run = lambda key, *a, **kk: (keys.append(key), run(key, *a, **kk))[1]
-
-    ref, out_ref = run_logits(cfg("lookahead", DEVICE, cuda_graph=False, **kw), ps, 40, runner_hook=hook)
-    got, out = run_logits(cfg("lookahead", DEVICE, cuda_graph=True, **kw), ps, 40, runner_hook=hook)
-    if DEVICE.startswith("cuda"):
-        assert {key[0] for key in keys} >= {"chain", "spec"}  # the speculative steps ran through graphs
+    runners = _eager_then_graphs(kw, ps)
     assert [r.spec.predict_used for r in runners] == [predict, predict]
     assert runners[1].spec.steps == runners[0].spec.steps > 0
     assert runners[1].spec.accepts == runners[0].spec.accepts
     assert runners[0].spec.accepts[1, 1] > 0 and runners[0].spec.accepts[1, 0] > 0
-    assert out == out_ref
-    for rid in ref:
-        for a, b in zip(ref[rid], got[rid]):
-            assert torch.isfinite(b).all()
-            assert torch.allclose(a, b, atol=1e-2, rtol=1e-2)
     kv = [r.drafts.head.kv for r in runners]
     assert torch.equal(kv[0].n, kv[1].n)
     assert sorted(kv[0].n.tolist()[:3]) == sorted(len(p) + 40 - 1 for p in ps)
