@@ -68,9 +68,9 @@ def prepare_bench(a) -> tuple[ExecConfig, BenchConfig]:
             from .tools.quality.generation import npz_ids
 
             try:
-                npz_ids(bc.prompt_text, 1)
+                npz_ids(bc.prompt_text, 1, "--prompt-text")
             except ValueError as e:
-                raise CliError(f"--prompt-text: {e}") from None
+                raise CliError(str(e)) from None
         elif not os.path.isfile(bc.prompt_text):
             raise CliError(f"--prompt-text {bc.prompt_text}: no such file")
     chain = getattr(a, "decode_chain", ExecConfig.decode_chain)  # an option not given is absent from ``a``
@@ -138,7 +138,7 @@ def _prompt_tokens(path: str, model_path: str) -> list:
     if ".npz:" in path:
         from .tools.quality.generation import npz_ids
 
-        return npz_ids(path, 1 << 62)[1]
+        return npz_ids(path, 1 << 62, "--prompt-text")[1]
     from .server.tokenizer import load_tokenizer
 
     with open(path, encoding="utf-8", errors="replace") as fh:

@@ -234,3 +234,4 @@ def test_prompt_text_token_ids_from_an_npz(capsys):
     rc = cli.main(["bench", "--model-path", f, "--prompt-text", f + ":nokey", "--steps", "1"])
     err = capsys.readouterr().err
     assert rc == 2 and "--prompt-text" in err and "nokey" in err and "Traceback" not in err, err
+    assert "--token-texts" not in err, err  # the error names the option given

@@ -19,29 +19,30 @@ import torch
 GENERATE = ("none", "greedy", "sample")
 
 
-def npz_ids(spec: str, n_tokens: int) -> tuple[str, list[int]]:
+def npz_ids(spec: str, n_tokens: int, option: str = "--token-texts") -> tuple[str, list[int]]:
     """``--token-texts`` entry ``FILE.npz:KEY`` or ``FILE.npz:KEY:ROW`` -> (name, its first ``n_tokens`` ids): token ids
     made elsewhere (e.g. ``experiments/long_context_draft/data/*.npz``: ``text:licences``, ``held`` rows), so that
-    no tokenizer runs here (transformers 5.17 converts Gemma's GGUF tokenizer wrongly)."""
+    no tokenizer runs here (transformers 5.17 converts Gemma's GGUF tokenizer wrongly). ``option``: the option the
+    errors name."""
     import os
 
     import numpy as np
 
     path, sep, rest = spec.partition(".npz:")
     if not sep:
-        raise ValueError(f"--token-texts {spec!r}: want FILE.npz:KEY or FILE.npz:KEY:ROW")
+        raise ValueError(f"{option} {spec!r}: want FILE.npz:KEY or FILE.npz:KEY:ROW")
     path += ".npz"
     if not os.path.isfile(path):
-        raise ValueError(f"--token-texts {spec!r}: no such file {path}")
+        raise ValueError(f"{option} {spec!r}: no such file {path}")
     key, row = rest, None
     with np.load(path) as z:
         if key not in z.files and ":" in rest:
             key, row = rest.rsplit(":", 1)
         if key not in z.files or (row is not None and not row.isdigit()):
-            raise ValueError(f"--token-texts {spec!r}: no key {rest!r} in {path} (keys: {', '.join(z.files)})")
+            raise ValueError(f"{option} {spec!r}: no key {rest!r} in {path} (keys: {', '.join(z.files)})")
         a = z[key] if row is None else z[key][int(row)]
     if a.ndim != 1:
-        raise ValueError(f"--token-texts {spec!r}: {key!r} is {a.ndim}-D; name a row (FILE.npz:{key}:ROW)")
+        raise ValueError(f"{option} {spec!r}: {key!r} is {a.ndim}-D; name a row (FILE.npz:{key}:ROW)")
     name = os.path.basename(path)[:-4] + ":" + key + ("" if row is None else ":" + row)
     return name, [int(t) for t in a[:n_tokens]]
 
