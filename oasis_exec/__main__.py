@@ -132,13 +132,13 @@ def check_device(cfg: ExecConfig) -> None:
         )
 
 
-def _prompt_tokens(path: str, model_path: str) -> list:
+def _prompt_tokens(path: str, model_path: str, option: str = "--prompt-text") -> list:
     """A text file's tokens by the model's tokenizer, or ``FILE.npz:KEY[:ROW]``'s token ids as they are (e.g. the
     32K-token Gemma texts of ``experiments/long_context_draft/data/gemma_32k.npz``, made where its tokenizer runs)."""
     if ".npz:" in path:
         from .tools.quality.generation import npz_ids
 
-        return npz_ids(path, 1 << 62, "--prompt-text")[1]
+        return npz_ids(path, 1 << 62, option)[1]
     from .server.tokenizer import load_tokenizer
 
     with open(path, encoding="utf-8", errors="replace") as fh:

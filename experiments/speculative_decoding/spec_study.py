@@ -103,7 +103,7 @@ def run(a) -> list:
     from oasis_exec.model.decoder import Decoder
     from oasis_exec.tools.bench import run_bench, run_bench_phases
 
-    toks = _prompt_tokens(a.text, a.model_path)
+    toks = _prompt_tokens(a.text, a.model_path, "--text")
     dtype = torch.bfloat16 if a.dtype == "bfloat16" else torch.float32
     dec = Decoder.from_path(a.model_path, dtype, torch.device(a.device), a.device.startswith("cuda"))  # once
     name = a.text if ".npz:" in a.text else os.path.relpath(a.text, REPO)
