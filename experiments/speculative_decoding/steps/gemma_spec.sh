@@ -3,7 +3,7 @@
 # the calls that bring Gemma's pieces (.models/a..d stashed into MODEL_DIR, .models/e and the head's
 # model.safetensors carried with this one):
 #   MODEL_DIR=/tmp/mg OASIS_COMMIT=<sha> bash experiments/device.sh speculative_decoding/gemma_spec
-# 1. pytest -m gpu: the attention head at k = 1 in the speculative step's CUDA graph equals eager (after, beside)
+# 1. pytest -m gpu: the attention head at k = 1 in the speculative step's CUDA graph equals eager (after, beside); prompt lookup in graphed chains equals eager
 # 2. spec_study.py on the licences' 32K token ids (data/gemma_32k.npz:text:licences; no tokenizer on the device),
 #    CONTEXT (32000) tokens a request, K = TOP_K (256) blocks, the same GPU KV budget for every run (KV_GB, 3 GB),
 #    minmax_sum+sink for every run (block_score=auto would give tokens to after and minmax_sum+sink to beside):
@@ -14,7 +14,7 @@ need_model || exit 1
 D=experiments/long_context_draft
 if [ "${SKIP_TESTS:-0}" != 1 ]; then
   say "pytest -m gpu (attention head, k = 1)"
-  TEST_S=${TEST_S:-90} gpu_tests tests/gpu/test_spec_pipeline_gpu.py -k attn
+  TEST_S=${TEST_S:-120} gpu_tests tests/gpu/test_spec_pipeline_gpu.py tests/gpu/test_exec_gpu.py -k "attn or ngram"
 fi
 run() {  # MODE N SPEC_PREDICT KS...
   local mode=$1 n=$2 sp=$3; shift 3
