@@ -69,7 +69,7 @@ def round_list(x, nd: int) -> list:
     return out
 
 
-_REQ_FIELDS = operator.attrgetter(
+_REQ_FIELDS = (
     "id",
     "arrival",
     "prompt_len",
@@ -100,8 +100,11 @@ def request_rows(done, bpbh: float) -> list[dict]:
     a time (``round_list``)."""
     if not done:
         return []
-    (ids, arrival, prompt, output, admit, first, finish, preempt, hit, fetch, net, stall, rsum, rn) = zip(
-        *map(_REQ_FIELDS, sorted(done, key=operator.attrgetter("id")))
+    done = sorted(done, key=operator.attrgetter("id"))
+
+    (ids, arrival, prompt, output, admit, first, finish, preempt, hit, fetch, net, stall, rsum, rn) = (
+        list(map(operator.attrgetter(name), done))
+        for name in _REQ_FIELDS  # (a list a field: no tuple a request)
     )
     f64 = np.float64
     arr, fst, fin = np.array(arrival, f64), np.array(first, f64), np.array(finish, f64)

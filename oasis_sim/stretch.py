@@ -94,10 +94,10 @@ class WholeKVStretch:
         self.chunk = engine.cfg.chunk_tokens
         self.bpt_layer = engine.bpt_layer
         self._prefill_memo: dict = {}  # (tokens, past tokens) -> attn_prefill (a memoisable predictor's)
-        self._pf_memo: dict = {}  # (decode requests, chunks) -> the step overhead, LM head and floor of _step_s
-        # (decode requests, a head waiting) -> the attn_decode of one token each, the per-token time, the step
-        # overhead and LM head, the step floor of _decode_steps (a memoisable predictor's)
-        self._dec_memo: dict = {}
+        # decode requests -> the attn_decode of one token each, the per-token time, the step overhead and LM head,
+        # the step floor of _decode_steps (a memoisable predictor's), one memo without a head waiting, one with
+        # (int keys, as the engine's memos: no tuple a step)
+        self._dec_memo: tuple = ({}, {})
 
     # -- pricing -------------------------------------------------------------------------------------------------
     def _step_s(self, n_dec: int, ctx_tokens: int, chunks: list, n_pf: int) -> float:
@@ -119,10 +119,10 @@ class WholeKVStretch:
             c = eng._per_token(tokens)
         c += pf_attn
         c += pred.time("attn_decode", {"kv_bytes": ctx_tokens * self.bpt_layer})
-        v = self._pf_memo.get((n_dec, len(chunks)))
-        if v is None:
-            v = self._pf_memo[n_dec, len(chunks)] = (*self._head_tail(1, n_dec + len(chunks)), eng._step_floor(n_dec))
-        head, tail, floor = v
+        head, tail = self._head_tail(1, n_dec + len(chunks))
+        floor = eng._floor_cache.get(n_dec)
+        if floor is None:
+            floor = eng._step_floor(n_dec)
         gpu = head + eng.L * c + tail
         return gpu if gpu > floor else floor
 
@@ -197,10 +197,10 @@ class WholeKVStretch:
         n_dec = len(recs) - len(pre)
         rem = [r.prefill_target - r.prefill_done for r, *_ in pre]  # the prefills' remaining tokens
         # the prefills end in admission order (the chunks go to the first with tokens left): those of pre[:p0] have
-        # ended, pre[p0] may have begun, the others have all their tokens left; pf_log: (step, p0, rem[p0]) after
-        # each step with a prefill chunk ((step, -1, 0): every prefill ended)
+        # ended, pre[p0] may have begun, the others have all their tokens left; after each step with a prefill
+        # chunk: the step, p0 and rem[p0] (-1 and 0: every prefill ended)
         self.p0 = 0
-        pf_log = []
+        pf_steps, pf_i, pf_rem = [], [], []
         n_decs, n_pfs, frees = [], [], []  # frees: (step, the requests it ends, the levels just before)
         durs, starts = [], []
         t = now
@@ -233,7 +233,9 @@ class WholeKVStretch:
                 t, ctx_tokens, joined = self._prefill_step(pre, rem, n_dec, ctx_tokens, t, starts, durs, n_decs, n_pfs)
                 j += 1
                 p0 = self.p0
-                pf_log.append((j, p0, rem[p0]) if p0 < len(rem) else (j, -1, 0))
+                pf_steps.append(j)
+                pf_i.append(p0 if p0 < len(rem) else -1)
+                pf_rem.append(rem[p0] if p0 < len(rem) else 0)
             n_grow += len(joined)
             # the level at step j's update, before its ends free (needed where some end: one whose prefill ends now
             # ends now when its only token is the prefill's)
@@ -291,8 +293,8 @@ class WholeKVStretch:
             return 0
         del durs[k:], starts[k:]
         yield at(env, starts[-1] + durs[-1])
-        i = bisect_right(pf_log, (k, float("inf"))) - 1  # the last prefill step up to k
-        self._apply(k, starts, durs, pf_log[i][1:] if i >= 0 else (-1, 0), [x for x in frees if x[0] <= k])
+        i = bisect_right(pf_steps, k) - 1  # the last prefill step up to k
+        self._apply(k, starts, durs, (pf_i[i], pf_rem[i]) if i >= 0 else (-1, 0), [x for x in frees if x[0] <= k])
         lg = eng.log
         lg.decode.extend(n_decs[:k])
         lg.emitted.extend(n_decs[:k])
@@ -398,13 +400,13 @@ class WholeKVStretch:
         pred, bpt = eng.pred, self.bpt_layer
         waiting = head is not None and head.ready_t <= t  # (head: the queue's, after the stretch's admissions)
         a0 = pred.time("attn_decode", {"kv_bytes": ctx_tokens * bpt})
-        key = (n_dec, waiting)
-        v = self._dec_memo.get(key)
+        memo = self._dec_memo[waiting]
+        v = memo.get(n_dec)
         if v is None:
             da = pred.time("attn_decode", {"kv_bytes": n_dec * bpt})
             c = eng._per_token(n_dec)  # (+ 0.0 prefill attention: _step_s's c, the same float)
             chain = eng.chain_max if eng.chain_max > 1 and n_dec and not waiting else 1
-            v = self._dec_memo[key] = (da, c, *self._head_tail(chain, n_dec), eng._step_floor(n_dec))
+            v = memo[n_dec] = (da, c, *self._head_tail(chain, n_dec), eng._step_floor(n_dec))
         da, c, head, tail, floor = v
         L = eng.L
         i = 0
