@@ -27,6 +27,8 @@ it with every step simulated: every summary and per-request figure and the step 
 
 from __future__ import annotations
 
+from bisect import bisect_right
+
 from oasis_core import modes
 from oasis_core.scheduler import DECODE, PREFILL
 
@@ -92,15 +94,18 @@ class WholeKVStretch:
         self.chunk = engine.cfg.chunk_tokens
         self.bpt_layer = engine.bpt_layer
         self._prefill_memo: dict = {}  # (tokens, past tokens) -> attn_prefill (a memoisable predictor's)
-        self._da_memo: dict = {}  # decode requests -> attn_decode of one token each (a memoisable predictor's)
+        # decode requests -> the attn_decode of one token each, the per-token time, the step overhead and LM head,
+        # the step floor of _decode_steps (a memoisable predictor's), one memo without a head waiting, one with
+        # (int keys, as the engine's memos: no tuple a step)
+        self._dec_memo: tuple = ({}, {})
 
     # -- pricing -------------------------------------------------------------------------------------------------
-    def _step_s(self, n_dec: int, ctx_tokens: int, chunks: list, waiting: bool) -> float:
+    def _step_s(self, n_dec: int, ctx_tokens: int, chunks: list, n_pf: int) -> float:
         """One step's duration: ``SimEngine.execute`` for a whole-KV plan of ``n_dec`` decode requests holding
-        ``ctx_tokens`` tokens and the prefill ``chunks`` ``[(tokens, past_tokens)]``."""
+        ``ctx_tokens`` tokens and the prefill ``chunks`` ``[(tokens, past_tokens)]`` (``n_pf`` tokens; at least one
+        chunk: no decode chain)."""
         eng = self.eng
         pred = eng.pred
-        n_pf = 0
         pf_attn = 0.0
         memo = self._prefill_memo
         for chunk in chunks:
@@ -108,13 +113,17 @@ class WholeKVStretch:
             if a is None:
                 a = memo[chunk] = pred.time("attn_prefill", {"tokens": chunk[0], "past_tokens": chunk[1]})
             pf_attn += a
-            n_pf += chunk[0]
-        c = eng._per_token(n_dec + n_pf) + pf_attn
+        tokens = n_dec + n_pf
+        c = eng._tok_cache.get(tokens)  # (eng._per_token's memo: the stretch runs only with a memoisable predictor)
+        if c is None:
+            c = eng._per_token(tokens)
+        c += pf_attn
         c += pred.time("attn_decode", {"kv_bytes": ctx_tokens * self.bpt_layer})
-        chain = eng.chain_max if eng.chain_max > 1 and n_dec and not chunks and not waiting else 1
-        head, tail = self._head_tail(chain, n_dec + len(chunks))
+        head, tail = self._head_tail(1, n_dec + len(chunks))
+        floor = eng._floor_cache.get(n_dec)
+        if floor is None:
+            floor = eng._step_floor(n_dec)
         gpu = head + eng.L * c + tail
-        floor = eng._step_floor(n_dec)
         return gpu if gpu > floor else floor
 
     def _head_tail(self, chain: int, n_tail: int) -> tuple:
@@ -186,10 +195,13 @@ class WholeKVStretch:
         self.hbm = hbm
         # step by step from the batch's totals: durations, who joins or leaves the decode batch when, the last step
         n_dec = len(recs) - len(pre)
-        rem = [r.prefill_target - r.prefill_done for r, *_ in pre]
-        rems = [tuple(rem)]  # the prefills' remaining tokens after each step
+        rem = [r.prefill_target - r.prefill_done for r, *_ in pre]  # the prefills' remaining tokens
+        # the prefills end in admission order (the chunks go to the first with tokens left): those of pre[:p0] have
+        # ended, pre[p0] may have begun, the others have all their tokens left; after each step with a prefill
+        # chunk: the step, p0 and rem[p0] (-1 and 0: every prefill ended)
+        self.p0 = 0
+        pf_steps, pf_i, pf_rem = [], [], []
         n_decs, n_pfs, frees = [], [], []  # frees: (step, the requests it ends, the levels just before)
-        waiting = blocked is not None  # an arrived request waits (and keeps waiting through the stretch)
         durs, starts = [], []
         t = now
         j = 0
@@ -203,11 +215,10 @@ class WholeKVStretch:
                 # the schedule of step j + 1 admits the ready heads that fit, as Scheduler.schedule
                 bound = None if hbm is not None else self._bound(j, n_grow, freed)
                 head, nxt, blocked = self._admit(head, j, t, rem, pre, n_out, bound)
-                waiting = blocked is not None
             if not (t < nxt or not j):  # (the plan's own step whatever comes)
                 break
             joined = ()
-            if not pre or not any(rem):  # decode alone until the next end: steps apart only in the batch's context
+            if self.p0 == len(rem):  # decode alone until the next end: steps apart only in the batch's context
                 last = min(ends) if ends else k_cap
                 j0 = j
                 t = self._decode_steps(
@@ -218,12 +229,13 @@ class WholeKVStretch:
                 ctx_tokens += n * n_dec
                 n_decs.extend([n_dec] * n)
                 n_pfs.extend([0] * n)
-                rems.extend([rems[-1]] * n)
             else:
-                t, ctx_tokens, joined = self._prefill_step(
-                    pre, rem, rems, n_dec, ctx_tokens, waiting, t, starts, durs, n_decs, n_pfs
-                )
+                t, ctx_tokens, joined = self._prefill_step(pre, rem, n_dec, ctx_tokens, t, starts, durs, n_decs, n_pfs)
                 j += 1
+                p0 = self.p0
+                pf_steps.append(j)
+                pf_i.append(p0 if p0 < len(rem) else -1)
+                pf_rem.append(rem[p0] if p0 < len(rem) else 0)
             n_grow += len(joined)
             # the level at step j's update, before its ends free (needed where some end: one whose prefill ends now
             # ends now when its only token is the prefill's)
@@ -268,7 +280,7 @@ class WholeKVStretch:
                     freed += rec[5][0] if rec[4] else rec[0].gpu_held
                 if sched.on_done is not None:
                     break  # a closed loop submits a request at each end
-                if not n_dec and not any(rem) and (head is None or head.ready_t > t or blocked is not None):
+                if not n_dec and self.p0 == len(rem) and (head is None or head.ready_t > t or blocked is not None):
                     break  # nothing left to run
                 running = len(sched.running) - n_out + self.n_adm
                 if blocked is not None and self._admits(blocked, j, levels, freed, running):
@@ -281,7 +293,8 @@ class WholeKVStretch:
             return 0
         del durs[k:], starts[k:]
         yield at(env, starts[-1] + durs[-1])
-        self._apply(k, starts, durs, rems[k], [x for x in frees if x[0] <= k])
+        i = bisect_right(pf_steps, k) - 1  # the last prefill step up to k
+        self._apply(k, starts, durs, (pf_i[i], pf_rem[i]) if i >= 0 else (-1, 0), [x for x in frees if x[0] <= k])
         lg = eng.log
         lg.decode.extend(n_decs[:k])
         lg.emitted.extend(n_decs[:k])
@@ -311,6 +324,9 @@ class WholeKVStretch:
         acct, waitq = sched.acct, sched.waiting
         lvl = None  # the levels after step j's update, with this schedule's admissions
         added = 0.0  # this schedule's admissions' staging
+        hbm = self.hbm
+        if hbm is not None:  # (whole bytes: the same float as hbm.at(j) after each admission)
+            level = hbm.at(j)
         while head is not None and head.ready_t <= t:
             if sched.max_batch is not None and len(sched.running) - n_out + self.n_adm >= sched.max_batch:
                 return head, (float("inf") if self._quiet else self._peek), head
@@ -320,8 +336,8 @@ class WholeKVStretch:
             ):
                 return head, t, None  # rejected (or nothing to prefill): the engine's schedule takes it
             gpu, host = acct.need(head, head.prefill_target, staging=True)
-            if self.hbm is not None and not host:  # (its base counts this schedule's admissions)
-                if gpu > 0 and gpu > acct.hbm.capacity - self.hbm.at(j):
+            if hbm is not None and not host:  # (level counts this schedule's admissions)
+                if gpu > 0 and gpu > acct.hbm.capacity - level:
                     return head, (float("inf") if self._quiet else self._peek), head
             elif lvl is None and bound is not None and not host and bound + gpu <= acct.hbm.capacity:
                 bound += gpu  # fits below the bound (and nothing on the host)
@@ -339,34 +355,37 @@ class WholeKVStretch:
             rem.append(head.prefill_target - head.prefill_done)
             self.staged += gpu
             added += gpu
-            if self.hbm is not None:
-                self.hbm.base += gpu
+            if hbm is not None:
+                hbm.base += gpu
+                level += gpu
             self.n_adm += 1
             head = waitq[self.n_adm] if len(waitq) > self.n_adm else None
         nxt, _ = self._head_events(head, t)
         return head, nxt, None
 
-    def _prefill_step(self, pre, rem, rems, n_dec, ctx_tokens, waiting, t, starts, durs, n_decs, n_pfs):
-        """One step with prefill chunks (``Scheduler.schedule``'s: ``chunk_tokens`` shared in admission order);
-        returns its end, the batch's context after it and the requests whose prefill it ends."""
+    def _prefill_step(self, pre, rem, n_dec, ctx_tokens, t, starts, durs, n_decs, n_pfs):
+        """One step with prefill chunks (``Scheduler.schedule``'s: ``chunk_tokens`` shared in admission order,
+        from ``pre[p0]`` on); returns its end, the batch's context after it and the requests whose prefill it ends."""
         chunks, joined = [], []
         budget = self.chunk
         n_pf = 0
-        for i, rec in enumerate(pre):
-            if budget <= 0:
-                break
+        i, n_pre = self.p0, len(pre)
+        while budget > 0 and i < n_pre:
             x = rem[i]
             if x <= 0:
+                i += 1
                 continue
             n = x if x < budget else budget
+            rec = pre[i]
             chunks.append((n, rec[0].prefill_target - x))
             rem[i] = x - n
             budget -= n
             n_pf += n
             if x == n:
                 joined.append(rec)
-        rems.append(tuple(rem))
-        d = self._step_s(n_dec, ctx_tokens, chunks, waiting)
+                i += 1
+        self.p0 = i
+        d = self._step_s(n_dec, ctx_tokens, chunks, n_pf)
         starts.append(t)
         durs.append(d)
         n_decs.append(n_dec)
@@ -381,13 +400,15 @@ class WholeKVStretch:
         pred, bpt = eng.pred, self.bpt_layer
         waiting = head is not None and head.ready_t <= t  # (head: the queue's, after the stretch's admissions)
         a0 = pred.time("attn_decode", {"kv_bytes": ctx_tokens * bpt})
-        da = self._da_memo.get(n_dec)
-        if da is None:
-            da = self._da_memo[n_dec] = pred.time("attn_decode", {"kv_bytes": n_dec * bpt})
-        c = eng._per_token(n_dec)  # (+ 0.0 prefill attention: _step_s's c, the same float)
-        chain = eng.chain_max if eng.chain_max > 1 and n_dec and not waiting else 1
-        head, tail = self._head_tail(chain, n_dec)
-        floor, L = eng._step_floor(n_dec), eng.L
+        memo = self._dec_memo[waiting]
+        v = memo.get(n_dec)
+        if v is None:
+            da = pred.time("attn_decode", {"kv_bytes": n_dec * bpt})
+            c = eng._per_token(n_dec)  # (+ 0.0 prefill attention: _step_s's c, the same float)
+            chain = eng.chain_max if eng.chain_max > 1 and n_dec and not waiting else 1
+            v = memo[n_dec] = (da, c, *self._head_tail(chain, n_dec), eng._step_floor(n_dec))
+        da, c, head, tail, floor = v
+        L = eng.L
         i = 0
         while i < count and (t < nxt or first and not i):
             g = head + L * (c + (a0 + i * da)) + tail  # (i = 0: _step_s's figure exactly)
@@ -526,8 +547,10 @@ class WholeKVStretch:
             return None
         return self.lvl0[0] - freed + self.staged + pb * n_grow * -(-m // self.bs)
 
-    def _apply(self, k: int, starts: list, durs: list, rem_after, frees) -> None:
-        """Every request, the engine's counters and step times, and the pools, as ``k`` steps of the exact path."""
+    def _apply(self, k: int, starts: list, durs: list, part, frees) -> None:
+        """Every request, the engine's counters and step times, and the pools, as ``k`` steps of the exact path;
+        ``part``: (i, its remaining tokens) of the prefill ``i`` begun after step ``k`` (-1: none; the others still
+        prefilling have not begun)."""
         eng = self.eng
         sched = eng.sched
         grown, joined, staged = [], [], []
@@ -564,10 +587,12 @@ class WholeKVStretch:
                 r.recall_n += f
                 decoded += f - k
         decoded += k * n0
+        part_i, part_rem = part
         for i, rec in enumerate(recs[n0:]):  # prefilling at the start
             r, c0, s, f = rec[:4]
             if s is None or s > k:  # still prefilling: its chunks of the stretch
-                r.prefill_done = r.prefill_target - rem_after[i]
+                if i == part_i:
+                    r.prefill_done = r.prefill_target - part_rem
                 if rec[4]:
                     staged.append(rec)
                 continue
