@@ -6,7 +6,8 @@
 # The target's features come from transformers (the GGUF dequantised); its tokenizer is never built on the device
 # (the corpus is tokenized here, data/gemma_32k.npz: transformers 5.17 converts this GGUF's tokenizer wrongly).
 # -> $OUT/gemma-<head>-32k/ (model.safetensors, config.json with the provenance, accept.json), train.log. ~9.5 min.
-# The defaults are the committed head's run (heads/gemma-attn-32k, commit c3d7419): the large corpus
+# The defaults are the first committed head's run (heads/gemma-attn-32k at c3d7419; the head there now went on from it with
+# INIT=$D/heads/gemma-attn-32k TRAIN_ARGS="--lr 5e-4" MAX_TRAIN_S=265 EVAL_GEN=-1, 6ec514d): the large corpus
 # (data/gemma_32k_big.npz, 190 + 2 validation windows; carry it: the device calls leave *_big.npz untracked),
 # MAX_TRAIN_S=220, the evaluation cut by the call's limit. DATA / N_TRAIN / VAL_WINDOWS: another corpus; the small
 # one (data/gemma_32k.npz, 24 windows) overfits: a head at 95% on its training batches accepts ~45% held out, and
