@@ -745,6 +745,8 @@ class SimEngine:
             self.d2h_bytes += nbytes
             self.gpu.d2h.account(nbytes, offload_s)
 
+        if beside:  # the beside stage's launches beyond an ordinary step's, taken from each full layer's pass
+            c += pred.time("spec_beside", {})
         compute_s = c if win_attn is None else kinds.per_layer(c, {w: base + a for w, a in win_attn.items()})
         if K:
             layers_s = L * c if win_attn is None else sum(compute_s)

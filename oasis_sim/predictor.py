@@ -26,7 +26,15 @@ op                 shape keys                                    roofline model
                                                                  set's ``commit_accepted``: the accepted drafts'
                                                                  K/V written under a mask, two summary updates, the
                                                                  filled block's write-back), on the compute stream:
-                                                                 ``spec_commit_layer_s``, latency-bound (fixed)
+                                                                 ``spec_commit_layer_s`` + the graph's gaps between
+                                                                 its ``SPEC_COMMIT_KERNELS`` dependent kernels
+                                                                 (``graph_kernel_gap_s`` each), latency-bound (fixed)
+``spec_beside``    (none)                                        what ``spec_predict = "beside"``'s stage beside the
+                                                                 verify pass launches on the prediction stream
+                                                                 beyond an ordinary step's (the candidates' score
+                                                                 values, two stacks, the chosen index's gather and
+                                                                 their index arithmetic), charged to the pass of one
+                                                                 full layer: ``spec_beside_layer_s`` (fixed)
 ``sparse_overhead`` ``requests``                                  per-request cost of the sparse machinery that is
                                                                  not hidden: ``requests · sparse_request_layer_s``
 ``side_contention`` ``hbm_bytes``                                 HBM bytes the side stream moves while compute
@@ -73,6 +81,7 @@ OPS = (
     "select",
     "spec_repair",
     "spec_commit",
+    "spec_beside",
     "sparse_overhead",
     "side_contention",
     "lm_head",
@@ -83,6 +92,9 @@ OPS = (
 )
 
 DRAFT_VOCAB = 32000  # the draft head's vocabulary (EAGLE-3; the executor's ExecConfig.draft_vocab default)
+# the masked commit's kernels a full layer, one after another on the compute stream (op spec_commit,
+# oasis_exec/workingset/commit.py): 8 index, 4 masked where, 2 summary updates, 1 write-back
+SPEC_COMMIT_KERNELS = 15
 
 
 class TimePredictor(ABC):
@@ -133,8 +145,10 @@ class RooflineParams:
     # The torch path it replaced measured 4.2 ms a step on the H100 (beside at k = 1 with and without the repair, the
     # same in the no-transfer twin; dummy Qwen3-8B, 16K x 44 lanes, 2026-12-06, 486130b): 117 us a layer at 36
     # layers, ~96 us of it beyond the selection's select_fixed_s + rows (a few dozen tiny kernels). The fused kernel
-    # (oasis_kernels.spec_repair, one launch of R short programs) is estimated at 8 us a layer, not yet measured.
-    spec_repair_fixed_s: float = 8e-6
+    # (oasis_kernels.spec_repair, one launch of R short programs) was estimated at 8 us a layer; measured on the H100
+    # (experiments/decode_step_profile/results/spec_beside_h100_6ec514d/, dummy Qwen3-8B, 16K x 44, k = 1 beside):
+    # spec_repair_kernel 25.94 us alone (eager, 36 a step), 27.19 us in the step's graph. The kernel alone is taken.
+    spec_repair_fixed_s: float = 25.94e-6
     # per full layer, a speculative lookahead step's masked commit after the acceptance (op spec_commit;
     # oasis_exec/workingset/commit.py, on the compute stream, both spec_predict variants): per layer, for the input's
     # block and the next (two phases), K and V each read at the drafts' slots, masked by the acceptance (torch.where)
@@ -145,6 +159,27 @@ class RooflineParams:
     # summary_update 3.00 us (2), _writeback 3.68 us (1) = 68.8 us a layer. The tensors are B x H x k x D (65,536
     # elements there, 45,056 at 44 lanes and k = 1): latency-bound, so a fixed cost. No recording of beside was used.
     spec_commit_layer_s: float = 68.8e-6
+    # between two dependent kernels of one stream inside a CUDA graph, the idle GPU time before the second starts:
+    # the median of the 1,479 gaps under 10 us between consecutive kernels of the main stream in the H200 trace of a
+    # 16K x 44 lookahead graph step (experiments/decode_step_profile/results/chain_gaps_f143ed3/c1n44.json.gz:
+    # 0.42 us, quartiles 0.38 / 0.48). Charged where the model prices a chain of latency-bound kernels by their
+    # durations alone: the masked commit's SPEC_COMMIT_KERNELS (op spec_commit).
+    graph_kernel_gap_s: float = 0.42e-6
+    # per full layer, spec_predict=beside's stage beside the verify pass beyond what an ordinary lookahead step's
+    # side stage runs (op spec_beside; oasis_exec/workingset/spec_pipeline.py SpecPipeline.beside: nb and its int32
+    # copies, pred.long(), pred >= 0, clamp, the scores' gather at the ids, full_like, where, the two stacks, s_hat - 1,
+    # repeat_interleave, arange, the index of the chosen candidate), charged to the pass: the prediction stream's
+    # small kernels hold SMs the pass's next kernel waits for (experiments/decode_step_profile/results/
+    # critical_path_16k_a9d253e/). Priced kernel by kernel from the H100 profiles of the k = 1 step (experiments/
+    # decode_step_profile/results/spec_beside_h100_6ec514d/spec_beside.jsonl, dummy Qwen3-8B, 16K x 44): the kernels
+    # the beside graph runs 36 (or 72, 108) times a step more than the after graph, but for the repair's
+    # spec_repair, plan_select and gather (after the pass: op spec_repair, select, the repair's copy), each at its
+    # mean alone (the eager profile): direct_copy<128,2> 2 x 1.71, index 4.15, compare 1.62, scatter_gather 7.65,
+    # direct_copy<128,4> 2.69, add 3 x 1.47, clamp 1.38, unrolled direct_copy 1.49, where 2.48, arange 0.98,
+    # floor_divide 1.68, fill 1.04 us; and the two stacks' device copies, which the graph runs as memcpy32_post
+    # kernels (2 x 4.44 us in the graph; eager has them as copy-engine memcpys, no kernel) = 41.87 us a layer. No beside
+    # recording was used to set it.
+    spec_beside_layer_s: float = 41.87e-6
     sampling_fixed_s: float = 50e-6  # per step
     step_overhead_s: float = 300e-6  # per step: scheduling, launch (CUDA graphs assumed)
     layer_overhead_s: float = 4e-6  # per layer: kernel launches not hidden by graphs
@@ -190,6 +225,7 @@ class RooflinePredictor(TimePredictor):
             "select": self._select,
             "spec_repair": self._spec_repair,
             "spec_commit": self._spec_commit,
+            "spec_beside": self._spec_beside,
             "lm_head": self._lm_head,
             "step_overhead": self._step_overhead,
             "sparse_overhead": self._sparse_overhead,
@@ -255,7 +291,10 @@ class RooflinePredictor(TimePredictor):
         return self.p.spec_repair_fixed_s
 
     def _spec_commit(self, s) -> float:
-        return self.p.spec_commit_layer_s
+        return self.p.spec_commit_layer_s + (SPEC_COMMIT_KERNELS - 1) * self.p.graph_kernel_gap_s
+
+    def _spec_beside(self, s) -> float:
+        return self.p.spec_beside_layer_s
 
     def _lm_head(self, s) -> float:
         m = self.model

@@ -17,7 +17,9 @@ repair still runs it (``commit_tail_s``).
 ``beside``: the step's side work runs beside the pass as in an ordinary lookahead step (``LayerWork.background``:
 per full layer the prediction of the ``K`` candidates, ``K`` scorings and top-Ks, then the selection, then the copy
 of the step's fetches on the copy path, layer-local sync with the next step; the side stream's HBM traffic and the
-gather's SM share charged to the pass as the ordinary step's), and after the acceptance the repair: every full
+gather's SM share charged to the pass as the ordinary step's; what the beside stage launches beyond the ordinary
+step's -- the candidates' score values, two stacks, the chosen index's gather, ~17 small kernels a layer -- taken
+from each full layer's pass, op ``spec_beside``), and after the acceptance the repair: every full
 layer's repair prediction (op ``spec_repair``, a fixed cost a layer: ``RooflineParams.spec_repair_fixed_s`` says
 its source) and second selection (run for every row: the GPU's shapes are fixed), then the copies of the requests
 whose acceptance needs it (``repair_tail_s``); none of it in a step where no request's acceptance could move its

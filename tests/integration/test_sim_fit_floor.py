@@ -52,6 +52,7 @@ GRID = {
     "select": [{"rows": r} for r in (1, 1e3, 1e5)],
     "spec_repair": [{}],
     "spec_commit": [{}],
+    "spec_beside": [{}],
     "sparse_overhead": [{"requests": n} for n in (1, 16, 256)],
     "side_contention": [{"hbm_bytes": b} for b in (0.0, 1e6, 1e9)],
     "step_overhead": [{}],

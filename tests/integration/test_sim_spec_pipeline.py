@@ -50,7 +50,13 @@ def _run(monkeypatch, variant, k, alpha, lanes=16, context=16384, steps=40, **kw
     ],
 )
 def test_beside_never_slower_than_after_without_repairs(monkeypatch, kw, gain):
-    """k = 1 with every draft rejected: the query never moves and no run fills a block (repair rate 0)."""
+    """k = 1 with every draft rejected: the query never moves and no run fills a block (repair rate 0). The
+    pipeline alone: beside's launches beyond an ordinary step's side stage (op ``spec_beside``, charged to the pass)
+    are set to 0 here; with them, beside can be the slower variant, as the executor's was at 16K x 44
+    (``test_the_beside_stage_is_charged_to_beside_passes_only`` prices them)."""
+    from oasis_sim.predictor import RooflinePredictor
+
+    monkeypatch.setattr(RooflinePredictor, "_spec_beside", lambda self, s: 0.0)
     a_log, a_rep, _, a_sum = _run(monkeypatch, "after", 1, 0.0, **kw)
     b_log, b_rep, _, b_sum = _run(monkeypatch, "beside", 1, 0.0, **kw)
     assert b_sum["spec_predict_repairs"] == 0 and not any(b_rep)
@@ -238,3 +244,53 @@ def test_speculative_step_charges_the_draft_head_steps_a_plain_step_does_not_run
     grew = [b - a for a, b in zip(d0, d1)]
     assert max(grew) == pytest.approx(heads * 1e-3, abs=1e-9)  # every speculative step
     assert min(grew) == pytest.approx(0.0, abs=1e-9) or min(grew) == pytest.approx(heads * 1e-3, abs=1e-9)
+
+
+def test_beside_prices_by_hand():
+    """The H100 profile's prices (experiments/decode_step_profile/results/spec_beside_h100_6ec514d/), worked by hand
+    (µs): beside's stage beyond an ordinary step's, its kernels at their means alone, 2 x 1.71 + 4.15 + 1.62 + 7.65
+    + 2.69 + 3 x 1.47 + 1.38 + 1.49 + 2.48 + 0.98 + 1.68 + 1.04 + 2 x 4.44 = 41.87; the masked commit's 15 kernels
+    68.8 and the 14 gaps between them at 0.42, 74.68; the repair kernel alone 25.94."""
+    from oasis_core.specs import get_hardware, get_model
+    from oasis_sim.predictor import RooflinePredictor
+
+    pred = RooflinePredictor(get_model("qwen3-8b"), get_hardware("h100-sxm"))
+    us = 1e-6
+    beside = 2 * 1.71 + 4.15 + 1.62 + 7.65 + 2.69 + 3 * 1.47 + 1.38 + 1.49 + 2.48 + 0.98 + 1.68 + 1.04 + 2 * 4.44
+    assert beside == pytest.approx(41.87, abs=1e-9)
+    assert pred.time("spec_beside", {}) == pytest.approx(41.87 * us, rel=1e-12)
+    assert pred.time("spec_commit", {}) == pytest.approx((68.8 + 14 * 0.42) * us, rel=1e-12)
+    assert pred.time("spec_commit", {}) == pytest.approx(74.68 * us, rel=1e-12)
+    assert pred.time("spec_repair", {}) == pytest.approx(25.94 * us, rel=1e-12)
+
+
+@pytest.mark.parametrize("variant", ["after", "beside"])
+def test_the_beside_stage_is_charged_to_beside_passes_only(monkeypatch, variant):
+    """Op ``spec_beside`` (beside's launches beyond an ordinary step's side stage, taken from each full layer's
+    pass): at 1 ms a layer, every beside speculative step grows by exactly ``L`` ms (no transfer: nothing else
+    moves; the side stage stays shorter than a layer), every other step keeps its time, and the after variant is
+    unchanged step for step. Removing the term, or charging it per step or in after, fails it."""
+    from oasis_sim.predictor import RooflinePredictor
+
+    runs = []
+    for cost in (0.0, 1e-3):
+        monkeypatch.setattr(RooflinePredictor, "_spec_beside", lambda self, s, c=cost: c)
+        spec = {}
+        eng = []
+        draw = sim_engine.SimEngine._spec_draw
+
+        def keep(self, plan, ks, K, beside, draw=draw, eng=eng, spec=spec):
+            eng[:] = [self]
+            spec[len(self.log.dur)] = K > 0
+            return draw(self, plan, ks, K, beside)
+
+        monkeypatch.setattr(sim_engine.SimEngine, "_spec_draw", keep)
+        cfg = SimConfig(speculative_k=1, speculative_alpha=0.8, spec_predict=variant, no_transfer=True, **BASE)
+        res = simulate(cfg, bench_trace(4096, 4, 40))
+        monkeypatch.undo()
+        runs.append((res.steps.dur, spec, eng[0].L))
+    (d0, s0, L), (d1, _, _) = runs
+    assert len(d0) == len(d1) and any(s0.values())
+    for i, (a, b) in enumerate(zip(d0, d1)):
+        want = L * 1e-3 if variant == "beside" and s0.get(i) else 0.0
+        assert b - a == pytest.approx(want, rel=1e-9, abs=1e-12), i
