@@ -48,6 +48,16 @@ MAX_CONTEXT = 16384 + 1024  # ExecConfig.max_context's default: a 16K prompt and
 # experiments/long_context_draft/results/endtoend_gemma_32k_gates_h100_1dc31ae.txt), perplexity over dense: tokens
 # scorer, head: ungated +11.87%, 0.5 +3.75% (proxy +3.00%); head + prompt lookup: ungated +2.22%, 0.5 -0.26%
 DRAFT_GATE = 0.5
+# ExecConfig.draft_ngram's default in a mode with a draft row and no speculative decoding (0, off, elsewhere): prompt
+# lookup's token where the lane's last 2+ tokens occurred before (runner/ngram_drafts.py). Gemma 3 270M, trained
+# head, 32K, K = 256 blocks, fetch 0.05, tokens scorer, its own selection, five texts x 255 teacher-forced tokens
+# (H100, 2026-12-06, 1d44039; experiments/long_context_draft/results/endtoend_gemma_32k_5texts_h100_1d44039.txt),
+# perplexity over dense: head +5.32%, head gate 0.5 +2.08%, head + lookup +1.35%, head + lookup + gate 0.5 +0.37%
+# (proxy +1.68%). Its step cost on the device (every decode step; H100, 2026-12-06, 6ec514d, dummy Qwen3-8B,
+# synthetic selection, 16K x 44; results/ngram_cost_h100_6ec514d): 2,568 -> 2,555 tok/s (-0.5%), TPOT p50 17.130
+# -> 17.223 ms (+0.54%). Speculative runs keep 0 unless given: there the lookup's token would replace the chain's
+# first proposal, which the head then continues from its own state (acceptance not measured)
+DRAFT_NGRAM = 2
 
 
 # why draft_head=attn refuses speculative_k >= 2 (ExecConfig, Runner.set_speculative_k)
@@ -92,17 +102,17 @@ class ExecConfig(SpeculationFields, BenchFields, TransferFields, KVFields, RunFi
         "on its own outputs",
         ("single", "attn"),
     )
-    draft_ngram: int = _f(
-        0,
+    draft_ngram: int | None = _f(
+        None,
         "prompt lookup beside the draft head: where a lane's last N or more tokens occurred earlier in its context, "
-        "the token that followed them there is the draft (runner/ngram_drafts.py); 0: the head alone. 2 is the "
-        "measured best for lookahead's quality on real text (Gemma 3 270M, 32K: +0.37% perplexity against dense "
-        "with draft_gate 0.5, the head alone +2.08%). It runs on the device in every decode step (a decode chain's "
-        "inner steps and CUDA graphs included: chained generation and teacher-forced scoring draft the same) over "
-        "each lane's tokens, max_lanes x (max_context + 1) x 4 bytes of GPU memory (44 lanes at 17,408: 3.1 MB), "
-        "kept only when N > 0; each step compares every lane's whole context max(3, N) times. Not the default only "
-        "because that step cost is not known yet for the GPU: bench --draft-ngram 2 against 0 (dummy and real weights); "
-        "where it is small against the step's time (the +0.37% vs +2.08% is worth it), 2 becomes the default",
+        "the token that followed them there is the draft (runner/ngram_drafts.py); 0: the head alone (default: "
+        f"{DRAFT_NGRAM} in a mode with a draft row, lookahead, without speculative decoding; 0 (off) in every other "
+        "mode and with speculative_k: there it would replace a chain's first proposal, acceptance not measured). "
+        "It runs on the device in every decode step (a decode chain's inner steps and CUDA graphs included: chained "
+        "generation and teacher-forced scoring draft the same) over each lane's tokens, max_lanes x (max_context + 1) "
+        "x 4 bytes of GPU memory (44 lanes at 17,408: 3.1 MB) outside kv_budget_gb, kept only when N > 0; its step "
+        "cost at 16K x 44 (H100, dummy Qwen3-8B): -0.5% tok/s. Needs really prefilled lanes: a synthesized prefill "
+        "has no tokens, so nothing to look up (the step cost stays)",
     )
     draft_gate: float | None = _f(
         None,
@@ -308,6 +318,13 @@ class ExecConfig(SpeculationFields, BenchFields, TransferFields, KVFields, RunFi
                 bad(f.name, f"must be one of {', '.join(f.metadata['choices'])}")
         # the gate applies where a step predicts from a draft (the mode's draft row); explicit values, 0 included, win
         resolve_default(self, "draft_gate", DRAFT_GATE if self.mode_spec.drafts else 0.0)
+        # prompt lookup likewise, measured without speculative decoding (DRAFT_NGRAM); explicit values, 0 included, win
+        if self.draft_ngram is None:
+            try:
+                speculative = speculation.parse_spec(self.speculative_k, self.block_size)[0] > 0
+            except ValueError:  # a bad speculative_k: its own check below names it
+                speculative = False
+            resolve_default(self, "draft_ngram", DRAFT_NGRAM if self.mode_spec.drafts and not speculative else 0)
         if not isinstance(self.device, str) or not re.fullmatch(DEVICE_PATTERN, self.device):
             bad("device", "must be cpu, cuda or cuda:N")
         if self.selection == "replay" and not self.replay_path:

@@ -14,7 +14,8 @@ from oasis_exec.runner.ngram_drafts import NgramDrafts
 
 pytestmark = pytest.mark.usefixtures("one_torch_thread")
 
-KW = dict(top_k=3, fetch_ratio=1.0, short_context=False)
+# draft_ngram 0: the head alone (prompt lookup, on by default in lookahead, makes its matched lanes certain)
+KW = dict(top_k=3, fetch_ratio=1.0, short_context=False, draft_ngram=0)
 
 
 def _gap(a, b):

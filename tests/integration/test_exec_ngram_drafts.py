@@ -7,6 +7,9 @@ device, in every decode step), on the CPU.
   steps (no host read between them) look up too, so a chained run drafts exactly what an unchained run drafts.
 - Lookahead with K covering every block: the outputs equal those without it (a draft only chooses blocks).
 - Speculative decoding: greedy outputs equal the ordinary greedy outputs, and the lookup's drafts are accepted.
+- The default: ``DRAFT_NGRAM`` (2) in a mode with a draft row (lookahead) without speculative decoding, 0 (off)
+  elsewhere and with ``speculative_k``; an explicit value, 0 included, wins; the command line resolves and shows it;
+  the runner keeps the history (``NgramDrafts``) only where it resolves above 0, sized as its help says.
 - Bad values are refused with the field's name.
 """
 
@@ -15,7 +18,7 @@ import torch
 from exec_cases import cfg
 
 from oasis_core.prompt_lookup import PromptLookup
-from oasis_exec.config import ExecConfig
+from oasis_exec.config import DRAFT_NGRAM, ExecConfig
 from oasis_exec.engine.engine import Engine
 from oasis_exec.engine.scheduler import SamplingParams
 
@@ -80,7 +83,7 @@ def _check_reference(out, drafts, min_match):
 
 @pytest.mark.parametrize("chain", [1, 4])
 def test_drafts_are_prompt_lookup_and_outputs_unchanged_with_every_block(chain):
-    _, ref, _, _ = _run(cfg("lookahead", decode_chain=chain, **ALL))
+    _, ref, _, _ = _run(cfg("lookahead", draft_ngram=0, decode_chain=chain, **ALL))  # the head alone (default: 2)
     eng, out, drafts, _ = _run(cfg("lookahead", draft_ngram=2, decode_chain=chain, **ALL), record=True)
     assert out == ref
     # every decode step of every request looked up: positions prompt .. prompt + n - 2 (the last token is not input)
@@ -110,7 +113,7 @@ def test_a_chained_run_drafts_what_an_unchained_run_drafts():
 def test_speculative_greedy_equal_and_lookup_drafts_accepted():
     base = dict(mode="dense", speculative_k=3)
     _, ref, _, _ = _run(cfg("dense"))
-    eng_h, out_h, _, _ = _run(cfg(**base))  # the random head alone: its drafts right only by chance
+    eng_h, out_h, _, _ = _run(cfg(**base, draft_ngram=0))  # the random head alone: its drafts right only by chance
     eng, out, drafts, _ = _run(cfg(**base, draft_ngram=2), record=True)
     assert out == ref and out_h == ref
     s, s_h = eng.runner.spec, eng_h.runner.spec
@@ -126,3 +129,79 @@ def test_speculative_greedy_equal_and_lookup_drafts_accepted():
 def test_bad_values_are_refused(bad):
     with pytest.raises(ValueError, match="draft_ngram"):
         ExecConfig(model="tiny", device="cpu", dtype="float32", draft_ngram=bad)
+
+
+@pytest.mark.parametrize("mode", ["dense", "quest", "retrieval", "proxy", "lookahead", "hisparse"])
+def test_the_default_is_on_where_a_step_drafts(mode):
+    """None (not given) resolves to DRAFT_NGRAM in a mode with a draft row, 0 (off) elsewhere; an explicit value,
+    0 included, wins (a mode without a head ignores it: the runner builds no lookup there)."""
+    base = dict(model="tiny", device="cpu", dtype="float32", mode=mode)
+    c = ExecConfig(**base)
+    drafts = c.mode_spec.drafts
+    assert drafts == (mode == "lookahead")
+    assert c.draft_ngram == (DRAFT_NGRAM if drafts else 0) and DRAFT_NGRAM == 2
+    assert ExecConfig(**base, draft_ngram=0).draft_ngram == 0
+    assert ExecConfig(**base, draft_ngram=3).draft_ngram == 3
+
+
+@pytest.mark.parametrize("spec", [1, 2, "auto", "auto:2"])
+def test_the_default_is_off_with_speculative_decoding(spec):
+    """Measured without speculation: a speculative run (lookahead's too) keeps 0 unless given; speculative_k 0 is
+    the ordinary step's default."""
+    base = dict(model="tiny", device="cpu", dtype="float32", speculative_k=spec)
+    assert ExecConfig(**base, mode="lookahead").draft_ngram == 0
+    assert ExecConfig(**base, mode="dense").draft_ngram == 0
+    assert ExecConfig(**base, mode="lookahead", draft_ngram=2).draft_ngram == 2
+    assert ExecConfig(**base, mode="dense", draft_ngram=3).draft_ngram == 3
+    ordinary = dict(base, speculative_k=0)
+    assert ExecConfig(**ordinary, mode="lookahead").draft_ngram == DRAFT_NGRAM
+
+
+def test_a_bad_speculative_k_is_named_not_the_default():
+    with pytest.raises(ValueError, match="speculative_k"):
+        ExecConfig(model="tiny", device="cpu", dtype="float32", mode="lookahead", speculative_k="bad")
+
+
+def test_the_default_runs_the_lookup_in_lookahead_only():
+    """The runner keeps the device history (max_lanes x (max_context + 1) int32) only where draft_ngram resolved
+    above 0, sized as ExecConfig.draft_ngram's help says; a small configuration (one lane, one block) builds."""
+    eng = Engine(cfg("lookahead", **ALL))
+    ng = eng.runner.drafts.ngram
+    assert ng is not None and ng.min_n == DRAFT_NGRAM
+    c = eng.runner.cfg
+    assert ng.nbytes == eng.runner.max_lanes * (c.max_context + 1) * 4
+    eng.close()
+    for c in (
+        cfg("lookahead", draft_ngram=0, **ALL),
+        cfg("lookahead", speculative_k=2, **ALL),
+        cfg("proxy", **ALL),
+        cfg("dense", speculative_k=2),
+    ):
+        eng = Engine(c)
+        assert eng.runner.drafts.ngram is None, c
+        eng.close()
+    small = ExecConfig(model="tiny", device="cpu", dtype="float32", mode="lookahead", max_context=16, max_lanes=1)
+    assert small.draft_ngram == DRAFT_NGRAM and small.max_context == small.block_size
+    eng = Engine(small)
+    assert eng.runner.drafts.ngram.nbytes == 1 * (16 + 1) * 4
+    eng.close()
+
+
+def test_the_command_line_default_an_explicit_zero_and_the_help():
+    import argparse
+
+    from oasis_exec.config import add_engine_options, engine_config
+
+    p = argparse.ArgumentParser()
+    add_engine_options(p)
+
+    def built(*argv):
+        return engine_config(p.parse_args(["--model", "tiny", "--device", "cpu", *argv]))
+
+    assert built("--mode", "lookahead").draft_ngram == DRAFT_NGRAM
+    assert built("--mode", "lookahead", "--draft-ngram", "0").draft_ngram == 0
+    assert built("--mode", "lookahead", "--speculative-k", "2").draft_ngram == 0
+    assert built("--mode", "lookahead", "--speculative-k", "2", "--draft-ngram", "2").draft_ngram == 2
+    assert built("--mode", "proxy").draft_ngram == 0
+    text = " ".join(p.format_help().split())
+    assert "--draft-ngram" in text and f"(default: {DRAFT_NGRAM} in a mode with a draft row, lookahead" in text

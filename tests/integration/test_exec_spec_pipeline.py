@@ -181,8 +181,9 @@ def test_random_draft_small_top_k_equals_greedy():
     """The random head's drafts are all rejected: the beside query (index 1, the likeliest under the prior too) is
     the true one and no run fills a block, so no repair fetches and the output is non-speculative greedy's with a
     top-K of 4 and the paper's cap (the after variant's equality, test_exec_speculative)."""
-    # draft_gate 0: the ordinary steps predict from the draft's query, as the beside query does (no gate there)
-    kw = {"short_context": False, "draft_gate": 0}
+    # draft_gate 0: the ordinary steps predict from the draft's query, as the beside query does (no gate there);
+    # draft_ngram 0: the head alone in both (the ordinary lookahead's default runs prompt lookup beside it)
+    kw = {"short_context": False, "draft_gate": 0, "draft_ngram": 0}
     ps = prompts(6)  # never right by chance under the default scorer (test_exec_speculative's seed)
     eng0 = Engine(cfg("lookahead", **kw))
     ref = eng0.generate(ps, SamplingParams(max_tokens=N))

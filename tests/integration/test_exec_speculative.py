@@ -63,9 +63,10 @@ def _commits(eng):
         # docstring; seed 3 served while the default was minmax)
         # draft_gate 0: an ordinary lookahead step predicts from the draft's query, as a verify pass's prediction does
         # (commit.py: the pass's query nearest the next position, which reads no gate); under the default gate (0.5)
-        # a random head's ordinary steps would predict as proxy does
-        ("lookahead", {"short_context": False, "draft_gate": 0}, 6),
-        ("lookahead", {"draft_gate": 0}, 0),  # short lanes: those steps are the ordinary ones
+        # a random head's ordinary steps would predict as proxy does; draft_ngram 0: the head alone, as the
+        # speculative run (whose default it is); the ordinary lookahead's default runs prompt lookup beside it
+        ("lookahead", {"short_context": False, "draft_gate": 0, "draft_ngram": 0}, 6),
+        ("lookahead", {"draft_gate": 0, "draft_ngram": 0}, 0),  # short lanes: those steps are the ordinary ones
     ],
 )
 def test_random_draft_speculative_equals_greedy(mode, kw, seed):
@@ -311,7 +312,9 @@ def test_real_model_trained_head_speculative_equals_greedy():
 
 
 # draft_gate 0: the ungated ordinary step, which is what a verify pass's prediction is (see above)
-@pytest.mark.parametrize("mode,kw", [("dense", {}), ("lookahead", {"short_context": False, "draft_gate": 0})])
+@pytest.mark.parametrize(
+    "mode,kw", [("dense", {}), ("lookahead", {"short_context": False, "draft_gate": 0, "draft_ngram": 0})]
+)
 def test_auto_random_draft_equals_greedy_and_backs_off(mode, kw):
     ps = prompts(3)
     _, ref = _reference(mode, ps, **kw)

@@ -13,7 +13,7 @@ import pytest
 import torch
 
 from oasis_core.block_scorers import DEFAULT_SCORER
-from oasis_exec.config import DRAFT_GATE
+from oasis_exec.config import DRAFT_GATE, DRAFT_NGRAM
 from oasis_exec.tools.quality import endtoend as E
 
 pytestmark = pytest.mark.usefixtures("one_torch_thread")
@@ -520,3 +520,7 @@ def test_draft_gates_run_every_head_lookahead_variant_once_per_gate_and_reach_th
     assert E.exec_config(v[1], 256, [task], **kw).draft_gate == 0.0
     assert E.exec_config(d[1], 256, [task], **kw).draft_gate == DRAFT_GATE  # what the label says it ran
     assert E.exec_config(d[3], 256, [task], **kw).draft_gate == 0.0  # prompt lookup alone: no head, no gate
+    # head is the head alone, head_ngram the pair, whatever the engine's default (DRAFT_NGRAM in lookahead)
+    assert E.exec_config(d[1], 256, [task], **kw).draft_ngram == 0
+    assert E.exec_config(d[2], 256, [task], **kw).draft_ngram == DRAFT_NGRAM == 2
+    assert E.exec_config(d[3], 256, [task], **kw).draft_ngram == 0  # the harness's own lookup, not the engine's

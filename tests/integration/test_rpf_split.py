@@ -12,7 +12,7 @@ import pytest
 from real_model_cases import shlex_ids
 
 from oasis_core.block_scorers import DEFAULT_SCORER
-from oasis_exec.config import ExecConfig
+from oasis_exec.config import DRAFT_NGRAM, ExecConfig
 from oasis_exec.tools import rpf_split
 from oasis_exec.tools.tp_generate import generate_greedy
 
@@ -61,9 +61,11 @@ def test_split_tiny():
 
 
 def test_split_runs_without_prompt_lookup():
-    """The hand-off sends no token ids, so the split turns prompt lookup off on both nodes (the reference run above
-    takes the same configuration)."""
-    cfg = ExecConfig(model="tiny", device="cpu", mode="lookahead", short_context=False, draft_ngram=2)
+    """The hand-off sends no token ids, so the split turns prompt lookup off on both nodes, lookahead's default
+    (DRAFT_NGRAM) or given (the reference run above takes the same configuration)."""
+    cfg = ExecConfig(model="tiny", device="cpu", mode="lookahead", short_context=False)
+    assert cfg.draft_ngram == DRAFT_NGRAM == 2 and rpf_split.split_config(cfg).draft_ngram == 0
+    cfg = ExecConfig(model="tiny", device="cpu", mode="lookahead", short_context=False, draft_ngram=3)
     assert rpf_split.split_config(cfg).draft_ngram == 0
 
 

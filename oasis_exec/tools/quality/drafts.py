@@ -22,8 +22,12 @@ import torch
 
 from oasis_core.prompt_lookup import match_lengths_at, propose_at
 
+from ...config import DRAFT_NGRAM
+
 DRAFTS = ("eagle3", "ngram", "oracle", "random")  # the default set
-NGRAM_MIN_MATCH = 2  # a one-token match (any token seen before) is weak evidence at long context
+# the engine's (ExecConfig.draft_ngram's lookahead default): a one-token match (any token seen before) is weak
+# evidence at long context
+NGRAM_MIN_MATCH = DRAFT_NGRAM
 # n-gram where it matches (at least this many tokens), else eagle3_attn
 PAIRED = {"ngram_attn": NGRAM_MIN_MATCH, "ngram1_attn": 1}
 # eagle3_attn: the full EAGLE-3 layer (quality/generation.py), alone or in the PAIRED drafts

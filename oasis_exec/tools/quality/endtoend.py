@@ -34,8 +34,9 @@ with ``K = k_frac * N / block_size`` (``--k-fracs``, or an absolute ``--top-k``)
   first token is the prefill's and left out), ``shift_ppl`` its exp, against dense ``shift_nll_delta_vs_dense``
   and ``shift_nll_max_abs_diff_vs_dense`` (per request: ``shift``).
 
-The draft for ``lookahead`` (``--drafts``): ``head`` = the EAGLE-3-style head (``--draft-path``; without it the
-head has *random* weights and the results say so), ``oracle`` = the true next token (the text's own for
+The draft for ``lookahead`` (``--drafts``): ``head`` = the EAGLE-3-style head alone (``--draft-path``; without it
+the head has *random* weights and the results say so; ``draft_ngram`` 0, explicitly: the engine's lookahead runs
+prompt lookup beside the head by default), ``oracle`` = the true next token (the text's own for
 teacher-forced requests, dense's greedy token for the others: an upper bound on any draft), ``ngram`` = prompt
 lookup (``oasis_core.prompt_lookup``) over the request's tokens, ``head_ngram`` = the head with the engine's prompt
 lookup beside it (``ExecConfig.draft_ngram``: the n-gram's token where 2+ tokens match, else the head's).
@@ -716,6 +717,7 @@ def exec_config(
         seed=seed,
         draft_path=draft_path,
         draft_head=draft_head,
+        # explicit either way: head is the head alone (the engine's lookahead default, DRAFT_NGRAM, is the pair)
         draft_ngram=NGRAM_MIN_MATCH if v.draft == "head_ngram" else 0,
         draft_gate=v.draft_gate,
         cuda_graph=cuda_graph,
