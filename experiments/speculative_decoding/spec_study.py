@@ -4,7 +4,7 @@
         [--modes dense lookahead] [--contexts 4096 7936] [--ks 0 1 2 3 auto] [--concurrency 2] [--steps 12]
         [--warmup 3] [--top-k 64] [--text traces/texts/argparse.py.txt] [--model-path GGUF] [--draft-path DIR]
         [--draft-head single|attn]
-        [--engine-per-k] [--fresh-k0 CONTEXT ...] [--eager-k0] [--out results/spec_cpu.jsonl]
+        [--engine-per-k] [--fresh-k0 CONTEXT ...] [--chained-k0 N] [--eager-k0] [--out results/spec_cpu.jsonl]
         [--table results/spec_cpu.md]
     python experiments/speculative_decoding/spec_study.py --table-only results/spec_cpu.jsonl [--table FILE]
 
@@ -16,12 +16,15 @@ steps seconds); their contexts grow by the earlier phases' tokens (at most 14 ×
 engine a ``dense`` k = 0 phase still runs the draft head's proposal each step; ``--fresh-k0 CONTEXT`` adds, at those
 contexts, a k = 0 run of an engine of its own (``dense`` then has no draft head at all), the plain non-speculative
 baseline. ``--engine-per-k`` builds one engine per k instead (the GPU, where the prefill is cheap).
-``--eager-k0`` adds a k = 0 run with CUDA graphs off (greedy speculative steps run as graphs too since 2026-12-01
+``--chained-k0 N`` adds, in every (mode, context), a k = 0 run of an engine of its own with decode chains of N steps
+(``ExecConfig.decode_chain``; the other runs are unchained, since speculative steps never chain): the ordinary
+engine's own best step, the strictest baseline for "speculation against none", and the table's k = 0 reference
+where it is there. ``--eager-k0`` adds a k = 0 run with CUDA graphs off (greedy speculative steps run as graphs too since 2026-12-01
 evening; before, they ran eagerly, and this was their like-for-like baseline; on the CPU there are no graphs, so it
 is the same as k = 0 and is not run there).
 
-Each record is the bench's (``oasis_exec.tools.bench``) plus ``weights`` (real), ``run`` (phase | fresh | engine |
-eager) and the study's arguments; the table (markdown) has, per mode and context, the tokens a request emits per
+Each record is the bench's (``oasis_exec.tools.bench``) plus ``weights`` (real), ``run`` (phase | fresh | chained |
+engine | eager) and the study's arguments; the table (markdown) has, per mode and context, the tokens a request emits per
 step, tok/s (emitted tokens), the step time p50, the TPOT (mean step time / tokens a step) and both against k = 0.
 """
 
@@ -149,6 +152,9 @@ def run(a) -> list:
             if context in a.fresh_k0 and mode in a.fresh_k0_modes and not a.engine_per_k:
                 c = dataclasses.replace(cfg, speculative_k=0)
                 keep(run_bench(c, context, a.concurrency, a.steps, a.warmup, True, toks, name, dec), "fresh")
+            if a.chained_k0 > 1 and not a.engine_per_k:
+                c = dataclasses.replace(cfg, speculative_k=0, decode_chain=a.chained_k0)
+                keep(run_bench(c, context, a.concurrency, a.steps, a.warmup, True, toks, name, dec), "chained")
             if a.eager_k0 and a.device != "cpu":
                 c = dataclasses.replace(cfg, speculative_k=0, cuda_graph=False)
                 keep(run_bench(c, context, a.concurrency, a.steps, a.warmup, True, toks, name, dec), "eager")
@@ -166,9 +172,17 @@ def _k_sort(k):
     return (1, 0) if isinstance(k, str) else (0, k)
 
 
+def _tpot(r) -> float:
+    """A record's mean time a token a request: its mean step (a chain's, a speculative step's) over the tokens a
+    request emits in it. Records without ``step_ms_mean`` are from before the bench's ``tpot_ms_mean`` was per token
+    (d701342): there ``tpot_ms_mean`` was the step."""
+    step = r.get("step_ms_mean", r["tpot_ms_mean"])
+    return step / r["accepted_tokens_per_step"]
+
+
 def table(recs) -> str:
-    """The markdown table of ``recs``: per (mode, context), a row a run, against that group's k = 0 run (a fresh
-    engine's where there is one, else the first k = 0 run)."""
+    """The markdown table of ``recs``: per (mode, context), a row a run, against that group's k = 0 run (a chained
+    engine's where there is one, else a fresh engine's, else the first k = 0 run)."""
     if not recs:
         return "(no records)\n"
     r0 = recs[0]
@@ -184,8 +198,9 @@ def table(recs) -> str:
         f"prompt: {r0['prefill']}, concurrency {r0['concurrency']}, top_k {r0['top_k']} (+ local block), "
         f"{r0['steps']} timed steps after {r0['warmup']} warm-up steps a run.\n\n"
         "tokens/step: tokens a request emits a step (accepted drafts + the target's); step: the step's wall time "
-        "p50; TPOT: mean step time / tokens a step; vs k=0: tok/s and TPOT against the group's k = 0 run of an "
-        "engine of its own (`fresh`) where there is one, else its first k = 0 run (`phase`: the engine shared by "
+        "p50; TPOT: mean step time / tokens a step; vs k=0: tok/s and TPOT against the group's k = 0 run with "
+        "decode chains (`chained`, an engine of its own) where there is one, else of an engine of its own "
+        "(`fresh`), else its first k = 0 run (`phase`: the engine shared by "
         "the group's k, whose dense k = 0 still runs the draft head's proposal every step; `engine`: one engine "
         "a k; `eager`: CUDA graphs off).\n\n"
     )
@@ -199,16 +214,19 @@ def table(recs) -> str:
         groups.setdefault((r["mode"], r["context"]), []).append(r)
     for (mode, ctx), rs in sorted(groups.items()):
         base = [r for r in rs if r["speculative_k"] == 0]
-        b = next((r for r in base if r.get("run") == "fresh"), base[0] if base else None)
-        order = {"phase": 0, "engine": 0, "fresh": 1, "eager": 2}
-        for r in sorted(rs, key=lambda r: (_k_sort(r["speculative_k"]), order.get(r.get("run"), 3))):
-            tpot = r["tpot_ms_mean"] / r["accepted_tokens_per_step"]
+        runs = {r.get("run"): r for r in reversed(base)}  # the first of each kind
+        b = runs.get("chained") or runs.get("fresh") or (base[0] if base else None)
+        order = {"phase": 0, "engine": 0, "fresh": 1, "chained": 2, "eager": 3}
+        for r in sorted(rs, key=lambda r: (_k_sort(r["speculative_k"]), order.get(r.get("run"), 4))):
+            tpot = _tpot(r)
             vs = "" if b is None else f"{r['throughput_tok_s'] / b['throughput_tok_s']:.2f}×"
-            vt = "" if b is None else f"{tpot / (b['tpot_ms_mean'] / b['accepted_tokens_per_step']):.2f}×"
+            vt = "" if b is None else f"{tpot / _tpot(b):.2f}×"
             rows.append(
-                f"| {mode} | {ctx} | {r['speculative_k']} | {r.get('run', '')} | "
+                f"| {mode} | {ctx} | {r['speculative_k']} | {r.get('run', '')}"
+                f"{' (beside)' if r['speculative_k'] and r.get('spec_predict') == 'beside' else ''} | "
                 f"{r['accepted_tokens_per_step']:.2f} | {json.dumps(r['accepted_hist']) if r['accepted_hist'] else ''} | "
-                f"{r['throughput_tok_s']:.2f} | {r['tpot_ms_p50']:.1f} | {tpot:.1f} | {vs} | {vt} |"
+                f"{r['throughput_tok_s']:.2f} | {r.get('step_ms_p50', r['tpot_ms_p50']):.1f} | {tpot:.1f} | {vs} | "
+                f"{vt} |"
             )
     return head + "\n".join(rows) + "\n"
 
@@ -247,6 +265,13 @@ def main(argv=None) -> int:
         "--block-score",
         default="minmax_sum+sink",
         help="ExecConfig.block_score, the same for every run (auto would differ between after and beside)",
+    )
+    ap.add_argument(
+        "--chained-k0",
+        type=int,
+        default=0,
+        metavar="N",
+        help="also k=0 on an engine of its own with decode chains of N steps (the table's baseline then)",
     )
     ap.add_argument("--eager-k0", action="store_true", help="also k=0 with CUDA graphs off (not on the CPU)")
     ap.add_argument("--out", default=os.path.join(HERE, "results", "spec_cpu.jsonl"))

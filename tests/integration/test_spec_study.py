@@ -39,6 +39,29 @@ def test_table_compares_with_the_fresh_k0_run():
     assert "Weights: real" in md and "selection source: model" in md and "commit: abc" in md
 
 
+def test_table_takes_the_chained_k0_run_as_baseline_and_shows_the_step_time():
+    s = _load("spec_study")
+    spec = dict(_rec(1, "phase", 12.0, 1.2, mode="lookahead", hist={"1": [4, 1]}), step_ms_p50=7.5, step_ms_mean=9.6)
+    chained = dict(_rec(0, "chained", 10.0, 4.0, mode="lookahead"), step_ms_mean=32.0)  # a chain of 4: 8 ms a token
+    recs = [
+        _rec(0, "phase", 8.0, 1.0, mode="lookahead"),
+        _rec(0, "fresh", 9.0, 1.0, mode="lookahead"),
+        chained,
+        spec,
+    ]
+    md = s.table(recs)
+    rows = {
+        line.split("|")[4].strip() + line.split("|")[3].strip(): line
+        for line in md.splitlines()
+        if "| lookahead |" in line
+    }
+    assert "| 1.20× |" in rows["phase1"]  # 12 / 10: against the chained k = 0, not the fresh (9) or the phase (8)
+    assert "| 0.90× |" in rows["fresh0"] and "| 1.00× |" in rows["chained0"]
+    # the step's p50 (not the per-token TPOT); TPOT 9.6 ms / 1.2 tokens a step = 8.0, the chain's 32 ms / 4 tokens
+    assert "| 7.5 | 8.0 | 1.20× | 1.00× |" in rows["phase1"] and "| 8.0 | 1.00× | 1.00× |" in rows["chained0"]
+    assert list(rows) == ["phase0", "fresh0", "chained0", "phase1"]
+
+
 def test_replay_draws_the_recorded_acceptance_and_what_if_uses_the_study(tmp_path):
     from oasis_core.recording import load_recording
     from oasis_exec.tools.bench import run_bench

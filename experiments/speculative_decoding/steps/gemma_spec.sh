@@ -7,7 +7,10 @@
 # 2. spec_study.py on the licences' 32K token ids (data/gemma_32k.npz:text:licences; no tokenizer on the device),
 #    CONTEXT (32000) tokens a request, K = TOP_K (256) blocks, the same GPU KV budget for every run (KV_GB, 3 GB),
 #    minmax_sum+sink for every run (block_score=auto would give tokens to after and minmax_sum+sink to beside):
-#    lookahead k = 0, 1 after (one prefill), lookahead k = 1 beside, dense k = 0, 1    -> $OUT/gemma.jsonl, gemma.md
+#    lookahead k = 0, 1 after (one prefill) and k = 0 with decode chains of CHAINED (8) steps on an engine of its own
+#    (the table's baseline: the ordinary engine's best step), lookahead k = 1 beside, dense k = 0, 1
+#                                                                                   -> $OUT/gemma.jsonl, gemma.md
+# (6ec514d's call ran without the chained k = 0: results/h100_6ec514d/)
 MODEL_SHA256=a5fd3b62230aa5ec60212297dc9d20eaa70578ac519e00d93a17e44c087a6818  # Gemma 3 270M Q4_K_M
 DEADLINE_S=${DEADLINE_S:-560}
 need_model || exit 1
@@ -26,9 +29,11 @@ run() {  # MODE N SPEC_PREDICT KS...
     --model-path "$M" --draft-path "$D/heads/gemma-attn-32k" --text "$D/data/gemma_32k.npz:text:licences" \
     --modes "$mode" --contexts "${CONTEXT:-32000}" --ks "$@" --concurrency "$n" --top-k "${TOP_K:-256}" \
     --steps "${STEPS:-16}" --warmup "${WARMUP:-6}" --spec-predict "$sp" --kv-budget-gb "${KV_GB:-3}" \
-    --out "$OUT/gemma.jsonl" 2>&1 | grep -v -e Warning -e warn | tee -a "$OUT/gemma.log" | tail -4
+    "${EXTRA[@]}" --out "$OUT/gemma.jsonl" 2>&1 | grep -v -e Warning -e warn | tee -a "$OUT/gemma.log" | tail -5
 }
+EXTRA=(--chained-k0 "${CHAINED:-8}")
 run lookahead "${N_LOOK:-64}" after 0 1
+EXTRA=()
 run lookahead "${N_LOOK:-64}" beside 1
 run dense "${N_DENSE:-64}" after 0 1
 say "done"
