@@ -174,8 +174,8 @@ def _k_sort(k):
 
 def _tpot(r) -> float:
     """A record's mean time a token a request: its mean step (a chain's, a speculative step's) over the tokens a
-    request emits in it. Records without ``step_ms_mean`` are from before the bench's ``tpot_ms_mean`` was per token
-    (d701342): there ``tpot_ms_mean`` was the step."""
+    request emits in it. Records without ``step_ms_mean`` (before 5625de3, 2026-12-02) are read as the tables of then
+    read them: ``tpot_ms_mean`` over the tokens a step."""
     step = r.get("step_ms_mean", r["tpot_ms_mean"])
     return step / r["accepted_tokens_per_step"]
 
