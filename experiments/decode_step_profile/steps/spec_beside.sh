@@ -3,7 +3,8 @@
 # synthetic selection of the smollm2 preset, acceptance drawn from the real head's k = 1 histogram {"1": [145, 111]},
 # 16K x 44, 52 GB, UVA), spec_predict after and beside under CUDA graphs (the kernels each adds, the GPU-busy union
 # and span against the host wall), and beside eager (the per-stream split: the prediction stream's launches).
-#   OASIS_COMMIT=<hash> bash experiments/device.sh decode_step_profile/spec_beside   -> spec_beside.jsonl, profile_*.txt
+#   OASIS_COMMIT=<hash> [K0=1] [WARMUP=40] bash experiments/device.sh decode_step_profile/spec_beside
+#     -> spec_beside.jsonl, profile_*.txt (6ec514d's call: 6 warm-up steps, no k = 0 run; results/spec_beside_h100_6ec514d/)
 DEADLINE_S=${DEADLINE_S:-400}
 ACC=${SPEC_ACCEPT:-'{"1": [145, 111]}'}
 P=($PY experiments/decode_step_profile/step_profile.py --mode lookahead --context 16384 --concurrency 44
@@ -15,6 +16,7 @@ run() {  # NAME ARGS...
   say "profile $name: $*"
   timeout -k 5 "$T" "${P[@]}" "$@" > "$OUT/profile_$name.txt" 2>&1 || say "failed: $name $(tail -2 "$OUT/profile_$name.txt")"
 }
+[ "${K0:-0}" = 1 ] && run k0 --speculative-k 0  # the ordinary step beside them (K0=1; e.g. with WARMUP=40, the steady state)
 run k1_after --exec spec_predict=after
 run k1_beside --exec spec_predict=beside
 run k1_beside_eager --exec spec_predict=beside --no-cuda-graph
