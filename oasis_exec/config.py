@@ -318,13 +318,6 @@ class ExecConfig(SpeculationFields, BenchFields, TransferFields, KVFields, RunFi
                 bad(f.name, f"must be one of {', '.join(f.metadata['choices'])}")
         # the gate applies where a step predicts from a draft (the mode's draft row); explicit values, 0 included, win
         resolve_default(self, "draft_gate", DRAFT_GATE if self.mode_spec.drafts else 0.0)
-        # prompt lookup likewise, measured without speculative decoding (DRAFT_NGRAM); explicit values, 0 included, win
-        if self.draft_ngram is None:
-            try:
-                speculative = speculation.parse_spec(self.speculative_k, self.block_size)[0] > 0
-            except ValueError:  # a bad speculative_k: its own check below names it
-                speculative = False
-            resolve_default(self, "draft_ngram", DRAFT_NGRAM if self.mode_spec.drafts and not speculative else 0)
         if not isinstance(self.device, str) or not re.fullmatch(DEVICE_PATTERN, self.device):
             bad("device", "must be cpu, cuda or cuda:N")
         if self.selection == "replay" and not self.replay_path:
@@ -374,9 +367,6 @@ class ExecConfig(SpeculationFields, BenchFields, TransferFields, KVFields, RunFi
             bad("link_gb_s", "must be > 0")
         if self.max_context < self.block_size:
             bad("max_context", "must hold at least one block")
-        dn = self.draft_ngram
-        if isinstance(dn, bool) or not isinstance(dn, int) or dn < 0:
-            bad("draft_ngram", f"must be an integer >= 0 (0: off), got {show(dn)}")
         dg = self.draft_gate
         if isinstance(dg, bool) or not isinstance(dg, (int, float)) or not 0.0 <= dg <= 1.0:
             bad("draft_gate", f"must be a probability in [0, 1] (0: off), got {show(dg)}")
@@ -411,6 +401,12 @@ class ExecConfig(SpeculationFields, BenchFields, TransferFields, KVFields, RunFi
             bad("speculative_k", f"only modes {names} decode speculatively, not mode={self.mode}")
         if k >= self.block_size:
             bad("speculative_k", f"must be < block_size ({self.block_size}): a step fills at most one block")
+        # prompt lookup where a step predicts from a draft, measured without speculative decoding (DRAFT_NGRAM);
+        # explicit values, 0 included, win
+        resolve_default(self, "draft_ngram", DRAFT_NGRAM if self.mode_spec.drafts and not k else 0)
+        dn = self.draft_ngram
+        if isinstance(dn, bool) or not isinstance(dn, int) or dn < 0:
+            bad("draft_ngram", f"must be an integer >= 0 (0: off), got {show(dn)}")
         if not isinstance(self.decode_chain, int) or isinstance(self.decode_chain, bool) or self.decode_chain < 1:
             bad("decode_chain", "must be an int >= 1 (a chain runs at most block_size steps: one block filled)")
         if self.synthetic_accept is not None:
