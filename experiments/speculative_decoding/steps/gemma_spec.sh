@@ -10,7 +10,7 @@
 #    lookahead k = 0, 1 after (one prefill) and k = 0 with decode chains of CHAINED (8) steps on an engine of its own
 #    (the table's baseline: the ordinary engine's best step), lookahead k = 1 beside, dense k = 0, 1
 #                                                                                   -> $OUT/gemma.jsonl, gemma.md
-# (6ec514d's call ran without the chained k = 0: results/h100_6ec514d/)
+# (6ec514d's call ran without the chained k = 0: results/h100_6ec514d/). SKIP_TESTS=1, SKIP_LOOK=1 (dense only).
 MODEL_SHA256=a5fd3b62230aa5ec60212297dc9d20eaa70578ac519e00d93a17e44c087a6818  # Gemma 3 270M Q4_K_M
 DEADLINE_S=${DEADLINE_S:-560}
 need_model || exit 1
@@ -32,8 +32,11 @@ run() {  # MODE N SPEC_PREDICT KS...
     "${EXTRA[@]}" --out "$OUT/gemma.jsonl" 2>&1 | grep -v -e Warning -e warn | tee -a "$OUT/gemma.log" | tail -5
 }
 EXTRA=(--chained-k0 "${CHAINED:-8}")
-run lookahead "${N_LOOK:-64}" after 0 1
+if [ "${SKIP_LOOK:-0}" != 1 ]; then
+  run lookahead "${N_LOOK:-64}" after 0 1
+  EXTRA=()
+  run lookahead "${N_LOOK:-64}" beside 1
+fi
 EXTRA=()
-run lookahead "${N_LOOK:-64}" beside 1
 run dense "${N_DENSE:-64}" after 0 1
 say "done"
