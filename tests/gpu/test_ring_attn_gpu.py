@@ -126,3 +126,29 @@ def test_tiny_gemma_engine_same_tokens_with_the_kernel(mode, kw):
     pairs = [(x, y) for a, b in zip(*outs) for x, y in zip(a, b)]
     assert len(pairs) == 40 * len(ps)
     assert sum(x == y for x, y in pairs) >= 0.8 * len(pairs)
+
+
+@pytest.mark.parametrize("Hkv,G,D,T", [(3, 3, 64, 8192), (1, 4, 256, 4096)])
+def test_draft_head_kv_attend_equals_its_reference(Hkv, G, D, T):
+    """The attention draft head's K/V (``DraftKV``, [lanes, T, Hkv, D] bf16: SmolLM2's and Gemma's head shapes) read as
+    a whole-window ring by ``DraftKV.attend``: its bf16 output within one bf16 step of the gathered fp32 reference
+    (positions 0 .. pos), and the kernel's fp32 result within accumulation noise of it."""
+    from oasis_exec.model.draft_attn import AttnShape, DraftKV
+
+    kv = DraftKV(AttnShape(G * Hkv, Hkv, D, 1e6), 40, T, torch.bfloat16, DEV)
+    g = torch.Generator(device=DEV).manual_seed(2)
+    kv.k.copy_(torch.randn(kv.k.shape, generator=g, device=DEV))
+    kv.v.copy_(torch.randn(kv.v.shape, generator=g, device=DEV))
+    lanes = torch.randperm(40, generator=torch.Generator().manual_seed(3))[:32].to(DEV)
+    pos = torch.randint(0, T, (32,), generator=g, device=DEV)
+    pos[0], pos[1] = 0, T - 1
+    q = torch.randn(32, G * Hkv, D, generator=g, device=DEV).to(torch.bfloat16)
+    sc = torch.einsum("bhgd,bthd->bhgt", q.float().view(32, Hkv, G, D), kv.k[lanes].float()) / D**0.5
+    sc = sc.masked_fill(~(torch.arange(T, device=DEV)[None, :] <= pos[:, None])[:, None, None, :], float("-inf"))
+    ref = torch.einsum("bhgt,bthd->bhgd", torch.softmax(sc, -1), kv.v[lanes].float()).reshape(32, G * Hkv, D)
+    out = kv.attend(q, lanes, pos)
+    assert out.dtype == torch.bfloat16
+    assert ((out.float() - ref).abs() <= bf16_step(ref) + 1e-6).all()
+    o32 = torch.empty(32, 1, G * Hkv, D, dtype=torch.float32, device=DEV)
+    ring_attn(q[:, None], kv.k.transpose(1, 2), kv.v.transpose(1, 2), lanes, pos[:, None], T, out=o32)
+    torch.testing.assert_close(o32[:, 0], ref, rtol=1e-5, atol=2e-5)

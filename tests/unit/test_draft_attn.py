@@ -219,3 +219,40 @@ def test_a_head_directory_of_the_other_kind_is_refused(dec, tmp_path):
     eng = Engine(cfg("lookahead", draft_path=attn_dir, draft_head="attn"))  # the matching kind loads
     assert isinstance(eng.runner.drafts.head, AttnDraftHead)
     eng.close()
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+@pytest.mark.parametrize("G,D", [(3, 64), (4, 32)])
+def test_draft_kv_attend_through_the_ring_kernel_equals_the_causal_reference(dtype, G, D):
+    """``DraftKV.attend`` on CUDA is ``oasis_kernels.ring_attn`` over the [lanes, max_len, Hkv, D] buffer read as a ring
+    of ``max_len`` slots with the whole ring as its window; here that kernel (Triton interpreter) on the buffer's
+    transposed views against the plain causal attention this head computed before (the lanes gathered, positions
+    0 .. pos, fp32 einsums). The positions past each query are NaN, so a kernel that read them would fail."""
+    import oasis_kernels  # noqa: F401  (the Triton interpreter on without CUDA)
+    from oasis_exec.model.draft_attn import DraftKV
+    from oasis_kernels.ring_attn import ring_attn
+
+    Hkv, T = 2, 48
+    a = AttnShape(G * Hkv, Hkv, D, 10000.0)
+    kv = DraftKV(a, 6, T, dtype, "cpu")
+    g = torch.Generator().manual_seed(5)
+    kv.k.copy_(torch.randn(kv.k.shape, generator=g).to(dtype))
+    kv.v.copy_(torch.randn(kv.v.shape, generator=g).to(dtype))
+    lanes = torch.tensor([4, 0, 5, 2])
+    pos = torch.tensor([0, 17, 47, 30])  # the first position, mid-tile, the buffer's last, a tile boundary-ish
+    q = torch.randn(4, G * Hkv, D, generator=g).to(dtype)
+    k_ref, v_ref = kv.k[lanes].float(), kv.v[lanes].float()
+    qg = q.float().view(4, Hkv, G, D)
+    sc = torch.einsum("bhgd,bthd->bhgt", qg, k_ref) / D**0.5
+    live = torch.arange(T)[None, :] <= pos[:, None]
+    sc = sc.masked_fill(~live[:, None, None, :], float("-inf"))
+    ref = torch.einsum("bhgt,bthd->bhgd", torch.softmax(sc, -1), v_ref).reshape(4, G * Hkv, D)
+    cpu = kv.attend(q, lanes, pos)  # off CUDA: the reference path, in q's dtype
+    torch.testing.assert_close(cpu, ref.to(dtype), rtol=1e-5 if dtype == torch.float32 else 1.6e-2, atol=1e-5)
+    for b, lane in enumerate(lanes.tolist()):  # poison what no query may see
+        kv.k[lane, pos[b] + 1 :] = float("nan")
+        kv.v[lane, pos[b] + 1 :] = float("nan")
+    out = torch.empty(4, 1, G * Hkv, D, dtype=torch.float32)
+    ring_attn(q[:, None], kv.k.transpose(1, 2), kv.v.transpose(1, 2), lanes, pos[:, None], T, out=out, n_split=2)
+    assert torch.isfinite(out).all()
+    torch.testing.assert_close(out[:, 0], ref, rtol=1e-5, atol=2e-6)  # fp32 math on both (bf16 K/V exact in fp32)
