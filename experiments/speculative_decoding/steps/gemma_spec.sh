@@ -4,12 +4,12 @@
 # model.safetensors carried with this one):
 #   MODEL_DIR=/tmp/mg OASIS_COMMIT=<sha> bash experiments/device.sh speculative_decoding/gemma_spec
 # 1. pytest -m gpu: the attention head at k = 1 in the speculative step's CUDA graph equals eager (after, beside); prompt lookup in graphed chains equals eager
-# 2. spec_study.py on the licences' 32K token ids (data/gemma_32k.npz:text:licences; no tokenizer on the device),
+# 2. spec_rows.sh: spec_study.py on the licences' 32K token ids (data/gemma_32k.npz:text:licences; no tokenizer on the device),
 #    CONTEXT (32000) tokens a request, K = TOP_K (256) blocks, the same GPU KV budget for every run (KV_GB, 3 GB),
 #    minmax_sum+sink for every run (block_score=auto would give tokens to after and minmax_sum+sink to beside):
 #    lookahead k = 0, 1 after (one prefill) and k = 0 with decode chains of CHAINED (8) steps on an engine of its own
-#    (the table's baseline: the ordinary engine's best step), lookahead k = 1 beside, dense k = 0, 1
-#                                                                                   -> $OUT/gemma.jsonl, gemma.md
+#    (the table's baseline: the ordinary engine's best step), lookahead k = 1 beside, dense k = 0, 1 (N_DENSE 64,
+#    clipped to the lanes 3 GB holds)                                             -> $OUT/gemma.jsonl, gemma.md
 # (6ec514d's call ran without the chained k = 0: results/h100_6ec514d/). SKIP_TESTS=1, SKIP_LOOK=1 (dense only).
 MODEL_SHA256=a5fd3b62230aa5ec60212297dc9d20eaa70578ac519e00d93a17e44c087a6818  # Gemma 3 270M Q4_K_M
 DEADLINE_S=${DEADLINE_S:-560}
@@ -19,24 +19,6 @@ if [ "${SKIP_TESTS:-0}" != 1 ]; then
   say "pytest -m gpu (attention head, k = 1)"
   TEST_S=${TEST_S:-120} gpu_tests tests/gpu/test_spec_pipeline_gpu.py tests/gpu/test_exec_gpu.py -k "attn or ngram"
 fi
-run() {  # MODE N SPEC_PREDICT KS...
-  local mode=$1 n=$2 sp=$3; shift 3
-  local T; T=$(min $(( $(left) - 10 )) ${RUN_S:-150})
-  [ "$T" -lt 30 ] && { say "no time left for $mode $sp"; return; }
-  say "$mode $sp k=$* (left $(left)s)"
-  # shellcheck disable=SC2086
-  timeout -k 10 "$T" $PY experiments/speculative_decoding/spec_study.py --device cuda --dtype bfloat16 \
-    --model-path "$M" --draft-path "$D/heads/gemma-attn-32k" --text "$D/data/gemma_32k.npz:text:licences" \
-    --modes "$mode" --contexts "${CONTEXT:-32000}" --ks "$@" --concurrency "$n" --top-k "${TOP_K:-256}" \
-    --steps "${STEPS:-16}" --warmup "${WARMUP:-6}" --spec-predict "$sp" --kv-budget-gb "${KV_GB:-3}" \
-    "${EXTRA[@]}" --out "$OUT/gemma.jsonl" 2>&1 | grep -v -e Warning -e warn | tee -a "$OUT/gemma.log" | tail -5
-}
-EXTRA=(--chained-k0 "${CHAINED:-8}")
-if [ "${SKIP_LOOK:-0}" != 1 ]; then
-  run lookahead "${N_LOOK:-64}" after 0 1
-  EXTRA=()
-  run lookahead "${N_LOOK:-64}" beside 1
-fi
-EXTRA=()
-run dense "${N_DENSE:-64}" after 0 1
-say "done"
+HEAD=$D/heads/gemma-attn-32k TEXT=$D/data/gemma_32k.npz:text:licences NAME=gemma
+CONTEXT=${CONTEXT:-32000} TOP_K=${TOP_K:-256} N_DENSE=${N_DENSE:-64}
+. experiments/speculative_decoding/spec_rows.sh

@@ -3,26 +3,19 @@
 # tokens of traces/texts/argparse.py.txt, K = TOP_K (64) blocks, the same GPU KV budget for every run (KV_GB, 3 GB),
 # after the model's pieces are stashed (MODEL_DIR) or carried:
 #   MODEL_DIR=/tmp/ms OASIS_COMMIT=<sha> bash experiments/device.sh speculative_decoding/smol_attn_spec
-# lookahead k = 0, 1 after (one prefill) and k = 0 with decode chains of CHAINED (8) steps on an engine of its own
-# (the table's baseline), lookahead k = 1 beside, dense k = 0, 1           -> $OUT/smol_attn.jsonl, smol_attn.md
-# (the single-key head's table at the same settings: pipelined.sh, results/h100_*/ and h200_*/)
+# 1. pytest -m gpu: the head's K/V read by the ring kernel = its reference (SmolLM2's and Gemma's head shapes), the
+#    attention head at k = 1 in the speculative step's CUDA graph = eager              -> $OUT/pytest_gpu.txt
+# 2. spec_rows.sh: lookahead k = 0, 1 after and k = 0 with decode chains of CHAINED (8) steps on an engine of its own
+#    (the table's baseline), lookahead k = 1 beside, dense k = 0, 1 (N_DENSE 16)   -> $OUT/smol_attn.jsonl, .md
+# (the single-key head's table at the same settings: pipelined.sh). SKIP_TESTS=1, SKIP_LOOK=1 (dense only);
+# HEAD another head directory. STEPS past 16 need a shorter CONTEXT (7,800 + the decode room within 8,192).
 DEADLINE_S=${DEADLINE_S:-560}
 need_model || exit 1
-run() {  # MODE N SPEC_PREDICT KS...
-  local mode=$1 n=$2 sp=$3; shift 3
-  local T; T=$(min $(( $(left) - 10 )) ${RUN_S:-120})
-  [ "$T" -lt 30 ] && { say "no time left for $mode $sp"; return; }
-  say "$mode $sp k=$* (left $(left)s)"
-  # shellcheck disable=SC2086
-  timeout -k 10 "$T" $PY experiments/speculative_decoding/spec_study.py --device cuda --dtype bfloat16 \
-    --model-path "$M" --draft-path "${HEAD:-experiments/long_context_draft/heads/smollm2-attn-8k}" \
-    --modes "$mode" --contexts "${CONTEXT:-7800}" --ks "$@" --concurrency "$n" --top-k "${TOP_K:-64}" \
-    --steps "${STEPS:-16}" --warmup "${WARMUP:-6}" --spec-predict "$sp" --kv-budget-gb "${KV_GB:-3}" \
-    "${EXTRA[@]}" --out "$OUT/smol_attn.jsonl" 2>&1 | grep -v -e Warning -e warn | tee -a "$OUT/smol_attn.log" | tail -5
-}
-EXTRA=(--chained-k0 "${CHAINED:-8}")
-run lookahead "${N_LOOK:-64}" after 0 1
-EXTRA=()
-run lookahead "${N_LOOK:-64}" beside 1
-run dense "${N_DENSE:-16}" after 0 1
-say "done"
+if [ "${SKIP_TESTS:-0}" != 1 ]; then
+  say "pytest -m gpu (the draft head's ring read, attention head at k = 1)"
+  TEST_S=${TEST_S:-120} gpu_tests tests/gpu/test_ring_attn_gpu.py::test_draft_head_kv_attend_equals_its_reference \
+    tests/gpu/test_spec_pipeline_gpu.py -k "draft or attn"
+fi
+HEAD=${HEAD:-experiments/long_context_draft/heads/smollm2-attn-8k} TEXT= NAME=smol_attn
+CONTEXT=${CONTEXT:-7800} TOP_K=${TOP_K:-64} N_DENSE=${N_DENSE:-16}
+. experiments/speculative_decoding/spec_rows.sh
