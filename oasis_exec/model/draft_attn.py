@@ -149,6 +149,11 @@ class DraftKV:
         i holds position i, seen by a query at p exactly when i <= p. Scores, softmax and accumulation in fp32 on
         both paths."""
         k, v = self.k.transpose(1, 2), self.v.transpose(1, 2)  # [lanes, Hkv, max_len, D] views, D contiguous
+        d = self.a.head_dim
+        if d < 16 or d & (d - 1):  # the kernel's tiles want a power of two >= 16: the reference path
+            from oasis_kernels.ring_attn import ring_attn_ref
+
+            return ring_attn_ref(q[:, None], k, v, lanes, pos[:, None], self.max_len)[:, 0]
         return ops.ring_attn(q[:, None], k, v, lanes, pos[:, None], self.max_len)[:, 0]
 
     def bytes_per_step(self, lanes: int) -> int:

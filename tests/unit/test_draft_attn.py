@@ -256,3 +256,21 @@ def test_draft_kv_attend_through_the_ring_kernel_equals_the_causal_reference(dty
     ring_attn(q[:, None], kv.k.transpose(1, 2), kv.v.transpose(1, 2), lanes, pos[:, None], T, out=out, n_split=2)
     assert torch.isfinite(out).all()
     torch.testing.assert_close(out[:, 0], ref, rtol=1e-5, atol=2e-6)  # fp32 math on both (bf16 K/V exact in fp32)
+
+
+def test_draft_kv_attend_with_a_head_dim_the_kernel_cannot_tile():
+    """A head dim that is no power of two (80) takes the reference path on every device: causal over 0 .. pos."""
+    from oasis_exec.model.draft_attn import DraftKV
+
+    kv = DraftKV(AttnShape(4, 2, 80, 10000.0), 3, 20, torch.float32, "cpu")
+    g = torch.Generator().manual_seed(1)
+    kv.k.copy_(torch.randn(kv.k.shape, generator=g))
+    kv.v.copy_(torch.randn(kv.v.shape, generator=g))
+    q = torch.randn(2, 4, 80, generator=g)
+    lanes, pos = torch.tensor([2, 0]), torch.tensor([5, 19])
+    out = kv.attend(q, lanes, pos)
+    for b in range(2):
+        k, v = kv.k[lanes[b], : pos[b] + 1], kv.v[lanes[b], : pos[b] + 1]  # [t, 2, 80]
+        for h in range(4):
+            p = torch.softmax(k[:, h // 2] @ q[b, h] / 80**0.5, 0)
+            torch.testing.assert_close(out[b, h], p @ v[:, h // 2], rtol=1e-5, atol=1e-6)
