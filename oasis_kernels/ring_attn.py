@@ -14,7 +14,7 @@ The window mask is ``RingKV.attend``'s, computed from the positions: for a query
 ``q - ((q - i) mod R)``, valid when it is ``>= 0`` and ``q - held < W`` (i.e. ``(q - i) mod R < W``). Program
 (b * Hkv + h, split) covers a contiguous range of slots, ``BLOCK_N`` a loop iteration, once for all ``G * nq`` queries
 of the row; ``splitk.merge`` combines splits (one split writes the output itself). A slot no query of the row sees is
-not read.
+not read, and where no query of the row has wrapped the ring its unseen slots are not visited at all.
 
 Precision: scores, softmax and accumulation in fp32, as the torch path (``_attn``: fp32 einsums). The score dot's
 products are exact (bf16 / fp16 products fit fp32; fp32 operands use ``input_precision="ieee"``, never tf32). The
@@ -104,8 +104,15 @@ def ring_attn_kernel(
 
     start = split * n_per_split
     end = tl.minimum(start + n_per_split, R)
-    for n0 in range(0, n_per_split, BLOCK_N):
-        i = start + n0 + offs_n  # [BLOCK_N] slots
+    # Where no query of the row has wrapped the ring (every position < R), slot i holds position i and the slots the
+    # row's queries can see are qmin - W + 1 .. qmax: the loop visits only those (the draft head's whole-window ring
+    # at a context shorter than its buffer, a sliding layer's first R positions); else every slot of the split.
+    qmax = tl.max(tl.where(m_ok, qp, -1), 0)
+    qmin = tl.min(tl.where(m_ok, qp, R), 0)
+    lo = tl.where(qmax < R, tl.maximum(start, qmin - W + 1), start)
+    hi = tl.where(qmax < R, tl.minimum(end, qmax + 1), end)
+    for n0 in tl.range(lo, hi, BLOCK_N):
+        i = n0 + offs_n  # [BLOCK_N] slots
         age = qm[:, None] - i[None, :]
         age = tl.where(age < 0, age + R, age)  # (q - i) mod R: q minus the position slot i holds
         valid = m_ok[:, None] & (i < end)[None, :] & (age < W) & (qp[:, None] - age >= 0)  # [BLOCK_M, BLOCK_N]
