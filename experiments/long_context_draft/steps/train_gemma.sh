@@ -12,7 +12,7 @@
 # MAX_TRAIN_S=220, the evaluation cut by the call's limit. DATA / N_TRAIN / VAL_WINDOWS: another corpus; the small
 # one (data/gemma_32k.npz, 24 windows) overfits: a head at 95% on its training batches accepts ~45% held out, and
 # going on training the committed head on it for 6,000 steps lost 2-8 points in every generation bucket
-# (results/train_gemma_init_h100_f8b34cd/).
+# (results/train_gemma_init_h100_f8b34cd/). STEPS (6000): the schedule's length.
 MODEL_SHA256=a5fd3b62230aa5ec60212297dc9d20eaa70578ac519e00d93a17e44c087a6818  # Gemma 3 270M Q4_K_M (device.sh defaults to SmolLM2)
 # INIT=<head dir>: go on training from that head (train_long.py --init; e.g. INIT=$D/heads/gemma-attn-32k with its
 # model.safetensors carried), its provenance kept in the new head's.
@@ -23,6 +23,6 @@ D=experiments/long_context_draft
 H=${HEAD:-attn}
 timeout -k 10 "${TRAIN_S:-580}" $PY $D/train_long.py train --model-path "$M" --data "${DATA:-$D/data/gemma_32k_big.npz}" \
   --out "$OUT/gemma-$H-32k" --head "$H" --n-train "${N_TRAIN:-190}" --n-gen 8 --gen-len 1024 --gen-batch 8 --feat-batch 1 \
-  --steps 6000 --max-seconds "${MAX_TRAIN_S:-220}" --seqs 1 --picks 2048 --lr 1e-3 \
+  --steps "${STEPS:-6000}" --max-seconds "${MAX_TRAIN_S:-220}" --seqs 1 --picks 2048 --lr 1e-3 \
   --eval-gen "${EVAL_GEN:-128}" --eval-seqs 2 --val-windows "${VAL_WINDOWS:-2}" ${INIT:+--init "$INIT"} ${TRAIN_ARGS:-} 2>&1 | grep --line-buffered -v Warning | tee "$OUT/train.log"
 say "train rc=${PIPESTATUS[0]}"
