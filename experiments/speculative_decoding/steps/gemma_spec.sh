@@ -3,7 +3,8 @@
 # the calls that bring Gemma's pieces (.models/a..d stashed into MODEL_DIR, .models/e and the head's
 # model.safetensors carried with this one):
 #   MODEL_DIR=/tmp/mg OASIS_COMMIT=<sha> bash experiments/device.sh speculative_decoding/gemma_spec
-# 1. pytest -m gpu: the attention head at k = 1 in the speculative step's CUDA graph equals eager (after, beside); prompt lookup in graphed chains equals eager
+# 1. pytest -m gpu: the attention head at k = 1 in the speculative step's CUDA graph equals eager (after, beside); prompt
+#    lookup in graphed chains equals eager; the head's K/V read by the ring kernel equals its reference
 # 2. spec_rows.sh: spec_study.py on the licences' 32K token ids (data/gemma_32k.npz:text:licences; no tokenizer on the device),
 #    CONTEXT (32000) tokens a request, K = TOP_K (256) blocks, the same GPU KV budget for every run (KV_GB, 3 GB),
 #    minmax_sum+sink for every run (block_score=auto would give tokens to after and minmax_sum+sink to beside):
@@ -17,7 +18,8 @@ need_model || exit 1
 D=experiments/long_context_draft
 if [ "${SKIP_TESTS:-0}" != 1 ]; then
   say "pytest -m gpu (attention head, k = 1)"
-  TEST_S=${TEST_S:-120} gpu_tests tests/gpu/test_spec_pipeline_gpu.py tests/gpu/test_exec_gpu.py -k "attn or ngram"
+  TEST_S=${TEST_S:-120} gpu_tests tests/gpu/test_spec_pipeline_gpu.py tests/gpu/test_exec_gpu.py \
+    tests/gpu/test_ring_attn_gpu.py::test_draft_head_kv_attend_equals_its_reference -k "attn or ngram or draft"
 fi
 HEAD=$D/heads/gemma-attn-32k TEXT=$D/data/gemma_32k.npz:text:licences NAME=gemma
 CONTEXT=${CONTEXT:-32000} TOP_K=${TOP_K:-256} N_DENSE=${N_DENSE:-64}
