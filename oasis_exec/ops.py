@@ -146,8 +146,10 @@ def write_block_summaries(store, l, lane: int, lo: int, kb, scorer: str) -> None
 
 def ring_attn(q, k_ring, v_ring, lanes, qpos, window: int):
     """A sliding layer's decode attention over its ring (``oasis_kernels.ring_attn``; ``RingKV.attend``): q [B, nq, Hq,
-    D] at positions ``qpos`` [B, nq] over ``k_ring`` / ``v_ring`` [max_lanes, H, R, D] rows ``lanes`` -> [B, nq, Hq, D]."""
-    if _cuda(q):
+    D] at positions ``qpos`` [B, nq] over ``k_ring`` / ``v_ring`` [max_lanes, H, R, D] rows ``lanes`` -> [B, nq, Hq, D].
+    The kernel on CUDA where its tiles fit the head dim (a power of two >= 16), else the torch reference."""
+    d = q.shape[-1]
+    if _cuda(q) and d >= 16 and not d & (d - 1):
         from oasis_kernels.ring_attn import ring_attn as k
 
         return k(q, k_ring, v_ring, lanes, qpos, window)

@@ -144,16 +144,11 @@ class DraftKV:
     def attend(self, q, lanes, pos):
         """Queries ``q`` [B, Hq, D] at positions ``pos`` [B] over rows ``lanes`` [B], causal (positions 0 .. pos) ->
         [B, Hq, D] in q's dtype. The buffer is read in place as a ring of ``max_len`` slots whose window is the whole
-        ring (``oasis_exec.ops.ring_attn``: on CUDA the Triton kernel ``oasis_kernels.ring_attn``, which reads only
-        the live positions; elsewhere its torch reference, the gather and fp32 einsums this head used before): slot
-        i holds position i, seen by a query at p exactly when i <= p. Scores, softmax and accumulation in fp32 on
-        both paths."""
+        ring (``oasis_exec.ops.ring_attn``: on CUDA, where its tiles fit the head dim, the Triton kernel
+        ``oasis_kernels.ring_attn``, which reads only the live positions; elsewhere its torch reference, the gather
+        and fp32 einsums this head used before): slot i holds position i, seen by a query at p exactly when i <= p.
+        Scores, softmax and accumulation in fp32 on both paths."""
         k, v = self.k.transpose(1, 2), self.v.transpose(1, 2)  # [lanes, Hkv, max_len, D] views, D contiguous
-        d = self.a.head_dim
-        if d < 16 or d & (d - 1):  # the kernel's tiles want a power of two >= 16: the reference path
-            from oasis_kernels.ring_attn import ring_attn_ref
-
-            return ring_attn_ref(q[:, None], k, v, lanes, pos[:, None], self.max_len)[:, 0]
         return ops.ring_attn(q[:, None], k, v, lanes, pos[:, None], self.max_len)[:, 0]
 
     def bytes_per_step(self, lanes: int) -> int:

@@ -259,7 +259,8 @@ def test_draft_kv_attend_through_the_ring_kernel_equals_the_causal_reference(dty
 
 
 def test_draft_kv_attend_with_a_head_dim_the_kernel_cannot_tile():
-    """A head dim that is no power of two (80) takes the reference path on every device: causal over 0 .. pos."""
+    """A head dim that is no power of two (80) takes the reference path on every device (`ops.ring_attn`): causal over
+    0 .. pos."""
     from oasis_exec.model.draft_attn import DraftKV
 
     kv = DraftKV(AttnShape(4, 2, 80, 10000.0), 3, 20, torch.float32, "cpu")
