@@ -1,0 +1,36 @@
+# Issue 40: where SmolLM2's lookahead k = 1 step spends the ~2.2 ms it costs above k = 0 (real weights, 7,800
+# tokens x 64, K = 64, 3 GB: k = 0 7.0 ms, k = 1 after 9.2 ms on the H100 at 65cbfb2, while dense k = 1 costs
+# nothing above dense k = 0), and what the attention draft head costs (k = 0 7.0 ms against the single-key head's
+# 4.2 ms at f8b34cd, before the ring kernel read its K/V). Dummy weights of SmolLM2's shape (timing only; no model
+# to carry), synthesized prefill, the smollm2 synthetic selection, acceptance drawn from the real head's k = 1
+# histogram at 65cbfb2 {"1": [461, 563]}, CUDA graphs, no decode chains. First the ring kernel's GPU test of the
+# draft head's K/V read (tests/gpu/test_ring_attn_gpu.py).
+#   OASIS_COMMIT=<hash> [RUNS='attn_k0 attn_k1 single_k0 single_k1'] bash experiments/device.sh decode_step_profile/smol_spec
+#     -> smol_spec.jsonl, profile_*.txt, pytest_gpu.txt
+DEADLINE_S=${DEADLINE_S:-540}
+if [ "${SKIP_TESTS:-0}" != 1 ]; then
+  TEST_S=90 gpu_tests tests/gpu/test_ring_attn_gpu.py
+fi
+ACC=${SPEC_ACCEPT:-'{"1": [461, 563]}'}
+P=($PY experiments/decode_step_profile/step_profile.py --model smollm2-135m --context 7800 --concurrency 64
+  --top-k 64 --kv-budget-gb 3 --no-host-fill --synthetic '{"preset": "smollm2"}' --synthetic-accept "$ACC"
+  --warmup "${WARMUP:-8}" --top 50 --out "$OUT/smol_spec.jsonl")
+run() {  # NAME ARGS...
+  local name=$1 T; shift
+  T=$(min "${RUN_S:-120}" $(( $(left) - 10 ))); [ "$T" -lt 40 ] && { say "no time for $name"; return; }
+  say "profile $name: $*"
+  timeout -k 5 "$T" "${P[@]}" "$@" > "$OUT/profile_$name.txt" 2>&1 || say "failed: $name $(tail -2 "$OUT/profile_$name.txt")"
+  grep -m1 "host wall" "$OUT/profile_$name.txt"
+}
+declare -A ARGS=(
+  [attn_k0]="--speculative-k 0 --exec draft_head=attn"
+  [attn_k1]="--speculative-k 1 --exec draft_head=attn"
+  [single_k0]="--speculative-k 0"
+  [single_k1]="--speculative-k 1"
+  [attn_k1_beside]="--speculative-k 1 --exec draft_head=attn --exec spec_predict=beside"
+)
+for name in ${RUNS:-attn_k0 attn_k1 single_k0 single_k1}; do
+  # shellcheck disable=SC2086
+  run "$name" ${ARGS[$name]}
+done
+say "done"
