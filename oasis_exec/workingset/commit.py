@@ -3,7 +3,8 @@
 ``n`` [B] int64 accepted drafts a lane, on the device (no host synchronisation). Draft j goes to the input's block
 (phase 0) or, past its end, to the next block (phase 1), which reuses the local slot once the full block's summary
 and host copy are taken (``k < block_size``: at most one block fills). Every write is masked to the accepted run (a
-masked-out entry rewrites what its slot held), so nothing of a rejected draft is written. Then each layer's
+masked-out draft goes to its row's trash slot, ``KVStore.TRASH``: one scatter a layer and phase, no read of the
+slot first), so nothing of a rejected draft is written where a query reads. Then each layer's
 background prediction for the next step, from the pass's query nearest the next step's position.
 """
 
@@ -24,9 +25,21 @@ def commit_accepted(ws, s, n, sets, recorded) -> None:
     b0 = pos // bs
     p_j = pos[:, None] + j  # [B, k]: the drafts' positions
     accepted = j <= n[:, None]
-    keep = [(accepted & (p_j // bs == b0[:, None] + ph))[:, None, :, None] for ph in (0, 1)]
-    local = st.slot_base(lanes) + st.LOCAL  # [B, H]
-    at = (local[:, :, None].long(), (p_j % bs)[:, None, :])  # [B, H, k]: slot and offset of each draft
+    base = st.slot_base(lanes)  # [B, H]
+    local = base + st.LOCAL
+    off = (p_j % bs)[:, None, :]  # [B, 1, k]: each draft's offset in its block
+    # [B, H, k] slots of the drafts a phase writes: the local slot, or the row's trash slot for a draft not in it
+    at = [
+        (
+            torch.where(
+                (accepted & (p_j // bs == b0[:, None] + ph))[:, None, :],
+                local[:, :, None],
+                (base + st.TRASH)[:, :, None],
+            ).long(),
+            off,
+        )
+        for ph in (0, 1)
+    ]
     hh = torch.arange(H, device=dev)
     src = local.reshape(-1).to(torch.int32)
     row = (lanes[:, None] * H + hh).reshape(-1).to(torch.int32)
@@ -41,8 +54,8 @@ def commit_accepted(ws, s, n, sets, recorded) -> None:
     nb_next = (pos + n + 1) // bs + 1
     for l, (q, ek, ev) in s.saved.items():  # ek, ev [B, H, k, D]
         for ph in (0, 1):
-            st.k[l][at] = torch.where(keep[ph], ek, st.k[l][at])
-            st.v[l][at] = torch.where(keep[ph], ev, st.v[l][at])
+            st.k[l].index_put_(at[ph], ek)
+            st.v[l].index_put_(at[ph], ev)
             ws._summarize(l, src, row, blk[ph], valid[ph])  # no-op for a row with no token in the block
             if ph == 0:  # a block filled by the run: its host copy before the slot holds the next one
                 sc = ws._scales(l)

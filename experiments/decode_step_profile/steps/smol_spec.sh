@@ -5,8 +5,9 @@
 # to carry), synthesized prefill, the smollm2 synthetic selection, acceptance drawn from the real head's k = 1
 # histogram at 65cbfb2 {"1": [461, 563]}, CUDA graphs, no decode chains. First the ring kernel's GPU test of the
 # draft head's K/V read (tests/gpu/test_ring_attn_gpu.py).
-#   OASIS_COMMIT=<hash> [RUNS='attn_k0 attn_k1 single_k0 single_k1'] bash experiments/device.sh decode_step_profile/smol_spec
+#   OASIS_COMMIT=<hash> [RUNS='attn_k0 attn_k1 single_k0 single_k1 attn_k1_before'] bash experiments/device.sh decode_step_profile/smol_spec
 #     -> smol_spec.jsonl, profile_*.txt, pytest_gpu.txt
+# NAME_before runs NAME with the files carried under .before/ (the same paths) swapped in: a same-machine baseline.
 DEADLINE_S=${DEADLINE_S:-540}
 if [ "${SKIP_TESTS:-0}" != 1 ]; then
   TEST_S=90 gpu_tests tests/gpu/test_ring_attn_gpu.py
@@ -30,7 +31,17 @@ declare -A ARGS=(
   [attn_k1_beside]="--speculative-k 1 --exec draft_head=attn --exec spec_predict=beside"
 )
 for name in ${RUNS:-attn_k0 attn_k1 single_k0 single_k1}; do
-  # shellcheck disable=SC2086
-  run "$name" ${ARGS[$name]}
+  base=${name%_before}
+  if [ "$base" != "$name" ]; then  # NAME_before: NAME with the files under .before/ (carried) swapped in
+    [ -d .before ] || { say "no .before/ for $name"; continue; }
+    rm -rf /tmp/now && mkdir -p /tmp/now && (cd .before && find . -type f) > /tmp/now/list
+    while read -r f; do mkdir -p "/tmp/now/$(dirname "$f")"; cp "$f" "/tmp/now/$f"; cp ".before/$f" "$f"; done < /tmp/now/list
+    # shellcheck disable=SC2086
+    run "$name" ${ARGS[$base]}
+    while read -r f; do cp "/tmp/now/$f" "$f"; done < /tmp/now/list
+  else
+    # shellcheck disable=SC2086
+    run "$name" ${ARGS[$name]}
+  fi
 done
 say "done"
