@@ -275,7 +275,7 @@ def main(argv=None) -> int:
     )
     ap.add_argument("--eager-k0", action="store_true", help="also k=0 with CUDA graphs off (not on the CPU)")
     ap.add_argument("--out", default=os.path.join(HERE, "results", "spec_cpu.jsonl"))
-    ap.add_argument("--table", default=None, help="markdown table file (default: --out with .md)")
+    ap.add_argument("--table", default=None, help="markdown table of every record in --out (default: --out with .md)")
     ap.add_argument("--table-only", default=None, metavar="JSONL", help="only write the table of these records")
     a = ap.parse_args(argv)
     if a.table_only:
@@ -288,7 +288,9 @@ def main(argv=None) -> int:
             a.model_path = smollm2_path()
         a.dtype = a.dtype or ("float32" if a.device == "cpu" else "bfloat16")
         os.makedirs(os.path.dirname(os.path.abspath(a.out)), exist_ok=True)
-        recs = run(a)
+        run(a)  # appends its records to --out
+        # the table of every record in --out: a device step's groups (spec_rows.sh) call this once a group
+        recs = [json.loads(line) for line in open(a.out) if line.strip()]
         md = a.table or os.path.splitext(a.out)[0] + ".md"
     with open(md, "w") as fh:
         fh.write(f"# Speculative decoding, real model ({datetime.date.today().isoformat()})\n\n" + table(recs))
