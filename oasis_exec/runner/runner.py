@@ -52,6 +52,7 @@ from ..workingset.selection_sources import SelectionSources
 from ..workingset.step import rows_index
 from .decode_graphs import DecodeGraphs
 from .drafts import Drafts
+from .logit_rows import LogitRows
 from .model_exec import ModelExec, StepTrace
 from .sampling import TemperatureSampler
 from .spec_step import SpecStep
@@ -285,10 +286,11 @@ class Runner:
         n_chain = self._chain_len(plan, params, short, cross)
         toks_out, logits_seq = self._chain(items, params, sampler, n_chain, short, cross, sets, synth_ready, recorded)
         logits = logits_seq[-1]
-        self.last_logits = {it.req_id: logits[i] for i, it in enumerate(items)}
+        ids = [it.req_id for it in items]
+        self.last_logits = LogitRows(ids, logits.__getitem__)
         if n_chain > 1:
             seq = torch.stack(logits_seq, 1)  # [B, n_chain, V]
-            self.last_logits_seq = {it.req_id: seq[i] for i, it in enumerate(items)}
+            self.last_logits_seq = LogitRows(ids, seq.__getitem__)
             out = torch.stack(toks_out, 1).tolist()  # the chain's one host synchronisation: [B] lists of n_chain
         else:
             out = toks_out[0].tolist()  # the step's one host synchronisation

@@ -23,6 +23,7 @@ from oasis_core.speculation import AdaptiveK, parse_spec, synthetic_acceptance
 from ..config import ATTN_NO_CHAINS, attn_speculative_k
 from ..workingset.spec_pipeline import install
 from ..workingset.step import rows_index
+from .logit_rows import LogitRows
 from .speculative import accept, rows_of
 
 SYNTH_ACCEPT_SALT = 0x5A11CE  # the seeded draws of synthetic_accept
@@ -167,8 +168,9 @@ class SpecStep:
         if self.beside is not None:
             self.beside.after_step(items, [it.position for it in items], ks, n_acc)
         self._count(items, ks, n_acc, out, k, clock)
-        last = {it.req_id: logits[i, n_acc[i]] for i, it in enumerate(items)}
-        seq = {it.req_id: logits[i, : n_acc[i] + 1] for i, it in enumerate(items)}
+        ids = [it.req_id for it in items]
+        last = LogitRows(ids, lambda i: logits[i, n_acc[i]])
+        seq = LogitRows(ids, lambda i: logits[i, : n_acc[i] + 1])
         return {it.req_id: out[i] for i, it in enumerate(items)}, last, seq
 
     def _draws(self, sampler, req_ids, n, dev):
