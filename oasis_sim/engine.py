@@ -40,7 +40,7 @@ happen ``1 / (1 + n)`` times as often; TPOT (per request: time / tokens) follows
 the pass, as the executor's speculative step runs them (its prediction needs the step's acceptance; measured on the
 H200, experiments/speculative_decoding/README.md): every layer's prediction and selection, then its copy, the
 prediction one layer ahead of the copy, none beside the pass's compute; each layer's prediction waits for that
-layer's masked commit of the accepted drafts (op ``spec_commit``, on the compute stream after the acceptance, in
+layer's commit of the accepted drafts (op ``spec_commit``, on the compute stream after the acceptance, in
 ``beside`` too: ``oasis_sim.spec_pipeline``).
 
 Hybrid models (``ModelSpec.layer_windows``, ``oasis_sim.layer_kinds``): only the full-attention layers have the
@@ -723,9 +723,9 @@ class SimEngine:
         if K and self.cfg.speculative_gamma is None:  # the head's steps over the batch (before the lm_head)
             draft_one = pred.time("draft_step", {"tokens": n_dec})
             draft_s = n_heads * draft_one
-        # a speculative step of the resident working set: each full layer's masked commit after the acceptance, on
-        # the compute stream, feeding that layer's side stage (oasis_sim.spec_pipeline; dense's pass wrote its pages)
-        commit_s = pred.time("spec_commit", {}) if K and background else 0.0
+        # a speculative step of the resident working set: each full layer's commit after the acceptance, on the
+        # compute stream, feeding that layer's side stage (oasis_sim.spec_pipeline; dense's pass wrote its pages)
+        commit_s = pred.time("spec_commit", {"k": K}) if K and background else 0.0
         n_tail = n_dec * (K + 1 if K else 1) + len(plan.prefill)
         if self._memo:
             tail_s = self._lm_cache.get(n_tail)

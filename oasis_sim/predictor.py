@@ -21,14 +21,15 @@ op                 shape keys                                    roofline model
                                                                  "beside"``, ``oasis_kernels.spec_repair``): a
                                                                  launch's latency ``spec_repair_fixed_s`` (its
                                                                  selection is ``select``)
-``spec_commit``    (none)                                        a speculative step's masked commit of one full
-                                                                 layer after the acceptance (the resident working
-                                                                 set's ``commit_accepted``: the accepted drafts'
-                                                                 K/V written under a mask, two summary updates, the
-                                                                 filled block's write-back), on the compute stream:
-                                                                 ``spec_commit_layer_s`` + the graph's gaps between
-                                                                 its ``SPEC_COMMIT_KERNELS`` dependent kernels
-                                                                 (``graph_kernel_gap_s`` each), latency-bound (fixed)
+``spec_commit``    ``k`` (drafts a lane; default 2)               a speculative step's commit of one full layer after
+                                                                 the acceptance (the resident working set's
+                                                                 ``commit_accepted``: the accepted drafts' K/V
+                                                                 scattered (rejected ones to the trash slot), the
+                                                                 summary updates, the filled block's write-back), on
+                                                                 the compute stream: its ``spec_commit_kernels(k)``
+                                                                 latency-bound kernels at their measured durations
+                                                                 + the graph's gaps between them
+                                                                 (``graph_kernel_gap_s`` each)
 ``spec_beside``    (none)                                        what ``spec_predict = "beside"``'s stage beside the
                                                                  verify pass launches on the prediction stream
                                                                  beyond an ordinary step's (the candidates' score
@@ -92,9 +93,15 @@ OPS = (
 )
 
 DRAFT_VOCAB = 32000  # the draft head's vocabulary (EAGLE-3; the executor's ExecConfig.draft_vocab default)
-# the masked commit's kernels a full layer, one after another on the compute stream (op spec_commit,
-# oasis_exec/workingset/commit.py): 8 index, 4 masked where, 2 summary updates, 1 write-back
-SPEC_COMMIT_KERNELS = 15
+
+
+def spec_commit_kernels(k: int) -> tuple:
+    """The commit's kernels a full layer (op spec_commit, oasis_exec/workingset/commit.py since 04c9539), one after
+    another on the compute stream: (scatters, summary updates, write-backs). A phase is one scatter for K and one
+    for V and a summary update; k = 1 runs one phase (a lane's one draft lies in one block), k >= 2 two (the input's
+    block and the next); one write-back of a block the run filled."""
+    phases = 1 if k <= 1 else 2
+    return 2 * phases, phases, 1
 
 
 class TimePredictor(ABC):
@@ -149,21 +156,24 @@ class RooflineParams:
     # (experiments/decode_step_profile/results/spec_beside_h100_6ec514d/, dummy Qwen3-8B, 16K x 44, k = 1 beside):
     # spec_repair_kernel 25.94 us alone (eager, 36 a step), 27.19 us in the step's graph. The kernel alone is taken.
     spec_repair_fixed_s: float = 25.94e-6
-    # per full layer, a speculative lookahead step's masked commit after the acceptance (op spec_commit;
-    # oasis_exec/workingset/commit.py, on the compute stream, both spec_predict variants): per layer, for the input's
-    # block and the next (two phases), K and V each read at the drafts' slots, masked by the acceptance (torch.where)
-    # and written back (index_put): 8 index kernels and 4 elementwise, then 2 summary updates and one write-back of a
-    # filled block. Measured kernel by kernel in the H200 profile of the same commit code (experiments/
-    # speculative_decoding/results/profile_spec_2610b77/profile_k2.txt: dummy Qwen3-8B, 16K x 32, k = 2; the
-    # kernels the k = 0 profile lacks): index_elementwise 5.28 and 5.00 us (4 each), the masked where 4.49 us (4),
-    # summary_update 3.00 us (2), _writeback 3.68 us (1) = 68.8 us a layer. The tensors are B x H x k x D (65,536
-    # elements there, 45,056 at 44 lanes and k = 1): latency-bound, so a fixed cost. No recording of beside was used.
-    spec_commit_layer_s: float = 68.8e-6
+    # a speculative lookahead step's commit after the acceptance, per full layer (op spec_commit; oasis_exec/
+    # workingset/commit.py, on the compute stream, both spec_predict variants): latency-bound kernels (B x H x k x D
+    # tensors, 45,056 elements at 44 lanes and k = 1), priced by their durations in the H200 profile of the
+    # 2610b77 commit code (experiments/speculative_decoding/results/profile_spec_2610b77/profile_k2.txt: dummy
+    # Qwen3-8B, 16K x 32, k = 2): summary_update 3.00 us, _writeback 3.68 us. The scatter (index_put of the drafts'
+    # K or V, rejected ones to the row's trash slot, since c604300) is one index_elementwise kernel of the same shape
+    # as the two that masked write read and wrote with there (5.28 and 5.00 us): their mean, 5.14 us. (The masked
+    # write it replaced, 8 index kernels and 4 wheres a layer, was 68.8 us a layer with its summaries and write-back;
+    # on SmolLM2's shape on the H100 replacing it saved 1.98 ms a step over 30 layers, 66 us a layer:
+    # experiments/decode_step_profile/results/smol_spec_h100_c604300/.)
+    spec_commit_scatter_s: float = 5.14e-6
+    spec_commit_summary_s: float = 3.00e-6
+    spec_commit_writeback_s: float = 3.68e-6
     # between two dependent kernels of one stream inside a CUDA graph, the idle GPU time before the second starts:
     # the median of the 1,479 gaps under 10 us between consecutive kernels of the main stream in the H200 trace of a
     # 16K x 44 lookahead graph step (experiments/decode_step_profile/results/chain_gaps_f143ed3/c1n44.json.gz:
     # 0.42 us, quartiles 0.38 / 0.48). Charged where the model prices a chain of latency-bound kernels by their
-    # durations alone: the masked commit's SPEC_COMMIT_KERNELS (op spec_commit).
+    # durations alone: the commit's spec_commit_kernels(k) (op spec_commit).
     graph_kernel_gap_s: float = 0.42e-6
     # per full layer, spec_predict=beside's stage beside the verify pass beyond what an ordinary lookahead step's
     # side stage runs (op spec_beside; oasis_exec/workingset/spec_pipeline.py SpecPipeline.beside: nb and its int32
@@ -291,7 +301,10 @@ class RooflinePredictor(TimePredictor):
         return self.p.spec_repair_fixed_s
 
     def _spec_commit(self, s) -> float:
-        return self.p.spec_commit_layer_s + (SPEC_COMMIT_KERNELS - 1) * self.p.graph_kernel_gap_s
+        n_sc, n_sum, n_wb = spec_commit_kernels(int(s.get("k", 2)))
+        p = self.p
+        busy = n_sc * p.spec_commit_scatter_s + n_sum * p.spec_commit_summary_s + n_wb * p.spec_commit_writeback_s
+        return busy + (n_sc + n_sum + n_wb - 1) * p.graph_kernel_gap_s
 
     def _spec_beside(self, s) -> float:
         return self.p.spec_beside_layer_s

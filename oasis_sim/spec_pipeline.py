@@ -4,13 +4,13 @@
 ``after`` (the engine's model before this): the verify pass, then every full layer's prediction and selection and
 its copy, the prediction one layer ahead of its copy (``after_tail_s``).
 
-**The masked commit** (both variants; op ``spec_commit``, ``RooflineParams.spec_commit_layer_s``): after the
-acceptance the executor's resident set writes each full layer's accepted drafts' K/V under a mask, updates two
-summaries and writes back a filled block (``oasis_exec.workingset.commit.commit_accepted``), on the compute stream,
+**The commit** (both variants; op ``spec_commit``, ``predictor.spec_commit_kernels``): after the acceptance the
+executor's resident set scatters each full layer's accepted drafts' K/V (a rejected one to the trash slot), updates
+the summaries (one at k = 1, two past it) and writes back a filled block (``oasis_exec.workingset.commit.commit_accepted``), on the compute stream,
 layer by layer; each layer's side stage (after's prediction, beside's repair) is launched once that layer's commit
 is done. So the work after the pass is a three-stage pipeline over the full layers -- commit (compute stream), side
 work (prediction stream), copy (copy path) -- of ``(n - 1) · max(stages) + sum(stages)`` (``pipelined_s``). In
-``after`` the commit (~69 µs a layer) is shorter than the prediction and selection it feeds, so it adds one stage's
+``after`` the commit (~18 µs a layer at k = 1, ~33 at k = 2) is shorter than the prediction and selection it feeds, so it adds one stage's
 fill; in ``beside`` the repair is shorter than the commit, so the commit sets the tail, and a step that launches no
 repair still runs it (``commit_tail_s``).
 

@@ -51,7 +51,7 @@ GRID = {
     "topk": [{"elements": e} for e in (1e2, 1e5, 1e7)],
     "select": [{"rows": r} for r in (1, 1e3, 1e5)],
     "spec_repair": [{}],
-    "spec_commit": [{}],
+    "spec_commit": [{"k": k} for k in (1, 2, 4)],
     "spec_beside": [{}],
     "sparse_overhead": [{"requests": n} for n in (1, 16, 256)],
     "side_contention": [{"hbm_bytes": b} for b in (0.0, 1e6, 1e9)],

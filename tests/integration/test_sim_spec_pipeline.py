@@ -250,7 +250,8 @@ def test_beside_prices_by_hand():
     """The H100 profile's prices (experiments/decode_step_profile/results/spec_beside_h100_6ec514d/), worked by hand
     (µs): beside's stage beyond an ordinary step's, its kernels at their means alone, 2 x 1.71 + 4.15 + 1.62 + 7.65
     + 2.69 + 3 x 1.47 + 1.38 + 1.49 + 2.48 + 0.98 + 1.68 + 1.04 + 2 x 4.44 = 41.87; the masked commit's 15 kernels
-    68.8 and the 14 gaps between them at 0.42, 74.68; the repair kernel alone 25.94."""
+    the commit's kernels at k = 1 (two scatters, a summary, a write-back) and the 3 gaps between them at 0.42,
+    18.22; the repair kernel alone 25.94."""
     from oasis_core.specs import get_hardware, get_model
     from oasis_sim.predictor import RooflinePredictor
 
@@ -259,8 +260,11 @@ def test_beside_prices_by_hand():
     beside = 2 * 1.71 + 4.15 + 1.62 + 7.65 + 2.69 + 3 * 1.47 + 1.38 + 1.49 + 2.48 + 0.98 + 1.68 + 1.04 + 2 * 4.44
     assert beside == pytest.approx(41.87, abs=1e-9)
     assert pred.time("spec_beside", {}) == pytest.approx(41.87 * us, rel=1e-12)
-    assert pred.time("spec_commit", {}) == pytest.approx((68.8 + 14 * 0.42) * us, rel=1e-12)
-    assert pred.time("spec_commit", {}) == pytest.approx(74.68 * us, rel=1e-12)
+    # the commit (since c604300 / 04c9539): k = 1 two scatters at 5.14, a summary 3.00, a write-back 3.68 and 3 gaps;
+    # k >= 2 four scatters, two summaries, a write-back and 6 gaps
+    assert pred.time("spec_commit", {"k": 1}) == pytest.approx((2 * 5.14 + 3.00 + 3.68 + 3 * 0.42) * us, rel=1e-12)
+    assert pred.time("spec_commit", {"k": 1}) == pytest.approx(18.22 * us, rel=1e-12)
+    assert pred.time("spec_commit", {"k": 3}) == pytest.approx((4 * 5.14 + 2 * 3.00 + 3.68 + 6 * 0.42) * us, rel=1e-12)
     assert pred.time("spec_repair", {}) == pytest.approx(25.94 * us, rel=1e-12)
 
 
