@@ -246,6 +246,13 @@ class ExecConfig(SpeculationFields, BenchFields, TransferFields, KVFields, RunFi
         True,
         "with fused_ops: the decode step's K/V write by oasis_kernels.kv_write; off: advanced indexing (the reference)",
     )
+    spec_chain: int = _f(
+        1,
+        "speculative steps run back to back on the device per scheduler step (the host reads the chain's accepted "
+        "tokens once), like decode_chain for ordinary steps: only where every row is greedy, the selection is the "
+        "model's, spec_predict is after, k is fixed and no lane is short or crossing; at most block_size // (k + 1) "
+        "steps (a chain fills at most one block). 1: off (the default until the GPU measures it)",
+    )
     ring_kernel: bool = _f(
         True,
         "hybrid models' sliding layers on CUDA: decode attention over each lane's ring in place by "
@@ -409,6 +416,8 @@ class ExecConfig(SpeculationFields, BenchFields, TransferFields, KVFields, RunFi
             bad("draft_ngram", f"must be an integer >= 0 (0: off), got {show(dn)}")
         if not isinstance(self.decode_chain, int) or isinstance(self.decode_chain, bool) or self.decode_chain < 1:
             bad("decode_chain", "must be an int >= 1 (a chain runs at most block_size steps: one block filled)")
+        if not isinstance(self.spec_chain, int) or isinstance(self.spec_chain, bool) or self.spec_chain < 1:
+            bad("spec_chain", "must be an int >= 1 (1: off; a chain fills at most one block)")
         if self.synthetic_accept is not None:
             if self.model_path:
                 bad(
@@ -494,9 +503,19 @@ class ExecConfig(SpeculationFields, BenchFields, TransferFields, KVFields, RunFi
         return min(self.decode_chain, self.block_size)
 
     @property
+    def spec_chain_max(self) -> int:
+        """The longest chain of speculative steps this config runs: ``spec_chain`` up to ``block_size // (k + 1)``
+        (k the longest draft: a chain fills at most one block); 1 without speculative decoding, with adaptive k
+        (each step's k reads the host) or ``profile``."""
+        if not self.spec_max_k or self.profile or speculation.parse_spec(self.speculative_k, self.block_size)[1]:
+            return 1
+        return max(1, min(self.spec_chain, self.block_size // (self.spec_max_k + 1)))
+
+    @property
     def step_tokens_max(self) -> int:
-        """The most output tokens one scheduler step may emit a request: ``speculative_k + 1`` or ``chain_max``."""
-        return max(self.spec_max_k + 1, self.chain_max)
+        """The most output tokens one scheduler step may emit a request: ``(speculative_k + 1) x spec_chain_max``
+        or ``chain_max``."""
+        return max((self.spec_max_k + 1) * self.spec_chain_max, self.chain_max)
 
     @property
     def max_blocks(self) -> int:

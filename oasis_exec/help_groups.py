@@ -69,6 +69,6 @@ ENGINE_GROUPS = (
     ("prefill", ("prefill_chunk", "prefill_interleave")),
     (
         "speculative decoding and tensor parallelism",
-        ("speculative_k", "speculative_gamma", "spec_predict", "tensor_parallel"),
+        ("speculative_k", "speculative_gamma", "spec_predict", "spec_chain", "tensor_parallel"),
     ),
 )

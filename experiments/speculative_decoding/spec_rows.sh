@@ -4,7 +4,8 @@
 # lookahead k = 1 beside, dense k = 0, 1; the same GPU KV budget (KV_GB, 3 GB) for every run, the model's own
 # selection and acceptance. The step sets HEAD (the draft head's directory), TEXT (spec_study --text, or empty for
 # its default), NAME (the output's name: $OUT/$NAME.jsonl, .md, .log) and the defaults CONTEXT, TOP_K, N_DENSE.
-# Overrides: SKIP_LOOK=1 (dense only), N_LOOK (64), STEPS (16), WARMUP (6), RUN_S (seconds a group at most).
+# Overrides: SKIP_LOOK=1 (dense only), N_LOOK (64), STEPS (16), WARMUP (6), RUN_S (seconds a group at most),
+# SPEC_CHAIN=N (also k = 1 with speculative steps chained N at a time, an engine of its own: 'spec-chained').
 spec_run() {  # MODE N SPEC_PREDICT KS...
   local mode=$1 n=$2 sp=$3; shift 3
   local T; T=$(min $(( $(left) - 10 )) "${RUN_S:-150}")
@@ -19,6 +20,7 @@ spec_run() {  # MODE N SPEC_PREDICT KS...
 }
 if [ "${SKIP_LOOK:-0}" != 1 ]; then
   SPEC_EXTRA=(--chained-k0 "${CHAINED:-8}")
+  [ "${SPEC_CHAIN:-0}" -gt 1 ] && SPEC_EXTRA+=(--spec-chain "$SPEC_CHAIN")  # k = 1 chained too (ExecConfig.spec_chain)
   spec_run lookahead "${N_LOOK:-64}" after 0 1
   SPEC_EXTRA=()
   spec_run lookahead "${N_LOOK:-64}" beside 1

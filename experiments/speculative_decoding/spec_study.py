@@ -17,14 +17,15 @@ engine a ``dense`` k = 0 phase still runs the draft head's proposal each step; `
 contexts, a k = 0 run of an engine of its own (``dense`` then has no draft head at all), the plain non-speculative
 baseline. ``--engine-per-k`` builds one engine per k instead (the GPU, where the prefill is cheap).
 ``--chained-k0 N`` adds, in every (mode, context), a k = 0 run of an engine of its own with decode chains of N steps
-(``ExecConfig.decode_chain``; the other runs are unchained, since speculative steps never chain): the ordinary
+(``ExecConfig.decode_chain``; the other runs are unchained): the ordinary
 engine's own best step, the strictest baseline for "speculation against none", and the table's k = 0 reference
 where it is there. ``--eager-k0`` adds a k = 0 run with CUDA graphs off (greedy speculative steps run as graphs too since 2026-12-01
 evening; before, they ran eagerly, and this was their like-for-like baseline; on the CPU there are no graphs, so it
-is the same as k = 0 and is not run there).
+is the same as k = 0 and is not run there). ``--spec-chain N`` adds every fixed k > 0 on an engine of its own with
+its speculative steps chained N at a time (``ExecConfig.spec_chain``, run ``spec-chained``).
 
 Each record is the bench's (``oasis_exec.tools.bench``) plus ``weights`` (real), ``run`` (phase | fresh | chained |
-engine | eager) and the study's arguments; the table (markdown) has, per mode and context, the tokens a request emits per
+spec-chained | engine | eager) and the study's arguments; the table (markdown) has, per mode and context, the tokens a request emits per
 step, tok/s (emitted tokens), the step time p50, the TPOT (mean step time / tokens a step) and both against k = 0.
 """
 
@@ -155,6 +156,10 @@ def run(a) -> list:
             if a.chained_k0 > 1 and not a.engine_per_k:
                 c = dataclasses.replace(cfg, speculative_k=0, decode_chain=a.chained_k0)
                 keep(run_bench(c, context, a.concurrency, a.steps, a.warmup, True, toks, name, dec), "chained")
+            for v in values if a.spec_chain > 1 and not a.engine_per_k else ():
+                if isinstance(v, int) and v > 0:  # speculative steps chained (ExecConfig.spec_chain)
+                    c = dataclasses.replace(cfg, speculative_k=v, spec_chain=a.spec_chain)
+                    keep(run_bench(c, context, a.concurrency, a.steps, a.warmup, True, toks, name, dec), "spec-chained")
             if a.eager_k0 and a.device != "cpu":
                 c = dataclasses.replace(cfg, speculative_k=0, cuda_graph=False)
                 keep(run_bench(c, context, a.concurrency, a.steps, a.warmup, True, toks, name, dec), "eager")
@@ -272,6 +277,13 @@ def main(argv=None) -> int:
         default=0,
         metavar="N",
         help="also k=0 on an engine of its own with decode chains of N steps (the table's baseline then)",
+    )
+    ap.add_argument(
+        "--spec-chain",
+        type=int,
+        default=0,
+        help="also every fixed k > 0 on an engine of its own with speculative steps chained N at a time "
+        "(ExecConfig.spec_chain; run 'spec-chained')",
     )
     ap.add_argument("--eager-k0", action="store_true", help="also k=0 with CUDA graphs off (not on the CPU)")
     ap.add_argument("--out", default=os.path.join(HERE, "results", "spec_cpu.jsonl"))

@@ -261,12 +261,14 @@ class Engine:
             self._plan = None
 
     def _chain(self, plan) -> int:
-        """The decode steps this step's batch may chain (``ExecConfig.decode_chain``): none while another request
+        """The decode steps this step's batch may chain (``ExecConfig.decode_chain``, or ``spec_chain`` speculative
+        steps): none while another request
         waits for work the chain would delay (a prefill under way, a queued request with a lane free for it), nor
         with a sampler other than the engine's (one installed by a harness may read the host every step)."""
         sch = self.scheduler
+        limit = max(self.cfg.chain_max, self.cfg.spec_chain_max)  # ordinary steps' chains or speculative steps'
         if (
-            self.cfg.chain_max == 1
+            limit == 1
             or plan.prefill
             or len(plan.decode) < len(sch.running)
             or (sch.waiting and self.acct.free_lanes)
@@ -274,7 +276,7 @@ class Engine:
             or any(len(r.output) < len(r.sampling.forced) for r in sch.running.values())  # one forced token a step
         ):
             return 1
-        return self.cfg.chain_max
+        return limit
 
     def _forget(self, req_id) -> None:
         self._keys.pop(req_id, None)

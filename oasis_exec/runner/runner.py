@@ -274,6 +274,14 @@ class Runner:
         params = [plan.sampling[it.req_id] for it in items]
         ks = self.spec.choose(items, short, cross)
         if ks:
+            n_chain = self.spec.chain_len(items, params, ks, plan.chain, sets, recorded)
+            if n_chain > 1:  # speculative steps back to back (ExecConfig.spec_chain)
+                out, self.last_logits, self.last_logits_seq, starts = self.spec.run_chain(
+                    items, ks, n_chain, synth_ready
+                )
+                for p_list in starts:
+                    self._step_end(items, p_list, None)
+                return out
             out, self.last_logits, self.last_logits_seq = self.spec.run(
                 items, params, ks, sets, synth_ready, sampler, recorded
             )

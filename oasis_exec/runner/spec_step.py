@@ -173,6 +173,73 @@ class SpecStep:
         seq = LogitRows(ids, lambda i: logits[i, : n_acc[i] + 1])
         return {it.req_id: out[i] for i, it in enumerate(items)}, last, seq
 
+    def chain_len(self, items, params, ks, plan_chain, sets, recorded) -> int:
+        """Speculative steps this call runs back to back (``ExecConfig.spec_chain``, the engine's share
+        ``plan_chain``): 1 unless every row is greedy, the step needs no sets from the host (the model's selection:
+        a chain's later positions are known on the device only), nothing is recorded, ``spec_predict`` is after
+        (beside's choice and repair read the host every step) and every lane drafts the same ``k``; at most
+        ``spec_chain_max`` (a chain fills at most one block) and as many steps as the least ``max_new`` allows at
+        ``k + 1`` tokens a step (each step drafts its ``k``)."""
+        k = max(ks)
+        if (
+            plan_chain <= 1
+            or self.cfg.spec_chain_max <= 1
+            or (self.synth is None and any(sp.temperature > 0 for sp in params))
+            or sets is not None
+            or recorded is not None
+            or self.beside is not None
+            or self.adaptive is not None
+            or min(ks) != k
+        ):
+            return 1
+        return max(1, min(plan_chain, self.cfg.spec_chain_max, min(it.max_new for it in items) // (k + 1)))
+
+    def run_chain(self, items, ks, n_chain, synth_ready):
+        """``n_chain`` greedy speculative steps of ``items`` back to back (``chain_len``): each step's inputs (the
+        token emitted last, the position after the accepted run) are made on the device from the step before,
+        one host synchronisation at the end. Returns what ``run`` does, the emitted tokens of all the steps a
+        request, and the positions each step began at a lane ([n_chain][B], for the runner's step accounting)."""
+        dev, model = self.model.device, self.model
+        k = ks[0]
+        lanes_list = [it.lane for it in items]
+        lanes = torch.tensor(lanes_list, device=dev)
+        rows = rows_index(lanes_list, model.H)
+        toks = torch.tensor([it.token for it in items], device=dev)
+        pos = torch.tensor([it.position for it in items], device=dev)
+        graphed = self.graphs.ok(lanes_list)
+        lim = torch.tensor(ks, device=dev)
+        steps = []  # (pos, accepted, emitted, logits) a step, on the device
+        for i in range(n_chain):
+            n_forced = None
+            if self.synth is not None:  # benchmark only (dummy weights): drawn, not the target's verdict
+                n_forced = torch.tensor([self.synth.draw(k, self.synth_rng.random) for _ in ks], device=dev)
+            if graphed:
+                drafts = self.graphs.spec_chain(len(items), toks, pos, k)
+                logits, n_t, emitted = self.graphs.spec_step(len(items), toks, pos, drafts, lim, n_forced, None)
+            else:
+                drafts = model.drafts.chain(lanes, toks, pos, k)
+                logits, n_t, emitted = model.spec_core(lanes, rows, toks, pos, drafts, lim, n_forced, None, None)
+            if i == 0 and synth_ready is not None:
+                self.sources.presynth(lanes_list, synth_ready)
+            n_t, emitted = n_t.clone(), emitted.clone()  # a graph's outputs are overwritten by the next replay
+            steps.append((pos, n_t, emitted, logits.clone() if n_chain > 1 else logits))
+            toks = emitted.gather(1, n_t[:, None]).squeeze(1)  # the next step's input: the token emitted last
+            pos = pos + n_t + 1
+        pos_all, n_all, em_all = (torch.stack([st[j] for st in steps]) for j in range(3))
+        pos_l, n_l, em_l = pos_all.tolist(), n_all.tolist(), em_all.tolist()  # the chain's one synchronisation
+        out = [[] for _ in items]
+        for i in range(n_chain):
+            n_acc = n_l[i]
+            emitted_rows = [row[: m + 1] for row, m in zip(em_l[i], n_acc)]
+            self._count(items, ks, n_acc, emitted_rows, k, None)
+            for b, row in enumerate(emitted_rows):
+                out[b] += row
+        ids = [it.req_id for it in items]
+        last_logits, last_n = steps[-1][3], n_l[-1]
+        last = LogitRows(ids, lambda b: last_logits[b, last_n[b]])
+        seq = LogitRows(ids, lambda b: torch.cat([st[3][b, : n_l[i][b] + 1] for i, st in enumerate(steps)]))
+        return {it.req_id: out[b] for b, it in enumerate(items)}, last, seq, pos_l
+
     def _draws(self, sampler, req_ids, n, dev):
         """The acceptance and draw uniforms [B, n] each: the call's sampler's (per-request keyed) when it has them,
         else from the runner's generator."""

@@ -405,6 +405,7 @@ def measure(
         "spec_predict_reason": runner.spec.predict_reason,
         **{k_: v_ - sp0.get(k_, 0) for k_, v_ in (sp1 or {}).items()},
         "decode_chain": cfg.chain_max,  # the longest chain the run could take (1: off, speculative or profiled)
+        "spec_chain": cfg.spec_chain_max,  # the longest chain of speculative steps (1: off)
         "tpot_ms_p50": 1e3 * statistics.median(tpot) if tpot else None,
         "tpot_ms_p99": 1e3 * _pct(tpot, 99) if tpot else None,
         "tpot_ms_mean": 1e3 * total_s / max(sum(per_req), 1),
