@@ -6,6 +6,7 @@
 # 1. pytest -m gpu: the attention head at k = 1 in the speculative step's CUDA graph equals eager (after, beside); prompt
 #    lookup in graphed chains equals eager; the head's K/V read by the ring kernel equals its reference
 # 2. spec_rows.sh: spec_study.py on the licences' 32K token ids (data/gemma_32k.npz:text:licences; no tokenizer on the device),
+#    (SPEC_CHAIN, 8: also k = 1 with its speculative steps chained 8 at a time, ExecConfig.spec_chain; 1: not)
 #    CONTEXT (32000) tokens a request, K = TOP_K (256) blocks, the same GPU KV budget for every run (KV_GB, 3 GB),
 #    minmax_sum+sink for every run (block_score=auto would give tokens to after and minmax_sum+sink to beside):
 #    lookahead k = 0, 1 after (one prefill) and k = 0 with decode chains of CHAINED (8) steps on an engine of its own
@@ -22,5 +23,5 @@ if [ "${SKIP_TESTS:-0}" != 1 ]; then
     tests/gpu/test_ring_attn_gpu.py::test_draft_head_kv_attend_equals_its_reference -k "attn or ngram or draft"
 fi
 HEAD=$D/heads/gemma-attn-32k TEXT=$D/data/gemma_32k.npz:text:licences NAME=gemma
-CONTEXT=${CONTEXT:-32000} TOP_K=${TOP_K:-256} N_DENSE=${N_DENSE:-64}
+CONTEXT=${CONTEXT:-32000} TOP_K=${TOP_K:-256} N_DENSE=${N_DENSE:-64} SPEC_CHAIN=${SPEC_CHAIN:-8}
 . experiments/speculative_decoding/spec_rows.sh
