@@ -103,8 +103,8 @@ def parse_spec(value, block_size: int | None = None) -> tuple[int, bool]:
 
 
 class SpeculativeFields:
-    """What both backends' configs (``ExecConfig``, ``SimConfig``: fields ``speculative_k`` and ``block_size``) derive
-    from ``speculative_k`` (``parse_spec``)."""
+    """What both backends' configs (``ExecConfig``, ``SimConfig``: fields ``speculative_k``, ``block_size``,
+    ``spec_chain`` and ``spec_predict``) derive from ``speculative_k`` (``parse_spec``)."""
 
     @property
     def spec_max_k(self) -> int:
@@ -115,6 +115,16 @@ class SpeculativeFields:
     def spec_adaptive(self) -> bool:
         """``speculative_k`` is ``auto``: the draft length is chosen per request each step."""
         return parse_spec(self.speculative_k, self.block_size)[1]
+
+    @property
+    def spec_chain_max(self) -> int:
+        """The longest chain of speculative steps (``spec_chain``) a config runs: up to ``block_size // (k + 1)``
+        (k the longest draft: a chain fills at most one block); 1 without speculative decoding, with adaptive k (each
+        step's k reads the host) or with ``spec_predict`` beside (its choice and repair read the host every step)."""
+        k, adaptive = parse_spec(self.speculative_k, self.block_size)
+        if not k or adaptive or self.spec_predict != "after":
+            return 1
+        return max(1, min(self.spec_chain, self.block_size // (k + 1)))
 
 
 def cli_value(text: str):

@@ -246,13 +246,6 @@ class ExecConfig(SpeculationFields, BenchFields, TransferFields, KVFields, RunFi
         True,
         "with fused_ops: the decode step's K/V write by oasis_kernels.kv_write; off: advanced indexing (the reference)",
     )
-    spec_chain: int = _f(
-        1,
-        "speculative steps run back to back on the device per scheduler step (the host reads the chain's accepted "
-        "tokens once), like decode_chain for ordinary steps: only where every row is greedy, the selection is the "
-        "model's, spec_predict is after, k is fixed and no lane is short or crossing; at most block_size // (k + 1) "
-        "steps (a chain fills at most one block). 1: off (the default until the GPU measures it)",
-    )
     ring_kernel: bool = _f(
         True,
         "hybrid models' sliding layers on CUDA: decode attention over each lane's ring in place by "
@@ -504,12 +497,8 @@ class ExecConfig(SpeculationFields, BenchFields, TransferFields, KVFields, RunFi
 
     @property
     def spec_chain_max(self) -> int:
-        """The longest chain of speculative steps this config runs: ``spec_chain`` up to ``block_size // (k + 1)``
-        (k the longest draft: a chain fills at most one block); 1 without speculative decoding, with adaptive k
-        (each step's k reads the host) or ``profile``."""
-        if not self.spec_max_k or self.profile or speculation.parse_spec(self.speculative_k, self.block_size)[1]:
-            return 1
-        return max(1, min(self.spec_chain, self.block_size // (self.spec_max_k + 1)))
+        """``SpeculativeFields.spec_chain_max``; 1 with ``profile`` (it times or reads the host every step)."""
+        return 1 if self.profile else super().spec_chain_max
 
     @property
     def step_tokens_max(self) -> int:

@@ -205,6 +205,7 @@ class SimConfig(SpeculationFields, BenchFields, TransferFields, KVFields, RunFie
             bad("engine", f"vllm runs mode=dense, not mode={self.mode}")
         number("kv_budget_gb", 0.0, lo_open=True, optional=True)
         integer("decode_chain", 1)
+        integer("spec_chain", 1)
         integer("fast_forward", 0)
         if self.calibration is not None and not isinstance(self.calibration, str):
             bad("calibration", "must be a file path")

@@ -54,7 +54,8 @@ prefill attention over the window; no side work, no transfer. The step then has 
 
 Decode chains (``SimConfig.decode_chain``, the executor's): in a step where every running request decodes, none waits
 and none is short or crossing, the predictor's ``step_overhead`` is asked with ``chain`` = the chain's length (the
-calibrated predictor pays the host's round trip once a chain; the roofline ignores it). A ``step_floor`` (vLLM's
+calibrated predictor pays the host's round trip once a chain; the roofline ignores it); speculative steps likewise
+with ``SimConfig.spec_chain`` (``spec_chain_max``: fixed k, ``spec_predict`` after). A ``step_floor`` (vLLM's
 host loop, calibrated predictor) is the least a step lasts.
 
 Fast-forward (``SimConfig.fast_forward``, closed form only). A whole-KV mode (``dense``) without windows takes
@@ -225,6 +226,7 @@ class SimEngine:
         self._last_gpu_floor = (0.0, 0.0)
         self._ff_periodic = False
         self.chain_max = min(cfg.decode_chain, cfg.block_size)
+        self.spec_chain_max = cfg.spec_chain_max  # chained speculative steps (SimConfig.spec_chain; 1: off)
         # Adaptive cap policies (exact episodes) get the step's link view; static ones never look at it.
         self._adaptive = cfg.sparse and not cap_policy(cfg).static
         # Speculative decoding (module docstring): off with speculative_k = 0, every step then as before
@@ -683,6 +685,9 @@ class SimEngine:
         if self.chain_max > 1 and n_dec and not plan.prefill and not K and not n_dense and not waiting:
             if not n_cross:
                 chain = self.chain_max
+        elif self.spec_chain_max > 1 and K and n_dec and not plan.prefill and not n_dense and not waiting:
+            if not n_cross:  # a chain of speculative steps (the executor's run_chain): the round trip once a chain
+                chain = self.spec_chain_max
         head_s = self._head_cache.get(chain) if self._memo else None
         if head_s is None:
             head_s = pred.time("step_overhead", {"chain": chain})

@@ -29,7 +29,14 @@ RUN_GROUPS = (
     ),
     (
         "speculative decoding",
-        ("speculative_k", "speculative_gamma", "speculative_alpha", "speculative_accepted_hist", "spec_predict"),
+        (
+            "speculative_k",
+            "speculative_gamma",
+            "speculative_alpha",
+            "speculative_accepted_hist",
+            "spec_predict",
+            "spec_chain",
+        ),
     ),
     (
         "prefill/decode split and tensor parallelism",

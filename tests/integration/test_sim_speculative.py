@@ -145,3 +145,29 @@ def test_lookahead_speculative_step_runs_its_copies_after_the_pass(tmp_path):
     assert more_copy > 0.2  # the larger cap moves more bytes a step
     assert abs(got["base", "0.5"]["tpot_ms_p50"] - got["base", "0.05"]["tpot_ms_p50"]) < 0.1 * more_copy  # hidden
     assert got["spec", "0.5"]["tpot_ms_p50"] - got["spec", "0.05"]["tpot_ms_p50"] > 0.8 * more_copy  # exposed
+
+
+@pytest.mark.parametrize("mode", ["dense", "lookahead"])
+def test_spec_chain_pays_the_host_round_trip_once_a_chain(tmp_path, mode):
+    """``SimConfig.spec_chain`` (the executor's chained speculative steps): the calibrated predictor's host round trip
+    (sparse modes; the calibration gives dense none a chain amortises) is paid once a chain, so the same draws (the
+    same accepted histogram) run faster; the roofline has no host term, so it is unchanged; beside and adaptive k
+    do not chain (``spec_chain_max`` 1)."""
+    spec = ["--mode", mode, "--speculative-k", "1", "--speculative-alpha", "0.6"]
+    one = _summary(run_outputs(tmp_path, "a", *spec))
+    chained = _summary(run_outputs(tmp_path, "b", *spec, "--spec-chain", "8"))
+    assert chained["accepted_hist"] == one["accepted_hist"] and chained["output_tokens"] == one["output_tokens"]
+    if mode == "lookahead":
+        assert chained["throughput_tok_s"] > 1.02 * one["throughput_tok_s"]
+    else:
+        assert chained["throughput_tok_s"] == pytest.approx(one["throughput_tok_s"], rel=1e-9)
+    roof = ["--predictor", "roofline"]
+    r_one = _summary(run_outputs(tmp_path, "c", *spec, *roof))
+    r_chained = _summary(run_outputs(tmp_path, "d", *spec, *roof, "--spec-chain", "8"))
+    assert r_chained["throughput_tok_s"] == pytest.approx(r_one["throughput_tok_s"], rel=1e-9)
+    assert SimConfig(speculative_k=1, spec_chain=8).spec_chain_max == 8
+    assert SimConfig(speculative_k=3, spec_chain=8).spec_chain_max == 4  # 16 // (3 + 1): one block a chain
+    assert SimConfig(speculative_k="auto:2", spec_chain=8).spec_chain_max == 1
+    assert SimConfig(mode="lookahead", speculative_k=1, spec_chain=8, spec_predict="beside").spec_chain_max == 1
+    with pytest.raises(ConfigError):
+        SimConfig(speculative_k=1, spec_chain=0)
