@@ -78,6 +78,9 @@ def base_config(a, mode, context, k_max):
     from oasis_exec.config import ExecConfig
 
     out = 14 * (a.warmup + a.steps) + 1  # the most tokens the phases emit (k <= 3: 1+2+3+4+4 a step)
+    chain = getattr(a, "spec_chain", 0)
+    if chain > 1 and k_max:  # the spec-chained run: (k + 1) tokens a step, at most 16 // (k + 1) steps a chain
+        out = max(out, (a.warmup + a.steps + 1) * (k_max + 1) * min(chain, 16 // (k_max + 1)))
     return ExecConfig(
         model_path=a.model_path,
         draft_path=a.draft_path,
