@@ -122,11 +122,7 @@ class SpecStep:
         emitted token {req_id: [n, V]})."""
         dev, model = self.model.device, self.model
         k = max(ks)
-        lanes_list = [it.lane for it in items]
-        lanes = torch.tensor(lanes_list, device=dev)
-        rows = rows_index(lanes_list, model.H)
-        toks = torch.tensor([it.token for it in items], device=dev)
-        pos = torch.tensor([it.position for it in items], device=dev)
+        lanes_list, lanes, rows, toks, pos = self._inputs(items)
         sampled = self.synth is None and any(sp.temperature > 0 for sp in params)
         graphed = not sampled and self.graphs.ok(lanes_list)
         clock = _Clock(dev) if self.adaptive is not None and k >= 2 else None  # γ: the chain runs k - 1 head steps
@@ -152,9 +148,7 @@ class SpecStep:
                 model.drafts.ngram.accepted(lanes, pos, emitted, n_t)
         else:
             lim = torch.tensor(ks, device=dev)
-            n_forced = None
-            if self.synth is not None:  # benchmark only (dummy weights): drawn, not the target's verdict
-                n_forced = torch.tensor([self.synth.draw(ki, self.synth_rng.random) for ki in ks], device=dev)
+            n_forced = self._forced(ks)
             if graphed:
                 logits, n_t, emitted = self.graphs.spec_step(len(items), toks, pos, drafts, lim, n_forced, sets)
             else:
@@ -176,10 +170,9 @@ class SpecStep:
     def chain_len(self, items, params, ks, plan_chain, sets, recorded) -> int:
         """Speculative steps this call runs back to back (``ExecConfig.spec_chain``, the engine's share
         ``plan_chain``): 1 unless every row is greedy, the step needs no sets from the host (the model's selection:
-        a chain's later positions are known on the device only), nothing is recorded, ``spec_predict`` is after
-        (beside's choice and repair read the host every step) and every lane drafts the same ``k``; at most
-        ``spec_chain_max`` (a chain fills at most one block) and as many steps as the least ``max_new`` allows at
-        ``k + 1`` tokens a step (each step drafts its ``k``)."""
+        a chain's later positions are known on the device only) and nothing is recorded; at most ``spec_chain_max``
+        (1 with beside or adaptive k, whose steps read the host; a chain fills at most one block), every lane drafting
+        the same ``k``, and as many steps as the least ``max_new`` allows at ``k + 1`` tokens a step."""
         k = max(ks)
         if (
             plan_chain <= 1
@@ -187,9 +180,7 @@ class SpecStep:
             or (self.synth is None and any(sp.temperature > 0 for sp in params))
             or sets is not None
             or recorded is not None
-            or self.beside is not None
-            or self.adaptive is not None
-            or min(ks) != k
+            or min(ks) != k  # lanes drafting different k (run_chain drafts one k for all)
         ):
             return 1
         return max(1, min(plan_chain, self.cfg.spec_chain_max, min(it.max_new for it in items) // (k + 1)))
@@ -201,18 +192,12 @@ class SpecStep:
         request, and the positions each step began at a lane ([n_chain][B], for the runner's step accounting)."""
         dev, model = self.model.device, self.model
         k = ks[0]
-        lanes_list = [it.lane for it in items]
-        lanes = torch.tensor(lanes_list, device=dev)
-        rows = rows_index(lanes_list, model.H)
-        toks = torch.tensor([it.token for it in items], device=dev)
-        pos = torch.tensor([it.position for it in items], device=dev)
+        lanes_list, lanes, rows, toks, pos = self._inputs(items)
         graphed = self.graphs.ok(lanes_list)
         lim = torch.tensor(ks, device=dev)
         steps = []  # (pos, accepted, emitted, logits) a step, on the device
         for i in range(n_chain):
-            n_forced = None
-            if self.synth is not None:  # benchmark only (dummy weights): drawn, not the target's verdict
-                n_forced = torch.tensor([self.synth.draw(k, self.synth_rng.random) for _ in ks], device=dev)
+            n_forced = self._forced(ks)
             if graphed:
                 drafts = self.graphs.spec_chain(len(items), toks, pos, k)
                 logits, n_t, emitted = self.graphs.spec_step(len(items), toks, pos, drafts, lim, n_forced, None)
@@ -239,6 +224,22 @@ class SpecStep:
         last = LogitRows(ids, lambda b: last_logits[b, last_n[b]])
         seq = LogitRows(ids, lambda b: torch.cat([st[3][b, : n_l[i][b] + 1] for i, st in enumerate(steps)]))
         return {it.req_id: out[b] for b, it in enumerate(items)}, last, seq, pos_l
+
+    def _inputs(self, items):
+        """A step's lanes (host list and device tensor), KV rows, input tokens and positions."""
+        dev = self.model.device
+        lanes_list = [it.lane for it in items]
+        lanes = torch.tensor(lanes_list, device=dev)
+        toks = torch.tensor([it.token for it in items], device=dev)
+        pos = torch.tensor([it.position for it in items], device=dev)
+        return lanes_list, lanes, rows_index(lanes_list, self.model.H), toks, pos
+
+    def _forced(self, ks):
+        """Benchmark only (``synthetic_accept``, dummy weights): each lane's accepted drafts drawn, not the target's
+        verdict, [B] on the device; None otherwise."""
+        if self.synth is None:
+            return None
+        return torch.tensor([self.synth.draw(ki, self.synth_rng.random) for ki in ks], device=self.model.device)
 
     def _draws(self, sampler, req_ids, n, dev):
         """The acceptance and draw uniforms [B, n] each: the call's sampler's (per-request keyed) when it has them,

@@ -33,30 +33,31 @@ def commit_accepted(ws, s, n, sets, recorded) -> None:
     src = local.reshape(-1).to(torch.int32)
     row = (lanes[:, None] * H + hh).reshape(-1).to(torch.int32)
     fill = pos % bs + 1 + n  # tokens of the input's block and beyond after the run
+    ends = pos % bs == bs - 1  # the input token ends its block (the pass summarised and copied it)
     if k == 1:
         # one phase: a lane's one draft lies in the input's block or, when the input ends it, in the next; a block
         # the input ended was summarised and copied by the pass, so nothing reads the slot's old tokens after the
         # write (its summary below is the new block's, valid = the accepted draft)
-        cross = pos % bs == bs - 1
         in_run = [accepted]
-        blk_l = [b0 + cross.long()]
-        valid_l = [torch.where(cross, fill - bs, fill)]
+        blk_l = [b0 + ends.long()]
+        valid_l = [torch.where(ends, fill - bs, fill)]
     else:
         in_run = [accepted & (p_j // bs == b0[:, None] + ph) for ph in (0, 1)]
         blk_l = [b0, b0 + 1]
         valid_l = [fill.clamp(max=bs), (fill - bs).clamp(min=0)]
     # a phase: [B, H, k] slots of its drafts (the local slot, or the row's trash slot for a draft not in the phase
     # or not accepted) and offsets; the items of its summary (the block and its valid tokens a row)
+    trash = (base + st.TRASH)[:, :, None]
     phases = [
         (
-            (torch.where(w[:, None, :], local[:, :, None], (base + st.TRASH)[:, :, None]).long(), off),
+            (torch.where(w[:, None, :], local[:, :, None], trash).long(), off),
             bk.repeat_interleave(H).to(torch.int32),
             v.repeat_interleave(H).to(torch.int32),
         )
         for w, bk, v in zip(in_run, blk_l, valid_l)
     ]
     wb_dst = (st.host_table[lanes, b0][:, None] * H + hh).reshape(-1).to(torch.int32)
-    filled = (fill >= bs) & (pos % bs + 1 < bs)  # the run (not the input token: the pass copied it) filled it
+    filled = (fill >= bs) & ~ends  # the run (not the input token: the pass copied it) filled it
     wb_len = torch.where(filled, bs, 0).repeat_interleave(H).to(torch.int32)
     sel = torch.clamp(n + 1, max=k)  # the pass's query nearest the next step's position p + n + 1
     qrow = torch.arange(B, device=dev)
