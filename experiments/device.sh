@@ -17,7 +17,7 @@
 #           (.vb/*/v_??) into $VLLM_DIR, for a later call;
 #   model   assemble and check the model (need_model below) and print its path.
 # Steps may use: el (seconds since the start), left (seconds to $DEADLINE_S, which the step sets), say MSG,
-#   min A B (integers), need_model (assemble $MODEL_DIR/model.gguf from its pieces if needed, check its sha256, export
+#   min A B (integers), profile_run NAME ARGS (the step's profiler command P into $OUT/profile_NAME.txt), need_model (assemble $MODEL_DIR/model.gguf from its pieces if needed, check its sha256, export
 #   OASIS_GGUF and M), gpu_tests [PYTEST ARGS] (pytest -m gpu into $OUT/pytest_gpu.txt), table_from RUNS PREFIX,
 #   pack_out KEEP... (every other file under $OUT into $OUT/all.tgz: a call brings back 8 files at most).
 # The real model's pieces: /work/shared/models/README.md (a call carries 64 MiB with the working tree, 30 MB since
@@ -88,6 +88,13 @@ need_model() {  # sets M and OASIS_GGUF; returns 1 (with a line) when the model 
   fi
   export OASIS_GGUF=$M
   say "model $M: sha256 ok"
+}
+profile_run() {  # NAME ARGS...: "${P[@]}" ARGS (the step's profiler command) into $OUT/profile_NAME.txt, at most RUN_S
+  # (150) seconds and the time left less 10; a failure is said with the file's last lines
+  local name=$1 T; shift
+  T=$(min "${RUN_S:-150}" $(( $(left) - 10 ))); [ "$T" -lt 40 ] && { say "no time for $name"; return; }
+  say "profile $name: $*"
+  timeout -k 5 "$T" "${P[@]}" "$@" > "$OUT/profile_$name.txt" 2>&1 || say "failed: $name $(tail -2 "$OUT/profile_$name.txt")"
 }
 gpu_tests() {  # [pytest args; default: every test file with GPU tests] -> $OUT/pytest_gpu.txt
   local files=("$@")

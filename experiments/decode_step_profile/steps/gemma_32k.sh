@@ -11,12 +11,6 @@ DEADLINE_S=${DEADLINE_S:-540}
 SYN=${SYN:-'{"preset": "gemma3"}'}
 P=($PY experiments/decode_step_profile/step_profile.py --model gemma3-270m --context 32000 --kv-budget-gb 3
   --no-host-fill --synthetic "$SYN" --top 40 --out "$OUT/gemma_32k.jsonl")
-run() {  # NAME ARGS...
-  local name=$1; shift
-  T=$(min 150 $(( $(left) - 10 ))); [ "$T" -lt 40 ] && { say "no time for $name"; return; }
-  say "profile $name: $*"
-  timeout -k 5 "$T" "${P[@]}" "$@" > "$OUT/profile_$name.txt" 2>&1 || say "failed: $name $(tail -2 "$OUT/profile_$name.txt")"
-}
 declare -A ARGS=(
   [dense28]="--mode dense --concurrency 28"
   [la128]="--mode lookahead --top-k 128 --concurrency 128 --max-lanes 0"
@@ -27,6 +21,6 @@ declare -A ARGS=(
 )
 for name in ${RUNS:-dense28 la128 la128nt la256v la128torch}; do
   # shellcheck disable=SC2086
-  run "$name" ${ARGS[$name]}
+  profile_run "$name" ${ARGS[$name]}
 done
 say "done"

@@ -5,14 +5,8 @@ DEADLINE_S=${DEADLINE_S:-540}
 SYN=${SYN:-'{"preset": "smollm2"}'}
 P=($PY experiments/decode_step_profile/step_profile.py --kv-budget-gb 52 --no-host-fill --synthetic "$SYN" --top 40
   --out "$OUT/lookahead_44.jsonl")
-run() {  # NAME ARGS...
-  local name=$1; shift
-  T=$(min 150 $(( $(left) - 10 ))); [ "$T" -lt 40 ] && { say "no time for $name"; return; }
-  say "profile $name: $*"
-  timeout -k 5 "$T" "${P[@]}" "$@" > "$OUT/profile_$name.txt" 2>&1 || say "failed: $name $(tail -2 "$OUT/profile_$name.txt")"
-}
-run la16k44 --mode lookahead --context 16384 --concurrency 44
-run nt16k44 --mode lookahead --context 16384 --concurrency 44 --no-transfer
-run la32k22 --mode lookahead --context 32768 --concurrency 22
-run nt32k22 --mode lookahead --context 32768 --concurrency 22 --no-transfer
+profile_run la16k44 --mode lookahead --context 16384 --concurrency 44
+profile_run nt16k44 --mode lookahead --context 16384 --concurrency 44 --no-transfer
+profile_run la32k22 --mode lookahead --context 32768 --concurrency 22
+profile_run nt32k22 --mode lookahead --context 32768 --concurrency 22 --no-transfer
 say "done"

@@ -16,13 +16,7 @@ ACC=${SPEC_ACCEPT:-'{"1": [461, 563]}'}
 P=($PY experiments/decode_step_profile/step_profile.py --model smollm2-135m --context 7800 --concurrency 64
   --top-k 64 --kv-budget-gb 3 --no-host-fill --synthetic '{"preset": "smollm2"}' --synthetic-accept "$ACC"
   --warmup "${WARMUP:-8}" --top 50 --out "$OUT/smol_spec.jsonl")
-run() {  # NAME ARGS...
-  local name=$1 T; shift
-  T=$(min "${RUN_S:-120}" $(( $(left) - 10 ))); [ "$T" -lt 40 ] && { say "no time for $name"; return; }
-  say "profile $name: $*"
-  timeout -k 5 "$T" "${P[@]}" "$@" > "$OUT/profile_$name.txt" 2>&1 || say "failed: $name $(tail -2 "$OUT/profile_$name.txt")"
-  grep -m1 "host wall" "$OUT/profile_$name.txt"
-}
+RUN_S=${RUN_S:-120}
 declare -A ARGS=(
   [attn_k0]="--speculative-k 0 --exec draft_head=attn"
   [attn_k1]="--speculative-k 1 --exec draft_head=attn"
@@ -37,11 +31,12 @@ for name in ${RUNS:-attn_k0 attn_k1 single_k0 single_k1}; do
     rm -rf /tmp/now && mkdir -p /tmp/now && (cd .before && find . -type f) > /tmp/now/list
     while read -r f; do mkdir -p "/tmp/now/$(dirname "$f")"; cp "$f" "/tmp/now/$f"; cp ".before/$f" "$f"; done < /tmp/now/list
     # shellcheck disable=SC2086
-    run "$name" ${ARGS[$base]}
+    profile_run "$name" ${ARGS[$base]}
     while read -r f; do cp "/tmp/now/$f" "$f"; done < /tmp/now/list
   else
     # shellcheck disable=SC2086
-    run "$name" ${ARGS[$name]}
+    profile_run "$name" ${ARGS[$name]}
   fi
+  grep -m1 "host wall" "$OUT/profile_$name.txt"
 done
 say "done"

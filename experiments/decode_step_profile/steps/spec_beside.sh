@@ -10,14 +10,9 @@ ACC=${SPEC_ACCEPT:-'{"1": [145, 111]}'}
 P=($PY experiments/decode_step_profile/step_profile.py --mode lookahead --context 16384 --concurrency 44
   --kv-budget-gb 52 --no-host-fill --synthetic '{"preset": "smollm2"}' --speculative-k 1 --synthetic-accept "$ACC"
   --warmup "${WARMUP:-6}" --top 60 --out "$OUT/spec_beside.jsonl")
-run() {  # NAME ARGS...
-  local name=$1 T; shift
-  T=$(min "${RUN_S:-130}" $(( $(left) - 10 ))); [ "$T" -lt 40 ] && { say "no time for $name"; return; }
-  say "profile $name: $*"
-  timeout -k 5 "$T" "${P[@]}" "$@" > "$OUT/profile_$name.txt" 2>&1 || say "failed: $name $(tail -2 "$OUT/profile_$name.txt")"
-}
-[ "${K0:-0}" = 1 ] && run k0 --speculative-k 0  # the ordinary step beside them (K0=1; e.g. with WARMUP=40, the steady state)
-run k1_after --exec spec_predict=after
-run k1_beside --exec spec_predict=beside
-run k1_beside_eager --exec spec_predict=beside --no-cuda-graph
+RUN_S=${RUN_S:-130}
+[ "${K0:-0}" = 1 ] && profile_run k0 --speculative-k 0  # the ordinary step beside them (K0=1; e.g. with WARMUP=40, the steady state)
+profile_run k1_after --exec spec_predict=after
+profile_run k1_beside --exec spec_predict=beside
+profile_run k1_beside_eager --exec spec_predict=beside --no-cuda-graph
 say "done"
