@@ -257,7 +257,11 @@ def timing_line(cfg) -> str:
         return f"{cfg.predictor} predictor"
     from .calibrated import load_calibration
 
-    return f"calibrated predictor, {load_calibration(cfg.calibration).describe()}"
+    cal = load_calibration(cfg.calibration)
+    line = f"calibrated predictor, {cal.describe()}"
+    if cal.hardware and cal.hardware != cfg.hardware:  # efficiencies carry over; host and copy costs are absolute
+        line += f"; on {cfg.hardware}: its peaks, {cal.hardware}'s host and copy costs"
+    return line
 
 
 def cmd_bench(args) -> int:

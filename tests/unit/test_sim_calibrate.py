@@ -244,3 +244,14 @@ def test_fast_forward_changes_no_bench_figure():
         rel = 1e-9 if p.mode == "dense" else 1e-4
         assert fast.tpot_s == pytest.approx(slow.tpot_s, rel=rel), p.name
         assert fast.bytes_per_step == pytest.approx(slow.bytes_per_step, rel=1e-9), p.name
+
+
+def test_timing_line_says_when_the_run_is_on_another_card_than_the_calibration():
+    from oasis_sim.cli import build_parser, config_from_args, timing_line
+
+    args = build_parser().parse_args(["run", "--hardware", "h200"])
+    assert timing_line(config_from_args(args)).endswith("at " + load_calibration().commit)
+    args = build_parser().parse_args(["run", "--hardware", "h100-sxm"])
+    assert timing_line(config_from_args(args)).endswith("on h100-sxm: its peaks, h200's host and copy costs")
+    args = build_parser().parse_args(["run", "--predictor", "roofline"])
+    assert timing_line(config_from_args(args)) == "roofline predictor"
