@@ -179,6 +179,12 @@ class DraftHead:
             self.conf = torch.exp(top - torch.logsumexp(logits, -1))
         return d + self.d2t[d] if self.own_head else d
 
+    def top_ids(self, h, n: int):
+        """The head's ``n`` best tokens [..., n], best first (``_ids``'s first column; no confidence kept)."""
+        logits = (rms_norm(h, self.w["norm.weight"], self.shape.rms_eps) @ self.lm_head.t()).float()
+        d = logits.topk(n, -1).indices
+        return d + self.d2t[d] if self.own_head else d
+
     def propose_state(self, aux, token_ids):
         """``propose`` and the head's hidden state [B, hidden] behind it, which a speculative chain feeds on
         (``chain``)."""

@@ -79,7 +79,8 @@ def test_attention_drafts_equal_the_incremental_decode(dec):
     want = [int(head.propose_lanes([0], aux[26:27], tokens[27:28])[0])]
     for p in range(27, 35):
         want.append(int(head.propose_lanes([0], aux[p : p + 1], tokens[p + 1 : p + 2])[0]))
-    assert got.tolist() == want[1:]  # the draft for t + 1 = the proposal after entry t - 1
+    assert got[:, 0].tolist() == want[1:]  # the draft for t + 1 = the proposal after entry t - 1
+    assert (got[:, 1] != got[:, 0]).all()  # and the second-best token beside it
 
 
 def test_cli_in_generation(monkeypatch, tmp_path):
@@ -95,6 +96,8 @@ def test_cli_in_generation(monkeypatch, tmp_path):
         "eagle3_attn",
         "ngram_attn",
         "ngram1_attn",
+        "attn_top2",
+        "ngram_attn_cur",
         "eagle3",
         "oracle",
         "random",
@@ -113,6 +116,8 @@ def test_cli_in_generation(monkeypatch, tmp_path):
         assert len(r["per_layer"]["proxy"]) == 1 and len(r["drafts"]["eagle3_attn"]["sparse"]["per_layer"]) == 1
         assert 0.0 <= r["drafts"]["ngram_attn"]["token_accuracy"] <= 1.0 and "ngram" not in r["drafts"]
         assert 0.0 <= r["drafts"]["ngram1_attn"]["token_accuracy"] <= 1.0
+        assert r["drafts"]["attn_top2"]["token_accuracy"] == r["drafts"]["eagle3_attn"]["token_accuracy"]
+        assert r["drafts"]["ngram_attn_cur"]["token_accuracy"] == r["drafts"]["ngram_attn"]["token_accuracy"]
         assert r["drafts"]["oracle"]["token_accuracy"] == 1.0  # the oracle is the token the target produced
         assert r["drafts"]["oracle"]["dense"]["mean"] == 1.0  # and its dense query is the true next query
     name, ids = npz_ids(f"{npz}:held:1", 120)
@@ -140,3 +145,16 @@ def test_synthetic_vs_real_reads_the_replay(monkeypatch, tmp_path, capsys):
     assert rc == (0 if all(r["within_tolerance"] for r in rows) else 1)
     for r in rows:
         assert set(r["real_savings"]) == {"2.0", "3.0"}  # JSON keys: the ratios S / K
+
+
+def test_a_hedge_scores_each_block_by_the_larger_of_its_two_queries():
+    from oasis_core.scoring import build_summaries, score_blocks
+    from oasis_exec.tools.quality.selection import _side_by_side
+
+    g = torch.Generator().manual_seed(5)
+    hkv, hq, d = 2, 6, 8
+    k = torch.randn(hkv, 64, d, generator=g)
+    kmin, kmax = build_summaries(k, 8)
+    qa, qb = torch.randn(4, hq, d, generator=g), torch.randn(4, hq, d, generator=g)
+    want = torch.maximum(score_blocks(qa, kmin[None], kmax[None]), score_blocks(qb, kmin[None], kmax[None]))
+    torch.testing.assert_close(score_blocks(_side_by_side(qa, qb, hkv), kmin[None], kmax[None]), want)

@@ -14,6 +14,11 @@ measured decode positions ``t``.
   ``NGRAM_MIN_MATCH`` or more tokens occurred before (``prompt_lookup.match_lengths_at``), else ``eagle3_attn``'s
   (``combine_ngram``). Prompt lookup gains with context (more text to match), the head does not.
 - ``ngram1_attn``: the same with a one-token match enough (the n-gram's guess wherever it has one).
+- ``eagle3_attn_2nd``: the attention head's second-best token.
+- Hedged drafts (``HEDGED``): two queries score every block and a block's score is the larger of the two (as if the
+  second query were more query heads of the group, ``score_blocks``'s max); the top-K of that. ``attn_top2``: the
+  head's two best tokens (a second draft row a lane); ``attn_cur`` and ``ngram_attn_cur``: the draft and the current
+  query (the row the step computes anyway: no extra row). Their token accuracy is the first component's.
 """
 
 from __future__ import annotations
@@ -31,8 +36,25 @@ NGRAM_MIN_MATCH = DRAFT_NGRAM
 # n-gram where it matches (at least this many tokens), else eagle3_attn
 PAIRED = {"ngram_attn": NGRAM_MIN_MATCH, "ngram1_attn": 1}
 # eagle3_attn: the full EAGLE-3 layer (quality/generation.py), alone or in the PAIRED drafts
-ALL_DRAFTS = DRAFTS + ("eagle3_attn", *PAIRED)
-ATTN_DRAFTS = ("eagle3_attn", *PAIRED)  # the drafts that need the attention head
+# a hedge: (first draft, second draft or "cur", the current query)
+HEDGED = {
+    "attn_top2": ("eagle3_attn", "eagle3_attn_2nd"),
+    "attn_cur": ("eagle3_attn", "cur"),
+    "ngram_attn_cur": ("ngram_attn", "cur"),
+    "ngram_attn_top2": ("ngram_attn", "eagle3_attn_2nd"),
+}
+ALL_DRAFTS = DRAFTS + ("eagle3_attn", "eagle3_attn_2nd", *PAIRED, *HEDGED)
+ATTN_DRAFTS = ("eagle3_attn", "eagle3_attn_2nd", *PAIRED, *HEDGED)  # the drafts that need the attention head
+
+
+def row_drafts(drafts) -> list:
+    """The drafts that need a draft row of their own for ``drafts``: the plain ones and the hedges' components."""
+    out = []
+    for d in drafts:
+        for c in HEDGED.get(d, (d,)):
+            if c != "cur" and c not in out:
+                out.append(c)
+    return out
 
 
 def combine_ngram(tokens, positions, ngram, fallback, min_match: int = NGRAM_MIN_MATCH):

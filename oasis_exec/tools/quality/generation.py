@@ -68,7 +68,7 @@ def continue_ids(dec, prompt, n_new: int, temperature: float = 0.0, seed: int = 
 
 @torch.no_grad()
 def attn_draft_tokens(head, dec, aux_all, tokens, ts):
-    """Draft ids [P] of the attention head for positions ``ts`` [P] (``d_{t+1}``, from entry t - 1: features at
+    """Draft ids [P, 2] (the best and the second-best token) of the attention head for positions ``ts`` [P] (``d_{t+1}``, from entry t - 1: features at
     t - 1 and token t). aux_all: [N, 3 * hidden] features at every position; tokens: [N]."""
     from oasis_exec.model.draft_attn import hidden_seq
 
@@ -78,7 +78,7 @@ def attn_draft_tokens(head, dec, aux_all, tokens, ts):
     aux = aux_all[:last].to(dt)[None]
     emb = dec.embed[tokens[1 : last + 1]].to(dt)[None]
     h = hidden_seq(head.w, head.attn, dec.shape.rms_eps, aux, emb)[0]
-    return head._ids(h[ts.to(h.device) - 1]).long().cpu()
+    return head.top_ids(h[ts.to(h.device) - 1], 2).long().cpu()
 
 
 def build_attn_head(args, dec):

@@ -67,7 +67,7 @@ from oasis_core.scoring import build_summaries, num_blocks, score_blocks, topk_b
 from ...model.gguf import sha256_file
 from . import metrics
 from .draft_pass import DraftPass, dense_mask, resident_mask
-from .drafts import ALL_DRAFTS, ATTN_DRAFTS, DRAFTS, PAIRED, combine_ngram, draft_tokens
+from .drafts import ALL_DRAFTS, ATTN_DRAFTS, DRAFTS, HEDGED, PAIRED, combine_ngram, draft_tokens, row_drafts
 from .generation import GENERATE
 from .scorer_stats import SCORER_STATS, LayerScorers
 from .texts import TEXTS
@@ -155,6 +155,13 @@ def _topk(q, kmin, kmax, k: int, n_blocks):
     s = score_blocks(q.float(), kmin[None], kmax[None])  # [P, Hkv, NB]
     p_, h, nb = s.shape
     return topk_blocks(s.reshape(p_ * h, nb), k, n_blocks.repeat_interleave(h)).view(p_, h, k)
+
+
+def _side_by_side(qa, qb, hkv: int):
+    """Two queries [P, Hq, D] as one of 2 * Hq heads, each KV head's group twice as wide: ``score_blocks`` takes the
+    max over a group's heads, so a block scores the larger of its two scores."""
+    p_, hq, d = qa.shape
+    return torch.cat([qa.reshape(p_, hkv, -1, d), qb.to(qa.dtype).reshape(p_, hkv, -1, d)], 2).reshape(p_, 2 * hq, d)
 
 
 def replay_policy(policy, initial, preds, layers: int = 1, link: PolicyLink | None = None, slots: int | None = None):
@@ -268,9 +275,11 @@ def measure_tokens(dec, tokens, setup: Setup, head=None, progress=None, attn_hea
     truth = tokens_t[ts + 1]
     from .generation import attn_draft_tokens
 
-    # the drafts drawn here (eagle3_attn is drawn below; the PAIRED ones combine ngram with it)
-    plain = [d for d in setup.drafts if d not in ATTN_DRAFTS]
-    if any(d in PAIRED for d in setup.drafts) and "ngram" not in plain:
+    # the drafts drawn here (eagle3_attn is drawn below; the PAIRED ones combine ngram with it); a hedge draws its
+    # components and has no row of its own
+    need = row_drafts(setup.drafts)
+    plain = [d for d in need if d not in ATTN_DRAFTS]
+    if any(d in PAIRED for d in need) and "ngram" not in plain:
         plain.append("ngram")
     dtok = {
         d: draft_tokens(
@@ -286,15 +295,20 @@ def measure_tokens(dec, tokens, setup: Setup, head=None, progress=None, attn_hea
         for d in plain
     }
     if attn:
-        dtok["eagle3_attn"] = attn_draft_tokens(attn_head, dec, trace.extra["aux_all"], tokens_t, ts)
+        top2 = attn_draft_tokens(attn_head, dec, trace.extra["aux_all"], tokens_t, ts)
+        dtok["eagle3_attn"], dtok["eagle3_attn_2nd"] = top2[:, 0], top2[:, 1]
     for d, m in PAIRED.items():
-        if d in setup.drafts:
+        if d in need:
             dtok[d] = combine_ngram(tokens_t, ts, dtok["ngram"], dtok["eagle3_attn"], min_match=m)
     if setup.oracle_next:  # generation: the token the target then produced
         dtok["oracle"] = truth.clone()
-    dtok = {d: dtok[d] for d in setup.drafts}
-    # Draft variants: each draft densely, and through the resident set of each K.
-    variants = [(d, None) for d in setup.drafts] + [(d, k) for k in ks for d in setup.drafts]
+    for d in setup.drafts:
+        if d in HEDGED:
+            dtok[d] = dtok[HEDGED[d][0]]
+    rowd = need
+    dtok = {d: dtok[d] for d in dict.fromkeys([*setup.drafts, *rowd])}
+    # Draft variants: each row draft densely, and through the resident set of each K.
+    variants = [(d, None) for d in rowd] + [(d, k) for k in ks for d in rowd]
     # Per block scorer and K: the correct draft (the text's token) through that scorer's T_t (scorer_stats.py), and
     # the trained head's when it is measured ("lookahead_eagle3").
     sc_vars = [(sc, k) for sc in setup.block_scores for k in ks]
@@ -363,15 +377,23 @@ def measure_tokens(dec, tokens, setup: Setup, head=None, progress=None, attn_hea
         qd = dp.layer(li, k_l[:n_ctx], v_l[:n_ctx], torch.cat(masks))
         for vi, (v, name) in enumerate(sc_rows, start=len(variants)):
             sc_acc[v][name].append(lsc.agreement(*v, qd[vi * p_ : (vi + 1) * p_], sc_sets[v], ts_d))
+        qs = {}  # (row draft, K or None) -> its query [P, Hq, D]; ("cur", any) -> the current query
         for vi, (d, k) in enumerate(variants):
-            qv = qd[vi * p_ : (vi + 1) * p_]
-            for kk in ks if k is None else [k]:
-                pred = _topk(qv, kmin, kmax, kk, nb_t1)
-                agree[kk][(d, "dense" if k is None else "sparse")].append(
-                    metrics.set_overlap(pred, t_next[kk]).mean().item()
-                )
-                if keep_pol and k is not None and d == setup.policy_draft:
-                    pol[kk]["lookahead"].append(pred)
+            qs[(d, k)] = qd[vi * p_ : (vi + 1) * p_]
+        for d in setup.drafts:
+            for k in [None, *ks]:
+                a, b = HEDGED.get(d, (d, None))
+                qv = qs[(a, k)]
+                if b is not None:  # the larger of the two queries' scores: the queries side by side as heads
+                    qb = trace.q_cur[li] if b == "cur" else qs[(b, k)]
+                    qv = _side_by_side(qv, qb, hkv)
+                for kk in ks if k is None else [k]:
+                    pred = _topk(qv, kmin, kmax, kk, nb_t1)
+                    agree[kk][(d, "dense" if k is None else "sparse")].append(
+                        metrics.set_overlap(pred, t_next[kk]).mean().item()
+                    )
+                    if keep_pol and k is not None and d == setup.policy_draft:
+                        pol[kk]["lookahead"].append(pred)
         if progress is not None:
             progress.update(1)
     out = []
