@@ -186,11 +186,11 @@ class SpeculationFields(speculation.SpeculativeFields):
         "the simulator costs K steps of the predictor's draft_step",
     )
     spec_chain: int = _f(
-        1,
+        8,
         "speculative steps run back to back on the device per scheduler step (the host reads the chain's accepted "
         "tokens once), like decode_chain for ordinary steps: only where every row is greedy, the selection is the "
         "model's (the executor), spec_predict is after, k is fixed and no lane is short or crossing; at most block_size // (k + 1) "
-        "steps (a chain fills at most one block). 1: off (the default until the GPU measures it)",
+        "steps (a chain fills at most one block). 1: off; why 8: docs/exec_tuning.md",
     )
     spec_predict: str = _f(
         "after",

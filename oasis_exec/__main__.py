@@ -74,8 +74,9 @@ def prepare_bench(a) -> tuple[ExecConfig, BenchConfig]:
         elif not os.path.isfile(bc.prompt_text):
             raise CliError(f"--prompt-text {bc.prompt_text}: no such file")
     chain = getattr(a, "decode_chain", ExecConfig.decode_chain)  # an option not given is absent from ``a``
-    if bc.record is not None and chain != 1:  # the simulator replays single decode steps (said once all is valid)
-        a.decode_chain = 1
+    spec_chain = getattr(a, "spec_chain", ExecConfig.spec_chain)
+    if bc.record is not None:  # the simulator replays single decode steps (said once all is valid)
+        a.decode_chain = a.spec_chain = 1
     # validated with one token a step first (a bound >= one block, as the config requires); then the prompt, every
     # token the steps emit (a speculative step or a decode chain: several) and two blocks of slack
     block_size = getattr(a, "block_size", ExecConfig.block_size)
@@ -94,6 +95,8 @@ def prepare_bench(a) -> tuple[ExecConfig, BenchConfig]:
     writable_path("--record", bc.record)
     if bc.record is not None and chain != 1:
         print(f"--record: decode_chain {chain} -> 1 (a recording's steps are single decode steps)", file=sys.stderr)
+    if bc.record is not None and spec_chain != 1 and cfg.speculative_k:
+        print(f"--record: spec_chain {spec_chain} -> 1 (likewise a speculative step a scheduler step)", file=sys.stderr)
     return cfg, bc
 
 

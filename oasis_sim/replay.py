@@ -155,6 +155,8 @@ def sim_config(
         transfer_path=c["transfer_path"] or "dma",
         timeline_steps=out_tokens + 1,
         profile_steps=max(64, out_tokens + 1),
+        decode_chain=1,  # a recording's steps are single steps (recording_from_bench refuses chained runs)
+        spec_chain=1,
     )
     requests = [(n, ctx, out_tokens)]  # (count, prompt, output) the memory must hold at once
     if c["workload"] == "trace":  # open loop at the recorded arrival times, the server's batch and chunk limits

@@ -95,6 +95,7 @@ def base_config(a, mode, context, k_max):
         speculative_k=k_max,
         prefill_interleave=False,
         decode_chain=1,  # k = 0 phases: the single graphed step the speculative results were measured against
+        spec_chain=1,  # likewise one speculative step a call (--spec-chain adds the chained run)
         spec_predict=getattr(a, "spec_predict", "after"),
         kv_budget_gb=getattr(a, "kv_budget_gb", None),
         # one scorer for after and beside (block_score=auto would give a real SmolLM2 tokens under after and

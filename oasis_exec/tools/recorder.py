@@ -57,12 +57,18 @@ def recording_from_bench(
     is not a valid recording."""
     c = config_fields(exec_config)
     b = dict(bench)
-    chain = int(b.get("decode_chain", c.get("decode_chain", 1)) or 1)
-    if chain > 1:  # the simulator runs one decode step a scheduler step
-        raise ValueError(
-            f"recording_from_bench: a run with decode_chain {chain} is not a recording the simulator replays "
-            "(it models one decode step a scheduler step); record with decode_chain 1"
-        )
+    # the chains the run could take: the bench's (spec_chain: its spec_chain_max; records older than the field
+    # never chained speculative steps), else the config's
+    for name, chain in (
+        ("decode_chain", b.get("decode_chain", c.get("decode_chain", 1))),
+        ("spec_chain", b.get("spec_chain", 1)),
+    ):
+        chain = int(chain or 1)
+        if chain > 1:  # the simulator runs one decode step a scheduler step
+            raise ValueError(
+                f"recording_from_bench: a run with {name} {chain} is not a recording the simulator replays "
+                f"(it models one decode step a scheduler step); record with {name} 1"
+            )
     device = str(b.get("device") or "unknown")
     hw = hardware_of("recording_from_bench", hardware, device)
     mode = b["mode"]

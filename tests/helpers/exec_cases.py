@@ -21,6 +21,7 @@ def cfg(mode, device="cpu", **kw):
         draft_vocab=64,
         prefill_chunk=48,
         decode_chain=1,  # a step a token: the tests compare every step's logits (decode chains: their own tests)
+        spec_chain=1,  # likewise a speculative step a call (chained speculative steps: test_exec_spec_chain.py)
     )
     base.update(kw)
     return ExecConfig(**base)

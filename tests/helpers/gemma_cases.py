@@ -45,6 +45,7 @@ def cfg(mode, **kw):
         draft_vocab=64,
         prefill_chunk=48,
         decode_chain=1,
+        spec_chain=1,
     )
     base.update(kw)
     return ExecConfig(**base)

@@ -139,7 +139,8 @@ def test_chain_length_bounds():
     with pytest.raises(ValueError, match="decode_chain"):
         ExecConfig(model="tiny", decode_chain=0)
     assert ExecConfig(mode="dense", decode_chain=6).step_tokens_max == 6
-    assert ExecConfig(mode="dense", speculative_k=3, decode_chain=2).step_tokens_max == 4
+    assert ExecConfig(mode="dense", speculative_k=3, decode_chain=2, spec_chain=1).step_tokens_max == 4
+    assert ExecConfig(mode="dense", speculative_k=3).step_tokens_max == 16  # speculative steps chain 16 // 4
 
 
 def test_engine_chains_only_when_nothing_else_waits():
@@ -227,3 +228,20 @@ def test_record_runs_single_steps(tmp_path, capsys):
         from oasis_exec.tools.recorder import recording_from_bench
 
         recording_from_bench({"decode_chain": 4, "mode": "dense", "steps": 1}, exec_config=cfg, hardware="h200")
+
+
+def test_record_runs_single_speculative_steps(tmp_path, capsys):
+    """Speculative steps likewise: ``bench --record`` turns the default ``spec_chain`` off and says so, and a bench
+    record whose speculative steps chained is not a recording."""
+    from oasis_exec.__main__ import build_parser, prepare_bench
+    from oasis_exec.tools.recorder import recording_from_bench
+
+    argv = ["bench", "--device", "cpu", "--model", "tiny", "--mode", "dense", "--speculative-k", "1"]
+    cfg, _ = prepare_bench(build_parser().parse_args(argv))
+    assert cfg.spec_chain_max == 8  # not recording: the default chain
+    argv += ["--record", str(tmp_path / "r.json"), "--record-hardware", "h200"]
+    cfg, _ = prepare_bench(build_parser().parse_args(argv))
+    assert cfg.spec_chain == 1 and cfg.spec_chain_max == 1
+    assert f"spec_chain {ExecConfig.spec_chain} -> 1" in capsys.readouterr().err
+    with pytest.raises(ValueError, match="spec_chain 8"):
+        recording_from_bench({"spec_chain": 8, "mode": "dense", "steps": 1}, exec_config=cfg, hardware="h200")

@@ -83,7 +83,8 @@ def test_chain_length_rules():
     c = cfg("lookahead", speculative_k=3, spec_chain=8)
     assert c.spec_chain_max == 4 and c.step_tokens_max == 16  # 16 // (3 + 1) steps of 4 tokens
     assert cfg("lookahead", speculative_k=1, spec_chain=8).spec_chain_max == 8
-    assert cfg("lookahead", speculative_k=1).spec_chain_max == 1  # off by default
+    assert cfg("lookahead", speculative_k=1, spec_chain=1).spec_chain_max == 1  # off
+    assert ExecConfig(mode="lookahead", speculative_k=1).spec_chain_max == 8  # the default chains 8
     assert cfg("lookahead", speculative_k="auto:2", spec_chain=8).spec_chain_max == 1  # adaptive k: each step's own
     assert cfg("lookahead", spec_chain=8).spec_chain_max == 1  # no speculation
     with pytest.raises(ValueError, match="spec_chain"):

@@ -250,8 +250,9 @@ def test_config_and_cli():
     ap = build_parser()
     a = ap.parse_args(["bench", "--dummy", "--mode", "dense", "--speculative-k", "3", "--steps", "4", "--warmup", "1"])
     c, bc = prepare_bench(a)
-    assert c.speculative_k == 3 and c.max_context == bc.engine_max_context(c.block_size, 3)
-    assert bc.engine_max_context(c.block_size, 3) - bc.context >= bc.output_tokens(3) == 6 * 4
+    assert c.speculative_k == 3 and c.spec_chain_max == 4 and c.step_tokens_max == 16  # chained 16 // (3 + 1)
+    assert c.max_context == bc.engine_max_context(c.block_size, 15)  # a scheduler step emits up to 16 tokens
+    assert bc.engine_max_context(c.block_size, 15) - bc.context >= bc.output_tokens(15) == 6 * 16
     with pytest.raises(cliargs.CliError, match=r"^--speculative-k: only modes"):
         prepare_bench(ap.parse_args(["bench", "--dummy", "--mode", "retrieval", "--speculative-k", "2"]))
     from oasis_exec.server.adapter import add_engine_args, exec_config_from_args

@@ -154,18 +154,18 @@ def test_spec_chain_pays_the_host_round_trip_once_a_chain(tmp_path, mode):
     same accepted histogram) run faster; the roofline has no host term, so it is unchanged; beside and adaptive k
     do not chain (``spec_chain_max`` 1)."""
     spec = ["--mode", mode, "--speculative-k", "1", "--speculative-alpha", "0.6"]
-    one = _summary(run_outputs(tmp_path, "a", *spec))
-    chained = _summary(run_outputs(tmp_path, "b", *spec, "--spec-chain", "8"))
+    one = _summary(run_outputs(tmp_path, "a", *spec, "--spec-chain", "1"))
+    chained = _summary(run_outputs(tmp_path, "b", *spec))  # the default chains 8
     assert chained["accepted_hist"] == one["accepted_hist"] and chained["output_tokens"] == one["output_tokens"]
     if mode == "lookahead":
         assert chained["throughput_tok_s"] > 1.02 * one["throughput_tok_s"]
     else:
         assert chained["throughput_tok_s"] == pytest.approx(one["throughput_tok_s"], rel=1e-9)
     roof = ["--predictor", "roofline"]
-    r_one = _summary(run_outputs(tmp_path, "c", *spec, *roof))
+    r_one = _summary(run_outputs(tmp_path, "c", *spec, *roof, "--spec-chain", "1"))
     r_chained = _summary(run_outputs(tmp_path, "d", *spec, *roof, "--spec-chain", "8"))
     assert r_chained["throughput_tok_s"] == pytest.approx(r_one["throughput_tok_s"], rel=1e-9)
-    assert SimConfig(speculative_k=1, spec_chain=8).spec_chain_max == 8
+    assert SimConfig(speculative_k=1).spec_chain_max == 8 and SimConfig().spec_chain_max == 1  # no k: nothing chains
     assert SimConfig(speculative_k=3, spec_chain=8).spec_chain_max == 4  # 16 // (3 + 1): one block a chain
     assert SimConfig(speculative_k="auto:2", spec_chain=8).spec_chain_max == 1
     assert SimConfig(mode="lookahead", speculative_k=1, spec_chain=8, spec_predict="beside").spec_chain_max == 1

@@ -15,6 +15,9 @@
 # (6ec514d's call ran without the chained k = 0: results/h100_6ec514d/). SKIP_TESTS=1, SKIP_LOOK=1 (dense only).
 MODEL_SHA256=a5fd3b62230aa5ec60212297dc9d20eaa70578ac519e00d93a17e44c087a6818  # Gemma 3 270M Q4_K_M
 DEADLINE_S=${DEADLINE_S:-560}
+# the first group runs three engines, each with a 32K prefill of 60-100 s on the H100 (c088cc2): 150 s a group cut
+# it after its first engine; the whole step took 360 s with 415
+RUN_S=${RUN_S:-400}
 need_model || exit 1
 D=experiments/long_context_draft
 if [ "${SKIP_TESTS:-0}" != 1 ]; then
