@@ -101,6 +101,7 @@ def base_config(a, mode, context, k_max):
         # one scorer for after and beside (block_score=auto would give a real SmolLM2 tokens under after and
         # minmax_sum+sink under beside, which cannot run tokens): the results' scorer before auto existed
         block_score=getattr(a, "block_score", "minmax_sum+sink"),
+        **({} if getattr(a, "draft_ngram", None) is None else {"draft_ngram": a.draft_ngram}),
     )
 
 
@@ -269,6 +270,13 @@ def main(argv=None) -> int:
         help="modes of --fresh-k0 (default dense: lookahead drafts at k = 0 anyway, so its phase k=0 is the same)",
     )
     ap.add_argument("--spec-predict", default="after", choices=("after", "beside"), help="ExecConfig.spec_predict")
+    ap.add_argument(
+        "--draft-ngram",
+        type=int,
+        default=None,
+        help="ExecConfig.draft_ngram: prompt lookup's token as the draft where the last N tokens occurred before "
+        "(default: the config's, 0 with speculative decoding)",
+    )
     ap.add_argument("--kv-budget-gb", type=float, default=None, help="ExecConfig.kv_budget_gb (lanes clip to it)")
     ap.add_argument(
         "--block-score",

@@ -110,12 +110,15 @@ def test_a_chained_run_drafts_what_an_unchained_run_drafts():
     eng8.close()
 
 
-def test_speculative_greedy_equal_and_lookup_drafts_accepted():
-    base = dict(mode="dense", speculative_k=3)
+@pytest.mark.parametrize("spec_chain", [1, 4])
+def test_speculative_greedy_equal_and_lookup_drafts_accepted(spec_chain):
+    base = dict(mode="dense", speculative_k=3, spec_chain=spec_chain)
     _, ref, _, _ = _run(cfg("dense"))
     eng_h, out_h, _, _ = _run(cfg(**base, draft_ngram=0))  # the random head alone: its drafts right only by chance
-    eng, out, drafts, _ = _run(cfg(**base, draft_ngram=2), record=True)
+    eng, out, drafts, steps = _run(cfg(**base, draft_ngram=2), record=True)
     assert out == ref and out_h == ref
+    if spec_chain > 1:  # chained indeed: fewer scheduler steps than speculative steps
+        assert steps < eng.runner.spec.steps
     s, s_h = eng.runner.spec, eng_h.runner.spec
     # accepted drafts (tokens beyond one a lane-step): the random head's few by chance, the lookup's many more
     assert s.tokens - s.lanes > 3 * max(1, s_h.tokens - s_h.lanes), (s.tokens, s.lanes, s_h.tokens, s_h.lanes)
