@@ -275,7 +275,7 @@ def main(argv=None) -> int:
         type=int,
         default=None,
         help="ExecConfig.draft_ngram: prompt lookup's token as the draft where the last N tokens occurred before "
-        "(default: the config's, 0 with speculative decoding)",
+        "(default: the config's, ExecConfig.draft_ngram)",
     )
     ap.add_argument("--kv-budget-gb", type=float, default=None, help="ExecConfig.kv_budget_gb (lanes clip to it)")
     ap.add_argument(

@@ -7,8 +7,8 @@ device, in every decode step), on the CPU.
   steps (no host read between them) look up too, so a chained run drafts exactly what an unchained run drafts.
 - Lookahead with K covering every block: the outputs equal those without it (a draft only chooses blocks).
 - Speculative decoding: greedy outputs equal the ordinary greedy outputs, and the lookup's drafts are accepted.
-- The default: ``DRAFT_NGRAM`` (2) in a mode with a draft row (lookahead) without speculative decoding, 0 (off)
-  elsewhere and with ``speculative_k``; an explicit value, 0 included, wins; the command line resolves and shows it;
+- The default: ``DRAFT_NGRAM`` (2) in a mode with a draft row (lookahead) and with ``speculative_k``, 0 (off)
+  elsewhere; an explicit value, 0 included, wins; the command line resolves and shows it;
   the runner keeps the history (``NgramDrafts``) only where it resolves above 0, sized as its help says.
 - Bad values are refused with the field's name.
 """
@@ -148,16 +148,17 @@ def test_the_default_is_on_where_a_step_drafts(mode):
 
 
 @pytest.mark.parametrize("spec", [1, 2, "auto", "auto:2"])
-def test_the_default_is_off_with_speculative_decoding(spec):
-    """Measured without speculation: a speculative run (lookahead's too) keeps 0 unless given; speculative_k 0 is
-    the ordinary step's default."""
+def test_the_default_is_on_with_speculative_decoding(spec):
+    """A speculative run drafts (dense's too: its head proposes the chain), so the lookup is on unless given;
+    speculative_k 0 leaves dense without it (no draft row)."""
     base = dict(model="tiny", device="cpu", dtype="float32", speculative_k=spec)
-    assert ExecConfig(**base, mode="lookahead").draft_ngram == 0
-    assert ExecConfig(**base, mode="dense").draft_ngram == 0
-    assert ExecConfig(**base, mode="lookahead", draft_ngram=2).draft_ngram == 2
+    assert ExecConfig(**base, mode="lookahead").draft_ngram == DRAFT_NGRAM
+    assert ExecConfig(**base, mode="dense").draft_ngram == DRAFT_NGRAM
+    assert ExecConfig(**base, mode="lookahead", draft_ngram=0).draft_ngram == 0
     assert ExecConfig(**base, mode="dense", draft_ngram=3).draft_ngram == 3
     ordinary = dict(base, speculative_k=0)
     assert ExecConfig(**ordinary, mode="lookahead").draft_ngram == DRAFT_NGRAM
+    assert ExecConfig(**ordinary, mode="dense").draft_ngram == 0
 
 
 def test_a_bad_speculative_k_is_named_not_the_default():
@@ -165,7 +166,7 @@ def test_a_bad_speculative_k_is_named_not_the_default():
         ExecConfig(model="tiny", device="cpu", dtype="float32", mode="lookahead", speculative_k="bad")
 
 
-def test_the_default_runs_the_lookup_in_lookahead_only():
+def test_the_default_runs_the_lookup_where_a_step_drafts():
     """The runner keeps the device history (max_lanes x (max_context + 1) int32) only where draft_ngram resolved
     above 0, sized as ExecConfig.draft_ngram's help says; a small configuration (one lane, one block) builds."""
     eng = Engine(cfg("lookahead", **ALL))
@@ -176,9 +177,9 @@ def test_the_default_runs_the_lookup_in_lookahead_only():
     eng.close()
     for c in (
         cfg("lookahead", draft_ngram=0, **ALL),
-        cfg("lookahead", speculative_k=2, **ALL),
+        cfg("lookahead", speculative_k=2, draft_ngram=0, **ALL),
         cfg("proxy", **ALL),
-        cfg("dense", speculative_k=2),
+        cfg("dense"),
     ):
         eng = Engine(c)
         assert eng.runner.drafts.ngram is None, c
@@ -203,8 +204,8 @@ def test_the_command_line_default_an_explicit_zero_and_the_help():
 
     assert built("--mode", "lookahead").draft_ngram == DRAFT_NGRAM
     assert built("--mode", "lookahead", "--draft-ngram", "0").draft_ngram == 0
-    assert built("--mode", "lookahead", "--speculative-k", "2").draft_ngram == 0
-    assert built("--mode", "lookahead", "--speculative-k", "2", "--draft-ngram", "2").draft_ngram == 2
+    assert built("--mode", "lookahead", "--speculative-k", "2").draft_ngram == DRAFT_NGRAM
+    assert built("--mode", "lookahead", "--speculative-k", "2", "--draft-ngram", "0").draft_ngram == 0
     assert built("--mode", "proxy").draft_ngram == 0
     text = " ".join(p.format_help().split())
     assert "--draft-ngram" in text and f"(default: {DRAFT_NGRAM} in a mode with a draft row, lookahead" in text

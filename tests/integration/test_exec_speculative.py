@@ -323,7 +323,8 @@ def test_real_model_trained_head_speculative_equals_greedy():
 
 # draft_gate 0: the ungated ordinary step, which is what a verify pass's prediction is (see above)
 @pytest.mark.parametrize(
-    "mode,kw", [("dense", {}), ("lookahead", {"short_context": False, "draft_gate": 0, "draft_ngram": 0})]
+    "mode,kw",
+    [("dense", {"draft_ngram": 0}), ("lookahead", {"short_context": False, "draft_gate": 0, "draft_ngram": 0})],
 )
 def test_auto_random_draft_equals_greedy_and_backs_off(mode, kw):
     ps = prompts(3)

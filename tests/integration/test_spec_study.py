@@ -97,13 +97,13 @@ def test_replay_draws_the_recorded_acceptance_and_what_if_uses_the_study(tmp_pat
     assert "| k2 | lookahead | 200 × 4 | 2 | synthetic | 3.00 / 3.00 |" in md
 
 
-def test_draft_ngram_reaches_the_config_and_defaults_off_with_speculation():
+def test_draft_ngram_reaches_the_config():
     import argparse
 
     study = _load("spec_study")
     a = argparse.Namespace(model_path=None, draft_path=None, device="cpu", dtype="float32", top_k=4, concurrency=2)
     a.warmup, a.steps = 1, 1
-    assert study.base_config(a, "lookahead", 256, 1).draft_ngram == 0  # the config's default with speculation
-    a.draft_ngram = 2
+    assert study.base_config(a, "lookahead", 256, 1).draft_ngram == 2  # the config's default
+    a.draft_ngram = 0
     c = study.base_config(a, "lookahead", 256, 1)
-    assert c.draft_ngram == 2 and c.speculative_k == 1 and c.spec_chain == 1
+    assert c.draft_ngram == 0 and c.speculative_k == 1 and c.spec_chain == 1
