@@ -322,3 +322,18 @@ def test_the_copy_less_twin_replays_without_copies(tmp_path):
         assert sim_config(back).no_transfer is nt
         out[nt] = replay(back).predicted
     assert out[True]["pcie_h2d_bytes_per_step"] == 0 < out[False]["pcie_h2d_bytes_per_step"]
+
+
+def test_a_replay_runs_single_steps_as_recorded():
+    """A recording's steps are single decode steps (``bench --record`` runs chains off, ``recording_from_bench``
+    refuses a chained run), so its replay turns the simulator's default decode and speculative chains off."""
+    import os
+
+    from oasis_sim.config import SimConfig
+    from oasis_sim.replay import sim_config
+
+    root = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+    rec = load_recording(os.path.join(root, "traces", "recordings", "lookahead-16k-c16-fr0.05.json"))
+    assert SimConfig().decode_chain > 1 and SimConfig().spec_chain > 1  # the defaults chain
+    c = sim_config(rec)
+    assert c.decode_chain == 1 and c.spec_chain == 1
