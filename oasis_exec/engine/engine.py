@@ -262,9 +262,9 @@ class Engine:
 
     def _chain(self, plan) -> int:
         """The decode steps this step's batch may chain (``ExecConfig.decode_chain``, or ``spec_chain`` speculative
-        steps): none while another request
-        waits for work the chain would delay (a prefill under way, a queued request with a lane free for it), nor
-        with a sampler other than the engine's (one installed by a harness may read the host every step)."""
+        steps): none while another request waits for work the chain would delay (a prefill under way, a queued
+        request with a lane free for it), nor with a sampler other than the engine's (one installed by a harness may
+        read the host every step)."""
         sch = self.scheduler
         limit = max(self.cfg.chain_max, self.cfg.spec_chain_max)  # ordinary steps' chains or speculative steps'
         if (

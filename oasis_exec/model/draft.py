@@ -114,11 +114,17 @@ def draft_hidden(w: dict, shape: ModelSpec, feats, emb):
     )
 
 
+def head_logits(w: dict, eps: float, h, lm_head):
+    """The head's output: hidden states ``h`` [..., hidden] through its final norm and ``lm_head`` [V', hidden]
+    -> logits [..., V'] (float32)."""
+    return (rms_norm(h, w["norm.weight"], eps) @ lm_head.t()).float()
+
+
 def draft_logits(w: dict, shape: ModelSpec, aux, emb, lm_head):
     """The head's forward, differentiable (training uses it as is): aux [B, 3 * hidden] target features, emb
     [B, hidden] the embedding of the token just sampled, lm_head [V', hidden] -> logits [B, V'] (float32)."""
     h = draft_hidden(w, shape, aux @ w["fc.weight"].t(), emb)
-    return (rms_norm(h, w["norm.weight"], shape.rms_eps) @ lm_head.t()).float()
+    return head_logits(w, shape.rms_eps, h, lm_head)
 
 
 class DraftHead:
@@ -173,7 +179,7 @@ class DraftHead:
         return self.propose_state(aux, token_ids)[0]
 
     def _ids(self, h):
-        logits = (rms_norm(h, self.w["norm.weight"], self.shape.rms_eps) @ self.lm_head.t()).float()
+        logits = head_logits(self.w, self.shape.rms_eps, h, self.lm_head)
         top, d = logits.max(-1)
         if self.want_conf:  # the draft's probability under the head: exp(its logit - logsumexp)
             self.conf = torch.exp(top - torch.logsumexp(logits, -1))
@@ -181,8 +187,7 @@ class DraftHead:
 
     def top_ids(self, h, n: int):
         """The head's ``n`` best tokens [..., n], best first (``_ids``'s first column; no confidence kept)."""
-        logits = (rms_norm(h, self.w["norm.weight"], self.shape.rms_eps) @ self.lm_head.t()).float()
-        d = logits.topk(n, -1).indices
+        d = head_logits(self.w, self.shape.rms_eps, h, self.lm_head).topk(n, -1).indices
         return d + self.d2t[d] if self.own_head else d
 
     def propose_state(self, aux, token_ids):

@@ -53,7 +53,7 @@ from oasis_core.specs import ModelSpec
 
 from .. import ops
 from .decoder import rms_norm, rope
-from .draft import NAMES, DraftHead, random_draft_weights
+from .draft import NAMES, DraftHead, head_logits, random_draft_weights
 
 ATTN_NAMES = NAMES + ("midlayer.self_attn.q_proj.weight", "midlayer.self_attn.k_proj.weight")
 HEAD_KINDS = ("single", "attn")  # ExecConfig.draft_head
@@ -123,8 +123,7 @@ def hidden_seq(w: dict, a: AttnShape, eps: float, aux, emb, pos0: int = 0):
 
 def logits_seq(w: dict, a: AttnShape, eps: float, aux, emb, lm_head, pos0: int = 0):
     """``hidden_seq`` -> logits [B, T, V'] (float32)."""
-    h = hidden_seq(w, a, eps, aux, emb, pos0)
-    return (rms_norm(h, w["norm.weight"], eps) @ lm_head.t()).float()
+    return head_logits(w, eps, hidden_seq(w, a, eps, aux, emb, pos0), lm_head)
 
 
 class DraftKV:

@@ -207,7 +207,7 @@ class SpecStep:
             if i == 0 and synth_ready is not None:
                 self.sources.presynth(lanes_list, synth_ready)
             n_t, emitted = n_t.clone(), emitted.clone()  # a graph's outputs are overwritten by the next replay
-            steps.append((pos, n_t, emitted, logits.clone() if n_chain > 1 else logits))
+            steps.append((pos, n_t, emitted, logits.clone()))
             toks = emitted.gather(1, n_t[:, None]).squeeze(1)  # the next step's input: the token emitted last
             pos = pos + n_t + 1
         pos_all, n_all, em_all = (torch.stack([st[j] for st in steps]) for j in range(3))

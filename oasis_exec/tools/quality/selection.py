@@ -305,10 +305,9 @@ def measure_tokens(dec, tokens, setup: Setup, head=None, progress=None, attn_hea
     for d in setup.drafts:
         if d in HEDGED:
             dtok[d] = dtok[HEDGED[d][0]]
-    rowd = need
-    dtok = {d: dtok[d] for d in dict.fromkeys([*setup.drafts, *rowd])}
+    dtok = {d: dtok[d] for d in dict.fromkeys([*setup.drafts, *need])}
     # Draft variants: each row draft densely, and through the resident set of each K.
-    variants = [(d, None) for d in rowd] + [(d, k) for k in ks for d in rowd]
+    variants = [(d, None) for d in need] + [(d, k) for k in ks for d in need]
     # Per block scorer and K: the correct draft (the text's token) through that scorer's T_t (scorer_stats.py), and
     # the trained head's when it is measured ("lookahead_eagle3").
     sc_vars = [(sc, k) for sc in setup.block_scores for k in ks]
@@ -381,8 +380,8 @@ def measure_tokens(dec, tokens, setup: Setup, head=None, progress=None, attn_hea
         for vi, (d, k) in enumerate(variants):
             qs[(d, k)] = qd[vi * p_ : (vi + 1) * p_]
         for d in setup.drafts:
+            a, b = HEDGED.get(d, (d, None))
             for k in [None, *ks]:
-                a, b = HEDGED.get(d, (d, None))
                 qv = qs[(a, k)]
                 if b is not None:  # the larger of the two queries' scores: the queries side by side as heads
                     qb = trace.q_cur[li] if b == "cur" else qs[(b, k)]
