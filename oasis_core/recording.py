@@ -48,6 +48,7 @@ RECORDING_VERSION = 1
 
 SELECTIONS = ("model", "synthetic", "replay")
 TRANSFER_PATHS = ("dma", "uva")
+TOPK_KERNELS = ("fused", "sort")  # config.topk_kernel: the executor's ExecConfig.topk_kernel
 WORKLOADS = ("closed-loop", "trace")
 # Stage names of results.stage_ms_per_step (ms per timed step, summed over layers). Others are stored as is.
 STAGES = ("layers", "attn", "gemm", "pred", "select", "transfer", "host_gather", "stall")
@@ -156,6 +157,8 @@ def _check_config(c) -> None:
     _int_field("config.steps", c["steps"], 1, MAX_RECORDED_STEPS)
     if c.get("host_kv_dtype") is not None:  # optional (recordings before it: the compute dtype, "auto")
         _str_field("config.host_kv_dtype", c["host_kv_dtype"], HOST_KV_DTYPES)
+    if c.get("topk_kernel") is not None:  # optional: the prediction's top-K (null: none ran; absent: unknown)
+        _str_field("config.topk_kernel", c["topk_kernel"], TOPK_KERNELS)
     if c.get("tensor_parallel") is not None:  # optional: the ranks of a tensor-parallel run (its rank 0 recorded)
         _int_field("config.tensor_parallel", c["tensor_parallel"], 1)
     if c.get("layer_windows") is not None:  # optional: per layer, null (full) or its window in tokens (hybrid)

@@ -86,6 +86,11 @@ class SimConfig(SpeculationFields, BenchFields, TransferFields, KVFields, RunFie
     h2d_bytes_per_s: Optional[float] = _h("effective host->GPU rate for scattered blocks (default: 0.55 x link)", None)
     gather_sm_share: float = _h("share of SMs a uva gather takes from compute while it runs", 0.24)
     # -- selection --------------------------------------------------------------------------------------------
+    prediction_topk: bool = _h(
+        "each layer's prediction runs its top-K (op topk) after the scoring; off: the scoring alone, as the "
+        "executor's synthetic selection without synthetic_topk runs (a replay of such a recording sets it off)",
+        True,
+    )
     replay_file: Optional[str] = _h("replay: JSON file of recorded per-step fetch/recall figures", None)
     policy_sampling: str = _h(
         "profile: per context bucket, run oasis_core once and reuse | exact: every request", "profile"

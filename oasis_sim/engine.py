@@ -658,7 +658,7 @@ class SimEngine:
         if mode.selects and n_sel:
             summary_bytes = blocks_sum * kvh * self.score_bpbh
             score_s = pred.time("score", {"summary_bytes": summary_bytes})
-            topk_s = pred.time("topk", {"elements": blocks_sum * kvh})
+            topk_s = pred.time("topk", {"elements": blocks_sum * kvh}) if cfg.prediction_topk else 0.0
             side_bytes = (summary_bytes + 8.0 * blocks_sum * kvh) * (K if beside else 1)  # beside: K candidates
             if self._sparse:
                 sel_s = self._time1("select", "rows", n_sel * kvh)

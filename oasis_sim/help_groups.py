@@ -25,7 +25,15 @@ RUN_GROUPS = (
     ("host->GPU transfers", ("host_kv_dtype", "transfer_path", "h2d_bytes_per_s", "gather_sm_share")),
     (
         "selection model",
-        ("selection", "replay_file", "policy_sampling", "policy_layers", "profile_steps", "profile_replicas"),
+        (
+            "selection",
+            "prediction_topk",
+            "replay_file",
+            "policy_sampling",
+            "policy_layers",
+            "profile_steps",
+            "profile_replicas",
+        ),
     ),
     (
         "speculative decoding",

@@ -185,6 +185,8 @@ def sim_config(
             values["speculative_accepted_hist"] = dict(rec.results["accepted_hist"])
         if c.get("spec_predict"):  # the executor's prediction beside the verify pass (oasis_sim.spec_pipeline)
             values["spec_predict"] = c["spec_predict"]
+    if "topk_kernel" in c and c["topk_kernel"] is None:  # a sparse run that made no top-K (the recorder: sparse only)
+        values["prediction_topk"] = False
     if c.get("no_transfer"):  # the bench's copy-less twin: planned as recorded, nothing copied
         values["no_transfer"] = True
     if c.get("hot_slots"):  # the recorded hot cache (hisparse) or victim cache (a background mode)

@@ -104,6 +104,8 @@ def recording_from_bench(
         # the host copy's element type (sparse modes; None: dense, or a record from before it, i.e. "auto")
         "host_kv_dtype": (b.get("host_kv_dtype") or c.get("host_kv_dtype") or "auto") if sparse else None,
     }
+    if sparse and "topk_kernel" in b:  # the prediction's top-K kernel; None: the run made none (synthetic sets
+        config["topk_kernel"] = b["topk_kernel"]  # without synthetic_topk), which the replay then prices as none
     if b.get("layer_windows") is not None:  # a hybrid model: per layer, None (full) or its window
         config["layer_windows"] = list(b["layer_windows"])
     tp = int(b.get("tensor_parallel", c.get("tensor_parallel", 1)) or 1)

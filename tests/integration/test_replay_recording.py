@@ -224,6 +224,17 @@ def test_recorder_maps_bench_record(tmp_path):
     assert rec.trace == back.trace
 
 
+def test_recorder_keeps_the_prediction_top_k_the_bench_ran(tmp_path):
+    """``topk_kernel`` goes from the bench record into the recording (null: the run made no top-K, synthetic sets
+    without ``synthetic_topk``); a record without the key leaves it unknown, and a bad value is refused."""
+    for i, (given, kept) in enumerate(((("fused",), "fused"), ((None,), None), ((), "absent"))):
+        b = dict(BENCH, topk_kernel=given[0]) if given else dict(BENCH)
+        back = load_recording(write_bench_recording(str(tmp_path / f"t{i}.json"), b, {"block_size": 16}).source)
+        assert back.config.get("topk_kernel", "absent") == kept
+    with pytest.raises(RecordingError, match="topk_kernel"):
+        build_recording(dict(base_config(), topk_kernel="radix"), fake_results())
+
+
 def test_sample_steps_keeps_the_slowest():
     ms = [10.0] * 500
     ms[137] = 99.0

@@ -171,3 +171,48 @@ def test_spec_chain_pays_the_host_round_trip_once_a_chain(tmp_path, mode):
     assert SimConfig(mode="lookahead", speculative_k=1, spec_chain=8, spec_predict="beside").spec_chain_max == 1
     with pytest.raises(ConfigError):
         SimConfig(speculative_k=1, spec_chain=0)
+
+
+def test_a_prediction_without_its_top_k_shortens_only_the_speculative_step(tmp_path):
+    """``SimConfig.prediction_topk`` off (the executor's synthetic selection without ``synthetic_topk`` runs the
+    scoring and no top-K): the ordinary lookahead step hides its prediction beside the pass, so it hardly moves; the
+    speculative step runs each layer's prediction after the pass, one layer after another, so it loses about the
+    top-K's time a layer (at a small cap, where each layer's prediction, not its copy, is the tail's slowest stage).
+    A recording whose bench ran no top-K (``topk_kernel`` null) replays with it off."""
+    from oasis_core.specs import get_model
+    from oasis_sim.sim import make_predictor
+
+    spec = ("--speculative-k", "1", "--speculative-alpha", "0", "--speculative-gamma", "0")
+    got = {}
+    for name, extra in (("base", ()), ("spec", spec)):
+        for topk in ("--prediction-topk", "--no-prediction-topk"):
+            got[name, topk] = _summary(
+                run_outputs(
+                    tmp_path,
+                    name + topk,
+                    "--mode",
+                    "lookahead",
+                    "--top-k",
+                    "128",
+                    "--fetch-ratio",
+                    "0.01",
+                    topk,
+                    *extra,
+                )
+            )["tpot_ms_p50"]
+    cfg = SimConfig(mode="lookahead", top_k=128, concurrency=4)
+    pred, _ = make_predictor(cfg)  # run_outputs' predictor (the default)
+    blocks = 4 * 4096 // cfg.block_size  # QUICK4's four requests' blocks, about
+    topk_ms = 1e3 * pred.time("topk", {"elements": blocks * get_model(cfg.model).n_kv_heads})
+    layers = get_model(cfg.model).n_layers
+    base_saved = got["base", "--prediction-topk"] - got["base", "--no-prediction-topk"]
+    spec_saved = got["spec", "--prediction-topk"] - got["spec", "--no-prediction-topk"]
+    assert abs(base_saved) < 0.05 * got["base", "--prediction-topk"]
+    assert spec_saved > 0.5 * (layers - 1) * topk_ms
+
+    for topk_kernel, on in (("fused", True), (None, False)):
+        rec = build_recording(
+            dict(base_config(), speculative_k=1, topk_kernel=topk_kernel), fake_results(accepted_hist={"1": [1, 1]})
+        )
+        assert sim_config(rec).prediction_topk is on
+    assert sim_config(build_recording(base_config(), fake_results())).prediction_topk  # absent: as before
