@@ -48,6 +48,7 @@ from oasis_core import provenance  # noqa: E402
 
 DRAFT = os.path.join(REPO, "experiments", "trained_draft_head", "smollm2-eagle3")
 TEXT = os.path.join(REPO, "traces", "texts", "argparse.py.txt")
+BLOCK = 16  # the study's block size (tokens a KV block)
 
 
 def phase_values(ks) -> list:
@@ -79,8 +80,8 @@ def base_config(a, mode, context, k_max):
 
     out = 14 * (a.warmup + a.steps) + 1  # the most tokens the phases emit (k <= 3: 1+2+3+4+4 a step)
     chain = getattr(a, "spec_chain", 0)
-    if chain > 1 and k_max:  # the spec-chained run: (k + 1) tokens a step, at most 16 // (k + 1) steps a chain
-        out = max(out, (a.warmup + a.steps + 1) * (k_max + 1) * min(chain, 16 // (k_max + 1)))
+    if chain > 1 and k_max:  # the spec-chained run: (k + 1) tokens a step, at most BLOCK // (k + 1) steps a chain
+        out = max(out, (a.warmup + a.steps + 1) * (k_max + 1) * min(chain, BLOCK // (k_max + 1)))
     return ExecConfig(
         model_path=a.model_path,
         draft_path=a.draft_path,
@@ -89,7 +90,7 @@ def base_config(a, mode, context, k_max):
         dtype=a.dtype,
         mode=mode,
         top_k=a.top_k,
-        block_size=16,
+        block_size=BLOCK,
         max_lanes=a.concurrency,
         max_context=context + max(out, (a.warmup + a.steps + 1) * (k_max + 1)) + 32,
         speculative_k=k_max,
