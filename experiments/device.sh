@@ -23,6 +23,7 @@
 # The real model's pieces: /work/shared/models/README.md (a call carries 64 MiB with the working tree, 30 MB since
 # 2026-12-02, so the 98 MB GGUF is split with `split -b 26M FILE /tmp/p_` into .models/a .. .models/d, the gguf wheel
 # (`pip download --no-deps gguf`) with the last; earlier calls `stash` theirs while the machine is warm).
+# experiments/device_carry.sh prepares all of this here: `pieces gemma|smollm2`, `wheel`, `slim` / `unslim`.
 # Fewer calls (2026-12-05): untrack the results, traces/public, experiments/trained_draft_head/prompts.npz and its
 # model.safetensors for the calls (`git rm -r -q --cached` + the same paths in .git/info/exclude; `git reset` after,
 # never commit meanwhile): the tree is then 6.7 MB and a call carries ~59 MB more, e.g. Gemma's 253 MB in five pieces

@@ -55,3 +55,70 @@ def test_model_is_assembled_in_piece_order_and_checked(tmp_path):
     r = _run("model", OUT=str(tmp_path / "out"), MODEL_DIR=str(mdir), MODEL_SHA256=good, CARRIED=str(tmp_path / "none"))
     assert r.returncode == 1 and "sha256" in r.stdout
     assert not (mdir / "model.gguf").exists()
+
+
+def _carry_repo(tmp_path):
+    """A scratch git repository with device_carry.sh and device.sh under experiments/, a result and a source file."""
+    repo = tmp_path / "repo"
+    (repo / "experiments" / "q" / "results").mkdir(parents=True)
+    for name in ("device_carry.sh", "device.sh"):
+        (repo / "experiments" / name).write_bytes((REPO / "experiments" / name).read_bytes())
+    (repo / "experiments" / "q" / "results" / "r.json").write_text("{}")
+    (repo / "src.py").write_text("x = 1\n")
+
+    def git(*a):
+        return subprocess.run(["git", *a], cwd=repo, capture_output=True, text=True, check=True).stdout
+
+    git("init", "-q")
+    git("add", "-A")
+    git("-c", "user.name=t", "-c", "user.email=t@t", "commit", "-q", "-m", "init")
+    return repo, git
+
+
+def test_carry_slims_the_tree_and_puts_it_back(tmp_path):
+    """``device_carry.sh slim`` untracks the results (a device call carries the tree), ``unslim`` restores the index
+    and the exclude file exactly; slim twice or unslim unslimmed is refused."""
+    repo, git = _carry_repo(tmp_path)
+    carry = ["bash", str(repo / "experiments" / "device_carry.sh")]
+    assert subprocess.run([*carry, "slim"], capture_output=True, text=True).returncode == 0
+    assert "experiments/q/results/r.json" not in git("ls-files") and "src.py" in git("ls-files")
+    assert git("status", "--short", "--untracked-files=all").strip().startswith("D ")  # ignored, not untracked
+    assert subprocess.run([*carry, "slim"], capture_output=True, text=True).returncode == 1
+    assert subprocess.run([*carry, "unslim"], capture_output=True, text=True).returncode == 0
+    assert git("status", "--short") == ""
+    assert subprocess.run([*carry, "unslim"], capture_output=True, text=True).returncode == 1
+
+
+def test_carry_pieces_reassemble_on_the_device_runner(tmp_path):
+    """``device_carry.sh pieces gemma`` splits the GGUF into one folder a piece under .models/ (ignored by git);
+    device.sh's ``model`` step, carrying them, puts them back together and checks the sha256."""
+    repo, git = _carry_repo(tmp_path)
+    gguf = tmp_path / "g.gguf"
+    gguf.write_bytes(b"0123456789abc")
+    env = dict(os.environ, GEMMA_GGUF=str(gguf), PIECE="4")
+    r = subprocess.run(
+        ["bash", str(repo / "experiments" / "device_carry.sh"), "pieces", "gemma"],
+        capture_output=True,
+        text=True,
+        env=env,
+    )
+    assert r.returncode == 0, r.stderr
+    assert sorted(p.parent.name + "/" + p.name for p in (repo / ".models").glob("*/p_*")) == [
+        "a/p_aa",
+        "b/p_ab",
+        "c/p_ac",
+        "d/p_ad",
+    ]
+    assert git("status", "--short") == ""
+    sha = hashlib.sha256(gguf.read_bytes()).hexdigest()
+    out = subprocess.run(
+        ["bash", str(repo / "experiments" / "device.sh"), "model"],
+        capture_output=True,
+        text=True,
+        cwd=repo,
+        env=dict(
+            os.environ, PY=sys.executable, OUT=str(tmp_path / "o"), MODEL_DIR=str(tmp_path / "m"), MODEL_SHA256=sha
+        ),
+    )
+    assert out.returncode == 0, out.stdout + out.stderr
+    assert (tmp_path / "m" / "model.gguf").read_bytes() == gguf.read_bytes()
