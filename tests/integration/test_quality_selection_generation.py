@@ -120,6 +120,14 @@ def test_cli_in_generation(monkeypatch, tmp_path):
         assert r["drafts"]["ngram_attn_cur"]["token_accuracy"] == r["drafts"]["ngram_attn"]["token_accuracy"]
         assert r["drafts"]["oracle"]["token_accuracy"] == 1.0  # the oracle is the token the target produced
         assert r["drafts"]["oracle"]["dense"]["mean"] == 1.0  # and its dense query is the true next query
+        for f in r["drafts"].values():  # per decode position: the sparse agreement (its mean is the mean's)
+            assert len(f["sparse_per_position"]) == 6 == len(f["right_per_position"])
+            assert np.mean(f["sparse_per_position"]) == pytest.approx(f["sparse"]["mean"], abs=1e-6)
+            assert np.mean(f["right_per_position"]) == pytest.approx(f["token_accuracy"])
+        assert np.mean(r["proxy_per_position"]) == pytest.approx(r["mean"]["proxy"], abs=1e-6)
+        assert r["drafts"]["oracle"]["right_per_position"] == [1.0] * 6
+    for a in doc["average"].values():
+        assert len(a["drafts"]["eagle3_attn"]["sparse_per_position"]) == 6 and len(a["proxy_per_position"]) == 6
     name, ids = npz_ids(f"{npz}:held:1", 120)
     assert name == "ids:held:1" and ids == [int(t) for t in (np.arange(150, 270) % TINY.vocab)]
 

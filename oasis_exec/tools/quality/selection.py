@@ -327,6 +327,7 @@ def measure_tokens(dec, tokens, setup: Setup, head=None, progress=None, attn_hea
     pol = {k: {"initial": [], "lookahead": [], "proxy": [], "true_mass": []} for k in ks}
     masses = []
     agree = {k: {(d, m): [] for d in setup.drafts for m in ("sparse", "dense")} for k in ks}
+    agree_pos = {k: {d: [] for d in [*setup.drafts, "proxy"]} for k in ks}  # per layer, per position [P] (sparse)
     for li in range(layers):
         keep_pol = bool(setup.policies) and (not setup.report_layers or li in setup.report_layers)  # the replay's rows
         k_l, v_l = trace.k[li], trace.v[li]
@@ -341,7 +342,9 @@ def measure_tokens(dec, tokens, setup: Setup, head=None, progress=None, attn_hea
             tm = _mass_topk(mass, k, nb_t1)
             resident[k], t_next[k] = tc, tn
             a = acc[k]
-            a["proxy"].append(metrics.set_overlap(px, tn).mean().item())
+            px_pos = metrics.set_overlap(px, tn).mean(-1)  # [P]: the mean over KV heads
+            a["proxy"].append(px_pos.mean().item())
+            agree_pos[k]["proxy"].append(px_pos.tolist())
             a["adjacent"].append(metrics.set_overlap(tc, tn).mean().item())
             a["recall"].append(metrics.set_overlap(tn, tm).mean().item())
             a["mass"].append(metrics.captured_mass(mass, tn, (ts_d + 1) // bs).mean().item())
@@ -388,9 +391,10 @@ def measure_tokens(dec, tokens, setup: Setup, head=None, progress=None, attn_hea
                     qv = _side_by_side(qv, qb, hkv)
                 for kk in ks if k is None else [k]:
                     pred = _topk(qv, kmin, kmax, kk, nb_t1)
-                    agree[kk][(d, "dense" if k is None else "sparse")].append(
-                        metrics.set_overlap(pred, t_next[kk]).mean().item()
-                    )
+                    ov = metrics.set_overlap(pred, t_next[kk]).mean(-1)  # [P]
+                    agree[kk][(d, "dense" if k is None else "sparse")].append(ov.mean().item())
+                    if k is not None:
+                        agree_pos[kk][d].append(ov.tolist())
                     if keep_pol and k is not None and d == setup.policy_draft:
                         pol[kk]["lookahead"].append(pred)
         if progress is not None:
@@ -400,8 +404,11 @@ def measure_tokens(dec, tokens, setup: Setup, head=None, progress=None, attn_hea
     for j, (f, k) in enumerate(zip(fracs, ks)):
         per_layer = {s: [acc[k][s][i] for i in keep] for s in SELECTION_STATS}
         drafts = {}
+        by_pos = {d: np.mean([agree_pos[k][d][i] for i in keep], axis=0).tolist() for d in agree_pos[k]}
         for d in setup.drafts:
-            drafts[d] = {"token_accuracy": float((dtok[d] == truth).float().mean())}
+            right = (dtok[d] == truth).float()
+            drafts[d] = {"token_accuracy": float(right.mean()), "right_per_position": right.tolist()}
+            drafts[d]["sparse_per_position"] = by_pos[d]  # over the reported layers, one value a decode position
             for m in ("sparse", "dense"):
                 pl = [agree[k][(d, m)][i] for i in keep]
                 drafts[d][m] = {"mean": float(np.mean(pl)), "min_layer": float(np.min(pl)), "per_layer": pl}
@@ -416,6 +423,7 @@ def measure_tokens(dec, tokens, setup: Setup, head=None, progress=None, attn_hea
                 "positions": [int(ts[0]), int(ts[-1])],
                 "mean": {s: float(np.mean(v)) for s, v in per_layer.items()},
                 "per_layer": per_layer,
+                "proxy_per_position": by_pos["proxy"],
                 "drafts": drafts,
             }
         )
@@ -530,8 +538,15 @@ def average(results: list[dict]) -> dict:
         for m in ("sparse", "dense"):
             pl = mean_lists([r["drafts"][d][m]["per_layer"] for r in results])
             drafts[d][m] = {"mean": float(np.mean(pl)), "min_layer": float(np.min(pl)), "per_layer": pl}
+        for key in ("sparse_per_position", "right_per_position"):  # (results of before 2026-12-07 have none)
+            if all(key in r["drafts"][d] for r in results):
+                drafts[d][key] = mean_lists([r["drafts"][d][key] for r in results])
+    by_pos = {}
+    if all("proxy_per_position" in r for r in results):
+        by_pos["proxy_per_position"] = mean_lists([r["proxy_per_position"] for r in results])
     return {
         "texts": [r["text"] for r in results],
+        **by_pos,
         "k_frac": r0["k_frac"],
         **({"k_blocks": r0["k_blocks"]} if "k_blocks" in r0 else {}),
         "k": float(np.mean([r["k"] for r in results])),
