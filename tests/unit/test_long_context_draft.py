@@ -141,3 +141,23 @@ def test_init_goes_on_from_a_saved_head(target_dir, data_file, tmp_path):
     assert prov["init"]["path"] == first and prov["init"]["provenance"]["seed"] == 1
     with pytest.raises(SystemExit, match="--init .*mlp.gate_proj.weight"):
         tl.main(f"{base} --out {tmp_path / 'c'} --mlp-hidden 8 --init {first}".split())
+
+
+def test_by_position_buckets_the_per_position_figures():
+    """by_position.py: bucket means of the per-position agreement and token hits, and the gap to the oracle."""
+    mod = load_script("long_context_draft/by_position.py")
+    assert mod.buckets([1, 2, 3, 4, 5, 6], 3) == [1.5, 3.5, 5.5]
+    avg = {
+        "texts": ["a", "b"],
+        "proxy_per_position": [0.5, 0.5, 0.7, 0.7],
+        "drafts": {
+            "ngram_attn": {"sparse_per_position": [0.8, 0.8, 0.9, 0.95], "right_per_position": [0.5, 0.5, 1.0, 1.0]},
+            "oracle": {"sparse_per_position": [1.0, 1.0, 1.0, 1.0], "right_per_position": [1.0] * 4},
+        },
+    }
+    out = mod.table({"average": {"8192@K64": avg}, "generation": "greedy"}, 2)
+    assert "| 1-2 | 50.0 | 80.0 (50) | 100.0 (100) |" in out
+    assert "| 3-4 | 70.0 | 92.5 (100) | 100.0 (100) |" in out
+    assert "ngram_attn below the oracle, points by bucket: 20.0, 7.5" in out
+    with pytest.raises(SystemExit, match="no per-position"):
+        mod.table({"average": {"k": {"texts": []}}}, 2)
