@@ -342,9 +342,9 @@ def measure_tokens(dec, tokens, setup: Setup, head=None, progress=None, attn_hea
             tm = _mass_topk(mass, k, nb_t1)
             resident[k], t_next[k] = tc, tn
             a = acc[k]
-            px_pos = metrics.set_overlap(px, tn).mean(-1)  # [P]: the mean over KV heads
-            a["proxy"].append(px_pos.mean().item())
-            agree_pos[k]["proxy"].append(px_pos.tolist())
+            ov = metrics.set_overlap(px, tn)  # [P, Hkv]
+            a["proxy"].append(ov.mean().item())
+            agree_pos[k]["proxy"].append(ov.mean(-1).tolist())  # per position: the mean over KV heads
             a["adjacent"].append(metrics.set_overlap(tc, tn).mean().item())
             a["recall"].append(metrics.set_overlap(tn, tm).mean().item())
             a["mass"].append(metrics.captured_mass(mass, tn, (ts_d + 1) // bs).mean().item())
@@ -391,10 +391,10 @@ def measure_tokens(dec, tokens, setup: Setup, head=None, progress=None, attn_hea
                     qv = _side_by_side(qv, qb, hkv)
                 for kk in ks if k is None else [k]:
                     pred = _topk(qv, kmin, kmax, kk, nb_t1)
-                    ov = metrics.set_overlap(pred, t_next[kk]).mean(-1)  # [P]
+                    ov = metrics.set_overlap(pred, t_next[kk])  # [P, Hkv]
                     agree[kk][(d, "dense" if k is None else "sparse")].append(ov.mean().item())
                     if k is not None:
-                        agree_pos[kk][d].append(ov.tolist())
+                        agree_pos[kk][d].append(ov.mean(-1).tolist())
                     if keep_pol and k is not None and d == setup.policy_draft:
                         pol[kk]["lookahead"].append(pred)
         if progress is not None:
