@@ -87,9 +87,9 @@ class ServerContext:
 
     # ---- the engine ----
 
-    async def submit(self, ids: list[int], sampling: Sampling) -> RequestStream:
+    async def submit(self, ids: list[int], sampling: Sampling, stops: bool = False) -> RequestStream:
         try:
-            stream = await self.loop.submit(ids, sampling)
+            stream = await self.loop.submit(ids, sampling, stops)
         except QueueFull as exc:
             self.metrics.rejected.labels("queue_full").inc()
             raise APIError(
@@ -111,7 +111,7 @@ class ServerContext:
         """Submit; the pieces of its output (for `max_tokens` 0: nothing, ended by "length")."""
         if sampling is None:
             return None, no_output(outcome)
-        stream = await self.submit(ids, sampling)
+        stream = await self.submit(ids, sampling, bool(stops))
         return stream, text_pieces(stream, self.tokenizer.detokenizer(), stops, self.loop.abort, outcome)
 
     async def score_prompt(self, ids: list[int], top_n: int) -> list:

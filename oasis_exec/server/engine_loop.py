@@ -74,6 +74,13 @@ class RequestStream:
     last_token_at: float | None = None
     n_tokens: int = 0
     finished: bool = False
+    # With stop strings the reader (generation.text_pieces) decides a stop: an end by length is counted once it has
+    # read the last tokens (`EngineLoop.abort`, which it calls when it is done), as "stop" where they complete a
+    # stop string. pending_end: (reason, time) until then.
+    stops: bool = False
+    stop_seen: bool = False
+    reader_done: bool = False
+    pending_end: tuple[str, float] | None = None
 
 
 @dataclass(frozen=True)
@@ -222,8 +229,9 @@ class EngineLoop:
     def in_flight(self) -> int:
         return len(self._streams)
 
-    async def submit(self, prompt_ids: Sequence[int], sampling: Sampling) -> RequestStream:
-        """Queue a request; return once the engine has accepted it. Raises QueueFull or Rejected."""
+    async def submit(self, prompt_ids: Sequence[int], sampling: Sampling, stops: bool = False) -> RequestStream:
+        """Queue a request; return once the engine has accepted it. Raises QueueFull or Rejected. ``stops``: the
+        reader matches stop strings (its end by length is counted once the reader says, ``abort``)."""
         if self._thread is None:
             raise Rejected(503, "the engine is not running")
         if self._draining:
@@ -234,7 +242,7 @@ class EngineLoop:
             self._handoff += 1
         sid = self._next_sid
         self._next_sid += 1
-        stream = RequestStream(id=sid, prompt_len=len(prompt_ids), arrival=time.monotonic())
+        stream = RequestStream(id=sid, prompt_len=len(prompt_ids), arrival=time.monotonic(), stops=stops)
         stream.accepted = asyncio.get_running_loop().create_future()
         self._streams[sid] = stream
         self._cmds.put(_Add(sid, tuple(int(t) for t in prompt_ids), sampling))
@@ -271,10 +279,18 @@ class EngineLoop:
         return await fut
 
     def abort(self, stream: RequestStream, reason: str = "abort") -> None:
-        """End a request early: `"abort"` when the client went away, `"stop"` on a stop string. A no-op once it
-        has finished."""
+        """End a request early: `"abort"` when the client went away, `"stop"` on a stop string. Once it has
+        finished, only its pending end by length is settled: as "stop" when the reader's stop string was completed by
+        its last tokens, else as "length" (the reader calls this when it is done)."""
+        stream.stop_seen |= reason == "stop"
+        first, stream.reader_done = not stream.reader_done, True
         if not stream.finished:
-            self._cmds.put(_Abort(stream.id, reason))
+            if first:
+                self._cmds.put(_Abort(stream.id, reason))
+        elif stream.pending_end is not None:
+            end, at = stream.pending_end
+            stream.pending_end = None
+            self._end(stream, "stop" if stream.stop_seen else end, at)
 
     def _post(self, batch: list[tuple[int, Event | Rejected | None]]) -> None:
         """Engine thread -> event loop."""
@@ -320,15 +336,23 @@ class EngineLoop:
             self._streams.pop(sid, None)
             if stream.accepted is not None and not stream.accepted.done():
                 stream.accepted.set_exception(Rejected(503, ev.error or "request ended before it was accepted"))
-            if self.served is not None:
-                self.served.on_end(stream, ev.finish_reason, now)
-            if self.metrics:
-                self.metrics.requests.labels(ev.finish_reason).inc()
-                if stream.first_token_at is not None and ev.finish_reason in ("length", "stop"):
-                    self.metrics.e2e.observe(now - stream.arrival)
-                    if stream.n_tokens > 1:
-                        self.metrics.tpot.observe((now - stream.first_token_at) / (stream.n_tokens - 1))
+            reason = "stop" if ev.finish_reason == "length" and stream.stop_seen else ev.finish_reason
+            if stream.stops and reason == "length" and not stream.reader_done:  # a stop string may end these tokens
+                stream.pending_end = (reason, now)
+            else:
+                self._end(stream, reason, now)
         stream.queue.put_nowait(ev)
+
+    def _end(self, stream: RequestStream, reason: str, now: float) -> None:
+        """A finished request's record and metrics, by the outcome its client saw."""
+        if self.served is not None:
+            self.served.on_end(stream, reason, now)
+        if self.metrics:
+            self.metrics.requests.labels(reason).inc()
+            if stream.first_token_at is not None and reason in ("length", "stop"):
+                self.metrics.e2e.observe(now - stream.arrival)
+                if stream.n_tokens > 1:
+                    self.metrics.tpot.observe((now - stream.first_token_at) / (stream.n_tokens - 1))
 
     # ---- engine thread ----
 

@@ -65,7 +65,17 @@ async def text_pieces(
     abort: Callable[[RequestStream, str], None],
     outcome: Outcome,
 ) -> AsyncIterator[Piece]:
-    """Yield pieces while running; the last one has the finish reason (errors end in "error")."""
+    """Yield pieces while running; the last one has the finish reason (errors end in "error"). When done (or
+    closed early) it tells ``abort`` its outcome, which settles an end the engine left to it (a stop string completed
+    by the last tokens of a request that ended by length: ``EngineLoop.abort``)."""
+    try:
+        async for piece in _pieces(stream, detok, stops, abort, outcome):
+            yield piece
+    finally:
+        abort(stream, outcome.finish_reason or "abort")
+
+
+async def _pieces(stream, detok, stops, abort, outcome) -> AsyncIterator[Piece]:
     matcher = StopMatcher(stops)
     while True:
         ev: Event = await stream.queue.get()

@@ -100,7 +100,7 @@ async def start(
             ) from None
         return Scored(None, _one(tok, lp, sampling, req.stop, ctx.tokenizer, outcome), prompt)
     prompt = await ctx.score_prompt(ids, top_n)
-    stream = await ctx.submit(ids, sampling)
+    stream = await ctx.submit(ids, sampling, bool(req.stop))
     return Scored(stream, text_pieces(stream, ctx.tokenizer.detokenizer(), req.stop, ctx.loop.abort, outcome), prompt)
 
 
@@ -121,6 +121,7 @@ async def _start_forced(
             logprobs=top_n,
             forced_ids=forced,
         ),
+        bool(req.stop) and more > 0,  # (no more: no reader matches stop strings, pieces() below)
     )
     scored = Scored(stream, None, [])  # pieces below
 

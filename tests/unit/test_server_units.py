@@ -254,3 +254,46 @@ def test_engine_flags_mirror_exec_config():
     assert (cfg.device, cfg.max_lanes, cfg.cuda_graph, cfg.synthetic) == ("cpu", 3, False, {"drift_rate": 0.2})
     with pytest.raises(ValueError, match="--dummy"):
         exec_config_from_args(p.parse_args(["--dummy", "--model-path", "/some/dir"]))
+
+
+def _ended(metrics) -> dict:
+    return {k: metrics.requests.labels(k)._value.get() for k in ("stop", "length", "abort")}
+
+
+@pytest.mark.parametrize("order", ["stop_in_last_event", "stop_then_length", "no_stop"])
+def test_an_end_is_counted_as_its_client_saw_it(order):
+    """A stop string completed by the tokens of the event that ends a request by length: the client gets "stop", so
+    the outcome metric and the served record count a stop, not a length (the engine ends it before the reader, which
+    matches stop strings, has read it: a decode chain's last event). Also when the reader's stop comes first and the
+    engine's end by length overtakes its abort; and a plain end by length stays one."""
+    from oasis_exec.server.engine_loop import Event, RequestStream
+    from oasis_exec.server.generation import Outcome, text_pieces
+    from oasis_exec.server.metrics import ServerMetrics
+
+    async def go():
+        metrics = ServerMetrics(lambda: (None, 0, True))
+        loop = EngineLoop(FakeEngine(), max_waiting=4, metrics=metrics)
+        tok = ByteTokenizer()
+        stream = RequestStream(id=7, prompt_len=3, arrival=0.0, stops=True)
+        loop._streams[7] = stream
+        stop = "zz" if order == "no_stop" else "cd"
+        if order == "stop_then_length":  # the stop ends a non-final event; the engine's length end comes after
+            loop._deliver_one(7, Event(tok.encode("abcd")))
+        else:  # one final event carries the stop's last characters
+            loop._deliver_one(7, Event(tok.encode("ab")))
+            loop._deliver_one(7, Event(tok.encode("cdef"), finish_reason="length"))
+        outcome = Outcome()
+        pieces = [p async for p in text_pieces(stream, tok.detokenizer(), [stop], loop.abort, outcome)]
+        if order == "stop_then_length":
+            assert _ended(metrics) == {"stop": 0, "length": 0, "abort": 0}  # not ended yet: the abort is queued
+            loop._deliver_one(7, Event(finish_reason="length"))
+        return pieces, outcome, _ended(metrics)
+
+    pieces, outcome, ended = asyncio.run(go())
+    if order == "no_stop":
+        assert outcome.finish_reason == "length" and ended == {"stop": 0, "length": 1, "abort": 0}
+        assert "".join(p.text for p in pieces) == "abcdef"
+    else:
+        assert outcome.finish_reason == "stop" and pieces[-1].finish_reason == "stop"
+        assert "".join(p.text for p in pieces) == "ab"
+        assert ended == {"stop": 1, "length": 0, "abort": 0}
