@@ -76,11 +76,11 @@ class RequestStream:
     finished: bool = False
     # With stop strings the reader (generation.text_pieces) decides a stop: an end by length is counted once it has
     # read the last tokens (`EngineLoop.abort`, which it calls when it is done), as "stop" where they complete a
-    # stop string. pending_end: (reason, time) until then.
+    # stop string. length_end_at: the time of an end by length not yet counted.
     stops: bool = False
     stop_seen: bool = False
     reader_done: bool = False
-    pending_end: tuple[str, float] | None = None
+    length_end_at: float | None = None
 
 
 @dataclass(frozen=True)
@@ -283,14 +283,12 @@ class EngineLoop:
         finished, only its pending end by length is settled: as "stop" when the reader's stop string was completed by
         its last tokens, else as "length" (the reader calls this when it is done)."""
         stream.stop_seen |= reason == "stop"
-        first, stream.reader_done = not stream.reader_done, True
+        stream.reader_done = True
         if not stream.finished:
-            if first:
-                self._cmds.put(_Abort(stream.id, reason))
-        elif stream.pending_end is not None:
-            end, at = stream.pending_end
-            stream.pending_end = None
-            self._end(stream, "stop" if stream.stop_seen else end, at)
+            self._cmds.put(_Abort(stream.id, reason))  # (the engine thread ignores a second one)
+        elif stream.length_end_at is not None:
+            at, stream.length_end_at = stream.length_end_at, None
+            self._end(stream, "stop" if stream.stop_seen else "length", at)
 
     def _post(self, batch: list[tuple[int, Event | Rejected | None]]) -> None:
         """Engine thread -> event loop."""
@@ -338,7 +336,7 @@ class EngineLoop:
                 stream.accepted.set_exception(Rejected(503, ev.error or "request ended before it was accepted"))
             reason = "stop" if ev.finish_reason == "length" and stream.stop_seen else ev.finish_reason
             if stream.stops and reason == "length" and not stream.reader_done:  # a stop string may end these tokens
-                stream.pending_end = (reason, now)
+                stream.length_end_at = now
             else:
                 self._end(stream, reason, now)
         stream.queue.put_nowait(ev)

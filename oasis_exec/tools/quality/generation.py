@@ -69,7 +69,8 @@ def continue_ids(dec, prompt, n_new: int, temperature: float = 0.0, seed: int = 
 @torch.no_grad()
 def attn_draft_tokens(head, dec, aux_all, tokens, ts):
     """Draft ids [P, 2] (the best and the second-best token) of the attention head for positions ``ts`` [P]
-    (``d_{t+1}``, from entry t - 1: features at t - 1 and token t). aux_all: [N, 3 * hidden] features at every position; tokens: [N]."""
+    (``d_{t+1}``, from entry t - 1: features at t - 1 and token t). aux_all: [N, 3 * hidden] features at every
+    position; tokens: [N]."""
     from oasis_exec.model.draft_attn import hidden_seq
 
     tokens = torch.as_tensor(tokens, device=aux_all.device)
