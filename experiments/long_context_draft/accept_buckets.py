@@ -81,42 +81,79 @@ def rates(counts: dict) -> dict:
     return {name: {k: {"acceptance": h / n, "positions": n} for k, (h, n) in bk.items()} for name, bk in counts.items()}
 
 
-def prefix_lengths(max_len: int, gen: int) -> list[int]:
-    """Prefix lengths whose generated tokens land in each bucket up to ``max_len``."""
+def prefix_lengths(max_len: int, gen: int, per_bucket: int = 1) -> list[int]:
+    """Prefix lengths whose generated tokens land in each bucket up to ``max_len``: ``per_bucket`` a bucket, each
+    continuation centred in its share of the bucket (one: the bucket's middle); a bucket that ``max_len`` cuts ends its
+    last continuation at ``max_len``."""
     out = []
     for lo, hi in BUCKETS:
         if hi <= max_len:
-            out.append(max(lo + (hi - lo) // 2 - gen // 2, 16))
+            share = (hi - lo) / per_bucket
+            out += [max(int(lo + (i + 0.5) * share) - gen // 2, 16) for i in range(per_bucket)]
         elif lo < max_len:
-            out.append(max_len - gen)
+            share = (max_len - lo) // per_bucket
+            out += [max_len - gen - i * share for i in range(per_bucket)]
     return sorted({p for p in out if p + gen <= max_len and p > 0})
 
 
+def in_rounds(prefixes: list[int]) -> list[int]:
+    """Prefix lengths reordered: each bucket's first (by the bucket its first generated position falls in), then each
+    bucket's second, and so on."""
+    rank, seen = {}, {}
+    for p in sorted(prefixes):
+        b = next(i for i, (lo, hi) in enumerate(BUCKETS) if lo <= p + 1 < hi)
+        rank[p] = (seen.get(b, 0), p)
+        seen[b] = seen.get(b, 0) + 1
+    return sorted(prefixes, key=rank.__getitem__)
+
+
 def evaluate(
-    target: Target, heads: dict, data: dict, max_len: int, gen: int, temps=(0.0, 0.7), n_gen_seqs: int = 4, log=print
+    target: Target,
+    heads: dict,
+    data: dict,
+    max_len: int,
+    gen: int,
+    temps=(0.0, 0.7),
+    n_gen_seqs: int = 4,
+    per_bucket: int = 1,
+    teacher_forced: bool = True,
+    deadline: float | None = None,
+    log=print,
 ) -> dict:
-    """Teacher-forced on the held-out sequences and texts (cut to ``max_len``) and in generation."""
+    """Teacher-forced on the held-out sequences and texts (cut to ``max_len``) and in generation; the generation's
+    counts also by prefix length (``generation_by_prefix``: how much one prefix moves a bucket). The prefixes run in
+    rounds (every bucket's first, then every bucket's second, ...), and none starts after ``deadline`` (a
+    ``time.time()``), so a run cut short still has every bucket; the by-prefix counts say which ran."""
     t0 = time.time()
-    res = {"teacher_forced": {}, "generation": {}}
+    res = {"teacher_forced": {}, "generation": {}, "generation_by_prefix": {}}
     held = torch.as_tensor(data["held"][:, :max_len])
-    res["teacher_forced"]["held"] = rates(score(target, heads, held))
-    for k in data:
-        if k.startswith("text:"):
-            res["teacher_forced"][k] = rates(score(target, heads, torch.as_tensor(data[k][None, :max_len])))
-    log(f"teacher-forced done, {time.time() - t0:.0f}s")
+    if teacher_forced:
+        res["teacher_forced"]["held"] = rates(score(target, heads, held))
+        for k in data:
+            if k.startswith("text:"):
+                res["teacher_forced"][k] = rates(score(target, heads, torch.as_tensor(data[k][None, :max_len])))
+        log(f"teacher-forced done, {time.time() - t0:.0f}s")
     for temp in temps if gen > 0 else ():  # gen 0: teacher-forced only
-        counts = {}
-        for plen in prefix_lengths(max_len, gen):
+        counts, by_prefix = {}, {}
+        for plen in in_rounds(prefix_lengths(max_len, gen, per_bucket)):
+            if deadline is not None and time.time() > deadline:
+                log(f"generation T={temp}: deadline, prefix {plen} and later not run")
+                break
             seqs = target.generate(held[:n_gen_seqs, :plen], gen, temp, seed=plen)
-            counts = merge(counts, score(target, heads, seqs, start=plen - 1))
+            c = score(target, heads, seqs, start=plen - 1)
+            by_prefix[str(plen)] = rates(c)
+            counts = merge(counts, c)
             log(f"generation T={temp} prefix {plen}: {time.time() - t0:.0f}s")
         res["generation"][f"T={temp:g}"] = rates(counts)
+        res["generation_by_prefix"][f"T={temp:g}"] = by_prefix
     return res
 
 
 def table(res: dict) -> str:
     lines = []
     for mode, sets in res.items():
+        if mode == "generation_by_prefix":
+            continue
         for set_name, by_head in sets.items():
             bks = sorted({b for h in by_head.values() for b in h}, key=lambda s: int(s.split("-")[0]))
             lines.append(f"{mode} {set_name}: " + "  ".join(bks))
@@ -135,18 +172,49 @@ def main(argv=None) -> int:
     ap.add_argument("--max-len", type=int, default=None, help="positions (default: the data's)")
     ap.add_argument("--gen", type=int, default=256)
     ap.add_argument("--gen-seqs", type=int, default=4)
+    ap.add_argument("--prefixes", type=int, default=1, help="generated continuations' prefix lengths a bucket")
+    ap.add_argument("--temps", type=float, nargs="+", default=[0.0, 0.7], help="generation temperatures (0: greedy)")
+    ap.add_argument("--no-teacher-forced", action="store_true", help="generation only")
+    ap.add_argument("--max-seconds", type=float, default=None, help="start no generation after this (see evaluate)")
     ap.add_argument("--out", default=None)
     a = ap.parse_args(argv)
+    if a.prefixes < 1 or a.gen_seqs < 1 or any(t < 0 for t in a.temps):
+        ap.error("--prefixes and --gen-seqs must be >= 1 and --temps >= 0")
     dt = torch.bfloat16 if a.device != "cpu" else torch.float32
     target = Target(a.model_path, a.device, dt)
     data = load_data(a.data)
     max_len = a.max_len or data["held"].shape[1]
     heads = {os.path.basename(p.rstrip("/")): load_head(p, target.spec, target, dt, a.device, max_len) for p in a.heads}
-    res = evaluate(target, heads, data, max_len, a.gen, n_gen_seqs=a.gen_seqs, log=lambda m: print(m, file=sys.stderr))
+    t0 = time.time()
+    res = evaluate(
+        target,
+        heads,
+        data,
+        max_len,
+        a.gen,
+        temps=a.temps,
+        n_gen_seqs=a.gen_seqs,
+        per_bucket=a.prefixes,
+        teacher_forced=not a.no_teacher_forced,
+        deadline=None if a.max_seconds is None else t0 + a.max_seconds,
+        log=lambda m: print(m, file=sys.stderr),
+    )
     print(table(res))
     if a.out:
+        setup = {"gen": a.gen, "gen_seqs": min(a.gen_seqs, len(data["held"])), "prefixes": a.prefixes, "temps": a.temps}
         with open(a.out, "w") as fh:
-            json.dump({"heads": list(heads), "max_len": max_len, "results": res}, fh, indent=1)
+            json.dump(
+                {
+                    "heads": list(heads),
+                    "max_len": max_len,
+                    "setup": setup,
+                    "elapsed_s": round(time.time() - t0, 1),
+                    "command": " ".join(sys.argv),
+                    "results": res,
+                },
+                fh,
+                indent=1,
+            )
     return 0
 
 

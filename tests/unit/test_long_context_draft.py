@@ -123,6 +123,25 @@ def test_score_counts_a_head_exactly(target_dir):
     assert got["h"]["0-1K"] == [int((d == tgt).sum()), 24]
 
 
+def test_prefix_lengths_put_each_continuation_inside_its_bucket():
+    """One prefix a bucket: the continuation centred in the bucket; several: spread over it, each wholly inside it,
+    so that a bucket's count holds only its own positions."""
+    ab = load_script("long_context_draft/accept_buckets.py")
+    lc = load_script("long_context_draft/longctx.py", "longctx")
+    gen = 192
+    one = ab.prefix_lengths(32768, gen)
+    assert one == [max(lo + (hi - lo) // 2 - gen // 2, 16) for lo, hi in lc.BUCKETS]
+    three = ab.prefix_lengths(32768, gen, 3)
+    for lo, hi in lc.BUCKETS:
+        inside = [p for p in three if lo <= p and p + gen <= hi]
+        assert len(inside) == 3 and len(set(inside)) == 3, (lo, hi, three)
+    assert len(three) == 3 * len(lc.BUCKETS)
+    rounds = ab.in_rounds(three)  # every bucket's first prefix before any bucket's second
+    assert rounds[: len(lc.BUCKETS)] == three[::3] and sorted(rounds) == three
+    cut = ab.prefix_lengths(3000, 64, 2)  # 2-4K is cut at 3,000: its continuations end by then
+    assert max(cut) + 64 == 3000 and all(p + 64 <= 3000 for p in cut)
+
+
 def test_init_goes_on_from_a_saved_head(target_dir, data_file, tmp_path):
     """--init: the saved head's weights are the start (at lr 0 they come back unchanged), its provenance is kept,
     and a head of another shape is refused before training."""
