@@ -81,30 +81,35 @@ def rates(counts: dict) -> dict:
     return {name: {k: {"acceptance": h / n, "positions": n} for k, (h, n) in bk.items()} for name, bk in counts.items()}
 
 
-def prefix_lengths(max_len: int, gen: int, per_bucket: int = 1) -> list[int]:
-    """Prefix lengths whose generated tokens land in each bucket up to ``max_len``: ``per_bucket`` a bucket, each
-    continuation centred in its share of the bucket (one: the bucket's middle); a bucket that ``max_len`` cuts ends its
-    last continuation at ``max_len``."""
+def _bucket_prefixes(max_len: int, gen: int, per_bucket: int) -> list[list[int]]:
+    """Per bucket up to ``max_len``, ascending: the prefix lengths whose ``gen`` generated tokens land in it,
+    ``per_bucket`` of them, each continuation centred in its share of the bucket (one: the bucket's middle); a bucket
+    that ``max_len`` cuts ends its last continuation at ``max_len``."""
     out = []
     for lo, hi in BUCKETS:
         if hi <= max_len:
             share = (hi - lo) / per_bucket
-            out += [max(int(lo + (i + 0.5) * share) - gen // 2, 16) for i in range(per_bucket)]
+            ps = [max(int(lo + (i + 0.5) * share) - gen // 2, 16) for i in range(per_bucket)]
         elif lo < max_len:
             share = (max_len - lo) // per_bucket
-            out += [max_len - gen - i * share for i in range(per_bucket)]
-    return sorted({p for p in out if p + gen <= max_len and p > 0})
+            ps = [max_len - gen - i * share for i in range(per_bucket)]
+        else:
+            continue
+        out.append(sorted({p for p in ps if p + gen <= max_len and p > 0}))
+    return out
 
 
-def in_rounds(prefixes: list[int]) -> list[int]:
-    """Prefix lengths reordered: each bucket's first (by the bucket its first generated position falls in), then each
-    bucket's second, and so on."""
-    rank, seen = {}, {}
-    for p in sorted(prefixes):
-        b = next(i for i, (lo, hi) in enumerate(BUCKETS) if lo <= p + 1 < hi)
-        rank[p] = (seen.get(b, 0), p)
-        seen[b] = seen.get(b, 0) + 1
-    return sorted(prefixes, key=rank.__getitem__)
+def prefix_lengths(max_len: int, gen: int, per_bucket: int = 1) -> list[int]:
+    """The prefix lengths of every bucket (``_bucket_prefixes``), ascending."""
+    return sorted({p for ps in _bucket_prefixes(max_len, gen, per_bucket) for p in ps})
+
+
+def prefix_rounds(max_len: int, gen: int, per_bucket: int = 1) -> list[int]:
+    """The same prefix lengths in rounds: each bucket's first, then each bucket's second, and so on."""
+    lists, out = _bucket_prefixes(max_len, gen, per_bucket), []
+    for i in range(per_bucket):
+        out += [ps[i] for ps in lists if i < len(ps) and ps[i] not in out]
+    return out
 
 
 def evaluate(
@@ -135,7 +140,7 @@ def evaluate(
         log(f"teacher-forced done, {time.time() - t0:.0f}s")
     for temp in temps if gen > 0 else ():  # gen 0: teacher-forced only
         counts, by_prefix = {}, {}
-        for plen in in_rounds(prefix_lengths(max_len, gen, per_bucket)):
+        for plen in prefix_rounds(max_len, gen, per_bucket):
             if deadline is not None and time.time() > deadline:
                 log(f"generation T={temp}: deadline, prefix {plen} and later not run")
                 break

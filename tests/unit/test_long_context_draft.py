@@ -136,7 +136,7 @@ def test_prefix_lengths_put_each_continuation_inside_its_bucket():
         inside = [p for p in three if lo <= p and p + gen <= hi]
         assert len(inside) == 3 and len(set(inside)) == 3, (lo, hi, three)
     assert len(three) == 3 * len(lc.BUCKETS)
-    rounds = ab.in_rounds(three)  # every bucket's first prefix before any bucket's second
+    rounds = ab.prefix_rounds(32768, gen, 3)  # every bucket's first prefix before any bucket's second
     assert rounds[: len(lc.BUCKETS)] == three[::3] and sorted(rounds) == three
     cut = ab.prefix_lengths(3000, 64, 2)  # 2-4K is cut at 3,000: its continuations end by then
     assert max(cut) + 64 == 3000 and all(p + 64 <= 3000 for p in cut)
