@@ -4,7 +4,7 @@ The steady bench step (every lane decoding, no prefill, nothing waiting) is pric
 (``oasis_sim.engine.SimEngine.execute``) with the points' *measured* bytes a step, so that the timing constants are not
 fitted to the selection model's errors::
 
-    c    = gemm_layer(n (+ n draft rows)) + norm_rope + attn_decode(KV bytes read) [+ sparse_overhead(n)]
+    c    = gemm_layer(n (+ n draft rows)) + norm_rope + attn_decode(KV bytes read, n) [+ sparse_overhead(n)]
            [+ score + top-K in place (quest)] [+ g · x + side_contention (background modes)]
     x    = latency + bytes_per_step / L / copy_rate                                       (0 without bytes)
     step = max(step_overhead(chain) + L · c + lm_head(n), L · x, L · (score + top-K + select), step_floor)
@@ -57,6 +57,9 @@ FITTED = {
     "step_host_s": (0.0, 10e-3),
     "step_vllm_s": (0.0, 10e-3),
     "step_vllm_request_s": (0.0, 200e-6),  # fitted only with floor probes (``floor_probes``)
+    # an SM's stream in vLLM's attention (calibrated.vllm_attn_waves): 132 SMs x 10-200 GB/s = 1.3-26 TB/s; fitted
+    # only with vLLM points, from WAVE_START (full waves then never bind below 4.8 TB/s: only a part-filled wave shows)
+    "vllm_sm_bytes_per_s": (10e9, 200e9),
     "copy_bytes_per_s": (42e9, 49e9),  # the UVA gather measured alone: 42-49 GB/s (DESIGN.md, issue 39)
     "gather_sm_share": (0.0, 0.9),
 }
@@ -66,7 +69,8 @@ FITTED = {
 # another card; never a step past the knee, where attention's HBM bandwidth (3.35 against 4.8 TB/s) sets it
 # (``card_admits``; those are validated, not fitted)
 FLOOR_KNEE_REQUESTS = 8
-SCALE = {k: (1e-6 if k.endswith("_s") else 1e9 if k.endswith("per_s") else 1.0) for k in FITTED}
+WAVE_START = 50e9
+SCALE = {k: (1e9 if k.endswith("per_s") else 1e-6 if k.endswith("_s") else 1.0) for k in FITTED}
 LOSS = "linear"
 LOSS_SCALE = 0.05
 
@@ -92,7 +96,7 @@ def steady_step_s(pred: CalibratedPredictor, p: BenchPoint, bytes_per_step: floa
     t = pred.time
     c = t("gemm_layer", {"tokens": tokens}) + t("norm_rope", {"tokens": tokens})
     if mode.whole_kv_on_gpu:
-        c += t("attn_decode", {"kv_bytes": n * ctx * geo.bytes_per_token_layer})
+        c += t("attn_decode", {"kv_bytes": n * ctx * geo.bytes_per_token_layer, "requests": n})
     else:
         att = n * min(ctx, (p.top_k + 1) * bs)
         c += t("attn_decode", {"kv_bytes": att * geo.bytes_per_token_layer})
@@ -225,6 +229,10 @@ def fit(points, base: CalibParams | None = None, card: str | None = None):
         fitted.pop("step_vllm_request_s")
     elif not base.step_vllm_request_s:  # start inside its range: at the bound 0 the floor's max() hides its slope
         base = replace(base, step_vllm_request_s=20e-6)
+    if not any(p.engine == "vllm" and (card is None or p.hardware == card) for p in points):
+        fitted.pop("vllm_sm_bytes_per_s")  # no vLLM step of the card: the term stays as given (0: off)
+    elif not base.vllm_sm_bytes_per_s:
+        base = replace(base, vllm_sm_bytes_per_s=WAVE_START)
     if h is not None:
         base = replace(base, step_host_s=max(h, 0.0))
         fitted.pop("step_host_s")

@@ -9,7 +9,9 @@ op                 time
 ``gemm_layer``     ``max(2·tokens·P_layer / (F·gemm_flops_eff), W_layer / (H·weight_eff)) + layer_fixed_s[engine]``
 ``attn_decode``    ``kv_bytes / (H·attn_eff[engine])``: paged attention (dense, quest; vLLM's own efficiency) or the
                    sparse kernel over the resident set (retrieval, proxy, lookahead, hisparse). ``shape['kind']``
-                   (``full`` or ``sliding``) prices a windowed layer with the paged efficiency
+                   (``full`` or ``sliding``) prices a windowed layer with the paged efficiency. vLLM, with
+                   ``vllm_sm_bytes_per_s`` > 0 and ``shape['requests']`` (the decode batch): at least the busiest
+                   SM's share, ``waves · kv_bytes / ctas / vllm_sm_bytes_per_s`` (``vllm_attn_waves``)
 ``sparse_overhead`` ``requests · request_layer_s`` (sparse modes: a request's draft row, index updates, launches)
 ``step_overhead``  ``step_fixed_s + step_host_s / chain`` (``shape['chain']``: the decode chain's length; the
                    host's sync, bookkeeping and launch of a sparse step are paid once a chain; dense and vLLM:
@@ -61,6 +63,9 @@ class CalibParams:
     step_host_s: float = 1.5e-3  # per host round trip of a sparse step (sync, bookkeeping, launch), once a chain
     step_vllm_s: float = 1.5e-3  # vLLM's host loop a step, overlapped with the GPU: the least a step lasts
     step_vllm_request_s: float = 0.0  # ... plus this per decode request (its scheduler, input prep and sampler)
+    # vLLM's decode attention runs one CTA a (request, KV head), split along the context only to fill the SMs; an SM
+    # streams its CTAs' KV at this rate (0: no such term, the step linear in the KV bytes): ``vllm_attn_waves``
+    vllm_sm_bytes_per_s: float = 0.0
     copy_bytes_per_s: float = 45e9  # the UVA gather's in-step rate of scattered blocks
     gather_sm_share: float = 0.2  # compute time a UVA gather takes while it runs, as a share of its time
 
@@ -133,6 +138,23 @@ def load_calibration(path: Optional[str] = None) -> Calibration:
     )
 
 
+def vllm_attn_waves(requests: int, kv_heads: int, n_sms: int) -> tuple:
+    """(waves, CTAs) of vLLM's decode attention over ``requests`` sequences: one CTA a (request, KV head) (the KV
+    head's query heads packed into it), each split along the context into ``n_sms // CTAs`` parts when that is 2 or
+    more (so that the grid fills the SMs), launched in ``ceil(CTAs / n_sms)`` waves. The busiest SM streams
+    ``waves / CTAs`` of the KV bytes (contexts taken as equal: the batch's mean).
+
+    Fitted on vLLM 0.26 on the H200 (Qwen3-8B, 8 KV heads, 132 SMs; ``experiments/simulator_calibration``): 16K x 21
+    requests (168 CTAs, two waves) runs as long as 32K x 10 (80 CTAs: one wave, not split) though it reads 5% more,
+    and 32K x 8 (64 CTAs, split in two) as fast as 16K x 16."""
+    ctas = requests * kv_heads
+    if ctas <= 0:
+        return 0, 0
+    split = max(1, n_sms // ctas)
+    ctas *= split
+    return -(-ctas // n_sms), ctas
+
+
 class CalibratedPredictor(RooflinePredictor):
     """The module docstring's ops for one (model, hardware, mode, engine); the rest are the roofline's."""
 
@@ -165,6 +187,9 @@ class CalibratedPredictor(RooflinePredictor):
             self.layer_fixed, self.attn_eff = params.layer_fixed_sparse_s, params.attn_eff_sparse
             self.step_fixed, self.step_host = params.step_fixed_s, params.step_host_s
         self.paged_eff = params.attn_eff_vllm if engine == "vllm" else params.attn_eff_dense
+        # vLLM's busiest SM (vllm_attn_waves): KV bytes -> seconds a batch size, linear in the bytes at each
+        self.sm_Bps = params.vllm_sm_bytes_per_s if engine == "vllm" else 0.0
+        self._wave_memo: dict = {}
         self.weight_Bps = self.hbm * params.weight_eff
         self._ops.update(
             gemm_layer=self._gemm_layer,
@@ -185,7 +210,17 @@ class CalibratedPredictor(RooflinePredictor):
 
     def _attn_decode(self, s) -> float:
         eff = self.paged_eff if s.get("kind") == "sliding" else self.attn_eff
-        return s["kv_bytes"] / (self.hbm * eff)
+        per_byte = 1.0 / (self.hbm * eff)
+        if self.sm_Bps:
+            n = s.get("requests", 0)
+            if n:
+                w = self._wave_memo.get(n)
+                if w is None:
+                    waves, ctas = vllm_attn_waves(n, self.model.n_kv_heads, self.hw.n_sms)
+                    w = self._wave_memo[n] = waves / (ctas * self.sm_Bps)
+                if w > per_byte:
+                    per_byte = w
+        return s["kv_bytes"] * per_byte
 
     def _sparse_overhead(self, s) -> float:
         return s["requests"] * self.c.request_layer_s

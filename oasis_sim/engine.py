@@ -381,14 +381,14 @@ class SimEngine:
         nsel = 0
         # each step attends one more token of every request whose attended KV still grows (all of them with the
         # whole KV on the GPU; below the resident set otherwise): the duration grows by `grow` a step (attn_decode is
-        # linear in its bytes for every predictor here)
+        # linear in its bytes at a given batch for every predictor here)
         whole = modes.get(cfg.mode).whole_kv_on_gpu
         gpu, floor = self._last_gpu_floor
         if self.kinds.hybrid:
             durs = [max(gpu + g, floor) for g in self._hybrid_growth(plan, k, whole)]
         else:
             m = n if whole else sum(1 for r in plan.decode if r.prompt_len + r.generated < self.res_tokens)
-            grow = L * self.pred.time("attn_decode", {"kv_bytes": m * self.bpt_layer}) if m else 0.0
+            grow = L * self.pred.time("attn_decode", {"kv_bytes": m * self.bpt_layer, "requests": n}) if m else 0.0
             durs = [max(gpu + (i + 1) * grow, floor) for i in range(k)]
         ts = list(accumulate(durs[:-1], initial=t0))
         if ts[-1] >= self._ff_until:  # an event (arrival, ready head) before the last step's start: end sooner
@@ -454,17 +454,17 @@ class SimEngine:
         decode attention takes. Step ``j`` attends ``j`` more tokens of a request's context ``c`` (the step run's),
         capped per layer kind: a full layer reads ``min(c + j, resident tokens)`` (the whole context with the KV on
         the GPU), a layer of window ``W`` reads ``min(c + j, W)``: growth ``min(j, cap - c)``, none once ``c`` reaches
-        the cap (``attn_decode`` is linear in its bytes)."""
+        the cap (``attn_decode`` is linear in its bytes at a given batch)."""
         ctxs = [r.prompt_len + r.generated - 1 for r in plan.decode]
         full_cap = None if whole else self.res_tokens
         caps = [(self.Lf, full_cap)] + [(self.kinds.count[w], w) for w in self.kinds.distinct]
         out = [0.0] * k
-        attn, bpt = self.pred.time, self.bpt_layer
+        attn, bpt, n = self.pred.time, self.bpt_layer, len(ctxs)
         for layers, cap in caps:
             tokens = _capped_growth([None if cap is None else cap - c for c in ctxs], k)
             for j, t in enumerate(tokens):
                 if t:
-                    out[j] += layers * attn("attn_decode", {"kv_bytes": t * bpt})
+                    out[j] += layers * attn("attn_decode", {"kv_bytes": t * bpt, "requests": n})
         return out
 
     def next_ready_time(self):
@@ -646,13 +646,14 @@ class SimEngine:
         base = self._per_token(gemm_tokens)
         c = base + pf_attn
         if not mode.selects:
-            c += pred.time("attn_decode", {"kv_bytes": ctx_tokens * self.bpt_layer * (K + 1 if K else 1)})
+            kv = ctx_tokens * self.bpt_layer * (K + 1 if K else 1)
+            c += pred.time("attn_decode", {"kv_bytes": kv, "requests": n_dec})
         elif n_dec:
             c += self._time1("attn_decode", "kv_bytes", att_tokens * self.bpt_layer)  # one read for all positions
         if win_attn is not None and n_dec:  # a windowed layer reads min(ctx, W) tokens a request, once a position
             reads = K + 1 if K else 1
             for w, tok in kinds.window_tokens([r.prompt_len + r.generated for r in plan.decode]).items():
-                win_attn[w] += pred.time("attn_decode", {"kv_bytes": tok * self.bpt_layer * reads})
+                win_attn[w] += pred.time("attn_decode", {"kv_bytes": tok * self.bpt_layer * reads, "requests": n_dec})
         score_s = topk_s = sel_s = 0.0
         side_bytes = 0.0  # HBM bytes per layer the side stream moves (summary reads, top-K, landing transfers)
         if mode.selects and n_sel:

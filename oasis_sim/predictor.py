@@ -7,8 +7,10 @@ op                 shape keys                                    roofline model
 =================  ============================================  =================================================
 ``gemm_layer``     ``tokens``                                    QKV, O and MLP GEMMs of one layer:
                                                                  ``max(2·tokens·P_layer / (F·e_f), W_layer / (H·e_w))``
-``attn_decode``    ``kv_bytes``                                  decode attention reads its KV once:
-                                                                 ``kv_bytes / A`` (A = attention read rate)
+``attn_decode``    ``kv_bytes`` (``requests``: the decode batch,  decode attention reads its KV once:
+                   optional)                                     ``kv_bytes / A`` (A = attention read rate); linear
+                                                                 in ``kv_bytes`` at a given ``requests`` for every
+                                                                 predictor (the engine's stretches assume it)
 ``attn_prefill``   ``tokens``, ``past_tokens``                   causal flash attention FLOPs
                                                                  ``4·Hq·d·tokens·(past + tokens/2) / (F·e_pf)``
 ``norm_rope``      ``tokens``                                    two RMSNorms + RoPE (+ QK-norm): elementwise bytes

@@ -118,7 +118,7 @@ class WholeKVStretch:
         if c is None:
             c = eng._per_token(tokens)
         c += pf_attn
-        c += pred.time("attn_decode", {"kv_bytes": ctx_tokens * self.bpt_layer})
+        c += pred.time("attn_decode", {"kv_bytes": ctx_tokens * self.bpt_layer, "requests": n_dec})
         head, tail = self._head_tail(1, n_dec + len(chunks))
         floor = eng._floor_cache.get(n_dec)
         if floor is None:
@@ -395,15 +395,16 @@ class WholeKVStretch:
     def _decode_steps(self, n_dec, ctx_tokens, count, t, nxt, first, starts, durs, head) -> float:
         """Up to ``count`` decode-only steps of ``n_dec`` requests holding ``ctx_tokens`` tokens (one more a request
         each step), those that start before ``nxt`` (``first``: the first whatever comes); returns the end of the last. ``_step_s`` with the decode
-        attention as a line in the batch's context (``attn_decode`` is linear in its bytes for every predictor)."""
+        attention as a line in the batch's context (``attn_decode`` is linear in its bytes at a given batch for every
+        predictor)."""
         eng = self.eng
         pred, bpt = eng.pred, self.bpt_layer
         waiting = head is not None and head.ready_t <= t  # (head: the queue's, after the stretch's admissions)
-        a0 = pred.time("attn_decode", {"kv_bytes": ctx_tokens * bpt})
+        a0 = pred.time("attn_decode", {"kv_bytes": ctx_tokens * bpt, "requests": n_dec})
         memo = self._dec_memo[waiting]
         v = memo.get(n_dec)
         if v is None:
-            da = pred.time("attn_decode", {"kv_bytes": n_dec * bpt})
+            da = pred.time("attn_decode", {"kv_bytes": n_dec * bpt, "requests": n_dec})
             c = eng._per_token(n_dec)  # (+ 0.0 prefill attention: _step_s's c, the same float)
             chain = eng.chain_max if eng.chain_max > 1 and n_dec and not waiting else 1
             v = memo[n_dec] = (da, c, *self._head_tail(chain, n_dec), eng._step_floor(n_dec))

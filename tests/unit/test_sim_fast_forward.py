@@ -100,15 +100,32 @@ STRETCH_CASES = {
     "batch-limit": dict(max_batch=4),
     "small-chunks": dict(chunk_tokens=512),
     "vllm": dict(engine="vllm"),
+    "vllm-waves": dict(engine="vllm", calibration="WAVES"),  # its attention set by waves of CTAs (below)
     "chain-tp2": dict(decode_chain=8, tensor_parallel=2),
     "closed-loop": dict(arrival="closed", concurrency=20, hbm_bytes=20e9),
 }
 
 
+@pytest.fixture(scope="module")
+def waves_calibration(tmp_path_factory):
+    """The shipped calibration with an SM rate at which vLLM's wave term (calibrated.vllm_attn_waves) sets the
+    attention of every batch: its factor changes with the batch inside a stretch."""
+    from dataclasses import replace
+
+    from oasis_sim.calibrated import load_calibration
+
+    cal = load_calibration()
+    path = tmp_path_factory.mktemp("cal") / "waves.json"
+    path.write_text(replace(cal, params=replace(cal.params, vllm_sm_bytes_per_s=15e9)).to_json())
+    return str(path)
+
+
 @pytest.mark.parametrize("case", sorted(STRETCH_CASES))
-def test_whole_kv_stretch_matches_every_step(monkeypatch, case):
+def test_whole_kv_stretch_matches_every_step(monkeypatch, request, case):
     trace = random_trace(80, 400.0, seed=5)
     kw = dict(mode="dense", model="qwen3-8b", **STRETCH_CASES[case])
+    if kw.get("calibration") == "WAVES":
+        kw["calibration"] = request.getfixturevalue("waves_calibration")
     executed = []
     orig_execute = engine_mod.SimEngine.execute
 
