@@ -60,6 +60,8 @@ FITTED = {
     # an SM's stream in vLLM's attention (calibrated.vllm_attn_waves): 132 SMs x 10-200 GB/s = 1.3-26 TB/s; fitted
     # only with vLLM points, from WAVE_START (full waves then never bind below 4.8 TB/s: only a part-filled wave shows)
     "vllm_sm_bytes_per_s": (10e9, 200e9),
+    # the calibrated card's host over the floor probes' card's, for vLLM's loop: fitted only with another card's probes
+    "vllm_host_ratio": (0.33, 3.0),
     "copy_bytes_per_s": (42e9, 49e9),  # the UVA gather measured alone: 42-49 GB/s (DESIGN.md, issue 39)
     "gather_sm_share": (0.0, 0.9),
 }
@@ -70,6 +72,8 @@ FITTED = {
 # (``card_admits``; those are validated, not fitted)
 FLOOR_KNEE_REQUESTS = 8
 WAVE_START = 50e9
+RATIO_PRIOR = 0.01  # the prior's residual a unit of log(vllm_host_ratio): 1.45 costs what a 0.4% TPOT error does
+RATIO_STARTS = (1.0, 2.0)  # vllm_host_ratio's starts (``fit``)
 SCALE = {k: (1e9 if k.endswith("per_s") else 1e-6 if k.endswith("_s") else 1.0) for k in FITTED}
 LOSS = "linear"
 LOSS_SCALE = 0.05
@@ -247,23 +251,49 @@ def fit(points, base: CalibParams | None = None, card: str | None = None):
         raise ValueError("calibrate: no point with a measured TPOT or tok/s")
     meas = np.array([p.measured_tpot_s() for p in use])
     probe = np.array([card is not None and p.hardware != card for p in use])  # another card's floor probes
+    if not probe.any():
+        fitted.pop("vllm_host_ratio")
     same = [p for p, o in zip(use, probe) if not o]
 
-    def resid(theta):
+    def resid(theta, base, fitted):
         prm = _params(theta, base, fitted)
         t = np.empty(len(use))
         t[~probe] = predict(same, prm)
-        for i in np.flatnonzero(probe):  # the floor alone, a + b · n, as the harness reports it
-            t[i] = harness_tpot(use[i], lambda n, prm=prm: prm.step_vllm_s + n * prm.step_vllm_request_s)
+        for i in np.flatnonzero(probe):  # the floor alone, (a + b · n) / ratio on its host, as the harness reports it
+            t[i] = harness_tpot(
+                use[i], lambda n, prm=prm: (prm.step_vllm_s + n * prm.step_vllm_request_s) / prm.vllm_host_ratio
+            )
         return t / meas - 1.0
 
-    x0 = np.array([getattr(base, k) / SCALE[k] for k in fitted])
-    lo = np.array([b[0] / SCALE[k] for k, b in fitted.items()])
-    hi = np.array([b[1] / SCALE[k] for k, b in fitted.items()])
-    x0 = np.clip(x0, lo + 1e-9, hi - 1e-9)
-    sol = least_squares(resid, x0, bounds=(lo, hi), loss=LOSS, f_scale=LOSS_SCALE, x_scale="jac")
-    params = _params(sol.x, base, fitted)
-    return params, use, resid(sol.x)
+    def solve(base, fitted):
+        """(params, cost, errors): least squares from ``base`` over ``fitted``, with vllm_host_ratio's prior."""
+        x0 = np.array([getattr(base, k) / SCALE[k] for k in fitted])
+        lo = np.array([b[0] / SCALE[k] for k, b in fitted.items()])
+        hi = np.array([b[1] / SCALE[k] for k, b in fitted.items()])
+        x0 = np.clip(x0, lo + 1e-9, hi - 1e-9)
+
+        def objective(theta):
+            r = resid(theta, base, fitted)
+            if not probe.any():
+                return r
+            return np.append(r, RATIO_PRIOR * np.log(_params(theta, base, fitted).vllm_host_ratio))
+
+        sol = least_squares(objective, x0, bounds=(lo, hi), loss=LOSS, f_scale=LOSS_SCALE, x_scale="jac")
+        return _params(sol.x, base, fitted), sol.cost, resid(sol.x, base, fitted)
+
+    if "vllm_host_ratio" not in fitted:
+        params, _cost, err = solve(base, fitted)
+        return params, use, err
+    # The ratio from two starts, the better kept: where the card's own steps sit on the GPU side of the floor for small
+    # ratios, the cost is flat there and falls past a threshold, so a start at 1 stays at 1 (a local minimum, the
+    # prior's); where no step of the card shows its floor, the ratio, a and b slide together along the probes'
+    # (a + b · n) / ratio, and the prior keeps the hosts alike (both starts end at the same cost but for the prior's)
+    best = None
+    for r in RATIO_STARTS:
+        prm, cost, err = solve(replace(base, vllm_host_ratio=r), fitted)
+        if best is None or cost < best[1]:
+            best = (prm, cost, err)
+    return best[0], use, best[2]
 
 
 def _sha(path: str) -> str:
@@ -300,8 +330,10 @@ def calibrate(points, files, card: str = "h200") -> Calibration:
         "fitted_points": sorted(point_key(p) for p in used),
         "other_card_fitted": sorted(p.name + " on " + p.hardware for p in used if p.hardware != card),
         "other_card_left_out": sorted(p.name + " on " + p.hardware for p in left_out),
+        "probe_cards": sorted({p.hardware for p in used if p.hardware != card}),
         "card_rule": f"points of another card than {card}: only vLLM floor probes at <= {FLOOR_KNEE_REQUESTS} "
-        "requests (oasis_sim.calibrate.card_admits), scored against the floor a + b * requests alone",
+        "requests (oasis_sim.calibrate.card_admits), scored against the floor alone on their host, "
+        "(a + b * requests) / vllm_host_ratio",
         "method": f"scipy.optimize.least_squares, relative TPOT residuals, {LOSS} loss (f_scale {LOSS_SCALE}), bounds in "
         "oasis_sim.calibrate.FITTED; layer_fixed_vllm_s tied to layer_fixed_dense_s",
     }

@@ -66,6 +66,9 @@ class CalibParams:
     # vLLM's decode attention runs one CTA a (request, KV head), split along the context only to fill the SMs; an SM
     # streams its CTAs' KV at this rate (0: no such term, the step linear in the KV bytes): ``vllm_attn_waves``
     vllm_sm_bytes_per_s: float = 0.0
+    # how much longer the calibrated card's host takes for vLLM's loop than the host of the card whose floor probes
+    # entered the fit (``oasis_sim.calibrate.card_admits``: they are scored against the floor over this); 1: alike
+    vllm_host_ratio: float = 1.0
     copy_bytes_per_s: float = 45e9  # the UVA gather's in-step rate of scattered blocks
     gather_sm_share: float = 0.2  # compute time a UVA gather takes while it runs, as a share of its time
 
@@ -74,6 +77,8 @@ class CalibParams:
             v = getattr(self, f.name)
             if isinstance(v, bool) or not isinstance(v, (int, float)) or v != v or v < 0:
                 raise ValueError(f"CalibParams.{f.name}: must be a number >= 0, got {v!r}")
+            if f.name == "vllm_host_ratio" and not v > 0:
+                raise ValueError(f"CalibParams.{f.name}: must be > 0, got {v!r}")
             if f.name.endswith("_eff") or "_eff_" in f.name:
                 if not 0 < v <= 1:
                     raise ValueError(f"CalibParams.{f.name}: must be in (0, 1], got {v!r}")

@@ -162,6 +162,47 @@ def test_another_cards_points_enter_only_as_host_floor_probes():
     assert len(cal.fit["other_card_left_out"]) == 5 and any("qwen3-8b" in n for n in cal.fit["other_card_left_out"])
 
 
+def test_the_probe_cards_host_ratio_is_fitted_where_the_cards_own_steps_show_its_floor():
+    """Probes on an H100 host that runs vLLM's loop 1.4x faster than the calibrated card's: with H200 vLLM points that
+    sit on the floor (SmolLM2 at 2,048 tokens x 16 and 32: the GPU step 1.7-1.9 ms under a 2.5-3 ms floor), the fit
+    finds the ratio and the H200's own floor; the simulator on the H100 then prices the probe card's floor, on the
+    H200 the fitted one, on a card without probes the fitted one. (Without such points the ratio stays 1: the test
+    above.)"""
+    from oasis_sim.calibrate import calibrate
+    from oasis_sim.calibrated import Calibration
+    from oasis_sim.sim import host_params
+
+    true = replace(load_calibration().params, step_vllm_s=2.0e-3, step_vllm_request_s=30e-6, vllm_host_ratio=1.4)
+    pts, _ = load_points([os.path.join(ROOT, "traces", "bench_points", "train")])
+    pts = [p for p in pts if p.hardware == "h200" and p.measured_tpot_s()]
+    own = [
+        BenchPoint("smollm2-135m", "dense", 2048, n, engine="vllm", weights="real", decode_chain=1, decode=256)
+        for n in (16, 32)
+    ]
+    assert predict(own, replace(true, step_vllm_s=0.0, step_vllm_request_s=0.0)).max() < 2.0e-3  # GPU step alone
+    synthetic = [replace(q, tpot_ms=float(s * 1e3), tok_s=None) for q, s in zip(pts + own, predict(pts + own, true))]
+    from oasis_sim.calibrate import harness_tpot
+
+    h100 = dict(engine="vllm", weights="real", decode_chain=1, bytes_per_step=0.0, hardware="h100-sxm", decode=256)
+    probes = []
+    for ctx in (2048, 7800):
+        for n in (1, 2, 4, 8):
+            q = BenchPoint("smollm2-135m", "dense", ctx, n, **h100)
+            t = harness_tpot(q, lambda k: (2.0e-3 + k * 30e-6) / 1.4)
+            probes.append(replace(q, tpot_ms=t * 1e3))
+    got, used, err = fit(synthetic + probes, card="h200")
+    assert np.max(np.abs(err)) < 0.01
+    assert got.vllm_host_ratio == pytest.approx(1.4, rel=0.03)
+    assert got.step_vllm_s == pytest.approx(2.0e-3, rel=0.03)
+    cal = calibrate(synthetic + probes, [], card="h200")
+    assert cal.fit["probe_cards"] == ["h100-sxm"]
+    a = cal.params.step_vllm_s
+    assert host_params(cal, "h200").step_vllm_s == a
+    assert host_params(cal, "h100-sxm").step_vllm_s == pytest.approx(a / cal.params.vllm_host_ratio)
+    assert host_params(cal, "h100-pcie").step_vllm_s == a  # no probes of that card: the calibrated card's host
+    assert host_params(Calibration(cal.params, "h200"), "h100-sxm").step_vllm_s == a  # a file without probe cards
+
+
 def test_shipped_calibration_names_its_provenance():
     cal = load_calibration(SHIPPED)
     assert cal.hardware == "h200" and cal.date and cal.commit
@@ -252,6 +293,9 @@ def test_timing_line_says_when_the_run_is_on_another_card_than_the_calibration()
     args = build_parser().parse_args(["run", "--hardware", "h200"])
     assert timing_line(config_from_args(args)).endswith("at " + load_calibration().commit)
     args = build_parser().parse_args(["run", "--hardware", "h100-sxm"])
-    assert timing_line(config_from_args(args)).endswith("on h100-sxm: its peaks, h200's host and copy costs")
+    assert "h100-sxm" in load_calibration().fit["probe_cards"]  # the shipped file: vLLM's floor probes on an H100
+    assert timing_line(config_from_args(args)).endswith(
+        "on h100-sxm: its peaks and vLLM floor probes, h200's other host and copy costs"
+    )
     args = build_parser().parse_args(["run", "--predictor", "roofline"])
     assert timing_line(config_from_args(args)) == "roofline predictor"
