@@ -74,13 +74,29 @@ def test_attention_drafts_equal_the_incremental_decode(dec):
     dec.forward_dense(tokens, hook)
     aux = torch.cat([feats[i] for i in head.layers], -1)
     ts = torch.arange(28, 36)
-    got = attn_draft_tokens(head, dec, aux, tokens, ts)
+    got, prob = attn_draft_tokens(head, dec, aux, tokens, ts, with_prob=True)
+    assert torch.equal(got, attn_draft_tokens(head, dec, aux, tokens, ts))
+    head.want_conf = True  # the engine's draft gate reads the head's probability of its token
     head.prefill_chunk(0, 0, aux[:27], tokens[:27])  # the engine: prefill of 27 tokens, then a step a position
     want = [int(head.propose_lanes([0], aux[26:27], tokens[27:28])[0])]
+    conf = [float(head.conf[0])]
     for p in range(27, 35):
         want.append(int(head.propose_lanes([0], aux[p : p + 1], tokens[p + 1 : p + 2])[0]))
+        conf.append(float(head.conf[0]))
     assert got[:, 0].tolist() == want[1:]  # the draft for t + 1 = the proposal after entry t - 1
     assert (got[:, 1] != got[:, 0]).all()  # and the second-best token beside it
+    assert prob.tolist() == pytest.approx(conf[1:], rel=1e-4)  # the engine's probability of the same draft
+
+
+def test_the_gate_predicts_from_the_current_query_where_the_head_is_unsure_and_lookup_has_no_match():
+    from oasis_exec.tools.quality.drafts import gated_positions, lookup_matched
+
+    tokens = [5, 6, 7, 8, 5, 6, 7, 9, 1, 2]
+    ts = torch.tensor([6, 8, 9])  # t = 6: "5 6 7" seen before (a match of 3); t = 8, 9: "9 1", "1 2" never seen
+    assert lookup_matched(tokens, ts, 2).tolist() == [True, False, False]
+    prob = torch.tensor([0.1, 0.2, 0.9])
+    assert gated_positions(tokens, ts, prob, 0.5, 2).tolist() == [False, True, False]
+    assert gated_positions(tokens, ts, prob, 0.0, 2).tolist() == [False, False, False]  # gate 0: never
 
 
 def test_cli_in_generation(monkeypatch, tmp_path):
@@ -98,6 +114,7 @@ def test_cli_in_generation(monkeypatch, tmp_path):
         "ngram1_attn",
         "attn_top2",
         "ngram_attn_cur",
+        "ngram_attn_gate",
         "eagle3",
         "oracle",
         "random",
@@ -118,6 +135,14 @@ def test_cli_in_generation(monkeypatch, tmp_path):
         assert 0.0 <= r["drafts"]["ngram1_attn"]["token_accuracy"] <= 1.0
         assert r["drafts"]["attn_top2"]["token_accuracy"] == r["drafts"]["eagle3_attn"]["token_accuracy"]
         assert r["drafts"]["ngram_attn_cur"]["token_accuracy"] == r["drafts"]["ngram_attn"]["token_accuracy"]
+        # gated: the pair's token; a position's agreement is the proxy's where gated, the pair's elsewhere (random
+        # head weights: unsure wherever prompt lookup, which matches these repeating texts often, has no match)
+        g, pair = r["drafts"]["ngram_attn_gate"], r["drafts"]["ngram_attn"]
+        assert g["token_accuracy"] == pair["token_accuracy"] and 0.0 < g["gated_share"] <= 1.0
+        proxy_pp = r["proxy_per_position"]
+        took = [a == p for a, p in zip(g["sparse_per_position"], proxy_pp)]
+        assert all(a == p or a == q for a, p, q in zip(g["sparse_per_position"], proxy_pp, pair["sparse_per_position"]))
+        assert sum(took) >= round(g["gated_share"] * 6)
         assert r["drafts"]["oracle"]["token_accuracy"] == 1.0  # the oracle is the token the target produced
         assert r["drafts"]["oracle"]["dense"]["mean"] == 1.0  # and its dense query is the true next query
         for f in r["drafts"].values():  # per decode position: the sparse agreement (its mean is the mean's)

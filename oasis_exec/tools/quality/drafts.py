@@ -15,6 +15,9 @@ measured decode positions ``t``.
   (``combine_ngram``). Prompt lookup gains with context (more text to match), the head does not.
 - ``ngram1_attn``: the same with a one-token match enough (the n-gram's guess wherever it has one).
 - ``eagle3_attn_2nd``: the attention head's second-best token.
+- ``ngram_attn_gate``: ``ngram_attn`` as the engine serves it by default (``ExecConfig.draft_gate``, ``DRAFT_GATE``):
+  where prompt lookup has no match and the head gives its token a probability under the gate, the step predicts from
+  the current query (the proxy's prediction) instead of the draft's (``GATED``). Its token accuracy is the pair's.
 - Hedged drafts (``HEDGED``): two queries score every block and a block's score is the larger of the two (as if the
   second query were more query heads of the group, ``score_blocks``'s max); the top-K of that. ``attn_top2``: the
   head's two best tokens (a second draft row a lane); ``attn_cur`` and ``ngram_attn_cur``: the draft and the current
@@ -27,7 +30,7 @@ import torch
 
 from oasis_core.prompt_lookup import match_lengths_at, propose_at
 
-from ...config import DRAFT_NGRAM
+from ...config import DRAFT_GATE, DRAFT_NGRAM
 
 DRAFTS = ("eagle3", "ngram", "oracle", "random")  # the default set
 # the engine's (ExecConfig.draft_ngram's lookahead default): a one-token match (any token seen before) is weak
@@ -43,25 +46,40 @@ HEDGED = {
     "ngram_attn_cur": ("ngram_attn", "cur"),
     "ngram_attn_top2": ("ngram_attn", "eagle3_attn_2nd"),
 }
-ALL_DRAFTS = DRAFTS + ("eagle3_attn", "eagle3_attn_2nd", *PAIRED, *HEDGED)
-ATTN_DRAFTS = ("eagle3_attn", "eagle3_attn_2nd", *PAIRED, *HEDGED)  # the drafts that need the attention head
+# a gated draft: (its draft, the gate): the current query where the draft is the head's at a probability under the gate
+GATED = {"ngram_attn_gate": ("ngram_attn", DRAFT_GATE)}
+ALL_DRAFTS = DRAFTS + ("eagle3_attn", "eagle3_attn_2nd", *PAIRED, *HEDGED, *GATED)
+ATTN_DRAFTS = ("eagle3_attn", "eagle3_attn_2nd", *PAIRED, *HEDGED, *GATED)  # the drafts that need the attention head
 
 
 def row_drafts(drafts) -> list:
-    """The drafts that need a draft row of their own for ``drafts``: the plain ones and the hedges' components."""
+    """The drafts that need a draft row of their own for ``drafts``: the plain ones, the hedges' components and the
+    gated drafts' own."""
     out = []
     for d in drafts:
-        for c in HEDGED.get(d, (d,)):
+        for c in HEDGED.get(d, (GATED[d][0],) if d in GATED else (d,)):
             if c != "cur" and c not in out:
                 out.append(c)
     return out
 
 
+def lookup_matched(tokens, positions, min_match: int = NGRAM_MIN_MATCH):
+    """bool [P]: whether prompt lookup's suffix match at each position is at least ``min_match`` tokens long."""
+    n = torch.tensor(match_lengths_at(torch.as_tensor(tokens).tolist(), torch.as_tensor(positions).tolist()))
+    return n >= min_match
+
+
 def combine_ngram(tokens, positions, ngram, fallback, min_match: int = NGRAM_MIN_MATCH):
     """``ngram_attn``: ids [P], the n-gram draft ``ngram`` [P] where the suffix match at each position is at least
     ``min_match`` tokens long, else ``fallback`` [P]."""
-    n = torch.tensor(match_lengths_at(torch.as_tensor(tokens).tolist(), torch.as_tensor(positions).tolist()))
-    return torch.where(n >= min_match, torch.as_tensor(ngram), torch.as_tensor(fallback))
+    hit = lookup_matched(tokens, positions, min_match)
+    return torch.where(hit, torch.as_tensor(ngram), torch.as_tensor(fallback))
+
+
+def gated_positions(tokens, positions, head_prob, gate: float, min_match: int = NGRAM_MIN_MATCH):
+    """bool [P]: where a gated ``ngram_attn`` predicts from the current query: no lookup match and the head's
+    probability of its token ``head_prob`` [P] under ``gate`` (lookup's drafts count as certain, as in the engine)."""
+    return ~lookup_matched(tokens, positions, min_match) & (torch.as_tensor(head_prob).cpu() < gate)
 
 
 def draft_tokens(name: str, tokens, positions, *, greedy=None, aux=None, head=None, vocab: int = 0, seed: int = 0):

@@ -67,7 +67,18 @@ from oasis_core.scoring import build_summaries, num_blocks, score_blocks, topk_b
 from ...model.gguf import sha256_file
 from . import metrics
 from .draft_pass import DraftPass, dense_mask, resident_mask
-from .drafts import ALL_DRAFTS, ATTN_DRAFTS, DRAFTS, HEDGED, PAIRED, combine_ngram, draft_tokens, row_drafts
+from .drafts import (
+    ALL_DRAFTS,
+    ATTN_DRAFTS,
+    DRAFTS,
+    GATED,
+    HEDGED,
+    PAIRED,
+    combine_ngram,
+    draft_tokens,
+    gated_positions,
+    row_drafts,
+)
 from .generation import GENERATE
 from .scorer_stats import SCORER_STATS, LayerScorers
 from .texts import TEXTS
@@ -294,9 +305,13 @@ def measure_tokens(dec, tokens, setup: Setup, head=None, progress=None, attn_hea
         )
         for d in plain
     }
+    gates = {}  # a gated draft -> bool [P] on the device: where it predicts from the current query
     if attn:
-        top2 = attn_draft_tokens(attn_head, dec, trace.extra["aux_all"], tokens_t, ts)
+        top2, prob = attn_draft_tokens(attn_head, dec, trace.extra["aux_all"], tokens_t, ts, with_prob=True)
         dtok["eagle3_attn"], dtok["eagle3_attn_2nd"] = top2[:, 0], top2[:, 1]
+        for d, (_, gate) in GATED.items():
+            if d in setup.drafts:
+                gates[d] = gated_positions(tokens_t, ts, prob, gate).to(dev)
     for d, m in PAIRED.items():
         if d in need:
             dtok[d] = combine_ngram(tokens_t, ts, dtok["ngram"], dtok["eagle3_attn"], min_match=m)
@@ -305,6 +320,8 @@ def measure_tokens(dec, tokens, setup: Setup, head=None, progress=None, attn_hea
     for d in setup.drafts:
         if d in HEDGED:
             dtok[d] = dtok[HEDGED[d][0]]
+        elif d in GATED:  # its token is its draft's (a speculative step still drafts it); only the query changes
+            dtok[d] = dtok[GATED[d][0]]
     dtok = {d: dtok[d] for d in dict.fromkeys([*setup.drafts, *need])}
     # Draft variants: each row draft densely, and through the resident set of each K.
     variants = [(d, None) for d in need] + [(d, k) for k in ks for d in need]
@@ -334,13 +351,13 @@ def measure_tokens(dec, tokens, setup: Setup, head=None, progress=None, attn_hea
         kmin, kmax = build_summaries(k_l.float().transpose(0, 1), bs)  # [Hkv, NB, D]
         probs = metrics.attention_probs(trace.q_next[li], k_l, ts_d + 2)
         mass = metrics.block_mass(probs, bs, hkv)  # [P, Hkv, NB]
-        resident, t_next = {}, {}
+        resident, t_next, proxy_sets = {}, {}, {}
         for k in ks:
             tn = _topk(trace.q_next[li], kmin, kmax, k, nb_t1)
             tc = _topk(trace.q_cur[li], kmin, kmax, k, nb_t)
             px = _topk(trace.q_cur[li], kmin, kmax, k, nb_t1)
             tm = _mass_topk(mass, k, nb_t1)
-            resident[k], t_next[k] = tc, tn
+            resident[k], t_next[k], proxy_sets[k] = tc, tn, px
             a = acc[k]
             ov = metrics.set_overlap(px, tn)  # [P, Hkv]
             a["proxy"].append(ov.mean().item())
@@ -383,7 +400,7 @@ def measure_tokens(dec, tokens, setup: Setup, head=None, progress=None, attn_hea
         for vi, (d, k) in enumerate(variants):
             qs[(d, k)] = qd[vi * p_ : (vi + 1) * p_]
         for d in setup.drafts:
-            a, b = HEDGED.get(d, (d, None))
+            a, b = HEDGED.get(d, (GATED[d][0], None) if d in GATED else (d, None))
             for k in [None, *ks]:
                 qv = qs[(a, k)]
                 if b is not None:  # the larger of the two queries' scores: the queries side by side as heads
@@ -391,6 +408,8 @@ def measure_tokens(dec, tokens, setup: Setup, head=None, progress=None, attn_hea
                     qv = _side_by_side(qv, qb, hkv)
                 for kk in ks if k is None else [k]:
                     pred = _topk(qv, kmin, kmax, kk, nb_t1)
+                    if d in gates:  # the gated positions take the current query's prediction (the proxy's)
+                        pred = torch.where(gates[d][:, None, None], proxy_sets[kk], pred)
                     ov = metrics.set_overlap(pred, t_next[kk])  # [P, Hkv]
                     agree[kk][(d, "dense" if k is None else "sparse")].append(ov.mean().item())
                     if k is not None:
@@ -408,6 +427,8 @@ def measure_tokens(dec, tokens, setup: Setup, head=None, progress=None, attn_hea
         for d in setup.drafts:
             right = (dtok[d] == truth).float()
             drafts[d] = {"token_accuracy": float(right.mean()), "right_per_position": right.tolist()}
+            if d in gates:
+                drafts[d]["gated_share"] = float(gates[d].float().mean())  # positions on the current query
             drafts[d]["sparse_per_position"] = by_pos[d]  # over the reported layers, one value a decode position
             for m in ("sparse", "dense"):
                 pl = [agree[k][(d, m)][i] for i in keep]
