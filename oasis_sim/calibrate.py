@@ -218,7 +218,8 @@ def host_share_s(pairs) -> Optional[float]:
 def fit(points, base: CalibParams | None = None, card: str | None = None):
     """(CalibParams, the points fitted, their relative TPOT errors) on ``points`` (those with a measured TPOT or
     tok/s and, in background modes with copies, bytes a step; with ``card``, only those ``card_admits``, another
-    card's scored against the floor alone: ``step_vllm_s + lanes · step_vllm_request_s``). First the host's round trip a step
+    card's scored against the floor alone on its own host: ``(step_vllm_s + lanes · step_vllm_request_s) /
+    vllm_host_ratio``, the ratio fitted from ``RATIO_STARTS`` with a weak prior at 1). First the host's round trip a step
     (``step_host_s``) from the pairs of runs equal but for their decode chain (``host_share_s``; those runs, of an
     older engine, then leave the fit), then the rest by least squares."""
     from scipy.optimize import least_squares
@@ -335,7 +336,8 @@ def calibrate(points, files, card: str = "h200") -> Calibration:
         "requests (oasis_sim.calibrate.card_admits), scored against the floor alone on their host, "
         "(a + b * requests) / vllm_host_ratio",
         "method": f"scipy.optimize.least_squares, relative TPOT residuals, {LOSS} loss (f_scale {LOSS_SCALE}), bounds in "
-        "oasis_sim.calibrate.FITTED; layer_fixed_vllm_s tied to layer_fixed_dense_s",
+        "oasis_sim.calibrate.FITTED; layer_fixed_vllm_s tied to layer_fixed_dense_s; vllm_host_ratio from the starts "
+        f"{list(RATIO_STARTS)}, the better kept, with a prior residual {RATIO_PRIOR} * log(ratio)",
     }
     return Calibration(
         params,
