@@ -85,7 +85,7 @@ def test_attention_drafts_equal_the_incremental_decode(dec):
         conf.append(float(head.conf[0]))
     assert got[:, 0].tolist() == want[1:]  # the draft for t + 1 = the proposal after entry t - 1
     assert (got[:, 1] != got[:, 0]).all()  # and the second-best token beside it
-    assert prob.tolist() == pytest.approx(conf[1:], rel=1e-4)  # the engine's probability of the same draft
+    assert prob[:, 0].tolist() == pytest.approx(conf[1:], rel=1e-4)  # the engine's probability of the same draft
 
 
 def test_the_gate_predicts_from_the_current_query_where_the_head_is_unsure_and_lookup_has_no_match():
@@ -115,6 +115,7 @@ def test_cli_in_generation(monkeypatch, tmp_path):
         "attn_top2",
         "ngram_attn_cur",
         "ngram_attn_gate",
+        "attn_soft",
         "eagle3",
         "oracle",
         "random",
@@ -135,6 +136,7 @@ def test_cli_in_generation(monkeypatch, tmp_path):
         assert 0.0 <= r["drafts"]["ngram1_attn"]["token_accuracy"] <= 1.0
         assert r["drafts"]["attn_top2"]["token_accuracy"] == r["drafts"]["eagle3_attn"]["token_accuracy"]
         assert r["drafts"]["ngram_attn_cur"]["token_accuracy"] == r["drafts"]["ngram_attn"]["token_accuracy"]
+        assert r["drafts"]["attn_soft"]["token_accuracy"] == r["drafts"]["eagle3_attn"]["token_accuracy"]
         # gated: the pair's token; a position's agreement is the proxy's where gated, the pair's elsewhere (random
         # head weights: unsure wherever prompt lookup, which matches these repeating texts often, has no match)
         g, pair = r["drafts"]["ngram_attn_gate"], r["drafts"]["ngram_attn"]
@@ -191,3 +193,24 @@ def test_a_hedge_scores_each_block_by_the_larger_of_its_two_queries():
     qa, qb = torch.randn(4, hq, d, generator=g), torch.randn(4, hq, d, generator=g)
     want = torch.maximum(score_blocks(qa, kmin[None], kmax[None]), score_blocks(qb, kmin[None], kmax[None]))
     torch.testing.assert_close(score_blocks(_side_by_side(qa, qb, hkv), kmin[None], kmax[None]), want)
+
+
+def test_a_soft_draft_of_one_token_is_the_heads_draft(monkeypatch, tmp_path):
+    """attn_soft over the head's single best token (weight 1) runs the same row as eagle3_attn: equal agreement at
+    every position; over four tokens it differs (the rows' inputs are mixed)."""
+    from oasis_exec.tools.quality import drafts
+
+    monkeypatch.setattr(Decoder, "from_path", staticmethod(lambda *a, **k: Decoder.build(TINY, seed=3)))
+    monkeypatch.setattr(texts, "hf_tokenizer", lambda path: _Chars())
+    got = {}
+    for n in (1, 4):
+        monkeypatch.setitem(drafts.SOFT, "attn_soft", n)
+        out = tmp_path / f"soft{n}.json"
+        argv = ["quality", "selection", "--model-path", "README.md", "--texts", "shlex.py", "--n-tokens", "120"]
+        argv += ["--k-blocks", "3", "--block-size", "8", "--positions", "6", "--drafts", "eagle3_attn", "attn_soft"]
+        argv += ["--generate", "greedy", "--no-fit", "--device", "cpu", "--threads", "1", "--out", str(out)]
+        assert exec_main.main(argv) == 0
+        r = json.loads(out.read_text())["results"][0]["drafts"]
+        got[n] = (r["attn_soft"]["dense"]["per_layer"], r["eagle3_attn"]["dense"]["per_layer"])
+    assert got[1][0] == pytest.approx(got[1][1], abs=1e-6)
+    assert got[4][0] != pytest.approx(got[4][1], abs=1e-6)

@@ -18,6 +18,9 @@ measured decode positions ``t``.
 - ``ngram_attn_gate``: ``ngram_attn`` as the engine serves it by default (``ExecConfig.draft_gate``, ``DRAFT_GATE``):
   where prompt lookup has no match and the head gives its token a probability under the gate, the step predicts from
   the current query (the proxy's prediction) instead of the draft's (``GATED``). Its token accuracy is the pair's.
+- ``attn_soft``: the attention head's best ``SOFT`` tokens as one row whose input embedding is theirs weighted by
+  the head's probabilities (renormalised over them): an unsure head's candidates averaged before the target's layers
+  instead of the best one alone. Its token accuracy is the head's.
 - Hedged drafts (``HEDGED``): two queries score every block and a block's score is the larger of the two (as if the
   second query were more query heads of the group, ``score_blocks``'s max); the top-K of that. ``attn_top2``: the
   head's two best tokens (a second draft row a lane); ``attn_cur`` and ``ngram_attn_cur``: the draft and the current
@@ -48,8 +51,10 @@ HEDGED = {
 }
 # a gated draft: (its draft, the gate): the current query where the draft is the head's at a probability under the gate
 GATED = {"ngram_attn_gate": ("ngram_attn", DRAFT_GATE)}
-ALL_DRAFTS = DRAFTS + ("eagle3_attn", "eagle3_attn_2nd", *PAIRED, *HEDGED, *GATED)
-ATTN_DRAFTS = ("eagle3_attn", "eagle3_attn_2nd", *PAIRED, *HEDGED, *GATED)  # the drafts that need the attention head
+# a soft draft: the row's input is the head's best tokens' embeddings weighted by their renormalised probabilities
+SOFT = {"attn_soft": 4}
+ALL_DRAFTS = DRAFTS + ("eagle3_attn", "eagle3_attn_2nd", *PAIRED, *HEDGED, *GATED, *SOFT)
+ATTN_DRAFTS = ("eagle3_attn", "eagle3_attn_2nd", *PAIRED, *HEDGED, *GATED, *SOFT)  # the drafts that need the head
 
 
 def row_drafts(drafts) -> list:

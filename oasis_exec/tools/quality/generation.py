@@ -67,11 +67,12 @@ def continue_ids(dec, prompt, n_new: int, temperature: float = 0.0, seed: int = 
 
 
 @torch.no_grad()
-def attn_draft_tokens(head, dec, aux_all, tokens, ts, with_prob: bool = False):
+def attn_draft_tokens(head, dec, aux_all, tokens, ts, with_prob: bool = False, top: int = 2):
     """Draft ids [P, 2] (the best and the second-best token) of the attention head for positions ``ts`` [P]
     (``d_{t+1}``, from entry t - 1: features at t - 1 and token t). aux_all: [N, 3 * hidden] features at every
-    position; tokens: [N]. ``with_prob``: also the head's probability of its best token [P] (float32, CPU), as the
-    engine's draft gate reads it (``exp(logit - logsumexp)`` over the head's vocabulary)."""
+    position; tokens: [N]. ``top``: how many of the head's best tokens, best first (ids [P, top]). ``with_prob``: also
+    their probabilities [P, top] (float32, CPU), the first as the engine's draft gate reads it (``exp(logit -
+    logsumexp)`` over the head's vocabulary)."""
     from oasis_exec.model.draft import head_logits
     from oasis_exec.model.draft_attn import hidden_seq
 
@@ -82,11 +83,11 @@ def attn_draft_tokens(head, dec, aux_all, tokens, ts, with_prob: bool = False):
     emb = dec.embed[tokens[1 : last + 1]].to(dt)[None]
     h = hidden_seq(head.w, head.attn, dec.shape.rms_eps, aux, emb)[0]
     hp = h[ts.to(h.device) - 1]
-    ids = head.top_ids(hp, 2).long().cpu()
+    ids = head.top_ids(hp, top).long().cpu()
     if not with_prob:
         return ids
     logits = head_logits(head.w, dec.shape.rms_eps, hp, head.lm_head).float()
-    prob = torch.exp(logits.max(-1).values - torch.logsumexp(logits, -1))
+    prob = torch.exp(logits.topk(top, -1).values - torch.logsumexp(logits, -1)[..., None])
     return ids, prob.cpu()
 
 

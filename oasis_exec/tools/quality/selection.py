@@ -74,6 +74,7 @@ from .drafts import (
     GATED,
     HEDGED,
     PAIRED,
+    SOFT,
     combine_ngram,
     draft_tokens,
     gated_positions,
@@ -306,12 +307,19 @@ def measure_tokens(dec, tokens, setup: Setup, head=None, progress=None, attn_hea
         for d in plain
     }
     gates = {}  # a gated draft -> bool [P] on the device: where it predicts from the current query
+    soft_x = {}  # a soft draft -> its rows' input embeddings [P, hidden]
     if attn:
-        top2, prob = attn_draft_tokens(attn_head, dec, trace.extra["aux_all"], tokens_t, ts, with_prob=True)
-        dtok["eagle3_attn"], dtok["eagle3_attn_2nd"] = top2[:, 0], top2[:, 1]
+        n_top = max([2, *(SOFT[d] for d in SOFT if d in setup.drafts)])
+        top, prob = attn_draft_tokens(attn_head, dec, trace.extra["aux_all"], tokens_t, ts, True, n_top)
+        dtok["eagle3_attn"], dtok["eagle3_attn_2nd"] = top[:, 0], top[:, 1]
         for d, (_, gate) in GATED.items():
             if d in setup.drafts:
-                gates[d] = gated_positions(tokens_t, ts, prob, gate).to(dev)
+                gates[d] = gated_positions(tokens_t, ts, prob[:, 0], gate).to(dev)
+        for d, n_soft in SOFT.items():  # the row's token is the head's best; its input embedding is set below
+            if d in need:
+                dtok[d] = top[:, 0]
+                w = prob[:, :n_soft] / prob[:, :n_soft].sum(-1, keepdim=True)
+                soft_x[d] = (w.to(dev)[..., None] * dec.embed_tokens(top[:, :n_soft].to(dev)).float()).sum(1)
     for d, m in PAIRED.items():
         if d in need:
             dtok[d] = combine_ngram(tokens_t, ts, dtok["ngram"], dtok["eagle3_attn"], min_match=m)
@@ -333,6 +341,9 @@ def measure_tokens(dec, tokens, setup: Setup, head=None, progress=None, attn_hea
     sc_rows = [(v, name) for name, _ in sc_drafts for v in sc_vars]
     rows = torch.cat([dtok[d] for d, _ in variants] + [t for _, t in sc_drafts for _ in sc_vars])
     dp = DraftPass(dec, rows, (ts + 1).repeat(len(variants) + len(sc_rows)))
+    for vi, (d, _k) in enumerate(variants):
+        if d in soft_x:
+            dp.x[vi * p_ : (vi + 1) * p_] = soft_x[d].to(dp.x.dtype)
     ts_d = ts.to(dev)
     nb_t, nb_t1 = ts_d // bs + 1, (ts_d + 1) // bs + 1
     n_ctx = int(ts[-1]) + 1
