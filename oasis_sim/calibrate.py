@@ -260,10 +260,8 @@ def fit(points, base: CalibParams | None = None, card: str | None = None):
         prm = _params(theta, base, fitted)
         t = np.empty(len(use))
         t[~probe] = predict(same, prm)
-        for i in np.flatnonzero(probe):  # the floor alone, (a + b · n) / ratio on its host, as the harness reports it
-            t[i] = harness_tpot(
-                use[i], lambda n, prm=prm: (prm.step_vllm_s + n * prm.step_vllm_request_s) / prm.vllm_host_ratio
-            )
+        for i in np.flatnonzero(probe):  # the floor alone on its host, as the harness reports it
+            t[i] = harness_tpot(use[i], prm.probe_floor_s)
         return t / meas - 1.0
 
     def solve(base, fitted):

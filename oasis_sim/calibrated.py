@@ -34,7 +34,7 @@ from __future__ import annotations
 
 import json
 import os
-from dataclasses import asdict, dataclass, field, fields
+from dataclasses import asdict, dataclass, field, fields, replace
 from typing import Mapping, Optional
 
 from oasis_core import modes
@@ -83,6 +83,21 @@ class CalibParams:
                 if not 0 < v <= 1:
                     raise ValueError(f"CalibParams.{f.name}: must be in (0, 1], got {v!r}")
 
+    def probe_floor_s(self, requests: int) -> float:
+        """vLLM's floor a step on the floor probes' host, ``(a + b · n) / vllm_host_ratio`` (what the fit scores
+        another card's probes against)."""
+        return (self.step_vllm_s + requests * self.step_vllm_request_s) / self.vllm_host_ratio
+
+    def on_probe_host(self) -> "CalibParams":
+        """These constants with vLLM's floor on the floor probes' host (``probe_floor_s``), for a run there."""
+        r = self.vllm_host_ratio
+        return replace(
+            self,
+            step_vllm_s=self.step_vllm_s / r,
+            step_vllm_request_s=self.step_vllm_request_s / r,
+            vllm_host_ratio=1.0,
+        )
+
 
 @dataclass(frozen=True)
 class Calibration:
@@ -94,6 +109,15 @@ class Calibration:
     commit: str = ""
     fitted_on: tuple = ()
     fit: Mapping = field(default_factory=dict)
+
+    def probes_ran_on(self, hardware: str) -> bool:
+        """Whether ``hardware`` is another card whose vLLM floor probes entered the fit (``fit.probe_cards``)."""
+        return hardware != self.hardware and hardware in self.fit.get("probe_cards", ())
+
+    def params_on(self, hardware: str) -> CalibParams:
+        """The constants for a run on ``hardware``: on a probe card vLLM's floor on its own host
+        (``CalibParams.on_probe_host``), else as fitted (the calibrated card's host)."""
+        return self.params.on_probe_host() if self.probes_ran_on(hardware) else self.params
 
     def to_json(self) -> str:
         d = {

@@ -260,7 +260,7 @@ def timing_line(cfg) -> str:
     cal = load_calibration(cfg.calibration)
     line = f"calibrated predictor, {cal.describe()}"
     if cal.hardware and cal.hardware != cfg.hardware:  # efficiencies carry over; host and copy costs are absolute
-        if cfg.hardware in cal.fit.get("probe_cards", ()):  # its own vLLM floor (sim.host_params)
+        if cal.probes_ran_on(cfg.hardware):  # its own vLLM floor (Calibration.params_on)
             line += f"; on {cfg.hardware}: its peaks and vLLM floor probes, {cal.hardware}'s other host and copy costs"
         else:
             line += f"; on {cfg.hardware}: its peaks, {cal.hardware}'s host and copy costs"

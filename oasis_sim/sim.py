@@ -8,7 +8,7 @@ compute/side streams, copy paths) → ``SimScheduler`` (``oasis_core.scheduler``
 from __future__ import annotations
 
 import time
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 
 import simpy
 
@@ -117,17 +117,6 @@ def bench_lanes(cfg: SimConfig, geo: KVGeometry, reqs) -> BenchLanes:
     return BenchLanes(slots, per, n, host)
 
 
-def host_params(cal, hardware: str):
-    """``cal``'s constants for a run on ``hardware``: on a card whose vLLM floor probes entered the fit
-    (``fit.probe_cards``), vLLM's floor on that card's host, ``(a + b · n) / vllm_host_ratio``; else as fitted (the
-    calibrated card's host)."""
-    p = cal.params
-    if hardware == cal.hardware or hardware not in cal.fit.get("probe_cards", ()):
-        return p
-    r = p.vllm_host_ratio
-    return replace(p, step_vllm_s=p.step_vllm_s / r, step_vllm_request_s=p.step_vllm_request_s / r, vllm_host_ratio=1.0)
-
-
 def make_predictor(cfg: SimConfig, predictor: TimePredictor | None = None) -> tuple:
     """(predictor, cfg): ``predictor`` when given, else ``cfg.predictor``'s; the calibrated one also sets the copy
     path's rate and the UVA gather's SM share from its file, unless the config names them."""
@@ -142,7 +131,7 @@ def make_predictor(cfg: SimConfig, predictor: TimePredictor | None = None) -> tu
         cal = load_calibration(cfg.calibration)
     except ValueError as e:
         raise ConfigError(f"calibration: {e}") from None
-    pred = CalibratedPredictor(model, hw, host_params(cal, cfg.hardware), cfg.mode, cfg.engine)
+    pred = CalibratedPredictor(model, hw, cal.params_on(cfg.hardware), cfg.mode, cfg.engine)
     pred.calibration = cal
     kw = {}
     if cfg.h2d_bytes_per_s is None and cfg.transfer_path == "uva":

@@ -170,7 +170,6 @@ def test_the_probe_cards_host_ratio_is_fitted_where_the_cards_own_steps_show_its
     above.)"""
     from oasis_sim.calibrate import calibrate
     from oasis_sim.calibrated import Calibration
-    from oasis_sim.sim import host_params
 
     true = replace(load_calibration().params, step_vllm_s=2.0e-3, step_vllm_request_s=30e-6, vllm_host_ratio=1.4)
     pts, _ = load_points([os.path.join(ROOT, "traces", "bench_points", "train")])
@@ -197,10 +196,10 @@ def test_the_probe_cards_host_ratio_is_fitted_where_the_cards_own_steps_show_its
     cal = calibrate(synthetic + probes, [], card="h200")
     assert cal.fit["probe_cards"] == ["h100-sxm"]
     a = cal.params.step_vllm_s
-    assert host_params(cal, "h200").step_vllm_s == a
-    assert host_params(cal, "h100-sxm").step_vllm_s == pytest.approx(a / cal.params.vllm_host_ratio)
-    assert host_params(cal, "h100-pcie").step_vllm_s == a  # no probes of that card: the calibrated card's host
-    assert host_params(Calibration(cal.params, "h200"), "h100-sxm").step_vllm_s == a  # a file without probe cards
+    assert cal.params_on("h200").step_vllm_s == a
+    assert cal.params_on("h100-sxm").step_vllm_s == pytest.approx(a / cal.params.vllm_host_ratio)
+    assert cal.params_on("h100-pcie").step_vllm_s == a  # no probes of that card: the calibrated card's host
+    assert Calibration(cal.params, "h200").params_on("h100-sxm").step_vllm_s == a  # a file without probe cards
 
 
 def test_shipped_calibration_names_its_provenance():
