@@ -185,10 +185,17 @@ class DraftHead:
             self.conf = torch.exp(top - torch.logsumexp(logits, -1))
         return d + self.d2t[d] if self.own_head else d
 
-    def top_ids(self, h, n: int):
-        """The head's ``n`` best tokens [..., n], best first (``_ids``'s first column; no confidence kept)."""
-        d = head_logits(self.w, self.shape.rms_eps, h, self.lm_head).topk(n, -1).indices
-        return d + self.d2t[d] if self.own_head else d
+    def top_ids(self, h, n: int, with_prob: bool = False):
+        """The head's ``n`` best tokens [..., n], best first (``_ids``'s first column; no confidence kept). With
+        ``with_prob``: (ids, their probabilities [..., n] under the head, ``exp(logit - logsumexp)`` as ``_ids``
+        keeps the first), from the one logits computation."""
+        logits = head_logits(self.w, self.shape.rms_eps, h, self.lm_head)
+        top = logits.topk(n, -1)
+        d = top.indices
+        ids = d + self.d2t[d] if self.own_head else d
+        if not with_prob:
+            return ids
+        return ids, torch.exp(top.values - torch.logsumexp(logits, -1, keepdim=True))
 
     def propose_state(self, aux, token_ids):
         """``propose`` and the head's hidden state [B, hidden] behind it, which a speculative chain feeds on

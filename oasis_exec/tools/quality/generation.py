@@ -73,7 +73,6 @@ def attn_draft_tokens(head, dec, aux_all, tokens, ts, with_prob: bool = False, t
     position; tokens: [N]. ``top``: how many of the head's best tokens, best first (ids [P, top]). ``with_prob``: also
     their probabilities [P, top] (float32, CPU), the first as the engine's draft gate reads it (``exp(logit -
     logsumexp)`` over the head's vocabulary)."""
-    from oasis_exec.model.draft import head_logits
     from oasis_exec.model.draft_attn import hidden_seq
 
     tokens = torch.as_tensor(tokens, device=aux_all.device)
@@ -82,13 +81,10 @@ def attn_draft_tokens(head, dec, aux_all, tokens, ts, with_prob: bool = False, t
     aux = aux_all[:last].to(dt)[None]
     emb = dec.embed[tokens[1 : last + 1]].to(dt)[None]
     h = hidden_seq(head.w, head.attn, dec.shape.rms_eps, aux, emb)[0]
-    hp = h[ts.to(h.device) - 1]
-    ids = head.top_ids(hp, top).long().cpu()
+    got = head.top_ids(h[ts.to(h.device) - 1], top, with_prob)
     if not with_prob:
-        return ids
-    logits = head_logits(head.w, dec.shape.rms_eps, hp, head.lm_head).float()
-    prob = torch.exp(logits.topk(top, -1).values - torch.logsumexp(logits, -1)[..., None])
-    return ids, prob.cpu()
+        return got.long().cpu()
+    return got[0].long().cpu(), got[1].float().cpu()
 
 
 def build_attn_head(args, dec):
