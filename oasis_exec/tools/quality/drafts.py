@@ -57,13 +57,21 @@ ALL_DRAFTS = DRAFTS + ("eagle3_attn", "eagle3_attn_2nd", *PAIRED, *HEDGED, *GATE
 ATTN_DRAFTS = ("eagle3_attn", "eagle3_attn_2nd", *PAIRED, *HEDGED, *GATED, *SOFT)  # the drafts that need the head
 
 
+def components(d: str) -> tuple:
+    """(the row draft whose query ``d`` reads, its second query or None): a hedge's two, a gated draft's own draft
+    (the current query replaces it where gated), else ``d`` itself."""
+    if d in HEDGED:
+        return HEDGED[d]
+    return (GATED[d][0] if d in GATED else d), None
+
+
 def row_drafts(drafts) -> list:
     """The drafts that need a draft row of their own for ``drafts``: the plain ones, the hedges' components and the
     gated drafts' own."""
     out = []
     for d in drafts:
-        for c in HEDGED.get(d, (GATED[d][0],) if d in GATED else (d,)):
-            if c != "cur" and c not in out:
+        for c in components(d):
+            if c is not None and c != "cur" and c not in out:
                 out.append(c)
     return out
 

@@ -72,10 +72,10 @@ from .drafts import (
     ATTN_DRAFTS,
     DRAFTS,
     GATED,
-    HEDGED,
     PAIRED,
     SOFT,
     combine_ngram,
+    components,
     draft_tokens,
     gated_positions,
     row_drafts,
@@ -325,11 +325,8 @@ def measure_tokens(dec, tokens, setup: Setup, head=None, progress=None, attn_hea
             dtok[d] = combine_ngram(tokens_t, ts, dtok["ngram"], dtok["eagle3_attn"], min_match=m)
     if setup.oracle_next:  # generation: the token the target then produced
         dtok["oracle"] = truth.clone()
-    for d in setup.drafts:
-        if d in HEDGED:
-            dtok[d] = dtok[HEDGED[d][0]]
-        elif d in GATED:  # its token is its draft's (a speculative step still drafts it); only the query changes
-            dtok[d] = dtok[GATED[d][0]]
+    for d in setup.drafts:  # a hedge's or gated draft's token is its first component's (a gated step still drafts it)
+        dtok[d] = dtok[components(d)[0]]
     dtok = {d: dtok[d] for d in dict.fromkeys([*setup.drafts, *need])}
     # Draft variants: each row draft densely, and through the resident set of each K.
     variants = [(d, None) for d in need] + [(d, k) for k in ks for d in need]
@@ -411,7 +408,7 @@ def measure_tokens(dec, tokens, setup: Setup, head=None, progress=None, attn_hea
         for vi, (d, k) in enumerate(variants):
             qs[(d, k)] = qd[vi * p_ : (vi + 1) * p_]
         for d in setup.drafts:
-            a, b = HEDGED.get(d, (GATED[d][0], None) if d in GATED else (d, None))
+            a, b = components(d)
             for k in [None, *ks]:
                 qv = qs[(a, k)]
                 if b is not None:  # the larger of the two queries' scores: the queries side by side as heads
