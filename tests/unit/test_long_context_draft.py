@@ -180,3 +180,32 @@ def test_by_position_buckets_the_per_position_figures():
     assert "ngram_attn below the oracle, points by bucket: 20.0, 7.5" in out
     with pytest.raises(SystemExit, match="no per-position"):
         mod.table({"average": {"k": {"texts": []}}}, 2)
+
+
+def test_accuracy_needed_splits_agreement_by_token_and_solves_for_the_gap():
+    """accuracy_needed.py: a draft's agreement where its token was right and where wrong, pooled over texts, and the
+    accuracy that puts it ``gap`` points under the oracle."""
+    mod = load_script("long_context_draft/accuracy_needed.py")
+    assert mod.needed(98.0, 98.0, 70.0, 3.0) == pytest.approx(25 / 28)
+    # two texts, 4 positions each; the draft right at positions 1, 2 of text a and 1 of text b
+    res = [
+        {
+            "n_tokens": 100,
+            "k": 8,
+            "proxy_per_position": [0.7] * 4,
+            "drafts": {
+                "pair": {"right_per_position": right, "sparse_per_position": agree},
+                "oracle": {"right_per_position": [1.0] * 4, "sparse_per_position": [0.98] * 4},
+            },
+        }
+        for right, agree in (([1, 1, 0, 0], [0.96, 0.98, 0.70, 0.72]), ([1, 0, 0, 0], [0.97, 0.71, 0.69, 0.70]))
+    ]
+    by = mod.pooled({"results": res})[(100, 8)]
+    assert by["pair"][0] == [1, 1, 0, 0, 1, 0, 0, 0]
+    lines = mod.rows({"results": res}, 3.0, first=2)
+    # A_right (96 + 98 + 97) / 3 = 97.0, A_wrong (70 + 72 + 71 + 69 + 70) / 5 = 70.4; right 3 of 8, 3 of the first 2 x 2
+    assert lines == [
+        f"| 100 | 8 | pair | 98.0 | 70.0 | 97.0 | 70.4 | 80.4 | 38 / 75 | **{100 * (98 - 3 - 70.4) / (97 - 70.4):.0f}** |"
+    ]
+    with pytest.raises(SystemExit, match="positions"):
+        mod.positions({"results": [{"proxy_per_position": [0.5]}, {"proxy_per_position": [0.5, 0.5]}]})
