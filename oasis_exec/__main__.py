@@ -62,9 +62,12 @@ def prepare_bench(a) -> tuple[ExecConfig, BenchConfig]:
     """The configs of a ``bench`` command line, validated, and its files checked; ``CliError`` when bad."""
     bc = bench_config(a)
     if bc.prompt_text is not None:
-        if not getattr(a, "model_path", None):
-            raise CliError("--prompt-text needs --model-path (a real model and its tokenizer)")
-        if ".npz:" in bc.prompt_text:  # token ids made elsewhere: checked (file, key, row) before anything loads
+        npz = ".npz:" in bc.prompt_text  # token ids: no tokenizer needed, so dummy weights can prefill them too
+        if not npz and not getattr(a, "model_path", None):
+            raise CliError(
+                "--prompt-text FILE needs --model-path (a real model and its tokenizer; or FILE.npz:KEY ids)"
+            )
+        if npz:  # token ids made elsewhere: checked (file, key, row) before anything loads
             from .tools.quality.generation import npz_ids
 
             try:
