@@ -235,3 +235,24 @@ def test_prompt_text_token_ids_from_an_npz(capsys):
     err = capsys.readouterr().err
     assert rc == 2 and "--prompt-text" in err and "nokey" in err and "Traceback" not in err, err
     assert "--token-texts" not in err, err  # the error names the option given
+
+
+def test_prompt_token_ids_on_dummy_weights(tmp_path, capsys):
+    """--prompt-text FILE.npz:KEY:ROW needs no --model-path (ids, no tokenizer): dummy weights prefill them for
+    real; ids past the model's vocabulary are one line, not an IndexError."""
+    import numpy as np
+
+    f = tmp_path / "ids.npz"
+    np.savez(f, ok=np.arange(1, 200) % 250, big=np.arange(300))
+    out = tmp_path / "r.jsonl"
+    base = ["bench", "--model", "tiny", "--device", "cpu", "--dtype", "float32", "--context", "64"]
+    base += ["--concurrency", "2", "--steps", "1", "--warmup", "1", "--out", str(out)]
+    assert cli.main([*base, "--prompt-text", f"{f}:ok"]) == 0
+    rec = json.loads(out.read_text().splitlines()[-1])
+    assert rec["prefill"].startswith("real") and rec["dummy_weights"] and rec["concurrency"] == 2, rec
+    capsys.readouterr()
+    assert cli.main([*base, "--prompt-text", f"{f}:big"]) == 2
+    err = capsys.readouterr().err
+    assert "vocabulary is 256" in err and "299" in err and "Traceback" not in err, err
+    assert cli.main([*base, "--prompt-text", str(tmp_path / "t.txt")]) == 2  # a text file still needs its tokenizer
+    assert "needs --model-path" in capsys.readouterr().err
