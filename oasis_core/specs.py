@@ -61,6 +61,9 @@ def _check_name(owner: str, value) -> None:
 # Models
 
 
+FAMILIES = ("llama", "gemma3")  # ModelSpec.family
+
+
 @dataclass(frozen=True)
 class ModelSpec:
     """A decoder-only transformer, described closely enough to size its KV cache, weights and GEMMs.
@@ -99,6 +102,9 @@ class ModelSpec:
     layer_windows: Tuple[Optional[int], ...] = ()  # per layer: None = full attention, W = sliding window of W tokens
     sliding_rope_theta: Optional[float] = None  # RoPE base of the windowed layers; None = rope_theta
     expert_bytes_per_param: Optional[float] = None  # MoE experts' storage (MXFP4: 0.53125 B); None = dtype_bytes
+    # what a layer computes beyond the shapes: "llama" (RMSNorm, SwiGLU) or "gemma3" ((1 + w) norms around attention
+    # and MLP, q/k norms, GELU); the executor's dummy weights build this family's decoder
+    family: str = "llama"
 
     def __post_init__(self):
         owner = "ModelSpec"
@@ -119,6 +125,8 @@ class ModelSpec:
             _check_int(owner, name, getattr(self, name), 0)
         for name in ("qk_norm", "tie_embeddings"):
             _check_bool(owner, name, getattr(self, name))
+        if self.family not in FAMILIES:
+            raise ValueError(f"{owner}.family: one of {', '.join(FAMILIES)}, got {self.family!r}")
         _check_real(owner, "rope_theta", self.rope_theta)
         _check_real(owner, "rms_eps", self.rms_eps)
         if self.n_q_heads % self.n_kv_heads:
@@ -438,6 +446,7 @@ MODELS: Mapping[str, ModelSpec] = {
             tie_embeddings=True,
             layer_windows=periodic_windows(18, 512, period=6, full_at=5),
             sliding_rope_theta=1e4,
+            family="gemma3",
         ),
         # Gemma 3 27B (text part): https://huggingface.co/google/gemma-3-27b-it/blob/main/config.json text_config
         # (hidden_size 5376, intermediate_size 21504, num_hidden_layers 62, num_attention_heads 32,
@@ -460,6 +469,7 @@ MODELS: Mapping[str, ModelSpec] = {
             tie_embeddings=True,
             layer_windows=periodic_windows(62, 1024, period=6, full_at=5),
             sliding_rope_theta=1e4,
+            family="gemma3",
         ),
         # GPT-OSS-120B: https://huggingface.co/openai/gpt-oss-120b/blob/main/config.json (num_hidden_layers 36,
         # layer_types alternating sliding_attention / full_attention from layer 0, sliding_window 128,

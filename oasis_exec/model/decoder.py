@@ -237,8 +237,12 @@ class Decoder:
         fused: bool = False,
         tp=None,
     ):
-        """``tp``: this rank's ``TPGroup`` (the full model's weights are made or read, then sliced)."""
+        """``tp``: this rank's ``TPGroup`` (the full model's weights are made or read, then sliced). Dummy weights
+        (``path`` None) of a spec of another family (``ModelSpec.family``) build that family's decoder, so that a
+        dummy run computes what the real model does."""
         if path is None:
+            if shape.family != "llama":
+                return Decoder.by_family[shape.family].dummy(shape, seed, dtype, device, fused, tp)
             return Decoder(shape, random_weights(shape, seed, dtype, device), dtype, fused, tp)
         return Decoder(shape, load_safetensors_dir(path, dtype, device), dtype, fused, tp)
 

@@ -164,6 +164,11 @@ class Gemma3Decoder(Decoder):
         return Gemma3Decoder(spec, arch, w, dtype, fused, tp)
 
     @staticmethod
+    def dummy(spec: ModelSpec, seed: int = 0, dtype=torch.bfloat16, device="cpu", fused=False, tp=None):
+        """Random weights of ``spec``'s shape (``random_weights``): the executor's dummy Gemma 3."""
+        return Gemma3Decoder(spec, Gemma3Arch(), random_weights(spec, seed, dtype, device), dtype, fused, tp)
+
+    @staticmethod
     def from_path(path: str, dtype=torch.bfloat16, device="cpu", fused=False, tp=None) -> "Gemma3Decoder":
         if str(path).endswith(".gguf"):
             return Gemma3Decoder.from_gguf(path, dtype, device, fused, tp)

@@ -65,6 +65,7 @@ def spec_from_gguf_meta(meta: dict, names: set, vocab: int, path: str) -> tuple[
         tie_embeddings=True,
         layer_windows=default_windows(n_layers, int(get("attention.sliding_window"))),
         sliding_rope_theta=LOCAL_THETA,
+        family=ARCH,
     )
     return spec, Gemma3Arch()
 
@@ -121,6 +122,7 @@ def spec_from_hf_config(cfg: dict, name: str = "hf") -> tuple[ModelSpec, Gemma3A
         tie_embeddings=bool(cfg.get("tie_word_embeddings", True)),
         layer_windows=windows,
         sliding_rope_theta=float(local_theta),
+        family=ARCH,
     )
     return spec, Gemma3Arch(cfg.get("query_pre_attn_scalar", QUERY_PRE_ATTN_SCALAR))
 

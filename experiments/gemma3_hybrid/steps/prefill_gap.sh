@@ -6,9 +6,11 @@
 # This step holds the weights (dummy, no model to carry) and the chains (8) fixed and varies the prefill only:
 # synthesized KV against the same prompts' token ids prefilled for real (data/gemma_32k.npz training row 0, wrapped as the bench wraps a text).
 #   OASIS_COMMIT=<sha> bash experiments/device.sh gemma3_hybrid/prefill_gap [RUNS]   -> $OUT/gap.jsonl
-# Prediction (written before the call): dense with synthesized prefill ~2.2-2.6 ms; if the real prefill is the
-# cause, dense with it ~4.5-5.2 ms, else the same as synthesized (then the weights are, and only a real-weight
-# profile can say where).
+# Found before the first call: dummy weights built the Llama family's decoder (fused RMSNorm / SwiGLU / q-k norm +
+# RoPE kernels) for the gemma3-270m preset, the real model Gemma3Decoder (plain torch: six (1 + w) norms a layer in
+# fp32, GELU, RoPE). Since ModelSpec.family a dummy Gemma builds Gemma3Decoder too, so this step now also measures the
+# decoder: prediction (written before the call) dense with synthesized prefill ~4.5-5.3 ms (the real run's 5.05),
+# the same with the real ids' prefill, lookahead K = 128 at 112 lanes ~6.5-7.5 ms (7.29).
 DEADLINE_S=${DEADLINE_S:-560}
 B=($PY -m oasis_exec bench --model gemma3-270m --dummy --device cuda --context 32000 --kv-budget-gb 3
   --concurrency 128 --steps 24 --warmup 4 --selection model --out "$OUT/gap.jsonl")
