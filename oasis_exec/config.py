@@ -223,7 +223,8 @@ class ExecConfig(SpeculationFields, BenchFields, TransferFields, KVFields, RunFi
     )
     fused_ops: bool = _f(
         True,
-        "fused Triton kernels on CUDA: RMSNorm, q/k norm + RoPE, SwiGLU (oasis_kernels.fused_ops), "
+        "fused Triton kernels on CUDA: RMSNorm, q/k norm + RoPE, SwiGLU (oasis_kernels.fused_ops; Gemma 3's "
+        "norms and GELU: oasis_kernels.gemma_ops), "
         "selection + copy list (oasis_kernels.plan_select) and the KV write (oasis_kernels.kv_write); off: "
         "the plain torch ops, which are the reference",
     )

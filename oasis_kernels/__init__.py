@@ -13,6 +13,7 @@
 | ``ring_attn``      | a sliding-window layer's decode attention over its per-lane ring, read in place, split-K, GQA |
 | ``splitk``         | the reduction that merges split-K partial results (shared by the attentions) |
 | ``fused_ops``      | one-launch RMSNorm, residual add + RMSNorm, q/k norm + RoPE + v copy, SwiGLU (the decoder layer) |
+| ``gemma_ops``      | Gemma 3's layer ops: (1 + w) RMSNorm, norm + residual add + norm, GELU-tanh x up (q/k: ``fused_ops``) |
 | ``plan_select``    | Algorithm 2 (``oasis_core.selection.plan_step``) in place, sort-free, + the UVA copy list, per layer |
 | ``kv_write``       | the decode step's new K/V of every (request, head) into its block, one launch for both |
 | ``spec_repair``    | the speculative step's repair prediction (issue 40): filled block's score, merge_block, repair_pred |

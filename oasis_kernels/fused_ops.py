@@ -74,8 +74,10 @@ def rms_norm_kernel(
     HAS_R: tl.constexpr,
     BLOCK: tl.constexpr,
     RNE: tl.constexpr,
+    ONE_PLUS: tl.constexpr = False,
 ):
-    """Row ``program_id`` of X (and R); S and Y are contiguous [rows, H]."""
+    """Row ``program_id`` of X (and R); S and Y are contiguous [rows, H]. ONE_PLUS: Gemma's norm, ``xf * rstd * W``
+    in fp32 rounded once (W holds ``1 + w`` in fp32), instead of rounding ``xf * rstd`` before the weight."""
     row = tl.program_id(0).to(tl.int64)
     offs = tl.arange(0, BLOCK)
     m = offs < H
@@ -86,8 +88,11 @@ def rms_norm_kernel(
         tl.store(S + row * H + offs, x, mask=m)
     xf = x.to(tl.float32)
     rstd = 1.0 / tl.sqrt(tl.sum(xf * xf, 0) / H + eps)
-    n = _cast(xf * rstd, X.dtype.element_ty, RNE).to(tl.float32)
     w = tl.load(W + offs, mask=m, other=0.0).to(tl.float32)
+    if ONE_PLUS:
+        n = xf * rstd
+    else:
+        n = _cast(xf * rstd, X.dtype.element_ty, RNE).to(tl.float32)
     tl.store(Y + row * H + offs, _cast(n * w, Y.dtype.element_ty, RNE), mask=m)
 
 
@@ -99,15 +104,14 @@ def _rows(t, H):
     return t2 if t2.stride(1) == 1 or H == 1 else t2.contiguous()
 
 
-def _norm(x, r, w, eps):
+def _norm(x, r, w, eps, one_plus=False):
     # Lean on purpose: outside CUDA graphs (prefill, eager steps) the host cost of this wrapper is per launch.
     H = x.shape[-1]
     assert w.dim() == 1 and w.shape[0] == H and w.stride(0) == 1, f"w must be contiguous [{H}], got {tuple(w.shape)}"
     x2 = _rows(x, H)
     rows = x2.shape[0]
-    y = torch.empty(
-        (rows, H), dtype=x.dtype if w.dtype == x.dtype else torch.promote_types(x.dtype, w.dtype), device=x.device
-    )
+    same = one_plus or w.dtype == x.dtype  # Gemma's norm returns x's dtype whatever its (fp32) weight's
+    y = torch.empty((rows, H), dtype=x.dtype if same else torch.promote_types(x.dtype, w.dtype), device=x.device)
     s, r2 = y, x2
     if r is not None:
         assert r.shape == x.shape and r.dtype == x.dtype, (
@@ -130,6 +134,7 @@ def _norm(x, r, w, eps):
             HAS_R=r is not None,
             BLOCK=BLOCK,
             RNE=_RNE,
+            ONE_PLUS=one_plus,
             num_warps=_warps(BLOCK),
         )
     if x.dim() != 2:
@@ -191,6 +196,8 @@ def qk_norm_rope_kernel(
     BLOCK: tl.constexpr,
     HAS_NORM: tl.constexpr,
     RNE: tl.constexpr,
+    ONE_PLUS: tl.constexpr = False,
+    Q_SCALE: tl.constexpr = 1.0,
 ):
     n = tl.program_id(0).to(tl.int64)
     h = tl.program_id(1)
@@ -216,24 +223,38 @@ def qk_norm_rope_kernel(
             rstd = 1.0 / tl.sqrt((tl.sum(xf1 * xf1, 0) + tl.sum(xf2 * xf2, 0)) / (2 * HALF) + eps)
             w1 = tl.load(wp + offs, mask=m, other=0.0).to(tl.float32)
             w2 = tl.load(wp + HALF + offs, mask=m, other=0.0).to(tl.float32)
-            xf1 = _cast(_cast(xf1 * rstd, Y.dtype.element_ty, RNE).to(tl.float32) * w1, Q.dtype.element_ty, RNE).to(
-                tl.float32
-            )
-            xf2 = _cast(_cast(xf2 * rstd, Y.dtype.element_ty, RNE).to(tl.float32) * w2, Q.dtype.element_ty, RNE).to(
-                tl.float32
-            )
+            if ONE_PLUS:  # Gemma's: xf * rstd * (1 + w) in fp32 (w holds 1 + w), rounded once
+                xf1 = _cast(xf1 * rstd * w1, Q.dtype.element_ty, RNE).to(tl.float32)
+                xf2 = _cast(xf2 * rstd * w2, Q.dtype.element_ty, RNE).to(tl.float32)
+            else:
+                xf1 = _cast(_cast(xf1 * rstd, Y.dtype.element_ty, RNE).to(tl.float32) * w1, Q.dtype.element_ty, RNE).to(
+                    tl.float32
+                )
+                xf2 = _cast(_cast(xf2 * rstd, Y.dtype.element_ty, RNE).to(tl.float32) * w2, Q.dtype.element_ty, RNE).to(
+                    tl.float32
+                )
         p = tl.load(POS + n).to(tl.float32)
         inv = tl.load(INV + offs, mask=m, other=0.0)
         ang = p * inv  # one rounded fp32 multiply, as torch (the launch disables FMA contraction)
         c = tl.cos(ang)
         s = tl.sin(ang)
-        tl.store(dst + offs, _cast(xf1 * c - xf2 * s, Q.dtype.element_ty, RNE), mask=m)
-        tl.store(dst + HALF + offs, _cast(xf2 * c + xf1 * s, Q.dtype.element_ty, RNE), mask=m)
+        r1 = _cast(xf1 * c - xf2 * s, Q.dtype.element_ty, RNE)
+        r2 = _cast(xf2 * c + xf1 * s, Q.dtype.element_ty, RNE)
+        if Q_SCALE != 1.0:  # Gemma's query_pre_attn_scalar: q times a constant after RoPE, rounded again
+            if h < HQ:
+                r1 = _cast(r1.to(tl.float32) * Q_SCALE, Q.dtype.element_ty, RNE)
+                r2 = _cast(r2.to(tl.float32) * Q_SCALE, Q.dtype.element_ty, RNE)
+        tl.store(dst + offs, r1, mask=m)
+        tl.store(dst + HALF + offs, r2, mask=m)
 
 
-def qk_norm_rope(y, pos, hq, hk, d, q_w=None, k_w=None, eps=1e-6, theta=10000.0, inv_freq=None):
+def qk_norm_rope(
+    y, pos, hq, hk, d, q_w=None, k_w=None, eps=1e-6, theta=10000.0, inv_freq=None, one_plus=False, q_scale=1.0
+):
     """y [N, (hq + 2 hk) d] -> q [N, hq, d], k [N, hk, d] (optional per-head RMSNorm, then RoPE at ``pos`` [N]),
-    v [N, hk, d] (contiguous copy); one launch. ``inv_freq`` [d / 2] fp32 defaults to :func:`rope_inv_freq`."""
+    v [N, hk, d] (contiguous copy); one launch. ``inv_freq`` [d / 2] fp32 defaults to :func:`rope_inv_freq`.
+    Gemma 3 (``gemma_ops``): ``one_plus`` (q_w, k_w hold ``1 + w`` in fp32; the norm rounds once, to y's dtype) and
+    ``q_scale`` (q times it after RoPE, rounded)."""
     N = y.shape[0]
     assert y.dim() == 2 and y.shape[1] == (hq + 2 * hk) * d, (
         f"y must be [N, {(hq + 2 * hk) * d}] for hq={hq}, hk={hk}, d={d}; got {tuple(y.shape)}"
@@ -256,7 +277,7 @@ def qk_norm_rope(y, pos, hq, hk, d, q_w=None, k_w=None, eps=1e-6, theta=10000.0,
         assert (
             q_w.shape[0] == d and k_w.shape[0] == d and q_w.dtype == k_w.dtype and q_w.stride(0) == k_w.stride(0) == 1
         )
-        if q_w.dtype != y.dtype:
+        if q_w.dtype != y.dtype and not one_plus:
             qk_dtype = torch.promote_types(y.dtype, q_w.dtype)
     q = torch.empty(N, hq, d, dtype=qk_dtype, device=y.device)
     k = torch.empty(N, hk, d, dtype=qk_dtype, device=y.device)
@@ -280,6 +301,8 @@ def qk_norm_rope(y, pos, hq, hk, d, q_w=None, k_w=None, eps=1e-6, theta=10000.0,
             BLOCK=BLOCK,
             HAS_NORM=has_norm,
             RNE=_RNE,
+            ONE_PLUS=bool(one_plus),
+            Q_SCALE=float(q_scale),
             num_warps=1,
             enable_fp_fusion=False,
         )

@@ -86,6 +86,9 @@ def _layer_names(i):
     }
 
 
+NORMS = ("ln1", "post_attn", "ln2", "post_ffw", "q_norm", "k_norm")  # a layer's norm weights (_layer_names' keys)
+
+
 def random_weights(spec: ModelSpec, seed: int = 0, dtype=torch.float32, device="cpu") -> dict:
     """Random Gemma-shaped weights (tests): the Llama family's, the extra norms with small random ``w``."""
     from .decoder import random_weights as llama_random
@@ -113,8 +116,9 @@ class Gemma3Decoder(Decoder):
     """``Decoder``'s interface (``embed_tokens``, ``qkv``, ``finish``, ``logits``, ``forward``) for Gemma 3.
 
     ``qkv`` applies the layer's own RoPE θ; the caller attends with the layer's window
-    (``shape.layer_window(layer)``). The elementwise ops are the plain torch ones (the fused Triton kernels implement
-    the Llama family's SwiGLU and plain RMSNorm), and tensor parallelism is refused (one KV head)."""
+    (``shape.layer_window(layer)``). ``fused`` (the runner's on CUDA): the elementwise ops in one Triton launch each
+    (``oasis_kernels.gemma_ops``: the (1 + w) norms, the norm + residual add + norm between attention and MLP, GELU,
+    q/k norm + RoPE + the query scale), else plain torch. Tensor parallelism is refused (one KV head)."""
 
     family = ARCH
     families = ("gemma3", "gemma3_text")  # registered with Decoder.by_family: Decoder.from_path loads them here
@@ -125,7 +129,7 @@ class Gemma3Decoder(Decoder):
         if not shape.layer_windows:
             raise ValueError("Gemma 3: the spec must give each layer's attention kind (layer_windows)")
         self.full_shape, self.tp, self.shape, self.arch, self.dtype = shape, None, shape, arch, dtype
-        self.fused, self._fk, self._inv_freq = False, None, None
+        self.fused, self._fk, self._inv_freq = bool(fused), None, None
         self.device = weights["model.embed_tokens.weight"].device
         self.embed = weights["model.embed_tokens.weight"]
         # transformers: the scale cast to the dtype; on the weights' device (no copy inside a captured CUDA graph)
@@ -145,6 +149,17 @@ class Gemma3Decoder(Decoder):
             lw["qkv"] = torch.cat([lw.pop("q"), lw.pop("k"), lw.pop("v")], 0).contiguous()
             lw["gate_up"] = torch.cat([lw.pop("gate"), lw.pop("up")], 0).contiguous()
             self.layers.append(lw)
+        if self.fused:
+            from oasis_kernels import (
+                fused_ops,
+                gemma_ops,
+            )  # imports kernels first: the interpreter switch precedes triton
+
+            self._fk, self._gk = fused_ops, gemma_ops
+            for lw in self.layers:  # the norms' 1 + w in fp32, made once
+                lw.update({k + "_1p": gemma_ops.one_plus(lw[k]) for k in NORMS})
+            self.norm_1p = gemma_ops.one_plus(self.norm)
+            self._inv_freq = [fused_ops.rope_inv_freq(shape.head_dim, t, self.device) for t in self.thetas]
 
     @staticmethod
     def from_gguf(path: str, dtype=torch.bfloat16, device="cpu", fused=False, tp=None) -> "Gemma3Decoder":
@@ -183,6 +198,12 @@ class Gemma3Decoder(Decoder):
     def qkv(self, i: int, x, pos):
         s, lw = self.shape, self.layers[i]
         hq, hk, d = s.n_q_heads, s.n_kv_heads, s.head_dim
+        if self.fused:
+            y = self._gk.norm1p(x, lw["ln1_1p"], s.rms_eps) @ lw["qkv"].t()
+            return self._fk.qk_norm_rope(
+                y, pos, hq, hk, d, lw["q_norm_1p"], lw["k_norm_1p"], s.rms_eps, self.thetas[i], self._inv_freq[i],
+                one_plus=True, q_scale=self.q_scale,
+            )  # fmt: skip
         y = norm1p(x, lw["ln1"], s.rms_eps) @ lw["qkv"].t()
         q = norm1p(y[:, : hq * d].view(-1, hq, d), lw["q_norm"], s.rms_eps)
         k = norm1p(y[:, hq * d : (hq + hk) * d].view(-1, hk, d), lw["k_norm"], s.rms_eps)
@@ -195,12 +216,19 @@ class Gemma3Decoder(Decoder):
     def finish(self, i: int, x, attn):
         s, lw = self.shape, self.layers[i]
         o = attn.reshape(attn.shape[0], -1) @ lw["o"].t()
+        if self.fused:
+            gk = self._gk
+            x, h = gk.post_norm_add(o, x, lw["post_attn_1p"], lw["ln2_1p"], s.rms_eps)
+            m = gk.gelu_mul(h @ lw["gate_up"].t()) @ lw["down"].t()
+            return gk.post_norm_add(m, x, lw["post_ffw_1p"], None, s.rms_eps)[0]
         x = x + norm1p(o, lw["post_attn"], s.rms_eps)
         g, u = (norm1p(x, lw["ln2"], s.rms_eps) @ lw["gate_up"].t()).chunk(2, dim=-1)
         m = (F.gelu(g, approximate="tanh") * u) @ lw["down"].t()
         return x + norm1p(m, lw["post_ffw"], s.rms_eps)
 
     def logits(self, x):
+        if self.fused:
+            return (self._gk.norm1p(x, self.norm_1p, self.shape.rms_eps) @ self.lm_head.t()).float()
         return (norm1p(x, self.norm, self.shape.rms_eps) @ self.lm_head.t()).float()
 
     def forward(self, tokens, hook=None, cache=None, start=0, keep=None):
