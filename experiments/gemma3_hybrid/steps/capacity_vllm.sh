@@ -12,7 +12,7 @@
 # all; PARTS that no longer fit the call's time are skipped with a line, so run the rest in a second call:
 # `... capacity_vllm la256`):
 #   OASIS_COMMIT=<sha> MODEL_SHA256=a5fd3b62230aa5ec60212297dc9d20eaa70578ac519e00d93a17e44c087a6818 \
-#     bash experiments/device.sh gemma3_hybrid/capacity_vllm [vllm] [dense] [la128|la128_s|la128_s_nt|la128_victim] [la256...]
+#     bash experiments/device.sh gemma3_hybrid/capacity_vllm [vllm] [dense] [dense_plain] [la128|la128_s|la128_s_nt|la128_victim] [la256...]
 # A part is a K (`la128`) or one run of it (`la128_s_nt`). First run 2026-12-05 at f174fe6
 # (results/capacity_vllm_f174fe6/, 2,048-token chunks): vllm + dense took 214 s and a lookahead run ~200 s. Expected lanes at 32,000 tokens and 3 GB (bf16; lane bytes
 # as kv/layout.py counts them since 55e0f04): dense 28 (106.4 MB: 2,004 blocks of full-layer pages + the rings);
@@ -48,6 +48,7 @@ run() {  # NAME BENCH-ARGS...: one bench record into $OUT/oasis.jsonl
     || say "$name failed: $(tail -2 "$OUT/bench_$name.log" | cut -c1-300)"
 }
 part dense && run dense --mode dense
+part dense_plain && run dense_plain --mode dense --no-fused-ops  # the plain torch ops: the same-machine baseline
 for K in 128 256; do
   for v in s s_nt victim; do  # a part names a K (la128: its three runs) or one run (la128_s_nt)
     part "la$K" || part "la${K}_$v" || continue
