@@ -23,7 +23,7 @@ TOL = {torch.float32: dict(atol=1e-5, rtol=1e-5), torch.bfloat16: dict(atol=1e-2
 
 def _close(got, want, dtype, **kw):
     assert got.dtype == want.dtype and got.shape == want.shape
-    torch.testing.assert_close(got.cpu().float(), want.float(), **(kw or TOL[dtype]))
+    torch.testing.assert_close(got.cpu().float(), want.cpu().float(), **(kw or TOL[dtype]))
 
 
 def test_references_are_the_model_ops():
@@ -111,13 +111,14 @@ def test_decoder_fused_matches_plain(dtype, qk_norm):
     for k in list(w):  # non-trivial norm weights
         if k.endswith("norm.weight") or k.endswith("layernorm.weight"):
             w[k] = (torch.rand(w[k].shape, generator=torch.Generator().manual_seed(len(k))) + 0.5).to(dtype)
+    w = {k: v.to(DEV) for k, v in w.items()}  # on a GPU machine the kernels are compiled: CUDA tensors
     plain = model.Decoder(shape, w, dtype)
     fused = model.Decoder(shape, w, dtype, fused=True)
     assert fused.fused and not plain.fused
     g = torch.Generator().manual_seed(9)
-    x = torch.randn(4, shape.hidden, generator=g).to(dtype)
-    pos = torch.tensor([0, 5, 4000, 30000])
-    attn = torch.randn(4, shape.n_q_heads, shape.head_dim, generator=g).to(dtype)
+    x = torch.randn(4, shape.hidden, generator=g).to(dtype).to(DEV)
+    pos = torch.tensor([0, 5, 4000, 30000], device=DEV)
+    attn = torch.randn(4, shape.n_q_heads, shape.head_dim, generator=g).to(dtype).to(DEV)
     for layer in range(shape.n_layers):
         for a, b in zip(fused.qkv(layer, x, pos), plain.qkv(layer, x, pos)):
             _close(a, b, dtype)
