@@ -14,7 +14,10 @@ same expressions):
   q/k norm; ``None`` = none, as Llama) and then rotate-half RoPE at ``pos [N]``; v ``[N, hk, d]`` is a contiguous
   copy. One program per (token, head) over the ``hq + 2 hk`` heads.
 - ``silu_mul(gu) -> silu(g) * u``: gu ``[N, 2 m]`` is the gate_up GEMM output, gate first; silu is rounded to the
-  dtype before the multiply, as ``F.silu(g) * u`` does.
+  dtype before the multiply, as ``F.silu(g) * u`` does. ``act_mul(gu, gelu_k)`` is the same kernel with GELU's tanh
+  form instead (Gemma 3: ``gemma_ops.gelu_mul``).
+- Gemma 3's norms (``gemma_ops``): ``rms_norm_kernel`` and ``qk_norm_rope`` with ``ONE_PLUS`` (the weight holds
+  ``1 + w`` in fp32 and the product rounds once) and ``qk_norm_rope``'s ``q_scale``.
 
 RoPE numerics. ``inv_freq = 1 / theta ** (arange(0, d, 2) / d)`` is computed by torch on the target device
 (:func:`rope_inv_freq`, cached), so it is bit-identical to the reference's. The angle ``pos.float() * inv_freq``
@@ -334,18 +337,36 @@ def qk_norm_rope_ref(y, pos, hq, hk, d, q_w=None, k_w=None, eps=1e-6, theta=1000
 
 
 @triton.jit
-def silu_mul_kernel(GU, OUT, stride_g, stride_o, M, BLOCK: tl.constexpr, RNE: tl.constexpr):
+def act_mul_kernel(
+    GU,
+    OUT,
+    stride_g,
+    stride_o,
+    M,
+    BLOCK: tl.constexpr,
+    RNE: tl.constexpr,
+    GELU: tl.constexpr = False,
+    K: tl.constexpr = 0.0,
+):
+    """``act(g) * u`` for a gated MLP: SiLU (Llama), or GELU's tanh form (Gemma, ``K`` = sqrt(2 / pi))."""
     n = tl.program_id(0).to(tl.int64)
     offs = tl.program_id(1) * BLOCK + tl.arange(0, BLOCK)
     m = offs < M
     g = tl.load(GU + n * stride_g + offs, mask=m, other=0.0).to(tl.float32)
     u = tl.load(GU + n * stride_g + M + offs, mask=m, other=0.0).to(tl.float32)
-    s = _cast(g / (1.0 + tl.exp(-g)), OUT.dtype.element_ty, RNE).to(tl.float32)  # F.silu rounds to the dtype
-    tl.store(OUT + n * stride_o + offs, _cast(s * u, OUT.dtype.element_ty, RNE), mask=m)
+    if GELU:
+        z = tl.minimum(K * (g + 0.044715 * (g * g * g)), 15.0)  # tanh(15) is 1 in fp32; exp(2z) stays finite
+        t = 1.0 - 2.0 / (tl.exp(2.0 * z) + 1.0)  # tanh(z)
+        a = 0.5 * g * (1.0 + t)  # torch's expression (as measured on the GPU at 0555870)
+    else:
+        a = g / (1.0 + tl.exp(-g))
+    a = _cast(a, OUT.dtype.element_ty, RNE).to(tl.float32)  # F.silu / F.gelu round to the dtype
+    tl.store(OUT + n * stride_o + offs, _cast(a * u, OUT.dtype.element_ty, RNE), mask=m)
 
 
-def silu_mul(gu):
-    """gu [N, 2 m] (gate, then up) -> ``F.silu(g) * u`` [N, m] in gu.dtype; one launch."""
+def act_mul(gu, gelu_k=None):
+    """gu [N, 2 m] (gate, then up) -> ``act(g) * u`` [N, m] in gu.dtype; one launch. ``gelu_k`` None: SiLU; else
+    GELU's tanh form with that constant (``gemma_ops.gelu_mul``)."""
     assert gu.dim() == 2 and gu.shape[1] % 2 == 0, f"gu must be [N, 2 m], got {tuple(gu.shape)}"
     if gu.stride(1) != 1:
         gu = gu.contiguous()
@@ -353,10 +374,16 @@ def silu_mul(gu):
     out = torch.empty(N, M, dtype=gu.dtype, device=gu.device)
     if N and M:
         BLOCK = min(1024, next_pow2(M))
-        silu_mul_kernel[(N, cdiv(M, BLOCK))](
-            gu, out, gu.stride(0), out.stride(0), M, BLOCK=BLOCK, RNE=_RNE, num_warps=4 if BLOCK >= 512 else 1
-        )
+        act_mul_kernel[(N, cdiv(M, BLOCK))](
+            gu, out, gu.stride(0), out.stride(0), M, BLOCK=BLOCK, RNE=_RNE, GELU=gelu_k is not None,
+            K=float(gelu_k or 0.0), num_warps=4 if BLOCK >= 512 else 1,
+        )  # fmt: skip
     return out
+
+
+def silu_mul(gu):
+    """gu [N, 2 m] (gate, then up) -> ``F.silu(g) * u`` [N, m] in gu.dtype; one launch."""
+    return act_mul(gu)
 
 
 def silu_mul_ref(gu):

@@ -26,8 +26,8 @@ import torch
 import triton
 import triton.language as tl
 
-from ._util import cdiv, next_pow2
-from .fused_ops import _RNE, _cast, _norm, _rows, _warps
+from ._util import next_pow2
+from .fused_ops import _RNE, _cast, _norm, _rows, _warps, act_mul
 
 
 def one_plus(w):
@@ -95,40 +95,10 @@ def post_norm_add(o, x, w1_post, w1_next, eps):
 _GELU_K = math.sqrt(2.0) * (2.0 / math.sqrt(math.pi)) * 0.5  # torch's kBeta: sqrt(2 / pi)
 
 
-@triton.jit
-def gelu_mul_kernel(GU, OUT, stride_g, stride_o, M, BLOCK: tl.constexpr, RNE: tl.constexpr, K: tl.constexpr):
-    n = tl.program_id(0).to(tl.int64)
-    offs = tl.program_id(1) * BLOCK + tl.arange(0, BLOCK)
-    m = offs < M
-    g = tl.load(GU + n * stride_g + offs, mask=m, other=0.0).to(tl.float32)
-    u = tl.load(GU + n * stride_g + M + offs, mask=m, other=0.0).to(tl.float32)
-    z = tl.minimum(K * (g + 0.044715 * (g * g * g)), 15.0)  # tanh(15) is 1 in fp32; exp(2z) stays finite
-    t = 1.0 - 2.0 / (tl.exp(2.0 * z) + 1.0)  # tanh(z)
-    a = _cast(0.5 * g * (1.0 + t), OUT.dtype.element_ty, RNE).to(tl.float32)  # F.gelu rounds to the dtype
-    tl.store(OUT + n * stride_o + offs, _cast(a * u, OUT.dtype.element_ty, RNE), mask=m)
-
-
 def gelu_mul(gu):
-    """gu [N, 2 m] (gate, then up) -> ``F.gelu(g, approximate="tanh") * u`` [N, m] in gu.dtype; one launch."""
-    assert gu.dim() == 2 and gu.shape[1] % 2 == 0, f"gu must be [N, 2 m], got {tuple(gu.shape)}"
-    if gu.stride(1) != 1:
-        gu = gu.contiguous()
-    N, M = gu.shape[0], gu.shape[1] // 2
-    out = torch.empty(N, M, dtype=gu.dtype, device=gu.device)
-    if N and M:
-        BLOCK = min(1024, next_pow2(M))
-        gelu_mul_kernel[(N, cdiv(M, BLOCK))](
-            gu,
-            out,
-            gu.stride(0),
-            out.stride(0),
-            M,
-            BLOCK=BLOCK,
-            RNE=_RNE,
-            K=_GELU_K,
-            num_warps=4 if BLOCK >= 512 else 1,
-        )
-    return out
+    """gu [N, 2 m] (gate, then up) -> ``F.gelu(g, approximate="tanh") * u`` [N, m] in gu.dtype; one launch
+    (``fused_ops.act_mul``'s GELU form)."""
+    return act_mul(gu, _GELU_K)
 
 
 # ------------------------------------------------------------------------------------------------- references
