@@ -62,6 +62,8 @@ class BenchPoint:
     selection: str = "synthetic"
     device: str = "NVIDIA H200"
     decode: Optional[int] = None  # vLLM points: the harness's decode tokens a request (None: VLLM_HARNESS_DECODE)
+    block_score: Optional[str] = None  # the executor's block scorer (its record's block_score; None: SimConfig's)
+    token_rank: Optional[int] = None  # with block_score tokens: the record's token_rank
     warmup: Optional[int] = None  # the run's warm-up and timed scheduler steps (None: the bench's defaults)
     steps: Optional[int] = None
     date: str = ""
@@ -121,6 +123,7 @@ class BenchPoint:
             max_batch=max(256, self.lanes),
             policy_layers=layers,
         )
+        vals.update({k: getattr(self, k) for k in ("block_score", "token_rank") if getattr(self, k) is not None})
         vals.update(over)
         pl = vals["policy_layers"]  # SELECTION_GROUPS groups whatever the layers sampled (a bad value: make_config)
         if "profile_replicas" not in over and isinstance(pl, int) and pl >= 1:

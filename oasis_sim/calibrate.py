@@ -84,7 +84,13 @@ def point_key(p: BenchPoint) -> str:
     d = asdict(p)
     d.pop("source", None)
     d.pop("note", None)
-    for k in ("warmup", "steps", "decode"):  # added later: a point without them keeps its key
+    for k in (
+        "warmup",
+        "steps",
+        "decode",
+        "block_score",
+        "token_rank",
+    ):  # added later: a point without them keeps its key
         if d[k] is None:
             d.pop(k)
     return hashlib.sha1(repr(sorted(d.items())).encode()).hexdigest()[:16]

@@ -298,3 +298,19 @@ def test_timing_line_says_when_the_run_is_on_another_card_than_the_calibration()
     )
     args = build_parser().parse_args(["run", "--predictor", "roofline"])
     assert timing_line(config_from_args(args)) == "roofline predictor"
+
+
+def test_bench_point_carries_the_executor_block_scorer():
+    """A point names the executor's block scorer (its record's block_score, token_rank) and the simulator prices that
+    scorer; a point without them keeps the content key it had before the fields existed (the shipped fit's keys)."""
+    import dataclasses
+
+    p = BenchPoint(model="gemma3-270m", mode="lookahead", context=4096, lanes=4, tpot_ms=1.0)
+    q = replace(p, block_score="tokens", token_rank=64)
+    cp, cq = p.config(), q.config()
+    assert (cq.block_score, cq.token_rank) == ("tokens", 64) and cp.block_score != "tokens"
+    d = dataclasses.asdict(p)
+    for k in ("source", "note", "warmup", "steps", "decode", "block_score", "token_rank"):
+        d.pop(k)
+    assert point_key(p) == hashlib.sha1(repr(sorted(d.items())).encode()).hexdigest()[:16]
+    assert point_key(q) != point_key(p)
