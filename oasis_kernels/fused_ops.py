@@ -64,6 +64,12 @@ def _cast(x, dtype: tl.constexpr, RNE: tl.constexpr):
 
 
 @triton.jit
+def _rstd(xf, H, eps):
+    """``1 / sqrt(mean(xf^2) + eps)`` of a row held in fp32 (masked lanes zero), as the norms compute it."""
+    return 1.0 / tl.sqrt(tl.sum(xf * xf, 0) / H + eps)
+
+
+@triton.jit
 def rms_norm_kernel(
     X,
     R,
@@ -90,7 +96,7 @@ def rms_norm_kernel(
         x = _cast(x.to(tl.float32) + r.to(tl.float32), S.dtype.element_ty, RNE)
         tl.store(S + row * H + offs, x, mask=m)
     xf = x.to(tl.float32)
-    rstd = 1.0 / tl.sqrt(tl.sum(xf * xf, 0) / H + eps)
+    rstd = _rstd(xf, H, eps)
     w = tl.load(W + offs, mask=m, other=0.0).to(tl.float32)
     if ONE_PLUS:
         n = xf * rstd

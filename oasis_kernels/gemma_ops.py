@@ -27,7 +27,7 @@ import triton
 import triton.language as tl
 
 from ._util import next_pow2
-from .fused_ops import _RNE, _cast, _norm, _rows, _warps, act_mul
+from .fused_ops import _RNE, _cast, _norm, _rows, _rstd, _warps, act_mul
 
 
 def one_plus(w):
@@ -49,14 +49,14 @@ def post_norm_add_kernel(
     m = offs < H
     of = tl.load(O + row * stride_o + offs, mask=m, other=0.0).to(tl.float32)
     wp = tl.load(WP + offs, mask=m, other=0.0)
-    a = _cast(of * (1.0 / tl.sqrt(tl.sum(of * of, 0) / H + eps)) * wp, S.dtype.element_ty, RNE)
+    a = _cast(of * _rstd(of, H, eps) * wp, S.dtype.element_ty, RNE)
     x = tl.load(X + row * stride_x + offs, mask=m, other=0.0)
     s = _cast(x.to(tl.float32) + a.to(tl.float32), S.dtype.element_ty, RNE)
     tl.store(S + row * H + offs, s, mask=m)
     if HAS_NEXT:
         sf = s.to(tl.float32)
         wn = tl.load(WN + offs, mask=m, other=0.0)
-        y = sf * (1.0 / tl.sqrt(tl.sum(sf * sf, 0) / H + eps)) * wn
+        y = sf * _rstd(sf, H, eps) * wn
         tl.store(Y + row * H + offs, _cast(y, Y.dtype.element_ty, RNE), mask=m)
 
 

@@ -79,18 +79,15 @@ LOSS = "linear"
 LOSS_SCALE = 0.05
 
 
+LATER_FIELDS = ("warmup", "steps", "decode", "block_score", "token_rank")  # BenchPoint's: absent, a point keeps its key
+
+
 def point_key(p: BenchPoint) -> str:
     """Content key of a point (its configuration and measurement, not its file)."""
     d = asdict(p)
     d.pop("source", None)
     d.pop("note", None)
-    for k in (
-        "warmup",
-        "steps",
-        "decode",
-        "block_score",
-        "token_rank",
-    ):  # added later: a point without them keeps its key
+    for k in LATER_FIELDS:
         if d[k] is None:
             d.pop(k)
     return hashlib.sha1(repr(sorted(d.items())).encode()).hexdigest()[:16]

@@ -150,10 +150,8 @@ class Gemma3Decoder(Decoder):
             lw["gate_up"] = torch.cat([lw.pop("gate"), lw.pop("up")], 0).contiguous()
             self.layers.append(lw)
         if self.fused:
-            from oasis_kernels import (
-                fused_ops,
-                gemma_ops,
-            )  # imports kernels first: the interpreter switch precedes triton
+            # oasis_kernels first: its interpreter switch precedes triton
+            from oasis_kernels import fused_ops, gemma_ops
 
             self._fk, self._gk = fused_ops, gemma_ops
             for lw in self.layers:  # the norms' 1 + w in fp32, made once

@@ -173,11 +173,11 @@ def build_bench_engine(
     sp = SamplingParams(max_tokens=out_tokens + (prompt_tokens is not None))
     vocab = runner.shape.vocab
     if prompt_tokens is not None:
-        if len(prompt_tokens) and max(prompt_tokens) >= vocab:  # ids made for another model's vocabulary
+        top = max(prompt_tokens, default=-1)
+        if top >= vocab:  # ids made for another model's vocabulary
             eng.close()
             raise ValueError(
-                f"prompt token ids go up to {max(prompt_tokens)}: the model's vocabulary is {vocab} (ids made for "
-                "another model?)"
+                f"prompt token ids go up to {top}: the model's vocabulary is {vocab} (ids made for another model?)"
             )
         for p in real_prompts(prompt_tokens, context, n):
             eng.add_request(p, sp)
